@@ -1,0 +1,218 @@
+"""The shared actor machinery: requests, the run loop, and supervision policy as data.
+
+An actor owns one resource (a serial port, a sharkd worker, a crash session, ...). It is a
+Trio task with its own inbox and cancel scope; the supervisor (`diagd.daemon.supervisor`)
+starts it on demand and restarts or fails it by its declared `SupervisionPolicy`.
+
+Each actor kind is one module that subclasses `Actor` and implements the same small surface:
+`start()` (acquire the resource; the actor only counts as ready once this returns),
+`handle()` (serve one request), `stop()` (release the resource, bounded), `statistics()`.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import trio
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class RestartKind(enum.StrEnum):
+    PERMANENT = "permanent"  # restart after a crash and after a normal exit
+    TRANSIENT = "transient"  # restart only after a crash
+    TEMPORARY = "temporary"  # never restart
+
+
+@dataclass(frozen=True)
+class SupervisionPolicy:
+    restart: RestartKind = RestartKind.TRANSIENT
+    max_restarts: int = 3
+    window_s: float = 60.0
+    # Before the n-th restart within the window we wait backoff_s * 2**(n-1), capped.
+    backoff_s: float = 0.1
+    backoff_max_s: float = 5.0
+    stop_grace_s: float = 5.0
+
+
+class ActorState(enum.StrEnum):
+    STARTING = "starting"
+    IDLE = "idle"
+    BUSY = "busy"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    EXPIRED = "expired"
+    FAILED = "failed"
+
+
+class Request:
+    """One message in an actor's inbox: an operation, its arguments, and the reply slot.
+
+    The caller waits on `wait()`; if the caller goes away (client cancel or disconnect) it
+    calls `abandon()`, which cancels the request wherever it is: still queued (the actor
+    skips it) or running (its cancel scope fires).
+    """
+
+    def __init__(self, op: str, args: dict[str, Any], progress: ProgressFn | None = None) -> None:
+        self.op = op
+        self.args = args
+        self.progress = progress
+        self.enqueued_at = trio.current_time()
+        self.started_at: float | None = None
+        self.scope = trio.CancelScope()
+        self._done = trio.Event()
+        self._result: dict[str, Any] | None = None
+        self._error: DiagdError | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return self._done.is_set()
+
+    def resolve(self, result: dict[str, Any]) -> None:
+        if not self._done.is_set():
+            self._result = result
+            self._done.set()
+
+    def fail(self, error: DiagdError) -> None:
+        if not self._done.is_set():
+            self._error = error
+            self._done.set()
+
+    def abandon(self) -> None:
+        self.scope.cancel()
+        self.fail(DiagdError(ErrorCode.CANCELLED, "the caller went away"))
+
+    @property
+    def queue_s(self) -> float:
+        end = self.started_at if self.started_at is not None else trio.current_time()
+        return end - self.enqueued_at
+
+    async def wait(self) -> dict[str, Any]:
+        try:
+            await self._done.wait()
+        except BaseException:
+            self.abandon()
+            raise
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self.progress is not None:
+            await self.progress(progress, total, message)
+
+
+class Actor(abc.ABC):
+    """Base class of every actor kind; one instance per (re)start of a resource."""
+
+    kind: ClassVar[str]
+    policy: ClassVar[SupervisionPolicy] = SupervisionPolicy()
+
+    def __init__(self, resource: str, settings: Any = None) -> None:
+        self.resource = resource
+        self.settings = settings
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Acquire the resource; background tasks go into `nursery` (the actor's own)."""
+
+    @abc.abstractmethod
+    async def handle(self, request: Request) -> dict[str, Any]:
+        """Serve one request; raise DiagdError for a failure the caller should see."""
+
+    async def stop(self) -> None:
+        """Release the resource. Runs shielded, bounded by the policy's stop_grace_s."""
+
+    def statistics(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} [{self.kind} {self.resource}]>"
+
+
+@dataclass
+class ActorRuntime:
+    """What the run loop reports to its supervisor (shared, updated in place)."""
+
+    state: ActorState = ActorState.STARTING
+    idle_deadline: float = math.inf
+    handled: int = 0
+    current: Request | None = None
+    last_error: str | None = None
+    expire_now: Callable[[], bool] = field(default=lambda: True)
+
+
+class ActorCrashed(Exception):
+    """An actor's handler raised something that is not a DiagdError: restart it."""
+
+
+async def run_actor(
+    actor: Actor,
+    inbox: trio.MemoryReceiveChannel[Request],
+    runtime: ActorRuntime,
+    idle_timeout_s: float,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Start `actor`, then serve its inbox until it idles out or is cancelled.
+
+    Returns normally on idle expiry; raises ActorCrashed when a handler hits a bug (the
+    request that triggered it gets ACTOR_FAILED; queued ones stay in the inbox for the
+    restarted actor). `runtime.expire_now()` is asked before expiring, synchronously, so the
+    supervisor can deregister the actor with no checkpoint in between (no request is lost to
+    the race between expiry and a new call).
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            await actor.start(nursery)
+            runtime.state = ActorState.IDLE
+            task_status.started()
+            await _serve_inbox(actor, inbox, runtime, idle_timeout_s)
+            nursery.cancel_scope.cancel(reason="actor finished")
+    finally:
+        runtime.state = ActorState.STOPPING if runtime.state != ActorState.EXPIRED else runtime.state
+        with trio.CancelScope(shield=True), trio.move_on_after(actor.policy.stop_grace_s):
+            await actor.stop()
+
+
+async def _serve_inbox(
+    actor: Actor, inbox: trio.MemoryReceiveChannel[Request], runtime: ActorRuntime, idle_timeout_s: float
+) -> None:
+    while True:
+        runtime.idle_deadline = trio.current_time() + idle_timeout_s
+        request: Request | None = None
+        with trio.move_on_at(runtime.idle_deadline):
+            request = await inbox.receive()
+        if request is None:
+            if runtime.expire_now():
+                runtime.state = ActorState.EXPIRED
+                return
+            continue
+        if request.resolved:  # abandoned while queued
+            continue
+        runtime.state = ActorState.BUSY
+        runtime.idle_deadline = math.inf
+        runtime.current = request
+        request.started_at = trio.current_time()
+        try:
+            with request.scope:
+                request.resolve(await actor.handle(request))
+        except DiagdError as exc:
+            request.fail(exc)
+        except Exception as exc:
+            runtime.last_error = f"{type(exc).__name__}: {exc}"
+            request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor crashed: {runtime.last_error}"))
+            raise ActorCrashed(runtime.last_error) from exc
+        finally:
+            runtime.current = None
+            runtime.handled += 1
+            # Cancelled mid-request (actor stopped): the caller still gets an answer.
+            request.fail(DiagdError(ErrorCode.CANCELLED, f"{actor.kind} actor stopped during the call"))
+        runtime.state = ActorState.IDLE

@@ -1,0 +1,91 @@
+"""Tool-call visibility: the audit log (JSON lines, rotated) and in-memory call statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagd.daemon.tools import CallRecord
+
+
+class AuditLog:
+    """Appends one JSON line per call; rotates audit.jsonl -> audit.jsonl.1 ... .keep."""
+
+    def __init__(self, path: Path, *, max_bytes: int, keep: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the daemon
+
+    def write(self, record: CallRecord) -> None:
+        line = json.dumps(record.to_json(), separators=(",", ":"), ensure_ascii=False, default=str)
+        self._file.write(line + "\n")
+        self._file.flush()
+        if self._file.tell() >= self.max_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        self._file.close()
+        for i in range(self.keep - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass
+class _ToolStats:
+    count: int = 0
+    failures: int = 0
+    cancelled: int = 0
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
+
+
+class CallStats:
+    """Per-tool counts and p50/p95 durations, plus a ring of recent calls for `diagd_calls`."""
+
+    def __init__(self, recent: int = 500) -> None:
+        self._tools: dict[str, _ToolStats] = {}
+        self.recent: deque[CallRecord] = deque(maxlen=recent)
+        self.total = 0
+
+    def observe(self, record: CallRecord) -> None:
+        stats = self._tools.setdefault(record.tool, _ToolStats())
+        stats.count += 1
+        self.total += 1
+        if record.outcome == "error":
+            stats.failures += 1
+        elif record.outcome == "cancelled":
+            stats.cancelled += 1
+        stats.durations.append(record.duration_ms)
+        self.recent.append(record)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            name: {
+                "count": s.count,
+                "failures": s.failures,
+                "cancelled": s.cancelled,
+                "failure_rate": round(s.failures / s.count, 4) if s.count else 0.0,
+                "p50_ms": percentile(s.durations, 50),
+                "p95_ms": percentile(s.durations, 95),
+            }
+            for name, s in sorted(self._tools.items())
+        }
+
+
+def percentile(values: deque[float] | list[float], pct: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1))))
+    return round(ordered[rank], 3)

@@ -1,0 +1,82 @@
+"""`diagd call`: argument parsing and the visibility banner (stdlib only)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any, TextIO
+
+RULE = "─" * 60
+
+
+class ArgumentError(ValueError):
+    pass
+
+
+def parse_arguments(tokens: list[str], args_json: str | None = None) -> dict[str, Any]:
+    """`key=value` tokens (value parsed as JSON when it parses) merged over --args-json.
+
+    Tokens may carry backslash-newline continuations when a multi-line command reaches us in
+    one quoted string (pasted from docs, or through a launcher that does not run a shell).
+    """
+    arguments: dict[str, Any] = {}
+    if args_json:
+        try:
+            loaded = json.loads(args_json)
+        except json.JSONDecodeError as exc:
+            raise ArgumentError(f"--args-json is not valid JSON: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ArgumentError("--args-json must be a JSON object")
+        arguments.update(loaded)
+    for token in _split_continuations(tokens):
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            raise ArgumentError(f"argument {token!r} is not key=value")
+        arguments[key] = parse_value(value)
+    return arguments
+
+
+def parse_value(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _split_continuations(tokens: list[str]) -> list[str]:
+    out: list[str] = []
+    for token in tokens:
+        if token in ("\\", "\\\n"):
+            continue
+        if "\\\n" in token:
+            out.extend(shlex.split(token.replace("\\\n", " ")))
+        else:
+            out.append(token)
+    return out
+
+
+def _pretty(arguments: dict[str, Any]) -> str:
+    text = json.dumps(arguments, indent=2, ensure_ascii=False)
+    return text.replace("\n", "\n   ")
+
+
+def banner_before(tool: str, arguments: dict[str, Any], visibility: str, out: TextIO = sys.stderr) -> None:
+    if visibility == "off":
+        return
+    out.write(f"📡 calling tool: {tool}\n")
+    if visibility == "verbose":
+        out.write(f"   args: {_pretty(arguments)}\n")
+    out.flush()
+
+
+def banner_after(tool: str, arguments: dict[str, Any], elapsed_s: float, visibility: str,
+                 out: TextIO = sys.stderr) -> None:
+    if visibility != "verbose":
+        return
+    out.write(f"{RULE}\n")
+    out.write(f"ℹ️ source: {tool}\n")
+    out.write(f"   args: {_pretty(arguments)}\n")
+    out.write(f"   elapsed: {elapsed_s:.2f}s\n")
+    out.write(f"{RULE}\n")
+    out.flush()

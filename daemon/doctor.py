@@ -1,0 +1,163 @@
+"""`diagd doctor`: check every external tool, privilege and directory; say how to fix each."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from diagd.daemon import paths
+
+APT_HINT = "sudo apt-get install -y {pkg}   (or rerun scripts/setup.sh)"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = False  # a failed required check means the daemon itself cannot run
+
+
+def _version(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0].strip() if text else ""
+
+
+def check_tool(name: str, version_cmd: list[str], pkg: str) -> Check:
+    path = shutil.which(name)
+    if path is None:
+        return Check(name, False, "not found on PATH", APT_HINT.format(pkg=pkg))
+    return Check(name, True, f"{path}: {_version(version_cmd) or 'version unknown'}")
+
+
+def check_python_module(module: str, required: bool = True) -> Check:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:
+        return Check(f"python:{module}", False, f"cannot import: {exc}",
+                     "pip install -e . in the diagd virtualenv (scripts/setup.sh does it)", required)
+    version = getattr(mod, "__version__", None) or getattr(mod, "VERSION", "")
+    return Check(f"python:{module}", True, f"{version}".strip() or "importable", required=required)
+
+
+def cap_effective() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+CAP_PERFMON, CAP_BPF = 38, 39
+
+
+def check_bpf_privileges() -> Check:
+    if os.geteuid() == 0:
+        return Check("bpftrace privileges", True, "running as root")
+    caps = cap_effective()
+    if caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON):
+        return Check("bpftrace privileges", True, "CAP_BPF and CAP_PERFMON are effective")
+    return Check("bpftrace privileges", False, "not root and no CAP_BPF+CAP_PERFMON",
+                 "run diagd as root, grant the capabilities, or set [bpftrace] privileged_helper = "
+                 "\"sudo -n\" with a NOPASSWD sudoers rule for bpftrace")
+
+
+def tracefs_dir() -> Path | None:
+    for candidate in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")):
+        if (candidate / "available_events").exists():
+            return candidate
+    return None
+
+
+def check_tracefs() -> Check:
+    found = tracefs_dir()
+    if found is not None:
+        return Check("tracefs", True, f"mounted at {found}")
+    return Check("tracefs", False, "not mounted: every bpftrace tracepoint would be 'not found'",
+                 "sudo mount -t tracefs nodev /sys/kernel/tracing")
+
+
+def check_runtime_dir() -> Check:
+    rd = paths.runtime_dir()
+    if not rd.exists():
+        return Check("runtime dir", True, f"{rd} (created with mode 0700 when the daemon starts)", required=True)
+    st = rd.stat()
+    problems = []
+    if st.st_uid != os.getuid():
+        problems.append(f"owned by uid {st.st_uid}")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        problems.append(f"mode {stat.S_IMODE(st.st_mode):o}")
+    for sock in rd.glob("*.sock"):
+        mode = stat.S_IMODE(sock.stat().st_mode)
+        if mode != 0o600:
+            problems.append(f"{sock.name} mode {mode:o}")
+    if problems:
+        return Check("runtime dir", False, f"{rd}: " + ", ".join(problems),
+                     f"chmod 700 {rd}; or stop diagd and remove {rd}", required=True)
+    return Check("runtime dir", True, f"{rd} (0700, sockets 0600)", required=True)
+
+
+def check_config() -> Check:
+    from diagd.daemon import config
+    from diagd.protocol.errors import DiagdError
+
+    try:
+        cfg = config.load()
+    except DiagdError as exc:
+        return Check("config", False, exc.message, "fix the TOML file (see README: Configuration)", True)
+    return Check("config", True, cfg.source, required=True)
+
+
+def check_daemon() -> Check:
+    from diagd.daemon.shim import connect
+
+    sock = connect(paths.control_socket())
+    if sock is None:
+        return Check("daemon", False, "not running", "diagd start   (or: systemctl --user start diagd)")
+    sock.close()
+    return Check("daemon", True, f"listening on {paths.control_socket()}")
+
+
+def all_checks() -> list[Check]:
+    return [
+        *(check_python_module(m) for m in ("trio", "mcp", "msgpack", "structlog", "jsonschema")),
+        check_python_module("serial", required=False),
+        check_python_module("pexpect", required=False),
+        check_python_module("drgn", required=False),
+        check_tool("tshark", ["tshark", "-v"], "tshark"),
+        check_tool("sharkd", ["sharkd", "-v"], "wireshark-common"),
+        check_tool("capinfos", ["capinfos", "-v"], "wireshark-common"),
+        check_tool("bpftrace", ["bpftrace", "--version"], "bpftrace"),
+        check_bpf_privileges(),
+        check_tracefs(),
+        check_tool("crash", ["crash", "--version"], "crash"),
+        check_runtime_dir(),
+        check_config(),
+        check_daemon(),
+    ]
+
+
+def run(*, as_json: bool = False) -> int:
+    checks = all_checks()
+    if as_json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        for c in checks:
+            mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
+            print(f"[{mark}] {c.name:<22} {c.detail}")
+            if not c.ok and c.fix:
+                print(f"       fix: {c.fix}")
+    return 1 if any(c.required and not c.ok for c in checks) else 0

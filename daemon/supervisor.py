@@ -1,0 +1,222 @@
+"""The supervisor: one actor per resource, started on demand, restarted by declared policy.
+
+Registry keys are (kind, resource). `ask()` is the only way tools reach an actor: it starts
+the actor if needed (setup errors surface to the caller, per `nursery.start`), queues a
+`Request`, and waits for its reply, measuring the time it waited in the inbox.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+import trio
+from diagd.actors.base import (
+    Actor,
+    ActorRuntime,
+    ActorState,
+    ProgressFn,
+    Request,
+    RestartKind,
+    run_actor,
+)
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+log = structlog.get_logger("diagd.supervisor")
+
+ActorFactory = Callable[[], Actor]
+
+
+@dataclass
+class ActorRef:
+    id: str
+    kind: str
+    resource: str
+    factory: ActorFactory
+    idle_timeout_s: float
+    inbox_size: int
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    runtime: ActorRuntime = field(default_factory=ActorRuntime)
+    actor: Actor | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    crash_times: deque[float] = field(default_factory=deque)
+    accepting: bool = True
+    stop_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[Request](self.inbox_size)
+
+    def inbox_depth(self) -> int:
+        return self.receive.statistics().current_buffer_used
+
+    def statistics(self) -> dict[str, Any]:
+        now = trio.current_time()
+        deadline = self.runtime.idle_deadline
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "resource": self.resource,
+            "state": str(self.runtime.state),
+            "inbox_depth": self.inbox_depth(),
+            "idle_s_left": None if math.isinf(deadline) else round(max(0.0, deadline - now), 3),
+            "uptime_s": round(now - self.started_at, 3),
+            "restarts": self.restarts,
+            "handled": self.runtime.handled,
+            "current_op": self.runtime.current.op if self.runtime.current else None,
+            "last_error": self.runtime.last_error,
+            "details": self.actor.statistics() if self.actor else {},
+        }
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.id} [{self.runtime.state}, inbox: {self.inbox_depth()}, restarts: {self.restarts}]>"
+
+
+class Supervisor:
+    def __init__(self, nursery: trio.Nursery, *, idle_timeout_s: float, inbox_size: int = 32) -> None:
+        self._nursery = nursery
+        self.idle_timeout_s = idle_timeout_s
+        self.inbox_size = inbox_size
+        self._actors: dict[tuple[str, str], ActorRef] = {}
+        self._starting: dict[tuple[str, str], trio.Lock] = {}
+        self._ids = itertools.count(1)
+
+    def actors(self) -> list[ActorRef]:
+        return list(self._actors.values())
+
+    def find(self, kind: str, resource: str) -> ActorRef | None:
+        return self._actors.get((kind, resource))
+
+    def by_id(self, actor_id: str) -> ActorRef:
+        for ref in self._actors.values():
+            if ref.id == actor_id:
+                return ref
+        raise DiagdError(ErrorCode.NOT_FOUND, f"no actor with id {actor_id!r}",
+                         known=[r.id for r in self._actors.values()])
+
+    async def get_or_start(self, kind: str, resource: str, factory: ActorFactory,
+                           idle_timeout_s: float | None = None) -> ActorRef:
+        key = (kind, resource)
+        lock = self._starting.setdefault(key, trio.Lock())
+        async with lock:  # two first calls for one resource must not start it twice
+            ref = self._actors.get(key)
+            if ref is not None and ref.accepting:
+                return ref
+            ref = ActorRef(
+                id=f"{kind}-{next(self._ids)}", kind=kind, resource=resource, factory=factory,
+                idle_timeout_s=idle_timeout_s if idle_timeout_s is not None else self.idle_timeout_s,
+                inbox_size=self.inbox_size,
+            )
+            self._actors[key] = ref
+            try:
+                await self._nursery.start(self._supervise, ref)
+            except BaseException:
+                self._forget(ref)
+                raise
+            return ref
+
+    async def ask(self, kind: str, resource: str, factory: ActorFactory, op: str, args: dict[str, Any],
+                  *, progress: ProgressFn | None = None) -> tuple[dict[str, Any], float]:
+        """Send one request to the actor for (kind, resource); return (result, queue seconds)."""
+        ref = await self.get_or_start(kind, resource, factory)
+        request = Request(op, args, progress)
+        try:
+            ref.send.send_nowait(request)
+        except trio.WouldBlock:
+            raise DiagdError(ErrorCode.BUSY, f"actor {ref.id} has {ref.inbox_depth()} queued calls; try later",
+                             actor_id=ref.id) from None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise DiagdError(ErrorCode.ACTOR_FAILED, f"actor {ref.id} is gone: {ref.stop_reason}") from None
+        result = await request.wait()
+        return result, request.queue_s
+
+    async def ask_ref(self, ref: ActorRef, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        request = Request(op, args)
+        await ref.send.send(request)
+        result = await request.wait()
+        return result
+
+    def stop(self, actor_id: str, reason: str = "stopped by request") -> ActorRef:
+        ref = self.by_id(actor_id)
+        ref.stop_reason = reason
+        ref.accepting = False
+        ref.scope.cancel()
+        return ref
+
+    def stop_all(self, reason: str) -> None:
+        for ref in list(self._actors.values()):
+            ref.stop_reason = reason
+            ref.accepting = False
+            ref.scope.cancel()
+
+    def _forget(self, ref: ActorRef) -> None:
+        ref.accepting = False
+        if self._actors.get((ref.kind, ref.resource)) is ref:
+            del self._actors[(ref.kind, ref.resource)]
+
+    def _expire_now(self, ref: ActorRef) -> bool:
+        if ref.inbox_depth():
+            return False  # a call arrived at the deadline: serve it instead
+        ref.stop_reason = "idle timeout"
+        self._forget(ref)
+        return True
+
+    async def _supervise(self, ref: ActorRef, *, task_status: trio.TaskStatus[None]) -> None:
+        first = True
+        status: trio.TaskStatus[None] = task_status
+        try:
+            with ref.scope:
+                while True:
+                    actor = ref.factory()
+                    policy = actor.policy
+                    ref.actor = actor
+                    ref.runtime = ActorRuntime(expire_now=lambda: self._expire_now(ref))
+                    ref.started_at = trio.current_time()
+                    try:
+                        await run_actor(actor, ref.receive, ref.runtime, ref.idle_timeout_s, task_status=status)
+                        if ref.runtime.state == ActorState.EXPIRED or policy.restart != RestartKind.PERMANENT:
+                            return
+                    except Exception as exc:  # ActorCrashed, or a resource error on (re)start
+                        if first and ref.runtime.state == ActorState.STARTING:
+                            raise  # setup failed: nursery.start hands it to the caller
+                        if not self._may_restart(ref, policy.restart, policy.max_restarts, policy.window_s):
+                            ref.runtime.state = ActorState.FAILED
+                            ref.stop_reason = f"crashed too often: {exc}"
+                            log.warning("actor failed", actor=ref.id, error=str(exc))
+                            return
+                        ref.runtime.state = ActorState.RESTARTING
+                        delay = min(policy.backoff_s * 2 ** (len(ref.crash_times) - 1), policy.backoff_max_s)
+                        log.info("actor restarting", actor=ref.id, error=str(exc), delay_s=delay)
+                        await trio.sleep(delay)
+                    first = False
+                    status = trio.TASK_STATUS_IGNORED
+                    ref.restarts += 1
+        finally:
+            self._forget(ref)
+            self._fail_queued(ref)
+            if ref.runtime.state not in (ActorState.EXPIRED, ActorState.FAILED):
+                ref.runtime.state = ActorState.STOPPED
+
+    def _may_restart(self, ref: ActorRef, kind: RestartKind, max_restarts: int, window_s: float) -> bool:
+        if kind == RestartKind.TEMPORARY:
+            return False
+        now = trio.current_time()
+        ref.crash_times.append(now)
+        while ref.crash_times and ref.crash_times[0] < now - window_s:
+            ref.crash_times.popleft()
+        return len(ref.crash_times) <= max_restarts
+
+    def _fail_queued(self, ref: ActorRef) -> None:
+        reason = ref.stop_reason or "actor stopped"
+        while True:
+            try:
+                request = ref.receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"actor {ref.id} stopped: {reason}"))
+        ref.send.close()

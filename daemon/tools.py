@@ -1,0 +1,211 @@
+"""The tool registry: schemas, argument checks, and the one place calls become results.
+
+Back ends register `ToolSpec`s; the MCP front end and the control socket both call
+`ToolRegistry.call()`, which validates arguments (the low-level MCP server does not), runs the
+handler under the call timeout, turns every exception into a coded error, measures the call
+and hands it to the audit log. Nothing here knows about MCP types.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import structlog
+import trio
+from diagd.actors.base import ProgressFn
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+log = structlog.get_logger("diagd.tools")
+
+
+@dataclass
+class CallContext:
+    """What a handler knows about the call it serves."""
+
+    client: str
+    progress: ProgressFn | None = None
+    queue_s: float = 0.0  # handlers that go through an actor add the inbox wait here
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self.progress is not None:
+            await self.progress(progress, total, message)
+
+
+Handler = Callable[[CallContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    handler: Handler
+    output_schema: dict[str, Any] | None = None
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
+    timeout_s: float | None = None  # None: the daemon's call_timeout_s
+    title: str | None = None
+
+
+@dataclass
+class CallRecord:
+    """One finished call: what the audit log, `diagd_calls` and `diagd call` show."""
+
+    ts: float
+    client: str
+    tool: str
+    arguments: dict[str, Any]
+    duration_ms: float
+    queue_ms: float
+    outcome: str  # ok | error | cancelled
+    code: str | None
+    bytes: int
+    truncated: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass
+class CallResult:
+    is_error: bool
+    payload: dict[str, Any]  # the result, or {code, message, details}
+    text: str  # compact JSON of payload: what goes on the wire as text content
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+Observer = Callable[[CallRecord], None]
+
+
+class ToolRegistry:
+    def __init__(self, *, call_timeout_s: float = 30.0) -> None:
+        self._tools: dict[str, ToolSpec] = {}
+        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        self.call_timeout_s = call_timeout_s
+        self.observers: list[Observer] = []
+
+    def register(self, spec: ToolSpec) -> None:
+        if spec.name in self._tools:
+            raise ValueError(f"tool {spec.name!r} registered twice")
+        jsonschema.Draft202012Validator.check_schema(spec.input_schema)
+        self._tools[spec.name] = spec
+        self._validators[spec.name] = jsonschema.Draft202012Validator(spec.input_schema)
+
+    def specs(self) -> list[ToolSpec]:
+        return list(self._tools.values())
+
+    def get(self, name: str) -> ToolSpec:
+        spec = self._tools.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(name, list(self._tools), n=3)
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown tool {name!r}", did_you_mean=close)
+        return spec
+
+    def validate(self, spec: ToolSpec, arguments: Any) -> dict[str, Any]:
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "arguments must be a JSON object", path="$")
+        args = coerce(spec.input_schema, arguments)
+        error = jsonschema.exceptions.best_match(self._validators[spec.name].iter_errors(args))
+        if error is not None:
+            path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+            raise DiagdError(
+                ErrorCode.INVALID_ARGUMENT, f"{path}: {error.message}",
+                path=path, schema_path="/".join(str(p) for p in error.absolute_schema_path),
+            )
+        return dict(args)
+
+    async def call(self, name: str, arguments: Any, ctx: CallContext) -> CallResult:
+        """Run one tool call to completion; never raises except trio.Cancelled."""
+        started = time.monotonic()
+        outcome, code = "error", None
+        result: CallResult | None = None
+        shown_args = arguments if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
+        try:
+            try:
+                spec = self.get(name)
+                args = self.validate(spec, arguments)
+                timeout = spec.timeout_s if spec.timeout_s is not None else self.call_timeout_s
+                with trio.fail_after(timeout):
+                    payload = await spec.handler(ctx, args)
+                result = _success(payload)
+                outcome = "ok"
+            except trio.TooSlowError:
+                result = _failure(DiagdError(ErrorCode.TIMEOUT, f"{name} did not finish within {timeout:g} s",
+                                             timeout_s=timeout))
+            except DiagdError as exc:
+                result = _failure(exc)
+            except Exception as exc:  # the one place a bug becomes INTERNAL_ERROR, not a traceback
+                log.exception("tool crashed", tool=name)
+                result = _failure(DiagdError(ErrorCode.INTERNAL_ERROR, f"{name} failed: {type(exc).__name__}: {exc}"))
+        except trio.Cancelled:
+            outcome, code = "cancelled", str(ErrorCode.CANCELLED)
+            raise
+        finally:
+            duration_ms = (time.monotonic() - started) * 1000
+            if result is not None and result.is_error:
+                code = result.payload["code"]
+            nbytes = len(result.text.encode()) if result is not None else 0
+            truncated = bool(result is not None and result.payload.get("truncated"))
+            if result is not None:
+                result.meta = {"duration_ms": round(duration_ms, 3), "queue_ms": round(ctx.queue_s * 1000, 3),
+                               "bytes": nbytes, "truncated": truncated}
+            record = CallRecord(
+                ts=time.time(), client=ctx.client, tool=name, arguments=shown_args,
+                duration_ms=round(duration_ms, 3), queue_ms=round(ctx.queue_s * 1000, 3), outcome=outcome,
+                code=code, bytes=nbytes, truncated=truncated,
+            )
+            for observe in self.observers:
+                observe(record)
+        return result
+
+
+def compact(payload: Any) -> str:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _success(payload: dict[str, Any]) -> CallResult:
+    return CallResult(is_error=False, payload=payload, text=compact(payload))
+
+
+def _failure(error: DiagdError) -> CallResult:
+    wire = error.to_wire()
+    return CallResult(is_error=True, payload=wire, text=compact(wire))
+
+
+def coerce(schema: dict[str, Any], value: Any) -> Any:
+    """Accept numbers and booleans sent as strings where the schema wants them.
+
+    Agents often send `"limit": "50"`; refusing that wastes a round trip for no safety gain.
+    """
+    types = schema.get("type")
+    wanted = set(types) if isinstance(types, list) else {types} if types else set()
+    if isinstance(value, str):
+        text = value.strip()
+        if "integer" in wanted and "string" not in wanted:
+            try:
+                return int(text)
+            except ValueError:
+                pass
+        if "number" in wanted and "string" not in wanted:
+            try:
+                return float(text) if any(c in text for c in ".eE") else int(text)
+            except ValueError:
+                pass
+        if "boolean" in wanted and "string" not in wanted and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        return {k: coerce(props[k], v) if k in props else v for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [coerce(schema["items"], v) for v in value]
+    return value
