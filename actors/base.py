@@ -143,6 +143,7 @@ class ActorRuntime:
 
     state: ActorState = ActorState.STARTING
     idle_deadline: float = math.inf
+    started: bool = False
     handled: int = 0
     current: Request | None = None
     last_error: str | None = None
@@ -173,13 +174,25 @@ async def run_actor(
         async with trio.open_nursery() as nursery:
             await actor.start(nursery)
             runtime.state = ActorState.IDLE
+            runtime.started = True
             task_status.started()
             await _serve_inbox(actor, inbox, runtime, idle_timeout_s)
             nursery.cancel_scope.cancel(reason="actor finished")
+    except BaseExceptionGroup as group:
+        # The actor's own nursery wraps everything; callers want the one real error.
+        raise sole_exception(group) from None
     finally:
-        runtime.state = ActorState.STOPPING if runtime.state != ActorState.EXPIRED else runtime.state
+        if runtime.state != ActorState.EXPIRED:
+            runtime.state = ActorState.STOPPING
         with trio.CancelScope(shield=True), trio.move_on_after(actor.policy.stop_grace_s):
             await actor.stop()
+
+
+def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 async def _serve_inbox(

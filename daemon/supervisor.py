@@ -182,7 +182,7 @@ class Supervisor:
                         if ref.runtime.state == ActorState.EXPIRED or policy.restart != RestartKind.PERMANENT:
                             return
                     except Exception as exc:  # ActorCrashed, or a resource error on (re)start
-                        if first and ref.runtime.state == ActorState.STARTING:
+                        if first and not ref.runtime.started:
                             raise  # setup failed: nursery.start hands it to the caller
                         if not self._may_restart(ref, policy.restart, policy.max_restarts, policy.window_s):
                             ref.runtime.state = ActorState.FAILED

@@ -1,0 +1,44 @@
+"""Audit log rotation and call statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from diagd.daemon.audit import AuditLog, CallStats, percentile
+from diagd.daemon.tools import CallRecord
+
+
+def record(tool: str = "t", duration_ms: float = 1.0, outcome: str = "ok") -> CallRecord:
+    return CallRecord(ts=0.0, client="c", tool=tool, arguments={"a": 1}, duration_ms=duration_ms, queue_ms=0.0,
+                      outcome=outcome, code=None if outcome == "ok" else "TIMEOUT", bytes=10, truncated=False)
+
+
+def test_audit_lines_are_json_with_every_field(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl", max_bytes=1 << 20, keep=2)
+    log.write(record())
+    log.close()
+    line = json.loads((tmp_path / "audit.jsonl").read_text())
+    assert set(line) == {"ts", "client", "tool", "arguments", "duration_ms", "queue_ms", "outcome", "code",
+                         "bytes", "truncated"}
+
+
+def test_audit_log_rotates_and_keeps_a_bounded_number_of_files(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl", max_bytes=500, keep=2)
+    for _ in range(40):
+        log.write(record())
+    log.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
+    assert all(p.stat().st_size < 800 for p in tmp_path.iterdir())
+
+
+def test_stats_count_failures_and_percentiles() -> None:
+    stats = CallStats()
+    for ms in range(1, 101):
+        stats.observe(record(duration_ms=float(ms)))
+    stats.observe(record(outcome="error", duration_ms=5))
+    summary = stats.summary()["t"]
+    assert summary["count"] == 101 and summary["failures"] == 1
+    assert summary["p50_ms"] == 50 and summary["p95_ms"] == 95
+    assert percentile([], 50) is None

@@ -1,0 +1,86 @@
+"""`diagd call` argument parsing and banner format."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from diagd.daemon.callcli import RULE, ArgumentError, banner_after, banner_before, parse_arguments
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        ([], {}),
+        (["limit=5"], {"limit": 5}),
+        (["ratio=0.25", "flag=true", "nothing=null"], {"ratio": 0.25, "flag": True, "nothing": None}),
+        (["frames=[1,2,3]"], {"frames": [1, 2, 3]}),
+        (['obj={"a":1}'], {"obj": {"a": 1}}),
+        (["name=plain text"], {"name": "plain text"}),  # a shell-quoted value with spaces
+        (['quoted="42"'], {"quoted": "42"}),  # JSON string: stays a string
+        (["filter=ngap && sctp"], {"filter": "ngap && sctp"}),
+        (["eq=a=b"], {"eq": "a=b"}),  # only the first '=' splits
+        (["empty="], {"empty": ""}),
+        (["a=1", "\\", "b=2"], {"a": 1, "b": 2}),  # a literal backslash token from a continuation
+        (["a=1 \\\nb=two"], {"a": 1, "b": "two"}),  # backslash-newline inside one token
+        (["a=1", "a=2"], {"a": 2}),
+    ],
+)
+def test_key_value_arguments_parse_as_json_when_they_parse(tokens: list[str], expected: dict[str, object]) -> None:
+    assert parse_arguments(tokens) == expected
+
+
+def test_args_json_is_merged_under_key_value_tokens() -> None:
+    assert parse_arguments(["b=3"], '{"a": 1, "b": 2}') == {"a": 1, "b": 3}
+
+
+@pytest.mark.parametrize("bad", [["novalue"], ["=5"]])
+def test_tokens_without_key_are_refused(bad: list[str]) -> None:
+    with pytest.raises(ArgumentError):
+        parse_arguments(bad)
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])
+def test_bad_args_json_is_refused(bad: str) -> None:
+    with pytest.raises(ArgumentError):
+        parse_arguments([], bad)
+
+
+def test_verbose_banner_has_the_documented_shape() -> None:
+    out = io.StringIO()
+    banner_before("pcap_info", {"pcap_path": "/x.pcap"}, "verbose", out)
+    banner_after("pcap_info", {"pcap_path": "/x.pcap"}, 1.4512, "verbose", out)
+    assert out.getvalue() == (
+        "📡 calling tool: pcap_info\n"
+        "   args: {\n"
+        '     "pcap_path": "/x.pcap"\n'
+        "   }\n"
+        f"{RULE}\n"
+        "ℹ️ source: pcap_info\n"
+        "   args: {\n"
+        '     "pcap_path": "/x.pcap"\n'
+        "   }\n"
+        "   elapsed: 1.45s\n"
+        f"{RULE}\n"
+    )
+
+
+def test_no_arguments_show_empty_braces() -> None:
+    out = io.StringIO()
+    banner_before("diagd_status", {}, "verbose", out)
+    assert out.getvalue() == "📡 calling tool: diagd_status\n   args: {}\n"
+
+
+def test_simple_banner_shows_only_the_tool_name() -> None:
+    out = io.StringIO()
+    banner_before("t", {"a": 1}, "simple", out)
+    banner_after("t", {"a": 1}, 0.5, "simple", out)
+    assert out.getvalue() == "📡 calling tool: t\n"
+
+
+def test_visibility_off_prints_nothing() -> None:
+    out = io.StringIO()
+    banner_before("t", {"a": 1}, "off", out)
+    banner_after("t", {"a": 1}, 0.5, "off", out)
+    assert out.getvalue() == ""

@@ -1,0 +1,147 @@
+"""ToolRegistry: argument validation and coercion, coded errors, timeouts, the call record."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from diagd.daemon.tools import CallContext, CallRecord, ToolRegistry, ToolSpec, coerce
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "limit": {"type": "integer", "minimum": 1, "maximum": 10},
+        "ratio": {"type": "number"},
+        "flag": {"type": "boolean"},
+        "name": {"type": "string"},
+        "frames": {"type": "array", "items": {"type": "integer"}},
+        "nested": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    },
+    "additionalProperties": False,
+}
+
+
+def make_registry(handler: Any = None, timeout_s: float | None = None) -> tuple[ToolRegistry, list[CallRecord]]:
+    async def default(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        return {"args": args}
+
+    registry = ToolRegistry(call_timeout_s=30)
+    records: list[CallRecord] = []
+    registry.observers.append(records.append)
+    registry.register(ToolSpec(name="t", description="test", input_schema=SCHEMA, handler=handler or default,
+                               timeout_s=timeout_s))
+    return registry, records
+
+
+async def test_numbers_and_booleans_sent_as_strings_are_accepted() -> None:
+    registry, _ = make_registry()
+    result = await registry.call("t", {"limit": "5", "ratio": "0.5", "flag": "true", "name": "7",
+                                       "frames": ["1", 2], "nested": {"n": "3"}}, CallContext(client="test"))
+    assert not result.is_error
+    assert result.payload["args"] == {"limit": 5, "ratio": 0.5, "flag": True, "name": "7", "frames": [1, 2],
+                                      "nested": {"n": 3}}
+
+
+def test_coerce_leaves_unparseable_strings_for_the_validator() -> None:
+    assert coerce({"type": "integer"}, "five") == "five"
+    assert coerce({"type": ["integer", "string"]}, "5") == "5"
+
+
+async def test_bad_argument_gives_invalid_argument_with_the_schema_path() -> None:
+    registry, records = make_registry()
+    result = await registry.call("t", {"limit": 50}, CallContext(client="test"))
+    assert result.is_error
+    assert result.payload["code"] == "INVALID_ARGUMENT"
+    assert result.payload["details"]["path"] == "$.limit"
+    assert "maximum" in result.payload["details"]["schema_path"]
+    assert records[-1].outcome == "error" and records[-1].code == "INVALID_ARGUMENT"
+
+
+async def test_nested_bad_argument_names_the_array_index() -> None:
+    registry, _ = make_registry()
+    result = await registry.call("t", {"frames": [1, "x"]}, CallContext(client="test"))
+    assert result.payload["details"]["path"] == "$.frames[1]"
+
+
+async def test_unknown_argument_is_refused() -> None:
+    registry, _ = make_registry()
+    result = await registry.call("t", {"bogus": 1}, CallContext(client="test"))
+    assert result.payload["code"] == "INVALID_ARGUMENT" and "bogus" in result.payload["message"]
+
+
+async def test_non_object_arguments_are_refused() -> None:
+    registry, _ = make_registry()
+    result = await registry.call("t", ["not", "an", "object"], CallContext(client="test"))
+    assert result.payload["code"] == "INVALID_ARGUMENT"
+
+
+async def test_unknown_tool_suggests_close_names() -> None:
+    registry, _ = make_registry()
+    result = await registry.call("tt", {}, CallContext(client="test"))
+    assert result.payload["code"] == "INVALID_ARGUMENT"
+    assert result.payload["details"]["did_you_mean"] == ["t"]
+
+
+async def test_a_bug_in_a_handler_becomes_internal_error_without_traceback() -> None:
+    async def broken(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        raise KeyError("secret")
+
+    registry, records = make_registry(broken)
+    result = await registry.call("t", {}, CallContext(client="test"))
+    assert result.is_error and result.payload["code"] == "INTERNAL_ERROR"
+    assert "Traceback" not in result.text
+    assert records[-1].code == "INTERNAL_ERROR"
+
+
+async def test_coded_errors_pass_through_with_details() -> None:
+    async def missing(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        raise DiagdError(ErrorCode.FILE_NOT_FOUND, "no such capture", path="/x.pcap")
+
+    registry, _ = make_registry(missing)
+    result = await registry.call("t", {}, CallContext(client="test"))
+    assert result.payload == {"code": "FILE_NOT_FOUND", "message": "no such capture", "details": {"path": "/x.pcap"}}
+
+
+async def test_slow_handler_times_out_at_exactly_the_tool_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    async def slow(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        await trio.sleep(100)
+        return {}
+
+    registry, _ = make_registry(slow, timeout_s=2.5)
+    start = trio.current_time()
+    result = await registry.call("t", {}, CallContext(client="test"))
+    assert trio.current_time() - start == 2.5
+    assert result.payload["code"] == "TIMEOUT" and result.payload["details"]["timeout_s"] == 2.5
+
+
+async def test_result_text_is_compact_json_and_meta_counts_its_bytes() -> None:
+    registry, records = make_registry()
+    result = await registry.call("t", {"name": "é"}, CallContext(client="cli:1"))
+    assert result.text == '{"args":{"name":"é"}}'
+    assert json.loads(result.text) == result.payload
+    assert result.meta["bytes"] == len(result.text.encode())
+    assert set(result.meta) == {"duration_ms", "queue_ms", "bytes", "truncated"}
+    record = records[-1]
+    assert (record.client, record.tool, record.arguments, record.outcome) == ("cli:1", "t", {"name": "é"}, "ok")
+
+
+async def test_cancelled_call_is_recorded_as_cancelled(autojump_clock: trio.testing.MockClock) -> None:
+    async def slow(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        await trio.sleep(100)
+        return {}
+
+    registry, records = make_registry(slow)
+    with trio.move_on_after(1):
+        await registry.call("t", {}, CallContext(client="test"))
+    assert records[-1].outcome == "cancelled"
+
+
+def test_registering_a_tool_twice_is_a_programming_error() -> None:
+    registry, _ = make_registry()
+    with pytest.raises(ValueError):
+        registry.register(registry.get("t"))
