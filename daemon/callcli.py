@@ -37,6 +37,36 @@ def parse_arguments(tokens: list[str], args_json: str | None = None) -> dict[str
     return arguments
 
 
+OPTIONS = ("--visibility", "--args-json")
+
+
+def split_options(tokens: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Pull `--visibility X` / `--args-json X` (or `--opt=X`) out of the key=value tokens.
+
+    The tool's arguments are free-form, so argparse only sees them as a remainder; options may
+    come before or after them.
+    """
+    rest: list[str] = []
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        name, eq, value = token.partition("=")
+        if name in OPTIONS:
+            if not eq:
+                if i + 1 >= len(tokens):
+                    raise ArgumentError(f"{name} needs a value")
+                value = tokens[i + 1]
+                i += 1
+            options[name[2:].replace("-", "_")] = value
+        else:
+            rest.append(token)
+        i += 1
+    if options.get("visibility", "verbose") not in ("verbose", "simple", "off"):
+        raise ArgumentError("--visibility must be verbose, simple or off")
+    return rest, options
+
+
 def parse_value(value: str) -> Any:
     try:
         return json.loads(value)

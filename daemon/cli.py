@@ -145,6 +145,11 @@ class _NoDaemon(Exception):
     pass
 
 
+def _describe(exc: Exception) -> str:
+    code = getattr(exc, "code", None)
+    return f"{code}: {exc}" if code else str(exc)
+
+
 def _client(autostart: bool = False) -> Any:
     from diagd.protocol.control import BlockingClient
 
@@ -232,18 +237,19 @@ def cmd_call(args: argparse.Namespace) -> int:
     from diagd.protocol.errors import DiagdError
 
     try:
-        arguments = callcli.parse_arguments(args.arguments, args.args_json)
+        tokens, options = callcli.split_options(args.arguments)
+        arguments = callcli.parse_arguments(tokens, options.get("args_json", args.args_json))
     except callcli.ArgumentError as exc:
         sys.stderr.write(f"diagd call: {exc}\n")
         return EXIT_USAGE
-    visibility = args.visibility or _configured_visibility()
+    visibility = options.get("visibility") or args.visibility or _configured_visibility()
     callcli.banner_before(args.tool, arguments, visibility)
     started = time.monotonic()
     try:
         reply = _request(control.CallRequest, autostart=True, tool=args.tool, arguments=arguments)
     except (_NoDaemon, DiagdError) as exc:
         callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
-        sys.stderr.write(f"diagd call: {exc}\n")
+        sys.stderr.write(f"diagd call: {_describe(exc)}\n")
         return EXIT_NO_DAEMON
     callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
     sys.stdout.write(json.dumps(reply["result"], separators=(",", ":"), ensure_ascii=False) + "\n")
@@ -324,7 +330,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(_request("reload")))
     except (_NoDaemon, DiagdError) as exc:
-        sys.stderr.write(f"diagd reload: {exc}\n")
+        sys.stderr.write(f"diagd reload: {_describe(exc)}\n")
         return EXIT_TOOL_ERROR
     return EXIT_OK
 
@@ -336,7 +342,7 @@ def cmd_stop_actor(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(_request(control.StopActorRequest, actor_id=args.actor_id)))
     except (_NoDaemon, DiagdError) as exc:
-        sys.stderr.write(f"diagd stop-actor: {exc}\n")
+        sys.stderr.write(f"diagd stop-actor: {_describe(exc)}\n")
         return EXIT_TOOL_ERROR
     return EXIT_OK
 

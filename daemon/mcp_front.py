@@ -9,7 +9,7 @@ stdio carries, which is why the shim can be a plain byte pipe.
 from __future__ import annotations
 
 import contextvars
-import json
+import select
 from typing import Any
 
 import anyio
@@ -19,6 +19,7 @@ import trio
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import ErrorData, JSONRPCError
 
 log = structlog.get_logger("diagd.mcp")
 
@@ -99,40 +100,54 @@ def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
 
 async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, client: str,
                            max_line_bytes: int) -> None:
-    """Serve MCP on one accepted connection until either side closes."""
+    """Serve MCP on one accepted connection until either side closes.
+
+    A client that half-closes (EOF after its last request, as `echo ... | diagd mcp` does) still
+    gets its answers; a client that hangs up completely has its in-flight calls cancelled.
+    """
     current_client.set(client)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
-    async def reader() -> None:
+    async def reader() -> bool:
+        """Feed complete lines to the server; True at a clean EOF, False when the line was too long."""
         buffer = bytearray()
         async with read_send:
             while True:
                 try:
                     chunk = await stream.receive_some(65536)
                 except trio.BrokenResourceError:
-                    return
+                    return True
                 if not chunk:
-                    return
+                    return True
                 buffer += chunk
                 while (nl := buffer.find(b"\n")) >= 0:
                     line = bytes(buffer[:nl])
                     del buffer[: nl + 1]
-                    if line.strip():
-                        await read_send.send(_parse(line))
+                    if not line.strip():
+                        continue
+                    parsed = _parse(line)
+                    if isinstance(parsed, SessionMessage):
+                        await read_send.send(parsed)
+                    else:  # answered here: the SDK would only log it
+                        await write_send.send(_error(PARSE_ERROR, f"invalid JSON-RPC message: {parsed}"))
                 if len(buffer) > max_line_bytes:
                     log.warning("mcp line too long, closing", client=client, limit=max_line_bytes)
-                    await _send_raw_error(stream, f"message exceeds {max_line_bytes} bytes")
-                    return
+                    await write_send.send(_error(INVALID_REQUEST, f"message exceeds {max_line_bytes} bytes"))
+                    return False
+
+    writer_done = trio.Event()
 
     async def writer() -> None:
-        async with write_recv:
-            async for message in write_recv:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                try:
+        try:
+            async with write_recv:
+                async for message in write_recv:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                     await stream.send_all(data.encode())
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            writer_done.set()
 
     init_options = server.create_initialization_options()
     try:
@@ -140,28 +155,63 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
             nursery.start_soon(writer)
 
             async def run_server() -> None:
-                await server.run(read_recv, write_send, init_options)
-                nursery.cancel_scope.cancel(reason="mcp session ended")
+                async with write_send:
+                    await server.run(read_recv, write_send.clone(), init_options)
 
             nursery.start_soon(run_server)
-            await reader()
-            # EOF from the client: in-flight calls are cancelled with the session.
+            if await reader():
+                nursery.start_soon(_cancel_on_hangup, stream, nursery.cancel_scope)
+                await writer_done.wait()  # every answer written (or the peer is gone)
+            else:
+                with trio.move_on_after(1):  # flush the error ...
+                    await writer_done.wait()
+                await _discard_input(stream)  # ... and make sure the peer can read it
             nursery.cancel_scope.cancel(reason="client closed the connection")
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await stream.aclose()
 
 
+async def _cancel_on_hangup(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    """After EOF, tell a half-close from a hang-up: only a hang-up cancels in-flight calls.
+
+    Trio has no POLLHUP wait, so this polls; it runs only between a client's EOF and the end of
+    its last answers.
+    """
+    poller = select.poll()
+    poller.register(stream.socket.fileno(), select.POLLHUP)
+    while True:
+        if any(ev & select.POLLHUP for _, ev in poller.poll(0)):
+            scope.cancel(reason="client hung up")
+            return
+        await trio.sleep(0.05)
+
+
+PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+
+
+async def _discard_input(stream: trio.SocketStream, timeout_s: float = 2.0) -> None:
+    """Half-close, then read and drop what the peer still sends (bounded in time).
+
+    Closing a Unix socket with unread input resets the peer, which can then lose our last
+    answer; draining first lets it read the error before it sees EOF.
+    """
+    with trio.move_on_after(timeout_s):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(65536):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
 def _parse(line: bytes) -> SessionMessage | Exception:
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except Exception as exc:  # the server answers a parse error; the connection lives on
+    except Exception as exc:
         return exc
 
 
-async def _send_raw_error(stream: trio.SocketStream, message: str) -> None:
-    body = ('{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":%s}}\n' % json.dumps(message)).encode()
-    try:
-        await stream.send_all(body)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
+def _error(code: int, message: str) -> SessionMessage:
+    error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message[:500]))
+    return SessionMessage(error)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-
-from diagd.daemon.callcli import RULE, ArgumentError, banner_after, banner_before, parse_arguments
+from diagd.daemon.callcli import RULE, ArgumentError, banner_after, banner_before, parse_arguments, split_options
 
 
 @pytest.mark.parametrize(
@@ -84,3 +83,23 @@ def test_visibility_off_prints_nothing() -> None:
     banner_before("t", {"a": 1}, "off", out)
     banner_after("t", {"a": 1}, 0.5, "off", out)
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("tokens", "rest", "options"),
+    [
+        (["a=1", "--visibility", "off"], ["a=1"], {"visibility": "off"}),
+        (["--visibility=simple", "a=1"], ["a=1"], {"visibility": "simple"}),
+        (["--args-json", '{"a": 1}', "b=2"], ["b=2"], {"args_json": '{"a": 1}'}),
+        (["x=--visibility"], ["x=--visibility"], {}),
+    ],
+)
+def test_options_may_come_before_or_after_the_tool_arguments(
+        tokens: list[str], rest: list[str], options: dict[str, str]) -> None:
+    assert split_options(tokens) == (rest, options)
+
+
+@pytest.mark.parametrize("bad", [["--visibility"], ["--visibility", "loud"]])
+def test_bad_options_are_refused(bad: list[str]) -> None:
+    with pytest.raises(ArgumentError):
+        split_options(bad)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from diagd.protocol import control
 from diagd.protocol.errors import DiagdError, ErrorCode
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(

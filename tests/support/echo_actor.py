@@ -10,7 +10,6 @@ import subprocess
 from typing import Any
 
 import trio
-
 from diagd.actors.base import Actor, Request, SupervisionPolicy
 from diagd.daemon.tools import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
