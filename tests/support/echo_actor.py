@@ -6,7 +6,6 @@ PYTHONPATH), so the whole path (MCP socket, supervisor, actor, audit) is exercis
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 import trio
@@ -22,14 +21,14 @@ class EchoActor(Actor):
     def __init__(self, resource: str, settings: Any = None) -> None:
         super().__init__(resource, settings)
         self.echoed = 0
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: trio.Process | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
         if self.resource.startswith("broken"):
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot open {self.resource}")
         if self.resource.startswith("child"):
             # A real child process, so tests can check the daemon reaps it on shutdown.
-            self.child = subprocess.Popen(["sleep", "3600"])
+            self.child = await trio.lowlevel.open_process(["sleep", "3600"])
 
     async def handle(self, request: Request) -> dict[str, Any]:
         args = request.args
@@ -54,7 +53,7 @@ class EchoActor(Actor):
     async def stop(self) -> None:
         if self.child is not None:
             self.child.terminate()
-            self.child.wait(timeout=5)
+            await self.child.wait()
 
     def statistics(self) -> dict[str, Any]:
         return {"echoed": self.echoed}

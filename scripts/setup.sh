@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Set up diagd on Debian 12 (idempotent), then start the daemon or run the test suite.
+#
+#   scripts/setup.sh start   system packages + Python venv, then start the daemon (systemd user
+#                            service when a user manager runs, else a detached `diagd serve`)
+#   scripts/setup.sh test    system packages + Python venv, then the whole test suite
+#   scripts/setup.sh         just the setup
+#
+# Run as root, or as a user with sudo (only apt-get and the tracefs mount need root).
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+action=${1:-setup}
+venv=${DIAGD_VENV:-$top/.venv}
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -eq 0 ]; then as_root() { "$@"; }
+elif command -v sudo >/dev/null; then as_root() { sudo -n "$@" || sudo "$@"; }
+else as_root() { log "need root for: $*"; return 1; }
+fi
+
+# Debian packages: the tools the back ends drive, plus what builds and tests them.
+packages=(
+  python3 python3-venv python3-dev gcc     # the Python environment (drgn builds from source if no wheel)
+  tshark wireshark-common                  # tshark, sharkd, capinfos
+  bpftrace                                 # bpftrace 0.17
+  crash                                    # crash 8
+  socat                                    # serial tests: pseudo-terminal pairs
+  systemd                                  # systemd-analyze verify for the unit
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing: ${missing[*]}"
+  # tshark asks whether non-root users may capture; answer "no" without a prompt.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  log "system packages already installed"
+fi
+
+# bpftrace tracepoints need tracefs; a fresh machine of this kind does not mount it.
+if [ ! -e /sys/kernel/tracing/available_events ] && [ ! -e /sys/kernel/debug/tracing/available_events ]; then
+  log "mounting tracefs on /sys/kernel/tracing"
+  as_root mount -t tracefs nodev /sys/kernel/tracing || log "could not mount tracefs: bpftrace tracepoints will be unavailable"
+fi
+
+# The Python environment: a venv in the checkout, diagd installed editable with test extras.
+python=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  "$python" -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import diagd.daemon.cli, pytest_trio" 2>/dev/null \
+   || [ "$top/pyproject.toml" -nt "$venv/.diagd-installed" ]; then
+  log "installing diagd and its dependencies into $venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -e "$top[test]"
+  touch "$venv/.diagd-installed"
+fi
+mkdir -p "$HOME/.local/bin"
+ln -sfn "$venv/bin/diagd" "$HOME/.local/bin/diagd"
+
+case "$action" in
+  setup)
+    log "done: $HOME/.local/bin/diagd -> $venv/bin/diagd" ;;
+  start)
+    if systemctl --user show-environment >/dev/null 2>&1; then
+      "$venv/bin/diagd" service install
+    else
+      log "no systemd user manager here: starting a detached daemon"
+      "$venv/bin/diagd" start
+    fi
+    "$venv/bin/diagd" status ;;
+  test)
+    cd "$top"
+    "$venv/bin/ruff" check .
+    scripts/typecheck.sh
+    exec "$venv/bin/python" -m pytest -q ;;
+  *)
+    echo "usage: $0 [setup|start|test]" >&2; exit 2 ;;
+esac
