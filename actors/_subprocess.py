@@ -1,0 +1,122 @@
+"""Child processes owned by actors: started in their own process group, always drained, and
+stopped in named, bounded escalation steps (graceful -> SIGTERM to the group -> SIGKILL).
+
+Every actor that runs a tool (sharkd, bpftrace, crash, the drgn worker) goes through here, so
+no child outlives its actor and no full pipe ever blocks a child.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import trio
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    signal: int | None  # None: the caller's graceful action only (e.g. writing "quit")
+    wait_s: float
+
+
+GRACEFUL_INT = (Step("sigint", signal.SIGINT, 3.0), Step("sigterm", signal.SIGTERM, 2.0),
+                Step("sigkill", signal.SIGKILL, 5.0))
+TERM_THEN_KILL = (Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 5.0))
+
+
+async def open_process(argv: Sequence[str], *, stdin: int | None = subprocess.DEVNULL,
+                       env: dict[str, str] | None = None, cwd: str | None = None) -> trio.Process:
+    """Start argv (no shell) in a new session with piped stdout/stderr."""
+    return await trio.lowlevel.open_process(
+        list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, env=env, cwd=cwd,
+    )
+
+
+def _signal_group(proc: trio.Process, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the whole group: helpers the tool spawned go too
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+async def stop_process(proc: trio.Process, steps: Sequence[Step] = TERM_THEN_KILL,
+                       graceful: Callable[[], Awaitable[None]] | None = None) -> str:
+    """Stop `proc`, escalating step by step; return the name of the step that ended it.
+
+    Runs shielded: stopping must finish even when the actor that owns the child is cancelled.
+    """
+    with trio.CancelScope(shield=True):
+        if proc.returncode is not None:
+            return "exited"
+        for step in steps:
+            if step.signal is None:
+                if graceful is not None:
+                    with trio.move_on_after(step.wait_s):
+                        await graceful()
+            else:
+                _signal_group(proc, step.signal)
+            with trio.move_on_after(step.wait_s):
+                await proc.wait()
+                return step.name
+        return "unreaped"
+
+
+class Tail:
+    """The last `limit` bytes of a stream (stderr for error messages), decoded on demand."""
+
+    def __init__(self, limit: int = 16384) -> None:
+        self.limit = limit
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        while self._size > self.limit and len(self._chunks) > 1:
+            self._size -= len(self._chunks.popleft())
+
+    def text(self) -> str:
+        return b"".join(self._chunks)[-self.limit:].decode(errors="replace")
+
+
+async def drain(stream: trio.abc.ReceiveStream | None, sink: Callable[[bytes], None]) -> None:
+    """Read `stream` to EOF, handing every chunk to `sink` (never let a pipe fill up)."""
+    if stream is None:
+        return
+    try:
+        while chunk := await stream.receive_some(65536):
+            sink(chunk)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+class LineSplitter:
+    """Turns chunks into complete lines (without the newline) for `on_line`; `flush()` at EOF."""
+
+    def __init__(self, on_line: Callable[[str], None], max_line: int = 1 << 20) -> None:
+        self._on_line = on_line
+        self._buffer = bytearray()
+        self._max_line = max_line
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        while (nl := self._buffer.find(b"\n")) >= 0:
+            line = bytes(self._buffer[:nl])
+            del self._buffer[: nl + 1]
+            self._on_line(line.decode(errors="replace").rstrip("\r"))
+        if len(self._buffer) > self._max_line:  # a runaway line: emit what we have
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self._on_line(bytes(self._buffer).decode(errors="replace").rstrip("\r"))
+            self._buffer.clear()

@@ -1,0 +1,97 @@
+"""Child-process lifecycle: escalation steps, group kill, draining, tails and line splitting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+from diagd.actors._subprocess import (
+    GRACEFUL_INT,
+    TERM_THEN_KILL,
+    LineSplitter,
+    Step,
+    Tail,
+    drain,
+    open_process,
+    stop_process,
+)
+
+
+async def test_sigint_ends_a_cooperative_child_at_the_first_step() -> None:
+    proc = await open_process(["sleep", "30"])
+    with trio.fail_after(10):
+        assert await stop_process(proc, GRACEFUL_INT) == "sigint"
+    assert proc.returncode is not None
+
+
+async def test_a_child_ignoring_sigint_and_sigterm_is_killed_at_the_last_step() -> None:
+    script = "trap '' INT TERM; echo ready; while :; do sleep 0.05; done"
+    proc = await open_process(["bash", "-c", script])
+    assert proc.stdout is not None
+    with trio.fail_after(5):
+        assert await proc.stdout.receive_some(100) == b"ready\n"
+    steps = (Step("sigint", 2, 0.2), Step("sigterm", 15, 0.2), Step("sigkill", 9, 5))
+    with trio.fail_after(10):
+        assert await stop_process(proc, steps) == "sigkill"
+
+
+async def test_the_whole_process_group_goes_with_the_child(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    proc = await open_process(["bash", "-c", f"sleep 60 & echo $! > {pidfile}; wait"])
+    with trio.fail_after(5):
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            await trio.sleep(0.01)
+    grandchild = int(pidfile.read_text())
+    with trio.fail_after(10):
+        await stop_process(proc, TERM_THEN_KILL)
+        while Path(f"/proc/{grandchild}").exists() and "Z" not in _state(grandchild):
+            await trio.sleep(0.01)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return "Z"
+
+
+async def test_graceful_action_runs_before_signals() -> None:
+    proc = await open_process(["cat"], stdin=-1)  # subprocess.PIPE
+
+    async def quit_() -> None:
+        assert proc.stdin is not None
+        await proc.stdin.aclose()  # cat exits at EOF
+
+    with trio.fail_after(10):
+        assert await stop_process(proc, (Step("quit", None, 2), *TERM_THEN_KILL), graceful=quit_) == "quit"
+
+
+async def test_stop_of_an_exited_child_says_so() -> None:
+    proc = await open_process(["true"])
+    await proc.wait()
+    assert await stop_process(proc) == "exited"
+
+
+async def test_drain_reads_more_than_a_pipe_holds() -> None:
+    proc = await open_process(["head", "-c", "1000000", "/dev/zero"])
+    got = bytearray()
+    with trio.fail_after(10):
+        await drain(proc.stdout, got.extend)
+        await proc.wait()
+    assert len(got) == 1_000_000
+
+
+def test_tail_keeps_only_the_end() -> None:
+    tail = Tail(limit=10)
+    for i in range(100):
+        tail.feed(f"{i:03d}\n".encode())
+    assert tail.text().endswith("098\n099\n") and len(tail.text()) <= 10
+
+
+def test_line_splitter_handles_split_chunks_and_crlf() -> None:
+    lines: list[str] = []
+    splitter = LineSplitter(lines.append)
+    for chunk in (b"ab", b"c\r\nde", b"f\n", b"tail"):
+        splitter.feed(chunk)
+    splitter.flush()
+    assert lines == ["abc", "def", "tail"]
