@@ -68,6 +68,7 @@ async def stop_process(proc: trio.Process, steps: Sequence[Step] = TERM_THEN_KIL
                 await proc.wait()
                 return step.name
         return "unreaped"
+    return "unreaped"  # unreachable: mypy cannot see that a shielded scope never swallows the loop
 
 
 class Tail:
@@ -78,8 +79,8 @@ class Tail:
         self._chunks: deque[bytes] = deque()
         self._size = 0
 
-    def feed(self, data: bytes) -> None:
-        self._chunks.append(data)
+    def feed(self, data: bytes | bytearray) -> None:
+        self._chunks.append(bytes(data))
         self._size += len(data)
         while self._size > self.limit and len(self._chunks) > 1:
             self._size -= len(self._chunks.popleft())
@@ -88,7 +89,7 @@ class Tail:
         return b"".join(self._chunks)[-self.limit:].decode(errors="replace")
 
 
-async def drain(stream: trio.abc.ReceiveStream | None, sink: Callable[[bytes], None]) -> None:
+async def drain(stream: trio.abc.ReceiveStream | None, sink: Callable[[bytes | bytearray], None]) -> None:
     """Read `stream` to EOF, handing every chunk to `sink` (never let a pipe fill up)."""
     if stream is None:
         return
@@ -107,7 +108,7 @@ class LineSplitter:
         self._buffer = bytearray()
         self._max_line = max_line
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._buffer += data
         while (nl := self._buffer.find(b"\n")) >= 0:
             line = bytes(self._buffer[:nl])
