@@ -1,0 +1,36 @@
+"""Path checks shared by back ends that open user-named files (captures, dumps, vmlinux)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+
+def resolve_allowed(raw: str, allowed_dirs: Sequence[str], *, what: str = "file") -> Path:
+    """Resolve `raw` (symlinks included) and require it inside one of `allowed_dirs`.
+
+    An empty allow-list means no restriction. Errors: FILE_NOT_FOUND, PERMISSION_DENIED,
+    INVALID_ARGUMENT (not a regular file).
+    """
+    if not raw or "\0" in raw:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{what} path is empty or contains NUL", path=raw)
+    path = Path(os.path.expanduser(raw))
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {raw}", path=raw) from None
+    except (OSError, RuntimeError) as exc:
+        raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot resolve {raw}: {exc}", path=raw) from None
+    if allowed_dirs:
+        roots = [Path(d).expanduser().resolve() for d in allowed_dirs]
+        if not any(real == root or root in real.parents for root in roots):
+            raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{real} is outside the allowed directories",
+                             path=str(real), allowed_dirs=[str(r) for r in roots])
+    if not real.is_file():
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{real} is not a regular file", path=str(real))
+    if not os.access(real, os.R_OK):
+        raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{real} is not readable by diagd", path=str(real))
+    return real
