@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import trio
+
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]

@@ -81,6 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level)
     import trio
+
     from diagd.daemon import server
     from diagd.protocol.errors import DiagdError
 

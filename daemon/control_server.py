@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
+
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control
 from diagd.protocol.errors import DiagdError, ErrorCode

@@ -16,10 +16,11 @@ import anyio
 import mcp_types as types
 import structlog
 import trio
-from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import ErrorData, JSONRPCError
+
+from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 
 log = structlog.get_logger("diagd.mcp")
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import structlog
 import trio
+
+import diagd
 from diagd.actors import BACKENDS
 from diagd.daemon import builtin_tools, control_server, mcp_front, paths
 from diagd.daemon import config as config_mod
@@ -24,8 +26,6 @@ from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
 from diagd.daemon.tools import CallRecord, ToolRegistry
 from diagd.protocol.errors import DiagdError
-
-import diagd
 
 log = structlog.get_logger("diagd.daemon")
 

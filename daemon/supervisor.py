@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 import trio
+
 from diagd.actors.base import (
     Actor,
     ActorRuntime,

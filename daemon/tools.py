@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import structlog
 import trio
+
 from diagd.actors.base import ProgressFn
 from diagd.protocol.errors import DiagdError, ErrorCode
 

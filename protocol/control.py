@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import msgpack
+
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 PROTOCOL_VERSION = 1

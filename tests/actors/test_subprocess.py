@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+
 from diagd.actors._subprocess import (
     GRACEFUL_INT,
     TERM_THEN_KILL,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+
 from diagd.daemon.callcli import RULE, ArgumentError, banner_after, banner_before, parse_arguments, split_options
 
 

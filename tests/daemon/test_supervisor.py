@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+
 from diagd.actors.base import Actor, ActorState, Request, RestartKind, SupervisionPolicy
 from diagd.daemon.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode

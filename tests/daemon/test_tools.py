@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+
 from diagd.daemon.tools import CallContext, CallRecord, ToolRegistry, ToolSpec, coerce
 from diagd.protocol.errors import DiagdError, ErrorCode
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from diagd.protocol import control
 
+from diagd.protocol import control
 from tests.conftest import DIAGD, DaemonProcess, Env, start_daemon, wait_for_path
 from tests.support.raw import INITIALIZE, RawMCP
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from diagd.protocol import control
-from diagd.protocol.errors import DiagdError, ErrorCode
 from hypothesis import given
 from hypothesis import strategies as st
+
+from diagd.protocol import control
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 @pytest.mark.parametrize(

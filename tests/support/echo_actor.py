@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+
 from diagd.actors.base import Actor, Request, SupervisionPolicy
 from diagd.daemon.tools import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
