@@ -1,0 +1,123 @@
+"""A `sharkd -` worker: Wireshark's dissectors behind newline-delimited JSON-RPC on stdio.
+
+One request at a time (the pcap actor serializes calls). Responses are matched by id, so a
+late answer to an abandoned request is dropped instead of being taken for the next one; an
+abandoned or timed-out request kills the worker (the only way to stop sharkd mid-request),
+and the actor starts a fresh one on its next call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from diagd.actors._subprocess import TERM_THEN_KILL, LineSplitter, Tail, drain, open_process, stop_process
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class SharkdError(Exception):
+    """sharkd answered a request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Sharkd:
+    def __init__(self, proc: trio.Process, config_dir: Path) -> None:
+        self.proc = proc
+        self.config_dir = config_dir
+        self.stderr = Tail()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._dead = trio.Event()
+        self.requests = 0
+
+    @classmethod
+    async def start(cls, nursery: trio.Nursery, config_dir: Path) -> Sharkd:
+        binary = shutil.which("sharkd")
+        if binary is None:
+            raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, "sharkd is not installed",
+                             fix="apt-get install wireshark-common (scripts/setup.sh does it)")
+        env = {**os.environ, "WIRESHARK_CONFIG_DIR": str(config_dir)}
+        proc = await open_process([binary, "-"], stdin=subprocess.PIPE, env=env)
+        worker = cls(proc, config_dir)
+        nursery.start_soon(worker._read_responses)
+        nursery.start_soon(drain, proc.stderr, worker.stderr.feed)
+        return worker
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead.is_set() and self.proc.returncode is None
+
+    def rss_bytes(self) -> int | None:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return None
+
+    async def _read_responses(self) -> None:
+        def on_line(line: str) -> None:
+            if not line.startswith("{"):
+                return
+            try:
+                message = json.loads(line)
+            except ValueError:
+                return
+            channel = self._waiting.pop(message.get("id"), None)
+            if channel is not None:
+                channel.send_nowait(message)
+
+        splitter = LineSplitter(on_line, max_line=MAX_RESPONSE_BYTES)
+        try:
+            await drain(self.proc.stdout, splitter.feed)
+        finally:
+            self._dead.set()
+            for channel in self._waiting.values():
+                channel.close()
+            self._waiting.clear()
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        if not self.alive:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "sharkd is not running",
+                             stderr=self.stderr.text()[-2000:])
+        request_id = next(self._ids)
+        send, receive = trio.open_memory_channel[dict[str, Any]](1)
+        self._waiting[request_id] = send
+        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
+        assert self.proc.stdin is not None
+        self.requests += 1
+        try:
+            await self.proc.stdin.send_all(line.encode() + b"\n")
+            try:
+                message = await receive.receive()
+            except trio.EndOfChannel:
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd exited during {method!r}",
+                                 exit_code=self.proc.returncode, stderr=self.stderr.text()[-2000:]) from None
+        except BaseException:
+            if self._waiting.pop(request_id, None) is not None:
+                await self.kill()  # abandoned mid-request: sharkd cannot be interrupted otherwise
+            raise
+        if "error" in message:
+            raise SharkdError(int(message["error"].get("code", 0)), str(message["error"].get("message", "")))
+        return message.get("result")
+
+    async def kill(self) -> None:
+        self._dead.set()
+        await stop_process(self.proc, TERM_THEN_KILL)
+
+    async def close(self) -> str:
+        return await stop_process(self.proc, TERM_THEN_KILL)

@@ -1,0 +1,1035 @@
+"""The pcap actor: one warm `sharkd` worker per capture, on Wireshark's own dissectors.
+
+Actor key: the capture's sha256 + decode-as rules + preferences, so the same file opened with the
+same decoding by any client shares one loaded worker. The worker loads the file once and answers
+filters, frame trees and follows from memory; plain tshark is used where it is the right tool
+(sub-capture export with `-w`). Loaded captures are capped (LRU eviction) and expire when idle.
+
+Raw field values come from protocol-tree `f` attributes (see `_pcap_tree`), so timelines show what
+`tshark -T fields` shows (`0x44`, `7`), not resolved names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from diagd.actors import _pcap_ngap as ngap_summary
+from diagd.actors import _pcap_tree as tree_mod
+from diagd.actors._paths import resolve_allowed
+from diagd.actors._sharkd import Sharkd, SharkdError
+from diagd.actors.base import Actor, Request, SupervisionPolicy
+from diagd.daemon.tools import CallContext, Handler, ToolSpec
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+if TYPE_CHECKING:
+    from diagd.daemon.server import Daemon
+
+log = structlog.get_logger("diagd.pcap")
+
+KIND = "pcap"
+INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",
+                         "http2", "http", "json", "dns", "tcp", "udp")
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    # The decoding these lab captures need (see tests/pcaps facts): SBI HTTP/2 on 7777 and
+    # NAS after Security Mode Command "ciphered" with NEA0.
+    "5gc-lab": {"decode_as": ["tcp.port==7777,http2"], "preferences": {"nas-5gs.null_decipher": "TRUE"}},
+}
+DEFAULT_COLUMNS = ("number", "time_relative", "src", "dst", "protocol", "length", "info")
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+
+@dataclass(frozen=True)
+class PcapSettings:
+    allowed_dirs: tuple[str, ...]
+    output_dir: Path
+    max_loaded: int = 4
+    idle_timeout_s: float = 900.0
+    max_exports: int = 50
+    mask_subscriber_ids: bool = False
+    max_detail_bytes: int = 2 * 1024 * 1024
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    packet_list_columns: tuple[dict[str, str], ...] = ()
+
+    @classmethod
+    def from_daemon(cls, daemon: Daemon) -> PcapSettings:
+        raw = daemon.config.backend("pcap")
+        profiles = {**BUILTIN_PROFILES, **raw.get("profiles", {})}
+        for name, prof in profiles.items():
+            if not isinstance(prof, dict):
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[pcap.profiles.{name}] must be a table")
+        return cls(
+            allowed_dirs=tuple(raw.get("allowed_dirs", daemon.config.daemon.allowed_dirs)),
+            output_dir=Path(raw.get("output_dir", daemon.state_dir / "pcap" / "exports")),
+            max_loaded=int(raw.get("max_loaded", 4)),
+            idle_timeout_s=float(raw.get("idle_timeout_s", 900)),
+            max_exports=int(raw.get("max_exports", 50)),
+            mask_subscriber_ids=bool(raw.get("mask_subscriber_ids", False)),
+            profiles=profiles,
+            packet_list_columns=tuple(raw.get("packet_list_columns", ())),
+        )
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """What one worker loads: the file and exactly how it is decoded."""
+
+    path: Path
+    sha256: str
+    decode_as: tuple[str, ...]
+    preferences: tuple[tuple[str, str], ...]
+    size: int
+
+    @property
+    def key(self) -> str:
+        extra = json.dumps([self.decode_as, self.preferences])
+        return f"{self.sha256[:16]}:{hashlib.sha1(extra.encode()).hexdigest()[:8]}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"decode_as": list(self.decode_as), "preferences": dict(self.preferences)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Wireshark's catalogue: fields, protocols, version (read once per daemon, off the event loop)
+
+
+@dataclass
+class Catalogue:
+    fields: dict[str, tuple[str, str, str]]  # name -> (description, type, protocol)
+    protocols: dict[str, str]  # filter name -> full name
+    version: str
+    lower: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.lower = {name.lower(): name for name in self.fields}
+
+    def resolve_field(self, name: str) -> tuple[str | None, str | None]:
+        """(canonical name or None, warning or None). Case-only mistakes become aliases."""
+        if name in self.fields or name in self.protocols:
+            return name, None
+        alias = self.lower.get(name.lower())
+        if alias is not None:
+            return alias, f"field {name!r} is spelled {alias!r} in Wireshark; used {alias!r}"
+        return None, None
+
+    def suggestions(self, name: str) -> list[str]:
+        import difflib
+
+        prefix = name.split(".", 1)[0].lower()
+        pool = [f for f in self.fields if f.lower().startswith(prefix + ".")] or list(self.fields)
+        return difflib.get_close_matches(name, pool, n=5, cutoff=0.6)
+
+
+_catalogue: Catalogue | None = None
+_catalogue_lock = trio.Lock()
+
+
+async def catalogue() -> Catalogue:
+    global _catalogue
+    async with _catalogue_lock:
+        if _catalogue is None:
+            tshark = shutil.which("tshark")
+            if tshark is None:
+                raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, "tshark is not installed",
+                                 fix="apt-get install tshark (scripts/setup.sh does it)")
+            fields_out = await trio.run_process([tshark, "-G", "fields"], capture_stdout=True, capture_stderr=True)
+            protos_out = await trio.run_process([tshark, "-G", "protocols"], capture_stdout=True,
+                                                capture_stderr=True)
+            version_out = await trio.run_process([tshark, "-v"], capture_stdout=True, capture_stderr=True)
+            fields: dict[str, tuple[str, str, str]] = {}
+            protocols: dict[str, str] = {}
+            for line in fields_out.stdout.decode(errors="replace").splitlines():
+                parts = line.split("\t")
+                if parts[0] == "F" and len(parts) >= 5:
+                    fields[parts[2]] = (parts[1], parts[3], parts[4])
+                elif parts[0] == "P" and len(parts) >= 3:
+                    protocols[parts[2]] = parts[1]
+            for line in protos_out.stdout.decode(errors="replace").splitlines():
+                parts = line.split("\t")
+                if len(parts) == 3:
+                    protocols[parts[2]] = parts[0]
+            version = version_out.stdout.decode(errors="replace").splitlines()[0].strip()
+            _catalogue = Catalogue(fields, protocols, version)
+    return _catalogue
+
+
+# ---------------------------------------------------------------------------------------------
+# Capture identity
+
+
+_sha_cache: dict[tuple[int, int, int, int], str] = {}
+
+
+async def capture_sha256(path: Path) -> tuple[str, int]:
+    """sha256 of the file, cached by (device, inode, size, mtime): hashed once per version."""
+    st = await trio.to_thread.run_sync(path.stat)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _sha_cache:
+        def digest() -> str:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            return h.hexdigest()
+
+        _sha_cache[key] = await trio.to_thread.run_sync(digest)
+    return _sha_cache[key], st.st_size
+
+
+_DECODE_AS = re.compile(r"^\s*([a-z0-9_.\-]+)\s*==\s*([0-9]+(?:-[0-9]+)?)\s*,\s*([A-Za-z0-9_.\-]+)\s*$")
+
+
+def parse_decode_as(rule: str, cat: Catalogue) -> tuple[str, str, str]:
+    """'tcp.port==7777,http2' -> ('tcp.port', '7777', 'http2'), checked against Wireshark."""
+    m = _DECODE_AS.match(rule)
+    if not m:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"decode_as rule {rule!r} is not 'table==value,protocol'",
+                         example="tcp.port==7777,http2")
+    table, value, proto = m.group(1), m.group(2), m.group(3).lower()
+    if table not in cat.fields:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"decode_as selector {table!r} is not a Wireshark field",
+                         did_you_mean=cat.suggestions(table))
+    if proto not in cat.protocols:
+        close = [p for p in cat.protocols if p.startswith(proto[:3])][:8]
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"decode_as protocol {proto!r} is not a Wireshark protocol",
+                         did_you_mean=close)
+    return table, value, proto
+
+
+# ---------------------------------------------------------------------------------------------
+# The actor
+
+
+class PcapActor(Actor):
+    kind = KIND
+    policy = SupervisionPolicy(max_restarts=3, window_s=60, backoff_s=0.2)
+
+    def __init__(self, resource: str, settings: CaptureSpec) -> None:
+        super().__init__(resource, settings)
+        self.spec = settings
+        self.sharkd: Sharkd | None = None
+        self._nursery: trio.Nursery | None = None
+        self._config_dir: Path | None = None
+        self.analysis: dict[str, Any] = {}
+        self.frame_count = 0
+        self.load_s = 0.0
+        self.loads = 0
+        self._filters: OrderedDict[str, list[int]] = OrderedDict()
+        self._trees: OrderedDict[tuple[int, bool], dict[str, Any]] = OrderedDict()
+        self._results: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.cache_hits = 0
+        self.cat: Catalogue | None = None
+        self.column_formats: dict[str, int] = {}
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._config_dir = Path(tempfile.mkdtemp(prefix="diagd-wsconf-"))
+        lines = []
+        cat = self.cat = await catalogue()
+        for rule in self.spec.decode_as:
+            table, value, proto = parse_decode_as(rule, cat)
+            lines.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
+        (self._config_dir / "decode_as_entries").write_text("\n".join(lines) + "\n")
+        await self._load()
+
+    async def _load(self, request: Request | None = None) -> None:
+        assert self._nursery is not None and self._config_dir is not None
+        started = time.monotonic()
+        if request is not None:
+            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
+        self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
+        try:
+            await self.sharkd.call("load", {"file": str(self.spec.path)})
+        except SharkdError as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
+                             path=str(self.spec.path)) from None
+        for name, value in self.spec.preferences:
+            try:
+                await self.sharkd.call("setconf", {"name": name, "value": value})
+            except SharkdError as exc:
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"preference {name}={value}: {exc.message}") from None
+        self.analysis = await self.sharkd.call("analyse")
+        info = await self.sharkd.call("info")
+        # Column formats are an enum whose order sharkd lists in `info`: map %m, %t, ... to indices.
+        self.column_formats = {c["format"]: i for i, c in enumerate(info.get("columns", []))}
+        self.frame_count = int(self.analysis.get("frames", 0))
+        self.load_s = time.monotonic() - started
+        self.loads += 1
+        self._filters.clear()
+        self._trees.clear()
+        if request is not None:
+            await request.report_progress(1, 1, "capture loaded")
+
+    async def _worker(self, request: Request) -> Sharkd:
+        if self.sharkd is None or not self.sharkd.alive:
+            await self._load(request)  # a timed-out or killed worker is replaced on the next call
+        assert self.sharkd is not None
+        return self.sharkd
+
+    async def stop(self) -> None:
+        if self.sharkd is not None:
+            await self.sharkd.close()
+        if self._config_dir is not None:
+            shutil.rmtree(self._config_dir, ignore_errors=True)
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "path": str(self.spec.path),
+            "sha256": self.spec.sha256,
+            **self.spec.describe(),
+            "frames": self.frame_count,
+            "load_s": round(self.load_s, 3),
+            "loads": self.loads,
+            "sharkd_pid": self.sharkd.proc.pid if self.sharkd else None,
+            "sharkd_rss_bytes": self.sharkd.rss_bytes() if self.sharkd else None,
+            "sharkd_requests": self.sharkd.requests if self.sharkd else 0,
+            "cache_hits": self.cache_hits,
+        }
+
+    # -- sharkd primitives ------------------------------------------------------------------
+
+    async def check_filter(self, request: Request, display_filter: str) -> None:
+        if not display_filter:
+            return
+        try:
+            await (await self._worker(request)).call("check", {"filter": display_filter})
+        except SharkdError as exc:
+            message = exc.message.removeprefix("Filter invalid - ")
+            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message}",
+                             display_filter=display_filter) from None
+
+    async def matching(self, request: Request, display_filter: str) -> list[int]:
+        """Frame numbers matching a filter (all frames for ''), cached per filter."""
+        if display_filter in self._filters:
+            self._filters.move_to_end(display_filter)
+            return self._filters[display_filter]
+        await self.check_filter(request, display_filter)
+        params: dict[str, Any] = {"column0": "frame.number:0"}
+        if display_filter:
+            params["filter"] = display_filter
+        try:
+            rows = await (await self._worker(request)).call("frames", params)
+        except SharkdError as exc:
+            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {exc.message}",
+                             display_filter=display_filter) from None
+        numbers = [int(r["num"]) for r in rows]
+        self._filters[display_filter] = numbers
+        if len(self._filters) > 64:
+            self._filters.popitem(last=False)
+        return numbers
+
+    async def rows(self, request: Request, numbers: list[int]) -> list[dict[str, Any]]:
+        """Default packet-list columns for the given frames (one sharkd call per contiguous run)."""
+        if not numbers:
+            return []
+        wanted = set(numbers)
+        out: list[dict[str, Any]] = []
+        members = ",".join(str(n) for n in numbers)
+        result = await (await self._worker(request)).call("frames", {"filter": f"frame.number in {{{members}}}"})
+        for r in result:
+            if r["num"] in wanted:
+                c = r["c"]
+                out.append(dict(zip(DEFAULT_COLUMNS, [int(c[0]), float(c[1]), c[2], c[3], c[4], int(c[5]),
+                                                      c[6].strip()], strict=True)))
+        return out
+
+    async def tree(self, request: Request, number: int, with_bytes: bool = False) -> dict[str, Any]:
+        if not 1 <= number <= self.frame_count:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
+                             frame=number, frame_count=self.frame_count)
+        key = (number, with_bytes)
+        if key in self._trees:
+            self._trees.move_to_end(key)
+            return self._trees[key]
+        params: dict[str, Any] = {"frame": number, "proto": True}
+        if with_bytes:
+            params["bytes"] = True
+        answer = await (await self._worker(request)).call("frame", params)
+        self._trees[key] = answer
+        if len(self._trees) > 4096:
+            self._trees.popitem(last=False)
+        return dict(answer)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> dict[str, Any]:
+        cache_key = request.op + json.dumps(request.args, sort_keys=True)
+        if cache_key in self._results:
+            self.cache_hits += 1
+            self._results.move_to_end(cache_key)
+            return {**self._results[cache_key], "cached": True}
+        op = getattr(self, f"op_{request.op}", None)
+        if op is None:
+            raise DiagdError(ErrorCode.INTERNAL_ERROR, f"pcap actor has no operation {request.op!r}")
+        result: dict[str, Any] = await op(request, **request.args)
+        self._results[cache_key] = result
+        if len(self._results) > 256:
+            self._results.popitem(last=False)
+        return {**result, "cached": False}
+
+    async def op_info(self, request: Request) -> dict[str, Any]:
+        worker = await self._worker(request)
+        protocols = list(self.analysis.get("protocols", []))
+        taps = await worker.call("tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
+                                         "tap3": "conv:TCP"})
+        conversations: list[dict[str, Any]] = []
+        for tap in taps.get("taps", []):
+            for conv in tap.get("convs", []):
+                conversations.append({
+                    "proto": tap.get("proto"),
+                    "a": f"{conv['saddr']}" + (f":{conv['sport']}" if "sport" in conv else ""),
+                    "b": f"{conv['daddr']}" + (f":{conv['dport']}" if "dport" in conv else ""),
+                    "frames": conv["rxf"] + conv["txf"],
+                    "bytes": conv["rxb"] + conv["txb"],
+                    "filter": conv.get("filter"),
+                })
+        order = {"SCTP": 0, "TCP": 1, "UDP": 2, "IPv4": 3}
+        conversations.sort(key=lambda c: (order.get(str(c["proto"]), 9), -c["frames"]))
+        first, last = self.analysis.get("first"), self.analysis.get("last")
+        return {
+            "packet_count": self.frame_count,
+            "time_start": _iso(first),
+            "time_end": _iso(last),
+            "duration_s": round(float(last) - float(first), 6) if first is not None and last is not None else 0,
+            "has_protocols": {p: (p in protocols) for p in INTERESTING_PROTOCOLS},
+            "protocols": protocols,
+            "top_conversations": conversations[:10],
+            "load_s": round(self.load_s, 3),
+        }
+
+    async def op_frames(self, request: Request, display_filter: str, limit: int, offset: int) -> dict[str, Any]:
+        numbers = await self.matching(request, display_filter)
+        page = numbers[offset:offset + limit]
+        result: dict[str, Any] = {"total": len(numbers), "frames": await self.rows(request, page),
+                                  "has_more": offset + len(page) < len(numbers)}
+        if not numbers and display_filter:
+            result["hint"] = self.absent_protocols_hint(display_filter)
+        return result
+
+    def absent_protocols_hint(self, display_filter: str) -> str:
+        present = set(self.analysis.get("protocols", []))
+        tokens = {t.split(".")[0] for t in re.findall(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*",
+                                                        display_filter)}
+        aliases = {"nas_5gs": "nas-5gs", "nas_eps": "nas-eps"}
+        known = self.cat.protocols if self.cat else {}
+        candidates = sorted({aliases.get(t, t) for t in tokens if aliases.get(t, t) in known})
+        missing = [p for p in candidates if p not in present]
+        there = [p for p in candidates if p in present]
+        parts = []
+        if missing:
+            parts.append(f"not in this capture at all: {', '.join(missing)}")
+        if there:
+            parts.append(f"present in the capture but no frame matches the whole filter: {', '.join(there)}")
+        if "nas-5gs" in missing or "nas-5gs" in there:
+            parts.append("NAS after Security Mode Command needs preferences nas-5gs.null_decipher=TRUE "
+                         "(profile 5gc-lab)")
+        if "http2" in missing:
+            parts.append("HTTP/2 on a non-standard port needs decode_as, e.g. tcp.port==7777,http2")
+        return "; ".join(parts) or "no frame matches"
+
+    async def op_timeline(self, request: Request, display_filter: str, fields: list[str], limit: int,
+                          offset: int, sort_by: str | None) -> dict[str, Any]:
+        numbers = await self.matching(request, display_filter)
+        wanted = set(fields)
+        chosen = numbers if sort_by else numbers[offset:offset + limit]
+        rows = []
+        for number in chosen:
+            answer = await self.tree(request, number)
+            values = tree_mod.field_values(answer["tree"], wanted)
+            row: dict[str, Any] = {"frame.number": number}
+            for f in fields:
+                got = values.get(f, [])
+                row[f] = None if not got else got[0] if len(got) == 1 else got
+            row["frame.number"] = number
+            rows.append(row)
+        if sort_by:
+            rows.sort(key=lambda r: _sort_key(r.get(sort_by)))
+            rows = rows[offset:offset + limit]
+        result: dict[str, Any] = {"total": len(numbers), "rows": rows,
+                                  "has_more": offset + len(rows) < len(numbers)}
+        if not numbers and display_filter:
+            result["hint"] = self.absent_protocols_hint(display_filter)
+        return result
+
+    async def op_detail(self, request: Request, frame_numbers: list[int], layers: list[str], restrict_layers: bool,
+                        verbosity: str, max_bytes: int) -> dict[str, Any]:
+        frames = []
+        budget = max_bytes
+        for number in frame_numbers:
+            answer = await self.tree(request, number, with_bytes=verbosity == "full")
+            nodes = answer["tree"]
+            if layers and restrict_layers:
+                nodes = tree_mod.protocol_nodes(nodes, set(layers))
+            text = tree_mod.render(nodes)
+            if verbosity == "full" and answer.get("bytes"):
+                text += "\n\n" + tree_mod.hexdump(answer["bytes"])
+            encoded = text.encode()
+            truncated = len(encoded) > budget
+            if truncated:
+                text = encoded[:max(budget, 0)].decode(errors="ignore")
+            budget -= len(text.encode())
+            frames.append({"frame_number": number, "protocols": tree_mod.top_protocols(answer["tree"]),
+                           "layers_found": [n.get("f") for n in tree_mod.protocol_nodes(answer["tree"], set(layers))]
+                           if layers else None,
+                           "text": text, "truncated": truncated})
+        return {"frames": frames, "truncated": any(f["truncated"] for f in frames)}
+
+    async def op_text_search(self, request: Request, display_filter: str, query: str, is_regex: bool,
+                             case_sensitive: bool, layers: list[str], restrict_layers: bool, limit: int,
+                             offset: int, max_matches: int, snippet_context_chars: int,
+                             max_bytes: int) -> dict[str, Any]:
+        flags = 0 if case_sensitive else re.IGNORECASE
+        try:
+            pattern = re.compile(query if is_regex else re.escape(query), flags)
+        except re.error as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"query is not a valid regular expression: {exc}") from None
+        numbers = await self.matching(request, display_filter)
+        page = numbers[offset:offset + limit]
+        matches: list[dict[str, Any]] = []
+        used = 0
+        scanned = 0
+        truncated = False
+        for number in page:
+            scanned += 1
+            answer = await self.tree(request, number)
+            nodes = answer["tree"]
+            if layers and restrict_layers:
+                nodes = tree_mod.protocol_nodes(nodes, set(layers))
+            text = tree_mod.render(nodes)
+            for m in pattern.finditer(text):
+                start, end = max(0, m.start() - snippet_context_chars), min(len(text), m.end() + snippet_context_chars)
+                line_start = text.rfind("\n", 0, m.start()) + 1
+                line_end = text.find("\n", m.end())
+                snippet = text[start:end]
+                used += len(snippet)
+                matches.append({"frame_number": number, "match": m.group(0),
+                                "line": text[line_start:line_end if line_end >= 0 else None].strip(),
+                                "snippet": snippet})
+                if len(matches) >= max_matches or used >= max_bytes:
+                    truncated = True
+                    break
+            if truncated:
+                break
+        return {"frames_total": len(numbers), "frames_scanned": scanned, "matches": matches,
+                "match_count": len(matches), "truncated": truncated,
+                "has_more": truncated or offset + scanned < len(numbers)}
+
+    async def op_follow(self, request: Request, frame_number: int, display_filter: str, limit: int,
+                        offset: int) -> dict[str, Any]:
+        answer = await self.tree(request, frame_number)
+        values = tree_mod.field_values(answer["tree"], {"http2.streamid", "tcp.stream", "diameter.Session-Id",
+                                                        "sip.Call-ID"})
+        if values.get("http2.streamid") and values.get("tcp.stream"):
+            streams = [s for s in values["http2.streamid"] if s != "0"] or values["http2.streamid"]
+            follow_type, key = "http2.streamid", {"tcp.stream": values["tcp.stream"][0], "http2.streamid": streams[0]}
+            follow_filter = f"tcp.stream == {key['tcp.stream']} && http2.streamid == {key['http2.streamid']}"
+        elif values.get("diameter.Session-Id"):
+            follow_type, key = "diameter.Session-Id", {"diameter.Session-Id": values["diameter.Session-Id"][0]}
+            follow_filter = f"diameter.Session-Id == {json.dumps(key['diameter.Session-Id'])}"
+        elif values.get("sip.Call-ID"):
+            follow_type, key = "sip.Call-ID", {"sip.Call-ID": values["sip.Call-ID"][0]}
+            follow_filter = f"sip.Call-ID == {json.dumps(key['sip.Call-ID'])}"
+        else:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"frame {frame_number} carries no HTTP/2 stream, Diameter Session-Id or SIP Call-ID",
+                             protocols=tree_mod.top_protocols(answer["tree"]),
+                             hint="HTTP/2 on a non-standard port needs decode_as (e.g. tcp.port==7777,http2)")
+        combined = f"({follow_filter}) && ({display_filter})" if display_filter else follow_filter
+        numbers = await self.matching(request, combined)
+        page = numbers[offset:offset + limit]
+        return {"follow_type": follow_type, "follow_key": key, "follow_display_filter": follow_filter,
+                "display_filter": combined, "total": len(numbers), "frames": await self.rows(request, page),
+                "has_more": offset + len(page) < len(numbers)}
+
+    async def op_packet_list(self, request: Request, display_filter: str, columns: list[dict[str, str]],
+                             include_default_columns: bool, output_path: str, preview_rows: int) -> dict[str, Any]:
+        await self.check_filter(request, display_filter)
+        params: dict[str, Any] = {}
+        names: list[str] = []
+        index = 0
+        if include_default_columns:
+            for fmt, name in (("%m", "No."), ("%t", "Time"), ("%s", "Source"), ("%d", "Destination"),
+                              ("%p", "Protocol"), ("%L", "Length"), ("%i", "Info")):
+                params[f"column{index}"] = str(self.column_formats[fmt])
+                names.append(name)
+                index += 1
+        for col in columns:
+            params[f"column{index}"] = f"{col['field']}:0"
+            names.append(col["name"])
+            index += 1
+        if display_filter:
+            params["filter"] = display_filter
+        rows = await (await self._worker(request)).call("frames", params)
+        table = [[str(v).replace("\t", " ").replace("\n", " ").strip() for v in r["c"]] for r in rows]
+
+        def write() -> int:
+            with open(output_path, "w", encoding="utf-8") as f:
+                f.write("\t".join(names) + "\n")
+                for row in table:
+                    f.write("\t".join(row) + "\n")
+            return os.path.getsize(output_path)
+
+        size = await trio.to_thread.run_sync(write)
+        return {"output_path": output_path, "rows_written": len(table), "file_size_bytes": size,
+                "columns": names, "preview_rows": [dict(zip(names, r, strict=True)) for r in table[:preview_rows]]}
+
+    async def op_ngap_sessions(self, request: Request, display_filter: str) -> dict[str, Any]:
+        pdus = await self._ngap_pdus(request, display_filter)
+        return ngap_summary.ue_sessions(pdus)
+
+    async def op_pdu_sessions(self, request: Request, display_filter: str) -> dict[str, Any]:
+        pdus = await self._ngap_pdus(request, display_filter)
+        return ngap_summary.pdu_sessions(pdus)
+
+    async def _ngap_pdus(self, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
+        base = "ngap && sctp"
+        numbers = await self.matching(request, f"({base}) && ({display_filter})" if display_filter else base)
+        pdus: list[ngap_summary.NgapPdu] = []
+        for number in numbers:
+            answer = await self.tree(request, number)
+            pdus.extend(ngap_summary.pdus_in_frame(number, answer["tree"]))
+        return pdus
+
+
+
+
+def _iso(epoch: Any) -> str | None:
+    if epoch is None:
+        return None
+    seconds = float(epoch)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int((seconds % 1) * 1e6):06d}Z"
+
+
+def _sort_key(value: Any) -> tuple[int, float, str]:
+    first = value[0] if isinstance(value, list) and value else value
+    if first is None:
+        return (2, 0.0, "")
+    try:
+        return (0, float(int(first, 0)) if isinstance(first, str) and first.startswith("0x") else float(first), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(first))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+
+
+_MASKS = (re.compile(r"((?:imsi|supi|IMSI)-?\d{5})\d{5,10}"),)
+
+
+def mask_ids(value: Any) -> Any:
+    """Replace subscriber identity digits after MCC+MNC with '*' (config: mask_subscriber_ids)."""
+    if isinstance(value, str):
+        for pattern in _MASKS:
+            value = pattern.sub(lambda m: m.group(1) + "*" * (len(m.group(0)) - len(m.group(1))), value)
+        return value
+    if isinstance(value, dict):
+        return {k: ("*" * len(v) if isinstance(v, str) and ("msin" in k or k == "suci_msin") else mask_ids(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_ids(v) for v in value]
+    return value
+
+
+class PcapBackend:
+    """Daemon-side state of the pcap back end: settings, capture keys, LRU of loaded workers."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.recent: OrderedDict[str, float] = OrderedDict()
+
+    @property
+    def settings(self) -> PcapSettings:
+        return PcapSettings.from_daemon(self.daemon)  # re-read: `diagd reload` applies at once
+
+    async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
+        settings = self.settings
+        path = resolve_allowed(str(args["pcap_path"]), settings.allowed_dirs, what="capture")
+        profile_name = args.get("profile")
+        profile: dict[str, Any] = {}
+        if profile_name:
+            if profile_name not in settings.profiles:
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown profile {profile_name!r}",
+                                 profiles=sorted(settings.profiles))
+            profile = settings.profiles[profile_name]
+        decode_as = [*profile.get("decode_as", []), *_as_list(args.get("decode_as"))]
+        cat = await catalogue()
+        for rule in decode_as:
+            parse_decode_as(rule, cat)  # refuse an unknown protocol before loading anything
+        prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
+        sha, size = await capture_sha256(path)
+        return CaptureSpec(path=path, sha256=sha, decode_as=tuple(dict.fromkeys(decode_as)),
+                           preferences=tuple(sorted(prefs.items())), size=size)
+
+    async def ask(self, ctx: CallContext, spec: CaptureSpec, op: str, op_args: dict[str, Any]) -> dict[str, Any]:
+        supervisor = self.daemon.supervisor
+        settings = self.settings
+        if supervisor.find(KIND, spec.key) is None:
+            self._evict(settings.max_loaded - 1)
+        await supervisor.get_or_start(KIND, spec.key, lambda: PcapActor(spec.key, spec),
+                                      idle_timeout_s=settings.idle_timeout_s)
+        self.recent[spec.key] = trio.current_time()
+        self.recent.move_to_end(spec.key)
+        result, queue_s = await supervisor.ask(KIND, spec.key, lambda: PcapActor(spec.key, spec), op, op_args,
+                                               progress=ctx.progress)
+        ctx.queue_s += queue_s
+        return result
+
+    def _evict(self, keep: int) -> None:
+        """Stop least recently used workers until at most `keep` stay loaded."""
+        loaded = [k for k in self.recent if self.daemon.supervisor.find(KIND, k) is not None]
+        for key in loaded[: max(0, len(loaded) - keep)]:
+            ref = self.daemon.supervisor.find(KIND, key)
+            if ref is not None:
+                log.info("evicting capture", actor=ref.id, resource=key)
+                self.daemon.supervisor.stop(ref.id, reason="evicted (max_loaded captures)")
+            self.recent.pop(key, None)
+
+    async def source(self, spec: CaptureSpec, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        cat = await catalogue()
+        out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": spec.sha256, "profile": args.get("profile"),
+                               **spec.describe(), "tshark_version": cat.version, **extra}
+        if args.get("include_command"):
+            argv = ["tshark", "-r", str(spec.path)]
+            for rule in spec.decode_as:
+                argv += ["-d", rule]
+            for name, value in spec.preferences:
+                argv += ["-o", f"{name}:{value}"]
+            if extra.get("display_filter"):
+                argv += ["-Y", extra["display_filter"]]
+            out["equivalent_command"] = argv
+        return out
+
+    def finish(self, result: dict[str, Any]) -> dict[str, Any]:
+        return mask_ids(result) if self.settings.mask_subscriber_ids else result
+
+    def export_path(self, stem: str, suffix: str) -> Path:
+        """A unique file in the output dir; the oldest exports beyond max_exports are removed."""
+        settings = self.settings
+        out = settings.output_dir
+        out.mkdir(parents=True, exist_ok=True)
+        existing = sorted(out.glob("*"), key=lambda p: p.stat().st_mtime)
+        for old in existing[: max(0, len(existing) - settings.max_exports + 1)]:
+            old.unlink(missing_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        return out / f"{stem}-{stamp}-{os.urandom(3).hex()}{suffix}"
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None or value == "":
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+_CAPTURE = {
+    "pcap_path": {"type": "string", "description": "Capture file (pcap/pcapng), inside the allowed directories"},
+    "decode_as": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                  "description": "Decode-as rules like 'tcp.port==7777,http2' (HTTP/2 SBI on 7777 needs it)"},
+    "profile": {"type": "string", "description": "Named decode_as + preferences set (e.g. '5gc-lab'); "
+                                                 "see pcap_config_get"},
+    "include_command": {"type": "boolean", "default": False,
+                        "description": "Also return the equivalent tshark command line"},
+}
+_FILTER = {"display_filter": {"type": "string", "default": "",
+                              "description": "Wireshark display filter, e.g. 'ngap && sctp'"}}
+_PAGING = {
+    "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 500},
+    "offset": {"type": "integer", "minimum": 0, "default": 0},
+}
+
+
+def _schema(props: dict[str, Any], required: tuple[str, ...] = ("pcap_path",)) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+
+
+def register(daemon: Daemon) -> None:
+    backend = PcapBackend(daemon)
+    registry = daemon.registry
+
+    def tool(name: str, description: str, props: dict[str, Any], required: tuple[str, ...] = ("pcap_path",),
+             read_only: bool = True, timeout_s: float | None = None) -> Callable[[Handler], Handler]:
+        def wrap(handler: Handler) -> Handler:
+            registry.register(ToolSpec(name=name, description=description, input_schema=_schema(props, required),
+                                       handler=handler, read_only=read_only, idempotent=True, timeout_s=timeout_s))
+            return handler
+        return wrap
+
+    @tool("pcap_info", "Overview of a capture: sha256, packet count, time span, which telecom protocols occur "
+          "(ngap, nas-5gs, pfcp, gtpv2, sip, diameter, http2...) and the top conversations (SCTP/N2 first). "
+          "Start here.", {**_CAPTURE})
+    async def pcap_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        spec = await backend.spec_for(args)
+        result = await backend.ask(ctx, spec, "info", {})
+        return backend.finish({"sha256": spec.sha256, "file_size_bytes": spec.size, **result,
+                               "tshark_version": (await catalogue()).version,
+                               "source": await backend.source(spec, args)})
+
+    @tool("pcap_frames_by_filter", "Frames matching a display filter (Wireshark packet-list columns), paged. "
+          "A filter that matches nothing says whether its protocols occur in the capture at all.",
+          {**_CAPTURE, **_FILTER, **_PAGING})
+    async def frames_by_filter(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        spec = await backend.spec_for(args)
+        flt, limit, offset = args.get("display_filter", ""), args.get("limit", 500), args.get("offset", 0)
+        result = await backend.ask(ctx, spec, "frames", {"display_filter": flt, "limit": limit, "offset": offset})
+        return backend.finish({**result, "limit": limit, "offset": offset,
+                               "source": await backend.source(spec, args, display_filter=flt)})
+
+    @tool("pcap_timeline", "Rows of raw field values (as tshark -T fields prints them) for frames matching a filter; "
+          "multi-occurrence fields (several NGAP PDUs or AVPs in one frame) come back as arrays. Unknown fields "
+          "give INVALID_FIELDS with close matches; case-only mistakes are fixed with a warning.",
+          {**_CAPTURE, **_FILTER,
+           "fields": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 64},
+           "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
+           "offset": {"type": "integer", "minimum": 0, "default": 0},
+           "sort_by": {"type": "string", "description": "a field of `fields` (default: frame order)"}},
+          required=("pcap_path", "fields"))
+    async def timeline(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        cat = await catalogue()
+        resolved: dict[str, str] = {}
+        warnings: list[str] = []
+        unknown: dict[str, list[str]] = {}
+        for name in args["fields"]:
+            canonical, warning = cat.resolve_field(name)
+            if canonical is None:
+                unknown[name] = cat.suggestions(name)
+            else:
+                resolved[name] = canonical
+                if warning:
+                    warnings.append(warning)
+        if unknown:
+            raise DiagdError(ErrorCode.INVALID_FIELDS, f"unknown field(s): {', '.join(unknown)}", did_you_mean=unknown)
+        fields = list(dict.fromkeys(resolved.values()))
+        sort_by = args.get("sort_by")
+        if sort_by is not None:
+            sort_by = resolved.get(sort_by, sort_by)
+            if sort_by not in fields and sort_by != "frame.number":
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sort_by {sort_by!r} is not one of the fields",
+                                 fields=fields)
+        spec = await backend.spec_for(args)
+        flt = args.get("display_filter") or " || ".join(f for f in fields if f != "frame.number") or ""
+        limit, offset = args.get("limit", 200), args.get("offset", 0)
+        result = await backend.ask(ctx, spec, "timeline", {"display_filter": flt, "fields": fields, "limit": limit,
+                                                           "offset": offset, "sort_by": sort_by})
+        return backend.finish({**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit,
+                               "offset": offset, "sort_by": sort_by,
+                               "source": await backend.source(spec, args, display_filter=flt, fields=fields)})
+
+    @tool("pcap_frame_detail", "Decoded protocol tree of frames as text, cut to the requested protocol subtrees "
+          "(layers, e.g. ['ngap'] or ['nas-5gs']); verbosity 'full' adds a hex dump. Capped by max_bytes.",
+          {**_CAPTURE,
+           "frame_numbers": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1,
+                             "maxItems": 100},
+           "layers": {"type": "array", "items": {"type": "string"}, "default": []},
+           "restrict_layers": {"type": "boolean", "default": True},
+           "verbosity": {"type": "string", "enum": ["summary", "full"], "default": "summary"},
+           "max_bytes": {"type": "integer", "minimum": 1000, "maximum": 2 * 1024 * 1024, "default": 200000}},
+          required=("pcap_path", "frame_numbers"))
+    async def frame_detail(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        spec = await backend.spec_for(args)
+        op_args = {"frame_numbers": args["frame_numbers"], "layers": args.get("layers", []),
+                   "restrict_layers": args.get("restrict_layers", True),
+                   "verbosity": args.get("verbosity", "summary"), "max_bytes": args.get("max_bytes", 200000)}
+        result = await backend.ask(ctx, spec, "detail", op_args)
+        return backend.finish({**result, "source": await backend.source(spec, args)})
+
+    @tool("pcap_text_search", "Search the decoded text of frames (optionally only some layers) for a string or "
+          "regex; returns matching lines with snippets. Pages over the frames matching display_filter.",
+          {**_CAPTURE, **_FILTER,
+           "query": {"type": "string", "minLength": 1},
+           "is_regex": {"type": "boolean", "default": False},
+           "case_sensitive": {"type": "boolean", "default": False},
+           "layers": {"type": "array", "items": {"type": "string"}, "default": []},
+           "restrict_layers": {"type": "boolean", "default": True},
+           "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
+           "offset": {"type": "integer", "minimum": 0, "default": 0},
+           "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+           "snippet_context_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240},
+           "max_bytes": {"type": "integer", "minimum": 1000, "maximum": 2 * 1024 * 1024, "default": 200000}},
+          required=("pcap_path", "query"))
+    async def text_search(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        spec = await backend.spec_for(args)
+        op_args = {"display_filter": args.get("display_filter", ""), "query": args["query"],
+                   "is_regex": args.get("is_regex", False), "case_sensitive": args.get("case_sensitive", False),
+                   "layers": args.get("layers", []), "restrict_layers": args.get("restrict_layers", True),
+                   "limit": args.get("limit", 200), "offset": args.get("offset", 0),
+                   "max_matches": args.get("max_matches", 50),
+                   "snippet_context_chars": args.get("snippet_context_chars", 240),
+                   "max_bytes": args.get("max_bytes", 200000)}
+        result = await backend.ask(ctx, spec, "text_search", op_args)
+        return backend.finish({**result, "query": args["query"],
+                               "source": await backend.source(spec, args, display_filter=op_args["display_filter"])})
+
+    @tool("pcap_follow", "Follow the conversation a frame belongs to: an HTTP/2 stream (tcp.stream + "
+          "http2.streamid), a Diameter Session-Id or a SIP Call-ID; returns the follow filter and its frames.",
+          {**_CAPTURE, **_FILTER, "frame_number": {"type": "integer", "minimum": 1}, **_PAGING},
+          required=("pcap_path", "frame_number"))
+    async def follow(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        spec = await backend.spec_for(args)
+        op_args = {"frame_number": args["frame_number"], "display_filter": args.get("display_filter", ""),
+                   "limit": args.get("limit", 500), "offset": args.get("offset", 0)}
+        result = await backend.ask(ctx, spec, "follow", op_args)
+        return backend.finish({**result, "source": await backend.source(spec, args,
+                                                                        display_filter=result["display_filter"])})
+
+    @tool("pcap_packet_list", "Write a Wireshark-style packet list (default columns plus extra field columns) to a "
+          "TSV file in the output directory; returns its path, row count and a preview.",
+          {**_CAPTURE, **_FILTER,
+           "columns_profile": {"type": "string", "description": "'default' or 'none' (only extra columns)"},
+           "include_default_columns": {"type": "boolean", "default": True},
+           "extra_columns": {"type": "array", "items": {
+               "type": "object", "properties": {"name": {"type": "string"}, "field": {"type": "string"}},
+               "required": ["field"], "additionalProperties": False}, "default": []},
+           "preview_rows": {"type": "integer", "minimum": 0, "maximum": 500, "default": 50}},
+          read_only=False)
+    async def packet_list(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        cat = await catalogue()
+        settings = backend.settings
+        columns: list[dict[str, str]] = [dict(c) for c in settings.packet_list_columns]
+        warnings: list[str] = []
+        for col in args.get("extra_columns", []):
+            canonical, warning = cat.resolve_field(col["field"])
+            if canonical is None:
+                raise DiagdError(ErrorCode.INVALID_FIELDS, f"unknown field {col['field']!r}",
+                                 did_you_mean={col["field"]: cat.suggestions(col["field"])})
+            if warning:
+                warnings.append(warning)
+            columns.append({"name": col.get("name") or canonical, "field": canonical})
+        include_default = args.get("include_default_columns", True) and args.get("columns_profile") != "none"
+        if not include_default and not columns:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "no columns: keep the default columns or add extra_columns")
+        spec = await backend.spec_for(args)
+        output = backend.export_path(spec.path.stem, ".tsv")
+        op_args = {"display_filter": args.get("display_filter", ""), "columns": columns,
+                   "include_default_columns": include_default, "output_path": str(output),
+                   "preview_rows": args.get("preview_rows", 50)}
+        result = await backend.ask(ctx, spec, "packet_list", op_args)
+        return backend.finish({**result, "warnings": warnings,
+                               "source": await backend.source(spec, args, display_filter=op_args["display_filter"])})
+
+    @tool("pcap_extract_subcapture", "Write the frames matching a display filter (or the listed frame numbers) to a "
+          "new pcapng file in the output directory, for sharing and reproduction.",
+          {**_CAPTURE, **_FILTER,
+           "frame_numbers": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 100000}},
+          read_only=False, timeout_s=120)
+    async def extract(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        spec = await backend.spec_for(args)
+        flt = args.get("display_filter", "")
+        if args.get("frame_numbers"):
+            members = ",".join(str(n) for n in sorted(set(args["frame_numbers"])))
+            numbers_filter = f"frame.number in {{{members}}}"
+            flt = f"({numbers_filter}) && ({flt})" if flt else numbers_filter
+        if not flt:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "give display_filter or frame_numbers")
+        check = await backend.ask(ctx, spec, "frames", {"display_filter": flt, "limit": 1, "offset": 0})
+        if check["total"] == 0:
+            raise DiagdError(ErrorCode.NOT_FOUND, "no frame matches: nothing to extract", display_filter=flt,
+                             hint=check.get("hint"))
+        output = backend.export_path(spec.path.stem, ".pcapng")
+        argv = ["tshark", "-r", str(spec.path), "-n"]
+        for rule in spec.decode_as:
+            argv += ["-d", rule]
+        for name, value in spec.preferences:
+            argv += ["-o", f"{name}:{value}"]
+        argv += ["-Y", flt, "-w", str(output), "-F", "pcapng"]
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+        if done.returncode != 0:
+            raise DiagdError(ErrorCode.INTERNAL_ERROR, "tshark could not write the sub-capture",
+                             stderr=done.stderr.decode(errors="replace")[-2000:])
+        return backend.finish({"output_path": str(output), "packet_count": check["total"],
+                               "file_size_bytes": output.stat().st_size, "display_filter": flt,
+                               "source": await backend.source(spec, args, display_filter=flt)})
+
+    @tool("ngap_ue_sessions", "5G N2 view per UE (RAN/AMF UE NGAP ID pair, SUCI MSIN, 5G-TMSI): first/last time, "
+          "frames, NGAP procedures in order, NAS messages, failures with causes (5GMM, 5GSM, NGAP). NAS after "
+          "Security Mode is decoded with nas-5gs.null_decipher unless null_decipher=false.",
+          {**_CAPTURE, **_FILTER, "null_decipher": {"type": "boolean", "default": True}})
+    async def ue_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        prefs = {"nas-5gs.null_decipher": "TRUE"} if args.get("null_decipher", True) else None
+        spec = await backend.spec_for(args, force_prefs=prefs)
+        result = await backend.ask(ctx, spec, "ngap_sessions", {"display_filter": args.get("display_filter", "")})
+        return backend.finish({**result, "source": await backend.source(spec, args)})
+
+    @tool("ngap_pdu_session_summary", "Per PDU session: NAS establishment request/accept/reject, NGAP "
+          "PDUSessionResourceSetup request/response, N3 uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, "
+          "UE IP, and failure causes (NGAP and 5GSM).",
+          {**_CAPTURE, **_FILTER, "null_decipher": {"type": "boolean", "default": True}})
+    async def pdu_summary(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        prefs = {"nas-5gs.null_decipher": "TRUE"} if args.get("null_decipher", True) else None
+        spec = await backend.spec_for(args, force_prefs=prefs)
+        result = await backend.ask(ctx, spec, "pdu_sessions", {"display_filter": args.get("display_filter", "")})
+        return backend.finish({**result, "source": await backend.source(spec, args)})
+
+    @tool("pcap_list_fields", "Discover Wireshark field names (from tshark -G fields) by substring or regex over "
+          "names and descriptions.",
+          {"query": {"type": "string", "default": ""}, "is_regex": {"type": "boolean", "default": False},
+           "case_sensitive": {"type": "boolean", "default": False},
+           "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100},
+           "include_protocols": {"type": "array", "items": {"type": "string"}, "default": []}}, required=())
+    async def list_fields(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        cat = await catalogue()
+        query = args.get("query", "")
+        flags = 0 if args.get("case_sensitive") else re.IGNORECASE
+        try:
+            pattern = re.compile(query if args.get("is_regex") else re.escape(query), flags)
+        except re.error as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"query is not a valid regular expression: {exc}") from None
+        protocols = set(args.get("include_protocols", []))
+        limit = args.get("limit", 100)
+        matches = [
+            {"name": name, "description": desc, "type": ftype, "protocol": proto}
+            for name, (desc, ftype, proto) in cat.fields.items()
+            if (not protocols or proto in protocols) and (pattern.search(name) or pattern.search(desc))
+        ]
+        return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit,
+                "tshark_version": cat.version}
+
+    @tool("pcap_fields_search", "Fields whose name starts with a prefix (e.g. 'ngap.'), optionally containing a "
+          "keyword in name or description.",
+          {"prefix": {"type": "string", "minLength": 1}, "keyword": {"type": "string", "default": ""},
+           "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200}}, required=("prefix",))
+    async def fields_search(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        cat = await catalogue()
+        prefix, keyword = args["prefix"], args.get("keyword", "").lower()
+        limit = args.get("limit", 200)
+        matches = [
+            {"name": name, "description": desc, "type": ftype}
+            for name, (desc, ftype, _) in cat.fields.items()
+            if name.startswith(prefix) and (not keyword or keyword in name.lower() or keyword in desc.lower())
+        ]
+        return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit}
+
+    @tool("pcap_config_get", "The pcap back end's configuration: profiles (decode_as + preferences), packet-list "
+          "columns, allowed directories, limits, output directory, and the captures loaded now.", {}, required=())
+    async def config_get(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        s = backend.settings
+        loaded = [ref.statistics() for ref in daemon.supervisor.actors() if ref.kind == KIND]
+        return {"profiles": s.profiles, "packet_list_columns": list(s.packet_list_columns),
+                "allowed_dirs": list(s.allowed_dirs), "output_dir": str(s.output_dir), "max_loaded": s.max_loaded,
+                "idle_timeout_s": s.idle_timeout_s if math.isfinite(s.idle_timeout_s) else None,
+                "max_exports": s.max_exports, "mask_subscriber_ids": s.mask_subscriber_ids,
+                "call_timeout_s": daemon.registry.call_timeout_s, "loaded_captures": loaded}
+
+    @tool("pcap_config_reload", "Re-read the config file (profiles, columns, limits) without a restart.", {},
+          required=(), read_only=False)
+    async def config_reload(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        daemon.reload()
+        result: dict[str, Any] = await config_get(ctx, args)
+        return result
