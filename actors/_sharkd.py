@@ -90,7 +90,31 @@ class Sharkd:
                 channel.close()
             self._waiting.clear()
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def load(self, path: str) -> str | None:
+        """Load a capture; returns sharkd's complaint (e.g. a truncated last packet) or None.
+
+        sharkd 4.0 never answers `load` when the file ends mid-packet (it only prints to stderr),
+        so a `status` request is queued behind it: its answer means the load is over.
+        """
+        load_id, load_reply = await self._send("load", {"file": path})
+        status = await self.call("status")
+        try:
+            message = load_reply.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            self._waiting.pop(load_id, None)
+            text = self.stderr.text()
+            complaint = [line for line in text.splitlines() if line.startswith("sharkd: ")]
+            return complaint[-1].removeprefix("sharkd: ") if complaint else "sharkd did not confirm the load"
+        if "error" in message:
+            complaint = [line for line in self.stderr.text().splitlines() if line.startswith("sharkd: ")]
+            reason = f" ({complaint[-1].removeprefix('sharkd: ')})" if complaint else ""
+            raise SharkdError(int(message["error"].get("code", 0)), str(message["error"].get("message", "")) + reason)
+        if not status.get("frames"):
+            return "the capture holds no frames"
+        return None
+
+    async def _send(self, method: str, params: dict[str, Any] | None
+                    ) -> tuple[int, trio.MemoryReceiveChannel[dict[str, Any]]]:
         if not self.alive:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "sharkd is not running",
                              stderr=self.stderr.text()[-2000:])
@@ -100,8 +124,13 @@ class Sharkd:
         line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
         assert self.proc.stdin is not None
         self.requests += 1
+        await self.proc.stdin.send_all(line.encode() + b"\n")
+        return request_id, receive
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        request_id = -1
         try:
-            await self.proc.stdin.send_all(line.encode() + b"\n")
+            request_id, receive = await self._send(method, params)
             try:
                 message = await receive.receive()
             except trio.EndOfChannel:

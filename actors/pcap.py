@@ -236,6 +236,7 @@ class PcapActor(Actor):
         self._results: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.cache_hits = 0
         self.cat: Catalogue | None = None
+        self.load_warning: str | None = None
         self.column_formats: dict[str, int] = {}
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -256,7 +257,7 @@ class PcapActor(Actor):
             await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
         self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
         try:
-            await self.sharkd.call("load", {"file": str(self.spec.path)})
+            self.load_warning = await self.sharkd.load(str(self.spec.path))
         except SharkdError as exc:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
                              path=str(self.spec.path)) from None
@@ -413,6 +414,7 @@ class PcapActor(Actor):
             "protocols": protocols,
             "top_conversations": conversations[:10],
             "load_s": round(self.load_s, 3),
+            "warnings": [self.load_warning] if self.load_warning else [],
         }
 
     async def op_frames(self, request: Request, display_filter: str, limit: int, offset: int) -> dict[str, Any]:
@@ -518,7 +520,7 @@ class PcapActor(Actor):
                 start, end = max(0, m.start() - snippet_context_chars), min(len(text), m.end() + snippet_context_chars)
                 line_start = text.rfind("\n", 0, m.start()) + 1
                 line_end = text.find("\n", m.end())
-                snippet = text[start:end]
+                snippet = re.sub(r"\n[ ]+", "\n", text[start:end])  # indentation costs tokens, not meaning
                 used += len(snippet)
                 matches.append({"frame_number": number, "match": m.group(0),
                                 "line": text[line_start:line_end if line_end >= 0 else None].strip(),
