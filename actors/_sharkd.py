@@ -90,8 +90,8 @@ class Sharkd:
                 channel.close()
             self._waiting.clear()
 
-    async def load(self, path: str) -> str | None:
-        """Load a capture; returns sharkd's complaint (e.g. a truncated last packet) or None.
+    async def load(self, path: str) -> tuple[int, str | None]:
+        """Load a capture; returns (frame count, sharkd's complaint such as a truncated last packet).
 
         sharkd 4.0 never answers `load` when the file ends mid-packet (it only prints to stderr),
         so a `status` request is queued behind it: its answer means the load is over.
@@ -104,14 +104,14 @@ class Sharkd:
             self._waiting.pop(load_id, None)
             text = self.stderr.text()
             complaint = [line for line in text.splitlines() if line.startswith("sharkd: ")]
-            return complaint[-1].removeprefix("sharkd: ") if complaint else "sharkd did not confirm the load"
+            frames = int(status.get("frames", 0))
+            return frames, complaint[-1].removeprefix("sharkd: ") if complaint else "sharkd did not confirm the load"
         if "error" in message:
             complaint = [line for line in self.stderr.text().splitlines() if line.startswith("sharkd: ")]
             reason = f" ({complaint[-1].removeprefix('sharkd: ')})" if complaint else ""
             raise SharkdError(int(message["error"].get("code", 0)), str(message["error"].get("message", "")) + reason)
-        if not status.get("frames"):
-            return "the capture holds no frames"
-        return None
+        frames = int(status.get("frames", 0))
+        return frames, None if frames else "the capture holds no frames"
 
     async def _send(self, method: str, params: dict[str, Any] | None
                     ) -> tuple[int, trio.MemoryReceiveChannel[dict[str, Any]]]:

@@ -257,7 +257,7 @@ class PcapActor(Actor):
             await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
         self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
         try:
-            self.load_warning = await self.sharkd.load(str(self.spec.path))
+            self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
         except SharkdError as exc:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
                              path=str(self.spec.path)) from None
@@ -266,11 +266,10 @@ class PcapActor(Actor):
                 await self.sharkd.call("setconf", {"name": name, "value": value})
             except SharkdError as exc:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"preference {name}={value}: {exc.message}") from None
-        self.analysis = await self.sharkd.call("analyse")
+        self.analysis = {}  # a whole extra pass: computed when first needed, not at load
         info = await self.sharkd.call("info")
         # Column formats are an enum whose order sharkd lists in `info`: map %m, %t, ... to indices.
         self.column_formats = {c["format"]: i for i, c in enumerate(info.get("columns", []))}
-        self.frame_count = int(self.analysis.get("frames", 0))
         self.load_s = time.monotonic() - started
         self.loads += 1
         self._filters.clear()
@@ -387,8 +386,9 @@ class PcapActor(Actor):
         return {**result, "cached": False}
 
     async def op_info(self, request: Request) -> dict[str, Any]:
+        analysis = await self.analysed(request)
         worker = await self._worker(request)
-        protocols = list(self.analysis.get("protocols", []))
+        protocols = list(analysis.get("protocols", []))
         taps = await worker.call("tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
                                          "tap3": "conv:TCP"})
         conversations: list[dict[str, Any]] = []
@@ -404,7 +404,7 @@ class PcapActor(Actor):
                 })
         order = {"SCTP": 0, "TCP": 1, "UDP": 2, "IPv4": 3}
         conversations.sort(key=lambda c: (order.get(str(c["proto"]), 9), -c["frames"]))
-        first, last = self.analysis.get("first"), self.analysis.get("last")
+        first, last = analysis.get("first"), analysis.get("last")
         return {
             "packet_count": self.frame_count,
             "time_start": _iso(first),
@@ -423,11 +423,17 @@ class PcapActor(Actor):
         result: dict[str, Any] = {"total": len(numbers), "frames": await self.rows(request, page),
                                   "has_more": offset + len(page) < len(numbers)}
         if not numbers and display_filter:
-            result["hint"] = self.absent_protocols_hint(display_filter)
+            result["hint"] = await self.absent_protocols_hint(request, display_filter)
         return result
 
-    def absent_protocols_hint(self, display_filter: str) -> str:
-        present = set(self.analysis.get("protocols", []))
+    async def analysed(self, request: Request) -> dict[str, Any]:
+        """Protocols and time span of the whole capture (one dissection pass, done once)."""
+        if not self.analysis:
+            self.analysis = await (await self._worker(request)).call("analyse")
+        return self.analysis
+
+    async def absent_protocols_hint(self, request: Request, display_filter: str) -> str:
+        present = set((await self.analysed(request)).get("protocols", []))
         tokens = {t.split(".")[0] for t in re.findall(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*",
                                                         display_filter)}
         aliases = {"nas_5gs": "nas-5gs", "nas_eps": "nas-eps"}
@@ -468,7 +474,7 @@ class PcapActor(Actor):
         result: dict[str, Any] = {"total": len(numbers), "rows": rows,
                                   "has_more": offset + len(rows) < len(numbers)}
         if not numbers and display_filter:
-            result["hint"] = self.absent_protocols_hint(display_filter)
+            result["hint"] = await self.absent_protocols_hint(request, display_filter)
         return result
 
     async def op_detail(self, request: Request, frame_numbers: list[int], layers: list[str], restrict_layers: bool,
