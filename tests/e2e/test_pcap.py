@@ -315,3 +315,18 @@ async def test_a_killed_sharkd_is_replaced_on_the_next_call(pcap_daemon: DaemonP
     assert result.get("total") == 3 or result["code"] in ("BACKEND_UNAVAILABLE", "ACTOR_FAILED")
     again = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=path, display_filter="pfcp.msg_type==51")
     assert again["total"] == 3
+
+
+async def test_loading_a_capture_reports_progress(pcap_daemon: DaemonProcess) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with client_for(pcap_daemon) as client:
+        with trio.fail_after(60):
+            result = await client.call_tool("pcap_info", {"pcap_path": pcap("heplify_fax_call_t38_sip.pcap")},
+                                            progress_callback=on_progress)
+    assert not result.is_error
+    assert seen[0][0] == 0 and "loading heplify_fax_call_t38_sip.pcap" in (seen[0][2] or "")
+    assert seen[-1][:2] == (1, 1)
