@@ -248,7 +248,8 @@ class PcapActor(Actor):
             table, value, proto = parse_decode_as(rule, cat)
             lines.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
         (self._config_dir / "decode_as_entries").write_text("\n".join(lines) + "\n")
-        await self._load()
+        # The capture itself is loaded by the first request, which can report progress to its
+        # client (a large file takes seconds); errors then reach that same caller.
 
     async def _load(self, request: Request | None = None) -> None:
         assert self._nursery is not None and self._config_dir is not None
@@ -351,6 +352,7 @@ class PcapActor(Actor):
         return out
 
     async def tree(self, request: Request, number: int, with_bytes: bool = False) -> dict[str, Any]:
+        worker = await self._worker(request)  # loads the capture first, so frame_count is known
         if not 1 <= number <= self.frame_count:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                              f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
@@ -362,7 +364,7 @@ class PcapActor(Actor):
         params: dict[str, Any] = {"frame": number, "proto": True}
         if with_bytes:
             params["bytes"] = True
-        answer = await (await self._worker(request)).call("frame", params)
+        answer = await worker.call("frame", params)
         self._trees[key] = answer
         if len(self._trees) > 4096:
             self._trees.popitem(last=False)
