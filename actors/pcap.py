@@ -49,6 +49,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     # NAS after Security Mode Command "ciphered" with NEA0.
     "5gc-lab": {"decode_as": ["tcp.port==7777,http2"], "preferences": {"nas-5gs.null_decipher": "TRUE"}},
 }
+MAX_SORTED_ROWS = 20000
 DEFAULT_COLUMNS = ("number", "time_relative", "src", "dst", "protocol", "length", "info")
 
 
@@ -458,6 +459,10 @@ class PcapActor(Actor):
     async def op_timeline(self, request: Request, display_filter: str, fields: list[str], limit: int,
                           offset: int, sort_by: str | None) -> dict[str, Any]:
         numbers = await self.matching(request, display_filter)
+        if sort_by and len(numbers) > MAX_SORTED_ROWS:
+            raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
+                             f"sort_by needs every matching frame: {len(numbers)} match, the limit is "
+                             f"{MAX_SORTED_ROWS}; narrow display_filter or drop sort_by", total=len(numbers))
         wanted = set(fields)
         chosen = numbers if sort_by else numbers[offset:offset + limit]
         rows = []
