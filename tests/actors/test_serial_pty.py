@@ -1,0 +1,370 @@
+"""The serial tools against a simulated AT modem on a real pseudo-terminal (pyserial opens the
+slave path like any port); the daemon object runs in-process, on the real clock."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import serial as pyserial
+import trio
+
+from tests.actors.test_serial_clock import Harness, MakeHarness, harnesses
+from tests.support.sim_modem import SimModem, binary_frame, flood_bytes
+
+OK_OR_ERROR = ["OK\r\n", "ERROR\r\n"]
+
+
+@pytest.fixture
+def make_harness(nursery: trio.Nursery, tmp_path: Path) -> Iterator[MakeHarness]:
+    with harnesses(nursery, tmp_path) as make:
+        yield make
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[SimModem]:
+    with SimModem(link=tmp_path / "modem") as modem:
+        yield modem
+
+
+@pytest.fixture
+async def h(make_harness: MakeHarness, sim: SimModem) -> Harness:
+    harness = make_harness()
+    harness.connect(harness.client)
+    await harness.call("configure_connection", port=sim.port, line_ending="cr")
+    return harness
+
+
+async def at(h: Harness, sim: SimModem, command: str, **kw: Any) -> dict[str, Any]:
+    """send_data with AT defaults; an argument given as None is left out."""
+    kw = {"stop_pattern": OK_OR_ERROR, "timeout_ms": 5000, **kw}
+    with trio.fail_after(10):
+        return await h.call("send_data", port=sim.port, payload=command,
+                            **{k: v for k, v in kw.items() if v is not None})
+
+
+async def urcs_until(h: Harness, sim: SimModem, count: int, needle: str = "+CMTI") -> list[dict[str, Any]]:
+    packets: list[dict[str, Any]] = []
+    with trio.fail_after(10):
+        while sum(p["data"].count(needle) for p in packets) < count:
+            packets += (await h.call("read_urc", port=sim.port))["packets"]
+            await trio.sleep(0.02)
+    return packets
+
+
+def logged(path: str, direction: str) -> bytes:
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    return b"".join(bytes.fromhex(r["hex"]) for r in lines if r["dir"] == direction)
+
+
+# -- the AT dialogue --------------------------------------------------------------------------
+
+
+async def test_at_commands_get_their_answers(h: Harness, sim: SimModem) -> None:
+    assert (await at(h, sim, "AT"))["data"] == "\r\nOK\r\n"
+    ati = await at(h, sim, "ATI")
+    assert "SIMMODEM" in ati["data"] and ati["stop_pattern_matched"] == "OK\r\n"
+    assert "+CSQ: 23,99" in (await at(h, sim, "AT+CSQ"))["data"]
+    unknown = await at(h, sim, "AT+NOPE")
+    assert unknown["data"] == "\r\nERROR\r\n" and unknown["stop_pattern_matched"] == "ERROR\r\n"
+    assert sim.commands == ["AT", "ATI", "AT+CSQ", "AT+NOPE"]
+
+
+async def test_an_sms_goes_through_the_prompt(h: Harness, sim: SimModem) -> None:
+    prompt = await at(h, sim, 'AT+CMGS="+4912345"', stop_pattern="> ")
+    assert prompt["data"] == "\r\n> " and prompt["found_keyword"]
+    sent = await at(h, sim, "hello from diagd\x1a", line_ending="none")
+    assert "+CMGS: 1" in sent["data"] and sent["stop_pattern_matched"] == "OK\r\n"
+    assert sim.messages == [b"hello from diagd"]
+
+
+async def test_keyword_timeout_on_a_silent_modem(h: Harness, sim: SimModem) -> None:
+    result = await at(h, sim, "AT+SIMSILENT", timeout_ms=150)
+    assert result["timed_out"] and result["data"] == "" and result["elapsed_ms"] >= 150
+
+
+async def test_timeout_policy_collects_the_answer_and_the_urcs_inside_its_window(h: Harness, sim: SimModem) -> None:
+    result = await at(h, sim, "AT+SIMURC=2,40", wait_policy="timeout", stop_pattern=None, timeout_ms=600)
+    assert result["data"].startswith("\r\nOK\r\n") and result["data"].count("+CMTI") == 2
+    assert result["pending_urc_count"] == 0
+
+
+async def test_urcs_between_calls_wait_in_the_buffer_as_separate_packets(h: Harness, sim: SimModem) -> None:
+    sent = await at(h, sim, "AT+SIMURC=3,150", wait_policy="none", stop_pattern=None)
+    assert sent["data"] == "" and sent["bytes_received"] == 0
+    packets = await urcs_until(h, sim, 3)
+    assert [p["data"] for p in packets] == ["\r\nOK\r\n"] + [f'\r\n+CMTI: "SM",{k}\r\n' for k in (1, 2, 3)]
+    assert [p["ts"] for p in packets] == sorted(p["ts"] for p in packets)
+
+
+async def test_urcs_on_a_timer_are_kept_while_nobody_asks(make_harness: MakeHarness, tmp_path: Path) -> None:
+    h = make_harness()
+    with SimModem(link=tmp_path / "beeper", urc_interval=0.1) as beeper:
+        await h.call("configure_connection", port=beeper.port)
+        packets = await urcs_until(h, beeper, 3)
+        peek = await h.call("read_urc", port=beeper.port, peek=True)
+        assert all(p["data"].startswith('\r\n+CMTI: "SM",') for p in packets + peek["packets"])
+        numbers = [int(p["data"].rsplit(",", 1)[1]) for p in packets]
+        assert numbers == list(range(1, len(numbers) + 1))  # none missed, none twice
+
+
+async def test_urcs_during_a_call_are_in_its_reply_not_in_the_buffer(h: Harness, sim: SimModem) -> None:
+    sim.emit(b'\r\n+CMTI: "SM",9\r\n', delay=0.05)
+    result = await at(h, sim, "AT+SIMDELAY=200")
+    assert '+CMTI: "SM",9' in result["data"] and result["data"].endswith("OK\r\n")
+    assert (await h.call("read_urc", port=sim.port))["packets"] == []
+
+
+# -- bytes: hex, truncation, the log ----------------------------------------------------------
+
+
+async def test_hex_round_trip_with_zero_and_ff_bytes(h: Harness, sim: SimModem) -> None:
+    result = await at(h, sim, "7E 00 01 FF 7E", encoding="hex", stop_pattern="FF 00 7E")
+    assert result["data"] == "7E 00 FF 00 01 FF FF 00 7E" and result["format"] == "hex" and result["is_hex"]
+    assert bytes(sim.received).endswith(b"\x7e\x00\x01\xff\x7e")
+    frame = await at(h, sim, "AT+SIMBIN=300", stop_pattern="FF 00 7E", stop_pattern_encoding="hex")
+    assert frame["found_keyword"] and not frame["timed_out"]
+    assert bytes.fromhex(frame["data"]) == binary_frame(bytes(i % 256 for i in range(300)))
+
+
+async def test_text_that_happens_to_be_sent_can_be_read_back_as_hex(h: Harness, sim: SimModem) -> None:
+    assert (await at(h, sim, "AT", as_hex=True))["data"] == "0D 0A 4F 4B 0D 0A"
+
+
+@pytest.mark.parametrize(("payload", "position"), [("7E 0", 3), ("7E GG", 3), ("0x7E", 1)])
+async def test_bad_hex_is_refused_with_its_position_and_nothing_is_written(
+        h: Harness, sim: SimModem, payload: str, position: int) -> None:
+    before = bytes(sim.received)
+    err = await h.error("send_data", port=sim.port, payload=payload, encoding="hex")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["position"] == position
+    bad_pattern = await h.error("send_data", port=sim.port, payload="7E", encoding="hex", stop_pattern="F")
+    assert bad_pattern["details"]["argument"] == "stop_pattern"
+    await trio.sleep(0.05)
+    assert bytes(sim.received) == before
+
+
+async def test_a_flood_is_truncated_in_the_reply_and_complete_in_the_log(h: Harness, sim: SimModem) -> None:
+    result = await at(h, sim, "AT+SIMFLOOD=20000", stop_pattern="OK\r\n")
+    expected = flood_bytes(20000) + b"\r\nOK\r\n"
+    assert result["truncated"] and "Output Truncated" in result["note"]
+    assert result["data"].encode() == expected[:4096] and result["bytes_received"] == len(expected)
+    rx = b""
+    offset: int | None = result["log_offset"]
+    with trio.fail_after(10):
+        while offset is not None:
+            page = await h.call("get_log", port=sim.port, offset=offset, limit=50, as_hex=True)
+            rx += b"".join(bytes.fromhex(r["data"]) for r in page["records"] if r["dir"] == "rx")
+            offset = page["next_offset"]
+    assert rx == expected
+
+
+async def test_the_raw_log_has_every_byte_both_ways(h: Harness, sim: SimModem) -> None:
+    await at(h, sim, "AT+CSQ")
+    await at(h, sim, "7E 00 FF 7E", encoding="hex", stop_pattern="FF 00 7E")
+    await at(h, sim, "AT+SIMURC=1,10", wait_policy="none", stop_pattern=None)
+    await urcs_until(h, sim, 1)
+    path = (await h.call("connection_status", port=sim.port))["ports"][0]["log_file"]
+    assert logged(path, "tx") == bytes(sim.received)
+    assert logged(path, "rx") == bytes(sim.sent)
+
+
+async def test_a_flood_nobody_reads_overflows_the_buffer_visibly_and_the_log_keeps_it(
+        make_harness: MakeHarness, sim: SimModem) -> None:
+    h = make_harness(urc_max_packets=4, max_reply_bytes=512, idle_ms=20)
+    await h.call("configure_connection", port=sim.port, line_ending="cr")
+    await h.call("send_data", port=sim.port, payload="AT+SIMFLOOD=30000", wait_policy="none")
+    path = (await h.call("connection_status", port=sim.port))["ports"][0]["log_file"]
+    with trio.fail_after(10):
+        while len(logged(path, "rx")) < 30006:
+            await trio.sleep(0.02)
+    urc = await h.call("read_urc", port=sim.port, max_packets=100)
+    assert urc["dropped"] > 0 and urc["returned"] <= 4
+    assert logged(path, "rx") == flood_bytes(30000) + b"\r\nOK\r\n"
+
+
+# -- the device going away --------------------------------------------------------------------
+
+
+async def test_a_device_that_disappears_is_disconnected_and_reopens_when_back(
+        h: Harness, sim: SimModem, tmp_path: Path) -> None:
+    await at(h, sim, "AT")
+    old_log = (await h.call("connection_status", port=sim.port))["ports"][0]["log_file"]
+    sim.close()
+    with trio.fail_after(10):
+        while (await h.call("connection_status", port=sim.port))["ports"][0]["state"] != "Disconnected":
+            await trio.sleep(0.01)
+    err = await h.error("send_data", port=sim.port, payload="AT", stop_pattern="OK")
+    assert err["code"] == "BACKEND_UNAVAILABLE" and err["details"]["state"] == "Disconnected"
+    assert "configure_connection" in err["details"]["hint"]
+    gone = await h.error("configure_connection", port=sim.port)
+    assert gone["code"] == "NOT_FOUND"  # not back yet: the link is gone, like a by-id link
+    with SimModem(link=tmp_path / "modem") as back:
+        reopened = await h.call("configure_connection", port=back.port)
+        assert reopened["outcome"] == "reopened" and reopened["log_file"] != old_log
+        assert reopened["settings"]["line_ending"] == "cr"
+        assert (await at(h, back, "AT"))["data"] == "\r\nOK\r\n"
+        page = await h.call("get_log", port=back.port)
+        assert page["live"] and page["log_file"] == reopened["log_file"]
+    events = [json.loads(line).get("event") for line in Path(old_log).read_text().splitlines()]
+    assert events[-2:] == ["disconnected", "closed"]
+
+
+async def test_closing_and_reopening_at_once_does_not_trip_over_our_own_lock(h: Harness, sim: SimModem) -> None:
+    for _ in range(3):
+        closed = await h.call("configure_connection", port=sim.port, action="close")
+        assert closed["state"] == "Closed"
+        reopened = await h.call("configure_connection", port=sim.port, line_ending="cr")
+        assert reopened["outcome"] == "opened"  # a fresh session: close forgets the settings
+        assert (await at(h, sim, "AT"))["found_keyword"]
+    page = await h.call("get_log", port=sim.port)
+    assert page["live"] and page["records"][0]["event"] == "session"
+
+
+async def test_the_last_session_log_is_readable_after_close(h: Harness, sim: SimModem) -> None:
+    await at(h, sim, "ATI")
+    await h.call("configure_connection", port=sim.port, action="close")
+    page = await h.call("get_log", port=sim.port, limit=1000)
+    assert not page["live"] and page["records"][-1]["event"] == "closed"
+    assert any(r["dir"] == "tx" and r["data"] == "ATI\r" for r in page["records"])
+
+
+async def test_stopping_the_actor_by_hand_closes_the_port(h: Harness, sim: SimModem) -> None:
+    ref = h.daemon.supervisor.find("serial", sim.port)
+    assert ref is not None
+    h.daemon.supervisor.stop(ref.id, reason="operator")
+    await trio.testing.wait_all_tasks_blocked()
+    err = await h.error("send_data", port=sim.port, payload="AT")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["state"] == "Closed"
+    await h.call("configure_connection", port=sim.port)  # the lock was released
+
+
+# -- ownership and contention -----------------------------------------------------------------
+
+
+async def test_a_second_connected_client_is_refused_until_it_forces_a_take_over(h: Harness, sim: SimModem) -> None:
+    other = "mcp:200"
+    h.connect(other)
+    busy = await h.error("send_data", client=other, port=sim.port, payload="AT", stop_pattern="OK")
+    assert busy["code"] == "BUSY" and busy["details"]["owner"] == h.client and "force" in busy["details"]["hint"]
+    reopen = await h.error("configure_connection", client=other, port=sim.port)
+    assert reopen["code"] == "BUSY"
+    seen = (await h.call("connection_status", client=other, port=sim.port))["ports"][0]
+    assert seen["state"] == "Occupied" and not seen["you_own"]
+    assert (await h.call("connection_status", port=sim.port))["ports"][0]["state"] == "Connected"
+    assert (await h.call("read_urc", client=other, port=sim.port, peek=True))["returned"] == 0  # peeking is fine
+    taken = await h.call("configure_connection", client=other, port=sim.port, force=True)
+    assert taken["took_over_from"] == h.client and taken["owner"] == other and taken["outcome"] == "reconfigured"
+    assert (await h.error("send_data", port=sim.port, payload="AT"))["code"] == "BUSY"
+    assert (await h.call("send_data", client=other, port=sim.port, payload="AT", stop_pattern="OK"))["found_keyword"]
+
+
+async def test_a_port_whose_owner_went_away_passes_to_the_next_client(h: Harness, sim: SimModem) -> None:
+    h.disconnect(h.client)  # e.g. one `diagd call` after another
+    result = await h.call("send_data", client="cli:301", port=sim.port, payload="AT", stop_pattern="OK")
+    assert result["found_keyword"]
+    assert (await h.call("connection_status", port=sim.port))["ports"][0]["owner"] == "cli:301"
+
+
+async def test_a_port_locked_by_another_program_is_occupied(make_harness: MakeHarness, sim: SimModem) -> None:
+    h = make_harness()
+    with pyserial.Serial(sim.path, exclusive=True):
+        err = await h.error("configure_connection", port=sim.port)
+        assert err["code"] == "BUSY" and err["details"]["state"] == "Occupied"
+        assert os.getpid() in [p["pid"] for p in err["details"]["holders"]]
+        status = (await h.call("connection_status", port=sim.port))["ports"][0]
+        assert status["state"] == "Occupied" and status["holders"]
+    assert (await h.call("configure_connection", port=sim.port))["state"] == "Connected"
+
+
+async def test_two_names_of_one_device_share_one_session(h: Harness, sim: SimModem) -> None:
+    again = await h.call("configure_connection", port=sim.path)
+    assert again["port"] == sim.port and again["outcome"] == "reconfigured"
+    assert (await h.call("send_data", port=sim.path, payload="AT", stop_pattern="OK"))["port"] == sim.port
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+async def test_unknown_unopened_and_unsuitable_ports_are_coded_errors(
+        make_harness: MakeHarness, sim: SimModem, tmp_path: Path) -> None:
+    h = make_harness()
+    missing = await h.error("configure_connection", port="/dev/ttyNOPE9")
+    assert missing["code"] == "NOT_FOUND" and "list_ports" in missing["details"]["hint"]
+    assert (await h.error("connection_status", port="ttyNOPE9"))["code"] == "NOT_FOUND"
+    not_open = await h.error("send_data", port=sim.port, payload="AT")
+    assert not_open["code"] == "INVALID_ARGUMENT" and "configure_connection" in not_open["details"]["hint"]
+    assert (await h.error("read_urc", port=sim.port))["code"] == "INVALID_ARGUMENT"
+    plain = tmp_path / "notatty"
+    plain.write_text("x")
+    assert (await h.error("configure_connection", port=str(plain)))["code"] == "INVALID_ARGUMENT"
+    bad = await h.error("configure_connection", port=sim.port, baudrate=0)
+    assert bad["code"] == "INVALID_ARGUMENT" and bad["details"]["path"] == "$.baudrate"
+    assert (await h.error("configure_connection", port=sim.port, parity="X"))["code"] == "INVALID_ARGUMENT"
+    assert (await h.error("get_log", port="/dev/ttyNOPE9"))["code"] == "NOT_FOUND"
+
+
+async def test_arguments_that_contradict_each_other_are_refused(h: Harness, sim: SimModem) -> None:
+    for args in ({"wait_policy": "keyword"}, {"wait_policy": "timeout", "stop_pattern": "OK"},
+                 {"encoding": "hex", "payload": "41", "line_ending": "cr"}, {"stop_pattern": ""}):
+        err = await h.error("send_data", **{"port": sim.port, "payload": "AT", **args})
+        assert err["code"] == "INVALID_ARGUMENT", args
+    assert (await h.error("set_signals", port=sim.port))["code"] == "INVALID_ARGUMENT"
+
+
+async def test_ports_outside_the_allow_list_are_refused(make_harness: MakeHarness, sim: SimModem,
+                                                        tmp_path: Path) -> None:
+    h = make_harness(allowed_ports=[str(tmp_path / "allowed*")])
+    err = await h.error("configure_connection", port=sim.port)
+    assert err["code"] == "PERMISSION_DENIED" and err["details"]["device"] == sim.path
+    os.symlink(sim.path, tmp_path / "allowed0")
+    assert (await h.call("configure_connection", port=str(tmp_path / "allowed0")))["state"] == "Connected"
+
+
+async def test_a_bad_serial_config_table_is_a_coded_error_at_open(make_harness: MakeHarness, sim: SimModem) -> None:
+    h = make_harness(max_reply=5)
+    err = await h.error("configure_connection", port=sim.port)
+    assert err["code"] == "INVALID_ARGUMENT" and "max_reply" in err["message"]
+
+
+async def test_line_control_on_a_pty_is_a_clear_unsupported_error(h: Harness, sim: SimModem) -> None:
+    err = await h.error("set_signals", port=sim.port, dtr=False)
+    assert err["code"] == "BACKEND_UNAVAILABLE" and err["details"]["errno"] == "ENOTTY"
+    assert (await at(h, sim, "AT"))["found_keyword"]  # the port is fine afterwards
+
+
+# -- discovery --------------------------------------------------------------------------------
+
+
+async def test_list_ports_shows_configured_ports_and_hot_plug_changes(make_harness: MakeHarness,
+                                                                      tmp_path: Path) -> None:
+    h = make_harness(allowed_ports=[str(tmp_path / "dev*")])
+    first = await h.call("list_ports")
+    assert first["first_call"] and first["added"] == []
+    assert not any(p["port"].startswith(str(tmp_path)) for p in first["ports"])
+    assert all(not p["allowed"] for p in first["ports"])  # e.g. /dev/ttyS0: not in the allow-list
+    with SimModem(link=tmp_path / "dev0") as plugged:
+        listed = await h.call("list_ports")
+        assert listed["added"] == [plugged.port] and not listed["first_call"]
+        entry = next(p for p in listed["ports"] if p["port"] == plugged.port)
+        assert entry["allowed"] and entry["state"] == "Closed" and entry["label"].startswith(plugged.port + " - ")
+        await h.call("configure_connection", port=plugged.port)
+        assert next(p for p in (await h.call("list_ports"))["ports"] if p["port"] == plugged.port)["state"] == \
+            "Connected"
+        await h.call("configure_connection", port=plugged.port, action="close")
+    unplugged = await h.call("list_ports")
+    assert unplugged["removed"] == [str(tmp_path / "dev0")] and unplugged["added"] == []
+
+
+async def test_a_new_device_reusing_a_vanished_ports_device_name_is_not_taken_for_it(
+        h: Harness, sim: SimModem, tmp_path: Path) -> None:
+    sim.close()
+    with trio.fail_after(10):
+        while (await h.call("connection_status", port=sim.port))["ports"][0]["state"] != "Disconnected":
+            await trio.sleep(0.01)
+    with SimModem(link=tmp_path / "other") as other:  # the kernel may hand out the same /dev/pts/N
+        opened = await h.call("configure_connection", port=other.port)
+        assert opened["port"] == other.port and opened["outcome"] == "opened"

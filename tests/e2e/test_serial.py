@@ -1,0 +1,157 @@
+"""Serial end to end: MCP SDK client -> `diagd mcp` shim -> `diagd serve` -> pyserial -> a pty whose
+other end is a simulated modem in its own process (tests/support/sim_modem.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+
+from tests.conftest import SUPPORT, DaemonProcess, Env, start_daemon
+from tests.e2e.test_mcp import call, mcp_client, payload
+
+pytestmark = pytest.mark.e2e
+
+AT_END = ["OK\r\n", "ERROR\r\n"]
+
+
+@dataclass
+class SimProcess:
+    proc: subprocess.Popen[str]
+    path: str
+    link: Path
+
+    def stop(self) -> None:
+        """Close its stdin: it closes the master and removes its link (an unplugged adapter)."""
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+def start_sim(link: Path, *args: str) -> SimProcess:
+    proc = subprocess.Popen([sys.executable, str(SUPPORT / "sim_modem.py"), "--link", str(link), *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, f"the simulated modem exited with {proc.wait(timeout=10)}"
+    return SimProcess(proc, json.loads(line)["path"], link)
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[SimProcess]:
+    modem = start_sim(tmp_path / "modem0", "--urc-interval", "0.2")
+    yield modem
+    modem.stop()
+
+
+@pytest.fixture
+def serial_daemon(env: Env, tmp_path: Path) -> Iterator[DaemonProcess]:
+    env.write_config(env.config.read_text() + f'\n[serial]\nallowed_ports = ["{tmp_path}/modem*"]\n')
+    daemon = start_daemon(env)
+    yield daemon
+    daemon.stop()
+
+
+async def ok(client: Client, tool: str, **args: Any) -> dict[str, Any]:
+    result = await call(client, tool, args)
+    assert not result.is_error, payload(result)
+    structured: dict[str, Any] = result.structured_content  # checked against outputSchema by the SDK
+    assert structured == payload(result)
+    return structured
+
+
+async def error(client: Client, tool: str, **args: Any) -> dict[str, Any]:
+    result = await call(client, tool, args)
+    assert result.is_error
+    return payload(result)
+
+
+async def test_an_agent_session_over_mcp(serial_daemon: DaemonProcess, sim: SimProcess) -> None:
+    port = str(sim.link)
+    async with mcp_client(serial_daemon.env) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert {"list_ports", "configure_connection", "connection_status", "send_data", "read_urc", "set_signals",
+                "get_log"} <= set(tools)
+        assert tools["get_log"].annotations is not None and tools["get_log"].annotations.read_only_hint
+        listed = await ok(client, "list_ports")
+        assert any(p["port"] == port and p["allowed"] for p in listed["ports"])
+        opened = await ok(client, "configure_connection", port=port, baudrate=115200, line_ending="cr")
+        assert opened["state"] == "Connected" and opened["device"] == sim.path
+        csq = await ok(client, "send_data", port=port, payload="AT+CSQ", stop_pattern=AT_END, timeout_ms=5000)
+        assert "+CSQ: 23,99" in csq["data"] and csq["stop_pattern_matched"] == "OK\r\n"
+        frame = await ok(client, "send_data", port=port, payload="7E 00 FF 7E", encoding="hex",
+                         stop_pattern="FF 00 7E", timeout_ms=5000)
+        assert frame["data"] == "7E 00 FF 00 FF FF 00 7E" and frame["is_hex"]
+        urcs: list[dict[str, Any]] = []
+        with trio.fail_after(10):  # the modem's timer keeps talking between calls
+            while sum("+CMTI" in p["data"] for p in urcs) < 2:
+                urcs += (await ok(client, "read_urc", port=port))["packets"]
+                await trio.sleep(0.05)
+        page = await ok(client, "get_log", port=port, limit=5)
+        assert page["live"] and page["records"][0]["event"] == "session" and page["next_offset"] == 5
+        status = payload(await call(client, "diagd_status"))
+        actor = next(a for a in status["actors"] if a["kind"] == "serial")
+        assert actor["resource"] == port and actor["idle_s_left"] is None
+        assert actor["details"]["state"] == "Connected"
+        closed = await ok(client, "configure_connection", port=port, action="close")
+        assert closed["state"] == "Closed"
+        not_open = await error(client, "send_data", port=port, payload="AT")
+        assert not_open["code"] == "INVALID_ARGUMENT" and not_open["details"]["state"] == "Closed"
+
+
+async def test_two_agents_contend_for_one_port(serial_daemon: DaemonProcess, sim: SimProcess) -> None:
+    port = str(sim.link)
+    async with mcp_client(serial_daemon.env) as a, mcp_client(serial_daemon.env) as b:
+        await ok(a, "configure_connection", port=port, line_ending="cr")
+        busy = await error(b, "send_data", port=port, payload="AT", stop_pattern="OK")
+        assert busy["code"] == "BUSY" and busy["details"]["state"] == "Occupied"
+        assert (await ok(b, "connection_status", port=port))["ports"][0]["state"] == "Occupied"
+        taken = await ok(b, "configure_connection", port=port, force=True)
+        assert taken["took_over_from"] == busy["details"]["owner"]
+        assert (await ok(b, "send_data", port=port, payload="AT", stop_pattern="OK", timeout_ms=5000))["found_keyword"]
+        assert (await error(a, "send_data", port=port, payload="AT"))["code"] == "BUSY"
+
+
+async def test_an_unplugged_modem_is_reported_and_reopened_when_it_returns(
+        serial_daemon: DaemonProcess, sim: SimProcess) -> None:
+    port = str(sim.link)
+    async with mcp_client(serial_daemon.env) as client:
+        await ok(client, "configure_connection", port=port, line_ending="cr")
+        sim.stop()
+        with trio.fail_after(10):
+            while (await ok(client, "connection_status", port=port))["ports"][0]["state"] != "Disconnected":
+                await trio.sleep(0.02)
+        gone = await error(client, "send_data", port=port, payload="AT", stop_pattern="OK")
+        assert gone["code"] == "BACKEND_UNAVAILABLE" and gone["details"]["state"] == "Disconnected"
+        back = start_sim(sim.link)
+        try:
+            reopened = await ok(client, "configure_connection", port=port)
+            assert reopened["outcome"] == "reopened" and reopened["device"] == back.path
+            at = await ok(client, "send_data", port=port, payload="AT", stop_pattern="OK", timeout_ms=5000)
+            assert at["data"] == "\r\nOK\r\n"
+        finally:
+            back.stop()
+
+
+def test_diagd_call_drives_a_port_from_the_shell(serial_daemon: DaemonProcess, sim: SimProcess) -> None:
+    env, port = serial_daemon.env, str(sim.link)
+    opened = env.run("call", "configure_connection", f"port={port}", "line_ending=cr", "--visibility", "off")
+    assert opened.returncode == 0, opened.stderr
+    # Each `diagd call` is a new client; the port passes on once the previous one has gone.
+    sent = env.run("call", "send_data", f"port={port}", "payload=ATI", 'stop_pattern=["OK\\r\\n","ERROR\\r\\n"]',
+                   "timeout_ms=5000", "--visibility", "off")
+    assert sent.returncode == 0, sent.stderr
+    assert "SIMMODEM" in json.loads(sent.stdout)["data"]
+    bad = env.run("call", "send_data", f"port={port}", "payload=0A 0", "encoding=hex", "--visibility", "off")
+    assert bad.returncode == 1 and json.loads(bad.stdout)["details"]["position"] == 3
+    denied = env.run("call", "configure_connection", "port=/dev/ttyS0", "--visibility", "off")
+    assert denied.returncode == 1 and json.loads(denied.stdout)["code"] == "PERMISSION_DENIED"
