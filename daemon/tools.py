@@ -204,6 +204,8 @@ def coerce(schema: dict[str, Any], value: Any) -> Any:
         if "boolean" in wanted and "string" not in wanted and text.lower() in ("true", "false"):
             return text.lower() == "true"
         return value
+    if wanted == {"string"} and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)  # `diagd call payload=12` parses 12 as JSON; the schema wants the text
     if isinstance(value, dict):
         props = schema.get("properties", {})
         return {k: coerce(props[k], v) if k in props else v for k, v in value.items()}

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import pytest
 
-PCAPS = Path(os.environ.get("DIAGD_TEST_PCAPS", Path(__file__).resolve().parents[2] / "shared" / "pcaps"))
+def _find() -> Path:
+    if override := os.environ.get("DIAGD_TEST_PCAPS"):
+        return Path(override)
+    beside_checkout = Path(__file__).resolve().parents[2] / "shared" / "pcaps"
+    for candidate in (beside_checkout, Path("/work/shared/pcaps")):
+        if candidate.is_dir():
+            return candidate
+    return beside_checkout
+
+
+PCAPS = _find()
 
 
 def pcap(name: str) -> str:

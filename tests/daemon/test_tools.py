@@ -47,6 +47,11 @@ async def test_numbers_and_booleans_sent_as_strings_are_accepted() -> None:
                                       "nested": {"n": 3}}
 
 
+def test_numbers_where_the_schema_wants_text_become_text() -> None:
+    assert coerce({"type": "string"}, 12) == "12"
+    assert coerce({"type": "string"}, True) is True  # left for the validator to refuse
+
+
 def test_coerce_leaves_unparseable_strings_for_the_validator() -> None:
     assert coerce({"type": "integer"}, "five") == "five"
     assert coerce({"type": ["integer", "string"]}, "5") == "5"
