@@ -22,6 +22,7 @@ from diagd.actors._subprocess import TERM_THEN_KILL, LineSplitter, Tail, drain, 
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+MAX_REQUEST_BYTES = 2047  # sharkd 4.0 reads each request line into a 2 KiB buffer (plus the newline)
 
 
 class SharkdError(Exception):
@@ -78,6 +79,10 @@ class Sharkd:
             except ValueError:
                 return
             channel = self._waiting.pop(message.get("id"), None)
+            if channel is None and "error" in message and len(self._waiting) == 1:
+                # sharkd answers a request it could not parse under a stale id; it handles one
+                # request at a time, so the error belongs to the one in flight.
+                channel = self._waiting.pop(next(iter(self._waiting)))
             if channel is not None:
                 channel.send_nowait(message)
 
@@ -122,6 +127,11 @@ class Sharkd:
         send, receive = trio.open_memory_channel[dict[str, Any]](1)
         self._waiting[request_id] = send
         line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
+        if len(line) >= MAX_REQUEST_BYTES:
+            del self._waiting[request_id]
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"request of {len(line)} bytes: sharkd 4.0 reads at most {MAX_REQUEST_BYTES} per request",
+                             method=method)
         assert self.proc.stdin is not None
         self.requests += 1
         await self.proc.stdin.send_all(line.encode() + b"\n")

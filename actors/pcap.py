@@ -50,6 +50,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "5gc-lab": {"decode_as": ["tcp.port==7777,http2"], "preferences": {"nas-5gs.null_decipher": "TRUE"}},
 }
 MAX_SORTED_ROWS = 20000
+MAX_FILTER_CHARS = 1800  # sharkd 4.0 reads each request line into a 2 KiB buffer
 DEFAULT_COLUMNS = ("number", "time_relative", "src", "dst", "protocol", "length", "info")
 
 
@@ -310,6 +311,11 @@ class PcapActor(Actor):
     async def check_filter(self, request: Request, display_filter: str) -> None:
         if not display_filter:
             return
+        if len(display_filter) > MAX_FILTER_CHARS:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"display filter of {len(display_filter)} characters: sharkd 4.0 takes requests of at "
+                             f"most 2 KiB, so filters are limited to {MAX_FILTER_CHARS} characters",
+                             display_filter=display_filter[:200] + "...")
         try:
             await (await self._worker(request)).call("check", {"filter": display_filter})
         except SharkdError as exc:
@@ -337,20 +343,36 @@ class PcapActor(Actor):
             self._filters.popitem(last=False)
         return numbers
 
-    async def rows(self, request: Request, numbers: list[int]) -> list[dict[str, Any]]:
-        """Default packet-list columns for the given frames (one sharkd call per contiguous run)."""
-        if not numbers:
-            return []
-        wanted = set(numbers)
-        out: list[dict[str, Any]] = []
-        members = ",".join(str(n) for n in numbers)
-        result = await (await self._worker(request)).call("frames", {"filter": f"frame.number in {{{members}}}"})
+    async def page(self, request: Request, display_filter: str, offset: int, limit: int
+                   ) -> tuple[int, list[dict[str, Any]]]:
+        """(total matches, one page of default packet-list columns) in two cheap sharkd calls.
+
+        sharkd keeps a bitmap per filter, so the page (`skip`/`limit`) costs one pass the first
+        time and milliseconds after; the total comes from `intervals` on the same bitmap.
+        """
+        await self.check_filter(request, display_filter)
+        worker = await self._worker(request)
+        params: dict[str, Any] = {"limit": limit}
+        if offset:
+            params["skip"] = offset  # sharkd refuses skip=0
+        if display_filter:
+            params["filter"] = display_filter
+        try:
+            result = await worker.call("frames", params)
+            if display_filter:
+                counted = await worker.call("intervals", {"filter": display_filter, "interval": 2**31 - 1})
+                total = int(counted.get("frames", 0))
+            else:
+                total = self.frame_count
+        except SharkdError as exc:
+            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {exc.message}",
+                             display_filter=display_filter) from None
+        rows = []
         for r in result:
-            if r["num"] in wanted:
-                c = r["c"]
-                out.append(dict(zip(DEFAULT_COLUMNS, [int(c[0]), float(c[1]), c[2], c[3], c[4], int(c[5]),
-                                                      c[6].strip()], strict=True)))
-        return out
+            c = r["c"]
+            rows.append(dict(zip(DEFAULT_COLUMNS, [int(c[0]), float(c[1]), c[2], c[3], c[4], int(c[5]),
+                                                   c[6].strip()], strict=True)))
+        return total, rows
 
     async def tree(self, request: Request, number: int, with_bytes: bool = False) -> dict[str, Any]:
         worker = await self._worker(request)  # loads the capture first, so frame_count is known
@@ -420,12 +442,14 @@ class PcapActor(Actor):
             "warnings": [self.load_warning] if self.load_warning else [],
         }
 
+    async def op_check(self, request: Request, display_filter: str) -> dict[str, Any]:
+        await self.check_filter(request, display_filter)
+        return {"valid": True}
+
     async def op_frames(self, request: Request, display_filter: str, limit: int, offset: int) -> dict[str, Any]:
-        numbers = await self.matching(request, display_filter)
-        page = numbers[offset:offset + limit]
-        result: dict[str, Any] = {"total": len(numbers), "frames": await self.rows(request, page),
-                                  "has_more": offset + len(page) < len(numbers)}
-        if not numbers and display_filter:
+        total, rows = await self.page(request, display_filter, offset, limit)
+        result: dict[str, Any] = {"total": total, "frames": rows, "has_more": offset + len(rows) < total}
+        if not total and display_filter:
             result["hint"] = await self.absent_protocols_hint(request, display_filter)
         return result
 
@@ -568,11 +592,9 @@ class PcapActor(Actor):
                              protocols=tree_mod.top_protocols(answer["tree"]),
                              hint="HTTP/2 on a non-standard port needs decode_as (e.g. tcp.port==7777,http2)")
         combined = f"({follow_filter}) && ({display_filter})" if display_filter else follow_filter
-        numbers = await self.matching(request, combined)
-        page = numbers[offset:offset + limit]
+        total, rows = await self.page(request, combined, offset, limit)
         return {"follow_type": follow_type, "follow_key": key, "follow_display_filter": follow_filter,
-                "display_filter": combined, "total": len(numbers), "frames": await self.rows(request, page),
-                "has_more": offset + len(page) < len(numbers)}
+                "display_filter": combined, "total": total, "frames": rows, "has_more": offset + len(rows) < total}
 
     async def op_packet_list(self, request: Request, display_filter: str, columns: list[dict[str, str]],
                              include_default_columns: bool, output_path: str, preview_rows: int) -> dict[str, Any]:
@@ -953,10 +975,8 @@ def register(daemon: Daemon) -> None:
             flt = f"({numbers_filter}) && ({flt})" if flt else numbers_filter
         if not flt:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "give display_filter or frame_numbers")
-        check = await backend.ask(ctx, spec, "frames", {"display_filter": flt, "limit": 1, "offset": 0})
-        if check["total"] == 0:
-            raise DiagdError(ErrorCode.NOT_FOUND, "no frame matches: nothing to extract", display_filter=flt,
-                             hint=check.get("hint"))
+        if args.get("display_filter"):
+            await backend.ask(ctx, spec, "check", {"display_filter": args["display_filter"]})
         output = backend.export_path(spec.path.stem, ".pcapng")
         argv = ["tshark", "-r", str(spec.path), "-n"]
         for rule in spec.decode_as:
@@ -968,7 +988,14 @@ def register(daemon: Daemon) -> None:
         if done.returncode != 0:
             raise DiagdError(ErrorCode.INTERNAL_ERROR, "tshark could not write the sub-capture",
                              stderr=done.stderr.decode(errors="replace")[-2000:])
-        return backend.finish({"output_path": str(output), "packet_count": check["total"],
+        counted = await trio.run_process(["capinfos", "-M", "-c", "-T", "-r", str(output)], capture_stdout=True,
+                                         capture_stderr=True, check=False)
+        fields = counted.stdout.decode(errors="replace").strip().split("\t")
+        packets = int(fields[-1]) if counted.returncode == 0 and fields[-1].isdigit() else 0
+        if packets == 0:
+            output.unlink(missing_ok=True)
+            raise DiagdError(ErrorCode.NOT_FOUND, "no frame matches: nothing to extract", display_filter=flt)
+        return backend.finish({"output_path": str(output), "packet_count": packets,
                                "file_size_bytes": output.stat().st_size, "display_filter": flt,
                                "source": await backend.source(spec, args, display_filter=flt)})
 

@@ -330,3 +330,19 @@ async def test_loading_a_capture_reports_progress(pcap_daemon: DaemonProcess) ->
     assert not result.is_error
     assert seen[0][0] == 0 and "loading heplify_fax_call_t38_sip.pcap" in (seen[0][2] or "")
     assert seen[-1][:2] == (1, 1)
+
+
+async def test_big_pages_long_frame_lists_and_overlong_filters(pcap_daemon: DaemonProcess) -> None:
+    # sharkd 4.0 reads requests into a 2 KiB buffer: nothing diagd sends may depend on page size.
+    path = pcap("magma_gx_gy_combined_04.pcapng")
+    page = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=path, display_filter="diameter", limit=1000,
+                      offset=200)
+    assert page["total"] == 1288 and len(page["frames"]) == 1000 and page["has_more"] is True
+    extracted = await call(pcap_daemon, "pcap_extract_subcapture", pcap_path=path,
+                           frame_numbers=list(range(1, 1501)))
+    assert extracted["packet_count"] == 1500
+    overlong = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=path,
+                          display_filter=" || ".join(f"frame.number == {n}" for n in range(1, 400)))
+    assert overlong["code"] == "INVALID_ARGUMENT" and "2 KiB" in overlong["message"]
+    nothing = await call(pcap_daemon, "pcap_extract_subcapture", pcap_path=path, display_filter="pfcp")
+    assert nothing["code"] == "NOT_FOUND"
