@@ -30,6 +30,7 @@ import trio
 
 from diagd.actors import _pcap_ngap as ngap_summary
 from diagd.actors import _pcap_tree as tree_mod
+from diagd.actors import _tshark_cold as _cold
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._sharkd import Sharkd, SharkdError
 from diagd.actors.base import Actor, Request, SupervisionPolicy
@@ -239,6 +240,8 @@ class PcapActor(Actor):
         self.cache_hits = 0
         self.cat: Catalogue | None = None
         self.load_warning: str | None = None
+        self._loading = trio.Event()
+        self._load_error: DiagdError | None = None
         self.column_formats: dict[str, int] = {}
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -250,14 +253,38 @@ class PcapActor(Actor):
             table, value, proto = parse_decode_as(rule, cat)
             lines.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
         (self._config_dir / "decode_as_entries").write_text("\n".join(lines) + "\n")
-        # The capture itself is loaded by the first request, which can report progress to its
-        # client (a large file takes seconds); errors then reach that same caller.
+        # The capture loads in the background: the first request reports progress while it waits,
+        # or (frames, info) is answered by one cold tshark pass on the other core meanwhile.
+        self._loading = self._begin_load()
 
-    async def _load(self, request: Request | None = None) -> None:
+    def _begin_load(self) -> trio.Event:
+        assert self._nursery is not None
+        done = trio.Event()
+        self._load_error = None
+
+        async def load() -> None:
+            try:
+                await self._load()
+            except DiagdError as exc:
+                self._load_error = exc
+            except Exception as exc:
+                self._load_error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd failed to load: {exc}")
+            finally:
+                done.set()
+
+        self._nursery.start_soon(load)
+        return done
+
+    @property
+    def loaded(self) -> bool:
+        return self._loading.is_set() and self._load_error is None and self.sharkd is not None and self.sharkd.alive
+
+    def cold_argv(self) -> list[str]:
+        return _cold.base_argv(self.spec.path, self.spec.decode_as, self.spec.preferences)
+
+    async def _load(self) -> None:
         assert self._nursery is not None and self._config_dir is not None
         started = time.monotonic()
-        if request is not None:
-            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
         self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
         try:
             self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
@@ -277,12 +304,22 @@ class PcapActor(Actor):
         self.loads += 1
         self._filters.clear()
         self._trees.clear()
-        if request is not None:
-            await request.report_progress(1, 1, "capture loaded")
 
     async def _worker(self, request: Request) -> Sharkd:
-        if self.sharkd is None or not self.sharkd.alive:
-            await self._load(request)  # a timed-out or killed worker is replaced on the next call
+        if self._loading.is_set() and not self.loaded:
+            if self._load_error is not None:
+                error, self._load_error = self._load_error, None
+                self._loading = trio.Event()
+                self._loading.set()  # the next call tries again (the file may have been fixed)
+                self.sharkd = None
+                raise error
+            self._loading = self._begin_load()  # a timed-out or killed worker is replaced
+        if not self._loading.is_set():
+            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
+            await self._loading.wait()
+            if self._load_error is not None:
+                return await self._worker(request)
+            await request.report_progress(1, 1, "capture loaded")
         assert self.sharkd is not None
         return self.sharkd
 
@@ -311,17 +348,21 @@ class PcapActor(Actor):
     async def check_filter(self, request: Request, display_filter: str) -> None:
         if not display_filter:
             return
-        if len(display_filter) > MAX_FILTER_CHARS:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
-                             f"display filter of {len(display_filter)} characters: sharkd 4.0 takes requests of at "
-                             f"most 2 KiB, so filters are limited to {MAX_FILTER_CHARS} characters",
-                             display_filter=display_filter[:200] + "...")
+        self.check_length(display_filter)
         try:
             await (await self._worker(request)).call("check", {"filter": display_filter})
         except SharkdError as exc:
             message = exc.message.removeprefix("Filter invalid - ")
             raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message}",
                              display_filter=display_filter) from None
+
+    @staticmethod
+    def check_length(display_filter: str) -> None:
+        if len(display_filter) > MAX_FILTER_CHARS:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"display filter of {len(display_filter)} characters: sharkd 4.0 takes requests of at "
+                             f"most 2 KiB, so filters are limited to {MAX_FILTER_CHARS} characters",
+                             display_filter=display_filter[:200] + "...")
 
     async def matching(self, request: Request, display_filter: str) -> list[int]:
         """Frame numbers matching a filter (all frames for ''), cached per filter."""
@@ -411,35 +452,48 @@ class PcapActor(Actor):
         return {**result, "cached": False}
 
     async def op_info(self, request: Request) -> dict[str, Any]:
-        analysis = await self.analysed(request)
-        worker = await self._worker(request)
+        served_by = "sharkd"
+        if not self._loading.is_set():  # while sharkd loads: one tshark pass gives all of it
+            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
+            cold = await _cold.info(self.cold_argv(), self.spec.path)
+            await request.report_progress(1, 1, "read with tshark while sharkd loads")
+            analysis = {"protocols": cold["protocols"], "first": cold["first"], "last": cold["last"]}
+            self.analysis = self.analysis or analysis
+            conversations = cold["conversations"]
+            frame_count = cold["frames"]
+            warnings = cold["warnings"]
+            served_by = "tshark (capture still loading)"
+        else:
+            analysis = await self.analysed(request)
+            worker = await self._worker(request)
+            frame_count = self.frame_count
+            warnings = [self.load_warning] if self.load_warning else []
+            taps = await worker.call("tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
+                                             "tap3": "conv:TCP"})
+            conversations = []
+            for tap in taps.get("taps", []):
+                for conv in tap.get("convs", []):
+                    conversations.append({
+                        "proto": tap.get("proto"),
+                        "a": f"{conv['saddr']}" + (f":{conv['sport']}" if "sport" in conv else ""),
+                        "b": f"{conv['daddr']}" + (f":{conv['dport']}" if "dport" in conv else ""),
+                        "frames": conv["rxf"] + conv["txf"],
+                        "bytes": conv["rxb"] + conv["txb"],
+                    })
         protocols = list(analysis.get("protocols", []))
-        taps = await worker.call("tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
-                                         "tap3": "conv:TCP"})
-        conversations: list[dict[str, Any]] = []
-        for tap in taps.get("taps", []):
-            for conv in tap.get("convs", []):
-                conversations.append({
-                    "proto": tap.get("proto"),
-                    "a": f"{conv['saddr']}" + (f":{conv['sport']}" if "sport" in conv else ""),
-                    "b": f"{conv['daddr']}" + (f":{conv['dport']}" if "dport" in conv else ""),
-                    "frames": conv["rxf"] + conv["txf"],
-                    "bytes": conv["rxb"] + conv["txb"],
-                    "filter": conv.get("filter"),
-                })
         order = {"SCTP": 0, "TCP": 1, "UDP": 2, "IPv4": 3}
         conversations.sort(key=lambda c: (order.get(str(c["proto"]), 9), -c["frames"]))
         first, last = analysis.get("first"), analysis.get("last")
         return {
-            "packet_count": self.frame_count,
+            "packet_count": frame_count,
+            "served_by": served_by,
             "time_start": _iso(first),
             "time_end": _iso(last),
             "duration_s": round(float(last) - float(first), 6) if first is not None and last is not None else 0,
             "has_protocols": {p: (p in protocols) for p in INTERESTING_PROTOCOLS},
             "protocols": protocols,
             "top_conversations": conversations[:10],
-            "load_s": round(self.load_s, 3),
-            "warnings": [self.load_warning] if self.load_warning else [],
+            "warnings": warnings,
         }
 
     async def op_check(self, request: Request, display_filter: str) -> dict[str, Any]:
@@ -447,8 +501,19 @@ class PcapActor(Actor):
         return {"valid": True}
 
     async def op_frames(self, request: Request, display_filter: str, limit: int, offset: int) -> dict[str, Any]:
-        total, rows = await self.page(request, display_filter, offset, limit)
-        result: dict[str, Any] = {"total": total, "frames": rows, "has_more": offset + len(rows) < total}
+        served_by = "sharkd"
+        if not self._loading.is_set():  # first question while sharkd loads: one tshark pass beside it
+            self.check_length(display_filter)
+            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
+            all_rows = await _cold.frames(self.cold_argv(), display_filter)
+            await request.report_progress(1, 1, "read with tshark while sharkd loads")
+            self._filters[display_filter] = [r["number"] for r in all_rows]
+            total, rows = len(all_rows), all_rows[offset:offset + limit]
+            served_by = "tshark (capture still loading)"
+        else:
+            total, rows = await self.page(request, display_filter, offset, limit)
+        result: dict[str, Any] = {"total": total, "frames": rows, "has_more": offset + len(rows) < total,
+                                  "served_by": served_by}
         if not total and display_filter:
             result["hint"] = await self.absent_protocols_hint(request, display_filter)
         return result
@@ -745,11 +810,7 @@ class PcapBackend:
         out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": spec.sha256, "profile": args.get("profile"),
                                **spec.describe(), "tshark_version": cat.version, **extra}
         if args.get("include_command"):
-            argv = ["tshark", "-r", str(spec.path)]
-            for rule in spec.decode_as:
-                argv += ["-d", rule]
-            for name, value in spec.preferences:
-                argv += ["-o", f"{name}:{value}"]
+            argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
             if extra.get("display_filter"):
                 argv += ["-Y", extra["display_filter"]]
             out["equivalent_command"] = argv
@@ -978,12 +1039,8 @@ def register(daemon: Daemon) -> None:
         if args.get("display_filter"):
             await backend.ask(ctx, spec, "check", {"display_filter": args["display_filter"]})
         output = backend.export_path(spec.path.stem, ".pcapng")
-        argv = ["tshark", "-r", str(spec.path), "-n"]
-        for rule in spec.decode_as:
-            argv += ["-d", rule]
-        for name, value in spec.preferences:
-            argv += ["-o", f"{name}:{value}"]
-        argv += ["-Y", flt, "-w", str(output), "-F", "pcapng"]
+        argv = [*_cold.base_argv(spec.path, spec.decode_as, spec.preferences), "-Y", flt, "-w", str(output),
+                "-F", "pcapng"]
         done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
         if done.returncode != 0:
             raise DiagdError(ErrorCode.INTERNAL_ERROR, "tshark could not write the sub-capture",

@@ -199,7 +199,7 @@ async def test_bad_input_gets_the_right_codes(pcap_daemon: DaemonProcess) -> Non
     not_capture = pcap_daemon.env.root / "not-a-capture.pcap"
     not_capture.write_bytes(bytes(range(256)) * 20)
     garbage = await call(pcap_daemon, "pcap_info", pcap_path=str(not_capture))
-    assert garbage["code"] == "INVALID_ARGUMENT" and "format sharkd understands" in garbage["message"]
+    assert garbage["code"] == "INVALID_ARGUMENT" and "isn't a capture file" in garbage["message"]
 
 
 async def test_a_truncated_capture_loads_with_a_warning(pcap_daemon: DaemonProcess) -> None:
@@ -209,6 +209,16 @@ async def test_a_truncated_capture_loads_with_a_warning(pcap_daemon: DaemonProce
     info = await call(pcap_daemon, "pcap_info", pcap_path=str(truncated))
     assert info["packet_count"] == 17
     assert "cut short" in info["warnings"][0]
+    cold = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=str(truncated), display_filter="ngap")
+    assert cold["total"] == 10  # whichever path answered: tshark beside the load, or the loaded sharkd
+    with trio.fail_after(30):
+        while not any(a["details"].get("path") == str(truncated) and a["details"]["loads"]
+                      for a in json.loads(pcap_daemon.env.run("status", "--json").stdout)["actors"]):
+            await trio.sleep(0.1)
+    warm = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=str(truncated), display_filter="ngap",
+                      offset=1)
+    assert warm["served_by"] == "sharkd"
+    assert warm["total"] == 10 and warm["frames"][0]["number"] == cold["frames"][1]["number"]
 
 
 async def test_a_symlink_out_of_the_allowed_dirs_is_refused(pcap_daemon: DaemonProcess, tmp_path: Path) -> None:
