@@ -1,0 +1,199 @@
+"""bpftrace benchmark: time to the first output line, through diagd and from raw bpftrace.
+
+Run from the repository root, as root (bpftrace 0.17 needs it):
+
+    .venv/bin/python bench/bpftrace.py [--repeats N] [--json]
+
+It starts its own isolated daemon (`diagd serve` with DIAGD_RUNTIME_DIR, DIAGD_STATE_DIR and
+DIAGD_CONFIG in fresh temporary directories) and removes it afterwards, also on failure.
+
+For each program, runs alternate (raw, diagd, raw, diagd, ...) so both see the same machine state:
+
+- raw: wall time from spawning `bpftrace -e PROGRAM` (stdout a pipe, as the daemon has it) to
+  its first output line after "Attaching N probes...".
+- diagd: wall time from sending `exec_program` on the daemon's MCP socket (newline-delimited
+  JSON-RPC, a blocking client) to the reply of a `get_result` (wait_s, until=output) that holds
+  the first output line. That includes the MCP server, argument checks, the actor start, the
+  spawn, and the long-poll wake-up. (The SDK client + `diagd mcp` shim add ~1 ms per call on top;
+  see bench/foundation.py.)
+
+Output: per program the median and p90 of both and the ratio diagd / raw of the medians
+(target <= 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+DIAGD = str(Path(sys.executable).parent / "diagd")
+BPFTRACE = shutil.which("bpftrace") or "bpftrace"
+TARGET_RATIO = 1.2
+PROGRAMS = {
+    "BEGIN printf": 'BEGIN { printf("hello\\n"); exit(); }',
+    "interval 100 ms": 'interval:ms:100 { printf("tick\\n"); exit(); }',
+    "tracepoint sched_switch": 'tracepoint:sched:sched_switch { printf("%s\\n", comm); exit(); }',
+}
+
+
+# --------------------------------------------------------------------------- an isolated daemon
+
+
+@contextmanager
+def isolated_daemon() -> Iterator[Path]:
+    runtime = Path(f"/tmp/diagd-bench-bt-{os.getpid()}")
+    shutil.rmtree(runtime, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix="diagd-bench-bt-"))
+    env = {**os.environ, "DIAGD_RUNTIME_DIR": str(runtime), "DIAGD_STATE_DIR": str(tmp / "state"),
+           "DIAGD_CONFIG": str(tmp / "config.toml")}
+    log = open(tmp / "daemon.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([DIAGD, "serve"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (runtime / "mcp.sock").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"diagd serve did not start; see {tmp / 'daemon.log'}")
+            time.sleep(0.01)
+        yield runtime / "mcp.sock"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(runtime, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class RawMCP:
+    """Blocking newline-delimited JSON-RPC on the daemon's MCP socket."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(str(path))
+        self.buffer = b""
+        self.ids = 0
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "bench-bpftrace", "version": "0"}})
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.ids += 1
+        self._send({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params})
+        while True:
+            while b"\n" not in self.buffer:
+                chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    raise RuntimeError("the daemon closed the connection")
+                self.buffer += chunk
+            line, _, self.buffer = self.buffer.partition(b"\n")
+            reply: dict[str, Any] = json.loads(line)
+            if reply.get("id") == self.ids:
+                return reply
+
+    def tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+        payload: dict[str, Any] = json.loads(result["content"][0]["text"])
+        if result.get("isError"):
+            raise RuntimeError(f"{name}: {payload}")
+        return payload
+
+
+# --------------------------------------------------------------------------- the two measurements
+
+
+def raw_first_line_ms(program: str) -> float:
+    start = time.perf_counter()
+    proc = subprocess.Popen([BPFTRACE, "-e", program], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if not line.startswith(b"Attaching "):
+                return (time.perf_counter() - start) * 1000
+        raise RuntimeError(f"bpftrace printed nothing for {program!r}")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.stdout.read()
+        proc.wait(timeout=30)
+
+
+def diagd_first_line_ms(client: RawMCP, program: str) -> float:
+    start = time.perf_counter()
+    started = client.tool("exec_program", {"program": program, "timeout": 10})
+    while True:
+        page = client.tool("get_result", {"execution_id": started["execution_id"], "wait_s": 10, "limit": 1})
+        if page["lines_returned"]:
+            elapsed = (time.perf_counter() - start) * 1000
+            break
+        if page["status"] != "running":
+            raise RuntimeError(f"no output from {program!r}: {page}")
+    # Not timed: let it end, so the next run never meets the concurrency limit.
+    client.tool("get_result", {"execution_id": started["execution_id"], "wait_s": 15, "until": "done", "limit": 1})
+    return elapsed
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", action="store_true")
+    opts = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench/bpftrace.py needs root (bpftrace 0.17 runs only as root)", file=sys.stderr)
+        return 2
+    rows = []
+    with isolated_daemon() as mcp_socket:
+        client = RawMCP(mcp_socket)
+        for name, program in PROGRAMS.items():
+            raw_first_line_ms(program)  # warm-up: page cache, BTF, the daemon's first spawn
+            diagd_first_line_ms(client, program)
+            raw, diagd = [], []
+            for _ in range(opts.repeats):
+                raw.append(raw_first_line_ms(program))
+                diagd.append(diagd_first_line_ms(client, program))
+            rows.append({
+                "program": name, "runs": opts.repeats,
+                "raw_p50_ms": round(statistics.median(raw), 1), "diagd_p50_ms": round(statistics.median(diagd), 1),
+                "raw_p90_ms": round(pct(raw, 0.9), 1), "diagd_p90_ms": round(pct(diagd, 0.9), 1),
+                "ratio": round(statistics.median(diagd) / statistics.median(raw), 3),
+            })
+    if opts.json:
+        print(json.dumps({"target_ratio": TARGET_RATIO, "results": rows}, indent=2))
+    else:
+        print(f"time to the first output line, {opts.repeats} alternating runs each (target ratio <= {TARGET_RATIO})")
+        print(f"{'program':<26}{'raw p50':>10}{'diagd p50':>11}{'raw p90':>10}{'diagd p90':>11}{'ratio':>8}")
+        for r in rows:
+            mark = "" if r["ratio"] <= TARGET_RATIO else "  (over target)"
+            print(f"{r['program']:<26}{r['raw_p50_ms']:>8.1f}ms{r['diagd_p50_ms']:>9.1f}ms"
+                  f"{r['raw_p90_ms']:>8.1f}ms{r['diagd_p90_ms']:>9.1f}ms{r['ratio']:>8.2f}{mark}")
+    return 0 if all(r["ratio"] <= TARGET_RATIO for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
