@@ -90,6 +90,23 @@ def check_tracefs() -> Check:
                  "sudo mount -t tracefs nodev /sys/kernel/tracing")
 
 
+def check_crash_version() -> Check:
+    """crash < 8.0.4 predates the pid.numbers[] change that Debian 12's 6.1.y kernels backported."""
+    import re
+
+    version = _version(["crash", "--version"]) if shutil.which("crash") else None
+    if not version:
+        return Check("crash version", False, "crash not found", APT_HINT.format(pkg="crash"))
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", version)
+    if m and tuple(int(x) for x in m.groups()) < (8, 0, 4):
+        return Check("crash version", False,
+                     f"{version}: on Linux 6.1.y dumps it warns 'active task ... not found in PID hash' and "
+                     "ps/foreach/sys TASKS list only the tasks running on a CPU (bt, log, kmem, struct, sym still "
+                     "work; drgn sees every task). crash >= 8.0.4 fixes it.",
+                     "build crash 8.0.6 from Debian trixie's orig tarball (plain `make`, ~9 min) or use drgn for tasks")
+    return Check("crash version", True, version)
+
+
 def check_runtime_dir() -> Check:
     rd = paths.runtime_dir()
     if not rd.exists():
@@ -144,6 +161,7 @@ def all_checks() -> list[Check]:
         check_bpf_privileges(),
         check_tracefs(),
         check_tool("crash", ["crash", "--version"], "crash"),
+        check_crash_version(),
         check_runtime_dir(),
         check_config(),
         check_daemon(),

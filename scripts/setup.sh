@@ -25,6 +25,7 @@ packages=(
   tshark wireshark-common                  # tshark, sharkd, capinfos
   bpftrace                                 # bpftrace 0.17
   crash                                    # crash 8
+  qemu-system-x86 busybox-static makedumpfile zstd binutils  # the vmcore fixture (tests/fixtures/make-vmcore.sh)
   socat                                    # serial tests: pseudo-terminal pairs
   systemd                                  # systemd-analyze verify for the unit
 )

@@ -1,0 +1,167 @@
+"""The daemon's side of a drgn worker (`_drgn_worker`): spawn, typed requests, timeouts, stop.
+
+One request at a time (the session actor serializes them). Replies are matched by id, so a late
+reply to an abandoned request is skipped instead of being taken for the next one. A request past
+its timeout gets SIGINT (the worker turns it into KeyboardInterrupt inside the user's code); if
+the worker does not answer within the grace period it is declared stuck.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from diagd.actors import _crash_proto as proto
+from diagd.actors._subprocess import Step, Tail, drain, open_process, stop_process
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+WORKER_MODULE = "diagd.actors._drgn_worker"
+STOP_STEPS = (Step("quit", None, 2.0), Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 3.0))
+
+
+class DrgnStuck(Exception):
+    """The worker ignored SIGINT past the grace period: only killing it helps."""
+
+
+class DrgnClient:
+    def __init__(self, proc: trio.Process) -> None:
+        self.proc = proc
+        self.stderr = Tail(8192)
+        self._buffer = bytearray()
+        self._ids = itertools.count(1)
+        self.hello: proto.Hello | None = None
+        self.expected_exit = False
+        self.requests = 0
+
+    @classmethod
+    async def spawn(cls, nursery: trio.Nursery, *, cwd: Path | None = None) -> DrgnClient:
+        proc = await open_process([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
+                                  cwd=str(cwd) if cwd else None)
+        client = cls(proc)
+        nursery.start_soon(drain, proc.stderr, client.stderr.feed)
+        return client
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid)
+
+    # -- framing ------------------------------------------------------------------------------------
+
+    async def _read_exact(self, n: int) -> bytes:
+        assert self.proc.stdout is not None
+        while len(self._buffer) < n:
+            try:
+                chunk = await self.proc.stdout.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                chunk = b""
+            if not chunk:
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "the drgn worker exited",
+                                 stderr=self.stderr.text()[-2000:])
+            self._buffer += chunk
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
+
+    async def receive(self) -> proto.Message:
+        length = proto.frame_length(await self._read_exact(proto.HEADER.size))
+        return proto.decode(await self._read_exact(length))
+
+    async def send(self, msg: proto.Message) -> None:
+        assert self.proc.stdin is not None
+        try:
+            await self.proc.stdin.send_all(proto.encode(msg))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "the drgn worker exited",
+                             stderr=self.stderr.text()[-2000:]) from None
+
+    async def _reply(self, request_id: int) -> proto.Message:
+        while True:
+            msg = await self.receive()
+            if getattr(msg, "id", None) == request_id:
+                return msg
+            if isinstance(msg, proto.Error) and msg.id == -1:
+                raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker: {msg.message}")
+            # a late reply to an abandoned request: skip it
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    async def greet(self) -> proto.Hello:
+        msg = await self.receive()
+        if not isinstance(msg, proto.Hello):
+            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker spoke {msg.tag!r} before hello")
+        if msg.version != proto.PROTOCOL_VERSION:
+            raise DiagdError(ErrorCode.PROTOCOL_ERROR,
+                             f"drgn worker speaks protocol {msg.version}, the daemon {proto.PROTOCOL_VERSION}")
+        self.hello = msg
+        return msg
+
+    async def load(self, vmcore: str, debug_files: list[str]) -> proto.Loaded:
+        request_id = next(self._ids)
+        await self.send(proto.Load(id=request_id, version=proto.PROTOCOL_VERSION, vmcore=vmcore,
+                                   debug_files=debug_files))
+        reply = await self._reply(request_id)
+        if isinstance(reply, proto.Error):
+            raise DiagdError(_code(reply.code), reply.message)
+        if not isinstance(reply, proto.Loaded):
+            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker answered load with {reply.tag!r}")
+        return reply
+
+    async def execute(self, code: str, *, filename: str, timeout_s: float, grace_s: float, max_output_bytes: int,
+                      isolated: bool = False) -> proto.ExecResult:
+        """Run code; past timeout_s the worker gets SIGINT, past timeout_s + grace_s DrgnStuck."""
+        request_id = next(self._ids)
+        self.requests += 1
+        await self.send(proto.Exec(id=request_id, code=code, filename=filename, max_output_bytes=max_output_bytes,
+                                   isolated=isolated))
+        try:
+            with trio.move_on_after(timeout_s):
+                return await self._exec_reply(request_id)
+            self.interrupt()
+            with trio.move_on_after(grace_s):
+                return await self._exec_reply(request_id)
+        except trio.Cancelled:
+            self.interrupt()  # abandoned: stop the user's code; its reply is skipped later
+            raise
+        raise DrgnStuck(f"drgn code ignored SIGINT for {grace_s:g} s after its {timeout_s:g} s timeout")
+
+    async def _exec_reply(self, request_id: int) -> proto.ExecResult:
+        reply = await self._reply(request_id)
+        if isinstance(reply, proto.Error):
+            raise DiagdError(_code(reply.code), reply.message)
+        if not isinstance(reply, proto.ExecResult):
+            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker answered exec with {reply.tag!r}")
+        return reply
+
+    def interrupt(self) -> None:
+        if self.proc.returncode is None:
+            try:
+                self.proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    async def close(self) -> str:
+        self.expected_exit = True
+
+        async def quit_() -> None:
+            await self.send(proto.Quit(id=next(self._ids)))
+            await self.proc.wait()
+
+        async def graceful() -> None:
+            try:
+                await quit_()
+            except DiagdError:
+                pass
+
+        return await stop_process(self.proc, STOP_STEPS, graceful=graceful)
+
+
+def _code(raw: str) -> ErrorCode:
+    try:
+        return ErrorCode(raw)
+    except ValueError:
+        return ErrorCode.INTERNAL_ERROR

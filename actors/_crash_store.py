@@ -1,0 +1,161 @@
+"""Command outputs of crash sessions, stored on disk so they can be paged and searched at any time.
+
+Layout (under the daemon's state dir, so it survives the session, the actor and a daemon restart):
+
+    <state>/crash/<session_id>/session.json       what was opened, when, and its summary
+    <state>/crash/<session_id>/cmd-000017.out     one command's full output (text)
+    <state>/crash/<session_id>/cmd-000017.json    its metadata (command, engine, context, lines, ...)
+
+A command id is `<session_id>:<n>`; it names the files directly, so reading an output needs no
+session, no actor and no index. Every function here blocks: call it through trio.to_thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{5,40}$")
+COMMAND_ID = re.compile(r"^(?P<session>[a-z0-9][a-z0-9-]{5,40}):(?P<n>[0-9]{1,9})$")
+MAX_PAGE_LINES = 500
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class OutputStore:
+    def __init__(self, root: Path, *, cache_entries: int = 16) -> None:
+        self.root = root
+        self._lines: OrderedDict[str, list[str]] = OrderedDict()
+        self._cache_entries = cache_entries
+
+    def session_dir(self, session_id: str) -> Path:
+        if not SESSION_ID.match(session_id):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"malformed session id {session_id!r}")
+        return self.root / session_id
+
+    def create_session(self, session_id: str, meta: dict[str, Any]) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        workdir = self.session_dir(session_id)
+        workdir.mkdir(mode=0o700)
+        _write_atomic(workdir / "session.json", json.dumps(meta, indent=1, default=str).encode())
+        return workdir
+
+    def update_session(self, session_id: str, **fields: Any) -> None:
+        path = self.session_dir(session_id) / "session.json"
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            meta = {}
+        meta.update(fields)
+        _write_atomic(path, json.dumps(meta, indent=1, default=str).encode())
+
+    def write(self, session_id: str, n: int, text: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """Store one output; returns its metadata (with command_id, total_lines, bytes)."""
+        workdir = self.session_dir(session_id)
+        command_id = f"{session_id}:{n}"
+        data = text.encode()
+        lines = text.splitlines()
+        full = {**meta, "command_id": command_id, "session_id": session_id, "total_lines": len(lines),
+                "bytes": len(data), "stored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _write_atomic(workdir / f"cmd-{n:06d}.out", data)
+        _write_atomic(workdir / f"cmd-{n:06d}.json", json.dumps(full, default=str).encode())
+        self._remember(command_id, lines)
+        return full
+
+    def next_number(self, session_id: str) -> int:
+        workdir = self.session_dir(session_id)
+        numbers = [int(p.name[4:10]) for p in workdir.glob("cmd-*.json") if p.name[4:10].isdigit()]
+        return max(numbers, default=0) + 1
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _paths(self, command_id: str) -> tuple[Path, Path]:
+        m = COMMAND_ID.match(command_id or "")
+        if not m:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"malformed command id {command_id!r}",
+                             expected="<session_id>:<number>, as returned by run_crash_command")
+        base = self.root / m["session"] / f"cmd-{int(m['n']):06d}"
+        return base.with_suffix(".out"), base.with_suffix(".json")
+
+    def load(self, command_id: str) -> tuple[dict[str, Any], list[str]]:
+        out_path, meta_path = self._paths(command_id)
+        try:
+            meta: dict[str, Any] = json.loads(meta_path.read_text())
+        except FileNotFoundError:
+            raise DiagdError(ErrorCode.NOT_FOUND, f"no stored output {command_id!r}", command_id=command_id) from None
+        lines = self._lines.get(command_id)
+        if lines is None:
+            lines = out_path.read_text(errors="replace").splitlines()
+            self._remember(command_id, lines)
+        else:
+            self._lines.move_to_end(command_id)
+        return meta, lines
+
+    def _remember(self, command_id: str, lines: list[str]) -> None:
+        self._lines[command_id] = lines
+        self._lines.move_to_end(command_id)
+        while len(self._lines) > self._cache_entries:
+            self._lines.popitem(last=False)
+
+    def page(self, command_id: str, offset: int, limit: int) -> dict[str, Any]:
+        meta, lines = self.load(command_id)
+        limit = max(1, min(limit, MAX_PAGE_LINES))
+        chosen = lines[offset:offset + limit]
+        end = offset + len(chosen)
+        return {"command_id": command_id, "command": meta.get("command"), "engine": meta.get("engine"),
+                "session_id": meta.get("session_id"), "context": meta.get("context"), "offset": offset,
+                "limit": limit, "returned": len(chosen), "total_lines": len(lines), "output": "\n".join(chosen),
+                "has_more": end < len(lines), "next_offset": end if end < len(lines) else None}
+
+    def search(self, command_id: str, query: str, *, context_lines: int, max_matches: int,
+               case_sensitive: bool) -> dict[str, Any]:
+        try:
+            pattern = re.compile(query, 0 if case_sensitive else re.IGNORECASE)
+        except re.error as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"query is not a valid regular expression: {exc}",
+                             query=query) from None
+        meta, lines = self.load(command_id)
+        matches: list[dict[str, Any]] = []
+        total = 0
+        for i, line in enumerate(lines):
+            if pattern.search(line):
+                total += 1
+                if len(matches) < max_matches:
+                    lo, hi = max(0, i - context_lines), min(len(lines), i + context_lines + 1)
+                    match: dict[str, Any] = {"line_number": i, "line": line}
+                    if context_lines:
+                        match["before"] = lines[lo:i]
+                        match["after"] = lines[i + 1:hi]
+                    matches.append(match)
+        return {"command_id": command_id, "command": meta.get("command"), "query": query, "total_lines": len(lines),
+                "match_count": total, "matches": matches, "truncated": total > len(matches)}
+
+    # -- retention --------------------------------------------------------------------------------
+
+    def prune(self, keep: int, live: set[str]) -> list[str]:
+        """Remove the oldest session dirs beyond `keep` (never a live session's)."""
+        if not self.root.is_dir():
+            return []
+        dirs = [p for p in self.root.iterdir() if p.is_dir() and SESSION_ID.match(p.name) and p.name not in live]
+        dirs.sort(key=lambda p: p.stat().st_mtime)
+        removed = []
+        for old in dirs[: max(0, len(dirs) - keep)]:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old.name)
+        for sid in removed:
+            for cid in [c for c in self._lines if c.startswith(sid + ":")]:
+                del self._lines[cid]
+        return removed

@@ -1,0 +1,226 @@
+"""What crash commands mean to the session (policy, context, cache) and parsers of their output.
+
+Policy: one command per call, never the ways out of crash's sandbox-less shell (`!cmd`, pipes and
+redirections to the shell, gdb's `shell`/`pipe`/`python`/`dump`), never `quit` (closing is
+close_vmcore_session's job); `extend` only when configured.
+
+Cache keys: output depends on the current context (`set <pid>` changes what `bt`, `task`, `vm`,
+`files`, `sig`, `net -s` and `rd -u` show), and on session state (`mod -s` loads symbols, `set radix`,
+`hex`, `alias`, `gdb set` change later output). Every cacheable command is keyed by the context
+(pid, task, cpu) and a state generation; context and state commands are never cached and refresh
+the context after they run, so `set <pid>` then `bt` can never be answered with another task's trace.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+MAX_COMMAND_CHARS = 1500
+EXIT_VERBS = frozenset({"q", "quit", "exit"})
+# gdb commands that reach the shell, run scripts or write files; refused directly and after `gdb`.
+GDB_ESCAPES = frozenset({"shell", "pipe", "python", "python-interactive", "pi", "py", "source", "dump", "append",
+                         "restore", "cd", "make", "edit", "define", "generate-core-file", "gcore", "tui"})
+REFUSED_VERBS = frozenset({"repeat", "wr"}) | GDB_ESCAPES
+STATE_VERBS = frozenset({"alias", "hex", "dec", "extend", "gdb"})
+MOD_STATE_FLAGS = frozenset({"-s", "-S", "-d", "-D", "-r", "-R", "-o", "-g"})
+
+
+class Kind(enum.StrEnum):
+    PLAIN = "plain"  # read-only: cached per (command, context, state generation)
+    CONTEXT = "context"  # changes the current task/cpu
+    STATE = "state"  # changes how later commands answer
+
+
+def classify(command: str, *, allow_shell: bool = False, allow_extend: bool = False) -> Kind:
+    """Refuse what must not run (INVALID_ARGUMENT, with the alternative) and say what the rest does."""
+    if not command.strip():
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "empty crash command")
+    if len(command) > MAX_COMMAND_CHARS:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"crash command longer than {MAX_COMMAND_CHARS} characters")
+    if any(ord(c) < 32 and c != "\t" for c in command):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "one crash command per call: no newlines or control characters")
+    tokens = command.split()
+    verb = tokens[0]
+    if verb in EXIT_VERBS:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{verb!r} would end the shared crash session",
+                         hint="use close_vmcore_session")
+    if not allow_shell:
+        if command.lstrip().startswith("!"):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "shell escapes (!cmd) are disabled",
+                             hint="set [crash] allow_shell = true to allow them")
+        if _unquoted(command, "|>"):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             "pipes and redirections go to the shell and are disabled",
+                             hint="run the command alone, then filter its stored output with search_command_output "
+                                  "(regex) or page it with get_command_output; [crash] allow_shell = true allows them")
+        gdb_verb = tokens[1] if verb == "gdb" and len(tokens) > 1 else None
+        for v in (verb, gdb_verb):
+            if v is not None and (v in REFUSED_VERBS or v.startswith("!") or v.startswith("|")):
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"crash/gdb command {v!r} is disabled in diagd",
+                                 hint="it can run programs, scripts or write files; use drgn or the stored outputs")
+    if verb == "extend" and not allow_extend:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "loading crash extensions is disabled",
+                         hint="set [crash] allow_extend = true (extensions run native code inside crash)")
+    args = tokens[1:]
+    if verb == "set":
+        if not args or args == ["-v"]:
+            return Kind.PLAIN
+        if args[0] in ("-p", "-c", "-a") or (len(args) == 1 and _is_task_ref(args[0])):
+            return Kind.CONTEXT
+        if len(args) == 1:
+            return Kind.PLAIN  # `set radix` shows a variable
+        return Kind.STATE
+    if verb in STATE_VERBS or (verb == "mod" and MOD_STATE_FLAGS & set(args)):
+        return Kind.STATE
+    return Kind.PLAIN
+
+
+def _is_task_ref(arg: str) -> bool:
+    return arg.isdigit() or bool(re.fullmatch(r"(0x)?[0-9a-fA-F]{8,16}", arg))
+
+
+def _unquoted(command: str, chars: str) -> bool:
+    quote: str | None = None
+    for c in command:
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c in chars:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Context
+
+
+@dataclass(frozen=True)
+class Context:
+    pid: int
+    task: str
+    cpu: int
+    command: str = ""
+    state: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.pid}/{self.task}/{self.cpu}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "task": self.task, "cpu": self.cpu, "command": self.command, "state": self.state}
+
+
+def parse_context(text: str) -> Context | None:
+    """`set` output ->  PID / COMMAND / TASK / CPU / STATE."""
+    fields = _colon_fields(text)
+    try:
+        pid = int(fields["PID"])
+        cpu = int(fields.get("CPU", "-1").split()[0])
+        task = fields["TASK"].split()[0]
+    except (KeyError, ValueError, IndexError):
+        return None
+    return Context(pid, task, cpu, fields.get("COMMAND", "").strip('"'), fields.get("STATE", ""))
+
+
+def _colon_fields(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and key.strip().upper() == key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsers for the triage report
+
+
+def parse_sys(text: str) -> dict[str, str]:
+    """`sys` -> {"kernel": ..., "panic": "Kernel panic - not syncing: ...", "tasks": "2", ...}."""
+    return {k.lower().replace(" ", "_"): v.strip('"') for k, v in _colon_fields(text).items()}
+
+
+_PS_ROW = re.compile(r"^(?P<active>>?)\s*(?P<pid>\d+)\s+(?P<ppid>\d+)\s+(?P<cpu>\d+)\s+(?P<task>[0-9a-f]+)\s+"
+                     r"(?P<st>[A-Z]{2})\s+(?P<mem>[\d.]+)\s+(?P<vsz>\d+)\s+(?P<rss>\d+)\s+(?P<comm>.*)$")
+
+
+def parse_ps(text: str) -> list[dict[str, Any]]:
+    rows = []
+    for line in text.splitlines():
+        m = _PS_ROW.match(line)
+        if m:
+            rows.append({"pid": int(m["pid"]), "ppid": int(m["ppid"]), "cpu": int(m["cpu"]), "task": m["task"],
+                         "state": m["st"], "mem_pct": float(m["mem"]), "vsz_kb": int(m["vsz"]),
+                         "rss_kb": int(m["rss"]), "comm": m["comm"].strip(), "active": m["active"] == ">"})
+    return rows
+
+
+def summarize_ps(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    by_state: dict[str, int] = {}
+    for r in rows:
+        by_state[r["state"]] = by_state.get(r["state"], 0) + 1
+    return {
+        "total": len(rows),
+        "by_state": by_state,
+        "active": [{k: r[k] for k in ("pid", "cpu", "comm", "state")} for r in rows if r["active"]],
+        "uninterruptible": [{k: r[k] for k in ("pid", "cpu", "comm")} for r in rows if r["state"] == "UN"],
+        "top_rss": [{k: r[k] for k in ("pid", "comm", "rss_kb")}
+                    for r in sorted(rows, key=lambda r: -int(r["rss_kb"]))[:5] if r["rss_kb"]],
+    }
+
+
+_KMEM_ROW = re.compile(r"^\s*(?P<name>[A-Z][A-Z ]*[A-Z])\s+(?P<pages>\d+)\s+(?P<total>\S+(?: [KMGT]?B)?)\s+"
+                       r"(?P<pct>----|\d+% of TOTAL \w+)\s*$")
+
+
+def parse_kmem_i(text: str) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        m = _KMEM_ROW.match(line)
+        if m:
+            pct = m["pct"]
+            rows[m["name"].lower().replace(" ", "_")] = {
+                "pages": int(m["pages"]), "size": m["total"],
+                "percent": int(pct.split("%")[0]) if "%" in pct else None}
+    return rows
+
+
+_BT_HEAD = re.compile(r"PID:\s*(?P<pid>\d+)\s+TASK:\s*(?P<task>[0-9a-f]+)\s+CPU:\s*(?P<cpu>\d+)\s+"
+                      r"COMMAND:\s*\"(?P<comm>[^\"]*)\"")
+_BT_FRAME = re.compile(r"^\s*#(?P<n>\d+)\s+\[(?P<sp>[0-9a-f]+)\]\s+(?P<fn>\S+)\s+at\s+(?P<pc>[0-9a-f]+)")
+
+
+def parse_bt(text: str) -> dict[str, Any]:
+    head = _BT_HEAD.search(text)
+    frames = [{"level": int(m["n"]), "function": m["fn"], "sp": m["sp"], "pc": m["pc"]}
+              for m in (_BT_FRAME.match(line) for line in text.splitlines()) if m]
+    result: dict[str, Any] = {"frames": frames, "functions": [f["function"] for f in frames]}
+    if head:
+        result.update(pid=int(head["pid"]), task=head["task"], cpu=int(head["cpu"]), comm=head["comm"])
+    return result
+
+
+PID_HASH_WARNING = "not found in PID hash"
+
+
+def startup_limits(startup_output: str, crash_version: str | None, tasks_drgn: int, tasks_crash: int | None
+                   ) -> list[str]:
+    """Plain-language limits of this session, from what crash printed while loading."""
+    limits = []
+    if PID_HASH_WARNING in startup_output:
+        seen = f"{tasks_crash}" if tasks_crash is not None else "only the on-CPU"
+        drgn = f" drgn sees all {tasks_drgn}." if tasks_drgn >= 0 else ""
+        limits.append(
+            f"{crash_version or 'this crash'} cannot read this kernel's PID hash (it printed 'WARNING: active task "
+            f"... not found in PID hash'): ps, foreach and sys TASKS list {seen} task(s), only those running on a "
+            f"CPU.{drgn} bt, log, kmem, dis, struct, p, sym and mod still work. For the full task list use "
+            "run_drgn_command (for_each_task(prog)), or crash >= 8.0.4 (Linux 6.1.y backported the "
+            "pid.numbers[] change that crash 8.0.2 predates).")
+    return limits

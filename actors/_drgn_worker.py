@@ -1,0 +1,245 @@
+"""The drgn worker: `python -m diagd.actors._drgn_worker`, one per crash session.
+
+drgn runs arbitrary Python (the agent's) against a loaded kernel image, so it never runs inside the
+daemon: this process holds `prog` and a persistent namespace with drgn's Linux helpers imported,
+and speaks the length-prefixed msgpack protocol of `_crash_proto` on its stdin/stdout.
+
+- The protocol owns duplicates of fds 0 and 1; fd 0 becomes /dev/null and fd 1 points at stderr,
+  so neither user code nor libdrgn can read or corrupt a frame. `print()` output of user code is
+  captured (capped) and returned with the reply.
+- An exception in user code comes back as text; the worker and its namespace carry on.
+- SIGINT interrupts running user code (the daemon's timeout) and is ignored otherwise.
+- It exits on stdin EOF, on `quit`, and, checked every second, when its parent (the daemon) is gone.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from contextlib import redirect_stderr, redirect_stdout
+from types import FrameType
+from typing import Any, BinaryIO
+
+from diagd.actors import _crash_proto as proto
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+
+class _Capture(io.TextIOBase):
+    """A write-only text stream that keeps the first `limit` bytes and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[str] = []
+        self.size = 0
+        self.truncated = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self.size < self.limit:
+            room = self.limit - self.size
+            chunk = text[:room]
+            self.parts.append(chunk)
+            self.size += len(chunk)
+            if len(text) > room:
+                self.truncated = True
+        else:
+            self.truncated = self.truncated or bool(text)
+        return len(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class Worker:
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.prog: Any = None
+        self.namespace: dict[str, Any] = {"__name__": "__drgn__"}
+        self.initial: dict[str, Any] = dict(self.namespace)
+        self.in_exec = False
+
+    def send(self, msg: proto.Message) -> None:
+        self.out.write(proto.encode(msg))
+        self.out.flush()
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def handle(self, msg: proto.Message) -> bool:
+        """Serve one request; False means stop."""
+        if isinstance(msg, proto.Load):
+            self.send(self.load(msg))
+        elif isinstance(msg, proto.Exec):
+            self.send(self.execute(msg))
+        elif isinstance(msg, proto.Ping):
+            self.send(proto.Pong(id=msg.id, rss_bytes=rss_bytes()))
+        elif isinstance(msg, proto.Quit):
+            self.send(proto.Pong(id=msg.id, rss_bytes=rss_bytes()))
+            return False
+        else:
+            self.send(proto.Error(id=getattr(msg, "id", -1), code=str(ErrorCode.PROTOCOL_ERROR),
+                                  message=f"the worker does not take {msg.tag!r} messages"))
+        return True
+
+    def load(self, msg: proto.Load) -> proto.Message:
+        if msg.version != proto.PROTOCOL_VERSION:
+            return proto.Error(id=msg.id, code=str(ErrorCode.PROTOCOL_ERROR),
+                               message=f"protocol version {msg.version} != worker's {proto.PROTOCOL_VERSION}")
+        started = time.monotonic()
+        try:
+            import drgn
+
+            prog = drgn.Program()
+            prog.set_core_dump(msg.vmcore)
+        except Exception as exc:
+            return proto.Error(id=msg.id, code=str(ErrorCode.INVALID_ARGUMENT),
+                               message=f"drgn cannot open {msg.vmcore}: {type(exc).__name__}: {exc}")
+        warnings: list[str] = []
+        try:
+            prog.load_debug_info(msg.debug_files)
+        except drgn.MissingDebugInfoError as exc:
+            warnings.append(str(exc))
+        except Exception as exc:
+            return proto.Error(id=msg.id, code=str(ErrorCode.INVALID_ARGUMENT),
+                               message=f"drgn cannot load debug info: {type(exc).__name__}: {exc}")
+        self.prog = prog
+        drgn.set_default_prog(prog)
+        exec("from drgn import *\nfrom drgn.helpers.common import *\nfrom drgn.helpers.linux import *",
+             self.namespace)
+        self.namespace.update(prog=prog, drgn=drgn)
+        self.initial = dict(self.namespace)
+        tasks, pid, comm = -1, -1, ""
+        try:
+            from drgn.helpers.linux.pid import for_each_task
+
+            tasks = sum(1 for _ in for_each_task(prog))
+            thread = prog.crashed_thread()
+            pid, comm = int(thread.tid), thread.object.comm.string_().decode(errors="replace")
+        except Exception as exc:
+            warnings.append(f"drgn could not walk the tasks: {type(exc).__name__}: {exc}")
+        return proto.Loaded(id=msg.id, load_s=time.monotonic() - started, warnings=warnings, tasks=tasks,
+                            crashed_pid=pid, crashed_comm=comm)
+
+    def execute(self, msg: proto.Exec) -> proto.ExecResult:
+        started = time.monotonic()
+        capture = _Capture(msg.max_output_bytes)
+        error: str | None = None
+        interrupted = False
+        try:
+            tree = ast.parse(msg.code, msg.filename, "exec")
+            last: ast.Expression | None = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body[-1].value)
+                del tree.body[-1]
+            body = compile(tree, msg.filename, "exec")
+            tail = compile(last, msg.filename, "eval") if last is not None else None
+            namespace = {**self.initial, "__name__": "__main__"} if msg.isolated else self.namespace
+            with redirect_stdout(capture), redirect_stderr(capture):
+                self.in_exec = True
+                try:
+                    exec(body, namespace)
+                    if tail is not None:
+                        value = eval(tail, namespace)
+                        if value is not None:
+                            namespace["_"] = value
+                            print(display(value))
+                finally:
+                    self.in_exec = False
+        except KeyboardInterrupt:
+            interrupted = True
+            error = f"KeyboardInterrupt: interrupted after {time.monotonic() - started:.1f} s"
+        except BaseException as exc:  # SystemExit too: user code must not end the worker
+            error = format_user_exception(exc)
+        return proto.ExecResult(id=msg.id, output=capture.text(), error=error,
+                                duration_s=time.monotonic() - started, truncated=capture.truncated,
+                                interrupted=interrupted)
+
+
+def display(value: Any) -> str:
+    """What the drgn CLI shows for an expression: drgn's own formatting for its objects."""
+    try:
+        import drgn
+
+        if isinstance(value, drgn.Object):
+            return str(value.format_())
+        if isinstance(value, drgn.StackTrace | drgn.Type | drgn.Symbol):
+            return str(value)
+    except Exception:
+        pass
+    return repr(value)
+
+
+def format_user_exception(exc: BaseException) -> str:
+    """The traceback without the worker's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(3)  # the daemon died without closing us: do not linger with 300 MB
+
+
+def main() -> int:
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker = Worker(proto_out)
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if worker.in_exec:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    try:
+        import drgn
+
+        drgn_version = str(drgn.__version__)
+    except Exception as exc:  # reported on the first load
+        drgn_version = f"unavailable: {exc}"
+    worker.send(proto.Hello(version=proto.PROTOCOL_VERSION, pid=os.getpid(), drgn_version=drgn_version))
+    while True:
+        try:
+            body = proto.read_frame(proto_in)
+        except DiagdError as exc:
+            worker.send(proto.Error(id=-1, code=str(exc.code), message=exc.message))
+            return 2  # the stream is out of step: nothing after this can be trusted
+        if body is None:
+            return 0
+        try:
+            msg = proto.decode(body)
+        except DiagdError as exc:
+            worker.send(proto.Error(id=-1, code=str(exc.code), message=exc.message))
+            continue
+        if not worker.handle(msg):
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The crash session actor and its pty driver against a scripted fake crash (tests/fixtures/fake_crash.py):
+context-keyed caching, delimiting, Ctrl-C on timeouts, and failing the session when crash dies or hangs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from diagd.actors._crash_store import OutputStore
+from diagd.actors.base import Actor
+from diagd.actors.crash import CrashSession, CrashSettings, Hooks, SessionSpec, validate_crash_args
+from diagd.daemon.supervisor import Supervisor
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+FAKE = Path(__file__).resolve().parent.parent / "fixtures" / "fake_crash.py"
+SID = "fake0001-000001"
+
+
+class Harness:
+    def __init__(self, supervisor: Supervisor, actor: CrashSession, events: list[tuple[str, Any]]) -> None:
+        self.supervisor = supervisor
+        self.actor = actor
+        self.events = events
+
+    async def run(self, command: str, force: bool = False) -> dict[str, Any]:
+        def gone() -> Actor:
+            raise AssertionError("the actor must not be restarted")
+
+        with trio.fail_after(20):
+            result, _ = await self.supervisor.ask("crash", "key", gone, "crash", {"command": command, "force": force})
+        return result
+
+
+@asynccontextmanager
+async def session(tmp_path: Path, idle_timeout_s: float = 600, **overrides: Any) -> AsyncIterator[Harness]:
+    wrapper = tmp_path / "crash"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    wrapper.chmod(0o755)
+    settings = replace(CrashSettings(crash_binary=str(wrapper), drgn=False, load_timeout_s=10), **overrides)
+    store = OutputStore(tmp_path / "state")
+    workdir = store.create_session(SID, {})
+    spec = SessionSpec(SID, "key", tmp_path / "vmcore", tmp_path / "vmlinux", workdir, (), settings)
+    events: list[tuple[str, Any]] = []
+    hooks = Hooks(on_failed=lambda a, e: events.append(("failed", e)), on_exit=lambda a: events.append(("exit", a)))
+    async with trio.open_nursery() as nursery:
+        supervisor = Supervisor(nursery, idle_timeout_s=600)
+        ref = await supervisor.get_or_start("crash", "key", lambda: CrashSession(spec, store, hooks, "crash 8.0.2-x"),
+                                            idle_timeout_s=idle_timeout_s)
+        actor = ref.actor
+        assert isinstance(actor, CrashSession)
+        with trio.fail_after(20):
+            await actor.crash_done.wait()
+        yield Harness(supervisor, actor, events)
+        supervisor.stop_all("test over")
+
+
+async def test_set_pid_then_bt_never_answers_with_the_previous_tasks_trace(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        assert s.actor.panic_context is not None and s.actor.panic_context.pid == 1
+        first = await s.run("bt")
+        assert "sysrq_handle_crash" in first["output"] and not first["cached"]
+        again = await s.run("bt")
+        assert again["cached"] and again["command_id"] == first["command_id"]
+        switched = await s.run("set 0")
+        assert not switched["cached"] and switched["context"]["pid"] == 1  # the context it ran in
+        other = await s.run("bt")
+        assert not other["cached"] and "PID: 0" in other["output"] and "sysrq_handle_crash" not in other["output"]
+        assert other["context"]["pid"] == 0
+        forced = await s.run("bt", force=True)
+        assert not forced["cached"] and "PID: 0" in forced["output"]
+        await s.run("set 1")
+        back = await s.run("bt")
+        assert back["cached"] and back["command_id"] == first["command_id"]
+        repeat_set = await s.run("set 1")
+        assert not repeat_set["cached"]  # context commands always run
+
+
+async def test_state_commands_invalidate_the_cache(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        first = await s.run("sys")
+        assert (await s.run("sys"))["cached"]
+        await s.run("set radix 16")
+        assert not (await s.run("sys"))["cached"]
+        assert first["command_id"] == f"{SID}:1"
+
+
+async def test_output_quoting_the_prompt_is_delimited_by_the_marker(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        helped = await s.run("help")
+        assert "crash> set 1" in helped["output"] and "crash> set -p" in helped["output"]
+        assert (await s.run("sys"))["output"].startswith("      KERNEL: vmlinux")
+
+
+async def test_a_slow_command_gets_ctrl_c_and_the_session_carries_on(tmp_path: Path) -> None:
+    async with session(tmp_path, command_timeout_s=0.5) as s:
+        with pytest.raises(DiagdError) as err:
+            await s.run("sleep 30")
+        assert err.value.code == ErrorCode.TIMEOUT and err.value.details["command_id"].startswith(SID)
+        assert "PANIC" in (await s.run("set"))["output"]
+        assert s.actor.failure is None
+
+
+async def test_runaway_output_is_cut_at_the_cap(tmp_path: Path) -> None:
+    async with session(tmp_path, max_output_bytes=5000) as s:
+        with pytest.raises(DiagdError) as err:
+            await s.run("lines 10000000")
+        assert err.value.code == ErrorCode.OUTPUT_TOO_LARGE
+        assert "KERNEL" in (await s.run("sys"))["output"]
+
+
+async def test_crash_exiting_fails_the_session_with_a_coded_error(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        with pytest.raises(DiagdError) as err:
+            await s.run("die")
+        assert err.value.code == ErrorCode.ACTOR_FAILED and "exited with status 1" in err.value.message
+        assert [kind for kind, _ in s.events] == ["failed"]
+
+
+async def test_crash_ignoring_ctrl_c_fails_the_session(tmp_path: Path) -> None:
+    async with session(tmp_path, command_timeout_s=0.3, interrupt_grace_s=0.5) as s:
+        with pytest.raises(DiagdError) as err:
+            await s.run("hang")
+        assert err.value.code == ErrorCode.ACTOR_FAILED and "stopped answering" in err.value.message
+        pid = s.actor.child.pid if s.actor.child else 0
+    assert s.actor.stop_results["crash"] in ("sigterm", "sigkill")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_a_load_failure_reports_what_crash_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CRASH_FAIL", "1")
+    async with session(tmp_path) as s:
+        error = s.actor.crash_error
+        assert error is not None and error.code == ErrorCode.BACKEND_UNAVAILABLE
+        assert "do not match" in error.message and "exited with status 1" in error.message
+
+
+async def test_stopping_quits_crash_and_reports_exit(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        pid = s.actor.child.pid if s.actor.child else 0
+    assert s.actor.stop_results == {"crash": "quit"} and s.events[-1][0] == "exit"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+async def test_an_idle_session_expires_and_releases_crash(tmp_path: Path) -> None:
+    async with session(tmp_path, idle_timeout_s=0.5) as s:
+        pid = s.actor.child.pid if s.actor.child else 0
+        await s.run("sys")
+        with trio.fail_after(15):
+            await s.actor.stopped.wait()
+        assert s.supervisor.find("crash", "key") is None
+        assert [kind for kind, _ in s.events] == ["exit"] and s.actor.failure is None
+    assert s.actor.stop_results == {"crash": "quit"}
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_crash_options_are_allow_listed() -> None:
+    assert validate_crash_args(["--kaslr=auto", "--cpus", "2", "--hex"]) == ["--kaslr", "auto", "--cpus", "2", "--hex"]
+    for bad in (["-i", "cmds"], ["/dev/mem"], ["--kaslr=$(id)"], ["--cpus"], ["-o", "x"]):
+        with pytest.raises(DiagdError):
+            validate_crash_args(bad)
+
+
+def test_settings_reject_unknown_keys_and_bad_values() -> None:
+    assert CrashSettings.from_raw({"output_lines": 5, "script_dirs": ["/x"]}).script_dirs == ("/x",)
+    for raw in ({"nope": 1}, {"output_lines": 0}, {"command_timeout_s": "soon"}):
+        with pytest.raises(DiagdError):
+            CrashSettings.from_raw(raw)
