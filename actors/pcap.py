@@ -446,6 +446,8 @@ class PcapActor(Actor):
         if op is None:
             raise DiagdError(ErrorCode.INTERNAL_ERROR, f"pcap actor has no operation {request.op!r}")
         result: dict[str, Any] = await op(request, **request.args)
+        if result.get("served_by", "sharkd") != "sharkd":
+            return {**result, "cached": False}  # a stand-in answer while loading: ask the worker next time
         self._results[cache_key] = result
         if len(self._results) > 256:
             self._results.popitem(last=False)
@@ -455,7 +457,7 @@ class PcapActor(Actor):
         served_by = "sharkd"
         if not self._loading.is_set():  # while sharkd loads: one tshark pass gives all of it
             await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
-            cold = await _cold.info(self.cold_argv(), self.spec.path)
+            cold = await _cold.info(self.cold_argv(), self.spec.path, INTERESTING_PROTOCOLS)
             await request.report_progress(1, 1, "read with tshark while sharkd loads")
             analysis = {"protocols": cold["protocols"], "first": cold["first"], "last": cold["last"]}
             self.analysis = self.analysis or analysis

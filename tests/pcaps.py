@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+
 def _find() -> Path:
     if override := os.environ.get("DIAGD_TEST_PCAPS"):
         return Path(override)

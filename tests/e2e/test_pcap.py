@@ -75,6 +75,14 @@ async def test_info_summarises_protocols_conversations_and_identity(pcap_daemon:
     assert first["proto"] == "SCTP" and first["b"].endswith(":38412")
     assert info["duration_s"] == pytest.approx(1.275003)
     assert "4.0" in info["tshark_version"] and info["source"]["pcap_path"].endswith("registration_reject.pcap")
+    # The first answer may come from tshark beside the sharkd load; the warm worker must agree.
+    await wait_loaded(pcap_daemon, pcap("adrian_registration_reject.pcap"))
+    warm = await call(pcap_daemon, "pcap_info", pcap_path=pcap("adrian_registration_reject.pcap"),
+                      include_command=True)
+    assert warm["served_by"] == "sharkd"
+    assert warm["packet_count"] == 39 and warm["has_protocols"] == info["has_protocols"]
+    assert warm["top_conversations"][0]["frames"] == first["frames"]
+    assert warm["source"]["equivalent_command"][:2] == ["tshark", "-r"]
 
 
 async def test_registration_reject_cause_7_with_both_ue_ids(pcap_daemon: DaemonProcess) -> None:
@@ -211,10 +219,7 @@ async def test_a_truncated_capture_loads_with_a_warning(pcap_daemon: DaemonProce
     assert "cut short" in info["warnings"][0]
     cold = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=str(truncated), display_filter="ngap")
     assert cold["total"] == 10  # whichever path answered: tshark beside the load, or the loaded sharkd
-    with trio.fail_after(30):
-        while not any(a["details"].get("path") == str(truncated) and a["details"]["loads"]
-                      for a in json.loads(pcap_daemon.env.run("status", "--json").stdout)["actors"]):
-            await trio.sleep(0.1)
+    await wait_loaded(pcap_daemon, str(truncated))
     warm = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=str(truncated), display_filter="ngap",
                       offset=1)
     assert warm["served_by"] == "sharkd"
@@ -250,11 +255,21 @@ async def test_text_search_finds_the_cause_in_the_decoded_text(pcap_daemon: Daem
         (19, "5GMM cause: 5GS services not allowed (7)")]
 
 
+async def wait_loaded(daemon: DaemonProcess, path: str) -> None:
+    with trio.fail_after(30):
+        while not any(a["details"].get("path") == path and a["details"]["loads"]
+                      for a in json.loads(daemon.env.run("status", "--json").stdout)["actors"]):
+            await trio.sleep(0.1)
+
+
 async def test_repeated_queries_are_served_from_the_cache(pcap_daemon: DaemonProcess) -> None:
     args = {"pcap_path": pcap("magma_gx_gy_combined_03.pcapng"), "display_filter": "diameter.cmd.code == 272"}
     first = await call(pcap_daemon, "pcap_frames_by_filter", **args)
+    await wait_loaded(pcap_daemon, args["pcap_path"])
+    warm = await call(pcap_daemon, "pcap_frames_by_filter", **args)
     again = await call(pcap_daemon, "pcap_frames_by_filter", **args)
-    assert again["cached"] is True and again["frames"] == first["frames"]
+    assert warm["served_by"] == "sharkd" and again["cached"] is True
+    assert first["frames"] == warm["frames"] == again["frames"]  # tshark beside the load agrees with sharkd
 
 
 async def test_packet_list_exports_have_unique_names_and_a_retention_limit(pcap_daemon: DaemonProcess) -> None:
