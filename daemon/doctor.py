@@ -68,11 +68,13 @@ def check_bpf_privileges() -> Check:
     if os.geteuid() == 0:
         return Check("bpftrace privileges", True, "running as root")
     caps = cap_effective()
-    if caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON):
-        return Check("bpftrace privileges", True, "CAP_BPF and CAP_PERFMON are effective")
-    return Check("bpftrace privileges", False, "not root and no CAP_BPF+CAP_PERFMON",
-                 "run diagd as root, grant the capabilities, or set [bpftrace] privileged_helper = "
-                 "\"sudo -n\" with a NOPASSWD sudoers rule for bpftrace")
+    # The kernel would accept CAP_BPF+CAP_PERFMON, but bpftrace 0.17 itself refuses any non-root
+    # user (checked with setpriv and ambient capabilities), so only root or a helper works.
+    have = "CAP_BPF+CAP_PERFMON are effective, but bpftrace 0.17 still refuses non-root users" if (
+        caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON)) else "not root"
+    return Check("bpftrace privileges", False, have,
+                 "run diagd as root, or set [bpftrace] privileged_helper = \"sudo -n\" with a NOPASSWD "
+                 "sudoers rule for bpftrace (diagd never waits on a password prompt)")
 
 
 def tracefs_dir() -> Path | None:
