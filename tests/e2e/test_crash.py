@@ -168,10 +168,12 @@ async def test_open_summarises_the_panic_reports_progress_and_states_the_crash_l
 
 
 async def test_opening_the_same_dump_again_joins_the_session(setup: Setup) -> None:
-    started = time.monotonic()
+    before = session_details(setup.daemon, setup.session["session_id"])
     again = await call(setup.daemon, "open_vmcore_session", vmcore_path=str(setup.fixture.vmcore),
                        vmlinux_path=str(setup.fixture.vmlinux))
-    assert time.monotonic() - started < 3  # no new crash load (client start-up included)
+    after = session_details(setup.daemon, setup.session["session_id"])
+    assert before is not None and after is not None
+    assert (after["crash_pid"], after["drgn_pid"]) == (before["crash_pid"], before["drgn_pid"])  # no new load
     assert not again["is_new"] and again["session_id"] == setup.session["session_id"] and again["refcount"] == 2
     closed = await call(setup.daemon, "close_vmcore_session", session_id=again["session_id"])
     assert closed["closed"] is False and closed["refcount"] == 1
@@ -344,20 +346,19 @@ async def test_other_calls_answer_while_a_dump_opens_then_refcounts_close_it(set
             while new_id is None:
                 sessions = (await call_on(other, "list_vmcore_sessions"))["sessions"]
                 new_id = next((s["session_id"] for s in sessions if s["state"] == "opening"), None)
-        slowest = 0.0
+        # Ordering, not wall-clock: calls made while crash loads must come back before the open does.
+        answered_while_opening = 0
         answered_drgn = None
         while not opened:
-            t0 = time.monotonic()
             await call_on(other, "list_vmcore_sessions")
-            slowest = max(slowest, time.monotonic() - t0)
+            answered_while_opening += not opened
             if answered_drgn is None:
-                t0 = time.monotonic()
                 result = await call_on(other, "run_drgn_command", code="prog['init_task'].comm", session_id=new_id)
-                answered_drgn = (time.monotonic() - t0, result, bool(opened))
+                answered_drgn = (result, bool(opened))
             await trio.sleep(0.2)
-    assert slowest < 0.25, f"a call waited {slowest:.3f} s while crash loaded"
-    assert answered_drgn is not None and not answered_drgn[2], "drgn should answer before crash is ready"
-    assert "swapper/0" in answered_drgn[1]["output"] and answered_drgn[0] < 3
+    assert answered_while_opening >= 3, "other calls waited for the dump to open"
+    assert answered_drgn is not None and not answered_drgn[1], "drgn should answer before crash is ready"
+    assert "swapper/0" in answered_drgn[0]["output"]
     assert opened["is_new"] and opened["session_id"] == new_id and opened["session_id"] != setup.session["session_id"]
     assert any("drgn ready" in (m or "") for m in progress)
     details = session_details(daemon, new_id)
