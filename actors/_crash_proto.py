@@ -9,25 +9,16 @@ reply rather than a dead worker. Stdlib + msgpack only: the worker imports this 
 
 from __future__ import annotations
 
-import struct
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, BinaryIO, ClassVar
+from dataclasses import dataclass, field
+from typing import BinaryIO, ClassVar
 
-import msgpack
-
+from diagd.protocol import framing
 from diagd.protocol.errors import DiagdError, ErrorCode
+from diagd.protocol.framing import Message as Message
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024 * 1024
-HEADER = struct.Struct(">I")
-
-
-@dataclass(frozen=True)
-class Message:
-    tag: ClassVar[str] = ""
-
-    def to_map(self) -> dict[str, Any]:
-        return {"t": self.tag, **asdict(self)}
+HEADER = framing.HEADER
 
 
 @dataclass(frozen=True)
@@ -112,52 +103,10 @@ class Error(Message):
     message: str
 
 
-_TYPES: dict[str, type[Message]] = {cls.tag: cls for cls in (Hello, Load, Loaded, Exec, ExecResult, Ping, Pong, Quit,
-                                                              Error)}
-_SCALARS: dict[str, type | tuple[type, ...]] = {"int": int, "str": str, "float": (int, float), "bool": bool}
-
-
-def encode(msg: Message) -> bytes:
-    body: bytes = msgpack.packb(msg.to_map(), use_bin_type=True)
-    if len(body) > MAX_FRAME_BYTES:
-        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
-    return HEADER.pack(len(body)) + body
-
-
-def frame_length(header: bytes) -> int:
-    (length,) = HEADER.unpack(header)
-    if length > MAX_FRAME_BYTES:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
-    return int(length)
-
-
-def decode(body: bytes) -> Message:
-    """One frame body -> a typed message, or PROTOCOL_ERROR saying what is wrong with it."""
-    try:
-        raw = msgpack.unpackb(body, raw=False, strict_map_key=True)
-    except Exception as exc:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"frame is not valid msgpack: {exc}") from None
-    if not isinstance(raw, dict):
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, "frame is not a msgpack map")
-    tag = raw.pop("t", None)
-    cls = _TYPES.get(tag) if isinstance(tag, str) else None
-    if cls is None:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"unknown message type {tag!r}")
-    try:
-        msg = cls(**raw)
-    except TypeError as exc:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"malformed {tag!r} message: {exc}") from None
-    for f in fields(msg):
-        value = getattr(msg, f.name)
-        wanted = str(f.type)
-        if wanted.endswith("| None") and value is None:
-            continue
-        base = wanted.removesuffix(" | None")
-        if base in _SCALARS and not isinstance(value, _SCALARS[base]):
-            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"field {f.name!r} of {tag!r} must be {base}")
-        if base == "list[str]" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"field {f.name!r} of {tag!r} must be a list of strings")
-    return msg
+CODEC = framing.Codec((Hello, Load, Loaded, Exec, ExecResult, Ping, Pong, Quit, Error), MAX_FRAME_BYTES)
+encode = CODEC.encode
+decode = CODEC.decode
+frame_length = CODEC.frame_length
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:

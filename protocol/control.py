@@ -13,25 +13,16 @@ This module is imported by the CLI, so it must stay stdlib + msgpack only (no tr
 from __future__ import annotations
 
 import socket
-import struct
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import msgpack
-
 from diagd.protocol.errors import DiagdError, ErrorCode
+from diagd.protocol.framing import HEADER_SIZE as HEADER_SIZE
+from diagd.protocol.framing import Codec
+from diagd.protocol.framing import Message as Message
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
-_HEADER = struct.Struct(">I")
-
-
-@dataclass(frozen=True)
-class Message:
-    tag: ClassVar[str] = ""
-
-    def to_map(self) -> dict[str, Any]:
-        return {"t": self.tag, **asdict(self)}
 
 
 @dataclass(frozen=True)
@@ -92,55 +83,11 @@ class ErrorReply(Message):
     details: dict[str, Any] = field(default_factory=dict)
 
 
-_TYPES: dict[str, type[Message]] = {
-    cls.tag: cls
-    for cls in (Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest,
-                Reply, ErrorReply)
-}
-
-
-def encode(msg: Message) -> bytes:
-    body: bytes = msgpack.packb(msg.to_map(), use_bin_type=True)
-    if len(body) > MAX_FRAME_BYTES:
-        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
-    return _HEADER.pack(len(body)) + body
-
-
-def frame_length(header: bytes) -> int:
-    (length,) = _HEADER.unpack(header)
-    if length > MAX_FRAME_BYTES:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
-    return int(length)
-
-
-HEADER_SIZE = _HEADER.size
-
-
-def decode(body: bytes) -> Message:
-    """Turn one frame body into a typed message, or raise PROTOCOL_ERROR saying why."""
-    try:
-        raw = msgpack.unpackb(body, raw=False, strict_map_key=True)
-    except Exception as exc:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"frame is not valid msgpack: {exc}") from None
-    if not isinstance(raw, dict):
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, "frame is not a msgpack map")
-    tag = raw.pop("t", None)
-    cls = _TYPES.get(tag) if isinstance(tag, str) else None
-    if cls is None:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"unknown message type {tag!r}")
-    try:
-        msg = cls(**raw)
-    except TypeError as exc:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"malformed {tag!r} message: {exc}") from None
-    _check_field_types(msg)
-    return msg
-
-
-def _check_field_types(msg: Message) -> None:
-    expected = {"id": int, "version": int, "tool": str, "arguments": dict, "actor_id": str, "client": str}
-    for name, typ in expected.items():
-        if hasattr(msg, name) and not isinstance(getattr(msg, name), typ):
-            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"field {name!r} of {msg.tag!r} must be {typ.__name__}")
+CODEC = Codec((Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, Reply,
+               ErrorReply), MAX_FRAME_BYTES)
+encode = CODEC.encode
+decode = CODEC.decode
+frame_length = CODEC.frame_length
 
 
 class BlockingClient:
