@@ -29,6 +29,8 @@ import outcome
 import pexpect
 import trio
 
+from diagd.actors._subprocess import default_signals
+
 PROMPT = b"crash> "
 READ_SLICE_S = 0.05
 
@@ -65,7 +67,7 @@ class CrashDriver:
     def spawn(cls, argv: Sequence[str], *, cwd: str, env: dict[str, str]) -> CrashDriver:
         """Fork crash on a new pty (its own session: a process-group leader, like open_process)."""
         child = pexpect.spawn(argv[0], list(argv[1:]), cwd=cwd, env=env, echo=False, encoding=None, timeout=None,
-                              maxread=65536, dimensions=(50, 400))
+                              maxread=65536, dimensions=(50, 400), preexec_fn=default_signals)
         child.delaybeforesend = None  # pexpect sleeps 50 ms before every send by default
         return cls(child)
 

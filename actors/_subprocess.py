@@ -29,12 +29,23 @@ GRACEFUL_INT = (Step("sigint", signal.SIGINT, 3.0), Step("sigterm", signal.SIGTE
 TERM_THEN_KILL = (Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 5.0))
 
 
+def default_signals() -> None:
+    """In the child, before exec: SIGINT/SIGQUIT back to their defaults.
+
+    A process started from a shell's background job inherits SIGINT *ignored*, and exec keeps an
+    ignored signal ignored; the graceful first step of every escalation is SIGINT (bpftrace prints
+    its maps, crash stops a command), so the child must not inherit that.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 async def open_process(argv: Sequence[str], *, stdin: int | None = subprocess.DEVNULL,
                        env: dict[str, str] | None = None, cwd: str | None = None) -> trio.Process:
-    """Start argv (no shell) in a new session with piped stdout/stderr."""
+    """Start argv (no shell) in a new session with piped stdout/stderr and default signals."""
     return await trio.lowlevel.open_process(
         list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, env=env, cwd=cwd,
+        start_new_session=True, env=env, cwd=cwd, preexec_fn=default_signals,
     )
 
 
