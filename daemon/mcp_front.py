@@ -28,26 +28,43 @@ log = structlog.get_logger("diagd.mcp")
 current_client: contextvars.ContextVar[str] = contextvars.ContextVar("current_client", default="mcp:?")
 
 INSTRUCTIONS = """\
-diagd drives the tools an embedded, kernel or 5G-core engineer uses to find a problem. Every
-result is compact JSON; failures are isError results with {code, message, details}, where code is
-stable (INVALID_ARGUMENT, NOT_FOUND, FILE_NOT_FOUND, PERMISSION_DENIED, TIMEOUT, OUTPUT_TOO_LARGE,
-BACKEND_UNAVAILABLE, BUSY, ...). Read `details` before retrying: it often names the fix.
+diagd drives the tools an embedded, kernel or 5G-core engineer uses to find a problem. Results are
+compact JSON; failures are isError results with {code, message, details} and a stable code
+(INVALID_ARGUMENT, NOT_FOUND, FILE_NOT_FOUND, PERMISSION_DENIED, TIMEOUT, OUTPUT_TOO_LARGE, BUSY,
+BACKEND_UNAVAILABLE, INVALID_FILTER, INVALID_FIELDS, ...). Read `details` before retrying: it often
+names the fix (a close field name, a missing decode-as, the mount command).
 
-Workflows:
-- pcap (pcap_* / ngap_* tools, when installed): pcap_info first (protocols, conversations), then
-  pcap_frames_by_filter or pcap_timeline with a display filter to find the failing frame, then
-  pcap_frame_detail on those frame numbers; pcap_follow for a SIP call, Diameter session or HTTP/2
-  stream; ngap_ue_sessions / ngap_pdu_session_summary for 5G registration and PDU session issues.
-- serial (list_ports, configure_connection, send_data, read_urc, get_log): open the port once,
-  send with wait_policy=keyword and a stop_pattern such as OK or ERROR; unsolicited output is kept
-  in the URC buffer; the raw Tx/Rx log is the source of truth.
-- bpftrace (list_probes, list_helpers, exec_program, get_result): exec_program returns an id at
-  once; page the output with get_result while it runs; stop_execution ends it gracefully.
-- vmcore (open_vmcore_session, run_crash_command, run_drgn_command, get_crash_info): open a session
-  on vmcore + vmlinux, start with get_crash_info for triage, then bt/log/kmem or drgn code; long
-  outputs are stored: page with get_command_output, grep with search_command_output.
-- diagd itself: diagd_status shows the daemon, its actors and per-tool statistics; diagd_calls
-  lists recent tool calls with their durations and outcomes.
+pcap (5G core / RAN captures, Wireshark's dissectors):
+1. pcap_info: protocols present, conversations (SCTP/N2 first), time span.
+2. ngap_ue_sessions: per UE the procedures, NAS messages and failures with causes; then
+   ngap_pdu_session_summary for PDU sessions (N3 tunnels, QFIs, DNN, UE IP, 5GSM causes).
+3. pcap_timeline with a display filter and fields to line the facts up (raw values, arrays for
+   bundled PDUs); pcap_frames_by_filter to list frames; an empty result says whether the protocol
+   occurs at all.
+4. pcap_frame_detail on the failing frame numbers, layers=["nas-5gs"] or ["ngap"] to stay short.
+5. pcap_follow for a SIP Call-ID, a Diameter Session-Id or an HTTP/2 stream; pcap_text_search for
+   a string in the decoded text; pcap_extract_subcapture to share the evidence.
+Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2"; NAS after Security
+Mode (NEA0) needs profile="5gc-lab" (nas-5gs.null_decipher); ngap_* tools enable it by default.
+Field names: pcap_list_fields / pcap_fields_search.
+
+serial (modems, boards): list_ports, configure_connection(action=open) once, then send_data with
+wait_policy=keyword and stop_pattern such as ["OK\\r\\n","ERROR\\r\\n"] (or timeout / none).
+Unsolicited output waits in read_urc; get_log pages the raw Tx/Rx log (the source of truth);
+set_signals resets boards; connection_status shows who holds a port.
+
+bpftrace (live kernel tracing): list_probes / list_helpers, then exec_program (returns an
+execution_id at once; a bad program fails at once with line/column), get_result with wait_s to
+follow it (maps and histograms come back as data with output_format=json), stop_execution.
+
+kernel crash dump (vmcore + vmlinux): open_vmcore_session (checks they match; drgn answers within
+about a second while crash loads), then get_crash_info for triage (panic string, panic task bt, log
+tail, memory, tasks). Dig with run_crash_command (bt, log, kmem, struct, dis, set <pid>) or
+run_drgn_command (Python with `prog` and drgn helpers; sees every task); long outputs are stored:
+page them with get_command_output and grep with search_command_output. close_vmcore_session when done.
+
+diagd itself: diagd_status (daemon, actors, per-tool statistics), diagd_calls (recent calls with
+durations and outcomes), diagd_stop_actor to release a resource.
 """
 
 

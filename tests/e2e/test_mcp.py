@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -51,6 +52,10 @@ async def test_initialize_gives_instructions_and_tools_with_schemas_and_annotati
             assert workflow in client.instructions
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert {"diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload", "echo"} <= set(tools)
+        named = set(re.findall(r"\b([a-z]+(?:_[a-z0-9]+)+)\b", client.instructions))
+        named -= {"null_decipher", "decode_as", "wait_policy", "stop_pattern", "wait_s", "output_format",
+                  "execution_id", "action"}
+        assert named <= set(tools), f"instructions name unknown tools: {sorted(named - set(tools))}"
         status_tool = tools["diagd_status"]
         assert status_tool.input_schema["type"] == "object"
         assert status_tool.output_schema is not None
