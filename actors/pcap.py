@@ -11,6 +11,7 @@ Raw field values come from protocol-tree `f` attributes (see `_pcap_tree`), so t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -1058,25 +1059,21 @@ def register(daemon: Daemon) -> None:
                                "file_size_bytes": output.stat().st_size, "display_filter": flt,
                                "source": await backend.source(spec, args, display_filter=flt)})
 
-    @tool("ngap_ue_sessions", "5G N2 view per UE (RAN/AMF UE NGAP ID pair, SUCI MSIN, 5G-TMSI): first/last time, "
-          "frames, NGAP procedures in order, NAS messages, failures with causes (5GMM, 5GSM, NGAP). NAS after "
-          "Security Mode is decoded with nas-5gs.null_decipher unless null_decipher=false.",
-          {**_CAPTURE, **_FILTER, "null_decipher": {"type": "boolean", "default": True}})
-    async def ue_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    async def ngap_summary(ctx: CallContext, args: dict[str, Any], op: str) -> dict[str, Any]:
         prefs = {"nas-5gs.null_decipher": "TRUE"} if args.get("null_decipher", True) else None
         spec = await backend.spec_for(args, force_prefs=prefs)
-        result = await backend.ask(ctx, spec, "ngap_sessions", {"display_filter": args.get("display_filter", "")})
+        result = await backend.ask(ctx, spec, op, {"display_filter": args.get("display_filter", "")})
         return backend.finish({**result, "source": await backend.source(spec, args)})
 
-    @tool("ngap_pdu_session_summary", "Per PDU session: NAS establishment request/accept/reject, NGAP "
-          "PDUSessionResourceSetup request/response, N3 uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, "
-          "UE IP, and failure causes (NGAP and 5GSM).",
-          {**_CAPTURE, **_FILTER, "null_decipher": {"type": "boolean", "default": True}})
-    async def pdu_summary(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        prefs = {"nas-5gs.null_decipher": "TRUE"} if args.get("null_decipher", True) else None
-        spec = await backend.spec_for(args, force_prefs=prefs)
-        result = await backend.ask(ctx, spec, "pdu_sessions", {"display_filter": args.get("display_filter", "")})
-        return backend.finish({**result, "source": await backend.source(spec, args)})
+    ngap_props = {**_CAPTURE, **_FILTER, "null_decipher": {"type": "boolean", "default": True}}
+    tool("ngap_ue_sessions", "5G N2 view per UE (RAN/AMF UE NGAP ID pair, SUCI MSIN, 5G-TMSI): first/last time, "
+         "frames, NGAP procedures in order, NAS messages, failures with causes (5GMM, 5GSM, NGAP). NAS after "
+         "Security Mode is decoded with nas-5gs.null_decipher unless null_decipher=false.",
+         ngap_props)(functools.partial(ngap_summary, op="ngap_sessions"))
+    tool("ngap_pdu_session_summary", "Per PDU session: NAS establishment request/accept/reject, NGAP "
+         "PDUSessionResourceSetup request/response, N3 uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, "
+         "UE IP, and failure causes (NGAP and 5GSM).",
+         ngap_props)(functools.partial(ngap_summary, op="pdu_sessions"))
 
     @tool("pcap_list_fields", "Discover Wireshark field names (from tshark -G fields) by substring or regex over "
           "names and descriptions.",
