@@ -32,14 +32,12 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-DIAGD = str(Path(sys.executable).parent / "diagd")
+from _daemon import isolated_daemon
+
 BPFTRACE = shutil.which("bpftrace") or "bpftrace"
 TARGET_RATIO = 1.2
 PROGRAMS = {
@@ -47,38 +45,6 @@ PROGRAMS = {
     "interval 100 ms": 'interval:ms:100 { printf("tick\\n"); exit(); }',
     "tracepoint sched_switch": 'tracepoint:sched:sched_switch { printf("%s\\n", comm); exit(); }',
 }
-
-
-# --------------------------------------------------------------------------- an isolated daemon
-
-
-@contextmanager
-def isolated_daemon() -> Iterator[Path]:
-    runtime = Path(f"/tmp/diagd-bench-bt-{os.getpid()}")
-    shutil.rmtree(runtime, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix="diagd-bench-bt-"))
-    env = {**os.environ, "DIAGD_RUNTIME_DIR": str(runtime), "DIAGD_STATE_DIR": str(tmp / "state"),
-           "DIAGD_CONFIG": str(tmp / "config.toml")}
-    log = open(tmp / "daemon.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([DIAGD, "serve"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (runtime / "mcp.sock").exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"diagd serve did not start; see {tmp / 'daemon.log'}")
-            time.sleep(0.01)
-        yield runtime / "mcp.sock"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        shutil.rmtree(runtime, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class RawMCP:
@@ -168,8 +134,8 @@ def main() -> int:
         print("bench/bpftrace.py needs root (bpftrace 0.17 runs only as root)", file=sys.stderr)
         return 2
     rows = []
-    with isolated_daemon() as mcp_socket:
-        client = RawMCP(mcp_socket)
+    with isolated_daemon("bt") as daemon:
+        client = RawMCP(daemon.mcp_socket)
         for name, program in PROGRAMS.items():
             raw_first_line_ms(program)  # warm-up: page cache, BTF, the daemon's first spawn
             diagd_first_line_ms(client, program)

@@ -22,27 +22,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pexpect
 import trio
+from _daemon import DIAGD, isolated_daemon
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from tests.fixtures.vmcore import CACHE, SCRIPT, cached  # noqa: E402
-
-DIAGD = str(Path(sys.executable).parent / "diagd")
 
 
 def fixture_paths() -> tuple[Path, Path]:
@@ -148,28 +143,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     vmcore, vmlinux = fixture_paths()
-    tmp = Path(tempfile.mkdtemp(prefix="diagd-bench-crash-"))
-    runtime = Path(f"/tmp/diagd-bc-{os.getpid()}")
-    (tmp / "config.toml").write_text(f'[daemon]\nallowed_dirs = ["{vmcore.parent}"]\n')
-    env = {**os.environ, "DIAGD_RUNTIME_DIR": str(runtime), "DIAGD_STATE_DIR": str(tmp / "state"),
-           "DIAGD_CONFIG": str(tmp / "config.toml")}
-    env.pop("NOTIFY_SOCKET", None)
-    log = open(tmp / "daemon.log", "wb")  # noqa: SIM115 - closed below
-    daemon = subprocess.Popen([DIAGD, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while not (runtime / "mcp.sock").exists():
-            if time.monotonic() > deadline or daemon.poll() is not None:
-                raise SystemExit(f"daemon did not start; see {tmp / 'daemon.log'}")
-            time.sleep(0.05)
-        r = trio.run(run, args.repeats, args.calls, env, vmcore, vmlinux)
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        threading.Thread(target=daemon.wait, daemon=True).start()
-        daemon.wait(30)
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(runtime, ignore_errors=True)
+    config = f'[daemon]\nallowed_dirs = ["{vmcore.parent}"]\n'
+    with isolated_daemon("crash", config=config) as daemon:
+        r = trio.run(run, args.repeats, args.calls, daemon.env, vmcore, vmlinux)
     rows = [
         ("bare crash -s start", r["bare_crash_start_s"] * 1000, None, ""),
         ("first open_vmcore_session", r["first_open_s"] * 1000, r["bare_crash_start_s"] * 1000 * 1.05,

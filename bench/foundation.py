@@ -34,20 +34,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from _daemon import isolated_daemon
 
 VENV_BIN = Path(sys.executable).parent
 DIAGD = str(VENV_BIN / "diagd")
@@ -57,7 +55,7 @@ PROTOCOL_VERSION = "2025-06-18"
 WARMUP_CALLS = 20
 CALL_P50_TARGET_MS = 2.0
 STARTUP_TARGET_MS = 150.0
-DAEMON_START_TIMEOUT_S = 30.0
+DAEMON_ENV = {"DIAGD_LOG_LEVEL": "info"}  # the default: one log line per call, as deployed
 REPLY_TIMEOUT_S = 10.0
 
 
@@ -104,83 +102,6 @@ def summarize(samples_ms: list[float]) -> LatencySummary:
 
 def elapsed_ms(start_ns: int) -> float:
     return (time.perf_counter_ns() - start_ns) / 1e6
-
-
-# --------------------------------------------------------------------------- isolated daemon
-
-
-@dataclass
-class BenchEnv:
-    tmp: Path
-    runtime: Path
-    env: dict[str, str]
-
-    @property
-    def mcp_socket(self) -> Path:
-        return self.runtime / "mcp.sock"
-
-    @property
-    def control_socket(self) -> Path:
-        return self.runtime / "control.sock"
-
-
-def make_env() -> BenchEnv:
-    # A short runtime path: AF_UNIX socket paths are limited to ~108 bytes.
-    runtime = Path(f"/tmp/diagd-bench-{os.getpid()}")
-    shutil.rmtree(runtime, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix="diagd-bench-state-"))
-    env = {
-        **os.environ,
-        "DIAGD_RUNTIME_DIR": str(runtime),
-        "DIAGD_STATE_DIR": str(tmp / "state"),
-        "DIAGD_CONFIG": str(tmp / "config.toml"),  # absent: defaults
-        "DIAGD_LOG_LEVEL": "info",  # the default: one log line per call, as deployed
-    }
-    return BenchEnv(tmp=tmp, runtime=runtime, env=env)
-
-
-def start_daemon(bench: BenchEnv, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([DIAGD, "serve"], env=bench.env, stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=log, start_new_session=True)
-    deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
-    while not (bench.mcp_socket.exists() and bench.control_socket.exists()):
-        if proc.poll() is not None:
-            raise RuntimeError(f"diagd serve exited with {proc.returncode}; see {log.name}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"diagd serve did not create its sockets in {DAEMON_START_TIMEOUT_S} s")
-        time.sleep(0.01)
-    return proc
-
-
-def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@contextmanager
-def isolated_daemon() -> Iterator[BenchEnv]:
-    bench = make_env()
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        with open(bench.tmp / "daemon.log", "wb") as log:
-            proc = start_daemon(bench, log)
-            yield bench
-    except BaseException:
-        log_text = (bench.tmp / "daemon.log").read_text(errors="replace")
-        if log_text.strip():
-            sys.stderr.write(f"--- daemon log ---\n{log_text[-4000:]}\n")
-        raise
-    finally:
-        if proc is not None:
-            stop_daemon(proc)
-        shutil.rmtree(bench.runtime, ignore_errors=True)
-        shutil.rmtree(bench.tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- raw JSON-RPC
@@ -371,7 +292,7 @@ def latency_metrics(label: str, s: LatencySummary, target_p50: float | None = No
 
 
 def run_benchmark(calls: int, repeats: int) -> dict[str, Any]:
-    with isolated_daemon() as bench:
+    with isolated_daemon("foundation", extra_env=DAEMON_ENV) as bench:
         sdk = summarize(time_sdk_calls(bench.env, calls))
         with shim_channel(bench.env) as channel:
             raw_shim = summarize(time_raw_calls(channel, calls))

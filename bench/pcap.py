@@ -52,19 +52,19 @@ import json
 import math
 import os
 import re
-import shutil
-import signal
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from _daemon import isolated_daemon
 
 VENV_BIN = Path(sys.executable).parent
 DIAGD = str(VENV_BIN / "diagd")
@@ -74,7 +74,6 @@ WARMUP_SOURCE = "magma_gx_gy_combined_03.pcapng"
 CACHE_DIR = Path("/tmp/diagd-bench-cache")
 RECIPE = 1  # bump when the way the capture is built changes: the cache key includes it
 SHIFT_S = 40  # the source spans 38.2 s: copies follow each other without overlap
-DAEMON_START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 120.0
 
 # The queries: realistic Diameter/GTP work on this file.
@@ -241,73 +240,6 @@ class FirstFramesSearch:
             self.frames_searched = len(self.HEADER.findall(self.head))
             self.matches = sum(1 for _ in self.pattern.finditer(text))
             self.head = bytearray()
-
-
-# --------------------------------------------------------------------------- isolated daemon
-
-
-@dataclass
-class BenchEnv:
-    tmp: Path
-    runtime: Path
-    env: dict[str, str]
-
-    @property
-    def sockets(self) -> tuple[Path, Path]:
-        return self.runtime / "mcp.sock", self.runtime / "control.sock"
-
-
-@contextmanager
-def isolated_daemon(allowed_dirs: list[Path]) -> Iterator[BenchEnv]:
-    # A short runtime path: AF_UNIX socket paths are limited to ~108 bytes.
-    runtime = Path(f"/tmp/diagd-bench-pcap-{os.getpid()}")
-    shutil.rmtree(runtime, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix="diagd-bench-pcap-state-"))
-    config = tmp / "config.toml"
-    config.write_text(f"[daemon]\nallowed_dirs = {json.dumps([str(d) for d in allowed_dirs])}\n")
-    env = {**os.environ, "DIAGD_RUNTIME_DIR": str(runtime), "DIAGD_STATE_DIR": str(tmp / "state"),
-           "DIAGD_CONFIG": str(config), "DIAGD_LOG_LEVEL": "info"}
-    bench = BenchEnv(tmp=tmp, runtime=runtime, env=env)
-    proc: subprocess.Popen[bytes] | None = None
-    log_path = tmp / "daemon.log"
-    try:
-        with open(log_path, "wb") as log_file:
-            proc = start_daemon(bench, log_file)
-            yield bench
-    except BaseException:
-        text = log_path.read_text(errors="replace") if log_path.exists() else ""
-        if text.strip():
-            sys.stderr.write(f"--- daemon log ---\n{text[-4000:]}\n")
-        raise
-    finally:
-        if proc is not None:
-            stop_daemon(proc)
-        shutil.rmtree(runtime, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def start_daemon(bench: BenchEnv, log_file: IO[bytes]) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([DIAGD, "serve"], env=bench.env, stdin=subprocess.DEVNULL,
-                            stdout=log_file, stderr=log_file, start_new_session=True)
-    deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
-    while not all(s.exists() for s in bench.sockets):
-        if proc.poll() is not None:
-            raise RuntimeError(f"diagd serve exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"diagd serve did not create its sockets in {DAEMON_START_TIMEOUT_S} s")
-        time.sleep(0.01)
-    return proc
-
-
-def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 # --------------------------------------------------------------------------- MCP client
@@ -487,7 +419,8 @@ async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     frames_total = await trio.to_thread.run_sync(lambda: packet_count(A))
     diameter_total = await trio.to_thread.run_sync(lambda: count_frames(A, "diameter"))
 
-    with isolated_daemon([args.cache_dir, args.pcaps_dir]) as bench:
+    config = f"[daemon]\nallowed_dirs = {json.dumps([str(d) for d in (args.cache_dir, args.pcaps_dir)])}\n"
+    with isolated_daemon("pcap", config=config, extra_env={"DIAGD_LOG_LEVEL": "info"}) as bench:
         async with diagd_client(bench.env) as c1, diagd_client(bench.env) as c2:
             # Daemon warm-up: the first pcap call reads Wireshark's catalogue (tshark -G fields).
             log("warm-up: pcap_info on a small capture")

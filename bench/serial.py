@@ -53,6 +53,8 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
+# Under its own name, before foundation.py (whose `from _daemon import ...` then finds it).
+bench_daemon = _load("_daemon", BENCH / "_daemon.py")
 foundation = _load("diagd_bench_foundation", BENCH / "foundation.py")
 sim_modem = _load("diagd_bench_sim_modem", REPO / "tests" / "support" / "sim_modem.py")
 
@@ -196,7 +198,7 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def run_benchmark(calls: int, stream_seconds: int) -> dict[str, Any]:
-    with foundation.isolated_daemon() as bench:
+    with bench_daemon.isolated_daemon("serial", extra_env=foundation.DAEMON_ENV) as bench:
         link = bench.tmp / "modem"
         sim, path = start_sim(link)
         try:
