@@ -43,9 +43,12 @@ def default_signals() -> None:
 async def open_process(argv: Sequence[str], *, stdin: int | None = subprocess.DEVNULL,
                        env: dict[str, str] | None = None, cwd: str | None = None) -> trio.Process:
     """Start argv (no shell) in a new session with piped stdout/stderr and default signals."""
+    # A preexec_fn forces fork() of this whole process instead of vfork (~10 ms for the daemon):
+    # only pay it when SIGINT is really ignored here (started from a background job).
+    inherited_ignore = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     return await trio.lowlevel.open_process(
         list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, env=env, cwd=cwd, preexec_fn=default_signals,
+        start_new_session=True, env=env, cwd=cwd, preexec_fn=default_signals if inherited_ignore else None,
     )
 
 
