@@ -169,6 +169,7 @@ async def serve(config: config_mod.Config) -> None:
     socket_paths = {"mcp": paths.mcp_socket(), "control": paths.control_socket()}
     for p in socket_paths.values():
         p.unlink(missing_ok=True)  # stale: the lock proves no live daemon owns it
+    daemon: Daemon | None = None
     try:
         async with trio.open_nursery() as nursery:
             daemon = Daemon(config, nursery, runtime_dir=runtime_dir, state_dir=state_dir)
@@ -192,6 +193,8 @@ async def serve(config: config_mod.Config) -> None:
     finally:
         for p in socket_paths.values():
             p.unlink(missing_ok=True)
+        if daemon is not None:
+            daemon.audit.close()
         os.close(lock_fd)
         sd_notify("STOPPING=1")
         log.info("diagd stopped")

@@ -136,12 +136,6 @@ class Supervisor:
         result = await request.wait()
         return result, request.queue_s
 
-    async def ask_ref(self, ref: ActorRef, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        request = Request(op, args)
-        await ref.send.send(request)
-        result = await request.wait()
-        return result
-
     def stop(self, actor_id: str, reason: str = "stopped by request") -> ActorRef:
         ref = self.by_id(actor_id)
         ref.stop_reason = reason
