@@ -1,0 +1,113 @@
+"""What Wireshark itself knows, read once per daemon: its fields, protocols and version
+(`tshark -G`), decode-as rules checked against them, and the capture identity (sha256) that keys
+a loaded worker. Everything here runs off the event loop (subprocesses, worker threads)."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+
+@dataclass
+class Catalogue:
+    fields: dict[str, tuple[str, str, str]]  # name -> (description, type, protocol)
+    protocols: dict[str, str]  # filter name -> full name
+    version: str
+    lower: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.lower = {name.lower(): name for name in self.fields}
+
+    def resolve_field(self, name: str) -> tuple[str | None, str | None]:
+        """(canonical name or None, warning or None). Case-only mistakes become aliases."""
+        if name in self.fields or name in self.protocols:
+            return name, None
+        alias = self.lower.get(name.lower())
+        if alias is not None:
+            return alias, f"field {name!r} is spelled {alias!r} in Wireshark; used {alias!r}"
+        return None, None
+
+    def suggestions(self, name: str) -> list[str]:
+        prefix = name.split(".", 1)[0].lower()
+        pool = [f for f in self.fields if f.lower().startswith(prefix + ".")] or list(self.fields)
+        return difflib.get_close_matches(name, pool, n=5, cutoff=0.6)
+
+
+_catalogue: Catalogue | None = None
+_catalogue_lock = trio.Lock()
+
+
+async def catalogue() -> Catalogue:
+    global _catalogue
+    async with _catalogue_lock:
+        if _catalogue is None:
+            tshark = shutil.which("tshark")
+            if tshark is None:
+                raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, "tshark is not installed",
+                                 fix="apt-get install tshark (scripts/setup.sh does it)")
+            fields_out = await trio.run_process([tshark, "-G", "fields"], capture_stdout=True, capture_stderr=True)
+            protos_out = await trio.run_process([tshark, "-G", "protocols"], capture_stdout=True,
+                                                capture_stderr=True)
+            version_out = await trio.run_process([tshark, "-v"], capture_stdout=True, capture_stderr=True)
+            fields: dict[str, tuple[str, str, str]] = {}
+            protocols: dict[str, str] = {}
+            for line in fields_out.stdout.decode(errors="replace").splitlines():
+                parts = line.split("\t")
+                if parts[0] == "F" and len(parts) >= 5:
+                    fields[parts[2]] = (parts[1], parts[3], parts[4])
+                elif parts[0] == "P" and len(parts) >= 3:
+                    protocols[parts[2]] = parts[1]
+            for line in protos_out.stdout.decode(errors="replace").splitlines():
+                parts = line.split("\t")
+                if len(parts) == 3:
+                    protocols[parts[2]] = parts[0]
+            version = version_out.stdout.decode(errors="replace").splitlines()[0].strip()
+            _catalogue = Catalogue(fields, protocols, version)
+    return _catalogue
+
+
+_sha_cache: dict[tuple[int, int, int, int], str] = {}
+
+
+async def capture_sha256(path: Path) -> tuple[str, int]:
+    """sha256 of the file, cached by (device, inode, size, mtime): hashed once per version."""
+    st = await trio.to_thread.run_sync(path.stat)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _sha_cache:
+        def digest() -> str:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            return h.hexdigest()
+
+        _sha_cache[key] = await trio.to_thread.run_sync(digest)
+    return _sha_cache[key], st.st_size
+
+
+_DECODE_AS = re.compile(r"^\s*([a-z0-9_.\-]+)\s*==\s*([0-9]+(?:-[0-9]+)?)\s*,\s*([A-Za-z0-9_.\-]+)\s*$")
+
+
+def parse_decode_as(rule: str, cat: Catalogue) -> tuple[str, str, str]:
+    """'tcp.port==7777,http2' -> ('tcp.port', '7777', 'http2'), checked against Wireshark."""
+    m = _DECODE_AS.match(rule)
+    if not m:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"decode_as rule {rule!r} is not 'table==value,protocol'",
+                         example="tcp.port==7777,http2")
+    table, value, proto = m.group(1), m.group(2), m.group(3).lower()
+    if table not in cat.fields:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"decode_as selector {table!r} is not a Wireshark field",
+                         did_you_mean=cat.suggestions(table))
+    if proto not in cat.protocols:
+        close = [p for p in cat.protocols if p.startswith(proto[:3])][:8]
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"decode_as protocol {proto!r} is not a Wireshark protocol",
+                         did_you_mean=close)
+    return table, value, proto
