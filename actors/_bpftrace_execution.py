@@ -1,0 +1,234 @@
+"""The state of one bpftrace run, shared by its actor (which writes it) and the tools (which read it, live or
+reloaded from disk): status and stop reason, the bounded output buffer, JSON map tracking, paging, and the
+meta.json form that `ExecutionStore` persists.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from diagd.actors._bpftrace_parse import LOST_TEXT, parse_json_line
+
+PAGE_MAX_BYTES = 4 * 1024 * 1024  # one get_result page
+
+
+class Status(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    INTERRUPTED = "interrupted"
+
+
+class StopReason(enum.StrEnum):
+    REQUESTED = "stop_execution"
+    TIMEOUT = "timeout"
+    BUFFER_FULL = "buffer_full"
+    ACTOR_STOPPED = "actor_stopped"  # diagd_stop_actor, or the actor crashed
+    SHUTDOWN = "daemon_shutdown"
+    DAEMON_DIED = "daemon_exited"  # found in flight at the next start
+
+
+STATUS_FOR_STOP = {StopReason.TIMEOUT: Status.TIMED_OUT, StopReason.REQUESTED: Status.STOPPED,
+                   StopReason.BUFFER_FULL: Status.STOPPED, StopReason.ACTOR_STOPPED: Status.STOPPED,
+                   StopReason.SHUTDOWN: Status.INTERRUPTED, StopReason.DAEMON_DIED: Status.INTERRUPTED}
+_MAP_TYPES = ("map", "hist", "stats")
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+
+@dataclass
+class Execution:
+    """The state of one run; the actor that owns the process writes it, the tools read it."""
+
+    id: str
+    program: str
+    output_format: str
+    timeout_s: float
+    max_lines: int = 10_000
+    max_bytes: int = 16 * 1024 * 1024
+    created_at: float = field(default_factory=time.time)
+    status: Status = Status.RUNNING
+    stop_reason: StopReason | None = None
+    ended_at: float | None = None
+    duration_s: float | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    attached_probes: int | None = None
+    lines: list[str] = field(default_factory=list)
+    output_bytes: int = 0
+    lines_dropped: int = 0
+    buffer_full: bool = False
+    lost_events: int = 0
+    maps: dict[str, Any] = field(default_factory=dict)
+    pid: int | None = None
+    pid_start: int | None = None
+    started_clock: float | None = None  # trio clock at the spawn; None once loaded from disk
+    attached_clock: float | None = None  # trio clock when bpftrace announced its probes
+    flushed: int = 0  # lines already appended to output.txt
+    _changed: trio.Event | None = field(default=None, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.status != Status.RUNNING
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_reason is not None and not self.finished
+
+    def elapsed_s(self) -> float:
+        """Seconds since the probes attached (since the spawn if they never did)."""
+        if self.duration_s is not None:
+            return self.duration_s
+        since = self.attached_clock if self.attached_clock is not None else self.started_clock
+        return 0.0 if since is None else round(trio.current_time() - since, 3)
+
+    # -- change notification (for get_result wait_s and stop_execution)
+
+    def notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def wait_changed(self) -> None:
+        if self._changed is None:
+            self._changed = trio.Event()
+        await self._changed.wait()
+
+    # -- output
+
+    def add_line(self, line: str) -> bool:
+        """Buffer one output line; False once the buffer is full (the run must stop)."""
+        if self.output_format == "json":
+            self._observe_json(line)
+        elif lost := LOST_TEXT.match(line):
+            self.lost_events += int(lost[1])
+        size = len(line) + 1
+        if self.buffer_full or len(self.lines) >= self.max_lines or self.output_bytes + size > self.max_bytes:
+            self.buffer_full = True
+            self.lines_dropped += 1
+            return False
+        self.lines.append(line)
+        self.output_bytes += size
+        self.notify()
+        if len(self.lines) >= self.max_lines:
+            self.buffer_full = True
+            return False
+        return True
+
+    def _observe_json(self, line: str) -> None:
+        # Maps are tracked even past the buffer limit: the final maps still come back as data.
+        if not line.startswith('{"type": "'):
+            return
+        kind = line[10:line.find('"', 10)]
+        if kind not in (*_MAP_TYPES, "lost_events"):
+            return
+        event = parse_json_line(line)
+        data = event.get("data")
+        if kind == "lost_events" and isinstance(data, dict):
+            self.lost_events += int(data.get("events", 0))
+        elif isinstance(data, dict):
+            for name, value in data.items():
+                self.maps[name] = {"type": kind, "data": value}
+
+    def page(self, offset: int, limit: int, max_bytes: int = PAGE_MAX_BYTES) -> dict[str, Any]:
+        chosen: list[str] = []
+        size = 0
+        for line in self.lines[offset:offset + limit]:
+            if chosen and size + len(line) > max_bytes:
+                break
+            chosen.append(line)
+            size += len(line) + 1
+        output: list[Any] = [parse_json_line(x) for x in chosen] if self.output_format == "json" else chosen
+        end = offset + len(chosen)
+        total = len(self.lines)
+        return {
+            "execution_id": self.id,
+            "status": str(self.status),
+            "output_format": self.output_format,
+            "offset": offset,
+            "lines_total": total,
+            "lines_returned": len(chosen),
+            "output": output,
+            "has_more": end < total,
+            "next_offset": min(end, total),
+            "maps": self.maps if self.output_format == "json" else None,
+            **self._state(),
+        }
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "error": self.error,
+            "warnings": self.warnings,
+            "notices": self.notices,
+            "buffer_full": self.buffer_full,
+            "lines_dropped": self.lines_dropped,
+            "truncated": self.buffer_full,
+            "lost_events": self.lost_events,
+            "attached_probes": self.attached_probes,
+            "stop_reason": None if self.stop_reason is None else str(self.stop_reason),
+            "stopping": self.stopping,
+            "timeout_s": self.timeout_s,
+            "elapsed_s": self.elapsed_s(),
+            "created_at": _iso(self.created_at),
+            "ended_at": _iso(self.ended_at),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        program = self.program if len(self.program) <= 200 else self.program[:200] + "…"
+        return {"execution_id": self.id, "status": str(self.status), "program": program,
+                "output_format": self.output_format, "lines_total": len(self.lines), **self._state()}
+
+    # -- persistence
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "version": 1, "id": self.id, "program": self.program, "output_format": self.output_format,
+            "timeout_s": self.timeout_s, "max_lines": self.max_lines, "max_bytes": self.max_bytes,
+            "created_at": self.created_at, "status": str(self.status),
+            "stop_reason": None if self.stop_reason is None else str(self.stop_reason),
+            "ended_at": self.ended_at, "duration_s": self.duration_s, "exit_code": self.exit_code,
+            "signal": self.signal, "error": self.error, "warnings": self.warnings, "notices": self.notices,
+            "attached_probes": self.attached_probes, "lines_total": len(self.lines),
+            "output_bytes": self.output_bytes, "lines_dropped": self.lines_dropped, "buffer_full": self.buffer_full,
+            "lost_events": self.lost_events, "pid": self.pid, "pid_start": self.pid_start,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], lines: list[str], maps: dict[str, Any] | None = None) -> Execution:
+        ex = cls(id=meta["id"], program=meta["program"], output_format=meta["output_format"],
+                 timeout_s=float(meta["timeout_s"]), max_lines=int(meta.get("max_lines", 10_000)),
+                 max_bytes=int(meta.get("max_bytes", 16 * 1024 * 1024)), created_at=float(meta["created_at"]))
+        ex.status = Status(meta["status"])
+        ex.stop_reason = StopReason(meta["stop_reason"]) if meta.get("stop_reason") else None
+        for name in ("ended_at", "duration_s", "exit_code", "signal", "error", "attached_probes", "pid",
+                     "pid_start"):
+            setattr(ex, name, meta.get(name))
+        ex.warnings = list(meta.get("warnings", []))
+        ex.notices = list(meta.get("notices", []))
+        ex.lines = lines
+        ex.flushed = len(lines)
+        ex.output_bytes = sum(len(x) + 1 for x in lines)
+        ex.lines_dropped = int(meta.get("lines_dropped", 0))
+        ex.buffer_full = bool(meta.get("buffer_full", False))
+        ex.lost_events = int(meta.get("lost_events", 0))
+        if maps is not None:
+            ex.maps = maps
+        elif ex.output_format == "json":  # not saved yet (the daemon died mid-run): rebuild from the lines
+            for line in lines:
+                ex._observe_json(line)
+        return ex
