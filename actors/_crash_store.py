@@ -8,6 +8,7 @@ Layout (under the daemon's state dir, so it survives the session, the actor and 
 
 A command id is `<session_id>:<n>`; it names the files directly, so reading an output needs no
 session, no actor and no index. Every function here blocks: call it through trio.to_thread.
+`Entry` is what a session keeps in memory of one stored output (its first lines and metadata).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 import shutil
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,20 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{5,40}$")
 COMMAND_ID = re.compile(r"^(?P<session>[a-z0-9][a-z0-9-]{5,40}):(?P<n>[0-9]{1,9})$")
 MAX_PAGE_LINES = 500
+
+
+@dataclass
+class Entry:
+    """One stored output as the actor remembers it (first lines in memory, the rest on disk)."""
+
+    command_id: str
+    command: str
+    engine: str
+    head: list[str]
+    total_lines: int
+    context: dict[str, Any] | None
+    duration_s: float
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -22,7 +22,6 @@ the dump starts a fresh one. Idle sessions expire ([crash] idle_timeout_s).
 
 from __future__ import annotations
 
-import ast
 import enum
 import functools
 import json
@@ -34,7 +33,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -42,6 +41,8 @@ import structlog
 import trio
 
 from diagd.actors import _crash_identity as ident
+from diagd.actors import _crash_report as report
+from diagd.actors import _crash_schemas as schemas
 from diagd.actors import _crash_text as text
 from diagd.actors._crash_drgn import DrgnClient, DrgnStuck
 from diagd.actors._crash_pty import (
@@ -53,7 +54,10 @@ from diagd.actors._crash_pty import (
     describe_status,
     spawn_in_owner_thread,
 )
-from diagd.actors._crash_store import MAX_PAGE_LINES, OutputStore
+from diagd.actors._crash_scripts import PYKDUMP_DIRS, find_pykdump, list_scripts
+from diagd.actors._crash_sessions import OPEN_STATES, SessionRecord, SessionTable
+from diagd.actors._crash_settings import CrashSettings, validate_crash_args
+from diagd.actors._crash_store import MAX_PAGE_LINES, Entry, OutputStore
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._subprocess import Step, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
@@ -69,88 +73,6 @@ KIND = "crash"
 T = TypeVar("T")
 HEAD_LINES = MAX_PAGE_LINES  # lines kept in memory per cached command (enough for any first page)
 CRASH_STOP_STEPS = (Step("quit", None, 3.0), Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 3.0))
-# crash options that only change how the dump is read; anything else (input files, live-system
-# switches, output files, positional paths) is refused.
-CRASH_FLAGS = frozenset({"--no_kallsyms", "--no_modules", "--no_ikconf", "--no_data_debug", "--no_kmem_cache",
-                         "--no_elf_notes", "--kmem_cache_delay", "--readnow", "--smp", "--zero_excluded",
-                         "--no_panic", "--hex", "--dec", "--no_strip", "--minimal", "--active"})
-CRASH_VALUED = frozenset({"--machdep", "-m", "--cpus", "--kaslr", "--reloc", "--hash", "--offline", "-p"})
-PYKDUMP_DIRS = ("/usr/lib/crash/extensions", "/usr/lib64/crash/extensions", "/usr/local/lib/crash/extensions",
-                "~/.crash.d")
-
-
-# ---------------------------------------------------------------------------------------------
-# Settings
-
-
-@dataclass(frozen=True)
-class CrashSettings:
-    allowed_dirs: tuple[str, ...] = ()
-    crash_binary: str = "crash"
-    idle_timeout_s: float = 1800.0
-    load_timeout_s: float = 180.0
-    command_timeout_s: float = 120.0
-    drgn_timeout_s: float = 60.0
-    interrupt_grace_s: float = 10.0
-    output_lines: int = 20
-    max_output_bytes: int = 64 * 1024 * 1024
-    max_sessions: int = 4
-    keep_sessions: int = 50
-    log_tail_lines: int = 40
-    script_dirs: tuple[str, ...] = ()
-    allow_shell: bool = False
-    allow_extend: bool = False
-    pykdump_path: str = ""
-    drgn: bool = True
-
-    @classmethod
-    def from_raw(cls, raw: dict[str, Any], daemon_allowed: tuple[str, ...] = ()) -> CrashSettings:
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(raw) - known
-        if unknown:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown [crash] keys: {sorted(unknown)}",
-                             known=sorted(known))
-        values: dict[str, Any] = {"allowed_dirs": tuple(raw.get("allowed_dirs", daemon_allowed))}
-        defaults = cls()
-        for name in known - {"allowed_dirs"}:
-            if name in raw:
-                default = getattr(defaults, name)
-                value = raw[name]
-                try:
-                    values[name] = tuple(str(v) for v in value) if isinstance(default, tuple) else type(default)(value)
-                except (TypeError, ValueError):
-                    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[crash] {name} must be {type(default).__name__}",
-                                     value=value) from None
-        settings = cls(**values)
-        if not 1 <= settings.output_lines <= MAX_PAGE_LINES:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[crash] output_lines must be 1..{MAX_PAGE_LINES}")
-        return settings
-
-
-def validate_crash_args(raw: list[str]) -> list[str]:
-    """Normalise crash options to ['--opt', 'value', ...], refusing anything outside the allow-list."""
-    out: list[str] = []
-    items = list(raw)
-    while items:
-        arg = items.pop(0)
-        name, eq, value = arg.partition("=")
-        if name in CRASH_FLAGS and not eq:
-            out.append(name)
-            continue
-        if name in CRASH_VALUED:
-            if not eq:
-                if not items:
-                    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"crash option {name} needs a value")
-                value = items.pop(0)
-            if not value or not all(c.isalnum() or c in "._,:=-" for c in value):
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"bad value {value!r} for crash option {name}")
-            out += [name, value]
-            continue
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"crash option {arg!r} is not allowed",
-                         allowed=sorted(CRASH_FLAGS | CRASH_VALUED),
-                         hint="dump and vmlinux are given as vmcore_path/vmlinux_path; input/output files, "
-                              "live-system switches and extra files are refused")
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,20 +103,6 @@ class SessionSpec:
 class Hooks:
     on_failed: Callable[[CrashSession, DiagdError], None]
     on_exit: Callable[[CrashSession], None]
-
-
-@dataclass
-class Entry:
-    """One stored output as the actor remembers it (first lines in memory, the rest on disk)."""
-
-    command_id: str
-    command: str
-    engine: str
-    head: list[str]
-    total_lines: int
-    context: dict[str, Any] | None
-    duration_s: float
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class CrashSession(Actor):
@@ -610,48 +518,16 @@ class CrashSession(Actor):
             return self.store.load(entry.command_id)[1]
 
         log_lines, ps_lines = await trio.to_thread.run_sync(lambda: (full(log_e), full(ps_e)))
-        system = text.parse_sys("\n".join(sys_e.head))
-        bt = text.parse_bt("\n".join(bt_e.head))
-        tasks: dict[str, Any] = {"command_id": ps_e.command_id, "crash": text.summarize_ps(text.parse_ps(
-            "\n".join(ps_lines)))}
-        if self.drgn_phase == Phase.READY:
-            tasks["drgn"] = await self._drgn_task_summary()
-        result = {
-            "session_id": self.spec.session_id,
-            "system": system,
-            "panic": system.get("panic"),
-            "panic_task": panic.to_json() if panic else None,
-            "backtrace": {"command_id": bt_e.command_id, "command": bt_e.command, **bt,
-                          "text": "\n".join(bt_e.head[:60])},
-            "log_tail": {"command_id": log_e.command_id, "total_lines": log_e.total_lines,
-                         "lines": log_lines[-s.log_tail_lines:]},
-            "memory": {"command_id": kmem_e.command_id, **text.parse_kmem_i("\n".join(kmem_e.head))},
-            "tasks": tasks,
-            "limits": self.summary.get("limits", []),
-            "next_steps": ["get_command_output / search_command_output on these command ids",
-                           "run_crash_command: 'bt -a', 'log', 'kmem -s', 'struct <type> <addr>', 'dis -l <fn>'",
-                           "run_drgn_command: prog.crashed_thread().stack_trace(), for_each_task(prog)"],
-        }
-        return result
+        drgn_tasks = await self._drgn_task_summary() if self.drgn_phase == Phase.READY else None
+        return report.triage_report(self.spec.session_id, sys_e=sys_e, bt_e=bt_e, log_e=log_e, kmem_e=kmem_e,
+                                    ps_e=ps_e, log_lines=log_lines, ps_lines=ps_lines, panic=panic,
+                                    drgn_tasks=drgn_tasks, limits=self.summary.get("limits", []),
+                                    log_tail_lines=s.log_tail_lines)
 
     async def _drgn_task_summary(self) -> dict[str, Any]:
-        code = (
-            "def __diagd_tasks():\n"
-            "    import json\n"
-            "    counts, blocked, names = {}, [], []\n"
-            "    for t in for_each_task(prog):\n"
-            "        st = task_state_to_char(t)\n"
-            "        counts[st] = counts.get(st, 0) + 1\n"
-            "        comm = t.comm.string_().decode(errors='replace')\n"
-            "        names.append(comm)\n"
-            "        if st == 'D':\n"
-            "            blocked.append({'pid': t.pid.value_(), 'comm': comm})\n"
-            "    print(json.dumps({'total': sum(counts.values()), 'by_state': counts, 'uninterruptible': blocked,\n"
-            "                      'commands': sorted(set(names))}))\n"
-            "__diagd_tasks()\n"
-            "del __diagd_tasks\n")
         try:
-            result = await self.op_drgn(code, filename="<diagd triage>", label="[triage] drgn task summary")
+            result = await self.op_drgn(report.DRGN_TASK_SUMMARY, filename="<diagd triage>",
+                                        label="[triage] drgn task summary")
             summary: dict[str, Any] = json.loads(result["output"])
             summary["command_id"] = result["command_id"]
             return summary
@@ -661,32 +537,16 @@ class CrashSession(Actor):
     # -- reporting ------------------------------------------------------------------------------
 
     def _summary(self, system: dict[str, str], sys_entry: Entry | None) -> dict[str, Any]:
-        tasks_crash = None
-        try:
-            tasks_crash = int(system.get("tasks", ""))
-        except ValueError:
-            pass
-        limits = text.startup_limits(self.startup_output, self.crash_version, int(self.drgn_loaded.get("tasks", -1)),
-                                     tasks_crash)
-        warnings = [line.strip() for line in self.startup_output.splitlines() if line.strip()]
-        summary: dict[str, Any] = {
-            "system": system,
-            "panic": system.get("panic"),
-            "release": system.get("release"),
-            "panic_task": self.panic_context.to_json() if self.panic_context else None,
-            "crash_version": self.crash_version,
-            "crash_load_s": round(self.crash_load_s or 0, 3),
-            "crash_warnings": warnings[:20],
-            "drgn": {"phase": str(self.drgn_phase), "load_s": round(self.drgn_load_s or 0, 3), **self.drgn_loaded}
-            if self.drgn_phase == Phase.READY else {"phase": str(self.drgn_phase),
-                                                    "error": self.drgn_error.message if self.drgn_error else None},
-            "limits": limits,
-        }
-        if sys_entry is not None:
-            summary["sys_command_id"] = sys_entry.command_id
-        elif "sys_command_id" in self.summary:
-            summary["sys_command_id"] = self.summary["sys_command_id"]
-        return summary
+        return report.session_summary(
+            system, startup_output=self.startup_output, crash_version=self.crash_version,
+            crash_load_s=self.crash_load_s, panic=self.panic_context, drgn=self._drgn_status(),
+            drgn_tasks=int(self.drgn_loaded.get("tasks", -1)),
+            sys_command_id=sys_entry.command_id if sys_entry is not None else self.summary.get("sys_command_id"))
+
+    def _drgn_status(self) -> dict[str, Any]:
+        if self.drgn_phase == Phase.READY:
+            return {"phase": str(self.drgn_phase), "load_s": round(self.drgn_load_s or 0, 3), **self.drgn_loaded}
+        return {"phase": str(self.drgn_phase), "error": self.drgn_error.message if self.drgn_error else None}
 
     def statistics(self) -> dict[str, Any]:
         return {
@@ -729,47 +589,14 @@ def _rss(pid: int) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Daemon-side state: sessions, references, identities
-
-
-@dataclass
-class SessionRecord:
-    session_id: str
-    key: str
-    vmcore: str
-    vmlinux: str
-    workdir: Path
-    crash_args: list[str]
-    created: float
-    refcount: int = 1
-    state: str = "opening"  # opening | ready | failed | closed | expired
-    error: DiagdError | None = None
-    actor: CrashSession | None = None
-    clients: set[str] = field(default_factory=set)
-    match: list[str] = field(default_factory=list)
-    spawned: trio.Event = field(default_factory=trio.Event)  # set once `actor` is known (or the open failed)
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"session_id": self.session_id, "state": self.state, "refcount": self.refcount,
-                               "vmcore": self.vmcore, "vmlinux": self.vmlinux, "workdir": str(self.workdir),
-                               "crash_args": self.crash_args,
-                               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))}
-        if self.error is not None:
-            out["error"] = self.error.message
-        if self.actor is not None:
-            out["crash"] = str(self.actor.crash_phase)
-            out["drgn"] = str(self.actor.drgn_phase)
-            out["commands"] = self.actor.commands
-        return out
+# Daemon-side state: sessions (`_crash_sessions`), identities, stored outputs
 
 
 class CrashBackend:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.store = OutputStore(daemon.state_dir / "crash")
-        self.sessions: OrderedDict[str, SessionRecord] = OrderedDict()
-        self.live: dict[str, SessionRecord] = {}
-        self.last: dict[str, str] = {}
+        self.table = SessionTable()
         self._dump_cache: dict[tuple[int, int, int, int], ident.DumpInfo] = {}
         self._vmlinux_cache: dict[tuple[int, int, int, int], ident.VmlinuxInfo] = {}
         self._crash_version: str | None = None
@@ -817,35 +644,26 @@ class CrashBackend:
         dump, vml, vml_id = await self.identify(vmcore, vmlinux)
         match = ident.check_match(dump, vml)  # refuses a wrong vmlinux before anything is spawned
         key = ident.session_key(dump, vml, vml_id, crash_args)
-        rec = self.live.get(key)
-        if rec is not None and rec.state in ("opening", "ready"):
-            rec.refcount += 1
-            rec.clients.add(ctx.client)
-            self.last[ctx.client] = rec.session_id
+        rec = self.table.joinable(key)
+        if rec is not None:
+            self.table.join(rec, ctx.client)
             try:
                 await self._wait_ready(rec, ctx)
             except BaseException:
                 rec.refcount -= 1
                 raise
             return self._open_result(rec, is_new=False)
-        if len([r for r in self.live.values() if r.state in ("opening", "ready")]) >= s.max_sessions:
+        if self.table.open_count() >= s.max_sessions:
             raise DiagdError(ErrorCode.BUSY, f"{s.max_sessions} crash sessions are open (each holds ~650 MB)",
-                             sessions=[r.describe() for r in self.live.values()],
+                             sessions=[r.describe() for r in self.table.live.values()],
                              hint="close_vmcore_session one, or raise [crash] max_sessions")
         session_id = f"{key[:8]}-{secrets.token_hex(3)}"
         rec = SessionRecord(session_id, key, str(vmcore), str(vmlinux), self.store.root / session_id, crash_args,
                             time.time(), clients={ctx.client}, match=match)
-        self.live[key] = rec
-        self.sessions[session_id] = rec
-        self.last[ctx.client] = session_id
-        while len(self.sessions) > 200:
-            old_id, old = next(iter(self.sessions.items()))
-            if old.state in ("opening", "ready"):
-                break
-            del self.sessions[old_id]
+        self.table.add(rec, ctx.client)
         try:
-            live_ids = {r.session_id for r in self.live.values()}
-            await trio.to_thread.run_sync(self._prepare_workdir, rec, dump, vml, live_ids, s.keep_sessions)
+            await trio.to_thread.run_sync(self._prepare_workdir, rec, dump, vml, self.table.live_ids(),
+                                          s.keep_sessions)
             spec = SessionSpec(session_id, key, vmcore, vmlinux, rec.workdir, tuple(crash_args), s, dump.osrelease)
             hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit)
             version = await self.crash_version(binary)
@@ -911,17 +729,17 @@ class CrashBackend:
                 "match": rec.match, "summary": actor.summary}
 
     def _on_failed(self, actor: CrashSession, error: DiagdError) -> None:
-        rec = self.sessions.get(actor.spec.session_id)
+        rec = self.table.get(actor.spec.session_id)
         if rec is None:
             return
         rec.error = rec.error or error
         self._release(rec, "failed", error.message)
 
     def _on_exit(self, actor: CrashSession) -> None:
-        rec = self.sessions.get(actor.spec.session_id)
+        rec = self.table.get(actor.spec.session_id)
         if rec is None:
             return
-        if rec.state in ("opening", "ready"):
+        if rec.state in OPEN_STATES:
             if actor.failure is not None:
                 rec.state, rec.error = "failed", rec.error or actor.failure
             else:
@@ -930,8 +748,7 @@ class CrashBackend:
                 rec.error = DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} ended (idle for {idle:g} s, "
                                        "or the daemon stopped it)", session_id=rec.session_id,
                                        hint="open_vmcore_session again")
-        if self.live.get(rec.key) is rec:
-            del self.live[rec.key]
+        self.table.unlink(rec)
         try:
             self.store.update_session(rec.session_id, state=rec.state, stop=actor.stop_results,
                                       error=rec.error.message if rec.error else None)
@@ -940,44 +757,19 @@ class CrashBackend:
 
     def _release(self, rec: SessionRecord, state: str, reason: str) -> None:
         """Stop the session's actor (if any) and free its key so a reopen starts fresh."""
-        if rec.state in ("opening", "ready"):
+        if rec.state in OPEN_STATES:
             rec.state = state
-        if self.live.get(rec.key) is rec:
-            del self.live[rec.key]
+        self.table.unlink(rec)
         ref = self.daemon.supervisor.find(KIND, rec.key)
         if ref is not None and rec.actor is not None and ref.actor is rec.actor and ref.accepting:
             self.daemon.supervisor.stop(ref.id, reason=reason)
 
-    def resolve(self, ctx: CallContext, session_id: str | None) -> SessionRecord:
-        sid = session_id or self.last.get(ctx.client)
-        if not sid:
-            raise DiagdError(ErrorCode.NOT_FOUND, "no session_id given and this client opened no session",
-                             hint="pass session_id (list_vmcore_sessions shows them) or open_vmcore_session first",
-                             open_sessions=[r.session_id for r in self.live.values()])
-        rec = self.sessions.get(sid)
-        if rec is None:
-            raise DiagdError(ErrorCode.NOT_FOUND, f"no crash session {sid!r} in this daemon",
-                             open_sessions=[r.session_id for r in self.live.values()],
-                             hint="stored outputs of old sessions stay readable with get_command_output")
-        return rec
-
-    def usable(self, rec: SessionRecord) -> CrashSession:
-        if rec.state == "failed":
-            error = rec.error
-            raise DiagdError(ErrorCode.ACTOR_FAILED,
-                             f"session {rec.session_id} failed: {error.message if error else 'unknown reason'}",
-                             session_id=rec.session_id, hint="open_vmcore_session again starts a fresh session")
-        if rec.state in ("closed", "expired") or rec.actor is None:
-            raise DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} is {rec.state}",
-                             session_id=rec.session_id, hint="open_vmcore_session again; stored outputs stay readable")
-        return rec.actor
-
     async def ask(self, ctx: CallContext, rec: SessionRecord, op: str, args: dict[str, Any]) -> dict[str, Any]:
         await rec.spawned.wait()  # a call that races the first open waits for the children to be spawned
-        actor = self.usable(rec)
+        actor = rec.usable()
         ref = self.daemon.supervisor.find(KIND, rec.key)
         if ref is None or ref.actor is not actor:
-            self.usable(rec)  # raises if the actor ended in between
+            rec.usable()  # raises if the actor ended in between
             raise DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} has ended", session_id=rec.session_id)
 
         def gone() -> Actor:  # never start a new crash implicitly
@@ -988,13 +780,11 @@ class CrashBackend:
         return result
 
     async def close(self, ctx: CallContext, session_id: str | None) -> dict[str, Any]:
-        rec = self.resolve(ctx, session_id)
-        if rec.state not in ("opening", "ready"):
+        rec = self.table.resolve(ctx.client, session_id)
+        if rec.state not in OPEN_STATES:
             return {"session_id": rec.session_id, "closed": True, "state": rec.state, "refcount": 0,
                     "workdir": str(rec.workdir), "note": f"the session was already {rec.state}"}
-        rec.refcount -= 1
-        if self.last.get(ctx.client) == rec.session_id and rec.refcount <= 0:
-            del self.last[ctx.client]
+        self.table.drop(rec, ctx.client)
         if rec.refcount > 0:
             return {"session_id": rec.session_id, "closed": False, "state": rec.state, "refcount": rec.refcount,
                     "workdir": str(rec.workdir), "note": f"{rec.refcount} other reference(s) keep it open"}
@@ -1005,66 +795,10 @@ class CrashBackend:
             with trio.move_on_after(30):
                 await actor.stopped.wait()
             stop = dict(actor.stop_results)
-        for client, sid in list(self.last.items()):
-            if sid == rec.session_id:
-                del self.last[client]
+        self.table.forget(rec)
         return {"session_id": rec.session_id, "closed": True, "state": rec.state, "refcount": 0,
                 "workdir": str(rec.workdir), "stopped": stop,
                 "note": "outputs stay readable with get_command_output / search_command_output"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Analysis scripts
-
-
-def list_scripts(dirs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    scripts: dict[str, dict[str, Any]] = {}
-    for d in dirs:
-        root = Path(d).expanduser()
-        if not root.is_dir():
-            continue
-        for path in sorted(root.glob("*.py")):
-            if path.stem in scripts or path.name.startswith("_"):
-                continue
-            try:
-                source = path.read_text(errors="replace")
-                doc = ast.get_docstring(ast.parse(source)) or ""
-            except (OSError, SyntaxError) as exc:
-                doc = f"(unreadable: {exc})"
-            scripts[path.stem] = {"name": path.stem, "path": str(path), "description": doc.strip().split("\n")[0],
-                                  "bytes": path.stat().st_size}
-    return scripts
-
-
-def find_pykdump(configured: str) -> str | None:
-    candidates = [configured] if configured else []
-    for d in PYKDUMP_DIRS:
-        root = Path(d).expanduser()
-        if root.is_dir():
-            candidates += [str(p) for p in sorted(root.glob("mpykdump*.so"))]
-    for c in candidates:
-        if c and Path(c).is_file():
-            return c
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Tools
-
-
-_SESSION = {"session_id": {"type": "string", "description": "From open_vmcore_session; default: this client's "
-                                                             "last opened session"}}
-_RESULT = {
-    "type": "object",
-    "properties": {"session_id": {"type": "string"}, "command_id": {"type": "string"}, "output": {"type": "string"},
-                   "total_lines": {"type": "integer"}, "lines_returned": {"type": "integer"},
-                   "cached": {"type": "boolean"}, "truncated": {"type": "boolean"}},
-    "required": ["session_id", "command_id", "output", "total_lines", "cached"],
-}
-
-
-def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
 
 
 def register(daemon: Daemon) -> None:
@@ -1072,11 +806,11 @@ def register(daemon: Daemon) -> None:
     registry = daemon.registry
     startup = backend.settings
 
-    def tool(name: str, description: str, props: dict[str, Any], required: tuple[str, ...] = (), *,
+    def tool(name: str, description: str, input_schema: dict[str, Any], *,
              output: dict[str, Any] | None = None, read_only: bool = True, idempotent: bool = True,
              timeout_s: float | None = None) -> Callable[[Handler], Handler]:
         def wrap(handler: Handler) -> Handler:
-            registry.register(ToolSpec(name=name, description=description, input_schema=_schema(props, required),
+            registry.register(ToolSpec(name=name, description=description, input_schema=input_schema,
                                        handler=handler, output_schema=output, read_only=read_only,
                                        idempotent=idempotent, timeout_s=timeout_s))
             return handler
@@ -1088,29 +822,22 @@ def register(daemon: Daemon) -> None:
           "takes ~10 s to load (progress is reported); the same dump opened again returns the same session "
           "(is_new false). The summary has the panic string, the panic task and known limits. Then call "
           "get_crash_info.",
-          {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed)"},
-           "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
-           "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16,
-                          "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},
-          ("vmcore_path", "vmlinux_path"),
-          output={"type": "object", "properties": {"session_id": {"type": "string"}, "workdir": {"type": "string"},
-                                                   "is_new": {"type": "boolean"}, "summary": {"type": "object"}},
-                  "required": ["session_id", "workdir", "is_new", "summary"]},
-          read_only=False, idempotent=False, timeout_s=startup.load_timeout_s + 30)
+          schemas.OPEN_INPUT, output=schemas.OPEN_OUTPUT, read_only=False, idempotent=False,
+          timeout_s=startup.load_timeout_s + 30)
     async def open_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await backend.open(ctx, args)
 
     @tool("close_vmcore_session",
           "Drop one reference to a session (default: this client's last); the last reference stops crash and the "
           "drgn worker. Stored outputs stay readable.",
-          {**_SESSION}, read_only=False, idempotent=False, timeout_s=45)
+          schemas.SESSION_INPUT, read_only=False, idempotent=False, timeout_s=45)
     async def close_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await backend.close(ctx, args.get("session_id"))
 
-    @tool("list_vmcore_sessions", "Crash sessions of this daemon: id, state, references, dump, commands run.", {})
+    @tool("list_vmcore_sessions", "Crash sessions of this daemon: id, state, references, dump, commands run.",
+          schemas.NO_INPUT)
     async def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        return {"sessions": [r.describe() for r in reversed(backend.sessions.values())],
-                "default_for_this_client": backend.last.get(ctx.client)}
+        return backend.table.listing(ctx.client)
 
     async def crash_command(ctx: CallContext, rec: SessionRecord, command: str, force: bool,
                             max_lines: int | None, extension: str | None = None) -> dict[str, Any]:
@@ -1126,14 +853,10 @@ def register(daemon: Daemon) -> None:
           "commands in the same context are answered from the cache (cached: true); force_execute reruns. "
           "Prefixes: 'drgn:<python>' runs drgn code, 'crash:<cmd>' is explicit, 'pykdump:<cmd>' needs the "
           "pykdump extension. Pipes, redirections and !shell are refused (use search_command_output).",
-          {"command": {"type": "string", "minLength": 1, "maxLength": 4000}, **_SESSION,
-           "force_execute": {"type": "boolean", "default": False},
-           "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES,
-                         "description": "lines returned inline (default [crash] output_lines)"}},
-          ("command",), output=_RESULT, read_only=False, idempotent=False,
+          schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
           timeout_s=startup.command_timeout_s + startup.interrupt_grace_s + 15)
     async def run_crash_command(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        rec = backend.resolve(ctx, args.get("session_id"))
+        rec = backend.table.resolve(ctx.client, args.get("session_id"))
         command = args["command"].strip()
         prefix, sep, rest = command.partition(":")
         max_lines = args.get("max_lines")
@@ -1160,23 +883,16 @@ def register(daemon: Daemon) -> None:
           "find_task, list_for_each_entry, ...) are imported, variables persist between calls, and a final "
           "expression is shown like the drgn shell does. print() output is returned and stored; an exception "
           "comes back as INVALID_ARGUMENT with its traceback.",
-          {"code": {"type": "string", "minLength": 1, "maxLength": 200000}, **_SESSION,
-           "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES}},
-          ("code",), output=_RESULT, read_only=False, idempotent=False,
+          schemas.RUN_DRGN_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
           timeout_s=startup.drgn_timeout_s + startup.interrupt_grace_s + startup.load_timeout_s)
     async def run_drgn_command(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        rec = backend.resolve(ctx, args.get("session_id"))
+        rec = backend.table.resolve(ctx.client, args.get("session_id"))
         return await drgn_command(ctx, rec, args["code"], args.get("max_lines"))
 
     @tool("get_command_output",
           "A page of a stored command output by command_id (lines offset..offset+limit, limit <= 500). Works "
           "after the session closed and after a daemon restart.",
-          {"command_id": {"type": "string"}, "offset": {"type": "integer", "minimum": 0, "default": 0},
-           "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES, "default": 100}},
-          ("command_id",),
-          output={"type": "object", "properties": {"command_id": {"type": "string"}, "output": {"type": "string"},
-                                                   "total_lines": {"type": "integer"}, "has_more": {"type": "boolean"}},
-                  "required": ["command_id", "output", "total_lines", "has_more"]})
+          schemas.GET_OUTPUT_INPUT, output=schemas.GET_OUTPUT_OUTPUT)
     async def get_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await trio.to_thread.run_sync(backend.store.page, args["command_id"], args.get("offset", 0),
                                              args.get("limit", 100))
@@ -1184,13 +900,7 @@ def register(daemon: Daemon) -> None:
     @tool("search_command_output",
           "Regex search (Python syntax, case-insensitive unless case_sensitive) over a stored output; each match "
           "has its line_number (usable as get_command_output offset) and context_lines around it.",
-          {"command_id": {"type": "string"}, "query": {"type": "string", "minLength": 1, "maxLength": 1000},
-           "context_lines": {"type": "integer", "minimum": 0, "maximum": 50, "default": 0},
-           "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-           "case_sensitive": {"type": "boolean", "default": False}},
-          ("command_id", "query"),
-          output={"type": "object", "properties": {"match_count": {"type": "integer"}, "matches": {"type": "array"}},
-                  "required": ["match_count", "matches"]})
+          schemas.SEARCH_INPUT, output=schemas.SEARCH_OUTPUT)
     async def search_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await trio.to_thread.run_sync(functools.partial(
             backend.store.search, args["command_id"], args["query"], context_lines=args.get("context_lines", 0),
@@ -1199,14 +909,15 @@ def register(daemon: Daemon) -> None:
     @tool("get_crash_info",
           "Triage report in one call: sys (panic string, release, uptime), the panic task's backtrace, the tail "
           "of the kernel log, kmem -i, a ps summary (and drgn's view of all tasks), with command ids to dig in.",
-          {**_SESSION}, timeout_s=startup.command_timeout_s * 2 + startup.drgn_timeout_s)
+          schemas.SESSION_INPUT, timeout_s=startup.command_timeout_s * 2 + startup.drgn_timeout_s)
     async def crash_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        rec = backend.resolve(ctx, args.get("session_id"))
+        rec = backend.table.resolve(ctx.client, args.get("session_id"))
         return await backend.ask(ctx, rec, "triage", {})
 
     if startup.script_dirs:
         @tool("list_analysis_scripts",
-              f"drgn analysis scripts from {', '.join(startup.script_dirs)} (name, first docstring line).", {})
+              f"drgn analysis scripts from {', '.join(startup.script_dirs)} (name, first docstring line).",
+              schemas.NO_INPUT)
         async def list_analysis(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
             return {"scripts": list(scripts.values()), "dirs": list(backend.settings.script_dirs)}
@@ -1214,9 +925,7 @@ def register(daemon: Daemon) -> None:
         @tool("run_analysis_script",
               "Run one listed drgn analysis script in the session (fresh namespace with prog and the helpers, "
               "__name__ == '__main__'); output stored like run_drgn_command.",
-              {"name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}, **_SESSION,
-               "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES}},
-              ("name",), output=_RESULT, read_only=False, idempotent=False,
+              schemas.RUN_SCRIPT_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
               timeout_s=startup.drgn_timeout_s + startup.interrupt_grace_s + startup.load_timeout_s)
         async def run_analysis(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
@@ -1224,7 +933,7 @@ def register(daemon: Daemon) -> None:
             if script is None:
                 raise DiagdError(ErrorCode.NOT_FOUND, f"no analysis script {args['name']!r}", known=sorted(scripts))
             source = await trio.to_thread.run_sync(Path(script["path"]).read_text)
-            rec = backend.resolve(ctx, args.get("session_id"))
+            rec = backend.table.resolve(ctx.client, args.get("session_id"))
             return await backend.ask(ctx, rec, "drgn", {"code": source, "filename": script["path"], "isolated": True,
                                                         "max_lines": args.get("max_lines"),
                                                         "label": f"[script] {args['name']}"})

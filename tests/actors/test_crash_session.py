@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import trio
 
+from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import OutputStore
 from diagd.actors.base import Actor
-from diagd.actors.crash import CrashSession, CrashSettings, Hooks, SessionSpec, validate_crash_args
+from diagd.actors.crash import CrashSession, Hooks, SessionSpec
 from diagd.daemon.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 

@@ -1,0 +1,73 @@
+"""JSON schemas of the crash tools' inputs and outputs (descriptions and handlers stay in `crash`).
+
+Inputs are closed objects (`additionalProperties: false`); `session_id` defaults to the calling
+client's last opened session everywhere it appears, and every command-running tool returns
+`COMMAND_RESULT` (first lines inline, a command_id for the rest).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagd.actors._crash_store import MAX_PAGE_LINES
+
+
+def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+
+
+SESSION = {"session_id": {"type": "string", "description": "From open_vmcore_session; default: this client's "
+                                                            "last opened session"}}
+COMMAND_RESULT = {
+    "type": "object",
+    "properties": {"session_id": {"type": "string"}, "command_id": {"type": "string"}, "output": {"type": "string"},
+                   "total_lines": {"type": "integer"}, "lines_returned": {"type": "integer"},
+                   "cached": {"type": "boolean"}, "truncated": {"type": "boolean"}},
+    "required": ["session_id", "command_id", "output", "total_lines", "cached"],
+}
+NO_INPUT = _schema({})
+SESSION_INPUT = _schema({**SESSION})
+
+OPEN_INPUT = _schema(
+    {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed)"},
+     "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
+     "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16,
+                    "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},
+    ("vmcore_path", "vmlinux_path"))
+OPEN_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "workdir": {"type": "string"},
+                                                "is_new": {"type": "boolean"}, "summary": {"type": "object"}},
+               "required": ["session_id", "workdir", "is_new", "summary"]}
+
+RUN_CRASH_INPUT = _schema(
+    {"command": {"type": "string", "minLength": 1, "maxLength": 4000}, **SESSION,
+     "force_execute": {"type": "boolean", "default": False},
+     "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES,
+                   "description": "lines returned inline (default [crash] output_lines)"}},
+    ("command",))
+RUN_DRGN_INPUT = _schema(
+    {"code": {"type": "string", "minLength": 1, "maxLength": 200000}, **SESSION,
+     "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES}},
+    ("code",))
+
+GET_OUTPUT_INPUT = _schema(
+    {"command_id": {"type": "string"}, "offset": {"type": "integer", "minimum": 0, "default": 0},
+     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES, "default": 100}},
+    ("command_id",))
+GET_OUTPUT_OUTPUT = {"type": "object", "properties": {"command_id": {"type": "string"}, "output": {"type": "string"},
+                                                      "total_lines": {"type": "integer"},
+                                                      "has_more": {"type": "boolean"}},
+                     "required": ["command_id", "output", "total_lines", "has_more"]}
+
+SEARCH_INPUT = _schema(
+    {"command_id": {"type": "string"}, "query": {"type": "string", "minLength": 1, "maxLength": 1000},
+     "context_lines": {"type": "integer", "minimum": 0, "maximum": 50, "default": 0},
+     "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+     "case_sensitive": {"type": "boolean", "default": False}},
+    ("command_id", "query"))
+SEARCH_OUTPUT = {"type": "object", "properties": {"match_count": {"type": "integer"}, "matches": {"type": "array"}},
+                 "required": ["match_count", "matches"]}
+
+RUN_SCRIPT_INPUT = _schema(
+    {"name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}, **SESSION,
+     "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES}},
+    ("name",))
