@@ -159,11 +159,15 @@ async def test_results_survive_a_restart_and_the_run_in_flight_is_interrupted_wi
 
 async def test_a_bpftrace_left_by_a_killed_daemon_is_reaped_at_the_next_start(env: Env) -> None:
     daemon = start_daemon(env)
-    async with mcp_client(env) as client:
-        # Silent after its first line: a bpftrace that writes to the dead daemon's pipe dies of SIGPIPE.
-        running = ok(await call(client, "exec_program", {
-            "program": 'BEGIN { printf("started\\n"); } interval:ms:100 { @n = count(); }', "timeout": 30}))
-        await first_line(client, running["execution_id"])
+    try:
+        async with mcp_client(env) as client:
+            # Silent after its first line: a bpftrace that writes to the dead daemon's pipe dies of SIGPIPE.
+            running = ok(await call(client, "exec_program", {
+                "program": 'BEGIN { printf("started\\n"); } interval:ms:100 { @n = count(); }', "timeout": 30}))
+            await first_line(client, running["execution_id"])
+    except BaseException:
+        daemon.stop()
+        raise
     time.sleep(0.6)  # output reaches the state dir every 0.5 s: a daemon crash loses at most that much
     daemon.proc.send_signal(signal.SIGKILL)
     daemon.proc.wait(timeout=10)

@@ -149,10 +149,13 @@ def test_control_socket_answers_garbage_with_coded_errors(daemon: DaemonProcess)
 
 def test_sigterm_reaps_children_removes_sockets_and_exits_cleanly(env: Env) -> None:
     daemon = start_daemon(env)
-    out = env.run("call", "echo", "message=hi", "resource=child-1", "--visibility", "off")
-    child_pid = json.loads(out.stdout)["child_pid"]
-    assert Path(f"/proc/{child_pid}").exists()
-    assert daemon.stop() == 0
+    try:
+        out = env.run("call", "echo", "message=hi", "resource=child-1", "--visibility", "off")
+        child_pid = json.loads(out.stdout)["child_pid"]
+        assert Path(f"/proc/{child_pid}").exists()
+    finally:
+        exit_code = daemon.stop()
+    assert exit_code == 0
     assert not daemon.mcp_socket.exists() and not daemon.control_socket.exists()
     assert not Path(f"/proc/{child_pid}").exists(), "the actor's child process was not reaped"
     assert '"diagd stopped"' in daemon.log()

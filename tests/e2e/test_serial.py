@@ -57,8 +57,10 @@ def sim(tmp_path: Path) -> Iterator[SimProcess]:
 def serial_daemon(env: Env, tmp_path: Path) -> Iterator[DaemonProcess]:
     env.write_config(env.config.read_text() + f'\n[serial]\nallowed_ports = ["{tmp_path}/modem*"]\n')
     daemon = start_daemon(env)
-    yield daemon
-    daemon.stop()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
 
 
 async def ok(client: Client, tool: str, **args: Any) -> dict[str, Any]:
