@@ -129,7 +129,7 @@ class ToolRegistry:
         started = time.monotonic()
         outcome, code = "error", None
         result: CallResult | None = None
-        shown_args = arguments if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
+        shown_args = _abridge(arguments) if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
         try:
             try:
                 spec = self.get(name)
@@ -167,6 +167,21 @@ class ToolRegistry:
             for observe in self.observers:
                 observe(record)
         return result
+
+
+AUDIT_MAX_CHARS = 1024
+
+
+def _abridge(value: Any) -> Any:
+    """Arguments as the audit log keeps them: long strings (scripts, payloads) cut with their size."""
+    if isinstance(value, str) and len(value) > AUDIT_MAX_CHARS:
+        return value[:AUDIT_MAX_CHARS] + f"...(+{len(value) - AUDIT_MAX_CHARS} chars)"
+    if isinstance(value, dict):
+        return {k: _abridge(v) for k, v in value.items()}
+    if isinstance(value, list):
+        shown = [_abridge(v) for v in value[:100]]
+        return [*shown, f"...(+{len(value) - 100} items)"] if len(value) > 100 else shown
+    return value
 
 
 def compact(payload: Any) -> str:

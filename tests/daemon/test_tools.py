@@ -150,3 +150,11 @@ def test_registering_a_tool_twice_is_a_programming_error() -> None:
     registry, _ = make_registry()
     with pytest.raises(ValueError):
         registry.register(registry.get("t"))
+
+
+async def test_the_call_record_abridges_long_arguments() -> None:
+    registry, records = make_registry()
+    await registry.call("t", {"name": "x" * 5000, "frames": list(range(300))}, CallContext(client="test"))
+    shown = records[-1].arguments
+    assert shown["name"].startswith("x" * 1024) and shown["name"].endswith("...(+3976 chars)")
+    assert len(shown["frames"]) == 101 and shown["frames"][-1] == "...(+200 items)"
