@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -48,6 +49,11 @@ def check_python_module(module: str, required: bool = True) -> Check:
         return Check(f"python:{module}", False, f"cannot import: {exc}",
                      "pip install -e . in the diagd virtualenv (scripts/setup.sh does it)", required)
     version = getattr(mod, "__version__", None) or getattr(mod, "VERSION", "")
+    if not version:
+        try:
+            version = importlib.metadata.version({"serial": "pyserial"}.get(module, module))
+        except importlib.metadata.PackageNotFoundError:
+            version = ""
     return Check(f"python:{module}", True, f"{version}".strip() or "importable", required=required)
 
 
