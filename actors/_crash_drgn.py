@@ -13,12 +13,15 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 
 from diagd.actors import _crash_proto as proto
 from diagd.actors._subprocess import Step, Tail, drain, open_process, stop_process
 from diagd.protocol.errors import DiagdError, ErrorCode
+
+_Reply = TypeVar("_Reply", bound=proto.Message)
 
 WORKER_MODULE = "diagd.actors._drgn_worker"
 STOP_STEPS = (Step("quit", None, 2.0), Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 3.0))
@@ -104,12 +107,7 @@ class DrgnClient:
         request_id = next(self._ids)
         await self.send(proto.Load(id=request_id, version=proto.PROTOCOL_VERSION, vmcore=vmcore,
                                    debug_files=debug_files))
-        reply = await self._reply(request_id)
-        if isinstance(reply, proto.Error):
-            raise DiagdError(_code(reply.code), reply.message)
-        if not isinstance(reply, proto.Loaded):
-            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker answered load with {reply.tag!r}")
-        return reply
+        return await self._expect(request_id, proto.Loaded, "load")
 
     async def execute(self, code: str, *, filename: str, timeout_s: float, grace_s: float, max_output_bytes: int,
                       isolated: bool = False) -> proto.ExecResult:
@@ -130,11 +128,15 @@ class DrgnClient:
         raise DrgnStuck(f"drgn code ignored SIGINT for {grace_s:g} s after its {timeout_s:g} s timeout")
 
     async def _exec_reply(self, request_id: int) -> proto.ExecResult:
+        return await self._expect(request_id, proto.ExecResult, "exec")
+
+    async def _expect(self, request_id: int, kind: type[_Reply], what: str) -> _Reply:
+        """The reply to one request, as the expected type; a worker error keeps its code."""
         reply = await self._reply(request_id)
         if isinstance(reply, proto.Error):
             raise DiagdError(_code(reply.code), reply.message)
-        if not isinstance(reply, proto.ExecResult):
-            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker answered exec with {reply.tag!r}")
+        if not isinstance(reply, kind):
+            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker answered {what} with {reply.tag!r}")
         return reply
 
     def interrupt(self) -> None:
