@@ -23,6 +23,12 @@ class DaemonConfig:
     call_timeout_s: float = 30.0
     max_line_bytes: int = 8 * 1024 * 1024
     max_connections: int = 64
+    # Connection deadlines: a new connection's first message (control hello / first MCP line)
+    # must be complete within handshake_timeout_s; a control frame, once its first byte came,
+    # within frame_timeout_s. Half-received large control frames share control_buffer_bytes.
+    handshake_timeout_s: float = 10.0
+    frame_timeout_s: float = 10.0
+    control_buffer_bytes: int = 4 * 1024 * 1024
     inbox_size: int = 32
     audit_max_bytes: int = 10 * 1024 * 1024
     audit_keep: int = 5
@@ -70,5 +76,8 @@ def parse(raw: dict[str, Any], *, source: str = "<memory>") -> Config:
         daemon = DaemonConfig(**daemon_raw)
     except TypeError as exc:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"bad [daemon] table in {source}: {exc}") from None
+    for key in ("handshake_timeout_s", "frame_timeout_s", "max_connections", "control_buffer_bytes"):
+        if not isinstance(getattr(daemon, key), int | float) or getattr(daemon, key) <= 0:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] {key} must be a positive number in {source}")
     backends = {k: v for k, v in raw.items() if k != "daemon" and isinstance(v, dict)}
     return Config(daemon=daemon, backends=backends, source=source)

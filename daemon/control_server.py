@@ -1,12 +1,23 @@
-"""The control socket: msgpack frames for people's commands (`diagd status`, `diagd call`, ...)."""
+"""The control socket: msgpack frames for people's commands (`diagd status`, `diagd call`, ...).
+
+Each connection runs under deadlines, so a silent or trickling peer cannot hold a slot or
+memory: the hello must be complete within `handshake_timeout_s` of the accept, and every later
+frame within `frame_timeout_s` of its first byte (waiting between frames is free: an idle
+connection is what the accept loop drops when the table is full). Frames from clients are
+limited to `control.MAX_REQUEST_BYTES`, and any frame above `SMALL_FRAME_BYTES` is read only
+with a share of the daemon-wide `ByteBudget`.
+"""
 
 from __future__ import annotations
 
+import math
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
 
+from diagd.daemon.connections import ByteBudget, Connection, State
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -16,62 +27,104 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("diagd.control")
 
+# Frames up to this size are read without the shared budget: status, stop, most calls. With the
+# table full of them that is at most max_connections x 64 KiB.
+SMALL_FRAME_BYTES = 64 * 1024
+
 
 class FrameStream:
-    """Length-prefixed msgpack frames over a Trio stream."""
+    """Length-prefixed msgpack frames over a Trio stream, read under deadlines."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, conn: Connection | None = None,
+                 budget: ByteBudget | None = None) -> None:
         self._stream = stream
+        self._conn = conn
+        self._budget = budget
         self._buffer = bytearray()
 
-    async def _read_exact(self, n: int) -> bytes | None:
+    async def _fill(self, n: int) -> bool:
+        """Buffer at least n bytes; False at EOF."""
         while len(self._buffer) < n:
             chunk = await self._stream.receive_some(65536)
             if not chunk:
-                return None
+                return False
             self._buffer += chunk
+        return True
+
+    def _take(self, n: int) -> bytes:
         data = bytes(self._buffer[:n])
         del self._buffer[:n]
         return data
 
-    async def receive(self) -> control.Message | None:
-        """Next message, None at EOF; DiagdError(PROTOCOL_ERROR) for a malformed frame."""
-        header = await self._read_exact(control.HEADER_SIZE)
-        if header is None:
+    async def receive(self, *, first_byte_by: float = math.inf, frame_by: float | None = None,
+                      frame_timeout_s: float = math.inf) -> control.Message | None:
+        """Next message, None at EOF.
+
+        The first byte must come by `first_byte_by`, the whole frame by `frame_by` (default: its
+        first byte's time + `frame_timeout_s`). DiagdError TIMEOUT when a deadline passes,
+        PROTOCOL_ERROR for a malformed or oversized frame.
+        """
+        with trio.move_on_at(first_byte_by):
+            if not await self._fill(1):
+                return None
+        if not self._buffer:
+            raise DiagdError(ErrorCode.TIMEOUT, "no complete hello before the handshake deadline; closing")
+        if self._conn is not None and self._conn.state is not State.HANDSHAKE:
+            self._conn.touch(State.READING)
+        deadline = frame_by if frame_by is not None else trio.current_time() + frame_timeout_s
+        with trio.move_on_at(deadline) as scope:
+            body = await self._read_frame()
+        if scope.cancelled_caught:
+            raise DiagdError(ErrorCode.TIMEOUT, f"frame not complete within its deadline "
+                             f"({len(self._buffer)} bytes received); closing")
+        return None if body is None else control.REQUESTS.decode(body)
+
+    async def _read_frame(self) -> bytes | None:
+        if not await self._fill(control.HEADER_SIZE):
             return None
-        length = control.frame_length(header)  # raises before we buffer an oversized frame
-        body = await self._read_exact(length)
-        if body is None:
-            return None
-        return control.decode(body)
+        length = control.REQUESTS.frame_length(self._take(control.HEADER_SIZE))  # refuses before buffering
+        if length <= SMALL_FRAME_BYTES or self._budget is None:
+            return self._take(length) if await self._fill(length) else None
+        async with self._budget.hold(length):
+            return self._take(length) if await self._fill(length) else None
 
     async def send(self, msg: control.Message) -> None:
-        await self._stream.send_all(control.encode(msg))
+        try:
+            frame = control.REPLIES.encode(msg)
+        except DiagdError as exc:  # a result too large for a frame: say so instead of dropping the line
+            frame = control.REPLIES.encode(control.ErrorReply(id=getattr(msg, "id", 0), **_wire(exc)))
+        await self._stream.send_all(frame)
 
 
-async def serve_connection(stream: trio.SocketStream, daemon: Daemon, *, client: str) -> None:
-    frames = FrameStream(stream)
+async def serve_connection(stream: trio.SocketStream, daemon: Daemon, *, client: str,
+                           conn: Connection | None = None) -> None:
+    settings = daemon.config.daemon
+    frames = FrameStream(stream, conn, daemon.frame_budget)
     try:
-        hello = await _handshake(frames)
+        started = conn.connected_at if conn is not None else trio.current_time()
+        hello = await _handshake(frames, deadline=started + settings.handshake_timeout_s, conn=conn)
         if hello is None:
             return
         who = f"cli:{hello.client or client}"
         while True:
+            _mark(conn, State.IDLE)
             try:
-                msg = await frames.receive()
+                msg = await frames.receive(frame_timeout_s=daemon.config.daemon.frame_timeout_s)
             except DiagdError as exc:
                 await frames.send(control.ErrorReply(id=0, **_wire(exc)))
-                if "exceeds" in exc.message:
-                    return  # cannot resynchronise after an oversized frame
+                if exc.code is ErrorCode.TIMEOUT or "exceeds" in exc.message:
+                    log.warning("control connection closed", client=client, reason=exc.message)
+                    return  # cannot resynchronise after a partial or oversized frame
                 continue
             if msg is None:
                 return
             msg_id = getattr(msg, "id", 0)
-            try:
-                reply: control.Message = control.Reply(id=msg_id, result=await _dispatch(daemon, msg, who))
-            except DiagdError as exc:
-                reply = control.ErrorReply(id=msg_id, **_wire(exc))
-            await frames.send(reply)
+            with _busy(conn):
+                try:
+                    reply: control.Message = control.Reply(id=msg_id, result=await _dispatch(daemon, msg, who))
+                except DiagdError as exc:
+                    reply = control.ErrorReply(id=msg_id, **_wire(exc))
+                await frames.send(reply)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:
@@ -79,26 +132,38 @@ async def serve_connection(stream: trio.SocketStream, daemon: Daemon, *, client:
             await stream.aclose()
 
 
-async def _handshake(frames: FrameStream) -> control.Hello | None:
+async def _handshake(frames: FrameStream, *, deadline: float, conn: Connection | None) -> control.Hello | None:
     try:
-        first = await frames.receive()
+        first = await frames.receive(first_byte_by=deadline, frame_by=deadline)
     except DiagdError as exc:
+        log.warning("control handshake failed", reason=exc.message, client=conn.client if conn else "?")
         await frames.send(control.ErrorReply(id=0, **_wire(exc)))
         return None
     if first is None:
         return None
-    if not isinstance(first, control.Hello):
-        await frames.send(control.ErrorReply(id=0, code=str(ErrorCode.PROTOCOL_ERROR),
-                                             message=f"first message must be hello, got {first.tag!r}"))
-        return None
-    if first.version != control.PROTOCOL_VERSION:
-        await frames.send(control.ErrorReply(
-            id=0, code=str(ErrorCode.PROTOCOL_ERROR),
-            message=f"protocol version {first.version} not supported (daemon speaks {control.PROTOCOL_VERSION})",
-            details={"supported": [control.PROTOCOL_VERSION]}))
-        return None
-    await frames.send(control.Hello(version=control.PROTOCOL_VERSION, client="diagd"))
+    with _busy(conn):
+        if not isinstance(first, control.Hello):
+            await frames.send(control.ErrorReply(id=0, code=str(ErrorCode.PROTOCOL_ERROR),
+                                                 message=f"first message must be hello, got {first.tag!r}"))
+            return None
+        if first.version != control.PROTOCOL_VERSION:
+            await frames.send(control.ErrorReply(
+                id=0, code=str(ErrorCode.PROTOCOL_ERROR),
+                message=f"protocol version {first.version} not supported (daemon speaks {control.PROTOCOL_VERSION})",
+                details={"supported": [control.PROTOCOL_VERSION]}))
+            return None
+        await frames.send(control.Hello(version=control.PROTOCOL_VERSION, client="diagd"))
     return first
+
+
+def _mark(conn: Connection | None, state: State) -> None:
+    if conn is not None:
+        conn.touch(state)
+
+
+def _busy(conn: Connection | None) -> AbstractContextManager[None]:
+    """Busy while a request is served and its reply written: never dropped as idle mid-reply."""
+    return conn.busy() if conn is not None else nullcontext()
 
 
 async def _dispatch(daemon: Daemon, msg: control.Message, who: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib
-import itertools
+import json
 import os
 import signal
 import socket
@@ -19,21 +19,35 @@ import trio
 
 import diagd
 from diagd.actors import BACKENDS
-from diagd.daemon import builtin_tools, control_server, mcp_front, paths
+from diagd.daemon import builtin_tools, connections, control_server, mcp_front, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon.audit import AuditLog, CallStats
+from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State
 from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
-from diagd.daemon.tools import CallRecord, ToolRegistry
-from diagd.protocol.errors import DiagdError
+from diagd.daemon.tools import CallContext, CallRecord, CallResult, ToolRegistry
+from diagd.protocol import control
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.daemon")
 
-ConnectionHandler = Callable[[trio.SocketStream, str], Awaitable[None]]
+ConnectionHandler = Callable[[trio.SocketStream, Connection], Awaitable[None]]
 
 
 class AlreadyRunning(Exception):
     pass
+
+
+class ConnectionAwareRegistry(ToolRegistry):
+    """Marks the calling connection busy while its tool call runs, so a long call is never dropped
+    as idle (MCP connections are otherwise only known from the byte level)."""
+
+    async def call(self, name: str, arguments: Any, ctx: CallContext) -> CallResult:
+        conn = connections.current.get()
+        if conn is None:
+            return await super().call(name, arguments, ctx)
+        with conn.busy():
+            return await super().call(name, arguments, ctx)
 
 
 class Daemon:
@@ -45,19 +59,25 @@ class Daemon:
         self.runtime_dir = runtime_dir
         self.state_dir = state_dir
         self._nursery = nursery
-        self.registry = ToolRegistry(call_timeout_s=config.daemon.call_timeout_s)
+        self.registry: ToolRegistry = ConnectionAwareRegistry(call_timeout_s=config.daemon.call_timeout_s)
         self.supervisor = Supervisor(nursery, idle_timeout_s=config.daemon.idle_timeout_s,
                                      inbox_size=config.daemon.inbox_size)
         self.stats = CallStats()
         self.audit = AuditLog(state_dir / "audit.jsonl", max_bytes=config.daemon.audit_max_bytes,
                               keep=config.daemon.audit_keep)
         self.registry.observers += [self.stats.observe, self.audit.write, _log_call]
-        self.connections: dict[int, dict[str, Any]] = {}
-        self._conn_ids = itertools.count(1)
+        self.connection_table = ConnectionTable(config.daemon.max_connections)
+        # A frame up to the request limit must always fit, whatever the setting says.
+        self.frame_budget = ByteBudget(max(config.daemon.control_buffer_bytes, control.MAX_REQUEST_BYTES))
         self.sockets: dict[str, str] = {}
         self.started_wall = time.time()
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
+
+    @property
+    def connections(self) -> dict[int, dict[str, Any]]:
+        """A snapshot of the connected clients (id, kind, pid, state, ...), as status and actors read it."""
+        return {c.id: c.statistics() for c in self.connection_table}
 
     def load_backends(self) -> None:
         builtin_tools.register(self)
@@ -77,6 +97,8 @@ class Daemon:
                 "config": self.config.source,
                 "state_dir": str(self.state_dir),
                 "clients": list(self.connections.values()),
+                "connections_dropped": self.connection_table.dropped,
+                "connections_refused": self.connection_table.refused,
                 "calls_total": self.stats.total,
             },
             "actors": [ref.statistics() for ref in self.supervisor.actors()],
@@ -100,22 +122,16 @@ class Daemon:
     async def accept(self, listener: trio.SocketListener, kind: str, handle: ConnectionHandler, *,
                      task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
                      ) -> None:
+        """Serve one listening socket: check the peer, admit it to the table (dropping the oldest
+        idle connection when full, refusing with BUSY when none is idle), run its handler."""
+
         async def on_connection(stream: trio.SocketStream) -> None:
             try:
                 pid, uid, _gid = peer_credentials(stream.socket)
                 if uid != os.getuid():
                     log.warning("refused connection from another uid", kind=kind, peer_uid=uid, peer_pid=pid)
                     return
-                if len(self.connections) >= self.config.daemon.max_connections:
-                    log.warning("refused connection: too many clients", kind=kind, peer_pid=pid)
-                    return
-                conn_id = next(self._conn_ids)
-                self.connections[conn_id] = {"id": conn_id, "kind": kind, "pid": pid,
-                                             "connected_at": time.strftime("%H:%M:%S")}
-                try:
-                    await handle(stream, f"{kind}:{pid}")
-                finally:
-                    del self.connections[conn_id]
+                await self._serve_admitted(stream, kind, pid, handle)
             except Exception:
                 log.exception("connection handler failed", kind=kind)  # one client's fault, not the daemon's
             finally:
@@ -123,6 +139,79 @@ class Daemon:
                     await stream.aclose()
 
         await trio.serve_listeners(on_connection, [listener], task_status=task_status)
+
+    async def _serve_admitted(self, stream: trio.SocketStream, kind: str, pid: int, handle: ConnectionHandler
+                              ) -> None:
+        settings = self.config.daemon
+        self.connection_table.max_connections = settings.max_connections  # a reload applies to the next accept
+        conn, dropped = self.connection_table.admit(kind, pid)
+        if dropped is not None:
+            log.warning("dropped an idle connection to make room", dropped=repr(dropped), newcomer=f"{kind}:{pid}")
+        if conn is None:
+            message = (f"diagd serves {settings.max_connections} connections and none is idle; "
+                       "try again when a call finishes")
+            log.warning("refused connection: every connection is busy", kind=kind, peer_pid=pid)
+            await refuse(stream, notice(kind, ErrorCode.BUSY, message))
+            return
+        conn.on_drop = lambda reason: _write_nowait(stream, notice(kind, ErrorCode.BUSY, reason))
+        connections.current.set(conn)  # this task's context: inherited by the handler's tasks
+        try:
+            with conn.scope:
+                if kind == "mcp":
+                    if not await first_line(stream, conn.connected_at + settings.handshake_timeout_s):
+                        log.warning("mcp handshake timed out", client=conn.client)
+                        await refuse(stream, notice(kind, ErrorCode.TIMEOUT, "no complete first message within "
+                                                    f"{settings.handshake_timeout_s:g} s; closing"))
+                        return
+                    conn.touch(State.IDLE)  # from here on only its tool calls make it busy
+                await handle(stream, conn)
+        finally:
+            self.connection_table.remove(conn)
+
+
+def notice(kind: str, code: ErrorCode, message: str) -> bytes:
+    """A coded error a connection gets before the daemon closes it, in that socket's protocol."""
+    if kind == "control":
+        return control.REPLIES.encode(control.ErrorReply(id=0, code=str(code), message=message))
+    error = {"code": -32000, "message": f"{code}: {message}", "data": {"code": str(code), "closing": True}}
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode() + b"\n"
+
+
+async def refuse(stream: trio.SocketStream, data: bytes, timeout_s: float = 1.0) -> None:
+    """Send a last message, then half-close and drain what the peer already sent: closing a Unix
+    socket with unread input resets the peer, which would then lose the message."""
+    with trio.move_on_after(timeout_s):
+        try:
+            await stream.send_all(data)
+            await stream.send_eof()
+            while await stream.receive_some(65536):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+def _write_nowait(stream: trio.SocketStream, data: bytes) -> None:
+    """Best effort, from another task: an idle connection has room in its socket buffer."""
+    try:
+        os.write(stream.socket.fileno(), data)
+    except OSError:
+        pass
+
+
+PEEK_BYTES = 65536
+
+
+async def first_line(stream: trio.SocketStream, deadline: float) -> bool:
+    """True once the first MCP line is complete (or EOF, or PEEK_BYTES without a newline: then the
+    line limit applies); False at the deadline. Peeks, so the MCP front end still reads it all."""
+    sock = stream.socket
+    with trio.move_on_at(deadline):
+        while True:
+            data = await sock.recv(PEEK_BYTES, socket.MSG_PEEK)
+            if not data or b"\n" in data or len(data) >= PEEK_BYTES:
+                return True
+            await trio.sleep(0.02)  # more of a partial line: the kernel has no "wait for more" for a peek
+    return False
 
 
 def _log_call(record: CallRecord) -> None:
@@ -136,66 +225,73 @@ def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-async def open_unix_listener(path: Path) -> trio.SocketListener:
-    """Bind a 0600 socket (umask set before bind, so it is never briefly world-connectable)."""
+async def open_unix_listener(rundir: paths.PrivateDir, name: str) -> trio.SocketListener:
+    """Bind a 0600 socket inside the checked runtime dir, through its fd (umask set before bind,
+    so it is never briefly world-connectable)."""
+    rundir.remove(name)  # stale: the lock proves no live daemon owns it
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        await sock.bind(str(path))
+        await sock.bind(rundir.socket_address(name))
     finally:
         os.umask(old)
-    os.chmod(path, 0o600)
     sock.listen(128)
     return trio.SocketListener(sock)
 
 
-def acquire_lock(runtime_dir: Path) -> int:
+def acquire_lock(rundir: paths.PrivateDir) -> int:
     """Hold daemon.lock for the process lifetime: a second daemon (two shims autostarting) exits."""
-    fd = os.open(runtime_dir / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = rundir.open("daemon.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise AlreadyRunning(f"another diagd already runs with {runtime_dir}") from None
+        raise AlreadyRunning(f"another diagd already runs with {rundir.path}") from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
 
 
 async def serve(config: config_mod.Config) -> None:
-    runtime_dir = paths.ensure_private_dir(paths.runtime_dir())
-    state_dir = paths.ensure_private_dir(paths.state_dir())
-    lock_fd = acquire_lock(runtime_dir)
-    socket_paths = {"mcp": paths.mcp_socket(), "control": paths.control_socket()}
-    for p in socket_paths.values():
-        p.unlink(missing_ok=True)  # stale: the lock proves no live daemon owns it
+    rundir = paths.open_private_dir(paths.runtime_dir(), what="runtime directory")
+    try:
+        paths.ensure_private_dir(paths.state_dir(), what="state directory")
+        lock_fd = acquire_lock(rundir)
+    except BaseException:
+        rundir.close()
+        raise
+    state_dir = paths.state_dir()
+    socket_names = {"mcp": paths.mcp_socket().name, "control": paths.control_socket().name}
+    bound: list[str] = []
     daemon: Daemon | None = None
     try:
         async with trio.open_nursery() as nursery:
-            daemon = Daemon(config, nursery, runtime_dir=runtime_dir, state_dir=state_dir)
+            daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
             server = mcp_front.build_server(daemon.registry, version=diagd.__version__)
             max_line = config.daemon.max_line_bytes
 
-            async def handle_mcp(stream: trio.SocketStream, client: str) -> None:
-                await mcp_front.serve_connection(stream, server, client=client, max_line_bytes=max_line)
+            async def handle_mcp(stream: trio.SocketStream, conn: Connection) -> None:
+                await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line)
 
-            async def handle_control(stream: trio.SocketStream, client: str) -> None:
-                await control_server.serve_connection(stream, daemon, client=client)
+            async def handle_control(stream: trio.SocketStream, conn: Connection) -> None:
+                await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)
 
             for kind, handle in (("mcp", handle_mcp), ("control", handle_control)):
-                listener = await open_unix_listener(socket_paths[kind])
+                listener = await open_unix_listener(rundir, socket_names[kind])
+                bound.append(socket_names[kind])
                 await nursery.start(daemon.accept, listener, kind, handle)
-                daemon.sockets[kind] = str(socket_paths[kind])
+                daemon.sockets[kind] = str(rundir.path / socket_names[kind])
             nursery.start_soon(_handle_signals, daemon)
             sd_notify("READY=1\nSTATUS=listening")
             log.info("diagd ready", pid=os.getpid(), sockets=daemon.sockets, tools=len(daemon.registry.specs()))
     finally:
-        for p in socket_paths.values():
-            p.unlink(missing_ok=True)
+        for name in bound:
+            rundir.remove(name)
         if daemon is not None:
             daemon.audit.close()
         os.close(lock_fd)
+        rundir.close()
         sd_notify("STOPPING=1")
         log.info("diagd stopped")
 

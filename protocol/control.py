@@ -6,13 +6,22 @@ closes. Every later request carries an `id` echoed in its reply. Messages are ty
 dataclasses and validated on decode, so a malformed frame becomes an `error` reply, not a
 dropped connection or a crash.
 
+The two directions have their own frame limits. Requests (client -> daemon) are small: the
+largest legitimate one is a drgn script (schema cap 200,000 chars, under 1 MiB in msgpack), and
+the daemon buffers them, so their limit bounds its memory. Replies (daemon -> client) carry tool
+results: measured on the real captures, a 5000-row x 64-field pcap_timeline is ~0.96 MB and a
+5000-frame pcap_frames_by_filter ~0.68 MB; a bpftrace page is capped at 4 MiB and crash/drgn
+output at 64 MiB, so replies get room above that (the encoding adds its own bytes).
+
 This module is imported by the CLI, so it must stay stdlib + msgpack only (no trio, no mcp):
 `diagd status` has to answer in well under 150 ms.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import struct
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,7 +31,9 @@ from diagd.protocol.framing import Codec
 from diagd.protocol.framing import Message as Message
 
 PROTOCOL_VERSION = 1
-MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_REQUEST_BYTES = 1024 * 1024
+MAX_REPLY_BYTES = 128 * 1024 * 1024
+MAX_FRAME_BYTES = MAX_REPLY_BYTES  # the larger of the two: what any frame may be at most
 
 
 @dataclass(frozen=True)
@@ -83,25 +94,40 @@ class ErrorReply(Message):
     details: dict[str, Any] = field(default_factory=dict)
 
 
-CODEC = Codec((Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, Reply,
-               ErrorReply), MAX_FRAME_BYTES)
+_TYPES = (Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, Reply, ErrorReply)
+CODEC = Codec(_TYPES, MAX_FRAME_BYTES)
 encode = CODEC.encode
 decode = CODEC.decode
 frame_length = CODEC.frame_length
+# Per direction: what a client may send the daemon, and what the daemon may send back.
+REQUESTS = Codec(_TYPES, MAX_REQUEST_BYTES)
+REPLIES = Codec(_TYPES, MAX_REPLY_BYTES)
 
 
 class BlockingClient:
-    """A synchronous control-socket client for the CLI (no event loop: start-up time matters)."""
+    """A synchronous control-socket client for the CLI (no event loop: start-up time matters).
+
+    Connecting raises FileNotFoundError / ConnectionRefusedError when no daemon listens; every
+    later failure (refused by a busy daemon, connection closed or reset, timeout) is a DiagdError,
+    so the CLI can print one line instead of a traceback.
+    """
 
     def __init__(self, path: str, *, client: str, timeout: float | None = None) -> None:
+        self._path = path
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
-        self._sock.connect(path)
-        self._next_id = 0
-        self._send(Hello(version=PROTOCOL_VERSION, client=client))
-        reply = self._recv()
+        try:
+            self._sock.connect(path)
+            check_peer_is_us(self._sock, path)
+            self._next_id = 0
+            self._send(Hello(version=PROTOCOL_VERSION, client=client))
+            reply = self._recv()
+        except BaseException:
+            self._sock.close()
+            raise
         if isinstance(reply, ErrorReply):
-            raise DiagdError(ErrorCode(reply.code), reply.message, **reply.details)
+            self._sock.close()
+            raise DiagdError(_code(reply.code), reply.message, **reply.details)
 
     def close(self) -> None:
         self._sock.close()
@@ -124,20 +150,57 @@ class BlockingClient:
         return reply.result
 
     def _send(self, msg: Message) -> None:
-        self._sock.sendall(encode(msg))
+        frame = REQUESTS.encode(msg)
+        try:
+            self._sock.sendall(frame)
+        except OSError as exc:
+            # The daemon may have refused us and closed already: its error frame is the better story.
+            early = self._pending_error()
+            if early is not None:
+                raise early from None
+            raise self._lost(exc) from None
+
+    def _pending_error(self) -> DiagdError | None:
+        try:
+            self._sock.settimeout(1)
+            reply = self._recv()
+        except DiagdError:
+            return None
+        if isinstance(reply, ErrorReply):
+            return DiagdError(_code(reply.code), reply.message, **reply.details)
+        return None
 
     def _recv(self) -> Message:
-        length = frame_length(self._recv_exact(HEADER_SIZE))
-        return decode(self._recv_exact(length))
+        length = REPLIES.frame_length(self._recv_exact(HEADER_SIZE))
+        return REPLIES.decode(self._recv_exact(length))
 
     def _recv_exact(self, n: int) -> bytes:
         chunks = bytearray()
         while len(chunks) < n:
-            chunk = self._sock.recv(n - len(chunks))
+            try:
+                chunk = self._sock.recv(n - len(chunks))
+            except OSError as exc:
+                raise self._lost(exc) from None
             if not chunk:
-                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "daemon closed the control connection")
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                                 f"the daemon closed the control connection ({self._path}) without answering")
             chunks += chunk
         return bytes(chunks)
+
+    def _lost(self, exc: OSError) -> DiagdError:
+        if isinstance(exc, TimeoutError):
+            return DiagdError(ErrorCode.TIMEOUT, f"no answer from the daemon on {self._path} in time")
+        why = exc.strerror or type(exc).__name__
+        return DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"lost the control connection ({self._path}): {why}")
+
+
+def check_peer_is_us(sock: socket.socket, path: str) -> None:
+    """Refuse a socket served by another user (a runtime dir planted before our daemon started)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    if uid != os.getuid():
+        raise DiagdError(ErrorCode.PERMISSION_DENIED,
+                         f"refusing {path}: it is served by uid {uid}, not by uid {os.getuid()}", path=path, uid=uid)
 
 
 def _code(raw: str) -> ErrorCode:

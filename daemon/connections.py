@@ -1,0 +1,158 @@
+"""The connection table: who is connected, what each connection is doing, who makes room.
+
+Every accepted connection (MCP or control) gets a `Connection` with an explicit state and the
+Trio time of its last activity. When the table is full, a newcomer does not get refused while
+some connection just sits there: the connection that has never said anything, else the one idle
+the longest, is dropped to make room. Only when every connection is mid-request is the newcomer
+refused (with a coded BUSY error, sent by the accept loop).
+
+Large control frames also draw on one daemon-wide `ByteBudget`, so memory held by half-sent
+frames is bounded by the budget, not by connections x frame limit.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+
+class State(enum.Enum):
+    HANDSHAKE = "handshake"  # accepted, first message (hello / first line) not complete yet
+    IDLE = "idle"  # between requests, nothing in flight
+    READING = "reading"  # part of a frame received, under the frame deadline
+    BUSY = "busy"  # a request or tool call is being served
+
+
+# Dropped first when the table is full: never-greeted connections, then the longest idle.
+_DROPPABLE = {State.HANDSHAKE: 0, State.IDLE: 1}
+
+
+@dataclass(eq=False)
+class Connection:
+    id: int
+    kind: str  # "mcp" | "control"
+    pid: int
+    connected_wall: float = field(default_factory=time.time)
+    connected_at: float = field(default_factory=trio.current_time)
+    last_activity: float = field(default_factory=trio.current_time)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    in_flight: int = 0
+    drop_reason: str | None = None
+    on_drop: Callable[[str], None] | None = None  # tells the peer why, in its socket's protocol
+    _state: State = State.HANDSHAKE
+
+    @property
+    def client(self) -> str:
+        return f"{self.kind}:{self.pid}"
+
+    @property
+    def state(self) -> State:
+        return State.BUSY if self.in_flight else self._state
+
+    def touch(self, state: State) -> None:
+        """Record activity and what the connection does now."""
+        self._state = state
+        self.last_activity = trio.current_time()
+
+    @contextmanager
+    def busy(self) -> Iterator[None]:
+        """A request or tool call in flight: the connection is not idle, whatever its byte state."""
+        self.in_flight += 1
+        self.last_activity = trio.current_time()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self.last_activity = trio.current_time()
+
+    def drop(self, reason: str) -> None:
+        self.drop_reason = reason
+        if self.on_drop is not None:
+            self.on_drop(reason)
+        self.scope.cancel(reason=reason)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "pid": self.pid, "state": self.state.value,
+                "connected_at": time.strftime("%H:%M:%S", time.localtime(self.connected_wall)),
+                "idle_s": round(trio.current_time() - self.last_activity, 3) if self.state is State.IDLE else 0.0}
+
+    def __repr__(self) -> str:
+        return (f"<Connection #{self.id} {self.client} [{self.state.name}, "
+                f"last activity {trio.current_time() - self.last_activity:.1f}s ago]>")
+
+
+# The connection a task serves: set by the accept loop, inherited by the tasks it starts (MCP
+# handlers), read where tool calls start.
+current: contextvars.ContextVar[Connection | None] = contextvars.ContextVar("diagd_connection", default=None)
+
+
+class ConnectionTable:
+    def __init__(self, max_connections: int) -> None:
+        self.max_connections = max_connections
+        self._by_id: dict[int, Connection] = {}
+        self._ids = itertools.count(1)
+        self.dropped = 0
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Connection]:
+        return iter(list(self._by_id.values()))
+
+    def admit(self, kind: str, pid: int) -> tuple[Connection | None, Connection | None]:
+        """(the new connection, the one dropped for it); (None, None) when all are busy."""
+        dropped = None
+        if len(self._by_id) >= self.max_connections:
+            dropped = self.oldest_idle()
+            if dropped is None:
+                self.refused += 1
+                return None, None
+            self.remove(dropped)
+            self.dropped += 1
+            dropped.drop(f"dropped to make room: {self.max_connections} connections and this one was "
+                         f"{dropped.state.value} the longest")
+        conn = Connection(next(self._ids), kind, pid)
+        self._by_id[conn.id] = conn
+        return conn, dropped
+
+    def oldest_idle(self) -> Connection | None:
+        idle = [c for c in self._by_id.values() if c.state in _DROPPABLE]
+        return min(idle, key=lambda c: (_DROPPABLE[c.state], c.last_activity), default=None)
+
+    def remove(self, conn: Connection) -> None:
+        self._by_id.pop(conn.id, None)
+
+
+class ByteBudget:
+    """Bytes that half-received frames may hold, across all connections; takers wait their turn.
+
+    A taker that waits is not reading, so its peer's kernel buffer fills and the peer blocks;
+    its frame deadline still runs, so a slow sender cannot hold its share for long.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._lot = trio.lowlevel.ParkingLot()
+
+    @asynccontextmanager
+    async def hold(self, nbytes: int) -> AsyncIterator[None]:
+        if nbytes > self.total:
+            raise ValueError(f"{nbytes} bytes can never fit a budget of {self.total}")
+        while nbytes > self.free:
+            await self._lot.park()
+        self.free -= nbytes
+        try:
+            yield
+        finally:
+            self.free += nbytes
+            self._lot.unpark_all()
