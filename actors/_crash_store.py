@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diagd.actors._user_regex import Matcher
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{5,40}$")
@@ -136,18 +137,14 @@ class OutputStore:
                 "limit": limit, "returned": len(chosen), "total_lines": len(lines), "output": "\n".join(chosen),
                 "has_more": end < len(lines), "next_offset": end if end < len(lines) else None}
 
-    def search(self, command_id: str, query: str, *, context_lines: int, max_matches: int,
-               case_sensitive: bool) -> dict[str, Any]:
-        try:
-            pattern = re.compile(query, 0 if case_sensitive else re.IGNORECASE)
-        except re.error as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"query is not a valid regular expression: {exc}",
-                             query=query) from None
+    def search(self, command_id: str, matcher: Matcher, *, context_lines: int, max_matches: int) -> dict[str, Any]:
+        """Lines where the caller's pattern occurs; `matcher` bounds the matching time (a TIMEOUT names the line)."""
         meta, lines = self.load(command_id)
+        matcher.unit, matcher.total = "line", len(lines)
         matches: list[dict[str, Any]] = []
         total = 0
         for i, line in enumerate(lines):
-            if pattern.search(line):
+            if matcher.search(line, i):
                 total += 1
                 if len(matches) < max_matches:
                     lo, hi = max(0, i - context_lines), min(len(lines), i + context_lines + 1)
@@ -156,7 +153,8 @@ class OutputStore:
                         match["before"] = lines[lo:i]
                         match["after"] = lines[i + 1:hi]
                     matches.append(match)
-        return {"command_id": command_id, "command": meta.get("command"), "query": query, "total_lines": len(lines),
+        return {"command_id": command_id, "command": meta.get("command"), "query": matcher.user.source,
+                "total_lines": len(lines),
                 "match_count": total, "matches": matches, "truncated": total > len(matches)}
 
     # -- retention --------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from diagd.actors import _pcap_tree as tree_mod
 from diagd.actors import _tshark_cold as _cold
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._sharkd import Sharkd, SharkdError
+from diagd.actors._user_regex import Matcher, compile_user_regex, in_thread
 from diagd.actors._wireshark import Catalogue, capture_sha256, catalogue, parse_decode_as
 from diagd.actors.base import Actor, Request, SupervisionPolicy
 from diagd.daemon.tools import CallContext, Handler, ToolSpec
@@ -494,16 +495,13 @@ class PcapActor(Actor):
         return {"frames": frames, "truncated": any(f["truncated"] for f in frames)}
 
     async def op_text_search(self, request: Request, display_filter: str, query: str, is_regex: bool,
-                             case_sensitive: bool, layers: list[str], restrict_layers: bool, limit: int,
-                             offset: int, max_matches: int, snippet_context_chars: int,
+                             case_sensitive: bool, budget_s: float, layers: list[str], restrict_layers: bool,
+                             limit: int, offset: int, max_matches: int, snippet_context_chars: int,
                              max_bytes: int) -> dict[str, Any]:
-        flags = 0 if case_sensitive else re.IGNORECASE
-        try:
-            pattern = re.compile(query if is_regex else re.escape(query), flags)
-        except re.error as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"query is not a valid regular expression: {exc}") from None
+        pattern = compile_user_regex(query, literal=not is_regex, case_sensitive=case_sensitive)
         numbers = await self.matching(request, display_filter)
         page = numbers[offset:offset + limit]
+        matcher = Matcher(pattern, budget_s, unit="frame")
         matches: list[dict[str, Any]] = []
         used = 0
         scanned = 0
@@ -515,13 +513,14 @@ class PcapActor(Actor):
             if layers and restrict_layers:
                 nodes = tree_mod.protocol_nodes(nodes, set(layers))
             text = tree_mod.render(nodes)
-            for m in pattern.finditer(text):
-                start, end = max(0, m.start() - snippet_context_chars), min(len(text), m.end() + snippet_context_chars)
-                line_start = text.rfind("\n", 0, m.start()) + 1
-                line_end = text.find("\n", m.end())
+            spans = await in_thread(functools.partial(matcher.spans, text, number, max_matches - len(matches)))
+            for m_start, m_end in spans:
+                start, end = max(0, m_start - snippet_context_chars), min(len(text), m_end + snippet_context_chars)
+                line_start = text.rfind("\n", 0, m_start) + 1
+                line_end = text.find("\n", m_end)
                 snippet = re.sub(r"\n[ ]+", "\n", text[start:end])  # indentation costs tokens, not meaning
                 used += len(snippet)
-                matches.append({"frame_number": number, "match": m.group(0),
+                matches.append({"frame_number": number, "match": text[m_start:m_end],
                                 "line": text[line_start:line_end if line_end >= 0 else None].strip(),
                                 "snippet": snippet})
                 if len(matches) >= max_matches or used >= max_bytes:
@@ -861,8 +860,13 @@ def register(daemon: Daemon) -> None:
           required=("pcap_path", "query"))
     async def text_search(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         spec = await backend.spec_for(args)
+        # A bad pattern fails here, before any capture loads (the actor compiles it again: its
+        # arguments stay JSON, they key its result cache).
+        compile_user_regex(args["query"], literal=not args.get("is_regex", False),
+                           case_sensitive=args.get("case_sensitive", False))
         op_args = {"display_filter": args.get("display_filter", ""), "query": args["query"],
                    "is_regex": args.get("is_regex", False), "case_sensitive": args.get("case_sensitive", False),
+                   "budget_s": daemon.config.daemon.regex_budget_s,
                    "layers": args.get("layers", []), "restrict_layers": args.get("restrict_layers", True),
                    "limit": args.get("limit", 200), "offset": args.get("offset", 0),
                    "max_matches": args.get("max_matches", 50),
@@ -978,18 +982,20 @@ def register(daemon: Daemon) -> None:
     async def list_fields(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         cat = await catalogue()
         query = args.get("query", "")
-        flags = 0 if args.get("case_sensitive") else re.IGNORECASE
-        try:
-            pattern = re.compile(query if args.get("is_regex") else re.escape(query), flags)
-        except re.error as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"query is not a valid regular expression: {exc}") from None
+        pattern = compile_user_regex(query, literal=not args.get("is_regex"),
+                                     case_sensitive=bool(args.get("case_sensitive")))
         protocols = set(args.get("include_protocols", []))
         limit = args.get("limit", 100)
-        matches = [
-            {"name": name, "description": desc, "type": ftype, "protocol": proto}
-            for name, (desc, ftype, proto) in cat.fields.items()
-            if (not protocols or proto in protocols) and (pattern.search(name) or pattern.search(desc))
-        ]
+        matcher = Matcher(pattern, daemon.config.daemon.regex_budget_s, unit="field", total=len(cat.fields))
+
+        def scan() -> list[dict[str, Any]]:
+            return [
+                {"name": name, "description": desc, "type": ftype, "protocol": proto}
+                for i, (name, (desc, ftype, proto)) in enumerate(cat.fields.items(), 1)
+                if (not protocols or proto in protocols) and (matcher.search(name, i) or matcher.search(desc, i))
+            ]
+
+        matches = await in_thread(scan)
         return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit,
                 "tshark_version": cat.version}
 

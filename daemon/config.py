@@ -34,6 +34,8 @@ class DaemonConfig:
     audit_keep: int = 5
     visibility: str = "verbose"
     allowed_dirs: tuple[str, ...] = ()
+    # Seconds of regex matching one call may spend on a caller's pattern (all lines, fields, frames).
+    regex_budget_s: float = 5.0
     # Extra back-end modules to load (dotted import paths); tests use it for their echo actor.
     extra_backends: tuple[str, ...] = ()
 

@@ -1,0 +1,186 @@
+"""Regular expressions typed by a caller, compiled and matched so that none can stall the daemon.
+
+`re` cannot be interrupted and holds the GIL while it backtracks: one catastrophic pattern, run on
+the event loop or in a thread, froze every client, the call timeout and SIGTERM handling. Every
+tool that takes a pattern from its caller goes through this module instead:
+
+- `compile_user_regex` checks the pattern with the stdlib parser (the syntax the tools always
+  accepted; a bad pattern is INVALID_ARGUMENT with its position), refuses counted repeats that
+  would make the compiled program huge (the `regex` engine unrolls `a{1000000}` into ~300 MB),
+  then compiles it with `regex` in VERSION0 (re's semantics).
+- A `Matcher` runs the searches of one call: `regex` with `concurrent=True` (the engine releases
+  the GIL while it matches a str, so the event loop keeps serving everyone else) and `timeout=`
+  drawn from one budget of matching seconds for the whole call, summed over every line, field or
+  frame it searches. A spent budget is a TIMEOUT naming the pattern and how far it got.
+- `in_thread` runs those blocking searches in a worker thread, on a limiter of their own (a burst
+  of pathological calls cannot take the threads other tools read files with), abandoned on
+  cancel (a cancelled call or a SIGTERM does not wait for the engine's timeout).
+"""
+
+from __future__ import annotations
+
+import re
+import re._parser as sre_parse  # the stdlib's own parser: re's syntax and error positions, no compiling
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import regex
+import trio
+
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+# Units of compiled program a pattern may unroll to (each counted repeat of a fixed count is
+# copied out by `regex`): 50 000 compile in ~25 ms and ~15 MB.
+MAX_PROGRAM_SIZE = 50_000
+MAX_THREADS = 4  # concurrent searches; more calls queue (their call timeout still runs)
+
+T = TypeVar("T")
+
+_HINT = ("simplify the pattern: nested or overlapping repeats such as (a|aa)+ or (.|..)*$ backtrack "
+         "exponentially; anchor it, make its alternatives exclusive, or search for a literal string")
+_REPEATS = (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT)
+
+
+@dataclass(frozen=True)
+class UserRegex:
+    """A caller's pattern, compiled; `argument` names the tool argument it came from."""
+
+    source: str
+    argument: str
+    compiled: Any  # regex.Pattern[str]; the `regex` package ships no type information
+    literal: bool = False  # an escaped string cannot backtrack: matched without `timeout=` (~3 us less per search)
+
+
+def compile_user_regex(query: str, *, literal: bool = False, case_sensitive: bool = False,
+                       argument: str = "query") -> UserRegex:
+    """Compile a caller's pattern (or a literal string) for `Matcher`; INVALID_ARGUMENT when it cannot be."""
+    text = re.escape(query) if literal else query
+    flags = 0 if case_sensitive else re.IGNORECASE
+    try:
+        parsed = sre_parse.parse(text, flags)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"{argument} is not a valid regular expression: {exc.msg}{where}",
+                         argument=argument, pattern=query, position=exc.pos) from None
+    except RecursionError:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{argument} nests groups too deeply to compile",
+                         argument=argument, pattern=query[:200]) from None
+    size = _program_size(parsed)
+    if size > MAX_PROGRAM_SIZE:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"{argument} has counted repeats too large to compile ({size} units, at most "
+                         f"{MAX_PROGRAM_SIZE}); use an open-ended repeat such as {{1,}} or a shorter count",
+                         argument=argument, pattern=query[:200], program_size=size)
+    try:
+        compiled = regex.compile(text, regex.VERSION0 | (0 if case_sensitive else regex.IGNORECASE))
+    except (regex.error, RecursionError, MemoryError) as exc:  # re accepted it; keep the answer coded anyway
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{argument} cannot be compiled: {exc}",
+                         argument=argument, pattern=query[:200]) from None
+    return UserRegex(query, argument, compiled, literal)
+
+
+def _program_size(pattern: Any) -> int:
+    """An upper bound of the compiled program: a repeat costs its body times (its minimum + 1)."""
+    total = 0
+    for op, av in pattern:
+        if op in _REPEATS:
+            low, _high, body = av
+            total += _program_size(body) * (low + 1)
+        else:
+            total += 1 + sum(_program_size(child) for child in _subpatterns(av))
+        if total > MAX_PROGRAM_SIZE:
+            return total  # big ints from nested repeats are pointless past the limit
+    return total
+
+
+def _subpatterns(av: Any) -> list[Any]:
+    if isinstance(av, sre_parse.SubPattern):
+        return [av]
+    if isinstance(av, tuple | list):
+        return [sub for item in av for sub in _subpatterns(item)]
+    return []
+
+
+class Matcher:
+    """One call's searches with one pattern, all drawing on the same budget of matching seconds.
+
+    Its methods block: call them from `in_thread`. `unit` and `total` only word the TIMEOUT
+    ("stopped at line 17 of 5000"); `index` is the caller's position in that unit.
+    """
+
+    def __init__(self, user: UserRegex, budget_s: float, *, unit: str, total: int | None = None) -> None:
+        self.user = user
+        self.budget_s = budget_s
+        self.unit = unit
+        self.total = total
+        self.spent_s = 0.0
+        self.searches = 0
+
+    def __repr__(self) -> str:
+        return f"<Matcher {self.user.source!r} [{self.spent_s:.3f}/{self.budget_s:g} s, {self.searches} searches]>"
+
+    def search(self, text: str, index: int) -> bool:
+        """True when the pattern occurs in `text` (the hot loop of field and line scans: kept flat)."""
+        left = self.budget_s - self.spent_s
+        if left <= 0:
+            raise self._timed_out(index)
+        self.searches += 1
+        started = time.monotonic()
+        try:
+            found = self.user.compiled.search(text, timeout=None if self.user.literal else left, concurrent=True)
+        except TimeoutError:
+            raise self._timed_out(index) from None
+        finally:
+            self.spent_s += time.monotonic() - started
+        return found is not None
+
+    def spans(self, text: str, index: int, limit: int) -> list[tuple[int, int]]:
+        """(start, end) of the first `limit` non-overlapping matches in `text`, as re.finditer finds them."""
+        left = self.budget_s - self.spent_s
+        if left <= 0:
+            raise self._timed_out(index)
+        self.searches += 1
+        started = time.monotonic()
+        found: list[tuple[int, int]] = []
+        try:
+            # One timeout for the whole iteration: the engine counts it from the first match attempt.
+            for m in self.user.compiled.finditer(text, timeout=None if self.user.literal else left, concurrent=True):
+                found.append(m.span())
+                if len(found) >= limit:
+                    break
+        except TimeoutError:
+            raise self._timed_out(index) from None
+        finally:
+            self.spent_s += time.monotonic() - started
+        return found
+
+    def _timed_out(self, index: int) -> DiagdError:
+        self.spent_s = max(self.spent_s, self.budget_s)
+        of = f" of {self.total}" if self.total is not None else ""
+        return DiagdError(
+            ErrorCode.TIMEOUT,
+            f"the regular expression {self.user.source!r} ({self.user.argument}) used up its {self.budget_s:g} s "
+            f"matching budget at {self.unit} {index}{of}, after {self.searches} searches",
+            argument=self.user.argument, pattern=self.user.source, budget_s=self.budget_s,
+            stopped_at={self.unit: index}, searches=self.searches, hint=_HINT,
+            setting="[daemon] regex_budget_s",
+        )
+
+
+_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("user_regex_limiter")
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    """Run blocking searches in a worker thread; a cancelled caller does not wait for them.
+
+    An abandoned search still ends by itself: its `Matcher` budget bounds every engine call.
+    """
+    try:
+        limiter = _limiter.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(MAX_THREADS)
+        _limiter.set(limiter)
+    return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=limiter)
