@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from diagd.daemon import paths
+from diagd.protocol.errors import DiagdError
 
+# EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_NO_DAEMON = 0, 1, 2, 3
 
 
@@ -22,7 +24,16 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return int(args.func(args))
+    name = args.func.__name__.removeprefix("cmd_").replace("_", "-")
+    try:
+        return int(args.func(args))
+    except _NoDaemon as exc:  # one line, never a traceback, whatever the command
+        sys.stderr.write(f"diagd {name}: {exc}\n")
+    except DiagdError as exc:
+        sys.stderr.write(f"diagd {name}: {_describe(exc)}\n")
+    except BrokenPipeError:  # `diagd logs | head`
+        return EXIT_OK
+    return EXIT_NO_DAEMON
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -127,6 +138,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     except _NoDaemon:
         print("diagd is not running")
         return EXIT_OK
+    except DiagdError as exc:
+        return _fail("stop", exc)
     try:
         _request(control.ShutdownRequest)
     except DiagdError:
@@ -151,8 +164,14 @@ def _describe(exc: Exception) -> str:
     return f"{code}: {exc}" if code else str(exc)
 
 
+def _fail(command: str, exc: Exception) -> int:
+    sys.stderr.write(f"diagd {command}: {_describe(exc)}\n")
+    return EXIT_NO_DAEMON
+
+
 def _client(autostart: bool = False) -> Any:
     from diagd.protocol.control import BlockingClient
+    from diagd.protocol.errors import ErrorCode
 
     path = paths.control_socket()
     if autostart:
@@ -165,6 +184,8 @@ def _client(autostart: bool = False) -> Any:
         return BlockingClient(str(path), client=f"{os.getpid()}")
     except (FileNotFoundError, ConnectionRefusedError):
         raise _NoDaemon(f"diagd is not running (no socket at {path}); start it with `diagd start`") from None
+    except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}") from None
 
 
 def _request(kind: Any, autostart: bool = False, **fields: Any) -> Any:
@@ -184,6 +205,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         else:
             print(str(exc))
         return EXIT_NO_DAEMON
+    except DiagdError as exc:  # running, but refused us (busy) or hung up
+        if args.json:
+            print(json.dumps({"running": True, "error": exc.to_wire()}))
+        return _fail("status", exc)
     if args.json:
         print(json.dumps({"running": True, **status}, indent=2))
     else:
@@ -268,12 +293,20 @@ def _configured_visibility() -> str:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    path = paths.state_dir() / "audit.jsonl"
+    state = paths.state_dir()
+    if problem := paths.private_dir_problem(state):  # records from a dir someone else controls prove nothing
+        sys.stderr.write(f"diagd logs: refusing state directory {state}: {problem}\n")
+        return EXIT_TOOL_ERROR
+    path = state / "audit.jsonl"
     if not path.exists():
         sys.stderr.write(f"no audit log yet at {path}\n")
         return EXIT_OK if not args.follow else _follow(path, args)
-    with open(path, encoding="utf-8") as f:
-        tail = f.readlines()[-args.lines:] if args.lines > 0 else []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tail = f.readlines()[-args.lines:] if args.lines > 0 else []
+    except OSError as exc:
+        sys.stderr.write(f"diagd logs: cannot read {path}: {exc.strerror or exc}\n")
+        return EXIT_TOOL_ERROR
     for line in tail:
         _print_record(line, args.json)
     if args.follow:
@@ -314,15 +347,16 @@ def _print_record(line: str, raw: bool) -> None:
         return
     try:
         r = json.loads(line)
-    except ValueError:
-        return
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"]))
-    outcome = r["outcome"] if r["outcome"] == "ok" else f"{r['outcome']}:{r['code']}"
-    args = json.dumps(r["arguments"], separators=(",", ":"), ensure_ascii=False)
-    if len(args) > 120:
-        args = args[:117] + "..."
-    print(f"{when}  {r['client']:<14} {r['tool']:<24} {r['duration_ms']:>9.1f}ms  q{r['queue_ms']:.1f}ms  "
-          f"{r['bytes']:>7}B  {outcome}  {args}")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"]))
+        outcome = r["outcome"] if r["outcome"] == "ok" else f"{r['outcome']}:{r['code']}"
+        args = json.dumps(r["arguments"], separators=(",", ":"), ensure_ascii=False)
+        if len(args) > 120:
+            args = args[:117] + "..."
+        text = (f"{when}  {r['client']:<14} {r['tool']:<24} {r['duration_ms']:>9.1f}ms  q{r['queue_ms']:.1f}ms  "
+                f"{r['bytes']:>7}B  {outcome}  {args}")
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return  # a torn or foreign line: skip it rather than stop the listing
+    print(text)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
