@@ -1,0 +1,237 @@
+"""Hypothesis fuzzing of every tool's arguments through a real daemon, on both sockets.
+
+Arguments come from the input schemas the daemon lists (tools/list), steered to real inputs (real
+captures, the simulated modem's pty, the open crash session, a stored command output, a finished
+bpftrace run) and mutated into junk (wrong types, NULs, surrogates, extreme numbers, unknown keys,
+hostile paths, 100 kB strings). After every example: the answer is a result that matches the tool's
+output schema or a coded error (never INTERNAL_ERROR, never a traceback), and the daemon still
+answers diagd_status on another connection.
+
+Bounds (so the whole file takes a minute or two): DIAGD_FUZZ_EXAMPLES examples per tool on the
+control socket (default 20) and a quarter of that over MCP; bpftrace runs and waits are kept short
+by `RealInputs.bounded` and the fixture's [bpftrace] max_run_s. Nothing here stops the daemon: the
+control socket's `shutdown` request is not a tool and is left out on purpose, and diagd_stop_actor
+only ever gets ids that name no actor (a real one would end the session the crash examples use).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fault.conftest import SMALL_PCAP, RichDaemon
+from tests.fault.helpers import ControlClient, assert_coded_error, zombies
+from tests.fault.strategies import RealInputs, tool_arguments
+from tests.pcaps import PCAPS
+from tests.support.raw import RawMCP
+
+pytestmark = [pytest.mark.e2e, pytest.mark.fault]
+
+# Every tool the daemon lists; test_every_listed_tool_is_fuzzed keeps this list honest.
+TOOLS = [
+    "diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload",
+    "pcap_info", "pcap_frames_by_filter", "pcap_timeline", "pcap_frame_detail", "pcap_text_search", "pcap_follow",
+    "pcap_packet_list", "pcap_extract_subcapture", "ngap_ue_sessions", "ngap_pdu_session_summary",
+    "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_config_reload",
+    "list_ports", "configure_connection", "connection_status", "send_data", "read_urc", "set_signals", "get_log",
+    "list_probes", "list_helpers", "exec_program", "get_result", "stop_execution", "list_executions",
+    "open_vmcore_session", "close_vmcore_session", "list_vmcore_sessions", "run_crash_command", "run_drgn_command",
+    "get_command_output", "search_command_output", "get_crash_info",
+]
+
+EXAMPLES = int(os.environ.get("DIAGD_FUZZ_EXAMPLES", "20"))
+settings.register_profile(
+    "diagd-fault", deadline=None, database=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+PROFILE = settings.get_profile("diagd-fault")
+CONTROL_SETTINGS = settings(PROFILE, max_examples=EXAMPLES)
+MCP_SETTINGS = settings(PROFILE, max_examples=max(2, EXAMPLES // 4))
+
+REAL_CAPTURES = [SMALL_PCAP, "adrian_sandbox_n4.pcap", "heplify_sip_ipv4_tcp.pcap"]
+CRASH_VERBS = ["sys", "bt", "ps", "help", "sym", "p", "whatis", "struct", "mach", "kmem -i", "task", "nosuchcmd"]
+DRGN_CODE = ["1", "prog['init_task'].comm", "len(list(for_each_task(prog)))", "prog.crashed_thread().tid",
+             "print('x' * 100)", "raise ValueError('fuzz')", "def f(:", "prog['no_such_symbol']", "None"]
+BPF_PROGRAMS = ['BEGIN { printf("fuzz\\n"); exit(); }', "interval:ms:100 { exit(); }",
+                "tracepoint:sched:sched_switch { @n = count(); exit(); }", 'BEGIN { @x[1] = 2; print(@x); exit(); }',
+                "kprobe:no_such_function_xyz { }", "BEGIN { exit() }}}", 'BEGIN { cat("/nonexistent"); exit(); }']
+
+
+@pytest.fixture(scope="module")
+def tool_schemas(rich_daemon: RichDaemon) -> dict[str, dict[str, Any]]:
+    raw = RawMCP(rich_daemon.daemon.mcp_socket, timeout=30)
+    try:
+        raw.initialize()
+        raw.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+        reply = raw.read()
+    finally:
+        raw.close()
+    assert reply is not None and "result" in reply, reply
+    return {t["name"]: t for t in reply["result"]["tools"]}
+
+
+@pytest.fixture(scope="module")
+def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
+    root = rich_daemon.root
+    (root / "shadow.pcap").unlink(missing_ok=True)
+    (root / "shadow.pcap").symlink_to("/etc/shadow")  # inside an allowed dir, pointing out of it
+    (root / "text.pcap").write_text("not a capture\n" * 10)
+    captures = [str(PCAPS / name) for name in REAL_CAPTURES if (PCAPS / name).exists()]
+    paths = [*captures, str(root / "shadow.pcap"), str(root / "text.pcap"), str(root / "missing.pcap")]
+    with rich_daemon.control(client="setup") as c:
+        run = c.ok("exec_program", {"program": 'BEGIN { printf("done\\n"); exit(); }'})
+        c.ok("get_result", {"execution_id": run["execution_id"], "wait_s": 10, "until": "done"})
+        command_ids = []
+        if rich_daemon.session_id:
+            command_ids.append(c.ok("run_crash_command", {"command": "log", "session_id": rich_daemon.session_id})
+                               ["command_id"])
+            command_ids.append(c.ok("run_drgn_command", {"code": "print('w' * 50)",
+                                                         "session_id": rich_daemon.session_id})["command_id"])
+    fixture = rich_daemon.fixture
+    modem = rich_daemon.modem
+    sessions = [rich_daemon.session_id] if rich_daemon.session_id else []
+    short_floats = st.floats(min_value=0, max_value=0.3)
+    return RealInputs(
+        by_name={
+            "pcap_path": st.sampled_from(paths),
+            "display_filter": st.sampled_from(["", "ngap", "sip", "pfcp", "frame.number <= 5", "tcp || sctp",
+                                               "ngap &&", 'frame contains "REGISTER"', "nosuch.field == 1"]),
+            "fields": st.sampled_from([["frame.number"], ["frame.number", "frame.time_relative", "ip.src"],
+                                       ["ngap.procedureCode"], ["no.such.field"]]),
+            "frame_number": st.integers(1, 40),
+            "frame_numbers": st.lists(st.integers(1, 40), min_size=1, max_size=5),
+            "layers": st.sampled_from([[], ["ngap"], ["nas-5gs", "sctp"], ["nosuchproto"]]),
+            "query": st.sampled_from(["REGISTER", "ngap", "a", ".*", "(", "[", "\\", "sysrq", "panic"]),
+            "prefix": st.sampled_from(["ngap", "sip.", "frame", "x"]),
+            "port": st.sampled_from([str(modem.link), modem.path]),
+            "payload": st.sampled_from(["AT", "ATI", "AT+CSQ", "", "7E01027E", "AT+CMGS=\"1\""]),
+            "stop_pattern": st.sampled_from(["OK\r\n", ["OK\r\n", "ERROR\r\n"], "\x00"]),
+            "program": st.sampled_from(BPF_PROGRAMS),
+            "execution_id": st.just(run["execution_id"]),
+            "vmcore_path": st.sampled_from([str(fixture.vmcore)] if fixture else ["/nonexistent"]),
+            "vmlinux_path": st.sampled_from([str(fixture.vmlinux), str(root / "text.pcap")] if fixture else ["/x"]),
+            "session_id": st.sampled_from(sessions) if sessions else st.just("nosession-0"),
+            "command": st.tuples(st.sampled_from(CRASH_VERBS), st.sampled_from(["", " ", " 1", " -x", " init_task",
+                                                                                  " \x00"]))
+                         .map("".join),
+            "code": st.sampled_from(DRGN_CODE),
+            "command_id": st.sampled_from(command_ids) if command_ids else st.just("nosession-0:1"),
+        },
+        by_tool={
+            # Never the shared session: closing it would end what every other crash example uses.
+            ("close_vmcore_session", "session_id"): st.text(max_size=20),
+        },
+        bounded={
+            "wait_s": short_floats,
+            "timeout_ms": st.integers(0, 300),
+            "break_ms": st.integers(1, 50),
+            "timeout": st.floats(min_value=0.1, max_value=1.5),
+            # Allow-listed crash options open a new 10-25 s session: only refused ones and the shared
+            # session's own (none, which joins it) are used.
+            "crash_args": st.sampled_from([[], ["-i", "/etc/shadow"], ["--no_crashrc"], ["--hex; id"],
+                                           ["--kaslr", "$(id)"], ["-p"], ["/etc/shadow"]]),
+        },
+    )
+
+
+def test_every_listed_tool_is_fuzzed(tool_schemas: dict[str, dict[str, Any]]) -> None:
+    assert sorted(tool_schemas) == sorted(TOOLS)
+
+
+def check_answer(tool: str, args: Any, is_error: bool, payload: Any, spec: dict[str, Any]) -> None:
+    context = f"{tool}({json.dumps(args, default=repr)[:400]})"
+    if is_error:
+        assert_coded_error(payload, context=context)
+        return
+    assert isinstance(payload, dict), f"{context}: result is not an object: {payload!r}"
+    if spec.get("outputSchema"):
+        try:
+            jsonschema.validate(payload, spec["outputSchema"])
+        except jsonschema.ValidationError as exc:
+            raise AssertionError(f"{context}: result breaks the output schema: {exc.message}") from None
+
+
+def assert_still_serving(rich: RichDaemon, watch: ControlClient) -> None:
+    assert rich.daemon.proc.poll() is None, f"the daemon died: {rich.daemon.log()[-3000:]}"
+    assert watch.ok("diagd_status")["daemon"]["pid"] == rich.pid
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_fuzzed_arguments_over_the_control_socket_get_a_result_or_a_coded_error(
+        tool: str, rich_daemon: RichDaemon, tool_schemas: dict[str, dict[str, Any]], real_inputs: RealInputs) -> None:
+    spec = tool_schemas[tool]
+    # One client name per tool: no tool's examples can act on another tool's defaults (crash's
+    # "this client's last session").
+    with rich_daemon.control(client=f"fuzz-{tool}") as client, rich_daemon.control(client="watch") as watch:
+
+        @CONTROL_SETTINGS
+        @given(tool_arguments(tool, spec["inputSchema"], real_inputs, json_wire=False))
+        def example(args: dict[str, Any]) -> None:
+            is_error, payload = client.call(tool, args)
+            check_answer(tool, args, is_error, payload, spec)
+            assert_still_serving(rich_daemon, watch)
+
+        example()
+
+
+def read_reply(raw: RawMCP, request_id: int) -> dict[str, Any]:
+    """The answer to our one outstanding request (notifications are skipped)."""
+    while True:
+        message = raw.read()
+        assert message is not None, f"the daemon closed the MCP connection instead of answering {request_id}"
+        if "method" in message and "id" not in message:
+            continue
+        return message
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_fuzzed_arguments_over_mcp_get_a_result_or_a_coded_error(
+        tool: str, rich_daemon: RichDaemon, tool_schemas: dict[str, dict[str, Any]], real_inputs: RealInputs) -> None:
+    spec = tool_schemas[tool]
+    ids = itertools.count(1)
+    raw = RawMCP(rich_daemon.daemon.mcp_socket, timeout=90)
+    try:
+        raw.initialize()
+        with rich_daemon.control(client="watch") as watch:
+
+            @MCP_SETTINGS
+            @given(tool_arguments(tool, spec["inputSchema"], real_inputs, json_wire=True))
+            def example(args: dict[str, Any]) -> None:
+                request_id = next(ids)
+                raw.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                          "params": {"name": tool, "arguments": args}})
+                reply = read_reply(raw, request_id)
+                assert reply.get("id") == request_id, f"{tool}: answer with the wrong id: {reply}"
+                if "error" in reply:
+                    # A JSON-RPC error is fine for what the SDK refuses itself, but never its "unhandled
+                    # exception" code 0 or an internal error.
+                    error = reply["error"]
+                    assert isinstance(error.get("code"), int) and isinstance(error.get("message"), str), reply
+                    assert error["code"] not in (0, -32603), f"{tool}: {reply}"
+                else:
+                    result = reply["result"]
+                    payload = json.loads(result["content"][0]["text"])
+                    check_answer(tool, args, bool(result.get("isError")), payload, spec)
+                    if not result.get("isError"):
+                        assert result.get("structuredContent") == payload
+                assert_still_serving(rich_daemon, watch)
+
+            example()
+    finally:
+        raw.close()
+
+
+def test_the_fuzzed_daemon_left_no_zombies_and_its_log_no_tracebacks(rich_daemon: RichDaemon) -> None:
+    deadline = time.monotonic() + 5
+    while zombies(rich_daemon.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert zombies(rich_daemon.pid) == []
+    log = rich_daemon.daemon.log()
+    assert "tool crashed" not in log, log[log.index("tool crashed") - 200:][:3000]
