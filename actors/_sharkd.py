@@ -4,6 +4,11 @@ One request at a time (the pcap actor serializes calls). Responses are matched b
 late answer to an abandoned request is dropped instead of being taken for the next one; an
 abandoned or timed-out request kills the worker (the only way to stop sharkd mid-request),
 and the actor starts a fresh one on its next call.
+
+A waiter reaps sharkd the moment it exits and closes its pipes. A worker that died (or is dying:
+`kill -9` leaves a big sharkd running for a while) counts as not alive, so the next call starts a
+fresh one instead of writing into a dead pipe; a request in flight when it dies fails with
+BACKEND_UNAVAILABLE naming the signal.
 """
 
 from __future__ import annotations
@@ -18,7 +23,18 @@ from typing import Any
 
 import trio
 
-from diagd.actors._subprocess import TERM_THEN_KILL, LineSplitter, Tail, drain, open_process, stop_process
+from diagd.actors._subprocess import (
+    TERM_THEN_KILL,
+    LineSplitter,
+    Tail,
+    close_pipes,
+    describe_exit,
+    drain,
+    is_exiting,
+    open_process,
+    reap,
+    stop_process,
+)
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
@@ -42,6 +58,10 @@ class Sharkd:
         self._ids = itertools.count(1)
         self._waiting: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
         self._dead = trio.Event()
+        self.exited = trio.Event()  # reaped; `exit_code` is set
+        self.exit_code: int | None = None
+        self._stdout_eof = trio.Event()
+        self._stderr_eof = trio.Event()
         self.requests = 0
 
     @classmethod
@@ -54,12 +74,24 @@ class Sharkd:
         proc = await open_process([binary, "-"], stdin=subprocess.PIPE, env=env)
         worker = cls(proc, config_dir)
         nursery.start_soon(worker._read_responses)
-        nursery.start_soon(drain, proc.stderr, worker.stderr.feed)
+        nursery.start_soon(drain, proc.stderr, worker.stderr.feed, worker._stderr_eof)
+        nursery.start_soon(worker._wait)
         return worker
+
+    async def _wait(self) -> None:
+        self.exit_code = await reap(self.proc, readers_done=(self._stdout_eof, self._stderr_eof))
+        self._dead.set()
+        self.exited.set()
 
     @property
     def alive(self) -> bool:
-        return not self._dead.is_set() and self.proc.returncode is None
+        return not self._dead.is_set() and self.proc.returncode is None and not is_exiting(self.proc.pid)
+
+    async def death(self) -> str:
+        """How the worker ended, waiting briefly for the waiter to reap it ("killed by SIGKILL")."""
+        with trio.move_on_after(2.0):
+            await self.exited.wait()
+        return describe_exit(self.exit_code if self.exit_code is not None else self.proc.returncode)
 
     def rss_bytes(self) -> int | None:
         try:
@@ -88,7 +120,7 @@ class Sharkd:
 
         splitter = LineSplitter(on_line, max_line=MAX_RESPONSE_BYTES)
         try:
-            await drain(self.proc.stdout, splitter.feed)
+            await drain(self.proc.stdout, splitter.feed, self._stdout_eof)
         finally:
             self._dead.set()
             for channel in self._waiting.values():
@@ -121,7 +153,7 @@ class Sharkd:
     async def _send(self, method: str, params: dict[str, Any] | None
                     ) -> tuple[int, trio.MemoryReceiveChannel[dict[str, Any]]]:
         if not self.alive:
-            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "sharkd is not running",
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd is not running ({await self.death()})",
                              stderr=self.stderr.text()[-2000:])
         request_id = next(self._ids)
         send, receive = trio.open_memory_channel[dict[str, Any]](1)
@@ -134,7 +166,10 @@ class Sharkd:
                              method=method)
         assert self.proc.stdin is not None
         self.requests += 1
-        await self.proc.stdin.send_all(line.encode() + b"\n")
+        try:
+            await self.proc.stdin.send_all(line.encode() + b"\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # it died: the reader closes the reply channel and call() says how
         return request_id, receive
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
@@ -144,8 +179,10 @@ class Sharkd:
             try:
                 message = await receive.receive()
             except trio.EndOfChannel:
-                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd exited during {method!r}",
-                                 exit_code=self.proc.returncode, stderr=self.stderr.text()[-2000:]) from None
+                how = await self.death()
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd died during {method!r} ({how}); "
+                                 "the next call starts a fresh one", exit=how,
+                                 stderr=self.stderr.text()[-2000:]) from None
         except BaseException:
             if self._waiting.pop(request_id, None) is not None:
                 await self.kill()  # abandoned mid-request: sharkd cannot be interrupted otherwise
@@ -156,7 +193,9 @@ class Sharkd:
 
     async def kill(self) -> None:
         self._dead.set()
-        await stop_process(self.proc, TERM_THEN_KILL)
+        await self.close()
 
     async def close(self) -> str:
-        return await stop_process(self.proc, TERM_THEN_KILL)
+        step = await stop_process(self.proc, TERM_THEN_KILL)
+        await close_pipes(self.proc)
+        return step

@@ -2,7 +2,9 @@
 stopped in named, bounded escalation steps (graceful -> SIGTERM to the group -> SIGKILL).
 
 Every actor that runs a tool (sharkd, bpftrace, crash, the drgn worker) goes through here, so
-no child outlives its actor and no full pipe ever blocks a child.
+no child outlives its actor and no full pipe ever blocks a child. Every child also gets a waiter
+(`reap`): it is reaped the moment it exits (never `<defunct>` until someone next looks) and its
+pipes are closed then, not when the garbage collector gets to them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ class Step:
     signal: int | None  # None: the caller's graceful action only (e.g. writing "quit")
     wait_s: float
 
+
+PIPE_EOF_GRACE_S = 2.0  # after exit, how long readers may take to reach EOF before the pipes are closed
+_PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit()
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
 
 GRACEFUL_INT = (Step("sigint", signal.SIGINT, 3.0), Step("sigterm", signal.SIGTERM, 2.0),
                 Step("sigkill", signal.SIGKILL, 5.0))
@@ -85,6 +91,63 @@ async def stop_process(proc: trio.Process, steps: Sequence[Step] = TERM_THEN_KIL
     return "unreaped"  # unreachable: mypy cannot see that a shielded scope never swallows the loop
 
 
+async def close_pipes(proc: trio.Process) -> None:
+    """Close our ends of the child's pipes now (a blocked reader gets ClosedResourceError)."""
+    with trio.CancelScope(shield=True):
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+async def reap(proc: trio.Process, *, readers_done: Sequence[trio.Event] = (),
+               eof_grace_s: float = PIPE_EOF_GRACE_S) -> int:
+    """The waiter every child gets: reap `proc` as soon as it exits, then close its pipes.
+
+    The readers get `eof_grace_s` to take what the child wrote before it died (their `done`
+    events); after that the pipes are closed anyway, since a grandchild may still hold the
+    write ends. Cancelled (the owner is stopping it), it leaves the pipes to the owner, whose
+    graceful stop step may still need stdin.
+    """
+    code = await proc.wait()
+    with trio.move_on_after(eof_grace_s):
+        for done in readers_done:
+            await done.wait()
+    await close_pipes(proc)
+    return code
+
+
+def describe_exit(code: int | None) -> str:
+    """A return code in words: "exited with status 1", "killed by SIGKILL", "still running"."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def is_exiting(pid: int) -> bool:
+    """True when the process is already on its way out though not yet reapable.
+
+    After `kill -9` a big process stays in state R for a while, tearing down its memory; a request
+    written to it then is lost. /proc/<pid>/stat shows it at once: SIGKILL pending (field 31), then
+    PF_EXITING in the flags (field 9), then state Z/X.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    fields = stat[stat.rindex(b")") + 2:].split()
+    try:
+        state, flags, pending = fields[0], int(fields[6]), int(fields[28])
+    except (IndexError, ValueError):
+        return False
+    return state in (b"Z", b"X") or bool(flags & _PF_EXITING) or bool(pending & _SIGKILL_BIT)
+
+
 class Tail:
     """The last `limit` bytes of a stream (stderr for error messages), decoded on demand."""
 
@@ -103,15 +166,19 @@ class Tail:
         return b"".join(self._chunks)[-self.limit:].decode(errors="replace")
 
 
-async def drain(stream: trio.abc.ReceiveStream | None, sink: Callable[[bytes | bytearray], None]) -> None:
-    """Read `stream` to EOF, handing every chunk to `sink` (never let a pipe fill up)."""
-    if stream is None:
-        return
+async def drain(stream: trio.abc.ReceiveStream | None, sink: Callable[[bytes | bytearray], None],
+                done: trio.Event | None = None) -> None:
+    """Read `stream` to EOF, handing every chunk to `sink` (never let a pipe fill up); then set `done`."""
     try:
+        if stream is None:
+            return
         while chunk := await stream.receive_some(65536):
             sink(chunk)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+    finally:
+        if done is not None:
+            done.set()
 
 
 class LineSplitter:

@@ -220,6 +220,7 @@ class BpftraceExecution(Actor):
                     await self._stdout_eof.wait()
                     await self._stderr_eof.wait()
                 pipes.cancel_scope.cancel(reason="bpftrace exited")
+            await _close_pipes(proc)  # now, not after the linger (or whenever the GC gets to them)
             await self._decided.wait()
             if self.accepted:
                 self._finish()

@@ -181,6 +181,7 @@ class PcapActor(Actor):
     async def _load(self) -> None:
         assert self._nursery is not None and self._config_dir is not None
         started = time.monotonic()
+        self._retire_worker()
         self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
         try:
             self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
@@ -203,21 +204,35 @@ class PcapActor(Actor):
 
     async def _worker(self, request: Request) -> Sharkd:
         if self._loading.is_set() and not self.loaded:
-            if self._load_error is not None:
-                error, self._load_error = self._load_error, None
-                self._loading = trio.Event()
-                self._loading.set()  # the next call tries again (the file may have been fixed)
-                self.sharkd = None
+            error = self._take_load_error()
+            # A worker that died (killed, crashed, timed out) is replaced by the call that finds it
+            # dead; a capture sharkd cannot read is reported once (the file may be fixed later).
+            if error is not None and error.code != ErrorCode.BACKEND_UNAVAILABLE:
                 raise error
-            self._loading = self._begin_load()  # a timed-out or killed worker is replaced
+            self._loading = self._begin_load()
         if not self._loading.is_set():
             await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
             await self._loading.wait()
-            if self._load_error is not None:
-                return await self._worker(request)
+            error = self._take_load_error()
+            if error is not None:
+                raise error  # this call waited for that load: it gets its error, the next call retries
             await request.report_progress(1, 1, "capture loaded")
         assert self.sharkd is not None
         return self.sharkd
+
+    def _take_load_error(self) -> DiagdError | None:
+        error, self._load_error = self._load_error, None
+        if error is not None:
+            self._loading = trio.Event()
+            self._loading.set()
+            self._retire_worker()
+        return error
+
+    def _retire_worker(self) -> None:
+        """Drop the current worker; stop it in the background (usually it is reaped already)."""
+        old, self.sharkd = self.sharkd, None
+        if old is not None and self._nursery is not None:
+            self._nursery.start_soon(old.close)
 
     async def stop(self) -> None:
         if self.sharkd is not None:

@@ -1,7 +1,11 @@
-"""Child-process lifecycle: escalation steps, group kill, draining, tails and line splitting."""
+"""Child-process lifecycle: escalation steps, group kill, draining, the waiter that reaps at once, tails and
+line splitting."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import trio
@@ -12,8 +16,11 @@ from diagd.actors._subprocess import (
     LineSplitter,
     Step,
     Tail,
+    describe_exit,
     drain,
+    is_exiting,
     open_process,
+    reap,
     stop_process,
 )
 
@@ -96,3 +103,52 @@ def test_line_splitter_handles_split_chunks_and_crlf() -> None:
         splitter.feed(chunk)
     splitter.flush()
     assert lines == ["abc", "def", "tail"]
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _zombies() -> list[int]:
+    kids: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return [k for k in kids if _state(k) == "Z"]
+
+
+async def test_the_waiter_reaps_a_child_the_moment_it_exits_and_closes_its_pipes() -> None:
+    before = _fds()
+    async with trio.open_nursery() as nursery:
+        proc = await open_process(["sh", "-c", "echo out; echo err >&2; exit 3"], stdin=subprocess.PIPE)
+        out, err = bytearray(), bytearray()
+        out_done, err_done = trio.Event(), trio.Event()
+        nursery.start_soon(drain, proc.stdout, out.extend, out_done)
+        nursery.start_soon(drain, proc.stderr, err.extend, err_done)
+        with trio.fail_after(10):
+            assert await reap(proc, readers_done=(out_done, err_done)) == 3
+    assert (out, err) == (b"out\n", b"err\n")  # the readers got everything before the pipes closed
+    assert _zombies() == [] and _fds() == before
+
+
+async def test_a_grandchild_holding_the_pipe_does_not_keep_it_open_past_the_grace() -> None:
+    before = _fds()
+    async with trio.open_nursery() as nursery:
+        proc = await open_process(["sh", "-c", "sleep 30 & exit 0"])
+        done = trio.Event()
+        nursery.start_soon(drain, proc.stdout, lambda _: None, done)
+        with trio.fail_after(10):
+            assert await reap(proc, readers_done=(done,), eof_grace_s=0.2) == 0
+            await done.wait()  # the reader was released by the close, not by an EOF
+        assert _fds() == before
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def test_a_killed_child_counts_as_exiting_before_it_can_be_reaped() -> None:
+    proc = await open_process(["sleep", "30"])
+    assert not is_exiting(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert is_exiting(proc.pid)  # the kill is pending, or the child is already on its way out
+    with trio.fail_after(10):
+        assert await reap(proc) == -signal.SIGKILL
+    assert is_exiting(proc.pid)  # gone entirely
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL" and describe_exit(3) == "exited with status 3"

@@ -337,7 +337,7 @@ async def test_a_killed_sharkd_is_replaced_on_the_next_call(pcap_daemon: DaemonP
     actor = next(a for a in status["actors"] if a["details"].get("path") == path)
     os.kill(actor["details"]["sharkd_pid"], 9)
     result = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=path, display_filter="pfcp.msg_type==50")
-    assert result.get("total") == 3 or result["code"] in ("BACKEND_UNAVAILABLE", "ACTOR_FAILED")
+    assert result.get("total") == 3, result  # the call that finds it dead starts a fresh one and answers
     again = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=path, display_filter="pfcp.msg_type==51")
     assert again["total"] == 3
 
