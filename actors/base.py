@@ -144,11 +144,21 @@ class ActorRuntime:
 
     state: ActorState = ActorState.STARTING
     idle_deadline: float = math.inf
+    idle_timeout_s: float = math.inf
+    idle_since: float = 0.0
+    idle_scope: trio.CancelScope | None = None  # the wait for the next request, while idle
     started: bool = False
     handled: int = 0
     current: Request | None = None
     last_error: str | None = None
     expire_now: Callable[[], bool] = field(default=lambda: True)
+
+    def set_idle_timeout(self, idle_timeout_s: float) -> None:
+        """Apply a new idle timeout now: an idle actor's deadline moves to idle_since + the new timeout."""
+        self.idle_timeout_s = idle_timeout_s
+        if self.idle_scope is not None:
+            self.idle_deadline = self.idle_since + idle_timeout_s
+            self.idle_scope.deadline = self.idle_deadline
 
 
 class ActorCrashed(Exception):
@@ -177,7 +187,8 @@ async def run_actor(
             runtime.state = ActorState.IDLE
             runtime.started = True
             task_status.started()
-            await _serve_inbox(actor, inbox, runtime, idle_timeout_s)
+            runtime.idle_timeout_s = idle_timeout_s
+            await _serve_inbox(actor, inbox, runtime)
             nursery.cancel_scope.cancel(reason="actor finished")
     except BaseExceptionGroup as group:
         # The actor's own nursery wraps everything; callers want the one real error.
@@ -197,13 +208,16 @@ def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 async def _serve_inbox(
-    actor: Actor, inbox: trio.MemoryReceiveChannel[Request], runtime: ActorRuntime, idle_timeout_s: float
+    actor: Actor, inbox: trio.MemoryReceiveChannel[Request], runtime: ActorRuntime
 ) -> None:
     while True:
-        runtime.idle_deadline = trio.current_time() + idle_timeout_s
+        # runtime.idle_timeout_s is read each time: a config reload may change it (set_idle_timeout).
+        runtime.idle_since = trio.current_time()
+        runtime.idle_deadline = runtime.idle_since + runtime.idle_timeout_s
         request: Request | None = None
-        with trio.move_on_at(runtime.idle_deadline):
+        with trio.move_on_at(runtime.idle_deadline) as runtime.idle_scope:
             request = await inbox.receive()
+        runtime.idle_scope = None
         if request is None:
             if runtime.expire_now():
                 runtime.state = ActorState.EXPIRED

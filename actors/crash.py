@@ -669,7 +669,8 @@ class CrashBackend:
             hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit)
             version = await self.crash_version(binary)
             ref = await self.daemon.supervisor.get_or_start(
-                KIND, key, lambda: CrashSession(spec, self.store, hooks, version), idle_timeout_s=s.idle_timeout_s)
+                KIND, key, lambda: CrashSession(spec, self.store, hooks, version),
+                idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             rec.actor = cast(CrashSession, ref.actor)
             rec.spawned.set()
             await self._wait_ready(rec, ctx)

@@ -698,7 +698,7 @@ class PcapBackend:
         if supervisor.find(KIND, spec.key) is None:
             self._evict(settings.max_loaded - 1)
         await supervisor.get_or_start(KIND, spec.key, lambda: PcapActor(spec.key, spec),
-                                      idle_timeout_s=settings.idle_timeout_s)
+                                      idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
         self.recent[spec.key] = trio.current_time()
         self.recent.move_to_end(spec.key)
         result, queue_s = await supervisor.ask(KIND, spec.key, lambda: PcapActor(spec.key, spec), op, op_args,

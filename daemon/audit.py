@@ -1,9 +1,15 @@
-"""Tool-call visibility: the audit log (JSON lines, rotated) and in-memory call statistics."""
+"""Tool-call visibility: the audit log (JSON lines, rotated) and in-memory call statistics.
+
+A call is written twice, with one `call_id`: a "started" record when it begins and its outcome
+when it ends, so a call that hangs shows in `diagd logs` and as "running" in `diagd_calls`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +19,7 @@ from diagd.daemon.tools import CallRecord
 
 
 class AuditLog:
-    """Appends one JSON line per call; rotates audit.jsonl -> audit.jsonl.1 ... .keep."""
+    """Appends one JSON line per record (a call's start, then its end); rotates audit.jsonl -> .1 ... .keep."""
 
     def __init__(self, path: Path, *, max_bytes: int, keep: int) -> None:
         self.path = path
@@ -24,6 +30,10 @@ class AuditLog:
 
     def write(self, record: CallRecord) -> None:
         line = json.dumps(record.to_json(), separators=(",", ":"), ensure_ascii=False, default=str)
+        try:
+            line.encode()
+        except UnicodeEncodeError:  # a lone surrogate in an argument: escape it rather than lose the record
+            line = json.dumps(record.to_json(), separators=(",", ":"), default=str)
         self._file.write(line + "\n")
         self._file.flush()
         if self._file.tell() >= self.max_bytes:
@@ -51,14 +61,27 @@ class _ToolStats:
 
 
 class CallStats:
-    """Per-tool counts and p50/p95 durations, plus a ring of recent calls for `diagd_calls`."""
+    """Per-tool counts and p50/p95 durations, a ring of recent calls and the calls still running."""
 
     def __init__(self, recent: int = 500) -> None:
         self._tools: dict[str, _ToolStats] = {}
         self.recent: deque[CallRecord] = deque(maxlen=recent)
+        self._running: dict[str, CallRecord] = {}
         self.total = 0
 
+    def running(self) -> list[CallRecord]:
+        """Calls started and not ended, oldest first, as "running" records with their time so far."""
+        now = time.time()
+        return [dataclasses.replace(r, outcome="running", duration_ms=round((now - r.ts) * 1000, 3))
+                for r in self._running.values()]
+
     def observe(self, record: CallRecord) -> None:
+        if record.outcome == "started":
+            if record.call_id is not None:
+                self._running[record.call_id] = record
+            return
+        if record.call_id is not None:
+            self._running.pop(record.call_id, None)
         stats = self._tools.setdefault(record.tool, _ToolStats())
         stats.count += 1
         self.total += 1

@@ -35,11 +35,12 @@ def register(daemon: Daemon) -> None:
         return daemon.status()
 
     async def calls(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        records = list(daemon.stats.recent)
+        # Running calls count as the newest: a call that hangs is at the top, with its time so far.
+        records = [*daemon.stats.recent, *daemon.stats.running()]
         if tool := args.get("tool"):
             records = [r for r in records if r.tool == tool]
         if args.get("errors_only"):
-            records = [r for r in records if r.outcome != "ok"]
+            records = [r for r in records if r.outcome not in ("ok", "running")]
         limit = args.get("limit", 20)
         chosen = records[-limit:][::-1]  # newest first
         return {"calls": [r.to_json() for r in chosen], "returned": len(chosen),
@@ -66,7 +67,7 @@ def register(daemon: Daemon) -> None:
         name="diagd_calls",
         title="Recent tool calls",
         description="Recent tool calls, newest first: time, client, tool, arguments, duration, queue wait, "
-                    "outcome and error code, result bytes.",
+                    "outcome (ok, error, cancelled, or running with its time so far) and error code, result bytes.",
         input_schema={
             "type": "object",
             "properties": {

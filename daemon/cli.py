@@ -348,7 +348,7 @@ def _print_record(line: str, raw: bool) -> None:
     try:
         r = json.loads(line)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"]))
-        outcome = r["outcome"] if r["outcome"] == "ok" else f"{r['outcome']}:{r['code']}"
+        outcome = r["outcome"] if r["outcome"] in ("ok", "started") else f"{r['outcome']}:{r['code']}"
         args = json.dumps(r["arguments"], separators=(",", ":"), ensure_ascii=False)
         if len(args) > 120:
             args = args[:117] + "..."

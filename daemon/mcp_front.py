@@ -18,9 +18,10 @@ import structlog
 import trio
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.message import SessionMessage
-from mcp_types.jsonrpc import ErrorData, JSONRPCError
 
+from diagd.daemon import mcp_wire
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
+from diagd.protocol.errors import ErrorCode
 
 log = structlog.get_logger("diagd.mcp")
 
@@ -125,7 +126,9 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
     """
     current_client.set(client)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    # The SDK writes SessionMessages; the screening below writes ready-made error lines (bytes).
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](0)
+    handshake = mcp_wire.Handshake(lambda method: server.get_request_handler(method) is not None)
 
     async def reader() -> bool:
         """Feed complete lines to the server; True at a clean EOF, False when the line was too long."""
@@ -144,14 +147,18 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
                     del buffer[: nl + 1]
                     if not line.strip():
                         continue
-                    parsed = _parse(line)
+                    parsed = mcp_wire.parse(line)
+                    if isinstance(parsed, SessionMessage):
+                        parsed = handshake.screen(parsed) or parsed
                     if isinstance(parsed, SessionMessage):
                         await read_send.send(parsed)
-                    else:  # answered here: the SDK would only log it
-                        await write_send.send(_error(PARSE_ERROR, f"invalid JSON-RPC message: {parsed}"))
+                    else:  # answered here: the SDK would stay silent or answer misleadingly
+                        await write_send.send(parsed)
                 if len(buffer) > max_line_bytes:
                     log.warning("mcp line too long, closing", client=client, limit=max_line_bytes)
-                    await write_send.send(_error(INVALID_REQUEST, f"message exceeds {max_line_bytes} bytes"))
+                    await write_send.send(mcp_wire.error_line(
+                        mcp_wire.INVALID_REQUEST, f"message exceeds {max_line_bytes} bytes",
+                        data={"code": str(ErrorCode.PROTOCOL_ERROR)}))
                     return False
 
     writer_done = trio.Event()
@@ -160,6 +167,10 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
         try:
             async with write_recv:
                 async for message in write_recv:
+                    if isinstance(message, bytes):
+                        await stream.send_all(message)
+                        continue
+                    handshake.answered(message)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                     await stream.send_all(data.encode())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -205,9 +216,6 @@ async def _cancel_on_hangup(stream: trio.SocketStream, scope: trio.CancelScope) 
         await trio.sleep(0.05)
 
 
-PARSE_ERROR, INVALID_REQUEST = -32700, -32600
-
-
 async def _discard_input(stream: trio.SocketStream, timeout_s: float = 2.0) -> None:
     """Half-close, then read and drop what the peer still sends (bounded in time).
 
@@ -221,15 +229,3 @@ async def _discard_input(stream: trio.SocketStream, timeout_s: float = 2.0) -> N
                 pass
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
-
-
-def _parse(line: bytes) -> SessionMessage | Exception:
-    try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except Exception as exc:
-        return exc
-
-
-def _error(code: int, message: str) -> SessionMessage:
-    error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message[:500]))
-    return SessionMessage(error)

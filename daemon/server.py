@@ -109,10 +109,10 @@ class Daemon:
         new = config_mod.load(Path(self.config.source) if self.config.source != "<defaults>" else None)
         self.config = new
         self.registry.call_timeout_s = new.daemon.call_timeout_s
-        self.supervisor.idle_timeout_s = new.daemon.idle_timeout_s
+        retimed = self.supervisor.set_idle_timeout(new.daemon.idle_timeout_s)
         self.audit.max_bytes, self.audit.keep = new.daemon.audit_max_bytes, new.daemon.audit_keep
-        log.info("config reloaded", source=new.source)
-        return {"reloaded": True, "config": new.source}
+        log.info("config reloaded", source=new.source, actors_retimed=retimed)
+        return {"reloaded": True, "config": new.source, "actors_retimed": retimed}
 
     def request_shutdown(self, reason: str) -> None:
         self.shutdown_reason = reason

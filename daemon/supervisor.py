@@ -31,6 +31,9 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 log = structlog.get_logger("diagd.supervisor")
 
 ActorFactory = Callable[[], Actor]
+# An actor's idle timeout: None follows the daemon's idle_timeout_s; a callable reads a back end's
+# current setting (both follow a reload); a number stays fixed for the actor's life.
+IdleTimeout = float | Callable[[], float] | None
 
 
 @dataclass
@@ -41,6 +44,7 @@ class ActorRef:
     factory: ActorFactory
     idle_timeout_s: float
     inbox_size: int
+    idle_setting: IdleTimeout = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     runtime: ActorRuntime = field(default_factory=ActorRuntime)
     actor: Actor | None = None
@@ -101,7 +105,7 @@ class Supervisor:
                          known=[r.id for r in self._actors.values()])
 
     async def get_or_start(self, kind: str, resource: str, factory: ActorFactory,
-                           idle_timeout_s: float | None = None) -> ActorRef:
+                           idle_timeout_s: IdleTimeout = None) -> ActorRef:
         key = (kind, resource)
         lock = self._starting.setdefault(key, trio.Lock())
         async with lock:  # two first calls for one resource must not start it twice
@@ -110,8 +114,8 @@ class Supervisor:
                 return ref
             ref = ActorRef(
                 id=f"{kind}-{next(self._ids)}", kind=kind, resource=resource, factory=factory,
-                idle_timeout_s=idle_timeout_s if idle_timeout_s is not None else self.idle_timeout_s,
-                inbox_size=self.inbox_size,
+                idle_timeout_s=self._idle_timeout(idle_timeout_s), inbox_size=self.inbox_size,
+                idle_setting=idle_timeout_s,
             )
             self._actors[key] = ref
             try:
@@ -135,6 +139,31 @@ class Supervisor:
             raise DiagdError(ErrorCode.ACTOR_FAILED, f"actor {ref.id} is gone: {ref.stop_reason}") from None
         result = await request.wait()
         return result, request.queue_s
+
+    def set_idle_timeout(self, idle_timeout_s: float) -> list[str]:
+        """A reload: the new default, and every running actor's idle timeout re-read and applied now.
+
+        An idle actor's deadline moves to (idle since) + (new timeout), so one idle longer than a
+        shortened timeout expires at once. Returns the ids of the actors whose timeout changed.
+        """
+        self.idle_timeout_s = idle_timeout_s
+        changed = []
+        for ref in self._actors.values():
+            try:
+                new = self._idle_timeout(ref.idle_setting)
+            except DiagdError as exc:  # a back end's table is broken: keep its actors as they are
+                log.warning("idle timeout not reloaded", actor=ref.id, error=exc.message)
+                continue
+            if new != ref.idle_timeout_s:
+                ref.idle_timeout_s = new
+                ref.runtime.set_idle_timeout(new)
+                changed.append(ref.id)
+        return changed
+
+    def _idle_timeout(self, setting: IdleTimeout) -> float:
+        if setting is None:
+            return self.idle_timeout_s
+        return setting() if callable(setting) else setting
 
     def stop(self, actor_id: str, reason: str = "stopped by request") -> ActorRef:
         ref = self.by_id(actor_id)

@@ -9,7 +9,10 @@ and hands it to the audit log. Nothing here knows about MCP types.
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
+import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,7 +60,11 @@ class ToolSpec:
 
 @dataclass
 class CallRecord:
-    """One finished call: what the audit log, `diagd_calls` and `diagd call` show."""
+    """One call as the audit log, `diagd_calls` and `diagd call` show it.
+
+    Each call gives two records with one `call_id`: outcome "started" when it begins (so a call
+    that hangs is visible) and its outcome (ok | error | cancelled) when it ends.
+    """
 
     ts: float
     client: str
@@ -69,9 +76,13 @@ class CallRecord:
     code: str | None
     bytes: int
     truncated: bool
+    call_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        data = self.__dict__.copy()
+        if data["call_id"] is None:  # records made without one keep their old shape
+            del data["call_id"]
+        return data
 
 
 @dataclass
@@ -90,7 +101,9 @@ class ToolRegistry:
         self._tools: dict[str, ToolSpec] = {}
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
         self.call_timeout_s = call_timeout_s
-        self.observers: list[Observer] = []
+        self.observers: list[Observer] = []  # each gets a call's "started" record, then its final one
+        self._call_ids = itertools.count(1)
+        self._call_prefix = secrets.token_hex(3)  # call ids stay unique across daemon restarts in one log
 
     def register(self, spec: ToolSpec) -> None:
         if spec.name in self._tools:
@@ -114,6 +127,7 @@ class ToolRegistry:
             arguments = {}
         if not isinstance(arguments, dict):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "arguments must be a JSON object", path="$")
+        _refuse_unsafe_text(arguments)
         args = coerce(spec.input_schema, arguments)
         error = jsonschema.exceptions.best_match(self._validators[spec.name].iter_errors(args))
         if error is not None:
@@ -130,6 +144,10 @@ class ToolRegistry:
         outcome, code = "error", None
         result: CallResult | None = None
         shown_args = _abridge(arguments) if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
+        call_id = f"{self._call_prefix}-{next(self._call_ids)}"
+        self._observe(CallRecord(ts=time.time(), client=ctx.client, tool=name, arguments=shown_args, duration_ms=0.0,
+                                 queue_ms=0.0, outcome="started", code=None, bytes=0, truncated=False,
+                                 call_id=call_id))
         try:
             try:
                 spec = self.get(name)
@@ -159,17 +177,54 @@ class ToolRegistry:
             if result is not None:
                 result.meta = {"duration_ms": round(duration_ms, 3), "queue_ms": round(ctx.queue_s * 1000, 3),
                                "bytes": nbytes, "truncated": truncated}
-            record = CallRecord(
+            self._observe(CallRecord(
                 ts=time.time(), client=ctx.client, tool=name, arguments=shown_args,
                 duration_ms=round(duration_ms, 3), queue_ms=round(ctx.queue_s * 1000, 3), outcome=outcome,
-                code=code, bytes=nbytes, truncated=truncated,
-            )
-            for observe in self.observers:
-                observe(record)
+                code=code, bytes=nbytes, truncated=truncated, call_id=call_id,
+            ))
         return result
+
+    def _observe(self, record: CallRecord) -> None:
+        for observe in self.observers:
+            try:
+                observe(record)
+            except Exception:  # a full disk must not fail the call it records
+                log.exception("call observer failed", observer=getattr(observe, "__qualname__", repr(observe)))
 
 
 AUDIT_MAX_CHARS = 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
+    """No string argument of any tool may hold a NUL or a lone surrogate.
+
+    No back end takes them (argv, C strings, file paths and ptys end at NUL; a surrogate is not
+    Unicode and fails on encoding), and a handler meeting one failed with INTERNAL_ERROR. Checked
+    here, once, before any handler runs, naming the argument like a schema error does.
+    """
+    stack: list[tuple[str, Any]] = [("$", arguments)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            what = _unsafe(value)
+            if what:
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: {what}", path=path)
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if isinstance(key, str) and _unsafe(key):
+                    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: key {key!r}: {_unsafe(key)}", path=path)
+                stack.append((f"{path}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+
+
+def _unsafe(text: str) -> str | None:
+    if "\x00" in text:
+        return f"contains a NUL byte (\\u0000) at offset {text.index(chr(0))}; no back end accepts one"
+    if not text.isascii() and (m := _SURROGATE.search(text)):
+        return f"contains a lone surrogate (\\u{ord(m.group()):04x}) at offset {m.start()}; it is not Unicode text"
+    return None
 
 
 def _abridge(value: Any) -> Any:

@@ -274,9 +274,11 @@ def test_every_call_from_mcp_and_cli_lands_in_the_audit_log(daemon: DaemonProces
     assert raw.read() is not None
     raw.close()
     lines = [json.loads(line) for line in (daemon.env.state / "audit.jsonl").read_text().splitlines()]
+    # Each call: a "started" record, then its end, with one call id.
     assert [(r["tool"], r["outcome"], r["client"].split(":")[0]) for r in lines] == [
-        ("echo", "ok", "cli"), ("nope", "error", "mcp")]
-    assert lines[0]["arguments"] == {"message": "audited"} and lines[1]["code"] == "INVALID_ARGUMENT"
+        ("echo", "started", "cli"), ("echo", "ok", "cli"), ("nope", "started", "mcp"), ("nope", "error", "mcp")]
+    assert lines[0]["call_id"] == lines[1]["call_id"] != lines[2]["call_id"] == lines[3]["call_id"]
+    assert lines[1]["arguments"] == {"message": "audited"} and lines[3]["code"] == "INVALID_ARGUMENT"
     logs = daemon.env.run("logs", "-n", "5")
     assert "echo" in logs.stdout and "error:INVALID_ARGUMENT" in logs.stdout
 
