@@ -18,6 +18,7 @@ import msgpack
 
 from diagd.protocol import control
 from diagd.protocol.errors import ErrorCode
+from tests.support.raw import RawMCP
 
 CODES = {str(c) for c in ErrorCode}
 
@@ -90,6 +91,20 @@ class ControlClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def input_schema(daemon: Any, tool: str) -> dict[str, Any]:
+    """A tool's input schema as the running daemon lists it (tools/list over MCP)."""
+    raw = RawMCP(daemon.mcp_socket, timeout=30)
+    try:
+        raw.initialize()
+        raw.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+        reply = raw.read()
+    finally:
+        raw.close()
+    assert reply is not None and "result" in reply, reply
+    schema: dict[str, Any] = next(t["inputSchema"] for t in reply["result"]["tools"] if t["name"] == tool)
+    return schema
 
 
 def assert_coded_error(payload: Any, *, context: str = "") -> str:
