@@ -4,6 +4,10 @@ One request at a time (the session actor serializes them). Replies are matched b
 reply to an abandoned request is skipped instead of being taken for the next one. A request past
 its timeout gets SIGINT (the worker turns it into KeyboardInterrupt inside the user's code); if
 the worker does not answer within the grace period it is declared stuck.
+
+The worker writes each output to the file the request names (in the session directory); the reply
+carries only its first bytes and counts. A waiter reaps the worker as soon as it exits and closes
+its pipes; `death()` says how it ended.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TypeVar
 import trio
 
 from diagd.actors import _crash_proto as proto
-from diagd.actors._subprocess import Step, Tail, drain, open_process, stop_process
+from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, open_process, reap, stop_process
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _Reply = TypeVar("_Reply", bound=proto.Message)
@@ -40,14 +44,28 @@ class DrgnClient:
         self.hello: proto.Hello | None = None
         self.expected_exit = False
         self.requests = 0
+        self.exited = trio.Event()  # reaped; `exit_code` is set
+        self.exit_code: int | None = None
+        self._stderr_eof = trio.Event()
 
     @classmethod
     async def spawn(cls, nursery: trio.Nursery, *, cwd: Path | None = None) -> DrgnClient:
         proc = await open_process([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
                                   cwd=str(cwd) if cwd else None)
         client = cls(proc)
-        nursery.start_soon(drain, proc.stderr, client.stderr.feed)
+        nursery.start_soon(drain, proc.stderr, client.stderr.feed, client._stderr_eof)
+        nursery.start_soon(client._wait)
         return client
+
+    async def _wait(self) -> None:
+        self.exit_code = await reap(self.proc, readers_done=(self._stderr_eof,))
+        self.exited.set()
+
+    async def death(self) -> str:
+        """How the worker ended ("killed by SIGKILL"), waiting briefly for the waiter to reap it."""
+        with trio.move_on_after(2.0):
+            await self.exited.wait()
+        return describe_exit(self.exit_code if self.exit_code is not None else self.proc.returncode)
 
     @property
     def pid(self) -> int:
@@ -110,12 +128,13 @@ class DrgnClient:
         return await self._expect(request_id, proto.Loaded, "load")
 
     async def execute(self, code: str, *, filename: str, timeout_s: float, grace_s: float, max_output_bytes: int,
-                      isolated: bool = False) -> proto.ExecResult:
-        """Run code; past timeout_s the worker gets SIGINT, past timeout_s + grace_s DrgnStuck."""
+                      output_path: str, isolated: bool = False) -> proto.ExecResult:
+        """Run code, its output going to `output_path`; past timeout_s the worker gets SIGINT, past
+        timeout_s + grace_s DrgnStuck."""
         request_id = next(self._ids)
         self.requests += 1
         await self.send(proto.Exec(id=request_id, code=code, filename=filename, max_output_bytes=max_output_bytes,
-                                   isolated=isolated))
+                                   output_path=output_path, isolated=isolated))
         try:
             with trio.move_on_after(timeout_s):
                 return await self._exec_reply(request_id)
@@ -159,7 +178,9 @@ class DrgnClient:
             except DiagdError:
                 pass
 
-        return await stop_process(self.proc, STOP_STEPS, graceful=graceful)
+        step = await stop_process(self.proc, STOP_STEPS, graceful=graceful)
+        await close_pipes(self.proc)
+        return step
 
 
 def _code(raw: str) -> ErrorCode:

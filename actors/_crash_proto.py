@@ -5,6 +5,10 @@ first with `hello` carrying `PROTOCOL_VERSION`; the daemon's first request (`loa
 and either side refuses a version it does not speak. Each request has an `id` echoed by its reply.
 Messages are frozen dataclasses validated on decode, so a malformed frame becomes a coded `error`
 reply rather than a dead worker. Stdlib + msgpack only: the worker imports this before drgn.
+
+Outputs never travel in frames: `exec` names the file the worker writes the output to, and
+`exec_result` carries only its first `HEAD_BYTES` and counts, so a frame stays far below
+MAX_FRAME_BYTES whatever the code prints (the output cap applies to the file).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from diagd.protocol import framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 from diagd.protocol.framing import Message as Message
 
-PROTOCOL_VERSION = 1
-MAX_FRAME_BYTES = 64 * 1024 * 1024
+PROTOCOL_VERSION = 2
+MAX_FRAME_BYTES = 8 * 1024 * 1024  # requests carry code (scripts), replies a bounded head and traceback
+MAX_ERROR_CHARS = 64 * 1024  # a traceback longer than this keeps its start and its end
 HEADER = framing.HEADER
 
 
@@ -60,6 +65,7 @@ class Exec(Message):
     tag: ClassVar[str] = "exec"
     id: int
     code: str
+    output_path: str  # the worker creates it (in the session directory) and writes the output there
     filename: str = "<drgn>"
     max_output_bytes: int = 16 * 1024 * 1024
     isolated: bool = False  # a fresh copy of the initial namespace (analysis scripts), run as __main__
@@ -69,10 +75,13 @@ class Exec(Message):
 class ExecResult(Message):
     tag: ClassVar[str] = "exec_result"
     id: int
-    output: str
-    error: str | None = None  # the traceback as text; the worker lives on
+    head: str  # the first HEAD_BYTES of the output (the whole of it is in the file)
+    head_complete: bool = True  # the head is the whole output
+    output_bytes: int = 0
+    lines: int = 0
+    error: str | None = None  # the traceback as text (at most MAX_ERROR_CHARS); the worker lives on
     duration_s: float = 0.0
-    truncated: bool = False
+    truncated: bool = False  # the output passed max_output_bytes and was cut there
     interrupted: bool = False
 
 

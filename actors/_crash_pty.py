@@ -10,6 +10,10 @@ How a command's output is delimited (measured with crash 8.0.2 on the fixture):
 - A command that runs too long (or whose output passes the size cap) gets Ctrl-C; crash abandons
   it and prompts again, the tty flushes the queued marker, and a fresh marker resynchronises the
   stream. Partial output is kept. Only if that fails is the session lost.
+- Output is never gathered in memory: it goes to a sink as it arrives (the command's output file,
+  see `_crash_output.OutputWriter`; a small in-memory sink for diagd's own queries), minus the last
+  few bytes that may be the start of the marker. Past the sink's limit the command gets Ctrl-C and
+  its output stays cut there.
 
 Exactly one thread talks to the pty at a time (`lock`); a call abandoned by its Trio caller keeps
 the lock until its own interrupt-and-resync is done, so the next command starts on a clean prompt.
@@ -19,20 +23,21 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import outcome
 import pexpect
 import trio
 
-from diagd.actors._subprocess import default_signals
+from diagd.actors._subprocess import default_signals, describe_exit
 
 PROMPT = b"crash> "
 READ_SLICE_S = 0.05
+STARTUP_KEEP_BYTES = 1 << 20
 
 
 class CrashExited(Exception):
@@ -45,15 +50,51 @@ class CrashUnresponsive(Exception):
 
 @dataclass(frozen=True)
 class RunOutput:
-    text: str
     duration_s: float
     interrupted: bool = False
-    truncated: bool = False
+    truncated: bool = False  # the sink's limit cut the output
     reason: str | None = None  # why it was interrupted
 
 
+class OutputSink(Protocol):
+    """Where a command's output goes as it is produced; it sets `truncated` once `limit` is passed."""
+
+    limit: int
+    truncated: bool
+
+    def write(self, data: bytes | bytearray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class MemorySink:
+    """A small output kept in memory (diagd's own queries such as `set`), cut at `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.truncated = False
+        self.data = bytearray()
+
+    def write(self, data: bytes | bytearray) -> None:
+        room = self.limit - len(self.data)
+        if len(data) > room:
+            self.truncated = True
+        self.data += data[:max(0, room)]
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        pass
+
+
 def clean(raw: bytes | bytearray) -> str:
-    return bytes(raw).decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "")
+    return _strip_cr(raw).decode("utf-8", errors="replace")
+
+
+def _strip_cr(raw: bytes | bytearray) -> bytes:
+    # The tty turns "\n" into "\r\n"; dropping every CR also works across chunk boundaries.
+    return bytes(raw).replace(b"\r", b"")
 
 
 class CrashDriver:
@@ -88,6 +129,8 @@ class CrashDriver:
             deadline = time.monotonic() + timeout_s
             buf = bytearray()
             while not buf.endswith(PROMPT):
+                if len(buf) > STARTUP_KEEP_BYTES * 2:
+                    del buf[:-STARTUP_KEEP_BYTES]  # loading chatter: its end says what went wrong
                 if abort.is_set():
                     raise CrashUnresponsive("abandoned while crash was loading")
                 if time.monotonic() > deadline:
@@ -100,12 +143,12 @@ class CrashDriver:
 
     # -- commands -----------------------------------------------------------------------------------
 
-    def run(self, command: str, *, timeout_s: float, abort: threading.Event, max_bytes: int,
+    def run(self, command: str, *, timeout_s: float, abort: threading.Event, sink: OutputSink,
             interrupt_grace_s: float = 10.0) -> RunOutput:
         with self.lock:
-            return self._run(command, timeout_s, abort, max_bytes, interrupt_grace_s)
+            return self._run(command, timeout_s, abort, sink, interrupt_grace_s)
 
-    def _run(self, command: str, timeout_s: float, abort: threading.Event, max_bytes: int,
+    def _run(self, command: str, timeout_s: float, abort: threading.Event, sink: OutputSink,
              grace_s: float) -> RunOutput:
         started = time.monotonic()
         deadline = started + timeout_s
@@ -113,31 +156,37 @@ class CrashDriver:
         marker = PROMPT + nonce + b": "
         self.commands += 1
         self.child.send(command.encode() + b"\nascii " + nonce + b"\n")
-        buf = bytearray()
-        scanned = 0
-        found = -1
+        pending = bytearray()  # read but not yet in the sink: may hold the start of the marker
+        found = False
         while True:
             reason = None
             if abort.is_set():
                 reason = "abandoned by the caller"
             elif time.monotonic() > deadline:
                 reason = f"timed out after {timeout_s:g} s"
-            elif len(buf) > max_bytes:
-                reason = f"output passed {max_bytes} bytes"
+            elif sink.truncated:
+                reason = f"output passed {sink.limit} bytes"
             if reason is not None:
-                output = buf[:found] if found >= 0 else buf[:max_bytes]
+                if not found:
+                    sink.write(_strip_cr(pending))
                 self.interrupt(grace_s)
-                return RunOutput(clean(output), time.monotonic() - started, interrupted=True,
-                                 truncated=len(buf) > max_bytes, reason=reason)
+                return RunOutput(time.monotonic() - started, interrupted=True, truncated=sink.truncated,
+                                 reason=reason)
             chunk = self._read(READ_SLICE_S)
             if not chunk:
                 continue
-            buf += chunk
-            if found < 0:
-                found = buf.find(marker, max(0, scanned - len(marker)))
-                scanned = len(buf)
-            if found >= 0 and buf.endswith(PROMPT) and buf.find(b"\n", found) > 0:
-                return RunOutput(clean(buf[:found]), time.monotonic() - started)
+            pending += chunk
+            if not found:
+                at = pending.find(marker)
+                if at >= 0:
+                    sink.write(_strip_cr(pending[:at]))
+                    del pending[:at]
+                    found = True
+                elif len(pending) >= len(marker):
+                    sink.write(_strip_cr(pending[:1 - len(marker)]))
+                    del pending[:1 - len(marker)]
+            if found and pending.endswith(PROMPT) and pending.find(b"\n") > 0:
+                return RunOutput(time.monotonic() - started)
 
     def interrupt(self, grace_s: float) -> None:
         """Ctrl-C, then wait for a fresh marker: the next command starts on a clean prompt."""
@@ -288,11 +337,4 @@ class PtyChild:
 
 
 def describe_status(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with status {code}"
+    return describe_exit(code)

@@ -3,12 +3,14 @@
 Layout (under the daemon's state dir, so it survives the session, the actor and a daemon restart):
 
     <state>/crash/<session_id>/session.json       what was opened, when, and its summary
-    <state>/crash/<session_id>/cmd-000017.out     one command's full output (text)
+    <state>/crash/<session_id>/cmd-000017.out     one command's output (text, cut at the size cap)
     <state>/crash/<session_id>/cmd-000017.json    its metadata (command, engine, context, lines, ...)
 
 A command id is `<session_id>:<n>`; it names the files directly, so reading an output needs no
 session, no actor and no index. Every function here blocks: call it through trio.to_thread.
-`Entry` is what a session keeps in memory of one stored output (its first lines and metadata).
+Outputs are written as they are produced (`open_output`, or by the drgn worker itself) and then
+described by `finish`; the daemon keeps only their first lines (`Entry`) and a small line index
+per recently read output (`_crash_output`), never a whole output.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diagd.actors._crash_output import LineIndex, OutputWriter, StoredLines, read_lines, read_nofollow, scan
 from diagd.actors._user_regex import Matcher
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -46,16 +49,19 @@ class Entry:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
+    # drgn code can write in a session dir: never write through a link planted at the temporary name.
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
 
 
 class OutputStore:
-    def __init__(self, root: Path, *, cache_entries: int = 16) -> None:
+    def __init__(self, root: Path, *, cache_entries: int = 64) -> None:
         self.root = root
-        self._lines: OrderedDict[str, list[str]] = OrderedDict()
+        self._indexes: OrderedDict[str, LineIndex] = OrderedDict()
         self._cache_entries = cache_entries
 
     def session_dir(self, session_id: str) -> Path:
@@ -73,24 +79,48 @@ class OutputStore:
     def update_session(self, session_id: str, **fields: Any) -> None:
         path = self.session_dir(session_id) / "session.json"
         try:
-            meta = json.loads(path.read_text())
+            meta = json.loads(read_nofollow(path))
         except (OSError, ValueError):
             meta = {}
         meta.update(fields)
         _write_atomic(path, json.dumps(meta, indent=1, default=str).encode())
 
-    def write(self, session_id: str, n: int, text: str, meta: dict[str, Any]) -> dict[str, Any]:
-        """Store one output; returns its metadata (with command_id, total_lines, bytes)."""
-        workdir = self.session_dir(session_id)
+    def output_path(self, session_id: str, n: int) -> Path:
+        return self.session_dir(session_id) / f"cmd-{n:06d}.out"
+
+    def open_output(self, session_id: str, n: int, limit: int) -> OutputWriter:
+        """A writer streaming output n to its file; `finish` describes it once it is complete."""
+        return OutputWriter(self.output_path(session_id, n), limit)
+
+    def finish(self, session_id: str, n: int, meta: dict[str, Any], *, total_lines: int | None = None
+               ) -> dict[str, Any]:
+        """Write the metadata of output n (already on disk); returns it (with command_id, total_lines, bytes).
+
+        `total_lines` comes from the writer that counted them; without it (the drgn worker wrote the
+        file) the file is scanned, which also prepares its line index for paging.
+        """
         command_id = f"{session_id}:{n}"
-        data = text.encode()
-        lines = text.splitlines()
-        full = {**meta, "command_id": command_id, "session_id": session_id, "total_lines": len(lines),
-                "bytes": len(data), "stored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        _write_atomic(workdir / f"cmd-{n:06d}.out", data)
-        _write_atomic(workdir / f"cmd-{n:06d}.json", json.dumps(full, default=str).encode())
-        self._remember(command_id, lines)
+        path = self.output_path(session_id, n)
+        try:
+            size = path.lstat().st_size
+        except FileNotFoundError:
+            OutputWriter(path, 0).close()  # the worker died before creating it: an empty output
+            size = 0
+        if total_lines is None:
+            total_lines = self._index(command_id, path).total
+        full = {**meta, "command_id": command_id, "session_id": session_id, "total_lines": total_lines,
+                "bytes": size, "stored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _write_atomic(path.with_suffix(".json"), json.dumps(full, default=str).encode())
         return full
+
+    def write(self, session_id: str, n: int, text: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """Store one output given whole (small ones; big ones stream through `open_output`)."""
+        writer = self.open_output(session_id, n, limit=1 << 62)
+        try:
+            writer.write(text.encode())
+        finally:
+            writer.close()
+        return self.finish(session_id, n, meta, total_lines=writer.lines)
 
     def next_number(self, session_id: str) -> int:
         workdir = self.session_dir(session_id)
@@ -107,30 +137,34 @@ class OutputStore:
         base = self.root / m["session"] / f"cmd-{int(m['n']):06d}"
         return base.with_suffix(".out"), base.with_suffix(".json")
 
-    def load(self, command_id: str) -> tuple[dict[str, Any], list[str]]:
+    def load(self, command_id: str) -> tuple[dict[str, Any], StoredLines]:
+        """An output's metadata and its lines, read from disk as they are used (never all at once)."""
         out_path, meta_path = self._paths(command_id)
         try:
-            meta: dict[str, Any] = json.loads(meta_path.read_text())
+            meta: dict[str, Any] = json.loads(read_nofollow(meta_path))
+            return meta, StoredLines(out_path, self._index(command_id, out_path))
         except FileNotFoundError:
             raise DiagdError(ErrorCode.NOT_FOUND, f"no stored output {command_id!r}", command_id=command_id) from None
-        lines = self._lines.get(command_id)
-        if lines is None:
-            lines = out_path.read_text(errors="replace").splitlines()
-            self._remember(command_id, lines)
-        else:
-            self._lines.move_to_end(command_id)
-        return meta, lines
+        except (OSError, ValueError) as exc:
+            raise DiagdError(ErrorCode.NOT_FOUND, f"stored output {command_id!r} is unreadable: {exc}",
+                             command_id=command_id) from None
 
-    def _remember(self, command_id: str, lines: list[str]) -> None:
-        self._lines[command_id] = lines
-        self._lines.move_to_end(command_id)
-        while len(self._lines) > self._cache_entries:
-            self._lines.popitem(last=False)
+    def _index(self, command_id: str, out_path: Path) -> LineIndex:
+        """The output's line index, rebuilt when the file changed (lstat: never through a symlink)."""
+        st = out_path.lstat()
+        index = self._indexes.get(command_id)
+        if index is None or not index.fresh_for(st):
+            index = scan(out_path)
+        self._indexes[command_id] = index
+        self._indexes.move_to_end(command_id)
+        while len(self._indexes) > self._cache_entries:
+            self._indexes.popitem(last=False)
+        return index
 
     def page(self, command_id: str, offset: int, limit: int) -> dict[str, Any]:
         meta, lines = self.load(command_id)
         limit = max(1, min(limit, MAX_PAGE_LINES))
-        chosen = lines[offset:offset + limit]
+        chosen = read_lines(lines.path, lines.line_index, offset, offset + limit)
         end = offset + len(chosen)
         return {"command_id": command_id, "command": meta.get("command"), "engine": meta.get("engine"),
                 "session_id": meta.get("session_id"), "context": meta.get("context"), "offset": offset,
@@ -170,6 +204,6 @@ class OutputStore:
             shutil.rmtree(old, ignore_errors=True)
             removed.append(old.name)
         for sid in removed:
-            for cid in [c for c in self._lines if c.startswith(sid + ":")]:
-                del self._lines[cid]
+            for cid in [c for c in self._indexes if c.startswith(sid + ":")]:
+                del self._indexes[cid]
         return removed

@@ -5,8 +5,9 @@ daemon: this process holds `prog` and a persistent namespace with drgn's Linux h
 and speaks the length-prefixed msgpack protocol of `_crash_proto` on its stdin/stdout.
 
 - The protocol owns duplicates of fds 0 and 1; fd 0 becomes /dev/null and fd 1 points at stderr,
-  so neither user code nor libdrgn can read or corrupt a frame. `print()` output of user code is
-  captured (capped) and returned with the reply.
+  so neither user code nor libdrgn can read or corrupt a frame. `print()` output of user code goes
+  straight to the output file the request names (cut at its cap); the reply carries only its first
+  bytes and counts, so no output, however big, can break a frame or fill this process's memory.
 - An exception in user code comes back as text; the worker and its namespace carry on.
 - SIGINT interrupts running user code (the daemon's timeout) and is ignored otherwise.
 - It exits on stdin EOF, on `quit`, and, checked every second, when its parent (the daemon) is gone.
@@ -27,35 +28,23 @@ from types import FrameType
 from typing import Any, BinaryIO
 
 from diagd.actors import _crash_proto as proto
+from diagd.actors._crash_output import OutputWriter
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 class _Capture(io.TextIOBase):
-    """A write-only text stream that keeps the first `limit` bytes and counts the rest."""
+    """stdout/stderr of user code: a write-only text stream into the output file (UTF-8)."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.parts: list[str] = []
-        self.size = 0
-        self.truncated = False
+    def __init__(self, writer: OutputWriter) -> None:
+        self.writer = writer
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        if self.size < self.limit:
-            room = self.limit - self.size
-            chunk = text[:room]
-            self.parts.append(chunk)
-            self.size += len(chunk)
-            if len(text) > room:
-                self.truncated = True
-        else:
-            self.truncated = self.truncated or bool(text)
+        if not self.writer.truncated:
+            self.writer.write(text.encode("utf-8", errors="backslashreplace"))
         return len(text)
-
-    def text(self) -> str:
-        return "".join(self.parts)
 
 
 class Worker:
@@ -127,9 +116,20 @@ class Worker:
         return proto.Loaded(id=msg.id, load_s=time.monotonic() - started, warnings=warnings, tasks=tasks,
                             crashed_pid=pid, crashed_comm=comm)
 
-    def execute(self, msg: proto.Exec) -> proto.ExecResult:
+    def execute(self, msg: proto.Exec) -> proto.Message:
+        try:
+            writer = OutputWriter(msg.output_path, msg.max_output_bytes)
+        except OSError as exc:
+            return proto.Error(id=msg.id, code=str(ErrorCode.INTERNAL_ERROR),
+                               message=f"the drgn worker cannot create its output file: {exc}")
+        try:
+            return self._execute(msg, writer)
+        finally:
+            writer.close()
+
+    def _execute(self, msg: proto.Exec, writer: OutputWriter) -> proto.ExecResult:
         started = time.monotonic()
-        capture = _Capture(msg.max_output_bytes)
+        capture = _Capture(writer)
         error: str | None = None
         interrupted = False
         try:
@@ -157,9 +157,22 @@ class Worker:
             error = f"KeyboardInterrupt: interrupted after {time.monotonic() - started:.1f} s"
         except BaseException as exc:  # SystemExit too: user code must not end the worker
             error = format_user_exception(exc)
-        return proto.ExecResult(id=msg.id, output=capture.text(), error=error,
-                                duration_s=time.monotonic() - started, truncated=capture.truncated,
+        if error is not None:
+            error = _abridge(error, proto.MAX_ERROR_CHARS)
+            # The stored output ends with the traceback, like the drgn shell shows it (even past the cap).
+            newline = b"" if writer.size == 0 or writer.ends_with_newline else b"\n"
+            writer.append_unlimited(newline + error.encode("utf-8", errors="backslashreplace") + b"\n")
+        return proto.ExecResult(id=msg.id, head=writer.head, head_complete=writer.size <= writer.head_bytes,
+                                output_bytes=writer.size, lines=writer.lines, error=error,
+                                duration_s=time.monotonic() - started, truncated=writer.truncated,
                                 interrupted=interrupted)
+
+
+def _abridge(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
 
 
 def display(value: Any) -> str:
@@ -237,8 +250,11 @@ def main() -> int:
         except DiagdError as exc:
             worker.send(proto.Error(id=-1, code=str(exc.code), message=exc.message))
             continue
-        if not worker.handle(msg):
-            return 0
+        try:
+            if not worker.handle(msg):
+                return 0
+        except DiagdError as exc:  # e.g. a reply that cannot be encoded: answer, never die with a traceback
+            worker.send(proto.Error(id=getattr(msg, "id", -1), code=str(exc.code), message=exc.message))
 
 
 if __name__ == "__main__":

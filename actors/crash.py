@@ -16,8 +16,14 @@ by anyone shares the session (reference counted). The vmlinux is checked against
 VMCOREINFO before anything is spawned. Every output is stored under <state>/crash/<session_id>/ and
 can be paged or searched after the session is gone, also after a daemon restart.
 
-If crash or the drgn worker dies, the session fails with a coded error and is released; reopening
-the dump starts a fresh one. Idle sessions expire ([crash] idle_timeout_s).
+Outputs stream to their files as they are produced (crash's from the pty thread, drgn's written by the
+worker itself); the daemon keeps only their first lines. Past [crash] max_output_bytes an output is
+cut there and flagged (`output_truncated`, `truncated_reason`); the session carries on.
+
+If crash dies, the session fails with a coded error and is released; reopening the dump starts a
+fresh one. If the drgn worker dies, the call in flight gets BACKEND_UNAVAILABLE saying how, and the
+next drgn call starts a fresh worker (its variables are gone); crash is not affected. Idle sessions
+expire ([crash] idle_timeout_s).
 """
 
 from __future__ import annotations
@@ -45,10 +51,13 @@ from diagd.actors import _crash_report as report
 from diagd.actors import _crash_schemas as schemas
 from diagd.actors import _crash_text as text
 from diagd.actors._crash_drgn import DrgnClient, DrgnStuck
+from diagd.actors._crash_output import head_lines
 from diagd.actors._crash_pty import (
     CrashDriver,
     CrashExited,
     CrashUnresponsive,
+    MemorySink,
+    OutputSink,
     PtyChild,
     RunOutput,
     describe_status,
@@ -72,6 +81,8 @@ log = structlog.get_logger("diagd.crash")
 
 KIND = "crash"
 T = TypeVar("T")
+S = TypeVar("S", bound=OutputSink)
+RAW_OUTPUT_BYTES = 1 << 20  # diagd's own queries (set, extend): small answers, kept in memory
 HEAD_LINES = MAX_PAGE_LINES  # lines kept in memory per cached command (enough for any first page)
 CRASH_STOP_STEPS = (Step("quit", None, 3.0), Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 3.0))
 
@@ -85,6 +96,7 @@ class Phase(enum.StrEnum):
     READY = "ready"
     FAILED = "failed"
     UNAVAILABLE = "unavailable"  # drgn only: could not load, crash still serves
+    DEAD = "dead"  # drgn only: the worker died; the next drgn call starts a fresh one
     CLOSED = "closed"
 
 
@@ -142,6 +154,7 @@ class CrashSession(Actor):
         self.cache: OrderedDict[tuple[str, str, int], Entry] = OrderedDict()
         self.cache_hits = 0
         self.commands = 0
+        self.drgn_restarts = 0
         self.extensions: set[str] = set()
         self.stop_results: dict[str, str] = {}
         self._counter = 0
@@ -231,14 +244,17 @@ class CrashSession(Actor):
                               hint="open_vmcore_session again starts a fresh session"))
 
     async def _watch_drgn(self, drgn: DrgnClient) -> None:
-        code = await drgn.proc.wait()
-        if drgn.expected_exit or drgn is not self.drgn:
+        await drgn.exited.wait()  # reaped and its pipes closed by the client's waiter
+        if drgn.expected_exit or drgn is not self.drgn or self.closing:
             return
-        self._fail(DiagdError(ErrorCode.ACTOR_FAILED,
-                              f"the drgn worker exited ({describe_status(code)}): session {self.spec.session_id} "
-                              "is over", session_id=self.spec.session_id, exit=describe_status(code),
-                              stderr=drgn.stderr.text()[-2000:],
-                              hint="open_vmcore_session again starts a fresh session"))
+        if self.drgn_phase == Phase.READY:  # while loading, the loader decides
+            self._drgn_died(drgn, describe_status(drgn.exit_code))
+
+    def _drgn_died(self, drgn: DrgnClient, how: str) -> None:
+        if drgn is self.drgn and self.drgn_phase != Phase.DEAD:
+            log.warning("drgn worker died", session=self.spec.session_id, exit=how)
+            self.drgn_phase = Phase.DEAD
+            self.drgn_error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"the drgn worker died ({how})")
 
     async def _load_crash(self) -> None:
         assert self.driver is not None and self.child is not None
@@ -273,7 +289,7 @@ class CrashSession(Actor):
         finally:
             self.crash_done.set()
 
-    async def _load_drgn(self, drgn: DrgnClient) -> None:
+    async def _load_drgn(self, drgn: DrgnClient, *, restarted: bool = False) -> None:
         started = trio.current_time()
         try:
             await drgn.greet()
@@ -287,8 +303,17 @@ class CrashSession(Actor):
             if self.summary:
                 self.summary = self._summary(self.summary.get("system", {}), None)
         except DiagdError as exc:
-            if drgn.proc.returncode is None and not self.closing:
+            if self.closing:
+                pass
+            elif exc.code != ErrorCode.BACKEND_UNAVAILABLE:
                 self._drgn_unavailable(exc)  # drgn cannot read this dump: crash still serves
+            elif restarted:  # died loading twice in a row: do not keep trying on every call
+                how = await drgn.death()
+                self._drgn_unavailable(DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                                                  f"the drgn worker died while loading the dump ({how})",
+                                                  stderr=drgn.stderr.text()[-2000:]))
+            else:
+                self._drgn_died(drgn, await drgn.death())
         finally:
             self.drgn_done.set()
 
@@ -315,14 +340,27 @@ class CrashSession(Actor):
             abort.set()
             raise
 
-    async def _run(self, command: str, timeout_s: float | None = None) -> RunOutput:
+    async def _run(self, command: str, open_sink: Callable[[], S], timeout_s: float | None = None
+                   ) -> tuple[RunOutput, S]:
+        """Run one crash command, its output going to the sink `open_sink` makes.
+
+        The sink is opened and closed by the pty thread: a call abandoned by its caller leaves the
+        thread writing until its Ctrl-C and resync are done.
+        """
         assert self.driver is not None
         driver, s = self.driver, self.settings_
         timeout = timeout_s if timeout_s is not None else s.command_timeout_s
+
+        def work(abort: threading.Event) -> tuple[RunOutput, S]:
+            sink = open_sink()
+            try:
+                return driver.run(command, timeout_s=timeout, abort=abort, sink=sink,
+                                  interrupt_grace_s=s.interrupt_grace_s), sink
+            finally:
+                sink.close()
+
         try:
-            return await self._in_thread(lambda abort: driver.run(
-                command, timeout_s=timeout, abort=abort, max_bytes=s.max_output_bytes,
-                interrupt_grace_s=s.interrupt_grace_s))
+            return await self._in_thread(work)
         except CrashExited:
             code = await self._exit_code()
             error = DiagdError(ErrorCode.ACTOR_FAILED,
@@ -339,8 +377,8 @@ class CrashSession(Actor):
             raise (self.failure or error) from None
 
     async def _raw(self, command: str) -> str:
-        out = await self._run(command, timeout_s=self.settings_.command_timeout_s)
-        return out.text
+        _, sink = await self._run(command, lambda: MemorySink(RAW_OUTPUT_BYTES))
+        return sink.text()
 
     async def _query_context(self) -> text.Context | None:
         return text.parse_context(await self._raw("set"))
@@ -358,18 +396,15 @@ class CrashSession(Actor):
         self._counter += 1
         return self._counter
 
-    async def _persist(self, engine: str, command: str, output: str, meta: dict[str, Any]) -> Entry:
-        n = self._next_number()
-        sid = self.spec.session_id
-
-        def write() -> tuple[dict[str, Any], list[str]]:
-            stored = self.store.write(sid, n, output, {"engine": engine, "command": command, **meta})
-            return stored, output.splitlines()[:HEAD_LINES]
-
-        stored, head = await trio.to_thread.run_sync(write)
+    async def _persist(self, engine: str, n: int, command: str, head: list[str], total_lines: int | None,
+                       meta: dict[str, Any]) -> Entry:
+        """Describe output n, already on disk; `total_lines` None: count them from the file."""
+        stored = await trio.to_thread.run_sync(functools.partial(
+            self.store.finish, self.spec.session_id, n, {"engine": engine, "command": command, **meta},
+            total_lines=total_lines))
         self.commands += 1
-        return Entry(stored["command_id"], command, engine, head, stored["total_lines"], meta.get("context"),
-                     float(meta.get("duration_s", 0.0)), stored)
+        return Entry(stored["command_id"], command, engine, head[:HEAD_LINES], stored["total_lines"],
+                     meta.get("context"), float(meta.get("duration_s", 0.0)), stored)
 
     async def _crash_entry(self, command: str, *, force: bool, kind: text.Kind) -> tuple[Entry, bool]:
         """Run (or answer from the cache) one crash command; returns (entry, cached)."""
@@ -380,20 +415,23 @@ class CrashSession(Actor):
             self.cache.move_to_end(key)
             self.cache_hits += 1
             return self.cache[key], True
-        out = await self._run(command)
+        n = self._next_number()
+        s = self.settings_
+        out, writer = await self._run(command, functools.partial(self.store.open_output, self.spec.session_id, n,
+                                                                 s.max_output_bytes))
         if kind != text.Kind.PLAIN:
             self.context = await self._query_context() or before
             if kind == text.Kind.STATE:
                 self.generation += 1
                 self.cache.clear()
-        entry = await self._persist("crash", command, out.text, {
+        reason = f"{out.reason}: cut there, the command got Ctrl-C" if out.truncated else out.reason
+        entry = await self._persist("crash", n, command, writer.head_lines(HEAD_LINES), writer.lines, {
             "kind": str(kind), "context": before.to_json() if before else None,
             "context_after": self.context.to_json() if self.context and kind != text.Kind.PLAIN else None,
-            "duration_s": round(out.duration_s, 4), "interrupted": out.interrupted, "reason": out.reason,
+            "duration_s": round(out.duration_s, 4), "interrupted": out.interrupted, "reason": reason,
             "truncated": out.truncated})
-        if out.interrupted:
-            code = ErrorCode.OUTPUT_TOO_LARGE if out.truncated else ErrorCode.TIMEOUT
-            raise DiagdError(code, f"crash command {command!r} {out.reason}: interrupted with Ctrl-C; "
+        if out.interrupted and not out.truncated:
+            raise DiagdError(ErrorCode.TIMEOUT, f"crash command {command!r} {out.reason}: interrupted with Ctrl-C; "
                              "the session is still usable", command_id=entry.command_id,
                              partial_lines=entry.total_lines, session_id=self.spec.session_id)
         if kind == text.Kind.PLAIN:
@@ -436,12 +474,19 @@ class CrashSession(Actor):
 
     def _result(self, entry: Entry, cached: bool, max_lines: int) -> dict[str, Any]:
         shown = entry.head[:max_lines]
-        return {"session_id": self.spec.session_id, "engine": entry.engine, "command": entry.command,
-                "command_id": entry.command_id, "output": "\n".join(shown), "lines_returned": len(shown),
-                "total_lines": entry.total_lines, "truncated": entry.total_lines > len(shown), "cached": cached,
-                "context": entry.context, "duration_ms": round(entry.duration_s * 1000, 3)}
+        result = {"session_id": self.spec.session_id, "engine": entry.engine, "command": entry.command,
+                  "command_id": entry.command_id, "output": "\n".join(shown), "lines_returned": len(shown),
+                  "total_lines": entry.total_lines, "truncated": entry.total_lines > len(shown), "cached": cached,
+                  "context": entry.context, "duration_ms": round(entry.duration_s * 1000, 3)}
+        if entry.meta.get("truncated"):  # the stored output itself was cut at the size cap
+            result["output_truncated"] = True
+            result["truncated_reason"] = entry.meta.get("reason")
+        return result
 
     async def _drgn_ready(self) -> DrgnClient:
+        if self.drgn_phase == Phase.DEAD and self.drgn is not None and self.failure is None:
+            self.drgn_restarts += 1
+            await self._replace_drgn(self.drgn)  # the call that finds the worker dead starts a fresh one
         if not self.drgn_done.is_set():
             with trio.move_on_after(self.settings_.load_timeout_s):
                 await self.drgn_done.wait()
@@ -457,9 +502,11 @@ class CrashSession(Actor):
                       max_lines: int | None = None, label: str | None = None) -> dict[str, Any]:
         s = self.settings_
         drgn = await self._drgn_ready()
+        n = self._next_number()
         try:
             result = await drgn.execute(code, filename=filename, timeout_s=s.drgn_timeout_s,
                                         grace_s=s.interrupt_grace_s, max_output_bytes=s.max_output_bytes,
+                                        output_path=str(self.store.output_path(self.spec.session_id, n)),
                                         isolated=isolated)
         except DrgnStuck as exc:
             await self._replace_drgn(drgn)
@@ -467,20 +514,20 @@ class CrashSession(Actor):
                              session_id=self.spec.session_id) from None
         except DiagdError as exc:
             if exc.code == ErrorCode.BACKEND_UNAVAILABLE:
-                code_ = await _wait_code(drgn.proc)
-                self._fail(DiagdError(ErrorCode.ACTOR_FAILED,
-                                      f"the drgn worker exited ({describe_status(code_)}): session "
-                                      f"{self.spec.session_id} is over", session_id=self.spec.session_id,
-                                      stderr=drgn.stderr.text()[-2000:],
-                                      hint="open_vmcore_session again starts a fresh session"))
-                raise (self.failure or exc) from None
+                how = await drgn.death()
+                self._drgn_died(drgn, how)
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                                 f"the drgn worker died during the call ({how}); the next drgn call starts a fresh "
+                                 "one (its variables are gone), crash is not affected",
+                                 session_id=self.spec.session_id, exit=how,
+                                 stderr=drgn.stderr.text()[-2000:]) from None
             raise
-        output = result.output
-        if result.error:
-            output += ("" if not output or output.endswith("\n") else "\n") + result.error + "\n"
-        entry = await self._persist("drgn", label or code, output, {
+        reason = f"output passed {s.max_output_bytes} bytes: cut there" if result.truncated else None
+        head = head_lines(result.head, complete=result.head_complete)
+        entry = await self._persist("drgn", n, label or code, head, result.lines, {
             "duration_s": round(result.duration_s, 4), "interrupted": result.interrupted,
-            "truncated": result.truncated, "error": result.error.splitlines()[-1] if result.error else None})
+            "truncated": result.truncated, "reason": reason,
+            "error": result.error.splitlines()[-1] if result.error else None})
         if result.interrupted:
             raise DiagdError(ErrorCode.TIMEOUT, f"drgn code ran past {s.drgn_timeout_s:g} s and was interrupted; "
                              "the worker is still usable", command_id=entry.command_id,
@@ -501,7 +548,7 @@ class CrashSession(Actor):
         await old.close()
         self.drgn = await DrgnClient.spawn(self._nursery, cwd=self.spec.workdir)
         self._nursery.start_soon(self._watch_drgn, self.drgn)
-        await self._load_drgn(self.drgn)
+        await self._load_drgn(self.drgn, restarted=True)
 
     async def op_triage(self) -> dict[str, Any]:
         """sys, the panic task's bt, the tail of the log, kmem -i, ps (+ drgn's view of all tasks)."""
@@ -516,7 +563,7 @@ class CrashSession(Actor):
         ps_e, _ = await self._crash_entry("ps", force=False, kind=plain)
 
         def full(entry: Entry) -> list[str]:
-            return self.store.load(entry.command_id)[1]
+            return list(self.store.load(entry.command_id)[1])
 
         log_lines, ps_lines = await trio.to_thread.run_sync(lambda: (full(log_e), full(ps_e)))
         drgn_tasks = await self._drgn_task_summary() if self.drgn_phase == Phase.READY else None
@@ -559,6 +606,7 @@ class CrashSession(Actor):
             "failure": self.failure.message if self.failure else None,
             "crash_pid": self.child.pid if self.child else None,
             "drgn_pid": self.drgn.pid if self.drgn else None,
+            "drgn_restarts": self.drgn_restarts,
             "crash_rss_bytes": _rss(self.child.pid) if self.child else None,
             "drgn_rss_bytes": _rss(self.drgn.pid) if self.drgn else None,
             "crash_load_s": round(self.crash_load_s, 3) if self.crash_load_s is not None else None,
@@ -571,12 +619,6 @@ class CrashSession(Actor):
 
     def __repr__(self) -> str:
         return f"<CrashSession {self.spec.session_id} [crash {self.crash_phase}, drgn {self.drgn_phase}]>"
-
-
-async def _wait_code(proc: trio.Process) -> int | None:
-    with trio.move_on_after(2):
-        return await proc.wait()
-    return proc.returncode
 
 
 def _rss(pid: int) -> int | None:

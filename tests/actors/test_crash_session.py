@@ -109,12 +109,28 @@ async def test_a_slow_command_gets_ctrl_c_and_the_session_carries_on(tmp_path: P
         assert s.actor.failure is None
 
 
-async def test_runaway_output_is_cut_at_the_cap(tmp_path: Path) -> None:
+async def test_runaway_output_is_cut_at_the_cap_flagged_and_the_session_carries_on(tmp_path: Path) -> None:
     async with session(tmp_path, max_output_bytes=5000) as s:
-        with pytest.raises(DiagdError) as err:
-            await s.run("lines 10000000")
-        assert err.value.code == ErrorCode.OUTPUT_TOO_LARGE
+        cut = await s.run("lines 10000000")
+        assert cut["output_truncated"] and "output passed 5000 bytes" in cut["truncated_reason"]
+        assert cut["output"].startswith("line 0\nline 1\n")
+        stored = s.actor.store.output_path(SID, int(cut["command_id"].rsplit(":", 1)[1]))
+        assert stored.stat().st_size == 5000
+        page = s.actor.store.page(cut["command_id"], cut["total_lines"] - 1, 10)
+        assert not page["has_more"] and page["output"].startswith("line ")
         assert "KERNEL" in (await s.run("sys"))["output"]
+        assert s.actor.failure is None
+
+
+async def test_output_is_streamed_to_its_file_whole_and_pages_from_there(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        done = await s.run("lines 30000")
+        assert done["total_lines"] == 30000 and "output_truncated" not in done
+        assert done["output"].splitlines()[:2] == ["line 0", "line 1"]
+        stored = s.actor.store.output_path(SID, int(done["command_id"].rsplit(":", 1)[1]))
+        assert stored.read_text() == "".join(f"line {i}\n" for i in range(30000))
+        page = s.actor.store.page(done["command_id"], 29998, 10)
+        assert page["output"] == "line 29998\nline 29999" and not page["has_more"]
 
 
 async def test_crash_exiting_fails_the_session_with_a_coded_error(tmp_path: Path) -> None:

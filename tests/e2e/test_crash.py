@@ -379,7 +379,8 @@ async def test_other_calls_answer_while_a_dump_opens_then_refcounts_close_it(set
     assert PANIC in kept["output"]
 
 
-async def test_sigkill_of_crash_fails_the_session_and_a_reopen_starts_fresh(setup: Setup) -> None:
+async def test_sigkill_of_crash_fails_the_session_a_reopen_starts_fresh_and_a_killed_drgn_is_restarted(
+        setup: Setup) -> None:
     daemon = setup.daemon
     args = {"vmcore_path": str(setup.fixture.vmcore), "vmlinux_path": str(setup.fixture.vmlinux),
             "crash_args": ["--hex"]}
@@ -403,19 +404,16 @@ async def test_sigkill_of_crash_fails_the_session_and_a_reopen_starts_fresh(setu
     assert fresh["is_new"] and fresh["session_id"] != doomed["session_id"]
     assert "sysrq_handle_crash" in (await call(daemon, "run_crash_command", command="bt",
                                                session_id=fresh["session_id"]))["output"]
-    # the drgn worker is the session's other half: killing it fails the session too
+    # the drgn worker is a worker: killed, it is restarted by the next drgn call and crash carries on
     fresh_details = session_details(daemon, fresh["session_id"])
     assert fresh_details is not None
     os.kill(fresh_details["drgn_pid"], signal.SIGKILL)
-    with trio.fail_after(10):
-        while True:
-            result = await call(daemon, "run_drgn_command", code="1", session_id=fresh["session_id"])
-            if result["_is_error"]:
-                break
-    assert result["code"] == "ACTOR_FAILED" and "drgn worker" in result["message"]
-    wait_gone([fresh_details["crash_pid"]], timeout=10)
+    wait_gone([fresh_details["drgn_pid"]], timeout=10)
+    result = await call(daemon, "run_drgn_command", code="1", session_id=fresh["session_id"])
+    assert not result["_is_error"] and result["output"] == "1", result
+    assert alive(fresh_details["crash_pid"])
     closed = await call(daemon, "close_vmcore_session", session_id=fresh["session_id"])
-    assert closed["closed"] and closed["state"] == "failed"
+    assert closed["closed"] and closed["state"] == "closed"
 
 
 async def test_outputs_survive_a_daemon_restart_and_crash_never_outlives_the_daemon(setup: Setup,
