@@ -4,12 +4,15 @@ imply, and the early privilege check; parsed on every tool call, so `diagd reloa
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shlex
 import signal
 from dataclasses import dataclass, fields
 from typing import Any
 
+from diagd.actors import _confine
 from diagd.actors._subprocess import Step
 from diagd.daemon import doctor
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -34,6 +37,10 @@ class BpftraceSettings:
     linger_s: float = 60.0  # a finished execution's actor stays this long, then results come from disk
     keep_executions: int = 200  # persisted executions kept on disk
     probe_cache_s: float = 30.0
+    # Where bpftrace cannot be confined by Landlock (kernel without it, or privileged_helper: sudo cannot
+    # run under no_new_privs), programs using its file helpers (cat(), #include) are refused; true
+    # accepts that they read any file as root.
+    allow_unconfined: bool = False
 
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> BpftraceSettings:
@@ -72,6 +79,24 @@ class BpftraceSettings:
     def command(self, *args: str) -> list[str]:
         return [*self.helper_argv, self.path, *args]
 
+    @property
+    def confined(self) -> bool:
+        """Runs go into the Landlock sandbox (not possible through a privileged helper such as sudo)."""
+        return not self.helper_argv and _confine.landlock_abi() > 0
+
+    def run_command(self, program: str, output_format: str, timeout_s: float) -> list[str]:
+        """The command line of one exec_program run: the program plus its self-exit probe, confined
+        (Landlock, capabilities, death link) unless a privileged helper has to start bpftrace."""
+        args = ["-f", output_format, *(["--unsafe"] if self.allow_unsafe else []), "-e",
+                with_self_exit(program, timeout_s)]
+        if self.helper_argv:
+            return self.command(*args)
+        try:
+            return _confine.wrap([self.path, *args], _confine.bpftrace_policy(unsafe=self.allow_unsafe))
+        except FileNotFoundError:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.path!r}",
+                             fix=doctor.APT_HINT.format(pkg="bpftrace")) from None
+
     def stop_steps(self, probes: int | None) -> tuple[Step, Step]:
         """SIGINT, then SIGKILL: both waits grow with the probes bpftrace must detach."""
         per_probe = self.stop_s_per_probe * (probes or 0)
@@ -101,3 +126,45 @@ def check_privileges(settings: BpftraceSettings) -> None:
     if not check.ok:
         raise DiagdError(ErrorCode.PERMISSION_DENIED, f"bpftrace needs privileges: {check.detail}; bpftrace 0.17 "
                          "runs only as root (euid 0)", fix=check.fix)
+
+
+# -- running a program: its self-exit probe, and what is refused where it cannot be confined ---------
+
+SELF_EXIT_MARGIN_S = 2
+SELF_EXIT_PROBES = 1  # probes with_self_exit adds: subtracted from bpftrace's attach count
+
+
+def with_self_exit(program: str, timeout_s: float) -> str:
+    """The program plus `interval:s:N { exit(); }`, N = the run's timeout + a margin.
+
+    diagd stops the run at its timeout (SIGINT, measured from attach, like interval probes); this probe
+    only matters when diagd cannot: a daemon killed mid-run leaves a bpftrace that still ends by itself.
+    exit() ends the run like SIGINT does (maps printed); the user's output is otherwise unchanged.
+    """
+    seconds = math.ceil(timeout_s) + SELF_EXIT_MARGIN_S
+    return f"{program.rstrip()}\ninterval:s:{seconds} {{ exit(); }}\n"
+
+
+_COMMENTS_AND_STRINGS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', re.S)
+_FILE_HELPERS = re.compile(r"\bcat\s*\(|^\s*#\s*include\b", re.M)
+
+
+def file_helpers(program: str) -> list[str]:
+    """The file-reading features a program uses: cat() at run time, #include at compile time."""
+    code = _COMMENTS_AND_STRINGS.sub(lambda m: '""' if m.group(0).startswith('"') else " ", program)
+    return sorted({"#include" if "include" in m.group(0) else "cat()" for m in _FILE_HELPERS.finditer(code)})
+
+
+def check_confinement(settings: BpftraceSettings, program: str) -> None:
+    """Refuse file helpers when the run would not be inside the Landlock sandbox."""
+    used = file_helpers(program)
+    if not used or settings.confined or settings.allow_unconfined:
+        return
+    if settings.helper_argv:
+        raise DiagdError(ErrorCode.PERMISSION_DENIED,
+                         f"{' and '.join(used)} refused: bpftrace runs through privileged_helper "
+                         f"{settings.privileged_helper!r}, which cannot run inside the sandbox (no_new_privs stops "
+                         "sudo), so it would read any file as root", setting="[bpftrace] allow_unconfined",
+                         hint="run diagd as root without privileged_helper, or set [bpftrace] allow_unconfined = true")
+    _confine.require_confinement(f"bpftrace {' and '.join(used)}", allowed_unconfined=False,
+                                 setting="[bpftrace] allow_unconfined")

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import trio
 
+from diagd.actors import _confine
 from diagd.actors import _crash_proto as proto
 from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, open_process, reap, stop_process
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -49,8 +50,11 @@ class DrgnClient:
         self._stderr_eof = trio.Event()
 
     @classmethod
-    async def spawn(cls, nursery: trio.Nursery, *, cwd: Path | None = None) -> DrgnClient:
-        proc = await open_process([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
+    async def spawn(cls, nursery: trio.Nursery, *, cwd: Path | None = None,
+                    policy: _confine.Policy | None = None) -> DrgnClient:
+        """Start the worker; with a policy, inside that sandbox (see `_confine.drgn_policy`)."""
+        argv = [sys.executable, "-m", WORKER_MODULE]
+        proc = await open_process(_confine.wrap(argv, policy) if policy else argv, stdin=subprocess.PIPE,
                                   cwd=str(cwd) if cwd else None)
         client = cls(proc)
         nursery.start_soon(drain, proc.stderr, client.stderr.feed, client._stderr_eof)

@@ -39,6 +39,9 @@ class CrashSettings:
     script_dirs: tuple[str, ...] = ()
     allow_shell: bool = False
     allow_extend: bool = False
+    # Where Landlock is unavailable, gdb passthrough and drgn code are refused (they would run as the
+    # daemon's user with no sandbox); true accepts that risk.
+    allow_unconfined: bool = False
     pykdump_path: str = ""
     drgn: bool = True
 

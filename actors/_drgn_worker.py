@@ -215,6 +215,21 @@ def _watch_parent(parent: int) -> None:
             os._exit(3)  # the daemon died without closing us: do not linger with 300 MB
 
 
+def _no_exec_when_confined() -> None:
+    """Inside a Landlock sandbox (the launcher says so in DIAGD_SANDBOX), forbid execve from now on:
+    the launcher had to allow executing Python to start this worker, the user's code needs nothing."""
+    import json
+
+    try:
+        landlock = json.loads(os.environ.get("DIAGD_SANDBOX", "{}")).get("landlock", 0)
+    except ValueError:
+        return
+    if landlock:
+        from diagd.actors._confine_exec import deny_exec
+
+        deny_exec()
+
+
 def main() -> int:
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")
@@ -236,6 +251,7 @@ def main() -> int:
         drgn_version = str(drgn.__version__)
     except Exception as exc:  # reported on the first load
         drgn_version = f"unavailable: {exc}"
+    _no_exec_when_confined()
     worker.send(proto.Hello(version=proto.PROTOCOL_VERSION, pid=os.getpid(), drgn_version=drgn_version))
     while True:
         try:

@@ -76,7 +76,14 @@ from diagd.actors._bpftrace_schemas import (
     RESULT_OUTPUT,
     STOP_OUTPUT,
 )
-from diagd.actors._bpftrace_settings import MAX_KILL_WAIT_S, MAX_SIGINT_GRACE_S, BpftraceSettings, check_privileges
+from diagd.actors._bpftrace_settings import (
+    MAX_KILL_WAIT_S,
+    MAX_SIGINT_GRACE_S,
+    SELF_EXIT_PROBES,
+    BpftraceSettings,
+    check_confinement,
+    check_privileges,
+)
 from diagd.actors._bpftrace_store import EXECUTION_ID as EXECUTION_ID
 from diagd.actors._bpftrace_store import ExecutionStore
 from diagd.actors._bpftrace_store import _kill_leftover as _kill_leftover
@@ -293,7 +300,7 @@ class BpftraceExecution(Actor):
         if ex.attached_probes is None:
             probes = attach_count(line, ex.output_format)
             if probes is not None:
-                ex.attached_probes = probes
+                ex.attached_probes = max(probes - SELF_EXIT_PROBES, 0)  # diagd's self-exit probe is not the user's
                 ex.attached_clock = trio.current_time()
                 self._attached_or_exited.set()
                 ex.notify()
@@ -674,12 +681,12 @@ def register(daemon: Daemon) -> BpftraceBackend:
                              f"{settings.max_run_s:g}", max_run_s=settings.max_run_s)
         output_format = args.get("output_format", "text")
         check_privileges(settings)
+        check_confinement(settings, program)
         slot = backend.reserve(settings)
         try:
             ex = Execution(id=backend.new_id(), program=program, output_format=output_format, timeout_s=timeout,
                            max_lines=settings.max_lines, max_bytes=settings.max_output_bytes)
-            argv = settings.command("-f", output_format, *(["--unsafe"] if settings.allow_unsafe else []),
-                                    "-e", program)
+            argv = settings.run_command(program, output_format, timeout)
             actor = BpftraceExecution(ex, backend, settings, argv, slot)
             # The actor must not idle out while bpftrace runs: its idle timeout covers the whole run and
             # the longest stop; once finished it retires itself after linger_s.

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import structlog
 import trio
 
+from diagd.actors import _confine
 from diagd.actors import _crash_identity as ident
 from diagd.actors import _crash_report as report
 from diagd.actors import _crash_schemas as schemas
@@ -172,6 +173,7 @@ class CrashSession(Actor):
         s = self.settings_
         argv = [s.crash_binary, "-s", "--no_crashrc", *self.spec.crash_args, str(self.spec.vmlinux),
                 str(self.spec.vmcore)]
+        argv = _confine.wrap(argv, self._crash_policy())  # confined: Landlock, no caps, no sockets
         env = {**os.environ, "TERM": "dumb", "LC_ALL": "C", "PAGER": "cat"}
         self._counter = await trio.to_thread.run_sync(self.store.next_number, self.spec.session_id) - 1
         self.driver, self._owner_release = await spawn_in_owner_thread(
@@ -180,11 +182,21 @@ class CrashSession(Actor):
         nursery.start_soon(self._watch_crash, self.child)
         nursery.start_soon(self._load_crash)
         if s.drgn:
-            self.drgn = await DrgnClient.spawn(nursery, cwd=self.spec.workdir)
+            self.drgn = await DrgnClient.spawn(nursery, cwd=self.spec.workdir, policy=self._drgn_policy())
             nursery.start_soon(self._watch_drgn, self.drgn)
             nursery.start_soon(self._load_drgn, self.drgn)
         else:
             self._drgn_unavailable(DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "drgn is disabled ([crash] drgn = false)"))
+
+    def _crash_policy(self) -> _confine.Policy:
+        s = self.settings_
+        extensions = [os.path.expanduser(d) for d in (*PYKDUMP_DIRS, *([s.pykdump_path] if s.pykdump_path else []))]
+        return _confine.crash_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
+                                     allowed_dirs=s.allowed_dirs, extra_read=extensions)
+
+    def _drgn_policy(self) -> _confine.Policy:
+        return _confine.drgn_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
+                                    allowed_dirs=self.settings_.allowed_dirs)
 
     async def stop(self) -> None:
         self.closing = True
@@ -462,6 +474,9 @@ class CrashSession(Actor):
                        extension: str | None = None) -> dict[str, Any]:
         s = self.settings_
         kind = text.classify(command, allow_shell=s.allow_shell, allow_extend=s.allow_extend)
+        if text.is_gdb_passthrough(command):
+            _confine.require_confinement("crash's gdb passthrough (`gdb ...`)", allowed_unconfined=s.allow_unconfined,
+                                         setting="[crash] allow_unconfined")
         await self._crash_ready()
         if extension is not None and extension not in self.extensions:
             loaded = await self._raw(f"extend {extension}")
@@ -546,7 +561,7 @@ class CrashSession(Actor):
         self.drgn_phase = Phase.LOADING
         self.drgn_done = trio.Event()
         await old.close()
-        self.drgn = await DrgnClient.spawn(self._nursery, cwd=self.spec.workdir)
+        self.drgn = await DrgnClient.spawn(self._nursery, cwd=self.spec.workdir, policy=self._drgn_policy())
         self._nursery.start_soon(self._watch_drgn, self.drgn)
         await self._load_drgn(self.drgn, restarted=True)
 
@@ -889,6 +904,9 @@ def register(daemon: Daemon) -> None:
                                                      "extension": extension})
 
     async def drgn_command(ctx: CallContext, rec: SessionRecord, code: str, max_lines: int | None) -> dict[str, Any]:
+        _confine.require_confinement("drgn code (run_drgn_command, drgn:)",
+                                     allowed_unconfined=backend.settings.allow_unconfined,
+                                     setting="[crash] allow_unconfined")
         return await backend.ask(ctx, rec, "drgn", {"code": code, "max_lines": max_lines})
 
     @tool("run_crash_command",

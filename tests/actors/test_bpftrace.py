@@ -200,7 +200,9 @@ async def test_results_come_from_disk_once_the_actor_has_retired(tmp_path: Path)
 
 async def test_missing_tracefs_is_reported_with_the_mount_command(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # bpftrace runs in a private mount namespace without tracefs; the daemon's check agrees.
+    # bpftrace runs in a private mount namespace without tracefs; the daemon's check agrees. The stand-in
+    # is a shell script running unshare and umount, which the sandbox would not let bpftrace's run execute.
+    monkeypatch.setenv("DIAGD_LANDLOCK", "off")
     hidden = wrapper(tmp_path, "bpftrace-no-tracefs",
                      'exec unshare -m sh -c \'umount /sys/kernel/tracing 2>/dev/null; '
                      'umount /sys/kernel/debug/tracing 2>/dev/null; exec bpftrace "$@"\' sh "$@"')
@@ -216,9 +218,9 @@ async def test_missing_tracefs_is_reported_with_the_mount_command(tmp_path: Path
 
 
 async def test_bpftrace_refusing_a_non_root_user_is_permission_denied(tmp_path: Path) -> None:
-    unprivileged = wrapper(tmp_path, "bpftrace-nobody",
-                           'exec setpriv --reuid=65534 --regid=65534 --clear-groups bpftrace "$@"')
-    async with bpftrace_daemon(tmp_path, {"path": unprivileged}) as h:
+    # setpriv as the privileged helper (which runs bpftrace unconfined: the sandbox drops CAP_SETUID).
+    async with bpftrace_daemon(tmp_path, {"privileged_helper": "setpriv --reuid=65534 --regid=65534 "
+                                                               "--clear-groups"}) as h:
         err = await h.error("exec_program", {"program": "BEGIN { exit(); }"})
     assert err.code == ErrorCode.PERMISSION_DENIED
     assert "root" in err.message and "privileged_helper" in err.message

@@ -40,6 +40,12 @@ class Harness:
         return result
 
 
+@pytest.fixture(autouse=True)
+def _fake_crash_runs_without_landlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake crash is a shell script that execs Python; the sandbox lets crash execute only itself."""
+    monkeypatch.setenv("DIAGD_LANDLOCK", "off")
+
+
 @asynccontextmanager
 async def session(tmp_path: Path, idle_timeout_s: float = 600, **overrides: Any) -> AsyncIterator[Harness]:
     wrapper = tmp_path / "crash"

@@ -1,0 +1,234 @@
+"""Kernel-enforced confinement for the children that run what an agent typed (crash, drgn, bpftrace).
+
+`wrap(argv, policy)` turns a tool's command line into a launcher command line: the launcher
+(`_confine_exec.py`, stdlib only) applies the policy to itself and then execs the tool, so the tool
+and everything it starts live inside it. What each tool may touch is declared below, in one place:
+every entry says why the tool needs it (measured with strace on crash 8.0.2, drgn 0.3.0 and
+bpftrace 0.17 against the vmcore fixture and tracefs).
+
+Where Landlock is missing (ABI 0), or forced off with DIAGD_LANDLOCK=off (tests, diagnostics), the
+escape-capable features are refused by `require_confinement` unless the config allows them
+unconfined; the other steps (no_new_privs, capabilities, seccomp, the death link) still apply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from diagd.actors import _confine_exec as launcher
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+LAUNCHER = str(Path(launcher.__file__).resolve())
+FORCE_ENV = "DIAGD_LANDLOCK"  # "off" (or "0"): behave as if the kernel had no Landlock
+
+# -- what every tool reads -------------------------------------------------------------------------
+# Shared libraries, locale data, gconv, headers, man pages and /usr/lib/os-release live under /usr
+# (on merged-/usr Debian /lib and /lib64 are symlinks into it; both names are listed for other
+# systems). /etc is not readable as a whole (/etc/shadow, ssh keys): only the files the loader and
+# libc look at.
+SYSTEM_READ = (
+    "/usr", "/lib", "/lib64",
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",  # the dynamic loader
+    "/etc/localtime",  # libc's localtime (crash `log -T`, bpftrace strftime, Python time)
+    "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",  # getpwuid: bpftrace `username`, Python getpass
+    "/etc/os-release", "/etc/debian_version",  # bpftrace reads them at start (kernel headers lookup)
+)
+# Character devices opened by path: crash opens /dev/null O_RDWR|O_CREAT|O_TRUNC for its scratch
+# output, and /dev/tty (its controlling terminal: the pty diagd drives) for readline; without it
+# crash never prompts. The pty or pipes a tool talks through are inherited open and need no rule.
+DEVICES = ("/dev/null", "/dev/tty")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one confined child may reach. Paths that do not exist are skipped by the launcher."""
+
+    read: tuple[str, ...] = ()  # read files and list directories beneath these
+    write: tuple[str, ...] = ()  # also create, change, rename and remove beneath these (never execute)
+    exec: tuple[str, ...] = ()  # may be executed (the tool itself; its ELF interpreter is added by wrap)
+    devices: tuple[str, ...] = DEVICES
+    net: bool = False  # TCP bind/connect (Landlock ABI >= 4)
+    socket_families: tuple[int, ...] | None = ()  # seccomp: families socket() may create; None = no filter
+    keep_caps: tuple[str, ...] = ()  # capabilities a root tool keeps (names as in capabilities(7), lower case)
+    private_tmp: str | None = None  # root: this directory becomes the tool's /tmp
+    die_with: int | None = field(default_factory=os.getpid)  # the tool is killed when this process exits
+    landlock: bool = True  # False: skip Landlock (it is unavailable or forced off)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+# -- availability ----------------------------------------------------------------------------------
+
+def forced_off() -> bool:
+    return os.environ.get(FORCE_ENV, "").strip().lower() in ("off", "0", "no", "false")
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI confinement will use: 0 when the kernel has none or FORCE_ENV turns it off."""
+    if forced_off():
+        return 0
+    return launcher.landlock_abi()
+
+
+def seccomp_available() -> bool:
+    return launcher.seccomp_available()
+
+
+def describe() -> dict[str, object]:
+    """For `diagd doctor` and status: what confinement this daemon can apply."""
+    kernel = launcher.landlock_abi()
+    return {"landlock_abi": landlock_abi(), "kernel_landlock_abi": kernel, "forced_off": forced_off(),
+            "seccomp": seccomp_available(), "root": os.geteuid() == 0}
+
+
+def unavailable_reason() -> str:
+    if forced_off():
+        return f"Landlock is turned off by {FORCE_ENV}={os.environ.get(FORCE_ENV)}"
+    return "this kernel offers no Landlock (ABI 0: too old, or not enabled at boot with lsm=...,landlock)"
+
+
+def require_confinement(feature: str, *, allowed_unconfined: bool, setting: str) -> None:
+    """Refuse an escape-capable feature when no Landlock sandbox would contain it."""
+    if allowed_unconfined or landlock_abi() > 0:
+        return
+    user = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+    raise DiagdError(ErrorCode.PERMISSION_DENIED,
+                     f"{feature} is refused: {unavailable_reason()}, so it would run unconfined as {user} "
+                     "(able to read any file and start programs)",
+                     landlock_abi=0, setting=setting,
+                     hint=f"use a kernel with Landlock (5.13+, lsm=landlock), or set {setting} = true to accept "
+                          "running it unconfined")
+
+
+# -- wrapping a command line -----------------------------------------------------------------------
+
+def resolve_executable(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(name)
+    return os.path.realpath(found)
+
+
+def elf_interpreter(path: str) -> str | None:
+    """PT_INTERP of a 64-bit little-endian ELF file (the dynamic loader execve also executes)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            phoff, = struct.unpack_from("<Q", head, 32)
+            phentsize, phnum = struct.unpack_from("<HH", head, 54)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                p_type, = struct.unpack_from("<I", table, i * phentsize)
+                if p_type == 3:  # PT_INTERP
+                    offset, = struct.unpack_from("<Q", table, i * phentsize + 8)
+                    size, = struct.unpack_from("<Q", table, i * phentsize + 32)
+                    f.seek(offset)
+                    return os.path.realpath(f.read(size).rstrip(b"\0").decode())
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+    return None
+
+
+def wrap(argv: Sequence[str], policy: Policy) -> list[str]:
+    """The launcher command that runs argv under policy (argv[0] is looked up on PATH here)."""
+    executable = resolve_executable(argv[0])
+    execs = [executable, *policy.exec]
+    interp = elf_interpreter(executable)
+    if interp:
+        execs.append(interp)
+    full = Policy(**{**asdict(policy), "exec": tuple(dict.fromkeys(execs))})
+    doc = json.loads(full.to_json())
+    doc["executable"] = executable
+    return [sys.executable, "-I", "-S", LAUNCHER, json.dumps(doc, separators=(",", ":")), "--", *argv]
+
+
+def _parents(paths: Iterable[str | Path]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(Path(p).parent) for p in paths))
+
+
+# -- the three policies ----------------------------------------------------------------------------
+
+def crash_policy(*, vmcore: Path, vmlinux: Path, workdir: Path, allowed_dirs: Sequence[str] = (),
+                 extra_read: Sequence[str] = ()) -> Policy:
+    """crash: the dump, its vmlinux and the directories they sit in (modules and .debug files next to
+    them, `mod -S <dir>`), the daemon's allowed_dirs (where the agent may name files anyway), and the
+    session directory to write. It needs to execute nothing: what it tries is refused and it carries on
+    (`iconv -l` for gdb's charset list, `sh -c nm -DSBn crash` to check its own symbols)."""
+    tmp = workdir / "tmp"
+    return Policy(
+        read=(*SYSTEM_READ, str(vmcore), str(vmlinux), *_parents([vmcore, vmlinux]), *allowed_dirs, *extra_read),
+        # The private /tmp is a mount of its own: Landlock sees its root as a separate inode to allow.
+        write=(str(workdir), str(tmp)),
+        private_tmp=str(tmp) if os.geteuid() == 0 else None,  # tmpfile() is hard-wired to /tmp
+        landlock=landlock_abi() > 0,
+    )
+
+
+def python_read_paths() -> tuple[str, ...]:
+    """What the interpreter needs to start and import drgn, msgpack and diagd (an editable install
+    maps diagd's packages to the source tree, so each package directory is listed)."""
+    import importlib.util
+    import sysconfig
+
+    paths = [sys.base_prefix, sys.prefix, os.path.realpath(sys.executable)]
+    paths += [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    for name in ("diagd", "diagd.actors", "diagd.protocol", "diagd.daemon"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            paths += [os.path.realpath(p) for p in spec.submodule_search_locations]
+    paths.append(str(Path(sys.prefix) / "pyvenv.cfg"))
+    return tuple(dict.fromkeys(paths))
+
+
+def drgn_policy(*, vmcore: Path, vmlinux: Path, workdir: Path, allowed_dirs: Sequence[str] = ()) -> Policy:
+    """The drgn worker: Python (the base prefix, the venv, diagd's packages), the dump and its debug
+    files, and the session directory (outputs are written there). No sockets of any family; once it is
+    running the worker adds a layer that forbids execve too (`_confine_exec.deny_exec`)."""
+    return Policy(
+        read=(*SYSTEM_READ, *python_read_paths(), str(vmcore), str(vmlinux), *_parents([vmcore, vmlinux]),
+              *allowed_dirs),
+        write=(str(workdir),),
+        exec=(os.path.realpath(sys.executable),),
+        landlock=landlock_abi() > 0,
+    )
+
+
+# bpftrace is root and loads BPF by design (it can read kernel memory: that is its job); these are the
+# capabilities it uses, and everything else (modules, raw I/O, reboot, mknod, setuid...) is dropped.
+BPFTRACE_CAPS = ("sys_admin", "bpf", "perfmon", "sys_resource", "ipc_lock", "dac_override", "dac_read_search",
+                 "sys_ptrace")
+
+
+def _shell_and_clang() -> tuple[str, ...]:
+    found = [shutil.which(name) for name in ("sh", "clang-14")]
+    return tuple(os.path.realpath(p) for p in found if p)
+
+
+def bpftrace_policy(*, unsafe: bool = False) -> Policy:
+    """bpftrace: /sys (tracefs, BTF, cpu lists) and /proc (kallsyms, /proc/<pid>/maps for ustack and
+    uprobes) to read, kernel headers under /usr and /lib/modules, nothing to write.
+
+    It may execute /bin/sh and clang-14, and nothing else: bpftrace 0.17 runs `sh -c "clang-14 -Wp,-v
+    -x c -fsyntax-only /dev/null"` to learn clang's include paths whenever a program needs its C parser
+    (struct definitions, casts, tracepoint `args`), and when that exec is refused it dies with SIGSEGV
+    (its popen wrapper calls pclose(NULL)). A safe-mode program has no way to run a command itself.
+    With allow_unsafe, system() runs `sh -c <anything>`, so the system binary directories become
+    executable: unsafe mode is not confined for execution."""
+    execs = ("/bin", "/usr/bin", "/sbin", "/usr/sbin") if unsafe else _shell_and_clang()
+    return Policy(
+        read=(*SYSTEM_READ, "/sys", "/proc", "/lib/modules"),
+        exec=execs,
+        keep_caps=BPFTRACE_CAPS,
+        landlock=landlock_abi() > 0,
+    )
