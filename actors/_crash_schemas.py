@@ -22,7 +22,11 @@ COMMAND_RESULT = {
     "type": "object",
     "properties": {"session_id": {"type": "string"}, "command_id": {"type": "string"}, "output": {"type": "string"},
                    "total_lines": {"type": "integer"}, "lines_returned": {"type": "integer"},
-                   "cached": {"type": "boolean"}, "truncated": {"type": "boolean"}},
+                   "cached": {"type": "boolean"},
+                   "truncated": {"type": "boolean", "description": "more lines than shown here: page them"},
+                   "output_truncated": {"type": "boolean",
+                                        "description": "the stored output itself was cut at [crash] max_output_bytes"},
+                   "truncated_reason": {"type": "string"}},
     "required": ["session_id", "command_id", "output", "total_lines", "cached"],
 }
 NO_INPUT = _schema({})
