@@ -174,18 +174,28 @@ def _client(autostart: bool = False) -> Any:
     from diagd.protocol.errors import ErrorCode
 
     path = paths.control_socket()
-    if autostart:
-        from diagd.daemon import shim
 
-        sock = shim.connect_or_start(path, autostart=True)
-        if sock is not None:
-            sock.close()
+    def connect() -> Any:
+        try:
+            return BlockingClient(str(path), client=f"{os.getpid()}")
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise _NoDaemon(f"diagd is not running (no socket at {path}); start it with `diagd start`") from None
+        except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
+                             ) from None
+
     try:
-        return BlockingClient(str(path), client=f"{os.getpid()}")
-    except (FileNotFoundError, ConnectionRefusedError):
-        raise _NoDaemon(f"diagd is not running (no socket at {path}); start it with `diagd start`") from None
-    except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
-        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}") from None
+        return connect()
+    except _NoDaemon:
+        if not autostart:
+            raise
+    # Only now probe-and-start: a probe connection to a running daemon would take a slot of its table.
+    from diagd.daemon import shim
+
+    sock = shim.connect_or_start(path, autostart=True)
+    if sock is not None:
+        sock.close()
+    return connect()
 
 
 def _request(kind: Any, autostart: bool = False, **fields: Any) -> Any:

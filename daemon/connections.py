@@ -156,3 +156,16 @@ class ByteBudget:
         finally:
             self.free += nbytes
             self._lot.unpark_all()
+
+
+async def last_words(stream: trio.SocketStream, data: bytes, timeout_s: float = 1.0) -> None:
+    """Send a last message, then half-close and drain what the peer already sent (bounded): closing
+    a Unix socket with unread input resets the peer, which would then lose the message."""
+    with trio.move_on_after(timeout_s):
+        try:
+            await stream.send_all(data)
+            await stream.send_eof()
+            while await stream.receive_some(65536):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass

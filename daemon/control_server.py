@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from diagd.daemon.connections import ByteBudget, Connection, State
+from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -43,9 +43,10 @@ class FrameStream:
         self._buffer = bytearray()
 
     async def _fill(self, n: int) -> bool:
-        """Buffer at least n bytes; False at EOF."""
+        """Buffer n bytes; False at EOF. Never reads past them: bytes beyond the current frame stay
+        in the kernel, so a connection waiting for the budget holds only its header."""
         while len(self._buffer) < n:
-            chunk = await self._stream.receive_some(65536)
+            chunk = await self._stream.receive_some(min(65536, n - len(self._buffer)))
             if not chunk:
                 return False
             self._buffer += chunk
@@ -95,6 +96,10 @@ class FrameStream:
             frame = control.REPLIES.encode(control.ErrorReply(id=getattr(msg, "id", 0), **_wire(exc)))
         await self._stream.send_all(frame)
 
+    async def last_words(self, msg: control.Message) -> None:
+        """Send `msg` as the connection's last frame, so that the peer really gets to read it."""
+        await last_words(self._stream, control.REPLIES.encode(msg))
+
 
 async def serve_connection(stream: trio.SocketStream, daemon: Daemon, *, client: str,
                            conn: Connection | None = None) -> None:
@@ -111,10 +116,11 @@ async def serve_connection(stream: trio.SocketStream, daemon: Daemon, *, client:
             try:
                 msg = await frames.receive(frame_timeout_s=daemon.config.daemon.frame_timeout_s)
             except DiagdError as exc:
-                await frames.send(control.ErrorReply(id=0, **_wire(exc)))
                 if exc.code is ErrorCode.TIMEOUT or "exceeds" in exc.message:
                     log.warning("control connection closed", client=client, reason=exc.message)
+                    await frames.last_words(control.ErrorReply(id=0, **_wire(exc)))
                     return  # cannot resynchronise after a partial or oversized frame
+                await frames.send(control.ErrorReply(id=0, **_wire(exc)))
                 continue
             if msg is None:
                 return
@@ -137,17 +143,17 @@ async def _handshake(frames: FrameStream, *, deadline: float, conn: Connection |
         first = await frames.receive(first_byte_by=deadline, frame_by=deadline)
     except DiagdError as exc:
         log.warning("control handshake failed", reason=exc.message, client=conn.client if conn else "?")
-        await frames.send(control.ErrorReply(id=0, **_wire(exc)))
+        await frames.last_words(control.ErrorReply(id=0, **_wire(exc)))
         return None
     if first is None:
         return None
     with _busy(conn):
         if not isinstance(first, control.Hello):
-            await frames.send(control.ErrorReply(id=0, code=str(ErrorCode.PROTOCOL_ERROR),
-                                                 message=f"first message must be hello, got {first.tag!r}"))
+            await frames.last_words(control.ErrorReply(id=0, code=str(ErrorCode.PROTOCOL_ERROR),
+                                                       message=f"first message must be hello, got {first.tag!r}"))
             return None
         if first.version != control.PROTOCOL_VERSION:
-            await frames.send(control.ErrorReply(
+            await frames.last_words(control.ErrorReply(
                 id=0, code=str(ErrorCode.PROTOCOL_ERROR),
                 message=f"protocol version {first.version} not supported (daemon speaks {control.PROTOCOL_VERSION})",
                 details={"supported": [control.PROTOCOL_VERSION]}))

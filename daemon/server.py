@@ -22,7 +22,7 @@ from diagd.actors import BACKENDS
 from diagd.daemon import builtin_tools, connections, control_server, mcp_front, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon.audit import AuditLog, CallStats
-from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State
+from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
 from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
 from diagd.daemon.tools import CallContext, CallRecord, CallResult, ToolRegistry
@@ -151,7 +151,7 @@ class Daemon:
             message = (f"diagd serves {settings.max_connections} connections and none is idle; "
                        "try again when a call finishes")
             log.warning("refused connection: every connection is busy", kind=kind, peer_pid=pid)
-            await refuse(stream, notice(kind, ErrorCode.BUSY, message))
+            await last_words(stream, notice(kind, ErrorCode.BUSY, message))
             return
         conn.on_drop = lambda reason: _write_nowait(stream, notice(kind, ErrorCode.BUSY, reason))
         connections.current.set(conn)  # this task's context: inherited by the handler's tasks
@@ -160,7 +160,7 @@ class Daemon:
                 if kind == "mcp":
                     if not await first_line(stream, conn.connected_at + settings.handshake_timeout_s):
                         log.warning("mcp handshake timed out", client=conn.client)
-                        await refuse(stream, notice(kind, ErrorCode.TIMEOUT, "no complete first message within "
+                        await last_words(stream, notice(kind, ErrorCode.TIMEOUT, "no complete first message within "
                                                     f"{settings.handshake_timeout_s:g} s; closing"))
                         return
                     conn.touch(State.IDLE)  # from here on only its tool calls make it busy
@@ -175,19 +175,6 @@ def notice(kind: str, code: ErrorCode, message: str) -> bytes:
         return control.REPLIES.encode(control.ErrorReply(id=0, code=str(code), message=message))
     error = {"code": -32000, "message": f"{code}: {message}", "data": {"code": str(code), "closing": True}}
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode() + b"\n"
-
-
-async def refuse(stream: trio.SocketStream, data: bytes, timeout_s: float = 1.0) -> None:
-    """Send a last message, then half-close and drain what the peer already sent: closing a Unix
-    socket with unread input resets the peer, which would then lose the message."""
-    with trio.move_on_after(timeout_s):
-        try:
-            await stream.send_all(data)
-            await stream.send_eof()
-            while await stream.receive_some(65536):
-                pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
 
 
 def _write_nowait(stream: trio.SocketStream, data: bytes) -> None:
@@ -229,14 +216,18 @@ async def open_unix_listener(rundir: paths.PrivateDir, name: str) -> trio.Socket
     """Bind a 0600 socket inside the checked runtime dir, through its fd (umask set before bind,
     so it is never briefly world-connectable)."""
     rundir.remove(name)  # stale: the lock proves no live daemon owns it
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
-    try:
-        await sock.bind(rundir.socket_address(name))
+    try:  # bind and listen with no checkpoint between: a client that sees the file can connect
+        sock.bind(rundir.socket_address(name))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
     finally:
         os.umask(old)
-    sock.listen(128)
-    return trio.SocketListener(sock)
+    await trio.lowlevel.checkpoint()
+    return trio.SocketListener(trio.socket.from_stdlib_socket(sock))
 
 
 def acquire_lock(rundir: paths.PrivateDir) -> int:
