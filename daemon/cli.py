@@ -233,7 +233,8 @@ def format_status(status: dict[str, Any]) -> str:
         f"config: {d['config']}   state: {d['state_dir']}",
         "sockets: " + "  ".join(f"{k}={v}" for k, v in d["sockets"].items()),
         f"clients ({len(d['clients'])}): "
-        + (", ".join(f"{c['kind']}:{c['pid']} since {c['connected_at']}" for c in d["clients"]) or "none"),
+        + (", ".join(f"{c['kind']}:{c['pid']} {c.get('state', '?')} since {c['connected_at']}" for c in d["clients"])
+           or "none"),
         f"actors ({len(status['actors'])}):",
     ]
     rows: list[tuple[str, ...]] = [("ID", "KIND", "RESOURCE", "STATE", "INBOX", "IDLE LEFT", "RESTARTS")]
