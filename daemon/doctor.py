@@ -115,6 +115,29 @@ def check_crash_version() -> Check:
     return Check("crash version", True, version)
 
 
+def check_sandbox() -> list[Check]:
+    """Landlock ABI and seccomp: what confinement crash, drgn and bpftrace get (see actors/_confine.py)."""
+    from diagd.actors import _confine
+
+    info = _confine.describe()
+    abi, kernel = int(str(info["landlock_abi"])), int(str(info["kernel_landlock_abi"]))
+    if abi > 0:
+        extras = [name for floor, name in ((4, "TCP bind/connect"), (6, "abstract unix sockets and signals"))
+                  if abi >= floor]
+        landlock = Check("landlock", True, f"ABI {abi}: files, execution" + "".join(f", {e}" for e in extras)
+                         + " confined for crash, drgn and bpftrace")
+    else:
+        why = (f"forced off by {_confine.FORCE_ENV} (the kernel offers ABI {kernel})" if info["forced_off"]
+               else "ABI 0: this kernel has no Landlock (5.13+, booted with lsm=...,landlock)")
+        landlock = Check("landlock", False, f"{why}: gdb passthrough, drgn code and bpftrace cat()/#include are "
+                         "refused unless [crash]/[bpftrace] allow_unconfined = true",
+                         "use a kernel with Landlock enabled")
+    seccomp = Check("seccomp", bool(info["seccomp"]),
+                    "socket() limited per tool, io_uring refused" if info["seccomp"]
+                    else "not available (needs x86-64 with seccomp): sockets are not filtered")
+    return [landlock, seccomp]
+
+
 def check_runtime_dir() -> Check:
     rd = paths.runtime_dir()
     if not rd.exists():
@@ -170,6 +193,7 @@ def all_checks() -> list[Check]:
         check_tracefs(),
         check_tool("crash", ["crash", "--version"], "crash"),
         check_crash_version(),
+        *check_sandbox(),
         check_runtime_dir(),
         check_config(),
         check_daemon(),

@@ -1,0 +1,198 @@
+"""The sandbox launcher on the real kernel: a confined Python (the drgn worker's kind of child) tries to
+leave its policy, and the kernel refuses. Needs root and Landlock (this machine has ABI 7)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from diagd.actors import _confine, _confine_exec
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+pytestmark = pytest.mark.skipif(_confine_exec.landlock_abi() < 1, reason="the kernel has no Landlock")
+PYTHON = os.path.realpath(sys.executable)
+
+
+def python_policy(tmp_path: Path, **changes: object) -> _confine.Policy:
+    """What a confined Python needs (the drgn worker's policy without the dump), writing only tmp_path/out."""
+    (tmp_path / "out").mkdir(exist_ok=True)
+    base = _confine.Policy(read=(*_confine.SYSTEM_READ, *_confine.python_read_paths()),
+                           write=(str(tmp_path / "out"),), exec=(PYTHON,), die_with=None)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def run_confined(tmp_path: Path, *parts: str, policy: _confine.Policy | None = None) -> dict[str, object]:
+    """Run the code parts (which fill the dict `r`) in a confined Python; returns r."""
+    script = tmp_path / "probe.py"
+    code = "\n".join(textwrap.dedent(part).strip() for part in parts)
+    script.write_text(f"import json, os, socket, subprocess, sys\nr = {{}}\n{code}\nprint(json.dumps(r))\n")
+    policy = policy or python_policy(tmp_path)
+    policy = dataclasses.replace(policy, read=(*policy.read, str(script)))
+    done = subprocess.run(_confine.wrap([sys.executable, "-I", str(script)], policy), capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def attempt(expr: str, key: str) -> str:
+    return textwrap.dedent(f"""\
+        try:
+            {expr}
+            r[{key!r}] = "ok"
+        except OSError as e:
+            r[{key!r}] = type(e).__name__
+        """)
+
+
+def test_a_confined_process_reads_only_its_allow_list(tmp_path: Path) -> None:
+    readable = tmp_path / "out" / "mine.txt"
+    (tmp_path / "out").mkdir()
+    readable.write_text("mine")
+    r = run_confined(tmp_path, attempt("open('/etc/shadow').read()", "shadow"),
+                     attempt("os.listdir('/root')", "root"),
+                     attempt(f"open({str(readable)!r}).read()", "mine"),
+                     attempt("open('/usr/lib/os-release').read()", "system"))
+    assert r == {"shadow": "PermissionError", "root": "PermissionError", "mine": "ok", "system": "ok"}
+
+
+def test_a_confined_process_writes_only_its_own_directory(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = run_confined(tmp_path, attempt(f"open({str(tmp_path / 'escaped')!r}, 'w')", "outside"),
+                     attempt("open('/var/tmp/diagd-escape-test', 'w')", "var_tmp"),
+                     attempt(f"open({str(out / 'inside')!r}, 'w').write('x')", "inside"),
+                     attempt(f"os.rename({str(out / 'inside')!r}, {str(out / 'renamed')!r})", "rename"),
+                     attempt(f"os.mknod({str(out / 'mem')!r}, 0o600 | 0o020000, os.makedev(1, 1))", "mknod"))
+    assert r == {"outside": "PermissionError", "var_tmp": "PermissionError", "inside": "ok", "rename": "ok",
+                 "mknod": "PermissionError"}
+    assert not (tmp_path / "escaped").exists() and (out / "renamed").read_text() == "x"
+
+
+def test_a_confined_process_cannot_start_a_shell_or_any_other_program(tmp_path: Path) -> None:
+    r = run_confined(tmp_path, """
+        r["system"] = os.system("id > /dev/null 2>&1")
+        """, attempt("subprocess.run(['/usr/bin/id'])", "id"), attempt("subprocess.run(['/bin/sh', '-c', 'id'])", "sh"),
+                     attempt(f"open({str(tmp_path / 'out' / 'tool')!r}, 'w').write('#!/bin/sh')", "drop"))
+    assert r["system"] != 0 and r["id"] == "PermissionError" and r["sh"] == "PermissionError"
+    assert r["drop"] == "ok" and not os.access(tmp_path / "out" / "tool", os.X_OK)
+
+
+def test_deny_exec_forbids_even_the_interpreter_that_was_allowed(tmp_path: Path) -> None:
+    r = run_confined(tmp_path, "from diagd.actors._confine_exec import deny_exec",
+                     attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'], check=True)", "before"),
+                     'r["denied"] = deny_exec()',
+                     attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'], check=True)", "after"))
+    assert r == {"before": "ok", "denied": True, "after": "PermissionError"}
+
+
+def test_a_confined_process_has_no_network_and_no_unix_sockets_but_socketpairs(tmp_path: Path) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # like /run/systemd/private
+    path = str(tmp_path / "private")
+    listener.bind(path)
+    listener.listen()
+    tcp = socket.create_server(("127.0.0.1", 0))
+    try:
+        r = run_confined(tmp_path, attempt(f"socket.socket(socket.AF_UNIX).connect({path!r})", "unix"),
+                         attempt(f"socket.create_connection(('127.0.0.1', {tcp.getsockname()[1]}), 5)", "tcp"),
+                         attempt("socket.socket(socket.AF_INET6)", "inet6"),
+                         attempt("socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)", "netlink"),
+                         attempt("socket.socketpair()", "pair"))
+    finally:
+        listener.close()
+        tcp.close()
+    assert r == {"unix": "OSError", "tcp": "OSError", "inet6": "OSError", "netlink": "OSError", "pair": "ok"}
+
+
+def test_a_confined_root_process_holds_no_capabilities_and_cannot_signal_outside(tmp_path: Path) -> None:
+    r = run_confined(tmp_path, """
+        status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+        r["caps"] = [status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd")]
+        r["nnp"] = status["NoNewPrivs"].strip()
+        r["report"] = json.loads(os.environ["DIAGD_SANDBOX"])
+        """, attempt(f"os.kill({os.getpid()}, 0)", "signal"),
+                     policy=python_policy(tmp_path, read=(*python_policy(tmp_path).read, "/proc")))
+    assert r["caps"] == ["0000000000000000"] * 3 and r["nnp"] == "1"
+    assert r["signal"] == "PermissionError"  # Landlock ABI 6 scopes signals to the sandbox
+    report = r["report"]
+    assert isinstance(report, dict) and report["landlock"] == _confine_exec.landlock_abi() and report["seccomp"]
+
+
+def test_the_landlock_step_is_skipped_when_the_policy_says_unavailable(tmp_path: Path) -> None:
+    r = run_confined(tmp_path, attempt("open('/etc/shadow').read()", "shadow"),
+                     policy=python_policy(tmp_path, landlock=False))
+    assert r == {"shadow": "ok"}
+
+
+def test_a_private_tmp_keeps_the_real_tmp_out_but_the_session_paths_in(tmp_path: Path) -> None:
+    own_tmp = tmp_path / "out" / "tmp"
+    marker = f"diagd-confine-{os.getpid()}"
+    r = run_confined(tmp_path, attempt(f"open('/tmp/{marker}', 'w').write('x')", "write_tmp"),
+                     attempt(f"os.listdir({str(tmp_path / 'out')!r})", "session_dir"),
+                     "r['tmp'] = sorted(os.listdir('/tmp'))",
+                     policy=python_policy(tmp_path, private_tmp=str(own_tmp),
+                                          write=(str(tmp_path / "out"), str(own_tmp))))
+    assert r["write_tmp"] == "ok" and r["session_dir"] == "ok"
+    assert (own_tmp / marker).read_text() == "x" and not Path(f"/tmp/{marker}").exists()
+    assert "diagd-0" not in r["tmp"]  # the daemon's runtime directory under the real /tmp is out of sight
+
+
+def test_the_tool_dies_with_the_daemon_even_when_its_forking_thread_is_long_gone(tmp_path: Path) -> None:
+    # A stand-in daemon forks the tool from a thread that exits at once (as Trio's cached worker threads
+    # do), then is SIGKILLed: the death link must end the tool.
+    daemon = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import subprocess, sys, threading, time
+        from diagd.actors import _confine
+        policy = _confine.Policy(read=(*_confine.SYSTEM_READ, *_confine.python_read_paths()), exec=({PYTHON!r},))
+        box = []
+        t = threading.Thread(target=lambda: box.append(subprocess.Popen(
+            _confine.wrap([{PYTHON!r}, "-c", "import time; time.sleep(600)"], policy))))
+        t.start(); t.join()
+        print(box[0].pid, flush=True)
+        time.sleep(600)
+        """)], stdout=subprocess.PIPE, text=True)
+    assert daemon.stdout is not None
+    tool = int(daemon.stdout.readline())
+    time.sleep(0.5)  # past the point where a PDEATHSIG bound to the exited thread would already have fired
+    assert _alive(tool)
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait()
+    deadline = time.monotonic() + 10
+    while _alive(tool):
+        assert time.monotonic() < deadline, "the confined tool outlived its daemon"
+        time.sleep(0.05)
+
+
+def test_unconfined_features_are_refused_with_the_reason_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    _confine.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
+    monkeypatch.setenv(_confine.FORCE_ENV, "off")
+    with pytest.raises(DiagdError) as refused:
+        _confine.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
+    assert refused.value.code == ErrorCode.PERMISSION_DENIED
+    assert "Landlock" in refused.value.message and "[crash] allow_unconfined = true" in refused.value.details["hint"]
+    _confine.require_confinement("drgn code", allowed_unconfined=True, setting="[crash] allow_unconfined")
+
+
+def test_wrap_resolves_the_tool_and_allows_executing_only_it_and_its_loader() -> None:
+    argv = _confine.wrap(["crash", "--version"], _confine.Policy(die_with=None))
+    policy = json.loads(argv[argv.index("--") - 1])
+    assert argv[:4] == [sys.executable, "-I", "-S", _confine.LAUNCHER] and argv[-2:] == ["crash", "--version"]
+    assert policy["executable"] == os.path.realpath("/usr/bin/crash")
+    assert policy["exec"] == [policy["executable"], _confine.elf_interpreter("/usr/bin/crash")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
