@@ -394,9 +394,7 @@ def apply(policy: dict[str, Any]) -> dict[str, Any]:
     abi = 0 if policy.get("landlock") is False else landlock_abi()
     if abi:
         report["landlock"] = apply_landlock(policy, abi)["abi"]
-    elif policy.get("require_landlock"):
-        raise ConfineError("Landlock is unavailable and the policy requires it")
-    if use_seccomp:
+    if use_seccomp and families is not None:
         apply_seccomp(list(families))
         report["seccomp"] = True
     return report
