@@ -19,6 +19,7 @@ tool that takes a pattern from its caller goes through this module instead:
 
 from __future__ import annotations
 
+import functools
 import re
 import re._parser as sre_parse  # the stdlib's own parser: re's syntax and error positions, no compiling
 import time
@@ -32,8 +33,12 @@ import trio
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # Units of compiled program a pattern may unroll to (each counted repeat of a fixed count is
-# copied out by `regex`): 50 000 compile in ~25 ms and ~15 MB.
+# copied out by `regex`): 50 000 compile in ~0.15 s and ~15 MB.
 MAX_PROGRAM_SIZE = 50_000
+# A pattern's length is bounded too: `regex` takes time cubic in the length of a periodic literal
+# ("abab...") the first time it matches, holding the GIL and ignoring `timeout=` (2 048 characters:
+# 17 s; 256: 20 ms), and compiles long patterns in quadratic time.
+MAX_PATTERN_CHARS = 256
 MAX_THREADS = 4  # concurrent searches; more calls queue (their call timeout still runs)
 
 T = TypeVar("T")
@@ -53,9 +58,23 @@ class UserRegex:
     literal: bool = False  # an escaped string cannot backtrack: matched without `timeout=` (~3 us less per search)
 
 
+async def compile_in_thread(query: str, *, literal: bool = False, case_sensitive: bool = False,
+                            argument: str = "query") -> UserRegex:
+    """`compile_user_regex` off the event loop: the compiler is mostly Python and yields the GIL."""
+    return await in_thread(functools.partial(compile_user_regex, query, literal=literal,
+                                             case_sensitive=case_sensitive, argument=argument))
+
+
 def compile_user_regex(query: str, *, literal: bool = False, case_sensitive: bool = False,
                        argument: str = "query") -> UserRegex:
-    """Compile a caller's pattern (or a literal string) for `Matcher`; INVALID_ARGUMENT when it cannot be."""
+    """Compile a caller's pattern (or a literal string) for `Matcher`; INVALID_ARGUMENT when it cannot be.
+
+    Blocks for up to ~0.15 s on the largest patterns it accepts: async callers use `compile_in_thread`.
+    """
+    if len(query) > MAX_PATTERN_CHARS:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"{argument} is {len(query)} characters long, at most {MAX_PATTERN_CHARS}",
+                         argument=argument, pattern=query[:200])
     text = re.escape(query) if literal else query
     flags = 0 if case_sensitive else re.IGNORECASE
     try:
@@ -68,7 +87,7 @@ def compile_user_regex(query: str, *, literal: bool = False, case_sensitive: boo
     except RecursionError:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{argument} nests groups too deeply to compile",
                          argument=argument, pattern=query[:200]) from None
-    size = _program_size(parsed)
+    size = _program_size(parsed, MAX_PROGRAM_SIZE)
     if size > MAX_PROGRAM_SIZE:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                          f"{argument} has counted repeats too large to compile ({size} units, at most "
@@ -82,16 +101,16 @@ def compile_user_regex(query: str, *, literal: bool = False, case_sensitive: boo
     return UserRegex(query, argument, compiled, literal)
 
 
-def _program_size(pattern: Any) -> int:
+def _program_size(pattern: Any, limit: int) -> int:
     """An upper bound of the compiled program: a repeat costs its body times (its minimum + 1)."""
     total = 0
     for op, av in pattern:
         if op in _REPEATS:
             low, _high, body = av
-            total += _program_size(body) * (low + 1)
+            total += _program_size(body, limit) * (low + 1)
         else:
-            total += 1 + sum(_program_size(child) for child in _subpatterns(av))
-        if total > MAX_PROGRAM_SIZE:
+            total += 1 + sum(_program_size(child, limit) for child in _subpatterns(av))
+        if total > limit:
             return total  # big ints from nested repeats are pointless past the limit
     return total
 

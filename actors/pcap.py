@@ -34,7 +34,7 @@ from diagd.actors import _pcap_tree as tree_mod
 from diagd.actors import _tshark_cold as _cold
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._sharkd import Sharkd, SharkdError
-from diagd.actors._user_regex import Matcher, compile_user_regex, in_thread
+from diagd.actors._user_regex import Matcher, compile_in_thread, in_thread
 from diagd.actors._wireshark import Catalogue, capture_sha256, catalogue, parse_decode_as
 from diagd.actors.base import Actor, Request, SupervisionPolicy
 from diagd.daemon.tools import CallContext, Handler, ToolSpec
@@ -513,7 +513,7 @@ class PcapActor(Actor):
                              case_sensitive: bool, budget_s: float, layers: list[str], restrict_layers: bool,
                              limit: int, offset: int, max_matches: int, snippet_context_chars: int,
                              max_bytes: int) -> dict[str, Any]:
-        pattern = compile_user_regex(query, literal=not is_regex, case_sensitive=case_sensitive)
+        pattern = await compile_in_thread(query, literal=not is_regex, case_sensitive=case_sensitive)
         numbers = await self.matching(request, display_filter)
         page = numbers[offset:offset + limit]
         matcher = Matcher(pattern, budget_s, unit="frame")
@@ -877,8 +877,8 @@ def register(daemon: Daemon) -> None:
         spec = await backend.spec_for(args)
         # A bad pattern fails here, before any capture loads (the actor compiles it again: its
         # arguments stay JSON, they key its result cache).
-        compile_user_regex(args["query"], literal=not args.get("is_regex", False),
-                           case_sensitive=args.get("case_sensitive", False))
+        await compile_in_thread(args["query"], literal=not args.get("is_regex", False),
+                                case_sensitive=args.get("case_sensitive", False))
         op_args = {"display_filter": args.get("display_filter", ""), "query": args["query"],
                    "is_regex": args.get("is_regex", False), "case_sensitive": args.get("case_sensitive", False),
                    "budget_s": daemon.config.daemon.regex_budget_s,
@@ -997,8 +997,8 @@ def register(daemon: Daemon) -> None:
     async def list_fields(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         cat = await catalogue()
         query = args.get("query", "")
-        pattern = compile_user_regex(query, literal=not args.get("is_regex"),
-                                     case_sensitive=bool(args.get("case_sensitive")))
+        pattern = await compile_in_thread(query, literal=not args.get("is_regex"),
+                                          case_sensitive=bool(args.get("case_sensitive")))
         protocols = set(args.get("include_protocols", []))
         limit = args.get("limit", 100)
         matcher = Matcher(pattern, daemon.config.daemon.regex_budget_s, unit="field", total=len(cat.fields))

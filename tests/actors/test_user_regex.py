@@ -8,7 +8,14 @@ import threading
 import pytest
 import trio
 
-from diagd.actors._user_regex import MAX_PROGRAM_SIZE, Matcher, compile_user_regex, in_thread
+from diagd.actors._user_regex import (
+    MAX_PATTERN_CHARS,
+    MAX_PROGRAM_SIZE,
+    Matcher,
+    compile_in_thread,
+    compile_user_regex,
+    in_thread,
+)
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # A frame-tree-like text: long runs of words and spaces between punctuation.
@@ -56,10 +63,21 @@ def test_counted_repeats_that_would_unroll_into_a_huge_program_are_refused() -> 
     compile_user_regex(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{12}|a{5,4294967294}|\w{1,}")  # open ranges are cheap
 
 
-def test_groups_nested_too_deeply_are_invalid_argument_not_a_crash() -> None:
+
+def test_patterns_longer_than_the_limit_are_refused_before_compiling() -> None:
+    # A periodic literal of 2 048 characters held the GIL for 17 s at its first match, timeout or not.
+    longest = "ab" * (MAX_PATTERN_CHARS // 2)
+    assert Matcher(compile_user_regex(longest, literal=True), 5.0, unit="x").search(longest * 2, 1)
     with pytest.raises(DiagdError) as err:
-        compile_user_regex("(" * 5000 + "a" + ")" * 5000)
-    assert err.value.code == ErrorCode.INVALID_ARGUMENT and "nests" in err.value.message
+        compile_user_regex("ab" * 1024, literal=True)
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
+    assert err.value.message == f"query is 2048 characters long, at most {MAX_PATTERN_CHARS}"
+
+
+def test_the_deepest_nesting_the_length_limit_allows_compiles_and_matches() -> None:
+    depth = (MAX_PATTERN_CHARS - 1) // 2
+    nested = compile_user_regex("(" * depth + "a" + ")" * depth)
+    assert Matcher(nested, 5.0, unit="x").search("xa", 1)
 
 
 def test_a_catastrophic_pattern_is_a_timeout_naming_the_pattern_and_where_it_stopped() -> None:
@@ -129,3 +147,11 @@ async def test_a_cancelled_search_returns_at_once_and_its_thread_ends_by_its_bud
         assert not finished.is_set()  # the caller did not wait for the engine
         while not finished.is_set():
             await trio.sleep(0.01)
+
+
+async def test_compiling_in_a_thread_gives_the_same_pattern_and_the_same_errors() -> None:
+    compiled = await compile_in_thread("Src Port: (\\d+)")
+    assert Matcher(compiled, 5.0, unit="x").spans(TEXT, 1, limit=5) == [(38, 53)]
+    with pytest.raises(DiagdError) as err:
+        await compile_in_thread("a{4294967294}")
+    assert err.value.code == ErrorCode.INVALID_ARGUMENT
