@@ -92,7 +92,8 @@ def register(daemon: Daemon) -> None:
     registry.register(ToolSpec(
         name="diagd_reload",
         title="Reload configuration",
-        description="Re-read the config file; new limits apply to new calls and new actors.",
+        description="Re-read the config file; new limits apply to new calls and new actors, and idle "
+                    "timeouts to running actors too.",
         input_schema={"type": "object", "properties": {}, "additionalProperties": False},
         handler=reload, read_only=False, idempotent=True,
     ))
