@@ -4,7 +4,6 @@ imply, and the early privilege check; parsed on every tool call, so `diagd reloa
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -84,15 +83,21 @@ class BpftraceSettings:
         """Runs go into the Landlock sandbox (not possible through a privileged helper such as sudo)."""
         return not self.helper_argv and _confine.landlock_abi() > 0
 
+    def self_stop_s(self, timeout_s: float) -> float:
+        """When a run ends by itself (SIGINT from the launcher's watchdog) should diagd not stop it:
+        diagd stops it at `timeout_s` after the attach, which comes within start_timeout_s."""
+        return self.start_timeout_s + timeout_s + SELF_STOP_MARGIN_S
+
     def run_command(self, program: str, output_format: str, timeout_s: float) -> list[str]:
-        """The command line of one exec_program run: the program plus its self-exit probe, confined
-        (Landlock, capabilities, death link) unless a privileged helper has to start bpftrace."""
-        args = ["-f", output_format, *(["--unsafe"] if self.allow_unsafe else []), "-e",
-                with_self_exit(program, timeout_s)]
+        """The command line of one exec_program run, confined (Landlock, capabilities, the death link and
+        a deadline of its own) unless a privileged helper has to start bpftrace. The program is not
+        changed: its error positions and attach count stay the user's."""
+        args = ["-f", output_format, *(["--unsafe"] if self.allow_unsafe else []), "-e", program]
         if self.helper_argv:
             return self.command(*args)
+        policy = _confine.bpftrace_policy(unsafe=self.allow_unsafe, deadline_s=self.self_stop_s(timeout_s))
         try:
-            return _confine.wrap([self.path, *args], _confine.bpftrace_policy(unsafe=self.allow_unsafe))
+            return _confine.wrap([self.path, *args], policy)
         except FileNotFoundError:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.path!r}",
                              fix=doctor.APT_HINT.format(pkg="bpftrace")) from None
@@ -128,22 +133,9 @@ def check_privileges(settings: BpftraceSettings) -> None:
                          "runs only as root (euid 0)", fix=check.fix)
 
 
-# -- running a program: its self-exit probe, and what is refused where it cannot be confined ---------
+# -- running a program: what is refused where it cannot be confined ----------------------------------
 
-SELF_EXIT_MARGIN_S = 2
-SELF_EXIT_PROBES = 1  # probes with_self_exit adds: subtracted from bpftrace's attach count
-
-
-def with_self_exit(program: str, timeout_s: float) -> str:
-    """The program plus `interval:s:N { exit(); }`, N = the run's timeout + a margin.
-
-    diagd stops the run at its timeout (SIGINT, measured from attach, like interval probes); this probe
-    only matters when diagd cannot: a daemon killed mid-run leaves a bpftrace that still ends by itself.
-    exit() ends the run like SIGINT does (maps printed); the user's output is otherwise unchanged.
-    """
-    seconds = math.ceil(timeout_s) + SELF_EXIT_MARGIN_S
-    return f"{program.rstrip()}\ninterval:s:{seconds} {{ exit(); }}\n"
-
+SELF_STOP_MARGIN_S = 5.0
 
 _COMMENTS_AND_STRINGS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', re.S)
 _FILE_HELPERS = re.compile(r"\bcat\s*\(|^\s*#\s*include\b", re.M)

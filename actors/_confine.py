@@ -59,6 +59,7 @@ class Policy:
     keep_caps: tuple[str, ...] = ()  # capabilities a root tool keeps (names as in capabilities(7), lower case)
     private_tmp: str | None = None  # root: this directory becomes the tool's /tmp
     die_with: int | None = field(default_factory=os.getpid)  # the tool is killed when this process exits
+    deadline_s: float | None = None  # past this run time the tool gets SIGINT, then SIGKILL 10 s later
     landlock: bool = True  # False: skip Landlock (it is unavailable or forced off)
 
     def to_json(self) -> str:
@@ -215,7 +216,7 @@ def _shell_and_clang() -> tuple[str, ...]:
     return tuple(os.path.realpath(p) for p in found if p)
 
 
-def bpftrace_policy(*, unsafe: bool = False) -> Policy:
+def bpftrace_policy(*, unsafe: bool = False, deadline_s: float | None = None) -> Policy:
     """bpftrace: /sys (tracefs, BTF, cpu lists) and /proc (kallsyms, /proc/<pid>/maps for ustack and
     uprobes) to read, kernel headers under /usr and /lib/modules, nothing to write.
 
@@ -230,5 +231,6 @@ def bpftrace_policy(*, unsafe: bool = False) -> Policy:
         read=(*SYSTEM_READ, "/sys", "/proc", "/lib/modules"),
         exec=execs,
         keep_caps=BPFTRACE_CAPS,
+        deadline_s=deadline_s,
         landlock=landlock_abi() > 0,
     )

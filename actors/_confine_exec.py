@@ -8,7 +8,8 @@ Order of the steps (each is best-effort up to what the kernel offers; `report` s
 1. private /tmp (root only: a mount namespace where /tmp is the session's own tmp directory);
 2. capabilities: everything not kept leaves the bounding set, so the tool gets none after execve;
 3. PR_SET_NO_NEW_PRIVS: no setuid/file capabilities ever again (also what Landlock and seccomp need);
-4. the death link: a tiny watchdog child kills the tool when the daemon process exits;
+4. the death link: a tiny watchdog child kills the tool when the daemon process exits, or when the
+   tool has run past its deadline (bpftrace: a run ends by itself even if the daemon is stuck or gone);
 5. Landlock: filesystem (read / write / execute allow-lists), TCP bind+connect (ABI >= 4), abstract unix
    sockets and signals outside the sandbox (ABI >= 6);
 6. seccomp: socket() only for the families the tool needs, no io_uring (it could open sockets
@@ -335,25 +336,35 @@ _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
                      signal.SIGTTIN, signal.SIGTTOU, signal.SIGPIPE)
 
 
-def death_link(daemon_pid: int) -> bool:
-    """Fork a watchdog that SIGKILLs this process (the tool, after execve) once the daemon exits.
+def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s: float = 10.0) -> bool:
+    """Fork a watchdog that ends this process (the tool, after execve) when the daemon exits, and, with
+    a deadline, when the tool has run that long: SIGINT first (bpftrace prints its maps and exits),
+    SIGKILL `grace_s` later. The tool's program text is never changed for this.
 
     PR_SET_PDEATHSIG on the tool itself is not usable: it fires when the *thread* that forked the
     tool exits, and Trio forks children from cached worker threads that exit after 10 s idle. The
     watchdog instead holds a pidfd of the daemon *process*; its own PDEATHSIG (its parent is the
     single-threaded tool) ends it with the tool, so no watchdog outlives its tool.
     """
-    try:
-        pidfd = os.pidfd_open(daemon_pid)
-    except OSError:
+    import select
+    import time
+
+    pidfd = None
+    if daemon_pid:
+        try:
+            pidfd = os.pidfd_open(daemon_pid)
+        except OSError:
+            pidfd = None
+        if pidfd is not None and os.getppid() != daemon_pid:  # the daemon died before we took hold of it
+            print("diagd sandbox: the daemon is gone", file=sys.stderr)
+            os._exit(125)
+    if pidfd is None and deadline_s is None:
         return False
-    if os.getppid() != daemon_pid:  # the daemon died before we took hold of it
-        print("diagd sandbox: the daemon is gone", file=sys.stderr)
-        os._exit(125)
     tool = os.getpid()
     child = os.fork()
     if child:
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
         return True
     try:
         for sig in _WATCHDOG_IGNORES:
@@ -361,14 +372,25 @@ def death_link(daemon_pid: int) -> bool:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != tool:
             os._exit(0)
-        os.closerange(0, pidfd)  # the tool's pipes or pty must see EOF when the tool ends, not later
-        os.closerange(pidfd + 1, 65536)
-        import select
-
+        keep = pidfd if pidfd is not None else -1
+        os.closerange(0, max(keep, 0))  # the tool's pipes or pty must see EOF when the tool ends, not later
+        os.closerange(keep + 1, 65536)
         poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        while not poller.poll():
-            pass
+        if pidfd is not None:
+            poller.register(pidfd, select.POLLIN)
+        end = None if deadline_s is None else time.monotonic() + deadline_s
+        daemon_gone = False
+        while not daemon_gone:
+            if end is None:
+                daemon_gone = bool(poller.poll())
+                continue
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            daemon_gone = bool(poller.poll(int(left * 1000) + 1))
+        if not daemon_gone:  # the deadline passed: end it the graceful way first
+            os.kill(tool, signal.SIGINT)
+            time.sleep(grace_s)  # the tool exiting ends this watchdog (PDEATHSIG) before this returns
         os.kill(tool, signal.SIGKILL)
     finally:
         os._exit(0)
@@ -387,8 +409,9 @@ def apply(policy: dict[str, Any]) -> dict[str, Any]:
     if policy.get("drop_caps", True):
         report["caps"] = drop_capabilities(list(policy.get("keep_caps", ())))
     _prctl(PR_SET_NO_NEW_PRIVS, 1, what="PR_SET_NO_NEW_PRIVS")
-    if policy.get("die_with"):
-        report["death_link"] = death_link(int(policy["die_with"]))
+    if policy.get("die_with") or policy.get("deadline_s"):
+        deadline = policy.get("deadline_s")
+        report["death_link"] = death_link(policy.get("die_with"), None if deadline is None else float(deadline))
     families = policy.get("socket_families")
     use_seccomp = families is not None and seccomp_available()  # reads /proc: before Landlock hides it
     abi = 0 if policy.get("landlock") is False else landlock_abi()

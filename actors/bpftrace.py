@@ -79,7 +79,6 @@ from diagd.actors._bpftrace_schemas import (
 from diagd.actors._bpftrace_settings import (
     MAX_KILL_WAIT_S,
     MAX_SIGINT_GRACE_S,
-    SELF_EXIT_PROBES,
     BpftraceSettings,
     check_confinement,
     check_privileges,
@@ -300,7 +299,7 @@ class BpftraceExecution(Actor):
         if ex.attached_probes is None:
             probes = attach_count(line, ex.output_format)
             if probes is not None:
-                ex.attached_probes = max(probes - SELF_EXIT_PROBES, 0)  # diagd's self-exit probe is not the user's
+                ex.attached_probes = probes
                 ex.attached_clock = trio.current_time()
                 self._attached_or_exited.set()
                 ex.notify()

@@ -1,6 +1,6 @@
-"""A bpftrace run as diagd starts it (the sandbox launcher + the self-exit probe), without the daemon:
-it ends by itself after its timeout, its output is the user's, and only file helpers are refused where
-it cannot be confined."""
+"""A bpftrace run as diagd starts it (the sandbox launcher and its deadline), without the daemon: it ends
+by itself, its program and output are the user's, and only file helpers are refused where it cannot be
+confined."""
 
 from __future__ import annotations
 
@@ -10,31 +10,32 @@ from dataclasses import replace
 import pytest
 
 from diagd.actors._bpftrace_settings import (
+    SELF_STOP_MARGIN_S,
     BpftraceSettings,
     check_confinement,
     file_helpers,
-    with_self_exit,
 )
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
 
 
 @needs_bpftrace
-def test_a_run_nobody_stops_ends_by_itself_with_only_the_users_output() -> None:
+def test_a_run_nobody_stops_ends_by_itself_with_the_users_program_untouched() -> None:
     ensure_tracefs()
-    argv = BpftraceSettings().run_command('BEGIN { printf("start\\n"); } interval:ms:500 { @ticks = count(); }',
-                                          "text", 1)
+    settings = BpftraceSettings(start_timeout_s=1.0)
+    argv = settings.run_command('BEGIN { printf("start\\n"); } interval:ms:500 { @ticks = count(); }', "text", 1)
+    assert argv[-1] == 'BEGIN { printf("start\\n"); } interval:ms:500 { @ticks = count(); }'
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    # the launcher's watchdog sent SIGINT at its deadline: bpftrace printed its maps and exited normally
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line.strip()]
-    # bpftrace counts the self-exit probe; diagd subtracts it (SELF_EXIT_PROBES) when it reads this line
-    assert lines[0] == "Attaching 3 probes..." and lines[1] == "start"
-    # it ended on its own (exit status 0, maps printed), and not before its 1 s timeout (2 ticks a second)
-    assert lines[-1].startswith("@ticks:") and int(lines[-1].split(":")[1]) >= 2
+    assert lines[0] == "Attaching 2 probes..." and lines[1] == "start"
+    assert lines[-1].startswith("@ticks:") and int(lines[-1].split(":")[1]) >= 2  # not before its 1 s timeout
 
 
-def test_the_self_exit_probe_follows_the_program_and_fires_after_timeout_plus_margin() -> None:
-    assert with_self_exit("BEGIN { exit(); }  \n\n", 2.2) == "BEGIN { exit(); }\ninterval:s:5 { exit(); }\n"
+def test_a_run_stops_itself_only_after_diagd_would_have_stopped_it() -> None:
+    settings = BpftraceSettings(start_timeout_s=20.0)
+    assert settings.self_stop_s(10.0) == 20.0 + 10.0 + SELF_STOP_MARGIN_S
 
 
 @pytest.mark.parametrize(("program", "used"), [

@@ -14,7 +14,6 @@ import trio
 import trio.testing
 
 from diagd.actors import bpftrace
-from diagd.actors._bpftrace_settings import SELF_EXIT_PROBES
 from diagd.actors.bpftrace import (
     BpftraceSettings,
     Execution,
@@ -277,8 +276,7 @@ SETTINGS = {"stop_grace_s": 2.0, "stop_s_per_probe": 0.5, "linger_s": 5.0}
 
 async def test_timeout_sends_sigint_at_the_deadline_and_keeps_the_partial_output(
         autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
-    # bpftrace's attach line counts diagd's self-exit probe too; attached_probes reports the user's.
-    fake = FakeBpftrace([(0.1, ATTACH.format(n=2 + SELF_EXIT_PROBES)), (1, "tick"), (2, "tick"), (3, "tick")],
+    fake = FakeBpftrace([(0.1, ATTACH.format(n=2)), (1, "tick"), (2, "tick"), (3, "tick")],
                         on_sigint=["@c: 2"])
     async with trio.open_nursery() as nursery:
         async with bpftrace_daemon(tmp_path, SETTINGS, spawn=FakeSpawner(nursery, fake)) as h:
@@ -296,7 +294,7 @@ async def test_timeout_sends_sigint_at_the_deadline_and_keeps_the_partial_output
 
 async def test_a_program_that_ignores_sigint_is_killed_after_a_grace_that_grows_with_its_probes(
         autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
-    fake = FakeBpftrace([(0, ATTACH.format(n=10 + SELF_EXIT_PROBES)), (0.5, "tick")], ignore_sigint=True)
+    fake = FakeBpftrace([(0, ATTACH.format(n=10)), (0.5, "tick")], ignore_sigint=True)
     async with trio.open_nursery() as nursery:
         async with bpftrace_daemon(tmp_path, SETTINGS, spawn=FakeSpawner(nursery, fake)) as h:
             started = await h.call("exec_program", {"program": "p", "timeout": 1})

@@ -158,6 +158,9 @@ async def test_results_survive_a_restart_and_the_run_in_flight_is_interrupted_wi
 
 
 async def test_a_bpftrace_left_by_a_killed_daemon_is_reaped_at_the_next_start(env: Env) -> None:
+    # Through a privileged helper (a no-op one here) bpftrace runs outside the sandbox, so no death link
+    # ends it with the daemon (tests/e2e/test_escapes.py checks that one): the next start must.
+    env.write_config(env.config.read_text() + '[bpftrace]\nprivileged_helper = "env"\n')
     daemon = start_daemon(env)
     try:
         async with mcp_client(env) as client:
