@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,13 @@ def rich_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RichDaemon
     modem = start_modem(root / "modem0")
     daemon = start_daemon(env)
     try:
-        session_id = open_session(daemon, fixture)["session_id"] if fixture else None
+        session_id = None
+        if fixture:
+            # The escape tests' own session (`--hex`) loads beside the shared one: two loads for the time of one.
+            with ThreadPoolExecutor(2) as pool:
+                shared = pool.submit(open_session, daemon, fixture)
+                pool.submit(open_session, daemon, fixture, "--hex", client="escape").result()
+                session_id = shared.result()["session_id"]
         yield RichDaemon(daemon, root, modem, fixture, session_id)
     finally:
         daemon.stop()

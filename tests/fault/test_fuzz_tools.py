@@ -181,6 +181,14 @@ def test_fuzzed_arguments_over_the_control_socket_get_a_result_or_a_coded_error(
         example()
 
 
+def strict_json(text: str) -> Any:
+    """JSON as the spec has it: NaN and Infinity (which Python's json writes by default) are not JSON."""
+    def refuse(constant: str) -> Any:
+        raise AssertionError(f"{constant} in a JSON text: {text[:500]}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def read_reply(raw: RawMCP, request_id: int) -> dict[str, Any]:
     """The answer to our one outstanding request (notifications are skipped)."""
     while True:
@@ -217,7 +225,7 @@ def test_fuzzed_arguments_over_mcp_get_a_result_or_a_coded_error(
                     assert error["code"] not in (0, -32603), f"{tool}: {reply}"
                 else:
                     result = reply["result"]
-                    payload = json.loads(result["content"][0]["text"])
+                    payload = strict_json(result["content"][0]["text"])
                     check_answer(tool, args, bool(result.get("isError")), payload, spec)
                     if not result.get("isError"):
                         assert result.get("structuredContent") == payload
@@ -235,3 +243,5 @@ def test_the_fuzzed_daemon_left_no_zombies_and_its_log_no_tracebacks(rich_daemon
     assert zombies(rich_daemon.pid) == []
     log = rich_daemon.daemon.log()
     assert "tool crashed" not in log, log[log.index("tool crashed") - 200:][:3000]
+    for line in (rich_daemon.daemon.env.state / "audit.jsonl").read_text().splitlines():
+        strict_json(line)  # every audit record stays JSON, whatever the arguments were
