@@ -71,6 +71,14 @@ def assert_refused_or_harmless(answer: tuple[bool, dict[str, Any]], *, forbidden
     assert forbidden not in everything(answer), f"the escape worked: {payload}"
 
 
+def assert_session_works(rich: RichDaemon, session_id: str) -> None:
+    """Both halves still answer: a refusal came from a live session, and the attempt broke nothing."""
+    sys_answer = crash(rich, session_id, "sys")
+    assert not sys_answer[0] and "PANIC" in sys_answer[1]["output"], f"crash no longer answers: {sys_answer}"
+    sum_answer = drgn(rich, session_id, "1 + 1")
+    assert not sum_answer[0] and sum_answer[1]["output"] == "2", f"drgn no longer answers: {sum_answer}"
+
+
 # ---------------------------------------------------------------------------------------------
 # crash
 
@@ -91,6 +99,7 @@ def test_crash_cannot_run_a_shell_command_by_any_spelling(rich_daemon: RichDaemo
     answer = crash(rich_daemon, escape_session, spelling.format(cmd=f"touch {made}"))
     assert not made.exists(), f"{spelling!r} ran a shell command as root: {answer}"
     assert_refused_or_harmless(answer)
+    assert_session_works(rich_daemon, escape_session)
 
 
 @needs_crash
@@ -105,6 +114,7 @@ def test_a_crash_alias_cannot_smuggle_a_shell_command(rich_daemon: RichDaemon, e
     assert_refused_or_harmless(crash(rich_daemon, escape_session, "zy"))
     assert_refused_or_harmless(defined)
     assert_refused_or_harmless(used)
+    assert_session_works(rich_daemon, escape_session)
 
 
 @needs_crash
@@ -120,8 +130,7 @@ def test_gdb_logging_cannot_create_files_or_break_the_session(rich_daemon: RichD
     for answer in (first, on, enabled):
         if answer[0]:
             assert_coded_error(answer[1])
-    sys_answer = crash(rich_daemon, escape_session, "sys")
-    assert not sys_answer[0] and "PANIC" in sys_answer[1]["output"], f"the session broke: {sys_answer}"
+    assert_session_works(rich_daemon, escape_session)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +147,7 @@ def test_drgn_code_cannot_start_a_process(rich_daemon: RichDaemon, escape_sessio
     answer = drgn(rich_daemon, escape_session, code.format(cmd=f"touch {made}; id"))
     assert not made.exists(), f"drgn code started a shell as root: {answer}"
     assert_refused_or_harmless(answer)
-    after = drgn(rich_daemon, escape_session, "1 + 1")
-    assert not after[0] and after[1]["output"] == "2", f"the drgn worker did not survive: {after}"
+    assert_session_works(rich_daemon, escape_session)
 
 
 @needs_crash
@@ -148,6 +156,7 @@ def test_drgn_code_cannot_start_a_process(rich_daemon: RichDaemon, escape_sessio
                                   "import os; os.read(os.open('/etc/shadow', os.O_RDONLY), 4096)"])
 def test_drgn_code_cannot_read_etc_shadow(rich_daemon: RichDaemon, escape_session: str, code: str) -> None:
     assert_refused_or_harmless(drgn(rich_daemon, escape_session, code), forbidden=SHADOW_MARK)
+    assert_session_works(rich_daemon, escape_session)
 
 
 @needs_crash
@@ -160,6 +169,7 @@ def test_drgn_code_cannot_write_outside_its_session_dir(rich_daemon: RichDaemon,
     state_file = rich_daemon.daemon.env.state / "escaped-by-drgn"
     answer = drgn(rich_daemon, escape_session, f"open({str(state_file)!r}, 'w').write('escaped')")
     assert not state_file.exists(), f"drgn code wrote into the daemon's state dir: {answer}"
+    assert_session_works(rich_daemon, escape_session)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,8 +184,9 @@ def test_bpftrace_cat_cannot_read_etc_shadow(rich_daemon: RichDaemon, program: s
     ensure_tracefs()
     with rich_daemon.control(client="escape", timeout=60) as c:
         started = c.call("exec_program", {"program": program, "timeout": 3})
-        if started[0]:
+        if started[0]:  # refused up front: with a reason, not because bpftrace is unavailable
             assert_refused_or_harmless(started, forbidden=SHADOW_MARK)
+            assert started[1]["code"] in ("INVALID_ARGUMENT", "PERMISSION_DENIED"), started
             return
         done = c.call("get_result", {"execution_id": started[1]["execution_id"], "wait_s": 20, "until": "done",
                                      "limit": 10000})
