@@ -10,11 +10,11 @@ tool that takes a pattern from its caller goes through this module instead:
   then compiles it with `regex` in VERSION0 (re's semantics).
 - A `Matcher` runs the searches of one call: `regex` with `concurrent=True` (the engine releases
   the GIL while it matches a str, so the event loop keeps serving everyone else) and `timeout=`
-  drawn from one budget of matching seconds for the whole call, summed over every line, field or
+  drawn from one budget of matching time for the whole call, summed over every line, field or
   frame it searches. A spent budget is a TIMEOUT naming the pattern and how far it got.
-- `in_thread` runs those blocking searches in a worker thread, on a limiter of their own (a burst
-  of pathological calls cannot take the threads other tools read files with), abandoned on
-  cancel (a cancelled call or a SIGTERM does not wait for the engine's timeout).
+- `Matcher.run` / `in_thread` run those blocking searches in a worker thread, on a limiter of
+  their own (a burst of pathological calls cannot take the threads other tools read files with),
+  abandoned on cancel (a cancelled call or a SIGTERM does not wait for the engine's timeout).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ MAX_PROGRAM_SIZE = 50_000
 # 17 s; 256: 20 ms), and compiles long patterns in quadratic time.
 MAX_PATTERN_CHARS = 256
 MAX_THREADS = 4  # concurrent searches; more calls queue (their call timeout still runs)
+SAMPLE_EVERY = 64
 
 T = TypeVar("T")
 
@@ -124,10 +125,13 @@ def _subpatterns(av: Any) -> list[Any]:
 
 
 class Matcher:
-    """One call's searches with one pattern, all drawing on the same budget of matching seconds.
+    """One call's searches with one pattern, all drawing on the same budget of matching time.
 
-    Its methods block: call them from `in_thread`. `unit` and `total` only word the TIMEOUT
-    ("stopped at line 17 of 5000"); `index` is the caller's position in that unit.
+    The budget is CPU time of the searching thread (read every SAMPLE_EVERY searches: the clock
+    costs ~0.8 us, a search ~3 us), so a busy machine does not turn an ordinary scan into a
+    TIMEOUT; each engine call also gets what is left as its `timeout=`, which stops a single
+    runaway search. Run searches through `run` (a worker thread, metered); `unit` and `total`
+    only word the TIMEOUT ("stopped at line 17 of 5000"), `index` is the caller's position.
     """
 
     def __init__(self, user: UserRegex, budget_s: float, *, unit: str, total: int | None = None) -> None:
@@ -135,34 +139,54 @@ class Matcher:
         self.budget_s = budget_s
         self.unit = unit
         self.total = total
-        self.spent_s = 0.0
+        self.spent_s = 0.0  # CPU seconds, as of the last clock reading
         self.searches = 0
+        self._clock: float | None = None  # the searching thread's CPU clock at the last reading
+        self._unread = 0  # searches since that reading
 
     def __repr__(self) -> str:
         return f"<Matcher {self.user.source!r} [{self.spent_s:.3f}/{self.budget_s:g} s, {self.searches} searches]>"
 
-    def search(self, text: str, index: int) -> bool:
-        """True when the pattern occurs in `text` (the hot loop of field and line scans: kept flat)."""
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run `fn` (which calls `search`/`spans`) in a worker thread, metered on that thread's clock."""
+        return await in_thread(functools.partial(self._metered, fn))
+
+    def _metered(self, fn: Callable[[], T]) -> T:
+        self._clock = time.thread_time()
+        try:
+            return fn()
+        finally:
+            self._read_clock()
+            self._clock = None  # the next batch may run in another thread
+
+    def _read_clock(self) -> None:
+        now = time.thread_time()
+        if self._clock is not None:
+            self.spent_s += now - self._clock
+        self._clock, self._unread = now, 0
+
+    def _left(self, index: int) -> float:
+        if self._clock is None or self._unread >= SAMPLE_EVERY:
+            self._read_clock()
         left = self.budget_s - self.spent_s
         if left <= 0:
             raise self._timed_out(index)
+        self._unread += 1
         self.searches += 1
-        started = time.monotonic()
+        return left
+
+    def search(self, text: str, index: int) -> bool:
+        """True when the pattern occurs in `text` (the hot loop of field and line scans: kept flat)."""
+        left = self._left(index)
         try:
             found = self.user.compiled.search(text, timeout=None if self.user.literal else left, concurrent=True)
         except TimeoutError:
             raise self._timed_out(index) from None
-        finally:
-            self.spent_s += time.monotonic() - started
         return found is not None
 
     def spans(self, text: str, index: int, limit: int) -> list[tuple[int, int]]:
         """(start, end) of the first `limit` non-overlapping matches in `text`, as re.finditer finds them."""
-        left = self.budget_s - self.spent_s
-        if left <= 0:
-            raise self._timed_out(index)
-        self.searches += 1
-        started = time.monotonic()
+        left = self._left(index)
         found: list[tuple[int, int]] = []
         try:
             # One timeout for the whole iteration: the engine counts it from the first match attempt.
@@ -172,8 +196,6 @@ class Matcher:
                     break
         except TimeoutError:
             raise self._timed_out(index) from None
-        finally:
-            self.spent_s += time.monotonic() - started
         return found
 
     def _timed_out(self, index: int) -> DiagdError:

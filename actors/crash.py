@@ -70,7 +70,7 @@ from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import MAX_PAGE_LINES, Entry, OutputStore
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._subprocess import Step, stop_process
-from diagd.actors._user_regex import Matcher, compile_in_thread, in_thread
+from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
 from diagd.daemon.tools import CallContext, Handler, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -966,7 +966,7 @@ def register(daemon: Daemon) -> None:
     async def search_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         pattern = await compile_in_thread(args["query"], case_sensitive=args.get("case_sensitive", False))
         matcher = Matcher(pattern, daemon.config.daemon.regex_budget_s, unit="line")
-        return await in_thread(functools.partial(
+        return await matcher.run(functools.partial(
             backend.store.search, args["command_id"], matcher, context_lines=args.get("context_lines", 0),
             max_matches=args.get("max_matches", 100)))
 

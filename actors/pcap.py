@@ -34,7 +34,7 @@ from diagd.actors import _pcap_tree as tree_mod
 from diagd.actors import _tshark_cold as _cold
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._sharkd import Sharkd, SharkdError
-from diagd.actors._user_regex import Matcher, compile_in_thread, in_thread
+from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors._wireshark import Catalogue, capture_sha256, catalogue, parse_decode_as
 from diagd.actors.base import Actor, Request, SupervisionPolicy
 from diagd.daemon.tools import CallContext, Handler, ToolSpec
@@ -528,7 +528,7 @@ class PcapActor(Actor):
             if layers and restrict_layers:
                 nodes = tree_mod.protocol_nodes(nodes, set(layers))
             text = tree_mod.render(nodes)
-            spans = await in_thread(functools.partial(matcher.spans, text, number, max_matches - len(matches)))
+            spans = await matcher.run(functools.partial(matcher.spans, text, number, max_matches - len(matches)))
             for m_start, m_end in spans:
                 start, end = max(0, m_start - snippet_context_chars), min(len(text), m_end + snippet_context_chars)
                 line_start = text.rfind("\n", 0, m_start) + 1
@@ -1010,7 +1010,7 @@ def register(daemon: Daemon) -> None:
                 if (not protocols or proto in protocols) and (matcher.search(name, i) or matcher.search(desc, i))
             ]
 
-        matches = await in_thread(scan)
+        matches = await matcher.run(scan)
         return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit,
                 "tshark_version": cat.version}
 

@@ -109,7 +109,7 @@ async def test_the_event_loop_keeps_running_while_a_catastrophic_search_runs() -
 
     async def search() -> None:
         try:
-            await in_thread(lambda: matcher.search(TEXT, 1))
+            await matcher.run(lambda: matcher.search(TEXT, 1))
         except DiagdError as exc:
             outcome.append(f"{exc.code} after {ticks} ticks")
 
@@ -140,7 +140,7 @@ async def test_a_cancelled_search_returns_at_once_and_its_thread_ends_by_its_bud
     with trio.fail_after(30):
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(in_thread, run)
+                nursery.start_soon(matcher.run, run)
                 while not started.is_set():
                     await trio.sleep(0.001)
                 scope.cancel()
@@ -155,3 +155,13 @@ async def test_compiling_in_a_thread_gives_the_same_pattern_and_the_same_errors(
     with pytest.raises(DiagdError) as err:
         await compile_in_thread("a{4294967294}")
     assert err.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+async def test_the_budget_counts_the_cpu_time_of_the_searches_across_batches() -> None:
+    matcher = Matcher(compile_user_regex(r"\bcause\b"), 5.0, unit="line")
+    lines = TEXT.splitlines() * 20_000
+    for _ in range(2):  # two batches, maybe on two threads: both are counted
+        found = await matcher.run(lambda: sum(matcher.search(line, i) for i, line in enumerate(lines)))
+        assert found == 20_000
+    assert matcher.searches == 120_000 and 0 < matcher.spent_s < matcher.budget_s
+    assert await in_thread(lambda: 1) == 1  # the plain helper still runs anything
