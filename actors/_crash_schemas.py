@@ -26,7 +26,9 @@ COMMAND_RESULT = {
                    "truncated": {"type": "boolean", "description": "more lines than shown here: page them"},
                    "output_truncated": {"type": "boolean",
                                         "description": "the stored output itself was cut at [crash] max_output_bytes"},
-                   "truncated_reason": {"type": "string"}},
+                   "truncated_reason": {"type": "string"},
+                   "session_restarted": {"type": "object", "description": "crash had died and was started again "
+                                         "for this call: why, and what state was lost"}},
     "required": ["session_id", "command_id", "output", "total_lines", "cached"],
 }
 NO_INPUT = _schema({})

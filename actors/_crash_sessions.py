@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 OPEN_STATES = ("opening", "ready")
 MAX_RECORDS = 200
+MAX_REVIVALS = 3
 
 
 @dataclass
@@ -42,6 +43,10 @@ class SessionRecord:
     clients: set[str] = field(default_factory=set)
     match: list[str] = field(default_factory=list)
     spawned: trio.Event = field(default_factory=trio.Event)  # set once `actor` is known (or the open failed)
+    # A session whose crash died after it was ready (killed, OOM, a crash bug) is started again by the
+    # next call that names it, up to MAX_REVIVALS times: the dump and the stored outputs are still there.
+    revivable: bool = False
+    revivals: int = 0
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"session_id": self.session_id, "state": self.state, "refcount": self.refcount,

@@ -28,6 +28,7 @@ expire ([crash] idle_timeout_s).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import json
@@ -65,7 +66,7 @@ from diagd.actors._crash_pty import (
     spawn_in_owner_thread,
 )
 from diagd.actors._crash_scripts import PYKDUMP_DIRS, find_pykdump, list_scripts
-from diagd.actors._crash_sessions import OPEN_STATES, SessionRecord, SessionTable
+from diagd.actors._crash_sessions import MAX_REVIVALS, OPEN_STATES, SessionRecord, SessionTable
 from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import MAX_PAGE_LINES, Entry, OutputStore
 from diagd.actors._paths import resolve_allowed
@@ -121,8 +122,9 @@ class Hooks:
 
 class CrashSession(Actor):
     kind = KIND
-    # A session is never restarted behind its users' backs: a dead crash fails the session and a
-    # reopen starts a fresh one.
+    # The supervisor never restarts a session behind its users' backs: a dead crash fails this actor,
+    # and the back end starts a fresh one for the same session only when the next call names it
+    # (`CrashBackend._revive`, which says so in its answer).
     policy = SupervisionPolicy(restart=RestartKind.TEMPORARY, max_restarts=0, stop_grace_s=20.0)
 
     def __init__(self, spec: SessionSpec, store: OutputStore, hooks: Hooks, crash_version: str | None) -> None:
@@ -723,13 +725,7 @@ class CrashBackend:
             await trio.to_thread.run_sync(self._prepare_workdir, rec, dump, vml, self.table.live_ids(),
                                           s.keep_sessions)
             spec = SessionSpec(session_id, key, vmcore, vmlinux, rec.workdir, tuple(crash_args), s, dump.osrelease)
-            hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit)
-            version = await self.crash_version(binary)
-            ref = await self.daemon.supervisor.get_or_start(
-                KIND, key, lambda: CrashSession(spec, self.store, hooks, version),
-                idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
-            rec.actor = cast(CrashSession, ref.actor)
-            rec.spawned.set()
+            await self._spawn(rec, spec, await self.crash_version(binary))
             await self._wait_ready(rec, ctx)
         except BaseException as exc:
             rec.spawned.set()
@@ -740,6 +736,59 @@ class CrashBackend:
                 self._release(rec, "failed" if rec.error else "closed", "open failed or was cancelled")
             raise
         return self._open_result(rec, is_new=True)
+
+    async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
+        """Start the session's actor (crash + drgn) under the record's key; `rec.actor` is the new one."""
+        hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit)
+        ref = await self.daemon.supervisor.get_or_start(
+            KIND, spec.key, lambda: CrashSession(spec, self.store, hooks, version),
+            idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
+        rec.actor = cast(CrashSession, ref.actor)
+        rec.spawned.set()
+
+    async def _revive(self, ctx: CallContext, rec: SessionRecord) -> dict[str, Any]:
+        """Start a fresh crash for a session whose crash died after it was ready (see `revivable`).
+
+        The session keeps its id, references, workdir and stored outputs; what lived only in the
+        dead crash (the current context, `mod -s` symbols, aliases, drgn variables) is gone, and the
+        answer says so. A second call racing this one waits for the same restart.
+        """
+        old = rec.actor
+        assert old is not None
+        reason = rec.error.message if rec.error else "crash exited"
+        with trio.move_on_after(old.policy.stop_grace_s + 10):
+            await old.stopped.wait()  # its children are reaped and its on_exit has run
+        s = self.settings
+        if self.table.live.get(rec.key) not in (None, rec):
+            raise DiagdError(ErrorCode.ACTOR_FAILED, f"session {rec.session_id} failed ({reason}) and the same dump "
+                             "was opened again since", session_id=rec.session_id,
+                             open_sessions=[r.session_id for r in self.table.live.values()])
+        if self.table.open_count() >= s.max_sessions:
+            raise DiagdError(ErrorCode.BUSY, f"session {rec.session_id} failed ({reason}); restarting it needs a "
+                             f"free slot and {s.max_sessions} crash sessions are open", session_id=rec.session_id)
+        binary = shutil.which(s.crash_binary)
+        if binary is None:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"{s.crash_binary} is not installed")
+        rec.revivals += 1
+        rec.revivable = False
+        rec.state, rec.error, rec.spawned = "opening", None, trio.Event()
+        self.table.live[rec.key] = rec
+        log.warning("restarting crash for a session whose crash died", session=rec.session_id, reason=reason,
+                    revival=rec.revivals)
+        await ctx.report_progress(0, None, f"crash died ({reason}); starting it again for session {rec.session_id}")
+        try:
+            await self._spawn(rec, dataclasses.replace(old.spec, settings=s), await self.crash_version(binary))
+            await self._wait_ready(rec, ctx)
+        except BaseException as exc:
+            rec.spawned.set()
+            if isinstance(exc, DiagdError) and rec.error is None:
+                rec.error = exc
+            self._release(rec, "failed", "restart failed or was cancelled")
+            raise
+        return {"reason": reason, "revival": rec.revivals,
+                "note": "crash was restarted on the same dump: the context is back at the panic task, and "
+                        "state set in the dead crash (set, mod -s, alias, drgn variables) is gone; stored outputs "
+                        "remain"}
 
     def _prepare_workdir(self, rec: SessionRecord, dump: ident.DumpInfo, vml: ident.VmlinuxInfo,
                          live: set[str], keep: int) -> None:
@@ -789,14 +838,16 @@ class CrashBackend:
 
     def _on_failed(self, actor: CrashSession, error: DiagdError) -> None:
         rec = self.table.get(actor.spec.session_id)
-        if rec is None:
-            return
+        if rec is None or rec.actor is not actor:
+            return  # an actor replaced by a restart reports nothing about the session any more
         rec.error = rec.error or error
+        # Died after it was ready: the dump loads, so the next call may start crash again.
+        rec.revivable = actor.crash_phase == Phase.READY and rec.revivals < MAX_REVIVALS
         self._release(rec, "failed", error.message)
 
     def _on_exit(self, actor: CrashSession) -> None:
         rec = self.table.get(actor.spec.session_id)
-        if rec is None:
+        if rec is None or rec.actor is not actor:
             return
         if rec.state in OPEN_STATES:
             if actor.failure is not None:
@@ -825,6 +876,7 @@ class CrashBackend:
 
     async def ask(self, ctx: CallContext, rec: SessionRecord, op: str, args: dict[str, Any]) -> dict[str, Any]:
         await rec.spawned.wait()  # a call that races the first open waits for the children to be spawned
+        restarted = await self._revive(ctx, rec) if rec.state == "failed" and rec.revivable else None
         actor = rec.usable()
         ref = self.daemon.supervisor.find(KIND, rec.key)
         if ref is None or ref.actor is not actor:
@@ -836,6 +888,8 @@ class CrashBackend:
 
         result, queue_s = await self.daemon.supervisor.ask(KIND, rec.key, gone, op, args, progress=ctx.progress)
         ctx.queue_s += queue_s
+        if restarted is not None:
+            result = {**result, "session_restarted": restarted}
         return result
 
     async def close(self, ctx: CallContext, session_id: str | None) -> dict[str, Any]:

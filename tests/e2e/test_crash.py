@@ -379,7 +379,7 @@ async def test_other_calls_answer_while_a_dump_opens_then_refcounts_close_it(set
     assert PANIC in kept["output"]
 
 
-async def test_sigkill_of_crash_fails_the_session_a_reopen_starts_fresh_and_a_killed_drgn_is_restarted(
+async def test_a_killed_crash_is_started_again_by_the_next_call_and_a_killed_drgn_is_restarted(
         setup: Setup) -> None:
     daemon = setup.daemon
     args = {"vmcore_path": str(setup.fixture.vmcore), "vmlinux_path": str(setup.fixture.vmlinux),
@@ -388,22 +388,29 @@ async def test_sigkill_of_crash_fails_the_session_a_reopen_starts_fresh_and_a_ki
     details = session_details(daemon, doomed["session_id"])
     assert details is not None
     os.kill(details["crash_pid"], signal.SIGKILL)
+    wait_gone([details["crash_pid"], details["drgn_pid"]], timeout=10)
     with trio.fail_after(10):
-        while True:
-            result = await call(daemon, "run_crash_command", command="bt", session_id=doomed["session_id"])
-            if result["_is_error"]:
+        while True:  # the session notices its crash died (its pty closes)
+            listing = await call(daemon, "list_vmcore_sessions")
+            state = {s["session_id"]: s for s in listing["sessions"]}[doomed["session_id"]]
+            if state["state"] == "failed":
                 break
-            await trio.sleep(0.1)
-    assert result["code"] == "ACTOR_FAILED" and "SIGKILL" in result["message"]
-    assert "open_vmcore_session again" in result["details"]["hint"]
-    wait_gone([details["drgn_pid"]], timeout=10)
+            await trio.sleep(0.05)
+    assert "SIGKILL" in state["error"]
+    result = await call(daemon, "run_crash_command", command="bt", session_id=doomed["session_id"])
+    assert not result["_is_error"], result
+    assert "sysrq_handle_crash" in result["output"]  # back at the panic task
+    restarted = result["session_restarted"]
+    assert "SIGKILL" in restarted["reason"] and restarted["revival"] == 1 and "context" in restarted["note"]
+    revived = session_details(daemon, doomed["session_id"])
+    assert revived is not None and revived["crash_pid"] != details["crash_pid"]
     again = await call(daemon, "run_drgn_command", code="1", session_id=doomed["session_id"])
-    assert again["code"] == "ACTOR_FAILED"  # failed stays failed, with its reason
-    assert not (await crash(setup, "sys"))["_is_error"]  # the other session carries on
+    assert not again["_is_error"] and again["output"] == "1", again
+    assert not (await crash(setup, "sys"))["_is_error"]  # the other session carried on throughout
+    closed = await call(daemon, "close_vmcore_session", session_id=doomed["session_id"])
+    assert closed["closed"]
     fresh = await call(daemon, "open_vmcore_session", **args)
     assert fresh["is_new"] and fresh["session_id"] != doomed["session_id"]
-    assert "sysrq_handle_crash" in (await call(daemon, "run_crash_command", command="bt",
-                                               session_id=fresh["session_id"]))["output"]
     # the drgn worker is a worker: killed, it is restarted by the next drgn call and crash carries on
     fresh_details = session_details(daemon, fresh["session_id"])
     assert fresh_details is not None
