@@ -110,6 +110,8 @@ class RealInputs:
     # Properties whose schema range would make one example slow (a 120 s wait) or start something
     # big: these replace the generated values instead of joining them.
     bounded: dict[str, st.SearchStrategy[Any]] = field(default_factory=dict)
+    # One concrete, working value per property name: the required arguments of the deterministic sweeps.
+    plain: dict[str, Any] = field(default_factory=dict)
 
     def lookup(self, tool: str, name: str) -> st.SearchStrategy[Any] | None:
         return self.by_tool.get((tool, name), self.by_name.get(name))

@@ -124,6 +124,15 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
             "code": st.sampled_from(DRGN_CODE),
             "command_id": st.sampled_from(command_ids) if command_ids else st.just("nosession-0:1"),
         },
+        plain={
+            "pcap_path": paths[0], "fields": ["frame.number"], "frame_numbers": [1], "frame_number": 1,
+            "query": "a", "prefix": "ngap", "port": str(modem.link), "payload": "AT",
+            "execution_id": run["execution_id"], "program": 'BEGIN { printf("x\\n"); exit(); }',
+            "vmcore_path": str(fixture.vmcore) if fixture else "/nonexistent",
+            "vmlinux_path": str(fixture.vmlinux) if fixture else "/nonexistent",
+            "command": "sys", "code": "1", "command_id": command_ids[0] if command_ids else "nosession-0:1",
+            "actor_id": "no-such-actor", "session_id": sessions[0] if sessions else "nosession-0",
+        },
         by_tool={
             # Never the shared session: closing it would end what every other crash example uses.
             ("close_vmcore_session", "session_id"): st.text(max_size=20),
@@ -143,6 +152,35 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
 
 def test_every_listed_tool_is_fuzzed(tool_schemas: dict[str, dict[str, Any]]) -> None:
     assert sorted(tool_schemas) == sorted(TOOLS)
+
+
+# Integers to JSON Schema (no fractional part), floats to Python: a handler that slices or ranges with
+# one fails unless the registry hands it an int.
+INTEGRAL_FLOATS = [5.0, 1e308, 2.0**70]
+NUL_TEXT = "a\x00b"
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_integral_floats_and_nul_bytes_in_each_argument_get_a_result_or_a_coded_error(
+        tool: str, rich_daemon: RichDaemon, tool_schemas: dict[str, dict[str, Any]], real_inputs: RealInputs) -> None:
+    """A deterministic sweep beside the random fuzzing: every numeric argument as an integral float and
+    every free-text argument with a NUL byte, the rest of the call valid."""
+    spec = tool_schemas[tool]
+    props: dict[str, Any] = spec["inputSchema"].get("properties", {})
+    base = {name: real_inputs.plain[name] for name in spec["inputSchema"].get("required", [])}
+    if "session_id" in props and tool != "close_vmcore_session":
+        base["session_id"] = real_inputs.plain["session_id"]
+    cases = []
+    for name, sub in props.items():
+        if sub.get("type") in ("integer", "number"):
+            cases += [{**base, name: value} for value in INTEGRAL_FLOATS]
+        if sub.get("type") == "string" and "enum" not in sub and "pattern" not in sub:
+            cases.append({**base, name: NUL_TEXT})
+    with rich_daemon.control(client=f"sweep-{tool}") as client, rich_daemon.control(client="watch") as watch:
+        for args in cases:
+            is_error, payload = client.call(tool, args)
+            check_answer(tool, args, is_error, payload, spec)
+            assert_still_serving(rich_daemon, watch)
 
 
 def check_answer(tool: str, args: Any, is_error: bool, payload: Any, spec: dict[str, Any]) -> None:
