@@ -26,7 +26,16 @@ import pytest
 
 from tests.conftest import DaemonProcess, start_daemon
 from tests.fault.conftest import BIG_PCAP, fault_env, needs_crash, needs_sharkd, open_session
-from tests.fault.helpers import ControlClient, alive, assert_coded_error, fd_count, fd_targets, wait_for, zombies
+from tests.fault.helpers import (
+    ControlClient,
+    alive,
+    assert_coded_error,
+    children,
+    fd_count,
+    fd_targets,
+    wait_for,
+    zombies,
+)
 from tests.fixtures.vmcore import VmcoreFixture, build
 from tests.pcaps import PCAPS, pcap
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
@@ -109,8 +118,10 @@ def assert_coded_failure_or_result(answer: tuple[bool, dict[str, Any]], what: st
         assert_coded_error(payload, context=what)
 
 
-def assert_clean_after(kd: KillDaemon, baseline_fds: int, before: list[str]) -> None:
+def assert_clean_after(kd: KillDaemon, baseline_fds: int, before: list[str], kids_before: int) -> None:
     wait_for(lambda: not zombies(kd.pid), 10, lambda: f"zombie children of the daemon: {zombies(kd.pid)}")
+    wait_for(lambda: len(children(kd.pid)) <= kids_before, 10,
+             lambda: f"the daemon has {children(kd.pid)}, {kids_before} children before the kill")
     wait_for(lambda: fd_count(kd.pid) <= baseline_fds, 10,
              lambda: f"the daemon holds {fd_count(kd.pid)} fds, {baseline_fds} before the kill; new: "
                      f"{sorted(set(fd_targets(kd.pid)) - set(before))}")
@@ -132,7 +143,7 @@ def test_sharkd_killed_during_a_filter_pass(kd: KillDaemon) -> None:
     actor = kd.actor("pcap", lambda d: d.get("path") == path)
     assert actor is not None and actor["details"]["sharkd_pid"]
     sharkd = actor["details"]["sharkd_pid"]
-    baseline, before = fd_count(kd.pid), fd_targets(kd.pid)
+    baseline, before, kids = fd_count(kd.pid), fd_targets(kd.pid), len(children(kd.pid))
 
     os.kill(sharkd, signal.SIGSTOP)
     call = InFlight(kd, "pcap_frames_by_filter", {"pcap_path": path, "limit": 5,
@@ -145,13 +156,13 @@ def test_sharkd_killed_during_a_filter_pass(kd: KillDaemon) -> None:
         again = c.call("pcap_frames_by_filter", {"pcap_path": path, "display_filter": "diameter", "limit": 3})
     assert not again[0], f"the next call did not get a fresh sharkd: {again[1]}"
     assert len(again[1]["frames"]) == 3
-    assert_clean_after(kd, baseline, before)
+    assert_clean_after(kd, baseline, before, kids)
 
 
 @needs_bpftrace
 def test_bpftrace_killed_during_a_run(kd: KillDaemon) -> None:
     ensure_tracefs()
-    baseline, before = fd_count(kd.pid), fd_targets(kd.pid)
+    baseline, before, kids = fd_count(kd.pid), fd_targets(kd.pid), len(children(kd.pid))
     with kd.control() as c:
         run = c.ok("exec_program", {"program": 'interval:ms:50 { printf("tick\\n"); }', "timeout": 30})
         first = c.ok("get_result", {"execution_id": run["execution_id"], "wait_s": 10})
@@ -169,7 +180,7 @@ def test_bpftrace_killed_during_a_run(kd: KillDaemon) -> None:
         again = c.ok("exec_program", {"program": 'BEGIN { printf("ok\\n"); exit(); }'})
         done = c.ok("get_result", {"execution_id": again["execution_id"], "wait_s": 30, "until": "done"})
     assert done["status"] == "completed" and done["output"][0] == "ok", done
-    assert_clean_after(kd, baseline, before)
+    assert_clean_after(kd, baseline, before, kids)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +199,7 @@ def live_session(kd: KillDaemon, fixture: VmcoreFixture) -> tuple[str, dict[str,
 @needs_crash
 def test_the_drgn_worker_killed_during_a_long_exec(kd: KillDaemon, fixture: VmcoreFixture) -> None:
     session_id, details = live_session(kd, fixture)
-    baseline, before = fd_count(kd.pid), fd_targets(kd.pid)
+    baseline, before, kids = fd_count(kd.pid), fd_targets(kd.pid), len(children(kd.pid))
 
     call = InFlight(kd, "run_drgn_command", {"code": "import time\ntime.sleep(90)", "session_id": session_id})
     wait_busy(kd, "crash", lambda d: d.get("session_id") == session_id)
@@ -199,13 +210,13 @@ def test_the_drgn_worker_killed_during_a_long_exec(kd: KillDaemon, fixture: Vmco
         again = c.call("run_drgn_command", {"code": "prog['init_task'].comm", "session_id": session_id})
     assert not again[0], f"the next drgn call did not get a fresh worker: {again[1]}"
     assert again[1]["output"] == '(char [16])"swapper/0"'
-    assert_clean_after(kd, baseline, before)
+    assert_clean_after(kd, baseline, before, kids)
 
 
 @needs_crash
 def test_crash_killed_during_a_command(kd: KillDaemon, fixture: VmcoreFixture) -> None:
     session_id, details = live_session(kd, fixture)
-    baseline, before = fd_count(kd.pid), fd_targets(kd.pid)
+    baseline, before, kids = fd_count(kd.pid), fd_targets(kd.pid), len(children(kd.pid))
 
     os.kill(details["crash_pid"], signal.SIGSTOP)
     call = InFlight(kd, "run_crash_command", {"command": "foreach bt", "session_id": session_id,
@@ -218,7 +229,7 @@ def test_crash_killed_during_a_command(kd: KillDaemon, fixture: VmcoreFixture) -
         again = c.call("run_crash_command", {"command": "sys", "session_id": session_id, "force_execute": True})
     assert not again[0], f"the next crash call did not get a fresh crash: {again[1]}"
     assert "PANIC" in again[1]["output"]
-    assert_clean_after(kd, baseline, before)
+    assert_clean_after(kd, baseline, before, kids)
 
 
 def test_no_child_of_the_daemon_is_left_a_zombie_after_the_kills(kd: KillDaemon) -> None:
