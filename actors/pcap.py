@@ -54,6 +54,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "5gc-lab": {"decode_as": ["tcp.port==7777,http2"], "preferences": {"nas-5gs.null_decipher": "TRUE"}},
 }
 MAX_SORTED_ROWS = 20000
+FRAME_NUMBER = {"type": "integer", "minimum": 1, "maximum": 2**32 - 1}  # frame.number is a uint32 in Wireshark
 MAX_FILTER_CHARS = 1800  # sharkd 4.0 reads each request line into a 2 KiB buffer
 DEFAULT_COLUMNS = ("number", "time_relative", "src", "dst", "protocol", "length", "info")
 
@@ -844,7 +845,7 @@ def register(daemon: Daemon) -> None:
     @tool("pcap_frame_detail", "Decoded protocol tree of frames as text, cut to the requested protocol subtrees "
           "(layers, e.g. ['ngap'] or ['nas-5gs']); verbosity 'full' adds a hex dump. Capped by max_bytes.",
           {**_CAPTURE,
-           "frame_numbers": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1,
+           "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "minItems": 1,
                              "maxItems": 100},
            "layers": {"type": "array", "items": {"type": "string"}, "default": []},
            "restrict_layers": {"type": "boolean", "default": True},
@@ -941,7 +942,7 @@ def register(daemon: Daemon) -> None:
     @tool("pcap_extract_subcapture", "Write the frames matching a display filter (or the listed frame numbers) to a "
           "new pcapng file in the output directory, for sharing and reproduction.",
           {**_CAPTURE, **_FILTER,
-           "frame_numbers": {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 100000}},
+           "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "maxItems": 100000}},
           read_only=False, timeout_s=120)
     async def extract(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         spec = await backend.spec_for(args)
@@ -959,7 +960,7 @@ def register(daemon: Daemon) -> None:
                 "-F", "pcapng"]
         done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
         if done.returncode != 0:
-            raise DiagdError(ErrorCode.INTERNAL_ERROR, "tshark could not write the sub-capture",
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not write the sub-capture",
                              stderr=done.stderr.decode(errors="replace")[-2000:])
         counted = await trio.run_process(["capinfos", "-M", "-c", "-T", "-r", str(output)], capture_stdout=True,
                                          capture_stderr=True, check=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import math
 import re
 import secrets
 import time
@@ -129,6 +130,7 @@ class ToolRegistry:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "arguments must be a JSON object", path="$")
         _refuse_unsafe_text(arguments)
         args = coerce(spec.input_schema, arguments)
+        _refuse_unusable_numbers(args)
         error = jsonschema.exceptions.best_match(self._validators[spec.name].iter_errors(args))
         if error is not None:
             path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
@@ -219,6 +221,29 @@ def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
             stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
 
 
+INT_LIMIT = 2**63  # what every back end (msgpack, tshark, crash, bpftrace) can hold
+
+
+def _refuse_unusable_numbers(arguments: dict[str, Any]) -> None:
+    """No number argument may be NaN, an infinity, or an integer beyond 64 bits.
+
+    JSON Schema lets them through (`1e308` is an integer to it, NaN passes any `minimum`); handlers
+    then failed on indexing, encoding or comparison, and NaN made the audit log invalid JSON.
+    """
+    stack: list[tuple[str, Any]] = [("$", arguments)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: {value!r} is not a finite number", path=path)
+        if isinstance(value, int) and not isinstance(value, bool) and not -INT_LIMIT <= value < INT_LIMIT:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: integer out of range (at most 2**63 - 1)",
+                             path=path)
+        if isinstance(value, dict):
+            stack.extend((f"{path}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+
+
 def _unsafe(text: str) -> str | None:
     if "\x00" in text:
         return f"contains a NUL byte (\\u0000) at offset {text.index(chr(0))}; no back end accepts one"
@@ -231,6 +256,8 @@ def _abridge(value: Any) -> Any:
     """Arguments as the audit log keeps them: long strings (scripts, payloads) cut with their size."""
     if isinstance(value, str) and len(value) > AUDIT_MAX_CHARS:
         return value[:AUDIT_MAX_CHARS] + f"...(+{len(value) - AUDIT_MAX_CHARS} chars)"
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # JSON has no NaN/Infinity: the audit log and diagd_calls stay strict JSON
     if isinstance(value, dict):
         return {k: _abridge(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -259,6 +286,8 @@ def coerce(schema: dict[str, Any], value: Any) -> Any:
     """
     types = schema.get("type")
     wanted = set(types) if isinstance(types, list) else {types} if types else set()
+    if "integer" in wanted and isinstance(value, float) and value.is_integer():
+        return int(value)  # 5.0 is an integer to JSON Schema; handlers index and slice with it
     if isinstance(value, str):
         text = value.strip()
         if "integer" in wanted and "string" not in wanted:

@@ -38,7 +38,10 @@ class Codec:
         self.max_frame_bytes = max_frame_bytes
 
     def encode(self, msg: Message) -> bytes:
-        body: bytes = msgpack.packb(msg.to_map(), use_bin_type=True)
+        try:
+            body: bytes = msgpack.packb(msg.to_map(), use_bin_type=True)
+        except (OverflowError, TypeError, ValueError) as exc:  # e.g. an int beyond 64 bits in a result
+            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"{msg.tag!r} message cannot be encoded: {exc}") from None
         if len(body) > self.max_frame_bytes:
             raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"frame of {len(body)} bytes exceeds {self.max_frame_bytes}")
         return HEADER.pack(len(body)) + body

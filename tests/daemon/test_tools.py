@@ -158,3 +158,29 @@ async def test_the_call_record_abridges_long_arguments() -> None:
     shown = records[-1].arguments
     assert shown["name"].startswith("x" * 1024) and shown["name"].endswith("...(+3976 chars)")
     assert len(shown["frames"]) == 101 and shown["frames"][-1] == "...(+200 items)"
+
+
+async def test_whole_numbers_sent_as_decimals_reach_handlers_as_ints() -> None:
+    registry, _ = make_registry()
+    result = await registry.call("t", {"limit": 5.0, "frames": [1.0, 2], "nested": {"n": 3.0}},
+                                 CallContext(client="test"))
+    assert not result.is_error
+    args = result.payload["args"]
+    assert args == {"limit": 5, "frames": [1, 2], "nested": {"n": 3}}
+    assert all(type(v) is int for v in (args["limit"], *args["frames"], args["nested"]["n"]))
+
+
+@pytest.mark.parametrize(("arguments", "path"), [
+    ({"ratio": float("nan")}, "$.ratio"),
+    ({"ratio": float("inf")}, "$.ratio"),
+    ({"frames": [1, 1e308]}, "$.frames[1]"),
+    ({"nested": {"n": 2**64}}, "$.nested.n"),
+])
+async def test_non_finite_and_out_of_range_numbers_are_refused_with_their_path(arguments: dict[str, Any],
+                                                                              path: str) -> None:
+    registry, records = make_registry()
+    result = await registry.call("t", arguments, CallContext(client="test"))
+    assert result.is_error and result.payload["code"] == "INVALID_ARGUMENT"
+    assert result.payload["details"]["path"] == path
+    for record in records:  # the audit record of the call stays strict JSON
+        json.dumps(record.arguments, allow_nan=False)
