@@ -172,6 +172,30 @@ def test_the_tool_dies_with_the_daemon_even_when_its_forking_thread_is_long_gone
         time.sleep(0.05)
 
 
+def test_the_watchdog_leaves_as_soon_as_its_tool_ends_by_itself(tmp_path: Path) -> None:
+    # Landlock's signal scope keeps the kernel's parent-death signal from the sandboxed tool to its
+    # unsandboxed watchdog: without its own watch on the tool, one watchdog per run piled up under init.
+    policy = dataclasses.replace(python_policy(tmp_path), die_with=os.getpid())
+    marker = f"watchdog-test-{os.getpid()}-{time.monotonic_ns()}"
+    tool = subprocess.Popen(_confine.wrap([PYTHON, "-c", "import time; time.sleep(0.3)", marker], policy))
+    assert tool.wait(timeout=30) == 0
+
+    def watchdogs() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+        return found
+
+    deadline = time.monotonic() + 10
+    while watchdogs():
+        assert time.monotonic() < deadline, f"watchdogs outlived their tool: {watchdogs()}"
+        time.sleep(0.05)
+
+
 def test_unconfined_features_are_refused_with_the_reason_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     _confine.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
     monkeypatch.setenv(_confine.FORCE_ENV, "off")
