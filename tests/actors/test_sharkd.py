@@ -14,25 +14,18 @@ import trio
 from diagd.actors._sharkd import Sharkd
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.pcaps import pcap
+from tests.support.procs import children, fd_names
 
 pytestmark = pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed")
 
 
 def _fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+    return fd_names(os.getpid())
 
 
 def _children() -> dict[int, str]:
     """This process's children and their states (a zombie is 'Z')."""
-    found: dict[int, str] = {}
-    for task in Path("/proc/self/task").iterdir():
-        for kid in (task / "children").read_text().split():
-            try:
-                stat = Path(f"/proc/{kid}/stat").read_text()
-            except OSError:
-                continue
-            found[int(kid)] = stat[stat.rindex(")") + 2]
-    return found
+    return {p.pid: p.state for p in children(os.getpid())}
 
 
 async def test_a_killed_idle_sharkd_is_reaped_at_once_and_its_pipes_closed(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from diagd.actors._subprocess import (
     reap,
     stop_process,
 )
+from tests.support.procs import fd_names, zombies
 
 
 async def test_sigint_ends_a_cooperative_child_at_the_first_step() -> None:
@@ -106,14 +107,11 @@ def test_line_splitter_handles_split_chunks_and_crlf() -> None:
 
 
 def _fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+    return fd_names(os.getpid())
 
 
 def _zombies() -> list[int]:
-    kids: list[int] = []
-    for task in Path("/proc/self/task").iterdir():
-        kids += [int(k) for k in (task / "children").read_text().split()]
-    return [k for k in kids if _state(k) == "Z"]
+    return [p.pid for p in zombies(os.getpid())]
 
 
 async def test_the_waiter_reaps_a_child_the_moment_it_exits_and_closes_its_pipes() -> None:

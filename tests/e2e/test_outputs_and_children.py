@@ -27,6 +27,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_crash import call, make_env, session_details, status
 from tests.fixtures.vmcore import VmcoreFixture, build
 from tests.pcaps import PCAPS, pcap
+from tests.support import procs
 
 pytestmark = [
     pytest.mark.e2e,
@@ -48,19 +49,7 @@ class Setup:
 
 def children(pid: int) -> dict[int, str]:
     """The daemon's children (of all its threads) and their states; a zombie is 'Z'."""
-    found: dict[int, str] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for kid in kids:
-            try:
-                stat = Path(f"/proc/{kid}/stat").read_text()
-            except OSError:
-                continue
-            found[int(kid)] = stat[stat.rindex(")") + 2]
-    return found
+    return {p.pid: p.state for p in procs.children(pid)}
 
 
 def pipe_fds(pid: int) -> int:
@@ -239,7 +228,7 @@ async def test_a_killed_drgn_worker_is_restarted_by_the_next_call_and_crash_carr
     assert (session_details(daemon, sid) or {})["drgn_restarts"] == 2
 
 
-async def test_a_killed_crash_ends_its_session_and_leaves_no_zombie_and_no_fd(setup: Setup) -> None:
+async def test_a_killed_crash_leaves_no_zombie_and_no_fd_and_the_next_call_starts_it_again(setup: Setup) -> None:
     daemon = setup.daemon
     opened = await call(daemon, "open_vmcore_session", vmcore_path=str(setup.fixture.vmcore),
                         vmlinux_path=str(setup.fixture.vmlinux), crash_args=["--hex"])
@@ -250,8 +239,9 @@ async def test_a_killed_crash_ends_its_session_and_leaves_no_zombie_and_no_fd(se
     # The session fails on its own (its drgn worker is stopped with it): no call needed for the reaping.
     await settled(setup, [details["crash_pid"], details["drgn_pid"]])
     assert pty_fds(daemon.proc.pid) == ptys_before - 1
-    failed = await call(daemon, "run_crash_command", command="sys", session_id=opened["session_id"])
-    assert failed["code"] == "ACTOR_FAILED" and "SIGKILL" in failed["message"]
+    again = await call(daemon, "run_crash_command", command="sys", session_id=opened["session_id"])
+    assert not again["_is_error"] and "SIGKILL" in again["session_restarted"]["reason"], again
+    assert pty_fds(daemon.proc.pid) == ptys_before  # the new crash's pty, and nothing more
 
 
 def pty_fds(pid: int) -> int:

@@ -4,13 +4,11 @@ and /proc views of the daemon's children and file descriptors."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -139,55 +137,6 @@ def strings(value: Any) -> Iterator[str]:
 
 # ---------------------------------------------------------------------------------------------
 # /proc views
-
-
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    state: str
-    comm: str
-
-
-def read_proc(pid: int) -> Proc | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    comm = raw[raw.index("(") + 1: raw.rindex(")")]
-    rest = raw[raw.rindex(")") + 2:].split()
-    return Proc(pid, int(rest[1]), rest[0], comm)
-
-
-def children(pid: int) -> list[Proc]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (proc := read_proc(int(entry))) is not None and proc.ppid == pid:
-            found.append(proc)
-    return found
-
-
-def zombies(pid: int) -> list[Proc]:
-    return [p for p in children(pid) if p.state == "Z"]
-
-
-def alive(pid: int) -> bool:
-    proc = read_proc(pid)
-    return proc is not None and proc.state != "Z"
-
-
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def fd_targets(pid: int) -> list[str]:
-    targets = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            targets.append(f"{fd}->{os.readlink(f'/proc/{pid}/fd/{fd}')}")
-        except OSError:
-            pass
-    return sorted(targets)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, message: Callable[[], str] | str) -> None:

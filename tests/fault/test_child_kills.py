@@ -26,19 +26,11 @@ import pytest
 
 from tests.conftest import DaemonProcess, start_daemon
 from tests.fault.conftest import BIG_PCAP, fault_env, needs_crash, needs_sharkd, open_session
-from tests.fault.helpers import (
-    ControlClient,
-    alive,
-    assert_coded_error,
-    children,
-    fd_count,
-    fd_targets,
-    wait_for,
-    zombies,
-)
+from tests.fault.helpers import ControlClient, assert_coded_error, wait_for
 from tests.fixtures.vmcore import VmcoreFixture, build
 from tests.pcaps import PCAPS, pcap
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
+from tests.support.procs import alive, children, fd_count, fd_targets, zombies
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 

@@ -22,9 +22,10 @@ import pytest
 
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.fault.conftest import SMALL_PCAP, RichDaemon, fault_env, needs_crash, needs_sharkd, open_session
-from tests.fault.helpers import ControlClient, assert_coded_error, children, input_schema
+from tests.fault.helpers import ControlClient, assert_coded_error, input_schema
 from tests.pcaps import PCAPS
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
+from tests.support.procs import children
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 

@@ -28,9 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fault.conftest import SMALL_PCAP, RichDaemon
-from tests.fault.helpers import ControlClient, assert_coded_error, zombies
+from tests.fault.helpers import ControlClient, assert_coded_error
 from tests.fault.strategies import RealInputs, tool_arguments
 from tests.pcaps import PCAPS
+from tests.support.procs import zombies
 from tests.support.raw import RawMCP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
