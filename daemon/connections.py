@@ -6,8 +6,9 @@ some connection just sits there: the connection that has never said anything, el
 the longest, is dropped to make room. Only when every connection is mid-request is the newcomer
 refused (with a coded BUSY error, sent by the accept loop).
 
-Large control frames also draw on one daemon-wide `ByteBudget`, so memory held by half-sent
-frames is bounded by the budget, not by connections x frame limit.
+Large control frames and long partial MCP lines draw on one daemon-wide `ByteBudget`, so memory
+held by half-sent messages is bounded by the budget (plus one message), not by connections x
+message limit.
 """
 
 from __future__ import annotations
@@ -137,12 +138,18 @@ class ByteBudget:
 
     A taker that waits is not reading, so its peer's kernel buffer fills and the peer blocks;
     its frame deadline still runs, so a slow sender cannot hold its share for long.
+
+    Two kinds of takers: `hold` takes a frame's whole length at once (a control frame's header
+    gives it), a `Share` grows as bytes come (an MCP line, whose length is known only at its
+    newline).
     """
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.free = total
         self._lot = trio.lowlevel.ParkingLot()
+        self._shares: dict[Share, None] = {}  # growing shares holding bytes, oldest first
+        self._frames = 0  # bytes held through `hold`
 
     @asynccontextmanager
     async def hold(self, nbytes: int) -> AsyncIterator[None]:
@@ -151,11 +158,61 @@ class ByteBudget:
         while nbytes > self.free:
             await self._lot.park()
         self.free -= nbytes
+        self._frames += nbytes
         try:
             yield
         finally:
-            self.free += nbytes
-            self._lot.unpark_all()
+            self._frames -= nbytes
+            self._give(nbytes)
+
+    def share(self) -> Share:
+        return Share(self)
+
+    def _give(self, nbytes: int) -> None:
+        self.free += nbytes
+        self._lot.unpark_all()
+
+
+class Share:
+    """One connection's growing part of a `ByteBudget`: grown before each read, released when the
+    partial message is gone.
+
+    Growing shares hold bytes while they wait for more, so two of them could each wait for the
+    other's bytes until their deadlines, and a message larger than the budget could never fit.
+    The oldest share therefore waits only for whole frames (`hold`), which end by themselves:
+    when none holds bytes it may take past the budget, by at most one message (its own limit
+    bounds it). The bytes held stay within the budget plus one message, and some message always
+    makes progress.
+    """
+
+    def __init__(self, budget: ByteBudget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def __repr__(self) -> str:
+        return f"<Share {self.held} of {self.budget.free}/{self.budget.total} bytes free>"
+
+    async def grow_to(self, nbytes: int) -> None:
+        """Hold `nbytes` in all, waiting while others hold the rest (unless this share is the oldest)."""
+        budget = self.budget
+        while nbytes > self.held:
+            extra = nbytes - self.held
+            oldest = next(iter(budget._shares), self) is self
+            if extra <= budget.free or (oldest and not budget._frames):
+                budget.free -= extra
+                self.held = nbytes
+                budget._shares.setdefault(self, None)
+                break
+            await budget._lot.park()
+
+    def shrink_to(self, nbytes: int) -> None:
+        """Keep only `nbytes` (0: release it all and lose its place in the queue)."""
+        if nbytes >= self.held:
+            return
+        given, self.held = self.held - nbytes, nbytes
+        if not nbytes:
+            self.budget._shares.pop(self, None)
+        self.budget._give(given)
 
 
 async def last_words(stream: trio.SocketStream, data: bytes, timeout_s: float = 1.0) -> None:

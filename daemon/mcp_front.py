@@ -9,6 +9,7 @@ stdio carries, which is why the shim can be a plain byte pipe.
 from __future__ import annotations
 
 import contextvars
+import math
 import select
 from typing import Any
 
@@ -20,8 +21,10 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.message import SessionMessage
 
 from diagd.daemon import mcp_wire
+from diagd.daemon.connections import ByteBudget, Connection
+from diagd.daemon.mcp_lines import LineReader
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
-from diagd.protocol.errors import ErrorCode
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.mcp")
 
@@ -118,33 +121,40 @@ def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
 
 
 async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, client: str,
-                           max_line_bytes: int) -> None:
+                           max_line_bytes: int, frame_timeout_s: float = math.inf,
+                           budget: ByteBudget | None = None, conn: Connection | None = None) -> None:
     """Serve MCP on one accepted connection until either side closes.
 
     A client that half-closes (EOF after its last request, as `echo ... | diagd mcp` does) still
-    gets its answers; a client that hangs up completely has its in-flight calls cancelled.
+    gets its answers; a client that hangs up completely has its in-flight calls cancelled. A
+    partial line must be complete within `frame_timeout_s` of its first byte and draws on
+    `budget` past a small size (see `mcp_lines`); otherwise the client gets a coded error and
+    the connection closes.
     """
     current_client.set(client)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     # The SDK writes SessionMessages; the screening below writes ready-made error lines (bytes).
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](0)
     handshake = mcp_wire.Handshake(lambda method: server.get_request_handler(method) is not None)
+    lines = LineReader(stream, max_line_bytes=max_line_bytes, frame_timeout_s=frame_timeout_s,
+                       budget=budget, conn=conn)
 
     async def reader() -> bool:
-        """Feed complete lines to the server; True at a clean EOF, False when the line was too long."""
-        buffer = bytearray()
+        """Feed complete lines to the server; True at a clean EOF, False when the connection must
+        close (a line too long or too slow: its error is queued for the writer)."""
         async with read_send:
             while True:
                 try:
-                    chunk = await stream.receive_some(65536)
-                except trio.BrokenResourceError:
+                    batch = await lines.next_lines()
+                except DiagdError as exc:
+                    lines.release()
+                    log.warning("mcp line refused, closing", client=client, reason=exc.message)
+                    await write_send.send(_closing_error(exc))
+                    return False
+                if batch is None:
+                    lines.release()
                     return True
-                if not chunk:
-                    return True
-                buffer += chunk
-                while (nl := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:nl])
-                    del buffer[: nl + 1]
+                for line in batch:
                     if not line.strip():
                         continue
                     parsed = mcp_wire.parse(line)
@@ -154,12 +164,6 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
                         await read_send.send(parsed)
                     else:  # answered here: the SDK would stay silent or answer misleadingly
                         await write_send.send(parsed)
-                if len(buffer) > max_line_bytes:
-                    log.warning("mcp line too long, closing", client=client, limit=max_line_bytes)
-                    await write_send.send(mcp_wire.error_line(
-                        mcp_wire.INVALID_REQUEST, f"message exceeds {max_line_bytes} bytes",
-                        data={"code": str(ErrorCode.PROTOCOL_ERROR)}))
-                    return False
 
     writer_done = trio.Event()
 
@@ -197,8 +201,18 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
                 await _discard_input(stream)  # ... and make sure the peer can read it
             nursery.cancel_scope.cancel(reason="client closed the connection")
     finally:
+        lines.release()
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await stream.aclose()
+
+
+def _closing_error(exc: DiagdError) -> bytes:
+    """The last line a refused connection gets: a too-long line is an invalid request, a too-slow
+    one a coded TIMEOUT (-32000, as the accept loop words its notices); both say the daemon closes."""
+    data = {"code": str(exc.code), "closing": True, **exc.details}
+    if exc.code is ErrorCode.PROTOCOL_ERROR:
+        return mcp_wire.error_line(mcp_wire.INVALID_REQUEST, exc.message, data=data)
+    return mcp_wire.error_line(-32000, f"{exc.code}: {exc.message}", data=data)
 
 
 async def _cancel_on_hangup(stream: trio.SocketStream, scope: trio.CancelScope) -> None:

@@ -263,7 +263,9 @@ async def serve(config: config_mod.Config) -> None:
             max_line = config.daemon.max_line_bytes
 
             async def handle_mcp(stream: trio.SocketStream, conn: Connection) -> None:
-                await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line)
+                await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
+                                                 frame_timeout_s=daemon.config.daemon.frame_timeout_s,
+                                                 budget=daemon.frame_budget, conn=conn)
 
             async def handle_control(stream: trio.SocketStream, conn: Connection) -> None:
                 await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)
