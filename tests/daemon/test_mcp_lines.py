@@ -140,23 +140,24 @@ async def test_long_lines_on_many_connections_all_complete_within_a_budget_small
     assert most_held <= budget.total + MiB + SMALL_PARTIAL_BYTES
 
 
-async def test_the_oldest_share_may_pass_the_budget_and_younger_ones_wait_for_it() -> None:
+async def test_the_oldest_share_may_pass_the_budget_and_younger_ones_wait_for_it(
+        autojump_clock: trio.testing.MockClock) -> None:
     budget = ByteBudget(100)
     old, young = budget.share(), budget.share()
     await old.grow_to(60)
     await young.grow_to(40)
     await old.grow_to(150)  # the oldest does not wait for younger shares: free goes below zero
     assert budget.free == -90
-    with trio.move_on_after(0.05) as scope:
+    with trio.move_on_after(1) as scope:
         await young.grow_to(41)
     assert scope.cancelled_caught and young.held == 40
-    old.shrink_to(0)
-    await young.grow_to(100)  # now the oldest
-    async with budget.hold(1):  # but it does wait for whole frames, which end by themselves
-        with trio.move_on_after(0.05) as scope:
+    old.shrink_to(0)  # young is the oldest now
+    async with budget.hold(10):  # but it does wait for whole frames, which end by themselves
+        with trio.move_on_after(1) as scope:
             await young.grow_to(200)
-        assert scope.cancelled_caught and young.held == 100
-    await young.grow_to(200)
+        assert scope.cancelled_caught and young.held == 40
+    with trio.fail_after(1):
+        await young.grow_to(200)
     young.shrink_to(0)
     assert budget.free == 100
 
