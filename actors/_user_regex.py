@@ -57,6 +57,13 @@ class UserRegex:
     argument: str
     compiled: Any  # regex.Pattern[str]; the `regex` package ships no type information
     literal: bool = False  # an escaped string cannot backtrack: matched without `timeout=` (~3 us less per search)
+    # No match can hold or look past a newline, so one MULTILINE search over lines joined with "\n"
+    # finds exactly the lines a search per line finds (see `line_local`).
+    line_local: bool = False
+
+    def multiline(self) -> Any:
+        """The pattern compiled with MULTILINE, for a search over joined lines (blocking, like compiling)."""
+        return regex.compile(self.compiled.pattern, self.compiled.flags | regex.MULTILINE)
 
 
 async def compile_in_thread(query: str, *, literal: bool = False, case_sensitive: bool = False,
@@ -99,7 +106,89 @@ def compile_user_regex(query: str, *, literal: bool = False, case_sensitive: boo
     except (regex.error, RecursionError, MemoryError) as exc:  # re accepted it; keep the answer coded anyway
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{argument} cannot be compiled: {exc}",
                          argument=argument, pattern=query[:200]) from None
-    return UserRegex(query, argument, compiled, literal)
+    return UserRegex(query, argument, compiled, literal, line_local(parsed))
+
+
+# Character classes that never match "\n" (\d, \w, \S and their variants); anything else might.
+_NO_NEWLINE_CATEGORIES = {
+    sre_parse.CATEGORY_DIGIT, sre_parse.CATEGORY_UNI_DIGIT, sre_parse.CATEGORY_WORD, sre_parse.CATEGORY_UNI_WORD,
+    sre_parse.CATEGORY_LOC_WORD, sre_parse.CATEGORY_NOT_SPACE, sre_parse.CATEGORY_UNI_NOT_SPACE,
+    sre_parse.CATEGORY_NOT_LINEBREAK, sre_parse.CATEGORY_UNI_NOT_LINEBREAK,
+}
+_NEWLINE = ord("\n")
+
+
+def line_local(parsed: Any) -> bool:
+    r"""True when the parsed pattern provably behaves on one line of "\n"-joined text (searched with
+    MULTILINE) exactly as on that line alone: nothing it matches or looks at through a lookaround
+    can be a newline (no "\n", negated class, \s, \W, \D, DOTALL "."), its anchors are per line
+    (^ $ \b, never \A \Z, MULTILINE never switched off), so a newline looks like the end of the
+    string to it. Also False for a literal "[" inside a class or a literal "{": `regex` may read
+    those as a POSIX class or a fuzzy constraint where the stdlib parser saw plain characters.
+    False means "not proven", never "unsafe to run"."""
+    return _line_local(parsed, bool(parsed.state.flags & sre_parse.SRE_FLAG_DOTALL))
+
+
+def _line_local(pattern: Any, dotall: bool) -> bool:
+    for op, av in pattern:
+        if op is sre_parse.LITERAL:
+            if av in (_NEWLINE, ord("{")):
+                return False
+        elif op is sre_parse.NOT_LITERAL:
+            if av != _NEWLINE:
+                return False
+        elif op is sre_parse.ANY:
+            if dotall:
+                return False
+        elif op is sre_parse.IN:
+            if not _set_excludes_newline(av):
+                return False
+        elif op is sre_parse.AT:
+            if av in (sre_parse.AT_BEGINNING_STRING, sre_parse.AT_END_STRING):
+                return False
+        elif op is sre_parse.SUBPATTERN:
+            _group, add, delete, body = av
+            if delete & sre_parse.SRE_FLAG_MULTILINE:
+                return False
+            inner = (dotall or bool(add & sre_parse.SRE_FLAG_DOTALL)) and not delete & sre_parse.SRE_FLAG_DOTALL
+            if not _line_local(body, inner):
+                return False
+        elif op in _REPEATS:
+            if not _line_local(av[2], dotall):
+                return False
+        elif op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT):
+            if not _line_local(av[1], dotall):
+                return False
+        elif op is sre_parse.ATOMIC_GROUP:
+            if not _line_local(av, dotall):
+                return False
+        elif op is sre_parse.BRANCH:
+            if not all(_line_local(branch, dotall) for branch in av[1]):
+                return False
+        elif op is sre_parse.GROUPREF_EXISTS:
+            _group, yes, no = av
+            if not _line_local(yes, dotall) or (no is not None and not _line_local(no, dotall)):
+                return False
+        elif op is not sre_parse.GROUPREF:  # a backreference repeats a group, already checked
+            return False  # an operator this check does not know: not proven
+    return True
+
+
+def _set_excludes_newline(items: Any) -> bool:
+    negate = bool(items) and items[0][0] is sre_parse.NEGATE
+    has_newline = False
+    for op, av in items[1:] if negate else items:
+        if op is sre_parse.LITERAL:
+            if av == ord("["):
+                return False
+            has_newline = has_newline or av == _NEWLINE
+        elif op is sre_parse.RANGE:
+            has_newline = has_newline or av[0] <= _NEWLINE <= av[1]
+        elif op is sre_parse.CATEGORY:
+            has_newline = has_newline or av not in _NO_NEWLINE_CATEGORIES
+        else:
+            return False
+    return has_newline if negate else not has_newline
 
 
 def _program_size(pattern: Any, limit: int) -> int:
@@ -183,6 +272,20 @@ class Matcher:
         except TimeoutError:
             raise self._timed_out(index) from None
         return found is not None
+
+    def search_from(self, compiled: Any, text: str, pos: int, index: int) -> int:
+        """Where the first match of `compiled` (this pattern, maybe recompiled: `UserRegex.multiline`)
+        in `text` at or after `pos` starts, -1 when there is none; one engine call on the budget."""
+        left = self._left(index)
+        try:
+            found = compiled.search(text, pos, timeout=None if self.user.literal else left, concurrent=True)
+        except TimeoutError:
+            raise self._timed_out(index) from None
+        return -1 if found is None else int(found.start())
+
+    def tick(self, index: int) -> None:
+        """Count a step of a scan that needs no engine (a literal found by `str.find`) on the budget."""
+        self._left(index)
 
     def spans(self, text: str, index: int, limit: int) -> list[tuple[int, int]]:
         """(start, end) of the first `limit` non-overlapping matches in `text`, as re.finditer finds them."""

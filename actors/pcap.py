@@ -32,6 +32,7 @@ import trio
 from diagd.actors import _pcap_ngap as ngap_summary
 from diagd.actors import _pcap_tree as tree_mod
 from diagd.actors import _tshark_cold as _cold
+from diagd.actors._field_search import search_fields
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._sharkd import Sharkd, SharkdError
 from diagd.actors._user_regex import Matcher, compile_in_thread
@@ -1003,16 +1004,10 @@ def register(daemon: Daemon) -> None:
         protocols = set(args.get("include_protocols", []))
         limit = args.get("limit", 100)
         matcher = Matcher(pattern, daemon.config.daemon.regex_budget_s, unit="field", total=len(cat.fields))
-
-        def scan() -> list[dict[str, Any]]:
-            return [
-                {"name": name, "description": desc, "type": ftype, "protocol": proto}
-                for i, (name, (desc, ftype, proto)) in enumerate(cat.fields.items(), 1)
-                if (not protocols or proto in protocols) and (matcher.search(name, i) or matcher.search(desc, i))
-            ]
-
-        matches = await matcher.run(scan)
-        return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit,
+        rows = await search_fields(cat, pattern, matcher, protocols=protocols)
+        matches = [{"name": name, "description": desc, "type": ftype, "protocol": proto}
+                   for name, (desc, ftype, proto) in rows[:limit]]
+        return {"total": len(rows), "fields": matches, "truncated": len(rows) > limit,
                 "tshark_version": cat.version}
 
     @tool("pcap_fields_search", "Fields whose name starts with a prefix (e.g. 'ngap.'), optionally containing a "
