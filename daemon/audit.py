@@ -29,11 +29,10 @@ class AuditLog:
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the daemon
 
     def write(self, record: CallRecord) -> None:
-        line = json.dumps(record.to_json(), separators=(",", ":"), ensure_ascii=False, default=str)
-        try:
-            line.encode()
-        except UnicodeEncodeError:  # a lone surrogate in an argument: escape it rather than lose the record
-            line = json.dumps(record.to_json(), separators=(",", ":"), default=str)
+        # ASCII-only: one record is one line whatever the arguments hold. Raw U+2028, U+0085 or \x1e are
+        # valid inside JSON strings but are line breaks to str.splitlines() and to many log readers;
+        # a lone surrogate could not be written as UTF-8 at all.
+        line = json.dumps(record.to_json(), separators=(",", ":"), default=str)
         self._file.write(line + "\n")
         self._file.flush()
         if self._file.tell() >= self.max_bytes:

@@ -51,7 +51,11 @@ async def session(tmp_path: Path, idle_timeout_s: float = 600, **overrides: Any)
     wrapper = tmp_path / "crash"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
     wrapper.chmod(0o755)
-    settings = replace(CrashSettings(crash_binary=str(wrapper), drgn=False, load_timeout_s=10), **overrides)
+    # The fake's interpreter and script: visible inside crash's private /tmp even when the checkout or
+    # the venv lives under /tmp (the launcher binds back every policy path under the real /tmp).
+    reach = (str(FAKE.parent), sys.prefix, os.path.dirname(os.path.realpath(sys.executable)))
+    settings = replace(CrashSettings(crash_binary=str(wrapper), drgn=False, load_timeout_s=10, allowed_dirs=reach),
+                       **overrides)
     store = OutputStore(tmp_path / "state")
     workdir = store.create_session(SID, {})
     spec = SessionSpec(SID, "key", tmp_path / "vmcore", tmp_path / "vmlinux", workdir, (), settings)

@@ -138,11 +138,14 @@ class Harness:
 
     def connect(self, client: str) -> None:
         """Make `client` (kind:pid) look connected, as the daemon's connection table would."""
-        pid = int(client.rpartition(":")[2])
-        self.daemon.connections[pid] = {"id": pid, "kind": client.partition(":")[0], "pid": pid}
+        kind, _, pid = client.partition(":")
+        conn, _ = self.daemon.connection_table.admit(kind, int(pid))
+        assert conn is not None
 
     def disconnect(self, client: str) -> None:
-        self.daemon.connections.pop(int(client.rpartition(":")[2]), None)
+        for conn in self.daemon.connection_table:
+            if conn.client == client:
+                self.daemon.connection_table.remove(conn)
 
     def use_fakes(self, *ports: FakeSerial) -> None:
         """Open these scripted ports (in order) instead of real devices; run helpers inline."""

@@ -42,3 +42,14 @@ def test_stats_count_failures_and_percentiles() -> None:
     assert summary["count"] == 101 and summary["failures"] == 1
     assert summary["p50_ms"] == 50 and summary["p95_ms"] == 95
     assert percentile([], 50) is None
+
+
+def test_every_record_is_one_line_whatever_the_arguments_hold(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl", max_bytes=1 << 20, keep=2)
+    odd = "a\u2028b\u2029c\x85d\x1ee\x1cf\ud800g"
+    log.write(CallRecord(ts=1.0, client="mcp:1", tool="t", arguments={"q": odd}, duration_ms=0.0, queue_ms=0.0,
+                         outcome="ok", code=None, bytes=0, truncated=False))
+    log.close()
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    assert json.loads(lines[0])["arguments"]["q"] == odd
