@@ -154,7 +154,8 @@ def test_one_mib_requests_sent_at_once_by_several_clients_are_all_answered(
         requests = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
                                 "params": {"name": "echo", "arguments": {"message": m}}}).encode() + b"\n"
                     for i, m in enumerate(messages)]
-        senders = [threading.Thread(target=raw.send_bytes, args=(req,)) for raw, req in zip(clients, requests)]
+        senders = [threading.Thread(target=raw.send_bytes, args=(req,))
+                   for raw, req in zip(clients, requests, strict=True)]
         for thread in senders:
             thread.start()
         replies = [raw.read() for raw in clients]
