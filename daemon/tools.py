@@ -214,7 +214,9 @@ def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: {what}", path=path)
         elif isinstance(value, dict):
             for key, item in reversed(list(value.items())):
-                if isinstance(key, str) and _unsafe(key):
+                if not isinstance(key, str):
+                    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: key {key!r} is not a string", path=path)
+                if _unsafe(key):
                     raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: key {key!r}: {_unsafe(key)}", path=path)
                 stack.append((f"{path}.{key}", item))
         elif isinstance(value, list):
@@ -258,9 +260,11 @@ def _abridge(value: Any) -> Any:
         return value[:AUDIT_MAX_CHARS] + f"...(+{len(value) - AUDIT_MAX_CHARS} chars)"
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)  # JSON has no NaN/Infinity: the audit log and diagd_calls stay strict JSON
+    if isinstance(value, bytes | bytearray):  # msgpack on the control socket carries what JSON cannot
+        return repr(bytes(value[:AUDIT_MAX_CHARS]))
     if isinstance(value, dict):
-        return {k: _abridge(v) for k, v in value.items()}
-    if isinstance(value, list):
+        return {k if isinstance(k, str) else repr(k): _abridge(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
         shown = [_abridge(v) for v in value[:100]]
         return [*shown, f"...(+{len(value) - 100} items)"] if len(value) > 100 else shown
     return value

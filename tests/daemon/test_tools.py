@@ -184,3 +184,12 @@ async def test_non_finite_and_out_of_range_numbers_are_refused_with_their_path(a
     assert result.payload["details"]["path"] == path
     for record in records:  # the audit record of the call stays strict JSON
         json.dumps(record.arguments, allow_nan=False)
+
+
+async def test_non_json_arguments_from_msgpack_are_refused_and_recorded_as_json() -> None:
+    registry, records = make_registry()
+    result = await registry.call("t", {b"limit": 1, "nested": {1: b"\x00raw"}}, CallContext(client="test"))
+    assert result.is_error and result.payload["code"] == "INVALID_ARGUMENT"
+    assert "not a string" in result.payload["message"]
+    for record in records:  # diagd_calls and the audit log serialise these
+        json.dumps(record.arguments, allow_nan=False)

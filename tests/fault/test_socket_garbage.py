@@ -374,6 +374,7 @@ def test_non_finite_numbers_sent_on_the_control_socket_never_make_mcp_text_inval
         raise AssertionError(f"{constant} where JSON was due (the text content or an audit record)")
 
     text = reply["result"]["content"][0]["text"]
+    assert "structuredContent" in reply["result"], reply["result"]
     assert json.loads(text, parse_constant=refuse) == reply["result"]["structuredContent"]
     for line in (bystanders.daemon.env.state / "audit.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=refuse)
