@@ -91,8 +91,8 @@ class ControlClient:
         self.close()
 
 
-def input_schema(daemon: Any, tool: str) -> dict[str, Any]:
-    """A tool's input schema as the running daemon lists it (tools/list over MCP)."""
+def listed_tools(daemon: Any) -> dict[str, dict[str, Any]]:
+    """Every tool as the running daemon lists it (tools/list over MCP), by name."""
     raw = RawMCP(daemon.mcp_socket, timeout=30)
     try:
         raw.initialize()
@@ -101,7 +101,12 @@ def input_schema(daemon: Any, tool: str) -> dict[str, Any]:
     finally:
         raw.close()
     assert reply is not None and "result" in reply, reply
-    schema: dict[str, Any] = next(t["inputSchema"] for t in reply["result"]["tools"] if t["name"] == tool)
+    return {t["name"]: t for t in reply["result"]["tools"]}
+
+
+def input_schema(daemon: Any, tool: str) -> dict[str, Any]:
+    """A tool's input schema as the running daemon lists it."""
+    schema: dict[str, Any] = listed_tools(daemon)[tool]["inputSchema"]
     return schema
 
 

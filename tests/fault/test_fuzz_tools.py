@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fault.conftest import SMALL_PCAP, RichDaemon
-from tests.fault.helpers import ControlClient, assert_coded_error
+from tests.fault.helpers import ControlClient, assert_coded_error, listed_tools
 from tests.fault.strategies import RealInputs, tool_arguments
 from tests.pcaps import PCAPS
 from tests.support.procs import zombies
@@ -67,15 +67,7 @@ BPF_PROGRAMS = ['BEGIN { printf("fuzz\\n"); exit(); }', "interval:ms:100 { exit(
 
 @pytest.fixture(scope="module")
 def tool_schemas(rich_daemon: RichDaemon) -> dict[str, dict[str, Any]]:
-    raw = RawMCP(rich_daemon.daemon.mcp_socket, timeout=30)
-    try:
-        raw.initialize()
-        raw.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
-        reply = raw.read()
-    finally:
-        raw.close()
-    assert reply is not None and "result" in reply, reply
-    return {t["name"]: t for t in reply["result"]["tools"]}
+    return listed_tools(rich_daemon.daemon)
 
 
 @pytest.fixture(scope="module")
