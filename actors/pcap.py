@@ -34,6 +34,7 @@ from diagd.actors import _pcap_tree as tree_mod
 from diagd.actors import _tshark_cold as _cold
 from diagd.actors._field_search import search_fields
 from diagd.actors._paths import resolve_allowed
+from diagd.actors._pcap_mask import SubscriberMask
 from diagd.actors._sharkd import Sharkd, SharkdError
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors._wireshark import Catalogue, capture_sha256, catalogue, parse_decode_as
@@ -647,23 +648,6 @@ def _sort_key(value: Any) -> tuple[int, float, str]:
 # Tools
 
 
-_MASKS = (re.compile(r"((?:imsi|supi|IMSI)-?\d{5})\d{5,10}"),)
-
-
-def mask_ids(value: Any) -> Any:
-    """Replace subscriber identity digits after MCC+MNC with '*' (config: mask_subscriber_ids)."""
-    if isinstance(value, str):
-        for pattern in _MASKS:
-            value = pattern.sub(lambda m: m.group(1) + "*" * (len(m.group(0)) - len(m.group(1))), value)
-        return value
-    if isinstance(value, dict):
-        return {k: ("*" * len(v) if isinstance(v, str) and ("msin" in k or k == "suci_msin") else mask_ids(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_ids(v) for v in value]
-    return value
-
-
 class PcapBackend:
     """Daemon-side state of the pcap back end: settings, capture keys, LRU of loaded workers."""
 
@@ -730,7 +714,19 @@ class PcapBackend:
         return out
 
     def finish(self, result: dict[str, Any]) -> dict[str, Any]:
-        return mask_ids(result) if self.settings.mask_subscriber_ids else result
+        # Subscriber-identity masking is not done here but at the tool boundary (`register`), which
+        # every result, error and progress message passes, so a handler cannot forget it.
+        return result
+
+    async def identity_source(self, args: dict[str, Any]) -> tuple[str, list[str]] | None:
+        """(key, tshark argv) of the capture a call reads, decoded as the call decodes it."""
+        if "pcap_path" not in args:
+            return None
+        spec = await self.spec_for(args)
+        # ngap_* tools force null-deciphering, which identity collection always turns on: one key.
+        prefs = [p for p in spec.preferences if p[0] != "nas-5gs.null_decipher"]
+        key = f"{spec.sha256}:{json.dumps([spec.decode_as, prefs])}"
+        return key, _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
 
     def export_path(self, stem: str, suffix: str) -> Path:
         """A unique file in the output dir; the oldest exports beyond max_exports are removed."""
@@ -775,12 +771,21 @@ def register(daemon: Daemon) -> None:
     backend = PcapBackend(daemon)
     registry = daemon.registry
 
+    async def field_names() -> list[str]:
+        return list((await catalogue()).fields)
+
+    # The one masking boundary: every pcap tool is registered through `tool()` below.
+    masking = SubscriberMask(enabled=lambda: backend.settings.mask_subscriber_ids,
+                             output_dir=lambda: backend.settings.output_dir,
+                             capture_of=backend.identity_source, known_fields=field_names)
+
     def tool(name: str, description: str, props: dict[str, Any], required: tuple[str, ...] = ("pcap_path",),
              read_only: bool = True, timeout_s: float | None = None) -> Callable[[Handler], Handler]:
         def wrap(handler: Handler) -> Handler:
             registry.register(ToolSpec(name=name, description=description, input_schema=_schema(props, required),
-                                       handler=handler, read_only=read_only, idempotent=True, timeout_s=timeout_s))
-            return handler
+                                       handler=masking.guard(name, handler), read_only=read_only, idempotent=True,
+                                       timeout_s=timeout_s))
+            return handler  # unmasked: handlers calling each other (config_reload) are masked once, outside
         return wrap
 
     @tool("pcap_info", "Overview of a capture: sha256, packet count, time span, which telecom protocols occur "
