@@ -75,7 +75,7 @@ _SIP_CONTEXT = re.compile(r"(?i)((?<![a-z])sips?:\+?)(\d{3,})(?=[^\s@<>;\"',:]*@
 # summary lines) on the same line.
 _LABEL_CONTEXT = re.compile(
     r"(?i)((?:imsi|msin|msisdn|supi|gpsi|user part|user-name|subscription-id-data|e\.164 number|"
-    r"calling party number digits|called party number digits)[^\n]{0,60}?(?:==\s*\"?|[:=]\s*|val=)\+?)(\d{3,})")
+    r"calling party number digits|called party number digits)[^\n]{0,60}?(?:==\s*\"?|[:=]\s*|\s\(|val=)\+?)(\d{3,})")
 _CONTEXTS = (_IMSI_CONTEXT, _NUMBER_CONTEXT, _SUCI_CONTEXT, _SIP_CONTEXT, _LABEL_CONTEXT)
 
 # Result keys naming an identity: their digit runs are masked whatever the capture holds.

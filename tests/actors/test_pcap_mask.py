@@ -110,6 +110,10 @@ def test_hexdump_hides_identity_bytes_across_lines_and_keeps_its_layout() -> Non
 
 def test_no_identities_still_masks_by_context() -> None:
     bare = Masker(Identities())
+    # The AVP code in `MSISDN(701)` is not a value; `IMSI (…)` (a summary line) is.
+    assert bare.text("AVP: MSISDN(701) l=17 f=VM- vnd=TGPP val=2143658701") == (
+        "AVP: MSISDN(701) l=17 f=VM- vnd=TGPP val=**********")
+    assert bare.text("Mobile identity - IMSI (001010000000001)") == "Mobile identity - IMSI (00101**********)"
     assert bare.text("imsi-001010000000001 and IMSI: 001010000000002 sip:2001@h") == (
         "imsi-00101********** and IMSI: 00101********** sip:****@h")
 
