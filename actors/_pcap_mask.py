@@ -379,7 +379,9 @@ class SubscriberMask:
                 await self.learn(args)
             except DiagdError as exc:
                 raise self._mask_error(exc) from None
-            masked: dict[str, Any] = self._masker.value(result)
+            # A 2 MB frame dump takes about half a second to mask: off the event loop, so other
+            # calls are not held up (a Masker is never changed once built, so this is thread-safe).
+            masked: dict[str, Any] = await trio.to_thread.run_sync(self._masker.value, result)
             return await self._mask_files(masked)
 
         return guarded

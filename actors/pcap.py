@@ -90,10 +90,19 @@ class PcapSettings:
             max_loaded=int(raw.get("max_loaded", 4)),
             idle_timeout_s=float(raw.get("idle_timeout_s", 900)),
             max_exports=int(raw.get("max_exports", 50)),
-            mask_subscriber_ids=bool(raw.get("mask_subscriber_ids", False)),
+            mask_subscriber_ids=_flag(raw, "mask_subscriber_ids"),
             profiles=profiles,
             packet_list_columns=tuple(raw.get("packet_list_columns", ())),
         )
+
+
+def _flag(raw: dict[str, Any], name: str) -> bool:
+    """A boolean setting; `"false"` (a string) would be truthy, so anything but true/false is refused."""
+    value = raw.get(name, False)
+    if not isinstance(value, bool):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[pcap] {name} must be true or false, not {value!r}",
+                         setting=f"pcap.{name}")
+    return value
 
 
 @dataclass(frozen=True)
