@@ -382,7 +382,9 @@ class SubscriberMask:
             # A 2 MB frame dump takes about half a second to mask: off the event loop, so other
             # calls are not held up (a Masker is never changed once built, so this is thread-safe).
             masked: dict[str, Any] = await trio.to_thread.run_sync(self._masker.value, result)
-            return await self._mask_files(masked)
+            # The file is found by its real name: a capture named after an IMSI gives an export
+            # whose reported name is masked too.
+            return await self._mask_files(result.get("output_path"), masked)
 
         return guarded
 
@@ -448,9 +450,8 @@ class SubscriberMask:
                     values[f].extend(cell.split(",") if f not in TEXT_FIELDS else [cell])
         return identities_from(values)
 
-    async def _mask_files(self, result: dict[str, Any]) -> dict[str, Any]:
+    async def _mask_files(self, path_text: Any, result: dict[str, Any]) -> dict[str, Any]:
         """Text files a tool wrote (packet-list TSV) are masked in place; binary captures cannot be."""
-        path_text = result.get("output_path")
         if not isinstance(path_text, str):
             return result
         path = Path(path_text)

@@ -213,3 +213,16 @@ def test_the_setting_is_a_real_boolean(tmp_path: Path, value: object, ok: bool) 
         with pytest.raises(DiagdError) as caught:
             PcapSettings.from_daemon(daemon)
         assert caught.value.code == ErrorCode.INVALID_ARGUMENT and "true or false" in caught.value.message
+
+
+async def test_an_export_named_after_an_identity_is_still_masked(tmp_path: Path) -> None:
+    mask = mask_for(tmp_path, fake_tshark("001019876543210\n"))
+    tsv = tmp_path / "imsi-001019876543210-20260101T000000-abcdef.tsv"
+
+    async def handler(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        tsv.write_text("No.\tInfo\n1\tIMSI 001019876543210\n")
+        return {"output_path": str(tsv), "file_size_bytes": tsv.stat().st_size}
+
+    result = await mask.guard("pcap_x", handler)(CallContext(client="t"), {"pcap_path": "/x"})
+    assert result["output_path"] == str(tmp_path / "imsi-00101**********-20260101T000000-abcdef.tsv")
+    assert tsv.read_text() == "No.\tInfo\n1\tIMSI 00101**********\n"
