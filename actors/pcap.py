@@ -185,16 +185,18 @@ class PcapActor(Actor):
         started = time.monotonic()
         self._retire_worker()
         self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
-        try:
-            self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
-        except SharkdError as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
-                             path=str(self.spec.path)) from None
+        # Preferences go in before the file is read: some act only in the first, sequential pass
+        # (sctp.association_index numbers associations there; set after `load` every frame says 65535).
         for name, value in self.spec.preferences:
             try:
                 await self.sharkd.call("setconf", {"name": name, "value": value})
             except SharkdError as exc:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"preference {name}={value}: {exc.message}") from None
+        try:
+            self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
+        except SharkdError as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
+                             path=str(self.spec.path)) from None
         self.analysis = {}  # a whole extra pass: computed when first needed, not at load
         info = await self.sharkd.call("info")
         # Column formats are an enum whose order sharkd lists in `info`: map %m, %t, ... to indices.
