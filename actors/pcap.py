@@ -610,11 +610,11 @@ class PcapActor(Actor):
 
     async def op_ngap_sessions(self, request: Request, display_filter: str) -> dict[str, Any]:
         pdus = await self._ngap_pdus(request, display_filter)
-        return ngap_summary.ue_sessions(pdus)
+        return ngap_summary.ue_sessions(pdus, filtered=bool(display_filter))
 
     async def op_pdu_sessions(self, request: Request, display_filter: str) -> dict[str, Any]:
         pdus = await self._ngap_pdus(request, display_filter)
-        return ngap_summary.pdu_sessions(pdus)
+        return ngap_summary.pdu_sessions(pdus, filtered=bool(display_filter))
 
     async def _ngap_pdus(self, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
         base = "ngap && sctp"
@@ -977,7 +977,10 @@ def register(daemon: Daemon) -> None:
                                "source": await backend.source(spec, args, display_filter=flt)})
 
     async def ngap_summary(ctx: CallContext, args: dict[str, Any], op: str) -> dict[str, Any]:
-        prefs = {"nas-5gs.null_decipher": "TRUE"} if args.get("null_decipher", True) else None
+        # NGAP UE ids are unique only inside one SCTP association: Wireshark numbers them (first pass).
+        prefs = {"sctp.association_index": "TRUE"}
+        if args.get("null_decipher", True):
+            prefs["nas-5gs.null_decipher"] = "TRUE"
         spec = await backend.spec_for(args, force_prefs=prefs)
         result = await backend.ask(ctx, spec, op, {"display_filter": args.get("display_filter", "")})
         return backend.finish({**result, "source": await backend.source(spec, args)})

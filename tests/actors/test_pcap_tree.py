@@ -90,4 +90,6 @@ def test_ue_summary_marks_the_reject_and_ignores_a_normal_release() -> None:
     (ue,) = summary["ues"]
     assert ue["registration"] == "rejected" and ue["amf_ue_ngap_id"] == 2
     assert [f["code"] for f in ue["failures"]] == [7]  # nas: normal-release is not a failure
-    assert summary["failed_ues"] == [2]
+    assert [(u["ran_ue_ngap_id"], u["amf_ue_ngap_id"]) for u in summary["failed_ues"]] == [(2, 2)]
+    assert summary["failed_ues"][0]["reasons"] == [{"frame": 19, "kind": "5GMM", "code": 7,
+                                                    "cause": "5GS services not allowed", "why": "Registration reject"}]
