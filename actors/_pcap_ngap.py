@@ -716,13 +716,17 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
 
 def _tmsi(value: int, ctx: Context, frame: int, how: str, seen: dict[int, tuple[Context, int, str]],
           link: Any) -> None:
-    # The 5G-TMSI alone (without AMF set/pointer) identifies the UE within one AMF set, which is
-    # what one capture of one core shows.
-    if value in seen:
+    """Link a context presenting a 5G-TMSI to the one that last assigned (or presented) it.
+
+    Two assignments of one value are no evidence (the AMF may hand a freed TMSI to another UE).
+    The 5G-TMSI alone (without AMF set/pointer) identifies the UE within one AMF set, which is
+    what one capture of one core shows.
+    """
+    if how == "presented" and value in seen:
         other, other_frame, other_how = seen[value]
-        link(other, ctx, f"5G-TMSI {other_how} in frame {other_frame}, {how} in frame {frame}", [other_frame, frame])
-    else:
-        seen[value] = (ctx, frame, how)
+        link(other, ctx, f"5G-TMSI {other_how} in frame {other_frame}, presented in frame {frame}",
+             [other_frame, frame])
+    seen[value] = (ctx, frame, how)
 
 
 def _path_switch_source(contexts: list[Context], target: Context, amf_id: int, frame: int) -> Context | None:
