@@ -303,9 +303,9 @@ def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
     item: SessionItem | None = None
     pairs: list[list[str | None]] = []
     for name, value, label in labelled([ie]):
+        if name == "ngap.nG_Interface" and ie_id == IE_RESET_TYPE:
+            pdu.reset_all = True
         if value is None:
-            if name == "ngap.nG_Interface" and ie_id == IE_RESET_TYPE:
-                pdu.reset_all = True
             continue
         if name in NGAP_CAUSE_GROUPS:
             cause = _cause(pdu.frame, name, value, label, pdu.procedure)
@@ -859,6 +859,7 @@ def pdu_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
     sessions: list[dict[str, Any]] = []
     current: dict[tuple[int, int], dict[str, Any]] = {}
     counts: dict[tuple[int, int], int] = {}
+    unmatched: list[int] = []
 
     def new(ctx: Context, psi: int, frame: int) -> dict[str, Any]:
         key = (ctx.number, psi)
@@ -931,9 +932,11 @@ def pdu_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
                 if item.first("ngap.sST"):
                     s["s_nssai"] = {"sst": item.first("ngap.sST"), "sd": item.first("ngap.sD")}
             elif item.role in ("setup-ok", "setup-failed"):
-                s = session(ctx, item.psi, pdu.frame)
-                if s["setup_request_frame"] is None or s["setup_response_frame"] is not None:
-                    continue  # answers no request of this establishment (the request is not in the capture)
+                found = current.get((ctx.number, item.psi))
+                if found is None or found["setup_request_frame"] is None or found["setup_response_frame"] is not None:
+                    unmatched.append(pdu.frame)  # answers no request seen in the capture: it opens no session
+                    continue
+                s = found
                 s["setup_response_frame"] = pdu.frame
                 s["setup_result"] = "setup" if item.role == "setup-ok" else "failed"
                 if item.role == "setup-ok":
@@ -963,7 +966,9 @@ def pdu_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
         "incomplete": [{"ue": s["ue"], "pdu_session_id": s["pdu_session_id"], "status": s["status"]}
                        for s in sessions if s["status"] not in ("established", "rejected", "setup_failed")],
         "warnings": list(analysis.warnings) + (
-            ["display_filter given: sessions are built from the filtered NGAP frames only"] if filtered else []),
+            ["display_filter given: sessions are built from the filtered NGAP frames only"] if filtered else []) + (
+            [f"N2 PDU session setup responses without a request in the capture (frames {unmatched[:20]}): ignored"]
+            if unmatched else []),
     }
     if not sessions:
         result["reason"] = ("no NGAP over SCTP in the capture" + (" that matches the display filter" if filtered

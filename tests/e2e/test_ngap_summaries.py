@@ -223,3 +223,24 @@ async def test_many_gnbs_reusing_ue_ids_stay_apart(ngap_daemon: DaemonProcess,
     assert len({u["association"] for u in reused}) == len(reused) > COPIES // 2
     # Each gNB's UEs are on that gNB.
     assert {u["gnb"] for u in ues["ues"]} == {c.gnb for c in copies}
+
+
+@pytest.mark.parametrize(("cause_byte", "cause", "abnormal"), [
+    (0x40, "normal-release", False), (0x48, "deregister", False), (0x44, "authentication-failure", True)])
+async def test_a_release_is_a_failure_only_with_an_abnormal_cause(ngap_daemon: DaemonProcess, cause_byte: int,
+                                                                  cause: str, abnormal: bool) -> None:
+    # Real data, one byte changed: frame 21 of the registration-reject run is the
+    # UEContextReleaseCommand of UE (AMF 2, RAN 2), cause nas: normal-release. Its Cause is one PER
+    # byte (choice nas = 010, extension bit, 2-bit value), so nas causes can be swapped in place.
+    data = bytearray(Path(pcap("adrian_registration_reject.pcap")).read_bytes())
+    command = list(packets(data))[20]
+    assert data[command.offset + 77:command.offset + 82] == bytes.fromhex("000f400140")  # id-Cause, nas: 0
+    data[command.offset + 81] = cause_byte
+    path = Path(ngap_daemon.env.root) / f"release_{cause}.pcap"
+    path.write_bytes(bytes(data))
+    ues, _, _ = await compare(ngap_daemon, path)  # the oracle, by cause codes, agrees
+    ue = next(u for u in ues["ues"] if (u["amf_ue_ngap_id"], u["ran_ue_ngap_id"]) == (2, 2))
+    release = [(f["frame"], f["kind"], f["code"], f["cause"], f["why"]) for f in ue["failures"] if f["frame"] == 21]
+    assert release == ([(21, "NGAP", 1, cause, "abnormal release cause in UEContextRelease")] if abnormal else [])
+    assert [(f["frame"], f["code"]) for f in ue["failures"] if f["frame"] != 21] == [(19, 7)]  # the reject stays
+    assert [u["ran_ue_ngap_id"] for u in ues["failed_ues"]] == [2]
