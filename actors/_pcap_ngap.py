@@ -121,6 +121,8 @@ NAS_DL_TRANSPORT = "0x68"  # with a 5GMM cause it carries back a 5GSM message th
 _MESSAGE_TYPES = {"nas_5gs.mm.message_type": "5GMM", "nas_5gs.sm.message_type": "5GSM"}
 _NAS_KEEP = {"nas_5gs.pdu_session_id", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4", "nas_5gs.mm.sst",
              "nas_5gs.5g_tmsi", "e212.mcc", "e212.mnc", "nas_5gs.mm.type_id"}
+_INTEGER_FIELDS = {"ngap.AMF_UE_NGAP_ID", "ngap.RAN_UE_NGAP_ID", "ngap.pDUSessionID", "ngap.qosFlowIdentifier",
+                   "nas_5gs.pdu_session_id", "nas_5gs.5g_tmsi"}
 _ITEM_KEEP = {"ngap.TransportLayerAddressIPv4", "ngap.gTP_TEID", "ngap.qosFlowIdentifier", "ngap.sST", "ngap.sD"}
 
 
@@ -193,6 +195,7 @@ class NgapPdu:
     tmsi: list[int] = field(default_factory=list)  # 5G-S-TMSI presented in NGAP (FiveG-S-TMSI IE)
     s2t_container: str | None = None
     ran_node: dict[str, str] = field(default_factory=dict)
+    unreadable: str | None = None  # why the PDU could be read only in part
 
     @property
     def initiating(self) -> bool:
@@ -209,7 +212,10 @@ def pdus_in_frame(frame: int, tree: list[Node]) -> list[NgapPdu]:
     pdus = []
     for node in protocol_nodes(tree, {"ngap"}):
         pdu = NgapPdu(frame=frame, time=epoch, src=src, dst=dst, assoc_index=assoc_index)
-        _read_pdu(pdu, node)
+        try:
+            _read_pdu(pdu, node)
+        except ValueError as exc:  # a value this reader does not expect: say so, do not fail the whole answer
+            pdu.unreadable = f"frame {frame}: {exc}"
         pdus.append(pdu)
     return pdus
 
@@ -307,6 +313,8 @@ def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
             pdu.reset_all = True
         if value is None:
             continue
+        if name in _INTEGER_FIELDS:
+            value = str(_int(value))  # checked here, inside the reader's guard, so later int() cannot fail
         if name in NGAP_CAUSE_GROUPS:
             cause = _cause(pdu.frame, name, value, label, pdu.procedure)
             if item is not None:
@@ -346,10 +354,10 @@ def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
 
 
 def _int(value: str) -> int:
-    """Integers as tshark prints them: decimal, 0x-hex, or colon-separated bytes."""
+    """Integers as tshark prints them: decimal (leading zeros allowed), 0x-hex, or colon-separated bytes."""
     if ":" in value:
         return int(value.replace(":", ""), 16)
-    return int(value, 0)
+    return int(value, 16) if value.lower().startswith("0x") else int(value, 10)
 
 
 def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], int]:
@@ -380,7 +388,8 @@ def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], i
                     message.cause = int(value)
                     message.cause_text = label_name(str(child.get("l", "")))
                 elif name in _NAS_KEEP or name.startswith("nas_5gs.mm.suci."):
-                    message.values.setdefault(name, []).append(value)
+                    message.values.setdefault(name, []).append(str(_int(value)) if name in _INTEGER_FIELDS
+                                                               else value)
             gather(child, message)
 
     def visit(node: Node) -> None:
@@ -562,6 +571,9 @@ def analyse(pdus: list[NgapPdu]) -> Analysis:
     if any(a.key[2] is None for a in associations.values()):
         warnings.append("some NGAP frames have no SCTP association index: their contexts are keyed by the two "
                         "endpoints only (a restarted association on the same ports is not told apart)")
+    unreadable = [p.unreadable for p in pdus if p.unreadable]
+    if unreadable:
+        warnings.append(f"{len(unreadable)} NGAP PDUs were read only in part: {unreadable[:5]}")
     undecoded = sum(p.nas_undecoded for p in pdus)
     if undecoded:
         warnings.append(f"{undecoded} security-protected NAS PDUs did not decode into a plain message (ciphered "
@@ -690,7 +702,7 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
                 tmsi = message.first("nas_5gs.5g_tmsi")
                 if tmsi is not None:
                     how = "assigned" if message.code in NAS_TMSI_ASSIGNERS else "presented"
-                    _tmsi(int(tmsi, 0), ctx, pdu.frame, how, tmsi_seen, link)
+                    _tmsi(_int(tmsi), ctx, pdu.frame, how, tmsi_seen, link)
             for value in pdu.tmsi:
                 _tmsi(value, ctx, pdu.frame, "presented", tmsi_seen, link)
             if pdu.s2t_container is not None and pdu.initiating:

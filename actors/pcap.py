@@ -986,13 +986,17 @@ def register(daemon: Daemon) -> None:
         return backend.finish({**result, "source": await backend.source(spec, args)})
 
     ngap_props = {**_CAPTURE, **_FILTER, "null_decipher": {"type": "boolean", "default": True}}
-    tool("ngap_ue_sessions", "5G N2 view per UE (RAN/AMF UE NGAP ID pair, SUCI MSIN, 5G-TMSI): first/last time, "
-         "frames, NGAP procedures in order, NAS messages, failures with causes (5GMM, 5GSM, NGAP). NAS after "
-         "Security Mode is decoded with nas-5gs.null_decipher unless null_decipher=false.",
+    tool("ngap_ue_sessions", "5G N2 view per UE context, keyed by (SCTP association, AMF-UE-NGAP-ID, "
+         "RAN-UE-NGAP-ID) so gNBs reusing ids stay apart: gNB, SUCI MSIN, 5G-TMSI, first/last time, frames, NGAP "
+         "procedures in order, NAS messages, failures (frame, kind, code, cause, why; normal releases are not "
+         "failures), failed_ues, NG associations, and contexts linked only on evidence (same SUCI, 5G-TMSI, path "
+         "switch, handover). NAS after Security Mode is decoded with nas-5gs.null_decipher unless "
+         "null_decipher=false.",
          ngap_props)(functools.partial(ngap_summary, op="ngap_sessions"))
-    tool("ngap_pdu_session_summary", "Per PDU session: NAS establishment request/accept/reject, NGAP "
-         "PDUSessionResourceSetup request/response, N3 uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, "
-         "UE IP, and failure causes (NGAP and 5GSM).",
+    tool("ngap_pdu_session_summary", "One entry per PDU session establishment (UE context, session id, n-th "
+         "request): NAS establishment request/accept/reject, NGAP PDU session resource setup request/response, N3 "
+         "uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, UE IP, failure causes (NGAP and 5GSM), status; "
+         "established_count, rejected (reject or failed setup), incomplete.",
          ngap_props)(functools.partial(ngap_summary, op="pdu_sessions"))
 
     @tool("pcap_list_fields", "Discover Wireshark field names (from tshark -G fields) by substring or regex over "

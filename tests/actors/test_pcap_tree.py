@@ -294,3 +294,10 @@ def test_an_ng_reset_ends_the_contexts_of_its_association_only() -> None:
         ("A1/amf-1/ran-1", [5], None)]
     assert ues["non_ue_failures"] == [] and ues["failed_ues"] == []
     assert [p["procedure"] for p in ues["associations"][0]["procedures"]] == ["NGReset", "NGReset"]
+
+
+def test_a_value_the_reader_does_not_expect_is_a_warning_not_a_traceback() -> None:
+    odd = ie(85, "RAN-UE-NGAP-ID", node("RAN-UE-NGAP-ID: ?", "ngap.RAN_UE_NGAP_ID == banana"))
+    ues, sessions = summarize(frame(1, "g", pdu(*INITIAL, *ids(ran=1))), frame(2, "g", pdu(*UPLINK, odd)))
+    assert ues["ue_count"] == 1 and any("read only in part" in w and "frame 2" in w for w in ues["warnings"])
+    assert sessions["reason"].startswith("no PDU session establishment")
