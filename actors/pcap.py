@@ -195,16 +195,18 @@ class PcapActor(Actor):
         started = time.monotonic()
         self._retire_worker()
         self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
-        try:
-            self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
-        except SharkdError as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
-                             path=str(self.spec.path)) from None
+        # Preferences go in before the file is read: some act only in the first, sequential pass
+        # (sctp.association_index numbers associations there; set after `load` every frame says 65535).
         for name, value in self.spec.preferences:
             try:
                 await self.sharkd.call("setconf", {"name": name, "value": value})
             except SharkdError as exc:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"preference {name}={value}: {exc.message}") from None
+        try:
+            self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
+        except SharkdError as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
+                             path=str(self.spec.path)) from None
         self.analysis = {}  # a whole extra pass: computed when first needed, not at load
         info = await self.sharkd.call("info")
         # Column formats are an enum whose order sharkd lists in `info`: map %m, %t, ... to indices.
@@ -618,11 +620,11 @@ class PcapActor(Actor):
 
     async def op_ngap_sessions(self, request: Request, display_filter: str) -> dict[str, Any]:
         pdus = await self._ngap_pdus(request, display_filter)
-        return ngap_summary.ue_sessions(pdus)
+        return ngap_summary.ue_sessions(pdus, filtered=bool(display_filter))
 
     async def op_pdu_sessions(self, request: Request, display_filter: str) -> dict[str, Any]:
         pdus = await self._ngap_pdus(request, display_filter)
-        return ngap_summary.pdu_sessions(pdus)
+        return ngap_summary.pdu_sessions(pdus, filtered=bool(display_filter))
 
     async def _ngap_pdus(self, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
         base = "ngap && sctp"
@@ -989,19 +991,26 @@ def register(daemon: Daemon) -> None:
                                "source": await backend.source(spec, args, display_filter=flt)})
 
     async def ngap_summary(ctx: CallContext, args: dict[str, Any], op: str) -> dict[str, Any]:
-        prefs = {"nas-5gs.null_decipher": "TRUE"} if args.get("null_decipher", True) else None
+        # NGAP UE ids are unique only inside one SCTP association: Wireshark numbers them (first pass).
+        prefs = {"sctp.association_index": "TRUE"}
+        if args.get("null_decipher", True):
+            prefs["nas-5gs.null_decipher"] = "TRUE"
         spec = await backend.spec_for(args, force_prefs=prefs)
         result = await backend.ask(ctx, spec, op, {"display_filter": args.get("display_filter", "")})
         return backend.finish({**result, "source": await backend.source(spec, args)})
 
     ngap_props = {**_CAPTURE, **_FILTER, "null_decipher": {"type": "boolean", "default": True}}
-    tool("ngap_ue_sessions", "5G N2 view per UE (RAN/AMF UE NGAP ID pair, SUCI MSIN, 5G-TMSI): first/last time, "
-         "frames, NGAP procedures in order, NAS messages, failures with causes (5GMM, 5GSM, NGAP). NAS after "
-         "Security Mode is decoded with nas-5gs.null_decipher unless null_decipher=false.",
+    tool("ngap_ue_sessions", "5G N2 view per UE context, keyed by (SCTP association, AMF-UE-NGAP-ID, "
+         "RAN-UE-NGAP-ID) so gNBs reusing ids stay apart: gNB, SUCI MSIN, 5G-TMSI, first/last time, frames, NGAP "
+         "procedures in order, NAS messages, failures (frame, kind, code, cause, why; normal releases are not "
+         "failures), failed_ues, NG associations, and contexts linked only on evidence (same SUCI, 5G-TMSI, path "
+         "switch, handover). NAS after Security Mode is decoded with nas-5gs.null_decipher unless "
+         "null_decipher=false.",
          ngap_props)(functools.partial(ngap_summary, op="ngap_sessions"))
-    tool("ngap_pdu_session_summary", "Per PDU session: NAS establishment request/accept/reject, NGAP "
-         "PDUSessionResourceSetup request/response, N3 uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, "
-         "UE IP, and failure causes (NGAP and 5GSM).",
+    tool("ngap_pdu_session_summary", "One entry per PDU session establishment (UE context, session id, n-th "
+         "request): NAS establishment request/accept/reject, NGAP PDU session resource setup request/response, N3 "
+         "uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, UE IP, failure causes (NGAP and 5GSM), status; "
+         "established_count, rejected (reject or failed setup), incomplete.",
          ngap_props)(functools.partial(ngap_summary, op="pdu_sessions"))
 
     @tool("pcap_list_fields", "Discover Wireshark field names (from tshark -G fields) by substring or regex over "

@@ -53,7 +53,6 @@ import math
 import os
 import re
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -65,6 +64,10 @@ from pathlib import Path
 from typing import Any
 
 from _daemon import isolated_daemon
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.support.pcapedit import retag_sctp  # noqa: E402  (shared with the NGAP tests)
 
 VENV_BIN = Path(sys.executable).parent
 DIAGD = str(VENV_BIN / "diagd")
@@ -88,42 +91,6 @@ def log(message: str) -> None:
 
 
 # --------------------------------------------------------------------------- the capture
-
-
-def retag_sctp(src: Path, dst: Path, salt: int) -> int:
-    """Copy a pcapng file, XORing the SCTP verification tag of every Ethernet/IPv4/SCTP packet."""
-    data = bytearray(src.read_bytes())
-    pos, endian, changed = 0, "<", 0
-    linktypes: list[int] = []
-    while pos + 12 <= len(data):
-        block_type = struct.unpack_from(endian + "I", data, pos)[0]
-        if block_type == 0x0A0D0D0A:  # section header: its byte-order magic sets the endianness
-            endian = "<" if data[pos + 8:pos + 12] == b"\x4d\x3c\x2b\x1a" else ">"
-            linktypes = []
-        block_len = struct.unpack_from(endian + "I", data, pos + 4)[0]
-        if block_len < 12:
-            raise RuntimeError(f"{src}: bad pcapng block at offset {pos}")
-        if block_type == 1:  # interface description
-            linktypes.append(struct.unpack_from(endian + "H", data, pos + 8)[0])
-        elif block_type == 6 and salt:  # enhanced packet
-            iface, _, _, caplen = struct.unpack_from(endian + "IIII", data, pos + 8)
-            pkt = pos + 28
-            if linktypes[iface] == 1 and caplen >= 14:  # Ethernet
-                off = 12
-                ethertype = struct.unpack_from(">H", data, pkt + off)[0]
-                while ethertype in (0x8100, 0x88A8) and caplen >= off + 6:
-                    off += 4
-                    ethertype = struct.unpack_from(">H", data, pkt + off)[0]
-                ip = off + 2
-                if ethertype == 0x0800 and caplen >= ip + 20 and data[pkt + ip + 9] == 132:
-                    sctp = ip + (data[pkt + ip] & 0x0F) * 4
-                    if caplen >= sctp + 8:
-                        vtag = struct.unpack_from(">I", data, pkt + sctp + 4)[0]
-                        struct.pack_into(">I", data, pkt + sctp + 4, vtag ^ salt)
-                        changed += 1
-        pos += block_len
-    dst.write_bytes(bytes(data))
-    return changed
 
 
 def tool_output(argv: list[str]) -> str:

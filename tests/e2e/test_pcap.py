@@ -142,7 +142,8 @@ async def test_ngap_ue_sessions_find_the_failing_ues_and_their_causes(pcap_daemo
     ue = next(u for u in reject["ues"] if u["ran_ue_ngap_id"] == 2)
     assert ue["amf_ue_ngap_id"] == 2 and ue["suci_msin"] == "0000000099" and ue["registration"] == "rejected"
     assert [(f["kind"], f["code"], f["frame"]) for f in ue["failures"]] == [("5GMM", 7, 19)]
-    assert reject["failed_ues"] == [2]
+    assert [(u["ran_ue_ngap_id"], [(r["code"], r["frame"], r["why"]) for r in u["reasons"]])
+            for u in reject["failed_ues"]] == [(2, [(7, 19, "Registration reject")])]
     assert ue["procedures"][0]["procedure"] == "InitialUEMessage"
     slice_ = await call(pcap_daemon, "ngap_ue_sessions", pcap_path=pcap("adrian_pdu_session_reject_slice.pcap"))
     assert [(f["kind"], f["code"], f["frame"]) for u in slice_["ues"] for f in u["failures"]] == [("5GMM", 91, 37)]

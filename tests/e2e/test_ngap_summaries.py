@@ -1,0 +1,246 @@
+"""ngap_ue_sessions and ngap_pdu_session_summary against a second, independent answer.
+
+Every capture of the shared corpus is checked (which ones carry NGAP is asked of tshark, not
+listed here), plus a capture built here of a core test-suite run with dozens of gNBs: time-shifted
+copies of the corpus' NGAP captures, each gNB on its own address and port, SCTP verification tags
+retagged so Wireshark sees new associations, and four gNBs restarting their association on the
+same address and port. Every copy reuses the same small AMF/RAN UE NGAP ids, which is what
+merged UE contexts of different gNBs before. The second answer comes from `tshark -T fields`
+(tests/support/ngap_oracle.py) and must agree exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.conftest import DIAGD, DaemonProcess, start_daemon
+from tests.e2e.test_pcap import make_env
+from tests.pcaps import PCAPS, pcap
+from tests.support import ngap_oracle
+from tests.support.pcapedit import PCAP_MAGICS, keep_sctp_only, packets, readdress_sctp, shift_pcap
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed"),
+]
+
+CORPUS = sorted(p.name for p in PCAPS.glob("*.pcap*")) if PCAPS.is_dir() else ["(no corpus)"]
+MULTI_GNB = "multi-gnb run"
+COPIES = 32
+RESTARTING = 8  # copies 0..7: four gNBs, each restarting its SCTP association once
+BASE_EPOCH = 1_800_000_000  # every copy is moved to start near this time, a few seconds apart
+HANG_GUARD_S = 600  # not a measurement: only stops a test that hangs
+
+
+@pytest.fixture(scope="module")
+def ngap_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    root = tmp_path_factory.mktemp("ngapd")
+    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{root}"]\n')
+    daemon = start_daemon(env)
+    yield daemon
+    daemon.stop()
+    shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+async def call(daemon: DaemonProcess, tool: str, **args: Any) -> dict[str, Any]:
+    params = StdioServerParameters(command=DIAGD, args=["mcp", "--no-autostart"], env=daemon.env.vars)
+    async with Client(params, mode="legacy") as client:
+        with trio.fail_after(HANG_GUARD_S):
+            result = await client.call_tool(tool, args)
+    payload: dict[str, Any] = json.loads(result.content[0].text)
+    assert not result.is_error, payload
+    return payload
+
+
+def ngap_frame_count(path: Path) -> int:
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", "ngap && sctp", "-T", "fields", "-e", "frame.number"],
+                         check=True, capture_output=True, text=True).stdout
+    return len(out.split())
+
+
+def ngap_sources() -> list[Path]:
+    """The corpus captures that carry NGAP over SCTP, as tshark says."""
+    if not PCAPS.is_dir():
+        pytest.skip(f"the shared capture corpus is not in {PCAPS}")
+    found = [p for p in sorted(PCAPS.glob("*.pcap*")) if ngap_frame_count(p) > 0]
+    if not found:
+        pytest.skip(f"no capture in {PCAPS} carries NGAP")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The multi-gNB capture
+
+
+@dataclass
+class Copy:
+    source: Path
+    gnb: str  # new ip:port of its gNB
+    start: int
+
+
+def gnb_endpoint(path: Path) -> tuple[str, int]:
+    """The gNB's address and port: the sender of NGSetupRequest, else the side not on 38412."""
+    for flt in ("ngap.procedureCode == 21 && ngap.NGAP_PDU == 0", "ngap && sctp.dstport == 38412"):
+        out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", flt, "-T", "fields", "-e", "ip.src",
+                              "-e", "sctp.srcport"], check=True, capture_output=True, text=True).stdout.split()
+        if out:
+            return out[0], int(out[1])
+    raise AssertionError(f"{path.name}: no gNB side found")
+
+
+def first_and_last_seconds(data: bytearray) -> tuple[int, int]:
+    endian = PCAP_MAGICS[bytes(data[:4])]
+    stamps = [struct.unpack_from(endian + "I", data, p.header)[0] for p in packets(data)]
+    return min(stamps), max(stamps)
+
+
+@pytest.fixture(scope="module")
+def multi_gnb(tmp_path_factory: pytest.TempPathFactory, ngap_daemon: DaemonProcess) -> tuple[Path, list[Copy]]:
+    sources = [p for p in ngap_sources() if p.read_bytes()[:4] in PCAP_MAGICS]  # classic pcap: byte edits
+    root = Path(ngap_daemon.env.root)
+    parts, copies = [], []
+    previous_end = 0
+    for g in range(COPIES):
+        src = sources[g % len(sources)]
+        data = keep_sctp_only(bytearray(src.read_bytes()))
+        old_ip, old_port = gnb_endpoint(src)
+        site = g // 2 if g < RESTARTING else g  # the gNB (address and port) this copy runs on
+        ip, port = f"10.99.{site // 250}.{site % 250 + 1}", 40000 + site
+        first, last = first_and_last_seconds(data)
+        # A restart comes after the same gNB's previous association ended; other gNBs overlap in time.
+        start = previous_end + 2 if g < RESTARTING and g % 2 else BASE_EPOCH + 3 * g
+        shift_pcap(data, start - first)
+        previous_end = start + (last - first) + 1
+        changed = readdress_sctp(data, salt=(g + 1) * 0x01010101 & 0xFFFFFFFF, addresses={old_ip: ip},
+                                 ports={old_port: port})
+        assert changed, f"{src.name} has no Ethernet/IPv4/SCTP packet"
+        part = root / f"gnb_{g:02d}.pcap"
+        part.write_bytes(bytes(data))
+        parts.append(str(part))
+        copies.append(Copy(src, f"{ip}:{port}", start))
+    merged = root / "multi_gnb.pcap"
+    subprocess.run(["mergecap", "-F", "pcap", "-w", str(merged), *parts], check=True, capture_output=True)
+    for part in parts:
+        os.unlink(part)
+    return merged, copies
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def ue_keys(result: dict[str, Any]) -> dict[str, ngap_oracle.UeKey]:
+    assoc = {a["association"]: (a["endpoints"][0], a["endpoints"][1], a["sctp_assoc_index"])
+             for a in result["associations"]}
+    return {u["ue"]: (*assoc[u["association"]], u["amf_ue_ngap_id"], u["ran_ue_ngap_id"]) for u in result["ues"]}
+
+
+async def compare(daemon: DaemonProcess, path: Path) -> tuple[dict[str, Any], dict[str, Any], ngap_oracle.Answer]:
+    ues = await call(daemon, "ngap_ue_sessions", pcap_path=str(path))
+    sessions = await call(daemon, "ngap_pdu_session_summary", pcap_path=str(path))
+    want = ngap_oracle.answer(path)
+    keys = ue_keys(ues)
+
+    assert ues["ngap_pdus"] == want.ngap_pdus
+    assert {(a["endpoints"][0], a["endpoints"][1], a["sctp_assoc_index"]) for a in ues["associations"]} \
+        == want.associations
+    # One UE context per (association, AMF id, RAN id), however many gNBs reuse the numbers.
+    assert ues["ue_count"] == len(want.ues) == len({(k[:3], k[3]) for k in want.ues})
+    assert sorted(keys.values(), key=repr) == sorted(want.ues, key=repr)
+    # Each failure under the UE whose ids its PDU carries, and only real failures.
+    got_failures = {keys[u["ue"]]: sorted((f["frame"], f["kind"], f["code"]) for f in u["failures"])
+                    for u in ues["ues"]}
+    assert got_failures == want.failures
+    failed = sorted((keys[f["ue"]] for f in ues["failed_ues"]), key=repr)
+    assert failed == sorted((u for u, f in want.failures.items() if f), key=repr)
+    assert all(f["reasons"] and all(r["why"] and r["frame"] for r in f["reasons"]) for f in ues["failed_ues"])
+    groups = [{keys[label] for label in g["ues"]} for g in ues["linked_ue_groups"]]
+    assert sorted(map(sorted, groups)) == sorted(map(sorted, want.suci_groups))
+    assert all(e["evidence"] == "same SUCI" for g in ues["linked_ue_groups"] for e in g["evidence"])
+
+    s_keys = {s["ue"]: keys[s["ue"]] for s in sessions["sessions"]}
+    established = {(s_keys[s["ue"]], s["pdu_session_id"], s["establishment_accept_frame"])
+                   for s in sessions["sessions"] if s["status"] == "established"}
+    assert sessions["established_count"] == len(established) == len(want.established) == want.accepts_in_n2_setup
+    assert established == want.established
+    rejected = {(s_keys[s["ue"]], s["pdu_session_id"],
+                 s["establishment_reject_frame"] or s["returned_by_amf_frame"] or s["setup_response_frame"])
+                for s in sessions["rejected"]}
+    assert rejected == want.rejected and len(sessions["rejected"]) == sessions["rejected_count"]
+    assert all(s["status"] in ("rejected", "setup_failed") for s in sessions["rejected"])
+    for s in sessions["sessions"]:
+        if s["setup_response_frame"] is not None:
+            assert s["setup_request_frame"] is not None and s["setup_response_frame"] > s["setup_request_frame"], s
+        if s["establishment_accept_frame"] is not None and s["establishment_request_frame"] is not None:
+            assert s["establishment_accept_frame"] > s["establishment_request_frame"], s
+    return ues, sessions, want
+
+
+@pytest.mark.parametrize("name", CORPUS)
+async def test_every_corpus_capture_agrees_with_tshark_fields(ngap_daemon: DaemonProcess, name: str) -> None:
+    path = Path(pcap(name))
+    if ngap_frame_count(path) == 0:
+        # No NGAP: the answer is empty and says why, it is not silently empty.
+        ues = await call(ngap_daemon, "ngap_ue_sessions", pcap_path=str(path))
+        sessions = await call(ngap_daemon, "ngap_pdu_session_summary", pcap_path=str(path))
+        assert ues["ue_count"] == 0 and ues["ngap_pdus"] == 0 and ues["failed_ues"] == []
+        assert ues["reason"] == sessions["reason"] == "no NGAP over SCTP in the capture"
+        assert sessions["session_count"] == 0
+        return
+    ues, sessions, _ = await compare(ngap_daemon, path)
+    assert ues["ue_count"] > 0 and "reason" not in ues
+
+
+async def test_many_gnbs_reusing_ue_ids_stay_apart(ngap_daemon: DaemonProcess,
+                                                   multi_gnb: tuple[Path, list[Copy]]) -> None:
+    path, copies = multi_gnb
+    ues, sessions, _ = await compare(ngap_daemon, path)
+    # By construction: one association per copy (restarts on the same ports included), and each
+    # copy brings its source's UE contexts, failures and sessions again.
+    per_source = {c.source: ngap_oracle.answer(c.source) for c in copies}
+    assert len(ues["associations"]) == COPIES
+    assert len({a["gnb"] for a in ues["associations"]}) == COPIES - RESTARTING // 2
+    assert ues["ue_count"] == sum(len(per_source[c.source].ues) for c in copies)
+    assert sessions["established_count"] == sum(len(per_source[c.source].established) for c in copies)
+    assert sessions["rejected_count"] == sum(len(per_source[c.source].rejected) for c in copies)
+    assert len(ues["failed_ues"]) == sum(sum(1 for f in per_source[c.source].failures.values() if f) for c in copies)
+    # The old bug: the same (AMF id, RAN id) on many gNBs was one UE with another UE's AMF id.
+    reused = [u for u in ues["ues"] if (u["amf_ue_ngap_id"], u["ran_ue_ngap_id"]) == (1, 1)]
+    assert len({u["association"] for u in reused}) == len(reused) > COPIES // 2
+    # Each gNB's UEs are on that gNB.
+    assert {u["gnb"] for u in ues["ues"]} == {c.gnb for c in copies}
+
+
+@pytest.mark.parametrize(("cause_byte", "cause", "abnormal"), [
+    (0x40, "normal-release", False), (0x48, "deregister", False), (0x44, "authentication-failure", True)])
+async def test_a_release_is_a_failure_only_with_an_abnormal_cause(ngap_daemon: DaemonProcess, cause_byte: int,
+                                                                  cause: str, abnormal: bool) -> None:
+    # Real data, one byte changed: frame 21 of the registration-reject run is the
+    # UEContextReleaseCommand of UE (AMF 2, RAN 2), cause nas: normal-release. Its Cause is one PER
+    # byte (choice nas = 010, extension bit, 2-bit value), so nas causes can be swapped in place.
+    data = bytearray(Path(pcap("adrian_registration_reject.pcap")).read_bytes())
+    command = list(packets(data))[20]
+    assert data[command.offset + 77:command.offset + 82] == bytes.fromhex("000f400140")  # id-Cause, nas: 0
+    data[command.offset + 81] = cause_byte
+    path = Path(ngap_daemon.env.root) / f"release_{cause}.pcap"
+    path.write_bytes(bytes(data))
+    ues, _, _ = await compare(ngap_daemon, path)  # the oracle, by cause codes, agrees
+    ue = next(u for u in ues["ues"] if (u["amf_ue_ngap_id"], u["ran_ue_ngap_id"]) == (2, 2))
+    release = [(f["frame"], f["kind"], f["code"], f["cause"], f["why"]) for f in ue["failures"] if f["frame"] == 21]
+    assert release == ([(21, "NGAP", 1, cause, "abnormal release cause in UEContextRelease")] if abnormal else [])
+    assert [(f["frame"], f["code"]) for f in ue["failures"] if f["frame"] != 21] == [(19, 7)]  # the reject stays
+    assert [u["ran_ue_ngap_id"] for u in ues["failed_ues"]] == [2]

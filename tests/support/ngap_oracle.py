@@ -1,0 +1,249 @@
+"""A second, independent answer to the NGAP summary tools, from `tshark -T fields` alone.
+
+It shares no code with diagd.actors._pcap_ngap: it reads tshark's field rows (not sharkd's
+trees), names causes by their codes (not Wireshark's labels), and keys contexts its own simple
+way. Bundled SCTP chunks are first split one per frame (tests/support/pcapedit) so each row is
+one NGAP PDU; frame numbers are mapped back to the original capture's. Whatever it cannot read
+unambiguously from one row (two RAN ids, two 5GSM messages, ...) makes it raise instead of guess.
+
+The rules it applies are the ones the README states for the tools: a UE context is (SCTP
+association, AMF-UE-NGAP-ID, RAN-UE-NGAP-ID); failures are reject/failure/status NAS messages,
+NGAP unsuccessful outcomes, ErrorIndication / NAS non-delivery, failed PDU session setups,
+releases with an abnormal cause, and class-1 requests unanswered although the association went on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.pcapedit import PCAP_MAGICS, split_sctp_bundles
+
+FIELDS = [
+    "frame.number", "frame.time_epoch", "ip.src", "sctp.srcport", "ip.dst", "sctp.dstport", "sctp.assoc_index",
+    "ngap.procedureCode", "ngap.NGAP_PDU", "ngap.RAN_UE_NGAP_ID", "ngap.AMF_UE_NGAP_ID", "ngap.Cause",
+    "ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc",
+    "nas_5gs.mm.message_type", "nas_5gs.sm.message_type", "nas_5gs.mm.5gmm_cause", "nas_5gs.sm.5gsm_cause",
+    "nas_5gs.pdu_session_id", "ngap.pDUSessionID", "ngap.PDUSessionResourceSetupListSURes",
+    "ngap.PDUSessionResourceSetupListCxtRes", "ngap.PDUSessionResourceFailedToSetupListSURes",
+    "ngap.PDUSessionResourceFailedToSetupListCxtRes", "nas_5gs.mm.suci.msin", "e212.mcc", "e212.mnc",
+]
+CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
+# TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).
+NORMAL_NGAP = {"ngap.radioNetwork": {2, 3, 4, 20, 31, 32, 33, 35, 36, 41, 44}, "ngap.nas": {0, 2}, "ngap.misc": {3}}
+CLASS1 = {0, 10, 12, 13, 14, 20, 21, 25, 26, 27, 28, 29, 32, 35, 40, 41, 43, 51, 58, 59, 60, *range(66, 74)}
+MM_FAILURES = {0x44, 0x4D, 0x58, 0x59, 0x5F, 0x64}
+SM_FAILURES = {0xC3, 0xCA, 0xCD, 0xD2, 0xD6}
+SM_RELEASES = {0xD1, 0xD3}
+NORMAL_5GSM = {36, 39}
+
+Assoc = tuple[str, str, int]
+UeKey = tuple[str, str, int, int | None, int | None]  # endpoints, assoc index, AMF id, RAN id
+
+
+class OracleCannotTell(AssertionError):
+    """A row this simple reader cannot split into one PDU's facts."""
+
+
+@dataclass
+class Row:
+    frame: int
+    time: float
+    assoc: Assoc
+    proc: int
+    pdu_type: int
+    ran: int | None
+    amf: int | None
+    values: dict[str, list[str]]
+
+    def ints(self, name: str) -> list[int]:
+        return [int(v, 0) for v in self.values.get(name, [])]
+
+    def one(self, name: str) -> int | None:
+        got = sorted(set(self.ints(name)))
+        if len(got) > 1:
+            raise OracleCannotTell(f"frame {self.frame}: {name} has several values {got}")
+        return got[0] if got else None
+
+
+@dataclass
+class Answer:
+    ngap_pdus: int
+    associations: set[Assoc]
+    ues: set[UeKey]
+    failures: dict[UeKey, list[tuple[int, str, int | None]]]
+    established: set[tuple[UeKey, int, int]]  # (ue, psi, accept frame)
+    rejected: set[tuple[UeKey, int, int]]  # (ue, psi, frame of the reject / failed setup)
+    accepts_in_n2_setup: int
+    suci_groups: list[set[UeKey]] = field(default_factory=list)
+
+
+def tshark_rows(path: Path, tmp: Path) -> list[Row]:
+    pcap = path
+    if path.read_bytes()[:4] not in PCAP_MAGICS:
+        pcap = tmp / f"{path.stem}.classic.pcap"
+        subprocess.run(["editcap", "-F", "pcap", str(path), str(pcap)], check=True, capture_output=True)
+    split, origin = split_sctp_bundles(bytearray(pcap.read_bytes()))
+    split_path = tmp / f"{path.stem}.split.pcap"
+    split_path.write_bytes(bytes(split))
+    argv = ["tshark", "-r", str(split_path), "-n", "-o", "nas-5gs.null_decipher:TRUE",
+            "-o", "sctp.association_index:TRUE", "-Y", "ngap && sctp", "-T", "fields",
+            "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    for name in FIELDS:
+        argv += ["-e", name]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        cells = dict(zip(FIELDS, line.split("\t"), strict=True))
+        values = {k: v.split(",") for k, v in cells.items() if v}
+        if len(values.get("ngap.procedureCode", [])) != 1:
+            raise OracleCannotTell(f"split frame {cells['frame.number']} still holds several NGAP PDUs")
+        ends = sorted((f"{cells['ip.src']}:{cells['sctp.srcport']}", f"{cells['ip.dst']}:{cells['sctp.dstport']}"))
+        row = Row(frame=origin[int(cells["frame.number"]) - 1], time=float(cells["frame.time_epoch"]),
+                  assoc=(ends[0], ends[1], int(cells["sctp.assoc_index"])),
+                  proc=int(cells["ngap.procedureCode"]), pdu_type=int(cells["ngap.NGAP_PDU"]),
+                  ran=None, amf=None, values=values)
+        if row.proc == 25:  # PathSwitchRequest: its AMF id field is the source context's
+            raise OracleCannotTell(f"frame {row.frame}: a path switch; its AMF ids need the IE ids")
+        row.ran, row.amf = row.one("ngap.RAN_UE_NGAP_ID"), row.one("ngap.AMF_UE_NGAP_ID")
+        rows.append(row)
+    return rows
+
+
+def answer(path: Path) -> Answer:
+    with tempfile.TemporaryDirectory(prefix="ngap-oracle-") as tmp:
+        rows = tshark_rows(path, Path(tmp))
+    # Contexts: a RAN id names one context per association until an AMF id joins it.
+    amf_of: dict[tuple[Assoc, int], int] = {}
+    ran_of: dict[tuple[Assoc, int], int] = {}
+    for row in rows:
+        if row.ran is not None and row.amf is not None:
+            if amf_of.setdefault((row.assoc, row.ran), row.amf) != row.amf:
+                raise OracleCannotTell(f"frame {row.frame}: RAN id {row.ran} reused in one association")
+            ran_of.setdefault((row.assoc, row.amf), row.ran)
+
+    def ue(row: Row) -> UeKey | None:
+        ran = row.ran if row.ran is not None else ran_of.get((row.assoc, row.amf)) if row.amf is not None else None
+        amf = row.amf if row.amf is not None else amf_of.get((row.assoc, row.ran)) if row.ran is not None else None
+        if ran is None and amf is None:
+            return None
+        return (*row.assoc, amf, ran)
+
+    owners = [ue(row) for row in rows]
+    ues = {u for u in owners if u is not None}
+    last_frame = {row.assoc: row.frame for row in rows}
+    failures: dict[UeKey, list[tuple[int, str, int | None]]] = {u: [] for u in ues}
+    pending: dict[tuple[object, int], list[Row]] = {}
+    waiting_registration: dict[UeKey, Row] = {}
+    for row, owner in zip(rows, owners, strict=True):
+        found: list[tuple[int, str, int | None]] = []
+        ngap_codes = [(g, int(v)) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
+        if row.pdu_type == 2 or row.proc in (9, 19):
+            found.append((row.frame, "NGAP", ngap_codes[0][1] if ngap_codes else None))
+        elif row.proc in (41, 42, 28) and row.pdu_type == 0:
+            found += [(row.frame, "NGAP", v) for g, v in ngap_codes if v not in NORMAL_NGAP.get(g, set())]
+        failed_items = sum(row.ints("ngap.PDUSessionResourceFailedToSetupListSURes")
+                           + row.ints("ngap.PDUSessionResourceFailedToSetupListCxtRes"))
+        if failed_items:
+            if failed_items > 1 or len(ngap_codes) > 1:
+                raise OracleCannotTell(f"frame {row.frame}: several failed PDU session items")
+            found.append((row.frame, "NGAP", ngap_codes[0][1] if ngap_codes else None))
+        mm, sm = row.ints("nas_5gs.mm.message_type"), row.ints("nas_5gs.sm.message_type")
+        mm_cause, sm_cause = row.one("nas_5gs.mm.5gmm_cause"), row.one("nas_5gs.sm.5gsm_cause")
+        mm_failed = [t for t in mm if t in MM_FAILURES or (t == 0x68 and mm_cause is not None)]
+        if len(mm_failed) > 1 or len(sm) > 1:
+            raise OracleCannotTell(f"frame {row.frame}: several NAS failures in one PDU")
+        found += [(row.frame, "5GMM", mm_cause) for _ in mm_failed]
+        found += [(row.frame, "5GSM", sm_cause) for t in sm
+                  if t in SM_FAILURES or (t in SM_RELEASES and sm_cause is not None and sm_cause not in NORMAL_5GSM)]
+        if owner is None:
+            continue
+        failures[owner] += found
+        if row.proc in CLASS1:
+            if row.pdu_type == 0:
+                pending.setdefault((owner, row.proc), []).append(row)
+            elif pending.get((owner, row.proc)):
+                pending[(owner, row.proc)].pop(0)
+        if 0x41 in mm:
+            waiting_registration[owner] = row
+        if 0x42 in mm or 0x44 in mm:
+            waiting_registration.pop(owner, None)
+    for (owner, _proc), requests in pending.items():
+        assert isinstance(owner, tuple)
+        for row in requests:
+            if last_frame[row.assoc] > row.frame:
+                failures[owner].append((row.frame, "NGAP", None))
+    for owner, row in waiting_registration.items():
+        if last_frame[row.assoc] > row.frame:
+            failures[owner].append((row.frame, "5GMM", None))
+    established, rejected, accepts_in_n2 = _sessions(rows, owners)
+    return Answer(ngap_pdus=len(rows), associations={r.assoc for r in rows}, ues=ues,
+                  failures={u: sorted(f) for u, f in failures.items()}, established=established,
+                  rejected=rejected, accepts_in_n2_setup=accepts_in_n2, suci_groups=_suci_groups(rows, owners))
+
+
+def _sessions(rows: list[Row], owners: list[UeKey | None]
+              ) -> tuple[set[tuple[UeKey, int, int]], set[tuple[UeKey, int, int]], int]:
+    current: dict[tuple[UeKey, int], dict[str, int | None]] = {}
+    every: list[tuple[UeKey, int, dict[str, int | None]]] = []
+    accepts_in_n2 = 0
+
+    def get(owner: UeKey, psi: int, new: bool) -> dict[str, int | None]:
+        if new or (owner, psi) not in current:
+            current[(owner, psi)] = {"accept": None, "n2": None, "setup_req": None, "setup": None, "reject": None}
+            every.append((owner, psi, current[(owner, psi)]))
+        return current[(owner, psi)]
+
+    for row, owner in zip(rows, owners, strict=True):
+        if owner is None:
+            continue
+        sm, mm = row.ints("nas_5gs.sm.message_type"), row.ints("nas_5gs.mm.message_type")
+        psi = row.one("nas_5gs.pdu_session_id")
+        if sm and psi is not None:
+            s = get(owner, psi, new=0xC1 in sm)
+            if 0xC2 in sm:
+                s["accept"] = row.frame
+                if row.proc in (29, 14) and row.pdu_type == 0:
+                    s["n2"] = 1
+                    accepts_in_n2 += 1
+            if 0xC3 in sm:
+                s["reject"] = row.frame
+        elif 0x68 in mm and row.one("nas_5gs.mm.5gmm_cause") is not None and psi is not None:
+            get(owner, psi, new=False)["reject"] = row.frame  # returned unforwarded by the AMF
+        n2_psis = sorted(set(row.ints("ngap.pDUSessionID")))
+        if row.proc in (29, 14) and n2_psis:
+            if len(n2_psis) > 1:
+                raise OracleCannotTell(f"frame {row.frame}: several PDU sessions in one N2 setup")
+            s = get(owner, n2_psis[0], new=False)
+            if row.pdu_type == 0 and not (s["setup_req"] and s["setup"]):
+                s["setup_req"] = row.frame
+            elif row.pdu_type != 0 and s["setup_req"] is not None and s["setup"] is None:
+                ok = row.ints("ngap.PDUSessionResourceSetupListSURes") + row.ints(
+                    "ngap.PDUSessionResourceSetupListCxtRes")
+                s["setup"] = row.frame if ok else -row.frame  # negative: failed to set up
+    established = {(o, p, int(s["accept"])) for o, p, s in every
+                   if s["accept"] and s["n2"] and s["setup"] and s["setup"] > 0 and not s["reject"]}
+    rejected = {(o, p, int(s["reject"] or -int(s["setup"] or 0))) for o, p, s in every
+                if s["reject"] or (s["setup"] is not None and s["setup"] < 0)}
+    return established, rejected, accepts_in_n2
+
+
+def _suci_groups(rows: list[Row], owners: list[UeKey | None]) -> list[set[UeKey]]:
+    """Contexts sharing a SUCI (MSIN + MCC + MNC), as connected groups of two or more."""
+    by_suci: dict[tuple[str, ...], set[UeKey]] = {}
+    for row, owner in zip(rows, owners, strict=True):
+        msins = set(row.values.get("nas_5gs.mm.suci.msin", []))
+        if owner is None or not msins:
+            continue
+        if len(msins) > 1:
+            raise OracleCannotTell(f"frame {row.frame}: several SUCIs")
+        suci = (msins.pop(), *row.values.get("e212.mcc", [])[:1], *row.values.get("e212.mnc", [])[:1])
+        by_suci.setdefault(suci, set()).add(owner)
+    groups: list[set[UeKey]] = []
+    for members in by_suci.values():
+        joined = [g for g in groups if g & members]
+        merged = set(members).union(*joined)
+        groups = [g for g in groups if not g & members] + [merged]
+    return [g for g in groups if len(g) > 1]

@@ -1,0 +1,218 @@
+"""Byte-level edits of real captures, for building bigger or rarer inputs from the shared corpus.
+
+Used by tests and by bench/pcap.py. editcap/mergecap shift and merge but cannot rewrite addresses,
+ports or SCTP verification tags, and tcprewrite is not installed; so these functions edit the
+packet bytes in place and leave every other byte as it was. Only Ethernet (VLAN tags allowed) /
+IPv4 / SCTP packets are touched.
+
+Why SCTP needs retagging: merged copies of one capture repeat the same SCTP associations with the
+same TSNs, so Wireshark marks every copy after the first "Retransmitted TSN" and never dissects
+the payload (NGAP, Diameter, S1AP). A per-copy verification tag makes each copy its own
+association. The SCTP CRC32c is not recomputed: Wireshark does not check it by default
+(sctp.checksum: None) and the corpus captures carry offloaded zero checksums anyway.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+LINKTYPE_ETHERNET = 1
+PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">",  # microsecond timestamps
+               b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">"}  # nanosecond timestamps
+
+
+@dataclass
+class Packet:
+    """One captured packet inside the file's bytes: `data[offset:offset + caplen]`."""
+
+    linktype: int
+    offset: int
+    caplen: int
+    header: int  # offset of the record header (pcap) / block (pcapng)
+
+
+def packets(data: bytearray) -> Iterator[Packet]:
+    """Every packet of a pcap or pcapng file, in file order."""
+    if bytes(data[:4]) in PCAP_MAGICS:
+        endian = PCAP_MAGICS[bytes(data[:4])]
+        linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF
+        pos = 24
+        while pos + 16 <= len(data):
+            caplen = struct.unpack_from(endian + "I", data, pos + 8)[0]
+            if pos + 16 + caplen > len(data):
+                raise ValueError(f"pcap record at offset {pos} runs past the end of the file")
+            yield Packet(linktype, pos + 16, caplen, pos)
+            pos += 16 + caplen
+        return
+    pos, endian = 0, "<"
+    linktypes: list[int] = []
+    while pos + 12 <= len(data):
+        block_type = struct.unpack_from(endian + "I", data, pos)[0]
+        if block_type == 0x0A0D0D0A:  # section header: its byte-order magic sets the endianness
+            endian = "<" if data[pos + 8:pos + 12] == b"\x4d\x3c\x2b\x1a" else ">"
+            linktypes = []
+        block_len = struct.unpack_from(endian + "I", data, pos + 4)[0]
+        if block_len < 12:
+            raise ValueError(f"bad pcapng block at offset {pos}")
+        if block_type == 1:  # interface description
+            linktypes.append(struct.unpack_from(endian + "H", data, pos + 8)[0])
+        elif block_type == 6:  # enhanced packet
+            iface, _, _, caplen = struct.unpack_from(endian + "IIII", data, pos + 8)
+            yield Packet(linktypes[iface], pos + 28, caplen, pos)
+        pos += block_len
+
+
+@dataclass
+class SctpPacket:
+    """Offsets (absolute, into the file's bytes) of the IPv4 and SCTP headers of one packet."""
+
+    ip: int
+    sctp: int
+    end: int  # end of the captured bytes
+
+
+def sctp_in(data: bytearray, packet: Packet) -> SctpPacket | None:
+    if packet.linktype != LINKTYPE_ETHERNET or packet.caplen < 14:
+        return None
+    pkt, caplen = packet.offset, packet.caplen
+    off = 12
+    ethertype = struct.unpack_from(">H", data, pkt + off)[0]
+    while ethertype in (0x8100, 0x88A8) and caplen >= off + 6:
+        off += 4
+        ethertype = struct.unpack_from(">H", data, pkt + off)[0]
+    ip = off + 2
+    if ethertype != 0x0800 or caplen < ip + 20 or data[pkt + ip + 9] != 132:
+        return None
+    sctp = ip + (data[pkt + ip] & 0x0F) * 4
+    if caplen < sctp + 12:
+        return None
+    return SctpPacket(pkt + ip, pkt + sctp, pkt + caplen)
+
+
+def _ipv4_checksum(data: bytearray, ip: int) -> None:
+    length = (data[ip] & 0x0F) * 4
+    struct.pack_into(">H", data, ip + 10, 0)
+    total = sum(struct.unpack_from(f">{length // 2}H", data, ip))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    struct.pack_into(">H", data, ip + 10, ~total & 0xFFFF)
+
+
+def edit_sctp(data: bytearray, edit: Callable[[bytearray, SctpPacket], None]) -> int:
+    """Apply `edit` to every Ethernet/IPv4/SCTP packet of a pcap or pcapng file; returns how many."""
+    changed = 0
+    for packet in list(packets(data)):
+        found = sctp_in(data, packet)
+        if found is not None:
+            edit(data, found)
+            changed += 1
+    return changed
+
+
+def retag_sctp(src: Path, dst: Path, salt: int) -> int:
+    """Copy a capture, XORing the SCTP verification tag of every Ethernet/IPv4/SCTP packet."""
+    data = bytearray(src.read_bytes())
+
+    def xor(buf: bytearray, p: SctpPacket) -> None:
+        vtag = struct.unpack_from(">I", buf, p.sctp + 4)[0]
+        struct.pack_into(">I", buf, p.sctp + 4, vtag ^ salt)
+
+    changed = edit_sctp(data, xor) if salt else 0
+    dst.write_bytes(bytes(data))
+    return changed
+
+
+def readdress_sctp(data: bytearray, *, salt: int, addresses: dict[str, str], ports: dict[int, int]) -> int:
+    """In place: XOR each SCTP verification tag with `salt`, map IPv4 addresses and SCTP ports.
+
+    The IPv4 header checksum is recomputed (an address changed); see the module docstring for the
+    SCTP checksum.
+    """
+    raw = {bytes(int(x) for x in k.split(".")): bytes(int(x) for x in v.split(".")) for k, v in addresses.items()}
+
+    def edit(buf: bytearray, p: SctpPacket) -> None:
+        for field in (p.ip + 12, p.ip + 16):
+            new = raw.get(bytes(buf[field:field + 4]))
+            if new is not None:
+                buf[field:field + 4] = new
+        _ipv4_checksum(buf, p.ip)
+        for field in (p.sctp, p.sctp + 2):
+            port = struct.unpack_from(">H", buf, field)[0]
+            struct.pack_into(">H", buf, field, ports.get(port, port))
+        vtag = struct.unpack_from(">I", buf, p.sctp + 4)[0]
+        struct.pack_into(">I", buf, p.sctp + 4, vtag ^ salt)
+
+    return edit_sctp(data, edit)
+
+
+def shift_pcap(data: bytearray, seconds: int) -> None:
+    """In place: add whole seconds to every timestamp of a classic pcap file."""
+    endian = PCAP_MAGICS[bytes(data[:4])]
+    for packet in list(packets(data)):
+        sec = struct.unpack_from(endian + "I", data, packet.header)[0]
+        struct.pack_into(endian + "I", data, packet.header, sec + seconds)
+
+
+def keep_sctp_only(data: bytearray) -> bytearray:
+    """A classic pcap holding only the file's Ethernet/IPv4/SCTP packets (an N2-only view)."""
+    if bytes(data[:4]) not in PCAP_MAGICS:
+        raise ValueError("keep_sctp_only reads classic pcap files only")
+    out = bytearray(data[:24])
+    for packet in packets(data):
+        if sctp_in(data, packet) is not None:
+            out += data[packet.header:packet.offset + packet.caplen]
+    return out
+
+
+def split_sctp_bundles(data: bytearray) -> tuple[bytearray, list[int]]:
+    """A classic pcap in which every SCTP DATA chunk travels in its own packet.
+
+    `tshark -T fields` prints one row per frame, so several NGAP PDUs bundled in one SCTP packet
+    come out as comma-joined lists that cannot be paired field by field (a PDU without an AMF id
+    shifts every later AMF id). With one chunk per frame each row is one PDU. Returns the new
+    file and, for each new frame (index 0 = frame 1), the original frame number. Non-DATA chunks
+    (SACK, ...) stay in a packet of their own; every packet keeps its original timestamp.
+    """
+    if bytes(data[:4]) not in PCAP_MAGICS:
+        raise ValueError("split_sctp_bundles reads classic pcap files only")
+    endian = PCAP_MAGICS[bytes(data[:4])]
+    out = bytearray(data[:24])
+    origin: list[int] = []
+    for number, packet in enumerate(packets(data), start=1):
+        found = sctp_in(data, packet)
+        record = data[packet.header:packet.header + 8]  # timestamp
+        if found is None:
+            out += data[packet.header:packet.offset + packet.caplen]
+            origin.append(number)
+            continue
+        head = data[packet.offset:found.sctp + 12]
+        data_chunks: list[bytes] = []
+        other = b""
+        pos = found.sctp + 12
+        while pos + 4 <= found.end:
+            kind = data[pos]
+            length = struct.unpack_from(">H", data, pos + 2)[0]
+            if length < 4:
+                break
+            chunk = bytes(data[pos:min(pos + (length + 3) // 4 * 4, found.end)])
+            if kind == 0:
+                data_chunks.append(chunk)
+            else:
+                other += chunk
+            pos += (length + 3) // 4 * 4
+        bodies = ([other] if other else []) + data_chunks
+        if len(bodies) <= 1:
+            out += data[packet.header:packet.offset + packet.caplen]
+            origin.append(number)
+            continue
+        ip = found.ip - packet.offset
+        for body in bodies:
+            pkt = bytearray(head) + body
+            struct.pack_into(">H", pkt, ip + 2, len(pkt) - ip)  # IPv4 total length
+            _ipv4_checksum(pkt, ip)
+            out += record + struct.pack(endian + "II", len(pkt), len(pkt)) + pkt
+            origin.append(number)
+    return out, origin
