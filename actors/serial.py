@@ -793,6 +793,14 @@ class SerialBackend:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, "line_ending applies to utf8 payloads; put the "
                                  "bytes in the hex payload", argument="line_ending")
             payload = parse_hex(args["payload"], what="payload")
+        elif args["payload"] == "":
+            # An empty payload means "just listen": nothing at all is written, not even the port's
+            # line ending (a stray CR can make a shell or a modem act).
+            if args.get("line_ending", "none") != "none":
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, "an empty payload writes nothing, so it takes no "
+                                 "line_ending; to send only a line ending, make it the payload",
+                                 argument="line_ending", hint="e.g. payload='\\r', line_ending='none'")
+            payload = b""
         else:
             payload = args["payload"].encode() + LINE_ENDINGS[args.get("line_ending", rec.settings.line_ending)]
         if args.get("stop_pattern_encoding", encoding) == "hex":

@@ -368,3 +368,29 @@ async def test_a_new_device_reusing_a_vanished_ports_device_name_is_not_taken_fo
     with SimModem(link=tmp_path / "other") as other:  # the kernel may hand out the same /dev/pts/N
         opened = await h.call("configure_connection", port=other.port)
         assert opened["port"] == other.port and opened["outcome"] == "opened"
+
+
+# -- what a call says it did is what happened ---------------------------------------------------
+
+
+def tx_records(path: str) -> list[bytes]:
+    return [bytes.fromhex(r["hex"]) for r in map(json.loads, Path(path).read_text().splitlines())
+            if r["dir"] == "tx"]
+
+
+async def test_an_empty_payload_writes_nothing_not_even_the_line_ending(h: Harness, sim: SimModem) -> None:
+    sim.emit(b"\r\nRDY\r\n", delay=0.05)
+    listened = await at(h, sim, "", stop_pattern="RDY\r\n")  # the port's line_ending is cr
+    assert listened["found_keyword"] and listened["data"] == "\r\nRDY\r\n" and listened["bytes_sent"] == 0
+    quiet = await at(h, sim, "", wait_policy="none", stop_pattern=None)
+    assert quiet["bytes_sent"] == 0
+    # The modem reads in order: had either call written a CR, it would be in front of this AT.
+    assert (await at(h, sim, "AT"))["found_keyword"]
+    assert bytes(sim.received) == b"AT\r"
+    path = (await h.call("connection_status", port=sim.port))["ports"][0]["log_file"]
+    assert tx_records(path) == [b"AT\r"]
+    # Only the line ending, asked for explicitly with nothing to end, is a contradiction: say so.
+    err = await h.error("send_data", port=sim.port, payload="", line_ending="crlf")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "line_ending"
+    assert bytes(sim.received) == b"AT\r"
+
