@@ -566,9 +566,12 @@ TOOLS: dict[str, dict[str, Any]] = {
          "peek": {"type": "boolean", "default": False}, "as_hex": _AS_HEX},
         {"type": "object", "properties": {
             "port": {"type": "string"}, "state": {"enum": _STATES}, "packets": {"type": "array", "items": _PACKET},
-            "returned": {"type": "integer"}, "pending_urc_count": {"type": "integer"},
+            "returned": {"type": "integer"},
+            "pending_urc_count": {"type": "integer",
+                                  "description": "packets in the buffer after this call (a peek leaves them there)"},
+            "has_more": {"type": "boolean", "description": "packets past those returned are waiting"},
             "dropped": {"type": "integer"}, "dropped_total": {"type": "integer"}},
-         "required": ["port", "state", "packets", "returned", "pending_urc_count", "dropped"]},
+         "required": ["port", "state", "packets", "returned", "pending_urc_count", "has_more", "dropped"]},
         required=("port",), title="Read unsolicited serial output", read_only=False, idempotent=False),
     "set_signals": _tool(
         "Line control on an open port, e.g. to reset or boot-strap a board: set DTR and/or RTS, and/or hold a "

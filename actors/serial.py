@@ -821,8 +821,12 @@ class SerialBackend:
             self.authorize(rec, ctx.client)
         packets, dropped = rec.urc.take(args.get("max_packets", 50), 4 * rec.config.max_reply_bytes, peek=peek)
         as_hex = bool(args.get("as_hex"))
+        # pending_urc_count is what the buffer holds after this call, as in send_data and
+        # connection_status: after a peek, the packets shown are still pending.
+        pending = len(rec.urc)
         return {"port": rec.key, "state": str(rec.state), "packets": [p.to_json(as_hex=as_hex) for p in packets],
-                "returned": len(packets), "pending_urc_count": len(rec.urc) - (len(packets) if peek else 0),
+                "returned": len(packets), "pending_urc_count": pending,
+                "has_more": pending > (len(packets) if peek else 0),
                 "dropped": dropped, "dropped_total": rec.urc.dropped_total}
 
     async def set_signals(self, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:

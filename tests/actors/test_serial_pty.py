@@ -394,3 +394,19 @@ async def test_an_empty_payload_writes_nothing_not_even_the_line_ending(h: Harne
     assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "line_ending"
     assert bytes(sim.received) == b"AT\r"
 
+
+async def test_peeking_leaves_the_packets_pending_and_says_so(h: Harness, sim: SimModem) -> None:
+    await at(h, sim, "AT+SIMURC=2,150", wait_policy="none", stop_pattern=None)
+    with trio.fail_after(10):  # the OK and both URCs, each its own packet
+        while (await h.call("connection_status", port=sim.port))["ports"][0]["pending_urc_count"] < 3:
+            await trio.sleep(0.02)
+    peek = await h.call("read_urc", port=sim.port, peek=True)
+    assert peek["returned"] == 3 and peek["pending_urc_count"] == 3 and not peek["has_more"]
+    page = await h.call("read_urc", port=sim.port, peek=True, max_packets=1)
+    assert page["returned"] == 1 and page["pending_urc_count"] == 3 and page["has_more"]
+    taken = await h.call("read_urc", port=sim.port, max_packets=2)
+    assert [p["data"] for p in taken["packets"]] == [p["data"] for p in peek["packets"][:2]]
+    assert taken["pending_urc_count"] == 1 and taken["has_more"]
+    rest = await h.call("read_urc", port=sim.port)
+    assert rest["returned"] == 1 and rest["pending_urc_count"] == 0 and not rest["has_more"]
+
