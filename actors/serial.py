@@ -36,6 +36,7 @@ opened afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import math
@@ -43,6 +44,7 @@ import os
 import re
 import select
 import stat
+import termios
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -87,6 +89,86 @@ READ_SIZE = 16384
 
 class PortGone(Exception):
     """The device went away (hang-up, I/O error): the port is Disconnected."""
+
+
+class SettingRefused(Exception):
+    """The device did not take one setting; the port has been put back as it was."""
+
+    def __init__(self, key: str, value: Any, reason: str) -> None:
+        super().__init__(f"{key}={value!r}: {reason}")
+        self.key, self.value, self.reason = key, value, reason
+
+
+# The order pyserial applies settings in (SerialBase._SAVED_SETTINGS); each change is one tcsetattr.
+DEVICE_KEYS = ("baudrate", "bytesize", "parity", "stopbits", "xonxoff", "dsrdtr", "rtscts")
+_CMSPAR = 0o10000000000  # "stick" (mark/space) parity; the termios module does not export it
+_PARITY_BITS = {"N": 0, "E": termios.PARENB, "O": termios.PARENB | termios.PARODD,
+                "M": termios.PARENB | termios.PARODD | _CMSPAR, "S": termios.PARENB | _CMSPAR}
+_SIZE_BITS = {5: termios.CS5, 6: termios.CS6, 7: termios.CS7, 8: termios.CS8}
+
+
+def _not_in_effect(fd: int, key: str, value: Any) -> str | None:
+    """Why the line does not have `key=value` although tcsetattr succeeded, or None if it has it.
+
+    tcsetattr succeeds when any part of a change was made, and a driver may drop what it cannot do
+    (a pty takes a baud rate change but drops parity and character size in the same call), so
+    what counts is what reads back. The baud rate is not compared: drivers legitimately round it
+    and report the rate they achieved.
+    """
+    iflag, _oflag, cflag, _lflag, _ispeed, _ospeed, _cc = termios.tcgetattr(fd)
+    if key == "bytesize":
+        ok = cflag & termios.CSIZE == _SIZE_BITS[value]
+    elif key == "parity":
+        ok = cflag & (termios.PARENB | termios.PARODD | _CMSPAR) == _PARITY_BITS[value]
+    elif key == "stopbits":
+        ok = bool(cflag & termios.CSTOPB) == (value != 1)
+    elif key == "rtscts":
+        ok = bool(cflag & termios.CRTSCTS) == value
+    elif key == "xonxoff":
+        ok = (iflag & (termios.IXON | termios.IXOFF) == termios.IXON | termios.IXOFF) == value
+    else:
+        return None
+    return None if ok else "the device did not take it (it does not read back)"
+
+
+def _set(ser: Any, key: str, value: Any) -> None:
+    """One pyserial setting (it reconfigures the open port at once), with termios.error (which is
+    not an OSError) turned into one."""
+    try:
+        setattr(ser, key, value)
+    except termios.error as exc:
+        code, text = (exc.args + (0, str(exc)))[:2]
+        raise OSError(code, text) from None
+
+
+def apply_settings(ser: Any, wanted: dict[str, Any]) -> None:
+    """Change an open port's settings one at a time, so a refusal names the setting; on a refusal,
+    walk back through states the port was just in (each one it took) and raise SettingRefused.
+
+    A refusal: pyserial's ValueError (e.g. a custom baud rate the driver rejects), EINVAL from
+    tcsetattr, or a setting that does not read back. Any other OSError (the device went away)
+    propagates unchanged.
+    """
+    done: list[tuple[str, Any]] = []
+    for key in DEVICE_KEYS:
+        old = getattr(ser, key)
+        if key not in wanted or wanted[key] == old:
+            continue
+        try:
+            _set(ser, key, wanted[key])
+            reason = _not_in_effect(ser.fileno(), key, wanted[key])
+        except ValueError as exc:
+            reason = str(exc)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            reason = os.strerror(errno.EINVAL)
+        if reason is None:
+            done.append((key, old))
+            continue
+        for back_key, back_value in [(key, old), *reversed(done)]:
+            _set(ser, back_key, back_value)
+        raise SettingRefused(key, wanted[key], reason)
 
 
 class PortIO(Protocol):
@@ -150,7 +232,7 @@ class PosixPort:
                 raise PortGone("port closed") from None
 
     def apply(self, settings: PortSettings) -> None:
-        self.ser.apply_settings(settings.pyserial())
+        apply_settings(self.ser, settings.pyserial())
 
     def set_lines(self, dtr: bool | None, rts: bool | None) -> None:
         if dtr is not None:
@@ -183,24 +265,48 @@ async def open_posix_port(device: str, settings: PortSettings, lines: dict[str, 
                              hint="list_ports shows the ports this machine has") from None
         if not stat.S_ISCHR(mode):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{device} is not a character device", port=device)
+        wanted = settings.pyserial()
         ser = serial.Serial()
         ser.port = device
-        ser.apply_settings(settings.pyserial())
+        # Opened at the wanted speed and 8N1, then set one setting at a time (as on an open port): a
+        # device that refuses one is told apart from the others, and a pty that would silently drop
+        # parity taken together with a speed change is caught (see _not_in_effect).
+        ser.baudrate = wanted["baudrate"]
         ser.exclusive = True
         ser.timeout = 0
         if "dtr" in lines:
             ser.dtr = lines["dtr"]  # applied by open(): no reset pulse when asked for dtr=false
         if "rts" in lines:
             ser.rts = lines["rts"]
-        ser.open()
+        try:
+            ser.open()
+        except ValueError as exc:
+            raise SettingRefused("baudrate", wanted["baudrate"], str(exc)) from None
+        except termios.error as exc:
+            code, text = (exc.args + (0, str(exc)))[:2]
+            if code == errno.EINVAL:
+                raise SettingRefused("baudrate", wanted["baudrate"], text) from None
+            raise OSError(code, f"cannot set up {device}: {text}") from None
+        try:
+            apply_settings(ser, wanted)
+        except BaseException:
+            ser.close()
+            raise
         return ser
 
     try:
         return PosixPort(await trio.to_thread.run_sync(_open))
+    except SettingRefused as exc:
+        raise refused_error(device, exc, "the port stays closed") from None
     except ValueError as exc:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"invalid settings for {device}: {exc}", port=device) from None
     except OSError as exc:  # serial.SerialException is an OSError
         raise await _open_error(device, exc) from None
+
+
+def refused_error(port: str, exc: SettingRefused, outcome: str) -> DiagdError:
+    return DiagdError(ErrorCode.INVALID_ARGUMENT, f"{port} refused {exc.key}={exc.value!r}: {exc.reason}; {outcome}",
+                      port=port, argument=exc.key, value=exc.value, reason=exc.reason)
 
 
 async def _open_error(device: str, exc: OSError) -> DiagdError:
@@ -510,20 +616,29 @@ class SerialActor(Actor):
 
     async def _configure(self, settings: PortSettings, lines: dict[str, bool]) -> dict[str, Any]:
         rec = self.record
-        rec.lines.update(lines)
         if rec.state != PortState.CONNECTED:
+            rec.lines.update(lines)
             await self._open_session(settings)
             return {"reopened": True}
         io = self._require_connected()
+        applied = False
         try:
             if settings != rec.settings:
                 io.apply(settings)
+                applied = True
             if lines:
                 io.set_lines(lines.get("dtr"), lines.get("rts"))
+        except SettingRefused as exc:  # apply() has put the port back: same session, old settings
+            raise refused_error(rec.key, exc, f"the port keeps its settings ({_settings_text(rec.settings)})"
+                                ) from None
         except ValueError as exc:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"invalid settings for {rec.key}: {exc}") from None
         except OSError as exc:
+            if applied:  # the lines failed: a call that fails changes nothing, so the settings go back too
+                with contextlib.suppress(OSError, ValueError, SettingRefused):
+                    io.apply(rec.settings)
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot apply settings to {rec.key}: {exc}") from None
+        rec.lines.update(lines)
         rec.settings = settings
         self._slicer.idle_s = settings.idle_ms / 1000
         if rec.log is not None:
@@ -554,6 +669,13 @@ class SerialActor(Actor):
             rec.log.event("signals", time.time(), dtr=dtr, rts=rts, break_ms=break_ms)
         return {"success": True, "port": rec.key, "dtr": rec.lines.get("dtr"), "rts": rec.lines.get("rts"),
                 "break_ms": break_ms, "modem_lines": io.modem_lines()}
+
+
+def _settings_text(settings: PortSettings) -> str:
+    """`115200 8N1`, plus flow control when on."""
+    stop = f"{settings.stopbits:g}"
+    flow = [name for name in ("rtscts", "xonxoff", "dsrdtr") if getattr(settings, name)]
+    return f"{settings.baudrate} {settings.bytesize}{settings.parity}{stop}" + (f" {'+'.join(flow)}" if flow else "")
 
 
 def session_logs(log_dir: Path, key: str) -> list[Path]:

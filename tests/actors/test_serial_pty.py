@@ -410,3 +410,59 @@ async def test_peeking_leaves_the_packets_pending_and_says_so(h: Harness, sim: S
     rest = await h.call("read_urc", port=sim.port)
     assert rest["returned"] == 1 and rest["pending_urc_count"] == 0 and not rest["has_more"]
 
+
+@pytest.mark.parametrize(("setting", "value"), [("parity", "E"), ("bytesize", 7)])
+async def test_a_setting_the_device_refuses_leaves_the_open_port_as_it_was(
+        h: Harness, sim: SimModem, setting: str, value: object) -> None:
+    before = (await h.call("connection_status", port=sim.port))["ports"][0]
+    ref = h.daemon.supervisor.find("serial", sim.port)
+    # baudrate is changed first (pyserial's order) and must be walked back when parity/bytesize fails.
+    err = await h.error("configure_connection", port=sim.port, baudrate=9600, **{setting: value})
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == setting
+    assert setting in err["message"] and err["details"]["value"] == value
+    after = (await h.call("connection_status", port=sim.port))["ports"][0]
+    assert after["settings"] == before["settings"] and after["log_file"] == before["log_file"]
+    assert after["state"] == "Connected" and h.daemon.supervisor.find("serial", sim.port) is ref
+    assert pyserial_settings(sim.path) == pyserial_settings_of(before["settings"])
+    assert (await at(h, sim, "AT"))["found_keyword"]  # still working, same session
+    events = [json.loads(line).get("event") for line in Path(after["log_file"]).read_text().splitlines()]
+    assert events.count("session") == 1 and "settings" not in events
+    # A change the device takes still works afterwards (pyserial's idea of the port was put back too).
+    changed = await h.call("configure_connection", port=sim.port, baudrate=9600)
+    assert changed["settings"]["baudrate"] == 9600 and pyserial_settings(sim.path)["baudrate"] == 9600
+
+
+async def test_a_setting_the_device_refuses_at_open_leaves_it_closed(make_harness: MakeHarness,
+                                                                     sim: SimModem) -> None:
+    h = make_harness()
+    err = await h.error("configure_connection", port=sim.port, parity="O")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "parity"
+    status = (await h.call("connection_status", port=sim.port))["ports"][0]
+    # Not open in diagd (the modem's own end of the pty is what shows as a holder).
+    assert status["owner"] is None and "log_file" not in status and os.getpid() in [p["pid"] for p in status["holders"]]
+    assert h.daemon.supervisor.find("serial", sim.port) is None and not h.backend.records
+    assert not list(h.backend.log_dir.glob("*.jsonl"))  # no session was started
+    opened = await h.call("configure_connection", port=sim.port, line_ending="cr")  # nothing held on to it
+    assert opened["outcome"] == "opened" and (await at(h, sim, "AT"))["found_keyword"]
+
+
+def pyserial_settings(path: str) -> dict[str, Any]:
+    """What the kernel has for the line now, read through a second, non-exclusive descriptor."""
+    import termios
+
+    fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        _iflag, _oflag, cflag, _lflag, _ispeed, ospeed, _cc = termios.tcgetattr(fd)
+    finally:
+        os.close(fd)
+    speeds = {getattr(termios, f"B{b}"): b for b in (9600, 19200, 38400, 57600, 115200)}
+    return {"baudrate": speeds.get(ospeed, ospeed), "csize": cflag & termios.CSIZE,
+            "parenb": bool(cflag & termios.PARENB)}
+
+
+def pyserial_settings_of(settings: dict[str, Any]) -> dict[str, Any]:
+    import termios
+
+    sizes = {5: termios.CS5, 6: termios.CS6, 7: termios.CS7, 8: termios.CS8}
+    return {"baudrate": settings["baudrate"], "csize": sizes[settings["bytesize"]],
+            "parenb": settings["parity"] != "N"}
