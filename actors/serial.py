@@ -131,14 +131,18 @@ def _not_in_effect(fd: int, key: str, value: Any) -> str | None:
     return None if ok else "the device did not take it (it does not read back)"
 
 
+def _as_oserror(exc: termios.error) -> OSError:
+    """termios.error is not an OSError, though it carries (errno, text) like one."""
+    code, text = (*exc.args, 0, str(exc))[:2]
+    return OSError(code, text)
+
+
 def _set(ser: Any, key: str, value: Any) -> None:
-    """One pyserial setting (it reconfigures the open port at once), with termios.error (which is
-    not an OSError) turned into one."""
+    """One pyserial setting: it reconfigures the open port at once."""
     try:
         setattr(ser, key, value)
     except termios.error as exc:
-        code, text = (exc.args + (0, str(exc)))[:2]
-        raise OSError(code, text) from None
+        raise _as_oserror(exc) from None
 
 
 def apply_settings(ser: Any, wanted: dict[str, Any]) -> None:
@@ -283,10 +287,10 @@ async def open_posix_port(device: str, settings: PortSettings, lines: dict[str, 
         except ValueError as exc:
             raise SettingRefused("baudrate", wanted["baudrate"], str(exc)) from None
         except termios.error as exc:
-            code, text = (exc.args + (0, str(exc)))[:2]
-            if code == errno.EINVAL:
-                raise SettingRefused("baudrate", wanted["baudrate"], text) from None
-            raise OSError(code, f"cannot set up {device}: {text}") from None
+            error = _as_oserror(exc)
+            if error.errno == errno.EINVAL:
+                raise SettingRefused("baudrate", wanted["baudrate"], os.strerror(errno.EINVAL)) from None
+            raise OSError(error.errno, f"cannot set up {device}: {error.strerror}") from None
         try:
             apply_settings(ser, wanted)
         except BaseException:
