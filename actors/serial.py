@@ -75,6 +75,7 @@ from diagd.actors._serial_codec import (
     port_key,
     port_slug,
     read_log_page,
+    unescape,
 )
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
 from diagd.daemon.tools import CallContext, ToolSpec
@@ -905,6 +906,11 @@ class SerialBackend:
         rec = await self.require(port_key(args["port"]))
         self.authorize(rec, ctx.client)
         encoding = args.get("encoding", "utf8")
+        escapes = args.get("escapes", True)
+
+        def text(value: str, *, what: str) -> bytes:
+            return unescape(value, what=what) if escapes else value.encode()
+
         raw_patterns = args.get("stop_pattern")
         texts = [raw_patterns] if isinstance(raw_patterns, str) else list(raw_patterns or [])
         policy = args.get("wait_policy") or ("keyword" if texts else "timeout")
@@ -928,11 +934,12 @@ class SerialBackend:
                                  argument="line_ending", hint="e.g. payload='\\r', line_ending='none'")
             payload = b""
         else:
-            payload = args["payload"].encode() + LINE_ENDINGS[args.get("line_ending", rec.settings.line_ending)]
+            payload = text(args["payload"], what="payload") + LINE_ENDINGS[
+                args.get("line_ending", rec.settings.line_ending)]
         if args.get("stop_pattern_encoding", encoding) == "hex":
             patterns = {parse_hex(t, what="stop_pattern"): t for t in texts}
         else:
-            patterns = {t.encode(): t for t in texts}
+            patterns = {text(t, what="stop_pattern"): t for t in texts}
         if b"" in patterns:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "stop_pattern must not be empty", argument="stop_pattern")
         return await self.ask(ctx, rec, "send", {

@@ -466,3 +466,33 @@ def pyserial_settings_of(settings: dict[str, Any]) -> dict[str, Any]:
     sizes = {5: termios.CS5, 6: termios.CS6, 7: termios.CS7, 8: termios.CS8}
     return {"baudrate": settings["baudrate"], "csize": sizes[settings["bytesize"]],
             "parenb": settings["parity"] != "N"}
+
+
+async def test_escapes_in_payload_and_stop_pattern_are_the_bytes_they_name(h: Harness, sim: SimModem) -> None:
+    # As `diagd call send_data payload='AT\r' stop_pattern='OK\r\n'` delivers them: with backslashes.
+    ok = await at(h, sim, "AT\\r", line_ending="none", stop_pattern="OK\\r\\n")
+    assert ok["found_keyword"] and ok["data"] == "\r\nOK\r\n" and ok["stop_pattern_matched"] == "OK\\r\\n"
+    assert ok["bytes_sent"] == 3 and bytes(sim.received) == b"AT\r"
+    listed = await at(h, sim, "AT+NOPE", stop_pattern=["OK\\r\\n", "ERROR\\r\\n"])
+    assert listed["stop_pattern_matched"] == "ERROR\\r\\n"
+    # An SMS ended with Ctrl-Z written as \x1a; a doubled backslash is one backslash in the text.
+    await at(h, sim, 'AT+CMGS="+4912345"', stop_pattern="> ")
+    sent = await at(h, sim, "C:\\\\temp\\x1a", line_ending="none")
+    assert sent["found_keyword"] and sim.messages == [b"C:\\temp"]
+    # escapes=false: the text as it is, backslashes included.
+    await at(h, sim, 'AT+CMGS="+4912345"', stop_pattern="> ")
+    raw = await at(h, sim, "a\\tb\\x1a", line_ending="none", escapes=False, wait_policy="timeout",
+                   stop_pattern=None, timeout_ms=100)
+    assert raw["bytes_sent"] == len("a\\tb\\x1a")
+    await at(h, sim, "\\x1a", line_ending="none")  # now end that message
+    assert sim.messages[-1] == b"a\\tb\\x1a"
+
+
+async def test_a_bad_escape_is_refused_with_its_position_and_nothing_is_written(h: Harness, sim: SimModem) -> None:
+    err = await h.error("send_data", port=sim.port, payload="AT\\q")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "payload"
+    assert err["details"]["position"] == 2 and err["details"]["escape"] == "\\q"
+    bad_pattern = await h.error("send_data", port=sim.port, payload="AT", stop_pattern=["OK", "ERR\\x4"])
+    assert bad_pattern["details"]["argument"] == "stop_pattern" and bad_pattern["details"]["position"] == 3
+    assert (await at(h, sim, "AT"))["found_keyword"]
+    assert bytes(sim.received) == b"AT\r"  # the modem reads in order: nothing came before this AT
