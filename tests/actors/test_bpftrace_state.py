@@ -292,6 +292,44 @@ async def test_timeout_sends_sigint_at_the_deadline_and_keeps_the_partial_output
     assert result["output"] == ["tick", "tick", "@c: 2"] and result["elapsed_s"] == pytest.approx(2.5)
 
 
+ATTACH_FAILED = ("create_probe_event: open(/sys/kernel/tracing/kprobe_events): No such file or directory\n"
+                 "ERROR: Error attaching probe: 'kprobe:do_nanosleep'\n")
+
+
+async def test_exec_program_answers_when_the_probes_are_attached_not_when_announced(
+        autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    # Announced at 0.1, then the attach fails and bpftrace exits at 0.4: that is the answer.
+    failing = FakeBpftrace([(0.1, ATTACH.format(n=1)), (0.4, None)], attach_fails=True, exit_code=255)
+    # Announced, never confirmed, still running (a very slow attach): running after start_timeout_s.
+    slow = FakeBpftrace([(0.1, ATTACH.format(n=1)), (100, "late")], attach_fails=True)
+    async with trio.open_nursery() as nursery:
+        spawner = FakeSpawner(nursery, failing, slow)
+        async with bpftrace_daemon(tmp_path, {**SETTINGS, "start_timeout_s": 5}, spawn=spawner) as h:
+            failing.stderr_text = MEMLOCK + ATTACH_FAILED
+            err = await h.error("exec_program", {"program": "kprobe:do_nanosleep { }"})
+            assert trio.current_time() == pytest.approx(0.4)
+            assert err.code == ErrorCode.BACKEND_UNAVAILABLE and err.details["probe"] == "kprobe:do_nanosleep"
+            assert "kprobe_events): No such file or directory" in err.message and err.details["exit_code"] == 255
+            assert h.backend.reserved == 0 and not h.backend.live
+            t0 = trio.current_time()
+            started = await h.call("exec_program", {"program": "p", "timeout": 1})
+            assert trio.current_time() == pytest.approx(t0 + 5) and started["status"] == "running"
+        nursery.cancel_scope.cancel()
+
+
+async def test_through_a_privileged_helper_the_announcement_is_the_attach(
+        autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    # sudo drops the marker variable, so it is not asked for and not waited for.
+    fake = FakeBpftrace([(0.1, ATTACH.format(n=1)), (5, None)], attach_fails=True)
+    async with trio.open_nursery() as nursery:
+        spawner = FakeSpawner(nursery, fake)
+        async with bpftrace_daemon(tmp_path, {**SETTINGS, "privileged_helper": "sudo -n"}, spawn=spawner) as h:
+            started = await h.call("exec_program", {"program": "p", "timeout": 30})
+            assert trio.current_time() == pytest.approx(0.1) and started["status"] == "running"
+        nursery.cancel_scope.cancel()
+    assert not fake.notify_attached
+
+
 async def test_a_program_that_ignores_sigint_is_killed_after_a_grace_that_grows_with_its_probes(
         autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
     fake = FakeBpftrace([(0, ATTACH.format(n=10)), (0.5, "tick")], ignore_sigint=True)
