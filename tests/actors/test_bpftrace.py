@@ -328,5 +328,7 @@ async def test_a_probe_that_fails_to_attach_is_the_exec_program_answer(tmp_path:
         started = await h.call("exec_program", {"program": "tracepoint:syscalls:sys_enter_nanosleep { }",
                                                 "timeout": 30, "output_format": output_format})
         assert started["status"] == "running" and started["attached_probes"] == 1
+        # ... because bpftrace said its probes are attached (not because start_timeout_s ran out).
+        assert h.backend.live[started["execution_id"]]._attach_confirmed.is_set()
         stopped = await h.call("stop_execution", {"execution_id": started["execution_id"]})
         assert stopped["status"] == "stopped" and not [w for w in stopped["warnings"] if "NOTIFY" in w]
