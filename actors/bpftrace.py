@@ -828,7 +828,8 @@ def register(daemon: Daemon) -> BpftraceBackend:
         description="Status and buffered output of an execution (running or finished, also after a daemon "
                     "restart), from `offset`, at most `limit` lines. wait_s > 0 waits (with progress "
                     "notifications) until there is output past offset (until=output) or the run has ended "
-                    "(until=done). JSON runs also return `maps`: the last value of every map and histogram.",
+                    "(until=done). JSON runs also return `maps`: the last value of every map and histogram (a log2 "
+                    "bucket {min: 2147483648} without max counts every value from 2^31 up).",
         input_schema={"type": "object", "properties": {
             "execution_id": EXECUTION_ID_ARG,
             "offset": {"type": "integer", "minimum": 0, "default": 0},

@@ -206,6 +206,21 @@ def test_json_maps_are_tracked_even_past_the_buffer_limit() -> None:
     assert ex2.page(0, 10)["output"] == [{"type": "text", "data": "not json"}, {"type": "text", "data": "[1, 2]"}]
 
 
+def test_the_top_log2_bucket_bpftrace_0_17_misprints_is_reported_open_ended() -> None:
+    ex = Execution(id="bt-00000005", program="p", output_format="json", timeout_s=10)
+    top = '{"min": 1073741824, "max": 2147483647, "count": 1}, {"min": -2147483648, "max": 0, "count": 2}'
+    line = '{"type": "hist", "data": {"@h": [' + top + ']}}'
+    ex.add_line(line)
+    ex.add_line('{"type": "hist", "data": {"@k": {"a": [{"min": -2147483648, "max": 0, "count": 4}], '
+                '"b": [{"min": 2, "max": 3, "count": 1}]}}}')
+    ex.add_line('{"type": "hist", "data": {"@l": [{"max": -1, "count": 1}, {"min": 0, "max": 0, "count": 5}]}}')
+    assert ex.maps["@h"]["data"] == [{"min": 1073741824, "max": 2147483647, "count": 1},
+                                     {"min": 2147483648, "count": 2}]
+    assert ex.maps["@k"]["data"] == {"a": [{"min": 2147483648, "count": 4}], "b": [{"min": 2, "max": 3, "count": 1}]}
+    assert ex.maps["@l"]["data"] == [{"max": -1, "count": 1}, {"min": 0, "max": 0, "count": 5}]  # untouched
+    assert ex.page(0, 1)["output"] == [json.loads(line)]  # the output stays what bpftrace printed
+
+
 # ---------------------------------------------------------------------------------------------
 # persistence
 
