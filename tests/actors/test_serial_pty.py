@@ -496,3 +496,30 @@ async def test_a_bad_escape_is_refused_with_its_position_and_nothing_is_written(
     assert bad_pattern["details"]["argument"] == "stop_pattern" and bad_pattern["details"]["position"] == 3
     assert (await at(h, sim, "AT"))["found_keyword"]
     assert bytes(sim.received) == b"AT\r"  # the modem reads in order: nothing came before this AT
+
+
+async def test_a_baud_rate_the_driver_refuses_leaves_the_open_port_as_it_was(
+        h: Harness, sim: SimModem, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pty takes any rate; a UART driver may not. pyserial sets a non-standard rate with TCSETS2
+    # after its tcsetattr, and turns a refusal into ValueError: make that ioctl refuse, as such a
+    # driver does, and keep everything else real.
+    class RefusingSerial(pyserial.Serial):  # type: ignore[misc]
+        def _set_special_baudrate(self, baudrate: int) -> None:
+            raise ValueError(f"Failed to set custom baud rate ({baudrate}): [Errno 22] Invalid argument")
+
+    before = (await h.call("connection_status", port=sim.port))["ports"][0]
+    await h.call("configure_connection", port=sim.port, action="close")
+    monkeypatch.setattr(pyserial, "Serial", RefusingSerial)
+    opened = await h.call("configure_connection", port=sim.port, line_ending="cr")
+    line = pyserial_settings(sim.path)
+    err = await h.error("configure_connection", port=sim.port, baudrate=250000)
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "baudrate"
+    assert err["details"]["value"] == 250000 and "Failed to set custom baud rate" in err["message"]
+    after = (await h.call("connection_status", port=sim.port))["ports"][0]
+    assert after["settings"] == opened["settings"] == before["settings"]
+    assert after["log_file"] == opened["log_file"] and pyserial_settings(sim.path) == line
+    assert (await at(h, sim, "AT"))["found_keyword"]
+    await h.call("configure_connection", port=sim.port, action="close")
+    at_open = await h.error("configure_connection", port=sim.port, baudrate=250000)
+    assert at_open["code"] == "INVALID_ARGUMENT" and at_open["details"]["argument"] == "baudrate"
+    assert h.daemon.supervisor.find("serial", sim.port) is None and not h.backend.records
