@@ -760,8 +760,13 @@ class SerialBackend:
     def owner_connected(self, owner: str | None) -> bool:
         if owner is None:
             return False
-        pid = owner.rpartition(":")[2]
-        return any(str(c.get("pid")) == pid for c in self.daemon.connections.values())
+        kind, _, pid = owner.rpartition(":")
+        if not any(str(c.get("pid")) == pid for c in self.daemon.connections.values()):
+            return False
+        # A `diagd call` process makes its one call and exits, and the daemon may see its socket
+        # close only after the next command's call has arrived: an exited process is not connected,
+        # whatever the connection table says yet (else `diagd call`s in a row get BUSY at random).
+        return kind != "cli" or _process_running(pid)
 
     def authorize(self, rec: PortRecord, client: str, *, force: bool = False) -> str | None:
         """Let `client` act on the port; returns the previous owner when it takes the port over."""
@@ -1032,6 +1037,16 @@ def _probe(key: str) -> dict[str, Any]:
     return {"port": key, "device": os.path.realpath(key),
             "state": str(PortState.OCCUPIED if holders else PortState.CLOSED), "owner": None, "you_own": False,
             "holders": holders}
+
+
+def _process_running(pid: str) -> bool:
+    """The process exists and has not exited (a zombie has)."""
+    try:
+        stat_line = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    fields = stat_line.rpartition(")")[2].split()  # after the command name, which may hold anything
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def _newest_log(log_dir: Path, key: str) -> Path | None:

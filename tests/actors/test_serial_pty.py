@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -523,3 +524,20 @@ async def test_a_baud_rate_the_driver_refuses_leaves_the_open_port_as_it_was(
     at_open = await h.error("configure_connection", port=sim.port, baudrate=250000)
     assert at_open["code"] == "INVALID_ARGUMENT" and at_open["details"]["argument"] == "baudrate"
     assert h.daemon.supervisor.find("serial", sim.port) is None and not h.backend.records
+
+
+async def test_a_diagd_call_whose_process_has_exited_no_longer_holds_the_port(h: Harness, sim: SimModem) -> None:
+    # The daemon may learn that a `diagd call` closed its socket only after the next one's call has
+    # arrived; a finished process is gone either way.
+    done = subprocess.Popen(["true"])
+    done.wait()  # exited and reaped: its pid names no process now
+    previous = f"cli:{done.pid}"
+    h.connect(previous)  # still in the connection table
+    taken = await h.call("configure_connection", client=previous, port=sim.port, force=True)
+    assert taken["owner"] == previous
+    result = await h.call("send_data", client=f"cli:{os.getpid()}", port=sim.port, payload="AT", stop_pattern="OK")
+    assert result["found_keyword"]
+    # A `diagd call` still running keeps it, as any connected client does.
+    h.connect(f"cli:{os.getpid()}")
+    busy = await h.error("send_data", client="mcp:200", port=sim.port, payload="AT")
+    assert busy["code"] == "BUSY" and busy["details"]["owner"] == f"cli:{os.getpid()}"
