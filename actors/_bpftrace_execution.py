@@ -41,6 +41,23 @@ STATUS_FOR_STOP = {StopReason.TIMEOUT: Status.TIMED_OUT, StopReason.REQUESTED: S
 _MAP_TYPES = ("map", "hist", "stats")
 
 
+# bpftrace 0.17 prints the log2 bucket [2^31, 2^32) in JSON as min -2147483648, max 0 (it shifts a
+# 32-bit int), and its log2() stops at that bucket: every value from 2^31 up is counted there (the
+# text output calls it [2G, 4G)). No linear bucket can look like this (lhist takes int arguments).
+_MISPRINTED_TOP = {"min": -(2**31), "max": 0}
+_TOP_LOG2 = 2**31
+
+
+def _fix_top_log2_bucket(data: Any) -> Any:
+    """A hist's buckets (a list, or a list per key) with that bucket as the open-ended one it is."""
+    if isinstance(data, dict):
+        return {key: _fix_top_log2_bucket(buckets) for key, buckets in data.items()}
+    if isinstance(data, list) and data and isinstance(last := data[-1], dict) \
+            and {k: v for k, v in last.items() if k != "count"} == _MISPRINTED_TOP:
+        return [*data[:-1], {"min": _TOP_LOG2, "count": last.get("count")}]
+    return data
+
+
 def _iso(ts: float | None) -> str | None:
     return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
@@ -141,7 +158,7 @@ class Execution:
             self.lost_events += int(data.get("events", 0))
         elif isinstance(data, dict):
             for name, value in data.items():
-                self.maps[name] = {"type": kind, "data": value}
+                self.maps[name] = {"type": kind, "data": _fix_top_log2_bucket(value) if kind == "hist" else value}
 
     def page(self, offset: int, limit: int, max_bytes: int = PAGE_MAX_BYTES) -> dict[str, Any]:
         chosen: list[str] = []

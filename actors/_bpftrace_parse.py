@@ -19,6 +19,9 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 # stdout: the attach announcement, lost events, JSON events
 
 _ATTACH_TEXT = re.compile(r"^Attaching (\d+) probes?\.\.\.$")
+# Set in bpftrace's environment, this variable makes it print itself as a line on stderr once every
+# probe is attached (bpftrace's runtime tests wait for it the same way).
+ATTACHED_MARKER = "__BPFTRACE_NOTIFY_PROBES_ATTACHED"
 LOST_TEXT = re.compile(r"^Lost (\d+) events$")
 
 
@@ -83,6 +86,7 @@ _MEMLOCK = re.compile(r"ERROR: Unknown error -?\d+: couldn't set RLIMIT_MEMLOCK 
 # Printed without a trailing newline, so it runs into the next message.
 _TRACEABLE = re.compile(r"Error while reading traceable functions from (\S+): (.*?)(?=ERROR:|WARNING:|\n|$)")
 _UNSAFE = re.compile(r"(\w+)\(\) is an unsafe function being used in safe mode")
+_ATTACH_FAILED = re.compile(r"Error attaching probe: '([^']*)'")
 
 
 def _kernel_at_least(major: int, minor: int) -> bool:
@@ -111,7 +115,7 @@ def parse_stderr(text: str) -> StderrReport:
     while i < len(lines):
         line = lines[i].rstrip()
         i += 1
-        if not line.strip():
+        if not line.strip() or line == ATTACHED_MARKER:
             continue
         located = _LOCATED.match(line)
         if located:
@@ -169,6 +173,17 @@ def classify_failure(report: StderrReport, returncode: int | None, *, before_att
                           errors=[d.to_json() for d in report.errors], **details)
     if "tracepoint not found" in everything and doctor.tracefs_dir() is None:
         return tracefs_error("bpftrace cannot find any tracepoint", **details)
+    failed_probe = _ATTACH_FAILED.search(everything)
+    if failed_probe:
+        # Announced ("Attaching N probes...") but refused by the kernel: bpftrace's lines before its
+        # ERROR (e.g. `create_probe_event: open(.../kprobe_events): No such file or directory`) say why.
+        probe = failed_probe[1]
+        why = "; ".join(line for line in report.other if line.strip()) or failed_probe[0]
+        message = f"bpftrace could not attach {probe}: {why}"
+        if "kprobe_events" in why and not os.path.exists("/sys/kernel/tracing/kprobe_events"):
+            message += " (this kernel has no kprobe_events: kprobes cannot be used here; tracepoints can)"
+        return DiagdError(ErrorCode.BACKEND_UNAVAILABLE, message, probe=probe,
+                          warnings=[str(w) for w in report.warnings], **details)
     located = [d for d in report.errors if d.line is not None]
     if located and before_attach:
         first = located[0]

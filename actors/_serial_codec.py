@@ -67,6 +67,42 @@ def parse_hex(text: str, *, what: str = "payload") -> bytes:
     return bytes(out)
 
 
+# Backslash escapes in utf8 payloads and stop patterns. Interpreted here, by the tool, rather than by
+# one client: the same spelling then works through MCP (an agent that writes "AT\\r" in JSON), on
+# the `diagd call` command line (payload='AT\r' reaches the daemon with its backslash) and in a
+# JSON value (a real CR, which has no backslash to interpret). Unknown escapes are refused, not
+# passed through, so a typo never silently sends different bytes; escapes=false sends text as is.
+_ESCAPES = {"r": b"\r", "n": b"\n", "t": b"\t", "\\": b"\\"}
+ESCAPES_HELP = "\\r \\n \\t, \\\\ for a backslash, \\xHH for any byte (\\x1a is Ctrl-Z)"
+
+
+def unescape(text: str, *, what: str) -> bytes:
+    """UTF-8 bytes of `text` with the escapes of ESCAPES_HELP turned into the bytes they name.
+
+    Errors name the argument and the 0-based position of the backslash.
+    """
+    out = bytearray()
+    i = 0
+    while (j := text.find("\\", i)) >= 0:
+        out += text[i:j].encode()
+        code = text[j + 1:j + 2]
+        digits = text[j + 2:j + 4]
+        if code in _ESCAPES:
+            out += _ESCAPES[code]
+            i = j + 2
+        elif code == "x" and len(digits) == 2 and set(digits) <= _HEX_DIGITS:
+            out.append(int(digits, 16))
+            i = j + 4
+        else:
+            shown = text[j:j + 4] if code == "x" else text[j:j + 2]
+            problem = "\\x needs two hex digits" if code == "x" else "unknown escape"
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{what}: {problem} {shown!r} at position {j}",
+                             argument=what, position=j, escape=shown,
+                             hint=f"escapes: {ESCAPES_HELP}; or escapes=false to send the text as it is")
+    out += text[i:].encode()
+    return bytes(out)
+
+
 def decode(data: bytes, *, as_hex: bool = False, cut: bool = False) -> tuple[str, str]:
     """(data, format): UTF-8 text when it is valid text without control garbage, else spaced hex.
 
@@ -527,24 +563,32 @@ TOOLS: dict[str, dict[str, Any]] = {
         "arrived with timed_out=true. timeout: wait timeout_ms and return everything received in it. none: return "
         "once written; later output goes to the URC buffer. Default: keyword if stop_pattern is given, else "
         "timeout. The reply is the bytes received after the write, up to the end of the matched pattern (and "
-        "the CR/LF right after it); what follows goes to the URC buffer. encoding=hex: payload (and stop_pattern, "
+        "the CR/LF right after it); what follows goes to the URC buffer. In utf8 payload and stop_pattern the "
+        f"tool reads backslash escapes: {ESCAPES_HELP}; a backslash and r, or a real CR, send the same byte "
+        "(escapes=false sends backslashes as they are). encoding=hex: payload (and stop_pattern, "
         "unless stop_pattern_encoding says otherwise) are hex ('0A 0D FF'). data is UTF-8 text when it is clean "
         "text, else uppercase hex (format says which). "
         "Replies past [serial] max_reply_bytes are cut (truncated=true); the raw log keeps every byte "
         "(get_log from log_offset). The tool never interprets the reply: success means written and waited.",
         {"port": _PORT,
-         "payload": {"type": "string", "description": "text (utf8) or hex bytes; may be empty to just listen"},
+         "payload": {"type": "string",
+                     "description": f"text (utf8, escapes: {ESCAPES_HELP}) or hex bytes; empty: write nothing, "
+                                    "just listen"},
          "encoding": {"enum": ["utf8", "hex"], "default": "utf8"},
          "wait_policy": {"enum": ["keyword", "timeout", "none"]},
          "stop_pattern": {"type": ["string", "array"], "items": {"type": "string", "minLength": 1},
                           "minLength": 1, "minItems": 1, "maxItems": 8,
-                          "description": "one pattern or a list (the first to complete ends the wait)"},
+                          "description": "one pattern or a list (the first to complete ends the wait); utf8 "
+                                         "patterns take the payload's escapes, e.g. 'OK\\r\\n'"},
          "stop_pattern_encoding": {"enum": ["utf8", "hex"],
                                    "description": "how stop_pattern is written (default: encoding), e.g. hex "
                                                   "for a binary terminator after a text command"},
          "timeout_ms": {"type": "integer", "minimum": 0, "maximum": 300000, "default": 1000},
          "line_ending": {"enum": list(LINE_ENDINGS),
                          "description": "appended to a utf8 payload (default: the port's line_ending)"},
+         "escapes": {"type": "boolean", "default": True,
+                     "description": "read backslash escapes in utf8 payload and stop_pattern; false sends "
+                                    "backslashes as they are (e.g. a shell command for a board's console)"},
          "as_hex": _AS_HEX},
         {"type": "object", "properties": {
             "success": {"type": "boolean"}, "port": {"type": "string"}, "wait_policy": {"type": "string"},
@@ -566,9 +610,12 @@ TOOLS: dict[str, dict[str, Any]] = {
          "peek": {"type": "boolean", "default": False}, "as_hex": _AS_HEX},
         {"type": "object", "properties": {
             "port": {"type": "string"}, "state": {"enum": _STATES}, "packets": {"type": "array", "items": _PACKET},
-            "returned": {"type": "integer"}, "pending_urc_count": {"type": "integer"},
+            "returned": {"type": "integer"},
+            "pending_urc_count": {"type": "integer",
+                                  "description": "packets in the buffer after this call (a peek leaves them there)"},
+            "has_more": {"type": "boolean", "description": "packets past those returned are waiting"},
             "dropped": {"type": "integer"}, "dropped_total": {"type": "integer"}},
-         "required": ["port", "state", "packets", "returned", "pending_urc_count", "dropped"]},
+         "required": ["port", "state", "packets", "returned", "pending_urc_count", "has_more", "dropped"]},
         required=("port",), title="Read unsolicited serial output", read_only=False, idempotent=False),
     "set_signals": _tool(
         "Line control on an open port, e.g. to reset or boot-strap a board: set DTR and/or RTS, and/or hold a "

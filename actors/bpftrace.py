@@ -1,10 +1,14 @@
 """The bpftrace actor: one actor per execution, owning its bpftrace process and output buffer.
 
 `exec_program` starts an actor (kind "bpftrace", resource = execution id) whose `start()` spawns
-bpftrace and returns once bpftrace has announced its probes ("Attaching N probes...", or
-`attached_probes` in JSON mode) or has exited. That announcement comes after bpftrace's own
-parser and semantic analyser have passed, so a syntax error, an unknown tracepoint or an unsafe
-builtin comes back at once as a coded error with line and column, at no extra cost. (bpftrace
+bpftrace and returns once its probes are attached or it has exited. bpftrace announces them
+("Attaching N probes...", or `attached_probes` in JSON mode) after its own parser and semantic
+analyser have passed, so a syntax error, an unknown tracepoint or an unsafe builtin comes back at
+once as a coded error with line and column, at no extra cost; it attaches them afterwards and says
+so on stderr when __BPFTRACE_NOTIFY_PROBES_ATTACHED is in its environment, so a probe the kernel
+refuses (a kprobe on a kernel without kprobe_events) is exec_program's answer too, not a surprise
+in get_result. (Through privileged_helper sudo drops that variable: there the announcement has to
+do.) (bpftrace
 0.17 has no `--dry-run`; `-d` runs the same passes plus LLVM codegen and dumps the AST and IR, a
 second full compile per program.) The run then continues in the actor's nursery; the tools page
 through its buffered output while it runs. Since exec_program returns at once, progress
@@ -38,8 +42,8 @@ import shutil
 import signal
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 import trio
@@ -57,15 +61,16 @@ from diagd.actors._bpftrace_helpers import (
 )
 from diagd.actors._bpftrace_helpers import parse_man_page as parse_man_page
 from diagd.actors._bpftrace_parse import _UNSAFE as _UNSAFE
+from diagd.actors._bpftrace_parse import ATTACHED_MARKER as ATTACHED_MARKER
 from diagd.actors._bpftrace_parse import (
     StderrReport,
-    attach_count,
     classify_failure,
     parse_stderr,
     signal_name,
     tracefs_error,
     tracefs_fix,
 )
+from diagd.actors._bpftrace_parse import attach_count as attach_count
 from diagd.actors._bpftrace_probes import listing_warning, match_listing, normalize_filter, tracepoint_args
 from diagd.actors._bpftrace_schemas import (
     EXEC_OUTPUT,
@@ -99,7 +104,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger("diagd.bpftrace")
 
 KIND = "bpftrace"
-Spawn = Callable[[Sequence[str]], Awaitable[trio.Process]]
+
+
+class Spawn(Protocol):
+    """Starts a process (`open_process`; scripted fakes in tests)."""
+
+    def __call__(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Awaitable[trio.Process]: ...
+
+
 
 MAX_LINE_BYTES = 4 * 1024 * 1024  # one JSON map dump is one line
 STDERR_TAIL_BYTES = 64 * 1024
@@ -166,7 +178,16 @@ class BpftraceExecution(Actor):
         self.accepted = False
         self.stderr = Tail(STDERR_TAIL_BYTES)
         self._stdout_lines = LineSplitter(self._on_stdout, max_line=MAX_LINE_BYTES)
+        self._stderr_lines = LineSplitter(self._on_stderr)
+        # bpftrace prints "Attaching N probes..." before it attaches them, and a probe that then
+        # fails to attach ends the run. With __BPFTRACE_NOTIFY_PROBES_ATTACHED in its environment
+        # (the hook of bpftrace's own runtime tests) it says on stderr when every probe is attached,
+        # so exec_program answers only then. sudo (privileged_helper) drops the variable from the
+        # environment, so through a helper the announcement has to do.
+        self.confirm_attach = not settings.helper_argv
         self._attached_or_exited = trio.Event()
+        self._attach_confirmed = trio.Event()  # the marker arrived
+        self._confirmed_or_exited = trio.Event()
         self._decided = trio.Event()  # start() accepted or refused the run
         self._wake = trio.Event()  # a stop was requested, or the process exited
         self._stdout_eof = trio.Event()
@@ -179,7 +200,8 @@ class BpftraceExecution(Actor):
         ex = self.execution
         try:
             try:
-                self.proc = await self.backend.spawn(self.argv)
+                env = {**os.environ, ATTACHED_MARKER: "1"} if self.confirm_attach else None
+                self.proc = await self.backend.spawn(self.argv, env=env)
             except FileNotFoundError:
                 raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.argv[0]!r}",
                                  fix=doctor.APT_HINT.format(pkg="bpftrace")) from None
@@ -191,20 +213,28 @@ class BpftraceExecution(Actor):
             nursery.start_soon(self._run)
             with trio.move_on_after(self.config.start_timeout_s):
                 await self._attached_or_exited.wait()
+                if self.confirm_attach and ex.attached_probes is not None:
+                    await self._confirmed_or_exited.wait()
+            # Slower than start_timeout_s (thousands of probes): accepted as running, timer started.
             self.timer.deadline = trio.current_time() + ex.timeout_s
-            if ex.attached_probes is None and self.proc.returncode is not None:
-                # Exited before we saw the attach line: read both pipes to the end before deciding.
+            if not self._attached() and self.proc.returncode is not None:
+                # Exited before its probes were attached: read both pipes to the end before deciding.
                 with trio.move_on_after(PIPE_EOF_GRACE_S):
                     await self._stdout_eof.wait()
                     await self._stderr_eof.wait()
-                if ex.attached_probes is None and self.proc.returncode != 0:
+                if not self._attached() and self.proc.returncode != 0:
                     raise classify_failure(parse_stderr(self.stderr.text()), self.proc.returncode,
-                                           before_attach=True)
+                                           before_attach=ex.attached_probes is None)
             self.accepted = True
             self.backend.accepted(self)
             nursery.start_soon(self._flush_periodically)
         finally:
             self._decided.set()
+
+    def _attached(self) -> bool:
+        if self.execution.attached_probes is None:
+            return False
+        return self._attach_confirmed.is_set() or not self.confirm_attach
 
     async def _run(self) -> None:
         proc = self.proc
@@ -271,6 +301,7 @@ class BpftraceExecution(Actor):
         assert self.proc is not None
         await self.proc.wait()
         self._attached_or_exited.set()
+        self._confirmed_or_exited.set()
         self._wake.set()
 
     async def _read_stdout(self) -> None:
@@ -284,9 +315,19 @@ class BpftraceExecution(Actor):
 
         def sink(chunk: bytes | bytearray) -> None:
             self.stderr.feed(chunk)
+            self._stderr_lines.feed(chunk)
 
         await drain(self.proc.stderr, sink)
+        self._stderr_lines.flush()
         self._stderr_eof.set()
+
+    def _on_stderr(self, line: str) -> None:
+        if line == ATTACHED_MARKER and not self._attach_confirmed.is_set():
+            ex = self.execution
+            ex.attached_clock = trio.current_time()  # tracing time starts now, not at the announcement
+            self._attach_confirmed.set()
+            self._confirmed_or_exited.set()
+            ex.notify()
 
     async def _flush_periodically(self) -> None:
         while not self._finished:
@@ -770,7 +811,8 @@ def register(daemon: Daemon) -> BpftraceBackend:
         description="Start a bpftrace program and return its execution_id as soon as its probes attach; it runs "
                     "in the background for up to `timeout` seconds (then SIGINT: END runs and maps are printed, "
                     "status timed_out). A program bpftrace rejects (syntax, unknown probe, type error) fails at "
-                    "once with INVALID_ARGUMENT and the line/column. output_format json: one JSON event per line, "
+                    "once with INVALID_ARGUMENT and the line/column; a probe the kernel refuses to attach fails with "
+                    "BACKEND_UNAVAILABLE naming the probe. output_format json: one JSON event per line, "
                     "maps and histograms as data. At most max_concurrent runs at a time (else BUSY).",
         input_schema={"type": "object", "properties": {
             "program": {"type": "string", "minLength": 1, "maxLength": 65536},
@@ -786,7 +828,8 @@ def register(daemon: Daemon) -> BpftraceBackend:
         description="Status and buffered output of an execution (running or finished, also after a daemon "
                     "restart), from `offset`, at most `limit` lines. wait_s > 0 waits (with progress "
                     "notifications) until there is output past offset (until=output) or the run has ended "
-                    "(until=done). JSON runs also return `maps`: the last value of every map and histogram.",
+                    "(until=done). JSON runs also return `maps`: the last value of every map and histogram (a log2 "
+                    "bucket {min: 2147483648} without max counts every value from 2^31 up).",
         input_schema={"type": "object", "properties": {
             "execution_id": EXECUTION_ID_ARG,
             "offset": {"type": "integer", "minimum": 0, "default": 0},

@@ -36,6 +36,7 @@ opened afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import math
@@ -43,6 +44,7 @@ import os
 import re
 import select
 import stat
+import termios
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -73,6 +75,7 @@ from diagd.actors._serial_codec import (
     port_key,
     port_slug,
     read_log_page,
+    unescape,
 )
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
 from diagd.daemon.tools import CallContext, ToolSpec
@@ -87,6 +90,90 @@ READ_SIZE = 16384
 
 class PortGone(Exception):
     """The device went away (hang-up, I/O error): the port is Disconnected."""
+
+
+class SettingRefused(Exception):
+    """The device did not take one setting; the port has been put back as it was."""
+
+    def __init__(self, key: str, value: Any, reason: str) -> None:
+        super().__init__(f"{key}={value!r}: {reason}")
+        self.key, self.value, self.reason = key, value, reason
+
+
+# The order pyserial applies settings in (SerialBase._SAVED_SETTINGS); each change is one tcsetattr.
+DEVICE_KEYS = ("baudrate", "bytesize", "parity", "stopbits", "xonxoff", "dsrdtr", "rtscts")
+_CMSPAR = 0o10000000000  # "stick" (mark/space) parity; the termios module does not export it
+_PARITY_BITS = {"N": 0, "E": termios.PARENB, "O": termios.PARENB | termios.PARODD,
+                "M": termios.PARENB | termios.PARODD | _CMSPAR, "S": termios.PARENB | _CMSPAR}
+_SIZE_BITS = {5: termios.CS5, 6: termios.CS6, 7: termios.CS7, 8: termios.CS8}
+
+
+def _not_in_effect(fd: int, key: str, value: Any) -> str | None:
+    """Why the line does not have `key=value` although tcsetattr succeeded, or None if it has it.
+
+    tcsetattr succeeds when any part of a change was made, and a driver may drop what it cannot do
+    (a pty takes a baud rate change but drops parity and character size in the same call), so
+    what counts is what reads back. The baud rate is not compared: drivers legitimately round it
+    and report the rate they achieved.
+    """
+    iflag, _oflag, cflag, _lflag, _ispeed, _ospeed, _cc = termios.tcgetattr(fd)
+    if key == "bytesize":
+        ok = cflag & termios.CSIZE == _SIZE_BITS[value]
+    elif key == "parity":
+        ok = cflag & (termios.PARENB | termios.PARODD | _CMSPAR) == _PARITY_BITS[value]
+    elif key == "stopbits":
+        ok = bool(cflag & termios.CSTOPB) == (value != 1)
+    elif key == "rtscts":
+        ok = bool(cflag & termios.CRTSCTS) == value
+    elif key == "xonxoff":
+        ok = (iflag & (termios.IXON | termios.IXOFF) == termios.IXON | termios.IXOFF) == value
+    else:
+        return None
+    return None if ok else "the device did not take it (it does not read back)"
+
+
+def _as_oserror(exc: termios.error) -> OSError:
+    """termios.error is not an OSError, though it carries (errno, text) like one."""
+    code, text = (*exc.args, 0, str(exc))[:2]
+    return OSError(code, text)
+
+
+def _set(ser: Any, key: str, value: Any) -> None:
+    """One pyserial setting: it reconfigures the open port at once."""
+    try:
+        setattr(ser, key, value)
+    except termios.error as exc:
+        raise _as_oserror(exc) from None
+
+
+def apply_settings(ser: Any, wanted: dict[str, Any]) -> None:
+    """Change an open port's settings one at a time, so a refusal names the setting; on a refusal,
+    walk back through states the port was just in (each one it took) and raise SettingRefused.
+
+    A refusal: pyserial's ValueError (e.g. a custom baud rate the driver rejects), EINVAL from
+    tcsetattr, or a setting that does not read back. Any other OSError (the device went away)
+    propagates unchanged.
+    """
+    done: list[tuple[str, Any]] = []
+    for key in DEVICE_KEYS:
+        old = getattr(ser, key)
+        if key not in wanted or wanted[key] == old:
+            continue
+        try:
+            _set(ser, key, wanted[key])
+            reason = _not_in_effect(ser.fileno(), key, wanted[key])
+        except ValueError as exc:
+            reason = str(exc)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            reason = os.strerror(errno.EINVAL)
+        if reason is None:
+            done.append((key, old))
+            continue
+        for back_key, back_value in [(key, old), *reversed(done)]:
+            _set(ser, back_key, back_value)
+        raise SettingRefused(key, wanted[key], reason)
 
 
 class PortIO(Protocol):
@@ -150,7 +237,7 @@ class PosixPort:
                 raise PortGone("port closed") from None
 
     def apply(self, settings: PortSettings) -> None:
-        self.ser.apply_settings(settings.pyserial())
+        apply_settings(self.ser, settings.pyserial())
 
     def set_lines(self, dtr: bool | None, rts: bool | None) -> None:
         if dtr is not None:
@@ -183,24 +270,48 @@ async def open_posix_port(device: str, settings: PortSettings, lines: dict[str, 
                              hint="list_ports shows the ports this machine has") from None
         if not stat.S_ISCHR(mode):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{device} is not a character device", port=device)
+        wanted = settings.pyserial()
         ser = serial.Serial()
         ser.port = device
-        ser.apply_settings(settings.pyserial())
+        # Opened at the wanted speed and 8N1, then set one setting at a time (as on an open port): a
+        # device that refuses one is told apart from the others, and a pty that would silently drop
+        # parity taken together with a speed change is caught (see _not_in_effect).
+        ser.baudrate = wanted["baudrate"]
         ser.exclusive = True
         ser.timeout = 0
         if "dtr" in lines:
             ser.dtr = lines["dtr"]  # applied by open(): no reset pulse when asked for dtr=false
         if "rts" in lines:
             ser.rts = lines["rts"]
-        ser.open()
+        try:
+            ser.open()
+        except ValueError as exc:
+            raise SettingRefused("baudrate", wanted["baudrate"], str(exc)) from None
+        except termios.error as exc:
+            error = _as_oserror(exc)
+            if error.errno == errno.EINVAL:
+                raise SettingRefused("baudrate", wanted["baudrate"], os.strerror(errno.EINVAL)) from None
+            raise OSError(error.errno, f"cannot set up {device}: {error.strerror}") from None
+        try:
+            apply_settings(ser, wanted)
+        except BaseException:
+            ser.close()
+            raise
         return ser
 
     try:
         return PosixPort(await trio.to_thread.run_sync(_open))
+    except SettingRefused as exc:
+        raise refused_error(device, exc, "the port stays closed") from None
     except ValueError as exc:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"invalid settings for {device}: {exc}", port=device) from None
     except OSError as exc:  # serial.SerialException is an OSError
         raise await _open_error(device, exc) from None
+
+
+def refused_error(port: str, exc: SettingRefused, outcome: str) -> DiagdError:
+    return DiagdError(ErrorCode.INVALID_ARGUMENT, f"{port} refused {exc.key}={exc.value!r}: {exc.reason}; {outcome}",
+                      port=port, argument=exc.key, value=exc.value, reason=exc.reason)
 
 
 async def _open_error(device: str, exc: OSError) -> DiagdError:
@@ -510,20 +621,29 @@ class SerialActor(Actor):
 
     async def _configure(self, settings: PortSettings, lines: dict[str, bool]) -> dict[str, Any]:
         rec = self.record
-        rec.lines.update(lines)
         if rec.state != PortState.CONNECTED:
+            rec.lines.update(lines)
             await self._open_session(settings)
             return {"reopened": True}
         io = self._require_connected()
+        applied = False
         try:
             if settings != rec.settings:
                 io.apply(settings)
+                applied = True
             if lines:
                 io.set_lines(lines.get("dtr"), lines.get("rts"))
+        except SettingRefused as exc:  # apply() has put the port back: same session, old settings
+            raise refused_error(rec.key, exc, f"the port keeps its settings ({_settings_text(rec.settings)})"
+                                ) from None
         except ValueError as exc:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"invalid settings for {rec.key}: {exc}") from None
         except OSError as exc:
+            if applied:  # the lines failed: a call that fails changes nothing, so the settings go back too
+                with contextlib.suppress(OSError, ValueError, SettingRefused):
+                    io.apply(rec.settings)
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot apply settings to {rec.key}: {exc}") from None
+        rec.lines.update(lines)
         rec.settings = settings
         self._slicer.idle_s = settings.idle_ms / 1000
         if rec.log is not None:
@@ -554,6 +674,13 @@ class SerialActor(Actor):
             rec.log.event("signals", time.time(), dtr=dtr, rts=rts, break_ms=break_ms)
         return {"success": True, "port": rec.key, "dtr": rec.lines.get("dtr"), "rts": rec.lines.get("rts"),
                 "break_ms": break_ms, "modem_lines": io.modem_lines()}
+
+
+def _settings_text(settings: PortSettings) -> str:
+    """`115200 8N1`, plus flow control when on."""
+    stop = f"{settings.stopbits:g}"
+    flow = [name for name in ("rtscts", "xonxoff", "dsrdtr") if getattr(settings, name)]
+    return f"{settings.baudrate} {settings.bytesize}{settings.parity}{stop}" + (f" {'+'.join(flow)}" if flow else "")
 
 
 def session_logs(log_dir: Path, key: str) -> list[Path]:
@@ -633,8 +760,13 @@ class SerialBackend:
     def owner_connected(self, owner: str | None) -> bool:
         if owner is None:
             return False
-        pid = owner.rpartition(":")[2]
-        return any(str(c.get("pid")) == pid for c in self.daemon.connections.values())
+        kind, _, pid = owner.rpartition(":")
+        if not any(str(c.get("pid")) == pid for c in self.daemon.connections.values()):
+            return False
+        # A `diagd call` process makes its one call and exits, and the daemon may see its socket
+        # close only after the next command's call has arrived: an exited process is not connected,
+        # whatever the connection table says yet (else `diagd call`s in a row get BUSY at random).
+        return kind != "cli" or _process_running(pid)
 
     def authorize(self, rec: PortRecord, client: str, *, force: bool = False) -> str | None:
         """Let `client` act on the port; returns the previous owner when it takes the port over."""
@@ -779,6 +911,11 @@ class SerialBackend:
         rec = await self.require(port_key(args["port"]))
         self.authorize(rec, ctx.client)
         encoding = args.get("encoding", "utf8")
+        escapes = args.get("escapes", True)
+
+        def text(value: str, *, what: str) -> bytes:
+            return unescape(value, what=what) if escapes else value.encode()
+
         raw_patterns = args.get("stop_pattern")
         texts = [raw_patterns] if isinstance(raw_patterns, str) else list(raw_patterns or [])
         policy = args.get("wait_policy") or ("keyword" if texts else "timeout")
@@ -793,12 +930,21 @@ class SerialBackend:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, "line_ending applies to utf8 payloads; put the "
                                  "bytes in the hex payload", argument="line_ending")
             payload = parse_hex(args["payload"], what="payload")
+        elif args["payload"] == "":
+            # An empty payload means "just listen": nothing at all is written, not even the port's
+            # line ending (a stray CR can make a shell or a modem act).
+            if args.get("line_ending", "none") != "none":
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, "an empty payload writes nothing, so it takes no "
+                                 "line_ending; to send only a line ending, make it the payload",
+                                 argument="line_ending", hint="e.g. payload='\\r', line_ending='none'")
+            payload = b""
         else:
-            payload = args["payload"].encode() + LINE_ENDINGS[args.get("line_ending", rec.settings.line_ending)]
+            payload = text(args["payload"], what="payload") + LINE_ENDINGS[
+                args.get("line_ending", rec.settings.line_ending)]
         if args.get("stop_pattern_encoding", encoding) == "hex":
             patterns = {parse_hex(t, what="stop_pattern"): t for t in texts}
         else:
-            patterns = {t.encode(): t for t in texts}
+            patterns = {text(t, what="stop_pattern"): t for t in texts}
         if b"" in patterns:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "stop_pattern must not be empty", argument="stop_pattern")
         return await self.ask(ctx, rec, "send", {
@@ -813,8 +959,12 @@ class SerialBackend:
             self.authorize(rec, ctx.client)
         packets, dropped = rec.urc.take(args.get("max_packets", 50), 4 * rec.config.max_reply_bytes, peek=peek)
         as_hex = bool(args.get("as_hex"))
+        # pending_urc_count is what the buffer holds after this call, as in send_data and
+        # connection_status: after a peek, the packets shown are still pending.
+        pending = len(rec.urc)
         return {"port": rec.key, "state": str(rec.state), "packets": [p.to_json(as_hex=as_hex) for p in packets],
-                "returned": len(packets), "pending_urc_count": len(rec.urc) - (len(packets) if peek else 0),
+                "returned": len(packets), "pending_urc_count": pending,
+                "has_more": pending > (len(packets) if peek else 0),
                 "dropped": dropped, "dropped_total": rec.urc.dropped_total}
 
     async def set_signals(self, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -887,6 +1037,16 @@ def _probe(key: str) -> dict[str, Any]:
     return {"port": key, "device": os.path.realpath(key),
             "state": str(PortState.OCCUPIED if holders else PortState.CLOSED), "owner": None, "you_own": False,
             "holders": holders}
+
+
+def _process_running(pid: str) -> bool:
+    """The process exists and has not exited (a zombie has)."""
+    try:
+        stat_line = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    fields = stat_line.rpartition(")")[2].split()  # after the command name, which may hold anything
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def _newest_log(log_dir: Path, key: str) -> Path | None:

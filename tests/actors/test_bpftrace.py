@@ -299,3 +299,36 @@ async def test_a_filter_bpftrace_rejects_is_an_invalid_argument(tmp_path: Path) 
     async with bpftrace_daemon(tmp_path) as h:
         err = await h.error("list_probes", {"filter": "tracepoint:"})
     assert err.code == ErrorCode.INVALID_ARGUMENT and "requires 2 arguments" in err.message
+
+
+def probe_that_cannot_attach() -> str:
+    """A probe bpftrace accepts (parser, semantic analyser) but the kernel refuses to attach."""
+    if not Path("/sys/kernel/tracing/kprobe_events").exists():
+        return "kprobe:do_nanosleep"  # a kernel without kprobe_events: every kprobe fails to attach
+    blacklist = Path("/sys/kernel/debug/kprobes/blacklist")
+    for line in blacklist.read_text().splitlines() if blacklist.exists() else []:
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isidentifier():
+            return f"kprobe:{parts[1]}"  # the kernel refuses kprobes on its own blacklist
+    pytest.skip("needs a kernel without kprobe_events, or a readable kprobe blacklist")
+
+
+@pytest.mark.parametrize("output_format", ["text", "json"])
+async def test_a_probe_that_fails_to_attach_is_the_exec_program_answer(tmp_path: Path, output_format: str) -> None:
+    probe = probe_that_cannot_attach()
+    async with bpftrace_daemon(tmp_path) as h:
+        with trio.fail_after(20):
+            err = await h.error("exec_program", {"program": f"{probe} {{ @x = count(); }}", "timeout": 30,
+                                                 "output_format": output_format})
+        assert err.code == ErrorCode.BACKEND_UNAVAILABLE and err.details["probe"] == probe
+        assert f"Error attaching probe: '{probe}'" in err.details["stderr"] and probe in err.message
+        assert h.backend.reserved == 0 and not h.backend.live
+        assert (await h.call("list_executions", {}))["total"] == 0
+        # A program that attaches still answers running, and the attach marker is nobody's warning.
+        started = await h.call("exec_program", {"program": "tracepoint:syscalls:sys_enter_nanosleep { }",
+                                                "timeout": 30, "output_format": output_format})
+        assert started["status"] == "running" and started["attached_probes"] == 1
+        # ... because bpftrace said its probes are attached (not because start_timeout_s ran out).
+        assert h.backend.live[started["execution_id"]]._attach_confirmed.is_set()
+        stopped = await h.call("stop_execution", {"execution_id": started["execution_id"]})
+        assert stopped["status"] == "stopped" and not [w for w in stopped["warnings"] if "NOTIFY" in w]

@@ -206,6 +206,21 @@ def test_json_maps_are_tracked_even_past_the_buffer_limit() -> None:
     assert ex2.page(0, 10)["output"] == [{"type": "text", "data": "not json"}, {"type": "text", "data": "[1, 2]"}]
 
 
+def test_the_top_log2_bucket_bpftrace_0_17_misprints_is_reported_open_ended() -> None:
+    ex = Execution(id="bt-00000005", program="p", output_format="json", timeout_s=10)
+    top = '{"min": 1073741824, "max": 2147483647, "count": 1}, {"min": -2147483648, "max": 0, "count": 2}'
+    line = '{"type": "hist", "data": {"@h": [' + top + ']}}'
+    ex.add_line(line)
+    ex.add_line('{"type": "hist", "data": {"@k": {"a": [{"min": -2147483648, "max": 0, "count": 4}], '
+                '"b": [{"min": 2, "max": 3, "count": 1}]}}}')
+    ex.add_line('{"type": "hist", "data": {"@l": [{"max": -1, "count": 1}, {"min": 0, "max": 0, "count": 5}]}}')
+    assert ex.maps["@h"]["data"] == [{"min": 1073741824, "max": 2147483647, "count": 1},
+                                     {"min": 2147483648, "count": 2}]
+    assert ex.maps["@k"]["data"] == {"a": [{"min": 2147483648, "count": 4}], "b": [{"min": 2, "max": 3, "count": 1}]}
+    assert ex.maps["@l"]["data"] == [{"max": -1, "count": 1}, {"min": 0, "max": 0, "count": 5}]  # untouched
+    assert ex.page(0, 1)["output"] == [json.loads(line)]  # the output stays what bpftrace printed
+
+
 # ---------------------------------------------------------------------------------------------
 # persistence
 
@@ -290,6 +305,44 @@ async def test_timeout_sends_sigint_at_the_deadline_and_keeps_the_partial_output
     assert fake.signals == [(pytest.approx(2.6), signal.SIGINT)]
     assert result["status"] == "timed_out" and result["stop_reason"] == "timeout"
     assert result["output"] == ["tick", "tick", "@c: 2"] and result["elapsed_s"] == pytest.approx(2.5)
+
+
+ATTACH_FAILED = ("create_probe_event: open(/sys/kernel/tracing/kprobe_events): No such file or directory\n"
+                 "ERROR: Error attaching probe: 'kprobe:do_nanosleep'\n")
+
+
+async def test_exec_program_answers_when_the_probes_are_attached_not_when_announced(
+        autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    # Announced at 0.1, then the attach fails and bpftrace exits at 0.4: that is the answer.
+    failing = FakeBpftrace([(0.1, ATTACH.format(n=1)), (0.4, None)], attach_fails=True, exit_code=255)
+    # Announced, never confirmed, still running (a very slow attach): running after start_timeout_s.
+    slow = FakeBpftrace([(0.1, ATTACH.format(n=1)), (100, "late")], attach_fails=True)
+    async with trio.open_nursery() as nursery:
+        spawner = FakeSpawner(nursery, failing, slow)
+        async with bpftrace_daemon(tmp_path, {**SETTINGS, "start_timeout_s": 5}, spawn=spawner) as h:
+            failing.stderr_text = MEMLOCK + ATTACH_FAILED
+            err = await h.error("exec_program", {"program": "kprobe:do_nanosleep { }"})
+            assert trio.current_time() == pytest.approx(0.4)
+            assert err.code == ErrorCode.BACKEND_UNAVAILABLE and err.details["probe"] == "kprobe:do_nanosleep"
+            assert "kprobe_events): No such file or directory" in err.message and err.details["exit_code"] == 255
+            assert h.backend.reserved == 0 and not h.backend.live
+            t0 = trio.current_time()
+            started = await h.call("exec_program", {"program": "p", "timeout": 1})
+            assert trio.current_time() == pytest.approx(t0 + 5) and started["status"] == "running"
+        nursery.cancel_scope.cancel()
+
+
+async def test_through_a_privileged_helper_the_announcement_is_the_attach(
+        autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    # sudo drops the marker variable, so it is not asked for and not waited for.
+    fake = FakeBpftrace([(0.1, ATTACH.format(n=1)), (5, None)], attach_fails=True)
+    async with trio.open_nursery() as nursery:
+        spawner = FakeSpawner(nursery, fake)
+        async with bpftrace_daemon(tmp_path, {**SETTINGS, "privileged_helper": "sudo -n"}, spawn=spawner) as h:
+            started = await h.call("exec_program", {"program": "p", "timeout": 30})
+            assert trio.current_time() == pytest.approx(0.1) and started["status"] == "running"
+        nursery.cancel_scope.cancel()
+    assert not fake.notify_attached
 
 
 async def test_a_program_that_ignores_sigint_is_killed_after_a_grace_that_grows_with_its_probes(

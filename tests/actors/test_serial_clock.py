@@ -407,9 +407,11 @@ async def test_read_urc_peeks_and_pages(autojump_clock: trio.testing.MockClock, 
     await open_fake(harness, FakeSerial([(1.0, b"u%d" % i) for i in range(4)]))
     await trio.sleep(5)
     peek = await harness.call("read_urc", port=PORT, peek=True, max_packets=2)
-    assert [p["data"] for p in peek["packets"]] == ["u0", "u1"] and peek["pending_urc_count"] == 2
+    # A peek consumes nothing: all four are still pending, two of them past this page.
+    assert [p["data"] for p in peek["packets"]] == ["u0", "u1"] and peek["pending_urc_count"] == 4
+    assert peek["has_more"]
     first = await harness.call("read_urc", port=PORT, max_packets=3)
-    assert first["returned"] == 3 and first["pending_urc_count"] == 1
+    assert first["returned"] == 3 and first["pending_urc_count"] == 1 and first["has_more"]
     assert first["packets"][0]["ts"] < first["packets"][1]["ts"]
 
 

@@ -20,6 +20,7 @@ from diagd.actors._serial_codec import (
     parse_hex,
     port_key,
     read_log_page,
+    unescape,
 )
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -199,3 +200,27 @@ def test_every_tool_schema_is_a_valid_json_schema() -> None:
     for spec in TOOLS.values():
         jsonschema.Draft202012Validator.check_schema(spec["input_schema"])
         jsonschema.Draft202012Validator.check_schema(spec["output_schema"])
+
+
+@pytest.mark.parametrize(("text", "data"), [
+    ("AT", b"AT"), ("", b""), ("AT\\r", b"AT\r"), ("OK\\r\\n", b"OK\r\n"), ("a\\tb", b"a\tb"),
+    ("C:\\\\temp", b"C:\\temp"),  # a doubled backslash is one backslash
+    ("\\\\r", b"\\r"),  # ... and it does not start an escape
+    ("hi\\x1a", b"hi\x1a"), ("\\xfF\\x00", b"\xff\x00"),  # a byte, not a code point
+    ("é\\r", "é".encode() + b"\r"), ("AT\r", b"AT\r"),  # a real CR has nothing to interpret
+])
+def test_escapes_in_text_become_the_bytes_they_name(text: str, data: bytes) -> None:
+    assert unescape(text, what="payload") == data
+
+
+@pytest.mark.parametrize(("text", "position", "escape"), [
+    ("AT\\", 2, "\\"), ("a\\qb", 1, "\\q"), ("\\x1", 0, "\\x1"), ("ok\\xg0", 2, "\\xg0"), ("\\\\\\d", 2, "\\d"),
+])
+def test_unknown_or_incomplete_escapes_are_refused_with_their_position(text: str, position: int,
+                                                                      escape: str) -> None:
+    with pytest.raises(DiagdError) as info:
+        unescape(text, what="stop_pattern")
+    err = info.value
+    assert err.code == ErrorCode.INVALID_ARGUMENT and err.details["argument"] == "stop_pattern"
+    assert err.details["position"] == position and err.details["escape"] == escape
+    assert "escapes=false" in err.details["hint"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -368,3 +369,175 @@ async def test_a_new_device_reusing_a_vanished_ports_device_name_is_not_taken_fo
     with SimModem(link=tmp_path / "other") as other:  # the kernel may hand out the same /dev/pts/N
         opened = await h.call("configure_connection", port=other.port)
         assert opened["port"] == other.port and opened["outcome"] == "opened"
+
+
+# -- what a call says it did is what happened ---------------------------------------------------
+
+
+def tx_records(path: str) -> list[bytes]:
+    return [bytes.fromhex(r["hex"]) for r in map(json.loads, Path(path).read_text().splitlines())
+            if r["dir"] == "tx"]
+
+
+async def test_an_empty_payload_writes_nothing_not_even_the_line_ending(h: Harness, sim: SimModem) -> None:
+    sim.emit(b"\r\nRDY\r\n", delay=0.05)
+    listened = await at(h, sim, "", stop_pattern="RDY\r\n")  # the port's line_ending is cr
+    assert listened["found_keyword"] and listened["data"] == "\r\nRDY\r\n" and listened["bytes_sent"] == 0
+    quiet = await at(h, sim, "", wait_policy="none", stop_pattern=None)
+    assert quiet["bytes_sent"] == 0
+    # The modem reads in order: had either call written a CR, it would be in front of this AT.
+    assert (await at(h, sim, "AT"))["found_keyword"]
+    assert bytes(sim.received) == b"AT\r"
+    path = (await h.call("connection_status", port=sim.port))["ports"][0]["log_file"]
+    assert tx_records(path) == [b"AT\r"]
+    # Only the line ending, asked for explicitly with nothing to end, is a contradiction: say so.
+    err = await h.error("send_data", port=sim.port, payload="", line_ending="crlf")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "line_ending"
+    assert bytes(sim.received) == b"AT\r"
+
+
+async def test_peeking_leaves_the_packets_pending_and_says_so(h: Harness, sim: SimModem) -> None:
+    await at(h, sim, "AT+SIMURC=2,150", wait_policy="none", stop_pattern=None)
+    with trio.fail_after(10):  # the OK and both URCs, each its own packet
+        while (await h.call("connection_status", port=sim.port))["ports"][0]["pending_urc_count"] < 3:
+            await trio.sleep(0.02)
+    peek = await h.call("read_urc", port=sim.port, peek=True)
+    assert peek["returned"] == 3 and peek["pending_urc_count"] == 3 and not peek["has_more"]
+    page = await h.call("read_urc", port=sim.port, peek=True, max_packets=1)
+    assert page["returned"] == 1 and page["pending_urc_count"] == 3 and page["has_more"]
+    taken = await h.call("read_urc", port=sim.port, max_packets=2)
+    assert [p["data"] for p in taken["packets"]] == [p["data"] for p in peek["packets"][:2]]
+    assert taken["pending_urc_count"] == 1 and taken["has_more"]
+    rest = await h.call("read_urc", port=sim.port)
+    assert rest["returned"] == 1 and rest["pending_urc_count"] == 0 and not rest["has_more"]
+
+
+@pytest.mark.parametrize(("setting", "value"), [("parity", "E"), ("bytesize", 7)])
+async def test_a_setting_the_device_refuses_leaves_the_open_port_as_it_was(
+        h: Harness, sim: SimModem, setting: str, value: object) -> None:
+    before = (await h.call("connection_status", port=sim.port))["ports"][0]
+    ref = h.daemon.supervisor.find("serial", sim.port)
+    # baudrate is changed first (pyserial's order) and must be walked back when parity/bytesize fails.
+    err = await h.error("configure_connection", port=sim.port, baudrate=9600, **{setting: value})
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == setting
+    assert setting in err["message"] and err["details"]["value"] == value
+    after = (await h.call("connection_status", port=sim.port))["ports"][0]
+    assert after["settings"] == before["settings"] and after["log_file"] == before["log_file"]
+    assert after["state"] == "Connected" and h.daemon.supervisor.find("serial", sim.port) is ref
+    assert pyserial_settings(sim.path) == pyserial_settings_of(before["settings"])
+    assert (await at(h, sim, "AT"))["found_keyword"]  # still working, same session
+    events = [json.loads(line).get("event") for line in Path(after["log_file"]).read_text().splitlines()]
+    assert events.count("session") == 1 and "settings" not in events
+    # A change the device takes still works afterwards (pyserial's idea of the port was put back too).
+    changed = await h.call("configure_connection", port=sim.port, baudrate=9600)
+    assert changed["settings"]["baudrate"] == 9600 and pyserial_settings(sim.path)["baudrate"] == 9600
+
+
+async def test_a_setting_the_device_refuses_at_open_leaves_it_closed(make_harness: MakeHarness,
+                                                                     sim: SimModem) -> None:
+    h = make_harness()
+    err = await h.error("configure_connection", port=sim.port, parity="O")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "parity"
+    status = (await h.call("connection_status", port=sim.port))["ports"][0]
+    # Not open in diagd (the modem's own end of the pty is what shows as a holder).
+    assert status["owner"] is None and "log_file" not in status and os.getpid() in [p["pid"] for p in status["holders"]]
+    assert h.daemon.supervisor.find("serial", sim.port) is None and not h.backend.records
+    assert not list(h.backend.log_dir.glob("*.jsonl"))  # no session was started
+    opened = await h.call("configure_connection", port=sim.port, line_ending="cr")  # nothing held on to it
+    assert opened["outcome"] == "opened" and (await at(h, sim, "AT"))["found_keyword"]
+
+
+def pyserial_settings(path: str) -> dict[str, Any]:
+    """What the kernel has for the line now, read through a second, non-exclusive descriptor."""
+    import termios
+
+    fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        _iflag, _oflag, cflag, _lflag, _ispeed, ospeed, _cc = termios.tcgetattr(fd)
+    finally:
+        os.close(fd)
+    speeds = {getattr(termios, f"B{b}"): b for b in (9600, 19200, 38400, 57600, 115200)}
+    return {"baudrate": speeds.get(ospeed, ospeed), "csize": cflag & termios.CSIZE,
+            "parenb": bool(cflag & termios.PARENB)}
+
+
+def pyserial_settings_of(settings: dict[str, Any]) -> dict[str, Any]:
+    import termios
+
+    sizes = {5: termios.CS5, 6: termios.CS6, 7: termios.CS7, 8: termios.CS8}
+    return {"baudrate": settings["baudrate"], "csize": sizes[settings["bytesize"]],
+            "parenb": settings["parity"] != "N"}
+
+
+async def test_escapes_in_payload_and_stop_pattern_are_the_bytes_they_name(h: Harness, sim: SimModem) -> None:
+    # As `diagd call send_data payload='AT\r' stop_pattern='OK\r\n'` delivers them: with backslashes.
+    ok = await at(h, sim, "AT\\r", line_ending="none", stop_pattern="OK\\r\\n")
+    assert ok["found_keyword"] and ok["data"] == "\r\nOK\r\n" and ok["stop_pattern_matched"] == "OK\\r\\n"
+    assert ok["bytes_sent"] == 3 and bytes(sim.received) == b"AT\r"
+    listed = await at(h, sim, "AT+NOPE", stop_pattern=["OK\\r\\n", "ERROR\\r\\n"])
+    assert listed["stop_pattern_matched"] == "ERROR\\r\\n"
+    # An SMS ended with Ctrl-Z written as \x1a; a doubled backslash is one backslash in the text.
+    await at(h, sim, 'AT+CMGS="+4912345"', stop_pattern="> ")
+    sent = await at(h, sim, "C:\\\\temp\\x1a", line_ending="none")
+    assert sent["found_keyword"] and sim.messages == [b"C:\\temp"]
+    # escapes=false: the text as it is, backslashes included.
+    await at(h, sim, 'AT+CMGS="+4912345"', stop_pattern="> ")
+    raw = await at(h, sim, "a\\tb\\x1a", line_ending="none", escapes=False, wait_policy="timeout",
+                   stop_pattern=None, timeout_ms=100)
+    assert raw["bytes_sent"] == len("a\\tb\\x1a")
+    await at(h, sim, "\\x1a", line_ending="none")  # now end that message
+    assert sim.messages[-1] == b"a\\tb\\x1a"
+
+
+async def test_a_bad_escape_is_refused_with_its_position_and_nothing_is_written(h: Harness, sim: SimModem) -> None:
+    err = await h.error("send_data", port=sim.port, payload="AT\\q")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "payload"
+    assert err["details"]["position"] == 2 and err["details"]["escape"] == "\\q"
+    bad_pattern = await h.error("send_data", port=sim.port, payload="AT", stop_pattern=["OK", "ERR\\x4"])
+    assert bad_pattern["details"]["argument"] == "stop_pattern" and bad_pattern["details"]["position"] == 3
+    assert (await at(h, sim, "AT"))["found_keyword"]
+    assert bytes(sim.received) == b"AT\r"  # the modem reads in order: nothing came before this AT
+
+
+async def test_a_baud_rate_the_driver_refuses_leaves_the_open_port_as_it_was(
+        h: Harness, sim: SimModem, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pty takes any rate; a UART driver may not. pyserial sets a non-standard rate with TCSETS2
+    # after its tcsetattr, and turns a refusal into ValueError: make that ioctl refuse, as such a
+    # driver does, and keep everything else real.
+    class RefusingSerial(pyserial.Serial):  # type: ignore[misc]
+        def _set_special_baudrate(self, baudrate: int) -> None:
+            raise ValueError(f"Failed to set custom baud rate ({baudrate}): [Errno 22] Invalid argument")
+
+    before = (await h.call("connection_status", port=sim.port))["ports"][0]
+    await h.call("configure_connection", port=sim.port, action="close")
+    monkeypatch.setattr(pyserial, "Serial", RefusingSerial)
+    opened = await h.call("configure_connection", port=sim.port, line_ending="cr")
+    line = pyserial_settings(sim.path)
+    err = await h.error("configure_connection", port=sim.port, baudrate=250000)
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "baudrate"
+    assert err["details"]["value"] == 250000 and "Failed to set custom baud rate" in err["message"]
+    after = (await h.call("connection_status", port=sim.port))["ports"][0]
+    assert after["settings"] == opened["settings"] == before["settings"]
+    assert after["log_file"] == opened["log_file"] and pyserial_settings(sim.path) == line
+    assert (await at(h, sim, "AT"))["found_keyword"]
+    await h.call("configure_connection", port=sim.port, action="close")
+    at_open = await h.error("configure_connection", port=sim.port, baudrate=250000)
+    assert at_open["code"] == "INVALID_ARGUMENT" and at_open["details"]["argument"] == "baudrate"
+    assert h.daemon.supervisor.find("serial", sim.port) is None and not h.backend.records
+
+
+async def test_a_diagd_call_whose_process_has_exited_no_longer_holds_the_port(h: Harness, sim: SimModem) -> None:
+    # The daemon may learn that a `diagd call` closed its socket only after the next one's call has
+    # arrived; a finished process is gone either way.
+    done = subprocess.Popen(["true"])
+    done.wait()  # exited and reaped: its pid names no process now
+    previous = f"cli:{done.pid}"
+    h.connect(previous)  # still in the connection table
+    taken = await h.call("configure_connection", client=previous, port=sim.port, force=True)
+    assert taken["owner"] == previous
+    result = await h.call("send_data", client=f"cli:{os.getpid()}", port=sim.port, payload="AT", stop_pattern="OK")
+    assert result["found_keyword"]
+    # A `diagd call` still running keeps it, as any connected client does.
+    h.connect(f"cli:{os.getpid()}")
+    busy = await h.error("send_data", client="mcp:200", port=sim.port, payload="AT")
+    assert busy["code"] == "BUSY" and busy["details"]["owner"] == f"cli:{os.getpid()}"

@@ -4,6 +4,7 @@ other end is a simulated modem in its own process (tests/support/sim_modem.py)."
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -157,3 +158,52 @@ def test_diagd_call_drives_a_port_from_the_shell(serial_daemon: DaemonProcess, s
     assert bad.returncode == 1 and json.loads(bad.stdout)["details"]["position"] == 3
     denied = env.run("call", "configure_connection", "port=/dev/ttyS0", "--visibility", "off")
     assert denied.returncode == 1 and json.loads(denied.stdout)["code"] == "PERMISSION_DENIED"
+
+
+
+def written(records: list[dict[str, Any]]) -> list[str]:
+    return [r["data"] for r in records if r["dir"] == "tx"]
+
+
+def test_diagd_call_sends_escapes_as_a_shell_user_types_them(serial_daemon: DaemonProcess, sim: SimProcess) -> None:
+    env, port = serial_daemon.env, str(sim.link)
+
+    def typed(command_line: str) -> dict[str, Any]:
+        """`diagd call <command_line>` with the quoting a shell applies to it."""
+        done = env.run("call", *shlex.split(command_line), "--visibility", "off")
+        assert done.returncode in (0, 1), done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    typed(f"configure_connection port={port}")  # line_ending none: the payload says it all
+    ok = typed(f"send_data port={port} payload='AT\\r' stop_pattern='OK\\r\\n' timeout_ms=5000")
+    assert ok["found_keyword"] and ok["data"].endswith("\r\nOK\r\n") and ok["bytes_sent"] == 3
+    # A literal backslash is a doubled one; an unknown escape is refused, naming where it is.
+    err = typed(f"send_data port={port} payload='AT+X\\y\\r'")
+    assert err["code"] == "INVALID_ARGUMENT" and err["details"]["position"] == 4
+    back = typed(f"send_data port={port} payload='AT+X\\\\y\\r' stop_pattern='ERROR\\r\\n' timeout_ms=5000")
+    assert back["found_keyword"] and back["bytes_sent"] == len("AT+X\\y\r")
+    log = typed(f"get_log port={port} limit=1000")
+    assert written(log["records"]) == ["AT\r", "AT+X\\y\r"]
+
+
+async def test_escapes_through_mcp_name_the_same_bytes_as_real_control_characters(
+        serial_daemon: DaemonProcess, sim: SimProcess) -> None:
+    port = str(sim.link)
+    async with mcp_client(serial_daemon.env) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        schema = tools["send_data"].input_schema["properties"]
+        assert "\\r" in schema["payload"]["description"] and schema["escapes"]["default"] is True
+        await ok(client, "configure_connection", port=port)
+        # JSON "AT\\r" (an agent writing the escape) and "AT\r" (a real CR) are the same bytes.
+        escaped = await ok(client, "send_data", port=port, payload="AT\\r", stop_pattern="OK\\r\\n", timeout_ms=5000)
+        real = await ok(client, "send_data", port=port, payload="AT\r", stop_pattern="OK\r\n", timeout_ms=5000)
+        assert escaped["found_keyword"] and real["found_keyword"]
+        assert escaped["stop_pattern_matched"] == "OK\\r\\n" and real["stop_pattern_matched"] == "OK\r\n"
+        literal = await ok(client, "send_data", port=port, payload="AT+X\\\\y\r", stop_pattern="ERROR\r\n",
+                           timeout_ms=5000)
+        as_is = await ok(client, "send_data", port=port, payload="AT+X\\y\r", escapes=False,
+                         stop_pattern="ERROR\r\n", timeout_ms=5000)  # escapes=false covers the pattern too
+        assert literal["found_keyword"] and as_is["found_keyword"]
+        log = await ok(client, "get_log", port=port, limit=1000)
+        assert written(log["records"]) == ["AT\r", "AT\r", "AT+X\\y\r", "AT+X\\y\r"]

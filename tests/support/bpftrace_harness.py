@@ -116,7 +116,8 @@ class FakeBpftrace:
     _next_pid = 99_000_000
 
     def __init__(self, script: Sequence[tuple[float, str | None]], *, on_sigint: Sequence[str] = (),
-                 ignore_sigint: bool = False, stderr: str = "", exit_code: int = 0) -> None:
+                 ignore_sigint: bool = False, stderr: str = "", exit_code: int = 0,
+                 attach_fails: bool = False) -> None:
         FakeBpftrace._next_pid += 1
         self.pid = FakeBpftrace._next_pid
         self.script = list(script)
@@ -124,6 +125,10 @@ class FakeBpftrace:
         self.ignore_sigint = ignore_sigint
         self.stderr_text = stderr
         self.exit_code = exit_code
+        # Like bpftrace: with the marker variable in its environment it says on stderr when its probes
+        # are attached, right after the announcement, unless the attach fails.
+        self.attach_fails = attach_fails
+        self.notify_attached = False
         self.returncode: int | None = None
         self.signals: list[tuple[float, int]] = []
         self._out_send, self.stdout = trio.testing.memory_stream_one_way_pair()
@@ -147,6 +152,9 @@ class FakeBpftrace:
                 await self._exit(self.exit_code)
                 return
             await self._out_send.send_all(line.encode() + b"\n")
+            if bpftrace.attach_count(line, "json" if line.startswith("{") else "text") is not None \
+                    and self.notify_attached and not self.attach_fails:
+                await self._err_send.send_all(bpftrace.ATTACHED_MARKER.encode() + b"\n")
 
     async def _watch_sigint(self) -> None:
         await self._sigint.wait()
@@ -193,8 +201,9 @@ class FakeSpawner:
         self.fakes = list(fakes)
         self.argvs: list[list[str]] = []
 
-    async def __call__(self, argv: Sequence[str]) -> Any:
+    async def __call__(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Any:
         self.argvs.append(list(argv))
         fake = self.fakes.pop(0)
+        fake.notify_attached = env is not None and bpftrace.ATTACHED_MARKER in env
         self.nursery.start_soon(fake.play)
         return fake
