@@ -243,7 +243,15 @@ def acquire_lock(rundir: paths.PrivateDir) -> int:
     return fd
 
 
+# Everything the daemon and its children create is owner-only: the audit log holds every call's
+# arguments, stored outputs hold kernel memory, serial logs and bpftrace results what the devices and
+# the kernel said. Set once for the process (and inherited by crash, drgn, sharkd, bpftrace), so no
+# back end can forget it; files that matter also pass 0600 explicitly.
+STATE_UMASK = 0o077
+
+
 async def serve(config: config_mod.Config) -> None:
+    os.umask(STATE_UMASK)
     rundir = paths.open_private_dir(paths.runtime_dir(), what="runtime directory")
     try:
         paths.ensure_private_dir(paths.state_dir(), what="state directory")
