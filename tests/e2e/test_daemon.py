@@ -266,6 +266,15 @@ def test_status_without_a_daemon_says_so(env: Env) -> None:
     assert out.returncode == 3 and "not running" in out.stdout
 
 
+def test_diagd_call_without_a_daemon_exits_3_and_starts_none(env: Env) -> None:
+    # A one-shot command never leaves a daemon behind: starting one is `diagd start` or systemd's job.
+    out = env.run("call", "echo", "message=x", "--visibility=off")
+    assert out.returncode == 3 and out.stdout == ""
+    assert out.stderr.startswith("diagd call: diagd is not running") and "diagd start" in out.stderr
+    assert not (env.runtime / "control.sock").exists() and not (env.runtime / "mcp.sock").exists()
+    assert env.run("status").returncode == 3
+
+
 def owner_only_problems(root: Path) -> list[str]:
     """Every file under `root` not 0600 and every directory not 0700 (symlinks: none expected)."""
     problems = []
