@@ -35,7 +35,8 @@ NO_INPUT = _schema({})
 SESSION_INPUT = _schema({**SESSION})
 
 OPEN_INPUT = _schema(
-    {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed)"},
+    {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed); a relative path is "
+                                                      "relative to the caller's working directory"},
      "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
      "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16,
                     "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},

@@ -690,11 +690,11 @@ class CrashBackend:
 
     async def open(self, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         s = self.settings
-        vmcore = resolve_allowed(str(args["vmcore_path"]), s.allowed_dirs, what="vmcore")
+        vmcore = resolve_allowed(str(args["vmcore_path"]), s.allowed_dirs, what="vmcore", cwd=ctx.cwd)
         if ident.is_forbidden_source(vmcore):
             raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{vmcore} is the live system, not a dump: refused",
                              path=str(vmcore))
-        vmlinux = resolve_allowed(str(args["vmlinux_path"]), s.allowed_dirs, what="vmlinux")
+        vmlinux = resolve_allowed(str(args["vmlinux_path"]), s.allowed_dirs, what="vmlinux", cwd=ctx.cwd)
         crash_args = validate_crash_args([str(a) for a in args.get("crash_args") or []])
         binary = shutil.which(s.crash_binary)
         if binary is None:

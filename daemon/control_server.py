@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from diagd.daemon import connections
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control
@@ -176,7 +177,9 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str) -> Any:
     if isinstance(msg, control.StatusRequest):
         return daemon.status()
     if isinstance(msg, control.CallRequest):
-        result = await daemon.registry.call(msg.tool, msg.arguments, CallContext(client=who))
+        conn = connections.current.get()
+        result = await daemon.registry.call(msg.tool, msg.arguments,
+                                            CallContext(client=who, cwd=conn.cwd if conn is not None else None))
         return {"is_error": result.is_error, "result": result.payload, "meta": result.meta}
     if isinstance(msg, control.StopActorRequest):
         return daemon.supervisor.stop(msg.actor_id, reason=f"stopped by {who}").statistics()

@@ -145,6 +145,8 @@ class Daemon:
         settings = self.config.daemon
         self.connection_table.max_connections = settings.max_connections  # a reload applies to the next accept
         conn, dropped = self.connection_table.admit(kind, pid)
+        if conn is not None:
+            conn.cwd = await trio.to_thread.run_sync(connections.peer_cwd, pid)  # /proc reads: off the loop
         if dropped is not None:
             log.warning("dropped an idle connection to make room", dropped=repr(dropped), newcomer=f"{kind}:{pid}")
         if conn is None:
