@@ -42,7 +42,11 @@ OPEN_INPUT = _schema(
                     "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},
     ("vmcore_path", "vmlinux_path"))
 OPEN_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "workdir": {"type": "string"},
-                                                "is_new": {"type": "boolean"}, "summary": {"type": "object"}},
+                                                "is_new": {"type": "boolean"}, "summary": {"type": "object"},
+                                                "joined": {"type": "boolean"},
+                                                "requested": {"type": "object", "description": "the paths this "
+                                                              "call named, when it joined a session opened "
+                                                              "under others"}},
                "required": ["session_id", "workdir", "is_new", "summary"]}
 
 RUN_CRASH_INPUT = _schema(

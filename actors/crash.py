@@ -10,11 +10,13 @@ Both start together; the actor counts as started once both are spawned, and cras
 in the background: drgn answers after ~0.5 s while crash still loads, `open_vmcore_session` reports
 MCP progress until crash's prompt, and nothing else in the daemon waits for it.
 
-The session key is the dump's identity (device, inode, size, mtime + a hash of its header block and
-notes, see `_crash_identity`), the vmlinux build id and the crash options: the same dump opened again
-by anyone shares the session (reference counted). The vmlinux is checked against the dump's
-VMCOREINFO before anything is spawned. Every output is stored under <state>/crash/<session_id>/ and
-can be paged or searched after the session is gone, also after a daemon restart.
+The session key is the dump's content identity (size, a hash of its head and tail blocks and notes,
+see `_crash_identity`; never its path or inode), the vmlinux build id and the crash options: the same
+dump opened again by anyone, through any path (a copy, a hard link, a symlink), shares the session
+(reference counted), and the answer says it joined and under which paths the session was opened.
+The vmlinux is checked against the dump's VMCOREINFO before anything is spawned. Every output is
+stored under <state>/crash/<session_id>/ and can be paged or searched after the session is gone,
+also after a daemon restart.
 
 Outputs stream to their files as they are produced (crash's from the pty thread, drgn's written by the
 worker itself); the daemon keeps only their first lines. Past [crash] max_output_bytes an output is
@@ -705,14 +707,14 @@ class CrashBackend:
         match = ident.check_match(dump, vml)  # refuses a wrong vmlinux before anything is spawned
         key = ident.session_key(dump, vml, vml_id, crash_args)
         rec = self.table.joinable(key)
-        if rec is not None:
+        if rec is not None:  # the same crash by content, whatever path it was opened under
             self.table.join(rec, ctx.client)
             try:
                 await self._wait_ready(rec, ctx)
             except BaseException:
                 rec.refcount -= 1
                 raise
-            return self._open_result(rec, is_new=False)
+            return self._open_result(rec, is_new=False, asked=(vmcore, vmlinux))
         if self.table.open_count() >= s.max_sessions:
             raise DiagdError(ErrorCode.BUSY, f"{s.max_sessions} crash sessions are open (each holds ~650 MB)",
                              sessions=[r.describe() for r in self.table.live.values()],
@@ -735,7 +737,7 @@ class CrashBackend:
             if rec.refcount <= 0 or rec.state == "failed":
                 self._release(rec, "failed" if rec.error else "closed", "open failed or was cancelled")
             raise
-        return self._open_result(rec, is_new=True)
+        return self._open_result(rec, is_new=True, asked=(vmcore, vmlinux))
 
     async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
         """Start the session's actor (crash + drgn) under the record's key; `rec.actor` is the new one."""
@@ -829,12 +831,20 @@ class CrashBackend:
             total = round(trio.current_time() - actor.started_at, 1)
             await ctx.report_progress(total, total, "crash ready")
 
-    def _open_result(self, rec: SessionRecord, *, is_new: bool) -> dict[str, Any]:
+    def _open_result(self, rec: SessionRecord, *, is_new: bool, asked: tuple[Path, Path]) -> dict[str, Any]:
         actor = rec.actor
         assert actor is not None
-        return {"session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new,
-                "refcount": rec.refcount, "state": rec.state, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
-                "match": rec.match, "summary": actor.summary}
+        result = {"session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new, "joined": not is_new,
+                  "refcount": rec.refcount, "state": rec.state, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
+                  "match": rec.match, "summary": actor.summary}
+        if not is_new:
+            requested = {"vmcore": str(asked[0]), "vmlinux": str(asked[1])}
+            result["requested"] = requested
+            other = [k for k, path in requested.items() if path != result[k]]
+            result["note"] = (f"joined the open session {rec.session_id}: "
+                              + (f"the same dump by content, opened as {rec.vmcore} (vmlinux {rec.vmlinux}); "
+                                 "its paths are the ones the session uses" if other else "the same dump"))
+        return result
 
     def _on_failed(self, actor: CrashSession, error: DiagdError) -> None:
         rec = self.table.get(actor.spec.session_id)

@@ -179,6 +179,39 @@ async def test_opening_the_same_dump_again_joins_the_session(setup: Setup) -> No
     assert closed["closed"] is False and closed["refcount"] == 1
 
 
+async def test_the_same_dump_through_a_copy_a_hard_link_or_a_symlink_joins_the_open_session(setup: Setup) -> None:
+    others = setup.root / "same-dump"
+    others.mkdir(exist_ok=True)
+    copy, hard, soft = others / "vmcore.copy", others / "vmcore.hard", others / "vmcore.soft"
+    for path in (copy, hard, soft):
+        path.unlink(missing_ok=True)
+    shutil.copyfile(setup.fixture.vmcore, copy)  # another inode and mtime, the same bytes
+    os.link(copy, hard)
+    soft.symlink_to(setup.fixture.vmcore)
+    vmlinux_link = others / "vmlinux.soft"
+    vmlinux_link.unlink(missing_ok=True)
+    vmlinux_link.symlink_to(setup.fixture.vmlinux)
+    before = session_details(setup.daemon, setup.session["session_id"])
+    async with client_for(setup.daemon) as client:
+        for path in (copy, hard, soft):
+            joined = await call_on(client, "open_vmcore_session", vmcore_path=str(path),
+                                   vmlinux_path=str(vmlinux_link))
+            assert not joined["_is_error"], joined
+            assert joined["session_id"] == setup.session["session_id"] and not joined["is_new"] and joined["joined"]
+            assert joined["vmcore"] == str(setup.fixture.vmcore) == setup.session["vmcore"]  # opened as
+            assert joined["requested"]["vmcore"] == str(path.resolve())
+            assert f"opened as {setup.fixture.vmcore}" in joined["note"] or path == soft
+        for _ in range(3):
+            closed = await call_on(client, "close_vmcore_session", session_id=setup.session["session_id"])
+            assert closed["closed"] is False
+    after = session_details(setup.daemon, setup.session["session_id"])
+    assert before is not None and after is not None
+    assert (after["crash_pid"], after["drgn_pid"]) == (before["crash_pid"], before["drgn_pid"])  # no second load
+    assert [a for a in status(setup.daemon)["actors"] if a["kind"] == "crash"
+            and a["details"]["session_id"] != setup.session["session_id"]
+            and a["details"]["vmcore"].startswith(str(others))] == []
+
+
 async def test_sys_shows_the_sysrq_panic(setup: Setup) -> None:
     result = await crash(setup, "sys")
     assert f'PANIC: "{PANIC}"' in result["output"] and setup.fixture.release in result["output"]
