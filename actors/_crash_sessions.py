@@ -56,10 +56,17 @@ class SessionRecord:
         if self.error is not None:
             out["error"] = self.error.message
         if self.actor is not None:
-            out["crash"] = str(self.actor.crash_phase)
-            out["drgn"] = str(self.actor.drgn_phase)
+            out["crash"] = self._engine(str(self.actor.crash_phase))
+            out["drgn"] = self._engine(str(self.actor.drgn_phase))
             out["commands"] = self.actor.commands
         return out
+
+    def _engine(self, phase: str) -> str:
+        """An engine's phase as it is: a released session's children are on their way out (the actor
+        is stopped after the record is released) even if the actor has not got to them yet."""
+        if self.state in OPEN_STATES or phase in ("failed", "stopping", "closed"):
+            return phase
+        return "stopping"
 
     def usable(self) -> CrashSession:
         """The session's actor, or the coded error saying why there is none to ask."""

@@ -101,7 +101,8 @@ class Phase(enum.StrEnum):
     FAILED = "failed"
     UNAVAILABLE = "unavailable"  # drgn only: could not load, crash still serves
     DEAD = "dead"  # drgn only: the worker died; the next drgn call starts a fresh one
-    CLOSED = "closed"
+    STOPPING = "stopping"  # the session is being closed: its child is being asked to quit (or killed)
+    CLOSED = "closed"  # the child is gone (reaped) because the session ended
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,9 @@ class CrashSession(Actor):
 
     async def stop(self) -> None:
         self.closing = True
+        # What list_vmcore_sessions and diagd status show must stay true while and after the children
+        # go: never "ready" for a process being stopped or already reaped. A failure stays a failure.
+        self._set_phases(Phase.STOPPING)
         try:
             async with trio.open_nursery() as nursery:
                 if self.child is not None:
@@ -213,10 +217,15 @@ class CrashSession(Actor):
         finally:
             for phase_event in (self.crash_done, self.drgn_done):
                 phase_event.set()
-            if self.crash_phase == Phase.LOADING:
-                self.crash_phase = Phase.CLOSED
+            self._set_phases(Phase.CLOSED)
             self.stopped.set()
             self.hooks.on_exit(self)
+
+    def _set_phases(self, phase: Phase) -> None:
+        if self.crash_phase != Phase.FAILED:
+            self.crash_phase = phase
+        if self.drgn_phase != Phase.FAILED:
+            self.drgn_phase = phase
 
     async def _stop_crash(self, child: PtyChild) -> None:
         driver = child.driver
@@ -249,6 +258,9 @@ class CrashSession(Actor):
         self.drgn_done.set()
         log.warning("crash session failed", session=self.spec.session_id, error=error.message)
         self.hooks.on_failed(self, error)
+        # Only after the hook, which tells a crash that died once ready (revivable) by its phase: from
+        # here on the session shows crash as failed, not as the ready process it no longer is.
+        self.crash_phase, self.crash_error = Phase.FAILED, self.crash_error or error
 
     async def _watch_crash(self, child: PtyChild) -> None:
         code = await child.wait()

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import trio
 
+from diagd.actors._crash_sessions import SessionRecord
 from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import OutputStore
 from diagd.actors.base import Actor
-from diagd.actors.crash import CrashSession, Hooks, SessionSpec
+from diagd.actors.crash import CrashSession, Hooks, Phase, SessionSpec
 from diagd.daemon.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -189,6 +190,24 @@ async def test_an_idle_session_expires_and_releases_crash(tmp_path: Path) -> Non
     assert s.actor.stop_results == {"crash": "quit"}
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_a_stopped_session_never_shows_its_children_ready(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        rec = SessionRecord(SID, "key", "vmcore", "vmlinux", tmp_path, [], 0.0, state="ready", actor=s.actor)
+        assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("ready", "unavailable")  # drgn=False here
+        rec.state = "closed"  # released: the back end stops the actor right after
+        assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("stopping", "stopping")
+    assert (s.actor.crash_phase, s.actor.drgn_phase) == (Phase.CLOSED, Phase.CLOSED)
+    assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("closed", "closed")
+    assert s.actor.statistics()["crash"] == "closed"
+
+
+async def test_a_failed_crash_stays_failed_after_the_session_stops(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        with pytest.raises(DiagdError):
+            await s.run("die")
+    assert (s.actor.crash_phase, s.actor.drgn_phase) == (Phase.FAILED, Phase.CLOSED)
 
 
 def test_crash_options_are_allow_listed() -> None:
