@@ -17,7 +17,7 @@ def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, 
 
 
 SESSION = {"session_id": {"type": "string", "description": "From open_vmcore_session; default: this client's "
-                                                            "last opened session"}}
+                                                            "last opened session, else the only open one"}}
 COMMAND_RESULT = {
     "type": "object",
     "properties": {"session_id": {"type": "string"}, "command_id": {"type": "string"}, "output": {"type": "string"},

@@ -724,16 +724,17 @@ class CrashBackend:
             try:
                 await self._wait_ready(rec, ctx)
             except BaseException:
-                rec.refcount -= 1
+                self.table.release_ref(rec, ctx.client)
                 raise
-            return self._open_result(rec, is_new=False, asked=(vmcore, vmlinux))
+            return self._open_result(rec, is_new=False, asked=(vmcore, vmlinux), ephemeral=ctx.ephemeral)
         if self.table.open_count() >= s.max_sessions:
             raise DiagdError(ErrorCode.BUSY, f"{s.max_sessions} crash sessions are open (each holds ~650 MB)",
                              sessions=[r.describe() for r in self.table.live.values()],
-                             hint="close_vmcore_session one, or raise [crash] max_sessions")
+                             hint="close_vmcore_session one (sessions with refcount 0 are held by nobody), "
+                                  "or raise [crash] max_sessions")
         session_id = f"{key[:8]}-{secrets.token_hex(3)}"
         rec = SessionRecord(session_id, key, str(vmcore), str(vmlinux), self.store.root / session_id, crash_args,
-                            time.time(), clients={ctx.client}, match=match)
+                            time.time(), match=match)
         self.table.add(rec, ctx.client)
         try:
             await trio.to_thread.run_sync(self._prepare_workdir, rec, dump, vml, self.table.live_ids(),
@@ -743,13 +744,13 @@ class CrashBackend:
             await self._wait_ready(rec, ctx)
         except BaseException as exc:
             rec.spawned.set()
-            rec.refcount -= 1
+            self.table.release_ref(rec, ctx.client)
             if isinstance(exc, DiagdError) and rec.error is None:
                 rec.error = exc
             if rec.refcount <= 0 or rec.state == "failed":
                 self._release(rec, "failed" if rec.error else "closed", "open failed or was cancelled")
             raise
-        return self._open_result(rec, is_new=True, asked=(vmcore, vmlinux))
+        return self._open_result(rec, is_new=True, asked=(vmcore, vmlinux), ephemeral=ctx.ephemeral)
 
     async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
         """Start the session's actor (crash + drgn) under the record's key; `rec.actor` is the new one."""
@@ -843,7 +844,8 @@ class CrashBackend:
             total = round(trio.current_time() - actor.started_at, 1)
             await ctx.report_progress(total, total, "crash ready")
 
-    def _open_result(self, rec: SessionRecord, *, is_new: bool, asked: tuple[Path, Path]) -> dict[str, Any]:
+    def _open_result(self, rec: SessionRecord, *, is_new: bool, asked: tuple[Path, Path],
+                     ephemeral: bool) -> dict[str, Any]:
         actor = rec.actor
         assert actor is not None
         result = {"session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new, "joined": not is_new,
@@ -856,6 +858,10 @@ class CrashBackend:
             result["note"] = (f"joined the open session {rec.session_id}: "
                               + (f"the same dump by content, opened as {rec.vmcore} (vmlinux {rec.vmlinux}); "
                                  "its paths are the ones the session uses" if other else "the same dump"))
+        if ephemeral:
+            result["reference"] = (f"held only while this command runs: afterwards nobody holds the session and it "
+                                   f"stays open until close_vmcore_session or {self.settings.idle_timeout_s:g} s "
+                                   "without calls ([crash] idle_timeout_s)")
         return result
 
     def _on_failed(self, actor: CrashSession, error: DiagdError) -> None:
@@ -886,6 +892,16 @@ class CrashBackend:
                                       error=rec.error.message if rec.error else None)
         except (OSError, DiagdError):
             pass
+
+    def client_gone(self, client: str) -> None:
+        """A short-lived client (`diagd call`) disconnected: its references end with it.
+
+        A session left with none stays open, held by nobody, so the next `diagd call` can use it;
+        it ends with close_vmcore_session or after [crash] idle_timeout_s without calls.
+        """
+        for rec in self.table.drop_client(client):
+            log.info("references of a gone client dropped", client=client, session=rec.session_id,
+                     refcount=rec.refcount)
 
     def _release(self, rec: SessionRecord, state: str, reason: str) -> None:
         """Stop the session's actor (if any) and free its key so a reopen starts fresh."""
@@ -919,10 +935,11 @@ class CrashBackend:
         if rec.state not in OPEN_STATES:
             return {"session_id": rec.session_id, "closed": True, "state": rec.state, "refcount": 0,
                     "workdir": str(rec.workdir), "note": f"the session was already {rec.state}"}
-        self.table.drop(rec, ctx.client)
+        dropped = self.table.release_one(rec, ctx.client)
         if rec.refcount > 0:
             return {"session_id": rec.session_id, "closed": False, "state": rec.state, "refcount": rec.refcount,
-                    "workdir": str(rec.workdir), "note": f"{rec.refcount} other reference(s) keep it open"}
+                    "held_by": sorted(rec.refs), "dropped_reference_of": dropped, "workdir": str(rec.workdir),
+                    "note": f"{rec.refcount} other reference(s) keep it open"}
         actor = rec.actor
         self._release(rec, "closed", f"closed by {ctx.client}")
         stop: dict[str, str] = {}
@@ -940,6 +957,7 @@ def register(daemon: Daemon) -> None:
     backend = CrashBackend(daemon)
     registry = daemon.registry
     startup = backend.settings
+    daemon.client_gone_hooks.append(backend.client_gone)
 
     def tool(name: str, description: str, input_schema: dict[str, Any], *,
              output: dict[str, Any] | None = None, read_only: bool = True, idempotent: bool = True,
@@ -963,8 +981,9 @@ def register(daemon: Daemon) -> None:
         return await backend.open(ctx, args)
 
     @tool("close_vmcore_session",
-          "Drop one reference to a session (default: this client's last); the last reference stops crash and the "
-          "drgn worker. Stored outputs stay readable.",
+          "Drop one reference to a session (default: this client's last, else the only open session); the last "
+          "reference, or closing a session nobody holds (opened by `diagd call`, whose reference ends with the "
+          "command), stops crash and the drgn worker. Stored outputs stay readable.",
           schemas.SESSION_INPUT, read_only=False, idempotent=False, timeout_s=45)
     async def close_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await backend.close(ctx, args.get("session_id"))

@@ -73,6 +73,9 @@ class Daemon:
         self.started_wall = time.time()
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
+        # Called with a short-lived client's name (`cli:<pid>`) when its connection ends: back ends
+        # drop what it held (crash session references), so nothing outlives the command.
+        self.client_gone_hooks: list[Callable[[str], None]] = []
 
     @property
     def connections(self) -> dict[int, dict[str, Any]]:
@@ -113,6 +116,13 @@ class Daemon:
         self.audit.max_bytes, self.audit.keep = new.daemon.audit_max_bytes, new.daemon.audit_keep
         log.info("config reloaded", source=new.source, actors_retimed=retimed)
         return {"reloaded": True, "config": new.source, "actors_retimed": retimed}
+
+    def client_gone(self, client: str) -> None:
+        for hook in self.client_gone_hooks:
+            try:
+                hook(client)
+            except Exception:  # one back end's bug must not keep the others holding the client's resources
+                log.exception("client_gone hook failed", client=client)
 
     def request_shutdown(self, reason: str) -> None:
         self.shutdown_reason = reason

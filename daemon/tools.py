@@ -40,6 +40,9 @@ class CallContext:
     # The client's working directory (its process's, read at connect time): relative paths in its
     # arguments are resolved against it. None when it is not known: relative paths are refused.
     cwd: str | None = None
+    # The client is one short-lived command (`diagd call`: one control connection per command):
+    # whatever it holds (crash session references) ends with its connection.
+    ephemeral: bool = False
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress is not None:

@@ -496,6 +496,47 @@ async def test_outputs_survive_a_daemon_restart_and_crash_never_outlives_the_dae
         shutil.rmtree(env.runtime, ignore_errors=True)
 
 
+def cli(env: Env, tool: str, *args: str) -> tuple[int, dict[str, Any]]:
+    done = env.run("call", tool, *args, "--visibility=off", timeout=120)
+    assert done.stdout, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return done.returncode, result
+
+
+def test_diagd_call_holds_no_reference_after_it_exits_and_finds_the_only_session(tmp_path: Path) -> None:
+    fixture = build()
+    env = make_env(tmp_path, f'[daemon]\nallowed_dirs = ["{fixture.dir}"]\n')
+    daemon = start_daemon(env)
+    try:
+        code, opened = cli(env, "open_vmcore_session", f"vmcore_path={fixture.vmcore}",
+                           f"vmlinux_path={fixture.vmlinux}")
+        assert code == 0 and opened["is_new"] and "only while this command runs" in opened["reference"]
+        sid = opened["session_id"]
+        code, listing = cli(env, "list_vmcore_sessions")
+        (session,) = listing["sessions"]
+        # The command that opened it is gone, and so is its reference; the session stays for the next one.
+        assert (session["session_id"], session["state"], session["refcount"], session["held_by"]) == (
+            sid, "ready", 0, [])
+        assert (session["crash"], session["drgn"]) == ("ready", "ready")
+        assert listing["default_for_this_client"] == sid  # the only open session
+        code, sys_out = cli(env, "run_crash_command", "command=sys")  # no session_id: the only one
+        assert code == 0 and sys_out["session_id"] == sid and PANIC in sys_out["output"]
+        details = session_details(daemon, sid)
+        assert details is not None
+        code, closed = cli(env, "close_vmcore_session")  # no session_id either
+        assert code == 0 and closed["closed"] and closed["session_id"] == sid
+        assert closed["stopped"] == {"crash": "quit", "drgn": "quit"}
+        wait_gone([details["crash_pid"], details["drgn_pid"]], timeout=5)
+        code, listing = cli(env, "list_vmcore_sessions")
+        (session,) = listing["sessions"]
+        assert (session["state"], session["crash"], session["drgn"]) == ("closed", "closed", "closed")
+        code, none_open = cli(env, "close_vmcore_session")
+        assert code == 1 and none_open["code"] == "NOT_FOUND" and "no session is open" in none_open["message"]
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+
+
 def test_doctor_states_the_crash_version_limit(setup: Setup) -> None:
     done = subprocess.run([DIAGD, "doctor", "--json"], env=setup.daemon.env.vars, capture_output=True, text=True,
                           timeout=60, check=False)
