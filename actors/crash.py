@@ -452,7 +452,8 @@ class CrashSession(Actor):
             if kind == text.Kind.STATE:
                 self.generation += 1
                 self.cache.clear()
-        reason = f"{out.reason}: cut there, the command got Ctrl-C" if out.truncated else out.reason
+        reason = (f"{out.reason}: cut there" + (", the command got Ctrl-C" if out.interrupted else "")
+                  if out.truncated else out.reason)
         entry = await self._persist("crash", n, command, writer.head_lines(HEAD_LINES), writer.lines, {
             "kind": str(kind), "context": before.to_json() if before else None,
             "context_after": self.context.to_json() if self.context and kind != text.Kind.PLAIN else None,

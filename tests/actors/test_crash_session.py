@@ -4,16 +4,20 @@ context-keyed caching, delimiting, Ctrl-C on timeouts, and failing the session w
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import pexpect
 import pytest
 import trio
 
+from diagd.actors._crash_pty import CrashDriver, MemorySink
 from diagd.actors._crash_sessions import SessionRecord
 from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import OutputStore
@@ -131,6 +135,45 @@ async def test_runaway_output_is_cut_at_the_cap_flagged_and_the_session_carries_
         assert not page["has_more"] and page["output"].startswith("line ")
         assert "KERNEL" in (await s.run("sys"))["output"]
         assert s.actor.failure is None
+
+
+class OneRead:
+    """A crash pty whose whole answer (output, marker, prompt) comes back in a single read."""
+
+    pid = 0
+
+    def __init__(self, output: bytes) -> None:
+        self.output = output
+        self.pending: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        nonce = re.search(rb"ascii ([0-9a-f]+)\n", data)
+        assert nonce is not None
+        self.pending.append(self.output + b"crash> " + nonce.group(1) + b": x\r\ncrash> ")
+
+    def read_nonblocking(self, size: int, timeout: float) -> bytes:
+        if self.pending:
+            return self.pending.pop(0)
+        raise pexpect.TIMEOUT("nothing more")
+
+    def sendintr(self) -> None:
+        raise AssertionError("a command that came back to its prompt needs no Ctrl-C")
+
+
+def test_an_output_past_the_cap_that_came_in_one_read_with_the_prompt_is_flagged() -> None:
+    driver = CrashDriver(cast(pexpect.spawn, OneRead(b"line\r\n" * 50)))
+    sink = MemorySink(100)
+    out = driver.run("lines 50", timeout_s=5, abort=threading.Event(), sink=sink)
+    assert out.truncated and not out.interrupted and out.reason == "output passed 100 bytes"
+    assert bytes(sink.data) == b"line\n" * 20
+
+
+async def test_a_short_output_past_the_cap_is_cut_and_flagged(tmp_path: Path) -> None:
+    async with session(tmp_path, max_output_bytes=100) as s:
+        cut = await s.run("lines 50")  # ~390 bytes: may arrive with the prompt, no Ctrl-C needed then
+        assert cut["output_truncated"] and cut["truncated_reason"].startswith("output passed 100 bytes: cut there")
+        stored = s.actor.store.output_path(SID, int(cut["command_id"].rsplit(":", 1)[1]))
+        assert stored.stat().st_size == 100
 
 
 async def test_output_is_streamed_to_its_file_whole_and_pages_from_there(tmp_path: Path) -> None:
