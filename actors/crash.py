@@ -79,6 +79,7 @@ from diagd.daemon.tools import CallContext, Handler, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
+    from diagd.daemon.config import Config
     from diagd.daemon.server import Daemon
 
 log = structlog.get_logger("diagd.crash")
@@ -113,14 +114,22 @@ class SessionSpec:
     vmlinux: Path
     workdir: Path
     crash_args: tuple[str, ...]
-    settings: CrashSettings
+    settings: CrashSettings  # as they were when the children were spawned (see SPAWN_SETTINGS)
     osrelease: str | None = None
+
+
+# Settings fixed into a session's children when they are spawned: the binary, whether drgn runs, and
+# what the sandbox lets them read. Every other [crash] key is read again by each call, so `diagd
+# reload` applies it to open sessions; a reload that changes one of these says so (`reload_notes`).
+SPAWN_SETTINGS = ("crash_binary", "drgn", "allowed_dirs", "pykdump_path")
 
 
 @dataclass
 class Hooks:
     on_failed: Callable[[CrashSession, DiagdError], None]
     on_exit: Callable[[CrashSession], None]
+    # The current [crash] settings (they follow `diagd reload`); None: the spawn-time ones.
+    settings: Callable[[], CrashSettings] | None = None
 
 
 class CrashSession(Actor):
@@ -169,13 +178,17 @@ class CrashSession(Actor):
 
     @property
     def settings_(self) -> CrashSettings:
-        return self.spec.settings
+        """The settings a call runs under: the current ones, so a reload applies to the next call.
+
+        What the children were spawned with (binary, drgn, sandbox reach) is `spec.settings`.
+        """
+        return self.hooks.settings() if self.hooks.settings is not None else self.spec.settings
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
-        s = self.settings_
+        s = self.spec.settings
         argv = [s.crash_binary, "-s", "--no_crashrc", *self.spec.crash_args, str(self.spec.vmlinux),
                 str(self.spec.vmcore)]
         argv = _confine.wrap(argv, self._crash_policy())  # confined: Landlock, no caps, no sockets
@@ -194,14 +207,14 @@ class CrashSession(Actor):
             self._drgn_unavailable(DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "drgn is disabled ([crash] drgn = false)"))
 
     def _crash_policy(self) -> _confine.Policy:
-        s = self.settings_
+        s = self.spec.settings
         extensions = [os.path.expanduser(d) for d in (*PYKDUMP_DIRS, *([s.pykdump_path] if s.pykdump_path else []))]
         return _confine.crash_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
                                      allowed_dirs=s.allowed_dirs, extra_read=extensions)
 
     def _drgn_policy(self) -> _confine.Policy:
         return _confine.drgn_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                    allowed_dirs=self.settings_.allowed_dirs)
+                                    allowed_dirs=self.spec.settings.allowed_dirs)
 
     async def stop(self) -> None:
         self.closing = True
@@ -676,10 +689,16 @@ class CrashBackend:
         self._vmlinux_cache: dict[tuple[int, int, int, int], ident.VmlinuxInfo] = {}
         self._crash_version: str | None = None
         self.expected_load_s = 9.0
+        self._settings: tuple[object, CrashSettings] | None = None
+        self.script_tools = False  # whether register() added the analysis-script tools (script_dirs at start)
 
     @property
     def settings(self) -> CrashSettings:
-        return CrashSettings.from_raw(self.daemon.config.backend("crash"), self.daemon.config.daemon.allowed_dirs)
+        """The current [crash] settings: re-parsed when `diagd reload` replaced the config."""
+        config = self.daemon.config
+        if self._settings is None or self._settings[0] is not config:
+            self._settings = (config, CrashSettings.from_raw(config.backend("crash"), config.daemon.allowed_dirs))
+        return self._settings[1]
 
     async def crash_version(self, binary: str) -> str | None:
         if self._crash_version is None:
@@ -755,7 +774,7 @@ class CrashBackend:
 
     async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
         """Start the session's actor (crash + drgn) under the record's key; `rec.actor` is the new one."""
-        hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit)
+        hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit, settings=lambda: self.settings)
         ref = await self.daemon.supervisor.get_or_start(
             KIND, spec.key, lambda: CrashSession(spec, self.store, hooks, version),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
@@ -894,6 +913,31 @@ class CrashBackend:
         except (OSError, DiagdError):
             pass
 
+    def reload_notes(self, old: Config, new: Config) -> list[dict[str, Any]]:
+        """`diagd reload`: refuse a broken [crash] table (the old config stays); name what does not reach
+        open sessions.
+
+        Every [crash] key except SPAWN_SETTINGS is read by each call, so it applies at once, tool call
+        limits included. SPAWN_SETTINGS are built into a session's crash and drgn (binary, sandbox), so
+        they apply to sessions opened after the reload; the note lists the open sessions that keep
+        the old value until reopened.
+        """
+        after = CrashSettings.from_raw(new.backend("crash"), new.daemon.allowed_dirs)  # DiagdError refuses it
+        notes: list[dict[str, Any]] = []
+        for name in SPAWN_SETTINGS:
+            keeping = [rec.session_id for rec in self.table.live.values()
+                       if rec.state in OPEN_STATES and rec.actor is not None
+                       and getattr(rec.actor.spec.settings, name) != getattr(after, name)]
+            if keeping:
+                notes.append({"setting": f"[crash] {name}", "applies_to": "crash sessions opened after the reload",
+                              "why": "built into a session's crash and drgn processes when they start",
+                              "until_reopened": keeping})
+        if bool(after.script_dirs) != self.script_tools:
+            notes.append({"setting": "[crash] script_dirs", "applies_to": "the next daemon start",
+                          "why": "list_analysis_scripts and run_analysis_script exist only when script_dirs was "
+                                 "set at start (changing a non-empty list applies at once)"})
+        return notes
+
     def client_gone(self, client: str) -> None:
         """A short-lived client (`diagd call`) disconnected: its references end with it.
 
@@ -957,12 +1001,17 @@ class CrashBackend:
 def register(daemon: Daemon) -> None:
     backend = CrashBackend(daemon)
     registry = daemon.registry
-    startup = backend.settings
+    startup = backend.settings  # only for what is fixed at registration: whether the script tools exist
     daemon.client_gone_hooks.append(backend.client_gone)
+    daemon.reload_hooks.append(backend.reload_notes)
+
+    def limit(seconds: Callable[[CrashSettings], float]) -> Callable[[], float]:
+        """A tool's call limit from the current settings, so a reload moves it with the limits it covers."""
+        return lambda: seconds(backend.settings)
 
     def tool(name: str, description: str, input_schema: dict[str, Any], *,
              output: dict[str, Any] | None = None, read_only: bool = True, idempotent: bool = True,
-             timeout_s: float | None = None) -> Callable[[Handler], Handler]:
+             timeout_s: float | Callable[[], float] | None = None) -> Callable[[Handler], Handler]:
         def wrap(handler: Handler) -> Handler:
             registry.register(ToolSpec(name=name, description=description, input_schema=input_schema,
                                        handler=handler, output_schema=output, read_only=read_only,
@@ -977,7 +1026,7 @@ def register(daemon: Daemon) -> None:
           "(is_new false). The summary has the panic string, the panic task and known limits. Then call "
           "get_crash_info.",
           schemas.OPEN_INPUT, output=schemas.OPEN_OUTPUT, read_only=False, idempotent=False,
-          timeout_s=startup.load_timeout_s + 30)
+          timeout_s=limit(lambda s: s.load_timeout_s + 30))
     async def open_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await backend.open(ctx, args)
 
@@ -1012,7 +1061,7 @@ def register(daemon: Daemon) -> None:
           "Prefixes: 'drgn:<python>' runs drgn code, 'crash:<cmd>' is explicit, 'pykdump:<cmd>' needs the "
           "pykdump extension. Pipes, redirections and !shell are refused (use search_command_output).",
           schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
-          timeout_s=startup.command_timeout_s + startup.interrupt_grace_s + 15)
+          timeout_s=limit(lambda s: s.command_timeout_s + s.interrupt_grace_s + 15))
     async def run_crash_command(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         rec = backend.table.resolve(ctx.client, args.get("session_id"))
         command = args["command"].strip()
@@ -1042,7 +1091,7 @@ def register(daemon: Daemon) -> None:
           "expression is shown like the drgn shell does. print() output is returned and stored; an exception "
           "comes back as INVALID_ARGUMENT with its traceback.",
           schemas.RUN_DRGN_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
-          timeout_s=startup.drgn_timeout_s + startup.interrupt_grace_s + startup.load_timeout_s)
+          timeout_s=limit(lambda s: s.drgn_timeout_s + s.interrupt_grace_s + s.load_timeout_s))
     async def run_drgn_command(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         rec = backend.table.resolve(ctx.client, args.get("session_id"))
         return await drgn_command(ctx, rec, args["code"], args.get("max_lines"))
@@ -1069,11 +1118,12 @@ def register(daemon: Daemon) -> None:
     @tool("get_crash_info",
           "Triage report in one call: sys (panic string, release, uptime), the panic task's backtrace, the tail "
           "of the kernel log, kmem -i, a ps summary (and drgn's view of all tasks), with command ids to dig in.",
-          schemas.SESSION_INPUT, timeout_s=startup.command_timeout_s * 2 + startup.drgn_timeout_s)
+          schemas.SESSION_INPUT, timeout_s=limit(lambda s: s.command_timeout_s * 2 + s.drgn_timeout_s))
     async def crash_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         rec = backend.table.resolve(ctx.client, args.get("session_id"))
         return await backend.ask(ctx, rec, "triage", {})
 
+    backend.script_tools = bool(startup.script_dirs)
     if startup.script_dirs:
         @tool("list_analysis_scripts",
               f"drgn analysis scripts from {', '.join(startup.script_dirs)} (name, first docstring line).",
@@ -1086,7 +1136,7 @@ def register(daemon: Daemon) -> None:
               "Run one listed drgn analysis script in the session (fresh namespace with prog and the helpers, "
               "__name__ == '__main__'); output stored like run_drgn_command.",
               schemas.RUN_SCRIPT_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
-              timeout_s=startup.drgn_timeout_s + startup.interrupt_grace_s + startup.load_timeout_s)
+              timeout_s=limit(lambda s: s.drgn_timeout_s + s.interrupt_grace_s + s.load_timeout_s))
         async def run_analysis(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
             script = scripts.get(args["name"])

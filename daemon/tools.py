@@ -72,7 +72,9 @@ class ToolSpec:
     read_only: bool = True
     destructive: bool = False
     idempotent: bool = True
-    timeout_s: float | None = None  # None: the daemon's call_timeout_s
+    # None: the daemon's call_timeout_s. A callable is asked at each call, for limits that derive
+    # from a back end's settings and must follow `diagd reload`.
+    timeout_s: float | Callable[[], float] | None = None
     title: str | None = None
 
 
@@ -171,7 +173,8 @@ class ToolRegistry:
             try:
                 spec = self.get(name)
                 args = self.validate(spec, arguments)
-                timeout = spec.timeout_s if spec.timeout_s is not None else self.call_timeout_s
+                timeout = self.call_timeout_s if spec.timeout_s is None else (
+                    spec.timeout_s() if callable(spec.timeout_s) else spec.timeout_s)
                 token = current_call.set(ctx)
                 try:
                     with trio.fail_after(timeout):

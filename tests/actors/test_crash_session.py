@@ -52,7 +52,10 @@ def _fake_crash_runs_without_landlock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @asynccontextmanager
-async def session(tmp_path: Path, idle_timeout_s: float = 600, **overrides: Any) -> AsyncIterator[Harness]:
+async def session(tmp_path: Path, idle_timeout_s: float = 600, live: dict[str, Any] | None = None,
+                  **overrides: Any) -> AsyncIterator[Harness]:
+    """A session on the fake crash; `live`, when given, is what the current settings override (a test
+    changes it to stand for `diagd reload`), while the spawn-time settings stay as opened."""
     wrapper = tmp_path / "crash"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
     wrapper.chmod(0o755)
@@ -65,7 +68,9 @@ async def session(tmp_path: Path, idle_timeout_s: float = 600, **overrides: Any)
     workdir = store.create_session(SID, {})
     spec = SessionSpec(SID, "key", tmp_path / "vmcore", tmp_path / "vmlinux", workdir, (), settings)
     events: list[tuple[str, Any]] = []
-    hooks = Hooks(on_failed=lambda a, e: events.append(("failed", e)), on_exit=lambda a: events.append(("exit", a)))
+    current = None if live is None else (lambda: replace(settings, **live))
+    hooks = Hooks(on_failed=lambda a, e: events.append(("failed", e)), on_exit=lambda a: events.append(("exit", a)),
+                  settings=current)
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, idle_timeout_s=600)
         ref = await supervisor.get_or_start("crash", "key", lambda: CrashSession(spec, store, hooks, "crash 8.0.2-x"),
@@ -122,6 +127,21 @@ async def test_a_slow_command_gets_ctrl_c_and_the_session_carries_on(tmp_path: P
         assert err.value.code == ErrorCode.TIMEOUT and err.value.details["command_id"].startswith(SID)
         assert "PANIC" in (await s.run("set"))["output"]
         assert s.actor.failure is None
+
+
+async def test_reloaded_limits_apply_to_the_next_call_of_an_open_session(tmp_path: Path) -> None:
+    live: dict[str, Any] = {}
+    async with session(tmp_path, live=live, command_timeout_s=120) as s:
+        assert len((await s.run("lines 50"))["output"].splitlines()) == 20  # output_lines as opened
+        live.update(command_timeout_s=0.5, output_lines=3)  # `diagd reload`
+        assert (await s.run("lines 50", force=True))["lines_returned"] == 3
+        with pytest.raises(DiagdError) as err:
+            await s.run("sleep 30")
+        assert err.value.code == ErrorCode.TIMEOUT and s.actor.failure is None
+        assert s.actor.spec.settings.command_timeout_s == 120  # what crash was spawned with is kept apart
+        live.update(allow_shell=False)
+        with pytest.raises(DiagdError):
+            await s.run("!id")
 
 
 async def test_runaway_output_is_cut_at_the_cap_flagged_and_the_session_carries_on(tmp_path: Path) -> None:

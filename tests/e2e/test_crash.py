@@ -537,6 +537,42 @@ def test_diagd_call_holds_no_reference_after_it_exits_and_finds_the_only_session
         shutil.rmtree(env.runtime, ignore_errors=True)
 
 
+async def test_a_reload_reaches_open_sessions_and_names_what_waits_for_a_reopen(tmp_path: Path) -> None:
+    fixture = build()
+    daemon_table = f'[daemon]\nallowed_dirs = ["{fixture.dir}"]\n'
+    env = make_env(tmp_path, daemon_table)
+    daemon = start_daemon(env)
+    try:
+        opened = await call(daemon, "open_vmcore_session", vmcore_path=str(fixture.vmcore),
+                            vmlinux_path=str(fixture.vmlinux))
+        sid = opened["session_id"]
+        before = await call(daemon, "run_crash_command", command="log", session_id=sid)
+        assert before["lines_returned"] == 20 and "output_truncated" not in before
+        env.write_config(daemon_table + "max_line_bytes = 4194304\n"
+                         "[crash]\noutput_lines = 3\nmax_output_bytes = 2000\ncommand_timeout_s = 300\ndrgn = false\n")
+        done = env.run("reload")
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["changed"] == ["[daemon] max_line_bytes", "[crash] command_timeout_s", "[crash] drgn",
+                                     "[crash] max_output_bytes", "[crash] output_lines"]
+        notes = {n["setting"]: n for n in answer["not_yet_applied"]}
+        assert set(notes) == {"[daemon] max_line_bytes", "[crash] drgn"}  # the limits apply at once
+        assert notes["[crash] drgn"]["until_reopened"] == [sid]
+        after = await call(daemon, "run_crash_command", command="log", session_id=sid, force_execute=True)
+        assert after["lines_returned"] == 3 and after["output_truncated"]
+        assert "2000 bytes" in after["truncated_reason"]
+        kept = await call(daemon, "run_drgn_command", code="1", session_id=sid)  # drgn=false: new sessions only
+        assert not kept["_is_error"] and kept["output"] == "1"
+        env.write_config(daemon_table + "[crash]\noutput_lines = 0\n")
+        refused = env.run("reload")
+        assert refused.returncode == 1 and "output_lines" in refused.stderr
+        still = await call(daemon, "run_crash_command", command="sys", session_id=sid)
+        assert still["lines_returned"] == 3  # the refused config changed nothing
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+
+
 def test_doctor_states_the_crash_version_limit(setup: Setup) -> None:
     done = subprocess.run([DIAGD, "doctor", "--json"], env=setup.daemon.env.vars, capture_output=True, text=True,
                           timeout=60, check=False)
