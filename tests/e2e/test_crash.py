@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -347,6 +348,124 @@ async def test_get_crash_info_is_a_structured_triage(setup: Setup) -> None:
     assert {"init", "sleep", "cat"} <= set(info["tasks"]["drgn"]["commands"])
     page = await call(setup.daemon, "get_command_output", command_id=info["backtrace"]["command_id"])
     assert "sysrq_handle_crash" in page["output"]
+
+
+def crash_directly(fixture: VmcoreFixture, where: Path, commands: dict[str, str]) -> dict[str, list[str]]:
+    """Run `crash -s` on the dump ourselves (no diagd, no pty, no sandbox), each command's output
+    redirected to its own file by crash, and return the lines of each."""
+    where.mkdir(parents=True, exist_ok=True)
+    script = where / "commands"
+    script.write_text("".join(f"{command} > {where / name}\n" for name, command in commands.items()) + "exit\n")
+    subprocess.run(["crash", "-s", "--no_crashrc", "-i", str(script), str(fixture.vmlinux), str(fixture.vmcore)],
+                   env={**os.environ, "TERM": "dumb", "LC_ALL": "C", "PAGER": "cat"}, stdin=subprocess.DEVNULL,
+                   capture_output=True, timeout=300, check=True)
+    return {name: (where / name).read_text().splitlines() for name in commands}
+
+
+def drgn_directly(fixture: VmcoreFixture) -> dict[str, Any]:
+    """The same figures from a drgn Program of our own on the same dump and vmlinux."""
+    from drgn import Program
+    from drgn.helpers.linux.pid import for_each_task
+    from drgn.helpers.linux.sched import task_state_to_char
+
+    prog = Program()
+    prog.set_core_dump(str(fixture.vmcore))
+    prog.load_debug_info([str(fixture.vmlinux)])
+    by_state: dict[str, int] = {}
+    names, blocked = [], []
+    for task in for_each_task(prog):
+        state = task_state_to_char(task)
+        by_state[state] = by_state.get(state, 0) + 1
+        comm = task.comm.string_().decode(errors="replace")
+        names.append(comm)
+        if state == "D":
+            blocked.append({"pid": task.pid.value_(), "comm": comm})
+    thread = prog.crashed_thread()
+    return {"tasks": {"total": len(names), "by_state": by_state, "uninterruptible": blocked,
+                      "commands": sorted(set(names))},
+            "crashed_pid": thread.tid, "crashed_comm": thread.object.comm.string_().decode(),
+            "release": prog["init_uts_ns"].name.release.string_().decode()}
+
+
+def colon_fields(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(": ")
+        if key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+async def test_get_crash_info_matches_crash_and_drgn_run_directly_on_the_same_dump(setup: Setup,
+                                                                                   tmp_path: Path) -> None:
+    pytest.importorskip("drgn")
+    info = await call(setup.daemon, "get_crash_info", session_id=setup.session["session_id"])
+    assert not info["_is_error"], info
+    direct = await trio.to_thread.run_sync(crash_directly, setup.fixture, tmp_path / "crash", {
+        "sys": "sys", "set": "set", "bt": "bt", "ps": "ps", "log": "log", "kmem": "kmem -i"})
+    program = await trio.to_thread.run_sync(drgn_directly, setup.fixture)
+
+    # sys: every field, as crash printed it
+    system = {k.lower().replace(" ", "_"): v.strip('"') for k, v in colon_fields(direct["sys"]).items()}
+    assert info["system"] == system and info["panic"] == system["panic"]
+    assert info["system"]["release"] == program["release"]
+
+    # the panic task: crash's `set` right after loading, and drgn's crashed thread
+    context = colon_fields(direct["set"])
+    assert info["panic_task"] == {"pid": int(context["PID"]), "task": context["TASK"].split()[0],
+                                  "cpu": int(context["CPU"]), "command": context["COMMAND"].strip('"'),
+                                  "state": context["STATE"]}
+    assert (info["panic_task"]["pid"], info["panic_task"]["command"]) == (program["crashed_pid"],
+                                                                        program["crashed_comm"])
+
+    # the panic task's backtrace, line for line, and the frames derived from it
+    assert info["backtrace"]["text"] == "\n".join(direct["bt"][:60])
+    frames = [line.split() for line in direct["bt"] if line.lstrip().startswith("#")]
+    assert info["backtrace"]["functions"] == [f[2] for f in frames]
+    head = direct["bt"][0].split()
+    assert (info["backtrace"]["pid"], info["backtrace"]["task"], info["backtrace"]["cpu"]) == (
+        int(head[1]), head[3], int(head[5]))
+
+    # ps: the count and every figure derived from the rows
+    rows = []
+    for line in direct["ps"][1:]:
+        active = line.startswith(">")
+        pid, _ppid, cpu, _task, state, _mem, _vsz, rss, comm = line.lstrip(">").split(None, 8)
+        rows.append({"pid": int(pid), "cpu": int(cpu), "comm": comm, "state": state, "rss_kb": int(rss),
+                     "active": active})
+    crash_tasks = info["tasks"]["crash"]
+    assert crash_tasks["total"] == len(rows) == int(system["tasks"])
+    assert crash_tasks["by_state"] == {s: sum(r["state"] == s for r in rows) for s in {r["state"] for r in rows}}
+    assert crash_tasks["active"] == [{k: r[k] for k in ("pid", "cpu", "comm", "state")} for r in rows if r["active"]]
+    assert crash_tasks["uninterruptible"] == [{k: r[k] for k in ("pid", "cpu", "comm")} for r in rows
+                                              if r["state"] == "UN"]
+    assert crash_tasks["top_rss"] == [{k: r[k] for k in ("pid", "comm", "rss_kb")}
+                                      for r in sorted(rows, key=lambda r: -r["rss_kb"])[:5] if r["rss_kb"]]
+
+    # the log: its length, its tail, and the panic line in it
+    assert info["log_tail"]["total_lines"] == len(direct["log"])
+    assert info["log_tail"]["lines"] == direct["log"][-40:]
+    assert any(line.split("] ", 1)[-1] == system["panic"] for line in direct["log"])
+
+    # kmem -i: every row
+    memory = {}
+    for line in direct["kmem"]:
+        parts = re.match(r"^\s*([A-Z][A-Z ]*[A-Z])\s+(\d+)\s+(.*?)\s+(----|\d+% of TOTAL \w+)$", line)
+        if parts:
+            pct = parts[4]
+            memory[parts[1].lower().replace(" ", "_")] = {
+                "pages": int(parts[2]), "size": parts[3], "percent": None if pct == "----" else int(pct.split("%")[0])}
+    assert {k: v for k, v in info["memory"].items() if k != "command_id"} == memory and memory
+
+    # drgn's view of all tasks, and what the session summary derives from it
+    assert {k: v for k, v in info["tasks"]["drgn"].items() if k != "command_id"} == program["tasks"]
+    summary = setup.session["summary"]
+    assert summary["drgn"]["tasks"] == program["tasks"]["total"]
+    assert (summary["drgn"]["crashed_pid"], summary["drgn"]["crashed_comm"]) == (program["crashed_pid"],
+                                                                                  program["crashed_comm"])
+    for limit in summary["limits"]:
+        if "PID hash" in limit:
+            assert f"list {system['tasks']} task(s)" in limit and f"drgn sees all {program['tasks']['total']}." in limit
 
 
 async def test_analysis_scripts_are_listed_and_run(setup: Setup) -> None:
