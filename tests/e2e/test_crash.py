@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -613,6 +614,19 @@ async def test_outputs_survive_a_daemon_restart_and_crash_never_outlives_the_dae
     finally:
         second.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+async def test_stored_outputs_and_session_files_are_owner_only(setup: Setup) -> None:
+    await crash(setup, "sys")
+    await drgn(setup, "print('kept')")
+    problems = []
+    for path in [setup.daemon.env.state, *setup.daemon.env.state.rglob("*")]:
+        st = path.lstat()
+        want = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+        if stat.S_IMODE(st.st_mode) != want or stat.S_ISLNK(st.st_mode):
+            problems.append(f"{path} {stat.filemode(st.st_mode)}")
+    assert problems == []
+    assert any(setup.daemon.env.state.rglob("cmd-*.out"))
 
 
 def cli(env: Env, tool: str, *args: str) -> tuple[int, dict[str, Any]]:
