@@ -186,7 +186,10 @@ class CrashDriver:
                     sink.write(_strip_cr(pending[:1 - len(marker)]))
                     del pending[:1 - len(marker)]
             if found and pending.endswith(PROMPT) and pending.find(b"\n") > 0:
-                return RunOutput(time.monotonic() - started)
+                # An output that passed the cap within the read that also brought the prompt is cut
+                # all the same: say so, or the caller takes a cut output for the whole one.
+                return RunOutput(time.monotonic() - started, truncated=sink.truncated,
+                                 reason=f"output passed {sink.limit} bytes" if sink.truncated else None)
 
     def interrupt(self, grace_s: float) -> None:
         """Ctrl-C, then wait for a fresh marker: the next command starts on a clean prompt."""

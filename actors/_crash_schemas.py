@@ -17,7 +17,7 @@ def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, 
 
 
 SESSION = {"session_id": {"type": "string", "description": "From open_vmcore_session; default: this client's "
-                                                            "last opened session"}}
+                                                            "last opened session, else the only open one"}}
 COMMAND_RESULT = {
     "type": "object",
     "properties": {"session_id": {"type": "string"}, "command_id": {"type": "string"}, "output": {"type": "string"},
@@ -35,13 +35,18 @@ NO_INPUT = _schema({})
 SESSION_INPUT = _schema({**SESSION})
 
 OPEN_INPUT = _schema(
-    {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed)"},
+    {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed); a relative path is "
+                                                      "relative to the caller's working directory"},
      "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
      "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16,
                     "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},
     ("vmcore_path", "vmlinux_path"))
 OPEN_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "workdir": {"type": "string"},
-                                                "is_new": {"type": "boolean"}, "summary": {"type": "object"}},
+                                                "is_new": {"type": "boolean"}, "summary": {"type": "object"},
+                                                "joined": {"type": "boolean"},
+                                                "requested": {"type": "object", "description": "the paths this "
+                                                              "call named, when it joined a session opened "
+                                                              "under others"}},
                "required": ["session_id", "workdir", "is_new", "summary"]}
 
 RUN_CRASH_INPUT = _schema(

@@ -5,12 +5,17 @@ expired) so a later call gets a precise error, and its workdir so outputs stay f
 `SessionTable` holds every record of this daemon (the latest 200, oldest dropped first unless still
 open), the live record per session key (what a reopen of the same dump joins) and each client's
 default session (its last open). Starting and stopping actors stays with the back end.
+
+References are counted per client. Those of a short-lived client (`diagd call`: one connection per
+command) are dropped when its connection ends (`drop_client`), so a session it opened stays open
+held by nobody (refcount 0) until it is closed or idles out. A client that names no session gets
+its own default, else the only open session, if exactly one is open.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,11 +41,10 @@ class SessionRecord:
     workdir: Path
     crash_args: list[str]
     created: float
-    refcount: int = 1
     state: str = "opening"  # opening | ready | failed | closed | expired
     error: DiagdError | None = None
     actor: CrashSession | None = None
-    clients: set[str] = field(default_factory=set)
+    refs: Counter[str] = field(default_factory=Counter)  # client -> references it holds
     match: list[str] = field(default_factory=list)
     spawned: trio.Event = field(default_factory=trio.Event)  # set once `actor` is known (or the open failed)
     # A session whose crash died after it was ready (killed, OOM, a crash bug) is started again by the
@@ -48,18 +52,29 @@ class SessionRecord:
     revivable: bool = False
     revivals: int = 0
 
+    @property
+    def refcount(self) -> int:
+        return sum(self.refs.values())
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"session_id": self.session_id, "state": self.state, "refcount": self.refcount,
-                               "vmcore": self.vmcore, "vmlinux": self.vmlinux, "workdir": str(self.workdir),
-                               "crash_args": self.crash_args,
+                               "held_by": sorted(self.refs), "vmcore": self.vmcore, "vmlinux": self.vmlinux,
+                               "workdir": str(self.workdir), "crash_args": self.crash_args,
                                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))}
         if self.error is not None:
             out["error"] = self.error.message
         if self.actor is not None:
-            out["crash"] = str(self.actor.crash_phase)
-            out["drgn"] = str(self.actor.drgn_phase)
+            out["crash"] = self._engine(str(self.actor.crash_phase))
+            out["drgn"] = self._engine(str(self.actor.drgn_phase))
             out["commands"] = self.actor.commands
         return out
+
+    def _engine(self, phase: str) -> str:
+        """An engine's phase as it is: a released session's children are on their way out (the actor
+        is stopped after the record is released) even if the actor has not got to them yet."""
+        if self.state in OPEN_STATES or phase in ("failed", "stopping", "closed"):
+            return phase
+        return "stopping"
 
     def usable(self) -> CrashSession:
         """The session's actor, or the coded error saying why there is none to ask."""
@@ -90,9 +105,38 @@ class SessionTable:
         return rec if rec is not None and rec.state in OPEN_STATES else None
 
     def join(self, rec: SessionRecord, client: str) -> None:
-        rec.refcount += 1
-        rec.clients.add(client)
+        rec.refs[client] += 1
         self.last[client] = rec.session_id
+
+    def release_ref(self, rec: SessionRecord, client: str) -> bool:
+        """One reference of `client` fewer; False when it held none (nothing changes then)."""
+        if rec.refs.get(client, 0) <= 0:
+            return False
+        rec.refs[client] -= 1
+        if not rec.refs[client]:
+            del rec.refs[client]
+            if self.last.get(client) == rec.session_id:
+                del self.last[client]
+        return True
+
+    def release_one(self, rec: SessionRecord, client: str) -> str | None:
+        """close_vmcore_session's reference: the caller's own if it holds one, else another holder's (a
+        session opened through one MCP connection may be closed through another); None when nobody
+        holds the session. Returns whose reference was dropped."""
+        if self.release_ref(rec, client):
+            return client
+        holder = next(iter(rec.refs), None)
+        if holder is not None:
+            self.release_ref(rec, holder)
+        return holder
+
+    def drop_client(self, client: str) -> list[SessionRecord]:
+        """A short-lived client is gone: drop every reference it held; returns the sessions it held."""
+        held = [rec for rec in self.sessions.values() if rec.refs.get(client)]
+        for rec in held:
+            del rec.refs[client]
+        self.last.pop(client, None)
+        return held
 
     def open_count(self) -> int:
         return len([r for r in self.live.values() if r.state in OPEN_STATES])
@@ -101,7 +145,8 @@ class SessionTable:
         return {r.session_id for r in self.live.values()}
 
     def add(self, rec: SessionRecord, client: str) -> None:
-        """A new session, live under its key and the opening client's default."""
+        """A new session, live under its key, held once by the opening client and its default."""
+        rec.refs[client] = 1
         self.live[rec.key] = rec
         self.sessions[rec.session_id] = rec
         self.last[client] = rec.session_id
@@ -116,24 +161,27 @@ class SessionTable:
         if self.live.get(rec.key) is rec:
             del self.live[rec.key]
 
-    def drop(self, rec: SessionRecord, client: str) -> None:
-        """One reference fewer; the client's default goes with its last reference."""
-        rec.refcount -= 1
-        if self.last.get(client) == rec.session_id and rec.refcount <= 0:
-            del self.last[client]
-
     def forget(self, rec: SessionRecord) -> None:
         """No client's default is this session any more."""
         for client, sid in list(self.last.items()):
             if sid == rec.session_id:
                 del self.last[client]
 
+    def default_for(self, client: str) -> str | None:
+        """The session a call naming none means: the client's own default, else the only open one."""
+        if own := self.last.get(client):
+            return own
+        open_ids = [r.session_id for r in self.live.values() if r.state in OPEN_STATES]
+        return open_ids[0] if len(open_ids) == 1 else None
+
     def resolve(self, client: str, session_id: str | None) -> SessionRecord:
-        sid = session_id or self.last.get(client)
+        sid = session_id or self.default_for(client)
         if not sid:
-            raise DiagdError(ErrorCode.NOT_FOUND, "no session_id given and this client opened no session",
+            open_ids = [r.session_id for r in self.live.values() if r.state in OPEN_STATES]
+            why = f"{len(open_ids)} sessions are open" if open_ids else "no session is open"
+            raise DiagdError(ErrorCode.NOT_FOUND, f"no session_id given, this client opened no session and {why}",
                              hint="pass session_id (list_vmcore_sessions shows them) or open_vmcore_session first",
-                             open_sessions=[r.session_id for r in self.live.values()])
+                             open_sessions=open_ids)
         rec = self.sessions.get(sid)
         if rec is None:
             raise DiagdError(ErrorCode.NOT_FOUND, f"no crash session {sid!r} in this daemon",
@@ -144,4 +192,4 @@ class SessionTable:
     def listing(self, client: str) -> dict[str, Any]:
         """list_vmcore_sessions' answer: newest first, and the client's default."""
         return {"sessions": [r.describe() for r in reversed(self.sessions.values())],
-                "default_for_this_client": self.last.get(client)}
+                "default_for_this_client": self.default_for(client)}

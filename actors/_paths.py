@@ -9,19 +9,33 @@ from pathlib import Path
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
-def resolve_allowed(raw: str, allowed_dirs: Sequence[str], *, what: str = "file") -> Path:
+def resolve_allowed(raw: str, allowed_dirs: Sequence[str], *, what: str = "file", cwd: str | None = None) -> Path:
     """Resolve `raw` (symlinks included) and require it inside one of `allowed_dirs`.
 
-    An empty allow-list means no restriction. Errors: FILE_NOT_FOUND, PERMISSION_DENIED,
-    INVALID_ARGUMENT (not a regular file).
+    A relative `raw` is relative to the caller's working directory `cwd` (`CallContext.cwd`), never
+    to the daemon's: the daemon runs wherever systemd or an autostart left it, so "capture.pcap"
+    would otherwise name a file the caller never meant. Without a known `cwd` a relative path is
+    refused. An empty allow-list means no restriction. Errors: FILE_NOT_FOUND, PERMISSION_DENIED,
+    INVALID_ARGUMENT (not a regular file, or relative with no known cwd).
     """
     if not raw or "\0" in raw:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{what} path is empty or contains NUL", path=raw)
     path = Path(os.path.expanduser(raw))
+    relative_to: dict[str, str] = {}
+    if not path.is_absolute():
+        if cwd is None or not os.path.isabs(cwd):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"{what} path {raw!r} is relative and the caller's working directory is unknown "
+                             "(its process is gone or in another mount namespace)", path=raw,
+                             hint="pass an absolute path")
+        path = Path(cwd) / path
+        relative_to = {"cwd": cwd}
     try:
         real = path.resolve(strict=True)
     except FileNotFoundError:
-        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {raw}", path=raw) from None
+        where = f" (relative to {cwd})" if relative_to else ""
+        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {raw}{where}", path=raw,
+                         **relative_to) from None
     except (OSError, RuntimeError) as exc:
         raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot resolve {raw}: {exc}", path=raw) from None
     if allowed_dirs:

@@ -10,11 +10,13 @@ Both start together; the actor counts as started once both are spawned, and cras
 in the background: drgn answers after ~0.5 s while crash still loads, `open_vmcore_session` reports
 MCP progress until crash's prompt, and nothing else in the daemon waits for it.
 
-The session key is the dump's identity (device, inode, size, mtime + a hash of its header block and
-notes, see `_crash_identity`), the vmlinux build id and the crash options: the same dump opened again
-by anyone shares the session (reference counted). The vmlinux is checked against the dump's
-VMCOREINFO before anything is spawned. Every output is stored under <state>/crash/<session_id>/ and
-can be paged or searched after the session is gone, also after a daemon restart.
+The session key is the dump's content identity (size, a hash of its head and tail blocks and notes,
+see `_crash_identity`; never its path or inode), the vmlinux build id and the crash options: the same
+dump opened again by anyone, through any path (a copy, a hard link, a symlink), shares the session
+(reference counted), and the answer says it joined and under which paths the session was opened.
+The vmlinux is checked against the dump's VMCOREINFO before anything is spawned. Every output is
+stored under <state>/crash/<session_id>/ and can be paged or searched after the session is gone,
+also after a daemon restart.
 
 Outputs stream to their files as they are produced (crash's from the pty thread, drgn's written by the
 worker itself); the daemon keeps only their first lines. Past [crash] max_output_bytes an output is
@@ -77,6 +79,7 @@ from diagd.daemon.tools import CallContext, Handler, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
+    from diagd.daemon.config import Config
     from diagd.daemon.server import Daemon
 
 log = structlog.get_logger("diagd.crash")
@@ -99,7 +102,8 @@ class Phase(enum.StrEnum):
     FAILED = "failed"
     UNAVAILABLE = "unavailable"  # drgn only: could not load, crash still serves
     DEAD = "dead"  # drgn only: the worker died; the next drgn call starts a fresh one
-    CLOSED = "closed"
+    STOPPING = "stopping"  # the session is being closed: its child is being asked to quit (or killed)
+    CLOSED = "closed"  # the child is gone (reaped) because the session ended
 
 
 @dataclass(frozen=True)
@@ -110,14 +114,22 @@ class SessionSpec:
     vmlinux: Path
     workdir: Path
     crash_args: tuple[str, ...]
-    settings: CrashSettings
+    settings: CrashSettings  # as they were when the children were spawned (see SPAWN_SETTINGS)
     osrelease: str | None = None
+
+
+# Settings fixed into a session's children when they are spawned: the binary, whether drgn runs, and
+# what the sandbox lets them read. Every other [crash] key is read again by each call, so `diagd
+# reload` applies it to open sessions; a reload that changes one of these says so (`reload_notes`).
+SPAWN_SETTINGS = ("crash_binary", "drgn", "allowed_dirs", "pykdump_path")
 
 
 @dataclass
 class Hooks:
     on_failed: Callable[[CrashSession, DiagdError], None]
     on_exit: Callable[[CrashSession], None]
+    # The current [crash] settings (they follow `diagd reload`); None: the spawn-time ones.
+    settings: Callable[[], CrashSettings] | None = None
 
 
 class CrashSession(Actor):
@@ -166,13 +178,17 @@ class CrashSession(Actor):
 
     @property
     def settings_(self) -> CrashSettings:
-        return self.spec.settings
+        """The settings a call runs under: the current ones, so a reload applies to the next call.
+
+        What the children were spawned with (binary, drgn, sandbox reach) is `spec.settings`.
+        """
+        return self.hooks.settings() if self.hooks.settings is not None else self.spec.settings
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
-        s = self.settings_
+        s = self.spec.settings
         argv = [s.crash_binary, "-s", "--no_crashrc", *self.spec.crash_args, str(self.spec.vmlinux),
                 str(self.spec.vmcore)]
         argv = _confine.wrap(argv, self._crash_policy())  # confined: Landlock, no caps, no sockets
@@ -191,17 +207,20 @@ class CrashSession(Actor):
             self._drgn_unavailable(DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "drgn is disabled ([crash] drgn = false)"))
 
     def _crash_policy(self) -> _confine.Policy:
-        s = self.settings_
+        s = self.spec.settings
         extensions = [os.path.expanduser(d) for d in (*PYKDUMP_DIRS, *([s.pykdump_path] if s.pykdump_path else []))]
         return _confine.crash_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
                                      allowed_dirs=s.allowed_dirs, extra_read=extensions)
 
     def _drgn_policy(self) -> _confine.Policy:
         return _confine.drgn_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                    allowed_dirs=self.settings_.allowed_dirs)
+                                    allowed_dirs=self.spec.settings.allowed_dirs)
 
     async def stop(self) -> None:
         self.closing = True
+        # What list_vmcore_sessions and diagd status show must stay true while and after the children
+        # go: never "ready" for a process being stopped or already reaped. A failure stays a failure.
+        self._set_phases(Phase.STOPPING)
         try:
             async with trio.open_nursery() as nursery:
                 if self.child is not None:
@@ -211,10 +230,15 @@ class CrashSession(Actor):
         finally:
             for phase_event in (self.crash_done, self.drgn_done):
                 phase_event.set()
-            if self.crash_phase == Phase.LOADING:
-                self.crash_phase = Phase.CLOSED
+            self._set_phases(Phase.CLOSED)
             self.stopped.set()
             self.hooks.on_exit(self)
+
+    def _set_phases(self, phase: Phase) -> None:
+        if self.crash_phase != Phase.FAILED:
+            self.crash_phase = phase
+        if self.drgn_phase != Phase.FAILED:
+            self.drgn_phase = phase
 
     async def _stop_crash(self, child: PtyChild) -> None:
         driver = child.driver
@@ -247,6 +271,9 @@ class CrashSession(Actor):
         self.drgn_done.set()
         log.warning("crash session failed", session=self.spec.session_id, error=error.message)
         self.hooks.on_failed(self, error)
+        # Only after the hook, which tells a crash that died once ready (revivable) by its phase: from
+        # here on the session shows crash as failed, not as the ready process it no longer is.
+        self.crash_phase, self.crash_error = Phase.FAILED, self.crash_error or error
 
     async def _watch_crash(self, child: PtyChild) -> None:
         code = await child.wait()
@@ -438,7 +465,8 @@ class CrashSession(Actor):
             if kind == text.Kind.STATE:
                 self.generation += 1
                 self.cache.clear()
-        reason = f"{out.reason}: cut there, the command got Ctrl-C" if out.truncated else out.reason
+        reason = (f"{out.reason}: cut there" + (", the command got Ctrl-C" if out.interrupted else "")
+                  if out.truncated else out.reason)
         entry = await self._persist("crash", n, command, writer.head_lines(HEAD_LINES), writer.lines, {
             "kind": str(kind), "context": before.to_json() if before else None,
             "context_after": self.context.to_json() if self.context and kind != text.Kind.PLAIN else None,
@@ -661,10 +689,16 @@ class CrashBackend:
         self._vmlinux_cache: dict[tuple[int, int, int, int], ident.VmlinuxInfo] = {}
         self._crash_version: str | None = None
         self.expected_load_s = 9.0
+        self._settings: tuple[object, CrashSettings] | None = None
+        self.script_tools = False  # whether register() added the analysis-script tools (script_dirs at start)
 
     @property
     def settings(self) -> CrashSettings:
-        return CrashSettings.from_raw(self.daemon.config.backend("crash"), self.daemon.config.daemon.allowed_dirs)
+        """The current [crash] settings: re-parsed when `diagd reload` replaced the config."""
+        config = self.daemon.config
+        if self._settings is None or self._settings[0] is not config:
+            self._settings = (config, CrashSettings.from_raw(config.backend("crash"), config.daemon.allowed_dirs))
+        return self._settings[1]
 
     async def crash_version(self, binary: str) -> str | None:
         if self._crash_version is None:
@@ -690,11 +724,11 @@ class CrashBackend:
 
     async def open(self, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         s = self.settings
-        vmcore = resolve_allowed(str(args["vmcore_path"]), s.allowed_dirs, what="vmcore")
+        vmcore = resolve_allowed(str(args["vmcore_path"]), s.allowed_dirs, what="vmcore", cwd=ctx.cwd)
         if ident.is_forbidden_source(vmcore):
             raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{vmcore} is the live system, not a dump: refused",
                              path=str(vmcore))
-        vmlinux = resolve_allowed(str(args["vmlinux_path"]), s.allowed_dirs, what="vmlinux")
+        vmlinux = resolve_allowed(str(args["vmlinux_path"]), s.allowed_dirs, what="vmlinux", cwd=ctx.cwd)
         crash_args = validate_crash_args([str(a) for a in args.get("crash_args") or []])
         binary = shutil.which(s.crash_binary)
         if binary is None:
@@ -705,21 +739,22 @@ class CrashBackend:
         match = ident.check_match(dump, vml)  # refuses a wrong vmlinux before anything is spawned
         key = ident.session_key(dump, vml, vml_id, crash_args)
         rec = self.table.joinable(key)
-        if rec is not None:
+        if rec is not None:  # the same crash by content, whatever path it was opened under
             self.table.join(rec, ctx.client)
             try:
                 await self._wait_ready(rec, ctx)
             except BaseException:
-                rec.refcount -= 1
+                self.table.release_ref(rec, ctx.client)
                 raise
-            return self._open_result(rec, is_new=False)
+            return self._open_result(rec, is_new=False, asked=(vmcore, vmlinux), ephemeral=ctx.ephemeral)
         if self.table.open_count() >= s.max_sessions:
             raise DiagdError(ErrorCode.BUSY, f"{s.max_sessions} crash sessions are open (each holds ~650 MB)",
                              sessions=[r.describe() for r in self.table.live.values()],
-                             hint="close_vmcore_session one, or raise [crash] max_sessions")
+                             hint="close_vmcore_session one (sessions with refcount 0 are held by nobody), "
+                                  "or raise [crash] max_sessions")
         session_id = f"{key[:8]}-{secrets.token_hex(3)}"
         rec = SessionRecord(session_id, key, str(vmcore), str(vmlinux), self.store.root / session_id, crash_args,
-                            time.time(), clients={ctx.client}, match=match)
+                            time.time(), match=match)
         self.table.add(rec, ctx.client)
         try:
             await trio.to_thread.run_sync(self._prepare_workdir, rec, dump, vml, self.table.live_ids(),
@@ -729,17 +764,17 @@ class CrashBackend:
             await self._wait_ready(rec, ctx)
         except BaseException as exc:
             rec.spawned.set()
-            rec.refcount -= 1
+            self.table.release_ref(rec, ctx.client)
             if isinstance(exc, DiagdError) and rec.error is None:
                 rec.error = exc
             if rec.refcount <= 0 or rec.state == "failed":
                 self._release(rec, "failed" if rec.error else "closed", "open failed or was cancelled")
             raise
-        return self._open_result(rec, is_new=True)
+        return self._open_result(rec, is_new=True, asked=(vmcore, vmlinux), ephemeral=ctx.ephemeral)
 
     async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
         """Start the session's actor (crash + drgn) under the record's key; `rec.actor` is the new one."""
-        hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit)
+        hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit, settings=lambda: self.settings)
         ref = await self.daemon.supervisor.get_or_start(
             KIND, spec.key, lambda: CrashSession(spec, self.store, hooks, version),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
@@ -829,12 +864,25 @@ class CrashBackend:
             total = round(trio.current_time() - actor.started_at, 1)
             await ctx.report_progress(total, total, "crash ready")
 
-    def _open_result(self, rec: SessionRecord, *, is_new: bool) -> dict[str, Any]:
+    def _open_result(self, rec: SessionRecord, *, is_new: bool, asked: tuple[Path, Path],
+                     ephemeral: bool) -> dict[str, Any]:
         actor = rec.actor
         assert actor is not None
-        return {"session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new,
-                "refcount": rec.refcount, "state": rec.state, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
-                "match": rec.match, "summary": actor.summary}
+        result = {"session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new, "joined": not is_new,
+                  "refcount": rec.refcount, "state": rec.state, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
+                  "match": rec.match, "summary": actor.summary}
+        if not is_new:
+            requested = {"vmcore": str(asked[0]), "vmlinux": str(asked[1])}
+            result["requested"] = requested
+            other = [k for k, path in requested.items() if path != result[k]]
+            result["note"] = (f"joined the open session {rec.session_id}: "
+                              + (f"the same dump by content, opened as {rec.vmcore} (vmlinux {rec.vmlinux}); "
+                                 "its paths are the ones the session uses" if other else "the same dump"))
+        if ephemeral:
+            result["reference"] = (f"held only while this command runs: afterwards nobody holds the session and it "
+                                   f"stays open until close_vmcore_session or {self.settings.idle_timeout_s:g} s "
+                                   "without calls ([crash] idle_timeout_s)")
+        return result
 
     def _on_failed(self, actor: CrashSession, error: DiagdError) -> None:
         rec = self.table.get(actor.spec.session_id)
@@ -864,6 +912,41 @@ class CrashBackend:
                                       error=rec.error.message if rec.error else None)
         except (OSError, DiagdError):
             pass
+
+    def reload_notes(self, old: Config, new: Config) -> list[dict[str, Any]]:
+        """`diagd reload`: refuse a broken [crash] table (the old config stays); name what does not reach
+        open sessions.
+
+        Every [crash] key except SPAWN_SETTINGS is read by each call, so it applies at once, tool call
+        limits included. SPAWN_SETTINGS are built into a session's crash and drgn (binary, sandbox), so
+        they apply to sessions opened after the reload; the note lists the open sessions that keep
+        the old value until reopened.
+        """
+        after = CrashSettings.from_raw(new.backend("crash"), new.daemon.allowed_dirs)  # DiagdError refuses it
+        notes: list[dict[str, Any]] = []
+        for name in SPAWN_SETTINGS:
+            keeping = [rec.session_id for rec in self.table.live.values()
+                       if rec.state in OPEN_STATES and rec.actor is not None
+                       and getattr(rec.actor.spec.settings, name) != getattr(after, name)]
+            if keeping:
+                notes.append({"setting": f"[crash] {name}", "applies_to": "crash sessions opened after the reload",
+                              "why": "built into a session's crash and drgn processes when they start",
+                              "until_reopened": keeping})
+        if bool(after.script_dirs) != self.script_tools:
+            notes.append({"setting": "[crash] script_dirs", "applies_to": "the next daemon start",
+                          "why": "list_analysis_scripts and run_analysis_script exist only when script_dirs was "
+                                 "set at start (changing a non-empty list applies at once)"})
+        return notes
+
+    def client_gone(self, client: str) -> None:
+        """A short-lived client (`diagd call`) disconnected: its references end with it.
+
+        A session left with none stays open, held by nobody, so the next `diagd call` can use it;
+        it ends with close_vmcore_session or after [crash] idle_timeout_s without calls.
+        """
+        for rec in self.table.drop_client(client):
+            log.info("references of a gone client dropped", client=client, session=rec.session_id,
+                     refcount=rec.refcount)
 
     def _release(self, rec: SessionRecord, state: str, reason: str) -> None:
         """Stop the session's actor (if any) and free its key so a reopen starts fresh."""
@@ -897,10 +980,11 @@ class CrashBackend:
         if rec.state not in OPEN_STATES:
             return {"session_id": rec.session_id, "closed": True, "state": rec.state, "refcount": 0,
                     "workdir": str(rec.workdir), "note": f"the session was already {rec.state}"}
-        self.table.drop(rec, ctx.client)
+        dropped = self.table.release_one(rec, ctx.client)
         if rec.refcount > 0:
             return {"session_id": rec.session_id, "closed": False, "state": rec.state, "refcount": rec.refcount,
-                    "workdir": str(rec.workdir), "note": f"{rec.refcount} other reference(s) keep it open"}
+                    "held_by": sorted(rec.refs), "dropped_reference_of": dropped, "workdir": str(rec.workdir),
+                    "note": f"{rec.refcount} other reference(s) keep it open"}
         actor = rec.actor
         self._release(rec, "closed", f"closed by {ctx.client}")
         stop: dict[str, str] = {}
@@ -917,11 +1001,17 @@ class CrashBackend:
 def register(daemon: Daemon) -> None:
     backend = CrashBackend(daemon)
     registry = daemon.registry
-    startup = backend.settings
+    startup = backend.settings  # only for what is fixed at registration: whether the script tools exist
+    daemon.client_gone_hooks.append(backend.client_gone)
+    daemon.reload_hooks.append(backend.reload_notes)
+
+    def limit(seconds: Callable[[CrashSettings], float]) -> Callable[[], float]:
+        """A tool's call limit from the current settings, so a reload moves it with the limits it covers."""
+        return lambda: seconds(backend.settings)
 
     def tool(name: str, description: str, input_schema: dict[str, Any], *,
              output: dict[str, Any] | None = None, read_only: bool = True, idempotent: bool = True,
-             timeout_s: float | None = None) -> Callable[[Handler], Handler]:
+             timeout_s: float | Callable[[], float] | None = None) -> Callable[[Handler], Handler]:
         def wrap(handler: Handler) -> Handler:
             registry.register(ToolSpec(name=name, description=description, input_schema=input_schema,
                                        handler=handler, output_schema=output, read_only=read_only,
@@ -936,13 +1026,14 @@ def register(daemon: Daemon) -> None:
           "(is_new false). The summary has the panic string, the panic task and known limits. Then call "
           "get_crash_info.",
           schemas.OPEN_INPUT, output=schemas.OPEN_OUTPUT, read_only=False, idempotent=False,
-          timeout_s=startup.load_timeout_s + 30)
+          timeout_s=limit(lambda s: s.load_timeout_s + 30))
     async def open_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await backend.open(ctx, args)
 
     @tool("close_vmcore_session",
-          "Drop one reference to a session (default: this client's last); the last reference stops crash and the "
-          "drgn worker. Stored outputs stay readable.",
+          "Drop one reference to a session (default: this client's last, else the only open session); the last "
+          "reference, or closing a session nobody holds (opened by `diagd call`, whose reference ends with the "
+          "command), stops crash and the drgn worker. Stored outputs stay readable.",
           schemas.SESSION_INPUT, read_only=False, idempotent=False, timeout_s=45)
     async def close_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return await backend.close(ctx, args.get("session_id"))
@@ -970,7 +1061,7 @@ def register(daemon: Daemon) -> None:
           "Prefixes: 'drgn:<python>' runs drgn code, 'crash:<cmd>' is explicit, 'pykdump:<cmd>' needs the "
           "pykdump extension. Pipes, redirections and !shell are refused (use search_command_output).",
           schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
-          timeout_s=startup.command_timeout_s + startup.interrupt_grace_s + 15)
+          timeout_s=limit(lambda s: s.command_timeout_s + s.interrupt_grace_s + 15))
     async def run_crash_command(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         rec = backend.table.resolve(ctx.client, args.get("session_id"))
         command = args["command"].strip()
@@ -1000,7 +1091,7 @@ def register(daemon: Daemon) -> None:
           "expression is shown like the drgn shell does. print() output is returned and stored; an exception "
           "comes back as INVALID_ARGUMENT with its traceback.",
           schemas.RUN_DRGN_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
-          timeout_s=startup.drgn_timeout_s + startup.interrupt_grace_s + startup.load_timeout_s)
+          timeout_s=limit(lambda s: s.drgn_timeout_s + s.interrupt_grace_s + s.load_timeout_s))
     async def run_drgn_command(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         rec = backend.table.resolve(ctx.client, args.get("session_id"))
         return await drgn_command(ctx, rec, args["code"], args.get("max_lines"))
@@ -1027,11 +1118,12 @@ def register(daemon: Daemon) -> None:
     @tool("get_crash_info",
           "Triage report in one call: sys (panic string, release, uptime), the panic task's backtrace, the tail "
           "of the kernel log, kmem -i, a ps summary (and drgn's view of all tasks), with command ids to dig in.",
-          schemas.SESSION_INPUT, timeout_s=startup.command_timeout_s * 2 + startup.drgn_timeout_s)
+          schemas.SESSION_INPUT, timeout_s=limit(lambda s: s.command_timeout_s * 2 + s.drgn_timeout_s))
     async def crash_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         rec = backend.table.resolve(ctx.client, args.get("session_id"))
         return await backend.ask(ctx, rec, "triage", {})
 
+    backend.script_tools = bool(startup.script_dirs)
     if startup.script_dirs:
         @tool("list_analysis_scripts",
               f"drgn analysis scripts from {', '.join(startup.script_dirs)} (name, first docstring line).",
@@ -1044,7 +1136,7 @@ def register(daemon: Daemon) -> None:
               "Run one listed drgn analysis script in the session (fresh namespace with prog and the helpers, "
               "__name__ == '__main__'); output stored like run_drgn_command.",
               schemas.RUN_SCRIPT_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False,
-              timeout_s=startup.drgn_timeout_s + startup.interrupt_grace_s + startup.load_timeout_s)
+              timeout_s=limit(lambda s: s.drgn_timeout_s + s.interrupt_grace_s + s.load_timeout_s))
         async def run_analysis(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
             script = scripts.get(args["name"])

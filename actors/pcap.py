@@ -39,7 +39,7 @@ from diagd.actors._sharkd import Sharkd, SharkdError
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors._wireshark import Catalogue, capture_sha256, catalogue, parse_decode_as
 from diagd.actors.base import Actor, Request, SupervisionPolicy
-from diagd.daemon.tools import CallContext, Handler, ToolSpec
+from diagd.daemon.tools import CallContext, Handler, ToolSpec, caller_cwd
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
@@ -672,7 +672,7 @@ class PcapBackend:
 
     async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
         settings = self.settings
-        path = resolve_allowed(str(args["pcap_path"]), settings.allowed_dirs, what="capture")
+        path = resolve_allowed(str(args["pcap_path"]), settings.allowed_dirs, what="capture", cwd=caller_cwd())
         profile_name = args.get("profile")
         profile: dict[str, Any] = {}
         if profile_name:

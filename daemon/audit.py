@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from diagd.daemon.tools import CallRecord
 
@@ -25,8 +25,10 @@ class AuditLog:
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the daemon
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._file = self._open()
+        for i in range(1, keep + 1):  # rotated logs an older diagd wrote world-readable
+            _tighten(path.with_name(f"{path.name}.{i}"))
 
     def write(self, record: CallRecord) -> None:
         # ASCII-only: one record is one line whatever the arguments hold. Raw U+2028, U+0085 or \x1e are
@@ -45,10 +47,39 @@ class AuditLog:
             if older.exists():
                 os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
         os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file = self._open()
+
+    def _open(self) -> TextIO:
+        """Append to the log, owner-only: it holds every call's arguments (paths, programs, payloads).
+
+        Created 0600 whatever the umask, never through a symlink; a log left 0644 by an older diagd
+        is tightened through the fd (rotation renames files, so older rotated logs keep the mode they
+        were written with, which is this one from now on).
+        """
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if os.fstat(fd).st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+            return os.fdopen(fd, "a", encoding="utf-8")
+        except BaseException:
+            os.close(fd)
+            raise
 
     def close(self) -> None:
         self._file.close()
+
+
+def _tighten(path: Path) -> None:
+    """Make an existing file of ours owner-only (through its fd: never follows a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return  # absent, or a symlink: nothing of ours to fix
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 @dataclass

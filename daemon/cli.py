@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("call", help="call a tool: diagd call TOOL key=value ...")
+    s = sub.add_parser("call", help="call a tool: diagd call TOOL key=value ... (needs a running daemon)")
     s.add_argument("tool")
     s.add_argument("arguments", nargs=argparse.REMAINDER, help="key=value (value parsed as JSON if it parses)")
     s.add_argument("--args-json", help="arguments as one JSON object")
@@ -169,40 +169,32 @@ def _fail(command: str, exc: Exception) -> int:
     return EXIT_NO_DAEMON
 
 
-def _client(autostart: bool = False) -> Any:
+def _client() -> Any:
+    """A control connection to the running daemon; _NoDaemon when none runs.
+
+    Never starts one: `diagd status`, `call`, `reload` ... are one-shot commands, and a daemon
+    started as their side effect would run with whatever environment, working directory and
+    config that shell had, outside systemd, unnoticed. Starting is explicit (`diagd start`, the
+    systemd unit); only the MCP shim autostarts, because an MCP client cannot run a command first.
+    """
     from diagd.protocol.control import BlockingClient
     from diagd.protocol.errors import ErrorCode
 
     path = paths.control_socket()
-
-    def connect() -> Any:
-        try:
-            return BlockingClient(str(path), client=f"{os.getpid()}")
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise _NoDaemon(f"diagd is not running (no socket at {path}); start it with `diagd start`") from None
-        except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
-            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
-                             ) from None
-
     try:
-        return connect()
-    except _NoDaemon:
-        if not autostart:
-            raise
-    # Only now probe-and-start: a probe connection to a running daemon would take a slot of its table.
-    from diagd.daemon import shim
-
-    sock = shim.connect_or_start(path, autostart=True)
-    if sock is not None:
-        sock.close()
-    return connect()
+        return BlockingClient(str(path), client=f"{os.getpid()}")
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise _NoDaemon(f"diagd is not running (no socket at {path}); start it with `diagd start`") from None
+    except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
+                         ) from None
 
 
-def _request(kind: Any, autostart: bool = False, **fields: Any) -> Any:
+def _request(kind: Any, **fields: Any) -> Any:
     from diagd.protocol import control
 
     make = {"status": control.StatusRequest, "reload": control.ReloadRequest}.get(kind, kind)
-    with _client(autostart) as client:
+    with _client() as client:
         return client.request(make, **fields)
 
 
@@ -283,7 +275,7 @@ def cmd_call(args: argparse.Namespace) -> int:
     callcli.banner_before(args.tool, arguments, visibility)
     started = time.monotonic()
     try:
-        reply = _request(control.CallRequest, autostart=True, tool=args.tool, arguments=arguments)
+        reply = _request(control.CallRequest, tool=args.tool, arguments=arguments)
     except (_NoDaemon, DiagdError) as exc:
         callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
         sys.stderr.write(f"diagd call: {_describe(exc)}\n")

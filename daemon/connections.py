@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import enum
 import itertools
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -48,6 +49,9 @@ class Connection:
     in_flight: int = 0
     drop_reason: str | None = None
     on_drop: Callable[[str], None] | None = None  # tells the peer why, in its socket's protocol
+    # The peer's working directory at connect time (see `peer_cwd`): relative paths in its tool
+    # arguments mean this directory, not the daemon's. None when it cannot be known.
+    cwd: str | None = None
     _state: State = State.HANDSHAKE
 
     @property
@@ -88,6 +92,30 @@ class Connection:
     def __repr__(self) -> str:
         return (f"<Connection #{self.id} {self.client} [{self.state.name}, "
                 f"last activity {trio.current_time() - self.last_activity:.1f}s ago]>")
+
+
+def peer_cwd(pid: int) -> str | None:
+    """The working directory of the process `pid` (a connected client), as a path valid here.
+
+    Clients of both sockets run where their user is: `diagd call` in the caller's shell, the shim
+    `diagd mcp` in the directory its MCP client started it in. SO_PEERCRED gives their pid and
+    the daemon only admits its own uid, so /proc/<pid>/cwd is readable. None (relative paths then
+    refused) when the process is gone, lives in another mount namespace (its paths mean other
+    files here), or its directory was removed.
+    """
+    link = f"/proc/{pid}/cwd"
+    try:
+        if os.stat(f"/proc/{pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
+            return None
+        path = os.readlink(link)
+        here, there = os.stat(path), os.stat(link)
+    except OSError:
+        return None
+    # A removed directory reads as "<path> (deleted)"; a path that now names another directory
+    # (renamed, replaced) is not where the client is.
+    if not os.path.isabs(path) or (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+        return None
+    return path
 
 
 # The connection a task serves: set by the accept loop, inherited by the tasks it starts (MCP

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from diagd.daemon import connections
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control
@@ -111,31 +112,40 @@ async def serve_connection(stream: trio.SocketStream, daemon: Daemon, *, client:
         if hello is None:
             return
         who = f"cli:{hello.client or client}"
-        while True:
-            _mark(conn, State.IDLE)
-            try:
-                msg = await frames.receive(frame_timeout_s=daemon.config.daemon.frame_timeout_s)
-            except DiagdError as exc:
-                if exc.code is ErrorCode.TIMEOUT or "exceeds" in exc.message:
-                    log.warning("control connection closed", client=client, reason=exc.message)
-                    await frames.last_words(control.ErrorReply(id=0, **_wire(exc)))
-                    return  # cannot resynchronise after a partial or oversized frame
-                await frames.send(control.ErrorReply(id=0, **_wire(exc)))
-                continue
-            if msg is None:
-                return
-            msg_id = getattr(msg, "id", 0)
-            with _busy(conn):
-                try:
-                    reply: control.Message = control.Reply(id=msg_id, result=await _dispatch(daemon, msg, who))
-                except DiagdError as exc:
-                    reply = control.ErrorReply(id=msg_id, **_wire(exc))
-                await frames.send(reply)
+        try:
+            await _serve_requests(frames, daemon, conn, who, client)
+        finally:
+            daemon.client_gone(who)  # a command's references end with its connection
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await stream.aclose()
+
+
+async def _serve_requests(frames: FrameStream, daemon: Daemon, conn: Connection | None, who: str,
+                          client: str) -> None:
+    """Answer requests until the client closes (or a frame cannot be read)."""
+    while True:
+        _mark(conn, State.IDLE)
+        try:
+            msg = await frames.receive(frame_timeout_s=daemon.config.daemon.frame_timeout_s)
+        except DiagdError as exc:
+            if exc.code is ErrorCode.TIMEOUT or "exceeds" in exc.message:
+                log.warning("control connection closed", client=client, reason=exc.message)
+                await frames.last_words(control.ErrorReply(id=0, **_wire(exc)))
+                return  # cannot resynchronise after a partial or oversized frame
+            await frames.send(control.ErrorReply(id=0, **_wire(exc)))
+            continue
+        if msg is None:
+            return
+        msg_id = getattr(msg, "id", 0)
+        with _busy(conn):
+            try:
+                reply: control.Message = control.Reply(id=msg_id, result=await _dispatch(daemon, msg, who))
+            except DiagdError as exc:
+                reply = control.ErrorReply(id=msg_id, **_wire(exc))
+            await frames.send(reply)
 
 
 async def _handshake(frames: FrameStream, *, deadline: float, conn: Connection | None) -> control.Hello | None:
@@ -176,7 +186,10 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str) -> Any:
     if isinstance(msg, control.StatusRequest):
         return daemon.status()
     if isinstance(msg, control.CallRequest):
-        result = await daemon.registry.call(msg.tool, msg.arguments, CallContext(client=who))
+        conn = connections.current.get()
+        result = await daemon.registry.call(msg.tool, msg.arguments,
+                                            CallContext(client=who, cwd=conn.cwd if conn is not None else None,
+                                                        ephemeral=True))
         return {"is_error": result.is_error, "result": result.payload, "meta": result.meta}
     if isinstance(msg, control.StopActorRequest):
         return daemon.supervisor.stop(msg.actor_id, reason=f"stopped by {who}").statistics()

@@ -20,7 +20,7 @@ import trio
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import mcp_wire
+from diagd.daemon import connections, mcp_wire
 from diagd.daemon.connections import ByteBudget, Connection
 from diagd.daemon.mcp_lines import LineReader
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
@@ -98,9 +98,11 @@ def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
                         ) -> types.CallToolResult:
         meta: dict[str, Any] = dict(ctx.meta or {})
         wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
+        conn = connections.current.get()
         call_ctx = CallContext(
             client=current_client.get(),
             progress=ctx.session.report_progress if wants_progress else None,
+            cwd=conn.cwd if conn is not None else None,  # the shim's, i.e. its MCP client's directory
         )
         result = await registry.call(params.name, params.arguments, call_ctx)
         return types.CallToolResult(

@@ -21,6 +21,7 @@ import diagd
 from diagd.actors import BACKENDS
 from diagd.daemon import builtin_tools, connections, control_server, mcp_front, paths
 from diagd.daemon import config as config_mod
+from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats
 from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
 from diagd.daemon.notify import sd_notify
@@ -73,6 +74,12 @@ class Daemon:
         self.started_wall = time.time()
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
+        # Called with a short-lived client's name (`cli:<pid>`) when its connection ends: back ends
+        # drop what it held (crash session references), so nothing outlives the command.
+        self.client_gone_hooks: list[Callable[[str], None]] = []
+        # Called by `reload` with the old and the new config: each returns notes on changed settings
+        # that do not apply to what is already open, or raises DiagdError to refuse the new config.
+        self.reload_hooks: list[Callable[[config_mod.Config, config_mod.Config], list[dict[str, Any]]]] = []
 
     @property
     def connections(self) -> dict[int, dict[str, Any]]:
@@ -106,13 +113,32 @@ class Daemon:
         }
 
     def reload(self) -> dict[str, Any]:
-        new = config_mod.load(Path(self.config.source) if self.config.source != "<defaults>" else None)
+        """Swap in the config file's current content; the answer says what changed and what of it
+        does not apply to what is already running (`not_yet_applied`, see `daemon.reload`).
+
+        A back end's hook may refuse the new config (DiagdError): the old one then stays in force.
+        """
+        old = self.config
+        new = config_mod.load(Path(old.source) if old.source != "<defaults>" else None)
+        pending = [note for hook in self.reload_hooks for note in hook(old, new)]
         self.config = new
         self.registry.call_timeout_s = new.daemon.call_timeout_s
+        self.supervisor.inbox_size = new.daemon.inbox_size
         retimed = self.supervisor.set_idle_timeout(new.daemon.idle_timeout_s)
         self.audit.max_bytes, self.audit.keep = new.daemon.audit_max_bytes, new.daemon.audit_keep
-        log.info("config reloaded", source=new.source, actors_retimed=retimed)
-        return {"reloaded": True, "config": new.source, "actors_retimed": retimed}
+        pending = reload_notes.static_notes(old, new) + pending
+        changed = reload_notes.changed_keys(old, new)
+        log.info("config reloaded", source=new.source, actors_retimed=retimed, changed=changed,
+                 not_yet_applied=[n["setting"] for n in pending])
+        return {"reloaded": True, "config": new.source, "actors_retimed": retimed, "changed": changed,
+                "not_yet_applied": pending}
+
+    def client_gone(self, client: str) -> None:
+        for hook in self.client_gone_hooks:
+            try:
+                hook(client)
+            except Exception:  # one back end's bug must not keep the others holding the client's resources
+                log.exception("client_gone hook failed", client=client)
 
     def request_shutdown(self, reason: str) -> None:
         self.shutdown_reason = reason
@@ -145,6 +171,8 @@ class Daemon:
         settings = self.config.daemon
         self.connection_table.max_connections = settings.max_connections  # a reload applies to the next accept
         conn, dropped = self.connection_table.admit(kind, pid)
+        if conn is not None:
+            conn.cwd = await trio.to_thread.run_sync(connections.peer_cwd, pid)  # /proc reads: off the loop
         if dropped is not None:
             log.warning("dropped an idle connection to make room", dropped=repr(dropped), newcomer=f"{kind}:{pid}")
         if conn is None:
@@ -243,7 +271,15 @@ def acquire_lock(rundir: paths.PrivateDir) -> int:
     return fd
 
 
+# Everything the daemon and its children create is owner-only: the audit log holds every call's
+# arguments, stored outputs hold kernel memory, serial logs and bpftrace results what the devices and
+# the kernel said. Set once for the process (and inherited by crash, drgn, sharkd, bpftrace), so no
+# back end can forget it; files that matter also pass 0600 explicitly.
+STATE_UMASK = 0o077
+
+
 async def serve(config: config_mod.Config) -> None:
+    os.umask(STATE_UMASK)
     rundir = paths.open_private_dir(paths.runtime_dir(), what="runtime directory")
     try:
         paths.ensure_private_dir(paths.state_dir(), what="state directory")
@@ -260,9 +296,10 @@ async def serve(config: config_mod.Config) -> None:
             daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
             server = mcp_front.build_server(daemon.registry, version=diagd.__version__)
-            max_line = config.daemon.max_line_bytes
 
             async def handle_mcp(stream: trio.SocketStream, conn: Connection) -> None:
+                # Read per connection: a reload applies to connections made after it (reload.DAEMON).
+                max_line = daemon.config.daemon.max_line_bytes
                 await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
                                                  frame_timeout_s=daemon.config.daemon.frame_timeout_s,
                                                  budget=daemon.frame_budget, conn=conn)

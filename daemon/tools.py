@@ -8,6 +8,7 @@ and hands it to the audit log. Nothing here knows about MCP types.
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import itertools
 import json
@@ -36,6 +37,12 @@ class CallContext:
     client: str
     progress: ProgressFn | None = None
     queue_s: float = 0.0  # handlers that go through an actor add the inbox wait here
+    # The client's working directory (its process's, read at connect time): relative paths in its
+    # arguments are resolved against it. None when it is not known: relative paths are refused.
+    cwd: str | None = None
+    # The client is one short-lived command (`diagd call`: one control connection per command):
+    # whatever it holds (crash session references) ends with its connection.
+    ephemeral: bool = False
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress is not None:
@@ -43,6 +50,16 @@ class CallContext:
 
 
 Handler = Callable[[CallContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+# The call a task serves, for code below a handler that resolves paths without being handed its
+# context (set by `ToolRegistry.call` around the handler; tasks the handler starts inherit it).
+current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar("diagd_call", default=None)
+
+
+def caller_cwd() -> str | None:
+    """The working directory of the client whose call this task serves (None: unknown)."""
+    ctx = current_call.get()
+    return ctx.cwd if ctx is not None else None
 
 
 @dataclass(frozen=True)
@@ -55,7 +72,9 @@ class ToolSpec:
     read_only: bool = True
     destructive: bool = False
     idempotent: bool = True
-    timeout_s: float | None = None  # None: the daemon's call_timeout_s
+    # None: the daemon's call_timeout_s. A callable is asked at each call, for limits that derive
+    # from a back end's settings and must follow `diagd reload`.
+    timeout_s: float | Callable[[], float] | None = None
     title: str | None = None
 
 
@@ -154,9 +173,14 @@ class ToolRegistry:
             try:
                 spec = self.get(name)
                 args = self.validate(spec, arguments)
-                timeout = spec.timeout_s if spec.timeout_s is not None else self.call_timeout_s
-                with trio.fail_after(timeout):
-                    payload = await spec.handler(ctx, args)
+                timeout = self.call_timeout_s if spec.timeout_s is None else (
+                    spec.timeout_s() if callable(spec.timeout_s) else spec.timeout_s)
+                token = current_call.set(ctx)
+                try:
+                    with trio.fail_after(timeout):
+                        payload = await spec.handler(ctx, args)
+                finally:
+                    current_call.reset(token)
                 result = _success(payload)
                 outcome = "ok"
             except trio.TooSlowError:

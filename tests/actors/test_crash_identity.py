@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,30 @@ def test_the_real_fixture_is_kdump_compressed_and_matches_its_vmlinux() -> None:
     assert dump.build_id and dump.build_id == vml.build_id
     assert "KERNELOFFSET" in dump.vmcoreinfo
     ident.check_match(dump, vml)
+
+
+def test_the_same_dump_through_a_copy_a_hard_link_or_a_symlink_has_one_key(tmp_path: Path) -> None:
+    vml_path = fake_vmlinux(tmp_path / "vmlinux", release="6.1.0-56-cloud-amd64", build_id=BUILD_ID)
+    vml, vml_id = ident.read_vmlinux_info(vml_path), ident.stat_identity(vml_path)
+    original = fake_elf_core(tmp_path / "vmcore", INFO)
+    copy = tmp_path / "copy"
+    copy.write_bytes(original.read_bytes())
+    os.utime(copy, (1, 1))  # another inode, another mtime: still the same crash
+    hard = tmp_path / "hard"
+    os.link(copy, hard)
+    soft = tmp_path / "soft"
+    soft.symlink_to(original)
+    key = ident.session_key(ident.read_dump_info(original), vml, vml_id, [])
+    for other in (copy, hard, soft):
+        assert ident.session_key(ident.read_dump_info(other), vml, vml_id, []) == key, other
+
+
+def test_a_dump_that_differs_only_past_its_headers_has_another_key(tmp_path: Path) -> None:
+    vml_path = fake_vmlinux(tmp_path / "vmlinux", release="6.1.0-56-cloud-amd64", build_id=BUILD_ID)
+    vml, vml_id = ident.read_vmlinux_info(vml_path), ident.stat_identity(vml_path)
+    base = fake_elf_core(tmp_path / "vmcore", INFO).read_bytes() + bytes(200_000)
+    (tmp_path / "a").write_bytes(base)
+    (tmp_path / "b").write_bytes(base[:-1] + b"\x01")  # same headers and notes, another last page
+    (tmp_path / "c").write_bytes(base[:-4096])  # truncated
+    keys = {ident.session_key(ident.read_dump_info(tmp_path / n), vml, vml_id, []) for n in "abc"}
+    assert len(keys) == 3

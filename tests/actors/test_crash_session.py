@@ -4,20 +4,25 @@ context-keyed caching, delimiting, Ctrl-C on timeouts, and failing the session w
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import pexpect
 import pytest
 import trio
 
+from diagd.actors._crash_pty import CrashDriver, MemorySink
+from diagd.actors._crash_sessions import SessionRecord
 from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import OutputStore
 from diagd.actors.base import Actor
-from diagd.actors.crash import CrashSession, Hooks, SessionSpec
+from diagd.actors.crash import CrashSession, Hooks, Phase, SessionSpec
 from diagd.daemon.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -47,7 +52,10 @@ def _fake_crash_runs_without_landlock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @asynccontextmanager
-async def session(tmp_path: Path, idle_timeout_s: float = 600, **overrides: Any) -> AsyncIterator[Harness]:
+async def session(tmp_path: Path, idle_timeout_s: float = 600, live: dict[str, Any] | None = None,
+                  **overrides: Any) -> AsyncIterator[Harness]:
+    """A session on the fake crash; `live`, when given, is what the current settings override (a test
+    changes it to stand for `diagd reload`), while the spawn-time settings stay as opened."""
     wrapper = tmp_path / "crash"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
     wrapper.chmod(0o755)
@@ -60,7 +68,9 @@ async def session(tmp_path: Path, idle_timeout_s: float = 600, **overrides: Any)
     workdir = store.create_session(SID, {})
     spec = SessionSpec(SID, "key", tmp_path / "vmcore", tmp_path / "vmlinux", workdir, (), settings)
     events: list[tuple[str, Any]] = []
-    hooks = Hooks(on_failed=lambda a, e: events.append(("failed", e)), on_exit=lambda a: events.append(("exit", a)))
+    current = None if live is None else (lambda: replace(settings, **live))
+    hooks = Hooks(on_failed=lambda a, e: events.append(("failed", e)), on_exit=lambda a: events.append(("exit", a)),
+                  settings=current)
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, idle_timeout_s=600)
         ref = await supervisor.get_or_start("crash", "key", lambda: CrashSession(spec, store, hooks, "crash 8.0.2-x"),
@@ -119,6 +129,21 @@ async def test_a_slow_command_gets_ctrl_c_and_the_session_carries_on(tmp_path: P
         assert s.actor.failure is None
 
 
+async def test_reloaded_limits_apply_to_the_next_call_of_an_open_session(tmp_path: Path) -> None:
+    live: dict[str, Any] = {}
+    async with session(tmp_path, live=live, command_timeout_s=120) as s:
+        assert len((await s.run("lines 50"))["output"].splitlines()) == 20  # output_lines as opened
+        live.update(command_timeout_s=0.5, output_lines=3)  # `diagd reload`
+        assert (await s.run("lines 50", force=True))["lines_returned"] == 3
+        with pytest.raises(DiagdError) as err:
+            await s.run("sleep 30")
+        assert err.value.code == ErrorCode.TIMEOUT and s.actor.failure is None
+        assert s.actor.spec.settings.command_timeout_s == 120  # what crash was spawned with is kept apart
+        live.update(allow_shell=False)
+        with pytest.raises(DiagdError):
+            await s.run("!id")
+
+
 async def test_runaway_output_is_cut_at_the_cap_flagged_and_the_session_carries_on(tmp_path: Path) -> None:
     async with session(tmp_path, max_output_bytes=5000) as s:
         cut = await s.run("lines 10000000")
@@ -130,6 +155,45 @@ async def test_runaway_output_is_cut_at_the_cap_flagged_and_the_session_carries_
         assert not page["has_more"] and page["output"].startswith("line ")
         assert "KERNEL" in (await s.run("sys"))["output"]
         assert s.actor.failure is None
+
+
+class OneRead:
+    """A crash pty whose whole answer (output, marker, prompt) comes back in a single read."""
+
+    pid = 0
+
+    def __init__(self, output: bytes) -> None:
+        self.output = output
+        self.pending: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        nonce = re.search(rb"ascii ([0-9a-f]+)\n", data)
+        assert nonce is not None
+        self.pending.append(self.output + b"crash> " + nonce.group(1) + b": x\r\ncrash> ")
+
+    def read_nonblocking(self, size: int, timeout: float) -> bytes:
+        if self.pending:
+            return self.pending.pop(0)
+        raise pexpect.TIMEOUT("nothing more")
+
+    def sendintr(self) -> None:
+        raise AssertionError("a command that came back to its prompt needs no Ctrl-C")
+
+
+def test_an_output_past_the_cap_that_came_in_one_read_with_the_prompt_is_flagged() -> None:
+    driver = CrashDriver(cast(pexpect.spawn, OneRead(b"line\r\n" * 50)))
+    sink = MemorySink(100)
+    out = driver.run("lines 50", timeout_s=5, abort=threading.Event(), sink=sink)
+    assert out.truncated and not out.interrupted and out.reason == "output passed 100 bytes"
+    assert bytes(sink.data) == b"line\n" * 20
+
+
+async def test_a_short_output_past_the_cap_is_cut_and_flagged(tmp_path: Path) -> None:
+    async with session(tmp_path, max_output_bytes=100) as s:
+        cut = await s.run("lines 50")  # ~390 bytes: may arrive with the prompt, no Ctrl-C needed then
+        assert cut["output_truncated"] and cut["truncated_reason"].startswith("output passed 100 bytes: cut there")
+        stored = s.actor.store.output_path(SID, int(cut["command_id"].rsplit(":", 1)[1]))
+        assert stored.stat().st_size == 100
 
 
 async def test_output_is_streamed_to_its_file_whole_and_pages_from_there(tmp_path: Path) -> None:
@@ -189,6 +253,24 @@ async def test_an_idle_session_expires_and_releases_crash(tmp_path: Path) -> Non
     assert s.actor.stop_results == {"crash": "quit"}
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_a_stopped_session_never_shows_its_children_ready(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        rec = SessionRecord(SID, "key", "vmcore", "vmlinux", tmp_path, [], 0.0, state="ready", actor=s.actor)
+        assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("ready", "unavailable")  # drgn=False here
+        rec.state = "closed"  # released: the back end stops the actor right after
+        assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("stopping", "stopping")
+    assert (s.actor.crash_phase, s.actor.drgn_phase) == (Phase.CLOSED, Phase.CLOSED)
+    assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("closed", "closed")
+    assert s.actor.statistics()["crash"] == "closed"
+
+
+async def test_a_failed_crash_stays_failed_after_the_session_stops(tmp_path: Path) -> None:
+    async with session(tmp_path) as s:
+        with pytest.raises(DiagdError):
+            await s.run("die")
+    assert (s.actor.crash_phase, s.actor.drgn_phase) == (Phase.FAILED, Phase.CLOSED)
 
 
 def test_crash_options_are_allow_listed() -> None:

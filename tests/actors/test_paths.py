@@ -37,3 +37,25 @@ def test_missing_files_and_directories_get_their_own_codes(tmp_path: Path) -> No
     assert code_of(str(tmp_path / "nope"), []) == ErrorCode.FILE_NOT_FOUND
     assert code_of(str(tmp_path), []) == ErrorCode.INVALID_ARGUMENT
     assert code_of("", []) == ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_relative_path_is_the_callers_not_the_daemons(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.pcap").write_bytes(b"x")
+    assert resolve_allowed("sub/a.pcap", [str(tmp_path)], cwd=str(tmp_path)) == (tmp_path / "sub" / "a.pcap")
+    assert resolve_allowed("a.pcap", [], cwd=str(tmp_path / "sub")) == (tmp_path / "sub" / "a.pcap")
+    with pytest.raises(DiagdError) as missing:
+        resolve_allowed("nope.pcap", [], cwd=str(tmp_path))
+    assert missing.value.code == ErrorCode.FILE_NOT_FOUND and missing.value.details["cwd"] == str(tmp_path)
+    assert code_of("../../etc/passwd", [str(tmp_path)]) == ErrorCode.INVALID_ARGUMENT  # no cwd: refused
+    (tmp_path / "outside").write_bytes(b"x")
+    with pytest.raises(DiagdError) as escape:  # the allow-list applies to where a relative path leads
+        resolve_allowed("../outside", [str(tmp_path / "sub")], cwd=str(tmp_path / "sub"))
+    assert escape.value.code == ErrorCode.PERMISSION_DENIED
+
+
+def test_a_relative_path_without_a_known_cwd_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(DiagdError) as info:
+        resolve_allowed("vmcore", [], what="vmcore")
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "relative" in info.value.message and info.value.details["hint"] == "pass an absolute path"

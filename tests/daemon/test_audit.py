@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
+
+import pytest
 
 from diagd.daemon.audit import AuditLog, CallStats, percentile
 from diagd.daemon.tools import CallRecord
@@ -53,3 +57,29 @@ def test_every_record_is_one_line_whatever_the_arguments_hold(tmp_path: Path) ->
     lines = (tmp_path / "audit.jsonl").read_text().splitlines()
     assert len(lines) == 1
     assert json.loads(lines[0])["arguments"]["q"] == odd
+
+
+def test_the_audit_log_and_its_rotations_are_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    # An older diagd left them world-readable; every call's arguments are in there.
+    for name in ("audit.jsonl", "audit.jsonl.1"):
+        (tmp_path / name).write_text("{}\n")
+        (tmp_path / name).chmod(0o644)
+    previous = os.umask(0)  # the worst umask a daemon could inherit
+    try:
+        log = AuditLog(tmp_path / "audit.jsonl", max_bytes=500, keep=3)
+        for _ in range(40):
+            log.write(record())
+        log.close()
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == {"audit.jsonl": 0o600, "audit.jsonl.1": 0o600, "audit.jsonl.2": 0o600, "audit.jsonl.3": 0o600}
+
+
+def test_the_audit_log_is_never_written_through_a_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (tmp_path / "audit.jsonl").symlink_to(target)
+    with pytest.raises(OSError):
+        AuditLog(tmp_path / "audit.jsonl", max_bytes=500, keep=3)
+    assert target.read_text() == ""

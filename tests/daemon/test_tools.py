@@ -124,6 +124,25 @@ async def test_slow_handler_times_out_at_exactly_the_tool_timeout(autojump_clock
     assert result.payload["code"] == "TIMEOUT" and result.payload["details"]["timeout_s"] == 2.5
 
 
+async def test_a_tool_timeout_read_from_settings_follows_them_call_by_call(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async def slow(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        await trio.sleep(100)
+        return {}
+
+    setting = {"timeout_s": 2.5}
+    registry = ToolRegistry(call_timeout_s=30)
+    registry.register(ToolSpec(name="t", description="test", input_schema=SCHEMA, handler=slow,
+                               timeout_s=lambda: setting["timeout_s"]))
+    start = trio.current_time()
+    first = await registry.call("t", {}, CallContext(client="test"))
+    assert trio.current_time() - start == 2.5 and first.payload["details"]["timeout_s"] == 2.5
+    setting["timeout_s"] = 7.0  # what a reload of the back end's settings does
+    start = trio.current_time()
+    second = await registry.call("t", {}, CallContext(client="test"))
+    assert trio.current_time() - start == 7.0 and second.payload["details"]["timeout_s"] == 7.0
+
+
 async def test_result_text_is_compact_json_and_meta_counts_its_bytes() -> None:
     registry, records = make_registry()
     result = await registry.call("t", {"name": "é"}, CallContext(client="cli:1"))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -179,6 +181,39 @@ async def test_opening_the_same_dump_again_joins_the_session(setup: Setup) -> No
     assert closed["closed"] is False and closed["refcount"] == 1
 
 
+async def test_the_same_dump_through_a_copy_a_hard_link_or_a_symlink_joins_the_open_session(setup: Setup) -> None:
+    others = setup.root / "same-dump"
+    others.mkdir(exist_ok=True)
+    copy, hard, soft = others / "vmcore.copy", others / "vmcore.hard", others / "vmcore.soft"
+    for path in (copy, hard, soft):
+        path.unlink(missing_ok=True)
+    shutil.copyfile(setup.fixture.vmcore, copy)  # another inode and mtime, the same bytes
+    os.link(copy, hard)
+    soft.symlink_to(setup.fixture.vmcore)
+    vmlinux_link = others / "vmlinux.soft"
+    vmlinux_link.unlink(missing_ok=True)
+    vmlinux_link.symlink_to(setup.fixture.vmlinux)
+    before = session_details(setup.daemon, setup.session["session_id"])
+    async with client_for(setup.daemon) as client:
+        for path in (copy, hard, soft):
+            joined = await call_on(client, "open_vmcore_session", vmcore_path=str(path),
+                                   vmlinux_path=str(vmlinux_link))
+            assert not joined["_is_error"], joined
+            assert joined["session_id"] == setup.session["session_id"] and not joined["is_new"] and joined["joined"]
+            assert joined["vmcore"] == str(setup.fixture.vmcore) == setup.session["vmcore"]  # opened as
+            assert joined["requested"]["vmcore"] == str(path.resolve())
+            assert f"opened as {setup.fixture.vmcore}" in joined["note"] or path == soft
+        for _ in range(3):
+            closed = await call_on(client, "close_vmcore_session", session_id=setup.session["session_id"])
+            assert closed["closed"] is False
+    after = session_details(setup.daemon, setup.session["session_id"])
+    assert before is not None and after is not None
+    assert (after["crash_pid"], after["drgn_pid"]) == (before["crash_pid"], before["drgn_pid"])  # no second load
+    assert [a for a in status(setup.daemon)["actors"] if a["kind"] == "crash"
+            and a["details"]["session_id"] != setup.session["session_id"]
+            and a["details"]["vmcore"].startswith(str(others))] == []
+
+
 async def test_sys_shows_the_sysrq_panic(setup: Setup) -> None:
     result = await crash(setup, "sys")
     assert f'PANIC: "{PANIC}"' in result["output"] and setup.fixture.release in result["output"]
@@ -314,6 +349,124 @@ async def test_get_crash_info_is_a_structured_triage(setup: Setup) -> None:
     assert {"init", "sleep", "cat"} <= set(info["tasks"]["drgn"]["commands"])
     page = await call(setup.daemon, "get_command_output", command_id=info["backtrace"]["command_id"])
     assert "sysrq_handle_crash" in page["output"]
+
+
+def crash_directly(fixture: VmcoreFixture, where: Path, commands: dict[str, str]) -> dict[str, list[str]]:
+    """Run `crash -s` on the dump ourselves (no diagd, no pty, no sandbox), each command's output
+    redirected to its own file by crash, and return the lines of each."""
+    where.mkdir(parents=True, exist_ok=True)
+    script = where / "commands"
+    script.write_text("".join(f"{command} > {where / name}\n" for name, command in commands.items()) + "exit\n")
+    subprocess.run(["crash", "-s", "--no_crashrc", "-i", str(script), str(fixture.vmlinux), str(fixture.vmcore)],
+                   env={**os.environ, "TERM": "dumb", "LC_ALL": "C", "PAGER": "cat"}, stdin=subprocess.DEVNULL,
+                   capture_output=True, timeout=300, check=True)
+    return {name: (where / name).read_text().splitlines() for name in commands}
+
+
+def drgn_directly(fixture: VmcoreFixture) -> dict[str, Any]:
+    """The same figures from a drgn Program of our own on the same dump and vmlinux."""
+    from drgn import Program
+    from drgn.helpers.linux.pid import for_each_task
+    from drgn.helpers.linux.sched import task_state_to_char
+
+    prog = Program()
+    prog.set_core_dump(str(fixture.vmcore))
+    prog.load_debug_info([str(fixture.vmlinux)])
+    by_state: dict[str, int] = {}
+    names, blocked = [], []
+    for task in for_each_task(prog):
+        state = task_state_to_char(task)
+        by_state[state] = by_state.get(state, 0) + 1
+        comm = task.comm.string_().decode(errors="replace")
+        names.append(comm)
+        if state == "D":
+            blocked.append({"pid": task.pid.value_(), "comm": comm})
+    thread = prog.crashed_thread()
+    return {"tasks": {"total": len(names), "by_state": by_state, "uninterruptible": blocked,
+                      "commands": sorted(set(names))},
+            "crashed_pid": thread.tid, "crashed_comm": thread.object.comm.string_().decode(),
+            "release": prog["init_uts_ns"].name.release.string_().decode()}
+
+
+def colon_fields(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(": ")
+        if key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+async def test_get_crash_info_matches_crash_and_drgn_run_directly_on_the_same_dump(setup: Setup,
+                                                                                   tmp_path: Path) -> None:
+    pytest.importorskip("drgn")
+    info = await call(setup.daemon, "get_crash_info", session_id=setup.session["session_id"])
+    assert not info["_is_error"], info
+    direct = await trio.to_thread.run_sync(crash_directly, setup.fixture, tmp_path / "crash", {
+        "sys": "sys", "set": "set", "bt": "bt", "ps": "ps", "log": "log", "kmem": "kmem -i"})
+    program = await trio.to_thread.run_sync(drgn_directly, setup.fixture)
+
+    # sys: every field, as crash printed it
+    system = {k.lower().replace(" ", "_"): v.strip('"') for k, v in colon_fields(direct["sys"]).items()}
+    assert info["system"] == system and info["panic"] == system["panic"]
+    assert info["system"]["release"] == program["release"]
+
+    # the panic task: crash's `set` right after loading, and drgn's crashed thread
+    context = colon_fields(direct["set"])
+    assert info["panic_task"] == {"pid": int(context["PID"]), "task": context["TASK"].split()[0],
+                                  "cpu": int(context["CPU"]), "command": context["COMMAND"].strip('"'),
+                                  "state": context["STATE"]}
+    assert (info["panic_task"]["pid"], info["panic_task"]["command"]) == (program["crashed_pid"],
+                                                                        program["crashed_comm"])
+
+    # the panic task's backtrace, line for line, and the frames derived from it
+    assert info["backtrace"]["text"] == "\n".join(direct["bt"][:60])
+    frames = [line.split() for line in direct["bt"] if line.lstrip().startswith("#")]
+    assert info["backtrace"]["functions"] == [f[2] for f in frames]
+    head = direct["bt"][0].split()
+    assert (info["backtrace"]["pid"], info["backtrace"]["task"], info["backtrace"]["cpu"]) == (
+        int(head[1]), head[3], int(head[5]))
+
+    # ps: the count and every figure derived from the rows
+    rows = []
+    for line in direct["ps"][1:]:
+        active = line.startswith(">")
+        pid, _ppid, cpu, _task, state, _mem, _vsz, rss, comm = line.lstrip(">").split(None, 8)
+        rows.append({"pid": int(pid), "cpu": int(cpu), "comm": comm, "state": state, "rss_kb": int(rss),
+                     "active": active})
+    crash_tasks = info["tasks"]["crash"]
+    assert crash_tasks["total"] == len(rows) == int(system["tasks"])
+    assert crash_tasks["by_state"] == {s: sum(r["state"] == s for r in rows) for s in {r["state"] for r in rows}}
+    assert crash_tasks["active"] == [{k: r[k] for k in ("pid", "cpu", "comm", "state")} for r in rows if r["active"]]
+    assert crash_tasks["uninterruptible"] == [{k: r[k] for k in ("pid", "cpu", "comm")} for r in rows
+                                              if r["state"] == "UN"]
+    assert crash_tasks["top_rss"] == [{k: r[k] for k in ("pid", "comm", "rss_kb")}
+                                      for r in sorted(rows, key=lambda r: -r["rss_kb"])[:5] if r["rss_kb"]]
+
+    # the log: its length, its tail, and the panic line in it
+    assert info["log_tail"]["total_lines"] == len(direct["log"])
+    assert info["log_tail"]["lines"] == direct["log"][-40:]
+    assert any(line.split("] ", 1)[-1] == system["panic"] for line in direct["log"])
+
+    # kmem -i: every row
+    memory = {}
+    for line in direct["kmem"]:
+        parts = re.match(r"^\s*([A-Z][A-Z ]*[A-Z])\s+(\d+)\s+(.*?)\s+(----|\d+% of TOTAL \w+)$", line)
+        if parts:
+            pct = parts[4]
+            memory[parts[1].lower().replace(" ", "_")] = {
+                "pages": int(parts[2]), "size": parts[3], "percent": None if pct == "----" else int(pct.split("%")[0])}
+    assert {k: v for k, v in info["memory"].items() if k != "command_id"} == memory and memory
+
+    # drgn's view of all tasks, and what the session summary derives from it
+    assert {k: v for k, v in info["tasks"]["drgn"].items() if k != "command_id"} == program["tasks"]
+    summary = setup.session["summary"]
+    assert summary["drgn"]["tasks"] == program["tasks"]["total"]
+    assert (summary["drgn"]["crashed_pid"], summary["drgn"]["crashed_comm"]) == (program["crashed_pid"],
+                                                                                  program["crashed_comm"])
+    for limit in summary["limits"]:
+        if "PID hash" in limit:
+            assert f"list {system['tasks']} task(s)" in limit and f"drgn sees all {program['tasks']['total']}." in limit
 
 
 async def test_analysis_scripts_are_listed_and_run(setup: Setup) -> None:
@@ -460,6 +613,96 @@ async def test_outputs_survive_a_daemon_restart_and_crash_never_outlives_the_dae
         wait_gone(pids, timeout=1)
     finally:
         second.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+async def test_stored_outputs_and_session_files_are_owner_only(setup: Setup) -> None:
+    await crash(setup, "sys")
+    await drgn(setup, "print('kept')")
+    problems = []
+    for path in [setup.daemon.env.state, *setup.daemon.env.state.rglob("*")]:
+        st = path.lstat()
+        want = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+        if stat.S_IMODE(st.st_mode) != want or stat.S_ISLNK(st.st_mode):
+            problems.append(f"{path} {stat.filemode(st.st_mode)}")
+    assert problems == []
+    assert any(setup.daemon.env.state.rglob("cmd-*.out"))
+
+
+def cli(env: Env, tool: str, *args: str) -> tuple[int, dict[str, Any]]:
+    done = env.run("call", tool, *args, "--visibility=off", timeout=120)
+    assert done.stdout, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return done.returncode, result
+
+
+def test_diagd_call_holds_no_reference_after_it_exits_and_finds_the_only_session(tmp_path: Path) -> None:
+    fixture = build()
+    env = make_env(tmp_path, f'[daemon]\nallowed_dirs = ["{fixture.dir}"]\n')
+    daemon = start_daemon(env)
+    try:
+        code, opened = cli(env, "open_vmcore_session", f"vmcore_path={fixture.vmcore}",
+                           f"vmlinux_path={fixture.vmlinux}")
+        assert code == 0 and opened["is_new"] and "only while this command runs" in opened["reference"]
+        sid = opened["session_id"]
+        code, listing = cli(env, "list_vmcore_sessions")
+        (session,) = listing["sessions"]
+        # The command that opened it is gone, and so is its reference; the session stays for the next one.
+        assert (session["session_id"], session["state"], session["refcount"], session["held_by"]) == (
+            sid, "ready", 0, [])
+        assert (session["crash"], session["drgn"]) == ("ready", "ready")
+        assert listing["default_for_this_client"] == sid  # the only open session
+        code, sys_out = cli(env, "run_crash_command", "command=sys")  # no session_id: the only one
+        assert code == 0 and sys_out["session_id"] == sid and PANIC in sys_out["output"]
+        details = session_details(daemon, sid)
+        assert details is not None
+        code, closed = cli(env, "close_vmcore_session")  # no session_id either
+        assert code == 0 and closed["closed"] and closed["session_id"] == sid
+        assert closed["stopped"] == {"crash": "quit", "drgn": "quit"}
+        wait_gone([details["crash_pid"], details["drgn_pid"]], timeout=5)
+        code, listing = cli(env, "list_vmcore_sessions")
+        (session,) = listing["sessions"]
+        assert (session["state"], session["crash"], session["drgn"]) == ("closed", "closed", "closed")
+        code, none_open = cli(env, "close_vmcore_session")
+        assert code == 1 and none_open["code"] == "NOT_FOUND" and "no session is open" in none_open["message"]
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+async def test_a_reload_reaches_open_sessions_and_names_what_waits_for_a_reopen(tmp_path: Path) -> None:
+    fixture = build()
+    daemon_table = f'[daemon]\nallowed_dirs = ["{fixture.dir}"]\n'
+    env = make_env(tmp_path, daemon_table)
+    daemon = start_daemon(env)
+    try:
+        opened = await call(daemon, "open_vmcore_session", vmcore_path=str(fixture.vmcore),
+                            vmlinux_path=str(fixture.vmlinux))
+        sid = opened["session_id"]
+        before = await call(daemon, "run_crash_command", command="log", session_id=sid)
+        assert before["lines_returned"] == 20 and "output_truncated" not in before
+        env.write_config(daemon_table + "max_line_bytes = 4194304\n"
+                         "[crash]\noutput_lines = 3\nmax_output_bytes = 2000\ncommand_timeout_s = 300\ndrgn = false\n")
+        done = env.run("reload")
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["changed"] == ["[daemon] max_line_bytes", "[crash] command_timeout_s", "[crash] drgn",
+                                     "[crash] max_output_bytes", "[crash] output_lines"]
+        notes = {n["setting"]: n for n in answer["not_yet_applied"]}
+        assert set(notes) == {"[daemon] max_line_bytes", "[crash] drgn"}  # the limits apply at once
+        assert notes["[crash] drgn"]["until_reopened"] == [sid]
+        after = await call(daemon, "run_crash_command", command="log", session_id=sid, force_execute=True)
+        assert after["lines_returned"] == 3 and after["output_truncated"]
+        assert "2000 bytes" in after["truncated_reason"]
+        kept = await call(daemon, "run_drgn_command", code="1", session_id=sid)  # drgn=false: new sessions only
+        assert not kept["_is_error"] and kept["output"] == "1"
+        env.write_config(daemon_table + "[crash]\noutput_lines = 0\n")
+        refused = env.run("reload")
+        assert refused.returncode == 1 and "output_lines" in refused.stderr
+        still = await call(daemon, "run_crash_command", command="sys", session_id=sid)
+        assert still["lines_returned"] == 3  # the refused config changed nothing
+    finally:
+        daemon.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)
 
 

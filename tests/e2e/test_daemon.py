@@ -266,6 +266,47 @@ def test_status_without_a_daemon_says_so(env: Env) -> None:
     assert out.returncode == 3 and "not running" in out.stdout
 
 
+def test_diagd_call_without_a_daemon_exits_3_and_starts_none(env: Env) -> None:
+    # A one-shot command never leaves a daemon behind: starting one is `diagd start` or systemd's job.
+    out = env.run("call", "echo", "message=x", "--visibility=off")
+    assert out.returncode == 3 and out.stdout == ""
+    assert out.stderr.startswith("diagd call: diagd is not running") and "diagd start" in out.stderr
+    assert not (env.runtime / "control.sock").exists() and not (env.runtime / "mcp.sock").exists()
+    assert env.run("status").returncode == 3
+
+
+def owner_only_problems(root: Path) -> list[str]:
+    """Every file under `root` not 0600 and every directory not 0700 (symlinks: none expected)."""
+    problems = []
+    for path in [root, *root.rglob("*")]:
+        st = path.lstat()
+        want = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) or stat.S_IMODE(st.st_mode) != want:
+            problems.append(f"{path} {stat.filemode(st.st_mode)}")
+    return problems
+
+
+def test_state_files_and_rotated_audit_logs_are_owner_only_whatever_umask_the_daemon_had(env: Env) -> None:
+    env.write_config('[daemon]\nextra_backends = ["echo_actor"]\naudit_max_bytes = 2000\naudit_keep = 2\n')
+    previous = os.umask(0)  # the daemon inherits the most permissive umask there is
+    try:
+        daemon = start_daemon(env)
+    finally:
+        os.umask(previous)
+    try:
+        # What back ends write through plain open()/mkdir (bpftrace results, pcap exports, tshark's
+        # files, crash's scratch files) is owner-only because the whole process runs under umask 077.
+        umask = next(line for line in Path(f"/proc/{daemon.proc.pid}/status").read_text().splitlines()
+                     if line.startswith("Umask:"))
+        assert umask.split()[1] == "0077"
+        for i in range(12):
+            assert env.run("call", "echo", f"message=secret-{i}", "--visibility=off").returncode == 0
+    finally:
+        daemon.stop()
+    assert (env.state / "audit.jsonl.1").exists(), "the audit log did not rotate"
+    assert owner_only_problems(env.state) == []
+
+
 def test_every_call_from_mcp_and_cli_lands_in_the_audit_log(daemon: DaemonProcess) -> None:
     daemon.env.run("call", "echo", "message=audited")
     raw = RawMCP(daemon.mcp_socket)
