@@ -94,8 +94,8 @@ from diagd.actors._bpftrace_store import _kill_leftover as _kill_leftover
 from diagd.actors._bpftrace_store import proc_starttime as _proc_starttime
 from diagd.actors._subprocess import TERM_THEN_KILL, LineSplitter, Step, Tail, drain, open_process, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.tooling import CallContext, ToolSpec
 from diagd.daemon import doctor
-from diagd.daemon.tools import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
@@ -816,9 +816,9 @@ def register(daemon: Daemon) -> BpftraceBackend:
                     "maps and histograms as data. At most max_concurrent runs at a time (else BUSY).",
         input_schema={"type": "object", "properties": {
             "program": {"type": "string", "minLength": 1, "maxLength": 65536},
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600, "default": 10,
-                        "description": "tracing seconds, counted from the attach; at most [bpftrace] "
-                                       "max_run_s (default 60)"},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
+                        "description": "tracing seconds, counted from the attach (default [bpftrace] "
+                                       "default_timeout_s, 10); at most [bpftrace] max_run_s (default 60)"},
             "output_format": {"type": "string", "enum": ["text", "json"], "default": "text"},
         }, "required": ["program"], "additionalProperties": False},
         output_schema=EXEC_OUTPUT, handler=exec_program, read_only=False, idempotent=False, timeout_s=60,

@@ -75,7 +75,7 @@ from diagd.actors._paths import resolve_allowed
 from diagd.actors._subprocess import Step, stop_process
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
-from diagd.daemon.tools import CallContext, Handler, ToolSpec
+from diagd.actors.tooling import CallContext, Handler, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:

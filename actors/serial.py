@@ -78,7 +78,7 @@ from diagd.actors._serial_codec import (
     unescape,
 )
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
-from diagd.daemon.tools import CallContext, ToolSpec
+from diagd.actors.tooling import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:

@@ -1,14 +1,14 @@
 """The tool registry: schemas, argument checks, and the one place calls become results.
 
-Back ends register `ToolSpec`s; the MCP front end and the control socket both call
-`ToolRegistry.call()`, which validates arguments (the low-level MCP server does not), runs the
-handler under the call timeout, turns every exception into a coded error, measures the call
-and hands it to the audit log. Nothing here knows about MCP types.
+Back ends register `ToolSpec`s (declared with `diagd.actors.tooling`); the MCP front end and the
+control socket both call `ToolRegistry.call()`, which validates arguments (the low-level MCP
+server does not) and fills in the schema's defaults, runs the handler under the call timeout,
+turns every exception into a coded error, measures the call and hands it to the audit log.
+Nothing here knows about MCP types.
 """
 
 from __future__ import annotations
 
-import contextvars
 import difflib
 import itertools
 import json
@@ -16,7 +16,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,58 +24,14 @@ import jsonschema
 import structlog
 import trio
 
-from diagd.actors.base import ProgressFn
+from diagd.actors.tooling import CallContext, Handler, ToolSpec, arguments_validator, caller_cwd, current_call
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.tools")
 
-
-@dataclass
-class CallContext:
-    """What a handler knows about the call it serves."""
-
-    client: str
-    progress: ProgressFn | None = None
-    queue_s: float = 0.0  # handlers that go through an actor add the inbox wait here
-    # The client's working directory (its process's, read at connect time): relative paths in its
-    # arguments are resolved against it. None when it is not known: relative paths are refused.
-    cwd: str | None = None
-    # The client is one short-lived command (`diagd call`: one control connection per command):
-    # whatever it holds (crash session references) ends with its connection.
-    ephemeral: bool = False
-
-    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        if self.progress is not None:
-            await self.progress(progress, total, message)
-
-
-Handler = Callable[[CallContext, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-# The call a task serves, for code below a handler that resolves paths without being handed its
-# context (set by `ToolRegistry.call` around the handler; tasks the handler starts inherit it).
-current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar("diagd_call", default=None)
-
-
-def caller_cwd() -> str | None:
-    """The working directory of the client whose call this task serves (None: unknown)."""
-    ctx = current_call.get()
-    return ctx.cwd if ctx is not None else None
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    handler: Handler
-    output_schema: dict[str, Any] | None = None
-    read_only: bool = True
-    destructive: bool = False
-    idempotent: bool = True
-    # None: the daemon's call_timeout_s. A callable is asked at each call, for limits that derive
-    # from a back end's settings and must follow `diagd reload`.
-    timeout_s: float | Callable[[], float] | None = None
-    title: str | None = None
+# Declared in diagd.actors.tooling (below the back ends); re-exported for the daemon's modules.
+__all__ = ["CallContext", "CallRecord", "CallResult", "Handler", "ToolRegistry", "ToolSpec", "caller_cwd", "coerce",
+           "current_call"]
 
 
 @dataclass
@@ -128,9 +84,9 @@ class ToolRegistry:
     def register(self, spec: ToolSpec) -> None:
         if spec.name in self._tools:
             raise ValueError(f"tool {spec.name!r} registered twice")
-        jsonschema.Draft202012Validator.check_schema(spec.input_schema)
+        validator = arguments_validator(spec.input_schema)
         self._tools[spec.name] = spec
-        self._validators[spec.name] = jsonschema.Draft202012Validator(spec.input_schema)
+        self._validators[spec.name] = validator
 
     def specs(self) -> list[ToolSpec]:
         return list(self._tools.values())
@@ -150,7 +106,8 @@ class ToolRegistry:
         _refuse_unsafe_text(arguments)
         args = coerce(spec.input_schema, arguments)
         _refuse_unusable_numbers(args)
-        error = jsonschema.exceptions.best_match(self._validators[spec.name].iter_errors(args))
+        # Validation fills `args` with the defaults the schema declares (a new dict: coerce copied it).
+        error = jsonschema.exceptions.best_match(list(self._validators[spec.name].iter_errors(args)))
         if error is not None:
             path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
             raise DiagdError(

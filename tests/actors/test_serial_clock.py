@@ -25,9 +25,9 @@ import trio.testing
 
 from diagd.actors import serial
 from diagd.actors.serial import PortGone, PortIO, PortSettings, SerialBackend
+from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
 from diagd.daemon.server import Daemon
-from diagd.daemon.tools import CallContext
 
 Script = Sequence[tuple[float, bytes | None]]
 

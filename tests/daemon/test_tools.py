@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from diagd.actors.tooling import ToolSet, arguments_validator, display_filter, object_schema, paging, path
 from diagd.daemon.tools import CallContext, CallRecord, ToolRegistry, ToolSpec, coerce
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -212,3 +214,67 @@ async def test_non_json_arguments_from_msgpack_are_refused_and_recorded_as_json(
     assert "not a string" in result.payload["message"]
     for record in records:  # diagd_calls and the audit log serialise these
         json.dumps(record.arguments, allow_nan=False)
+
+
+DEFAULTS = object_schema({
+    "limit": {"type": "integer", "minimum": 1, "default": 20},
+    "layers": {"type": "array", "items": {"type": "string"}, "default": []},
+    "nested": object_schema({"depth": {"type": "integer", "default": 3}, "name": {"type": "string"}}),
+    "bad": {"type": "integer", "maximum": 5},
+}, closed=True)
+
+
+def defaults_registry() -> ToolRegistry:
+    async def handler(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        args["layers"].append("touched")  # a handler changing a default must not change the next call's
+        return {"args": args}
+
+    registry = ToolRegistry(call_timeout_s=30)
+    registry.register(ToolSpec(name="d", description="defaults", input_schema=DEFAULTS, handler=handler))
+    return registry
+
+
+async def test_validation_fills_the_defaults_the_schema_declares() -> None:
+    registry = defaults_registry()
+    first = await registry.call("d", {}, CallContext(client="test"))
+    assert first.payload["args"] == {"limit": 20, "layers": ["touched"]}
+    second = await registry.call("d", {"limit": "7", "nested": {"name": "x"}}, CallContext(client="test"))
+    # Sent values win (after coercion); defaults fill nested objects that were sent, and each call gets its
+    # own copy of a mutable default.
+    assert second.payload["args"] == {"limit": 7, "layers": ["touched"], "nested": {"name": "x", "depth": 3}}
+
+
+async def test_filling_defaults_keeps_the_error_paths_and_the_audited_arguments() -> None:
+    registry = defaults_registry()
+    records: list[CallRecord] = []
+    registry.observers.append(records.append)
+    result = await registry.call("d", {"nested": {"depth": "deep"}}, CallContext(client="test"))
+    assert result.payload["details"]["path"] == "$.nested.depth"
+    assert records[-1].arguments == {"nested": {"depth": "deep"}}  # what the client sent, not the defaults
+
+
+def test_a_tool_set_declares_each_tool_once_with_a_closed_schema_and_its_output() -> None:
+    tools = ToolSet()
+
+    @tools.tool("t1", "first", {"x": {"type": "integer", "default": 1}}, required=("x",),
+                output=object_schema({"x": {"type": "integer"}}), read_only=False)
+    async def t1(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        return {"x": args["x"]}
+
+    with pytest.raises(ValueError, match="declared twice"):
+        tools.tool("t1", "again", output={})(t1)
+    spec = tools["t1"]
+    assert spec.input_schema == {"type": "object", "properties": {"x": {"type": "integer", "default": 1}},
+                                 "required": ["x"], "additionalProperties": False}
+    assert spec.output_schema is not None and not spec.read_only and spec.handler is t1
+    registered: list[ToolSpec] = []
+    tools.register(SimpleNamespace(register_tool=registered.append))  # type: ignore[arg-type]
+    assert registered == [spec]
+
+
+def test_shared_schema_fragments_are_valid_and_carry_their_defaults() -> None:
+    schema = object_schema({**paging(limit=50, maximum=500), **display_filter(), "pcap_path": path("capture")},
+                           ("pcap_path",), closed=True)
+    args: dict[str, Any] = {"pcap_path": "x.pcap"}
+    assert not list(arguments_validator(schema).iter_errors(args))
+    assert args == {"pcap_path": "x.pcap", "offset": 0, "limit": 50, "display_filter": ""}

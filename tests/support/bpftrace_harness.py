@@ -29,10 +29,10 @@ import trio
 import trio.testing
 
 from diagd.actors import bpftrace
+from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
 from diagd.daemon import doctor
 from diagd.daemon.server import Daemon
-from diagd.daemon.tools import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 IS_ROOT = os.geteuid() == 0

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from diagd.actors.base import Actor, Request, SupervisionPolicy
-from diagd.daemon.tools import CallContext, ToolSpec
+from diagd.actors.tooling import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

@@ -1,0 +1,186 @@
+"""How a back end declares its MCP tools: specs, the call context, one decorator, shared schema parts.
+
+Back ends declare tools with a `ToolSet`; the daemon's registry validates arguments against each
+input schema (filling in every `default` the schema declares, so handlers read `args["limit"]`
+and never restate a default), runs the handler and turns its result or error into the reply.
+Nothing here imports the daemon: a back end's tools can be called by a test without one.
+
+    tools = ToolSet()
+
+    @tools.tool("echo", "Echo a message through the echo actor.",
+                {"message": {"type": "string"}, **paging(limit=20, maximum=100)},
+                required=("message",), output=object_schema({"message": {"type": "string"}}))
+    async def echo(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        return {"message": args["message"][args["offset"]:][:args["limit"]]}
+
+    tools.register(runtime)   # in the back end's register(runtime)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+
+from diagd.actors.base import ProgressFn
+
+if TYPE_CHECKING:
+    from diagd.actors.runtime import Runtime
+
+
+@dataclass
+class CallContext:
+    """What a handler knows about the call it serves."""
+
+    client: str
+    progress: ProgressFn | None = None
+    queue_s: float = 0.0  # time the call's requests waited in actor inboxes (added by the supervisor's ask)
+    # The client's working directory (its process's, read at connect time): relative paths in its
+    # arguments are resolved against it. None when it is not known: relative paths are refused.
+    cwd: str | None = None
+    # The client is one short-lived command (`diagd call`: one control connection per command):
+    # whatever it holds (crash session references) ends with its connection.
+    ephemeral: bool = False
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self.progress is not None:
+            await self.progress(progress, total, message)
+
+
+Handler = Callable[[CallContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+# The call a task serves, for code below a handler that resolves paths without being handed its
+# context (set by the registry around the handler; tasks the handler starts inherit it). The
+# supervisor's `ask` adds inbox waits to its `queue_s`.
+current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar("diagd_call", default=None)
+
+
+def caller_cwd() -> str | None:
+    """The working directory of the client whose call this task serves (None: unknown)."""
+    ctx = current_call.get()
+    return ctx.cwd if ctx is not None else None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    handler: Handler
+    output_schema: dict[str, Any] | None = None
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
+    # None: the daemon's call_timeout_s. A callable is asked at each call, for limits that derive
+    # from a back end's settings and must follow `diagd reload`.
+    timeout_s: float | Callable[[], float] | None = None
+    title: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Declaring tools
+
+
+class ToolSet:
+    """The tools of one back end, each declared once, next to its handler, by `@tools.tool(...)`."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+
+    def tool(self, name: str, description: str, props: Mapping[str, Any] | None = None, *,
+             required: Sequence[str] = (), output: dict[str, Any], title: str | None = None,
+             input_schema: dict[str, Any] | None = None, read_only: bool = True, destructive: bool = False,
+             idempotent: bool = True, timeout_s: float | Callable[[], float] | None = None,
+             ) -> Callable[[Handler], Handler]:
+        """Declare a tool. `props` (and `required`) make a closed input object; `input_schema` gives a
+        whole schema instead. `output` is the result's schema: every tool states what it returns."""
+        if props is not None and input_schema is not None:
+            raise ValueError(f"tool {name!r}: give props or input_schema, not both")
+        schema = input_schema if input_schema is not None else object_schema(props or {}, required, closed=True)
+
+        def declare(handler: Handler) -> Handler:
+            if name in self._specs:
+                raise ValueError(f"tool {name!r} declared twice")
+            self._specs[name] = ToolSpec(name=name, description=description, input_schema=schema, handler=handler,
+                                         output_schema=output, read_only=read_only, destructive=destructive,
+                                         idempotent=idempotent, timeout_s=timeout_s, title=title)
+            return handler
+        return declare
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._specs[name]
+
+    def register(self, runtime: Runtime) -> None:
+        for spec in self._specs.values():
+            runtime.register_tool(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema fragments shared by back ends
+
+
+def object_schema(props: Mapping[str, Any], required: Sequence[str] = (), *, closed: bool = False) -> dict[str, Any]:
+    """An object with these properties; `closed` refuses any other key (every tool input is closed)."""
+    schema: dict[str, Any] = {"type": "object", "properties": dict(props), "required": list(required)}
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def paging(*, limit: int, maximum: int, what: str = "items") -> dict[str, Any]:
+    """`offset` (default 0) and `limit` (default `limit`, at most `maximum`) of a paged listing."""
+    return {
+        "offset": {"type": "integer", "minimum": 0, "default": 0, "description": f"first of the {what} to return"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": maximum, "default": limit,
+                  "description": f"at most this many {what}"},
+    }
+
+
+def display_filter(description: str = "Wireshark display filter, e.g. 'ngap' or 'sip.Method == \"INVITE\"'"
+                   ) -> dict[str, Any]:
+    """An optional display filter (empty: every frame)."""
+    return {"display_filter": {"type": "string", "default": "", "description": description}}
+
+
+def path(what: str, *, description: str = "") -> dict[str, Any]:
+    """A file path argument: relative paths are relative to the caller's working directory."""
+    text = description or f"the {what}"
+    return {"type": "string", "minLength": 1,
+            "description": f"{text}; a relative path is relative to the caller's working directory"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation that fills defaults
+
+
+def _fill_defaults(validator_class: type[jsonschema.protocols.Validator]) -> type[jsonschema.protocols.Validator]:
+    """`validator_class` whose `properties` keyword first sets every absent property that declares a
+    `default` (a copy of it), then validates as before: the defaults are checked like sent values."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def properties(validator: Any, props: dict[str, Any], instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, props, instance, schema)
+
+    extended: type[jsonschema.protocols.Validator] = jsonschema.validators.extend(
+        validator_class, {"properties": properties})
+    return extended
+
+
+ArgumentsValidator = _fill_defaults(jsonschema.Draft202012Validator)
+
+
+def arguments_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    """A validator for a tool's input schema: `iter_errors(args)` fills `args` with the schema's defaults."""
+    ArgumentsValidator.check_schema(schema)
+    return ArgumentsValidator(schema)
