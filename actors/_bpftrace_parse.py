@@ -12,7 +12,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagd.daemon import doctor
+from diagd.actors import system
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def signal_name(returncode: int) -> str:
 
 
 def tracefs_fix() -> str:
-    return doctor.check_tracefs().fix
+    return system.check_tracefs().fix
 
 
 def tracefs_error(what: str, **details: Any) -> DiagdError:
@@ -171,7 +171,7 @@ def classify_failure(report: StderrReport, returncode: int | None, *, before_att
         return DiagdError(ErrorCode.PERMISSION_DENIED, f"the program uses unsafe builtin(s) {', '.join(unsafe)}(), "
                           "refused: set [bpftrace] allow_unsafe = true to allow them", unsafe=unsafe,
                           errors=[d.to_json() for d in report.errors], **details)
-    if "tracepoint not found" in everything and doctor.tracefs_dir() is None:
+    if "tracepoint not found" in everything and system.tracefs_dir() is None:
         return tracefs_error("bpftrace cannot find any tracepoint", **details)
     failed_probe = _ATTACH_FAILED.search(everything)
     if failed_probe:

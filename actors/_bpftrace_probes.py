@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from diagd.daemon import doctor
+from diagd.actors import system
 
 PROBE_ALIASES = {
     "t": "tracepoint", "k": "kprobe", "kr": "kretprobe", "u": "uprobe", "ur": "uretprobe", "U": "usdt",
@@ -48,7 +48,7 @@ def match_listing(probes: list[str], pattern: str) -> list[str]:
 
 def tracepoint_args(probe: str) -> list[str] | None:
     """A tracepoint's fields from tracefs (what `bpftrace -lv` prints), without the common_ ones."""
-    root = doctor.tracefs_dir()
+    root = system.tracefs_dir()
     kind, _, rest = probe.partition(":")
     category, _, name = rest.partition(":")
     if root is None or kind != "tracepoint" or not name:

@@ -11,9 +11,8 @@ import signal
 from dataclasses import dataclass, fields
 from typing import Any
 
-from diagd.actors import _confine
+from diagd.actors import _confine, system
 from diagd.actors._subprocess import Step
-from diagd.daemon import doctor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_SIGINT_GRACE_S = 60.0
@@ -100,7 +99,7 @@ class BpftraceSettings:
             return _confine.wrap([self.path, *args], policy)
         except FileNotFoundError:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.path!r}",
-                             fix=doctor.APT_HINT.format(pkg="bpftrace")) from None
+                             fix=system.APT_HINT.format(pkg="bpftrace")) from None
 
     def stop_steps(self, probes: int | None) -> tuple[Step, Step]:
         """SIGINT, then SIGKILL: both waits grow with the probes bpftrace must detach."""
@@ -127,7 +126,7 @@ def check_privileges(settings: BpftraceSettings) -> None:
     """Refuse early, saying what is needed, when bpftrace cannot possibly load programs."""
     if settings.helper_argv:
         return  # the helper (sudo -n ...) decides; its refusal is mapped from its stderr
-    check = doctor.check_bpf_privileges()
+    check = system.check_bpf_privileges()
     if not check.ok:
         raise DiagdError(ErrorCode.PERMISSION_DENIED, f"bpftrace needs privileges: {check.detail}; bpftrace 0.17 "
                          "runs only as root (euid 0)", fix=check.fix)

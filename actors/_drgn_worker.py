@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 from diagd.actors import _crash_proto as proto
 from diagd.actors._crash_output import OutputWriter
+from diagd.actors.system import rss_bytes
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -68,9 +69,9 @@ class Worker:
         elif isinstance(msg, proto.Exec):
             self.send(self.execute(msg))
         elif isinstance(msg, proto.Ping):
-            self.send(proto.Pong(id=msg.id, rss_bytes=rss_bytes()))
+            self.send(proto.Pong(id=msg.id, rss_bytes=rss_bytes() or 0))
         elif isinstance(msg, proto.Quit):
-            self.send(proto.Pong(id=msg.id, rss_bytes=rss_bytes()))
+            self.send(proto.Pong(id=msg.id, rss_bytes=rss_bytes() or 0))
             return False
         else:
             self.send(proto.Error(id=getattr(msg, "id", -1), code=str(ErrorCode.PROTOCOL_ERROR),
@@ -195,17 +196,6 @@ def format_user_exception(exc: BaseException) -> str:
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
-
-
-def rss_bytes() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _watch_parent(parent: int) -> None:

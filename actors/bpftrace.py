@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 import trio
 
+from diagd.actors import system
+
 # `name as name` imports re-export what the tests reach through this module.
 from diagd.actors._bpftrace_execution import STATUS_FOR_STOP, Execution, Status, StopReason
 from diagd.actors._bpftrace_helpers import HELPERS_0_17 as HELPERS_0_17
@@ -95,7 +97,6 @@ from diagd.actors._bpftrace_store import proc_starttime as _proc_starttime
 from diagd.actors._subprocess import TERM_THEN_KILL, LineSplitter, Step, Tail, drain, open_process, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
 from diagd.actors.tooling import CallContext, ToolSpec
-from diagd.daemon import doctor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class BpftraceExecution(Actor):
                 self.proc = await self.backend.spawn(self.argv, env=env)
             except FileNotFoundError:
                 raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.argv[0]!r}",
-                                 fix=doctor.APT_HINT.format(pkg="bpftrace")) from None
+                                 fix=system.APT_HINT.format(pkg="bpftrace")) from None
             except PermissionError as exc:
                 raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot execute {self.argv[0]!r}: {exc}") from None
             ex.pid = self.proc.pid
@@ -384,7 +385,7 @@ class BpftraceExecution(Actor):
             else:
                 reason = report.text().strip() or "no message on stderr"
                 ex.error = f"bpftrace exited with status {rc}: {reason}"
-                if doctor.tracefs_dir() is None and ("tracing" in reason or "tracepoint" in reason):
+                if system.tracefs_dir() is None and ("tracing" in reason or "tracepoint" in reason):
                     ex.error += f" (tracefs is not mounted: {tracefs_fix()})"
         self._apply_diagnostics(report)
         ex.duration_s = ex.elapsed_s()
@@ -442,7 +443,7 @@ async def run_command(argv: Sequence[str], timeout_s: float = 30.0, spawn: Spawn
         proc = await spawn(argv)
     except FileNotFoundError:
         raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {argv[0]!r}",
-                         fix=doctor.APT_HINT.format(pkg="bpftrace")) from None
+                         fix=system.APT_HINT.format(pkg="bpftrace")) from None
     out, err = bytearray(), bytearray()
     try:
         with trio.fail_after(timeout_s):
@@ -675,7 +676,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
         settings = backend.settings()
         check_privileges(settings)
         pattern, shown = normalize_filter(args.get("filter") or "")
-        tracefs = doctor.tracefs_dir() is not None
+        tracefs = system.tracefs_dir() is not None
         if not tracefs and pattern is not None and pattern.startswith("tracepoint:"):
             raise tracefs_error("no tracepoint can be listed or attached", filter=shown)
         if pattern is not None:

@@ -75,6 +75,7 @@ from diagd.actors._paths import resolve_allowed
 from diagd.actors._subprocess import Step, stop_process
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.system import rss_bytes
 from diagd.actors.tooling import CallContext, Handler, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -652,8 +653,8 @@ class CrashSession(Actor):
             "crash_pid": self.child.pid if self.child else None,
             "drgn_pid": self.drgn.pid if self.drgn else None,
             "drgn_restarts": self.drgn_restarts,
-            "crash_rss_bytes": _rss(self.child.pid) if self.child else None,
-            "drgn_rss_bytes": _rss(self.drgn.pid) if self.drgn else None,
+            "crash_rss_bytes": rss_bytes(self.child.pid) if self.child else None,
+            "drgn_rss_bytes": rss_bytes(self.drgn.pid) if self.drgn else None,
             "crash_load_s": round(self.crash_load_s, 3) if self.crash_load_s is not None else None,
             "drgn_load_s": round(self.drgn_load_s, 3) if self.drgn_load_s is not None else None,
             "commands": self.commands,
@@ -664,16 +665,6 @@ class CrashSession(Actor):
 
     def __repr__(self) -> str:
         return f"<CrashSession {self.spec.session_id} [crash {self.crash_phase}, drgn {self.drgn_phase}]>"
-
-
-def _rss(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ async def test_missing_tracefs_is_reported_with_the_mount_command(tmp_path: Path
     hidden = wrapper(tmp_path, "bpftrace-no-tracefs",
                      'exec unshare -m sh -c \'umount /sys/kernel/tracing 2>/dev/null; '
                      'umount /sys/kernel/debug/tracing 2>/dev/null; exec bpftrace "$@"\' sh "$@"')
-    monkeypatch.setattr(bpftrace.doctor, "tracefs_dir", lambda: None)
+    monkeypatch.setattr(bpftrace.system, "tracefs_dir", lambda: None)
     async with bpftrace_daemon(tmp_path, {"path": hidden}) as h:
         err = await h.error("exec_program", {"program": "tracepoint:sched:sched_switch { @ = count(); }"})
         assert err.code == ErrorCode.BACKEND_UNAVAILABLE
@@ -228,8 +228,8 @@ async def test_bpftrace_refusing_a_non_root_user_is_permission_denied(tmp_path: 
 
 async def test_not_root_without_helper_is_refused_before_running_anything(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bpftrace.doctor.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(bpftrace.doctor, "cap_effective", lambda: 0)
+    monkeypatch.setattr(bpftrace.system.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(bpftrace.system, "cap_effective", lambda: 0)
     async with bpftrace_daemon(tmp_path) as h:
         err = await h.error("exec_program", {"program": "BEGIN { exit(); }"})
         assert err.code == ErrorCode.PERMISSION_DENIED and "sudo -n" in err.details["fix"]

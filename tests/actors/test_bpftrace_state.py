@@ -77,7 +77,7 @@ def test_refusals_map_to_stable_codes() -> None:
 
 
 def test_a_missing_tracepoint_without_tracefs_says_how_to_mount_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bpftrace.doctor, "tracefs_dir", lambda: None)
+    monkeypatch.setattr(bpftrace.system, "tracefs_dir", lambda: None)
     err = classify_failure(parse_stderr("stdin:1:1-37: ERROR: tracepoint not found: syscalls:sys_enter_openat\n"
                                         "tracepoint:syscalls:sys_enter_openat { }\n~~~~\n"), 1, before_attach=True)
     assert err.code == ErrorCode.BACKEND_UNAVAILABLE

@@ -28,10 +28,9 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.actors import bpftrace
+from diagd.actors import bpftrace, system
 from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
-from diagd.daemon import doctor
 from diagd.daemon.server import Daemon
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -46,7 +45,7 @@ needs_bpftrace = pytest.mark.skipif(
 
 def ensure_tracefs() -> None:
     """Mount tracefs when missing, as scripts/setup.sh does (we are root when this runs)."""
-    if doctor.tracefs_dir() is None:
+    if system.tracefs_dir() is None:
         subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
 
 

@@ -1,0 +1,163 @@
+"""Probes of the machine that back ends and `diagd doctor` share: tools and their versions,
+privileges, tracefs, the sandbox (Landlock ABI, seccomp), a process's memory.
+
+Each check returns a `Check` saying what was found and how to fix it; back ends turn a failed one
+into a coded error, `diagd doctor` prints them all. Stdlib only at import: the drgn worker (which
+reads its own RSS here) and the CLI import it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+APT_HINT = "sudo apt-get install -y {pkg}   (or rerun scripts/setup.sh)"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = False  # a failed required check means the daemon itself cannot run
+
+
+def tool_version(cmd: list[str]) -> str | None:
+    """The first line `cmd` prints (its version); None when it cannot run."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0].strip() if text else ""
+
+
+def check_tool(name: str, version_cmd: list[str], pkg: str) -> Check:
+    path = shutil.which(name)
+    if path is None:
+        return Check(name, False, "not found on PATH", APT_HINT.format(pkg=pkg))
+    return Check(name, True, f"{path}: {tool_version(version_cmd) or 'version unknown'}")
+
+
+def check_python_module(module: str, required: bool = True) -> Check:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:
+        return Check(f"python:{module}", False, f"cannot import: {exc}",
+                     "pip install -e . in the diagd virtualenv (scripts/setup.sh does it)", required)
+    version = getattr(mod, "__version__", None) or getattr(mod, "VERSION", "")
+    if not version:
+        try:
+            version = importlib.metadata.version({"serial": "pyserial"}.get(module, module))
+        except importlib.metadata.PackageNotFoundError:
+            version = ""
+    return Check(f"python:{module}", True, f"{version}".strip() or "importable", required=required)
+
+
+# -- privileges and tracefs (bpftrace) ---------------------------------------------------------------
+
+CAP_PERFMON, CAP_BPF = 38, 39
+
+
+def cap_effective() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def check_bpf_privileges() -> Check:
+    if os.geteuid() == 0:
+        return Check("bpftrace privileges", True, "running as root")
+    caps = cap_effective()
+    # The kernel would accept CAP_BPF+CAP_PERFMON, but bpftrace 0.17 itself refuses any non-root
+    # user (checked with setpriv and ambient capabilities), so only root or a helper works.
+    have = "CAP_BPF+CAP_PERFMON are effective, but bpftrace 0.17 still refuses non-root users" if (
+        caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON)) else "not root"
+    return Check("bpftrace privileges", False, have,
+                 "run diagd as root, or set [bpftrace] privileged_helper = \"sudo -n\" with a NOPASSWD "
+                 "sudoers rule for bpftrace (diagd never waits on a password prompt)")
+
+
+def tracefs_dir() -> Path | None:
+    for candidate in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")):
+        if (candidate / "available_events").exists():
+            return candidate
+    return None
+
+
+def check_tracefs() -> Check:
+    found = tracefs_dir()
+    if found is not None:
+        return Check("tracefs", True, f"mounted at {found}")
+    return Check("tracefs", False, "not mounted: every bpftrace tracepoint would be 'not found'",
+                 "sudo mount -t tracefs nodev /sys/kernel/tracing")
+
+
+# -- crash ------------------------------------------------------------------------------------------
+
+
+def check_crash_version() -> Check:
+    """crash < 8.0.4 predates the pid.numbers[] change that Debian 12's 6.1.y kernels backported."""
+    version = tool_version(["crash", "--version"]) if shutil.which("crash") else None
+    if not version:
+        return Check("crash version", False, "crash not found", APT_HINT.format(pkg="crash"))
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", version)
+    if m and tuple(int(x) for x in m.groups()) < (8, 0, 4):
+        return Check("crash version", False,
+                     f"{version}: on Linux 6.1.y dumps it warns 'active task ... not found in PID hash' and "
+                     "ps/foreach/sys TASKS list only the tasks running on a CPU (bt, log, kmem, struct, sym still "
+                     "work; drgn sees every task). crash >= 8.0.4 fixes it.",
+                     "build crash 8.0.6 from Debian trixie's orig tarball (plain `make`, ~9 min) or use drgn for tasks")
+    return Check("crash version", True, version)
+
+
+# -- the sandbox ------------------------------------------------------------------------------------
+
+
+def check_sandbox() -> list[Check]:
+    """Landlock ABI and seccomp: what confinement crash, drgn and bpftrace get (see actors/_confine.py)."""
+    from diagd.actors import _confine
+
+    info = _confine.describe()
+    abi, kernel = int(str(info["landlock_abi"])), int(str(info["kernel_landlock_abi"]))
+    if abi > 0:
+        extras = [name for floor, name in ((4, "TCP bind/connect"), (6, "abstract unix sockets and signals"))
+                  if abi >= floor]
+        landlock = Check("landlock", True, f"ABI {abi}: files, execution" + "".join(f", {e}" for e in extras)
+                         + " confined for crash, drgn and bpftrace")
+    else:
+        why = (f"forced off by {_confine.FORCE_ENV} (the kernel offers ABI {kernel})" if info["forced_off"]
+               else "ABI 0: this kernel has no Landlock (5.13+, booted with lsm=...,landlock)")
+        landlock = Check("landlock", False, f"{why}: gdb passthrough, drgn code and bpftrace cat()/#include are "
+                         "refused unless [crash]/[bpftrace] allow_unconfined = true",
+                         "use a kernel with Landlock enabled")
+    seccomp = Check("seccomp", bool(info["seccomp"]),
+                    "socket() limited per tool, io_uring refused" if info["seccomp"]
+                    else "not available (needs x86-64 with seccomp): sockets are not filtered")
+    return [landlock, seccomp]
+
+
+# -- processes --------------------------------------------------------------------------------------
+
+
+def rss_bytes(pid: int | str = "self") -> int | None:
+    """Resident memory of process `pid` (default: this one) from /proc; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
