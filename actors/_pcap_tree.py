@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 Node = dict[str, Any]
@@ -67,25 +67,131 @@ def protocol_nodes(tree: list[Node], names: set[str]) -> list[Node]:
     return found
 
 
-def render(nodes: Iterable[Node], indent: int = 0) -> str:
-    """tshark -V style text: one label per line, four spaces per level."""
+def render(nodes: Iterable[Node], indent: int = 0, sources: Sequence[bytes] | None = None) -> str:
+    """`tshark -V` text: one label per line, four spaces per level, generated items in brackets.
+
+    With `sources` (the frame's data sources, primary first) every `data` protocol item is
+    followed by a blank line and the hex dump of its bytes, as tshark -V prints uninterpreted
+    data; `tshark -V -x` prints no such dumps (the whole frame follows), so callers omit them.
+    """
     lines = []
     for node, depth in walk(nodes):
         label = node.get("l")
-        if label is not None:
-            lines.append("    " * (indent + depth) + label)
+        if label is None:
+            continue
+        lines.append("    " * (indent + depth) + (f"[{label}]" if node.get("g") else str(label)))
+        if sources is not None and node.get("t") == "proto" and node.get("f") == "data":
+            chunk = node_bytes(node, sources)
+            if chunk:
+                lines.append("")
+                lines.extend(hex_lines(chunk))
     return "\n".join(lines)
 
 
-def hexdump(data_b64: str) -> str:
-    data = base64.b64decode(data_b64)
+def node_bytes(node: Node, sources: Sequence[bytes]) -> bytes:
+    """The bytes an item covers: `h` is [start, length] in data source `ds` (0: the frame itself)."""
+    where = node.get("h")
+    index = int(node.get("ds", 0))
+    if not where or not 0 <= index < len(sources):
+        return b""
+    start, length = int(where[0]), int(where[1])
+    return sources[index][start:start + length]
+
+
+def frame_sources(answer: dict[str, Any]) -> list[bytes]:
+    """The data sources of a sharkd `frame` answer asked with bytes: the frame, then each extra
+    source (reassembled, decompressed...) in the order its `ds` index counts them."""
+    sources = [base64.b64decode(answer.get("bytes") or "")]
+    sources.extend(base64.b64decode(ds.get("bytes") or "") for ds in answer.get("ds") or [])
+    return sources
+
+
+def source_names(answer: dict[str, Any]) -> list[str]:
+    first = f"Frame ({len(base64.b64decode(answer.get('bytes') or ''))} bytes)"
+    return [first, *(str(ds.get("name", "")) for ds in answer.get("ds") or [])]
+
+
+def hex_lines(data: bytes) -> list[str]:
+    """tshark's hex dump (epan/print.c print_hex_data_buffer): 16 bytes a line, hex column padded
+    to 47 characters, three spaces, printable ASCII; the offset grows past 4 digits only when the
+    buffer needs it."""
+    digits = max(4, len(f"{len(data) - 1:x}")) if data else 4
     lines = []
     for offset in range(0, len(data), 16):
         chunk = data[offset:offset + 16]
         hexpart = " ".join(f"{b:02x}" for b in chunk)
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(f"{offset:04x}  {hexpart:<47}  {text}")
+        lines.append(f"{offset:0{digits}x}  {hexpart:<47}   {text}")
+    return lines
+
+
+def hexdump(data_b64: str) -> str:
+    return "\n".join(hex_lines(base64.b64decode(data_b64)))
+
+
+def frame_hexdump(answer: dict[str, Any]) -> str:
+    """What `tshark -x` prints for a frame: every data source, named when there are several."""
+    sources = frame_sources(answer)
+    names = source_names(answer)
+    lines: list[str] = []
+    for name, data in zip(names, sources, strict=True):
+        if len(sources) > 1:
+            lines.append(f"{name}:")
+        lines.extend(hex_lines(data))
     return "\n".join(lines)
+
+
+def layer_names(tree: list[Node]) -> list[str]:
+    """Filter names of every protocol in the frame, nested ones included, in tree order."""
+    return list(dict.fromkeys(str(n.get("f")) for n, _ in walk(tree) if n.get("t") == "proto" and n.get("f")))
+
+
+DELTA_DISPLAYED = "frame.time_delta_displayed"
+
+
+def epoch_ns(tree: list[Node]) -> int | None:
+    """The frame's arrival time in integer nanoseconds (from frame.time_epoch, never a float)."""
+    for node, _ in walk(tree):
+        name, value = parse_f(str(node.get("f", "")))
+        if name == "frame.time_epoch" and value is not None:
+            return seconds_to_ns(value)
+    return None
+
+
+def seconds_to_ns(text: str) -> int:
+    sign = -1 if text.startswith("-") else 1
+    whole, _, frac = text.lstrip("+-").partition(".")
+    return sign * (int(whole or "0") * 10**9 + int((frac + "000000000")[:9]))
+
+
+def ns_to_seconds(ns: int) -> str:
+    sign = "-" if ns < 0 else ""
+    return f"{sign}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+
+
+def with_displayed_delta(tree: list[Node], delta_ns: int) -> list[Node]:
+    """The tree with "Time delta from previous displayed frame" set to `delta_ns`.
+
+    sharkd dissects every frame as if all frames were displayed (its `prev_frame` parameter is
+    unusable in 4.0), while tshark -Y counts only the frames the filter displays; the callers
+    know which frames are displayed and set the value tshark would print. Nodes are copied, the
+    cached tree is left alone.
+    """
+    seconds = ns_to_seconds(delta_ns)
+
+    def fix(nodes: list[Node]) -> list[Node]:
+        out = []
+        for node in nodes:
+            name, _ = parse_f(str(node.get("f", "")))
+            if name == DELTA_DISPLAYED:
+                node = {**node, "f": f"{DELTA_DISPLAYED} == {seconds}",
+                        "l": f"Time delta from previous displayed frame: {seconds} seconds"}
+            elif node.get("f") == "frame" and node.get("n"):
+                node = {**node, "n": fix(node["n"])}
+            out.append(node)
+        return out
+
+    return fix(tree)
 
 
 def top_protocols(tree: list[Node]) -> list[str]:

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, stop_process
+from diagd.actors._wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _UNITS = {"bytes": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
@@ -26,7 +30,11 @@ _CONV = re.compile(
 
 
 def base_argv(path: Path, decode_as: Sequence[str], preferences: Sequence[tuple[str, str]]) -> list[str]:
-    argv = ["tshark", "-r", str(path), "-n"]
+    # -2: two passes, as sharkd dissects a loaded capture (every frame seen before any is shown), so
+    # links to later frames (pfcp.response_in, diameter.answer_in) exist and a filter such as
+    # `!pfcp.response_in` means the same here as in the warm worker. -n: no name resolution, which
+    # the workers switch off too.
+    argv = ["tshark", "-r", str(path), "-n", "-2"]
     for rule in decode_as:
         argv += ["-d", rule]
     for name, value in preferences:
@@ -68,32 +76,16 @@ async def frames(base: list[str], display_filter: str) -> list[dict[str, Any]]:
     return rows
 
 
-async def info(base: list[str], path: Path, probe: Sequence[str]) -> dict[str, Any]:
-    """Protocols, conversations, packet count and time span in one tshark pass (+ capinfos).
+async def info(base: list[str], probe: Sequence[str]) -> dict[str, Any]:
+    """Protocols and conversations in one tshark pass (count and time span: `capture_facts`).
 
     io,phs lists the protocol hierarchy but misses protocols dissected inside others (nas-5gs
     inside ngap), so an io,stat column per `probe` protocol counts its frames in the same pass.
     """
     stats_argv = [*base, "-q", "-z", "io,phs", "-z", "io,stat,0," + ",".join(probe)]
     stats_argv += [a for t in ("sctp", "tcp", "udp", "ip") for a in ("-z", f"conv,{t}")]
-    text = ""
-    span = ""
     warnings: list[str] = []
-
-    async def stats() -> None:
-        nonlocal text
-        text = await _run(stats_argv, warnings)
-
-    async def times() -> None:
-        nonlocal span
-        span = await _run(["capinfos", "-M", "-c", "-a", "-e", "-T", "-r", str(path)])
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stats)
-            nursery.start_soon(times)
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None  # the first failure says what is wrong with the file
+    text = await _run(stats_argv, warnings)
     protocols: dict[str, None] = {}
     conversations: list[dict[str, Any]] = []
     table = None
@@ -112,20 +104,136 @@ async def info(base: list[str], path: Path, probe: Sequence[str]) -> dict[str, A
                 "proto": table, "a": m.group(1), "b": m.group(2), "frames": int(m.group(9)),
                 "bytes": int(float(m.group(10)) * _UNITS[m.group(11)]),
             })
-    fields = span.strip().splitlines()[-1].split("\t") if span.strip() else []
-    first = _epoch(fields[2]) if len(fields) >= 4 else None
-    last = _epoch(fields[3]) if len(fields) >= 4 else None
-    count = int(fields[1]) if len(fields) >= 2 and fields[1].isdigit() else 0
     for name, frames_with in probed.items():
         if frames_with:
             protocols.setdefault(name)
-    return {"protocols": list(protocols), "conversations": conversations, "warnings": warnings,
-            "frames": count, "first": first, "last": last}
+    return {"protocols": list(protocols), "conversations": conversations, "warnings": warnings}
 
 
-def _epoch(text: str) -> float | None:
+# ---------------------------------------------------------------------------------------------
+# What capinfos says about a file: whether it is a capture at all, and its count and time span.
+
+# wiretap opens some files that hold no packets as a "capture" of one record (the whole file):
+# JSON, images and other MIME types, PEM (RFC 7468) files, Ruby marshal data, TNEF attachments.
+NOT_PACKETS = frozenset({"json", "mime", "rfc7468", "rubymarshal", "ruby_marshal", "tnef"})
+_facts: OrderedDict[str, CaptureFacts] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """capinfos' own words (TZ=UTC), kept as text: the times and duration carry the capture's
+    precision (6 or 9 digits, per packet in a mixed pcapng), which a float would round."""
+
+    file_type: str
+    encapsulation: str
+    packets: int
+    duration: str | None  # seconds, e.g. "1.093128000"; None when the capture has no packet
+    start: str | None  # earliest packet, "2026-08-19 11:37:20.142573123"
+    end: str | None  # latest packet
+    warning: str | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        # Decimal -> float rounds once, correctly: repr() gives back the exact decimal of any
+        # duration up to 15 significant digits (about 11 days with nanoseconds).
+        return float(Decimal(self.duration)) if self.duration is not None else None
+
+    @staticmethod
+    def iso(stamp: str | None) -> str | None:
+        return stamp.replace(" ", "T", 1) + "Z" if stamp is not None else None
+
+
+async def capture_facts(path: Path, sha256: str, size: int) -> CaptureFacts:
+    """capinfos on the file (cached by content): INVALID_ARGUMENT "not a capture file" when it is not one."""
+    if sha256 in _facts:
+        _facts.move_to_end(sha256)
+        return _facts[sha256]
+    argv = ["capinfos", "-M", "-T", "-r", "-t", "-E", "-c", "-u", "-a", "-e", str(path)]
+    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False,
+                                  env={**os.environ, "TZ": "UTC"})  # capinfos prints local times
+    out = done.stdout.decode(errors="replace").strip()
+    err = done.stderr.decode(errors="replace").strip()
+    warning = None
+    if done.returncode != 0:
+        if TRUNCATED in err and out:
+            warning = f"The file appears to have been {TRUNCATED}: frames up to the cut are shown"
+        else:
+            message = err.removeprefix("capinfos: ").strip() or f"capinfos exited with status {done.returncode}"
+            if "isn't a capture file" in message or "unknown file format" in message.lower():
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"not a capture file: {path} ({message})", path=str(path))
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"cannot read the capture {path}: {message}", path=str(path))
+    # The file name (first column) may hold tabs: count the six columns from the right.
+    cells = out.splitlines()[-1].rsplit("\t", 6) if out else []
+    if len(cells) != 7:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"cannot read the capture {path}: capinfos said {out!r}",
+                         path=str(path))
+    _, file_type, encap, count, duration, start, end = cells
+    if size == 0:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"not a capture file: {path} is empty (0 bytes)", path=str(path))
+    if file_type in NOT_PACKETS or encap in NOT_PACKETS:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"not a capture file: {path} is a {file_type} file, which Wireshark opens as one "
+                         "record holding the whole file, not as packets", path=str(path), file_type=file_type)
+
+    def known(text: str) -> str | None:
+        return None if text == "n/a" else text
+
+    facts = CaptureFacts(file_type, encap, int(count) if count.isdigit() else 0, known(duration), known(start),
+                         known(end), warning)
+    _facts[sha256] = facts
+    if len(_facts) > 256:
+        _facts.popitem(last=False)
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------
+# Field values exactly as `tshark -T fields` prints them.
+
+AGGREGATOR = "\x1f"  # between occurrences of one field; tshark escapes control characters in values
+
+
+def fields_argv(base: list[str], display_filter: str, fields: Sequence[str]) -> list[str]:
+    argv = [*base, *(["-Y", display_filter] if display_filter else []), "-T", "fields", "-E", "header=n",
+            "-E", "separator=/t", "-E", "occurrence=a", "-E", f"aggregator={AGGREGATOR}"]
+    if any(f.startswith(COLUMN_PREFIX) for f in fields):
+        argv += ["-o", column_format_pref()]
+    for name in fields:
+        argv += ["-e", name]
+    return argv
+
+
+async def field_rows(argv: list[str], want: int | None) -> list[list[str]]:
+    """Rows of `tshark -T fields` (one list of cells per frame), reading at most `want` rows: tshark
+    is stopped once they are in, so an early page does not wait for the end of a big capture."""
+    rows: list[list[str]] = []
+    stderr = Tail()
+    proc = await open_process(argv)
+    splitter = LineSplitter(lambda line: rows.append(line.split("\t")), max_line=1 << 30)
+    stopped = False
     try:
-        stamp = datetime.strptime(text.strip(), "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    return stamp.timestamp()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain, proc.stderr, stderr.feed)
+            assert proc.stdout is not None
+            try:
+                while chunk := await proc.stdout.receive_some(1 << 16):
+                    splitter.feed(chunk)
+                    if want is not None and len(rows) >= want:
+                        stopped = True
+                        break
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            if stopped:
+                await stop_process(proc)
+            else:
+                splitter.flush()
+            await proc.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        await stop_process(proc)  # cancelled or failed: never leave tshark running
+        await close_pipes(proc)
+    err = stderr.text()
+    if not stopped and proc.returncode != 0 and not (TRUNCATED in err and rows):
+        messages = [line for line in err.splitlines() if line and not line.startswith("Running as user")]
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not read the field values: "
+                         + "\n".join(messages)[-2000:], exit_code=proc.returncode)
+    return rows[:want] if want is not None else rows

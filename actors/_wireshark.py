@@ -15,6 +15,21 @@ import trio
 
 from diagd.protocol.errors import DiagdError, ErrorCode
 
+# Wireshark's default packet-list columns, as `tshark -T fields -e _ws.col.<title>` names them. These
+# pseudo-fields are not in `tshark -G fields`: tshark accepts any `_ws.col.<title>` and prints the
+# column with that title (an unknown title prints nothing). diagd's workers and tshark runs use the
+# default column set, spelled out with -o so that a user's own column preferences cannot change it.
+COLUMN_FORMATS = {"No.": "%m", "Time": "%t", "Source": "%s", "Destination": "%d", "Protocol": "%p",
+                  "Length": "%L", "Info": "%i"}
+COLUMN_PREFIX = "_ws.col."
+COLUMN_FIELDS = {COLUMN_PREFIX + title: fmt for title, fmt in COLUMN_FORMATS.items()}
+
+
+def column_format_pref(columns: dict[str, str] | None = None) -> str:
+    """`-o` value that defines exactly these packet-list columns (title -> format)."""
+    cols = COLUMN_FORMATS if columns is None else columns
+    return "gui.column.format:" + ",".join(f'"{t}","{f}"' for t, f in cols.items())
+
 
 @dataclass
 class Catalogue:
@@ -22,13 +37,23 @@ class Catalogue:
     protocols: dict[str, str]  # filter name -> full name
     version: str
     lower: dict[str, str] = field(default_factory=dict)
+    # Field prefixes that are not a protocol's filter name, e.g. "nas_5gs" (fields nas_5gs.*)
+    # -> "nas-5gs" (the protocol), so a layer may be named either way.
+    prefix_protocols: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.lower = {name.lower(): name for name in self.fields}
+        self.lower = {name.lower(): name for name in [*self.fields, *COLUMN_FIELDS]}
+        votes: dict[str, dict[str, int]] = {}
+        for name, (_, _, proto) in self.fields.items():
+            prefix = name.split(".", 1)[0]
+            if prefix not in self.protocols and proto in self.protocols:
+                counts = votes.setdefault(prefix, {})
+                counts[proto] = counts.get(proto, 0) + 1
+        self.prefix_protocols = {prefix: max(counts, key=lambda p: counts[p]) for prefix, counts in votes.items()}
 
     def resolve_field(self, name: str) -> tuple[str | None, str | None]:
         """(canonical name or None, warning or None). Case-only mistakes become aliases."""
-        if name in self.fields or name in self.protocols:
+        if name in self.fields or name in self.protocols or name in COLUMN_FIELDS:
             return name, None
         alias = self.lower.get(name.lower())
         if alias is not None:
@@ -36,9 +61,22 @@ class Catalogue:
         return None, None
 
     def suggestions(self, name: str) -> list[str]:
+        if name.lower().startswith(COLUMN_PREFIX.lower()):
+            # The few column names: list them all when no title is close, they are the whole choice.
+            close = difflib.get_close_matches(name[len(COLUMN_PREFIX):], list(COLUMN_FORMATS), n=3, cutoff=0.6)
+            return [COLUMN_PREFIX + t for t in close] or list(COLUMN_FIELDS)
         prefix = name.split(".", 1)[0].lower()
         pool = [f for f in self.fields if f.lower().startswith(prefix + ".")] or list(self.fields)
         return difflib.get_close_matches(name, pool, n=5, cutoff=0.6)
+
+    def resolve_layer(self, name: str) -> str | None:
+        """A protocol named by its filter name ("nas-5gs") or its fields' prefix ("nas_5gs"), in any case."""
+        for candidate in (name, name.lower()):
+            if candidate in self.protocols:
+                return candidate
+            if candidate in self.prefix_protocols:
+                return self.prefix_protocols[candidate]
+        return None
 
 
 _catalogue: Catalogue | None = None

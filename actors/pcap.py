@@ -3,20 +3,25 @@
 Actor key: the capture's sha256 + decode-as rules + preferences, so the same file opened with the
 same decoding by any client shares one loaded worker. The worker loads the file once and answers
 filters, frame trees and follows from memory; plain tshark is used where it is the right tool
-(sub-capture export with `-w`). Loaded captures are capped (LRU eviction) and expire when idle.
+(sub-capture export with `-w`, timeline values with `-T fields`, capinfos for the count and time
+span). Loaded captures are capped (LRU eviction) and expire when idle.
 
-Raw field values come from protocol-tree `f` attributes (see `_pcap_tree`), so timelines show what
-`tshark -T fields` shows (`0x44`, `7`), not resolved names.
+Answers are what Wireshark's command-line tools print for the same question, and `include_command`
+shows that command: timeline values come from `tshark -T fields` itself (the protocol tree's filter
+strings differ from it for hex widths, bytes and times), frame text is rendered as `tshark -V` renders
+it, the time span is capinfos' own text.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import json
 import math
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -37,7 +42,16 @@ from diagd.actors._paths import resolve_allowed
 from diagd.actors._pcap_mask import SubscriberMask
 from diagd.actors._sharkd import Sharkd, SharkdError
 from diagd.actors._user_regex import Matcher, compile_in_thread
-from diagd.actors._wireshark import Catalogue, capture_sha256, catalogue, parse_decode_as
+from diagd.actors._wireshark import (
+    COLUMN_FIELDS,
+    COLUMN_FORMATS,
+    COLUMN_PREFIX,
+    Catalogue,
+    capture_sha256,
+    catalogue,
+    column_format_pref,
+    parse_decode_as,
+)
 from diagd.actors.base import Actor, Request, SupervisionPolicy
 from diagd.daemon.tools import CallContext, Handler, ToolSpec, caller_cwd
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -143,7 +157,7 @@ class PcapActor(Actor):
         self.load_s = 0.0
         self.loads = 0
         self._filters: OrderedDict[str, list[int]] = OrderedDict()
-        self._trees: OrderedDict[tuple[int, bool], dict[str, Any]] = OrderedDict()
+        self._trees: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._results: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.cache_hits = 0
         self.cat: Catalogue | None = None
@@ -161,6 +175,11 @@ class PcapActor(Actor):
             table, value, proto = parse_decode_as(rule, cat)
             lines.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
         (self._config_dir / "decode_as_entries").write_text("\n".join(lines) + "\n")
+        # No name resolution, as `tshark -n` (the cold passes and every equivalent command): with
+        # it sharkd writes "f2:41:23:4c:99:3b (f2:41:23:4c:99:3b)" in Ethernet items and vendor
+        # names in the address columns, and its answers would not match tshark's.
+        (self._config_dir / "preferences").write_text(
+            "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.network_name: FALSE\n")
         # The capture loads in the background: the first request reports progress while it waits,
         # or (frames, info) is answered by one cold tshark pass on the other core meanwhile.
         self._loading = self._begin_load()
@@ -333,36 +352,36 @@ class PcapActor(Actor):
         except SharkdError as exc:
             raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {exc.message}",
                              display_filter=display_filter) from None
-        rows = []
-        for r in result:
-            c = r["c"]
-            rows.append(dict(zip(DEFAULT_COLUMNS, [int(c[0]), float(c[1]), c[2], c[3], c[4], int(c[5]),
-                                                   c[6].strip()], strict=True)))
+        rows = [packet_row(r["c"]) for r in result]
         return total, rows
 
-    async def tree(self, request: Request, number: int, with_bytes: bool = False) -> dict[str, Any]:
+    async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
+        """A frame's protocol tree with its bytes (tshark -V dumps `data` items in hex), cached:
+        the bytes always come along, so one frame is one cache entry whatever the caller renders.
+        A scan over a whole capture passes keep=False: thousands of trees would hold hundreds of MB."""
         worker = await self._worker(request)  # loads the capture first, so frame_count is known
         if not 1 <= number <= self.frame_count:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                              f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
                              frame=number, frame_count=self.frame_count)
-        key = (number, with_bytes)
+        key = number
         if key in self._trees:
             self._trees.move_to_end(key)
             return self._trees[key]
-        params: dict[str, Any] = {"frame": number, "proto": True}
-        if with_bytes:
-            params["bytes"] = True
+        params: dict[str, Any] = {"frame": number, "proto": True, "bytes": True}
         answer = await worker.call("frame", params)
-        self._trees[key] = answer
-        if len(self._trees) > 4096:
-            self._trees.popitem(last=False)
+        if keep:
+            self._trees[key] = answer
+            if len(self._trees) > 4096:
+                self._trees.popitem(last=False)
         return dict(answer)
 
     # -- requests ---------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> dict[str, Any]:
-        cache_key = request.op + json.dumps(request.args, sort_keys=True)
+        # stop_at is a moment, not part of the question: equal questions share cached answers.
+        cache_key = request.op + json.dumps({k: v for k, v in request.args.items() if k != "stop_at"},
+                                            sort_keys=True)
         if cache_key in self._results:
             self.cache_hits += 1
             self._results.move_to_end(cache_key)
@@ -373,25 +392,28 @@ class PcapActor(Actor):
         result: dict[str, Any] = await op(request, **request.args)
         if result.get("served_by", "sharkd") != "sharkd":
             return {**result, "cached": False}  # a stand-in answer while loading: ask the worker next time
+        if result.get("stopped_because") == "time_budget":
+            return {**result, "cached": False}  # another call may have the time to finish it
         self._results[cache_key] = result
         if len(self._results) > 256:
             self._results.popitem(last=False)
         return {**result, "cached": False}
 
     async def op_info(self, request: Request) -> dict[str, Any]:
+        """Protocols and conversations; the count and time span come from capinfos (the handler)."""
         served_by = "sharkd"
         if not self._loading.is_set():  # while sharkd loads: one tshark pass gives all of it
             await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
-            cold = await _cold.info(self.cold_argv(), self.spec.path, INTERESTING_PROTOCOLS)
+            cold = await _cold.info(self.cold_argv(), INTERESTING_PROTOCOLS)
             await request.report_progress(1, 1, "read with tshark while sharkd loads")
-            analysis = {"protocols": cold["protocols"], "first": cold["first"], "last": cold["last"]}
-            self.analysis = self.analysis or analysis
+            protocols = list(cold["protocols"])
             conversations = cold["conversations"]
-            frame_count = cold["frames"]
+            frame_count = None
             warnings = cold["warnings"]
             served_by = "tshark (capture still loading)"
         else:
             analysis = await self.analysed(request)
+            protocols = list(analysis.get("protocols", []))
             worker = await self._worker(request)
             frame_count = self.frame_count
             warnings = [self.load_warning] if self.load_warning else []
@@ -407,16 +429,11 @@ class PcapActor(Actor):
                         "frames": conv["rxf"] + conv["txf"],
                         "bytes": conv["rxb"] + conv["txb"],
                     })
-        protocols = list(analysis.get("protocols", []))
         order = {"SCTP": 0, "TCP": 1, "UDP": 2, "IPv4": 3}
         conversations.sort(key=lambda c: (order.get(str(c["proto"]), 9), -c["frames"]))
-        first, last = analysis.get("first"), analysis.get("last")
         return {
-            "packet_count": frame_count,
+            "sharkd_frames": frame_count,
             "served_by": served_by,
-            "time_start": _iso(first),
-            "time_end": _iso(last),
-            "duration_s": round(float(last) - float(first), 6) if first is not None and last is not None else 0,
             "has_protocols": {p: (p in protocols) for p in INTERESTING_PROTOCOLS},
             "protocols": protocols,
             "top_conversations": conversations[:10],
@@ -474,74 +491,147 @@ class PcapActor(Actor):
 
     async def op_timeline(self, request: Request, display_filter: str, fields: list[str], limit: int,
                           offset: int, sort_by: str | None) -> dict[str, Any]:
+        """Rows of field values from `tshark -T fields` itself, so they are what it prints.
+
+        The protocol tree's filter strings are not: bytes come colon-separated and cut short, hex
+        integers unpadded, some enumerations by name, absolute times in another format. The warm
+        worker still gives the matching frames (total, hint) from memory; tshark reads only as far
+        as the page needs unless sort_by needs every row.
+        """
         numbers = await self.matching(request, display_filter)
         if sort_by and len(numbers) > MAX_SORTED_ROWS:
             raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
                              f"sort_by needs every matching frame: {len(numbers)} match, the limit is "
                              f"{MAX_SORTED_ROWS}; narrow display_filter or drop sort_by", total=len(numbers))
-        wanted = set(fields)
-        chosen = numbers if sort_by else numbers[offset:offset + limit]
-        rows = []
-        for number in chosen:
-            answer = await self.tree(request, number)
-            values = tree_mod.field_values(answer["tree"], wanted)
-            row: dict[str, Any] = {"frame.number": number}
-            for f in fields:
-                got = values.get(f, [])
-                row[f] = None if not got else got[0] if len(got) == 1 else got
-            row["frame.number"] = number
-            rows.append(row)
+        rows: list[dict[str, Any]] = []
+        if numbers and (sort_by or offset < len(numbers)):
+            extra = [f for f in fields if f != "frame.number"]
+            argv = _cold.fields_argv(self.cold_argv(), display_filter, ["frame.number", *extra])
+            for cells in await _cold.field_rows(argv, None if sort_by else offset + limit):
+                cells += [""] * (len(extra) + 1 - len(cells))
+                row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}
+                for name, text in zip(extra, cells[1:], strict=False):
+                    row[name] = _field_value(name, text)
+                rows.append(row)
         if sort_by:
             rows.sort(key=lambda r: _sort_key(r.get(sort_by)))
-            rows = rows[offset:offset + limit]
+        rows = rows[offset:offset + limit]
         result: dict[str, Any] = {"total": len(numbers), "rows": rows,
                                   "has_more": offset + len(rows) < len(numbers)}
         if not numbers and display_filter:
             result["hint"] = await self.absent_protocols_hint(request, display_filter)
         return result
 
+    @staticmethod
+    def displayed(tree: list[tree_mod.Node], previous_ns: int | None) -> list[tree_mod.Node]:
+        """The frame's tree as `tshark -Y` shows it when the frame displayed before it arrived at
+        `previous_ns` (None: it is the first one displayed)."""
+        now = tree_mod.epoch_ns(tree)
+        delta = now - previous_ns if now is not None and previous_ns is not None else 0
+        return tree_mod.with_displayed_delta(tree, delta)
+
+    async def resolve_layers(self, layers: list[str]) -> dict[str, str | None]:
+        """Each requested layer -> its protocol filter name (either spelling), or None when Wireshark
+        has no such protocol."""
+        if not layers:
+            return {}
+        cat = self.cat or await catalogue()
+        return {name: cat.resolve_layer(name) for name in layers}
+
+    @staticmethod
+    def layer_error(unknown: list[str], present: list[str], where: str, **details: Any) -> DiagdError:
+        close = {name: difflib.get_close_matches(name.lower().replace("_", "-"), present, n=3, cutoff=0.5)
+                 for name in unknown}
+        return DiagdError(ErrorCode.INVALID_ARGUMENT,
+                          f"layer(s) {', '.join(map(repr, unknown))} not in {where}; its layers are: "
+                          f"{', '.join(present) or 'none'}", layers_present=present, did_you_mean=close, **details)
+
     async def op_detail(self, request: Request, frame_numbers: list[int], layers: list[str], restrict_layers: bool,
                         verbosity: str, max_bytes: int) -> dict[str, Any]:
+        full = verbosity == "full"
+        # The text is what `tshark -Y "frame.number in {...}" -V` prints: those frames are the
+        # displayed ones, so each one's "previous displayed frame" is the one before it among them.
+        ordered = sorted(set(frame_numbers))
+        answers = {n: await self.tree(request, n) for n in ordered}
+        epochs = [tree_mod.epoch_ns(answers[n]["tree"]) for n in ordered]
+        trees = {n: self.displayed(answers[n]["tree"], epochs[i - 1] if i else None) for i, n in enumerate(ordered)}
+        present = {n: tree_mod.layer_names(trees[n]) for n in ordered}
+        wanted = await self.resolve_layers(layers)
+        anywhere = {layer for names in present.values() for layer in names}
+        unknown = [name for name, proto in wanted.items() if proto is None or proto not in anywhere]
+        if unknown:
+            # A layer no requested frame has would give empty text: say so, and what is there.
+            first = ordered[0]
+            where = f"frame {first}" if len(ordered) == 1 else f"frames {', '.join(map(str, ordered))}"
+            by_frame = {"layers_by_frame": {str(n): present[n] for n in ordered}} if len(ordered) > 1 else {}
+            raise self.layer_error(unknown, present[first] if len(ordered) == 1 else sorted(anywhere), where,
+                                   **by_frame)
+        canonical = {proto for proto in wanted.values() if proto is not None}
         frames = []
         budget = max_bytes
         for number in frame_numbers:
-            answer = await self.tree(request, number, with_bytes=verbosity == "full")
-            nodes = answer["tree"]
-            if layers and restrict_layers:
-                nodes = tree_mod.protocol_nodes(nodes, set(layers))
-            text = tree_mod.render(nodes)
-            if verbosity == "full" and answer.get("bytes"):
-                text += "\n\n" + tree_mod.hexdump(answer["bytes"])
+            nodes = trees[number]
+            if canonical and restrict_layers:
+                nodes = tree_mod.protocol_nodes(nodes, canonical)
+            # tshark -V dumps uninterpreted data in hex; with -x it prints the whole frame instead.
+            text = tree_mod.render(nodes, sources=None if full else tree_mod.frame_sources(answers[number]))
+            if full:
+                text += "\n\n" + tree_mod.frame_hexdump(answers[number])
             encoded = text.encode()
             truncated = len(encoded) > budget
             if truncated:
                 text = encoded[:max(budget, 0)].decode(errors="ignore")
             budget -= len(text.encode())
-            frames.append({"frame_number": number, "protocols": tree_mod.top_protocols(answer["tree"]),
-                           "layers_found": [n.get("f") for n in tree_mod.protocol_nodes(answer["tree"], set(layers))]
-                           if layers else None,
-                           "text": text, "truncated": truncated})
-        return {"frames": frames, "truncated": any(f["truncated"] for f in frames)}
+            entry: dict[str, Any] = {"frame_number": number, "protocols": tree_mod.top_protocols(trees[number]),
+                                     "layers_found": None, "text": text, "truncated": truncated}
+            if canonical:
+                entry["layers_found"] = [n.get("f") for n in tree_mod.protocol_nodes(trees[number], canonical)]
+                missing = [name for name, proto in wanted.items() if proto not in present[number]]
+                if missing:
+                    entry["layers_missing"] = missing
+                    entry["layers_present"] = present[number]
+            frames.append(entry)
+        return {"frames": frames, "truncated": any(f["truncated"] for f in frames),
+                "layers_resolved": {k: v for k, v in wanted.items() if v != k} or None}
 
     async def op_text_search(self, request: Request, display_filter: str, query: str, is_regex: bool,
                              case_sensitive: bool, budget_s: float, layers: list[str], restrict_layers: bool,
-                             limit: int, offset: int, max_matches: int, snippet_context_chars: int,
-                             max_bytes: int) -> dict[str, Any]:
+                             limit: int | None, offset: int, max_matches: int, snippet_context_chars: int,
+                             max_bytes: int, stop_at: float | None = None) -> dict[str, Any]:
+        """Search every frame matching the filter (from `offset`, at most `limit` when given) in the
+        text `tshark -Y <filter> -V` prints, until done or until `stop_at` (trio time, set by the
+        handler inside the call's timeout). A search cut short says how far it got and why."""
         pattern = await compile_in_thread(query, literal=not is_regex, case_sensitive=case_sensitive)
         numbers = await self.matching(request, display_filter)
-        page = numbers[offset:offset + limit]
+        wanted = await self.resolve_layers(layers)
+        if wanted:
+            in_capture = list((await self.analysed(request)).get("protocols", []))
+            unknown = [name for name, proto in wanted.items() if proto is None or proto not in in_capture]
+            if unknown:
+                raise self.layer_error(unknown, in_capture, "this capture")
+        canonical = {proto for proto in wanted.values() if proto is not None}
+        candidates = numbers[offset:] if limit is None else numbers[offset:offset + limit]
         matcher = Matcher(pattern, budget_s, unit="frame")
         matches: list[dict[str, Any]] = []
         used = 0
         scanned = 0
-        truncated = False
-        for number in page:
-            scanned += 1
-            answer = await self.tree(request, number)
-            nodes = answer["tree"]
-            if layers and restrict_layers:
-                nodes = tree_mod.protocol_nodes(nodes, set(layers))
-            text = tree_mod.render(nodes)
+        without_layers = 0
+        stopped: str | None = None
+        previous_ns = None
+        if offset and candidates:  # the frame displayed before the first one searched
+            previous_ns = tree_mod.epoch_ns((await self.tree(request, numbers[offset - 1], keep=False))["tree"])
+        for number in candidates:
+            if stop_at is not None and trio.current_time() >= stop_at:
+                stopped = "time_budget"
+                break
+            answer = await self.tree(request, number, keep=False)
+            nodes = self.displayed(answer["tree"], previous_ns)
+            previous_ns = tree_mod.epoch_ns(answer["tree"])
+            if canonical and restrict_layers:
+                nodes = tree_mod.protocol_nodes(nodes, canonical)
+                if not nodes:
+                    without_layers += 1
+            text = tree_mod.render(nodes, sources=tree_mod.frame_sources(answer))
             spans = await matcher.run(functools.partial(matcher.spans, text, number, max_matches - len(matches)))
             for m_start, m_end in spans:
                 start, end = max(0, m_start - snippet_context_chars), min(len(text), m_end + snippet_context_chars)
@@ -553,13 +643,37 @@ class PcapActor(Actor):
                                 "line": text[line_start:line_end if line_end >= 0 else None].strip(),
                                 "snippet": snippet})
                 if len(matches) >= max_matches or used >= max_bytes:
-                    truncated = True
+                    stopped = "max_matches" if len(matches) >= max_matches else "max_bytes"
                     break
-            if truncated:
-                break
-        return {"frames_total": len(numbers), "frames_scanned": scanned, "matches": matches,
-                "match_count": len(matches), "truncated": truncated,
-                "has_more": truncated or offset + scanned < len(numbers)}
+            if stopped:
+                break  # this frame may hold more matches: it does not count as searched
+            scanned += 1
+        if stopped is None and offset + scanned < len(numbers):
+            stopped = "limit"
+        searched = numbers[offset:offset + scanned]
+        result: dict[str, Any] = {
+            "frames_total": len(numbers), "frames_scanned": scanned, "offset": offset,
+            "complete": stopped is None,
+            "stopped_because": stopped,
+            "searched_frames": [searched[0], searched[-1]] if searched else None,
+            "next_offset": offset + scanned if stopped else None,
+            "matches": matches, "match_count": len(matches),
+            "truncated": stopped in ("max_matches", "max_bytes"),
+            "has_more": stopped is not None,
+        }
+        if canonical:
+            result["frames_without_layers"] = without_layers
+        if stopped:
+            why = {"time_budget": "the call's time budget was spent",
+                   "limit": f"limit={limit} frames were searched",
+                   "max_matches": f"max_matches={max_matches} matches were found",
+                   "max_bytes": f"the snippets reached max_bytes={max_bytes}"}[stopped]
+            result["note"] = (f"INCOMPLETE: searched {scanned} of the {len(numbers) - offset} frames matching the "
+                              f"filter from offset {offset} ({len(numbers)} in all), then stopped because {why}; "
+                              f"frames not searched may match. Continue with offset={offset + scanned}.")
+        elif offset:
+            result["note"] = f"searched every frame from offset {offset}; the {offset} frames before it were skipped"
+        return result
 
     async def op_follow(self, request: Request, frame_number: int, display_filter: str, limit: int,
                         offset: int) -> dict[str, Any]:
@@ -589,6 +703,7 @@ class PcapActor(Actor):
     async def op_packet_list(self, request: Request, display_filter: str, columns: list[dict[str, str]],
                              include_default_columns: bool, output_path: str, preview_rows: int) -> dict[str, Any]:
         await self.check_filter(request, display_filter)
+        worker = await self._worker(request)  # loaded first: column_formats come from the loaded worker
         params: dict[str, Any] = {}
         names: list[str] = []
         index = 0
@@ -604,7 +719,7 @@ class PcapActor(Actor):
             index += 1
         if display_filter:
             params["filter"] = display_filter
-        rows = await (await self._worker(request)).call("frames", params)
+        rows = await worker.call("frames", params)
         table = [[str(v).replace("\t", " ").replace("\n", " ").strip() for v in r["c"]] for r in rows]
 
         def write() -> int:
@@ -638,11 +753,44 @@ class PcapActor(Actor):
 
 
 
-def _iso(epoch: Any) -> str | None:
-    if epoch is None:
+def _field_value(name: str, text: str) -> Any:
+    """One cell of `tshark -T fields`: null when empty, a list when the field occurs several times
+    (a column is one text and is never split)."""
+    if text == "":
         return None
-    seconds = float(epoch)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int((seconds % 1) * 1e6):06d}Z"
+    if name.startswith(COLUMN_PREFIX):
+        return text
+    values = text.split(_cold.AGGREGATOR)
+    return values[0] if len(values) == 1 else values
+
+
+def packet_row(c: list[str]) -> dict[str, Any]:
+    """A packet-list row from sharkd's default columns. A file type without timestamps or lengths
+    (wiretap reads some odd formats) leaves those columns empty: they become null, not a crash."""
+    def number(text: str, kind: Callable[[str], Any]) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            return None
+
+    return dict(zip(DEFAULT_COLUMNS, [number(c[0], int), number(c[1], float), c[2], c[3], c[4], number(c[5], int),
+                                      c[6].strip()], strict=True))
+
+
+def packet_list_command(display_filter: str) -> list[str]:
+    """The tshark arguments that print pcap_frames_by_filter's rows: the default columns, by name."""
+    return [*(["-Y", display_filter] if display_filter else []), "-o", column_format_pref(), "-T", "fields",
+            "-E", "header=n", *[a for name in COLUMN_FIELDS for a in ("-e", name)]]
+
+
+def packet_file_command(display_filter: str, columns: list[dict[str, str]], include_default: bool) -> list[str]:
+    """The tshark arguments that print pcap_packet_list's rows: the same columns defined with -o
+    (extra fields as custom columns showing every occurrence, resolved, as the worker's do)."""
+    defined = dict(COLUMN_FORMATS) if include_default else {}
+    for index, col in enumerate(columns, start=1):
+        defined[f"extra{index}"] = f"%Cus:{col['field']}:0:R"  # its own title: any name stays quotable
+    return [*(["-Y", display_filter] if display_filter else []), "-o", column_format_pref(defined), "-T", "fields",
+            "-E", "header=n", *[a for title in defined for a in ("-e", COLUMN_PREFIX + title)]]
 
 
 def _sort_key(value: Any) -> tuple[int, float, str]:
@@ -672,7 +820,12 @@ class PcapBackend:
 
     async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
         settings = self.settings
-        path = resolve_allowed(str(args["pcap_path"]), settings.allowed_dirs, what="capture", cwd=caller_cwd())
+        readable = settings.allowed_dirs
+        if readable:
+            # What diagd wrote itself (sub-captures, packet lists) can be analysed next without
+            # widening allowed_dirs by hand. An empty allow-list already means no restriction.
+            readable = (*readable, str(settings.output_dir))
+        path = resolve_allowed(str(args["pcap_path"]), readable, what="capture", cwd=caller_cwd())
         profile_name = args.get("profile")
         profile: dict[str, Any] = {}
         if profile_name:
@@ -686,6 +839,8 @@ class PcapBackend:
             parse_decode_as(rule, cat)  # refuse an unknown protocol before loading anything
         prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
         sha, size = await capture_sha256(path)
+        # Every tool refuses a file that is no capture before a worker is started for it.
+        await _cold.capture_facts(path, sha, size)
         return CaptureSpec(path=path, sha256=sha, decode_as=tuple(dict.fromkeys(decode_as)),
                            preferences=tuple(sorted(prefs.items())), size=size)
 
@@ -713,15 +868,22 @@ class PcapBackend:
                 self.daemon.supervisor.stop(ref.id, reason="evicted (max_loaded captures)")
             self.recent.pop(key, None)
 
-    async def source(self, spec: CaptureSpec, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
+                     **extra: Any) -> dict[str, Any]:
+        """Where an answer came from. With include_command, the tshark command that prints the same
+        rows: `command` is what follows the capture's own options (filter, output format), given by
+        each tool; without it the display filter alone."""
         cat = await catalogue()
         out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": spec.sha256, "profile": args.get("profile"),
                                **spec.describe(), "tshark_version": cat.version, **extra}
         if args.get("include_command"):
             argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
-            if extra.get("display_filter"):
+            if command is not None:
+                argv += command
+            elif extra.get("display_filter"):
                 argv += ["-Y", extra["display_filter"]]
             out["equivalent_command"] = argv
+            out["equivalent_command_line"] = shlex.join(argv)
         return out
 
     def finish(self, result: dict[str, Any]) -> dict[str, Any]:
@@ -749,6 +911,16 @@ class PcapBackend:
             old.unlink(missing_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         return out / f"{stem}-{stamp}-{os.urandom(3).hex()}{suffix}"
+
+
+def search_deadline() -> float | None:
+    """When a long scan stops to answer in time: the call's deadline less a margin for the answer
+    (15 % of the time left, at least a second); None when the call has no deadline."""
+    deadline = trio.current_effective_deadline()
+    if math.isinf(deadline):
+        return None
+    now = trio.current_time()
+    return deadline - max(1.0, 0.15 * (deadline - now))
 
 
 def _as_list(value: Any) -> list[str]:
@@ -804,10 +976,21 @@ def register(daemon: Daemon) -> None:
           "Start here.", {**_CAPTURE})
     async def pcap_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         spec = await backend.spec_for(args)
+        facts = await _cold.capture_facts(spec.path, spec.sha256, spec.size)
         result = await backend.ask(ctx, spec, "info", {})
-        return backend.finish({"sha256": spec.sha256, "file_size_bytes": spec.size, **result,
-                               "tshark_version": (await catalogue()).version,
-                               "source": await backend.source(spec, args)})
+        sharkd_frames = result.pop("sharkd_frames", None)
+        warnings = list(result.pop("warnings", []))
+        if facts.warning and facts.warning not in warnings:
+            warnings.append(facts.warning)
+        if sharkd_frames is not None and sharkd_frames != facts.packets:
+            warnings.append(f"sharkd loaded {sharkd_frames} frames where capinfos counts {facts.packets}")
+        # Count and time span exactly as capinfos reports them (UTC, the capture's own precision).
+        span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start), "time_end": facts.iso(facts.end),
+                "duration_s": facts.duration_s, "duration_s_text": facts.duration, "file_type": facts.file_type,
+                "file_encapsulation": facts.encapsulation}
+        return backend.finish({"sha256": spec.sha256, "file_size_bytes": spec.size, **span, **result,
+                               "warnings": warnings, "tshark_version": (await catalogue()).version,
+                               "source": await backend.source(spec, args, command=["-q", "-z", "io,phs"])})
 
     @tool("pcap_frames_by_filter", "Frames matching a display filter (Wireshark packet-list columns), paged. "
           "A filter that matches nothing says whether its protocols occur in the capture at all.",
@@ -817,9 +1000,11 @@ def register(daemon: Daemon) -> None:
         flt, limit, offset = args.get("display_filter", ""), args.get("limit", 500), args.get("offset", 0)
         result = await backend.ask(ctx, spec, "frames", {"display_filter": flt, "limit": limit, "offset": offset})
         return backend.finish({**result, "limit": limit, "offset": offset,
-                               "source": await backend.source(spec, args, display_filter=flt)})
+                               "source": await backend.source(spec, args, display_filter=flt,
+                                                              command=packet_list_command(flt))})
 
-    @tool("pcap_timeline", "Rows of raw field values (as tshark -T fields prints them) for frames matching a filter; "
+    @tool("pcap_timeline", "Rows of field values (exactly as tshark -T fields prints them; packet-list columns as "
+          "_ws.col.Info, _ws.col.Protocol...) for frames matching a filter; "
           "multi-occurrence fields (several NGAP PDUs or AVPs in one frame) come back as arrays. Unknown fields "
           "give INVALID_FIELDS with close matches; case-only mistakes are fixed with a warning.",
           {**_CAPTURE, **_FILTER,
@@ -851,16 +1036,22 @@ def register(daemon: Daemon) -> None:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sort_by {sort_by!r} is not one of the fields",
                                  fields=fields)
         spec = await backend.spec_for(args)
-        flt = args.get("display_filter") or " || ".join(f for f in fields if f != "frame.number") or ""
+        # Columns (_ws.col.*) are no display-filter fields: they cannot narrow the default filter.
+        flt = args.get("display_filter") or " || ".join(
+            f for f in fields if f != "frame.number" and not f.startswith(COLUMN_PREFIX)) or ""
         limit, offset = args.get("limit", 200), args.get("offset", 0)
         result = await backend.ask(ctx, spec, "timeline", {"display_filter": flt, "fields": fields, "limit": limit,
                                                            "offset": offset, "sort_by": sort_by})
         return backend.finish({**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit,
                                "offset": offset, "sort_by": sort_by,
-                               "source": await backend.source(spec, args, display_filter=flt, fields=fields)})
+                               "source": await backend.source(
+                                   spec, args, display_filter=flt, fields=fields,
+                                   command=_cold.fields_argv([], flt, ["frame.number",
+                                                                       *[f for f in fields if f != "frame.number"]]))})
 
-    @tool("pcap_frame_detail", "Decoded protocol tree of frames as text, cut to the requested protocol subtrees "
-          "(layers, e.g. ['ngap'] or ['nas-5gs']); verbosity 'full' adds a hex dump. Capped by max_bytes.",
+    @tool("pcap_frame_detail", "Decoded protocol tree of frames as text (as tshark -V prints it), cut to the "
+          "requested protocol subtrees (layers, e.g. ['ngap'] or ['nas-5gs'] / ['nas_5gs']); a layer none of the "
+          "frames has is an error naming the layers they have. verbosity 'full' adds a hex dump. Capped by max_bytes.",
           {**_CAPTURE,
            "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "minItems": 1,
                              "maxItems": 100},
@@ -875,17 +1066,24 @@ def register(daemon: Daemon) -> None:
                    "restrict_layers": args.get("restrict_layers", True),
                    "verbosity": args.get("verbosity", "summary"), "max_bytes": args.get("max_bytes", 200000)}
         result = await backend.ask(ctx, spec, "detail", op_args)
-        return backend.finish({**result, "source": await backend.source(spec, args)})
+        members = sorted(set(args["frame_numbers"]))
+        shown = f"frame.number == {members[0]}" if len(members) == 1 else \
+            f"frame.number in {{{','.join(map(str, members))}}}"
+        command = ["-Y", shown, "-V", *(["-x"] if op_args["verbosity"] == "full" else [])]
+        return backend.finish({**result, "source": await backend.source(spec, args, command=command)})
 
-    @tool("pcap_text_search", "Search the decoded text of frames (optionally only some layers) for a string or "
-          "regex; returns matching lines with snippets. Pages over the frames matching display_filter.",
+    @tool("pcap_text_search", "Search the decoded text (tshark -V) of every frame matching display_filter "
+          "(optionally only some layers) for a string or regex; returns matching lines with snippets. A search "
+          "cut short (time, limit, max_matches) says complete=false, why, and the next_offset to continue from.",
           {**_CAPTURE, **_FILTER,
            "query": {"type": "string", "minLength": 1},
            "is_regex": {"type": "boolean", "default": False},
            "case_sensitive": {"type": "boolean", "default": False},
            "layers": {"type": "array", "items": {"type": "string"}, "default": []},
            "restrict_layers": {"type": "boolean", "default": True},
-           "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
+           "limit": {"type": "integer", "minimum": 1, "maximum": 2**32 - 1,
+                     "description": "search at most this many frames (default: every frame matching the filter, "
+                                    "as far as the call's time allows)"},
            "offset": {"type": "integer", "minimum": 0, "default": 0},
            "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
            "snippet_context_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240},
@@ -901,13 +1099,15 @@ def register(daemon: Daemon) -> None:
                    "is_regex": args.get("is_regex", False), "case_sensitive": args.get("case_sensitive", False),
                    "budget_s": daemon.config.daemon.regex_budget_s,
                    "layers": args.get("layers", []), "restrict_layers": args.get("restrict_layers", True),
-                   "limit": args.get("limit", 200), "offset": args.get("offset", 0),
+                   "limit": args.get("limit"), "offset": args.get("offset", 0),
                    "max_matches": args.get("max_matches", 50),
                    "snippet_context_chars": args.get("snippet_context_chars", 240),
-                   "max_bytes": args.get("max_bytes", 200000)}
+                   "max_bytes": args.get("max_bytes", 200000), "stop_at": search_deadline()}
         result = await backend.ask(ctx, spec, "text_search", op_args)
+        flt = op_args["display_filter"]
         return backend.finish({**result, "query": args["query"],
-                               "source": await backend.source(spec, args, display_filter=op_args["display_filter"])})
+                               "source": await backend.source(spec, args, display_filter=flt,
+                                                              command=[*(["-Y", flt] if flt else []), "-V"])})
 
     @tool("pcap_follow", "Follow the conversation a frame belongs to: an HTTP/2 stream (tcp.stream + "
           "http2.streamid), a Diameter Session-Id or a SIP Call-ID; returns the follow filter and its frames.",
@@ -918,8 +1118,9 @@ def register(daemon: Daemon) -> None:
         op_args = {"frame_number": args["frame_number"], "display_filter": args.get("display_filter", ""),
                    "limit": args.get("limit", 500), "offset": args.get("offset", 0)}
         result = await backend.ask(ctx, spec, "follow", op_args)
-        return backend.finish({**result, "source": await backend.source(spec, args,
-                                                                        display_filter=result["display_filter"])})
+        return backend.finish({**result, "source": await backend.source(
+            spec, args, display_filter=result["display_filter"],
+            command=packet_list_command(result["display_filter"]))})
 
     @tool("pcap_packet_list", "Write a Wireshark-style packet list (default columns plus extra field columns) to a "
           "TSV file in the output directory; returns its path, row count and a preview.",
@@ -953,8 +1154,11 @@ def register(daemon: Daemon) -> None:
                    "include_default_columns": include_default, "output_path": str(output),
                    "preview_rows": args.get("preview_rows", 50)}
         result = await backend.ask(ctx, spec, "packet_list", op_args)
+        flt = op_args["display_filter"]
         return backend.finish({**result, "warnings": warnings,
-                               "source": await backend.source(spec, args, display_filter=op_args["display_filter"])})
+                               "source": await backend.source(spec, args, display_filter=flt,
+                                                              command=packet_file_command(flt, columns,
+                                                                                          include_default))})
 
     @tool("pcap_extract_subcapture", "Write the frames matching a display filter (or the listed frame numbers) to a "
           "new pcapng file in the output directory, for sharing and reproduction.",
@@ -973,8 +1177,8 @@ def register(daemon: Daemon) -> None:
         if args.get("display_filter"):
             await backend.ask(ctx, spec, "check", {"display_filter": args["display_filter"]})
         output = backend.export_path(spec.path.stem, ".pcapng")
-        argv = [*_cold.base_argv(spec.path, spec.decode_as, spec.preferences), "-Y", flt, "-w", str(output),
-                "-F", "pcapng"]
+        tail = ["-Y", flt, "-w", str(output), "-F", "pcapng"]
+        argv = [*_cold.base_argv(spec.path, spec.decode_as, spec.preferences), *tail]
         done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
         if done.returncode != 0:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not write the sub-capture",
@@ -988,7 +1192,7 @@ def register(daemon: Daemon) -> None:
             raise DiagdError(ErrorCode.NOT_FOUND, "no frame matches: nothing to extract", display_filter=flt)
         return backend.finish({"output_path": str(output), "packet_count": packets,
                                "file_size_bytes": output.stat().st_size, "display_filter": flt,
-                               "source": await backend.source(spec, args, display_filter=flt)})
+                               "source": await backend.source(spec, args, display_filter=flt, command=tail)})
 
     async def ngap_summary(ctx: CallContext, args: dict[str, Any], op: str) -> dict[str, Any]:
         # NGAP UE ids are unique only inside one SCTP association: Wireshark numbers them (first pass).

@@ -1,0 +1,114 @@
+"""pcap_text_search's scan on a fake capture under virtual time: it searches every frame when the
+time allows, and when the call's time runs out it stops and says so (how far, why, where to go on).
+No sharkd: the actor's frame source is replaced by synthetic trees that each take 1 s to fetch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from diagd.actors.base import Request
+from diagd.actors.pcap import CaptureSpec, PcapActor
+
+FRAMES = 20
+
+
+def frame_tree(number: int) -> list[dict[str, Any]]:
+    epoch = f"{1000 + number}.000000{number:03d}"
+    return [
+        {"l": f"Frame {number}: 60 bytes on wire", "t": "proto", "f": "frame", "n": [
+            {"l": f"Epoch Time: {epoch} seconds", "f": f"frame.time_epoch == {epoch}"},
+            {"l": "Time delta from previous displayed frame: 1.000000001 seconds",
+             "f": "frame.time_delta_displayed == 1.000000001", "g": True},
+        ]},
+        {"l": "Some Protocol", "t": "proto", "f": "someproto", "n": [
+            {"l": "needle here" if number in (3, 17) else "hay", "f": "someproto.text == \"x\""},
+        ]},
+    ]
+
+
+class FakeCapture(PcapActor):
+    """The actor with its sharkd calls replaced: frame trees arrive one virtual second apart."""
+
+    def __init__(self) -> None:
+        spec = CaptureSpec(path=Path("/nonexistent.pcap"), sha256="0" * 64, decode_as=(), preferences=(), size=0)
+        super().__init__("fake", spec)
+        self.fetched: list[int] = []
+
+    async def matching(self, request: Request, display_filter: str) -> list[int]:
+        return list(range(1, FRAMES + 1))
+
+    async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
+        if number not in self._trees:
+            await trio.sleep(1)
+            self.fetched.append(number)
+            self._trees[number] = {"tree": frame_tree(number), "bytes": ""}
+        return self._trees[number]
+
+
+def search_args(**extra: Any) -> dict[str, Any]:
+    return {"display_filter": "", "query": "needle", "is_regex": False, "case_sensitive": False, "budget_s": 5.0,
+            "layers": [], "restrict_layers": True, "limit": None, "offset": 0, "max_matches": 50,
+            "snippet_context_chars": 10, "max_bytes": 200000, **extra}
+
+
+async def ask(actor: FakeCapture, **extra: Any) -> dict[str, Any]:
+    return await actor.handle(Request("text_search", search_args(**extra)))
+
+
+async def test_every_frame_is_searched_when_time_allows(autojump_clock: trio.testing.MockClock) -> None:
+    actor = FakeCapture()
+    result = await ask(actor, stop_at=trio.current_time() + 3600)
+    assert result["complete"] is True and result["stopped_because"] is None and "note" not in result
+    assert result["frames_scanned"] == result["frames_total"] == FRAMES
+    assert [m["frame_number"] for m in result["matches"]] == [3, 17]
+    assert result["next_offset"] is None and result["has_more"] is False
+    assert result["searched_frames"] == [1, FRAMES]
+
+
+async def test_a_spent_time_budget_stops_the_scan_and_says_how_far_it_got(
+        autojump_clock: trio.testing.MockClock) -> None:
+    actor = FakeCapture()
+    start = trio.current_time()
+    result = await ask(actor, stop_at=start + 5.5)
+    # Frames 1..6 are fetched by t=6 (the 6th started at t=5 < 5.5); the 7th would start past the budget.
+    assert result["complete"] is False and result["stopped_because"] == "time_budget"
+    assert result["frames_scanned"] == 6 and result["frames_total"] == FRAMES
+    assert result["searched_frames"] == [1, 6] and result["next_offset"] == 6 and result["has_more"] is True
+    assert [m["frame_number"] for m in result["matches"]] == [3]
+    assert result["note"].startswith("INCOMPLETE: searched 6 of the 20 frames")
+    assert "offset=6" in result["note"]
+    # Cut short by time, the answer is not cached: the same question searches again.
+    again = await ask(actor, stop_at=trio.current_time() + 3600)
+    assert again["cached"] is False and again["complete"] is True
+    assert [m["frame_number"] for m in again["matches"]] == [3, 17]
+    # A complete answer is cached whatever moment the call had to stop by.
+    third = await ask(actor, stop_at=trio.current_time() + 7200)
+    assert third["cached"] is True
+
+
+async def test_limit_and_max_matches_are_reported_as_incomplete(autojump_clock: trio.testing.MockClock) -> None:
+    actor = FakeCapture()
+    limited = await ask(actor, limit=5)
+    assert limited["complete"] is False and limited["stopped_because"] == "limit"
+    assert limited["frames_scanned"] == 5 and limited["next_offset"] == 5 and limited["match_count"] == 1
+    rest = await ask(actor, offset=5)
+    assert rest["complete"] is True and [m["frame_number"] for m in rest["matches"]] == [17]
+    assert "skipped" in rest["note"]
+    capped = await ask(actor, max_matches=1)
+    assert capped["stopped_because"] == "max_matches" and capped["truncated"] is True
+    # Frame 3 held the match that filled the cap: it is not counted as searched, the next call redoes it.
+    assert capped["frames_scanned"] == 2 and capped["next_offset"] == 2
+
+
+async def test_the_displayed_delta_is_the_one_tshark_prints_for_the_filtered_frames(
+        autojump_clock: trio.testing.MockClock) -> None:
+    actor = FakeCapture()
+    found = await ask(actor, query="previous displayed frame: 1.000000001", offset=2)
+    # Frame 3 follows frame 2 among the displayed frames: 1 s and 1 ns later, as its epoch times say.
+    assert [m["frame_number"] for m in found["matches"]][:1] == [3]
+    first = await ask(actor, query="previous displayed frame: 0.000000000")
+    assert [m["frame_number"] for m in first["matches"]] == [1]  # nothing is displayed before frame 1
