@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -41,7 +42,7 @@ class BpftraceSettings:
     allow_unconfined: bool = False
 
     @classmethod
-    def parse(cls, raw: dict[str, Any]) -> BpftraceSettings:
+    def parse(cls, raw: Mapping[str, Any]) -> BpftraceSettings:
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(raw) - set(known))
         if unknown:

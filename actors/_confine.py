@@ -184,7 +184,7 @@ def python_read_paths() -> tuple[str, ...]:
 
     paths = [sys.base_prefix, sys.prefix, os.path.realpath(sys.executable)]
     paths += [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    for name in ("diagd", "diagd.actors", "diagd.protocol", "diagd.daemon"):
+    for name in ("diagd", "diagd.actors", "diagd.protocol"):  # what the confined workers import
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             paths += [os.path.realpath(p) for p in spec.submodule_search_locations]

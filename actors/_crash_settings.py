@@ -8,6 +8,7 @@ paths are refused, since the dump and vmlinux come in as checked paths.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ class CrashSettings:
     drgn: bool = True
 
     @classmethod
-    def from_raw(cls, raw: dict[str, Any], daemon_allowed: tuple[str, ...] = ()) -> CrashSettings:
+    def from_raw(cls, raw: Mapping[str, Any], daemon_allowed: tuple[str, ...] = ()) -> CrashSettings:
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(raw) - known
         if unknown:

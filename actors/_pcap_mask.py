@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.daemon.tools import CallContext, Handler
+from diagd.actors.tooling import CallContext, Handler
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap.mask")

@@ -16,7 +16,7 @@ import re
 import string
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -419,7 +419,7 @@ class SerialConfig:
     log_keep: int = 20
 
     @classmethod
-    def parse(cls, raw: dict[str, Any]) -> SerialConfig:
+    def parse(cls, raw: Mapping[str, Any]) -> SerialConfig:
         known = {f.name for f in fields(cls)}
         if unknown := set(raw) - known:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown [serial] config keys: {sorted(unknown)}",

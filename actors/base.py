@@ -1,12 +1,13 @@
 """The shared actor machinery: requests, the run loop, and supervision policy as data.
 
 An actor owns one resource (a serial port, a sharkd worker, a crash session, ...). It is a
-Trio task with its own inbox and cancel scope; the supervisor (`diagd.daemon.supervisor`)
-starts it on demand and restarts or fails it by its declared `SupervisionPolicy`.
+Trio task with its own inbox and cancel scope; the daemon's supervisor starts it when a back end
+asks (`Runtime.start`) and restarts or fails it by its declared `SupervisionPolicy`.
 
-Each actor kind is one module that subclasses `Actor` and implements the same small surface:
-`start()` (acquire the resource; the actor only counts as ready once this returns),
-`handle()` (serve one request), `stop()` (release the resource, bounded), `statistics()`.
+Each actor kind subclasses `Actor` and implements the same small surface: `start()` (acquire the
+resource; the actor only counts as ready once this returns), `handle()` (serve one request),
+`stop()` (release the resource, bounded), `statistics()`. Requests carry a message: a frozen
+dataclass of the actor kind, dispatched with `match request.message`.
 """
 
 from __future__ import annotations
@@ -53,17 +54,28 @@ class ActorState(enum.StrEnum):
     FAILED = "failed"
 
 
+@dataclass(frozen=True)
+class Op:
+    """Deprecated: a message naming its operation by string, with loose arguments.
+
+    The old way back ends talked to their actors (`request.op`, `request.args`); kept only while
+    they move to their own message dataclasses, one back end at a time, then removed.
+    """
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
 class Request:
-    """One message in an actor's inbox: an operation, its arguments, and the reply slot.
+    """One message in an actor's inbox, with its progress callback and the reply slot.
 
     The caller waits on `wait()`; if the caller goes away (client cancel or disconnect) it
     calls `abandon()`, which cancels the request wherever it is: still queued (the actor
     skips it) or running (its cancel scope fires).
     """
 
-    def __init__(self, op: str, args: dict[str, Any], progress: ProgressFn | None = None) -> None:
-        self.op = op
-        self.args = args
+    def __init__(self, message: object, progress: ProgressFn | None = None) -> None:
+        self.message = message
         self.progress = progress
         self.enqueued_at = trio.current_time()
         self.started_at: float | None = None
@@ -71,6 +83,26 @@ class Request:
         self._done = trio.Event()
         self._result: dict[str, Any] | None = None
         self._error: DiagdError | None = None
+
+    @property
+    def label(self) -> str:
+        """What the request asks, for status: the operation of an `Op`, else the message's type."""
+        return self.message.name if isinstance(self.message, Op) else type(self.message).__name__
+
+    @property
+    def op(self) -> str:
+        """Deprecated (with `Op`): the operation name of a legacy message."""
+        return self._op().name
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """Deprecated (with `Op`): the arguments of a legacy message."""
+        return self._op().args
+
+    def _op(self) -> Op:
+        if not isinstance(self.message, Op):
+            raise TypeError(f"{type(self.message).__name__} is a message, not an Op: match on request.message")
+        return self.message
 
     @property
     def resolved(self) -> bool:
@@ -159,6 +191,14 @@ class ActorRuntime:
         if self.idle_scope is not None:
             self.idle_deadline = self.idle_since + idle_timeout_s
             self.idle_scope.deadline = self.idle_deadline
+
+
+class ActorGone(DiagdError):
+    """Asked an actor that has stopped (idle expiry, diagd_stop_actor, failure): nothing was sent."""
+
+    def __init__(self, actor_id: str, reason: str | None) -> None:
+        super().__init__(ErrorCode.ACTOR_FAILED, f"actor {actor_id} has stopped: {reason or 'stopped'}",
+                         actor_id=actor_id)
 
 
 class ActorCrashed(Exception):

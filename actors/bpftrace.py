@@ -43,7 +43,7 @@ import signal
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -95,12 +95,10 @@ from diagd.actors._bpftrace_store import ExecutionStore
 from diagd.actors._bpftrace_store import _kill_leftover as _kill_leftover
 from diagd.actors._bpftrace_store import proc_starttime as _proc_starttime
 from diagd.actors._subprocess import TERM_THEN_KILL, LineSplitter, Step, Tail, drain, open_process, stop_process
-from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, ActorGone, Op, Request, RestartKind, SupervisionPolicy
+from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.daemon.server import Daemon
 
 log = structlog.get_logger("diagd.bpftrace")
 
@@ -127,21 +125,6 @@ MAX_WARNINGS = 50
 
 # ---------------------------------------------------------------------------------------------
 # The actor
-
-
-class _ActorGone(DiagdError):
-    """The execution's actor expired between lookup and call: read the store instead."""
-
-
-class _GoneActor(Actor):
-    kind = KIND
-    policy = SupervisionPolicy(restart=RestartKind.TEMPORARY, max_restarts=0)
-
-    async def start(self, nursery: trio.Nursery) -> None:
-        raise _ActorGone(ErrorCode.NOT_FOUND, f"execution {self.resource} has no live actor")
-
-    async def handle(self, request: Request) -> dict[str, Any]:  # pragma: no cover - never started
-        raise _ActorGone(ErrorCode.NOT_FOUND, "gone")
 
 
 class Slot:
@@ -466,10 +449,10 @@ async def run_command(argv: Sequence[str], timeout_s: float = 30.0, spawn: Spawn
 
 
 class BpftraceBackend:
-    def __init__(self, daemon: Daemon, *, spawn: Spawn = open_process) -> None:
-        self.daemon = daemon
+    def __init__(self, runtime: Runtime, *, spawn: Spawn = open_process) -> None:
+        self.runtime = runtime
         self.spawn = spawn
-        self.store = ExecutionStore(daemon.state_dir / "bpftrace")
+        self.store = ExecutionStore(runtime.state_dir)
         self.live: dict[str, BpftraceExecution] = {}
         self.reserved = 0
         self._loaded: OrderedDict[str, Execution] = OrderedDict()
@@ -479,10 +462,10 @@ class BpftraceBackend:
 
     def settings(self) -> BpftraceSettings:
         # Parsed per call: `diagd reload` applies to the next call.
-        return BpftraceSettings.parse(self.daemon.config.backend("bpftrace"))
+        return BpftraceSettings.parse(self.runtime.config().table)
 
     def shutting_down(self) -> bool:
-        return self.daemon.shutdown_reason is not None
+        return self.runtime.shutting_down
 
     def recover(self) -> None:
         if not self.store.root.exists():
@@ -526,25 +509,23 @@ class BpftraceBackend:
 
     def retire(self, actor: BpftraceExecution) -> None:
         """A finished execution's actor leaves after linger_s; its results stay on disk."""
-        ref = self.daemon.supervisor.find(KIND, actor.execution.id)
+        ref = self.runtime.find(KIND, actor.execution.id)
         if ref is not None and ref.actor is actor:
-            self.daemon.supervisor.stop(ref.id, reason="execution finished")
+            self.runtime.stop(ref, reason="execution finished")
 
     async def ask(self, ctx: CallContext, execution_id: str, op: str, args: dict[str, Any]) -> dict[str, Any] | None:
         """Ask the execution's live actor; None when it has gone (the store has the final state)."""
-        if execution_id not in self.live:
+        ref = self.runtime.find(KIND, execution_id) if execution_id in self.live else None
+        if ref is None:
             return None
         try:
-            result, queue_s = await self.daemon.supervisor.ask(KIND, execution_id, lambda: _GoneActor(execution_id),
-                                                               op, args, progress=ctx.progress)
-        except _ActorGone:
+            return await self.runtime.ask(ref, Op(op, args), progress=ctx.progress)
+        except ActorGone:
             return None
         except DiagdError as exc:
             if exc.code in (ErrorCode.ACTOR_FAILED, ErrorCode.CANCELLED) and execution_id not in self.live:
                 return None
             raise
-        ctx.queue_s += queue_s
-        return result
 
     async def load(self, execution_id: str) -> Execution:
         self.store.path(execution_id)  # validates the id
@@ -666,11 +647,10 @@ class BpftraceBackend:
 # Tools
 
 
-def register(daemon: Daemon) -> BpftraceBackend:
+def register(runtime: Runtime) -> BpftraceBackend:
     """Register the six tools; returns the back end (the daemon ignores it, tests use it)."""
-    backend = BpftraceBackend(daemon)
+    backend = BpftraceBackend(runtime)
     backend.recover()
-    registry = daemon.registry
 
     async def list_probes(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         settings = backend.settings()
@@ -732,7 +712,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
             # The actor must not idle out while bpftrace runs: its idle timeout covers the whole run and
             # the longest stop; once finished it retires itself after linger_s.
             idle_s = timeout + MAX_SIGINT_GRACE_S + MAX_KILL_WAIT_S + settings.linger_s + 10
-            await daemon.supervisor.get_or_start(KIND, ex.id, lambda: actor, idle_timeout_s=idle_s)
+            await runtime.start(KIND, ex.id, lambda: actor, idle_timeout_s=idle_s)
         except BaseException:
             slot.release()
             raise
@@ -781,7 +761,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
         return {"executions": ordered[:limit], "total": len(ordered), "running": running,
                 "max_concurrent": settings.max_concurrent}
 
-    registry.register(ToolSpec(
+    runtime.register_tool(ToolSpec(
         name="list_probes", title="List bpftrace probes",
         description="Probes bpftrace can attach to, paged (offset/limit). filter: `tracepoint:sched:*`, "
                     "`t:syscalls:*openat*` (handed to `bpftrace -l`), or without a probe type "
@@ -795,7 +775,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
         }, "additionalProperties": False},
         output_schema=PROBES_OUTPUT, handler=list_probes, timeout_s=60,
     ))
-    registry.register(ToolSpec(
+    runtime.register_tool(ToolSpec(
         name="list_helpers", title="List bpftrace builtins and functions",
         description="The builtins (pid, comm, nsecs, kstack, ...), map functions (count, hist, lhist, stats, ...) "
                     "and functions (printf, str, ksym, ...) of the installed bpftrace, with signatures, one-line "
@@ -807,7 +787,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
         }, "additionalProperties": False},
         output_schema=HELPERS_OUTPUT, handler=list_helpers, timeout_s=60,
     ))
-    registry.register(ToolSpec(
+    runtime.register_tool(ToolSpec(
         name="exec_program", title="Run a bpftrace program",
         description="Start a bpftrace program and return its execution_id as soon as its probes attach; it runs "
                     "in the background for up to `timeout` seconds (then SIGINT: END runs and maps are printed, "
@@ -824,7 +804,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
         }, "required": ["program"], "additionalProperties": False},
         output_schema=EXEC_OUTPUT, handler=exec_program, read_only=False, idempotent=False, timeout_s=60,
     ))
-    registry.register(ToolSpec(
+    runtime.register_tool(ToolSpec(
         name="get_result", title="Page through a bpftrace execution's output",
         description="Status and buffered output of an execution (running or finished, also after a daemon "
                     "restart), from `offset`, at most `limit` lines. wait_s > 0 waits (with progress "
@@ -840,7 +820,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
         }, "required": ["execution_id"], "additionalProperties": False},
         output_schema=RESULT_OUTPUT, handler=get_result, timeout_s=130,
     ))
-    registry.register(ToolSpec(
+    runtime.register_tool(ToolSpec(
         name="stop_execution", title="Stop a bpftrace execution",
         description="Stop a running execution gracefully (SIGINT: END runs and final maps are printed; SIGKILL "
                     "after a grace period that grows with the number of probes) and return its final state. "
@@ -850,7 +830,7 @@ def register(daemon: Daemon) -> BpftraceBackend:
         output_schema=STOP_OUTPUT,
         handler=stop_execution, read_only=False, idempotent=True, timeout_s=STOP_WAIT_MAX_S + 10,
     ))
-    registry.register(ToolSpec(
+    runtime.register_tool(ToolSpec(
         name="list_executions", title="List bpftrace executions",
         description="Executions newest first (running and persisted ones): id, status, program, line count, "
                     "exit code, error; plus how many run now and the concurrency limit.",

@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import structlog
 import trio
@@ -74,14 +74,11 @@ from diagd.actors._crash_store import MAX_PAGE_LINES, Entry, OutputStore
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._subprocess import Step, stop_process
 from diagd.actors._user_regex import Matcher, compile_in_thread
-from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, ActorGone, Op, Request, RestartKind, SupervisionPolicy
+from diagd.actors.runtime import BackendConfig, Client, Runtime
 from diagd.actors.system import rss_bytes
 from diagd.actors.tooling import CallContext, Handler, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.daemon.config import Config
-    from diagd.daemon.server import Daemon
 
 log = structlog.get_logger("diagd.crash")
 
@@ -672,23 +669,23 @@ class CrashSession(Actor):
 
 
 class CrashBackend:
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self.store = OutputStore(daemon.state_dir / "crash")
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.store = OutputStore(runtime.state_dir)
         self.table = SessionTable()
         self._dump_cache: dict[tuple[int, int, int, int], ident.DumpInfo] = {}
         self._vmlinux_cache: dict[tuple[int, int, int, int], ident.VmlinuxInfo] = {}
         self._crash_version: str | None = None
         self.expected_load_s = 9.0
-        self._settings: tuple[object, CrashSettings] | None = None
+        self._settings: tuple[BackendConfig, CrashSettings] | None = None
         self.script_tools = False  # whether register() added the analysis-script tools (script_dirs at start)
 
     @property
     def settings(self) -> CrashSettings:
         """The current [crash] settings: re-parsed when `diagd reload` replaced the config."""
-        config = self.daemon.config
+        config = self.runtime.config()
         if self._settings is None or self._settings[0] is not config:
-            self._settings = (config, CrashSettings.from_raw(config.backend("crash"), config.daemon.allowed_dirs))
+            self._settings = (config, CrashSettings.from_raw(config.table, config.allowed_dirs))
         return self._settings[1]
 
     async def crash_version(self, binary: str) -> str | None:
@@ -766,7 +763,7 @@ class CrashBackend:
     async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
         """Start the session's actor (crash + drgn) under the record's key; `rec.actor` is the new one."""
         hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit, settings=lambda: self.settings)
-        ref = await self.daemon.supervisor.get_or_start(
+        ref = await self.runtime.start(
             KIND, spec.key, lambda: CrashSession(spec, self.store, hooks, version),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
         rec.actor = cast(CrashSession, ref.actor)
@@ -904,7 +901,7 @@ class CrashBackend:
         except (OSError, DiagdError):
             pass
 
-    def reload_notes(self, old: Config, new: Config) -> list[dict[str, Any]]:
+    def reload_notes(self, old: BackendConfig, new: BackendConfig) -> list[dict[str, Any]]:
         """`diagd reload`: refuse a broken [crash] table (the old config stays); name what does not reach
         open sessions.
 
@@ -913,7 +910,7 @@ class CrashBackend:
         they apply to sessions opened after the reload; the note lists the open sessions that keep
         the old value until reopened.
         """
-        after = CrashSettings.from_raw(new.backend("crash"), new.daemon.allowed_dirs)  # DiagdError refuses it
+        after = CrashSettings.from_raw(new.table, new.allowed_dirs)  # DiagdError refuses it
         notes: list[dict[str, Any]] = []
         for name in SPAWN_SETTINGS:
             keeping = [rec.session_id for rec in self.table.live.values()
@@ -929,14 +926,16 @@ class CrashBackend:
                                  "set at start (changing a non-empty list applies at once)"})
         return notes
 
-    def client_gone(self, client: str) -> None:
+    def client_gone(self, client: Client) -> None:
         """A short-lived client (`diagd call`) disconnected: its references end with it.
 
         A session left with none stays open, held by nobody, so the next `diagd call` can use it;
         it ends with close_vmcore_session or after [crash] idle_timeout_s without calls.
         """
-        for rec in self.table.drop_client(client):
-            log.info("references of a gone client dropped", client=client, session=rec.session_id,
+        if not client.ephemeral:
+            return
+        for rec in self.table.drop_client(client.name):
+            log.info("references of a gone client dropped", client=client.name, session=rec.session_id,
                      refcount=rec.refcount)
 
     def _release(self, rec: SessionRecord, state: str, reason: str) -> None:
@@ -944,24 +943,22 @@ class CrashBackend:
         if rec.state in OPEN_STATES:
             rec.state = state
         self.table.unlink(rec)
-        ref = self.daemon.supervisor.find(KIND, rec.key)
-        if ref is not None and rec.actor is not None and ref.actor is rec.actor and ref.accepting:
-            self.daemon.supervisor.stop(ref.id, reason=reason)
+        ref = self.runtime.find(KIND, rec.key)
+        if ref is not None and rec.actor is not None and ref.actor is rec.actor:
+            self.runtime.stop(ref, reason=reason)
 
     async def ask(self, ctx: CallContext, rec: SessionRecord, op: str, args: dict[str, Any]) -> dict[str, Any]:
         await rec.spawned.wait()  # a call that races the first open waits for the children to be spawned
         restarted = await self._revive(ctx, rec) if rec.state == "failed" and rec.revivable else None
         actor = rec.usable()
-        ref = self.daemon.supervisor.find(KIND, rec.key)
+        ref = self.runtime.find(KIND, rec.key)
         if ref is None or ref.actor is not actor:
             rec.usable()  # raises if the actor ended in between
             raise DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} has ended", session_id=rec.session_id)
-
-        def gone() -> Actor:  # never start a new crash implicitly
-            raise rec.error or DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} has ended")
-
-        result, queue_s = await self.daemon.supervisor.ask(KIND, rec.key, gone, op, args, progress=ctx.progress)
-        ctx.queue_s += queue_s
+        try:
+            result = await self.runtime.ask(ref, Op(op, args), progress=ctx.progress)
+        except ActorGone:  # ended between the lookup and the call: a crash is never started implicitly
+            raise rec.error or DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} has ended") from None
         if restarted is not None:
             result = {**result, "session_restarted": restarted}
         return result
@@ -989,12 +986,11 @@ class CrashBackend:
                 "note": "outputs stay readable with get_command_output / search_command_output"}
 
 
-def register(daemon: Daemon) -> None:
-    backend = CrashBackend(daemon)
-    registry = daemon.registry
+def register(runtime: Runtime) -> None:
+    backend = CrashBackend(runtime)
     startup = backend.settings  # only for what is fixed at registration: whether the script tools exist
-    daemon.client_gone_hooks.append(backend.client_gone)
-    daemon.reload_hooks.append(backend.reload_notes)
+    runtime.on_client(gone=backend.client_gone)
+    runtime.on_reload(backend.reload_notes)
 
     def limit(seconds: Callable[[CrashSettings], float]) -> Callable[[], float]:
         """A tool's call limit from the current settings, so a reload moves it with the limits it covers."""
@@ -1004,7 +1000,7 @@ def register(daemon: Daemon) -> None:
              output: dict[str, Any] | None = None, read_only: bool = True, idempotent: bool = True,
              timeout_s: float | Callable[[], float] | None = None) -> Callable[[Handler], Handler]:
         def wrap(handler: Handler) -> Handler:
-            registry.register(ToolSpec(name=name, description=description, input_schema=input_schema,
+            runtime.register_tool(ToolSpec(name=name, description=description, input_schema=input_schema,
                                        handler=handler, output_schema=output, read_only=read_only,
                                        idempotent=idempotent, timeout_s=timeout_s))
             return handler
@@ -1101,7 +1097,7 @@ def register(daemon: Daemon) -> None:
           schemas.SEARCH_INPUT, output=schemas.SEARCH_OUTPUT)
     async def search_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         pattern = await compile_in_thread(args["query"], case_sensitive=args.get("case_sensitive", False))
-        matcher = Matcher(pattern, daemon.config.daemon.regex_budget_s, unit="line")
+        matcher = Matcher(pattern, runtime.config().regex_budget_s, unit="line")
         return await matcher.run(functools.partial(
             backend.store.search, args["command_id"], matcher, context_lines=args.get("context_lines", 0),
             max_matches=args.get("max_matches", 100)))

@@ -26,10 +26,10 @@ import shutil
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 import trio
@@ -52,12 +52,10 @@ from diagd.actors._wireshark import (
     column_format_pref,
     parse_decode_as,
 )
-from diagd.actors.base import Actor, Request, SupervisionPolicy
-from diagd.daemon.tools import CallContext, Handler, ToolSpec, caller_cwd
+from diagd.actors.base import Actor, Op, Request, SupervisionPolicy
+from diagd.actors.runtime import BackendConfig, Runtime
+from diagd.actors.tooling import CallContext, Handler, ToolSpec, caller_cwd
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.daemon.server import Daemon
 
 log = structlog.get_logger("diagd.pcap")
 
@@ -92,15 +90,15 @@ class PcapSettings:
     packet_list_columns: tuple[dict[str, str], ...] = ()
 
     @classmethod
-    def from_daemon(cls, daemon: Daemon) -> PcapSettings:
-        raw = daemon.config.backend("pcap")
+    def from_config(cls, config: BackendConfig, state_dir: Path) -> PcapSettings:
+        raw = config.table
         profiles = {**BUILTIN_PROFILES, **raw.get("profiles", {})}
         for name, prof in profiles.items():
             if not isinstance(prof, dict):
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[pcap.profiles.{name}] must be a table")
         return cls(
-            allowed_dirs=tuple(raw.get("allowed_dirs", daemon.config.daemon.allowed_dirs)),
-            output_dir=Path(raw.get("output_dir", daemon.state_dir / "pcap" / "exports")),
+            allowed_dirs=tuple(raw.get("allowed_dirs", config.allowed_dirs)),
+            output_dir=Path(raw.get("output_dir", state_dir / "exports")),
             max_loaded=int(raw.get("max_loaded", 4)),
             idle_timeout_s=float(raw.get("idle_timeout_s", 900)),
             max_exports=int(raw.get("max_exports", 50)),
@@ -110,7 +108,7 @@ class PcapSettings:
         )
 
 
-def _flag(raw: dict[str, Any], name: str) -> bool:
+def _flag(raw: Mapping[str, Any], name: str) -> bool:
     """A boolean setting; `"false"` (a string) would be truthy, so anything but true/false is refused."""
     value = raw.get(name, False)
     if not isinstance(value, bool):
@@ -810,13 +808,14 @@ def _sort_key(value: Any) -> tuple[int, float, str]:
 class PcapBackend:
     """Daemon-side state of the pcap back end: settings, capture keys, LRU of loaded workers."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.recent: OrderedDict[str, float] = OrderedDict()
 
     @property
     def settings(self) -> PcapSettings:
-        return PcapSettings.from_daemon(self.daemon)  # re-read: `diagd reload` applies at once
+        # re-read: `diagd reload` applies at once
+        return PcapSettings.from_config(self.runtime.config(), self.runtime.state_dir)
 
     async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
         settings = self.settings
@@ -845,27 +844,23 @@ class PcapBackend:
                            preferences=tuple(sorted(prefs.items())), size=size)
 
     async def ask(self, ctx: CallContext, spec: CaptureSpec, op: str, op_args: dict[str, Any]) -> dict[str, Any]:
-        supervisor = self.daemon.supervisor
         settings = self.settings
-        if supervisor.find(KIND, spec.key) is None:
+        if self.runtime.find(KIND, spec.key) is None:
             self._evict(settings.max_loaded - 1)
-        await supervisor.get_or_start(KIND, spec.key, lambda: PcapActor(spec.key, spec),
-                                      idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
+        ref = await self.runtime.start(KIND, spec.key, lambda: PcapActor(spec.key, spec),
+                                       idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
         self.recent[spec.key] = trio.current_time()
         self.recent.move_to_end(spec.key)
-        result, queue_s = await supervisor.ask(KIND, spec.key, lambda: PcapActor(spec.key, spec), op, op_args,
-                                               progress=ctx.progress)
-        ctx.queue_s += queue_s
-        return result
+        return await self.runtime.ask(ref, Op(op, op_args), progress=ctx.progress)
 
     def _evict(self, keep: int) -> None:
         """Stop least recently used workers until at most `keep` stay loaded."""
-        loaded = [k for k in self.recent if self.daemon.supervisor.find(KIND, k) is not None]
+        loaded = [k for k in self.recent if self.runtime.find(KIND, k) is not None]
         for key in loaded[: max(0, len(loaded) - keep)]:
-            ref = self.daemon.supervisor.find(KIND, key)
+            ref = self.runtime.find(KIND, key)
             if ref is not None:
                 log.info("evicting capture", actor=ref.id, resource=key)
-                self.daemon.supervisor.stop(ref.id, reason="evicted (max_loaded captures)")
+                self.runtime.stop(ref, reason="evicted (max_loaded captures)")
             self.recent.pop(key, None)
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
@@ -950,9 +945,8 @@ def _schema(props: dict[str, Any], required: tuple[str, ...] = ("pcap_path",)) -
     return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
 
 
-def register(daemon: Daemon) -> None:
-    backend = PcapBackend(daemon)
-    registry = daemon.registry
+def register(runtime: Runtime) -> None:
+    backend = PcapBackend(runtime)
 
     async def field_names() -> list[str]:
         return list((await catalogue()).fields)
@@ -965,7 +959,7 @@ def register(daemon: Daemon) -> None:
     def tool(name: str, description: str, props: dict[str, Any], required: tuple[str, ...] = ("pcap_path",),
              read_only: bool = True, timeout_s: float | None = None) -> Callable[[Handler], Handler]:
         def wrap(handler: Handler) -> Handler:
-            registry.register(ToolSpec(name=name, description=description, input_schema=_schema(props, required),
+            runtime.register_tool(ToolSpec(name=name, description=description, input_schema=_schema(props, required),
                                        handler=masking.guard(name, handler), read_only=read_only, idempotent=True,
                                        timeout_s=timeout_s))
             return handler  # unmasked: handlers calling each other (config_reload) are masked once, outside
@@ -1097,7 +1091,7 @@ def register(daemon: Daemon) -> None:
                                 case_sensitive=args.get("case_sensitive", False))
         op_args = {"display_filter": args.get("display_filter", ""), "query": args["query"],
                    "is_regex": args.get("is_regex", False), "case_sensitive": args.get("case_sensitive", False),
-                   "budget_s": daemon.config.daemon.regex_budget_s,
+                   "budget_s": runtime.config().regex_budget_s,
                    "layers": args.get("layers", []), "restrict_layers": args.get("restrict_layers", True),
                    "limit": args.get("limit"), "offset": args.get("offset", 0),
                    "max_matches": args.get("max_matches", 50),
@@ -1230,7 +1224,7 @@ def register(daemon: Daemon) -> None:
                                           case_sensitive=bool(args.get("case_sensitive")))
         protocols = set(args.get("include_protocols", []))
         limit = args.get("limit", 100)
-        matcher = Matcher(pattern, daemon.config.daemon.regex_budget_s, unit="field", total=len(cat.fields))
+        matcher = Matcher(pattern, runtime.config().regex_budget_s, unit="field", total=len(cat.fields))
         rows = await search_fields(cat, pattern, matcher, protocols=protocols)
         matches = [{"name": name, "description": desc, "type": ftype, "protocol": proto}
                    for name, (desc, ftype, proto) in rows[:limit]]
@@ -1256,16 +1250,16 @@ def register(daemon: Daemon) -> None:
           "columns, allowed directories, limits, output directory, and the captures loaded now.", {}, required=())
     async def config_get(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         s = backend.settings
-        loaded = [ref.statistics() for ref in daemon.supervisor.actors() if ref.kind == KIND]
+        loaded = [ref.statistics() for ref in runtime.actors(KIND)]
         return {"profiles": s.profiles, "packet_list_columns": list(s.packet_list_columns),
                 "allowed_dirs": list(s.allowed_dirs), "output_dir": str(s.output_dir), "max_loaded": s.max_loaded,
                 "idle_timeout_s": s.idle_timeout_s if math.isfinite(s.idle_timeout_s) else None,
                 "max_exports": s.max_exports, "mask_subscriber_ids": s.mask_subscriber_ids,
-                "call_timeout_s": daemon.registry.call_timeout_s, "loaded_captures": loaded}
+                "call_timeout_s": runtime.config().call_timeout_s, "loaded_captures": loaded}
 
     @tool("pcap_config_reload", "Re-read the config file (profiles, columns, limits) without a restart.", {},
           required=(), read_only=False)
     async def config_reload(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        daemon.reload()
+        runtime.reload()
         result: dict[str, Any] = await config_get(ctx, args)
         return result

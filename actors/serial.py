@@ -47,11 +47,11 @@ import stat
 import termios
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import serial
 import trio
@@ -77,12 +77,10 @@ from diagd.actors._serial_codec import (
     read_log_page,
     unescape,
 )
-from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, ActorGone, Op, Request, RestartKind, SupervisionPolicy
+from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.daemon.server import Daemon
 
 KIND = "serial"
 READ_SIZE = 16384
@@ -716,40 +714,26 @@ def not_open_error(key: str, open_ports: list[str]) -> DiagdError:
                       hint="open it first with configure_connection(port, action='open')")
 
 
-class _NotOpen(Actor):
-    """The factory handed to `ask()` for an open port: if its actor went away meanwhile, the call
-    fails with "not open" instead of silently reopening the port."""
-
-    kind = KIND
-    policy = SupervisionPolicy(restart=RestartKind.TEMPORARY)
-
-    async def start(self, nursery: trio.Nursery) -> None:
-        raise not_open_error(self.resource, [])
-
-    async def handle(self, request: Request) -> dict[str, Any]:
-        raise not_open_error(self.resource, [])
-
-
 class SerialBackend:
     """The serial tools of one daemon: port records, ownership, hot-plug snapshots."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.records: dict[str, PortRecord] = {}
         self.last_logs: dict[str, Path] = {}
         self.opener: Opener = open_posix_port
         self.run_blocking: BlockingRunner = trio.to_thread.run_sync
-        self._raw_config: dict[str, Any] | None = None
+        self._raw_config: Mapping[str, Any] | None = None
         self._config = SerialConfig()
         self._seen: OrderedDict[str, set[str]] = OrderedDict()
         self._last_seen: tuple[float, set[str]] | None = None
 
     @property
     def log_dir(self) -> Path:
-        return self.daemon.state_dir / "serial"
+        return self.runtime.state_dir
 
     def config(self) -> SerialConfig:
-        raw = self.daemon.config.backend("serial")
+        raw = self.runtime.config().table
         if raw is not self._raw_config:
             self._config = SerialConfig.parse(raw)
             self._raw_config = raw
@@ -761,7 +745,7 @@ class SerialBackend:
         if owner is None:
             return False
         kind, _, pid = owner.rpartition(":")
-        if not any(str(c.get("pid")) == pid for c in self.daemon.connections.values()):
+        if not any(str(c.pid) == pid for c in self.runtime.clients()):
             return False
         # A `diagd call` process makes its one call and exits, and the daemon may see its socket
         # close only after the next command's call has arrived: an exited process is not connected,
@@ -791,7 +775,7 @@ class SerialBackend:
             real = await self.run_blocking(os.path.realpath, key)  # away: its device name may be reused)
             rec = next((r for r in self.records.values() if r.device == real and r.state == PortState.CONNECTED),
                        None)
-        if rec is not None and rec.state != PortState.OPENING and self.daemon.supervisor.find(KIND, rec.key) is None:
+        if rec is not None and rec.state != PortState.OPENING and self.runtime.find(KIND, rec.key) is None:
             self._forget(rec)  # its actor was stopped (diagd_stop_actor) or failed for good
             return None
         return rec
@@ -809,11 +793,14 @@ class SerialBackend:
             self.last_logs[rec.key] = rec.log_path
 
     async def ask(self, ctx: CallContext, rec: PortRecord, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        key = rec.key
-        result, queue_s = await self.daemon.supervisor.ask(KIND, key, lambda: _NotOpen(key), op, args,
-                                                           progress=ctx.progress)
-        ctx.queue_s += queue_s
-        return result
+        """Ask the port's actor; "not open" if it went away meanwhile (a port is never reopened implicitly)."""
+        ref = self.runtime.find(KIND, rec.key)
+        if ref is None:
+            raise not_open_error(rec.key, [])
+        try:
+            return await self.runtime.ask(ref, Op(op, args), progress=ctx.progress)
+        except ActorGone:
+            raise not_open_error(rec.key, []) from None
 
     async def check_allowed(self, key: str) -> None:
         allowed = self.config().allowed_ports
@@ -873,7 +860,7 @@ class SerialBackend:
                          urc=UrcBuffer(config.urc_max_packets, config.urc_max_bytes))
         self.records[key] = new
         try:
-            await self.daemon.supervisor.get_or_start(KIND, key, lambda: SerialActor(new), idle_timeout_s=math.inf)
+            await self.runtime.start(KIND, key, lambda: SerialActor(new), idle_timeout_s=math.inf)
         except BaseException:
             if self.records.get(key) is new:
                 del self.records[key]
@@ -887,11 +874,10 @@ class SerialBackend:
     async def _close(self, ctx: CallContext, key: str, force: bool) -> dict[str, Any]:
         rec = await self.require(key)
         took_over = self.authorize(rec, ctx.client, force=force)
-        ref = self.daemon.supervisor.find(KIND, rec.key)
+        ref = self.runtime.find(KIND, rec.key)
         if ref is not None:
             await self.ask(ctx, rec, "close", {})  # the port is closed when this returns
-            if ref.accepting:
-                self.daemon.supervisor.stop(ref.id, reason=f"closed by {ctx.client}")
+            self.runtime.stop(ref, reason=f"closed by {ctx.client}")
         self._forget(rec)
         return {"success": True, "action": "close", "outcome": "closed", "took_over_from": took_over,
                 "discarded_urc_packets": len(rec.urc), **self.describe(rec, ctx.client),
@@ -1054,8 +1040,8 @@ def _newest_log(log_dir: Path, key: str) -> Path | None:
     return logs[-1] if logs else None
 
 
-def register(daemon: Daemon) -> SerialBackend:
-    backend = SerialBackend(daemon)
+def register(runtime: Runtime) -> SerialBackend:
+    backend = SerialBackend(runtime)
     for spec in backend.specs():
-        daemon.registry.register(spec)
+        runtime.register_tool(spec)
     return backend

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from diagd.actors.runtime import Client
 from diagd.daemon import connections
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
@@ -111,11 +112,12 @@ async def serve_connection(stream: trio.SocketStream, daemon: Daemon, *, client:
         hello = await _handshake(frames, deadline=started + settings.handshake_timeout_s, conn=conn)
         if hello is None:
             return
-        who = f"cli:{hello.client or client}"
+        who = Client(f"cli:{hello.client or client}", conn.pid if conn is not None else 0, ephemeral=True)
+        daemon.clients.connected(who)
         try:
-            await _serve_requests(frames, daemon, conn, who, client)
+            await _serve_requests(frames, daemon, conn, who.name, client)
         finally:
-            daemon.client_gone(who)  # a command's references end with its connection
+            daemon.clients.gone(who)  # a command's references end with its connection
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:

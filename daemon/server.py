@@ -19,10 +19,12 @@ import trio
 
 import diagd
 from diagd.actors import BACKENDS
+from diagd.actors.runtime import Client
 from diagd.daemon import builtin_tools, connections, control_server, mcp_front, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats
+from diagd.daemon.backends import BackendRuntime, Clients, ReloadNotes, backend_name
 from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
 from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
@@ -74,23 +76,27 @@ class Daemon:
         self.started_wall = time.time()
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
-        # Called with a short-lived client's name (`cli:<pid>`) when its connection ends: back ends
-        # drop what it held (crash session references), so nothing outlives the command.
-        self.client_gone_hooks: list[Callable[[str], None]] = []
+        # The connected clients; back ends are told when one comes or goes (a `diagd call` command's
+        # crash session references end with it).
+        self.clients = Clients()
         # Called by `reload` with the old and the new config: each returns notes on changed settings
         # that do not apply to what is already open, or raises DiagdError to refuse the new config.
-        self.reload_hooks: list[Callable[[config_mod.Config, config_mod.Config], list[dict[str, Any]]]] = []
+        self.reload_hooks: list[ReloadNotes] = []
 
     @property
     def connections(self) -> dict[int, dict[str, Any]]:
         """A snapshot of the connected clients (id, kind, pid, state, ...), as status and actors read it."""
         return {c.id: c.statistics() for c in self.connection_table}
 
+    def runtime(self, name: str) -> BackendRuntime:
+        """What the back end `name` gets: its `Runtime` (config table [name], state dir $state/name)."""
+        return BackendRuntime(self, name)
+
     def load_backends(self) -> None:
         builtin_tools.register(self)
         for name in (*BACKENDS, *self.config.daemon.extra_backends):
             module = importlib.import_module(name)
-            module.register(self)
+            module.register(self.runtime(backend_name(name)))
             log.info("backend loaded", backend=name)
 
     def status(self) -> dict[str, Any]:
@@ -132,13 +138,6 @@ class Daemon:
                  not_yet_applied=[n["setting"] for n in pending])
         return {"reloaded": True, "config": new.source, "actors_retimed": retimed, "changed": changed,
                 "not_yet_applied": pending}
-
-    def client_gone(self, client: str) -> None:
-        for hook in self.client_gone_hooks:
-            try:
-                hook(client)
-            except Exception:  # one back end's bug must not keep the others holding the client's resources
-                log.exception("client_gone hook failed", client=client)
 
     def request_shutdown(self, reason: str) -> None:
         self.shutdown_reason = reason
@@ -300,9 +299,14 @@ async def serve(config: config_mod.Config) -> None:
             async def handle_mcp(stream: trio.SocketStream, conn: Connection) -> None:
                 # Read per connection: a reload applies to connections made after it (reload.DAEMON).
                 max_line = daemon.config.daemon.max_line_bytes
-                await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
-                                                 frame_timeout_s=daemon.config.daemon.frame_timeout_s,
-                                                 budget=daemon.frame_budget, conn=conn)
+                client = Client(conn.client, conn.pid)
+                daemon.clients.connected(client)
+                try:
+                    await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
+                                                     frame_timeout_s=daemon.config.daemon.frame_timeout_s,
+                                                     budget=daemon.frame_budget, conn=conn)
+                finally:
+                    daemon.clients.gone(client)
 
             async def handle_control(stream: trio.SocketStream, conn: Connection) -> None:
                 await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)

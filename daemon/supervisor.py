@@ -1,8 +1,10 @@
-"""The supervisor: one actor per resource, started on demand, restarted by declared policy.
+"""The supervisor: one actor per resource, started explicitly, restarted by declared policy.
 
-Registry keys are (kind, resource). `ask()` is the only way tools reach an actor: it starts
-the actor if needed (setup errors surface to the caller, per `nursery.start`), queues a
-`Request`, and waits for its reply, measuring the time it waited in the inbox.
+Registry keys are (kind, resource). `start()` starts the actor for one (or returns the running
+one: two racing starts start it once; setup errors surface to the caller, per `nursery.start`)
+and returns its entry, an `ActorEntry` to back ends. `ask()` queues one message for a started
+actor and waits for the reply; it never starts one, and adds the inbox wait to the calling
+tool call's `queue_s`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ import trio
 
 from diagd.actors.base import (
     Actor,
+    ActorGone,
     ActorRuntime,
     ActorState,
     ProgressFn,
@@ -26,18 +28,16 @@ from diagd.actors.base import (
     RestartKind,
     run_actor,
 )
+from diagd.actors.runtime import ActorFactory, ActorRef, IdleTimeout
+from diagd.actors.tooling import current_call
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.supervisor")
 
-ActorFactory = Callable[[], Actor]
-# An actor's idle timeout: None follows the daemon's idle_timeout_s; a callable reads a back end's
-# current setting (both follow a reload); a number stays fixed for the actor's life.
-IdleTimeout = float | Callable[[], float] | None
-
-
 @dataclass
-class ActorRef:
+class ActorEntry:
+    """One supervised actor: its inbox, scope and restart history (an `ActorEntry` to back ends)."""
+
     id: str
     kind: str
     resource: str
@@ -73,13 +73,13 @@ class ActorRef:
             "uptime_s": round(now - self.started_at, 3),
             "restarts": self.restarts,
             "handled": self.runtime.handled,
-            "current_op": self.runtime.current.op if self.runtime.current else None,
+            "current_op": self.runtime.current.label if self.runtime.current else None,
             "last_error": self.runtime.last_error,
             "details": self.actor.statistics() if self.actor else {},
         }
 
     def __repr__(self) -> str:
-        return f"<ActorRef {self.id} [{self.runtime.state}, inbox: {self.inbox_depth()}, restarts: {self.restarts}]>"
+        return f"<ActorEntry {self.id} [{self.runtime.state}, inbox: {self.inbox_depth()}, restarts: {self.restarts}]>"
 
 
 class Supervisor:
@@ -87,32 +87,33 @@ class Supervisor:
         self._nursery = nursery
         self.idle_timeout_s = idle_timeout_s
         self.inbox_size = inbox_size
-        self._actors: dict[tuple[str, str], ActorRef] = {}
+        self._actors: dict[tuple[str, str], ActorEntry] = {}
         self._starting: dict[tuple[str, str], trio.Lock] = {}
         self._ids = itertools.count(1)
 
-    def actors(self) -> list[ActorRef]:
+    def actors(self) -> list[ActorEntry]:
         return list(self._actors.values())
 
-    def find(self, kind: str, resource: str) -> ActorRef | None:
+    def find(self, kind: str, resource: str) -> ActorEntry | None:
         return self._actors.get((kind, resource))
 
-    def by_id(self, actor_id: str) -> ActorRef:
+    def by_id(self, actor_id: str) -> ActorEntry:
         for ref in self._actors.values():
             if ref.id == actor_id:
                 return ref
         raise DiagdError(ErrorCode.NOT_FOUND, f"no actor with id {actor_id!r}",
                          known=[r.id for r in self._actors.values()])
 
-    async def get_or_start(self, kind: str, resource: str, factory: ActorFactory,
-                           idle_timeout_s: IdleTimeout = None) -> ActorRef:
+    async def start(self, kind: str, resource: str, factory: ActorFactory, *,
+                    idle_timeout_s: IdleTimeout = None) -> ActorEntry:
+        """Start the actor for (kind, resource) and return it; the running one if it already runs."""
         key = (kind, resource)
         lock = self._starting.setdefault(key, trio.Lock())
         async with lock:  # two first calls for one resource must not start it twice
             ref = self._actors.get(key)
             if ref is not None and ref.accepting:
                 return ref
-            ref = ActorRef(
+            ref = ActorEntry(
                 id=f"{kind}-{next(self._ids)}", kind=kind, resource=resource, factory=factory,
                 idle_timeout_s=self._idle_timeout(idle_timeout_s), inbox_size=self.inbox_size,
                 idle_setting=idle_timeout_s,
@@ -125,20 +126,29 @@ class Supervisor:
                 raise
             return ref
 
-    async def ask(self, kind: str, resource: str, factory: ActorFactory, op: str, args: dict[str, Any],
-                  *, progress: ProgressFn | None = None) -> tuple[dict[str, Any], float]:
-        """Send one request to the actor for (kind, resource); return (result, queue seconds)."""
-        ref = await self.get_or_start(kind, resource, factory)
-        request = Request(op, args, progress)
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+        """Send `message` to the started actor `ref` and return its reply.
+
+        Never starts an actor: one that has stopped raises `ActorGone`, a full inbox BUSY. The time
+        the request waits in the inbox is added to the current tool call's `queue_s`.
+        """
+        if not isinstance(ref, ActorEntry):
+            raise TypeError(f"{ref!r} is not an actor this supervisor started")
+        if not ref.accepting:
+            raise ActorGone(ref.id, ref.stop_reason)
+        request = Request(message, progress)
         try:
             ref.send.send_nowait(request)
         except trio.WouldBlock:
             raise DiagdError(ErrorCode.BUSY, f"actor {ref.id} has {ref.inbox_depth()} queued calls; try later",
                              actor_id=ref.id) from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise DiagdError(ErrorCode.ACTOR_FAILED, f"actor {ref.id} is gone: {ref.stop_reason}") from None
-        result = await request.wait()
-        return result, request.queue_s
+            raise ActorGone(ref.id, ref.stop_reason) from None
+        try:
+            return await request.wait()
+        finally:
+            if (ctx := current_call.get()) is not None:
+                ctx.queue_s += request.queue_s
 
     def set_idle_timeout(self, idle_timeout_s: float) -> list[str]:
         """A reload: the new default, and every running actor's idle timeout re-read and applied now.
@@ -165,7 +175,7 @@ class Supervisor:
             return self.idle_timeout_s
         return setting() if callable(setting) else setting
 
-    def stop(self, actor_id: str, reason: str = "stopped by request") -> ActorRef:
+    def stop(self, actor_id: str, reason: str = "stopped by request") -> ActorEntry:
         ref = self.by_id(actor_id)
         ref.stop_reason = reason
         ref.accepting = False
@@ -178,19 +188,19 @@ class Supervisor:
             ref.accepting = False
             ref.scope.cancel()
 
-    def _forget(self, ref: ActorRef) -> None:
+    def _forget(self, ref: ActorEntry) -> None:
         ref.accepting = False
         if self._actors.get((ref.kind, ref.resource)) is ref:
             del self._actors[(ref.kind, ref.resource)]
 
-    def _expire_now(self, ref: ActorRef) -> bool:
+    def _expire_now(self, ref: ActorEntry) -> bool:
         if ref.inbox_depth():
             return False  # a call arrived at the deadline: serve it instead
         ref.stop_reason = "idle timeout"
         self._forget(ref)
         return True
 
-    async def _supervise(self, ref: ActorRef, *, task_status: trio.TaskStatus[None]) -> None:
+    async def _supervise(self, ref: ActorEntry, *, task_status: trio.TaskStatus[None]) -> None:
         first = True
         status: trio.TaskStatus[None] = task_status
         try:
@@ -226,7 +236,7 @@ class Supervisor:
             if ref.runtime.state not in (ActorState.EXPIRED, ActorState.FAILED):
                 ref.runtime.state = ActorState.STOPPED
 
-    def _may_restart(self, ref: ActorRef, kind: RestartKind, max_restarts: int, window_s: float) -> bool:
+    def _may_restart(self, ref: ActorEntry, kind: RestartKind, max_restarts: int, window_s: float) -> bool:
         if kind == RestartKind.TEMPORARY:
             return False
         now = trio.current_time()
@@ -235,7 +245,7 @@ class Supervisor:
             ref.crash_times.popleft()
         return len(ref.crash_times) <= max_restarts
 
-    def _fail_queued(self, ref: ActorRef) -> None:
+    def _fail_queued(self, ref: ActorEntry) -> None:
         reason = ref.stop_reason or "actor stopped"
         while True:
             try:

@@ -21,9 +21,9 @@ from diagd.actors._crash_pty import CrashDriver, MemorySink
 from diagd.actors._crash_sessions import SessionRecord
 from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import OutputStore
-from diagd.actors.base import Actor
+from diagd.actors.base import Op
 from diagd.actors.crash import CrashSession, Hooks, Phase, SessionSpec
-from diagd.daemon.supervisor import Supervisor
+from diagd.daemon.supervisor import ActorEntry, Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 FAKE = Path(__file__).resolve().parent.parent / "fixtures" / "fake_crash.py"
@@ -31,18 +31,16 @@ SID = "fake0001-000001"
 
 
 class Harness:
-    def __init__(self, supervisor: Supervisor, actor: CrashSession, events: list[tuple[str, Any]]) -> None:
+    def __init__(self, supervisor: Supervisor, ref: ActorEntry, actor: CrashSession,
+                 events: list[tuple[str, Any]]) -> None:
         self.supervisor = supervisor
+        self.ref = ref
         self.actor = actor
         self.events = events
 
     async def run(self, command: str, force: bool = False) -> dict[str, Any]:
-        def gone() -> Actor:
-            raise AssertionError("the actor must not be restarted")
-
         with trio.fail_after(20):
-            result, _ = await self.supervisor.ask("crash", "key", gone, "crash", {"command": command, "force": force})
-        return result
+            return await self.supervisor.ask(self.ref, Op("crash", {"command": command, "force": force}))
 
 
 @pytest.fixture(autouse=True)
@@ -73,13 +71,13 @@ async def session(tmp_path: Path, idle_timeout_s: float = 600, live: dict[str, A
                   settings=current)
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, idle_timeout_s=600)
-        ref = await supervisor.get_or_start("crash", "key", lambda: CrashSession(spec, store, hooks, "crash 8.0.2-x"),
-                                            idle_timeout_s=idle_timeout_s)
+        ref = await supervisor.start("crash", "key", lambda: CrashSession(spec, store, hooks, "crash 8.0.2-x"),
+                                     idle_timeout_s=idle_timeout_s)
         actor = ref.actor
         assert isinstance(actor, CrashSession)
         with trio.fail_after(20):
             await actor.crash_done.wait()
-        yield Harness(supervisor, actor, events)
+        yield Harness(supervisor, ref, actor, events)
         supervisor.stop_all("test over")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +12,8 @@ import pytest
 from diagd.actors._pcap_mask import Identities, Masker, SubscriberMask, identities_from
 from diagd.actors._pcap_tree import hexdump
 from diagd.actors.pcap import PcapSettings
-from diagd.daemon.tools import CallContext
+from diagd.actors.runtime import BackendConfig
+from diagd.actors.tooling import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 IDS = identities_from({
@@ -204,14 +204,12 @@ async def test_guard_off_is_a_pass_through_and_binary_exports_are_flagged(tmp_pa
 @pytest.mark.parametrize(("value", "ok"), [(True, True), (False, True), ("false", False), (1, False)])
 def test_the_setting_is_a_real_boolean(tmp_path: Path, value: object, ok: bool) -> None:
     """`mask_subscriber_ids = "false"` (a string) must not quietly mean true, nor 1 mean anything."""
-    config = SimpleNamespace(backend=lambda name: {"mask_subscriber_ids": value},
-                             daemon=SimpleNamespace(allowed_dirs=[]))
-    daemon: Any = SimpleNamespace(config=config, state_dir=tmp_path)
+    config = BackendConfig(table={"mask_subscriber_ids": value})
     if ok:
-        assert PcapSettings.from_daemon(daemon).mask_subscriber_ids is value
+        assert PcapSettings.from_config(config, tmp_path).mask_subscriber_ids is value
     else:
         with pytest.raises(DiagdError) as caught:
-            PcapSettings.from_daemon(daemon)
+            PcapSettings.from_config(config, tmp_path)
         assert caught.value.code == ErrorCode.INVALID_ARGUMENT and "true or false" in caught.value.message
 
 

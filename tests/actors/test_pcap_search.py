@@ -10,7 +10,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from diagd.actors.base import Request
+from diagd.actors.base import Op, Request
 from diagd.actors.pcap import CaptureSpec, PcapActor
 
 FRAMES = 20
@@ -56,7 +56,7 @@ def search_args(**extra: Any) -> dict[str, Any]:
 
 
 async def ask(actor: FakeCapture, **extra: Any) -> dict[str, Any]:
-    return await actor.handle(Request("text_search", search_args(**extra)))
+    return await actor.handle(Request(Op("text_search", search_args(**extra))))
 
 
 async def test_every_frame_is_searched_when_time_allows(autojump_clock: trio.testing.MockClock) -> None:

@@ -24,6 +24,7 @@ import trio
 import trio.testing
 
 from diagd.actors import serial
+from diagd.actors.runtime import Client
 from diagd.actors.serial import PortGone, PortIO, PortSettings, SerialBackend
 from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
@@ -137,15 +138,13 @@ class Harness:
         return result.payload
 
     def connect(self, client: str) -> None:
-        """Make `client` (kind:pid) look connected, as the daemon's connection table would."""
-        kind, _, pid = client.partition(":")
-        conn, _ = self.daemon.connection_table.admit(kind, int(pid))
-        assert conn is not None
+        """Make `client` (kind:pid) look connected, as the daemon tells back ends."""
+        _kind, _, pid = client.partition(":")
+        self.daemon.clients.connected(Client(client, int(pid)))
 
     def disconnect(self, client: str) -> None:
-        for conn in self.daemon.connection_table:
-            if conn.client == client:
-                self.daemon.connection_table.remove(conn)
+        _kind, _, pid = client.partition(":")
+        self.daemon.clients.gone(Client(client, int(pid)))
 
     def use_fakes(self, *ports: FakeSerial) -> None:
         """Open these scripted ports (in order) instead of real devices; run helpers inline."""
@@ -176,7 +175,7 @@ def harnesses(nursery: trio.Nursery, tmp_path: Path) -> Iterator[MakeHarness]:
         cfg = config_mod.parse({"daemon": {"idle_timeout_s": 600}, "serial": serial_config})
         state = tmp_path / f"state{len(made)}"
         daemon = Daemon(cfg, nursery, runtime_dir=tmp_path, state_dir=state)
-        made.append(Harness(daemon, serial.register(daemon)))
+        made.append(Harness(daemon, serial.register(daemon.runtime("serial"))))
         return made[-1]
 
     try:

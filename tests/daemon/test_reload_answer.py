@@ -51,7 +51,7 @@ async def test_a_reload_with_a_broken_crash_table_is_refused_and_the_old_config_
     async with trio.open_nursery() as nursery:
         daemon = Daemon(config_mod.load(path), nursery, runtime_dir=tmp_path, state_dir=tmp_path / "state")
         try:
-            crash.register(daemon)
+            crash.register(daemon.runtime("crash"))
             path.write_text("[crash]\noutput_lines = 7\ncommand_timeout_s = 300\n")
             answer = daemon.reload()
             assert answer["changed"] == ["[crash] command_timeout_s", "[crash] output_lines"]

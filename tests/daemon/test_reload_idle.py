@@ -7,7 +7,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from diagd.actors.base import Actor, ActorState, Request
+from diagd.actors.base import Actor, ActorState, Op, Request
 from diagd.daemon.supervisor import Supervisor
 
 
@@ -23,6 +23,11 @@ def sleeper(resource: str = "a") -> Any:
     return lambda: Sleeper(resource)
 
 
+async def call(sup: Supervisor, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    ref = await sup.start("sleeper", "a", sleeper())
+    return await sup.ask(ref, Op(op, args or {}))
+
+
 async def alive_at(sup: Supervisor, when: float, kind: str = "sleeper", resource: str = "a") -> bool:
     await trio.sleep_until(when)
     return sup.find(kind, resource) is not None
@@ -31,7 +36,7 @@ async def alive_at(sup: Supervisor, when: float, kind: str = "sleeper", resource
 async def test_a_shorter_timeout_moves_an_idle_actors_deadline(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=600)
-        await sup.ask("sleeper", "a", sleeper(), "ping", {})  # idle from t=0
+        await call(sup, "ping")  # idle from t=0
         await trio.sleep(100)
         ref = sup.find("sleeper", "a")
         assert ref is not None and ref.statistics()["idle_s_left"] == 500
@@ -46,7 +51,7 @@ async def test_a_timeout_shorter_than_the_idle_time_so_far_expires_the_actor_at_
         autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=600)
-        await sup.ask("sleeper", "a", sleeper(), "ping", {})
+        await call(sup, "ping")
         await trio.sleep(100)
         sup.set_idle_timeout(50)
         await trio.testing.wait_all_tasks_blocked()
@@ -57,7 +62,7 @@ async def test_a_timeout_shorter_than_the_idle_time_so_far_expires_the_actor_at_
 async def test_a_longer_timeout_keeps_an_idle_actor_alive(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=30)
-        await sup.ask("sleeper", "a", sleeper(), "ping", {})
+        await call(sup, "ping")
         await trio.sleep(20)
         sup.set_idle_timeout(100)
         assert await alive_at(sup, 99.999)
@@ -68,7 +73,7 @@ async def test_a_busy_actor_idles_out_by_the_new_timeout_after_its_call(
         autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=600)
-        nursery.start_soon(sup.ask, "sleeper", "a", sleeper(), "work", {"delay": 50})
+        nursery.start_soon(call, sup, "work", {"delay": 50})
         await trio.sleep(10)
         sup.set_idle_timeout(30)  # mid-call: the call finishes at t=50, idle from then
         assert await alive_at(sup, 79.999)
@@ -80,9 +85,9 @@ async def test_back_end_settings_follow_a_reload_and_fixed_timeouts_do_not(
     setting = {"idle_s": 600.0}
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=600)
-        followed = await sup.get_or_start("sleeper", "followed", sleeper("followed"),
+        followed = await sup.start("sleeper", "followed", sleeper("followed"),
                                           idle_timeout_s=lambda: setting["idle_s"])
-        fixed = await sup.get_or_start("sleeper", "fixed", sleeper("fixed"), idle_timeout_s=600)
+        fixed = await sup.start("sleeper", "fixed", sleeper("fixed"), idle_timeout_s=600)
         await trio.sleep(10)
         setting["idle_s"] = 40
         assert sup.set_idle_timeout(900) == [followed.id]

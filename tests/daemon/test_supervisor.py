@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from diagd.actors.base import Actor, ActorState, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, ActorGone, ActorState, Op, Request, RestartKind, SupervisionPolicy
+from diagd.actors.tooling import CallContext, current_call
 from diagd.daemon.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -45,10 +47,28 @@ def factory(resource: str) -> Any:
     return lambda: Scripted(resource)
 
 
+async def call(sup: Supervisor, resource: str, op: str, args: dict[str, Any] | None = None,
+               make: Any = None) -> dict[str, Any]:
+    """Start the actor (or take the running one), then ask it: what a back end's tool does."""
+    ref = await sup.start("scripted", resource, make or factory(resource))
+    return await sup.ask(ref, Op(op, args or {}))
+
+
+async def timed_call(sup: Supervisor, resource: str, op: str, args: dict[str, Any] | None = None
+                     ) -> tuple[dict[str, Any], float]:
+    """`call` inside a tool call's context: (result, the inbox wait the supervisor recorded)."""
+    ctx = CallContext(client="test")
+    token = current_call.set(ctx)
+    try:
+        return await call(sup, resource, op, args), ctx.queue_s
+    finally:
+        current_call.reset(token)
+
+
 async def test_idle_actor_expires_exactly_after_idle_timeout(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=30)
-        await sup.ask("scripted", "a", factory("a"), "ping", {})
+        await call(sup, "a", "ping")
         assert sup.find("scripted", "a") is not None
         await trio.sleep(29.999)
         assert sup.find("scripted", "a") is not None
@@ -61,9 +81,9 @@ async def test_idle_actor_expires_exactly_after_idle_timeout(autojump_clock: tri
 async def test_each_call_moves_the_idle_deadline(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=30)
-        await sup.ask("scripted", "a", factory("a"), "ping", {})
+        await call(sup, "a", "ping")
         await trio.sleep(20)
-        await sup.ask("scripted", "a", factory("a"), "ping", {})
+        await call(sup, "a", "ping")
         ref = sup.find("scripted", "a")
         assert ref is not None and ref.statistics()["idle_s_left"] == 30
         await trio.sleep(29)
@@ -76,11 +96,11 @@ async def test_calls_queue_in_the_inbox_and_report_their_wait(autojump_clock: tr
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
 
-        async def call() -> None:
-            results.append(await sup.ask("scripted", "a", factory("a"), "work", {"delay": 5}))
+        async def client() -> None:
+            results.append(await timed_call(sup, "a", "work", {"delay": 5}))
 
         for _ in range(3):
-            nursery.start_soon(call)
+            nursery.start_soon(client)
         await trio.sleep(16)
         nursery.cancel_scope.cancel()
     assert sorted(round(q, 6) for _, q in results) == [0, 5, 10]
@@ -93,7 +113,7 @@ async def test_crashing_actor_restarts_with_backoff_then_fails(autojump_clock: t
         t0 = trio.current_time()
         for expected_backoff in (1, 2):
             with pytest.raises(DiagdError) as info:
-                await sup.ask("scripted", "a", factory("a"), "crash", {})
+                await call(sup, "a", "crash")
             assert info.value.code == ErrorCode.ACTOR_FAILED
             await trio.testing.wait_all_tasks_blocked()
             ref = sup.find("scripted", "a")
@@ -104,12 +124,12 @@ async def test_crashing_actor_restarts_with_backoff_then_fails(autojump_clock: t
         assert trio.current_time() - t0 == 3
         # Third crash within the 10 s window exceeds max_restarts=2: the actor is failed and gone.
         with pytest.raises(DiagdError):
-            await sup.ask("scripted", "a", factory("a"), "crash", {})
+            await call(sup, "a", "crash")
         await trio.testing.wait_all_tasks_blocked()
         assert sup.find("scripted", "a") is None
         assert Scripted.starts == 3
         # A later call starts a fresh actor.
-        result, _ = await sup.ask("scripted", "a", factory("a"), "ping", {})
+        result = await call(sup, "a", "ping")
         assert result["op"] == "ping"
         nursery.cancel_scope.cancel()
 
@@ -119,7 +139,7 @@ async def test_crashes_outside_the_window_do_not_accumulate(autojump_clock: trio
         sup = Supervisor(nursery, idle_timeout_s=1000)
         for _ in range(5):
             with pytest.raises(DiagdError):
-                await sup.ask("scripted", "a", factory("a"), "crash", {})
+                await call(sup, "a", "crash")
             await trio.sleep(11)  # beyond window_s=10
         ref = sup.find("scripted", "a")
         assert ref is not None and ref.restarts == 5
@@ -132,16 +152,16 @@ async def test_queued_calls_survive_a_crash_and_are_served_by_the_restarted_acto
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
 
-        async def call(op: str) -> None:
+        async def client(op: str) -> None:
             try:
-                result, _ = await sup.ask("scripted", "a", factory("a"), op, {})
+                result = await call(sup, "a", op)
                 outcomes.append(result["op"])
             except DiagdError as exc:
                 outcomes.append(str(exc.code))
 
-        nursery.start_soon(call, "crash")
+        nursery.start_soon(client, "crash")
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(call, "after")
+        nursery.start_soon(client, "after")
         await trio.sleep(5)
         nursery.cancel_scope.cancel()
     assert outcomes == ["ACTOR_FAILED", "after"]
@@ -151,7 +171,7 @@ async def test_setup_error_reaches_the_caller_and_leaves_no_actor(autojump_clock
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
         with pytest.raises(DiagdError) as info:
-            await sup.ask("scripted", "broken", factory("broken"), "ping", {})
+            await call(sup, "broken", "ping")
         assert info.value.code == ErrorCode.BACKEND_UNAVAILABLE
         assert sup.actors() == []
 
@@ -161,7 +181,7 @@ async def test_two_first_calls_start_one_actor(autojump_clock: trio.testing.Mock
         sup = Supervisor(nursery, idle_timeout_s=100)
         async with trio.open_nursery() as calls:
             for _ in range(2):
-                calls.start_soon(sup.ask, "scripted", "a", factory("a"), "ping", {})
+                calls.start_soon(call, sup, "a", "ping")
         assert Scripted.starts == 1 and len(sup.actors()) == 1
         nursery.cancel_scope.cancel()
 
@@ -171,16 +191,16 @@ async def test_stopping_an_actor_fails_its_running_and_queued_calls(autojump_clo
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
 
-        async def call() -> None:
+        async def client() -> None:
             try:
-                await sup.ask("scripted", "a", factory("a"), "work", {"delay": 50})
+                await call(sup, "a", "work", {"delay": 50})
                 outcomes.append("ok")
             except DiagdError as exc:
                 outcomes.append(str(exc.code))
 
-        nursery.start_soon(call)
+        nursery.start_soon(client)
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(call)
+        nursery.start_soon(client)
         await trio.testing.wait_all_tasks_blocked()
         ref = sup.actors()[0]
         sup.stop(ref.id, reason="test")
@@ -194,11 +214,11 @@ async def test_an_abandoned_call_is_cancelled_inside_the_actor(autojump_clock: t
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
         with trio.move_on_after(3):
-            await sup.ask("scripted", "a", factory("a"), "work", {"delay": 50})
+            await call(sup, "a", "work", {"delay": 50})
         await trio.testing.wait_all_tasks_blocked()
         ref = sup.actors()[0]
         assert ref.runtime.state == ActorState.IDLE  # not still sleeping out the 50 s
-        result, queue_s = await sup.ask("scripted", "a", factory("a"), "ping", {})
+        result, queue_s = await timed_call(sup, "a", "ping")
         assert queue_s == 0 and result["at"] == 3
         nursery.cancel_scope.cancel()
 
@@ -219,6 +239,97 @@ async def test_temporary_actor_is_not_restarted(autojump_clock: trio.testing.Moc
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
         with pytest.raises(DiagdError):
-            await sup.ask("scripted", "t", lambda: Permanent("t"), "crash", {})
+            await call(sup, "t", "crash", make=lambda: Permanent("t"))
         await trio.testing.wait_all_tasks_blocked()
         assert sup.actors() == []
+
+
+@dataclass(frozen=True)
+class Work:
+    delay: float
+
+
+@dataclass(frozen=True)
+class Fail:
+    code: ErrorCode
+
+
+class Typed(Actor):
+    """An actor of the new kind: per-kind message dataclasses, dispatched with `match`."""
+
+    kind = "typed"
+
+    async def handle(self, request: Request) -> dict[str, Any]:
+        match request.message:
+            case Work(delay=delay):
+                await trio.sleep(delay)
+                return {"worked": delay, "at": trio.current_time()}
+            case Fail(code=code):
+                raise DiagdError(code, "asked to fail")
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"typed actor cannot handle {request.label}")
+
+
+async def test_ask_never_starts_an_actor(autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=30)
+        ref = await sup.start("typed", "a", lambda: Typed("a"))
+        assert await sup.start("typed", "a", lambda: Typed("other")) is ref  # the running one
+        assert (await sup.ask(ref, Work(1)))["worked"] == 1
+        await trio.sleep(31)  # expired
+        assert sup.find("typed", "a") is None and not ref.accepting
+        with pytest.raises(ActorGone) as info:
+            await sup.ask(ref, Work(1))
+        assert info.value.code == ErrorCode.ACTOR_FAILED and "idle timeout" in info.value.message
+        assert sup.actors() == []  # asking a stopped reference started nothing
+        fresh = await sup.start("typed", "a", lambda: Typed("a"))
+        assert fresh is not ref and fresh.id != ref.id
+        nursery.cancel_scope.cancel()
+
+
+async def test_ask_records_the_inbox_wait_in_the_call_even_when_the_reply_is_an_error(
+        autojump_clock: trio.testing.MockClock) -> None:
+    waits: dict[str, float] = {}
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=100)
+        ref = await sup.start("typed", "a", lambda: Typed("a"))
+
+        async def tool_call(name: str, message: object) -> None:
+            ctx = CallContext(client=name)
+            current_call.set(ctx)  # this task's context, as the registry sets it around a handler
+            try:
+                await sup.ask(ref, message)
+            except DiagdError:
+                pass
+            waits[name] = ctx.queue_s
+
+        nursery.start_soon(tool_call, "first", Work(4))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(tool_call, "second", Fail(ErrorCode.NOT_FOUND))
+        await trio.sleep(5)
+        with pytest.raises(DiagdError) as info:  # outside any call: nothing to record into
+            await sup.ask(ref, "not a message")
+        assert "cannot handle str" in info.value.message
+        nursery.cancel_scope.cancel()
+    assert waits == {"first": 0, "second": 4}
+
+
+async def test_status_names_what_a_running_request_asks(autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=100)
+        typed = await sup.start("typed", "a", lambda: Typed("a"))
+        legacy = await sup.start("scripted", "b", factory("b"))
+        nursery.start_soon(sup.ask, typed, Work(10))
+        nursery.start_soon(sup.ask, legacy, Op("work", {"delay": 10}))
+        await trio.testing.wait_all_tasks_blocked()
+        assert [r.statistics()["current_op"] for r in sup.actors()] == ["Work", "work"]
+        nursery.cancel_scope.cancel()
+
+
+def test_a_legacy_request_refuses_op_and_args_of_a_message() -> None:
+    async def run() -> None:
+        request = Request(Work(1))
+        with pytest.raises(TypeError, match=r"match on request\.message"):
+            _ = request.op
+        assert Request(Op("x", {"a": 1})).args == {"a": 1}
+
+    trio.run(run)

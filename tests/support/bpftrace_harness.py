@@ -87,7 +87,7 @@ async def bpftrace_daemon(state_dir: Path, settings: dict[str, Any] | None = Non
     async with trio.open_nursery() as nursery:
         config = config_mod.parse({"daemon": {"idle_timeout_s": 600}, "bpftrace": settings or {}})
         daemon = Daemon(config, nursery, runtime_dir=state_dir, state_dir=state_dir)
-        backend = bpftrace.register(daemon)
+        backend = bpftrace.register(daemon.runtime("bpftrace"))
         if spawn is not None:
             backend.spawn = spawn
         try:

@@ -10,7 +10,8 @@ from typing import Any
 
 import trio
 
-from diagd.actors.base import Actor, Request, SupervisionPolicy
+from diagd.actors.base import Actor, Op, Request, SupervisionPolicy
+from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -60,16 +61,14 @@ class EchoActor(Actor):
         return {"echoed": self.echoed}
 
 
-def register(daemon: Any) -> None:
+def register(runtime: Runtime) -> None:
     async def echo(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         resource = args.get("resource", "default")
-        result, queue_s = await daemon.supervisor.ask(
-            "echo", resource, lambda: EchoActor(resource), "crash" if args.get("crash") else "echo", args,
-            progress=ctx.progress)
-        ctx.queue_s += queue_s
+        ref = await runtime.start("echo", resource, lambda: EchoActor(resource))
+        result = await runtime.ask(ref, Op("crash" if args.get("crash") else "echo", args), progress=ctx.progress)
         return dict(result)
 
-    daemon.registry.register(ToolSpec(
+    runtime.register_tool(ToolSpec(
         name="echo",
         description="Echo a message through a per-resource actor (test back end).",
         input_schema={

@@ -1,0 +1,131 @@
+"""What a back end gets from the daemon: the `Runtime` its `register(runtime)` receives.
+
+Everything a back end may reach goes through this interface: registering its tools, starting,
+asking, finding and stopping its actors, its own config table (re-read on `diagd reload`, with a
+hook to refuse a broken table or say what waits for a reopen), its state directory, and the
+clients that connect and go. The daemon implements it (one runtime per back end, named after the
+back end's module: `diagd.actors.pcap` is `pcap`, its table `[pcap]`, its state dir `$state/pcap`);
+a test can implement it without one (tests/support/fake_runtime.py). Nothing here imports the daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from diagd.actors.base import Actor, ProgressFn
+from diagd.actors.tooling import ToolSpec
+
+ActorFactory = Callable[[], Actor]
+# An actor's idle timeout: None follows the daemon's idle_timeout_s; a callable reads a back end's
+# current setting (both follow a reload); a number stays fixed for the actor's life.
+IdleTimeout = float | Callable[[], float] | None
+
+
+class ActorRef(Protocol):
+    """A started actor, as `Runtime.start` returns it and `Runtime.ask` takes it.
+
+    A reference stays valid after its actor stopped: asking it then raises `ActorGone`; the
+    supervisor never starts a new actor behind it.
+    """
+
+    @property
+    def id(self) -> str: ...  # e.g. "serial-3": what diagd_status shows and diagd_stop_actor takes
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def actor(self) -> Actor | None: ...  # the current instance (a restart replaces it)
+
+    @property
+    def accepting(self) -> bool: ...  # False once it stops, expires or fails for good
+
+    def statistics(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """A back end's view of the config: its own table as the file has it, and the daemon-wide
+    settings back ends follow. A new object after each reload (the old one is never changed), so
+    settings parsed from it may be cached by identity."""
+
+    table: Mapping[str, Any] = field(default_factory=dict)  # [<back end>], raw: the back end parses it
+    allowed_dirs: tuple[str, ...] = ()  # [daemon] allowed_dirs: the default of a back end's own
+    regex_budget_s: float = 5.0  # [daemon] regex_budget_s: matching time one call may spend
+    call_timeout_s: float = 30.0  # [daemon] call_timeout_s: the limit of a tool without its own
+
+
+@dataclass(frozen=True)
+class Client:
+    """A connected client, as tool calls name it (`CallContext.client`)."""
+
+    name: str  # "mcp:<pid>" (an MCP client through `diagd mcp`) or "cli:<pid>" (a `diagd call` command)
+    pid: int
+    # One short-lived command (`diagd call`): whatever it holds ends with its connection.
+    ephemeral: bool = False
+
+
+# Called by a reload with the old and the new config: returns notes on changed settings that do not
+# apply to what is already open (`not_yet_applied`), or raises DiagdError to refuse the new config.
+ReloadHook = Callable[[BackendConfig, BackendConfig], list[dict[str, Any]]]
+ClientHook = Callable[[Client], None]
+
+
+class Runtime(Protocol):
+    """Everything a back end gets (see the module docstring); the daemon implements it per back end."""
+
+    @property
+    def name(self) -> str: ...  # the back end's name: its config table and state dir
+
+    @property
+    def state_dir(self) -> Path: ...  # $state/<name>: the back end's own files (created by the back end)
+
+    # -- tools
+
+    def register_tool(self, spec: ToolSpec) -> None: ...
+
+    # -- actors
+
+    async def start(self, kind: str, resource: str, factory: ActorFactory, *,
+                    idle_timeout_s: IdleTimeout = None) -> ActorRef:
+        """Start the actor for (kind, resource), or return the one running (two racing starts start
+        it once). The actor's setup errors are raised here."""
+        ...
+
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+        """Send `message` to the actor and wait for its reply; never starts one (`ActorGone` when it
+        has stopped). The inbox wait is added to the current call's `queue_s`."""
+        ...
+
+    def find(self, kind: str, resource: str) -> ActorRef | None: ...
+
+    def actors(self, kind: str) -> list[ActorRef]: ...
+
+    def stop(self, ref: ActorRef, reason: str) -> None:
+        """Stop the actor (its running and queued requests fail); nothing if it has stopped already."""
+        ...
+
+    # -- config
+
+    def config(self) -> BackendConfig: ...
+
+    def on_reload(self, hook: ReloadHook) -> None: ...
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read the config file for the whole daemon (what `diagd reload` does), returning its answer."""
+        ...
+
+    @property
+    def shutting_down(self) -> bool: ...  # the daemon is stopping: actors stop for that, not for failure
+
+    # -- clients
+
+    def clients(self) -> list[Client]: ...  # the clients connected now
+
+    def on_client(self, *, connected: ClientHook | None = None, gone: ClientHook | None = None) -> None: ...
