@@ -9,11 +9,12 @@ import re
 import shlex
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from diagd.actors import _confine, system
 from diagd.actors._subprocess import Step
+from diagd.actors.settings import parse_table, refuse, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_SIGINT_GRACE_S = 60.0
@@ -25,17 +26,19 @@ class BpftraceSettings:
     path: str = "bpftrace"
     privileged_helper: str = ""  # e.g. "sudo -n": prefixed to every bpftrace command
     allow_unsafe: bool = False  # pass --unsafe (system(), signal(), override())
-    max_run_s: float = 60.0
-    default_timeout_s: float = 10.0
-    max_lines: int = 10_000
-    max_output_bytes: int = 16 * 1024 * 1024
-    max_concurrent: int = 5
-    stop_grace_s: float = 5.0  # SIGINT -> SIGKILL, plus stop_s_per_probe per attached probe
-    stop_s_per_probe: float = 0.15
-    start_timeout_s: float = 20.0  # exec_program waits this long for bpftrace to attach
-    linger_s: float = 60.0  # a finished execution's actor stays this long, then results come from disk
-    keep_executions: int = 200  # persisted executions kept on disk
-    probe_cache_s: float = 30.0
+    max_run_s: float = setting(60.0, positive=True)
+    default_timeout_s: float = setting(10.0, positive=True)
+    max_lines: int = setting(10_000, positive=True)
+    max_output_bytes: int = setting(16 * 1024 * 1024, positive=True)
+    max_concurrent: int = setting(5, positive=True)
+    # SIGINT -> SIGKILL, plus stop_s_per_probe per attached probe
+    stop_grace_s: float = setting(5.0, positive=True)
+    stop_s_per_probe: float = setting(0.15, minimum=0)
+    start_timeout_s: float = setting(20.0, positive=True)  # exec_program waits this long for bpftrace to attach
+    # a finished execution's actor stays this long, then results come from disk
+    linger_s: float = setting(60.0, minimum=0)
+    keep_executions: int = setting(200, positive=True)  # persisted executions kept on disk
+    probe_cache_s: float = setting(30.0, positive=True)
     # Where bpftrace cannot be confined by Landlock (kernel without it, or privileged_helper: sudo cannot
     # run under no_new_privs), programs using its file helpers (cat(), #include) are refused; true
     # accepts that they read any file as root.
@@ -43,29 +46,16 @@ class BpftraceSettings:
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> BpftraceSettings:
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(raw) - set(known))
-        if unknown:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown [bpftrace] config keys: {unknown}",
-                             known=sorted(known))
-        values: dict[str, Any] = {}
-        for name, value in raw.items():
-            default = getattr(cls, name)
-            if not _same_kind(value, default):
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[bpftrace] {name} must be "
-                                 f"{_KIND_NAMES[type(default)]}", key=name, value=repr(value))
-            numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
-            if numeric and (value < 0 or (value == 0 and name not in _MAY_BE_ZERO)):
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[bpftrace] {name} must be positive", key=name)
-            values[name] = float(value) if isinstance(default, float) else value
-        settings = cls(**values)
-        if settings.default_timeout_s > settings.max_run_s:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "[bpftrace] default_timeout_s exceeds max_run_s")
+        return parse_table(cls, "bpftrace", raw)
+
+    def __post_init__(self) -> None:
+        if self.default_timeout_s > self.max_run_s:
+            raise refuse("bpftrace", "default_timeout_s", f"({self.default_timeout_s:g}) exceeds max_run_s "
+                         f"({self.max_run_s:g})")
         try:
-            shlex.split(settings.privileged_helper)
+            shlex.split(self.privileged_helper)
         except ValueError as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[bpftrace] privileged_helper: {exc}") from None
-        return settings
+            raise refuse("bpftrace", "privileged_helper", f": {exc}") from None
 
     @property
     def helper_argv(self) -> list[str]:
@@ -107,20 +97,6 @@ class BpftraceSettings:
         per_probe = self.stop_s_per_probe * (probes or 0)
         return (Step("sigint", signal.SIGINT, min(self.stop_grace_s + per_probe, MAX_SIGINT_GRACE_S)),
                 Step("sigkill", signal.SIGKILL, min(5.0 + per_probe, MAX_KILL_WAIT_S)))
-
-
-_MAY_BE_ZERO = frozenset({"linger_s", "stop_s_per_probe"})
-_KIND_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-
-
-def _same_kind(value: Any, default: Any) -> bool:
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(default, bool)
-    if isinstance(default, int):
-        return isinstance(value, int)
-    if isinstance(default, float):
-        return isinstance(value, (int, float))
-    return isinstance(value, str)
 
 
 def check_privileges(settings: BpftraceSettings) -> None:

@@ -1,9 +1,10 @@
 """The crash back end's configuration: the [crash] section and the crash options a caller may pass.
 
-`CrashSettings.from_raw` turns the raw [crash] table into typed settings, refusing unknown keys and
-values of the wrong type. `validate_crash_args` allow-lists crash's own options: only those that
-change how the dump is read; input files, live-system switches, output files and extra positional
-paths are refused, since the dump and vmlinux come in as checked paths.
+`CrashSettings.from_raw` turns the raw [crash] table into typed settings (`actors/settings.py`
+refuses unknown keys and values of the wrong kind or out of bounds). `validate_crash_args`
+allow-lists crash's own options: only those that change how the dump is read; input files,
+live-system switches, output files and extra positional paths are refused, since the dump and
+vmlinux come in as checked paths.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagd.actors._crash_store import MAX_PAGE_LINES
+from diagd.actors.settings import parse_table, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # crash options that only change how the dump is read; anything else (input files, live-system
@@ -25,18 +27,18 @@ CRASH_VALUED = frozenset({"--machdep", "-m", "--cpus", "--kaslr", "--reloc", "--
 
 @dataclass(frozen=True)
 class CrashSettings:
-    allowed_dirs: tuple[str, ...] = ()
+    allowed_dirs: tuple[str, ...] = ()  # default: [daemon] allowed_dirs
     crash_binary: str = "crash"
-    idle_timeout_s: float = 1800.0
-    load_timeout_s: float = 180.0
-    command_timeout_s: float = 120.0
-    drgn_timeout_s: float = 60.0
-    interrupt_grace_s: float = 10.0
-    output_lines: int = 20
-    max_output_bytes: int = 64 * 1024 * 1024
-    max_sessions: int = 4
-    keep_sessions: int = 50
-    log_tail_lines: int = 40
+    idle_timeout_s: float = setting(1800.0, positive=True)
+    load_timeout_s: float = setting(180.0, positive=True)
+    command_timeout_s: float = setting(120.0, positive=True)
+    drgn_timeout_s: float = setting(60.0, positive=True)
+    interrupt_grace_s: float = setting(10.0, minimum=0)
+    output_lines: int = setting(20, minimum=1, maximum=MAX_PAGE_LINES)
+    max_output_bytes: int = setting(64 * 1024 * 1024, positive=True)
+    max_sessions: int = setting(4, positive=True)
+    keep_sessions: int = setting(50, minimum=0)
+    log_tail_lines: int = setting(40, minimum=0)
     script_dirs: tuple[str, ...] = ()
     allow_shell: bool = False
     allow_extend: bool = False
@@ -48,26 +50,7 @@ class CrashSettings:
 
     @classmethod
     def from_raw(cls, raw: Mapping[str, Any], daemon_allowed: tuple[str, ...] = ()) -> CrashSettings:
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(raw) - known
-        if unknown:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown [crash] keys: {sorted(unknown)}",
-                             known=sorted(known))
-        values: dict[str, Any] = {"allowed_dirs": tuple(raw.get("allowed_dirs", daemon_allowed))}
-        defaults = cls()
-        for name in known - {"allowed_dirs"}:
-            if name in raw:
-                default = getattr(defaults, name)
-                value = raw[name]
-                try:
-                    values[name] = tuple(str(v) for v in value) if isinstance(default, tuple) else type(default)(value)
-                except (TypeError, ValueError):
-                    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[crash] {name} must be {type(default).__name__}",
-                                     value=value) from None
-        settings = cls(**values)
-        if not 1 <= settings.output_lines <= MAX_PAGE_LINES:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[crash] output_lines must be 1..{MAX_PAGE_LINES}")
-        return settings
+        return parse_table(cls, "crash", raw, inherited={"allowed_dirs": daemon_allowed})
 
 
 def validate_crash_args(raw: list[str]) -> list[str]:

@@ -17,10 +17,11 @@ import string
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diagd.actors.settings import parse_table, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _HEX_DIGITS = frozenset(string.hexdigits)
@@ -409,32 +410,18 @@ class SerialConfig:
     """The [serial] config table."""
 
     allowed_ports: tuple[str, ...] = ()
-    baudrate: int = 115200
-    idle_ms: int = 50
-    max_reply_bytes: int = 4096
-    urc_max_packets: int = 1000
-    urc_max_bytes: int = 1 << 20
-    write_timeout_ms: int = 5000
-    log_max_bytes: int = 1 << 30
-    log_keep: int = 20
+    baudrate: int = setting(115200, positive=True)
+    idle_ms: int = setting(50, positive=True)
+    max_reply_bytes: int = setting(4096, positive=True)
+    urc_max_packets: int = setting(1000, positive=True)
+    urc_max_bytes: int = setting(1 << 20, positive=True)
+    write_timeout_ms: int = setting(5000, positive=True)
+    log_max_bytes: int = setting(1 << 30, positive=True)
+    log_keep: int = setting(20, positive=True)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> SerialConfig:
-        known = {f.name for f in fields(cls)}
-        if unknown := set(raw) - known:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown [serial] config keys: {sorted(unknown)}",
-                             known=sorted(known))
-        values: dict[str, Any] = {}
-        for key, value in raw.items():
-            if key == "allowed_ports":
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise DiagdError(ErrorCode.INVALID_ARGUMENT, "[serial] allowed_ports must be a list of paths")
-                values[key] = tuple(value)
-            elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[serial] {key} must be a positive integer")
-            else:
-                values[key] = value
-        return cls(**values)
+        return parse_table(cls, "serial", raw)
 
 
 @dataclass(frozen=True)

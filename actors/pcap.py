@@ -26,8 +26,8 @@ import shutil
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from diagd.actors._wireshark import (
 )
 from diagd.actors.base import Actor, Op, Request, SupervisionPolicy
 from diagd.actors.runtime import BackendConfig, Runtime
+from diagd.actors.settings import parse_table, refuse, setting
 from diagd.actors.tooling import CallContext, Handler, ToolSpec, caller_cwd
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -79,42 +80,23 @@ DEFAULT_COLUMNS = ("number", "time_relative", "src", "dst", "protocol", "length"
 
 @dataclass(frozen=True)
 class PcapSettings:
-    allowed_dirs: tuple[str, ...]
-    output_dir: Path
-    max_loaded: int = 4
-    idle_timeout_s: float = 900.0
-    max_exports: int = 50
+    allowed_dirs: tuple[str, ...] = ()  # default: [daemon] allowed_dirs
+    output_dir: Path = Path("exports")  # default: $state/pcap/exports
+    max_loaded: int = setting(4, positive=True)
+    idle_timeout_s: float = setting(900.0, positive=True)
+    max_exports: int = setting(50, positive=True)
     mask_subscriber_ids: bool = False
-    max_detail_bytes: int = 2 * 1024 * 1024
-    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
-    packet_list_columns: tuple[dict[str, str], ...] = ()
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # [pcap.profiles.<name>], + BUILTIN_PROFILES
+    packet_list_columns: tuple[dict[str, str], ...] = setting((), items=dict)
 
     @classmethod
     def from_config(cls, config: BackendConfig, state_dir: Path) -> PcapSettings:
-        raw = config.table
-        profiles = {**BUILTIN_PROFILES, **raw.get("profiles", {})}
-        for name, prof in profiles.items():
+        parsed = parse_table(cls, "pcap", config.table, inherited={"allowed_dirs": config.allowed_dirs,
+                                                                    "output_dir": state_dir / "exports"})
+        for name, prof in parsed.profiles.items():
             if not isinstance(prof, dict):
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[pcap.profiles.{name}] must be a table")
-        return cls(
-            allowed_dirs=tuple(raw.get("allowed_dirs", config.allowed_dirs)),
-            output_dir=Path(raw.get("output_dir", state_dir / "exports")),
-            max_loaded=int(raw.get("max_loaded", 4)),
-            idle_timeout_s=float(raw.get("idle_timeout_s", 900)),
-            max_exports=int(raw.get("max_exports", 50)),
-            mask_subscriber_ids=_flag(raw, "mask_subscriber_ids"),
-            profiles=profiles,
-            packet_list_columns=tuple(raw.get("packet_list_columns", ())),
-        )
-
-
-def _flag(raw: Mapping[str, Any], name: str) -> bool:
-    """A boolean setting; `"false"` (a string) would be truthy, so anything but true/false is refused."""
-    value = raw.get(name, False)
-    if not isinstance(value, bool):
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[pcap] {name} must be true or false, not {value!r}",
-                         setting=f"pcap.{name}")
-    return value
+                raise refuse("pcap", f"profiles.{name}", "must be a table")
+        return replace(parsed, profiles={**BUILTIN_PROFILES, **parsed.profiles})
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The one TOML config file, parsed into frozen dataclasses (stdlib only).
+"""The one TOML config file, parsed into frozen dataclasses (stdlib only, `actors/settings.py`'s parser).
 
 Reloading builds a new `Config`; nothing mutates a config in place, so an actor that holds a
 reference keeps a consistent view until it asks for the new one.
@@ -7,10 +7,11 @@ reference keeps a consistent view until it asks for the new one.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diagd.actors.settings import parse_table, setting
 from diagd.daemon import paths
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -19,23 +20,23 @@ VISIBILITY_MODES = ("verbose", "simple", "off")
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    idle_timeout_s: float = 600.0
-    call_timeout_s: float = 30.0
-    max_line_bytes: int = 8 * 1024 * 1024
-    max_connections: int = 64
+    idle_timeout_s: float = setting(600.0, positive=True)
+    call_timeout_s: float = setting(30.0, positive=True)
+    max_line_bytes: int = setting(8 * 1024 * 1024, positive=True)
+    max_connections: int = setting(64, positive=True)
     # Connection deadlines: a new connection's first message (control hello / first MCP line)
     # must be complete within handshake_timeout_s; a control frame, once its first byte came,
     # within frame_timeout_s. Half-received large control frames share control_buffer_bytes.
-    handshake_timeout_s: float = 10.0
-    frame_timeout_s: float = 10.0
-    control_buffer_bytes: int = 4 * 1024 * 1024
-    inbox_size: int = 32
-    audit_max_bytes: int = 10 * 1024 * 1024
-    audit_keep: int = 5
-    visibility: str = "verbose"
+    handshake_timeout_s: float = setting(10.0, positive=True)
+    frame_timeout_s: float = setting(10.0, positive=True)
+    control_buffer_bytes: int = setting(4 * 1024 * 1024, positive=True)
+    inbox_size: int = setting(32, positive=True)
+    audit_max_bytes: int = setting(10 * 1024 * 1024, positive=True)
+    audit_keep: int = setting(5, minimum=0)
+    visibility: str = setting("verbose", choices=VISIBILITY_MODES)
     allowed_dirs: tuple[str, ...] = ()
     # Seconds of regex matching one call may spend on a caller's pattern (all lines, fields, frames).
-    regex_budget_s: float = 5.0
+    regex_budget_s: float = setting(5.0, positive=True)
     # Extra back-end modules to load (dotted import paths); tests use it for their echo actor.
     extra_backends: tuple[str, ...] = ()
 
@@ -64,22 +65,6 @@ def load(path: Path | None = None) -> Config:
 
 
 def parse(raw: dict[str, Any], *, source: str = "<memory>") -> Config:
-    daemon_raw = dict(raw.get("daemon", {}))
-    known = {f.name: f for f in fields(DaemonConfig)}
-    unknown = set(daemon_raw) - set(known)
-    if unknown:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown [daemon] keys in {source}: {sorted(unknown)}")
-    for key in ("allowed_dirs", "extra_backends"):
-        if key in daemon_raw:
-            daemon_raw[key] = tuple(daemon_raw[key])
-    if daemon_raw.get("visibility", "verbose") not in VISIBILITY_MODES:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] visibility must be one of {VISIBILITY_MODES}")
-    try:
-        daemon = DaemonConfig(**daemon_raw)
-    except TypeError as exc:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"bad [daemon] table in {source}: {exc}") from None
-    for key in ("handshake_timeout_s", "frame_timeout_s", "max_connections", "control_buffer_bytes"):
-        if not isinstance(getattr(daemon, key), int | float) or getattr(daemon, key) <= 0:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] {key} must be a positive number in {source}")
+    daemon = parse_table(DaemonConfig, "daemon", raw.get("daemon", {}), source=source)
     backends = {k: v for k, v in raw.items() if k != "daemon" and isinstance(v, dict)}
     return Config(daemon=daemon, backends=backends, source=source)

@@ -89,7 +89,7 @@ def test_a_missing_tracepoint_without_tracefs_says_how_to_mount_it(monkeypatch: 
 
 
 def test_settings_are_checked_and_sudo_never_prompts() -> None:
-    with pytest.raises(DiagdError, match=r"unknown \[bpftrace\] config keys"):
+    with pytest.raises(DiagdError, match=r"\[bpftrace\] max_line is not a setting \(did you mean max_lines\?\)"):
         BpftraceSettings.parse({"max_line": 5})
     with pytest.raises(DiagdError, match="max_lines must be an integer"):
         BpftraceSettings.parse({"max_lines": "many"})
