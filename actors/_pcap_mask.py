@@ -31,6 +31,7 @@ import structlog
 import trio
 
 from diagd.actors._pcap_tree import HEX_COLUMN, TEXT_GAP, hex_line
+from diagd.actors._subprocess import run
 from diagd.actors.tooling import CallContext, Handler
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -434,11 +435,14 @@ class SubscriberMask:
         for f in fields:
             command += ["-e", f]
         try:
-            done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
-        except OSError as exc:
-            raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, f"tshark cannot run to list subscriber identities: {exc}",
-                             hint="mask_subscriber_ids = true needs tshark; results are withheld") from None
-        stderr = done.stderr.decode(errors="replace")
+            done = await run(command)
+        except DiagdError as exc:
+            if exc.code is not ErrorCode.BACKEND_UNAVAILABLE:
+                raise
+            raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, f"tshark cannot run to list subscriber identities: "
+                             f"{exc.message}", hint="mask_subscriber_ids = true needs tshark; results are withheld"
+                             ) from None
+        stderr = done.stderr
         if done.returncode != 0 and not ("cut short" in stderr and done.stdout):
             # Fail closed: without the identity list a result could show digits the patterns miss.
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
@@ -446,7 +450,7 @@ class SubscriberMask:
                              "withheld (mask_subscriber_ids = true)",
                              stderr=stderr.strip()[-1000:])
         values: dict[str, list[str]] = {f: [] for f in fields}
-        for line in done.stdout.decode(errors="replace").splitlines():
+        for line in done.out.splitlines():
             for f, cell in zip(fields, line.split("\t"), strict=False):
                 if cell:
                     values[f].extend(cell.split(",") if f not in TEXT_FIELDS else [cell])

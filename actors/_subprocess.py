@@ -4,19 +4,27 @@ stopped in named, bounded escalation steps (graceful -> SIGTERM to the group -> 
 Every actor that runs a tool (sharkd, bpftrace, crash, the drgn worker) goes through here, so
 no child outlives its actor and no full pipe ever blocks a child. Every child also gets a waiter
 (`reap`): it is reaped the moment it exits (never `<defunct>` until someone next looks) and its
-pipes are closed then, not when the garbage collector gets to them.
+pipes are closed then, not when the garbage collector gets to them. Short commands that run to
+completion (`tshark -G`, `capinfos`, `crash --version`, `bpftrace -l`) go through `run`: bounded
+output, an optional timeout, the same stop escalation when it passes or the caller is cancelled.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import shlex
 import signal
 import subprocess
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
+
+from diagd.actors.base import sole_exception
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 @dataclass(frozen=True)
@@ -159,7 +167,7 @@ class Tail:
     def feed(self, data: bytes | bytearray) -> None:
         self._chunks.append(bytes(data))
         self._size += len(data)
-        while self._size > self.limit and len(self._chunks) > 1:
+        while len(self._chunks) > 1 and self._size - len(self._chunks[0]) >= self.limit:  # keep `limit` bytes
             self._size -= len(self._chunks.popleft())
 
     def text(self) -> str:
@@ -202,3 +210,69 @@ class LineSplitter:
         if self._buffer:
             self._on_line(bytes(self._buffer).decode(errors="replace").rstrip("\r"))
             self._buffer.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands run to completion
+
+
+class Spawn(Protocol):
+    """Starts a process (`open_process`; scripted fakes in tests)."""
+
+    def __call__(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Awaitable[trio.Process]: ...
+
+
+MAX_OUTPUT_BYTES = 256 * 1024 * 1024  # what a short command may print before it is stopped
+STDERR_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int  # negative: killed by that signal
+    stdout: bytes
+    stderr: str  # its last STDERR_TAIL_BYTES, decoded
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+async def run(argv: Sequence[str], *, timeout_s: float | None = None, max_output_bytes: int = MAX_OUTPUT_BYTES,
+              env: dict[str, str] | None = None, spawn: Spawn = open_process, steps: Sequence[Step] = TERM_THEN_KILL,
+              fix: str = "") -> Completed:
+    """Run `argv` (no shell, its own process group, stdin /dev/null) to completion.
+
+    Coded errors: BACKEND_UNAVAILABLE when it cannot start (`fix` says how to install it), TIMEOUT
+    past `timeout_s`, OUTPUT_TOO_LARGE past `max_output_bytes` of stdout. In every case, and when the
+    caller is cancelled, the child is stopped by `steps` (its whole group) and reaped.
+    """
+    try:
+        proc = await spawn(argv, env=env)
+    except OSError as exc:
+        details = {"fix": fix} if fix else {}
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"{argv[0]} cannot run: {exc.strerror or exc}",
+                         command=argv[0], **details) from None
+    out, err = bytearray(), Tail(STDERR_TAIL_BYTES)
+
+    def collect(chunk: bytes | bytearray) -> None:
+        out.extend(chunk)
+        if len(out) > max_output_bytes:
+            raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"{argv[0]} printed more than {max_output_bytes} bytes",
+                             command=argv[0], max_output_bytes=max_output_bytes)
+
+    try:
+        with trio.fail_after(timeout_s if timeout_s is not None else math.inf):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain, proc.stdout, collect)
+                nursery.start_soon(drain, proc.stderr, err.feed)
+                await proc.wait()
+    except trio.TooSlowError:
+        raise DiagdError(ErrorCode.TIMEOUT, f"{shlex.join(argv)[:200]} did not finish within {timeout_s:g} s",
+                         command=argv[0], timeout_s=timeout_s) from None
+    except BaseExceptionGroup as group:  # collect's OUTPUT_TOO_LARGE, from inside the nursery
+        raise sole_exception(group) from None
+    finally:
+        await stop_process(proc, steps)
+        await close_pipes(proc)
+    return Completed(-1 if proc.returncode is None else proc.returncode, bytes(out), err.text())
+

@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, stop_process
+from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, run, stop_process
 from diagd.actors._wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -47,9 +47,8 @@ TRUNCATED = "cut short in the middle of a packet"
 
 async def _run(argv: list[str], warnings: list[str] | None = None) -> str:
     # TZ=UTC: capinfos prints local times.
-    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False,
-                                  env={**os.environ, "TZ": "UTC"})
-    err = done.stderr.decode(errors="replace")
+    done = await run(argv, env={**os.environ, "TZ": "UTC"})
+    err = done.stderr
     if done.returncode != 0 and not (TRUNCATED in err and done.stdout):  # a cut-short file still has data
         messages = [line for line in err.splitlines() if line and not line.startswith("Running as user")]
         message = "\n".join(messages)[-2000:]
@@ -60,7 +59,7 @@ async def _run(argv: list[str], warnings: list[str] | None = None) -> str:
                          exit_code=done.returncode)
     if warnings is not None and TRUNCATED in err:
         warnings.append(f"The file appears to have been {TRUNCATED}: frames up to the cut are shown")
-    return done.stdout.decode(errors="replace")
+    return done.out
 
 
 async def frames(base: list[str], display_filter: str) -> list[dict[str, Any]]:
@@ -149,10 +148,9 @@ async def capture_facts(path: Path, sha256: str, size: int) -> CaptureFacts:
         _facts.move_to_end(sha256)
         return _facts[sha256]
     argv = ["capinfos", "-M", "-T", "-r", "-t", "-E", "-c", "-u", "-a", "-e", str(path)]
-    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False,
-                                  env={**os.environ, "TZ": "UTC"})  # capinfos prints local times
-    out = done.stdout.decode(errors="replace").strip()
-    err = done.stderr.decode(errors="replace").strip()
+    done = await run(argv, env={**os.environ, "TZ": "UTC"})  # capinfos prints local times
+    out = done.out.strip()
+    err = done.stderr.strip()
     warning = None
     if done.returncode != 0:
         if TRUNCATED in err and out:

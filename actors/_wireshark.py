@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from diagd.actors._subprocess import run
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # Wireshark's default packet-list columns, as `tshark -T fields -e _ws.col.<title>` names them. These
@@ -91,25 +92,31 @@ async def catalogue() -> Catalogue:
             if tshark is None:
                 raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, "tshark is not installed",
                                  fix="apt-get install tshark (scripts/setup.sh does it)")
-            fields_out = await trio.run_process([tshark, "-G", "fields"], capture_stdout=True, capture_stderr=True)
-            protos_out = await trio.run_process([tshark, "-G", "protocols"], capture_stdout=True,
-                                                capture_stderr=True)
-            version_out = await trio.run_process([tshark, "-v"], capture_stdout=True, capture_stderr=True)
+            fields_out, protos_out, version_out = [await _tshark(tshark, *args)
+                                                   for args in (("-G", "fields"), ("-G", "protocols"), ("-v",))]
             fields: dict[str, tuple[str, str, str]] = {}
             protocols: dict[str, str] = {}
-            for line in fields_out.stdout.decode(errors="replace").splitlines():
+            for line in fields_out.splitlines():
                 parts = line.split("\t")
                 if parts[0] == "F" and len(parts) >= 5:
                     fields[parts[2]] = (parts[1], parts[3], parts[4])
                 elif parts[0] == "P" and len(parts) >= 3:
                     protocols[parts[2]] = parts[1]
-            for line in protos_out.stdout.decode(errors="replace").splitlines():
+            for line in protos_out.splitlines():
                 parts = line.split("\t")
                 if len(parts) == 3:
                     protocols[parts[2]] = parts[0]
-            version = version_out.stdout.decode(errors="replace").splitlines()[0].strip()
+            version = version_out.splitlines()[0].strip()
             _catalogue = Catalogue(fields, protocols, version)
     return _catalogue
+
+
+async def _tshark(tshark: str, *args: str) -> str:
+    done = await run([tshark, *args], timeout_s=120)
+    if done.returncode != 0 or not done.stdout:
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark {' '.join(args)} failed",
+                         stderr=done.stderr.strip()[-1000:], exit_code=done.returncode)
+    return done.out
 
 
 _sha_cache: dict[tuple[int, int, int, int], str] = {}

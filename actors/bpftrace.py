@@ -37,13 +37,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shlex
 import shutil
 import signal
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import structlog
 import trio
@@ -94,7 +93,16 @@ from diagd.actors._bpftrace_store import EXECUTION_ID as EXECUTION_ID
 from diagd.actors._bpftrace_store import ExecutionStore
 from diagd.actors._bpftrace_store import _kill_leftover as _kill_leftover
 from diagd.actors._bpftrace_store import proc_starttime as _proc_starttime
-from diagd.actors._subprocess import TERM_THEN_KILL, LineSplitter, Step, Tail, drain, open_process, stop_process
+from diagd.actors._subprocess import (
+    LineSplitter,
+    Spawn,
+    Step,
+    Tail,
+    drain,
+    open_process,
+    run,
+    stop_process,
+)
 from diagd.actors.base import Actor, ActorGone, Op, Request, RestartKind, SupervisionPolicy
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSpec
@@ -103,12 +111,6 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 log = structlog.get_logger("diagd.bpftrace")
 
 KIND = "bpftrace"
-
-
-class Spawn(Protocol):
-    """Starts a process (`open_process`; scripted fakes in tests)."""
-
-    def __call__(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Awaitable[trio.Process]: ...
 
 
 
@@ -422,26 +424,8 @@ async def _close_pipes(proc: trio.Process) -> None:
 async def run_command(argv: Sequence[str], timeout_s: float = 30.0, spawn: Spawn = open_process,
                       ) -> tuple[int, str, str]:
     """Run a short bpftrace command to completion: (exit code, stdout, stderr); always reaped."""
-    try:
-        proc = await spawn(argv)
-    except FileNotFoundError:
-        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {argv[0]!r}",
-                         fix=system.APT_HINT.format(pkg="bpftrace")) from None
-    out, err = bytearray(), bytearray()
-    try:
-        with trio.fail_after(timeout_s):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(drain, proc.stdout, out.extend)
-                nursery.start_soon(drain, proc.stderr, err.extend)
-                await proc.wait()
-    except trio.TooSlowError:
-        raise DiagdError(ErrorCode.TIMEOUT, f"{shlex.join(argv)[:200]} did not finish within {timeout_s:g} s") from None
-    finally:
-        await stop_process(proc, TERM_THEN_KILL)
-        with trio.CancelScope(shield=True):
-            await _close_pipes(proc)
-    rc = proc.returncode
-    return -1 if rc is None else rc, out.decode(errors="replace"), err.decode(errors="replace")
+    done = await run(argv, timeout_s=timeout_s, spawn=spawn, fix=system.APT_HINT.format(pkg="bpftrace"))
+    return done.returncode, done.out, done.stderr
 
 
 # ---------------------------------------------------------------------------------------------

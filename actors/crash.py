@@ -72,7 +72,7 @@ from diagd.actors._crash_sessions import MAX_REVIVALS, OPEN_STATES, SessionRecor
 from diagd.actors._crash_settings import CrashSettings, validate_crash_args
 from diagd.actors._crash_store import MAX_PAGE_LINES, Entry, OutputStore
 from diagd.actors._paths import resolve_allowed
-from diagd.actors._subprocess import Step, stop_process
+from diagd.actors._subprocess import Step, run, stop_process
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Actor, ActorGone, Op, Request, RestartKind, SupervisionPolicy
 from diagd.actors.runtime import BackendConfig, Client, Runtime
@@ -690,8 +690,8 @@ class CrashBackend:
 
     async def crash_version(self, binary: str) -> str | None:
         if self._crash_version is None:
-            done = await trio.run_process([binary, "--version"], capture_stdout=True, capture_stderr=True, check=False)
-            lines = [ln.strip() for ln in done.stdout.decode(errors="replace").splitlines() if ln.strip()]
+            done = await run([binary, "--version"], timeout_s=30)
+            lines = [ln.strip() for ln in done.out.splitlines() if ln.strip()]
             self._crash_version = lines[0] if lines else None
         return self._crash_version
 

@@ -41,6 +41,7 @@ from diagd.actors._field_search import search_fields
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._pcap_mask import SubscriberMask
 from diagd.actors._sharkd import Sharkd, SharkdError
+from diagd.actors._subprocess import run
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors._wireshark import (
     COLUMN_FIELDS,
@@ -1155,13 +1156,12 @@ def register(runtime: Runtime) -> None:
         output = backend.export_path(spec.path.stem, ".pcapng")
         tail = ["-Y", flt, "-w", str(output), "-F", "pcapng"]
         argv = [*_cold.base_argv(spec.path, spec.decode_as, spec.preferences), *tail]
-        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+        done = await run(argv)
         if done.returncode != 0:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not write the sub-capture",
-                             stderr=done.stderr.decode(errors="replace")[-2000:])
-        counted = await trio.run_process(["capinfos", "-M", "-c", "-T", "-r", str(output)], capture_stdout=True,
-                                         capture_stderr=True, check=False)
-        fields = counted.stdout.decode(errors="replace").strip().split("\t")
+                             stderr=done.stderr[-2000:])
+        counted = await run(["capinfos", "-M", "-c", "-T", "-r", str(output)])
+        fields = counted.out.strip().split("\t")
         packets = int(fields[-1]) if counted.returncode == 0 and fields[-1].isdigit() else 0
         if packets == 0:
             output.unlink(missing_ok=True)

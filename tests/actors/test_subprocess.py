@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from diagd.actors._subprocess import (
     GRACEFUL_INT,
+    STDERR_TAIL_BYTES,
     TERM_THEN_KILL,
     LineSplitter,
     Step,
@@ -21,8 +24,10 @@ from diagd.actors._subprocess import (
     is_exiting,
     open_process,
     reap,
+    run,
     stop_process,
 )
+from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.procs import fd_names, zombies
 
 
@@ -150,3 +155,48 @@ async def test_a_killed_child_counts_as_exiting_before_it_can_be_reaped() -> Non
         assert await reap(proc) == -signal.SIGKILL
     assert is_exiting(proc.pid)  # gone entirely
     assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL" and describe_exit(3) == "exited with status 3"
+
+
+# -- run: commands to completion -----------------------------------------------------------------
+
+
+async def test_run_returns_the_exit_code_the_output_and_the_stderr_tail() -> None:
+    done = await run([sys.executable, "-c", "import sys; print('out'); sys.stderr.write('e' * 70000); sys.exit(3)"])
+    assert done.returncode == 3 and done.out == "out\n" and done.stderr == "e" * STDERR_TAIL_BYTES
+
+
+async def test_run_stops_a_command_past_its_timeout_or_its_output_bound() -> None:
+    with pytest.raises(DiagdError) as slow:
+        await run(["sleep", "30"], timeout_s=0.2)
+    assert slow.value.code == ErrorCode.TIMEOUT
+    with pytest.raises(DiagdError) as big:
+        await run(["yes"], max_output_bytes=100_000)
+    assert big.value.code == ErrorCode.OUTPUT_TOO_LARGE
+
+
+async def test_run_says_a_missing_command_cannot_run_and_how_to_install_it() -> None:
+    with pytest.raises(DiagdError) as info:
+        await run(["/nonexistent/tool", "-v"], fix="apt-get install tool")
+    assert info.value.code == ErrorCode.BACKEND_UNAVAILABLE and info.value.details["fix"] == "apt-get install tool"
+
+
+async def test_a_cancelled_run_stops_its_command_and_what_it_started(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with trio.move_on_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, ["sh", "-c", f"sleep 30 & echo $! > {pid_file}; wait"])
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    grandchild = int(pid_file.read_text())
+    with trio.fail_after(5):
+        while _alive(grandchild):  # the whole process group was signalled, not only the shell
+            await trio.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

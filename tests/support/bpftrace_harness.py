@@ -130,6 +130,7 @@ class FakeBpftrace:
         self.notify_attached = False
         self.returncode: int | None = None
         self.signals: list[tuple[float, int]] = []
+        self.stdin = None  # like a trio.Process started with stdin=DEVNULL
         self._out_send, self.stdout = trio.testing.memory_stream_one_way_pair()
         self._err_send, self.stderr = trio.testing.memory_stream_one_way_pair()
         self._exited = trio.Event()
