@@ -24,6 +24,7 @@ import trio
 from diagd.actors import _confine
 from diagd.actors import _crash_proto as proto
 from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, open_process, reap, stop_process
+from diagd.protocol import framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _Reply = TypeVar("_Reply", bound=proto.Message)
@@ -40,7 +41,7 @@ class DrgnClient:
     def __init__(self, proc: trio.Process) -> None:
         self.proc = proc
         self.stderr = Tail(8192)
-        self._buffer = bytearray()
+        self._frames = framing.FrameReader(proto.CODEC)
         self._ids = itertools.count(1)
         self.hello: proto.Hello | None = None
         self.expected_exit = False
@@ -77,24 +78,16 @@ class DrgnClient:
 
     # -- framing ------------------------------------------------------------------------------------
 
-    async def _read_exact(self, n: int) -> bytes:
-        assert self.proc.stdout is not None
-        while len(self._buffer) < n:
-            try:
-                chunk = await self.proc.stdout.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                chunk = b""
-            if not chunk:
-                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "the drgn worker exited",
-                                 stderr=self.stderr.text()[-2000:])
-            self._buffer += chunk
-        data = bytes(self._buffer[:n])
-        del self._buffer[:n]
-        return data
-
     async def receive(self) -> proto.Message:
-        length = proto.frame_length(await self._read_exact(proto.HEADER.size))
-        return proto.decode(await self._read_exact(length))
+        assert self.proc.stdout is not None
+        try:
+            body = await self._frames.receive(self.proc.stdout)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, framing.StreamEnded):
+            body = None  # closed, or ended inside a frame: the worker died while writing it
+        if body is None:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "the drgn worker exited",
+                             stderr=self.stderr.text()[-2000:])
+        return proto.decode(body)
 
     async def send(self, msg: proto.Message) -> None:
         assert self.proc.stdin is not None

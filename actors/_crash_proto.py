@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, ClassVar
 
 from diagd.protocol import framing
-from diagd.protocol.errors import DiagdError, ErrorCode
 from diagd.protocol.framing import Message as Message
 
 PROTOCOL_VERSION = 2
@@ -120,22 +119,4 @@ frame_length = CODEC.frame_length
 
 def read_frame(stream: BinaryIO) -> bytes | None:
     """Blocking read of one frame body (the worker side); None at a clean EOF."""
-    header = _read_exact(stream, HEADER.size)
-    if header is None:
-        return None
-    body = _read_exact(stream, frame_length(header))
-    if body is None:
-        raise DiagdError(ErrorCode.PROTOCOL_ERROR, "stream ended inside a frame")
-    return body
-
-
-def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
-    chunks = bytearray()
-    while len(chunks) < n:
-        chunk = stream.read(n - len(chunks))
-        if not chunk:
-            if chunks:
-                raise DiagdError(ErrorCode.PROTOCOL_ERROR, "stream ended inside a frame")
-            return None
-        chunks += chunk
-    return bytes(chunks)
+    return framing.FrameReader(CODEC).read(stream)

@@ -11,7 +11,7 @@ with a share of the daemon-wide `ByteBudget`.
 from __future__ import annotations
 
 import math
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -21,7 +21,7 @@ from diagd.actors.runtime import Client
 from diagd.daemon import connections
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
-from diagd.protocol import control
+from diagd.protocol import control, framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
@@ -42,22 +42,7 @@ class FrameStream:
         self._stream = stream
         self._conn = conn
         self._budget = budget
-        self._buffer = bytearray()
-
-    async def _fill(self, n: int) -> bool:
-        """Buffer n bytes; False at EOF. Never reads past them: bytes beyond the current frame stay
-        in the kernel, so a connection waiting for the budget holds only its header."""
-        while len(self._buffer) < n:
-            chunk = await self._stream.receive_some(min(65536, n - len(self._buffer)))
-            if not chunk:
-                return False
-            self._buffer += chunk
-        return True
-
-    def _take(self, n: int) -> bytes:
-        data = bytes(self._buffer[:n])
-        del self._buffer[:n]
-        return data
+        self._frames = framing.FrameReader(control.REQUESTS)
 
     async def receive(self, *, first_byte_by: float = math.inf, frame_by: float | None = None,
                       frame_timeout_s: float = math.inf) -> control.Message | None:
@@ -68,28 +53,28 @@ class FrameStream:
         PROTOCOL_ERROR for a malformed or oversized frame.
         """
         with trio.move_on_at(first_byte_by):
-            if not await self._fill(1):
+            first = await self._stream.receive_some(1)
+            if not first:
                 return None
-        if not self._buffer:
+            self._frames.feed(first)
+        if not self._frames.partial:
             raise DiagdError(ErrorCode.TIMEOUT, "no complete hello before the handshake deadline; closing")
         if self._conn is not None and self._conn.state is not State.HANDSHAKE:
             self._conn.touch(State.READING)
         deadline = frame_by if frame_by is not None else trio.current_time() + frame_timeout_s
         with trio.move_on_at(deadline) as scope:
-            body = await self._read_frame()
+            # Large frames are read only with a share of the daemon-wide budget; the header's length is
+            # refused past the limit before any of the body is read.
+            body = await self._frames.receive(self._stream, hold=self._hold)
         if scope.cancelled_caught:
             raise DiagdError(ErrorCode.TIMEOUT, f"frame not complete within its deadline "
-                             f"({len(self._buffer)} bytes received); closing")
+                             f"({self._frames.buffered} bytes received); closing")
         return None if body is None else control.REQUESTS.decode(body)
 
-    async def _read_frame(self) -> bytes | None:
-        if not await self._fill(control.HEADER_SIZE):
-            return None
-        length = control.REQUESTS.frame_length(self._take(control.HEADER_SIZE))  # refuses before buffering
+    def _hold(self, length: int) -> AbstractAsyncContextManager[Any]:
         if length <= SMALL_FRAME_BYTES or self._budget is None:
-            return self._take(length) if await self._fill(length) else None
-        async with self._budget.hold(length):
-            return self._take(length) if await self._fill(length) else None
+            return nullcontext()
+        return self._budget.hold(length)
 
     async def send(self, msg: control.Message) -> None:
         try:
