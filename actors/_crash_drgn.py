@@ -150,7 +150,7 @@ class DrgnClient:
         """The reply to one request, as the expected type; a worker error keeps its code."""
         reply = await self._reply(request_id)
         if isinstance(reply, proto.Error):
-            raise DiagdError(_code(reply.code), reply.message)
+            raise DiagdError.from_wire(reply.code, reply.message)
         if not isinstance(reply, kind):
             raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker answered {what} with {reply.tag!r}")
         return reply
@@ -178,10 +178,3 @@ class DrgnClient:
         step = await stop_process(self.proc, STOP_STEPS, graceful=graceful)
         await close_pipes(self.proc)
         return step
-
-
-def _code(raw: str) -> ErrorCode:
-    try:
-        return ErrorCode(raw)
-    except ValueError:
-        return ErrorCode.INTERNAL_ERROR

@@ -119,4 +119,4 @@ frame_length = CODEC.frame_length
 
 def read_frame(stream: BinaryIO) -> bytes | None:
     """Blocking read of one frame body (the worker side); None at a clean EOF."""
-    return framing.FrameReader(CODEC).read(stream)
+    return framing.FrameReader(CODEC).read(stream.read)

@@ -80,7 +80,7 @@ class FrameStream:
         try:
             frame = control.REPLIES.encode(msg)
         except DiagdError as exc:  # a result too large for a frame: say so instead of dropping the line
-            frame = control.REPLIES.encode(control.ErrorReply(id=getattr(msg, "id", 0), **_wire(exc)))
+            frame = control.REPLIES.encode(control.ErrorReply(id=getattr(msg, "id", 0), **exc.to_wire()))
         await self._stream.send_all(frame)
 
     async def last_words(self, msg: control.Message) -> None:
@@ -120,9 +120,9 @@ async def _serve_requests(frames: FrameStream, daemon: Daemon, conn: Connection 
         except DiagdError as exc:
             if exc.code is ErrorCode.TIMEOUT or "exceeds" in exc.message:
                 log.warning("control connection closed", client=client, reason=exc.message)
-                await frames.last_words(control.ErrorReply(id=0, **_wire(exc)))
+                await frames.last_words(control.ErrorReply(id=0, **exc.to_wire()))
                 return  # cannot resynchronise after a partial or oversized frame
-            await frames.send(control.ErrorReply(id=0, **_wire(exc)))
+            await frames.send(control.ErrorReply(id=0, **exc.to_wire()))
             continue
         if msg is None:
             return
@@ -131,7 +131,7 @@ async def _serve_requests(frames: FrameStream, daemon: Daemon, conn: Connection 
             try:
                 reply: control.Message = control.Reply(id=msg_id, result=await _dispatch(daemon, msg, who))
             except DiagdError as exc:
-                reply = control.ErrorReply(id=msg_id, **_wire(exc))
+                reply = control.ErrorReply(id=msg_id, **exc.to_wire())
             await frames.send(reply)
 
 
@@ -140,7 +140,7 @@ async def _handshake(frames: FrameStream, *, deadline: float, conn: Connection |
         first = await frames.receive(first_byte_by=deadline, frame_by=deadline)
     except DiagdError as exc:
         log.warning("control handshake failed", reason=exc.message, client=conn.client if conn else "?")
-        await frames.last_words(control.ErrorReply(id=0, **_wire(exc)))
+        await frames.last_words(control.ErrorReply(id=0, **exc.to_wire()))
         return None
     if first is None:
         return None
@@ -186,7 +186,3 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str) -> Any:
         daemon.request_shutdown(f"shutdown requested by {who}")
         return {"stopping": True}
     raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"{msg.tag!r} is not a request")
-
-
-def _wire(exc: DiagdError) -> dict[str, Any]:
-    return {"code": str(exc.code), "message": exc.message, "details": exc.details}

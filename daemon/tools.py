@@ -25,7 +25,7 @@ import structlog
 import trio
 
 from diagd.actors.tooling import CallContext, Handler, ToolSpec, arguments_validator, caller_cwd, current_call
-from diagd.protocol.errors import DiagdError, ErrorCode
+from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 
 log = structlog.get_logger("diagd.tools")
 
@@ -147,7 +147,7 @@ class ToolRegistry:
                 result = _failure(exc)
             except Exception as exc:  # the one place a bug becomes INTERNAL_ERROR, not a traceback
                 log.exception("tool crashed", tool=name)
-                result = _failure(DiagdError(ErrorCode.INTERNAL_ERROR, f"{name} failed: {type(exc).__name__}: {exc}"))
+                result = _failure(as_error(exc, name))
         except trio.Cancelled:
             outcome, code = "cancelled", str(ErrorCode.CANCELLED)
             raise

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from diagd.protocol.errors import DiagdError, ErrorCode
 from diagd.protocol.framing import HEADER_SIZE as HEADER_SIZE
-from diagd.protocol.framing import Codec
+from diagd.protocol.framing import Codec, FrameReader, StreamEnded
 from diagd.protocol.framing import Message as Message
 
 PROTOCOL_VERSION = 1
@@ -127,7 +127,7 @@ class BlockingClient:
             raise
         if isinstance(reply, ErrorReply):
             self._sock.close()
-            raise DiagdError(_code(reply.code), reply.message, **reply.details)
+            raise DiagdError.from_wire(reply.code, reply.message, reply.details)
 
     def close(self) -> None:
         self._sock.close()
@@ -144,7 +144,7 @@ class BlockingClient:
         self._send(make(id=self._next_id, **fields))
         reply = self._recv()
         if isinstance(reply, ErrorReply):
-            raise DiagdError(_code(reply.code), reply.message, **reply.details)
+            raise DiagdError.from_wire(reply.code, reply.message, reply.details)
         if not isinstance(reply, Reply):
             raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"unexpected {reply.tag!r} reply")
         return reply.result
@@ -167,25 +167,20 @@ class BlockingClient:
         except DiagdError:
             return None
         if isinstance(reply, ErrorReply):
-            return DiagdError(_code(reply.code), reply.message, **reply.details)
+            return DiagdError.from_wire(reply.code, reply.message, reply.details)
         return None
 
     def _recv(self) -> Message:
-        length = REPLIES.frame_length(self._recv_exact(HEADER_SIZE))
-        return REPLIES.decode(self._recv_exact(length))
-
-    def _recv_exact(self, n: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < n:
-            try:
-                chunk = self._sock.recv(n - len(chunks))
-            except OSError as exc:
-                raise self._lost(exc) from None
-            if not chunk:
-                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
-                                 f"the daemon closed the control connection ({self._path}) without answering")
-            chunks += chunk
-        return bytes(chunks)
+        try:
+            body = FrameReader(REPLIES).read(self._sock.recv)
+        except OSError as exc:
+            raise self._lost(exc) from None
+        except StreamEnded:
+            body = None
+        if body is None:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                             f"the daemon closed the control connection ({self._path}) without answering")
+        return REPLIES.decode(body)
 
     def _lost(self, exc: OSError) -> DiagdError:
         if isinstance(exc, TimeoutError):
@@ -201,10 +196,3 @@ def check_peer_is_us(sock: socket.socket, path: str) -> None:
     if uid != os.getuid():
         raise DiagdError(ErrorCode.PERMISSION_DENIED,
                          f"refusing {path}: it is served by uid {uid}, not by uid {os.getuid()}", path=path, uid=uid)
-
-
-def _code(raw: str) -> ErrorCode:
-    try:
-        return ErrorCode(raw)
-    except ValueError:
-        return ErrorCode.INTERNAL_ERROR

@@ -1,8 +1,9 @@
 """Stable error codes and the one exception type that carries them.
 
 Every failure that reaches a client (MCP or CLI) is a `DiagdError` turned into
-`{code, message, details}`; anything else is mapped to INTERNAL_ERROR in exactly one
-place (`diagd.daemon.tools.ToolRegistry.call`), so no traceback ever reaches the wire.
+`{code, message, details}` (`to_wire`), and read back with `from_wire`; anything else becomes
+INTERNAL_ERROR through `as_error` (the tool registry's one place for that), so no traceback ever
+reaches the wire.
 """
 
 from __future__ import annotations
@@ -41,5 +42,26 @@ class DiagdError(Exception):
     def to_wire(self) -> dict[str, Any]:
         return {"code": str(self.code), "message": self.message, "details": self.details}
 
+    @classmethod
+    def from_wire(cls, code: str, message: str, details: dict[str, Any] | None = None) -> DiagdError:
+        """The error a peer sent (control socket, drgn worker); a code this version does not know is
+        INTERNAL_ERROR."""
+        return cls(error_code(code), message, **(details or {}))
+
     def __repr__(self) -> str:
         return f"DiagdError({self.code}, {self.message!r})"
+
+
+def error_code(raw: str) -> ErrorCode:
+    try:
+        return ErrorCode(raw)
+    except ValueError:
+        return ErrorCode.INTERNAL_ERROR
+
+
+def as_error(exc: BaseException, doing: str) -> DiagdError:
+    """`exc` as a coded error: a DiagdError as it is, anything else (a bug) as INTERNAL_ERROR naming
+    what failed and the exception, never its traceback."""
+    if isinstance(exc, DiagdError):
+        return exc
+    return DiagdError(ErrorCode.INTERNAL_ERROR, f"{doing} failed: {type(exc).__name__}: {exc}")

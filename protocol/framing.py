@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import asdict, dataclass, fields
-from typing import Any, BinaryIO, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import msgpack
 
@@ -133,10 +133,11 @@ class FrameReader:
         if self.partial:
             raise StreamEnded
 
-    def read(self, stream: BinaryIO) -> bytes | None:
-        """Blocking: the next frame's body, None at a clean end of the stream."""
+    def read(self, recv: Callable[[int], bytes | None]) -> bytes | None:
+        """Blocking: the next frame's body, None at a clean end of the stream. `recv(n)` reads at most
+        n bytes, b"" at the end (a file's `read`, a socket's `recv`)."""
         while True:
-            chunk = stream.read(self.want())
+            chunk = recv(self.want())
             if not chunk:
                 self.ended()
                 return None

@@ -23,16 +23,16 @@ def frames(*ids: int) -> bytes:
 def test_a_blocking_stream_gives_each_frame_then_none_at_its_end() -> None:
     stream = io.BytesIO(frames(1, 2))
     reader = framing.FrameReader(CODEC)
-    bodies = [reader.read(stream), reader.read(stream), reader.read(stream)]
+    bodies = [reader.read(stream.read), reader.read(stream.read), reader.read(stream.read)]
     assert [CODEC.decode(b).id for b in bodies[:2] if b is not None] == [1, 2] and bodies[2] is None
 
 
 def test_a_stream_that_ends_inside_a_frame_or_announces_too_much_is_a_protocol_error() -> None:
     with pytest.raises(framing.StreamEnded):
-        framing.FrameReader(CODEC).read(io.BytesIO(frames(1)[:-2]))
+        framing.FrameReader(CODEC).read(io.BytesIO(frames(1)[:-2]).read)
     oversized = io.BytesIO(framing.HEADER.pack(65) + b"x" * 65)
     with pytest.raises(DiagdError) as info:
-        framing.FrameReader(CODEC).read(oversized)
+        framing.FrameReader(CODEC).read(oversized.read)
     assert info.value.code == ErrorCode.PROTOCOL_ERROR and oversized.tell() == framing.HEADER_SIZE  # body unread
 
 
