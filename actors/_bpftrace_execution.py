@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from diagd.actors._bpftrace_parse import LOST_TEXT, parse_json_line
+from diagd.protocol import utc
 
 PAGE_MAX_BYTES = 4 * 1024 * 1024  # one get_result page
 
@@ -59,7 +60,7 @@ def _fix_top_log2_bucket(data: Any) -> Any:
 
 
 def _iso(ts: float | None) -> str | None:
-    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return None if ts is None else utc.iso(ts)
 
 
 

@@ -14,7 +14,6 @@ its own default, else the only open session, if exactly one is open.
 
 from __future__ import annotations
 
-import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class SessionRecord:
         out: dict[str, Any] = {"session_id": self.session_id, "state": self.state, "refcount": self.refcount,
                                "held_by": sorted(self.refs), "vmcore": self.vmcore, "vmlinux": self.vmlinux,
                                "workdir": str(self.workdir), "crash_args": self.crash_args,
-                               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))}
+                               "created": utc.iso(self.created)}
         if self.error is not None:
             out["error"] = self.error.message
         if self.actor is not None:

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from diagd.actors._crash_output import LineIndex, OutputWriter, StoredLines, read_lines, read_nofollow, scan
 from diagd.actors._user_regex import Matcher
+from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9-]{5,40}$")
@@ -109,7 +109,7 @@ class OutputStore:
         if total_lines is None:
             total_lines = self._index(command_id, path).total
         full = {**meta, "command_id": command_id, "session_id": session_id, "total_lines": total_lines,
-                "bytes": size, "stored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "bytes": size, "stored_at": utc.iso()}
         _write_atomic(path.with_suffix(".json"), json.dumps(full, default=str).encode())
         return full
 

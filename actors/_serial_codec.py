@@ -14,7 +14,6 @@ import os
 import posixpath
 import re
 import string
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from diagd.actors.settings import parse_table, setting
+from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _HEX_DIGITS = frozenset(string.hexdigits)
@@ -456,7 +456,7 @@ def port_slug(key: str) -> str:
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+    return utc.iso(ts, digits=3)
 
 
 _PORT = {"type": "string", "minLength": 1,

@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from diagd.actors import system
 from diagd.actors._subprocess import (
     TERM_THEN_KILL,
     LineSplitter,
@@ -94,13 +95,7 @@ class Sharkd:
         return describe_exit(self.exit_code if self.exit_code is not None else self.proc.returncode)
 
     def rss_bytes(self) -> int | None:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return None
+        return system.rss_bytes(self.proc.pid)
 
     async def _read_responses(self) -> None:
         def on_line(line: str) -> None:

@@ -57,6 +57,7 @@ from diagd.actors.base import Actor, Op, Request, SupervisionPolicy
 from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.settings import parse_table, refuse, setting
 from diagd.actors.tooling import CallContext, Handler, ToolSpec, caller_cwd
+from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -887,7 +888,7 @@ class PcapBackend:
         existing = sorted(out.glob("*"), key=lambda p: p.stat().st_mtime)
         for old in existing[: max(0, len(existing) - settings.max_exports + 1)]:
             old.unlink(missing_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        stamp = utc.compact()
         return out / f"{stem}-{stamp}-{os.urandom(3).hex()}{suffix}"
 
 

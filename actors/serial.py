@@ -80,6 +80,7 @@ from diagd.actors._serial_codec import (
 from diagd.actors.base import Actor, ActorGone, Op, Request, RestartKind, SupervisionPolicy
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSpec
+from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "serial"
@@ -698,7 +699,7 @@ def _new_log(rec: PortRecord, header: dict[str, Any]) -> RawLog:
     for old in existing[: max(0, len(existing) - rec.config.log_keep + 1)]:
         old.unlink(missing_ok=True)
     wall = time.time()
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(wall)) + f"{int(wall % 1 * 1000):03d}Z"
+    stamp = utc.compact(wall, digits=3)
     for n in range(1000):
         path = rec.log_dir / f"{slug}-{stamp}{'' if n == 0 else f'-{n}'}.jsonl"
         try:

@@ -29,7 +29,7 @@ from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, St
 from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
 from diagd.daemon.tools import CallContext, CallRecord, CallResult, ToolRegistry
-from diagd.protocol import control
+from diagd.protocol import control, utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.daemon")
@@ -105,7 +105,7 @@ class Daemon:
                 "pid": os.getpid(),
                 "version": diagd.__version__,
                 "uptime_s": round(trio.current_time() - self.started_clock, 3),
-                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_wall)),
+                "started_at": utc.iso(self.started_wall),
                 "sockets": self.sockets,
                 "config": self.config.source,
                 "state_dir": str(self.state_dir),
