@@ -346,9 +346,6 @@ def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s:
     watchdog instead holds a pidfd of the daemon *process*; its own PDEATHSIG (its parent is the
     single-threaded tool) ends it with the tool, so no watchdog outlives its tool.
     """
-    import select
-    import time
-
     pidfd = None
     if daemon_pid:
         try:
@@ -367,48 +364,56 @@ def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s:
             os.close(pidfd)
         return True
     try:
-        for sig in _WATCHDOG_IGNORES:
-            signal.signal(sig, signal.SIG_IGN)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # PDEATHSIG alone is not enough: the tool's Landlock domain (ABI >= 6 scopes signals) forbids
-        # the kernel's parent-death signal from the sandboxed tool to this unsandboxed watchdog, so it
-        # also watches the tool through a pidfd and leaves when the tool has ended.
-        tool_fd = os.pidfd_open(tool)
-        if os.getppid() != tool:
-            os._exit(0)
-        keep = sorted(fd for fd in (pidfd, tool_fd) if fd is not None)
-        low = 0
-        for fd in keep:  # the tool's pipes or pty must see EOF when the tool ends, not later
-            os.closerange(low, fd)
-            low = fd + 1
-        os.closerange(low, 65536)
-        poller = select.poll()
-        poller.register(tool_fd, select.POLLIN)
-        if pidfd is not None:
-            poller.register(pidfd, select.POLLIN)
-        end = None if deadline_s is None else time.monotonic() + deadline_s
-        daemon_gone = False
-        while not daemon_gone:
-            timeout_ms = None
-            if end is not None:
-                left = end - time.monotonic()
-                if left <= 0:
-                    break
-                timeout_ms = int(left * 1000) + 1
-            ready = {fd for fd, _ in poller.poll(timeout_ms)}
-            if tool_fd in ready:
-                os._exit(0)  # the tool ended by itself: nothing to do
-            daemon_gone = bool(ready)
-        if not daemon_gone:  # the deadline passed: end it the graceful way first
-            os.kill(tool, signal.SIGINT)
-            graceful = select.poll()
-            graceful.register(tool_fd, select.POLLIN)
-            if graceful.poll(int(grace_s * 1000)):
-                os._exit(0)  # it ended the graceful way
-        os.kill(tool, signal.SIGKILL)
+        _watch(tool, pidfd, deadline_s, grace_s)
     finally:
         os._exit(0)
     return True  # unreachable
+
+
+def _watch(tool: int, pidfd: int | None, deadline_s: float | None, grace_s: float) -> None:
+    """The watchdog (a child of the tool): wait for the tool to end, the daemon to exit or the deadline."""
+    import select
+    import time
+
+    for sig in _WATCHDOG_IGNORES:
+        signal.signal(sig, signal.SIG_IGN)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # PDEATHSIG alone is not enough: the tool's Landlock domain (ABI >= 6 scopes signals) forbids
+    # the kernel's parent-death signal from the sandboxed tool to this unsandboxed watchdog, so it
+    # also watches the tool through a pidfd and leaves when the tool has ended.
+    tool_fd = os.pidfd_open(tool)
+    if os.getppid() != tool:
+        os._exit(0)
+    keep = sorted(fd for fd in (pidfd, tool_fd) if fd is not None)
+    low = 0
+    for fd in keep:  # the tool's pipes or pty must see EOF when the tool ends, not later
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
+    poller = select.poll()
+    poller.register(tool_fd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    end = None if deadline_s is None else time.monotonic() + deadline_s
+    daemon_gone = False
+    while not daemon_gone:
+        timeout_ms = None
+        if end is not None:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            timeout_ms = int(left * 1000) + 1
+        ready = {fd for fd, _ in poller.poll(timeout_ms)}
+        if tool_fd in ready:
+            os._exit(0)  # the tool ended by itself: nothing to do
+        daemon_gone = bool(ready)
+    if not daemon_gone:  # the deadline passed: end it the graceful way first
+        os.kill(tool, signal.SIGINT)
+        graceful = select.poll()
+        graceful.register(tool_fd, select.POLLIN)
+        if graceful.poll(int(grace_s * 1000)):
+            os._exit(0)  # it ended the graceful way
+    os.kill(tool, signal.SIGKILL)
 
 
 # -- the launcher ------------------------------------------------------------------------------------

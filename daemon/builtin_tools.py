@@ -4,96 +4,63 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from diagd.daemon.tools import CallContext, ToolSpec
+from diagd.actors.tooling import CallContext, ToolSet, object_schema
 
 if TYPE_CHECKING:
     from diagd.daemon.server import Daemon
 
-_STATUS_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "daemon": {"type": "object"},
-        "actors": {"type": "array", "items": {"type": "object"}},
-        "tools": {"type": "object"},
-    },
-    "required": ["daemon", "actors", "tools"],
-}
-
-_CALLS_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "calls": {"type": "array", "items": {"type": "object"}},
-        "returned": {"type": "integer"},
-        "total_calls": {"type": "integer"},
-    },
-    "required": ["calls", "returned", "total_calls"],
-}
+_STATUS_OUTPUT = object_schema({"daemon": {"type": "object"}, "actors": {"type": "array", "items": {"type": "object"}},
+                                "tools": {"type": "object"}}, ("daemon", "actors", "tools"))
+_CALLS_OUTPUT = object_schema({"calls": {"type": "array", "items": {"type": "object"}}, "returned": {"type": "integer"},
+                               "total_calls": {"type": "integer"}}, ("calls", "returned", "total_calls"))
+_STOP_OUTPUT = object_schema({"stopped": {"type": "string"}, "kind": {"type": "string"},
+                              "resource": {"type": "string"}}, ("stopped", "kind", "resource"))
+_RELOAD_OUTPUT = object_schema({
+    "reloaded": {"type": "boolean"}, "config": {"type": "string"},
+    "actors_retimed": {"type": "array", "items": {"type": "string"}},
+    "changed": {"type": "array", "items": {"type": "string"}, "description": "every changed setting, '[table] key'"},
+    "not_yet_applied": {"type": "array", "items": {"type": "object"},
+                        "description": "changed settings that wait for a reopen or a restart, and why"},
+}, ("reloaded", "config", "changed", "not_yet_applied"))
 
 
 def register(daemon: Daemon) -> None:
+    tools = ToolSet()
+
+    @tools.tool("diagd_status", "The daemon (uptime, pid, sockets, clients), every actor (kind, resource, state, "
+                "inbox depth, idle time left, restarts) and per-tool call statistics (count, p50/p95, failure rate).",
+                title="diagd status", output=_STATUS_OUTPUT)
     async def status(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return daemon.status()
 
+    @tools.tool("diagd_calls", "Recent tool calls, newest first: time, client, tool, arguments, duration, queue "
+                "wait, outcome (ok, error, cancelled, or running with its time so far) and error code, result bytes.",
+                {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
+                 "tool": {"type": "string", "description": "only calls of this tool"},
+                 "errors_only": {"type": "boolean", "default": False}},
+                title="Recent tool calls", output=_CALLS_OUTPUT)
     async def calls(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         # Running calls count as the newest: a call that hangs is at the top, with its time so far.
         records = [*daemon.stats.recent, *daemon.stats.running()]
         if tool := args.get("tool"):
             records = [r for r in records if r.tool == tool]
-        if args.get("errors_only"):
+        if args["errors_only"]:
             records = [r for r in records if r.outcome not in ("ok", "running")]
-        limit = args.get("limit", 20)
-        chosen = records[-limit:][::-1]  # newest first
-        return {"calls": [r.to_json() for r in chosen], "returned": len(chosen),
-                "total_calls": daemon.stats.total}
+        chosen = records[-args["limit"]:][::-1]  # newest first
+        return {"calls": [r.to_json() for r in chosen], "returned": len(chosen), "total_calls": daemon.stats.total}
 
+    @tools.tool("diagd_stop_actor", "Stop one actor by id (see diagd_status): its resource is released; the next "
+                "call that needs it starts a fresh one.", {"actor_id": {"type": "string"}}, required=("actor_id",),
+                title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
     async def stop_actor(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         ref = daemon.supervisor.stop(args["actor_id"], reason=f"stopped by {ctx.client}")
         return {"stopped": ref.id, "kind": ref.kind, "resource": ref.resource}
 
+    @tools.tool("diagd_reload", "Re-read the config file; new limits apply to new calls and new actors, and idle "
+                "timeouts to running actors too.", title="Reload configuration", output=_RELOAD_OUTPUT,
+                read_only=False, idempotent=True)
     async def reload(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return daemon.reload()
 
-    registry = daemon.registry
-    registry.register(ToolSpec(
-        name="diagd_status",
-        title="diagd status",
-        description="The daemon (uptime, pid, sockets, clients), every actor (kind, resource, state, inbox "
-                    "depth, idle time left, restarts) and per-tool call statistics (count, p50/p95, failure rate).",
-        input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-        output_schema=_STATUS_OUTPUT,
-        handler=status,
-    ))
-    registry.register(ToolSpec(
-        name="diagd_calls",
-        title="Recent tool calls",
-        description="Recent tool calls, newest first: time, client, tool, arguments, duration, queue wait, "
-                    "outcome (ok, error, cancelled, or running with its time so far) and error code, result bytes.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
-                "tool": {"type": "string", "description": "only calls of this tool"},
-                "errors_only": {"type": "boolean", "default": False},
-            },
-            "additionalProperties": False,
-        },
-        output_schema=_CALLS_OUTPUT,
-        handler=calls,
-    ))
-    registry.register(ToolSpec(
-        name="diagd_stop_actor",
-        title="Stop an actor",
-        description="Stop one actor by id (see diagd_status): its resource is released; the next call that "
-                    "needs it starts a fresh one.",
-        input_schema={"type": "object", "properties": {"actor_id": {"type": "string"}},
-                      "required": ["actor_id"], "additionalProperties": False},
-        handler=stop_actor, read_only=False, destructive=True, idempotent=False,
-    ))
-    registry.register(ToolSpec(
-        name="diagd_reload",
-        title="Reload configuration",
-        description="Re-read the config file; new limits apply to new calls and new actors, and idle "
-                    "timeouts to running actors too.",
-        input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-        handler=reload, read_only=False, idempotent=True,
-    ))
+    for spec in tools:
+        daemon.registry.register(spec)

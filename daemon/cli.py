@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from diagd.daemon import paths
+from diagd.daemon import logtail, paths
 from diagd.protocol.errors import DiagdError
 
 # EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
@@ -303,7 +303,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     path = state / "audit.jsonl"
     if not path.exists():
         sys.stderr.write(f"no audit log yet at {path}\n")
-        return EXIT_OK if not args.follow else _follow(path, args)
+        return EXIT_OK if not args.follow else logtail.follow(path, raw=args.json)
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             tail = f.readlines()[-args.lines:] if args.lines > 0 else []
@@ -311,55 +311,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
         sys.stderr.write(f"diagd logs: cannot read {path}: {exc.strerror or exc}\n")
         return EXIT_TOOL_ERROR
     for line in tail:
-        _print_record(line, args.json)
+        logtail.print_record(line, raw=args.json)
     if args.follow:
-        return _follow(path, args)
+        return logtail.follow(path, raw=args.json)
     return EXIT_OK
-
-
-def _follow(path: Any, args: argparse.Namespace) -> int:
-    """Poll the file; reopen it after rotation (inode change)."""
-    f = None
-    inode = None
-    try:
-        while True:
-            if f is None and path.exists():
-                f = open(path, encoding="utf-8")  # noqa: SIM115
-                if inode is None:
-                    f.seek(0, os.SEEK_END)
-                inode = os.fstat(f.fileno()).st_ino
-            if f is not None:
-                for line in f:
-                    _print_record(line, args.json)
-                try:
-                    if os.stat(path).st_ino != inode:
-                        f.close()
-                        f = None
-                        inode = -1
-                except FileNotFoundError:
-                    pass
-            sys.stdout.flush()
-            time.sleep(0.25)
-    except KeyboardInterrupt:
-        return EXIT_OK
-
-
-def _print_record(line: str, raw: bool) -> None:
-    if raw:
-        sys.stdout.write(line if line.endswith("\n") else line + "\n")
-        return
-    try:
-        r = json.loads(line)
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"]))
-        outcome = r["outcome"] if r["outcome"] in ("ok", "started") else f"{r['outcome']}:{r['code']}"
-        args = json.dumps(r["arguments"], separators=(",", ":"), ensure_ascii=False)
-        if len(args) > 120:
-            args = args[:117] + "..."
-        text = (f"{when}  {r['client']:<14} {r['tool']:<24} {r['duration_ms']:>9.1f}ms  q{r['queue_ms']:.1f}ms  "
-                f"{r['bytes']:>7}B  {outcome}  {args}")
-    except (ValueError, KeyError, TypeError, OverflowError):
-        return  # a torn or foreign line: skip it rather than stop the listing
-    print(text)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:

@@ -122,6 +122,60 @@ def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
     )
 
 
+class _Pipes:
+    """The two directions of one MCP connection: socket lines to the SDK's server, its answers (and
+    the screening's own error lines) back to the socket."""
+
+    def __init__(self, stream: trio.SocketStream, server: Server[Any], lines: LineReader, client: str) -> None:
+        self.stream, self.lines, self.client = stream, lines, client
+        self.read_send, self.read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        # The SDK writes SessionMessages; the screening below writes ready-made error lines (bytes).
+        self.write_send, self.write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](0)
+        self.handshake = mcp_wire.Handshake(lambda method: server.get_request_handler(method) is not None)
+        self.writer_done = trio.Event()
+
+    async def reader(self) -> bool:
+        """Feed complete lines to the server; True at a clean EOF, False when the connection must
+        close (a line too long or too slow: its error is queued for the writer)."""
+        async with self.read_send:
+            while True:
+                try:
+                    batch = await self.lines.next_lines()
+                except DiagdError as exc:
+                    self.lines.release()
+                    log.warning("mcp line refused, closing", client=self.client, reason=exc.message)
+                    await self.write_send.send(_closing_error(exc))
+                    return False
+                if batch is None:
+                    self.lines.release()
+                    return True
+                for line in batch:
+                    if not line.strip():
+                        continue
+                    parsed = mcp_wire.parse(line)
+                    if isinstance(parsed, SessionMessage):
+                        parsed = self.handshake.screen(parsed) or parsed
+                    if isinstance(parsed, SessionMessage):
+                        await self.read_send.send(parsed)
+                    else:  # answered here: the SDK would stay silent or answer misleadingly
+                        await self.write_send.send(parsed)
+
+    async def writer(self) -> None:
+        try:
+            async with self.write_recv:
+                async for message in self.write_recv:
+                    if isinstance(message, bytes):
+                        await self.stream.send_all(message)
+                        continue
+                    self.handshake.answered(message)
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await self.stream.send_all(data.encode())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.writer_done.set()
+
+
 async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, client: str,
                            max_line_bytes: int, frame_timeout_s: float = math.inf,
                            budget: ByteBudget | None = None, conn: Connection | None = None) -> None:
@@ -134,72 +188,25 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
     the connection closes.
     """
     current_client.set(client)
-    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    # The SDK writes SessionMessages; the screening below writes ready-made error lines (bytes).
-    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](0)
-    handshake = mcp_wire.Handshake(lambda method: server.get_request_handler(method) is not None)
     lines = LineReader(stream, max_line_bytes=max_line_bytes, frame_timeout_s=frame_timeout_s,
                        budget=budget, conn=conn)
-
-    async def reader() -> bool:
-        """Feed complete lines to the server; True at a clean EOF, False when the connection must
-        close (a line too long or too slow: its error is queued for the writer)."""
-        async with read_send:
-            while True:
-                try:
-                    batch = await lines.next_lines()
-                except DiagdError as exc:
-                    lines.release()
-                    log.warning("mcp line refused, closing", client=client, reason=exc.message)
-                    await write_send.send(_closing_error(exc))
-                    return False
-                if batch is None:
-                    lines.release()
-                    return True
-                for line in batch:
-                    if not line.strip():
-                        continue
-                    parsed = mcp_wire.parse(line)
-                    if isinstance(parsed, SessionMessage):
-                        parsed = handshake.screen(parsed) or parsed
-                    if isinstance(parsed, SessionMessage):
-                        await read_send.send(parsed)
-                    else:  # answered here: the SDK would stay silent or answer misleadingly
-                        await write_send.send(parsed)
-
-    writer_done = trio.Event()
-
-    async def writer() -> None:
-        try:
-            async with write_recv:
-                async for message in write_recv:
-                    if isinstance(message, bytes):
-                        await stream.send_all(message)
-                        continue
-                    handshake.answered(message)
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await stream.send_all(data.encode())
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            writer_done.set()
-
+    pipes = _Pipes(stream, server, lines, client)
     init_options = server.create_initialization_options()
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer)
+            nursery.start_soon(pipes.writer)
 
             async def run_server() -> None:
-                async with write_send:
-                    await server.run(read_recv, write_send.clone(), init_options)
+                async with pipes.write_send:
+                    await server.run(pipes.read_recv, pipes.write_send.clone(), init_options)
 
             nursery.start_soon(run_server)
-            if await reader():
+            if await pipes.reader():
                 nursery.start_soon(_cancel_on_hangup, stream, nursery.cancel_scope)
-                await writer_done.wait()  # every answer written (or the peer is gone)
+                await pipes.writer_done.wait()  # every answer written (or the peer is gone)
             else:
                 with trio.move_on_after(1):  # flush the error ...
-                    await writer_done.wait()
+                    await pipes.writer_done.wait()
                 await _discard_input(stream)  # ... and make sure the peer can read it
             nursery.cancel_scope.cancel(reason="client closed the connection")
     finally:

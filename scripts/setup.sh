@@ -80,6 +80,7 @@ case "$action" in
     cd "$top"
     "$venv/bin/ruff" check .
     scripts/typecheck.sh
+    scripts/lint-imports.sh
     exec "$venv/bin/python" -m pytest -q ;;
   *)
     echo "usage: $0 [setup|start|test]" >&2; exit 2 ;;

@@ -1,0 +1,54 @@
+"""`diagd logs`: audit records printed as one line each, and following the log across rotations."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def follow(path: Path, *, raw: bool) -> int:
+    """Poll the file; reopen it after rotation (inode change)."""
+    f = None
+    inode = None
+    try:
+        while True:
+            if f is None and path.exists():
+                f = open(path, encoding="utf-8")  # noqa: SIM115
+                if inode is None:
+                    f.seek(0, os.SEEK_END)
+                inode = os.fstat(f.fileno()).st_ino
+            if f is not None:
+                for line in f:
+                    print_record(line, raw=raw)
+                try:
+                    if os.stat(path).st_ino != inode:
+                        f.close()
+                        f = None
+                        inode = -1
+                except FileNotFoundError:
+                    pass
+            sys.stdout.flush()
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        return 0
+
+
+def print_record(line: str, *, raw: bool) -> None:
+    if raw:
+        sys.stdout.write(line if line.endswith("\n") else line + "\n")
+        return
+    try:
+        r = json.loads(line)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"]))
+        outcome = r["outcome"] if r["outcome"] in ("ok", "started") else f"{r['outcome']}:{r['code']}"
+        args = json.dumps(r["arguments"], separators=(",", ":"), ensure_ascii=False)
+        if len(args) > 120:
+            args = args[:117] + "..."
+        text = (f"{when}  {r['client']:<14} {r['tool']:<24} {r['duration_ms']:>9.1f}ms  q{r['queue_ms']:.1f}ms  "
+                f"{r['bytes']:>7}B  {outcome}  {args}")
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return  # a torn or foreign line: skip it rather than stop the listing
+    print(text)

@@ -1,0 +1,85 @@
+"""The size limits of the design card, measured: no module over 400 lines, no function over 60, in
+daemon/, actors/ and protocol/.
+
+What is over today is listed in ALLOWED with its length now: an entry may not grow, and once it is
+within the limit it must leave the list (the test says so), so the list only shrinks. Moving each
+back end into its own package (issue 11) empties it of that back end; nothing new may be added.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+FOLDERS = ("daemon", "actors", "protocol")
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+# "path" (a module) or "path::qualified.function" -> its length when it was listed. Each back end's
+# move into its own package (actors/pcap/, serial/, bpftrace/, crash/) removes its entries; the
+# sandbox launcher is a standalone script (run with -I -S, importing nothing of diagd) and is split
+# on its own. Never add an entry: split the module or function instead.
+ALLOWED: dict[str, int] = {
+    # pcap
+    "actors/pcap.py": 1248,
+    "actors/pcap.py::register": 317,
+    "actors/pcap.py::PcapActor.op_text_search": 80,
+    "actors/_pcap_mask.py": 499,
+    "actors/_pcap_ngap.py": 1005,
+    "actors/_pcap_ngap.py::analyse": 62,
+    "actors/_pcap_ngap.py::pdu_sessions": 123,
+    # serial
+    "actors/serial.py": 1048,
+    "actors/_serial_codec.py": 632,
+    # bpftrace
+    "actors/bpftrace.py": 827,
+    "actors/bpftrace.py::register": 194,
+    # crash
+    "actors/crash.py": 1136,
+    "actors/crash.py::register": 148,
+    # the sandbox launcher (crash, drgn, bpftrace)
+    "actors/_confine_exec.py": 466,
+}
+
+
+def measured() -> Iterator[tuple[str, int, int]]:
+    """(name, length, limit) of every module and function in the checked folders."""
+    for folder in FOLDERS:
+        for path in sorted((TOP / folder).rglob("*.py")):
+            rel = path.relative_to(TOP).as_posix()
+            text = path.read_text()
+            yield rel, len(text.splitlines()), MAX_MODULE_LINES
+            for qualname, length in _functions(ast.parse(text)):
+                yield f"{rel}::{qualname}", length, MAX_FUNCTION_LINES
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            name = f"{prefix}{node.name}"
+            yield name, (node.end_lineno or node.lineno) - node.lineno + 1
+            yield from _functions(node, f"{name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+        else:
+            yield from _functions(node, prefix)
+
+
+def test_no_module_or_function_is_over_its_limit_unless_listed_and_none_grows() -> None:
+    sizes: dict[str, tuple[int, int]] = {}
+    for name, length, limit in measured():
+        if name not in sizes or length > sizes[name][0]:  # a name defined twice counts by its longest
+            sizes[name] = (length, limit)
+    problems = []
+    for name, (length, limit) in sorted(sizes.items()):
+        allowed = ALLOWED.get(name)
+        if length > limit and allowed is None:
+            problems.append(f"{name}: {length} lines, over the limit of {limit}")
+        elif allowed is not None and length > allowed:
+            problems.append(f"{name}: grew to {length} lines (allowed {allowed} while it waits to be split)")
+        elif allowed is not None and length <= limit:
+            problems.append(f"{name}: {length} lines, within the limit now: remove it from ALLOWED")
+    problems += [f"{name}: listed in ALLOWED but gone: remove it" for name in sorted(set(ALLOWED) - set(sizes))]
+    assert not problems, "\n".join(problems)
