@@ -5,28 +5,30 @@ input schema (filling in every `default` the schema declares, so handlers read `
 and never restate a default), runs the handler and turns its result or error into the reply.
 Nothing here imports the daemon: a back end's tools can be called by a test without one.
 
-    tools = ToolSet()
+    tools: ToolSet[EchoBackend] = ToolSet()
 
     @tools.tool("echo", "Echo a message through the echo actor.",
                 {"message": {"type": "string"}, **paging(limit=20, maximum=100)},
                 required=("message",), output=object_schema({"message": {"type": "string"}}))
-    async def echo(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         return {"message": args["message"][args["offset"]:][:args["limit"]]}
 
-    tools.register(runtime)   # in the back end's register(runtime)
+    tools.register(runtime, EchoBackend(runtime))   # in the back end's register(runtime)
 """
 
 from __future__ import annotations
 
 import contextvars
 import copy
+import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import jsonschema
 
 from diagd.actors.base import ProgressFn
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
     from diagd.actors.runtime import Runtime
@@ -85,41 +87,61 @@ class ToolSpec:
 # Declaring tools
 
 
-class ToolSet:
-    """The tools of one back end, each declared once, next to its handler, by `@tools.tool(...)`."""
+B = TypeVar("B")
+# A tool's handler as declared: the back end's own object (its state: runtime, settings, records)
+# first, then the call. `ToolSet.specs(owner)` binds it into a `Handler`.
+ToolHandler = Callable[[B, CallContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class _Declared(Generic[B]):
+    spec: ToolSpec  # with a placeholder handler until bound
+    handler: ToolHandler[B]
+
+
+class ToolSet(Generic[B]):
+    """The tools of one back end, each declared once, next to its handler, by `@tools.tool(...)`.
+
+    Handlers are plain functions (or methods) taking the back end's object first; `register(runtime,
+    owner)` binds them to it. So a back end's tools.py is a flat list of small handlers, never one
+    long register() of closures.
+    """
 
     def __init__(self) -> None:
-        self._specs: dict[str, ToolSpec] = {}
+        self._declared: dict[str, _Declared[B]] = {}
 
     def tool(self, name: str, description: str, props: Mapping[str, Any] | None = None, *,
              required: Sequence[str] = (), output: dict[str, Any], title: str | None = None,
              input_schema: dict[str, Any] | None = None, read_only: bool = True, destructive: bool = False,
              idempotent: bool = True, timeout_s: float | Callable[[], float] | None = None,
-             ) -> Callable[[Handler], Handler]:
+             ) -> Callable[[ToolHandler[B]], ToolHandler[B]]:
         """Declare a tool. `props` (and `required`) make a closed input object; `input_schema` gives a
         whole schema instead. `output` is the result's schema: every tool states what it returns."""
         if props is not None and input_schema is not None:
             raise ValueError(f"tool {name!r}: give props or input_schema, not both")
         schema = input_schema if input_schema is not None else object_schema(props or {}, required, closed=True)
 
-        def declare(handler: Handler) -> Handler:
-            if name in self._specs:
+        def declare(handler: ToolHandler[B]) -> ToolHandler[B]:
+            if name in self._declared:
                 raise ValueError(f"tool {name!r} declared twice")
-            self._specs[name] = ToolSpec(name=name, description=description, input_schema=schema, handler=handler,
-                                         output_schema=output, read_only=read_only, destructive=destructive,
-                                         idempotent=idempotent, timeout_s=timeout_s, title=title)
+            spec = ToolSpec(name=name, description=description, input_schema=schema, handler=_unbound,
+                            output_schema=output, read_only=read_only, destructive=destructive,
+                            idempotent=idempotent, timeout_s=timeout_s, title=title)
+            self._declared[name] = _Declared(spec, handler)
             return handler
         return declare
 
-    def __iter__(self) -> Iterator[ToolSpec]:
-        return iter(self._specs.values())
+    def specs(self, owner: B) -> list[ToolSpec]:
+        """Every tool, its handler bound to `owner`."""
+        return [replace(d.spec, handler=functools.partial(d.handler, owner)) for d in self._declared.values()]
 
-    def __getitem__(self, name: str) -> ToolSpec:
-        return self._specs[name]
-
-    def register(self, runtime: Runtime) -> None:
-        for spec in self._specs.values():
+    def register(self, runtime: Runtime, owner: B) -> None:
+        for spec in self.specs(owner):
             runtime.register_tool(spec)
+
+
+async def _unbound(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    raise DiagdError(ErrorCode.INTERNAL_ERROR, "a declared tool was called before ToolSet.specs() bound it")
 
 
 # ---------------------------------------------------------------------------------------------

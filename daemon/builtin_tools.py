@@ -24,43 +24,48 @@ _RELOAD_OUTPUT = object_schema({
 }, ("reloaded", "config", "changed", "not_yet_applied"))
 
 
+tools: ToolSet[Daemon] = ToolSet()
+
+
+@tools.tool("diagd_status", "The daemon (uptime, pid, sockets, clients), every actor (kind, resource, state, inbox "
+            "depth, idle time left, restarts) and per-tool call statistics (count, p50/p95, failure rate).",
+            title="diagd status", output=_STATUS_OUTPUT)
+async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    return daemon.status()
+
+
+@tools.tool("diagd_calls", "Recent tool calls, newest first: time, client, tool, arguments, duration, queue wait, "
+            "outcome (ok, error, cancelled, or running with its time so far) and error code, result bytes.",
+            {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
+             "tool": {"type": "string", "description": "only calls of this tool"},
+             "errors_only": {"type": "boolean", "default": False}},
+            title="Recent tool calls", output=_CALLS_OUTPUT)
+async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    # Running calls count as the newest: a call that hangs is at the top, with its time so far.
+    records = [*daemon.stats.recent, *daemon.stats.running()]
+    if tool := args.get("tool"):
+        records = [r for r in records if r.tool == tool]
+    if args["errors_only"]:
+        records = [r for r in records if r.outcome not in ("ok", "running")]
+    chosen = records[-args["limit"]:][::-1]  # newest first
+    return {"calls": [r.to_json() for r in chosen], "returned": len(chosen), "total_calls": daemon.stats.total}
+
+
+@tools.tool("diagd_stop_actor", "Stop one actor by id (see diagd_status): its resource is released; the next call "
+            "that needs it starts a fresh one.", {"actor_id": {"type": "string"}}, required=("actor_id",),
+            title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
+async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    ref = daemon.supervisor.stop(args["actor_id"], reason=f"stopped by {ctx.client}")
+    return {"stopped": ref.id, "kind": ref.kind, "resource": ref.resource}
+
+
+@tools.tool("diagd_reload", "Re-read the config file; new limits apply to new calls and new actors, and idle "
+            "timeouts to running actors too.", title="Reload configuration", output=_RELOAD_OUTPUT,
+            read_only=False, idempotent=True)
+async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    return daemon.reload()
+
+
 def register(daemon: Daemon) -> None:
-    tools = ToolSet()
-
-    @tools.tool("diagd_status", "The daemon (uptime, pid, sockets, clients), every actor (kind, resource, state, "
-                "inbox depth, idle time left, restarts) and per-tool call statistics (count, p50/p95, failure rate).",
-                title="diagd status", output=_STATUS_OUTPUT)
-    async def status(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        return daemon.status()
-
-    @tools.tool("diagd_calls", "Recent tool calls, newest first: time, client, tool, arguments, duration, queue "
-                "wait, outcome (ok, error, cancelled, or running with its time so far) and error code, result bytes.",
-                {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
-                 "tool": {"type": "string", "description": "only calls of this tool"},
-                 "errors_only": {"type": "boolean", "default": False}},
-                title="Recent tool calls", output=_CALLS_OUTPUT)
-    async def calls(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        # Running calls count as the newest: a call that hangs is at the top, with its time so far.
-        records = [*daemon.stats.recent, *daemon.stats.running()]
-        if tool := args.get("tool"):
-            records = [r for r in records if r.tool == tool]
-        if args["errors_only"]:
-            records = [r for r in records if r.outcome not in ("ok", "running")]
-        chosen = records[-args["limit"]:][::-1]  # newest first
-        return {"calls": [r.to_json() for r in chosen], "returned": len(chosen), "total_calls": daemon.stats.total}
-
-    @tools.tool("diagd_stop_actor", "Stop one actor by id (see diagd_status): its resource is released; the next "
-                "call that needs it starts a fresh one.", {"actor_id": {"type": "string"}}, required=("actor_id",),
-                title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
-    async def stop_actor(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        ref = daemon.supervisor.stop(args["actor_id"], reason=f"stopped by {ctx.client}")
-        return {"stopped": ref.id, "kind": ref.kind, "resource": ref.resource}
-
-    @tools.tool("diagd_reload", "Re-read the config file; new limits apply to new calls and new actors, and idle "
-                "timeouts to running actors too.", title="Reload configuration", output=_RELOAD_OUTPUT,
-                read_only=False, idempotent=True)
-    async def reload(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        return daemon.reload()
-
-    for spec in tools:
+    for spec in tools.specs(daemon):
         daemon.registry.register(spec)

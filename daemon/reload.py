@@ -6,7 +6,7 @@ port, a running bpftrace execution, the children of a crash session. For those t
 lists the setting, what it applies to, and what keeps the old value (`not_yet_applied`), rather
 than letting an operator believe a new limit is in force.
 
-Back ends describe their own through `Daemon.reload_hooks` (crash does). The table below covers
+Back ends describe their own through `Runtime.on_reload` (crash does). The table below covers
 back ends that do not yet: it was read from their code (serial: `PortRecord.config` is the config at
 open; bpftrace: an `Execution` keeps the settings of its `exec_program`); pcap re-reads everything
 per call and needs no entry. A back end that registers a hook should drop its entry here.

@@ -253,23 +253,23 @@ async def test_filling_defaults_keeps_the_error_paths_and_the_audited_arguments(
     assert records[-1].arguments == {"nested": {"depth": "deep"}}  # what the client sent, not the defaults
 
 
-def test_a_tool_set_declares_each_tool_once_with_a_closed_schema_and_its_output() -> None:
-    tools = ToolSet()
+async def test_a_tool_set_declares_each_tool_once_and_binds_it_to_its_back_end() -> None:
+    tools: ToolSet[dict[str, int]] = ToolSet()
 
     @tools.tool("t1", "first", {"x": {"type": "integer", "default": 1}}, required=("x",),
                 output=object_schema({"x": {"type": "integer"}}), read_only=False)
-    async def t1(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        return {"x": args["x"]}
+    async def t1(backend: dict[str, int], ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        return {"x": args["x"] + backend["offset"]}
 
     with pytest.raises(ValueError, match="declared twice"):
         tools.tool("t1", "again", output={})(t1)
-    spec = tools["t1"]
+    registered: list[ToolSpec] = []
+    tools.register(SimpleNamespace(register_tool=registered.append), {"offset": 10})  # type: ignore[arg-type]
+    [spec] = registered
     assert spec.input_schema == {"type": "object", "properties": {"x": {"type": "integer", "default": 1}},
                                  "required": ["x"], "additionalProperties": False}
-    assert spec.output_schema is not None and not spec.read_only and spec.handler is t1
-    registered: list[ToolSpec] = []
-    tools.register(SimpleNamespace(register_tool=registered.append))  # type: ignore[arg-type]
-    assert registered == [spec]
+    assert spec.output_schema is not None and not spec.read_only
+    assert await spec.handler(CallContext(client="t"), {"x": 5}) == {"x": 15}
 
 
 def test_shared_schema_fragments_are_valid_and_carry_their_defaults() -> None:

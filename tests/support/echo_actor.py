@@ -1,27 +1,59 @@
-"""A test-only back end: one echo actor per resource, with knobs for delays, crashes and progress.
+"""A test-only back end, and the smallest complete one: settings, messages, an actor, tools.
 
 Loaded into a real daemon with `[daemon] extra_backends = ["echo_actor"]` (tests/support on
-PYTHONPATH), so the whole path (MCP socket, supervisor, actor, audit) is exercised end to end.
+PYTHONPATH), so the whole path (MCP socket, supervisor, actor, audit) is exercised end to end;
+tests/support/fake_runtime.py runs it without a daemon. Its knobs (delays, crashes, progress, big
+results, a child process) are what those tests need.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from diagd.actors.base import Actor, Op, Request, SupervisionPolicy
+from diagd.actors.base import Actor, Request, SupervisionPolicy
 from diagd.actors.runtime import Runtime
-from diagd.actors.tooling import CallContext, ToolSpec
+from diagd.actors.settings import parse_table
+from diagd.actors.tooling import CallContext, ToolSet, object_schema
 from diagd.protocol.errors import DiagdError, ErrorCode
+
+KIND = "echo"
+
+
+@dataclass(frozen=True)
+class EchoSettings:
+    """The [echo_actor] table (the back end's name is its module's)."""
+
+    prefix: str = ""  # put before every echoed message
+
+
+# -- messages: what the tools ask the actor -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Echo:
+    message: str
+    delay_s: float = 0.0
+    progress_steps: int = 0
+    big: int = 0  # bytes of padding in the answer
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A bug in the actor: it is restarted by its policy."""
+
+
+# -- the actor: one per resource ----------------------------------------------------------------
 
 
 class EchoActor(Actor):
-    kind = "echo"
+    kind = KIND
     policy = SupervisionPolicy(max_restarts=2, window_s=30, backoff_s=0.01)
 
-    def __init__(self, resource: str, settings: Any = None) -> None:
-        super().__init__(resource, settings)
+    def __init__(self, resource: str) -> None:
+        super().__init__(resource)
         self.echoed = 0
         self.child: trio.Process | None = None
 
@@ -33,21 +65,23 @@ class EchoActor(Actor):
             self.child = await trio.lowlevel.open_process(["sleep", "3600"])
 
     async def handle(self, request: Request) -> dict[str, Any]:
-        args = request.args
-        if request.op == "crash":
-            raise RuntimeError("echo actor asked to crash")
-        steps = int(args.get("progress_steps", 0))
-        delay = float(args.get("delay_s", 0))
-        for i in range(steps):
-            await request.report_progress(i + 1, steps, f"step {i + 1}")
-            await trio.sleep(delay / max(steps, 1))
-        if not steps and delay:
-            await trio.sleep(delay)
+        match request.message:
+            case Echo() as echo:
+                return await self._echo(request, echo)
+            case Crash():
+                raise RuntimeError("echo actor asked to crash")
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the echo actor cannot handle {request.label}")
+
+    async def _echo(self, request: Request, echo: Echo) -> dict[str, Any]:
+        for i in range(echo.progress_steps):
+            await request.report_progress(i + 1, echo.progress_steps, f"step {i + 1}")
+            await trio.sleep(echo.delay_s / echo.progress_steps)
+        if not echo.progress_steps:
+            await trio.sleep(echo.delay_s)
         self.echoed += 1
-        result: dict[str, Any] = {"message": args.get("message", ""), "resource": self.resource}
-        if args.get("big"):
-            result["blob"] = "x" * int(args["big"])
-            result["truncated"] = False
+        result: dict[str, Any] = {"message": echo.message, "resource": self.resource}
+        if echo.big:
+            result |= {"blob": "x" * echo.big, "truncated": False}
         if self.child is not None:
             result["child_pid"] = self.child.pid
         return result
@@ -61,29 +95,37 @@ class EchoActor(Actor):
         return {"echoed": self.echoed}
 
 
-def register(runtime: Runtime) -> None:
-    async def echo(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-        resource = args.get("resource", "default")
-        ref = await runtime.start("echo", resource, lambda: EchoActor(resource))
-        result = await runtime.ask(ref, Op("crash" if args.get("crash") else "echo", args), progress=ctx.progress)
-        return dict(result)
+# -- the back end's state, and its tools: build a message, shape the reply ----------------------
 
-    runtime.register_tool(ToolSpec(
-        name="echo",
-        description="Echo a message through a per-resource actor (test back end).",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "message": {"type": "string"},
-                "resource": {"type": "string"},
-                "delay_s": {"type": "number", "minimum": 0, "maximum": 60},
-                "progress_steps": {"type": "integer", "minimum": 0, "maximum": 100},
-                "crash": {"type": "boolean"},
-                "big": {"type": "integer", "minimum": 0},
-            },
-            "required": ["message"],
-            "additionalProperties": False,
-        },
-        output_schema={"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
-        handler=echo,
-    ))
+
+class EchoBackend:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def settings(self) -> EchoSettings:
+        return parse_table(EchoSettings, self.runtime.name, self.runtime.config().table)  # a reload applies
+
+
+tools: ToolSet[EchoBackend] = ToolSet()
+
+
+@tools.tool("echo", "Echo a message through a per-resource actor (test back end).",
+            {"message": {"type": "string"},
+             "resource": {"type": "string", "default": "default"},
+             "delay_s": {"type": "number", "minimum": 0, "maximum": 60, "default": 0},
+             "progress_steps": {"type": "integer", "minimum": 0, "maximum": 100, "default": 0},
+             "crash": {"type": "boolean", "default": False},
+             "big": {"type": "integer", "minimum": 0, "default": 0}},
+            required=("message",), output=object_schema({"message": {"type": "string"}}, ("message",)))
+async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    resource = args["resource"]
+    ref = await backend.runtime.start(KIND, resource, lambda: EchoActor(resource))
+    message = Crash() if args["crash"] else Echo(backend.settings().prefix + args["message"], args["delay_s"],
+                                                  args["progress_steps"], args["big"])
+    return await backend.runtime.ask(ref, message, progress=ctx.progress)
+
+
+def register(runtime: Runtime) -> EchoBackend:
+    backend = EchoBackend(runtime)
+    tools.register(runtime, backend)
+    return backend

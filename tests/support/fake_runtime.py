@@ -1,0 +1,124 @@
+"""A `Runtime` without a daemon, for unit tests of one back end.
+
+It is what `Daemon` gives a back end, minus sockets, audit and the other back ends: a real
+supervisor and tool registry inside the test's nursery (so arguments are validated and defaults
+filled as in production), a config table the test sets and reloads, clients it connects and drops.
+
+    async with fake_runtime(tmp_path, "echo_actor", {"prefix": "> "}) as rt:
+        echo_actor.register(rt)
+        assert (await rt.call("echo", {"message": "hi"}))["message"] == "> hi"
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from diagd.actors.base import ProgressFn
+from diagd.actors.runtime import (
+    ActorFactory,
+    ActorRef,
+    BackendConfig,
+    Client,
+    ClientHook,
+    IdleTimeout,
+    ReloadHook,
+)
+from diagd.actors.tooling import CallContext, ToolSpec
+from diagd.daemon.backends import Clients
+from diagd.daemon.supervisor import Supervisor
+from diagd.daemon.tools import ToolRegistry
+from diagd.protocol.errors import DiagdError
+
+
+class FakeRuntime:
+    def __init__(self, nursery: trio.Nursery, name: str, state_dir: Path, table: Mapping[str, Any] | None = None,
+                 **shared: Any) -> None:
+        self.name = name
+        self.state_dir = state_dir / name
+        self.supervisor = Supervisor(nursery, idle_timeout_s=600)
+        self.registry = ToolRegistry(call_timeout_s=30)
+        self._config = BackendConfig(table=dict(table or {}), **shared)
+        self._reload_hooks: list[ReloadHook] = []
+        self._clients = Clients()
+        self.shutting_down = False
+
+    # -- what the test does
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None, *, client: str = "mcp:1",
+                   progress: ProgressFn | None = None) -> dict[str, Any]:
+        """Call a tool as a client would; a coded error is raised as the DiagdError it carries."""
+        result = await self.registry.call(tool, arguments or {}, CallContext(client=client, progress=progress))
+        if result.is_error:
+            raise DiagdError.from_wire(**result.payload)
+        return result.payload
+
+    def set_table(self, table: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """`diagd reload` with a new table: the back end's hooks may refuse it (DiagdError) or note
+        what waits for a reopen (returned)."""
+        new = BackendConfig(table=dict(table), allowed_dirs=self._config.allowed_dirs,
+                            regex_budget_s=self._config.regex_budget_s, call_timeout_s=self._config.call_timeout_s)
+        notes = [note for hook in self._reload_hooks for note in hook(self._config, new)]
+        self._config = new
+        return notes
+
+    def connect(self, client: Client) -> None:
+        self._clients.connected(client)
+
+    def disconnect(self, client: Client) -> None:
+        self._clients.gone(client)
+
+    # -- the Runtime
+
+    def register_tool(self, spec: ToolSpec) -> None:
+        self.registry.register(spec)
+
+    async def start(self, kind: str, resource: str, factory: ActorFactory, *,
+                    idle_timeout_s: IdleTimeout = None) -> ActorRef:
+        return await self.supervisor.start(kind, resource, factory, idle_timeout_s=idle_timeout_s)
+
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+        return await self.supervisor.ask(ref, message, progress=progress)
+
+    def find(self, kind: str, resource: str) -> ActorRef | None:
+        return self.supervisor.find(kind, resource)
+
+    def actors(self, kind: str) -> list[ActorRef]:
+        return [ref for ref in self.supervisor.actors() if ref.kind == kind]
+
+    def stop(self, ref: ActorRef, reason: str) -> None:
+        if ref.accepting:
+            self.supervisor.stop(ref.id, reason=reason)
+
+    def config(self) -> BackendConfig:
+        return self._config
+
+    def on_reload(self, hook: ReloadHook) -> None:
+        self._reload_hooks.append(hook)
+
+    def reload(self) -> dict[str, Any]:
+        notes = self.set_table(self._config.table)
+        return {"reloaded": True, "config": "<fake>", "changed": [], "not_yet_applied": notes}
+
+    def clients(self) -> list[Client]:
+        return self._clients.now()
+
+    def on_client(self, *, connected: ClientHook | None = None, gone: ClientHook | None = None) -> None:
+        if connected is not None:
+            self._clients.connected_hooks.append(connected)
+        if gone is not None:
+            self._clients.gone_hooks.append(gone)
+
+
+@asynccontextmanager
+async def fake_runtime(state_dir: Path, name: str, table: Mapping[str, Any] | None = None,
+                       **shared: Any) -> AsyncIterator[FakeRuntime]:
+    async with trio.open_nursery() as nursery:
+        runtime = FakeRuntime(nursery, name, state_dir, table, **shared)
+        yield runtime
+        runtime.shutting_down = True
+        nursery.cancel_scope.cancel()
