@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 import trio
 
+from diagd.actors._pcap_tree import HEX_CELLS_WIDTH, HEX_TEXT_GAP, hex_line
 from diagd.daemon.tools import CallContext, Handler
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -305,7 +306,7 @@ class Masker:
             cells = ["**" if index + i in hidden else f"{b:02x}" for i, b in enumerate(data)]
             shown = "".join("*" if index + i in hidden else c for i, c in enumerate(text))
             index += len(data)
-            out.append(f"{offset}  {' '.join(cells):<47}  {shown}")
+            out.append(hex_line(offset, " ".join(cells), shown))
         return "\n".join(out)
 
 
@@ -317,9 +318,10 @@ def _hexdump_row(line: str) -> tuple[str, bytes, str] | None:
     """(offset, bytes, text column) of a `_pcap_tree.hexdump` line, read by position (the text
     column may start with spaces), or None for any other line."""
     offset, sep, rest = line.partition("  ")
-    if not sep or not re.fullmatch(r"[0-9a-f]{4,8}", offset) or rest[47:49] != "  ":
+    gap_end = HEX_CELLS_WIDTH + len(HEX_TEXT_GAP)
+    if not sep or not re.fullmatch(r"[0-9a-f]{4,8}", offset) or rest[HEX_CELLS_WIDTH:gap_end] != HEX_TEXT_GAP:
         return None
-    cells, text = rest[:47].rstrip(), rest[49:]
+    cells, text = rest[:HEX_CELLS_WIDTH].rstrip(), rest[gap_end:]
     tokens = cells.split(" ")
     if not 1 <= len(text) <= 16 or len(tokens) != len(text) or any(
             not re.fullmatch(r"[0-9a-f]{2}", t) for t in tokens):

@@ -111,6 +111,15 @@ def source_names(answer: dict[str, Any]) -> list[str]:
     return [first, *(str(ds.get("name", "")) for ds in answer.get("ds") or [])]
 
 
+HEX_CELLS_WIDTH = 47  # 16 cells of "xx" joined by spaces
+HEX_TEXT_GAP = "   "  # between the hex cells and the text column
+
+
+def hex_line(offset: str, cells: str, text: str) -> str:
+    """One hex-dump line laid out as tshark prints it (the mask rewrites lines in this layout)."""
+    return f"{offset}  {cells:<{HEX_CELLS_WIDTH}}{HEX_TEXT_GAP}{text}"
+
+
 def hex_lines(data: bytes) -> list[str]:
     """tshark's hex dump (epan/print.c print_hex_data_buffer): 16 bytes a line, hex column padded
     to 47 characters, three spaces, printable ASCII; the offset grows past 4 digits only when the
@@ -121,7 +130,7 @@ def hex_lines(data: bytes) -> list[str]:
         chunk = data[offset:offset + 16]
         hexpart = " ".join(f"{b:02x}" for b in chunk)
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(f"{offset:0{digits}x}  {hexpart:<47}   {text}")
+        lines.append(hex_line(f"{offset:0{digits}x}", hexpart, text))
     return lines
 
 

@@ -103,9 +103,9 @@ def test_hexdump_hides_identity_bytes_across_lines_and_keeps_its_layout() -> Non
     lines = masked.split("\n")
     assert lines[1] == "    IMSI: 99999**********"
     assert [len(x) for x in lines[3:]] == [len(x) for x in dump.split("\n")]
-    assert lines[5] == "0020  49 4d 53 49 39 39 39 39 39 ** ** ** ** ** ** **  IMSI99999*******"
+    assert lines[5] == "0020  49 4d 53 49 39 39 39 39 39 ** ** ** ** ** ** **   IMSI99999*******"
     # TBCD IMSI (type nibble 9 first): MCC+MNC nibbles stay, the rest and the TBCD MSIN go.
-    assert lines[6] == "0030  ** ** ** 0d 0a 08 99 99 99 ** ** ** ** ** f0 **  ***......*****.*"
+    assert lines[6] == "0030  ** ** ** 0d 0a 08 99 99 99 ** ** ** ** ** f0 **   ***......*****.*"
     assert lines[7].startswith("0040  ** ** ** **")
     assert "1234567810" not in masked.replace(" ", "")
 
