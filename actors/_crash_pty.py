@@ -37,6 +37,7 @@ from diagd.actors._subprocess import default_signals, describe_exit
 
 PROMPT = b"crash> "
 READ_SLICE_S = 0.05
+RESYNC_RESEND_S = 1.0
 STARTUP_KEEP_BYTES = 1 << 20
 
 
@@ -197,12 +198,20 @@ class CrashDriver:
         self._resync(grace_s)
 
     def _resync(self, grace_s: float) -> None:
+        # A marker sent while crash is still taking the Ctrl-C can be discarded with the rest of
+        # the typeahead, so a fresh one goes out every RESYNC_RESEND_S until one comes back. Only
+        # the newest counts: crash reads its input in order, so once that one is answered every
+        # earlier line has been answered or thrown away, and the next command starts clean.
         deadline = time.monotonic() + grace_s
-        nonce = _nonce()
-        marker = PROMPT + nonce + b": "
-        self.child.send(b"ascii " + nonce + b"\n")
         buf = bytearray()
+        marker = b""
+        resend_at = 0.0
         while time.monotonic() < deadline:
+            if time.monotonic() >= resend_at:
+                nonce = _nonce()
+                marker = PROMPT + nonce + b": "
+                self.child.send(b"ascii " + nonce + b"\n")
+                resend_at = time.monotonic() + RESYNC_RESEND_S
             buf += self._read(READ_SLICE_S)
             at = buf.find(marker)
             if at >= 0 and buf.endswith(PROMPT) and buf.find(b"\n", at) > 0:

@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.actors._pcap_tree import HEX_COLUMN, TEXT_GAP, hex_line
+from diagd.actors._pcap_tree import HEX_CELLS_WIDTH, HEX_TEXT_GAP, hex_line
 from diagd.actors._subprocess import run
 from diagd.actors.tooling import CallContext, Handler
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -307,7 +307,7 @@ class Masker:
             cells = ["**" if index + i in hidden else f"{b:02x}" for i, b in enumerate(data)]
             shown = "".join("*" if index + i in hidden else c for i, c in enumerate(text))
             index += len(data)
-            out.append(hex_line(offset, cells, shown))
+            out.append(hex_line(offset, " ".join(cells), shown))
         return "\n".join(out)
 
 
@@ -319,10 +319,10 @@ def _hexdump_row(line: str) -> tuple[str, bytes, str] | None:
     """(offset, bytes, text column) of a `_pcap_tree.hexdump` line, read by position (the text
     column may start with spaces), or None for any other line."""
     offset, sep, rest = line.partition("  ")
-    gap_end = HEX_COLUMN + len(TEXT_GAP)
-    if not sep or not re.fullmatch(r"[0-9a-f]{4,8}", offset) or rest[HEX_COLUMN:gap_end] != TEXT_GAP:
+    gap_end = HEX_CELLS_WIDTH + len(HEX_TEXT_GAP)
+    if not sep or not re.fullmatch(r"[0-9a-f]{4,8}", offset) or rest[HEX_CELLS_WIDTH:gap_end] != HEX_TEXT_GAP:
         return None
-    cells, text = rest[:HEX_COLUMN].rstrip(), rest[gap_end:]
+    cells, text = rest[:HEX_CELLS_WIDTH].rstrip(), rest[gap_end:]
     tokens = cells.split(" ")
     if not 1 <= len(text) <= 16 or len(tokens) != len(text) or any(
             not re.fullmatch(r"[0-9a-f]{2}", t) for t in tokens):

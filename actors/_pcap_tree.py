@@ -111,26 +111,26 @@ def source_names(answer: dict[str, Any]) -> list[str]:
     return [first, *(str(ds.get("name", "")) for ds in answer.get("ds") or [])]
 
 
-# tshark's hex dump line (epan/print.c print_hex_data_buffer): offset, two spaces, the hex column
-# padded to HEX_COLUMN characters, TEXT_GAP, printable ASCII. The masking of identities reads and
-# writes these lines with the same layout.
-HEX_COLUMN = 47
-TEXT_GAP = "   "
+HEX_CELLS_WIDTH = 47  # 16 cells of "xx" joined by spaces
+HEX_TEXT_GAP = "   "  # between the hex cells and the text column
 
 
-def hex_line(offset: str, cells: list[str], text: str) -> str:
-    return f"{offset}  {' '.join(cells):<{HEX_COLUMN}}{TEXT_GAP}{text}"
+def hex_line(offset: str, cells: str, text: str) -> str:
+    """One hex-dump line laid out as tshark prints it (the mask rewrites lines in this layout)."""
+    return f"{offset}  {cells:<{HEX_CELLS_WIDTH}}{HEX_TEXT_GAP}{text}"
 
 
 def hex_lines(data: bytes) -> list[str]:
-    """tshark's hex dump: 16 bytes a line (see `hex_line`); the offset grows past 4 digits only when
-    the buffer needs it."""
+    """tshark's hex dump (epan/print.c print_hex_data_buffer): 16 bytes a line, hex column padded
+    to 47 characters, three spaces, printable ASCII; the offset grows past 4 digits only when the
+    buffer needs it."""
     digits = max(4, len(f"{len(data) - 1:x}")) if data else 4
     lines = []
     for offset in range(0, len(data), 16):
         chunk = data[offset:offset + 16]
+        hexpart = " ".join(f"{b:02x}" for b in chunk)
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(hex_line(f"{offset:0{digits}x}", [f"{b:02x}" for b in chunk], text))
+        lines.append(hex_line(f"{offset:0{digits}x}", hexpart, text))
     return lines
 
 
