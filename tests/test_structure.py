@@ -30,9 +30,6 @@ ALLOWED: dict[str, int] = {
     "actors/_pcap_ngap.py": 1005,
     "actors/_pcap_ngap.py::analyse": 62,
     "actors/_pcap_ngap.py::pdu_sessions": 123,
-    # serial
-    "actors/serial.py": 1048,
-    "actors/_serial_codec.py": 632,
     # bpftrace
     "actors/bpftrace.py": 827,
     "actors/bpftrace.py::register": 194,

@@ -14,7 +14,7 @@ import pytest
 import serial as pyserial
 import trio
 
-from tests.actors.test_serial_clock import Harness, MakeHarness, harnesses
+from tests.actors.serial.test_clock import Harness, MakeHarness, harnesses
 from tests.support.sim_modem import SimModem, binary_frame, flood_bytes
 
 OK_OR_ERROR = ["OK\r\n", "ERROR\r\n"]

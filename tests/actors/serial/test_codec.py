@@ -8,20 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors._serial_codec import (
-    TOOLS,
-    LogView,
-    RawLog,
-    ReplyCollector,
-    SerialConfig,
-    Slicer,
-    UrcBuffer,
-    decode,
-    parse_hex,
-    port_key,
-    read_log_page,
-    unescape,
-)
+from diagd.actors.serial.codec import ReplyCollector, Slicer, decode, parse_hex, unescape
+from diagd.actors.serial.rawlog import LogView, RawLog, read_log_page
+from diagd.actors.serial.schemas import TOOLS
+from diagd.actors.serial.settings import SerialConfig, port_key
+from diagd.actors.serial.urc import UrcBuffer
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -123,7 +114,7 @@ def test_reply_keeps_a_capped_copy_but_counts_and_matches_every_byte() -> None:
 
 
 def test_urc_buffer_drops_the_oldest_and_counts_what_it_dropped() -> None:
-    from diagd.actors._serial_codec import Packet
+    from diagd.actors.serial.codec import Packet
 
     urc = UrcBuffer(max_packets=3, max_bytes=1000)
     for i in range(5):

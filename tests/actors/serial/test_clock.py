@@ -25,7 +25,11 @@ import trio.testing
 
 from diagd.actors import serial
 from diagd.actors.runtime import Client
-from diagd.actors.serial import PortGone, PortIO, PortSettings, SerialBackend
+from diagd.actors.serial.actor import PortRecord
+from diagd.actors.serial.backend import SerialBackend
+from diagd.actors.serial.port import PortGone, PortIO
+from diagd.actors.serial.rawlog import session_logs
+from diagd.actors.serial.settings import PortSettings, port_slug
 from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
 from diagd.daemon.server import Daemon
@@ -159,7 +163,7 @@ class Harness:
         self.backend.opener = opener
         self.backend.run_blocking = inline
 
-    def record(self, port: str = PORT) -> serial.PortRecord:
+    def record(self, port: str = PORT) -> PortRecord:
         return self.backend.records[port]
 
 
@@ -499,12 +503,12 @@ async def test_closing_stops_the_actor_and_reports_discarded_urcs(
 async def test_old_session_logs_are_pruned_per_port_and_only_that_ports(
         autojump_clock: trio.testing.MockClock, make_harness: MakeHarness) -> None:
     h = make_harness(log_keep=2)
-    neighbour = h.backend.log_dir / f"{serial.port_slug(PORT)}-2-20200101T000000000Z.jsonl"  # port "…FAKE0-2"
+    neighbour = h.backend.log_dir / f"{port_slug(PORT)}-2-20200101T000000000Z.jsonl"  # port "…FAKE0-2"
     neighbour.parent.mkdir(parents=True)
     neighbour.write_text("{}\n")
     for _ in range(4):
         await open_fake(h, FakeSerial())
         await h.call("configure_connection", port=PORT, action="close")
         await trio.sleep(0.01)  # distinct file names
-    assert len(serial.session_logs(h.backend.log_dir, PORT)) == 2
-    assert neighbour.exists() and serial.session_logs(h.backend.log_dir, PORT + "-2") == [neighbour]
+    assert len(session_logs(h.backend.log_dir, PORT)) == 2
+    assert neighbour.exists() and session_logs(h.backend.log_dir, PORT + "-2") == [neighbour]
