@@ -38,10 +38,10 @@ from __future__ import annotations
 
 from diagd.actors.runtime import Runtime
 from diagd.actors.serial.backend import SerialBackend
+from diagd.actors.serial.tools import tools
 
 
 def register(runtime: Runtime) -> SerialBackend:
     backend = SerialBackend(runtime)
-    for spec in backend.specs():
-        runtime.register_tool(spec)
+    tools.register(runtime, backend)
     return backend

@@ -7,66 +7,22 @@ import contextlib
 import errno
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import trio
 
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
-from diagd.actors.serial.codec import Packet, ReplyCollector, Slicer, decode, iso
-from diagd.actors.serial.port import BlockingRunner, Opener, PortGone, PortIO, SettingRefused, refused_error
-from diagd.actors.serial.rawlog import RawLog, new_log
-from diagd.actors.serial.settings import PortSettings, PortState, SerialConfig
-from diagd.actors.serial.urc import UrcBuffer
+from diagd.actors.serial.codec import Packet, ReplyCollector, Slicer, decode
+from diagd.actors.serial.messages import Close, Configure, ReadUrc, Send, Signals
+from diagd.actors.serial.port import PortGone, PortIO, SettingRefused, refused_error
+from diagd.actors.serial.rawlog import new_log
+from diagd.actors.serial.record import PortRecord
+from diagd.actors.serial.settings import LINE_ENDINGS, PortSettings, PortState
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "serial"
-
-
-@dataclass(eq=False)
-class PortRecord:
-    """One open port's state, shared by its actor (which writes it) and the tools (which read it);
-    it survives actor restarts, so a crash loses neither the URC buffer nor the owner."""
-
-    key: str
-    settings: PortSettings
-    config: SerialConfig
-    log_dir: Path
-    opener: Opener
-    run_blocking: BlockingRunner
-    owner: str | None
-    urc: UrcBuffer
-    lines: dict[str, bool] = field(default_factory=dict)
-    state: PortState = PortState.OPENING
-    device: str | None = None
-    log: RawLog | None = None
-    log_path: Path | None = None
-    opened_at: float | None = None
-    bytes_in: int = 0
-    bytes_out: int = 0
-    sessions: int = 0
-    last_rx: float | None = None
-    last_error: str | None = None
-
-    def describe(self, viewer: str | None = None, *, owner_connected: bool = False) -> dict[str, Any]:
-        state = self.state
-        if state == PortState.CONNECTED and viewer and self.owner not in (None, viewer) and owner_connected:
-            state = PortState.OCCUPIED
-        return {
-            "port": self.key, "device": self.device, "state": str(state), "owner": self.owner,
-            "you_own": viewer is not None and self.owner == viewer,
-            "settings": asdict(self.settings),
-            "opened_at": iso(self.opened_at), "last_rx_at": iso(self.last_rx),
-            "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
-            "pending_urc_count": len(self.urc), "urc_dropped": self.urc.dropped,
-            "urc_dropped_total": self.urc.dropped_total,
-            "log_file": str(self.log_path) if self.log_path else None,
-            "log_records": self.log.records if self.log else None,
-            "log_unlogged_bytes": self.log.unlogged_bytes if self.log else 0,
-            "last_error": self.last_error,
-        }
 
 
 @dataclass(eq=False)
@@ -100,16 +56,54 @@ class SerialActor(Actor):
         await self._open_session(self.record.settings)
 
     async def handle(self, request: Request) -> dict[str, Any]:
-        if request.op == "send":
-            return await self._send(request.args)
-        if request.op == "configure":
-            return await self._configure(request.args["settings"], request.args["lines"])
-        if request.op == "signals":
-            return await self._signals(request.args)
-        if request.op == "close":
-            self._end_session("closed by request", PortState.CLOSED)
-            return {"closed": True}
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown serial operation {request.op!r}")
+        rec = self.record
+        match request.message:
+            case Send() as send:
+                self._authorize(send.client)
+                return await self._send(send)
+            case Configure() as configure:
+                took_over = self._authorize(configure.client, force=configure.force)
+                reopened = await self._configure(replace(rec.settings, **configure.given), configure.lines)
+                return {"reopened": reopened, "took_over_from": took_over}
+            case Signals() as signals:
+                self._authorize(signals.client)
+                return await self._signals(signals)
+            case ReadUrc() as read:
+                if not read.peek:
+                    self._authorize(read.client)
+                return self._read_urc(read)
+            case Close() as close:
+                took_over = self._authorize(close.client, force=close.force)
+                self._end_session("closed by request", PortState.CLOSED)
+                return {"took_over_from": took_over, "discarded_urc_packets": len(rec.urc)}
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the serial actor cannot handle {request.label}")
+
+    def _authorize(self, client: str, *, force: bool = False) -> str | None:
+        """Let `client` act on the port; returns the previous owner when it takes the port over."""
+        rec = self.record
+        owner = rec.owner
+        if owner == client:
+            return None
+        if owner is None or force or not rec.owner_connected(owner):
+            rec.owner = client
+            if rec.log is not None:
+                rec.log.event("owner", time.time(), owner=client, previous=owner, forced=force)
+            return owner
+        raise DiagdError(ErrorCode.BUSY, f"{rec.key} is Occupied: held by another diagd client ({owner})",
+                         port=rec.key, state=str(PortState.OCCUPIED), owner=owner,
+                         hint="configure_connection(port, action='open', force=true) takes it over")
+
+    def _read_urc(self, read: ReadUrc) -> dict[str, Any]:
+        rec = self.record
+        packets, dropped = rec.urc.take(read.max_packets, 4 * rec.config.max_reply_bytes, peek=read.peek)
+        # pending_urc_count is what the buffer holds after this call, as in send_data and
+        # connection_status: after a peek, the packets shown are still pending.
+        pending = len(rec.urc)
+        return {"port": rec.key, "state": str(rec.state),
+                "packets": [p.to_json(as_hex=read.as_hex) for p in packets],
+                "returned": len(packets), "pending_urc_count": pending,
+                "has_more": pending > (len(packets) if read.peek else 0),
+                "dropped": dropped, "dropped_total": rec.urc.dropped_total}
 
     async def stop(self) -> None:
         self._end_session("actor stopped", PortState.CLOSED)
@@ -213,23 +207,22 @@ class SerialActor(Actor):
 
     # -- operations ---------------------------------------------------------------------------
 
-    async def _send(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, send: Send) -> dict[str, Any]:
         rec = self.record
         io = self._require_connected()
-        payload: bytes = args["payload"]
-        policy: str = args["wait_policy"]
-        text_mode = args["text_patterns"]  # a CR/LF after a text pattern belongs to the reply
-        patterns: dict[bytes, str] = args["patterns"]
+        payload = send.payload + LINE_ENDINGS[send.line_ending or rec.settings.line_ending]
+        policy, patterns = send.wait_policy, send.patterns
         waiter = None
         if policy != "none":
-            waiter = _Waiter(ReplyCollector(list(patterns), rec.config.max_reply_bytes, absorb_line_end=text_mode))
+            reply = ReplyCollector(list(patterns), rec.config.max_reply_bytes, absorb_line_end=send.text_patterns)
+            waiter = _Waiter(reply)
         t0 = trio.current_time()
         self._waiter = waiter
         completed = False
         try:
             sent = await self._write(io, payload)
             if waiter is not None:
-                with trio.move_on_after(args["timeout_s"]):
+                with trio.move_on_after(send.timeout_s):
                     await waiter.done.wait()
                 if waiter.error is not None:
                     raise self._error_after(waiter, f"the port went away while waiting: {waiter.error}")
@@ -244,7 +237,7 @@ class SerialActor(Actor):
         collector = waiter.collector if waiter is not None else None
         raw = bytes(collector.data) if collector is not None else b""
         truncated = collector is not None and collector.truncated
-        data, fmt = decode(raw, as_hex=args["as_hex"], cut=truncated)
+        data, fmt = decode(raw, as_hex=send.as_hex, cut=truncated)
         matched = collector.matched if collector is not None else None
         result: dict[str, Any] = {
             "success": True, "port": rec.key, "wait_policy": policy, "data": data, "format": fmt,
@@ -294,12 +287,13 @@ class SerialActor(Actor):
                              bytes_written=written, bytes=len(payload))
         return written
 
-    async def _configure(self, settings: PortSettings, lines: dict[str, bool]) -> dict[str, Any]:
+    async def _configure(self, settings: PortSettings, lines: dict[str, bool]) -> bool:
+        """Apply `settings` and `lines` to the open port, or reopen it with them; True if reopened."""
         rec = self.record
         if rec.state != PortState.CONNECTED:
             rec.lines.update(lines)
             await self._open_session(settings)
-            return {"reopened": True}
+            return True
         io = self._require_connected()
         applied = False
         try:
@@ -323,12 +317,12 @@ class SerialActor(Actor):
         self._slicer.idle_s = settings.idle_ms / 1000
         if rec.log is not None:
             rec.log.event("settings", time.time(), settings=asdict(settings), **lines)
-        return {"reopened": False}
+        return False
 
-    async def _signals(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def _signals(self, signals: Signals) -> dict[str, Any]:
         rec = self.record
         io = self._require_connected()
-        dtr, rts, break_ms = args.get("dtr"), args.get("rts"), args.get("break_ms")
+        dtr, rts, break_ms = signals.dtr, signals.rts, signals.break_ms
         try:
             io.set_lines(dtr, rts)
             if break_ms:

@@ -1,4 +1,5 @@
-"""The serial tools' input and output schemas (pure data)."""
+"""The serial tools' descriptions, input and output schemas (pure data), by tool name: `TOOLS[name]`
+is what tools.py passes to `ToolSet.tool`."""
 
 from __future__ import annotations
 
@@ -34,11 +35,10 @@ _PACKET = {
 def _tool(description: str, properties: dict[str, Any], output: dict[str, Any], *, required: tuple[str, ...] = (),
           title: str, read_only: bool = True, idempotent: bool = True, destructive: bool = False,
           timeout_s: float | None = None) -> dict[str, Any]:
-    return {"description": description, "title": title, "read_only": read_only, "idempotent": idempotent,
-            "destructive": destructive, "timeout_s": timeout_s,
-            "input_schema": {"type": "object", "properties": properties, "required": list(required),
-                             "additionalProperties": False},
-            "output_schema": output}
+    """The keyword arguments of `ToolSet.tool` for one tool (tools.py declares it with them)."""
+    return {"description": description, "props": properties, "required": required, "output": output,
+            "title": title, "read_only": read_only, "idempotent": idempotent, "destructive": destructive,
+            "timeout_s": timeout_s}
 
 
 TOOLS: dict[str, dict[str, Any]] = {

@@ -25,10 +25,10 @@ import trio.testing
 
 from diagd.actors import serial
 from diagd.actors.runtime import Client
-from diagd.actors.serial.actor import PortRecord
 from diagd.actors.serial.backend import SerialBackend
 from diagd.actors.serial.port import PortGone, PortIO
 from diagd.actors.serial.rawlog import session_logs
+from diagd.actors.serial.record import PortRecord
 from diagd.actors.serial.settings import PortSettings, port_slug
 from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from diagd.actors.serial.backend import SerialBackend
 from diagd.actors.serial.codec import ReplyCollector, Slicer, decode, parse_hex, unescape
 from diagd.actors.serial.rawlog import LogView, RawLog, read_log_page
-from diagd.actors.serial.schemas import TOOLS
 from diagd.actors.serial.settings import SerialConfig, port_key
+from diagd.actors.serial.tools import tools
 from diagd.actors.serial.urc import UrcBuffer
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -186,11 +188,12 @@ def test_port_names_are_normalised_and_bare_names_mean_dev() -> None:
 def test_every_tool_schema_is_a_valid_json_schema() -> None:
     import jsonschema
 
-    assert set(TOOLS) == {"list_ports", "configure_connection", "connection_status", "send_data", "read_urc",
-                          "set_signals", "get_log"}
-    for spec in TOOLS.values():
-        jsonschema.Draft202012Validator.check_schema(spec["input_schema"])
-        jsonschema.Draft202012Validator.check_schema(spec["output_schema"])
+    specs = tools.specs(cast(SerialBackend, None))
+    assert {spec.name for spec in specs} == {"list_ports", "configure_connection", "connection_status", "send_data",
+                                             "read_urc", "set_signals", "get_log"}
+    for spec in specs:
+        jsonschema.Draft202012Validator.check_schema(spec.input_schema)
+        jsonschema.Draft202012Validator.check_schema(spec.output_schema)
 
 
 @pytest.mark.parametrize(("text", "data"), [

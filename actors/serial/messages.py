@@ -1,0 +1,61 @@
+"""What the serial tools ask a port's actor: one frozen dataclass per operation.
+
+Every message that acts on the port names the client it acts for: the actor owns the port's owner
+(and logs each take-over), so ownership is decided where the port is, in inbox order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Configure:
+    """Change the open port's settings and lines, or reopen it when it is not Connected."""
+
+    client: str
+    force: bool
+    given: dict[str, Any] = field(default_factory=dict)  # the settings the call names; the others stay
+    lines: dict[str, bool] = field(default_factory=dict)  # dtr / rts
+
+
+@dataclass(frozen=True)
+class Send:
+    """Write `payload` (plus the line ending), then wait for the reply by `wait_policy`."""
+
+    client: str
+    payload: bytes
+    # A key of LINE_ENDINGS, or None for the port's own (configure_connection line_ending).
+    line_ending: str | None
+    wait_policy: str  # keyword | timeout | none
+    patterns: dict[bytes, str]  # stop pattern bytes -> as the caller wrote it
+    text_patterns: bool  # a CR/LF right after a text pattern belongs to the reply
+    timeout_s: float
+    as_hex: bool
+
+
+@dataclass(frozen=True)
+class Signals:
+    client: str
+    dtr: bool | None
+    rts: bool | None
+    break_ms: int | None
+
+
+@dataclass(frozen=True)
+class ReadUrc:
+    """Take (or, with `peek`, look at) the oldest URC packets; a peek needs no ownership."""
+
+    client: str
+    max_packets: int
+    peek: bool
+    as_hex: bool
+
+
+@dataclass(frozen=True)
+class Close:
+    """End the session (the port is closed when the reply comes); the tool then stops the actor."""
+
+    client: str
+    force: bool
