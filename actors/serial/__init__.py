@@ -16,7 +16,12 @@ so, `configure_connection(action=open)` reopens it when it is back); Occupied (h
 connected diagd client, or locked/held by another program); Closed (not open in diagd).
 A port belongs to the diagd client that opened it; another client gets BUSY while the owner is
 still connected (`force=true` on `configure_connection` takes it over) and takes it over silently
-once the owner has disconnected (so successive `diagd call` commands work).
+once the owner has disconnected (so successive `diagd call` commands work). The actor owns the
+owner too: every tool that acts on a port (send_data, read_urc, set_signals, configure_connection)
+is a message to the port's actor, which checks ownership and does it in inbox order, so such a
+call waits behind a send_data still waiting for its reply on the same port. Status
+(connection_status, list_ports, get_log) reads the port's record, which only the actor writes, and
+never waits.
 
 Raw log: one file per port session, `<state_dir>/serial/<port-slug>-<UTC time>.jsonl`, the
 source of truth. One JSON object per line, in order of occurrence:
@@ -32,6 +37,11 @@ Config ([serial], all optional): allowed_ports (paths or globs, compared after r
 symlinks; empty = any), baudrate, idle_ms, max_reply_bytes, urc_max_packets, urc_max_bytes,
 write_timeout_ms, log_max_bytes, log_keep. Read when a port is opened (reload applies to ports
 opened afterwards).
+
+The package: settings.py (the [serial] table, line settings, port names), port.py (pyserial on
+Trio), codec.py (hex, escapes, slicer, reply matching), urc.py, rawlog.py, record.py (a port's
+state), messages.py and actor.py (the port's actor), backend.py (the open ports, hot-plug,
+probes), schemas.py and tools.py (the MCP tools).
 """
 
 from __future__ import annotations
