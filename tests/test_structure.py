@@ -33,8 +33,6 @@ ALLOWED: dict[str, int] = {
     # serial
     "actors/serial.py": 1048,
     "actors/_serial_codec.py": 632,
-    # bpftrace (moved into its package; the ToolSet split removes it)
-    "actors/bpftrace/tools.py::register": 194,
     # crash
     "actors/crash.py": 1136,
     "actors/crash.py::register": 148,

@@ -16,6 +16,7 @@ from diagd.actors import system
 from diagd.actors._subprocess import LineSplitter, Step, Tail, drain, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
 from diagd.actors.bpftrace.execution import STATUS_FOR_STOP, Execution, Status, StopReason
+from diagd.actors.bpftrace.messages import Page, Stop
 from diagd.actors.bpftrace.parse import (
     ATTACHED_MARKER,
     StderrReport,
@@ -316,14 +317,15 @@ class BpftraceExecution(Actor):
 
     async def handle(self, request: Request) -> dict[str, Any]:
         ex = self.execution
-        if request.op == "result":
-            if not self._finished:
-                self._apply_diagnostics(parse_stderr(self.stderr.text()))
-            return ex.page(int(request.args.get("offset", 0)), int(request.args.get("limit", 1000)))
-        if request.op == "stop":
-            self.request_stop(StopReason.REQUESTED)
-            return ex.summary()
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown bpftrace op {request.op!r}")
+        match request.message:
+            case Page(offset=offset, limit=limit):
+                if not self._finished:
+                    self._apply_diagnostics(parse_stderr(self.stderr.text()))
+                return ex.page(offset, limit)
+            case Stop():
+                self.request_stop(StopReason.REQUESTED)
+                return ex.summary()
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the bpftrace actor cannot handle {request.label}")
 
     def statistics(self) -> dict[str, Any]:
         ex = self.execution

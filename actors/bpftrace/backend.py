@@ -15,10 +15,11 @@ import trio
 
 from diagd.actors import system
 from diagd.actors._subprocess import Spawn, open_process, run
-from diagd.actors.base import ActorGone, Op
+from diagd.actors.base import ActorGone
 from diagd.actors.bpftrace.actor import KIND, PROGRESS_INTERVAL_S, BpftraceExecution, Slot, log
 from diagd.actors.bpftrace.execution import Execution
 from diagd.actors.bpftrace.helpers import UNKNOWN, Helper, merged_helpers, read_installed_man_page, verification_program
+from diagd.actors.bpftrace.messages import Page, Stop
 from diagd.actors.bpftrace.parse import classify_failure, parse_stderr
 from diagd.actors.bpftrace.probes import listing_warning
 from diagd.actors.bpftrace.settings import BpftraceSettings
@@ -107,13 +108,22 @@ class BpftraceBackend:
         if ref is not None and ref.actor is actor:
             self.runtime.stop(ref, reason="execution finished")
 
-    async def ask(self, ctx: CallContext, execution_id: str, op: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    def running(self, execution_id: str) -> Execution | None:
+        """The `Execution` of a live run, or None. Only its actor writes it; the tools read it to wait for
+        output or the end (a long poll through the actor's one-at-a-time inbox would hold up a stop)."""
+        actor = self.live.get(execution_id)
+        return None if actor is None else actor.execution
+
+    def live_executions(self) -> list[Execution]:
+        return [actor.execution for actor in self.live.values()]
+
+    async def ask(self, ctx: CallContext, execution_id: str, message: Page | Stop) -> dict[str, Any] | None:
         """Ask the execution's live actor; None when it has gone (the store has the final state)."""
         ref = self.runtime.find(KIND, execution_id) if execution_id in self.live else None
         if ref is None:
             return None
         try:
-            return await self.runtime.ask(ref, Op(op, args), progress=ctx.progress)
+            return await self.runtime.ask(ref, message, progress=ctx.progress)
         except ActorGone:
             return None
         except DiagdError as exc:
@@ -137,8 +147,8 @@ class BpftraceBackend:
         return ex
 
     async def execution(self, execution_id: str) -> Execution:
-        actor = self.live.get(execution_id)
-        return actor.execution if actor is not None else await self.load(execution_id)
+        live = self.running(execution_id)
+        return live if live is not None else await self.load(execution_id)
 
     async def wait(self, ctx: CallContext, ex: Execution, offset: int, until: str, wait_s: float) -> None:
         """Block until there is output past `offset` (until=output) or the run ended, reporting progress."""
