@@ -21,8 +21,8 @@ from typing import TypeVar
 
 import trio
 
-from diagd.actors import _confine
 from diagd.actors import _crash_proto as proto
+from diagd.actors import sandbox as _confine
 from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, open_process, reap, stop_process
 from diagd.protocol import framing
 from diagd.protocol.errors import DiagdError, ErrorCode

@@ -215,7 +215,7 @@ def _no_exec_when_confined() -> None:
     except ValueError:
         return
     if landlock:
-        from diagd.actors._confine_exec import deny_exec
+        from diagd.actors.sandbox.kernel import deny_exec
 
         deny_exec()
 

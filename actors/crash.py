@@ -49,11 +49,11 @@ from typing import Any, TypeVar, cast
 import structlog
 import trio
 
-from diagd.actors import _confine
 from diagd.actors import _crash_identity as ident
 from diagd.actors import _crash_report as report
 from diagd.actors import _crash_schemas as schemas
 from diagd.actors import _crash_text as text
+from diagd.actors import sandbox as _confine
 from diagd.actors._crash_drgn import DrgnClient, DrgnStuck
 from diagd.actors._crash_output import head_lines
 from diagd.actors._crash_pty import (

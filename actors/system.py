@@ -126,10 +126,10 @@ def check_crash_version() -> Check:
 
 
 def check_sandbox() -> list[Check]:
-    """Landlock ABI and seccomp: what confinement crash, drgn and bpftrace get (see actors/_confine.py)."""
-    from diagd.actors import _confine
+    """Landlock ABI and seccomp: what confinement crash, drgn and bpftrace get (see actors/sandbox.py)."""
+    from diagd.actors import sandbox
 
-    info = _confine.describe()
+    info = sandbox.describe()
     abi, kernel = int(str(info["landlock_abi"])), int(str(info["kernel_landlock_abi"]))
     if abi > 0:
         extras = [name for floor, name in ((4, "TCP bind/connect"), (6, "abstract unix sockets and signals"))
@@ -137,7 +137,7 @@ def check_sandbox() -> list[Check]:
         landlock = Check("landlock", True, f"ABI {abi}: files, execution" + "".join(f", {e}" for e in extras)
                          + " confined for crash, drgn and bpftrace")
     else:
-        why = (f"forced off by {_confine.FORCE_ENV} (the kernel offers ABI {kernel})" if info["forced_off"]
+        why = (f"forced off by {sandbox.FORCE_ENV} (the kernel offers ABI {kernel})" if info["forced_off"]
                else "ABI 0: this kernel has no Landlock (5.13+, booted with lsm=...,landlock)")
         landlock = Check("landlock", False, f"{why}: gdb passthrough, drgn code and bpftrace cat()/#include are "
                          "refused unless [crash]/[bpftrace] allow_unconfined = true",

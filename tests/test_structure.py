@@ -30,14 +30,9 @@ ALLOWED: dict[str, int] = {
     "actors/_pcap_ngap.py": 1005,
     "actors/_pcap_ngap.py::analyse": 62,
     "actors/_pcap_ngap.py::pdu_sessions": 123,
-    # bpftrace
-    "actors/bpftrace.py": 827,
-    "actors/bpftrace.py::register": 194,
     # crash
     "actors/crash.py": 1136,
     "actors/crash.py::register": 148,
-    # the sandbox launcher (crash, drgn, bpftrace)
-    "actors/_confine_exec.py": 466,
 }
 
 

@@ -16,29 +16,30 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors import _confine, _confine_exec
+from diagd.actors import sandbox
+from diagd.actors.sandbox import kernel
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-pytestmark = pytest.mark.skipif(_confine_exec.landlock_abi() < 1, reason="the kernel has no Landlock")
+pytestmark = pytest.mark.skipif(kernel.landlock_abi() < 1, reason="the kernel has no Landlock")
 PYTHON = os.path.realpath(sys.executable)
 
 
-def python_policy(tmp_path: Path, **changes: object) -> _confine.Policy:
+def python_policy(tmp_path: Path, **changes: object) -> sandbox.Policy:
     """What a confined Python needs (the drgn worker's policy without the dump), writing only tmp_path/out."""
     (tmp_path / "out").mkdir(exist_ok=True)
-    base = _confine.Policy(read=(*_confine.SYSTEM_READ, *_confine.python_read_paths()),
+    base = sandbox.Policy(read=(*sandbox.SYSTEM_READ, *sandbox.python_read_paths()),
                            write=(str(tmp_path / "out"),), exec=(PYTHON,), die_with=None)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def run_confined(tmp_path: Path, *parts: str, policy: _confine.Policy | None = None) -> dict[str, object]:
+def run_confined(tmp_path: Path, *parts: str, policy: sandbox.Policy | None = None) -> dict[str, object]:
     """Run the code parts (which fill the dict `r`) in a confined Python; returns r."""
     script = tmp_path / "probe.py"
     code = "\n".join(textwrap.dedent(part).strip() for part in parts)
     script.write_text(f"import json, os, socket, subprocess, sys\nr = {{}}\n{code}\nprint(json.dumps(r))\n")
     policy = policy or python_policy(tmp_path)
     policy = dataclasses.replace(policy, read=(*policy.read, str(script)))
-    done = subprocess.run(_confine.wrap([sys.executable, "-I", str(script)], policy), capture_output=True, text=True,
+    done = subprocess.run(sandbox.wrap([sys.executable, "-I", str(script)], policy), capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -88,7 +89,7 @@ def test_a_confined_process_cannot_start_a_shell_or_any_other_program(tmp_path: 
 
 
 def test_deny_exec_forbids_even_the_interpreter_that_was_allowed(tmp_path: Path) -> None:
-    r = run_confined(tmp_path, "from diagd.actors._confine_exec import deny_exec",
+    r = run_confined(tmp_path, "from diagd.actors.sandbox.kernel import deny_exec",
                      attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'], check=True)", "before"),
                      'r["denied"] = deny_exec()',
                      attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'], check=True)", "after"))
@@ -124,7 +125,7 @@ def test_a_confined_root_process_holds_no_capabilities_and_cannot_signal_outside
     assert r["caps"] == ["0000000000000000"] * 3 and r["nnp"] == "1"
     assert r["signal"] == "PermissionError"  # Landlock ABI 6 scopes signals to the sandbox
     report = r["report"]
-    assert isinstance(report, dict) and report["landlock"] == _confine_exec.landlock_abi() and report["seccomp"]
+    assert isinstance(report, dict) and report["landlock"] == kernel.landlock_abi() and report["seccomp"]
 
 
 def test_the_landlock_step_is_skipped_when_the_policy_says_unavailable(tmp_path: Path) -> None:
@@ -151,11 +152,11 @@ def test_the_tool_dies_with_the_daemon_even_when_its_forking_thread_is_long_gone
     # do), then is SIGKILLed: the death link must end the tool.
     daemon = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import subprocess, sys, threading, time
-        from diagd.actors import _confine
-        policy = _confine.Policy(read=(*_confine.SYSTEM_READ, *_confine.python_read_paths()), exec=({PYTHON!r},))
+        from diagd.actors import sandbox
+        policy = sandbox.Policy(read=(*sandbox.SYSTEM_READ, *sandbox.python_read_paths()), exec=({PYTHON!r},))
         box = []
         t = threading.Thread(target=lambda: box.append(subprocess.Popen(
-            _confine.wrap([{PYTHON!r}, "-c", "import time; time.sleep(600)"], policy))))
+            sandbox.wrap([{PYTHON!r}, "-c", "import time; time.sleep(600)"], policy))))
         t.start(); t.join()
         print(box[0].pid, flush=True)
         time.sleep(600)
@@ -177,7 +178,7 @@ def test_the_watchdog_leaves_as_soon_as_its_tool_ends_by_itself(tmp_path: Path) 
     # unsandboxed watchdog: without its own watch on the tool, one watchdog per run piled up under init.
     policy = dataclasses.replace(python_policy(tmp_path), die_with=os.getpid())
     marker = f"watchdog-test-{os.getpid()}-{time.monotonic_ns()}"
-    tool = subprocess.Popen(_confine.wrap([PYTHON, "-c", "import time; time.sleep(0.3)", marker], policy))
+    tool = subprocess.Popen(sandbox.wrap([PYTHON, "-c", "import time; time.sleep(0.3)", marker], policy))
     assert tool.wait(timeout=30) == 0
 
     def watchdogs() -> list[int]:
@@ -197,21 +198,21 @@ def test_the_watchdog_leaves_as_soon_as_its_tool_ends_by_itself(tmp_path: Path) 
 
 
 def test_unconfined_features_are_refused_with_the_reason_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    _confine.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
-    monkeypatch.setenv(_confine.FORCE_ENV, "off")
+    sandbox.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
+    monkeypatch.setenv(sandbox.FORCE_ENV, "off")
     with pytest.raises(DiagdError) as refused:
-        _confine.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
+        sandbox.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
     assert refused.value.code == ErrorCode.PERMISSION_DENIED
     assert "Landlock" in refused.value.message and "[crash] allow_unconfined = true" in refused.value.details["hint"]
-    _confine.require_confinement("drgn code", allowed_unconfined=True, setting="[crash] allow_unconfined")
+    sandbox.require_confinement("drgn code", allowed_unconfined=True, setting="[crash] allow_unconfined")
 
 
 def test_wrap_resolves_the_tool_and_allows_executing_only_it_and_its_loader() -> None:
-    argv = _confine.wrap(["crash", "--version"], _confine.Policy(die_with=None))
+    argv = sandbox.wrap(["crash", "--version"], sandbox.Policy(die_with=None))
     policy = json.loads(argv[argv.index("--") - 1])
-    assert argv[:4] == [sys.executable, "-I", "-S", _confine.LAUNCHER] and argv[-2:] == ["crash", "--version"]
+    assert argv[:4] == [sys.executable, "-I", "-S", sandbox.LAUNCHER] and argv[-2:] == ["crash", "--version"]
     assert policy["executable"] == os.path.realpath("/usr/bin/crash")
-    assert policy["exec"] == [policy["executable"], _confine.elf_interpreter("/usr/bin/crash")]
+    assert policy["exec"] == [policy["executable"], sandbox.elf_interpreter("/usr/bin/crash")]
 
 
 def _alive(pid: int) -> bool:

@@ -31,7 +31,7 @@ def test_changed_keys_and_the_settings_fixed_into_running_things_are_named() -> 
 
 
 def test_every_deferred_key_is_a_real_setting_of_its_back_end() -> None:
-    from diagd.actors._bpftrace_settings import BpftraceSettings
+    from diagd.actors.bpftrace.settings import BpftraceSettings
     from diagd.actors.serial.settings import SerialConfig
     from diagd.daemon.config import DaemonConfig
 

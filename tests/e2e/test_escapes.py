@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from diagd.actors import _confine_exec
+from diagd.actors.sandbox import kernel
 from tests.actors.test_crash_escapes import ESCAPES
 from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_crash import call, make_env
@@ -29,7 +29,7 @@ from tests.support.bpftrace_harness import ensure_tracefs
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(shutil.which("crash") is None, reason="crash is not installed"),
-    pytest.mark.skipif(_confine_exec.landlock_abi() < 1, reason="the kernel has no Landlock"),
+    pytest.mark.skipif(kernel.landlock_abi() < 1, reason="the kernel has no Landlock"),
     pytest.mark.skipif(os.geteuid() != 0, reason="bpftrace and the private /tmp need root"),
 ]
 

@@ -29,6 +29,9 @@ import trio
 import trio.testing
 
 from diagd.actors import bpftrace, system
+from diagd.actors._subprocess import Spawn
+from diagd.actors.bpftrace.backend import BpftraceBackend
+from diagd.actors.bpftrace.parse import ATTACHED_MARKER, attach_count
 from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
 from diagd.daemon.server import Daemon
@@ -52,7 +55,7 @@ def ensure_tracefs() -> None:
 @dataclass
 class Harness:
     daemon: Daemon
-    backend: bpftrace.BpftraceBackend
+    backend: BpftraceBackend
     progress: list[tuple[float, float | None, str | None]] = field(default_factory=list)
 
     async def call(self, name: str, args: dict[str, Any] | None = None, *, progress: bool = False) -> dict[str, Any]:
@@ -83,7 +86,7 @@ class Harness:
 
 @asynccontextmanager
 async def bpftrace_daemon(state_dir: Path, settings: dict[str, Any] | None = None,
-                          spawn: bpftrace.Spawn | None = None) -> AsyncIterator[Harness]:
+                          spawn: Spawn | None = None) -> AsyncIterator[Harness]:
     async with trio.open_nursery() as nursery:
         config = config_mod.parse({"daemon": {"idle_timeout_s": 600}, "bpftrace": settings or {}})
         daemon = Daemon(config, nursery, runtime_dir=state_dir, state_dir=state_dir)
@@ -152,9 +155,9 @@ class FakeBpftrace:
                 await self._exit(self.exit_code)
                 return
             await self._out_send.send_all(line.encode() + b"\n")
-            if bpftrace.attach_count(line, "json" if line.startswith("{") else "text") is not None \
+            if attach_count(line, "json" if line.startswith("{") else "text") is not None \
                     and self.notify_attached and not self.attach_fails:
-                await self._err_send.send_all(bpftrace.ATTACHED_MARKER.encode() + b"\n")
+                await self._err_send.send_all(ATTACHED_MARKER.encode() + b"\n")
 
     async def _watch_sigint(self) -> None:
         await self._sigint.wait()
@@ -204,6 +207,6 @@ class FakeSpawner:
     async def __call__(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Any:
         self.argvs.append(list(argv))
         fake = self.fakes.pop(0)
-        fake.notify_attached = env is not None and bpftrace.ATTACHED_MARKER in env
+        fake.notify_attached = env is not None and ATTACHED_MARKER in env
         self.nursery.start_soon(fake.play)
         return fake

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagd.actors._bpftrace_execution import Status
-from diagd.actors._bpftrace_store import EXECUTION_ID
+from diagd.actors.bpftrace.execution import Status
+from diagd.actors.bpftrace.store import EXECUTION_ID
 
 EXECUTION_ID_ARG = {"type": "string", "pattern": EXECUTION_ID.pattern, "description": "as returned by exec_program"}
 _NULLABLE_STR = {"type": ["string", "null"]}

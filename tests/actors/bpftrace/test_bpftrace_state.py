@@ -13,19 +13,15 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.actors import bpftrace
-from diagd.actors.bpftrace import (
-    BpftraceSettings,
-    Execution,
-    ExecutionStore,
-    Status,
-    StopReason,
-    classify_failure,
-    match_listing,
-    normalize_filter,
-    parse_man_page,
-    parse_stderr,
-)
+from diagd.actors import system
+from diagd.actors.bpftrace import helpers as bpftrace_helpers
+from diagd.actors.bpftrace import store as bpftrace_store
+from diagd.actors.bpftrace.execution import Execution, Status, StopReason
+from diagd.actors.bpftrace.helpers import parse_man_page
+from diagd.actors.bpftrace.parse import classify_failure, parse_stderr
+from diagd.actors.bpftrace.probes import match_listing, normalize_filter
+from diagd.actors.bpftrace.settings import BpftraceSettings
+from diagd.actors.bpftrace.store import ExecutionStore
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.bpftrace_harness import ATTACH, FakeBpftrace, FakeSpawner, bpftrace_daemon
 
@@ -77,7 +73,7 @@ def test_refusals_map_to_stable_codes() -> None:
 
 
 def test_a_missing_tracepoint_without_tracefs_says_how_to_mount_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bpftrace.system, "tracefs_dir", lambda: None)
+    monkeypatch.setattr(system, "tracefs_dir", lambda: None)
     err = classify_failure(parse_stderr("stdin:1:1-37: ERROR: tracepoint not found: syscalls:sys_enter_openat\n"
                                         "tracepoint:syscalls:sys_enter_openat { }\n~~~~\n"), 1, before_attach=True)
     assert err.code == ErrorCode.BACKEND_UNAVAILABLE
@@ -162,11 +158,11 @@ def test_man_page_entries_give_name_signature_flags_and_first_sentence() -> None
 
 
 def test_the_table_covers_every_function_of_the_installed_man_page() -> None:
-    man = next((p for p in bpftrace.MAN_PAGES if p.exists()), None)
+    man = next((p for p in bpftrace_helpers.MAN_PAGES if p.exists()), None)
     if man is None:
         pytest.skip("no bpftrace man page installed")
     parsed = parse_man_page(gzip.decompress(man.read_bytes()).decode() if man.suffix == ".gz" else man.read_text())
-    table = {(h.name, h.kind): h for h in bpftrace.HELPERS_0_17}
+    table = {(h.name, h.kind): h for h in bpftrace_helpers.HELPERS_0_17}
     assert {(h.name, h.kind) for h in parsed} <= set(table)
     for h in parsed:  # unsafe/async/compile_time as the man page says
         assert set(h.flags) == set(table[(h.name, h.kind)].flags), h.name
@@ -245,7 +241,7 @@ def test_recovery_marks_in_flight_runs_interrupted_and_kills_what_they_left(tmp_
     try:
         store = ExecutionStore(tmp_path)
         ex = Execution(id="bt-0000000b", program="p", output_format="text", timeout_s=3)
-        ex.pid, ex.pid_start = leftover.pid, bpftrace._proc_starttime(leftover.pid)
+        ex.pid, ex.pid_start = leftover.pid, bpftrace_store.proc_starttime(leftover.pid)
         store.create(ex)
         ex.add_line("kept")
         store.save(ex)  # status still running: the daemon "died" here
@@ -263,9 +259,9 @@ def test_recovery_marks_in_flight_runs_interrupted_and_kills_what_they_left(tmp_
 def test_a_reused_pid_is_not_killed(tmp_path: Path) -> None:
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        start = bpftrace._proc_starttime(other.pid)
+        start = bpftrace_store.proc_starttime(other.pid)
         assert start is not None
-        assert bpftrace._kill_leftover(other.pid, start + 1) is False
+        assert bpftrace_store._kill_leftover(other.pid, start + 1) is False
         assert other.poll() is None
     finally:
         other.kill()
@@ -477,8 +473,8 @@ async def test_get_result_waits_for_new_output_with_progress(autojump_clock: tri
 
 
 def test_ids_are_validated_before_they_reach_the_disk() -> None:
-    assert bpftrace.EXECUTION_ID.match("bt-0123abcd")
-    assert not bpftrace.EXECUTION_ID.match("bt-../../x")
+    assert bpftrace_store.EXECUTION_ID.match("bt-0123abcd")
+    assert not bpftrace_store.EXECUTION_ID.match("bt-../../x")
 
 
 

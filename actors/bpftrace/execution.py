@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors._bpftrace_parse import LOST_TEXT, parse_json_line
+from diagd.actors.bpftrace.parse import LOST_TEXT, parse_json_line
 from diagd.protocol import utc
 
 PAGE_MAX_BYTES = 4 * 1024 * 1024  # one get_result page

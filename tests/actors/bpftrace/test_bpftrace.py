@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors import bpftrace
+from diagd.actors import system
+from diagd.actors.bpftrace import helpers, parse
+from diagd.actors.bpftrace.backend import run_command
 from diagd.protocol.errors import ErrorCode
 from tests.support.bpftrace_harness import Harness, bpftrace_daemon, ensure_tracefs, needs_bpftrace
 
@@ -114,12 +116,12 @@ async def test_unsafe_builtins_are_refused_unless_the_config_allows_them(tmp_pat
 
 
 async def test_every_function_flagged_unsafe_is_refused_by_the_binary_without_unsafe(tmp_path: Path) -> None:
-    unsafe = sorted(h.name for h in bpftrace.HELPERS_0_17 if "unsafe" in h.flags)
+    unsafe = sorted(h.name for h in helpers.HELPERS_0_17 if "unsafe" in h.flags)
     assert unsafe == ["override", "signal", "system"]
     calls = " ".join(f"{name}();" for name in unsafe)
-    code, _out, err = await bpftrace.run_command(["bpftrace", "-d", "-e", f"kprobe:vfs_read {{ {calls} }}"])
+    code, _out, err = await run_command(["bpftrace", "-d", "-e", f"kprobe:vfs_read {{ {calls} }}"])
     assert code != 0
-    refused = sorted(m[1] for m in bpftrace._UNSAFE.finditer(err))
+    refused = sorted(m[1] for m in parse._UNSAFE.finditer(err))
     assert refused == unsafe
 
 
@@ -206,7 +208,7 @@ async def test_missing_tracefs_is_reported_with_the_mount_command(tmp_path: Path
     hidden = wrapper(tmp_path, "bpftrace-no-tracefs",
                      'exec unshare -m sh -c \'umount /sys/kernel/tracing 2>/dev/null; '
                      'umount /sys/kernel/debug/tracing 2>/dev/null; exec bpftrace "$@"\' sh "$@"')
-    monkeypatch.setattr(bpftrace.system, "tracefs_dir", lambda: None)
+    monkeypatch.setattr(system, "tracefs_dir", lambda: None)
     async with bpftrace_daemon(tmp_path, {"path": hidden}) as h:
         err = await h.error("exec_program", {"program": "tracepoint:sched:sched_switch { @ = count(); }"})
         assert err.code == ErrorCode.BACKEND_UNAVAILABLE
@@ -228,8 +230,8 @@ async def test_bpftrace_refusing_a_non_root_user_is_permission_denied(tmp_path: 
 
 async def test_not_root_without_helper_is_refused_before_running_anything(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bpftrace.system.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(bpftrace.system, "cap_effective", lambda: 0)
+    monkeypatch.setattr(system.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(system, "cap_effective", lambda: 0)
     async with bpftrace_daemon(tmp_path) as h:
         err = await h.error("exec_program", {"program": "BEGIN { exit(); }"})
         assert err.code == ErrorCode.PERMISSION_DENIED and "sudo -n" in err.details["fix"]

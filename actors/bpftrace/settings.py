@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from diagd.actors import _confine, system
+from diagd.actors import sandbox, system
 from diagd.actors._subprocess import Step
 from diagd.actors.settings import parse_table, refuse, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -71,7 +71,7 @@ class BpftraceSettings:
     @property
     def confined(self) -> bool:
         """Runs go into the Landlock sandbox (not possible through a privileged helper such as sudo)."""
-        return not self.helper_argv and _confine.landlock_abi() > 0
+        return not self.helper_argv and sandbox.landlock_abi() > 0
 
     def self_stop_s(self, timeout_s: float) -> float:
         """When a run ends by itself (SIGINT from the launcher's watchdog) should diagd not stop it:
@@ -85,9 +85,9 @@ class BpftraceSettings:
         args = ["-f", output_format, *(["--unsafe"] if self.allow_unsafe else []), "-e", program]
         if self.helper_argv:
             return self.command(*args)
-        policy = _confine.bpftrace_policy(unsafe=self.allow_unsafe, deadline_s=self.self_stop_s(timeout_s))
+        policy = sandbox.bpftrace_policy(unsafe=self.allow_unsafe, deadline_s=self.self_stop_s(timeout_s))
         try:
-            return _confine.wrap([self.path, *args], policy)
+            return sandbox.wrap([self.path, *args], policy)
         except FileNotFoundError:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.path!r}",
                              fix=system.APT_HINT.format(pkg="bpftrace")) from None
@@ -134,5 +134,5 @@ def check_confinement(settings: BpftraceSettings, program: str) -> None:
                          f"{settings.privileged_helper!r}, which cannot run inside the sandbox (no_new_privs stops "
                          "sudo), so it would read any file as root", setting="[bpftrace] allow_unconfined",
                          hint="run diagd as root without privileged_helper, or set [bpftrace] allow_unconfined = true")
-    _confine.require_confinement(f"bpftrace {' and '.join(used)}", allowed_unconfined=False,
+    sandbox.require_confinement(f"bpftrace {' and '.join(used)}", allowed_unconfined=False,
                                  setting="[bpftrace] allow_unconfined")

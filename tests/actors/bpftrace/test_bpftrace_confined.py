@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from diagd.actors._bpftrace_settings import (
+from diagd.actors.bpftrace.settings import (
     SELF_STOP_MARGIN_S,
     BpftraceSettings,
     check_confinement,

@@ -1,7 +1,8 @@
 """Kernel-enforced confinement for the children that run what an agent typed (crash, drgn, bpftrace).
 
 `wrap(argv, policy)` turns a tool's command line into a launcher command line: the launcher
-(`_confine_exec.py`, stdlib only) applies the policy to itself and then execs the tool, so the tool
+(`launcher.py`, a standalone script: stdlib only, with the kernel calls in `kernel.py`) applies the
+policy to itself and then execs the tool, so the tool
 and everything it starts live inside it. What each tool may touch is declared below, in one place:
 every entry says why the tool needs it (measured with strace on crash 8.0.2, drgn 0.3.0 and
 bpftrace 0.17 against the vmcore fixture and tracefs).
@@ -22,10 +23,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from diagd.actors import _confine_exec as launcher
+from diagd.actors.sandbox import kernel
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-LAUNCHER = str(Path(launcher.__file__).resolve())
+# Run by path (never imported): see the top of launcher.py for how it finds kernel.py.
+LAUNCHER = str(Path(__file__).with_name("launcher.py").resolve())
 FORCE_ENV = "DIAGD_LANDLOCK"  # "off" (or "0"): behave as if the kernel had no Landlock
 
 # -- what every tool reads -------------------------------------------------------------------------
@@ -76,17 +78,17 @@ def landlock_abi() -> int:
     """The Landlock ABI confinement will use: 0 when the kernel has none or FORCE_ENV turns it off."""
     if forced_off():
         return 0
-    return launcher.landlock_abi()
+    return kernel.landlock_abi()
 
 
 def seccomp_available() -> bool:
-    return launcher.seccomp_available()
+    return kernel.seccomp_available()
 
 
 def describe() -> dict[str, object]:
     """For `diagd doctor` and status: what confinement this daemon can apply."""
-    kernel = launcher.landlock_abi()
-    return {"landlock_abi": landlock_abi(), "kernel_landlock_abi": kernel, "forced_off": forced_off(),
+    kernel_abi = kernel.landlock_abi()
+    return {"landlock_abi": landlock_abi(), "kernel_landlock_abi": kernel_abi, "forced_off": forced_off(),
             "seccomp": seccomp_available(), "root": os.geteuid() == 0}
 
 
@@ -195,7 +197,7 @@ def python_read_paths() -> tuple[str, ...]:
 def drgn_policy(*, vmcore: Path, vmlinux: Path, workdir: Path, allowed_dirs: Sequence[str] = ()) -> Policy:
     """The drgn worker: Python (the base prefix, the venv, diagd's packages), the dump and its debug
     files, and the session directory (outputs are written there). No sockets of any family; once it is
-    running the worker adds a layer that forbids execve too (`_confine_exec.deny_exec`)."""
+    running the worker adds a layer that forbids execve too (`sandbox.kernel.deny_exec`)."""
     return Policy(
         read=(*SYSTEM_READ, *python_read_paths(), str(vmcore), str(vmlinux), *_parents([vmcore, vmlinux]),
               *allowed_dirs),

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from diagd.actors._bpftrace_execution import Execution, Status, StopReason
+from diagd.actors.bpftrace.execution import Execution, Status, StopReason
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.bpftrace")

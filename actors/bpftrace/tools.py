@@ -1,0 +1,236 @@
+"""The bpftrace MCP tools: list_probes, list_helpers, exec_program, get_result, stop_execution,
+list_executions. Handlers check arguments, start an execution's actor or ask it (`messages`), and shape
+the reply; waiting for output reads the run's single-writer `Execution` (see `BpftraceBackend.running`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import trio
+
+from diagd.actors import system
+from diagd.actors.bpftrace.actor import KIND, STOP_WAIT_MAX_S, BpftraceExecution
+from diagd.actors.bpftrace.backend import BpftraceBackend
+from diagd.actors.bpftrace.execution import Execution, Status
+from diagd.actors.bpftrace.messages import Page, Stop
+from diagd.actors.bpftrace.parse import tracefs_error, tracefs_fix
+from diagd.actors.bpftrace.probes import match_listing, normalize_filter, tracepoint_args
+from diagd.actors.bpftrace.schemas import (
+    EXEC_OUTPUT,
+    EXECUTION_ID_ARG,
+    EXECUTIONS_OUTPUT,
+    HELPERS_OUTPUT,
+    PROBES_OUTPUT,
+    RESULT_OUTPUT,
+    STOP_OUTPUT,
+)
+from diagd.actors.bpftrace.settings import MAX_KILL_WAIT_S, MAX_SIGINT_GRACE_S, check_confinement, check_privileges
+from diagd.actors.runtime import Runtime
+from diagd.actors.tooling import CallContext, ToolSet
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+tools: ToolSet[BpftraceBackend] = ToolSet()
+
+
+@tools.tool(
+    "list_probes", title="List bpftrace probes",
+    description="Probes bpftrace can attach to, paged (offset/limit). filter: `tracepoint:sched:*`, "
+                "`t:syscalls:*openat*` (handed to `bpftrace -l`), or without a probe type "
+                "(`syscalls:*read*`, `openat`: matched against the full listing; no wildcard = substring). "
+                "with_args adds each tracepoint's fields (args->name in programs).",
+    props={
+        "filter": {"type": "string", "maxLength": 512},
+        "offset": {"type": "integer", "minimum": 0, "default": 0},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
+        "with_args": {"type": "boolean", "default": False},
+    },
+    output=PROBES_OUTPUT, timeout_s=60,
+)
+async def list_probes(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    settings = backend.settings()
+    check_privileges(settings)
+    pattern, shown = normalize_filter(args.get("filter") or "")
+    tracefs = system.tracefs_dir() is not None
+    if not tracefs and pattern is not None and pattern.startswith("tracepoint:"):
+        raise tracefs_error("no tracepoint can be listed or attached", filter=shown)
+    if pattern is not None:
+        probes, warnings = await backend.listing(settings, pattern)
+    else:
+        everything, warnings = await backend.listing(settings, "")
+        probes = match_listing(everything, shown)
+    if not tracefs:
+        if not probes and shown:
+            raise tracefs_error(f"nothing matches {shown!r} (tracepoints cannot be listed)", filter=shown)
+        warnings = [f"tracefs is not mounted: tracepoints are missing from this list; fix as root: "
+                    f"{tracefs_fix()}", *warnings]
+    offset, limit = args["offset"], args["limit"]
+    chosen = probes[offset:offset + limit]
+    result: dict[str, Any] = {
+        "probes": chosen, "total": len(probes), "offset": offset, "returned": len(chosen),
+        "has_more": offset + len(chosen) < len(probes), "next_offset": min(offset + len(chosen), len(probes)),
+        "filter": shown or None, "tracefs_mounted": tracefs, "warnings": warnings,
+    }
+    if args["with_args"]:
+        found = await trio.to_thread.run_sync(lambda: {p: tracepoint_args(p) for p in chosen})
+        result["args"] = {p: a for p, a in found.items() if a is not None}
+    return result
+
+
+@tools.tool(
+    "list_helpers", title="List bpftrace builtins and functions",
+    description="The builtins (pid, comm, nsecs, kstack, ...), map functions (count, hist, lhist, stats, ...) "
+                "and functions (printf, str, ksym, ...) of the installed bpftrace, with signatures, one-line "
+                "descriptions and flags (unsafe: needs [bpftrace] allow_unsafe; async: runs in user space "
+                "later).",
+    props={
+        "kind": {"type": "string", "enum": ["builtin", "map_function", "function"]},
+        "name": {"type": "string", "description": "substring of the name"},
+    },
+    output=HELPERS_OUTPUT, timeout_s=60,
+)
+async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    found = await backend.helpers(backend.settings())
+    helpers = found["helpers"]
+    if kind := args.get("kind"):
+        helpers = [h for h in helpers if h["kind"] == kind]
+    if name := args.get("name"):
+        helpers = [h for h in helpers if name.lower() in h["name"].lower()]
+    return {**found, "helpers": helpers, "total": len(helpers)}
+
+
+@tools.tool(
+    "exec_program", title="Run a bpftrace program",
+    description="Start a bpftrace program and return its execution_id as soon as its probes attach; it runs "
+                "in the background for up to `timeout` seconds (then SIGINT: END runs and maps are printed, "
+                "status timed_out). A program bpftrace rejects (syntax, unknown probe, type error) fails at "
+                "once with INVALID_ARGUMENT and the line/column; a probe the kernel refuses to attach fails with "
+                "BACKEND_UNAVAILABLE naming the probe. output_format json: one JSON event per line, "
+                "maps and histograms as data. At most max_concurrent runs at a time (else BUSY).",
+    props={
+        "program": {"type": "string", "minLength": 1, "maxLength": 65536},
+        "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
+                    "description": "tracing seconds, counted from the attach (default [bpftrace] "
+                                   "default_timeout_s, 10); at most [bpftrace] max_run_s (default 60)"},
+        "output_format": {"type": "string", "enum": ["text", "json"], "default": "text"},
+    },
+    required=("program",), output=EXEC_OUTPUT, read_only=False, idempotent=False, timeout_s=60,
+)
+async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    settings = backend.settings()
+    program = args["program"]
+    if not program.strip():
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the program is empty")
+    # No schema default: it comes from the config, which a reload may change.
+    timeout = float(args.get("timeout", settings.default_timeout_s))
+    if timeout > settings.max_run_s:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout:g} s exceeds [bpftrace] max_run_s = "
+                         f"{settings.max_run_s:g}", max_run_s=settings.max_run_s)
+    output_format = args["output_format"]
+    check_privileges(settings)
+    check_confinement(settings, program)
+    slot = backend.reserve(settings)
+    try:
+        ex = Execution(id=backend.new_id(), program=program, output_format=output_format, timeout_s=timeout,
+                       max_lines=settings.max_lines, max_bytes=settings.max_output_bytes)
+        argv = settings.run_command(program, output_format, timeout)
+        actor = BpftraceExecution(ex, backend, settings, argv, slot)
+        # The actor must not idle out while bpftrace runs: its idle timeout covers the whole run and
+        # the longest stop; once finished it retires itself after linger_s.
+        idle_s = timeout + MAX_SIGINT_GRACE_S + MAX_KILL_WAIT_S + settings.linger_s + 10
+        await backend.runtime.start(KIND, ex.id, lambda: actor, idle_timeout_s=idle_s)
+    except BaseException:
+        slot.release()
+        raise
+    # `ex` is read once the actor's start() has returned: the attach (or the refusal) is decided.
+    return {"execution_id": ex.id, "status": str(ex.status), "attached_probes": ex.attached_probes,
+            "timeout_s": timeout, "output_format": output_format, "pid": ex.pid, "lines_total": len(ex.lines),
+            "hint": "page the output with get_result (wait_s waits for output or the end); stop_execution "
+                    "stops it gracefully"}
+
+
+@tools.tool(
+    "get_result", title="Page through a bpftrace execution's output",
+    description="Status and buffered output of an execution (running or finished, also after a daemon "
+                "restart), from `offset`, at most `limit` lines. wait_s > 0 waits (with progress "
+                "notifications) until there is output past offset (until=output) or the run has ended "
+                "(until=done). JSON runs also return `maps`: the last value of every map and histogram (a log2 "
+                "bucket {min: 2147483648} without max counts every value from 2^31 up).",
+    props={
+        "execution_id": EXECUTION_ID_ARG,
+        "offset": {"type": "integer", "minimum": 0, "default": 0},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+        "wait_s": {"type": "number", "minimum": 0, "maximum": 120, "default": 0},
+        "until": {"type": "string", "enum": ["output", "done"], "default": "output"},
+    },
+    required=("execution_id",), output=RESULT_OUTPUT, timeout_s=130,
+)
+async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    execution_id = args["execution_id"]
+    offset, limit = args["offset"], args["limit"]
+    running = backend.running(execution_id)
+    if running is not None and args["wait_s"] > 0:
+        await backend.wait(ctx, running, offset, args["until"], args["wait_s"])
+    page = await backend.ask(ctx, execution_id, Page(offset, limit))
+    if page is None:
+        page = (await backend.load(execution_id)).page(offset, limit)
+    return page
+
+
+@tools.tool(
+    "stop_execution", title="Stop a bpftrace execution",
+    description="Stop a running execution gracefully (SIGINT: END runs and final maps are printed; SIGKILL "
+                "after a grace period that grows with the number of probes) and return its final state. "
+                "Output is kept.",
+    props={"execution_id": EXECUTION_ID_ARG},
+    required=("execution_id",), output=STOP_OUTPUT, read_only=False, idempotent=True,
+    timeout_s=STOP_WAIT_MAX_S + 10,
+)
+async def stop_execution(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    execution_id = args["execution_id"]
+    running = backend.running(execution_id)
+    if running is None or running.finished:
+        ex = await backend.execution(execution_id)
+        return {**ex.summary(), "already_finished": True}
+    await backend.ask(ctx, execution_id, Stop())
+    with trio.move_on_after(STOP_WAIT_MAX_S):
+        while not running.finished:
+            await running.wait_changed()
+    return {**running.summary(), "already_finished": False}
+
+
+@tools.tool(
+    "list_executions", title="List bpftrace executions",
+    description="Executions newest first (running and persisted ones): id, status, program, line count, "
+                "exit code, error; plus how many run now and the concurrency limit.",
+    props={
+        "status": {"type": "string", "enum": [str(s) for s in Status]},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+    },
+    output=EXECUTIONS_OUTPUT,
+)
+async def list_executions(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    settings = backend.settings()
+    metas = await trio.to_thread.run_sync(backend.store.metas) if backend.store.root.exists() else []
+    rows: dict[str, dict[str, Any]] = {}
+    for meta in metas:
+        with contextlib.suppress(KeyError, ValueError, TypeError):
+            rows[meta["id"]] = Execution.from_meta(meta, []).summary() | {"lines_total": meta["lines_total"]}
+    live = backend.live_executions()
+    for ex in live:
+        rows[ex.id] = ex.summary()
+    ordered = sorted(rows.values(), key=lambda r: r.get("created_at") or "", reverse=True)
+    if status := args.get("status"):
+        ordered = [r for r in ordered if r["status"] == status]
+    running = sum(1 for ex in live if not ex.finished)
+    return {"executions": ordered[:args["limit"]], "total": len(ordered), "running": running,
+            "max_concurrent": settings.max_concurrent}
+
+
+def register(runtime: Runtime) -> BpftraceBackend:
+    """Register the six tools; returns the back end (the daemon ignores it, tests use it)."""
+    backend = BpftraceBackend(runtime)
+    backend.recover()
+    tools.register(runtime, backend)
+    return backend
