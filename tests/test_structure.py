@@ -36,9 +36,6 @@ ALLOWED: dict[str, int] = {
     # bpftrace
     "actors/bpftrace.py": 827,
     "actors/bpftrace.py::register": 194,
-    # crash
-    "actors/crash.py": 1136,
-    "actors/crash.py::register": 148,
     # the sandbox launcher (crash, drgn, bpftrace)
     "actors/_confine_exec.py": 466,
 }

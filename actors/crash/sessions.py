@@ -25,7 +25,7 @@ from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
-    from diagd.actors.crash import CrashSession
+    from diagd.actors.crash.actor import CrashSession
 
 OPEN_STATES = ("opening", "ready")
 MAX_RECORDS = 200

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors import _crash_proto as proto
-from diagd.actors._crash_drgn import DrgnClient, DrgnStuck
-from diagd.actors._crash_output import HEAD_BYTES
+from diagd.actors.crash import proto as proto
+from diagd.actors.crash.drgn import DrgnClient, DrgnStuck
+from diagd.actors.crash.output import HEAD_BYTES
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

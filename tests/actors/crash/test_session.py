@@ -17,16 +17,16 @@ import pexpect
 import pytest
 import trio
 
-from diagd.actors._crash_pty import CrashDriver, MemorySink
-from diagd.actors._crash_sessions import SessionRecord
-from diagd.actors._crash_settings import CrashSettings, validate_crash_args
-from diagd.actors._crash_store import OutputStore
-from diagd.actors.base import Op
-from diagd.actors.crash import CrashSession, Hooks, Phase, SessionSpec
+from diagd.actors.crash.actor import CrashSession
+from diagd.actors.crash.messages import Hooks, Phase, RunCrash, SessionSpec
+from diagd.actors.crash.pty import CrashDriver, MemorySink
+from diagd.actors.crash.sessions import SessionRecord
+from diagd.actors.crash.settings import CrashSettings, validate_crash_args
+from diagd.actors.crash.store import OutputStore
 from diagd.daemon.supervisor import ActorEntry, Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-FAKE = Path(__file__).resolve().parent.parent / "fixtures" / "fake_crash.py"
+FAKE = Path(__file__).resolve().parents[2] / "fixtures" / "fake_crash.py"
 SID = "fake0001-000001"
 
 
@@ -40,7 +40,7 @@ class Harness:
 
     async def run(self, command: str, force: bool = False) -> dict[str, Any]:
         with trio.fail_after(20):
-            return await self.supervisor.ask(self.ref, Op("crash", {"command": command, "force": force}))
+            return await self.supervisor.ask(self.ref, RunCrash(command, force))
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from diagd.actors import _confine, _confine_exec
-from diagd.actors import _crash_text as text
-from diagd.actors._crash_pty import CrashDriver, MemorySink
+from diagd.actors.crash import text as text
+from diagd.actors.crash.pty import CrashDriver, MemorySink
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.fixtures.vmcore import build
 
