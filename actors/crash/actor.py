@@ -60,7 +60,7 @@ class CrashSession(Commands, Actor):
     kind = KIND
     # The supervisor never restarts a session behind its users' backs: a dead crash fails this actor,
     # and the back end starts a fresh one for the same session only when the next call names it
-    # (`CrashBackend._revive`, which says so in its answer).
+    # (`backend.CrashBackend._revive`, which says so in its answer).
     policy = SupervisionPolicy(restart=RestartKind.TEMPORARY, max_restarts=0, stop_grace_s=20.0)
 
     def __init__(self, spec: SessionSpec, store: OutputStore, hooks: Hooks, crash_version: str | None) -> None:

@@ -23,7 +23,7 @@ import secrets
 import shutil
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import structlog
 import trio
@@ -33,7 +33,17 @@ from diagd.actors._subprocess import run
 from diagd.actors.base import ActorGone
 from diagd.actors.crash import identity as ident
 from diagd.actors.crash.actor import CrashSession
-from diagd.actors.crash.messages import KIND, SPAWN_SETTINGS, Hooks, Phase, RunCrash, RunDrgn, SessionSpec, Triage
+from diagd.actors.crash.messages import (
+    KIND,
+    SPAWN_SETTINGS,
+    Hooks,
+    Phase,
+    RunCrash,
+    RunDrgn,
+    SessionSpec,
+    SessionView,
+    Triage,
+)
 from diagd.actors.crash.sessions import MAX_REVIVALS, OPEN_STATES, SessionRecord, SessionTable
 from diagd.actors.crash.settings import CrashSettings, validate_crash_args
 from diagd.actors.crash.store import OutputStore
@@ -137,12 +147,18 @@ class CrashBackend:
         return self._open_result(rec, is_new=True, asked=(vmcore, vmlinux), ephemeral=ctx.ephemeral)
 
     async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
-        """Start the session's actor (crash + drgn) under the record's key; `rec.actor` is the new one."""
+        """Start the session's actor (crash + drgn) under the record's key; `rec.ref` and `rec.view` are
+        the new one's."""
         hooks = Hooks(on_failed=self._on_failed, on_exit=self._on_exit, settings=lambda: self.settings)
-        ref = await self.runtime.start(
-            KIND, spec.key, lambda: CrashSession(spec, self.store, hooks, version),
-            idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
-        rec.actor = cast(CrashSession, ref.actor)
+        made: list[CrashSession] = []  # what the factory built: the back end keeps only its SessionView
+
+        def make() -> CrashSession:
+            made.append(CrashSession(spec, self.store, hooks, version))
+            return made[-1]
+
+        ref = await self.runtime.start(KIND, spec.key, make,
+                                       idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
+        rec.ref, rec.view = ref, made[-1]
         rec.spawned.set()
 
     async def _revive(self, ctx: CallContext, rec: SessionRecord) -> dict[str, Any]:
@@ -152,10 +168,10 @@ class CrashBackend:
         dead crash (the current context, `mod -s` symbols, aliases, drgn variables) is gone, and the
         answer says so. A second call racing this one waits for the same restart.
         """
-        old = rec.actor
+        old = rec.view
         assert old is not None
         reason = rec.error.message if rec.error else "crash exited"
-        with trio.move_on_after(old.policy.stop_grace_s + 10):
+        with trio.move_on_after(CrashSession.policy.stop_grace_s + 10):
             await old.stopped.wait()  # its children are reaped and its on_exit has run
         s = self.settings
         if self.table.live.get(rec.key) not in (None, rec):
@@ -199,7 +215,7 @@ class CrashBackend:
 
     async def _wait_ready(self, rec: SessionRecord, ctx: CallContext) -> None:
         """Wait for crash's prompt, reporting MCP progress; other calls are not held up by this."""
-        actor = rec.actor
+        actor = rec.view
         if actor is None:
             raise rec.error or DiagdError(ErrorCode.ACTOR_FAILED, f"session {rec.session_id} did not start")
         started = trio.current_time()
@@ -230,7 +246,7 @@ class CrashBackend:
 
     def _open_result(self, rec: SessionRecord, *, is_new: bool, asked: tuple[Path, Path],
                      ephemeral: bool) -> dict[str, Any]:
-        actor = rec.actor
+        actor = rec.view
         assert actor is not None
         result = {"session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new, "joined": not is_new,
                   "refcount": rec.refcount, "state": rec.state, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
@@ -248,18 +264,18 @@ class CrashBackend:
                                    "without calls ([crash] idle_timeout_s)")
         return result
 
-    def _on_failed(self, actor: CrashSession, error: DiagdError) -> None:
+    def _on_failed(self, actor: SessionView, error: DiagdError) -> None:
         rec = self.table.get(actor.spec.session_id)
-        if rec is None or rec.actor is not actor:
+        if rec is None or rec.view is not actor:
             return  # an actor replaced by a restart reports nothing about the session any more
         rec.error = rec.error or error
         # Died after it was ready: the dump loads, so the next call may start crash again.
         rec.revivable = actor.crash_phase == Phase.READY and rec.revivals < MAX_REVIVALS
         self._release(rec, "failed", error.message)
 
-    def _on_exit(self, actor: CrashSession) -> None:
+    def _on_exit(self, actor: SessionView) -> None:
         rec = self.table.get(actor.spec.session_id)
-        if rec is None or rec.actor is not actor:
+        if rec is None or rec.view is not actor:
             return
         if rec.state in OPEN_STATES:
             if actor.failure is not None:
@@ -290,8 +306,8 @@ class CrashBackend:
         notes: list[dict[str, Any]] = []
         for name in SPAWN_SETTINGS:
             keeping = [rec.session_id for rec in self.table.live.values()
-                       if rec.state in OPEN_STATES and rec.actor is not None
-                       and getattr(rec.actor.spec.settings, name) != getattr(after, name)]
+                       if rec.state in OPEN_STATES and rec.view is not None
+                       and getattr(rec.view.spec.settings, name) != getattr(after, name)]
             if keeping:
                 notes.append({"setting": f"[crash] {name}", "applies_to": "crash sessions opened after the reload",
                               "why": "built into a session's crash and drgn processes when they start",
@@ -320,15 +336,15 @@ class CrashBackend:
             rec.state = state
         self.table.unlink(rec)
         ref = self.runtime.find(KIND, rec.key)
-        if ref is not None and rec.actor is not None and ref.actor is rec.actor:
+        if ref is not None and ref is rec.ref:
             self.runtime.stop(ref, reason=reason)
 
     async def ask(self, ctx: CallContext, rec: SessionRecord, message: RunCrash | RunDrgn | Triage) -> dict[str, Any]:
         await rec.spawned.wait()  # a call that races the first open waits for the children to be spawned
         restarted = await self._revive(ctx, rec) if rec.state == "failed" and rec.revivable else None
-        actor = rec.usable()
+        rec.usable()  # raises if the session has no actor to ask
         ref = self.runtime.find(KIND, rec.key)
-        if ref is None or ref.actor is not actor:
+        if ref is None or ref is not rec.ref:
             rec.usable()  # raises if the actor ended in between
             raise DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} has ended", session_id=rec.session_id)
         try:
@@ -349,7 +365,7 @@ class CrashBackend:
             return {"session_id": rec.session_id, "closed": False, "state": rec.state, "refcount": rec.refcount,
                     "held_by": sorted(rec.refs), "dropped_reference_of": dropped, "workdir": str(rec.workdir),
                     "note": f"{rec.refcount} other reference(s) keep it open"}
-        actor = rec.actor
+        actor = rec.view
         self._release(rec, "closed", f"closed by {ctx.client}")
         stop: dict[str, str] = {}
         if actor is not None:

@@ -9,13 +9,12 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
+
+import trio
 
 from diagd.actors.crash.settings import CrashSettings
 from diagd.protocol.errors import DiagdError
-
-if TYPE_CHECKING:
-    from diagd.actors.crash.actor import CrashSession
 
 KIND = "crash"
 
@@ -50,11 +49,50 @@ SPAWN_SETTINGS = ("crash_binary", "drgn", "allowed_dirs", "pykdump_path")
 
 @dataclass
 class Hooks:
-    on_failed: Callable[[CrashSession, DiagdError], None]
-    on_exit: Callable[[CrashSession], None]
+    on_failed: Callable[[SessionView, DiagdError], None]
+    on_exit: Callable[[SessionView], None]
     # The current [crash] settings (they follow `diagd reload`); None: the spawn-time ones.
     settings: Callable[[], CrashSettings] | None = None
 
+
+
+class SessionView(Protocol):
+    """What the back end reads of a running session without asking it: a single-writer structure.
+
+    The session actor (`actor.CrashSession`) is its only writer, from its own tasks; the back end's
+    handlers only read it, on the same Trio thread, so every read is a consistent snapshot between
+    two checkpoints. It is read, not asked, because the reads must not queue behind the inbox:
+    `open_vmcore_session` reports crash's loading every 0.5 s while the inbox serves drgn calls,
+    `list_vmcore_sessions` shows phases while a long command runs, and `close_vmcore_session` waits
+    for `stopped` after the inbox is closed. Everything else goes through the messages below.
+    """
+
+    @property
+    def spec(self) -> SessionSpec: ...
+    @property
+    def crash_phase(self) -> Phase: ...
+    @property
+    def drgn_phase(self) -> Phase: ...
+    @property
+    def crash_done(self) -> trio.Event: ...  # crash's load ended (ready or failed)
+    @property
+    def crash_error(self) -> DiagdError | None: ...
+    @property
+    def failure(self) -> DiagdError | None: ...  # the session failed (a child died or hung)
+    @property
+    def started_at(self) -> float: ...  # trio.current_time() when the actor was made
+    @property
+    def crash_load_s(self) -> float | None: ...
+    @property
+    def drgn_load_s(self) -> float | None: ...
+    @property
+    def summary(self) -> dict[str, Any]: ...  # open_vmcore_session's summary, once crash is ready
+    @property
+    def commands(self) -> int: ...
+    @property
+    def stopped(self) -> trio.Event: ...  # the children are reaped and `stop_results` final
+    @property
+    def stop_results(self) -> dict[str, str]: ...
 
 
 # -- messages: what the tools ask a session -----------------------------------------------------

@@ -1,4 +1,4 @@
-"""JSON schemas of the crash tools' inputs and outputs (descriptions and handlers stay in `crash`).
+"""JSON schemas of the crash tools' inputs and outputs (descriptions and handlers are in `tools`).
 
 Inputs are closed objects (`additionalProperties: false`); `session_id` defaults to the calling
 client's last opened session everywhere it appears, and every command-running tool returns

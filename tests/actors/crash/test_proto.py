@@ -61,7 +61,7 @@ async def test_the_worker_runs_code_survives_exceptions_and_is_interrupted_by_ti
             assert run.path.read_text() == "hello\n42\n"
             failed = await run("print('before')\n1/0")
             assert failed.error is not None and failed.head == "before\n" + failed.error + "\n"
-            assert failed.error.endswith("ZeroDivisionError: division by zero") and "_drgn_worker" not in failed.error
+            assert failed.error.endswith("ZeroDivisionError: division by zero") and "drgn_worker" not in failed.error
             exited = await run("raise SystemExit(3)")
             assert exited.error is not None and "SystemExit" in exited.error
             spin = await run("while True: pass", timeout_s=0.3)

@@ -255,7 +255,7 @@ async def test_an_idle_session_expires_and_releases_crash(tmp_path: Path) -> Non
 
 async def test_a_stopped_session_never_shows_its_children_ready(tmp_path: Path) -> None:
     async with session(tmp_path) as s:
-        rec = SessionRecord(SID, "key", "vmcore", "vmlinux", tmp_path, [], 0.0, state="ready", actor=s.actor)
+        rec = SessionRecord(SID, "key", "vmcore", "vmlinux", tmp_path, [], 0.0, state="ready", view=s.actor)
         assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("ready", "unavailable")  # drgn=False here
         rec.state = "closed"  # released: the back end stops the actor right after
         assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("stopping", "stopping")
