@@ -96,14 +96,15 @@ class CrashBackend:
 
     # -- sessions -------------------------------------------------------------------------------
 
-    async def open(self, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    async def open(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]) -> dict[str, Any]:
+        """open_vmcore_session: join the open session of the same dump, or start one (`options`: crash_args)."""
         s = self.settings
-        vmcore = resolve_allowed(str(args["vmcore_path"]), s.allowed_dirs, what="vmcore", cwd=ctx.cwd)
+        vmcore = resolve_allowed(vmcore_path, s.allowed_dirs, what="vmcore", cwd=ctx.cwd)
         if ident.is_forbidden_source(vmcore):
             raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{vmcore} is the live system, not a dump: refused",
                              path=str(vmcore))
-        vmlinux = resolve_allowed(str(args["vmlinux_path"]), s.allowed_dirs, what="vmlinux", cwd=ctx.cwd)
-        crash_args = validate_crash_args([str(a) for a in args.get("crash_args") or []])
+        vmlinux = resolve_allowed(vmlinux_path, s.allowed_dirs, what="vmlinux", cwd=ctx.cwd)
+        crash_args = validate_crash_args(options)
         binary = shutil.which(s.crash_binary)
         if binary is None:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"{s.crash_binary} is not installed",

@@ -38,7 +38,7 @@ OPEN_INPUT = _schema(
     {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed); a relative path is "
                                                       "relative to the caller's working directory"},
      "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
-     "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16,
+     "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16, "default": [],
                     "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},
     ("vmcore_path", "vmlinux_path"))
 OPEN_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "workdir": {"type": "string"},

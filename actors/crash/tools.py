@@ -67,7 +67,7 @@ def _limit(backend: CrashBackend, seconds: Callable[[CrashSettings], float]) -> 
             "get_crash_info.",
             input_schema=schemas.OPEN_INPUT, output=schemas.OPEN_OUTPUT, read_only=False, idempotent=False)
 async def open_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-    return await backend.open(ctx, args)
+    return await backend.open(ctx, args["vmcore_path"], args["vmlinux_path"], args["crash_args"])
 
 
 @tools.tool("close_vmcore_session",
