@@ -8,6 +8,8 @@ import pytest
 import trio
 
 from diagd.actors import crash
+from diagd.actors.crash.messages import SPAWN_SETTINGS
+from diagd.actors.crash.settings import CrashSettings
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.server import Daemon
@@ -42,7 +44,7 @@ def test_every_deferred_key_is_a_real_setting_of_its_back_end() -> None:
     for section, table in reload_notes.BACKENDS.items():
         for deferred in table:
             assert set(deferred.keys) <= known[section], section
-    assert set(crash.SPAWN_SETTINGS) <= set(crash.CrashSettings.__dataclass_fields__)
+    assert set(SPAWN_SETTINGS) <= set(CrashSettings.__dataclass_fields__)
 
 
 async def test_a_reload_with_a_broken_crash_table_is_refused_and_the_old_config_stays(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from diagd.actors.sandbox import kernel
-from tests.actors.test_crash_escapes import ESCAPES
+from tests.actors.crash.test_escapes import ESCAPES
 from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_crash import call, make_env
 from tests.fixtures.vmcore import VmcoreFixture, build

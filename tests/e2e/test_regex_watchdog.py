@@ -22,7 +22,7 @@ import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from diagd.actors._crash_store import OutputStore
+from diagd.actors.crash.store import OutputStore
 from tests.conftest import DIAGD, SUPPORT, DaemonProcess, Env, start_daemon
 from tests.pcaps import PCAPS, pcap
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagd.actors import _crash_text as text
+from diagd.actors.crash import text as text
 from diagd.protocol.errors import DiagdError
 
 SET = '    PID: 1\nCOMMAND: "init"\n   TASK: ffff8edec3deb000  [THREAD_INFO: ffff8edec3deb000]\n    CPU: 0\n' \

@@ -1,8 +1,8 @@
-"""The drgn worker: `python -m diagd.actors._drgn_worker`, one per crash session.
+"""The drgn worker: `python -m diagd.actors.crash.drgn_worker`, one per crash session.
 
 drgn runs arbitrary Python (the agent's) against a loaded kernel image, so it never runs inside the
 daemon: this process holds `prog` and a persistent namespace with drgn's Linux helpers imported,
-and speaks the length-prefixed msgpack protocol of `_crash_proto` on its stdin/stdout.
+and speaks the length-prefixed msgpack protocol of `proto` on its stdin/stdout.
 
 - The protocol owns duplicates of fds 0 and 1; fd 0 becomes /dev/null and fd 1 points at stderr,
   so neither user code nor libdrgn can read or corrupt a frame. `print()` output of user code goes
@@ -27,8 +27,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from types import FrameType
 from typing import Any, BinaryIO
 
-from diagd.actors import _crash_proto as proto
-from diagd.actors._crash_output import OutputWriter
+from diagd.actors.crash import proto as proto
+from diagd.actors.crash.output import OutputWriter
 from diagd.actors.system import rss_bytes
 from diagd.protocol.errors import DiagdError, ErrorCode
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from diagd.actors._crash_store import MAX_PAGE_LINES
+from diagd.actors.crash.store import MAX_PAGE_LINES
 from diagd.actors.settings import parse_table, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
 

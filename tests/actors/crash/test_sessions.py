@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors._crash_sessions import SessionRecord, SessionTable
+from diagd.actors.crash.sessions import SessionRecord, SessionTable
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors._crash_output import (
+from diagd.actors.crash.output import (
     INDEX_STRIDE,
     MAX_LINE_BYTES,
     OutputWriter,
@@ -18,7 +18,7 @@ from diagd.actors._crash_output import (
     read_lines,
     scan,
 )
-from diagd.actors._crash_store import OutputStore
+from diagd.actors.crash.store import OutputStore
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

@@ -11,7 +11,7 @@ How a command's output is delimited (measured with crash 8.0.2 on the fixture):
   it and prompts again, the tty flushes the queued marker, and a fresh marker resynchronises the
   stream. Partial output is kept. Only if that fails is the session lost.
 - Output is never gathered in memory: it goes to a sink as it arrives (the command's output file,
-  see `_crash_output.OutputWriter`; a small in-memory sink for diagd's own queries), minus the last
+  see `output.OutputWriter`; a small in-memory sink for diagd's own queries), minus the last
   few bytes that may be the start of the marker. Past the sink's limit the command gets Ctrl-C and
   its output stays cut there.
 

@@ -1,9 +1,9 @@
 """What crash commands mean to the session (policy, context, cache) and parsers of their output.
 
 Policy: one command per call, never the ways out of crash (`!cmd`, pipes, redirections and input
-files, gdb commands other than read-only inspection however abbreviated or nested, see `_crash_gdb`,
+files, gdb commands other than read-only inspection however abbreviated or nested, see `gdb`,
 alias bodies that would do any of these), never `quit` (closing is close_vmcore_session's job);
-`extend` only when configured. The Landlock sandbox (`_confine`) is the barrier; this is defence in depth.
+`extend` only when configured. The Landlock sandbox (`diagd.actors.sandbox`) is the barrier; this is defence in depth.
 
 Cache keys: output depends on the current context (`set <pid>` changes what `bt`, `task`, `vm`,
 `files`, `sig`, `net -s` and `rd -u` show), and on session state (`mod -s` loads symbols, `set radix`,
@@ -19,13 +19,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from diagd.actors import _crash_gdb as gdb_text
+from diagd.actors.crash import gdb as gdb_text
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_COMMAND_CHARS = 1500
 EXIT_VERBS = frozenset({"q", "quit", "exit"})
 # crash 8.0.2's own commands (`help` on the fixture). Any other first word goes to gdb (after crash
-# tries kernel symbol and type names), which `_crash_gdb.implicit_gdb_refusal` checks.
+# tries kernel symbol and type names), which `gdb.implicit_gdb_refusal` checks.
 CRASH_COMMANDS = frozenset({
     "*", "alias", "ascii", "bpf", "bt", "btop", "dev", "dis", "eval", "exit", "extend", "files", "foreach", "fuser",
     "gdb", "help", "ipcs", "irq", "kmem", "list", "log", "mach", "mod", "mount", "net", "p", "ps", "pte", "ptob",
@@ -60,7 +60,7 @@ def expand_alias(command: str) -> str:
 
 
 def is_gdb_passthrough(command: str) -> bool:
-    """`gdb ...` (or `g ...`): gated where Landlock is unavailable, see `_confine.require_confinement`."""
+    """`gdb ...` (or `g ...`): gated where Landlock is unavailable, see `sandbox.require_confinement`."""
     tokens = expand_alias(command.strip()).split()
     return bool(tokens) and gdb_text.command_word(tokens[0]) == "gdb"
 
@@ -104,7 +104,7 @@ def _refuse(what: str, hint: str = "it can run programs, scripts or write files;
 
 
 def _refuse_escapes(command: str, tokens: list[str], *, allow_extend: bool) -> None:
-    """Every way out of crash found on crash 8.0.2 (see tests/actors/test_crash_text.py for the list)."""
+    """Every way out of crash found on crash 8.0.2 (see tests/actors/crash/test_text.py for the list)."""
     if command.startswith("!"):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "shell escapes (!cmd) are disabled",
                          hint="set [crash] allow_shell = true to allow them")

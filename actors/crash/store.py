@@ -10,7 +10,7 @@ A command id is `<session_id>:<n>`; it names the files directly, so reading an o
 session, no actor and no index. Every function here blocks: call it through trio.to_thread.
 Outputs are written as they are produced (`open_output`, or by the drgn worker itself) and then
 described by `finish`; the daemon keeps only their first lines (`Entry`) and a small line index
-per recently read output (`_crash_output`), never a whole output.
+per recently read output (`output`), never a whole output.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagd.actors._crash_output import LineIndex, OutputWriter, StoredLines, read_lines, read_nofollow, scan
 from diagd.actors._user_regex import Matcher
+from diagd.actors.crash.output import LineIndex, OutputWriter, StoredLines, read_lines, read_nofollow, scan
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors._crash_store import OutputStore
 from diagd.actors._user_regex import Matcher, compile_user_regex
+from diagd.actors.crash.store import OutputStore
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors import _crash_proto as proto
-from diagd.actors._crash_drgn import DrgnClient, DrgnStuck
-from diagd.actors._crash_output import HEAD_BYTES
+from diagd.actors.crash import proto as proto
+from diagd.actors.crash.drgn import DrgnClient, DrgnStuck
+from diagd.actors.crash.output import HEAD_BYTES
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -61,7 +61,7 @@ async def test_the_worker_runs_code_survives_exceptions_and_is_interrupted_by_ti
             assert run.path.read_text() == "hello\n42\n"
             failed = await run("print('before')\n1/0")
             assert failed.error is not None and failed.head == "before\n" + failed.error + "\n"
-            assert failed.error.endswith("ZeroDivisionError: division by zero") and "_drgn_worker" not in failed.error
+            assert failed.error.endswith("ZeroDivisionError: division by zero") and "drgn_worker" not in failed.error
             exited = await run("raise SystemExit(3)")
             assert exited.error is not None and "SystemExit" in exited.error
             spin = await run("while True: pass", timeout_s=0.3)

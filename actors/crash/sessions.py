@@ -25,7 +25,8 @@ from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
-    from diagd.actors.crash import CrashSession
+    from diagd.actors.crash.messages import SessionView
+    from diagd.actors.runtime import ActorRef
 
 OPEN_STATES = ("opening", "ready")
 MAX_RECORDS = 200
@@ -43,10 +44,11 @@ class SessionRecord:
     created: float
     state: str = "opening"  # opening | ready | failed | closed | expired
     error: DiagdError | None = None
-    actor: CrashSession | None = None
+    view: SessionView | None = None  # the running actor, as the back end may read it
+    ref: ActorRef | None = None  # the running actor, to ask or stop
     refs: Counter[str] = field(default_factory=Counter)  # client -> references it holds
     match: list[str] = field(default_factory=list)
-    spawned: trio.Event = field(default_factory=trio.Event)  # set once `actor` is known (or the open failed)
+    spawned: trio.Event = field(default_factory=trio.Event)  # set once `view`/`ref` are known (or the open failed)
     # A session whose crash died after it was ready (killed, OOM, a crash bug) is started again by the
     # next call that names it, up to MAX_REVIVALS times: the dump and the stored outputs are still there.
     revivable: bool = False
@@ -63,10 +65,10 @@ class SessionRecord:
                                "created": utc.iso(self.created)}
         if self.error is not None:
             out["error"] = self.error.message
-        if self.actor is not None:
-            out["crash"] = self._engine(str(self.actor.crash_phase))
-            out["drgn"] = self._engine(str(self.actor.drgn_phase))
-            out["commands"] = self.actor.commands
+        if self.view is not None:
+            out["crash"] = self._engine(str(self.view.crash_phase))
+            out["drgn"] = self._engine(str(self.view.drgn_phase))
+            out["commands"] = self.view.commands
         return out
 
     def _engine(self, phase: str) -> str:
@@ -76,18 +78,18 @@ class SessionRecord:
             return phase
         return "stopping"
 
-    def usable(self) -> CrashSession:
-        """The session's actor, or the coded error saying why there is none to ask."""
+    def usable(self) -> SessionView:
+        """The session's running actor, or the coded error saying why there is none to ask."""
         if self.state == "failed":
             error = self.error
             raise DiagdError(ErrorCode.ACTOR_FAILED,
                              f"session {self.session_id} failed: {error.message if error else 'unknown reason'}",
                              session_id=self.session_id, hint="open_vmcore_session again starts a fresh session")
-        if self.state in ("closed", "expired") or self.actor is None:
+        if self.state in ("closed", "expired") or self.view is None:
             raise DiagdError(ErrorCode.NOT_FOUND, f"session {self.session_id} is {self.state}",
                              session_id=self.session_id,
                              hint="open_vmcore_session again; stored outputs stay readable")
-        return self.actor
+        return self.view
 
 
 class SessionTable:

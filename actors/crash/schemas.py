@@ -1,4 +1,4 @@
-"""JSON schemas of the crash tools' inputs and outputs (descriptions and handlers stay in `crash`).
+"""JSON schemas of the crash tools' inputs and outputs (descriptions and handlers are in `tools`).
 
 Inputs are closed objects (`additionalProperties: false`); `session_id` defaults to the calling
 client's last opened session everywhere it appears, and every command-running tool returns
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagd.actors._crash_store import MAX_PAGE_LINES
+from diagd.actors.crash.store import MAX_PAGE_LINES
 
 
 def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -38,7 +38,7 @@ OPEN_INPUT = _schema(
     {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed); a relative path is "
                                                       "relative to the caller's working directory"},
      "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
-     "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16,
+     "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16, "default": [],
                     "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},
     ("vmcore_path", "vmlinux_path"))
 OPEN_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "workdir": {"type": "string"},
@@ -82,3 +82,25 @@ RUN_SCRIPT_INPUT = _schema(
     {"name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}, **SESSION,
      "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES}},
     ("name",))
+
+CLOSE_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "closed": {"type": "boolean"},
+                                                 "state": {"type": "string"}, "refcount": {"type": "integer"},
+                                                 "workdir": {"type": "string"},
+                                                 "held_by": {"type": "array", "items": {"type": "string"}},
+                                                 "stopped": {"type": "object", "description": "how each child "
+                                                             "process ended (quit, sigterm, sigkill)"},
+                                                 "note": {"type": "string"}},
+                "required": ["session_id", "closed", "state", "refcount", "workdir"]}
+LIST_OUTPUT = {"type": "object", "properties": {"sessions": {"type": "array", "items": {"type": "object"}},
+                                                "default_for_this_client": {"type": ["string", "null"]}},
+               "required": ["sessions"]}
+TRIAGE_OUTPUT = {"type": "object",
+                 "properties": {"session_id": {"type": "string"}, "system": {"type": "object"},
+                                "panic": {"type": ["string", "null"]}, "panic_task": {"type": ["object", "null"]},
+                                "backtrace": {"type": "object"}, "log_tail": {"type": "object"},
+                                "memory": {"type": "object"}, "tasks": {"type": "object"},
+                                "limits": {"type": "array"}, "next_steps": {"type": "array"}},
+                 "required": ["session_id", "system", "backtrace", "log_tail", "memory", "tasks"]}
+SCRIPTS_OUTPUT = {"type": "object", "properties": {"scripts": {"type": "array", "items": {"type": "object"}},
+                                                   "dirs": {"type": "array", "items": {"type": "string"}}},
+                  "required": ["scripts", "dirs"]}

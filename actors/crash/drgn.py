@@ -1,4 +1,4 @@
-"""The daemon's side of a drgn worker (`_drgn_worker`): spawn, typed requests, timeouts, stop.
+"""The daemon's side of a drgn worker (`drgn_worker`): spawn, typed requests, timeouts, stop.
 
 One request at a time (the session actor serializes them). Replies are matched by id, so a late
 reply to an abandoned request is skipped instead of being taken for the next one. A request past
@@ -21,15 +21,15 @@ from typing import TypeVar
 
 import trio
 
-from diagd.actors import _crash_proto as proto
-from diagd.actors import sandbox as _confine
+from diagd.actors import sandbox
 from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, open_process, reap, stop_process
+from diagd.actors.crash import proto as proto
 from diagd.protocol import framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _Reply = TypeVar("_Reply", bound=proto.Message)
 
-WORKER_MODULE = "diagd.actors._drgn_worker"
+WORKER_MODULE = "diagd.actors.crash.drgn_worker"
 STOP_STEPS = (Step("quit", None, 2.0), Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 3.0))
 
 
@@ -52,10 +52,10 @@ class DrgnClient:
 
     @classmethod
     async def spawn(cls, nursery: trio.Nursery, *, cwd: Path | None = None,
-                    policy: _confine.Policy | None = None) -> DrgnClient:
-        """Start the worker; with a policy, inside that sandbox (see `_confine.drgn_policy`)."""
+                    policy: sandbox.Policy | None = None) -> DrgnClient:
+        """Start the worker; with a policy, inside that sandbox (see `sandbox.drgn_policy`)."""
         argv = [sys.executable, "-m", WORKER_MODULE]
-        proc = await open_process(_confine.wrap(argv, policy) if policy else argv, stdin=subprocess.PIPE,
+        proc = await open_process(sandbox.wrap(argv, policy) if policy else argv, stdin=subprocess.PIPE,
                                   cwd=str(cwd) if cwd else None)
         client = cls(proc)
         nursery.start_soon(drain, proc.stderr, client.stderr.feed, client._stderr_eof)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors import _crash_identity as ident
+from diagd.actors.crash import identity as ident
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.fixtures.vmcore import build, fake_elf_core, fake_vmlinux
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors import _crash_text as text
 from diagd.actors import sandbox as _confine
-from diagd.actors._crash_pty import CrashDriver, MemorySink
+from diagd.actors.crash import text as text
+from diagd.actors.crash.pty import CrashDriver, MemorySink
 from diagd.actors.sandbox import kernel as _confine_exec
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.fixtures.vmcore import build

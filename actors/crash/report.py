@@ -2,7 +2,7 @@
 triage report.
 
 Both are assembled from outputs the session already ran and stored (`Entry`, first lines in memory),
-parsed with `_crash_text`; running the commands and asking drgn is the actor's job, so everything
+parsed with `text`; running the commands and asking drgn is the actor's job, so everything
 here is pure. `DRGN_TASK_SUMMARY` is the drgn code behind the triage report's view of all tasks: it
 prints one JSON object (counts by state, the uninterruptible tasks, the distinct commands).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagd.actors import _crash_text as text
-from diagd.actors._crash_store import Entry
+from diagd.actors.crash import text as text
+from diagd.actors.crash.store import Entry
 
 DRGN_TASK_SUMMARY = (
     "def __diagd_tasks():\n"

@@ -17,16 +17,16 @@ import pexpect
 import pytest
 import trio
 
-from diagd.actors._crash_pty import CrashDriver, MemorySink
-from diagd.actors._crash_sessions import SessionRecord
-from diagd.actors._crash_settings import CrashSettings, validate_crash_args
-from diagd.actors._crash_store import OutputStore
-from diagd.actors.base import Op
-from diagd.actors.crash import CrashSession, Hooks, Phase, SessionSpec
+from diagd.actors.crash.actor import CrashSession
+from diagd.actors.crash.messages import Hooks, Phase, RunCrash, SessionSpec
+from diagd.actors.crash.pty import CrashDriver, MemorySink
+from diagd.actors.crash.sessions import SessionRecord
+from diagd.actors.crash.settings import CrashSettings, validate_crash_args
+from diagd.actors.crash.store import OutputStore
 from diagd.daemon.supervisor import ActorEntry, Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-FAKE = Path(__file__).resolve().parent.parent / "fixtures" / "fake_crash.py"
+FAKE = Path(__file__).resolve().parents[2] / "fixtures" / "fake_crash.py"
 SID = "fake0001-000001"
 
 
@@ -40,7 +40,7 @@ class Harness:
 
     async def run(self, command: str, force: bool = False) -> dict[str, Any]:
         with trio.fail_after(20):
-            return await self.supervisor.ask(self.ref, Op("crash", {"command": command, "force": force}))
+            return await self.supervisor.ask(self.ref, RunCrash(command, force))
 
 
 @pytest.fixture(autouse=True)
@@ -255,7 +255,7 @@ async def test_an_idle_session_expires_and_releases_crash(tmp_path: Path) -> Non
 
 async def test_a_stopped_session_never_shows_its_children_ready(tmp_path: Path) -> None:
     async with session(tmp_path) as s:
-        rec = SessionRecord(SID, "key", "vmcore", "vmlinux", tmp_path, [], 0.0, state="ready", actor=s.actor)
+        rec = SessionRecord(SID, "key", "vmcore", "vmlinux", tmp_path, [], 0.0, state="ready", view=s.actor)
         assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("ready", "unavailable")  # drgn=False here
         rec.state = "closed"  # released: the back end stops the actor right after
         assert (rec.describe()["crash"], rec.describe()["drgn"]) == ("stopping", "stopping")

@@ -1,0 +1,193 @@
+"""The crash MCP tools: schemas (`schemas`) and handlers that only build a message for a session actor
+(`messages`) or read the back end's table and stored outputs, and shape the reply.
+
+The analysis-script tools are a separate set: they exist only when [crash] script_dirs is set at
+start (see `register`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from diagd.actors import sandbox
+from diagd.actors._user_regex import Matcher, compile_in_thread
+from diagd.actors.crash import schemas
+from diagd.actors.crash.backend import CrashBackend
+from diagd.actors.crash.messages import RunCrash, RunDrgn, Triage
+from diagd.actors.crash.scripts import PYKDUMP_DIRS, find_pykdump, list_scripts
+from diagd.actors.crash.sessions import SessionRecord
+from diagd.actors.crash.settings import CrashSettings
+from diagd.actors.tooling import CallContext, ToolSet, ToolSpec
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+tools: ToolSet[CrashBackend] = ToolSet()
+script_tools: ToolSet[CrashBackend] = ToolSet()  # registered only when [crash] script_dirs is set at start
+
+# Call limits that derive from [crash] settings, by tool: `specs` binds each to the back end's current
+# settings, so a reload moves a tool's limit with the limits it covers.
+LIMITS: dict[str, Callable[[CrashSettings], float]] = {
+    "open_vmcore_session": lambda s: s.load_timeout_s + 30,
+    "run_crash_command": lambda s: s.command_timeout_s + s.interrupt_grace_s + 15,
+    "run_drgn_command": lambda s: s.drgn_timeout_s + s.interrupt_grace_s + s.load_timeout_s,
+    "get_crash_info": lambda s: s.command_timeout_s * 2 + s.drgn_timeout_s,
+    "run_analysis_script": lambda s: s.drgn_timeout_s + s.interrupt_grace_s + s.load_timeout_s,
+}
+
+
+def specs(backend: CrashBackend) -> list[ToolSpec]:
+    """The crash tools bound to `backend`: the script tools only when [crash] script_dirs is set now."""
+    script_dirs = backend.settings.script_dirs
+    bound = tools.specs(backend) + (script_tools.specs(backend) if script_dirs else [])
+    out = []
+    for spec in bound:
+        if (seconds := LIMITS.get(spec.name)) is not None:
+            spec = replace(spec, timeout_s=functools.partial(_limit, backend, seconds))
+        if spec.name == "list_analysis_scripts":
+            spec = replace(spec, description=f"drgn analysis scripts from {', '.join(script_dirs)} "
+                                             "(name, first docstring line).")
+        out.append(spec)
+    return out
+
+
+def _limit(backend: CrashBackend, seconds: Callable[[CrashSettings], float]) -> float:
+    return seconds(backend.settings)
+
+
+@tools.tool("open_vmcore_session",
+            "Open (or join) a kernel crash-dump session: crash + drgn on vmcore + its vmlinux (with debug info). "
+            "The vmlinux is checked against the dump's VMCOREINFO first (wrong kernel -> INVALID_ARGUMENT). crash "
+            "takes ~10 s to load (progress is reported); the same dump opened again returns the same session "
+            "(is_new false). The summary has the panic string, the panic task and known limits. Then call "
+            "get_crash_info.",
+            input_schema=schemas.OPEN_INPUT, output=schemas.OPEN_OUTPUT, read_only=False, idempotent=False)
+async def open_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    return await backend.open(ctx, args["vmcore_path"], args["vmlinux_path"], args["crash_args"])
+
+
+@tools.tool("close_vmcore_session",
+            "Drop one reference to a session (default: this client's last, else the only open session); the last "
+            "reference, or closing a session nobody holds (opened by `diagd call`, whose reference ends with the "
+            "command), stops crash and the drgn worker. Stored outputs stay readable.",
+            input_schema=schemas.SESSION_INPUT, output=schemas.CLOSE_OUTPUT, read_only=False, idempotent=False,
+            timeout_s=45)
+async def close_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    return await backend.close(ctx, args.get("session_id"))
+
+
+@tools.tool("list_vmcore_sessions", "Crash sessions of this daemon: id, state, references, dump, commands run.",
+            input_schema=schemas.NO_INPUT, output=schemas.LIST_OUTPUT)
+async def list_sessions(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    return backend.table.listing(ctx.client)
+
+
+async def _drgn(backend: CrashBackend, ctx: CallContext, rec: SessionRecord, message: RunDrgn) -> dict[str, Any]:
+    sandbox.require_confinement("drgn code (run_drgn_command, drgn:)",
+                                 allowed_unconfined=backend.settings.allow_unconfined,
+                                 setting="[crash] allow_unconfined")
+    return await backend.ask(ctx, rec, message)
+
+
+def _pykdump(backend: CrashBackend) -> str:
+    extension = find_pykdump(backend.settings.pykdump_path)
+    if extension is None:
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                         "pykdump is not installed (no mpykdump*.so crash extension found)",
+                         searched=list(PYKDUMP_DIRS),
+                         hint="Debian has no pykdump package: build it and set [crash] pykdump_path; "
+                              "drgn: does the same kind of scripting")
+    return extension
+
+
+@tools.tool("run_crash_command",
+            "Run one crash command (bt, log, ps, kmem -i, struct, dis, sym, set <pid> ...) in a session; returns the "
+            "first lines, total_lines and a command_id for get_command_output/search_command_output. Identical "
+            "commands in the same context are answered from the cache (cached: true); force_execute reruns. "
+            "Prefixes: 'drgn:<python>' runs drgn code, 'crash:<cmd>' is explicit, 'pykdump:<cmd>' needs the "
+            "pykdump extension. Pipes, redirections and !shell are refused (use search_command_output).",
+            input_schema=schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
+async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    command = args["command"].strip()
+    prefix, sep, rest = command.partition(":")
+    max_lines, force = args.get("max_lines"), args["force_execute"]
+    extension = None
+    if sep and prefix.strip() in ("crash", "drgn", "pykdump"):
+        prefix, rest = prefix.strip(), rest.strip()
+        if not rest:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"nothing after {prefix}:")
+        if prefix == "drgn":
+            return await _drgn(backend, ctx, rec, RunDrgn(rest, max_lines=max_lines))
+        if prefix == "pykdump":
+            extension = _pykdump(backend)
+        command = rest
+    return await backend.ask(ctx, rec, RunCrash(command, force, max_lines, extension))
+
+
+@tools.tool("run_drgn_command",
+            "Run Python in the session's drgn worker: `prog` is the dump, drgn's helpers (for_each_task, "
+            "find_task, list_for_each_entry, ...) are imported, variables persist between calls, and a final "
+            "expression is shown like the drgn shell does. print() output is returned and stored; an exception "
+            "comes back as INVALID_ARGUMENT with its traceback.",
+            input_schema=schemas.RUN_DRGN_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
+async def run_drgn_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    return await _drgn(backend, ctx, rec, RunDrgn(args["code"], max_lines=args.get("max_lines")))
+
+
+@tools.tool("get_command_output",
+            "A page of a stored command output by command_id (lines offset..offset+limit, limit <= 500). Works "
+            "after the session closed and after a daemon restart.",
+            input_schema=schemas.GET_OUTPUT_INPUT, output=schemas.GET_OUTPUT_OUTPUT)
+async def get_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    # The store is read-only here and safe from any task: outputs are complete files once listed.
+    return await trio.to_thread.run_sync(backend.store.page, args["command_id"], args["offset"], args["limit"])
+
+
+@tools.tool("search_command_output",
+            "Regex search (Python syntax, case-insensitive unless case_sensitive) over a stored output; each match "
+            "has its line_number (usable as get_command_output offset) and context_lines around it.",
+            input_schema=schemas.SEARCH_INPUT, output=schemas.SEARCH_OUTPUT)
+async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    pattern = await compile_in_thread(args["query"], case_sensitive=args["case_sensitive"])
+    matcher = Matcher(pattern, backend.runtime.config().regex_budget_s, unit="line")
+    return await matcher.run(functools.partial(
+        backend.store.search, args["command_id"], matcher, context_lines=args["context_lines"],
+        max_matches=args["max_matches"]))
+
+
+@tools.tool("get_crash_info",
+            "Triage report in one call: sys (panic string, release, uptime), the panic task's backtrace, the tail "
+            "of the kernel log, kmem -i, a ps summary (and drgn's view of all tasks), with command ids to dig in.",
+            input_schema=schemas.SESSION_INPUT, output=schemas.TRIAGE_OUTPUT)
+async def crash_info(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    return await backend.ask(ctx, rec, Triage())
+
+
+@script_tools.tool("list_analysis_scripts", "drgn analysis scripts from [crash] script_dirs (name, first docstring "
+                   "line).", input_schema=schemas.NO_INPUT, output=schemas.SCRIPTS_OUTPUT)
+async def list_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
+    return {"scripts": list(scripts.values()), "dirs": list(backend.settings.script_dirs)}
+
+
+@script_tools.tool("run_analysis_script",
+                   "Run one listed drgn analysis script in the session (fresh namespace with prog and the helpers, "
+                   "__name__ == '__main__'); output stored like run_drgn_command.",
+                   input_schema=schemas.RUN_SCRIPT_INPUT, output=schemas.COMMAND_RESULT, read_only=False,
+                   idempotent=False)
+async def run_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
+    script = scripts.get(args["name"])
+    if script is None:
+        raise DiagdError(ErrorCode.NOT_FOUND, f"no analysis script {args['name']!r}", known=sorted(scripts))
+    source = await trio.to_thread.run_sync(Path(script["path"]).read_text)
+    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    return await backend.ask(ctx, rec, RunDrgn(source, filename=script["path"], isolated=True,
+                                               max_lines=args.get("max_lines"), label=f"[script] {args['name']}"))
