@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from diagd.actors import crash, pcap
+from diagd.actors import pcap
 from diagd.actors.bpftrace.settings import BpftraceSettings
+from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.runtime import BackendConfig
 from diagd.actors.serial.settings import SerialConfig
 from diagd.actors.settings import parse_table, setting
@@ -71,7 +72,7 @@ def test_a_value_of_the_wrong_kind_or_out_of_bounds_is_refused(raw: dict[str, An
 @pytest.mark.parametrize("parse", [
     lambda raw: BpftraceSettings.parse(raw),
     lambda raw: SerialConfig.parse(raw),
-    lambda raw: crash.CrashSettings.from_raw(raw),
+    lambda raw: CrashSettings.from_raw(raw),
     lambda raw: pcap.PcapSettings.from_config(BackendConfig(table=raw), Path("/state/pcap")),
     lambda raw: config_mod.parse({"daemon": raw}).daemon,
 ])
