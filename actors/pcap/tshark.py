@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, run, stop_process
-from diagd.actors._wireshark import COLUMN_PREFIX, column_format_pref
+from diagd.actors.pcap.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _UNITS = {"bytes": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}

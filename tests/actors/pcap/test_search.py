@@ -11,7 +11,8 @@ import trio
 import trio.testing
 
 from diagd.actors.base import Op, Request
-from diagd.actors.pcap import CaptureSpec, PcapActor
+from diagd.actors.pcap.actor import PcapActor
+from diagd.actors.pcap.capture import CaptureSpec
 
 FRAMES = 20
 

@@ -30,8 +30,8 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.actors._pcap_tree import HEX_CELLS_WIDTH, HEX_TEXT_GAP, hex_line
 from diagd.actors._subprocess import run
+from diagd.actors.pcap.tree import HEX_CELLS_WIDTH, HEX_TEXT_GAP, hex_line
 from diagd.actors.tooling import CallContext, Handler
 from diagd.protocol.errors import DiagdError, ErrorCode
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagd.actors._pcap_tree import Node, label_name, labelled, parse_f, protocol_nodes
+from diagd.actors.pcap.tree import Node, label_name, labelled, parse_f, protocol_nodes
 
 PDU_TYPES = {"0": "initiatingMessage", "1": "successfulOutcome", "2": "unsuccessfulOutcome"}
 NGAP_CAUSE_GROUPS = ("ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc")
