@@ -1,7 +1,7 @@
 """Subscriber-identity masking for pcap tool results (`[pcap] mask_subscriber_ids = true`).
 
 Every pcap tool's result, error and progress message passes through `SubscriberMask.guard`, wired
-once in `pcap.register()`'s `tool()` helper, so a tool added later is masked without doing anything.
+once in `register()` (actors/pcap/tools.py), so a tool added later is masked without doing anything.
 Two sources decide what is hidden:
 
 1. The identities actually in the capture. One tshark pass per capture and decoding lists IMSIs,
