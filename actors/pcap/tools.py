@@ -16,7 +16,7 @@ from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND
 from diagd.actors.pcap.backend import PcapBackend, search_deadline
 from diagd.actors.pcap.field_search import search_fields
-from diagd.actors.pcap.mask import SubscriberMask
+from diagd.actors.pcap.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
     Check,
     Column,

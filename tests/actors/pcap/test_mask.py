@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from diagd.actors.pcap.mask import Identities, Masker, SubscriberMask, identities_from
+from diagd.actors.pcap.guard import SubscriberMask
+from diagd.actors.pcap.mask import Identities, Masker, identities_from
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.tree import hexdump
 from diagd.actors.runtime import BackendConfig
