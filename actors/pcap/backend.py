@@ -24,7 +24,7 @@ from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import PcapMessage
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.wireshark import capture_sha256, catalogue, parse_decode_as
-from diagd.actors.runtime import Runtime
+from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -38,11 +38,17 @@ class PcapBackend:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.recent: OrderedDict[str, float] = OrderedDict()
+        self._parsed: tuple[BackendConfig, PcapSettings] | None = None
 
     @property
     def settings(self) -> PcapSettings:
-        # re-read: `diagd reload` applies at once
-        return PcapSettings.from_config(self.runtime.config(), self.runtime.state_dir)
+        """The [pcap] table as it is now: `diagd reload` applies at once. Parsed once per config
+        (a reload gives a new BackendConfig object); a table that does not parse is refused on
+        every call until it is fixed, as nothing is kept of it."""
+        config = self.runtime.config()
+        if self._parsed is None or self._parsed[0] is not config:
+            self._parsed = (config, PcapSettings.from_config(config, self.runtime.state_dir))
+        return self._parsed[1]
 
     async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
         settings = self.settings

@@ -1,7 +1,7 @@
 """The pcap back end's MCP tools: each builds a message for the capture's actor and shapes the reply.
 
 Every tool is declared once on `tools` (one `ToolSet`); `register` binds them to the back end's
-state (backend.py) and wraps each in the subscriber-identity masking boundary (mask.py), which every
+state (backend.py) and wraps each in the subscriber-identity masking boundary (guard.py), which every
 result, error and progress message passes, so a tool added later is masked without doing anything.
 """
 
