@@ -36,9 +36,9 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _daemon import isolated_daemon
 
-from diagd.actors._field_search import Row, fast_scan, field_text, scan_per_field, search_fields
 from diagd.actors._user_regex import Matcher, compile_in_thread
-from diagd.actors._wireshark import Catalogue, catalogue
+from diagd.actors.pcap.field_search import Row, fast_scan, field_text, scan_per_field, search_fields
+from diagd.actors.pcap.wireshark import Catalogue, catalogue
 
 QUERIES: list[tuple[str, bool]] = [
     ("ngap", False), ("cause", False), ("zzzzqq", False), ("e", False), ("\u00b5", False),

@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from diagd.actors import _pcap_ngap as ngap
-from diagd.actors import _pcap_tree as tree
+from diagd.actors.pcap import ngap, tree
 
 
 def node(label: str, f: str | None = None, children: list[dict[str, Any]] | None = None,

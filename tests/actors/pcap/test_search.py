@@ -10,8 +10,10 @@ from typing import Any
 import trio
 import trio.testing
 
-from diagd.actors.base import Op, Request
-from diagd.actors.pcap import CaptureSpec, PcapActor
+from diagd.actors.base import Request
+from diagd.actors.pcap.actor import PcapActor
+from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.messages import TextSearch
 
 FRAMES = 20
 
@@ -51,12 +53,12 @@ class FakeCapture(PcapActor):
 
 def search_args(**extra: Any) -> dict[str, Any]:
     return {"display_filter": "", "query": "needle", "is_regex": False, "case_sensitive": False, "budget_s": 5.0,
-            "layers": [], "restrict_layers": True, "limit": None, "offset": 0, "max_matches": 50,
+            "layers": (), "restrict_layers": True, "limit": None, "offset": 0, "max_matches": 50,
             "snippet_context_chars": 10, "max_bytes": 200000, **extra}
 
 
 async def ask(actor: FakeCapture, **extra: Any) -> dict[str, Any]:
-    return await actor.handle(Request(Op("text_search", search_args(**extra))))
+    return await actor.handle(Request(TextSearch(**search_args(**extra))))
 
 
 async def test_every_frame_is_searched_when_time_allows(autojump_clock: trio.testing.MockClock) -> None:

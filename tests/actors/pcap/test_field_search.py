@@ -11,9 +11,9 @@ import trio
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from diagd.actors._field_search import FieldText, Row, fast_scan, scan_per_field, search_fields
 from diagd.actors._user_regex import Matcher, UserRegex, compile_user_regex
-from diagd.actors._wireshark import Catalogue, catalogue
+from diagd.actors.pcap.field_search import FieldText, Row, fast_scan, scan_per_field, search_fields
+from diagd.actors.pcap.wireshark import Catalogue, catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 BUDGET_S = 30.0

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, run, stop_process
-from diagd.actors._wireshark import COLUMN_PREFIX, column_format_pref
+from diagd.actors.pcap.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _UNITS = {"bytes": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
@@ -235,3 +235,19 @@ async def field_rows(argv: list[str], want: int | None) -> list[list[str]]:
         raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not read the field values: "
                          + "\n".join(messages)[-2000:], exit_code=proc.returncode)
     return rows[:want] if want is not None else rows
+
+
+async def export(base: list[str], display_filter: str, output_path: str) -> int:
+    """Write the frames matching `display_filter` to `output_path` (pcapng); returns how many
+    capinfos counts in it. NOT_FOUND (and no file left behind) when no frame matches."""
+    done = await run([*base, "-Y", display_filter, "-w", output_path, "-F", "pcapng"])
+    if done.returncode != 0:
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not write the sub-capture",
+                         stderr=done.stderr[-2000:])
+    counted = await run(["capinfos", "-M", "-c", "-T", "-r", output_path])
+    fields = counted.out.strip().split("\t")
+    packets = int(fields[-1]) if counted.returncode == 0 and fields[-1].isdigit() else 0
+    if packets == 0:
+        await trio.Path(output_path).unlink(missing_ok=True)
+        raise DiagdError(ErrorCode.NOT_FOUND, "no frame matches: nothing to extract", display_filter=display_filter)
+    return packets

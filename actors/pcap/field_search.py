@@ -30,7 +30,7 @@ import regex
 import trio
 
 from diagd.actors._user_regex import Matcher, UserRegex
-from diagd.actors._wireshark import Catalogue
+from diagd.actors.pcap.wireshark import Catalogue
 
 Row = tuple[str, tuple[str, str, str]]  # (name, (description, type, protocol))
 

@@ -1,0 +1,228 @@
+"""The pcap actor's answers to most questions (frame text and search: text.py), as functions of the actor.
+
+Each runs inside the actor (its inbox serialises them), reading the loaded worker through the
+actor's primitives (`worker`, `page`, `matching`, `tree`, `analysed`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from diagd.actors.base import ActorState, Request
+from diagd.actors.pcap import ngap as ngap_summary
+from diagd.actors.pcap import tree as tree_mod
+from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timeline
+from diagd.actors.pcap.rows import field_value, sort_key
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+if TYPE_CHECKING:
+    from diagd.actors.pcap.actor import PcapActor
+
+INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",
+                         "http2", "http", "json", "dns", "tcp", "udp")
+MAX_SORTED_ROWS = 20000
+
+
+async def info(actor: PcapActor, request: Request) -> dict[str, Any]:
+    """Protocols and conversations; the count and time span come from capinfos (the handler)."""
+    served_by = "sharkd"
+    if actor.worker_state is ActorState.STARTING:  # while sharkd loads: one tshark pass gives all of it
+        await request.report_progress(0, 1, f"loading {actor.spec.path.name} ({actor.spec.size} bytes)")
+        cold = await _cold.info(actor.cold_argv(), INTERESTING_PROTOCOLS)
+        await request.report_progress(1, 1, "read with tshark while sharkd loads")
+        protocols = list(cold["protocols"])
+        conversations = cold["conversations"]
+        frame_count = None
+        warnings = cold["warnings"]
+        served_by = "tshark (capture still loading)"
+    else:
+        analysis = await actor.analysed(request)
+        protocols = list(analysis.get("protocols", []))
+        worker = await actor.worker(request)
+        frame_count = actor.frame_count
+        warnings = [actor.load_warning] if actor.load_warning else []
+        taps = await worker.call("tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
+                                         "tap3": "conv:TCP"})
+        conversations = []
+        for tap in taps.get("taps", []):
+            for conv in tap.get("convs", []):
+                conversations.append({
+                    "proto": tap.get("proto"),
+                    "a": f"{conv['saddr']}" + (f":{conv['sport']}" if "sport" in conv else ""),
+                    "b": f"{conv['daddr']}" + (f":{conv['dport']}" if "dport" in conv else ""),
+                    "frames": conv["rxf"] + conv["txf"],
+                    "bytes": conv["rxb"] + conv["txb"],
+                })
+    order = {"SCTP": 0, "TCP": 1, "UDP": 2, "IPv4": 3}
+    conversations.sort(key=lambda c: (order.get(str(c["proto"]), 9), -c["frames"]))
+    return {
+        "sharkd_frames": frame_count,
+        "served_by": served_by,
+        "has_protocols": {p: (p in protocols) for p in INTERESTING_PROTOCOLS},
+        "protocols": protocols,
+        "top_conversations": conversations[:10],
+        "warnings": warnings,
+    }
+
+
+async def frames(actor: PcapActor, request: Request, message: Frames) -> dict[str, Any]:
+    display_filter, limit, offset = message.display_filter, message.limit, message.offset
+    served_by = "sharkd"
+    if actor.worker_state is ActorState.STARTING:  # first question while sharkd loads: one tshark pass beside it
+        actor.check_length(display_filter)
+        await request.report_progress(0, 1, f"loading {actor.spec.path.name} ({actor.spec.size} bytes)")
+        all_rows = await _cold.frames(actor.cold_argv(), display_filter)
+        await request.report_progress(1, 1, "read with tshark while sharkd loads")
+        actor.filters[display_filter] = [r["number"] for r in all_rows]
+        total, rows = len(all_rows), all_rows[offset:offset + limit]
+        served_by = "tshark (capture still loading)"
+    else:
+        total, rows = await actor.page(request, display_filter, offset, limit)
+    result: dict[str, Any] = {"total": total, "frames": rows, "has_more": offset + len(rows) < total,
+                              "served_by": served_by}
+    if not total and display_filter:
+        result["hint"] = await absent_protocols_hint(actor, request, display_filter)
+    return result
+
+
+async def absent_protocols_hint(actor: PcapActor, request: Request, display_filter: str) -> str:
+    present = set((await actor.analysed(request)).get("protocols", []))
+    tokens = {t.split(".")[0] for t in re.findall(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*",
+                                                    display_filter)}
+    aliases = {"nas_5gs": "nas-5gs", "nas_eps": "nas-eps"}
+    known = actor.cat.protocols if actor.cat else {}
+    candidates = sorted({aliases.get(t, t) for t in tokens if aliases.get(t, t) in known})
+    missing = [p for p in candidates if p not in present]
+    there = [p for p in candidates if p in present]
+    parts = []
+    if missing:
+        parts.append(f"not in this capture at all: {', '.join(missing)}")
+    if there:
+        parts.append(f"present in the capture but no frame matches the whole filter: {', '.join(there)}")
+    if "nas-5gs" in missing or "nas-5gs" in there:
+        parts.append("NAS after Security Mode Command needs preferences nas-5gs.null_decipher=TRUE "
+                     "(profile 5gc-lab)")
+    if "http2" in missing:
+        parts.append("HTTP/2 on a non-standard port needs decode_as, e.g. tcp.port==7777,http2")
+    return "; ".join(parts) or "no frame matches"
+
+
+async def timeline(actor: PcapActor, request: Request, message: Timeline) -> dict[str, Any]:
+    """Rows of field values from `tshark -T fields` itself, so they are what it prints.
+
+    The protocol tree's filter strings are not: bytes come colon-separated and cut short, hex
+    integers unpadded, some enumerations by name, absolute times in another format. The warm
+    worker still gives the matching frames (total, hint) from memory; tshark reads only as far
+    as the page needs unless sort_by needs every row.
+    """
+    display_filter, fields, limit, offset, sort_by = (message.display_filter, message.fields, message.limit,
+                                                  message.offset, message.sort_by)
+    numbers = await actor.matching(request, display_filter)
+    if sort_by and len(numbers) > MAX_SORTED_ROWS:
+        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
+                         f"sort_by needs every matching frame: {len(numbers)} match, the limit is "
+                         f"{MAX_SORTED_ROWS}; narrow display_filter or drop sort_by", total=len(numbers))
+    rows: list[dict[str, Any]] = []
+    if numbers and (sort_by or offset < len(numbers)):
+        extra = [f for f in fields if f != "frame.number"]
+        argv = _cold.fields_argv(actor.cold_argv(), display_filter, ["frame.number", *extra])
+        for cells in await _cold.field_rows(argv, None if sort_by else offset + limit):
+            cells += [""] * (len(extra) + 1 - len(cells))
+            row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}
+            for name, text in zip(extra, cells[1:], strict=False):
+                row[name] = field_value(name, text)
+            rows.append(row)
+    if sort_by:
+        rows.sort(key=lambda r: sort_key(r.get(sort_by)))
+    rows = rows[offset:offset + limit]
+    result: dict[str, Any] = {"total": len(numbers), "rows": rows,
+                              "has_more": offset + len(rows) < len(numbers)}
+    if not numbers and display_filter:
+        result["hint"] = await absent_protocols_hint(actor, request, display_filter)
+    return result
+
+
+async def follow(actor: PcapActor, request: Request, message: Follow) -> dict[str, Any]:
+    frame_number, display_filter, limit, offset = (message.frame_number, message.display_filter, message.limit,
+                                               message.offset)
+    answer = await actor.tree(request, frame_number)
+    values = tree_mod.field_values(answer["tree"], {"http2.streamid", "tcp.stream", "diameter.Session-Id",
+                                                    "sip.Call-ID"})
+    if values.get("http2.streamid") and values.get("tcp.stream"):
+        streams = [s for s in values["http2.streamid"] if s != "0"] or values["http2.streamid"]
+        follow_type, key = "http2.streamid", {"tcp.stream": values["tcp.stream"][0], "http2.streamid": streams[0]}
+        follow_filter = f"tcp.stream == {key['tcp.stream']} && http2.streamid == {key['http2.streamid']}"
+    elif values.get("diameter.Session-Id"):
+        follow_type, key = "diameter.Session-Id", {"diameter.Session-Id": values["diameter.Session-Id"][0]}
+        follow_filter = f"diameter.Session-Id == {json.dumps(key['diameter.Session-Id'])}"
+    elif values.get("sip.Call-ID"):
+        follow_type, key = "sip.Call-ID", {"sip.Call-ID": values["sip.Call-ID"][0]}
+        follow_filter = f"sip.Call-ID == {json.dumps(key['sip.Call-ID'])}"
+    else:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"frame {frame_number} carries no HTTP/2 stream, Diameter Session-Id or SIP Call-ID",
+                         protocols=tree_mod.top_protocols(answer["tree"]),
+                         hint="HTTP/2 on a non-standard port needs decode_as (e.g. tcp.port==7777,http2)")
+    combined = f"({follow_filter}) && ({display_filter})" if display_filter else follow_filter
+    total, rows = await actor.page(request, combined, offset, limit)
+    return {"follow_type": follow_type, "follow_key": key, "follow_display_filter": follow_filter,
+            "display_filter": combined, "total": total, "frames": rows, "has_more": offset + len(rows) < total}
+
+
+async def packet_list(actor: PcapActor, request: Request, message: PacketList) -> dict[str, Any]:
+    display_filter, columns, output_path = message.display_filter, message.columns, message.output_path
+    await actor.check_filter(request, display_filter)
+    worker = await actor.worker(request)  # loaded first: column_formats come from the loaded worker
+    params: dict[str, Any] = {}
+    names: list[str] = []
+    index = 0
+    if message.include_default_columns:
+        for fmt, name in (("%m", "No."), ("%t", "Time"), ("%s", "Source"), ("%d", "Destination"),
+                          ("%p", "Protocol"), ("%L", "Length"), ("%i", "Info")):
+            params[f"column{index}"] = str(actor.column_formats[fmt])
+            names.append(name)
+            index += 1
+    for col in columns:
+        params[f"column{index}"] = f"{col.field}:0"
+        names.append(col.name)
+        index += 1
+    if display_filter:
+        params["filter"] = display_filter
+    rows = await worker.call("frames", params)
+    table = [[str(v).replace("\t", " ").replace("\n", " ").strip() for v in r["c"]] for r in rows]
+
+    def write() -> int:
+        with open(output_path, "w", encoding="utf-8") as f:
+            f.write("\t".join(names) + "\n")
+            for row in table:
+                f.write("\t".join(row) + "\n")
+        return os.path.getsize(output_path)
+
+    size = await trio.to_thread.run_sync(write)
+    return {"output_path": output_path, "rows_written": len(table), "file_size_bytes": size,
+            "columns": names, "preview_rows": [dict(zip(names, r, strict=True)) for r in table[:message.preview_rows]]}
+
+
+async def export(actor: PcapActor, message: Export) -> dict[str, Any]:
+    """The frames matching the filter as a new pcapng file, written by tshark -w (from the file, not
+    the worker: it needs no loaded capture)."""
+    packets = await _cold.export(actor.cold_argv(), message.display_filter, message.output_path)
+    size = (await trio.Path(message.output_path).stat()).st_size
+    return {"output_path": message.output_path, "packet_count": packets, "file_size_bytes": size,
+            "display_filter": message.display_filter}
+
+
+async def ngap_pdus(actor: PcapActor, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
+    base = "ngap && sctp"
+    numbers = await actor.matching(request, f"({base}) && ({display_filter})" if display_filter else base)
+    pdus: list[ngap_summary.NgapPdu] = []
+    for number in numbers:
+        answer = await actor.tree(request, number)
+        pdus.extend(ngap_summary.pdus_in_frame(number, answer["tree"]))
+    return pdus

@@ -1,0 +1,153 @@
+"""The pcap back end's own state, shared by its tools: settings, capture specs, the LRU of loaded captures.
+
+One `PcapBackend` per daemon, used only from tool handlers (Trio tasks of one thread): `recent` is
+changed only between checkpoints, so concurrent calls never see it half-updated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from diagd.actors._paths import resolve_allowed
+from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.actor import KIND, PcapActor
+from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.messages import PcapMessage
+from diagd.actors.pcap.settings import PcapSettings
+from diagd.actors.pcap.wireshark import capture_sha256, catalogue, parse_decode_as
+from diagd.actors.runtime import BackendConfig, Runtime
+from diagd.actors.tooling import CallContext, caller_cwd
+from diagd.protocol import utc
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+log = structlog.get_logger("diagd.pcap")
+
+
+class PcapBackend:
+    """Daemon-side state of the pcap back end: settings, capture keys, LRU of loaded workers."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.recent: OrderedDict[str, float] = OrderedDict()
+        self._parsed: tuple[BackendConfig, PcapSettings] | None = None
+
+    @property
+    def settings(self) -> PcapSettings:
+        """The [pcap] table as it is now: `diagd reload` applies at once. Parsed once per config
+        (a reload gives a new BackendConfig object); a table that does not parse is refused on
+        every call until it is fixed, as nothing is kept of it."""
+        config = self.runtime.config()
+        if self._parsed is None or self._parsed[0] is not config:
+            self._parsed = (config, PcapSettings.from_config(config, self.runtime.state_dir))
+        return self._parsed[1]
+
+    async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
+        settings = self.settings
+        readable = settings.allowed_dirs
+        if readable:
+            # What diagd wrote itself (sub-captures, packet lists) can be analysed next without
+            # widening allowed_dirs by hand. An empty allow-list already means no restriction.
+            readable = (*readable, str(settings.output_dir))
+        path = resolve_allowed(str(args["pcap_path"]), readable, what="capture", cwd=caller_cwd())
+        profile_name = args.get("profile")
+        profile: dict[str, Any] = {}
+        if profile_name:
+            if profile_name not in settings.profiles:
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown profile {profile_name!r}",
+                                 profiles=sorted(settings.profiles))
+            profile = settings.profiles[profile_name]
+        decode_as = [*profile.get("decode_as", []), *_as_list(args.get("decode_as"))]
+        cat = await catalogue()
+        for rule in decode_as:
+            parse_decode_as(rule, cat)  # refuse an unknown protocol before loading anything
+        prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
+        sha, size = await capture_sha256(path)
+        # Every tool refuses a file that is no capture before a worker is started for it.
+        await _cold.capture_facts(path, sha, size)
+        return CaptureSpec(path=path, sha256=sha, decode_as=tuple(dict.fromkeys(decode_as)),
+                           preferences=tuple(sorted(prefs.items())), size=size)
+
+    async def ask(self, ctx: CallContext, spec: CaptureSpec, message: PcapMessage) -> dict[str, Any]:
+        """Start the capture's actor (evicting the least recently used beyond max_loaded), then ask it."""
+        settings = self.settings
+        if self.runtime.find(KIND, spec.key) is None:
+            self._evict(settings.max_loaded - 1)
+        ref = await self.runtime.start(KIND, spec.key, lambda: PcapActor(spec.key, spec),
+                                       idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
+        self.recent[spec.key] = trio.current_time()
+        self.recent.move_to_end(spec.key)
+        return await self.runtime.ask(ref, message, progress=ctx.progress)
+
+    def _evict(self, keep: int) -> None:
+        """Stop least recently used workers until at most `keep` stay loaded."""
+        loaded = [k for k in self.recent if self.runtime.find(KIND, k) is not None]
+        for key in loaded[: max(0, len(loaded) - keep)]:
+            ref = self.runtime.find(KIND, key)
+            if ref is not None:
+                log.info("evicting capture", actor=ref.id, resource=key)
+                self.runtime.stop(ref, reason="evicted (max_loaded captures)")
+            self.recent.pop(key, None)
+
+    async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
+                     **extra: Any) -> dict[str, Any]:
+        """Where an answer came from. With include_command, the tshark command that prints the same
+        rows: `command` is what follows the capture's own options (filter, output format), given by
+        each tool; without it the display filter alone."""
+        cat = await catalogue()
+        out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": spec.sha256, "profile": args.get("profile"),
+                               **spec.describe(), "tshark_version": cat.version, **extra}
+        if args["include_command"]:
+            argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
+            if command is not None:
+                argv += command
+            elif extra.get("display_filter"):
+                argv += ["-Y", extra["display_filter"]]
+            out["equivalent_command"] = argv
+            out["equivalent_command_line"] = shlex.join(argv)
+        return out
+
+    async def identity_source(self, args: dict[str, Any]) -> tuple[str, list[str]] | None:
+        """(key, tshark argv) of the capture a call reads, decoded as the call decodes it."""
+        if "pcap_path" not in args:
+            return None
+        spec = await self.spec_for(args)
+        # ngap_* tools force null-deciphering, which identity collection always turns on: one key.
+        prefs = [p for p in spec.preferences if p[0] != "nas-5gs.null_decipher"]
+        key = f"{spec.sha256}:{json.dumps([spec.decode_as, prefs])}"
+        return key, _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
+
+    def export_path(self, stem: str, suffix: str) -> Path:
+        """A unique file in the output dir; the oldest exports beyond max_exports are removed."""
+        settings = self.settings
+        out = settings.output_dir
+        out.mkdir(parents=True, exist_ok=True)
+        existing = sorted(out.glob("*"), key=lambda p: p.stat().st_mtime)
+        for old in existing[: max(0, len(existing) - settings.max_exports + 1)]:
+            old.unlink(missing_ok=True)
+        stamp = utc.compact()
+        return out / f"{stem}-{stamp}-{os.urandom(3).hex()}{suffix}"
+
+
+def search_deadline() -> float | None:
+    """When a long scan stops to answer in time: the call's deadline less a margin for the answer
+    (15 % of the time left, at least a second); None when the call has no deadline."""
+    deadline = trio.current_effective_deadline()
+    if math.isinf(deadline):
+        return None
+    now = trio.current_time()
+    return deadline - max(1.0, 0.15 * (deadline - now))
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None or value == "":
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]

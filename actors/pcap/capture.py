@@ -1,0 +1,28 @@
+"""A capture as one worker loads it: the file, its hash and exactly how it is decoded (the actor's key)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """What one worker loads: the file and exactly how it is decoded."""
+
+    path: Path
+    sha256: str
+    decode_as: tuple[str, ...]
+    preferences: tuple[tuple[str, str], ...]
+    size: int
+
+    @property
+    def key(self) -> str:
+        extra = json.dumps([self.decode_as, self.preferences])
+        return f"{self.sha256[:16]}:{hashlib.sha1(extra.encode()).hexdigest()[:8]}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"decode_as": list(self.decode_as), "preferences": dict(self.preferences)}

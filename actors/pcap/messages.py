@@ -1,0 +1,119 @@
+"""What the pcap tools ask a capture's actor: one frozen dataclass per question.
+
+Messages are hashable (tuples, not lists): an answer is cached under its question (`cache_key`), so
+equal questions from any client share one answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Info:
+    """Protocols and conversations (the count and time span come from capinfos, in the tool)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """Is this display filter valid for the capture's Wireshark?"""
+
+    display_filter: str
+
+
+@dataclass(frozen=True)
+class Frames:
+    display_filter: str
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    display_filter: str
+    fields: tuple[str, ...]
+    limit: int
+    offset: int
+    sort_by: str | None
+
+
+@dataclass(frozen=True)
+class Detail:
+    frame_numbers: tuple[int, ...]
+    layers: tuple[str, ...]
+    restrict_layers: bool
+    verbosity: str
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class TextSearch:
+    display_filter: str
+    query: str
+    is_regex: bool
+    case_sensitive: bool
+    budget_s: float  # matching time the call may spend ([daemon] regex_budget_s)
+    layers: tuple[str, ...]
+    restrict_layers: bool
+    limit: int | None
+    offset: int
+    max_matches: int
+    snippet_context_chars: int
+    max_bytes: int
+    # When the scan stops to answer in time (trio time, inside the call's timeout). A moment, not
+    # part of the question: it is left out of the cache key.
+    stop_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Follow:
+    frame_number: int
+    display_filter: str
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    field: str
+
+
+@dataclass(frozen=True)
+class PacketList:
+    display_filter: str
+    columns: tuple[Column, ...]
+    include_default_columns: bool
+    output_path: str
+    preview_rows: int
+
+
+@dataclass(frozen=True)
+class Export:
+    """Write the frames matching `display_filter` to `output_path` (pcapng) with tshark -w."""
+
+    display_filter: str
+    output_path: str
+
+
+@dataclass(frozen=True)
+class NgapSessions:
+    display_filter: str
+
+
+@dataclass(frozen=True)
+class PduSessions:
+    display_filter: str
+
+
+PcapMessage = (Info | Check | Frames | Timeline | Detail | TextSearch | Follow | PacketList | Export
+               | NgapSessions | PduSessions)
+
+
+def cache_key(message: object) -> object | None:
+    """The key an answer to `message` is cached under; None: never cached (it writes a file)."""
+    if isinstance(message, Export | PacketList):
+        return None
+    if isinstance(message, TextSearch):
+        return replace(message, stop_at=None)
+    return message

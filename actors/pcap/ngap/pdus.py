@@ -1,0 +1,311 @@
+"""One NGAP PDU read from its own protocol subtree: its procedure, UE ids, causes, PDU session items
+and the NAS messages it carries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagd.actors.pcap.ngap.codes import (
+    IE_CONNECTION_LIST,
+    IE_FIVEG_S_TMSI,
+    IE_GLOBAL_RAN_NODE_ID,
+    IE_NEW_AMF_UE_NGAP_ID,
+    IE_RAN_NODE_NAME,
+    IE_RESET_TYPE,
+    IE_SOURCE_AMF_UE_NGAP_ID,
+    IE_SOURCE_TO_TARGET_CONTAINER,
+    INTEGER_FIELDS,
+    ITEM_KEEP,
+    MESSAGE_TYPES,
+    NAS_KEEP,
+    NGAP_CAUSE_GROUPS,
+    PDU_TYPES,
+    SESSION_LIST_ROLES,
+    UNKNOWN_ASSOC_INDEX,
+)
+from diagd.actors.pcap.tree import Node, label_name, labelled, parse_f, protocol_nodes
+
+
+@dataclass
+class NasMessage:
+    frame: int
+    layer: str  # 5GMM | 5GSM
+    code: str  # raw message type, e.g. 0x44
+    message: str
+    cause: int | None = None
+    cause_text: str | None = None
+    values: dict[str, list[str]] = field(default_factory=dict)
+
+    def first(self, name: str) -> str | None:
+        got = self.values.get(name)
+        return got[0] if got else None
+
+    @property
+    def psi(self) -> int | None:
+        value = self.first("nas_5gs.pdu_session_id")
+        return int(value) if value is not None else None
+
+    def suci(self) -> str | None:
+        """The whole SUCI as one comparable string (all its parts, not the MSIN alone)."""
+        parts = sorted((k, v[0]) for k, v in self.values.items() if k.startswith("nas_5gs.mm.suci."))
+        if not parts:
+            return None
+        plmn = (self.first("e212.mcc"), self.first("e212.mnc"))
+        return repr((plmn, parts))
+
+
+@dataclass
+class SessionItem:
+    """One item of a PDU session resource list (setup request/response, failed list, release)."""
+
+    role: str
+    psi: int
+    cause: dict[str, Any] | None = None
+    values: dict[str, list[str]] = field(default_factory=dict)
+
+    def first(self, name: str) -> str | None:
+        got = self.values.get(name)
+        return got[0] if got else None
+
+
+@dataclass
+class NgapPdu:
+    frame: int
+    time: float
+    procedure_code: int | None = None
+    procedure: str | None = None
+    pdu_type: str | None = None  # initiatingMessage | successfulOutcome | unsuccessfulOutcome
+    ran_ue_id: str | None = None
+    amf_ue_id: str | None = None
+    source_amf_ue_id: str | None = None
+    new_amf_ue_id: str | None = None
+    reset_all: bool = False
+    reset_pairs: list[tuple[str | None, str | None]] = field(default_factory=list)
+    src: str | None = None  # ip:port of the sender
+    dst: str | None = None
+    assoc_index: int | None = None
+    nas: list[NasMessage] = field(default_factory=list)
+    nas_undecoded: int = 0  # security-protected NAS whose plain message did not decode
+    causes: list[dict[str, Any]] = field(default_factory=list)
+    items: list[SessionItem] = field(default_factory=list)
+    tmsi: list[int] = field(default_factory=list)  # 5G-S-TMSI presented in NGAP (FiveG-S-TMSI IE)
+    s2t_container: str | None = None
+    ran_node: dict[str, str] = field(default_factory=dict)
+    unreadable: str | None = None  # why the PDU could be read only in part
+
+    @property
+    def initiating(self) -> bool:
+        return self.pdu_type == "initiatingMessage"
+
+
+def pdus_in_frame(frame: int, tree: list[Node]) -> list[NgapPdu]:
+    epoch = 0.0
+    for name, value, _ in labelled(tree[:1]):
+        if name == "frame.time_epoch" and value is not None:
+            epoch = float(value)
+            break
+    src, dst, assoc_index = _transport(tree)
+    pdus = []
+    for node in protocol_nodes(tree, {"ngap"}):
+        pdu = NgapPdu(frame=frame, time=epoch, src=src, dst=dst, assoc_index=assoc_index)
+        try:
+            _read_pdu(pdu, node)
+        except ValueError as exc:  # a value this reader does not expect: say so, do not fail the whole answer
+            pdu.unreadable = f"frame {frame}: {exc}"
+        pdus.append(pdu)
+    return pdus
+
+
+def _transport(tree: list[Node]) -> tuple[str | None, str | None, int | None]:
+    """(sender ip:port, receiver ip:port, SCTP association index) from the frame's top layers."""
+    addresses: dict[str, str] = {}
+    for node in tree:
+        proto = node.get("f")
+        if node.get("t") != "proto" or proto not in ("ip", "ipv6", "sctp"):
+            continue
+        values = {name: value for name, value, _ in labelled(node.get("n") or []) if value is not None}
+        if proto in ("ip", "ipv6"):  # the network layer right under SCTP (the last one before it)
+            addresses = {"src": values.get(f"{proto}.src", "?"), "dst": values.get(f"{proto}.dst", "?")}
+            if proto == "ipv6":
+                addresses = {k: f"[{v}]" for k, v in addresses.items()}
+            continue
+        index = values.get("sctp.assoc_index")
+        assoc = int(index) if index is not None and int(index) != UNKNOWN_ASSOC_INDEX else None
+        return (f"{addresses.get('src', '?')}:{values.get('sctp.srcport', '?')}",
+                f"{addresses.get('dst', '?')}:{values.get('sctp.dstport', '?')}", assoc)
+    return None, None, None
+
+
+def _children(node: Node) -> list[Node]:
+    children: list[Node] = node.get("n") or []
+    return children
+
+
+def _name_value(node: Node) -> tuple[str | None, str | None]:
+    f = node.get("f")
+    if not f:
+        return None, None
+    return parse_f(str(f))
+
+
+def _top_level_ies(pdu_node: Node) -> Iterator[tuple[int | None, Node]]:
+    """(ProtocolIE id, IE node) for each IE of the PDU's own protocolIEs list.
+
+    Nested containers (e.g. PDUSessionResourceSetupRequestTransfer) have protocolIEs of their
+    own; only the first list in tree order is the PDU's. A tree without that structure (hand-made
+    or a future dissector) is read as one IE of unknown id.
+    """
+    stack = [pdu_node]
+    while stack:
+        node = stack.pop(0)
+        name, _ = _name_value(node)
+        if name == "ngap.protocolIEs":
+            for item in _children(node):
+                ie_id = None
+                for sub in _descendants([item]):
+                    sub_name, sub_value = _name_value(sub)
+                    if sub_name == "ngap.id" and sub_value is not None:
+                        ie_id = int(sub_value)
+                        break
+                yield ie_id, item
+            return
+        stack[0:0] = _children(node)
+    yield None, pdu_node
+
+
+def _descendants(nodes: list[Node]) -> Iterator[Node]:
+    for node in nodes:
+        yield node
+        yield from _descendants(_children(node))
+
+
+def _read_pdu(pdu: NgapPdu, node: Node) -> None:
+    for name, value, label in labelled([node]):
+        if value is None:
+            continue
+        if name == "ngap.NGAP_PDU" and pdu.pdu_type is None:  # the CHOICE index of the PDU
+            pdu.pdu_type = PDU_TYPES.get(value, value)
+        elif name == "ngap.procedureCode" and pdu.procedure_code is None:
+            pdu.procedure_code = int(value)
+            pdu.procedure = label_name(label).removeprefix("id-")
+    for ie_id, ie in _top_level_ies(node):
+        _read_ie(pdu, ie_id, ie)
+    pdu.nas, pdu.nas_undecoded = nas_messages(pdu.frame, protocol_nodes([node], {"nas-5gs"}))
+    pdu.causes.extend({"frame": pdu.frame, "kind": m.layer, "code": m.cause, "cause": m.cause_text,
+                       "message": m.message} for m in pdu.nas if m.cause is not None)
+
+
+def _cause(frame: int, name: str, value: str, label: str, procedure: str | None) -> dict[str, Any]:
+    return {"frame": frame, "kind": "NGAP", "group": name.removeprefix("ngap."), "code": int(value),
+            "cause": label_name(label), "procedure": procedure}
+
+
+def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
+    role = SESSION_LIST_ROLES.get(ie_id) if ie_id is not None else None
+    item: SessionItem | None = None
+    pairs: list[list[str | None]] = []
+    for name, value, label in labelled([ie]):
+        if name == "ngap.nG_Interface" and ie_id == IE_RESET_TYPE:
+            pdu.reset_all = True
+        if value is None:
+            continue
+        if name in INTEGER_FIELDS:
+            value = str(as_int(value))  # checked here, inside the reader's guard, so later int() cannot fail
+        if name in NGAP_CAUSE_GROUPS:
+            cause = _cause(pdu.frame, name, value, label, pdu.procedure)
+            if item is not None:
+                cause["pdu_session_id"] = item.psi
+                item.cause = item.cause or cause
+            pdu.causes.append(cause)
+        elif name == "ngap.pDUSessionID" and role is not None:
+            # Items list their session id first, then the transfer (tunnel, QFIs, cause).
+            item = SessionItem(role=role, psi=int(value))
+            pdu.items.append(item)
+        elif item is not None and name in ITEM_KEEP:
+            item.values.setdefault(name, []).append(value)
+        elif name in ("ngap.AMF_UE_NGAP_ID", "ngap.RAN_UE_NGAP_ID"):
+            is_amf = name == "ngap.AMF_UE_NGAP_ID"
+            if ie_id == IE_SOURCE_AMF_UE_NGAP_ID and is_amf:
+                pdu.source_amf_ue_id = pdu.source_amf_ue_id or value
+            elif ie_id == IE_NEW_AMF_UE_NGAP_ID and is_amf:
+                pdu.new_amf_ue_id = pdu.new_amf_ue_id or value
+            elif ie_id in (IE_RESET_TYPE, IE_CONNECTION_LIST):
+                # Items of a reset list: each has an AMF id, a RAN id or both, AMF first.
+                if is_amf or not pairs or pairs[-1][1] is not None:
+                    pairs.append([None, None])
+                pairs[-1][0 if is_amf else 1] = value
+            elif is_amf and pdu.amf_ue_id is None:
+                pdu.amf_ue_id = value
+            elif not is_amf and pdu.ran_ue_id is None:
+                pdu.ran_ue_id = value
+        elif name == "ngap.fiveG_TMSI" and ie_id == IE_FIVEG_S_TMSI:
+            pdu.tmsi.append(as_int(value))
+        elif name == "ngap.SourceToTarget_TransparentContainer" and ie_id == IE_SOURCE_TO_TARGET_CONTAINER:
+            pdu.s2t_container = value
+        elif name == "ngap.RANNodeName" and ie_id == IE_RAN_NODE_NAME:
+            pdu.ran_node["ran_node_name"] = value
+        elif name in ("ngap.gNB_ID", "ngap.ngENB_ID", "ngap.n3IWF_ID") and ie_id == IE_GLOBAL_RAN_NODE_ID:
+            pdu.ran_node["ran_node_id"] = f"{name.removeprefix('ngap.')} {value}"
+    pdu.reset_pairs.extend((p[0], p[1]) for p in pairs)
+
+
+def as_int(value: str) -> int:
+    """Integers as tshark prints them: decimal (leading zeros allowed), 0x-hex, or colon-separated bytes."""
+    if ":" in value:
+        return int(value.replace(":", ""), 16)
+    return int(value, 16) if value.lower().startswith("0x") else int(value, 10)
+
+
+def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], int]:
+    """Every plain NAS message under these nas-5gs nodes, outer before inner, each with its own fields.
+
+    A message node is one with a message-type field among its direct children; its fields are its
+    descendants minus nested messages (a DL NAS transport's own PDU session id is not its
+    5GSM payload's). Also counts security-protected NAS that did not decode into a plain message.
+    """
+    out: list[NasMessage] = []
+    undecoded = 0
+
+    def message_type(node: Node) -> tuple[str, str, str] | None:
+        for child in _children(node):
+            name, value = _name_value(child)
+            if name in MESSAGE_TYPES and value is not None:
+                return MESSAGE_TYPES[name], value, label_name(str(child.get("l", "")))
+        return None
+
+    def gather(node: Node, message: NasMessage) -> None:
+        for child in _children(node):
+            if message_type(child) is not None:
+                visit(child)
+                continue
+            name, value = _name_value(child)
+            if name is not None and value is not None:
+                if name in ("nas_5gs.mm.5gmm_cause", "nas_5gs.sm.5gsm_cause") and message.cause is None:
+                    message.cause = int(value)
+                    message.cause_text = label_name(str(child.get("l", "")))
+                elif name in NAS_KEEP or name.startswith("nas_5gs.mm.suci."):
+                    message.values.setdefault(name, []).append(str(as_int(value)) if name in INTEGER_FIELDS
+                                                               else value)
+            gather(child, message)
+
+    def visit(node: Node) -> None:
+        found = message_type(node)
+        if found is None:
+            for child in _children(node):
+                visit(child)
+            return
+        layer, code, text = found
+        message = NasMessage(frame=frame, layer=layer, code=code, message=text)
+        out.append(message)
+        gather(node, message)
+
+    for nas in nas_nodes:
+        before = len(out)
+        visit(nas)
+        protected = any(name == "nas_5gs.security_header_type" and value not in (None, "0")
+                        for name, value, _ in labelled([nas]))
+        if len(out) == before and protected:
+            undecoded += 1
+    return out, undecoded

@@ -1,0 +1,289 @@
+"""The two summaries: per UE context (`ue_sessions`) and per PDU session establishment (`pdu_sessions`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagd.actors.pcap.ngap.associations import Analysis, Association, Context, analyse, step
+from diagd.actors.pcap.ngap.codes import (
+    NAS_DEREGISTRATIONS,
+    NAS_DL_TRANSPORT,
+    NAS_ESTABLISHMENT_ACCEPT,
+    NAS_ESTABLISHMENT_REJECT,
+    NAS_ESTABLISHMENT_REQUEST,
+    NAS_FAILURE_MESSAGES,
+    NAS_REGISTRATION_ACCEPT,
+    NAS_REGISTRATION_REJECT,
+    NAS_REGISTRATION_REQUEST,
+    NAS_RELEASES,
+    NAS_TMSI_ASSIGNERS,
+    NORMAL_5GSM_RELEASE_CAUSES,
+    PROC_INITIAL_CONTEXT_SETUP,
+    PROC_PDU_SESSION_SETUP,
+)
+from diagd.actors.pcap.ngap.failures import pdu_failures
+from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
+
+
+def _unanswered(pending: dict[int, list[NgapPdu]], assoc: Association
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(failures, still pending at capture end) for class-1 requests that got no outcome.
+
+    A request is a failure only when its association carried later NGAP traffic: the capture was
+    still running and the peer still talking. One at the very end may just be cut off.
+    """
+    failures, open_ = [], []
+    last = assoc.pdus[-1]
+    for requests in pending.values():
+        for pdu in requests:
+            entry = {"frame": pdu.frame, "kind": "NGAP", "group": None, "code": None, "cause": None,
+                     "procedure": pdu.procedure}
+            if last.frame > pdu.frame:
+                failures.append({**entry, "why": f"no response to {pdu.procedure} request (the association "
+                                 f"carried NGAP until frame {last.frame}, {round(last.time - pdu.time, 6)} s later)"})
+            else:
+                open_.append({**entry, "why": "capture ends before any response could be seen"})
+    return failures, open_
+
+
+def ue_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
+    analysis = analyse(pdus)
+    ues = []
+    for ctx in analysis.contexts:
+        ues.append(_describe_context(ctx, analysis))
+    failed = [{"ue": u["ue"], "association": u["association"], "amf_ue_ngap_id": u["amf_ue_ngap_id"],
+               "ran_ue_ngap_id": u["ran_ue_ngap_id"],
+               "reasons": [{k: f.get(k) for k in ("frame", "kind", "code", "cause", "why")} for f in u["failures"]]}
+              for u in ues if u["failures"]]
+    associations = []
+    non_ue_failures: list[dict[str, Any]] = []
+    for assoc in analysis.associations:
+        failures, open_ = _unanswered(assoc.pending, assoc)
+        non_ue_failures.extend({"association": assoc.label, **f} for f in [*assoc.failures, *failures])
+        associations.append({**assoc.describe(), "ue_contexts": sum(1 for c in analysis.contexts if c.assoc is assoc),
+                             "procedures": assoc.procedures, "pending_requests": open_})
+    groups: dict[int, dict[str, Any]] = {}
+    for link in analysis.links:
+        group = analysis.groups[link["from"].number]
+        entry = groups.setdefault(group, {"group": group, "ues": [], "evidence": []})
+        entry["evidence"].append({"ue": link["to"].label, "linked_to": link["from"].label,
+                                  "evidence": link["evidence"], "frames": link["frames"]})
+    for ctx in analysis.contexts:
+        if ctx.number in analysis.groups:
+            groups[analysis.groups[ctx.number]]["ues"].append(ctx.label)
+    warnings = list(analysis.warnings)
+    if filtered:
+        warnings.append("display_filter given: contexts, links and unanswered requests are judged on the "
+                        "filtered NGAP frames only")
+    result: dict[str, Any] = {
+        "ue_count": len(ues), "ues": ues, "failed_ues": failed, "associations": associations,
+        "linked_ue_groups": sorted(groups.values(), key=lambda g: int(g["group"])),
+        "non_ue_failures": non_ue_failures, "ngap_pdus": len(pdus), "warnings": warnings,
+    }
+    if not ues:
+        result["reason"] = ("no UE-associated NGAP PDU (only non-UE procedures such as NGSetup)" if pdus
+                            else "no NGAP over SCTP in the capture" + (" that matches the display filter"
+                                                                       if filtered else ""))
+    return result
+
+
+def _describe_context(ctx: Context, analysis: Analysis) -> dict[str, Any]:
+    failures: list[dict[str, Any]] = []
+    nas_messages_: list[dict[str, Any]] = []
+    registration = "unknown"
+    suci_msin = tmsi = None
+    plmn = None
+    waiting_registration: NasMessage | None = None
+    for pdu in ctx.pdus:
+        failures.extend(pdu_failures(pdu))
+        for message in pdu.nas:
+            nas_messages_.append({"frame": pdu.frame, "layer": message.layer, "code": message.code,
+                                  "message": message.message})
+            suci_msin = suci_msin or message.first("nas_5gs.mm.suci.msin")
+            if message.code in NAS_TMSI_ASSIGNERS:
+                tmsi = message.first("nas_5gs.5g_tmsi") or tmsi
+            if plmn is None and message.first("nas_5gs.mm.suci.msin") and message.first("e212.mcc"):
+                plmn = {"mcc": message.first("e212.mcc"), "mnc": message.first("e212.mnc")}
+            if message.code == NAS_REGISTRATION_REQUEST:
+                waiting_registration = message
+            elif message.code in (NAS_REGISTRATION_ACCEPT, NAS_REGISTRATION_REJECT):
+                registration = "accepted" if message.code == NAS_REGISTRATION_ACCEPT else "rejected"
+                waiting_registration = None
+            elif message.code in NAS_DEREGISTRATIONS:
+                registration = "deregistered" if registration != "rejected" else registration
+    unanswered, open_ = _unanswered(ctx.pending, ctx.assoc)
+    failures.extend(unanswered)
+    if waiting_registration is not None and ctx.assoc.pdus[-1].frame > waiting_registration.frame:
+        failures.append({"frame": waiting_registration.frame, "kind": "5GMM", "code": None, "cause": None,
+                         "message": waiting_registration.message,
+                         "why": "registration request never accepted or rejected (the association carried later "
+                                "NGAP)"})
+    failures.sort(key=lambda f: int(f["frame"]))
+    first, last = ctx.pdus[0].time, ctx.pdus[-1].time
+    return {
+        "ue": ctx.label, "association": ctx.assoc.label, "gnb": ctx.assoc.gnb, "amf": ctx.assoc.amf,
+        "ran_ue_ngap_id": ctx.ran, "amf_ue_ngap_id": ctx.amf,
+        **({"amf_ue_ngap_ids": ctx.amf_ids} if len(ctx.amf_ids) > 1 else {}),
+        "suci_msin": suci_msin, "5g_tmsi": tmsi, "plmn": plmn,
+        "first_time": round(first, 6), "last_time": round(last, 6), "duration_s": round(last - first, 6),
+        "frames": list(dict.fromkeys(p.frame for p in ctx.pdus)),
+        "procedures": [step(p) for p in ctx.pdus], "nas_messages": nas_messages_,
+        "failures": failures, "pending_requests": open_, "registration": registration,
+        "ended": ctx.closed, "linked_group": analysis.groups.get(ctx.number),
+    }
+
+
+class _Sessions:
+    """PDU session establishments as the PDUs of each UE context reveal them, in capture order."""
+
+    def __init__(self) -> None:
+        self.sessions: list[dict[str, Any]] = []
+        self.current: dict[tuple[int, int], dict[str, Any]] = {}
+        self.counts: dict[tuple[int, int], int] = {}
+        self.unmatched: list[int] = []  # setup responses answering no request seen in the capture
+
+    def new(self, ctx: Context, psi: int, frame: int) -> dict[str, Any]:
+        key = (ctx.number, psi)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        s: dict[str, Any] = {
+            "ue": ctx.label, "association": ctx.assoc.label, "ran_ue_ngap_id": ctx.ran,
+            "amf_ue_ngap_id": ctx.amf, "pdu_session_id": psi, "establishment": self.counts[key],
+            "first_frame": frame, "establishment_request_frame": None, "dnn": None, "s_nssai": None,
+            "establishment_accept_frame": None, "accept_in_n2_setup": False, "ue_ipv4": None,
+            "establishment_reject_frame": None, "setup_request_frame": None, "setup_response_frame": None,
+            "setup_result": None, "n3_uplink": None, "n3_downlink": None, "qfis": [], "failures": [],
+            "returned_by_amf_frame": None, "release": None, "status": "unknown",
+        }
+        self.sessions.append(s)
+        self.current[key] = s
+        return s
+
+    def session(self, ctx: Context, psi: int, frame: int) -> dict[str, Any]:
+        return self.current.get((ctx.number, psi)) or self.new(ctx, psi, frame)
+
+    def nas(self, ctx: Context, pdu: NgapPdu, message: NasMessage) -> None:
+        psi = message.psi
+        if message.code == NAS_DL_TRANSPORT and message.cause is not None and psi is not None:
+            s = self.session(ctx, psi, pdu.frame)
+            s["returned_by_amf_frame"] = pdu.frame
+            s["failures"].append({"frame": pdu.frame, "kind": "5GMM", "code": message.cause,
+                                  "cause": message.cause_text, "message": message.message})
+        if message.layer != "5GSM" or psi is None:
+            return
+        if message.code == NAS_ESTABLISHMENT_REQUEST:
+            s = self.new(ctx, psi, pdu.frame)
+            s["establishment_request_frame"] = pdu.frame
+            s["dnn"] = message.first("nas_5gs.cmn.dnn")
+        else:
+            s = self.session(ctx, psi, pdu.frame)
+        if message.code == NAS_ESTABLISHMENT_ACCEPT:
+            s["establishment_accept_frame"] = pdu.frame
+            s["accept_in_n2_setup"] = pdu.initiating and pdu.procedure_code in (
+                PROC_PDU_SESSION_SETUP, PROC_INITIAL_CONTEXT_SETUP)
+            s["ue_ipv4"] = message.first("nas_5gs.sm.pdu_addr_inf_ipv4")
+            s["dnn"] = s["dnn"] or message.first("nas_5gs.cmn.dnn")
+        elif message.code == NAS_ESTABLISHMENT_REJECT:
+            s["establishment_reject_frame"] = pdu.frame
+        elif message.code in NAS_RELEASES or message.code == "0xd4":
+            release = s["release"] = s["release"] or {}
+            release[{"0xd1": "request_frame", "0xd3": "command_frame", "0xd4": "complete_frame"}[
+                message.code]] = pdu.frame
+            if message.cause is not None:
+                release.update(cause=message.cause, cause_text=message.cause_text,
+                               normal=message.cause in NORMAL_5GSM_RELEASE_CAUSES)
+        if message.first("nas_5gs.mm.sst") and s["s_nssai"] is None:
+            s["s_nssai"] = {"sst": message.first("nas_5gs.mm.sst")}
+        if message.code in NAS_FAILURE_MESSAGES or (message.code in NAS_RELEASES and message.cause is not None
+                                                    and message.cause not in NORMAL_5GSM_RELEASE_CAUSES):
+            s["failures"].append({"frame": pdu.frame, "kind": "5GSM", "code": message.cause,
+                                  "cause": message.cause_text, "message": message.message})
+
+    def item(self, ctx: Context, pdu: NgapPdu, item: SessionItem) -> None:
+        tunnel = {"address": item.first("ngap.TransportLayerAddressIPv4"), "teid": item.first("ngap.gTP_TEID")}
+        if item.role == "setup-request":
+            s = self.session(ctx, item.psi, pdu.frame)
+            if s["setup_request_frame"] is not None and s["setup_result"] is not None:
+                return  # a later user-plane (re)activation of an established session, not its establishment
+            s["setup_request_frame"] = pdu.frame
+            s["n3_uplink"] = tunnel
+            s["qfis"] = sorted({int(q) for q in item.values.get("ngap.qosFlowIdentifier", [])})
+            if item.first("ngap.sST"):
+                s["s_nssai"] = {"sst": item.first("ngap.sST"), "sd": item.first("ngap.sD")}
+        elif item.role in ("setup-ok", "setup-failed"):
+            found = self.current.get((ctx.number, item.psi))
+            if found is None or found["setup_request_frame"] is None or found["setup_response_frame"] is not None:
+                self.unmatched.append(pdu.frame)  # answers no request seen in the capture: it opens no session
+                return
+            s = found
+            s["setup_response_frame"] = pdu.frame
+            s["setup_result"] = "setup" if item.role == "setup-ok" else "failed"
+            if item.role == "setup-ok":
+                s["n3_downlink"] = tunnel
+            else:
+                s["failures"].append({k: v for k, v in (item.cause or {"frame": pdu.frame, "kind": "NGAP",
+                                                                       "code": None, "cause": None}).items()
+                                      if k != "pdu_session_id"})
+
+
+def pdu_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
+    analysis = analyse(pdus)
+    found = _Sessions()
+    for pdu in analysis.pdus:
+        ctx = analysis.owner.get(id(pdu))
+        if ctx is None:
+            continue
+        for message in pdu.nas:
+            found.nas(ctx, pdu, message)
+        for item in pdu.items:
+            found.item(ctx, pdu, item)
+    return _sessions_result(analysis, found.sessions, found.unmatched, pdus, filtered)
+
+
+def _sessions_result(analysis: Analysis, sessions: list[dict[str, Any]], unmatched: list[int],
+                     pdus: list[NgapPdu], filtered: bool) -> dict[str, Any]:
+    context_failures = {c.number: [f for p in c.pdus for f in pdu_failures(p)] for c in analysis.contexts}
+    by_label = {c.label: c for c in analysis.contexts}
+    for s in sessions:
+        s["status"] = _session_status(s)
+        if s["status"] == "no_answer":
+            # No 5GSM answer; what the UE context reported next is the likely reason (e.g. a 5GMM status).
+            later = [f for f in context_failures[by_label[s["ue"]].number]
+                     if int(f["frame"]) > int(s["establishment_request_frame"])]
+            if later:
+                f = later[0]
+                s["hint"] = f"the UE context reported {f.get('message') or f.get('procedure')} " \
+                            f"(cause {f['code']}: {f['cause']}) in frame {f['frame']} after this request"
+    sessions.sort(key=lambda s: (int(s["first_frame"]), s["ue"], int(s["pdu_session_id"])))
+    established = [s for s in sessions if s["status"] == "established"]
+    rejected = [s for s in sessions if s["status"] in ("rejected", "setup_failed")]
+    result: dict[str, Any] = {
+        "session_count": len(sessions), "established_count": len(established), "rejected_count": len(rejected),
+        "sessions": sessions, "rejected": rejected,
+        "incomplete": [{"ue": s["ue"], "pdu_session_id": s["pdu_session_id"], "status": s["status"]}
+                       for s in sessions if s["status"] not in ("established", "rejected", "setup_failed")],
+        "warnings": list(analysis.warnings) + (
+            ["display_filter given: sessions are built from the filtered NGAP frames only"] if filtered else []) + (
+            [f"N2 PDU session setup responses without a request in the capture (frames {unmatched[:20]}): ignored"]
+            if unmatched else []),
+    }
+    if not sessions:
+        result["reason"] = ("no NGAP over SCTP in the capture" + (" that matches the display filter" if filtered
+                                                                    else "") if not pdus else
+                            "no PDU session establishment (5GSM) and no N2 PDU session resource setup in the NGAP "
+                            "PDUs" + ("; NAS did not decode, see warnings" if any(p.nas_undecoded for p in pdus)
+                                      else ""))
+    return result
+
+
+def _session_status(s: dict[str, Any]) -> str:
+    if s["establishment_reject_frame"] is not None or s["returned_by_amf_frame"] is not None:
+        return "rejected"
+    if s["setup_result"] == "failed":
+        return "setup_failed"
+    if s["establishment_accept_frame"] is not None:
+        if not s["accept_in_n2_setup"]:
+            return "accepted_without_n2_setup"
+        return "established" if s["setup_result"] == "setup" else "no_setup_response"
+    if s["establishment_request_frame"] is not None:
+        return "no_answer"
+    return "n2_setup_without_nas" if s["setup_request_frame"] is not None else "unknown"

@@ -1,0 +1,37 @@
+"""The [pcap] config table: where captures may be read and exports written, limits, decoding profiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from diagd.actors.runtime import BackendConfig
+from diagd.actors.settings import parse_table, refuse, setting
+
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    # The decoding these lab captures need (see tests/pcaps facts): SBI HTTP/2 on 7777 and
+    # NAS after Security Mode Command "ciphered" with NEA0.
+    "5gc-lab": {"decode_as": ["tcp.port==7777,http2"], "preferences": {"nas-5gs.null_decipher": "TRUE"}},
+}
+
+
+@dataclass(frozen=True)
+class PcapSettings:
+    allowed_dirs: tuple[str, ...] = ()  # default: [daemon] allowed_dirs
+    output_dir: Path = Path("exports")  # default: $state/pcap/exports
+    max_loaded: int = setting(4, positive=True)
+    idle_timeout_s: float = setting(900.0, positive=True)
+    max_exports: int = setting(50, positive=True)
+    mask_subscriber_ids: bool = False
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # [pcap.profiles.<name>], + BUILTIN_PROFILES
+    packet_list_columns: tuple[dict[str, str], ...] = setting((), items=dict)
+
+    @classmethod
+    def from_config(cls, config: BackendConfig, state_dir: Path) -> PcapSettings:
+        parsed = parse_table(cls, "pcap", config.table, inherited={"allowed_dirs": config.allowed_dirs,
+                                                                    "output_dir": state_dir / "exports"})
+        for name, prof in parsed.profiles.items():
+            if not isinstance(prof, dict):
+                raise refuse("pcap", f"profiles.{name}", "must be a table")
+        return replace(parsed, profiles={**BUILTIN_PROFILES, **parsed.profiles})

@@ -1,0 +1,372 @@
+"""The pcap back end's MCP tools: each builds a message for the capture's actor and shapes the reply.
+
+Every tool is declared once on `tools` (one `ToolSet`); `register` binds them to the back end's
+state (backend.py) and wraps each in the subscriber-identity masking boundary (guard.py), which every
+result, error and progress message passes, so a tool added later is masked without doing anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from diagd.actors._user_regex import Matcher, compile_in_thread
+from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.actor import KIND
+from diagd.actors.pcap.backend import PcapBackend, search_deadline
+from diagd.actors.pcap.field_search import search_fields
+from diagd.actors.pcap.guard import SubscriberMask
+from diagd.actors.pcap.messages import (
+    Check,
+    Column,
+    Detail,
+    Export,
+    Follow,
+    Frames,
+    Info,
+    NgapSessions,
+    PacketList,
+    PduSessions,
+    TextSearch,
+    Timeline,
+)
+from diagd.actors.pcap.rows import packet_file_command, packet_list_command
+from diagd.actors.pcap.schemas import (
+    CAPTURE,
+    CONFIG_OUTPUT,
+    DETAIL_OUTPUT,
+    EXTRACT_OUTPUT,
+    FIELDS_SEARCH_OUTPUT,
+    FILTER,
+    FOLLOW_OUTPUT,
+    FRAME_NUMBER,
+    FRAMES_OUTPUT,
+    INFO_OUTPUT,
+    LAYERS,
+    LIST_FIELDS_OUTPUT,
+    MAX_TEXT_BYTES,
+    PACKET_LIST_OUTPUT,
+    PAGING,
+    PDU_SESSIONS_OUTPUT,
+    SEARCH_OUTPUT,
+    TIMELINE_OUTPUT,
+    UE_SESSIONS_OUTPUT,
+)
+from diagd.actors.pcap.wireshark import COLUMN_PREFIX, Catalogue, catalogue
+from diagd.actors.runtime import Runtime
+from diagd.actors.tooling import CallContext, ToolSet
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+tools: ToolSet[PcapBackend] = ToolSet()
+Args = dict[str, Any]
+CAPTURE_ONLY = ("pcap_path",)
+
+
+def register(runtime: Runtime) -> PcapBackend:
+    backend = PcapBackend(runtime)
+
+    async def field_names() -> list[str]:
+        return list((await catalogue()).fields)
+
+    # The one masking boundary: every pcap tool's handler is wrapped here, once.
+    masking = SubscriberMask(enabled=lambda: backend.settings.mask_subscriber_ids,
+                             output_dir=lambda: backend.settings.output_dir,
+                             capture_of=backend.identity_source, known_fields=field_names)
+    for spec in tools.specs(backend):
+        runtime.register_tool(replace(spec, handler=masking.guard(spec.name, spec.handler)))
+    return backend
+
+
+@tools.tool("pcap_info", "Overview of a capture: sha256, packet count, time span, which telecom protocols occur "
+            "(ngap, nas-5gs, pfcp, gtpv2, sip, diameter, http2...) and the top conversations (SCTP/N2 first). "
+            "Start here.", CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
+async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    spec = await backend.spec_for(args)
+    facts = await _cold.capture_facts(spec.path, spec.sha256, spec.size)
+    result = await backend.ask(ctx, spec, Info())
+    sharkd_frames = result.pop("sharkd_frames", None)
+    warnings = list(result.pop("warnings", []))
+    if facts.warning and facts.warning not in warnings:
+        warnings.append(facts.warning)
+    if sharkd_frames is not None and sharkd_frames != facts.packets:
+        warnings.append(f"sharkd loaded {sharkd_frames} frames where capinfos counts {facts.packets}")
+    # Count and time span exactly as capinfos reports them (UTC, the capture's own precision).
+    span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start), "time_end": facts.iso(facts.end),
+            "duration_s": facts.duration_s, "duration_s_text": facts.duration, "file_type": facts.file_type,
+            "file_encapsulation": facts.encapsulation}
+    return {"sha256": spec.sha256, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
+            "tshark_version": (await catalogue()).version,
+            "source": await backend.source(spec, args, command=["-q", "-z", "io,phs"])}
+
+
+@tools.tool("pcap_frames_by_filter", "Frames matching a display filter (Wireshark packet-list columns), paged. "
+            "A filter that matches nothing says whether its protocols occur in the capture at all.",
+            {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, output=FRAMES_OUTPUT)
+async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    spec = await backend.spec_for(args)
+    flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
+    result = await backend.ask(ctx, spec, Frames(flt, limit, offset))
+    return {**result, "limit": limit, "offset": offset,
+            "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt))}
+
+
+def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(asked name -> canonical field, warnings); INVALID_FIELDS naming close matches of unknown ones."""
+    resolved: dict[str, str] = {}
+    warnings: list[str] = []
+    unknown: dict[str, list[str]] = {}
+    for name in names:
+        canonical, warning = cat.resolve_field(name)
+        if canonical is None:
+            unknown[name] = cat.suggestions(name)
+        else:
+            resolved[name] = canonical
+            if warning:
+                warnings.append(warning)
+    if unknown:
+        raise DiagdError(ErrorCode.INVALID_FIELDS, f"unknown field(s): {', '.join(unknown)}", did_you_mean=unknown)
+    return resolved, warnings
+
+
+@tools.tool("pcap_timeline", "Rows of field values (exactly as tshark -T fields prints them; packet-list columns "
+            "as _ws.col.Info, _ws.col.Protocol...) for frames matching a filter; "
+            "multi-occurrence fields (several NGAP PDUs or AVPs in one frame) come back as arrays. Unknown fields "
+            "give INVALID_FIELDS with close matches; case-only mistakes are fixed with a warning.",
+            {**CAPTURE, **FILTER,
+             "fields": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 64},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
+             "offset": {"type": "integer", "minimum": 0, "default": 0},
+             "sort_by": {"type": "string", "description": "a field of `fields` (default: frame order)"}},
+            required=("pcap_path", "fields"), output=TIMELINE_OUTPUT)
+async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    resolved, warnings = resolve_fields(await catalogue(), args["fields"])
+    fields = list(dict.fromkeys(resolved.values()))
+    sort_by = args.get("sort_by")
+    if sort_by is not None:
+        sort_by = resolved.get(sort_by, sort_by)
+        if sort_by not in fields and sort_by != "frame.number":
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sort_by {sort_by!r} is not one of the fields",
+                             fields=fields)
+    spec = await backend.spec_for(args)
+    # Columns (_ws.col.*) are no display-filter fields: they cannot narrow the default filter.
+    flt = args["display_filter"] or " || ".join(
+        f for f in fields if f != "frame.number" and not f.startswith(COLUMN_PREFIX)) or ""
+    limit, offset = args["limit"], args["offset"]
+    result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by))
+    command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
+    return {**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
+            "sort_by": sort_by,
+            "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command)}
+
+
+@tools.tool("pcap_frame_detail", "Decoded protocol tree of frames as text (as tshark -V prints it), cut to the "
+            "requested protocol subtrees (layers, e.g. ['ngap'] or ['nas-5gs'] / ['nas_5gs']); a layer none of the "
+            "frames has is an error naming the layers they have. verbosity 'full' adds a hex dump. Capped by "
+            "max_bytes.",
+            {**CAPTURE,
+             "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "minItems": 1, "maxItems": 100},
+             **LAYERS,
+             "verbosity": {"type": "string", "enum": ["summary", "full"], "default": "summary"},
+             "max_bytes": MAX_TEXT_BYTES},
+            required=("pcap_path", "frame_numbers"), output=DETAIL_OUTPUT)
+async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    spec = await backend.spec_for(args)
+    message = Detail(tuple(args["frame_numbers"]), tuple(args["layers"]), args["restrict_layers"],
+                     args["verbosity"], args["max_bytes"])
+    result = await backend.ask(ctx, spec, message)
+    members = sorted(set(message.frame_numbers))
+    shown = f"frame.number == {members[0]}" if len(members) == 1 else \
+        f"frame.number in {{{','.join(map(str, members))}}}"
+    command = ["-Y", shown, "-V", *(["-x"] if message.verbosity == "full" else [])]
+    return {**result, "source": await backend.source(spec, args, command=command)}
+
+
+@tools.tool("pcap_text_search", "Search the decoded text (tshark -V) of every frame matching display_filter "
+            "(optionally only some layers) for a string or regex; returns matching lines with snippets. A search "
+            "cut short (time, limit, max_matches) says complete=false, why, and the next_offset to continue from.",
+            {**CAPTURE, **FILTER,
+             "query": {"type": "string", "minLength": 1},
+             "is_regex": {"type": "boolean", "default": False},
+             "case_sensitive": {"type": "boolean", "default": False},
+             **LAYERS,
+             "limit": {"type": "integer", "minimum": 1, "maximum": 2**32 - 1,
+                       "description": "search at most this many frames (default: every frame matching the filter, "
+                                      "as far as the call's time allows)"},
+             "offset": {"type": "integer", "minimum": 0, "default": 0},
+             "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+             "snippet_context_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240},
+             "max_bytes": MAX_TEXT_BYTES},
+            required=("pcap_path", "query"), output=SEARCH_OUTPUT)
+async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    spec = await backend.spec_for(args)
+    # A bad pattern fails here, before any capture loads (the actor compiles it again: a compiled
+    # pattern is no part of a message, which keys the actor's answer cache).
+    await compile_in_thread(args["query"], literal=not args["is_regex"], case_sensitive=args["case_sensitive"])
+    flt = args["display_filter"]
+    message = TextSearch(display_filter=flt, query=args["query"], is_regex=args["is_regex"],
+                         case_sensitive=args["case_sensitive"], budget_s=backend.runtime.config().regex_budget_s,
+                         layers=tuple(args["layers"]), restrict_layers=args["restrict_layers"],
+                         limit=args.get("limit"), offset=args["offset"], max_matches=args["max_matches"],
+                         snippet_context_chars=args["snippet_context_chars"], max_bytes=args["max_bytes"],
+                         stop_at=search_deadline())
+    result = await backend.ask(ctx, spec, message)
+    return {**result, "query": args["query"],
+            "source": await backend.source(spec, args, display_filter=flt,
+                                           command=[*(["-Y", flt] if flt else []), "-V"])}
+
+
+@tools.tool("pcap_follow", "Follow the conversation a frame belongs to: an HTTP/2 stream (tcp.stream + "
+            "http2.streamid), a Diameter Session-Id or a SIP Call-ID; returns the follow filter and its frames.",
+            {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1}, **PAGING},
+            required=("pcap_path", "frame_number"), output=FOLLOW_OUTPUT)
+async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    spec = await backend.spec_for(args)
+    message = Follow(args["frame_number"], args["display_filter"], args["limit"], args["offset"])
+    result = await backend.ask(ctx, spec, message)
+    return {**result, "source": await backend.source(spec, args, display_filter=result["display_filter"],
+                                                     command=packet_list_command(result["display_filter"]))}
+
+
+@tools.tool("pcap_packet_list", "Write a Wireshark-style packet list (default columns plus extra field columns) "
+            "to a TSV file in the output directory; returns its path, row count and a preview.",
+            {**CAPTURE, **FILTER,
+             "columns_profile": {"type": "string", "description": "'default' or 'none' (only extra columns)"},
+             "include_default_columns": {"type": "boolean", "default": True},
+             "extra_columns": {"type": "array", "items": {
+                 "type": "object", "properties": {"name": {"type": "string"}, "field": {"type": "string"}},
+                 "required": ["field"], "additionalProperties": False}, "default": []},
+             "preview_rows": {"type": "integer", "minimum": 0, "maximum": 500, "default": 50}},
+            required=CAPTURE_ONLY, read_only=False, output=PACKET_LIST_OUTPUT)
+async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    cat = await catalogue()
+    columns = [Column(c["name"], c["field"]) for c in backend.settings.packet_list_columns]
+    warnings: list[str] = []
+    for col in args["extra_columns"]:
+        canonical, warning = cat.resolve_field(col["field"])
+        if canonical is None:
+            raise DiagdError(ErrorCode.INVALID_FIELDS, f"unknown field {col['field']!r}",
+                             did_you_mean={col["field"]: cat.suggestions(col["field"])})
+        if warning:
+            warnings.append(warning)
+        columns.append(Column(col.get("name") or canonical, canonical))
+    include_default = args["include_default_columns"] and args.get("columns_profile") != "none"
+    if not include_default and not columns:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "no columns: keep the default columns or add extra_columns")
+    spec = await backend.spec_for(args)
+    output = backend.export_path(spec.path.stem, ".tsv")
+    flt = args["display_filter"]
+    result = await backend.ask(ctx, spec, PacketList(flt, tuple(columns), include_default, str(output),
+                                                     args["preview_rows"]))
+    command = packet_file_command(flt, [{"name": c.name, "field": c.field} for c in columns], include_default)
+    return {**result, "warnings": warnings,
+            "source": await backend.source(spec, args, display_filter=flt, command=command)}
+
+
+@tools.tool("pcap_extract_subcapture", "Write the frames matching a display filter (or the listed frame numbers) to "
+            "a new pcapng file in the output directory, for sharing and reproduction.",
+            {**CAPTURE, **FILTER, "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "maxItems": 100000}},
+            required=CAPTURE_ONLY, read_only=False, timeout_s=120, output=EXTRACT_OUTPUT)
+async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    spec = await backend.spec_for(args)
+    flt = args["display_filter"]
+    if args.get("frame_numbers"):
+        members = ",".join(str(n) for n in sorted(set(args["frame_numbers"])))
+        numbers_filter = f"frame.number in {{{members}}}"
+        flt = f"({numbers_filter}) && ({flt})" if flt else numbers_filter
+    if not flt:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "give display_filter or frame_numbers")
+    if args["display_filter"]:
+        await backend.ask(ctx, spec, Check(args["display_filter"]))
+    output = backend.export_path(spec.path.stem, ".pcapng")
+    result = await backend.ask(ctx, spec, Export(flt, str(output)))
+    tail = ["-Y", flt, "-w", str(output), "-F", "pcapng"]
+    return {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)}
+
+
+NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True}}
+
+
+async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args, message: NgapSessions | PduSessions
+                       ) -> Args:
+    # NGAP UE ids are unique only inside one SCTP association: Wireshark numbers them (first pass).
+    prefs = {"sctp.association_index": "TRUE"}
+    if args["null_decipher"]:
+        prefs["nas-5gs.null_decipher"] = "TRUE"
+    spec = await backend.spec_for(args, force_prefs=prefs)
+    result = await backend.ask(ctx, spec, message)
+    return {**result, "source": await backend.source(spec, args)}
+
+
+@tools.tool("ngap_ue_sessions", "5G N2 view per UE context, keyed by (SCTP association, AMF-UE-NGAP-ID, "
+            "RAN-UE-NGAP-ID) so gNBs reusing ids stay apart: gNB, SUCI MSIN, 5G-TMSI, first/last time, frames, "
+            "NGAP procedures in order, NAS messages, failures (frame, kind, code, cause, why; normal releases are "
+            "not failures), failed_ues, NG associations, and contexts linked only on evidence (same SUCI, 5G-TMSI, "
+            "path switch, handover). NAS after Security Mode is decoded with nas-5gs.null_decipher unless "
+            "null_decipher=false.", NGAP_PROPS, required=CAPTURE_ONLY, output=UE_SESSIONS_OUTPUT)
+async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    return await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
+
+
+@tools.tool("ngap_pdu_session_summary", "One entry per PDU session establishment (UE context, session id, n-th "
+            "request): NAS establishment request/accept/reject, NGAP PDU session resource setup request/response, "
+            "N3 uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, UE IP, failure causes (NGAP and 5GSM), "
+            "status; established_count, rejected (reject or failed setup), incomplete.",
+            NGAP_PROPS, required=CAPTURE_ONLY, output=PDU_SESSIONS_OUTPUT)
+async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    return await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
+
+
+@tools.tool("pcap_list_fields", "Discover Wireshark field names (from tshark -G fields) by substring or regex over "
+            "names and descriptions.",
+            {"query": {"type": "string", "default": ""}, "is_regex": {"type": "boolean", "default": False},
+             "case_sensitive": {"type": "boolean", "default": False},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100},
+             "include_protocols": {"type": "array", "items": {"type": "string"}, "default": []}},
+            output=LIST_FIELDS_OUTPUT)
+async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    cat = await catalogue()
+    pattern = await compile_in_thread(args["query"], literal=not args["is_regex"],
+                                      case_sensitive=args["case_sensitive"])
+    limit = args["limit"]
+    matcher = Matcher(pattern, backend.runtime.config().regex_budget_s, unit="field", total=len(cat.fields))
+    rows = await search_fields(cat, pattern, matcher, protocols=set(args["include_protocols"]))
+    matches = [{"name": name, "description": desc, "type": ftype, "protocol": proto}
+               for name, (desc, ftype, proto) in rows[:limit]]
+    return {"total": len(rows), "fields": matches, "truncated": len(rows) > limit, "tshark_version": cat.version}
+
+
+@tools.tool("pcap_fields_search", "Fields whose name starts with a prefix (e.g. 'ngap.'), optionally containing a "
+            "keyword in name or description.",
+            {"prefix": {"type": "string", "minLength": 1}, "keyword": {"type": "string", "default": ""},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200}},
+            required=("prefix",), output=FIELDS_SEARCH_OUTPUT)
+async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    cat = await catalogue()
+    prefix, keyword, limit = args["prefix"], args["keyword"].lower(), args["limit"]
+    matches = [
+        {"name": name, "description": desc, "type": ftype}
+        for name, (desc, ftype, _) in cat.fields.items()
+        if name.startswith(prefix) and (not keyword or keyword in name.lower() or keyword in desc.lower())
+    ]
+    return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit}
+
+
+@tools.tool("pcap_config_get", "The pcap back end's configuration: profiles (decode_as + preferences), packet-list "
+            "columns, allowed directories, limits, output directory, and the captures loaded now.", {},
+            output=CONFIG_OUTPUT)
+async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    s, runtime = backend.settings, backend.runtime
+    loaded = [ref.statistics() for ref in runtime.actors(KIND)]
+    return {"profiles": s.profiles, "packet_list_columns": list(s.packet_list_columns),
+            "allowed_dirs": list(s.allowed_dirs), "output_dir": str(s.output_dir), "max_loaded": s.max_loaded,
+            "idle_timeout_s": s.idle_timeout_s if math.isfinite(s.idle_timeout_s) else None,
+            "max_exports": s.max_exports, "mask_subscriber_ids": s.mask_subscriber_ids,
+            "call_timeout_s": runtime.config().call_timeout_s, "loaded_captures": loaded}
+
+
+@tools.tool("pcap_config_reload", "Re-read the config file (profiles, columns, limits) without a restart.", {},
+            read_only=False, output=CONFIG_OUTPUT)
+async def config_reload(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    backend.runtime.reload()
+    return await config_get(backend, ctx, args)  # unmasked: the guard around this tool masks it once
