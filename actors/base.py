@@ -54,18 +54,6 @@ class ActorState(enum.StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True)
-class Op:
-    """Deprecated: a message naming its operation by string, with loose arguments.
-
-    The old way back ends talked to their actors (`request.op`, `request.args`); kept only while
-    they move to their own message dataclasses, one back end at a time, then removed.
-    """
-
-    name: str
-    args: dict[str, Any] = field(default_factory=dict)
-
-
 class Request:
     """One message in an actor's inbox, with its progress callback and the reply slot.
 
@@ -86,23 +74,8 @@ class Request:
 
     @property
     def label(self) -> str:
-        """What the request asks, for status: the operation of an `Op`, else the message's type."""
-        return self.message.name if isinstance(self.message, Op) else type(self.message).__name__
-
-    @property
-    def op(self) -> str:
-        """Deprecated (with `Op`): the operation name of a legacy message."""
-        return self._op().name
-
-    @property
-    def args(self) -> dict[str, Any]:
-        """Deprecated (with `Op`): the arguments of a legacy message."""
-        return self._op().args
-
-    def _op(self) -> Op:
-        if not isinstance(self.message, Op):
-            raise TypeError(f"{type(self.message).__name__} is a message, not an Op: match on request.message")
-        return self.message
+        """What the request asks, for status: the message's type name."""
+        return type(self.message).__name__
 
     @property
     def resolved(self) -> bool:

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 import trio.testing
 
-from diagd.actors.base import Actor, ActorState, Op, Request
+from diagd.actors.base import Actor, ActorState, Request
 from diagd.daemon.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class Nap:
+    delay: float = 0
 
 
 class Sleeper(Actor):
     kind = "sleeper"
 
     async def handle(self, request: Request) -> dict[str, Any]:
-        await trio.sleep(request.args.get("delay", 0))
+        match request.message:
+            case Nap(delay=delay):
+                await trio.sleep(delay)
         return {"at": trio.current_time()}
 
 
@@ -23,9 +31,9 @@ def sleeper(resource: str = "a") -> Any:
     return lambda: Sleeper(resource)
 
 
-async def call(sup: Supervisor, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+async def call(sup: Supervisor, message: Nap) -> dict[str, Any]:
     ref = await sup.start("sleeper", "a", sleeper())
-    return await sup.ask(ref, Op(op, args or {}))
+    return await sup.ask(ref, message)
 
 
 async def alive_at(sup: Supervisor, when: float, kind: str = "sleeper", resource: str = "a") -> bool:
@@ -36,7 +44,7 @@ async def alive_at(sup: Supervisor, when: float, kind: str = "sleeper", resource
 async def test_a_shorter_timeout_moves_an_idle_actors_deadline(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=600)
-        await call(sup, "ping")  # idle from t=0
+        await call(sup, Nap())  # idle from t=0
         await trio.sleep(100)
         ref = sup.find("sleeper", "a")
         assert ref is not None and ref.statistics()["idle_s_left"] == 500
@@ -51,7 +59,7 @@ async def test_a_timeout_shorter_than_the_idle_time_so_far_expires_the_actor_at_
         autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=600)
-        await call(sup, "ping")
+        await call(sup, Nap())
         await trio.sleep(100)
         sup.set_idle_timeout(50)
         await trio.testing.wait_all_tasks_blocked()
@@ -62,7 +70,7 @@ async def test_a_timeout_shorter_than_the_idle_time_so_far_expires_the_actor_at_
 async def test_a_longer_timeout_keeps_an_idle_actor_alive(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=30)
-        await call(sup, "ping")
+        await call(sup, Nap())
         await trio.sleep(20)
         sup.set_idle_timeout(100)
         assert await alive_at(sup, 99.999)
@@ -73,7 +81,7 @@ async def test_a_busy_actor_idles_out_by_the_new_timeout_after_its_call(
         autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=600)
-        nursery.start_soon(call, sup, "work", {"delay": 50})
+        nursery.start_soon(call, sup, Nap(50))
         await trio.sleep(10)
         sup.set_idle_timeout(30)  # mid-call: the call finishes at t=50, idle from then
         assert await alive_at(sup, 79.999)

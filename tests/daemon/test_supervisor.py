@@ -9,14 +9,34 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.actors.base import Actor, ActorGone, ActorState, Op, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, ActorGone, ActorState, Request, RestartKind, SupervisionPolicy
 from diagd.actors.tooling import CallContext, current_call
 from diagd.daemon.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
+@dataclass(frozen=True)
+class Ping:
+    pass
+
+
+@dataclass(frozen=True)
+class Work:
+    delay: float
+
+
+@dataclass(frozen=True)
+class Crash:
+    pass
+
+
+@dataclass(frozen=True)
+class Fail:
+    code: ErrorCode
+
+
 class Scripted(Actor):
-    """Sleeps `delay` per request; crashes on op 'crash'; counts starts and stops."""
+    """Sleeps on `Work`, crashes on `Crash`, answers `Ping`; counts starts and stops."""
 
     kind = "scripted"
     policy = SupervisionPolicy(max_restarts=2, window_s=10, backoff_s=1, backoff_max_s=4)
@@ -29,10 +49,12 @@ class Scripted(Actor):
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "no such device")
 
     async def handle(self, request: Request) -> dict[str, Any]:
-        if request.op == "crash":
-            raise RuntimeError("boom")
-        await trio.sleep(request.args.get("delay", 0))
-        return {"op": request.op, "at": trio.current_time()}
+        match request.message:
+            case Crash():
+                raise RuntimeError("boom")
+            case Work(delay=delay):
+                await trio.sleep(delay)
+        return {"op": request.label, "at": trio.current_time()}
 
     async def stop(self) -> None:
         type(self).stops += 1
@@ -47,20 +69,18 @@ def factory(resource: str) -> Any:
     return lambda: Scripted(resource)
 
 
-async def call(sup: Supervisor, resource: str, op: str, args: dict[str, Any] | None = None,
-               make: Any = None) -> dict[str, Any]:
+async def call(sup: Supervisor, resource: str, message: object, make: Any = None) -> dict[str, Any]:
     """Start the actor (or take the running one), then ask it: what a back end's tool does."""
     ref = await sup.start("scripted", resource, make or factory(resource))
-    return await sup.ask(ref, Op(op, args or {}))
+    return await sup.ask(ref, message)
 
 
-async def timed_call(sup: Supervisor, resource: str, op: str, args: dict[str, Any] | None = None
-                     ) -> tuple[dict[str, Any], float]:
+async def timed_call(sup: Supervisor, resource: str, message: object) -> tuple[dict[str, Any], float]:
     """`call` inside a tool call's context: (result, the inbox wait the supervisor recorded)."""
     ctx = CallContext(client="test")
     token = current_call.set(ctx)
     try:
-        return await call(sup, resource, op, args), ctx.queue_s
+        return await call(sup, resource, message), ctx.queue_s
     finally:
         current_call.reset(token)
 
@@ -68,7 +88,7 @@ async def timed_call(sup: Supervisor, resource: str, op: str, args: dict[str, An
 async def test_idle_actor_expires_exactly_after_idle_timeout(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=30)
-        await call(sup, "a", "ping")
+        await call(sup, "a", Ping())
         assert sup.find("scripted", "a") is not None
         await trio.sleep(29.999)
         assert sup.find("scripted", "a") is not None
@@ -81,9 +101,9 @@ async def test_idle_actor_expires_exactly_after_idle_timeout(autojump_clock: tri
 async def test_each_call_moves_the_idle_deadline(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=30)
-        await call(sup, "a", "ping")
+        await call(sup, "a", Ping())
         await trio.sleep(20)
-        await call(sup, "a", "ping")
+        await call(sup, "a", Ping())
         ref = sup.find("scripted", "a")
         assert ref is not None and ref.statistics()["idle_s_left"] == 30
         await trio.sleep(29)
@@ -97,7 +117,7 @@ async def test_calls_queue_in_the_inbox_and_report_their_wait(autojump_clock: tr
         sup = Supervisor(nursery, idle_timeout_s=100)
 
         async def client() -> None:
-            results.append(await timed_call(sup, "a", "work", {"delay": 5}))
+            results.append(await timed_call(sup, "a", Work(5)))
 
         for _ in range(3):
             nursery.start_soon(client)
@@ -113,7 +133,7 @@ async def test_crashing_actor_restarts_with_backoff_then_fails(autojump_clock: t
         t0 = trio.current_time()
         for expected_backoff in (1, 2):
             with pytest.raises(DiagdError) as info:
-                await call(sup, "a", "crash")
+                await call(sup, "a", Crash())
             assert info.value.code == ErrorCode.ACTOR_FAILED
             await trio.testing.wait_all_tasks_blocked()
             ref = sup.find("scripted", "a")
@@ -124,13 +144,13 @@ async def test_crashing_actor_restarts_with_backoff_then_fails(autojump_clock: t
         assert trio.current_time() - t0 == 3
         # Third crash within the 10 s window exceeds max_restarts=2: the actor is failed and gone.
         with pytest.raises(DiagdError):
-            await call(sup, "a", "crash")
+            await call(sup, "a", Crash())
         await trio.testing.wait_all_tasks_blocked()
         assert sup.find("scripted", "a") is None
         assert Scripted.starts == 3
         # A later call starts a fresh actor.
-        result = await call(sup, "a", "ping")
-        assert result["op"] == "ping"
+        result = await call(sup, "a", Ping())
+        assert result["op"] == "Ping"
         nursery.cancel_scope.cancel()
 
 
@@ -139,7 +159,7 @@ async def test_crashes_outside_the_window_do_not_accumulate(autojump_clock: trio
         sup = Supervisor(nursery, idle_timeout_s=1000)
         for _ in range(5):
             with pytest.raises(DiagdError):
-                await call(sup, "a", "crash")
+                await call(sup, "a", Crash())
             await trio.sleep(11)  # beyond window_s=10
         ref = sup.find("scripted", "a")
         assert ref is not None and ref.restarts == 5
@@ -152,26 +172,26 @@ async def test_queued_calls_survive_a_crash_and_are_served_by_the_restarted_acto
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
 
-        async def client(op: str) -> None:
+        async def client(message: object) -> None:
             try:
-                result = await call(sup, "a", op)
+                result = await call(sup, "a", message)
                 outcomes.append(result["op"])
             except DiagdError as exc:
                 outcomes.append(str(exc.code))
 
-        nursery.start_soon(client, "crash")
+        nursery.start_soon(client, Crash())
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(client, "after")
+        nursery.start_soon(client, Ping())
         await trio.sleep(5)
         nursery.cancel_scope.cancel()
-    assert outcomes == ["ACTOR_FAILED", "after"]
+    assert outcomes == ["ACTOR_FAILED", "Ping"]
 
 
 async def test_setup_error_reaches_the_caller_and_leaves_no_actor(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
         with pytest.raises(DiagdError) as info:
-            await call(sup, "broken", "ping")
+            await call(sup, "broken", Ping())
         assert info.value.code == ErrorCode.BACKEND_UNAVAILABLE
         assert sup.actors() == []
 
@@ -181,7 +201,7 @@ async def test_two_first_calls_start_one_actor(autojump_clock: trio.testing.Mock
         sup = Supervisor(nursery, idle_timeout_s=100)
         async with trio.open_nursery() as calls:
             for _ in range(2):
-                calls.start_soon(call, sup, "a", "ping")
+                calls.start_soon(call, sup, "a", Ping())
         assert Scripted.starts == 1 and len(sup.actors()) == 1
         nursery.cancel_scope.cancel()
 
@@ -193,7 +213,7 @@ async def test_stopping_an_actor_fails_its_running_and_queued_calls(autojump_clo
 
         async def client() -> None:
             try:
-                await call(sup, "a", "work", {"delay": 50})
+                await call(sup, "a", Work(50))
                 outcomes.append("ok")
             except DiagdError as exc:
                 outcomes.append(str(exc.code))
@@ -214,11 +234,11 @@ async def test_an_abandoned_call_is_cancelled_inside_the_actor(autojump_clock: t
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
         with trio.move_on_after(3):
-            await call(sup, "a", "work", {"delay": 50})
+            await call(sup, "a", Work(50))
         await trio.testing.wait_all_tasks_blocked()
         ref = sup.actors()[0]
         assert ref.runtime.state == ActorState.IDLE  # not still sleeping out the 50 s
-        result, queue_s = await timed_call(sup, "a", "ping")
+        result, queue_s = await timed_call(sup, "a", Ping())
         assert queue_s == 0 and result["at"] == 3
         nursery.cancel_scope.cancel()
 
@@ -239,19 +259,9 @@ async def test_temporary_actor_is_not_restarted(autojump_clock: trio.testing.Moc
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
         with pytest.raises(DiagdError):
-            await call(sup, "t", "crash", make=lambda: Permanent("t"))
+            await call(sup, "t", Crash(), make=lambda: Permanent("t"))
         await trio.testing.wait_all_tasks_blocked()
         assert sup.actors() == []
-
-
-@dataclass(frozen=True)
-class Work:
-    delay: float
-
-
-@dataclass(frozen=True)
-class Fail:
-    code: ErrorCode
 
 
 class Typed(Actor):
@@ -317,19 +327,9 @@ async def test_status_names_what_a_running_request_asks(autojump_clock: trio.tes
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=100)
         typed = await sup.start("typed", "a", lambda: Typed("a"))
-        legacy = await sup.start("scripted", "b", factory("b"))
+        scripted = await sup.start("scripted", "b", factory("b"))
         nursery.start_soon(sup.ask, typed, Work(10))
-        nursery.start_soon(sup.ask, legacy, Op("work", {"delay": 10}))
+        nursery.start_soon(sup.ask, scripted, Work(10))
         await trio.testing.wait_all_tasks_blocked()
-        assert [r.statistics()["current_op"] for r in sup.actors()] == ["Work", "work"]
+        assert [r.statistics()["current_op"] for r in sup.actors()] == ["Work", "Work"]
         nursery.cancel_scope.cancel()
-
-
-def test_a_legacy_request_refuses_op_and_args_of_a_message() -> None:
-    async def run() -> None:
-        request = Request(Work(1))
-        with pytest.raises(TypeError, match=r"match on request\.message"):
-            _ = request.op
-        assert Request(Op("x", {"a": 1})).args == {"a": 1}
-
-    trio.run(run)

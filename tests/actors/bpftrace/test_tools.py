@@ -4,13 +4,13 @@ defaults from the schema and the config, and the messages the tools send the exe
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from diagd.actors.base import Op
 from diagd.actors.bpftrace import register
 from diagd.actors.bpftrace.actor import KIND
 from diagd.actors.bpftrace.messages import Page
@@ -19,6 +19,13 @@ from tests.support.bpftrace_harness import ATTACH, FakeBpftrace, FakeSpawner
 from tests.support.fake_runtime import fake_runtime
 
 SETTINGS = {"stop_grace_s": 2.0, "linger_s": 5.0, "default_timeout_s": 7.0}
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A message no bpftrace actor knows."""
+
+
 TOOLS = ("list_probes", "list_helpers", "exec_program", "get_result", "stop_execution", "list_executions")
 
 
@@ -69,7 +76,7 @@ async def test_stop_execution_asks_the_actor_and_waits_for_the_end(
         nursery.cancel_scope.cancel()
 
 
-async def test_the_actor_answers_its_messages_and_refuses_a_legacy_op(
+async def test_the_actor_answers_its_messages_and_refuses_an_unknown_one(
         autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
     fake = FakeBpftrace([(0.1, ATTACH.format(n=1)), (1, "tick")])
     async with trio.open_nursery() as nursery:
@@ -82,7 +89,7 @@ async def test_the_actor_answers_its_messages_and_refuses_a_legacy_op(
             page = await rt.ask(ref, Page(offset=0, limit=10))
             assert page["execution_id"] == execution_id and page["status"] == "running"
             with pytest.raises(DiagdError) as refused:
-                await rt.ask(ref, Op("result", {}))
+                await rt.ask(ref, Unknown())
             assert refused.value.code == ErrorCode.INVALID_ARGUMENT
         nursery.cancel_scope.cancel()
 
