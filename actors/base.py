@@ -116,6 +116,11 @@ class Request:
             await self.progress(progress, total, message)
 
 
+def unhandled(actor: str, request: Request) -> DiagdError:
+    """The one refusal of a message an actor does not know (a programming slip, but never a crash)."""
+    return DiagdError(ErrorCode.INVALID_ARGUMENT, f"the {actor} actor cannot handle {request.label}")
+
+
 class Actor(abc.ABC):
     """Base class of every actor kind; one instance per (re)start of a resource."""
 

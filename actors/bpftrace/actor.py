@@ -14,7 +14,7 @@ import trio
 
 from diagd.actors import system
 from diagd.actors._subprocess import LineSplitter, Step, Tail, drain, stop_process
-from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, unhandled
 from diagd.actors.bpftrace.execution import STATUS_FOR_STOP, Execution, Status, StopReason
 from diagd.actors.bpftrace.messages import Page, Stop
 from diagd.actors.bpftrace.parse import (
@@ -325,7 +325,7 @@ class BpftraceExecution(Actor):
             case Stop():
                 self.request_stop(StopReason.REQUESTED)
                 return ex.summary()
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the bpftrace actor cannot handle {request.label}")
+        raise unhandled("bpftrace", request)
 
     def statistics(self) -> dict[str, Any]:
         ex = self.execution

@@ -32,7 +32,7 @@ import trio
 
 from diagd.actors import sandbox
 from diagd.actors._subprocess import Step, stop_process
-from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, unhandled
 from diagd.actors.crash import report, text
 from diagd.actors.crash.commands import Commands
 from diagd.actors.crash.drgn import DrgnClient
@@ -306,7 +306,7 @@ class CrashSession(Commands, Actor):
                     return await self.op_drgn(run.code, run.filename, run.isolated, run.max_lines, run.label)
                 case Triage():
                     return await self.op_triage()
-            raise DiagdError(ErrorCode.INTERNAL_ERROR, f"the crash actor cannot handle {request.label}")
+            raise unhandled("crash", request)
         except BaseException:
             if self.failure is not None:
                 request.fail(self.failure)  # first answer wins over the generic "stopped during the call"

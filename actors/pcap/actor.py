@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy
+from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy, unhandled
 from diagd.actors.pcap import answers, text
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tshark as _cold
@@ -355,4 +355,4 @@ class PcapActor(Actor):
             case PduSessions(display_filter=display_filter):
                 pdus = await answers.ngap_pdus(self, request, display_filter)
                 return ngap_summary.pdu_sessions(pdus, filtered=bool(display_filter))
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the pcap actor cannot handle {request.label}")
+        raise unhandled("pcap", request)

@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, unhandled
 from diagd.actors.serial.codec import Packet, ReplyCollector, Slicer, decode
 from diagd.actors.serial.messages import Close, Configure, ReadUrc, Send, Signals
 from diagd.actors.serial.port import PortGone, PortIO, SettingRefused, refused_error
@@ -76,7 +76,7 @@ class SerialActor(Actor):
                 took_over = self._authorize(close.client, force=close.force)
                 self._end_session("closed by request", PortState.CLOSED)
                 return {"took_over_from": took_over, "discarded_urc_packets": len(rec.urc)}
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the serial actor cannot handle {request.label}")
+        raise unhandled("serial", request)
 
     def _authorize(self, client: str, *, force: bool = False) -> str | None:
         """Let `client` act on the port; returns the previous owner when it takes the port over."""

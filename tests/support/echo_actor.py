@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors.base import Actor, Request, SupervisionPolicy
+from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
 from diagd.actors.runtime import Runtime
 from diagd.actors.settings import parse_table
 from diagd.actors.tooling import CallContext, ToolSet, object_schema
@@ -70,7 +70,7 @@ class EchoActor(Actor):
                 return await self._echo(request, echo)
             case Crash():
                 raise RuntimeError("echo actor asked to crash")
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the echo actor cannot handle {request.label}")
+        raise unhandled("echo", request)
 
     async def _echo(self, request: Request, echo: Echo) -> dict[str, Any]:
         for i in range(echo.progress_steps):
