@@ -147,6 +147,12 @@ def test_every_listed_tool_is_fuzzed(tool_schemas: dict[str, dict[str, Any]]) ->
     assert sorted(tool_schemas) == sorted(TOOLS)
 
 
+def test_every_listed_tool_declares_an_output_schema(tool_schemas: dict[str, dict[str, Any]]) -> None:
+    """Issue 11: a client can check every result, so every tool says what it returns."""
+    missing = [name for name, spec in tool_schemas.items() if not spec.get("outputSchema")]
+    assert missing == []
+
+
 # Integers to JSON Schema (no fractional part), floats to Python: a handler that slices or ranges with
 # one fails unless the registry hands it an int.
 INTEGRAL_FLOATS = [5.0, 1e308, 2.0**70]
