@@ -17,7 +17,8 @@ import shlex
 import signal
 import subprocess
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -178,38 +179,59 @@ async def drain(stream: trio.abc.ReceiveStream | None, sink: Callable[[bytes | b
                 done: trio.Event | None = None) -> None:
     """Read `stream` to EOF, handing every chunk to `sink` (never let a pipe fill up); then set `done`."""
     try:
-        if stream is None:
-            return
-        while chunk := await stream.receive_some(65536):
-            sink(chunk)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
+        async with aclosing(chunks(stream)) as received:
+            async for chunk in received:
+                sink(chunk)
     finally:
         if done is not None:
             done.set()
 
 
-class LineSplitter:
-    """Turns chunks into complete lines (without the newline) for `on_line`; `flush()` at EOF."""
+async def chunks(stream: trio.abc.ReceiveStream | None) -> AsyncGenerator[bytes | bytearray, None]:
+    """The chunks `stream` gives until EOF (or until it breaks or is closed): for a reader that
+    handles them itself rather than through a callback (use with `contextlib.aclosing`)."""
+    if stream is None:
+        return
+    try:
+        while chunk := await stream.receive_some(65536):
+            yield chunk
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
 
-    def __init__(self, on_line: Callable[[str], None], max_line: int = 1 << 20) -> None:
+
+class LineSplitter:
+    """Turns chunks into complete lines (without the newline): returned by `split`, or handed to
+    `on_line` by `feed`; `flush()` at EOF."""
+
+    def __init__(self, on_line: Callable[[str], None] = lambda line: None, max_line: int = 1 << 20) -> None:
         self._on_line = on_line
         self._buffer = bytearray()
         self._max_line = max_line
 
-    def feed(self, data: bytes | bytearray) -> None:
+    def split(self, data: bytes | bytearray) -> list[str]:
+        """The lines `data` completes (a runaway line longer than max_line: what there is of it)."""
         self._buffer += data
+        lines: list[str] = []
         while (nl := self._buffer.find(b"\n")) >= 0:
             line = bytes(self._buffer[:nl])
             del self._buffer[: nl + 1]
-            self._on_line(line.decode(errors="replace").rstrip("\r"))
+            lines.append(line.decode(errors="replace").rstrip("\r"))
         if len(self._buffer) > self._max_line:  # a runaway line: emit what we have
-            self.flush()
+            lines.append(self._take())
+        return lines
+
+    def feed(self, data: bytes | bytearray) -> None:
+        for line in self.split(data):
+            self._on_line(line)
 
     def flush(self) -> None:
         if self._buffer:
-            self._on_line(bytes(self._buffer).decode(errors="replace").rstrip("\r"))
-            self._buffer.clear()
+            self._on_line(self._take())
+
+    def _take(self) -> str:
+        line = bytes(self._buffer).decode(errors="replace").rstrip("\r")
+        self._buffer.clear()
+        return line
 
 
 # ---------------------------------------------------------------------------------------------

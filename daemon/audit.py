@@ -15,7 +15,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from diagd.daemon.tools import CallRecord
+import structlog
+
+log = structlog.get_logger("diagd.daemon")
+
+
+@dataclass
+class CallRecord:
+    """One call as the audit log, `diagd_calls` and `diagd call` show it.
+
+    Each call gives two records with one `call_id`: outcome "started" when it begins (so a call
+    that hangs is visible) and its outcome (ok | error | cancelled) when it ends.
+    """
+
+    ts: float
+    client: str
+    tool: str
+    arguments: dict[str, Any]
+    duration_ms: float
+    queue_ms: float
+    outcome: str  # ok | error | cancelled
+    code: str | None
+    bytes: int
+    truncated: bool
+    call_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.__dict__.copy()
+        if data["call_id"] is None:  # records made without one keep their old shape
+            del data["call_id"]
+        return data
+
+
+def log_call(record: CallRecord) -> None:
+    """The daemon log's line for a finished call (a registry observer, beside the audit log's)."""
+    log.info("tool call", tool=record.tool, client=record.client, outcome=record.outcome, code=record.code,
+             duration_ms=record.duration_ms, queue_ms=record.queue_ms, bytes=record.bytes)
+
+
 
 
 class AuditLog:

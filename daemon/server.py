@@ -23,12 +23,12 @@ from diagd.actors.runtime import Client
 from diagd.daemon import builtin_tools, connections, control_server, mcp_front, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
-from diagd.daemon.audit import AuditLog, CallStats
+from diagd.daemon.audit import AuditLog, CallStats, log_call
 from diagd.daemon.backends import BackendRuntime, Clients, ReloadNotes, backend_name
 from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
 from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
-from diagd.daemon.tools import CallContext, CallRecord, CallResult, ToolRegistry
+from diagd.daemon.tools import CallContext, CallResult, ToolRegistry
 from diagd.protocol import control, utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -68,7 +68,7 @@ class Daemon:
         self.stats = CallStats()
         self.audit = AuditLog(state_dir / "audit.jsonl", max_bytes=config.daemon.audit_max_bytes,
                               keep=config.daemon.audit_keep)
-        self.registry.observers += [self.stats.observe, self.audit.write, _log_call]
+        self.registry.observers += [self.stats.observe, self.audit.write, log_call]
         self.connection_table = ConnectionTable(config.daemon.max_connections)
         # A frame up to the request limit must always fit, whatever the setting says.
         self.frame_budget = ByteBudget(max(config.daemon.control_buffer_bytes, control.MAX_REQUEST_BYTES))
@@ -226,11 +226,6 @@ async def first_line(stream: trio.SocketStream, deadline: float) -> bool:
                 return True
             await trio.sleep(0.02)  # more of a partial line: the kernel has no "wait for more" for a peek
     return False
-
-
-def _log_call(record: CallRecord) -> None:
-    log.info("tool call", tool=record.tool, client=record.client, outcome=record.outcome, code=record.code,
-             duration_ms=record.duration_ms, queue_ms=record.queue_ms, bytes=record.bytes)
 
 
 def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:

@@ -25,40 +25,15 @@ import structlog
 import trio
 
 from diagd.actors.tooling import CallContext, Handler, ToolSpec, arguments_validator, caller_cwd, current_call
+from diagd.daemon.audit import CallRecord
 from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 
 log = structlog.get_logger("diagd.tools")
 
-# Declared in diagd.actors.tooling (below the back ends); re-exported for the daemon's modules.
+# Declared in diagd.actors.tooling (below the back ends) and CallRecord in diagd.daemon.audit (the
+# record serialises itself there, so writing one never calls back into this module); re-exported.
 __all__ = ["CallContext", "CallRecord", "CallResult", "Handler", "ToolRegistry", "ToolSpec", "caller_cwd", "coerce",
            "current_call"]
-
-
-@dataclass
-class CallRecord:
-    """One call as the audit log, `diagd_calls` and `diagd call` show it.
-
-    Each call gives two records with one `call_id`: outcome "started" when it begins (so a call
-    that hangs is visible) and its outcome (ok | error | cancelled) when it ends.
-    """
-
-    ts: float
-    client: str
-    tool: str
-    arguments: dict[str, Any]
-    duration_ms: float
-    queue_ms: float
-    outcome: str  # ok | error | cancelled
-    code: str | None
-    bytes: int
-    truncated: bool
-    call_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = self.__dict__.copy()
-        if data["call_id"] is None:  # records made without one keep their old shape
-            del data["call_id"]
-        return data
 
 
 @dataclass

@@ -328,6 +328,21 @@ class PcapActor(Actor):
             self._results.popitem(last=False)
         return {**result, "cached": False}
 
+    async def _frames(self, request: Request, message: Frames) -> dict[str, Any]:
+        """Fetched here, shaped by answers.frames (which never calls back into the actor)."""
+        if self.worker_state is ActorState.STARTING:  # first question while sharkd loads: one tshark pass beside it
+            self.check_length(message.display_filter)
+            total, rows = await answers.frames_while_loading(request, self.spec, self.cold_argv(), self.filters,
+                                                             message)
+            served_by = "tshark (capture still loading)"
+        else:
+            total, rows = await self.page(request, message.display_filter, message.offset, message.limit)
+            served_by = "sharkd"
+        present = None
+        if not total and message.display_filter:
+            present = list((await self.analysed(request)).get("protocols", []))
+        return answers.frames(message, total, rows, served_by, present, self.cat)
+
     async def _answer(self, request: Request) -> dict[str, Any]:
         match request.message:
             case Info():
@@ -336,11 +351,12 @@ class PcapActor(Actor):
                 await self.check_filter(request, display_filter)
                 return {"valid": True}
             case Frames() as message:
-                return await answers.frames(self, request, message)
+                return await self._frames(request, message)
             case Timeline() as message:
                 return await answers.timeline(self, request, message)
             case Detail() as message:
-                return await text.detail(self, request, message)
+                trees = {n: await self.tree(request, n) for n in sorted(set(message.frame_numbers))}
+                return await text.detail(self, message, trees)
             case TextSearch() as message:
                 return await text.text_search(self, request, message)
             case Follow() as message:

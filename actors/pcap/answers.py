@@ -23,6 +23,8 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
     from diagd.actors.pcap.actor import PcapActor
+    from diagd.actors.pcap.capture import CaptureSpec
+    from diagd.actors.pcap.wireshark import Catalogue
 
 INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",
                          "http2", "http", "json", "dns", "tcp", "udp")
@@ -71,32 +73,40 @@ async def info(actor: PcapActor, request: Request) -> dict[str, Any]:
     }
 
 
-async def frames(actor: PcapActor, request: Request, message: Frames) -> dict[str, Any]:
+async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[str], filters: dict[str, list[int]],
+                               message: Frames) -> tuple[int, list[dict[str, Any]]]:
+    """(total, page) of the first question while sharkd loads: one tshark pass beside it (its
+    frame numbers kept in `filters`, the actor's cache)."""
     display_filter, limit, offset = message.display_filter, message.limit, message.offset
-    served_by = "sharkd"
-    if actor.worker_state is ActorState.STARTING:  # first question while sharkd loads: one tshark pass beside it
-        actor.check_length(display_filter)
-        await request.report_progress(0, 1, f"loading {actor.spec.path.name} ({actor.spec.size} bytes)")
-        all_rows = await _cold.frames(actor.cold_argv(), display_filter)
-        await request.report_progress(1, 1, "read with tshark while sharkd loads")
-        actor.filters[display_filter] = [r["number"] for r in all_rows]
-        total, rows = len(all_rows), all_rows[offset:offset + limit]
-        served_by = "tshark (capture still loading)"
-    else:
-        total, rows = await actor.page(request, display_filter, offset, limit)
-    result: dict[str, Any] = {"total": total, "frames": rows, "has_more": offset + len(rows) < total,
+    await request.report_progress(0, 1, f"loading {spec.path.name} ({spec.size} bytes)")
+    all_rows = await _cold.frames(argv, display_filter)
+    await request.report_progress(1, 1, "read with tshark while sharkd loads")
+    filters[display_filter] = [r["number"] for r in all_rows]
+    return len(all_rows), all_rows[offset:offset + limit]
+
+
+def frames(message: Frames, total: int, rows: list[dict[str, Any]], served_by: str, present: list[str] | None,
+           cat: Catalogue | None) -> dict[str, Any]:
+    """The answer of pcap_frames_by_filter from what the actor fetched (`present`: the capture's
+    protocols, fetched only when nothing matched)."""
+    result: dict[str, Any] = {"total": total, "frames": rows, "has_more": message.offset + len(rows) < total,
                               "served_by": served_by}
-    if not total and display_filter:
-        result["hint"] = await absent_protocols_hint(actor, request, display_filter)
+    if not total and message.display_filter:
+        result["hint"] = protocols_hint(message.display_filter, present or [], cat)
     return result
 
 
 async def absent_protocols_hint(actor: PcapActor, request: Request, display_filter: str) -> str:
-    present = set((await actor.analysed(request)).get("protocols", []))
+    return protocols_hint(display_filter, list((await actor.analysed(request)).get("protocols", [])), actor.cat)
+
+
+def protocols_hint(display_filter: str, protocols: list[str], cat: Catalogue | None) -> str:
+    """Why a filter matched nothing: which of its protocols the capture has at all."""
+    present = set(protocols)
     tokens = {t.split(".")[0] for t in re.findall(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*",
                                                     display_filter)}
     aliases = {"nas_5gs": "nas-5gs", "nas_eps": "nas-eps"}
-    known = actor.cat.protocols if actor.cat else {}
+    known = cat.protocols if cat else {}
     candidates = sorted({aliases.get(t, t) for t in tokens if aliases.get(t, t) in known})
     missing = [p for p in candidates if p not in present]
     there = [p for p in candidates if p in present]

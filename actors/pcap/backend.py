@@ -11,6 +11,7 @@ import math
 import os
 import shlex
 from collections import OrderedDict
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
+
+# The capture spec the running call's handler built from its arguments (a call is one Trio task):
+# the masking guard reads the identities of that very capture without hashing and probing it again.
+_built: ContextVar[tuple[dict[str, Any], CaptureSpec] | None] = ContextVar("pcap_spec_built", default=None)
 
 
 class PcapBackend:
@@ -73,8 +78,11 @@ class PcapBackend:
         sha, size = await capture_sha256(path)
         # Every tool refuses a file that is no capture before a worker is started for it.
         await _cold.capture_facts(path, sha, size)
-        return CaptureSpec(path=path, sha256=sha, decode_as=tuple(dict.fromkeys(decode_as)),
+        spec = CaptureSpec(path=path, sha256=sha, decode_as=tuple(dict.fromkeys(decode_as)),
                            preferences=tuple(sorted(prefs.items())), size=size)
+        if force_prefs is None:
+            _built.set((args, spec))
+        return spec
 
     async def ask(self, ctx: CallContext, spec: CaptureSpec, message: PcapMessage) -> dict[str, Any]:
         """Start the capture's actor (evicting the least recently used beyond max_loaded), then ask it."""
@@ -119,7 +127,8 @@ class PcapBackend:
         """(key, tshark argv) of the capture a call reads, decoded as the call decodes it."""
         if "pcap_path" not in args:
             return None
-        spec = await self.spec_for(args)
+        built = _built.get()
+        spec = built[1] if built is not None and built[0] is args else await self.spec_for(args)
         # ngap_* tools force null-deciphering, which identity collection always turns on: one key.
         prefs = [p for p in spec.preferences if p[0] != "nas-5gs.null_decipher"]
         key = f"{spec.sha256}:{json.dumps([spec.decode_as, prefs])}"

@@ -14,6 +14,7 @@ from diagd.actors.pcap.wireshark import (
 )
 
 DEFAULT_COLUMNS = ("number", "time_relative", "src", "dst", "protocol", "length", "info")
+DEFAULT_COLUMN_PREF = column_format_pref()  # the default packet-list columns, as one `-o` value
 
 
 def field_value(name: str, text: str) -> Any:
@@ -42,7 +43,7 @@ def packet_row(c: list[str]) -> dict[str, Any]:
 
 def packet_list_command(display_filter: str) -> list[str]:
     """The tshark arguments that print pcap_frames_by_filter's rows: the default columns, by name."""
-    return [*(["-Y", display_filter] if display_filter else []), "-o", column_format_pref(), "-T", "fields",
+    return [*(["-Y", display_filter] if display_filter else []), "-o", DEFAULT_COLUMN_PREF, "-T", "fields",
             "-E", "header=n", *[a for name in COLUMN_FIELDS for a in ("-e", name)]]
 
 

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from diagd.actors._subprocess import (
     TERM_THEN_KILL,
     LineSplitter,
     Tail,
+    chunks,
     close_pipes,
     describe_exit,
     drain,
@@ -98,29 +100,38 @@ class Sharkd:
         return system.rss_bytes(self.proc.pid)
 
     async def _read_responses(self) -> None:
-        def on_line(line: str) -> None:
-            if not line.startswith("{"):
-                return
-            try:
-                message = json.loads(line)
-            except ValueError:
-                return
-            channel = self._waiting.pop(message.get("id"), None)
-            if channel is None and "error" in message and len(self._waiting) == 1:
-                # sharkd answers a request it could not parse under a stale id; it handles one
-                # request at a time, so the error belongs to the one in flight.
-                channel = self._waiting.pop(next(iter(self._waiting)))
-            if channel is not None:
-                channel.send_nowait(message)
-
-        splitter = LineSplitter(on_line, max_line=MAX_RESPONSE_BYTES)
+        # Read here, not through a callback: an answer goes from the reader to its waiter without
+        # this module being called back from the subprocess helpers.
+        splitter = LineSplitter(max_line=MAX_RESPONSE_BYTES)
         try:
-            await drain(self.proc.stdout, splitter.feed, self._stdout_eof)
+            try:
+                async with aclosing(chunks(self.proc.stdout)) as received:
+                    async for chunk in received:
+                        for line in splitter.split(chunk):
+                            self._on_line(line)
+            finally:
+                self._stdout_eof.set()
         finally:
             self._dead.set()
             for channel in self._waiting.values():
                 channel.close()
             self._waiting.clear()
+
+    def _on_line(self, line: str) -> None:
+        """Route one line of sharkd's stdout to the request waiting for it (other lines are noise)."""
+        if not line.startswith("{"):
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        channel = self._waiting.pop(message.get("id"), None)
+        if channel is None and "error" in message and len(self._waiting) == 1:
+            # sharkd answers a request it could not parse under a stale id; it handles one
+            # request at a time, so the error belongs to the one in flight.
+            channel = self._waiting.pop(next(iter(self._waiting)))
+        if channel is not None:
+            channel.send_nowait(message)
 
     async def load(self, path: str) -> tuple[int, str | None]:
         """Load a capture; returns (frame count, sharkd's complaint such as a truncated last packet).

@@ -50,7 +50,9 @@ def layer_error(unknown: list[str], present: list[str], where: str, **details: A
                       f"{', '.join(present) or 'none'}", layers_present=present, did_you_mean=close, **details)
 
 
-async def detail(actor: PcapActor, request: Request, message: Detail) -> dict[str, Any]:
+async def detail(actor: PcapActor, message: Detail, answers: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The text of `message`'s frames from their trees (`answers`: frame number -> sharkd's answer,
+    fetched by the actor, so this shapes them without calling back into it)."""
     frame_numbers, layers, restrict_layers, max_bytes = (message.frame_numbers, message.layers,
                                                      message.restrict_layers, message.max_bytes)
     verbosity = message.verbosity
@@ -58,7 +60,6 @@ async def detail(actor: PcapActor, request: Request, message: Detail) -> dict[st
     # The text is what `tshark -Y "frame.number in {...}" -V` prints: those frames are the
     # displayed ones, so each one's "previous displayed frame" is the one before it among them.
     ordered = sorted(set(frame_numbers))
-    answers = {n: await actor.tree(request, n) for n in ordered}
     epochs = [tree_mod.epoch_ns(answers[n]["tree"]) for n in ordered]
     trees = {n: displayed(answers[n]["tree"], epochs[i - 1] if i else None) for i, n in enumerate(ordered)}
     present = {n: tree_mod.layer_names(trees[n]) for n in ordered}

@@ -69,10 +69,14 @@ def register(runtime: Runtime) -> PcapBackend:
     async def field_names() -> list[str]:
         return list((await catalogue()).fields)
 
+    async def capture_of(args: Args) -> tuple[str, list[str]] | None:
+        # Through the tools, as the handler went: the guard wraps the tools and never calls the back end itself.
+        return await backend.identity_source(args)
+
     # The one masking boundary: every pcap tool's handler is wrapped here, once.
     masking = SubscriberMask(enabled=lambda: backend.settings.mask_subscriber_ids,
                              output_dir=lambda: backend.settings.output_dir,
-                             capture_of=backend.identity_source, known_fields=field_names)
+                             capture_of=capture_of, known_fields=field_names)
     for spec in tools.specs(backend):
         runtime.register_tool(replace(spec, handler=masking.guard(spec.name, spec.handler)))
     return backend
