@@ -37,6 +37,7 @@ class Step:
 
 PIPE_EOF_GRACE_S = 2.0  # after exit, how long readers may take to reach EOF before the pipes are closed
 _PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit()
+_PF_SIGNALED = 0x400  # include/linux/sched.h: get_signal() took a fatal signal (before PF_EXITING)
 _SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
 
 GRACEFUL_INT = (Step("sigint", signal.SIGINT, 3.0), Step("sigterm", signal.SIGTERM, 2.0),
@@ -141,20 +142,26 @@ def is_exiting(pid: int) -> bool:
     """True when the process is already on its way out though not yet reapable.
 
     After `kill -9` a big process stays in state R for a while, tearing down its memory; a request
-    written to it then is lost. /proc/<pid>/stat shows it at once: SIGKILL pending (field 31), then
-    PF_EXITING in the flags (field 9), then state Z/X.
+    written to it then is lost. /proc shows it at once: SIGKILL in the shared pending set
+    (`ShdPnd` of /proc/<pid>/status, from kill() until the process is released; /proc/<pid>/stat's
+    field 31 holds only the thread's own set, which the dying thread empties before it flags
+    itself: a read in between, seen 1 run in ~70 on kernel 6.18, took a killed process for alive),
+    then PF_SIGNALED / PF_EXITING in the flags (field 9 of stat), then state Z/X.
     """
     try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = dict(line.split(b":\t", 1) for line in f.read().splitlines() if b":\t" in line)
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return True
     fields = stat[stat.rindex(b")") + 2:].split()
     try:
-        state, flags, pending = fields[0], int(fields[6]), int(fields[28])
+        state, flags = fields[0], int(fields[6])
+        pending = int(status.get(b"ShdPnd", b"0"), 16) | int(status.get(b"SigPnd", b"0"), 16)
     except (IndexError, ValueError):
         return False
-    return state in (b"Z", b"X") or bool(flags & _PF_EXITING) or bool(pending & _SIGKILL_BIT)
+    return state in (b"Z", b"X") or bool(flags & (_PF_EXITING | _PF_SIGNALED)) or bool(pending & _SIGKILL_BIT)
 
 
 class Tail:
