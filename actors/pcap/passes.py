@@ -15,6 +15,7 @@ total here, so the next page costs milliseconds.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -149,10 +150,23 @@ class CaptureWorkers:
 
     async def _first(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page | None:
         """The first page of a filter no worker holds: the pass's, or tshark's if that comes first."""
+        raceable = first_page.raceable(display_filter, offset, limit, self.lookup)
+        if raceable and self.pool.loading and display_filter not in self.passes:
+            # A fresh capture: tshark looks for the page while sharkd loads, and the pass waits until
+            # it is done: started now, it would take the loaded worker the page's rows need.
+            try:
+                page = await self._early(display_filter, offset, limit, deadline)
+            except DiagdError as exc:
+                if exc.code is ErrorCode.INVALID_FILTER:
+                    raise
+            else:
+                if not page.exact:
+                    self._start_pass(display_filter, math.inf)  # the exact total, for the next call
+                return page
         running = self.passes.get(display_filter) or self._start_pass(display_filter, deadline)
         running.waiting += 1
         try:
-            if first_page.raceable(display_filter, offset, limit, self.lookup):
+            if raceable:
                 early = await self._race(running, offset, limit)
                 if early is not None:
                     return early
@@ -165,6 +179,18 @@ class CaptureWorkers:
             raise running.error
         return None
 
+    async def _early(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page:
+        """The page from tshark's first matches and a free worker's rows of them."""
+        async with self.early_slots:
+            numbers, complete = await first_page.early_numbers(self.cold_argv, display_filter, offset + limit)
+        seen = len(numbers) if complete else offset + limit + 1
+        if complete:
+            self._known(display_filter, seen)
+        rows = await self._rows(numbers[offset:offset + limit], deadline)
+        self.early_answers += 1
+        return Page(seen, complete, rows, "sharkd (frames found by tshark)" if complete else
+                    "sharkd (first page found by tshark; sharkd's pass gives the exact total)")
+
     async def _race(self, running: FilterPass, offset: int, limit: int) -> Page | None:
         page: Page | None = None
         failure: DiagdError | None = None
@@ -172,22 +198,12 @@ class CaptureWorkers:
             async def tshark() -> None:
                 nonlocal page, failure
                 try:
-                    async with self.early_slots:
-                        numbers, complete = await first_page.early_numbers(self.cold_argv, running.display_filter,
-                                                                           offset + limit)
+                    page = await self._early(running.display_filter, offset, limit, running.deadline)
                 except DiagdError as exc:
                     failure = exc  # the pass says the same or better (sharkd's own message): wait for it
                     if exc.code is ErrorCode.INVALID_FILTER and not running.started:
                         race.cancel_scope.cancel()
                     return
-                seen = len(numbers) if complete else offset + limit + 1
-                if complete:
-                    self._known(running.display_filter, seen)
-                rows = await self._rows(numbers[offset:offset + limit], running)
-                page = Page(seen, complete, rows,
-                            "sharkd (first page found by tshark; sharkd's pass gives the exact total)"
-                            if not complete else "sharkd (frames found by tshark)")
-                self.early_answers += 1
                 race.cancel_scope.cancel()
 
             async def sharkd() -> None:
@@ -200,11 +216,11 @@ class CaptureWorkers:
             raise failure
         return page
 
-    async def _rows(self, numbers: list[int], running: FilterPass) -> list[dict[str, Any]]:
+    async def _rows(self, numbers: list[int], deadline: float) -> list[dict[str, Any]]:
         """The packet-list rows of these frames from a free worker (a `frame` request each: the
         two-pass columns, "(reply in 228)" included). Waits for a free worker: when the pass holds
         the only one, the pass's own page comes first."""
-        async with self.pool.use("frame columns", deadline=running.deadline) as worker:
+        async with self.pool.use("frame columns", deadline=deadline) as worker:
             return [packet_row((await worker.call("frame", {"frame": n, "columns": True}))["col"]) for n in numbers]
 
     def _start_pass(self, display_filter: str, deadline: float) -> FilterPass:
@@ -217,7 +233,7 @@ class CaptureWorkers:
             with running.scope:
                 self.pool.grow()  # calls arriving during the pass would queue behind it: another worker
                 async with self.pool.use("filter pass", display_filter=running.display_filter,
-                                         deadline=deadline) as worker:
+                                         deadline=deadline, long=True) as worker:
                     running.started = True
                     try:
                         await worker.call("check", {"filter": running.display_filter})

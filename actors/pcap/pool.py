@@ -100,6 +100,7 @@ class WorkerPool:
         self.workers: list[Worker] = []
         self._numbers = 0
         self._changed = trio.Event()
+        self._short_waiting = 0
         self.facts = LoadFacts()
         self.loads = 0
         self.grown = 0
@@ -190,12 +191,13 @@ class WorkerPool:
     # -- using a worker -----------------------------------------------------------------------
 
     @asynccontextmanager
-    async def use(self, doing: str, *, display_filter: str | None = None, deadline: float = math.inf
-                  ) -> AsyncIterator[Lease]:
+    async def use(self, doing: str, *, display_filter: str | None = None, deadline: float = math.inf,
+                  long: bool = False) -> AsyncIterator[Lease]:
         """A free, loaded worker for one request (or a few on the same worker), preferring the one
         holding `display_filter`'s bitmap. Waits for one to be free; starts another when calls would
-        queue and the budget allows; BUSY (with when to retry) rather than waiting past `deadline`."""
-        worker = await self._acquire(doing, display_filter, deadline)
+        queue and the budget allows; BUSY (with when to retry) rather than waiting past `deadline`.
+        A `long` request (a filter pass) lets waiting short ones go first."""
+        worker = await self._acquire(doing, display_filter, deadline, long)
         try:
             yield Lease(worker)
             if display_filter is not None:
@@ -205,7 +207,17 @@ class WorkerPool:
             worker.last_used = trio.current_time()
             self._notify()
 
-    async def _acquire(self, doing: str, display_filter: str | None, deadline: float) -> Worker:
+    async def _acquire(self, doing: str, display_filter: str | None, deadline: float, long: bool) -> Worker:
+        if not long:
+            self._short_waiting += 1
+        try:
+            return await self._wait_for_worker(doing, display_filter, deadline, long)
+        finally:
+            if not long:
+                self._short_waiting -= 1
+
+    async def _wait_for_worker(self, doing: str, display_filter: str | None, deadline: float, long: bool
+                               ) -> Worker:
         while True:
             self._drop_dead()
             error = self.first_error()
@@ -213,6 +225,8 @@ class WorkerPool:
                 self.forget_failed()  # reported to the calls waiting now; the next call loads anew
                 raise error
             worker = self._free(display_filter)
+            if worker is not None and long and self._short_waiting and self._free_count() <= self._short_waiting:
+                worker = None  # a pass would hold it for long: the short requests waiting go first
             if worker is not None:
                 worker.busy, worker.busy_since = doing, trio.current_time()
                 return worker
@@ -234,6 +248,9 @@ class WorkerPool:
             if self.holders(display_filter):
                 return None  # the holder is busy: its next free moment costs less than a pass elsewhere
         return free[0] if free else None
+
+    def _free_count(self) -> int:
+        return sum(1 for w in self.workers if w.ready and w.busy is None)
 
     def grow(self) -> None:
         """Another worker when none is loading and cores and memory allow it (a long request is about
