@@ -66,6 +66,9 @@ class Request:
         self.message = message
         self.progress = progress
         self.enqueued_at = trio.current_time()
+        # The caller's deadline (its tool call's timeout): the actor serves the request in its own
+        # task, so a wait inside it (a free worker) can refuse with BUSY before the caller times out.
+        self.deadline = trio.current_effective_deadline()
         self.started_at: float | None = None
         self.scope = trio.CancelScope()
         self._done = trio.Event()
@@ -126,6 +129,10 @@ class Actor(abc.ABC):
 
     kind: ClassVar[str]
     policy: ClassVar[SupervisionPolicy] = SupervisionPolicy()
+    # How many requests the actor serves at once. 1 (the default): one after the other, so a handler
+    # owns the actor's state between checkpoints. More: the actor shares out what it owns itself
+    # (the pcap actor's sharkd workers), and its handlers must not assume they run alone.
+    concurrency: ClassVar[int] = 1
 
     def __init__(self, resource: str, settings: Any = None) -> None:
         self.resource = resource
@@ -159,14 +166,16 @@ class ActorRuntime:
     idle_scope: trio.CancelScope | None = None  # the wait for the next request, while idle
     started: bool = False
     handled: int = 0
-    current: Request | None = None
+    current: Request | None = None  # the newest request being served
+    in_flight: int = 0
+    mean_s: float = 0.0  # moving average of how long a request takes: BUSY says when to retry from it
     last_error: str | None = None
     expire_now: Callable[[], bool] = field(default=lambda: True)
 
     def set_idle_timeout(self, idle_timeout_s: float) -> None:
         """Apply a new idle timeout now: an idle actor's deadline moves to idle_since + the new timeout."""
         self.idle_timeout_s = idle_timeout_s
-        if self.idle_scope is not None:
+        if self.idle_scope is not None and not self.in_flight:
             self.idle_deadline = self.idle_since + idle_timeout_s
             self.idle_scope.deadline = self.idle_deadline
 
@@ -228,37 +237,66 @@ def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
 async def _serve_inbox(
     actor: Actor, inbox: trio.MemoryReceiveChannel[Request], runtime: ActorRuntime
 ) -> None:
-    while True:
-        # runtime.idle_timeout_s is read each time: a config reload may change it (set_idle_timeout).
-        runtime.idle_since = trio.current_time()
-        runtime.idle_deadline = runtime.idle_since + runtime.idle_timeout_s
-        request: Request | None = None
-        with trio.move_on_at(runtime.idle_deadline) as runtime.idle_scope:
-            request = await inbox.receive()
-        runtime.idle_scope = None
-        if request is None:
-            if runtime.expire_now():
-                runtime.state = ActorState.EXPIRED
-                return
-            continue
-        if request.resolved:  # abandoned while queued
-            continue
-        runtime.state = ActorState.BUSY
-        runtime.idle_deadline = math.inf
-        runtime.current = request
-        request.started_at = trio.current_time()
-        try:
-            with request.scope:
-                request.resolve(await actor.handle(request))
-        except DiagdError as exc:
-            request.fail(exc)
-        except Exception as exc:
-            runtime.last_error = f"{type(exc).__name__}: {exc}"
-            request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor crashed: {runtime.last_error}"))
-            raise ActorCrashed(runtime.last_error) from exc
-        finally:
+    slots = trio.Semaphore(actor.concurrency)
+    async with trio.open_nursery() as serving:
+        while True:
+            # runtime.idle_timeout_s is read each time: a config reload may change it (set_idle_timeout).
+            # The idle clock runs only while no request is in flight; the last one to end restarts it.
+            runtime.idle_since = trio.current_time()
+            runtime.idle_deadline = runtime.idle_since + runtime.idle_timeout_s if not runtime.in_flight else math.inf
+            request: Request | None = None
+            with trio.move_on_at(runtime.idle_deadline) as runtime.idle_scope:
+                request = await inbox.receive()
+            runtime.idle_scope = None
+            if request is None:
+                if runtime.in_flight:
+                    continue
+                if runtime.expire_now():
+                    runtime.state = ActorState.EXPIRED
+                    return
+                continue
+            if request.resolved:  # abandoned while queued
+                continue
+            runtime.state = ActorState.BUSY
+            runtime.idle_deadline = math.inf
+            runtime.in_flight += 1
+            if actor.concurrency == 1:
+                await _serve(actor, request, runtime)
+            else:
+                await slots.acquire()  # a slot first: beyond it requests wait in the inbox, which says BUSY when full
+                serving.start_soon(_serve_released, actor, request, runtime, slots)
+
+
+async def _serve_released(actor: Actor, request: Request, runtime: ActorRuntime, slots: trio.Semaphore) -> None:
+    try:
+        await _serve(actor, request, runtime)
+    finally:
+        slots.release()
+
+
+async def _serve(actor: Actor, request: Request, runtime: ActorRuntime) -> None:
+    runtime.current = request
+    request.started_at = started = trio.current_time()
+    try:
+        with request.scope:
+            request.resolve(await actor.handle(request))
+    except DiagdError as exc:
+        request.fail(exc)
+    except Exception as exc:
+        runtime.last_error = f"{type(exc).__name__}: {exc}"
+        request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor crashed: {runtime.last_error}"))
+        raise ActorCrashed(runtime.last_error) from exc
+    finally:
+        if runtime.current is request:
             runtime.current = None
-            runtime.handled += 1
-            # Cancelled mid-request (actor stopped): the caller still gets an answer.
-            request.fail(DiagdError(ErrorCode.CANCELLED, f"{actor.kind} actor stopped during the call"))
-        runtime.state = ActorState.IDLE
+        runtime.handled += 1
+        runtime.in_flight -= 1
+        runtime.mean_s += 0.2 * ((trio.current_time() - started) - runtime.mean_s)
+        # Cancelled mid-request (actor stopped): the caller still gets an answer.
+        request.fail(DiagdError(ErrorCode.CANCELLED, f"{actor.kind} actor stopped during the call"))
+        if runtime.in_flight == 0:
+            runtime.state = ActorState.IDLE
+            runtime.idle_since = trio.current_time()
+            if runtime.idle_scope is not None:  # the loop waits for the next request: start its idle clock
+                runtime.idle_deadline = runtime.idle_since + runtime.idle_timeout_s
+                runtime.idle_scope.deadline = runtime.idle_deadline

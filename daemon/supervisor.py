@@ -60,6 +60,13 @@ class ActorEntry:
     def inbox_depth(self) -> int:
         return self.receive.statistics().current_buffer_used
 
+    def expected_wait_s(self) -> float:
+        """How long a new request would wait before it is served: the queue ahead of it times the
+        actor's mean request time, shared by the requests it serves at once."""
+        concurrency = self.actor.concurrency if self.actor is not None else 1
+        ahead = self.inbox_depth() + max(0, self.runtime.in_flight - concurrency + 1)
+        return ahead * self.runtime.mean_s / concurrency
+
     def statistics(self) -> dict[str, Any]:
         now = trio.current_time()
         deadline = self.runtime.idle_deadline
@@ -137,11 +144,18 @@ class Supervisor:
         if not ref.accepting:
             raise ActorGone(ref.id, ref.stop_reason)
         request = Request(message, progress)
+        wait_s = ref.expected_wait_s()
+        if wait_s > request.deadline - trio.current_time():
+            # It would time out in the queue: say so now, and when a retry may be served.
+            raise DiagdError(ErrorCode.BUSY, f"actor {ref.id} has {ref.inbox_depth()} queued calls, about "
+                             f"{wait_s:.1f} s of work, more than this call's time; retry in {math.ceil(wait_s)} s",
+                             actor_id=ref.id, retry_after_s=math.ceil(wait_s))
         try:
             ref.send.send_nowait(request)
         except trio.WouldBlock:
-            raise DiagdError(ErrorCode.BUSY, f"actor {ref.id} has {ref.inbox_depth()} queued calls; try later",
-                             actor_id=ref.id) from None
+            retry = max(1, math.ceil(wait_s))
+            raise DiagdError(ErrorCode.BUSY, f"actor {ref.id} has {ref.inbox_depth()} queued calls; retry in "
+                             f"{retry} s", actor_id=ref.id, retry_after_s=retry) from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise ActorGone(ref.id, ref.stop_reason) from None
         try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -43,8 +42,9 @@ from diagd.actors.pcap.messages import (
     Timeline,
     cache_key,
 )
-from diagd.actors.pcap.rows import packet_row
-from diagd.actors.pcap.sharkd import Sharkd, SharkdError
+from diagd.actors.pcap.passes import CaptureWorkers, Page, invalid
+from diagd.actors.pcap.pool import Headroom, WorkerPool
+from diagd.actors.pcap.sharkd import SharkdError
 from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -57,29 +57,27 @@ MAX_FILTER_CHARS = 1800  # sharkd 4.0 reads each request line into a 2 KiB buffe
 class PcapActor(Actor):
     kind = KIND
     policy = SupervisionPolicy(max_restarts=3, window_s=60, backoff_s=0.2)
+    # Calls on one capture run together: they share its sharkd workers (pool.py), so a frame tree
+    # is not queued behind another call's filter pass when a second worker is free.
+    concurrency = 8
 
-    def __init__(self, resource: str, settings: CaptureSpec) -> None:
+    def __init__(self, resource: str, settings: CaptureSpec, *, max_workers: int = 2,
+                 headroom: Headroom = lambda: None, ledger: dict[str, int] | None = None) -> None:
         super().__init__(resource, settings)
         self.spec = settings
-        self.sharkd: Sharkd | None = None
-        self._nursery: trio.Nursery | None = None
+        self._max_workers = max_workers
+        self._headroom = headroom
+        self._ledger: dict[str, int] = {} if ledger is None else ledger
         self._config_dir: Path | None = None
+        self.workers: CaptureWorkers | None = None
         self.analysis: dict[str, Any] = {}
-        self.frame_count = 0
-        self.load_s = 0.0
-        self.loads = 0
         self.filters: OrderedDict[str, list[int]] = OrderedDict()
         self._trees: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._results: OrderedDict[object, dict[str, Any]] = OrderedDict()
         self.cache_hits = 0
         self.cat: Catalogue | None = None
-        self.load_warning: str | None = None
-        self._loading = trio.Event()
-        self._load_error: DiagdError | None = None
-        self.column_formats: dict[str, int] = {}
 
     async def start(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
         self._config_dir = Path(tempfile.mkdtemp(prefix="diagd-wsconf-"))
         lines = []
         cat = self.cat = await catalogue()
@@ -94,121 +92,80 @@ class PcapActor(Actor):
             "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.network_name: FALSE\n")
         # The capture loads in the background: the first request reports progress while it waits,
         # or (frames, info) is answered by one cold tshark pass on the other core meanwhile.
-        self._loading = self._begin_load()
+        pool = WorkerPool(nursery, self.spec, self._config_dir, max_workers=self._max_workers,
+                          headroom=self._headroom, ledger=self._ledger)
+        self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), self._lookup)
+        self.workers.start()
 
-    def _begin_load(self) -> trio.Event:
-        assert self._nursery is not None
-        done = trio.Event()
-        self._load_error = None
-
-        async def load() -> None:
-            try:
-                await self._load()
-            except DiagdError as exc:
-                self._load_error = exc
-            except Exception as exc:
-                self._load_error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd failed to load: {exc}")
-            finally:
-                done.set()
-
-        self._nursery.start_soon(load)
-        return done
+    def _lookup(self, name: str) -> tuple[str, str] | None:
+        """(type, protocol) of a field or protocol name, as Wireshark's catalogue has it."""
+        if self.cat is None:
+            return None
+        if name in self.cat.protocols:
+            return "FT_PROTOCOL", name
+        entry = self.cat.fields.get(name)
+        return (entry[1], entry[2]) if entry is not None else None
 
     @property
     def worker_state(self) -> ActorState:
-        """The sharkd worker's state, from the load in progress (`_loading`, set when it ends), its
-        error (`_load_error`, reported once) and the process: STARTING while the capture loads,
-        IDLE when loaded and alive, FAILED after a failed load, STOPPED when the worker died."""
-        if not self._loading.is_set():
-            return ActorState.STARTING
-        if self._load_error is not None:
-            return ActorState.FAILED
-        if self.sharkd is None or not self.sharkd.alive:
-            return ActorState.STOPPED
-        return ActorState.IDLE
+        """STARTING while the capture loads, IDLE when a worker is loaded and alive, FAILED after a
+        failed load, STOPPED when every worker died."""
+        state = self.workers.state() if self.workers is not None else "loading"
+        return {"loading": ActorState.STARTING, "failed": ActorState.FAILED, "stopped": ActorState.STOPPED,
+                "ready": ActorState.IDLE}[state]
 
     @property
     def loaded(self) -> bool:
         return self.worker_state is ActorState.IDLE
 
+    @property
+    def frame_count(self) -> int:
+        return self.workers.facts.frame_count if self.workers is not None else 0
+
+    @property
+    def load_warning(self) -> str | None:
+        return self.workers.facts.warning if self.workers is not None else None
+
+    @property
+    def column_formats(self) -> dict[str, int]:
+        return self.workers.facts.column_formats if self.workers is not None else {}
+
     def cold_argv(self) -> list[str]:
         return _cold.base_argv(self.spec.path, self.spec.decode_as, self.spec.preferences)
 
-    async def _load(self) -> None:
-        assert self._nursery is not None and self._config_dir is not None
-        started = time.monotonic()
-        self._retire_worker()
-        self.sharkd = await Sharkd.start(self._nursery, self._config_dir)
-        # Preferences go in before the file is read: some act only in the first, sequential pass
-        # (sctp.association_index numbers associations there; set after `load` every frame says 65535).
-        for name, value in self.spec.preferences:
-            try:
-                await self.sharkd.call("setconf", {"name": name, "value": value})
-            except SharkdError as exc:
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"preference {name}={value}: {exc.message}") from None
-        try:
-            self.frame_count, self.load_warning = await self.sharkd.load(str(self.spec.path))
-        except SharkdError as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
-                             path=str(self.spec.path)) from None
-        self.analysis = {}  # a whole extra pass: computed when first needed, not at load
-        info = await self.sharkd.call("info")
-        # Column formats are an enum whose order sharkd lists in `info`: map %m, %t, ... to indices.
-        self.column_formats = {c["format"]: i for i, c in enumerate(info.get("columns", []))}
-        self.load_s = time.monotonic() - started
-        self.loads += 1
-        self.filters.clear()
-        self._trees.clear()
-
-    async def worker(self, request: Request) -> Sharkd:
-        if self.worker_state in (ActorState.FAILED, ActorState.STOPPED):
-            error = self._take_load_error()
-            # A worker that died (killed, crashed, timed out) is replaced by the call that finds it
-            # dead; a capture sharkd cannot read is reported once (the file may be fixed later).
-            if error is not None and error.code != ErrorCode.BACKEND_UNAVAILABLE:
-                raise error
-            self._loading = self._begin_load()
-        if self.worker_state is ActorState.STARTING:
+    async def sharkd_call(self, request: Request, method: str, params: dict[str, Any] | None = None, *,
+                          display_filter: str | None = None) -> Any:
+        """One sharkd request on whichever worker is free (the one holding `display_filter`'s bitmap
+        if one does); progress is reported while the capture loads."""
+        assert self.workers is not None
+        loading = self.workers.loading
+        if loading:
             await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
-            await self._loading.wait()
-            error = self._take_load_error()
-            if error is not None:
-                raise error  # this call waited for that load: it gets its error, the next call retries
+        answer = await self.workers.call(method, params, display_filter=display_filter, deadline=request.deadline)
+        if loading:
             await request.report_progress(1, 1, "capture loaded")
-        assert self.sharkd is not None
-        return self.sharkd
-
-    def _take_load_error(self) -> DiagdError | None:
-        error, self._load_error = self._load_error, None
-        if error is not None:
-            self._loading = trio.Event()
-            self._loading.set()
-            self._retire_worker()
-        return error
-
-    def _retire_worker(self) -> None:
-        """Drop the current worker; stop it in the background (usually it is reaped already)."""
-        old, self.sharkd = self.sharkd, None
-        if old is not None and self._nursery is not None:
-            self._nursery.start_soon(old.close)
+        return answer
 
     async def stop(self) -> None:
-        if self.sharkd is not None:
-            await self.sharkd.close()
+        if self.workers is not None:
+            await self.workers.close()
         if self._config_dir is not None:
             shutil.rmtree(self._config_dir, ignore_errors=True)
 
     def statistics(self) -> dict[str, Any]:
+        pool: dict[str, Any] = self.workers.statistics() if self.workers is not None else {"workers": [], "loads": 0}
+        workers: list[dict[str, Any]] = pool["workers"]
+        first = workers[0] if workers else {}
         return {
             "path": str(self.spec.path),
             "sha256": self.spec.sha256,
             **self.spec.describe(),
             "frames": self.frame_count,
-            "load_s": round(self.load_s, 3),
-            "loads": self.loads,
-            "sharkd_pid": self.sharkd.proc.pid if self.sharkd else None,
-            "sharkd_rss_bytes": self.sharkd.rss_bytes() if self.sharkd else None,
-            "sharkd_requests": self.sharkd.requests if self.sharkd else 0,
+            "load_s": first.get("load_s", 0.0),
+            "sharkd_pid": first.get("pid"),
+            "sharkd_rss_bytes": sum(w["rss_bytes"] or 0 for w in workers) or None,
+            "sharkd_requests": sum(w["requests"] for w in workers),
+            **pool,
             "cache_hits": self.cache_hits,
         }
 
@@ -219,11 +176,9 @@ class PcapActor(Actor):
             return
         self.check_length(display_filter)
         try:
-            await (await self.worker(request)).call("check", {"filter": display_filter})
+            await self.sharkd_call(request, "check", {"filter": display_filter})
         except SharkdError as exc:
-            message = exc.message.removeprefix("Filter invalid - ")
-            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message}",
-                             display_filter=display_filter) from None
+            raise invalid(display_filter, exc) from None
 
     @staticmethod
     def check_length(display_filter: str) -> None:
@@ -243,58 +198,39 @@ class PcapActor(Actor):
         if display_filter:
             params["filter"] = display_filter
         try:
-            rows = await (await self.worker(request)).call("frames", params)
+            rows = await self.sharkd_call(request, "frames", params, display_filter=display_filter)
         except SharkdError as exc:
-            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {exc.message}",
-                             display_filter=display_filter) from None
+            raise invalid(display_filter, exc) from None
         numbers = [int(r["num"]) for r in rows]
         self.filters[display_filter] = numbers
         if len(self.filters) > 64:
             self.filters.popitem(last=False)
         return numbers
 
-    async def page(self, request: Request, display_filter: str, offset: int, limit: int
-                   ) -> tuple[int, list[dict[str, Any]]]:
-        """(total matches, one page of default packet-list columns) in two cheap sharkd calls.
-
-        sharkd keeps a bitmap per filter, so the page (`skip`/`limit`) costs one pass the first
-        time and milliseconds after; the total comes from `intervals` on the same bitmap.
-        """
-        await self.check_filter(request, display_filter)
-        worker = await self.worker(request)
-        params: dict[str, Any] = {"limit": limit}
-        if offset:
-            params["skip"] = offset  # sharkd refuses skip=0
-        if display_filter:
-            params["filter"] = display_filter
-        try:
-            result = await worker.call("frames", params)
-            if display_filter:
-                counted = await worker.call("intervals", {"filter": display_filter, "interval": 2**31 - 1})
-                total = int(counted.get("frames", 0))
-            else:
-                total = self.frame_count
-        except SharkdError as exc:
-            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {exc.message}",
-                             display_filter=display_filter) from None
-        rows = [packet_row(r["c"]) for r in result]
-        return total, rows
+    async def page(self, request: Request, display_filter: str, offset: int, limit: int) -> Page:
+        """(total matches, one page of default packet-list columns): from a worker holding the
+        filter in milliseconds, or for a new filter the first page first (passes.py)."""
+        self.check_length(display_filter)
+        assert self.workers is not None
+        if self.workers.loading:
+            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
+        return await self.workers.page(display_filter, offset, limit, request.deadline)
 
     async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
         """A frame's protocol tree with its bytes (tshark -V dumps `data` items in hex), cached:
         the bytes always come along, so one frame is one cache entry whatever the caller renders.
         A scan over a whole capture passes keep=False: thousands of trees would hold hundreds of MB."""
-        worker = await self.worker(request)  # loads the capture first, so frame_count is known
-        if not 1 <= number <= self.frame_count:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
-                             f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
-                             frame=number, frame_count=self.frame_count)
         key = number
         if key in self._trees:
             self._trees.move_to_end(key)
             return self._trees[key]
-        params: dict[str, Any] = {"frame": number, "proto": True, "bytes": True}
-        answer = await worker.call("frame", params)
+        if not self.loaded:
+            await self.sharkd_call(request, "status")  # loads the capture first, so frame_count is known
+        if not 1 <= number <= self.frame_count:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
+                             frame=number, frame_count=self.frame_count)
+        answer = await self.sharkd_call(request, "frame", {"frame": number, "proto": True, "bytes": True})
         if keep:
             self._trees[key] = answer
             if len(self._trees) > 4096:
@@ -306,7 +242,7 @@ class PcapActor(Actor):
     async def analysed(self, request: Request) -> dict[str, Any]:
         """Protocols and time span of the whole capture (one dissection pass, done once)."""
         if not self.analysis:
-            self.analysis = await (await self.worker(request)).call("analyse")
+            self.analysis = await self.sharkd_call(request, "analyse")
         return self.analysis
 
     # -- requests ---------------------------------------------------------------------------
@@ -319,7 +255,7 @@ class PcapActor(Actor):
             self._results.move_to_end(key)
             return {**self._results[key], "cached": True}
         result = await self._answer(request)
-        if key is None or result.get("served_by", "sharkd") != "sharkd":
+        if key is None or result.get("served_by", "sharkd") != "sharkd" or result.get("total_exact") is False:
             return {**result, "cached": False}  # a stand-in answer while loading: ask the worker next time
         if result.get("stopped_because") == "time_budget":
             return {**result, "cached": False}  # another call may have the time to finish it
@@ -330,18 +266,21 @@ class PcapActor(Actor):
 
     async def _frames(self, request: Request, message: Frames) -> dict[str, Any]:
         """Fetched here, shaped by answers.frames (which never calls back into the actor)."""
-        if self.worker_state is ActorState.STARTING:  # first question while sharkd loads: one tshark pass beside it
-            self.check_length(message.display_filter)
+        display_filter = message.display_filter
+        assert self.workers is not None
+        if self.worker_state is ActorState.STARTING and display_filter and not self.workers.raceable(
+                display_filter, message.offset, message.limit):
+            # A filter only a two-pass read answers, asked while sharkd loads: one tshark pass beside it.
+            self.check_length(display_filter)
             total, rows = await answers.frames_while_loading(request, self.spec, self.cold_argv(), self.filters,
                                                              message)
-            served_by = "tshark (capture still loading)"
+            page = Page(total, True, rows, "tshark (capture still loading)")
         else:
-            total, rows = await self.page(request, message.display_filter, message.offset, message.limit)
-            served_by = "sharkd"
+            page = await self.page(request, display_filter, message.offset, message.limit)
         present = None
-        if not total and message.display_filter:
+        if not page.total and display_filter:
             present = list((await self.analysed(request)).get("protocols", []))
-        return answers.frames(message, total, rows, served_by, present, self.cat)
+        return answers.frames(message, page, present, self.cat)
 
     async def _answer(self, request: Request) -> dict[str, Any]:
         match request.message:

@@ -1,7 +1,7 @@
 """The pcap actor's answers to most questions (frame text and search: text.py), as functions of the actor.
 
-Each runs inside the actor (its inbox serialises them), reading the loaded worker through the
-actor's primitives (`worker`, `page`, `matching`, `tree`, `analysed`).
+Each runs inside the actor, reading the capture's workers through the actor's primitives
+(`sharkd_call`, `page`, `matching`, `tree`, `analysed`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 if TYPE_CHECKING:
     from diagd.actors.pcap.actor import PcapActor
     from diagd.actors.pcap.capture import CaptureSpec
+    from diagd.actors.pcap.passes import Page
     from diagd.actors.pcap.wireshark import Catalogue
 
 INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",
@@ -46,11 +47,10 @@ async def info(actor: PcapActor, request: Request) -> dict[str, Any]:
     else:
         analysis = await actor.analysed(request)
         protocols = list(analysis.get("protocols", []))
-        worker = await actor.worker(request)
         frame_count = actor.frame_count
         warnings = [actor.load_warning] if actor.load_warning else []
-        taps = await worker.call("tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
-                                         "tap3": "conv:TCP"})
+        taps = await actor.sharkd_call(request, "tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
+                                                        "tap3": "conv:TCP"})
         conversations = []
         for tap in taps.get("taps", []):
             for conv in tap.get("convs", []):
@@ -85,13 +85,18 @@ async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[s
     return len(all_rows), all_rows[offset:offset + limit]
 
 
-def frames(message: Frames, total: int, rows: list[dict[str, Any]], served_by: str, present: list[str] | None,
-           cat: Catalogue | None) -> dict[str, Any]:
+def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogue | None) -> dict[str, Any]:
     """The answer of pcap_frames_by_filter from what the actor fetched (`present`: the capture's
-    protocols, fetched only when nothing matched)."""
-    result: dict[str, Any] = {"total": total, "frames": rows, "has_more": message.offset + len(rows) < total,
-                              "served_by": served_by}
-    if not total and message.display_filter:
+    protocols, fetched only when nothing matched). A first page that came before the full pass has
+    a lower bound for its total: `total_exact` says which it is."""
+    result: dict[str, Any] = {"total": page.total, "total_exact": page.exact, "frames": page.rows,
+                              "has_more": message.offset + len(page.rows) < page.total, "served_by": page.served_by}
+    if not page.exact:
+        result["total_at_least"] = page.total
+        result["note"] = (f"first page from a tshark pass stopped after {page.total} matches; sharkd's full pass "
+                          "is still counting: the same call in a moment gives the exact total, and the next page "
+                          "comes from it")
+    if not page.total and message.display_filter:
         result["hint"] = protocols_hint(message.display_filter, present or [], cat)
     return result
 
@@ -180,15 +185,15 @@ async def follow(actor: PcapActor, request: Request, message: Follow) -> dict[st
                          protocols=tree_mod.top_protocols(answer["tree"]),
                          hint="HTTP/2 on a non-standard port needs decode_as (e.g. tcp.port==7777,http2)")
     combined = f"({follow_filter}) && ({display_filter})" if display_filter else follow_filter
-    total, rows = await actor.page(request, combined, offset, limit)
+    page = await actor.page(request, combined, offset, limit)
     return {"follow_type": follow_type, "follow_key": key, "follow_display_filter": follow_filter,
-            "display_filter": combined, "total": total, "frames": rows, "has_more": offset + len(rows) < total}
+            "display_filter": combined, "total": page.total, "total_exact": page.exact, "frames": page.rows,
+            "has_more": offset + len(page.rows) < page.total}
 
 
 async def packet_list(actor: PcapActor, request: Request, message: PacketList) -> dict[str, Any]:
     display_filter, columns, output_path = message.display_filter, message.columns, message.output_path
-    await actor.check_filter(request, display_filter)
-    worker = await actor.worker(request)  # loaded first: column_formats come from the loaded worker
+    await actor.check_filter(request, display_filter)  # loaded first: column_formats come from the loaded worker
     params: dict[str, Any] = {}
     names: list[str] = []
     index = 0
@@ -204,7 +209,7 @@ async def packet_list(actor: PcapActor, request: Request, message: PacketList) -
         index += 1
     if display_filter:
         params["filter"] = display_filter
-    rows = await worker.call("frames", params)
+    rows = await actor.sharkd_call(request, "frames", params)
     table = [[str(v).replace("\t", " ").replace("\n", " ").strip() for v in r["c"]] for r in rows]
 
     def write() -> int:

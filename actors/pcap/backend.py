@@ -43,6 +43,9 @@ class PcapBackend:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.recent: OrderedDict[str, float] = OrderedDict()
+        # Bytes held by each loaded capture's sharkd workers, written by the captures' pools as
+        # workers load and stop: the memory budget is checked from here without asking the actors.
+        self.held: dict[str, int] = {}
         self._parsed: tuple[BackendConfig, PcapSettings] | None = None
 
     @property
@@ -85,24 +88,44 @@ class PcapBackend:
         return spec
 
     async def ask(self, ctx: CallContext, spec: CaptureSpec, message: PcapMessage) -> dict[str, Any]:
-        """Start the capture's actor (evicting the least recently used beyond max_loaded), then ask it."""
+        """Start the capture's actor (evicting the least recently used beyond max_loaded or the memory
+        budget), then ask it."""
         settings = self.settings
         if self.runtime.find(KIND, spec.key) is None:
-            self._evict(settings.max_loaded - 1)
-        ref = await self.runtime.start(KIND, spec.key, lambda: PcapActor(spec.key, spec),
-                                       idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
+            self._evict(settings.max_loaded - 1, keep_key=spec.key)
+        ref = await self.runtime.start(
+            KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
+                                              headroom=self.headroom, ledger=self.held),
+            idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
         self.recent[spec.key] = trio.current_time()
         self.recent.move_to_end(spec.key)
+        self._evict(settings.max_loaded, keep_key=spec.key)  # over the memory budget: the oldest go first
         return await self.runtime.ask(ref, message, progress=ctx.progress)
 
-    def _evict(self, keep: int) -> None:
-        """Stop least recently used workers until at most `keep` stay loaded."""
+    def headroom(self) -> int:
+        """What the memory budget still allows (a busy capture's second worker must fit in it)."""
+        return self.settings.max_memory_mb * 2**20 - sum(self.held.values())
+
+    def _evict(self, keep: int, *, keep_key: str) -> None:
+        """Stop least recently used captures until at most `keep` stay loaded and their workers fit
+        in max_memory_mb; the capture this call is for stays."""
         loaded = [k for k in self.recent if self.runtime.find(KIND, k) is not None]
-        for key in loaded[: max(0, len(loaded) - keep)]:
+        budget = self.settings.max_memory_mb * 2**20
+        held = sum(self.held.values())
+        for key in list(loaded):
+            if key == keep_key:
+                continue
+            over_count = len(loaded) > keep
+            if not over_count and held <= budget:
+                break
             ref = self.runtime.find(KIND, key)
+            rss = self.held.pop(key, 0)
             if ref is not None:
-                log.info("evicting capture", actor=ref.id, resource=key)
-                self.runtime.stop(ref, reason="evicted (max_loaded captures)")
+                why = "max_loaded captures" if over_count else f"max_memory_mb {self.settings.max_memory_mb}"
+                log.info("evicting capture", actor=ref.id, resource=key, why=why, rss_bytes=rss)
+                self.runtime.stop(ref, reason=f"evicted ({why})")
+                held -= rss
+            loaded.remove(key)
             self.recent.pop(key, None)
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,

@@ -64,9 +64,10 @@ INFO_OUTPUT = output({
 }, ("sha256", "packet_count", "protocols", "source"))
 
 FRAMES_OUTPUT = output({
-    "total": INT, "frames": {"type": "array", "items": OBJ}, "has_more": BOOL, "served_by": STR, "hint": STR,
+    "total": INT, "total_exact": BOOL, "total_at_least": INT, "note": STR,
+    "frames": {"type": "array", "items": OBJ}, "has_more": BOOL, "served_by": STR, "hint": STR,
     "limit": INT, "offset": INT, **ANSWER,
-}, ("total", "frames", "has_more", "source"))
+}, ("total", "total_exact", "frames", "has_more", "source"))
 
 TIMELINE_OUTPUT = output({
     "total": INT, "rows": {"type": "array", "items": OBJ}, "has_more": BOOL, "hint": STR,
@@ -89,7 +90,7 @@ SEARCH_OUTPUT = output({
 
 FOLLOW_OUTPUT = output({
     "follow_type": STR, "follow_key": OBJ, "follow_display_filter": STR, "display_filter": STR, "total": INT,
-    "frames": {"type": "array", "items": OBJ}, "has_more": BOOL, **ANSWER,
+    "total_exact": BOOL, "frames": {"type": "array", "items": OBJ}, "has_more": BOOL, **ANSWER,
 }, ("follow_type", "follow_display_filter", "frames", "source"))
 
 PACKET_LIST_OUTPUT = output({
@@ -119,7 +120,8 @@ FIELDS_SEARCH_OUTPUT = output({"total": INT, "fields": {"type": "array", "items"
 
 CONFIG_OUTPUT = output({
     "profiles": OBJ, "packet_list_columns": {"type": "array", "items": OBJ}, "allowed_dirs": STRINGS,
-    "output_dir": STR, "max_loaded": INT, "idle_timeout_s": nullable("number"), "max_exports": INT,
+    "output_dir": STR, "max_loaded": INT, "max_memory_mb": INT, "workers_per_capture": INT,
+    "idle_timeout_s": nullable("number"), "max_exports": INT,
     "mask_subscriber_ids": BOOL, "call_timeout_s": {"type": "number"},
     "loaded_captures": {"type": "array", "items": OBJ},
 }, ("profiles", "allowed_dirs", "output_dir", "loaded_captures"))

@@ -21,6 +21,10 @@ class PcapSettings:
     allowed_dirs: tuple[str, ...] = ()  # default: [daemon] allowed_dirs
     output_dir: Path = Path("exports")  # default: $state/pcap/exports
     max_loaded: int = setting(4, positive=True)
+    # The sharkd workers of all loaded captures together (their RSS): beyond it the least recently
+    # used capture is stopped, and a busy capture gets no second worker that would not fit.
+    max_memory_mb: int = setting(4096, positive=True)
+    workers_per_capture: int = setting(2, positive=True)  # at most; also never more than the cores
     idle_timeout_s: float = setting(900.0, positive=True)
     max_exports: int = setting(50, positive=True)
     mask_subscriber_ids: bool = False

@@ -364,6 +364,7 @@ async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> Args
     loaded = [ref.statistics() for ref in runtime.actors(KIND)]
     return {"profiles": s.profiles, "packet_list_columns": list(s.packet_list_columns),
             "allowed_dirs": list(s.allowed_dirs), "output_dir": str(s.output_dir), "max_loaded": s.max_loaded,
+            "max_memory_mb": s.max_memory_mb, "workers_per_capture": s.workers_per_capture,
             "idle_timeout_s": s.idle_timeout_s if math.isfinite(s.idle_timeout_s) else None,
             "max_exports": s.max_exports, "mask_subscriber_ids": s.mask_subscriber_ids,
             "call_timeout_s": runtime.config().call_timeout_s, "loaded_captures": loaded}

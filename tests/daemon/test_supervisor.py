@@ -333,3 +333,54 @@ async def test_status_names_what_a_running_request_asks(autojump_clock: trio.tes
         await trio.testing.wait_all_tasks_blocked()
         assert [r.statistics()["current_op"] for r in sup.actors()] == ["Work", "Work"]
         nursery.cancel_scope.cancel()
+
+
+class Shared(Scripted):
+    """Serves three requests at once (as the pcap actor shares its workers)."""
+
+    concurrency = 3
+
+
+async def test_a_concurrent_actor_serves_requests_together_and_expires_after_the_last(
+        autojump_clock: trio.testing.MockClock) -> None:
+    results: list[tuple[dict[str, Any], float]] = []
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=30)
+        ref = await sup.start("scripted", "s", lambda: Shared("s"))
+
+        async def client(delay: float) -> None:
+            results.append((await sup.ask(ref, Work(delay)), trio.current_time()))
+
+        began = trio.current_time()
+        for delay in (5, 5, 5, 5):
+            nursery.start_soon(client, delay)
+        await trio.sleep(6)
+        assert sorted(round(at - began, 6) for _, at in results) == [5, 5, 5]  # three at once, the fourth queued
+        assert ref.statistics()["state"] == "busy"
+        await trio.sleep(4.5)
+        assert len(results) == 4 and ref.statistics()["state"] == "idle"
+        # The idle clock starts when the last request ends (at 10 s), not when the loop last received.
+        await trio.sleep(29.3)
+        assert sup.find("scripted", "s") is ref
+        await trio.sleep(0.4)
+        assert sup.find("scripted", "s") is None
+
+
+async def test_busy_says_when_to_retry_instead_of_timing_out_in_the_queue(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=100)
+        ref = await sup.start("scripted", "a", factory("a"))
+        for _ in range(3):
+            await sup.ask(ref, Work(4))  # the actor learns that a request takes about 4 s
+        for _ in range(3):
+            nursery.start_soon(sup.ask, ref, Work(4))
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.move_on_after(5):  # a call with 5 s left: about 12 s of work is ahead of it
+            with pytest.raises(DiagdError) as refused:
+                await sup.ask(ref, Ping())
+        assert refused.value.code is ErrorCode.BUSY
+        assert 5 <= refused.value.details["retry_after_s"] <= 13
+        assert "retry in" in refused.value.message
+        assert (await sup.ask(ref, Ping()))["op"] == "Ping"  # without a deadline it waits its turn
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,118 @@
+"""A new filter's first page before the full pass: one tshark that stops at `limit` matching frames.
+
+sharkd filters every frame before it returns the first row of a new filter; a plain `tshark -Y`
+prints matches as it finds them. The actor runs both and answers with whichever page is ready first
+(the pass goes on and gives the exact total and the later pages).
+
+Only a single-pass tshark can stop early, and a single pass does not know what later frames tell:
+its Info column lacks "(reply in 228)", and links to later frames (`pfcp.response_in`,
+`tcp.reassembled_in`: Wireshark's FT_FRAMENUM fields) or "no response seen" are not yet known. So
+tshark gives only the frame *numbers* of the page, the rows come from a loaded sharkd worker (its
+`frame` request with the packet-list columns, two-pass like every sharkd answer), and a filter
+naming a field whose value depends on later frames is not raced: sharkd answers it alone. The
+differential test compares the pages with sharkd's own on every corpus capture.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import trio
+
+from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, stop_process
+from diagd.actors.pcap.tshark import TRUNCATED
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+MAX_EARLY_ROWS = 2000  # beyond this a page is far into the matches: the pass is the better way there
+MAX_EARLY_PAGE = 200  # rows fetched one `frame` request each: a bigger page waits for the pass
+
+# Protocols a single pass dissects exactly as the second of two does: each frame on its own (or
+# reassembled from earlier frames only). Not here: protocols above TCP reassembly such as HTTP/2
+# and what it carries (a single pass leaves an SBI JSON body undecoded), RTP set up by signalling,
+# and anything not checked. The differential test (tests/e2e/test_pcap_first_page.py) holds every
+# protocol of this list to sharkd's own matches on every corpus capture that carries it.
+SINGLE_PASS_PROTOCOLS = frozenset({
+    "frame", "eth", "vlan", "sll", "ip", "ipv6", "arp", "icmp", "icmpv6", "udp", "sctp", "tcp", "gtp", "gtpv2",
+    "pfcp", "diameter", "ngap", "s1ap", "nas-5gs", "nas-eps", "e212", "sip", "sdp", "dns", "x2ap", "gtpprime",
+})
+# Fields set from what later frames say: links to them (FT_FRAMENUM), "no response seen" markers
+# and expert items (a single pass flags every request as unanswered).
+_LATER = re.compile(r"^_ws\.expert|no_?resp|unanswered|response_?in|reassembled_?in|retransmitted_in")
+_KEYWORDS = frozenset({"and", "or", "not", "xor", "in", "contains", "matches", "eq", "ne", "gt", "lt", "ge", "le",
+                       "any", "all", "bitwise_and", "true", "false"})
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_WORD = re.compile(r"(?<![\w.:\-])[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")
+
+Lookup = Callable[[str], tuple[str, str] | None]  # a field or protocol name -> (type, protocol)
+
+
+def raceable(display_filter: str, offset: int, limit: int, lookup: Lookup) -> bool:
+    """Whether an early-stopping single pass finds exactly the frames sharkd's filter matches: every
+    name in the filter is a field or protocol of SINGLE_PASS_PROTOCOLS, and none depends on later
+    frames. A bare word that is not a field (an unquoted value) makes it not raceable: unsure is no."""
+    if not display_filter or offset + limit > MAX_EARLY_ROWS or limit > MAX_EARLY_PAGE:
+        return False
+    for name in _WORD.findall(_QUOTED.sub('""', display_filter)):
+        if name.lower() in _KEYWORDS:
+            continue
+        known = lookup(name)
+        if known is None or known[1] not in SINGLE_PASS_PROTOCOLS:
+            return False
+        if known[0] == "FT_FRAMENUM" or _LATER.search(name):
+            return False
+    return True
+
+
+def single_pass(argv: list[str]) -> list[str]:
+    """The capture's cold argv without `-2`: output starts with the first match."""
+    return [a for a in argv if a != "-2"]
+
+
+async def early_numbers(argv: list[str], display_filter: str, want: int) -> tuple[list[int], bool]:
+    """(numbers, complete): the first `want` matching frame numbers of a single tshark pass, which is
+    stopped once they are in; complete is True when tshark read the whole capture (fewer matches, or
+    exactly `want`), so their count is then the exact total."""
+    numbers: list[int] = []
+    stderr = Tail()
+    proc = await open_process([*single_pass(argv), "-Y", display_filter, "-T", "fields", "-e", "frame.number"])
+
+    def take(line: str) -> None:
+        if line.strip().isdigit():
+            numbers.append(int(line))
+
+    splitter = LineSplitter(take, max_line=1 << 16)
+    stopped = False
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain, proc.stderr, stderr.feed)
+            assert proc.stdout is not None
+            try:
+                while chunk := await proc.stdout.receive_some(1 << 16):
+                    splitter.feed(chunk)
+                    if len(numbers) > want:  # one more than asked: the page is not the last
+                        stopped = True
+                        break
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            if stopped:
+                await stop_process(proc)
+            else:
+                splitter.flush()
+            await proc.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        await stop_process(proc)  # cancelled (sharkd won) or failed: never leave tshark running
+        await close_pipes(proc)
+    if not stopped and proc.returncode != 0 and not (TRUNCATED in stderr.text() and numbers):
+        raise _failure(stderr.text(), display_filter, proc.returncode)
+    return numbers[:want], not stopped
+
+
+def _failure(err: str, display_filter: str, returncode: int | None) -> DiagdError:
+    message = "\n".join(line for line in err.splitlines() if line and not line.startswith("Running as user"))
+    if "filter" in message.lower() or "unexpected" in message or "not a valid" in message:
+        return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message[-2000:]}",
+                          display_filter=display_filter)
+    return DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark could not read the capture: {message[-2000:]}",
+                      exit_code=returncode)

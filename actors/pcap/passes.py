@@ -1,0 +1,251 @@
+"""A capture's sharkd workers as the actor reaches them, and pages of a display filter: from a
+worker that holds the filter, or first page first for a new one.
+
+The actor reaches its workers only through `CaptureWorkers` (one request on a free worker: `use`,
+`call`; a page: `page`), which owns the pool (pool.py).
+
+A new filter costs sharkd one pass over the whole capture before its first row. Here that pass runs
+as a background task of the actor (one per filter, shared by every call asking for it), and the call
+races it with an early-stopping tshark (`first_page`) when that gives the same rows: the first page
+is answered by whichever is ready first. A pass that has not got a worker yet when tshark wins is
+dropped again (nobody needs it before the next page); one that has started goes on — sharkd cannot
+be interrupted except by killing it — and leaves the filter's bitmap on its worker and its exact
+total here, so the next page costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from diagd.actors.pcap import first_page
+from diagd.actors.pcap.pool import SPARE_IDLE_S, WorkerPool
+from diagd.actors.pcap.rows import packet_row
+from diagd.actors.pcap.sharkd import SharkdError
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts every match
+
+
+@dataclass
+class Page:
+    total: int
+    exact: bool
+    rows: list[dict[str, Any]]
+    served_by: str
+
+
+@dataclass(eq=False)
+class FilterPass:
+    display_filter: str
+    deadline: float
+    done: trio.Event = field(default_factory=trio.Event)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    started: bool = False  # it has a worker: cancelling it now would kill that sharkd
+    waiting: int = 0
+    error: DiagdError | None = None
+
+
+def invalid(display_filter: str, exc: SharkdError) -> DiagdError:
+    message = exc.message.removeprefix("Filter invalid - ")
+    return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message}", display_filter=display_filter)
+
+
+class CaptureWorkers:
+    """The pool of one capture, the exact totals known per filter and the passes running."""
+
+    def __init__(self, nursery: trio.Nursery, pool: WorkerPool, cold_argv: list[str],
+                 lookup: first_page.Lookup) -> None:
+        self._nursery = nursery
+        self.pool = pool
+        self.facts = pool.facts  # updated in place by the pool when the capture loads
+        self.cold_argv = cold_argv
+        self.lookup = lookup
+        self.totals: OrderedDict[str, int] = OrderedDict()
+        self.passes: dict[str, FilterPass] = {}
+        # Early tshark runs share the cores with the passes: one per core at most.
+        self.early_slots = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
+        self.early_answers = 0
+
+    # -- the pool, as the actor sees it ----------------------------------------------------------
+
+    async def call(self, method: str, params: dict[str, Any] | None, *, display_filter: str | None,
+                   deadline: float) -> Any:
+        """One sharkd request on a free worker (the holder of `display_filter` if one does)."""
+        async with self.pool.use(method, display_filter=display_filter, deadline=deadline) as worker:
+            return await worker.call(method, params)
+
+    @property
+    def loading(self) -> bool:
+        return self.pool.loading
+
+    def state(self) -> str:
+        """"loading", "failed" (no worker could load the capture), "stopped" (every worker died) or "ready"."""
+        if self.pool.loading:
+            return "loading"
+        if self.pool.first_error() is not None:
+            return "failed"
+        return "ready" if any(w.ready for w in self.pool.workers) else "stopped"
+
+    def raceable(self, display_filter: str, offset: int, limit: int) -> bool:
+        return first_page.raceable(display_filter, offset, limit, self.lookup)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"workers": self.pool.statistics(), "loads": self.pool.loads, "early_first_pages": self.early_answers,
+                "filter_passes_running": len(self.passes), "second_workers_started": self.pool.grown}
+
+    def start(self) -> None:
+        """Load the first worker, and stop spares that stay idle."""
+        self.pool.begin()
+        self._nursery.start_soon(self._retire_spares)
+
+    async def _retire_spares(self) -> None:
+        while True:
+            await trio.sleep(SPARE_IDLE_S / 4)
+            self.pool.retire_idle_spares()
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    # -- pages ----------------------------------------------------------------------------------
+
+    async def page(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page:
+        if display_filter and not self.pool.holders(display_filter):
+            early = await self._first(display_filter, offset, limit, deadline)
+            if early is not None:
+                return early
+        return await self._from_worker(display_filter, offset, limit, deadline)
+
+    async def _from_worker(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page:
+        params: dict[str, Any] = {"limit": limit}
+        if offset:
+            params["skip"] = offset  # sharkd refuses skip=0
+        if display_filter:
+            params["filter"] = display_filter
+        async with self.pool.use("frames", display_filter=display_filter, deadline=deadline) as worker:
+            try:
+                result = await worker.call("frames", params)
+                total = self.totals.get(display_filter)
+                if total is None and display_filter:
+                    counted = await worker.call("intervals", {"filter": display_filter, "interval": WHOLE})
+                    total = self._known(display_filter, int(counted.get("frames", 0)))
+            except SharkdError as exc:
+                raise invalid(display_filter, exc) from None
+        if not display_filter:
+            total = self.pool.facts.frame_count
+        assert total is not None
+        return Page(total, True, [packet_row(r["c"]) for r in result], "sharkd")
+
+    def _known(self, display_filter: str, total: int) -> int:
+        self.totals[display_filter] = total
+        self.totals.move_to_end(display_filter)
+        if len(self.totals) > 4096:
+            self.totals.popitem(last=False)
+        return total
+
+    async def _first(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page | None:
+        """The first page of a filter no worker holds: the pass's, or tshark's if that comes first."""
+        raceable = first_page.raceable(display_filter, offset, limit, self.lookup)
+        if raceable and self.pool.loading and display_filter not in self.passes:
+            # A fresh capture: tshark looks for the page while sharkd loads, and the pass waits until
+            # it is done: started now, it would take the loaded worker the page's rows need.
+            try:
+                page = await self._early(display_filter, offset, limit, deadline)
+            except DiagdError as exc:
+                if exc.code is ErrorCode.INVALID_FILTER:
+                    raise
+            else:
+                if not page.exact:
+                    self._start_pass(display_filter, math.inf)  # the exact total, for the next call
+                return page
+        running = self.passes.get(display_filter) or self._start_pass(display_filter, deadline)
+        running.waiting += 1
+        try:
+            if raceable:
+                early = await self._race(running, offset, limit)
+                if early is not None:
+                    return early
+            await running.done.wait()
+        finally:
+            running.waiting -= 1
+            if running.waiting == 0 and not running.started:
+                running.scope.cancel()  # answered early and nobody else waits: no pass before the next page
+        if running.error is not None:
+            raise running.error
+        return None
+
+    async def _early(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page:
+        """The page from tshark's first matches and a free worker's rows of them."""
+        async with self.early_slots:
+            numbers, complete = await first_page.early_numbers(self.cold_argv, display_filter, offset + limit)
+        seen = len(numbers) if complete else offset + limit + 1
+        if complete:
+            self._known(display_filter, seen)
+        rows = await self._rows(numbers[offset:offset + limit], deadline)
+        self.early_answers += 1
+        return Page(seen, complete, rows, "sharkd (frames found by tshark)" if complete else
+                    "sharkd (first page found by tshark; sharkd's pass gives the exact total)")
+
+    async def _race(self, running: FilterPass, offset: int, limit: int) -> Page | None:
+        page: Page | None = None
+        failure: DiagdError | None = None
+        async with trio.open_nursery() as race:
+            async def tshark() -> None:
+                nonlocal page, failure
+                try:
+                    page = await self._early(running.display_filter, offset, limit, running.deadline)
+                except DiagdError as exc:
+                    failure = exc  # the pass says the same or better (sharkd's own message): wait for it
+                    if exc.code is ErrorCode.INVALID_FILTER and not running.started:
+                        race.cancel_scope.cancel()
+                    return
+                race.cancel_scope.cancel()
+
+            async def sharkd() -> None:
+                await running.done.wait()
+                race.cancel_scope.cancel()
+
+            race.start_soon(tshark)
+            race.start_soon(sharkd)
+        if page is None and failure is not None and not running.started and not running.done.is_set():
+            raise failure
+        return page
+
+    async def _rows(self, numbers: list[int], deadline: float) -> list[dict[str, Any]]:
+        """The packet-list rows of these frames from a free worker (a `frame` request each: the
+        two-pass columns, "(reply in 228)" included). Waits for a free worker: when the pass holds
+        the only one, the pass's own page comes first."""
+        async with self.pool.use("frame columns", deadline=deadline) as worker:
+            return [packet_row((await worker.call("frame", {"frame": n, "columns": True}))["col"]) for n in numbers]
+
+    def _start_pass(self, display_filter: str, deadline: float) -> FilterPass:
+        running = self.passes[display_filter] = FilterPass(display_filter, deadline)
+        self._nursery.start_soon(self._pass, running, deadline)
+        return running
+
+    async def _pass(self, running: FilterPass, deadline: float) -> None:
+        try:
+            with running.scope:
+                self.pool.grow()  # calls arriving during the pass would queue behind it: another worker
+                async with self.pool.use("filter pass", display_filter=running.display_filter,
+                                         deadline=deadline, long=True) as worker:
+                    running.started = True
+                    try:
+                        await worker.call("check", {"filter": running.display_filter})
+                        counted = await worker.call("intervals", {"filter": running.display_filter,
+                                                                  "interval": WHOLE})
+                    except SharkdError as exc:
+                        raise invalid(running.display_filter, exc) from None
+                    self._known(running.display_filter, int(counted.get("frames", 0)))
+        except DiagdError as exc:
+            running.error = exc
+        finally:
+            if running.scope.cancelled_caught and running.error is None and running.waiting:
+                running.error = DiagdError(ErrorCode.CANCELLED, "the filter pass was stopped")
+            self.passes.pop(running.display_filter, None)
+            running.done.set()

@@ -1,0 +1,312 @@
+"""The sharkd workers of one capture: one loaded first, a second when calls would queue behind it.
+
+sharkd answers one request at a time, and a new display filter holds it for a whole pass over the
+capture. So a capture whose worker is busy gets another one (loaded from the same file, decoded the
+same way) when the memory budget and the cores allow it; cheap requests (a frame tree, a page of a
+filter a worker has already computed) then go to whichever worker is free instead of waiting for
+the pass. A spare worker that has been idle for `SPARE_IDLE_S` is stopped again.
+
+sharkd keeps a bitmap per filter it has run: a page of such a filter costs milliseconds on that
+worker and a whole pass on another. Each worker records the filters it holds, and a request names
+its filter so that the pool prefers the worker that has it.
+
+All of this runs in the actor's tasks (one Trio thread): the pool's lists change only between
+checkpoints, and `_changed` wakes every waiter whenever a worker is freed, loaded or lost.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.sharkd import Sharkd, SharkdError
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+log = structlog.get_logger("diagd.pcap")
+
+SPARE_IDLE_S = 120.0  # a spare worker unused this long is stopped (its memory is a whole capture's)
+BUSY_MARGIN_S = 1.0  # a call waiting for a worker gives up this long before its deadline, with BUSY
+
+Headroom = Callable[[], int | None]  # bytes the pcap memory budget still allows (None: no limit)
+
+
+@dataclass(eq=False)
+class Worker:
+    """One sharkd process with the capture loaded (or loading)."""
+
+    number: int
+    sharkd: Sharkd | None = None
+    loaded: trio.Event = field(default_factory=trio.Event)
+    error: DiagdError | None = None
+    busy: str | None = None  # what it is doing now (a method name), None when free
+    busy_since: float = 0.0
+    filters: set[str] = field(default_factory=set)
+    last_used: float = 0.0
+    load_s: float = 0.0
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded.is_set() and self.error is None and self.sharkd is not None and self.sharkd.alive
+
+    def describe(self) -> dict[str, Any]:
+        sharkd = self.sharkd
+        return {"worker": self.number, "role": "sharkd", "pid": sharkd.proc.pid if sharkd else None,
+                "rss_bytes": sharkd.rss_bytes() if sharkd and sharkd.alive else None,
+                "state": ("loading" if not self.loaded.is_set() else "failed" if self.error else
+                          "busy" if self.busy else "idle" if self.ready else "stopped"),
+                "doing": self.busy, "load_s": round(self.load_s, 3),
+                "requests": sharkd.requests if sharkd else 0, "filters_held": len(self.filters)}
+
+
+class Lease:
+    """One worker lent to one request: its sharkd is reached only through here."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        assert self._worker.sharkd is not None
+        return await self._worker.sharkd.call(method, params)
+
+
+@dataclass
+class LoadFacts:
+    """What the first worker's load tells about the capture."""
+
+    frame_count: int = 0
+    warning: str | None = None
+    column_formats: dict[str, int] = field(default_factory=dict)
+
+
+class WorkerPool:
+    def __init__(self, nursery: trio.Nursery, spec: CaptureSpec, config_dir: Path, *, max_workers: int,
+                 headroom: Headroom, ledger: dict[str, int]) -> None:
+        self._nursery = nursery
+        self.spec = spec
+        self.config_dir = config_dir
+        self.max_workers = max(1, min(max_workers, os.cpu_count() or 1))
+        self._headroom = headroom
+        self._ledger = ledger  # the back end's view of what each capture's workers hold (bytes)
+        self.workers: list[Worker] = []
+        self._numbers = 0
+        self._changed = trio.Event()
+        self._short_waiting = 0
+        self.facts = LoadFacts()
+        self.loads = 0
+        self.grown = 0
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def begin(self) -> Worker:
+        """Start loading a worker in the background; the first one's facts become the capture's."""
+        self._numbers += 1
+        worker = Worker(self._numbers)
+        self.workers.append(worker)
+        self._nursery.start_soon(self._load, worker)
+        return worker
+
+    async def _load(self, worker: Worker) -> None:
+        started = time.monotonic()
+        try:
+            facts = await self._load_sharkd(worker)
+            if not any(w.ready for w in self.workers if w is not worker):
+                # The capture's facts come from the worker that is serving (updated in place: the
+                # actor holds this object).
+                self.facts.frame_count, self.facts.warning = facts.frame_count, facts.warning
+                self.facts.column_formats = facts.column_formats
+        except DiagdError as exc:
+            worker.error = exc
+        except Exception as exc:
+            worker.error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd failed to load: {exc}")
+        finally:
+            worker.load_s = time.monotonic() - started
+            worker.last_used = trio.current_time()
+            worker.loaded.set()
+            if worker.error is None:
+                self.loads += 1
+            else:
+                log.info("sharkd worker failed to load", worker=worker.number, error=worker.error.message)
+                if any(w.ready for w in self.workers):  # a spare that failed: the capture is served anyway
+                    self.workers.remove(worker)
+                    self._retire(worker)
+            self._notify()
+
+    async def _load_sharkd(self, worker: Worker) -> LoadFacts:
+        sharkd = worker.sharkd = await Sharkd.start(self._nursery, self.config_dir)
+        # Preferences go in before the file is read: some act only in the first, sequential pass
+        # (sctp.association_index numbers associations there; set after `load` every frame says 65535).
+        for name, value in self.spec.preferences:
+            try:
+                await sharkd.call("setconf", {"name": name, "value": value})
+            except SharkdError as exc:
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"preference {name}={value}: {exc.message}") from None
+        try:
+            frames, warning = await sharkd.load(str(self.spec.path))
+        except SharkdError as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
+                             path=str(self.spec.path)) from None
+        info = await sharkd.call("info")
+        # Column formats are an enum whose order sharkd lists in `info`: map %m, %t, ... to indices.
+        formats = {c["format"]: i for i, c in enumerate(info.get("columns", []))}
+        return LoadFacts(frames, warning, formats)
+
+    def _notify(self) -> None:
+        self._ledger[self.spec.key] = self.rss_bytes()
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def loading(self) -> bool:
+        """The capture is still loading: no worker has ever been ready and one is on its way."""
+        return not any(w.ready for w in self.workers) and any(not w.loaded.is_set() for w in self.workers)
+
+    def holders(self, display_filter: str) -> list[Worker]:
+        return [w for w in self.workers if w.ready and display_filter in w.filters]
+
+    def first_error(self) -> DiagdError | None:
+        """The load error of a capture no worker could load (the first worker's, reported once)."""
+        for worker in self.workers:
+            if worker.error is not None and not any(w.ready or not w.loaded.is_set() for w in self.workers):
+                return worker.error
+        return None
+
+    def rss_bytes(self) -> int:
+        return sum(w.sharkd.rss_bytes() or 0 for w in self.workers if w.sharkd is not None and w.sharkd.alive)
+
+    def statistics(self) -> list[dict[str, Any]]:
+        return [w.describe() for w in self.workers]
+
+    # -- using a worker -----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def use(self, doing: str, *, display_filter: str | None = None, deadline: float = math.inf,
+                  long: bool = False) -> AsyncIterator[Lease]:
+        """A free, loaded worker for one request (or a few on the same worker), preferring the one
+        holding `display_filter`'s bitmap. Waits for one to be free; starts another when calls would
+        queue and the budget allows; BUSY (with when to retry) rather than waiting past `deadline`.
+        A `long` request (a filter pass) lets waiting short ones go first."""
+        worker = await self._acquire(doing, display_filter, deadline, long)
+        try:
+            yield Lease(worker)
+            if display_filter is not None:
+                worker.filters.add(display_filter)
+        finally:
+            worker.busy = None
+            worker.last_used = trio.current_time()
+            self._notify()
+
+    async def _acquire(self, doing: str, display_filter: str | None, deadline: float, long: bool) -> Worker:
+        if not long:
+            self._short_waiting += 1
+        try:
+            return await self._wait_for_worker(doing, display_filter, deadline, long)
+        finally:
+            if not long:
+                self._short_waiting -= 1
+
+    async def _wait_for_worker(self, doing: str, display_filter: str | None, deadline: float, long: bool
+                               ) -> Worker:
+        while True:
+            self._drop_dead()
+            error = self.first_error()
+            if error is not None:
+                self.forget_failed()  # reported to the calls waiting now; the next call loads anew
+                raise error
+            worker = self._free(display_filter)
+            if worker is not None and long and self._short_waiting and self._free_count() <= self._short_waiting:
+                worker = None  # a pass would hold it for long: the short requests waiting go first
+            if worker is not None:
+                worker.busy, worker.busy_since = doing, trio.current_time()
+                return worker
+            self.grow()
+            if not self.workers:
+                self.begin()  # every worker died: a fresh one for this call
+                continue
+            with trio.move_on_at(deadline - BUSY_MARGIN_S):
+                await self._changed.wait()
+                continue
+            raise self._busy()
+
+    def _free(self, display_filter: str | None) -> Worker | None:
+        free = [w for w in self.workers if w.ready and w.busy is None]
+        if display_filter is not None:
+            holding = [w for w in free if display_filter in w.filters]
+            if holding:
+                return holding[0]
+            if self.holders(display_filter):
+                return None  # the holder is busy: its next free moment costs less than a pass elsewhere
+        return free[0] if free else None
+
+    def _free_count(self) -> int:
+        return sum(1 for w in self.workers if w.ready and w.busy is None)
+
+    def grow(self) -> None:
+        """Another worker when none is loading and cores and memory allow it (a long request is about
+        to take a worker, or every one is busy)."""
+        if len(self.workers) >= self.max_workers or any(not w.loaded.is_set() for w in self.workers):
+            return
+        ready = [w for w in self.workers if w.ready]
+        if not ready:
+            return
+        headroom = self._headroom()
+        need = max(w.sharkd.rss_bytes() or 0 for w in ready if w.sharkd is not None)
+        if headroom is not None and need > headroom:
+            return
+        self.grown += 1
+        log.info("second sharkd worker for a busy capture", capture=self.spec.path.name, workers=len(self.workers) + 1)
+        self.begin()
+
+    def _busy(self) -> DiagdError:
+        now = trio.current_time()
+        busy = [w for w in self.workers if w.busy]
+        running = [now - w.busy_since for w in busy]
+        retry = max(1, math.ceil(min(running, default=1.0)))
+        return DiagdError(ErrorCode.BUSY, f"all {len(self.workers)} sharkd workers of {self.spec.path.name} are "
+                          f"busy ({', '.join(w.busy or '' for w in busy)}) and this call's time is nearly up; "
+                          f"retry in {retry} s", retry_after_s=retry, workers=len(self.workers))
+
+    def _drop_dead(self) -> None:
+        """Forget workers that died after loading (killed, crashed): the next acquire replaces them."""
+        dead = [w for w in self.workers if w.loaded.is_set() and w.error is None and not w.ready]
+        for worker in dead:
+            self.workers.remove(worker)
+            self._retire(worker)
+
+    def retire_idle_spares(self) -> None:
+        """Stop spare workers idle for SPARE_IDLE_S; the first ready one always stays."""
+        now = trio.current_time()
+        ready = [w for w in self.workers if w.ready]
+        for worker in ready[1:]:
+            if worker.busy is None and now - worker.last_used >= SPARE_IDLE_S:
+                self.workers.remove(worker)
+                self._retire(worker)
+
+    def forget_failed(self) -> None:
+        """Drop workers whose load failed (after their error was reported): the next call loads anew."""
+        for worker in [w for w in self.workers if w.error is not None]:
+            self.workers.remove(worker)
+            self._retire(worker)
+
+    def _retire(self, worker: Worker) -> None:
+        if worker.sharkd is not None:
+            self._nursery.start_soon(worker.sharkd.close)
+        self._notify()
+
+    async def close(self) -> None:
+        self._ledger.pop(self.spec.key, None)
+        for worker in self.workers:
+            if worker.sharkd is not None:
+                await worker.sharkd.close()
+        self.workers.clear()

@@ -1,0 +1,121 @@
+"""First page first (issue 12): a new filter's first page may be found by an early-stopping tshark
+before sharkd's full pass. The frames it finds must be the frames sharkd's filter matches: compared
+here, on every shared capture, for every protocol the capture carries (and a few value filters),
+with the page sharkd returns once its pass is done (`total_exact`). Also: the early page's rows are
+sharkd's rows, it says its total is a lower bound, the next call gives the exact total, and filters
+naming fields that depend on later frames are never raced."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from diagd.actors.pcap import first_page
+from diagd.actors.pcap import tshark as _cold
+from tests.conftest import DaemonProcess, start_daemon
+from tests.e2e.test_pcap import make_env
+from tests.e2e.test_pcap_differential import Call, captures, decode_as, session
+from tests.e2e.test_pcap_workers import bigger  # noqa: F401  (the fixture)
+from tests.pcaps import PCAPS
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed"),
+]
+
+LIMIT = 20
+SKIP = {"frame", "eth", "sll", "null", "raw", "data", "_ws.malformed", "_ws.expert"}
+
+
+@pytest.fixture(scope="module")
+def fp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    root = tmp_path_factory.mktemp("firstpage")
+    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "/tmp"]\ncall_timeout_s = 120\n'
+                         "[pcap]\nmax_loaded = 2\n")
+    daemon = start_daemon(env)
+    yield daemon
+    daemon.stop()
+    shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+async def exact_page(call: Call, path: Path, display_filter: str, offset: int) -> dict[str, Any]:
+    """The page once sharkd's pass is done (the same call again until its total is exact)."""
+    with trio.fail_after(120):
+        while True:
+            page = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter=display_filter,
+                              offset=offset, limit=LIMIT, decode_as=decode_as(path))
+            assert not page["_is_error"], page
+            if page["total_exact"]:
+                return page
+            await trio.sleep(0.05)
+
+
+def filters_for(protocols: list[str]) -> list[str]:
+    """Every protocol of the capture that first pages are raced for, and two value filters."""
+    chosen = [p for p in protocols if p in first_page.SINGLE_PASS_PROTOCOLS and p not in SKIP]
+    return [*chosen, "frame.len > 200", "ip.ttl < 64 || ipv6", "udp.length > 100 || sctp.chunk_length > 100"]
+
+
+async def test_early_rows_are_sharkds_rows_on_every_capture(fp_daemon: DaemonProcess) -> None:
+    compared = 0
+    async with session(fp_daemon) as call:
+        for path in captures():
+            info = await call("pcap_info", pcap_path=str(path), decode_as=decode_as(path))
+            assert not info["_is_error"], info
+            argv = _cold.base_argv(path, decode_as(path), ())
+            for display_filter in filters_for(info["protocols"]):
+                for offset in (0, 7):
+                    exact = await exact_page(call, path, display_filter, offset)
+                    numbers, complete = await first_page.early_numbers(argv, display_filter, offset + LIMIT)
+                    where = (path.name, display_filter, offset)
+                    assert numbers[offset:offset + LIMIT] == [f["number"] for f in exact["frames"]], where
+                    if complete:
+                        assert len(numbers) == exact["total"], where
+                    else:
+                        assert exact["total"] > offset + LIMIT, where
+                    compared += 1
+    assert compared > 100
+
+
+async def test_a_new_filter_says_its_total_is_a_lower_bound_then_exact(fp_daemon: DaemonProcess,
+                                                                      bigger: Path) -> None:
+    path = bigger  # big enough for a pass to take longer than tshark's first matches
+    async with session(fp_daemon) as call:
+        await call("pcap_info", pcap_path=str(path))
+        seen_early = False
+        for length in range(60, 90):  # new filters each time: matches come early, the total late
+            page = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter=f"frame.len > {length}",
+                              limit=5)
+            if not page["total_exact"]:
+                seen_early = True
+                assert page["total_at_least"] == page["total"] == 6 and page["has_more"]
+                assert "exact total" in page["note"] and "found by tshark" in page["served_by"]
+                exact = await exact_page(call, path, f"frame.len > {length}", 0)
+                assert exact["frames"][:5] == page["frames"] and exact["total"] > 6
+                break
+        assert seen_early, "no first page came before sharkd's pass"
+
+
+def test_only_single_pass_protocols_without_later_links_are_raced() -> None:
+    known = {"pfcp.response_in": ("FT_FRAMENUM", "pfcp"), "pfcp.msg_type": ("FT_UINT8", "pfcp"),
+             "tcp.reassembled_in": ("FT_FRAMENUM", "tcp"), "pfcp": ("FT_PROTOCOL", "pfcp"),
+             "icmp.no_resp": ("FT_NONE", "icmp"), "json": ("FT_PROTOCOL", "json"),
+             "ip.addr": ("FT_IPv4", "ip"), "http2.streamid": ("FT_UINT32", "http2"),
+             "_ws.expert.severity": ("FT_UINT32", "_ws.expert"), "sip.Method": ("FT_STRING", "sip")}
+    assert first_page.raceable("pfcp.msg_type == 1 && ip.addr == 10.0.0.1", 0, 20, known.get)
+    assert first_page.raceable('sip.Method == "INVITE" or pfcp', 0, 20, known.get)
+    assert not first_page.raceable("sip.Method == INVITE", 0, 20, known.get)  # a bare word: unsure
+    assert not first_page.raceable("pfcp && !pfcp.response_in", 0, 20, known.get)
+    assert not first_page.raceable("tcp.reassembled_in == 5", 0, 20, known.get)
+    assert not first_page.raceable("json", 0, 20, known.get)
+    assert not first_page.raceable("http2.streamid == 1", 0, 20, known.get)
+    assert not first_page.raceable("icmp.no_resp", 0, 20, known.get)
+    assert not first_page.raceable("_ws.expert.severity == 4", 0, 20, known.get)
+    assert not first_page.raceable("", 0, 20, known.get)
+    assert not first_page.raceable("pfcp", first_page.MAX_EARLY_ROWS, 20, known.get)
+    assert not first_page.raceable("pfcp", 0, first_page.MAX_EARLY_PAGE + 1, known.get)

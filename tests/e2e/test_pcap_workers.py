@@ -1,0 +1,126 @@
+"""No queueing behind one worker (issue 12): a capture whose calls queue gets a second sharkd worker,
+a frame tree is served by the free worker while the other runs a filter pass, and the memory budget
+(`[pcap] max_memory_mb`) bounds both the second worker and the captures kept loaded (least recently
+used evicted). Order of completion is asserted, never wall-clock bounds (bench/pcap.py measures)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.conftest import DaemonProcess, start_daemon
+from tests.e2e.test_pcap import make_env
+from tests.e2e.test_pcap_differential import Call, session
+from tests.pcaps import PCAPS
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed"),
+]
+
+SOURCE = PCAPS / "magma_gx_gy_combined_04.pcapng"
+COPIES = 12  # ~35 MB: a filter pass takes long enough for another call to run beside it
+
+
+def framenum_filter(n: int) -> str:
+    """A new filter that only sharkd answers (it names a link to later frames: never raced)."""
+    return f"diameter.answer_in > {n} || frame.len == {n}"
+
+
+@pytest.fixture(scope="module")
+def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not SOURCE.exists():
+        pytest.skip(f"{SOURCE} is absent (set DIAGD_TEST_PCAPS)")
+    out = tmp_path_factory.mktemp("workers") / "bigger.pcapng"
+    subprocess.run(["mergecap", "-a", "-w", str(out), *[str(SOURCE)] * COPIES], check=True, capture_output=True)
+    return out
+
+
+def daemon_with(tmp_path_factory: pytest.TempPathFactory, name: str, pcap_table: str) -> DaemonProcess:
+    root = tmp_path_factory.mktemp(name)
+    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "/tmp"]\ncall_timeout_s = 120\n'
+                         f"[pcap]\n{pcap_table}\n")
+    return start_daemon(env)
+
+
+@pytest.fixture(scope="module")
+def pool_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    daemon = daemon_with(tmp_path_factory, "pool", "workers_per_capture = 2")
+    yield daemon
+    daemon.stop()
+    shutil.rmtree(daemon.env.runtime, ignore_errors=True)
+
+
+async def new_filter(call: Call, path: Path, n: int) -> None:
+    page = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter=framenum_filter(n))
+    assert not page["_is_error"], page
+
+
+async def capture_details(call: Call, path: Path) -> dict[str, Any]:
+    config = await call("pcap_config_get")
+    found = [c["details"] for c in config["loaded_captures"] if c["details"]["path"] == str(path)]
+    assert found, config["loaded_captures"]
+    return found[0]
+
+
+async def test_a_busy_capture_gets_a_second_worker_and_trees_pass_a_filter_pass(
+        pool_daemon: DaemonProcess, bigger: Path) -> None:
+    async with session(pool_daemon) as call:
+        assert not (await call("pcap_info", pcap_path=str(bigger)))["_is_error"]
+        async with trio.open_nursery() as nursery:  # two passes at once: the second call would queue
+            for n in (1, 2):
+                nursery.start_soon(new_filter, call, bigger, n)
+        with trio.fail_after(60):
+            while True:
+                workers = (await capture_details(call, bigger))["workers"]
+                if len(workers) == 2 and all(w["state"] == "idle" for w in workers):
+                    break
+                await trio.sleep(0.1)
+        assert all(w["pid"] and w["rss_bytes"] for w in workers)
+
+        finished: list[str] = []
+
+        async def filter_pass() -> None:
+            page = await call("pcap_frames_by_filter", pcap_path=str(bigger), display_filter=framenum_filter(3))
+            assert not page["_is_error"] and page["total_exact"]
+            finished.append("filter")
+
+        async def frame_tree() -> None:
+            with trio.fail_after(30):
+                while not any(w["doing"] == "filter pass" for w in (await capture_details(call, bigger))["workers"]):
+                    await trio.sleep(0.01)
+            detail = await call("pcap_frame_detail", pcap_path=str(bigger), frame_numbers=[4321])
+            assert not detail["_is_error"], detail
+            finished.append("tree")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(filter_pass)
+            nursery.start_soon(frame_tree)
+        assert finished == ["tree", "filter"]
+
+
+async def test_the_memory_budget_bounds_workers_and_evicts_the_oldest_capture(
+        tmp_path_factory: pytest.TempPathFactory, bigger: Path) -> None:
+    daemon = daemon_with(tmp_path_factory, "budget", "max_memory_mb = 1\nmax_loaded = 4")
+    try:
+        async with session(daemon) as call:
+            assert not (await call("pcap_info", pcap_path=str(bigger)))["_is_error"]
+            async with trio.open_nursery() as nursery:
+                for n in (1, 2):
+                    nursery.start_soon(new_filter, call, bigger, n)
+            assert len((await capture_details(call, bigger))["workers"]) == 1  # a second would not fit
+            other = PCAPS / "adrian_sandbox_n2.pcap"
+            assert not (await call("pcap_info", pcap_path=str(other)))["_is_error"]
+            await call("pcap_info", pcap_path=str(other))  # the call after a load sees the budget exceeded
+            config = await call("pcap_config_get")
+            assert [c["details"]["path"] for c in config["loaded_captures"]] == [str(other)]
+            assert config["max_memory_mb"] == 1
+    finally:
+        daemon.stop()
+        shutil.rmtree(daemon.env.runtime, ignore_errors=True)
