@@ -46,6 +46,7 @@ from diagd.actors.pcap.messages import (
 from diagd.actors.pcap.rows import packet_row
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
 from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
+from diagd.actors.system import workers
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -210,6 +211,7 @@ class PcapActor(Actor):
             "sharkd_rss_bytes": self.sharkd.rss_bytes() if self.sharkd else None,
             "sharkd_requests": self.sharkd.requests if self.sharkd else 0,
             "cache_hits": self.cache_hits,
+            "workers": workers((self.sharkd.proc.pid if self.sharkd else None, "sharkd")),
         }
 
     # -- sharkd primitives ------------------------------------------------------------------
