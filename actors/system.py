@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 APT_HINT = "sudo apt-get install -y {pkg}   (or rerun scripts/setup.sh)"
 
@@ -149,6 +150,13 @@ def check_sandbox() -> list[Check]:
 
 
 # -- processes --------------------------------------------------------------------------------------
+
+
+def workers(*processes: tuple[int | None, str]) -> list[dict[str, Any]]:
+    """An actor's `statistics()["workers"]`: one {pid, rss_bytes, role} per process it owns now
+    ((pid, role) pairs; a None pid, no process, is left out). `diagd status` lists every actor's
+    workers and adds their RSS up."""
+    return [{"pid": pid, "rss_bytes": rss_bytes(pid), "role": role} for pid, role in processes if pid is not None]
 
 
 def rss_bytes(pid: int | str = "self") -> int | None:

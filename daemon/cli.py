@@ -87,7 +87,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# What `diagd serve` never needs but a library would import if it is installed: structlog imports
+# rich and pygments (~6 MB; import-linter, a test dependency, installs them) for a console
+# renderer the daemon does not use (it writes JSON lines). A None entry makes `import rich` fail
+# in the daemon process only, and structlog goes on without it (issue 12: a lighter daemon).
+NOT_IN_DAEMON = ("rich",)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    for name in NOT_IN_DAEMON:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     from diagd.daemon import config, logs
 
     logs.configure(args.log_level)
@@ -227,6 +236,7 @@ def format_status(status: dict[str, Any]) -> str:
         f"clients ({len(d['clients'])}): "
         + (", ".join(f"{c['kind']}:{c['pid']} {c.get('state', '?')} since {c['connected_at']}" for c in d["clients"])
            or "none"),
+        _memory_line(d),
         f"actors ({len(status['actors'])}):",
     ]
     rows: list[tuple[str, ...]] = [("ID", "KIND", "RESOURCE", "STATE", "INBOX", "IDLE LEFT", "RESTARTS")]
@@ -234,12 +244,28 @@ def format_status(status: dict[str, Any]) -> str:
         idle = "-" if a["idle_s_left"] is None else _duration(a["idle_s_left"])
         rows.append((a["id"], a["kind"], a["resource"], a["state"], str(a["inbox_depth"]), idle, str(a["restarts"])))
     lines += _table(rows) if len(rows) > 1 else ["  none"]
+    workers = [("PID", "ROLE", "ACTOR", "RSS")] + [
+        (str(w["pid"]), w["role"], a["id"], _mb(w.get("rss_bytes")))
+        for a in status["actors"] for w in a.get("details", {}).get("workers", [])]
+    if len(workers) > 1:
+        lines.append(f"workers ({len(workers) - 1}):")
+        lines += _table(workers)
     lines.append(f"tools ({d['calls_total']} calls):")
     rows = [("TOOL", "COUNT", "P50 MS", "P95 MS", "FAIL %")]
     for name, t in status["tools"].items():
         rows.append((name, str(t["count"]), _ms(t["p50_ms"]), _ms(t["p95_ms"]), f"{t['failure_rate'] * 100:.1f}"))
     lines += _table(rows) if len(rows) > 1 else ["  no calls yet"]
     return "\n".join(lines)
+
+
+def _memory_line(d: dict[str, Any]) -> str:
+    """The daemon's own RSS and its workers' (sharkd, crash, drgn, bpftrace) added up."""
+    return (f"memory: daemon rss {_mb(d.get('rss_bytes'))}, {d.get('workers', 0)} workers rss "
+            f"{_mb(d.get('workers_rss_bytes'))}")
+
+
+def _mb(nbytes: int | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 2**20:.1f} MB"
 
 
 def _ms(v: float | None) -> str:

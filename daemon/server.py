@@ -12,20 +12,22 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import structlog
 import trio
 
 import diagd
-from diagd.actors import BACKENDS
+from diagd.actors import BACKENDS, heap, system
 from diagd.actors.runtime import Client
-from diagd.daemon import builtin_tools, connections, control_server, mcp_front, paths
+from diagd.daemon import builtin_tools, connections, control_server, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
 from diagd.daemon.backends import BackendRuntime, Clients, ReloadNotes, backend_name
 from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
+from diagd.daemon.heap_trim import QuietTrimmer
 from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
 from diagd.daemon.tools import CallContext, CallResult, ToolRegistry
@@ -68,7 +70,8 @@ class Daemon:
         self.stats = CallStats()
         self.audit = AuditLog(state_dir / "audit.jsonl", max_bytes=config.daemon.audit_max_bytes,
                               keep=config.daemon.audit_keep)
-        self.registry.observers += [self.stats.observe, self.audit.write, log_call]
+        self.trimmer = QuietTrimmer()
+        self.registry.observers += [self.stats.observe, self.audit.write, log_call, self.trimmer.observe]
         self.connection_table = ConnectionTable(config.daemon.max_connections)
         # A frame up to the request limit must always fit, whatever the setting says.
         self.frame_budget = ByteBudget(max(config.daemon.control_buffer_bytes, control.MAX_REQUEST_BYTES))
@@ -100,6 +103,9 @@ class Daemon:
             log.info("backend loaded", backend=name)
 
     def status(self) -> dict[str, Any]:
+        actors = [ref.statistics() for ref in self.supervisor.actors()]
+        # Each actor lists the processes it owns (sharkd, crash, drgn, bpftrace) under details.workers.
+        workers = [w for a in actors for w in a["details"].get("workers", [])]
         return {
             "daemon": {
                 "pid": os.getpid(),
@@ -113,8 +119,12 @@ class Daemon:
                 "connections_dropped": self.connection_table.dropped,
                 "connections_refused": self.connection_table.refused,
                 "calls_total": self.stats.total,
+                "rss_bytes": system.rss_bytes(),  # this process only, workers not counted
+                "workers": len(workers),
+                "workers_rss_bytes": sum(w["rss_bytes"] or 0 for w in workers),
+                "heap_trims": self.trimmer.trims,
             },
-            "actors": [ref.statistics() for ref in self.supervisor.actors()],
+            "actors": actors,
             "tools": self.stats.summary(),
         }
 
@@ -265,6 +275,29 @@ def acquire_lock(rundir: paths.PrivateDir) -> int:
     return fd
 
 
+class LazyFront:
+    """The MCP front end, imported when the first MCP client connects, not at start-up.
+
+    The MCP SDK brings pydantic, its protocol models, starlette, httpx, uvicorn, cryptography and
+    OpenTelemetry along: ~40 MB of the daemon's ~80 MB at idle (issue 12), which a daemon serving
+    only `diagd status`/`call` (the control socket) never needs. The import (~0.3 s) runs in a
+    worker thread, so the control socket stays served meanwhile; it happens once per daemon.
+    """
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        self._registry = registry
+        self._lock = trio.Lock()
+        self._front: tuple[ModuleType, Any] | None = None
+
+    async def get(self) -> tuple[ModuleType, Any]:
+        """(the mcp_front module, its SDK server), built on the first call."""
+        async with self._lock:
+            if self._front is None:
+                module = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.mcp_front")
+                self._front = module, module.build_server(self._registry, version=diagd.__version__)
+        return self._front
+
+
 # Everything the daemon and its children create is owner-only: the audit log holds every call's
 # arguments, stored outputs hold kernel memory, serial logs and bpftrace results what the devices and
 # the kernel said. Set once for the process (and inherited by crash, drgn, sharkd, bpftrace), so no
@@ -274,6 +307,7 @@ STATE_UMASK = 0o077
 
 async def serve(config: config_mod.Config) -> None:
     os.umask(STATE_UMASK)
+    heap.configure()  # big freed buffers go back to the OS (issue 12; see actors/heap.py)
     rundir = paths.open_private_dir(paths.runtime_dir(), what="runtime directory")
     try:
         paths.ensure_private_dir(paths.state_dir(), what="state directory")
@@ -289,9 +323,10 @@ async def serve(config: config_mod.Config) -> None:
         async with trio.open_nursery() as nursery:
             daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
-            server = mcp_front.build_server(daemon.registry, version=diagd.__version__)
+            front = LazyFront(daemon.registry)
 
             async def handle_mcp(stream: trio.SocketStream, conn: Connection) -> None:
+                mcp_front, server = await front.get()
                 # Read per connection: a reload applies to connections made after it (reload.DAEMON).
                 max_line = daemon.config.daemon.max_line_bytes
                 client = Client(conn.client, conn.pid)
@@ -312,6 +347,7 @@ async def serve(config: config_mod.Config) -> None:
                 await nursery.start(daemon.accept, listener, kind, handle)
                 daemon.sockets[kind] = str(rundir.path / socket_names[kind])
             nursery.start_soon(_handle_signals, daemon)
+            nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")
             log.info("diagd ready", pid=os.getpid(), sockets=daemon.sockets, tools=len(daemon.registry.specs()))
     finally:

@@ -330,7 +330,9 @@ class BpftraceExecution(Actor):
     def statistics(self) -> dict[str, Any]:
         ex = self.execution
         return {"execution_id": ex.id, "status": str(ex.status), "pid": ex.pid, "lines_total": len(ex.lines),
-                "attached_probes": ex.attached_probes, "elapsed_s": ex.elapsed_s(), "stopping": ex.stopping}
+                "attached_probes": ex.attached_probes, "elapsed_s": ex.elapsed_s(), "stopping": ex.stopping,
+                "workers": system.workers((self.proc.pid if self.proc and self.proc.returncode is None else None,
+                                           "bpftrace"))}
 
     def __repr__(self) -> str:
         return f"<BpftraceExecution {self.execution.id} [{self.execution.status}, lines: {len(self.execution.lines)}]>"

@@ -48,7 +48,7 @@ from diagd.actors.crash.pty import (
 from diagd.actors.crash.scripts import PYKDUMP_DIRS
 from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.crash.store import Entry, OutputStore
-from diagd.actors.system import rss_bytes
+from diagd.actors.system import rss_bytes, workers
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.crash")
@@ -356,6 +356,8 @@ class CrashSession(Commands, Actor):
             "cache_hits": self.cache_hits,
             "cached_entries": len(self.cache),
             "context": self.context.to_json() if self.context else None,
+            "workers": workers((self.child.pid if self.child else None, "crash"),
+                               (self.drgn.pid if self.drgn else None, "drgn")),
         }
 
     def __repr__(self) -> str:

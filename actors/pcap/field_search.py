@@ -2,7 +2,7 @@ r"""pcap_list_fields' search over Wireshark's field catalogue (~233k fields): fa
 of one search per field name and description.
 
 The reference is `scan_per_field`: the pattern searched in each field's name, then its description
-(~470k engine calls, ~1.5 s). The fast paths search one text built once per catalogue, the name and
+(~470k engine calls, ~1.5 s). The fast paths search the catalogue's own text (fieldtable.py), the name and
 description lines of every field joined with "\n", and map each hit back to its field. The text
 holds only ASCII (1 byte a character: ~11 MB, where one U+2013 dash would make it 2 bytes a character): the
 few hundred fields with other characters stand there as empty lines that never count, and are
@@ -30,6 +30,7 @@ import regex
 import trio
 
 from diagd.actors._user_regex import Matcher, UserRegex
+from diagd.actors.pcap.fieldtable import FieldTable
 from diagd.actors.pcap.wireshark import Catalogue
 
 Row = tuple[str, tuple[str, str, str]]  # (name, (description, type, protocol))
@@ -41,35 +42,23 @@ BLOCK_FIELDS = 1024  # literal search: a block without the needle is skipped by 
 @dataclass(frozen=True)
 class FieldText:
     """The catalogue as lines: field i's name is line 2i, its description line 2i+1, a final "\\n";
-    a field with non-ASCII text has two empty lines there and is listed in `non_ascii` instead."""
+    a field with non-ASCII text has two empty lines there and is listed in `non_ascii` instead.
+    The text is the catalogue's own (fieldtable.FieldTable keeps its fields so): no copy."""
 
-    names: list[str]  # field i's name (no copies: the catalogue's own strings)
-    fields: dict[str, tuple[str, str, str]]  # the catalogue's
+    table: FieldTable
     text: str
     blocks: list[int]  # where field k * BLOCK_FIELDS starts, then the length
     non_ascii: tuple[int, ...]
 
     @classmethod
     def build(cls, cat: Catalogue) -> FieldText:
-        """~0.3 s of Python on 233k fields (yields the GIL as it goes): run it in a thread, once."""
-        lines: list[str] = []
-        non_ascii: list[int] = []
-        blocks, pos = [], 0
-        for i, (name, (desc, _type, _proto)) in enumerate(cat.fields.items()):
-            if i % BLOCK_FIELDS == 0:
-                blocks.append(pos)
-            if "\n" in name or "\n" in desc:  # tshark -G output is split into lines: cannot happen
-                raise ValueError(f"field {name!r} holds a newline")
-            if not (name.isascii() and desc.isascii()):
-                non_ascii.append(i)
-                name = desc = ""
-            lines += (name, desc)
-            pos += len(name) + len(desc) + 2
-        text = "\n".join(lines) + "\n"
-        return cls(list(cat.fields), cat.fields, text, [*blocks, pos], tuple(non_ascii))
+        table = cat.table
+        starts = table.starts
+        blocks = [starts[i] for i in range(0, len(table), BLOCK_FIELDS)]
+        return cls(table, table.text, [*blocks, starts[len(table)]], table.non_ascii)
 
     def row(self, i: int) -> Row:
-        return self.names[i], self.fields[self.names[i]]
+        return self.table.row(i)
 
 
 _built: tuple[Catalogue, FieldText] | None = None
@@ -118,8 +107,8 @@ def fast_scan(user: UserRegex) -> Callable[[FieldText, Matcher], list[Row]] | No
 
     def run(index: FieldText, matcher: Matcher) -> list[Row]:
         fields = scan(index, matcher)
-        fields += [i for i in index.non_ascii if matcher.search(index.names[i], i + 1)
-                   or matcher.search(index.fields[index.names[i]][0], i + 1)]
+        fields += [i for i in index.non_ascii if matcher.search(index.table.name(i), i + 1)
+                   or matcher.search(index.table.value(i)[0], i + 1)]
         return [index.row(i) for i in sorted(fields)]
 
     return run
@@ -176,7 +165,7 @@ def _hit_fields(index: FieldText, text: str, next_hit: Callable[[int, int], int]
     fields: list[int] = []
     pos = 0
     line = 0  # the line `pos` starts; lines are counted between hits, O(len(text)) in all
-    total = len(index.names)
+    total = len(index.table)
     while line < 2 * total:
         hit = next_hit(pos, line // 2)
         if hit < 0:

@@ -6,7 +6,7 @@ identities of each capture are collected here, once per capture and decoding (th
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ class SubscriberMask:
     """The masking boundary of the pcap tools: identities per capture, and the handler guard."""
 
     def __init__(self, *, enabled: Callable[[], bool], output_dir: Callable[[], Path],
-                 capture_of: CaptureOf, known_fields: Callable[[], Awaitable[Iterable[str]]]) -> None:
+                 capture_of: CaptureOf, known_fields: Callable[[], Awaitable[Container[str]]]) -> None:
         self._enabled = enabled
         self._output_dir = output_dir
         self._capture_of = capture_of  # args -> (key, tshark argv reading the capture as the tool does)
@@ -113,7 +113,7 @@ class SubscriberMask:
         self._collected.move_to_end(key)
 
     async def _collect(self, argv: list[str]) -> Identities:
-        known = set(await self._known_fields())
+        known = await self._known_fields()
         fields = [f for f in ALL_FIELDS if f in known]
         if not fields:
             return Identities()

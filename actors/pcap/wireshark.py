@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import pickle
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import trio
 
+from diagd.actors import heap
 from diagd.actors._subprocess import run
+from diagd.actors.pcap.fieldtable import FieldTable, as_table
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # Wireshark's default packet-list columns, as `tshark -T fields -e _ws.col.<title>` names them. These
@@ -24,6 +29,7 @@ COLUMN_FORMATS = {"No.": "%m", "Time": "%t", "Source": "%s", "Destination": "%d"
                   "Length": "%L", "Info": "%i"}
 COLUMN_PREFIX = "_ws.col."
 COLUMN_FIELDS = {COLUMN_PREFIX + title: fmt for title, fmt in COLUMN_FORMATS.items()}
+_COLUMNS_LOWER = {name.lower(): name for name in COLUMN_FIELDS}
 
 
 def column_format_pref(columns: dict[str, str] | None = None) -> str:
@@ -34,29 +40,35 @@ def column_format_pref(columns: dict[str, str] | None = None) -> str:
 
 @dataclass
 class Catalogue:
-    fields: dict[str, tuple[str, str, str]]  # name -> (description, type, protocol)
+    # name -> (description, type, protocol); a plain dict (tests build small catalogues so) becomes a
+    # compact FieldTable here: as ~233k dict entries it held ~100 MB of the daemon's heap (issue 12).
+    fields: Mapping[str, tuple[str, str, str]]
     protocols: dict[str, str]  # filter name -> full name
     version: str
-    lower: dict[str, str] = field(default_factory=dict)
     # Field prefixes that are not a protocol's filter name, e.g. "nas_5gs" (fields nas_5gs.*)
     # -> "nas-5gs" (the protocol), so a layer may be named either way.
     prefix_protocols: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.lower = {name.lower(): name for name in [*self.fields, *COLUMN_FIELDS]}
+        self.fields = table = as_table(self.fields)
         votes: dict[str, dict[str, int]] = {}
-        for name, (_, _, proto) in self.fields.items():
+        for name, (_, _, proto) in table.rows():
             prefix = name.split(".", 1)[0]
             if prefix not in self.protocols and proto in self.protocols:
                 counts = votes.setdefault(prefix, {})
                 counts[proto] = counts.get(proto, 0) + 1
         self.prefix_protocols = {prefix: max(counts, key=lambda p: counts[p]) for prefix, counts in votes.items()}
 
+    @property
+    def table(self) -> FieldTable:
+        return cast(FieldTable, self.fields)
+
     def resolve_field(self, name: str) -> tuple[str | None, str | None]:
         """(canonical name or None, warning or None). Case-only mistakes become aliases."""
         if name in self.fields or name in self.protocols or name in COLUMN_FIELDS:
             return name, None
-        alias = self.lower.get(name.lower())
+        # As {name.lower(): name for name in [*fields, *COLUMN_FIELDS]} answered: a column wins.
+        alias = _COLUMNS_LOWER.get(name.lower()) or self.table.alias(name.lower())
         if alias is not None:
             return alias, f"field {name!r} is spelled {alias!r} in Wireshark; used {alias!r}"
         return None, None
@@ -67,7 +79,8 @@ class Catalogue:
             close = difflib.get_close_matches(name[len(COLUMN_PREFIX):], list(COLUMN_FORMATS), n=3, cutoff=0.6)
             return [COLUMN_PREFIX + t for t in close] or list(COLUMN_FIELDS)
         prefix = name.split(".", 1)[0].lower()
-        pool = [f for f in self.fields if f.lower().startswith(prefix + ".")] or list(self.fields)
+        table = self.table
+        pool = [table.name(i) for i in table.with_prefix(prefix + ".", lower=True)] or list(table)
         return difflib.get_close_matches(name, pool, n=5, cutoff=0.6)
 
     def resolve_layer(self, name: str) -> str | None:
@@ -94,21 +107,47 @@ async def catalogue() -> Catalogue:
                                  fix="apt-get install tshark (scripts/setup.sh does it)")
             fields_out, protos_out, version_out = [await _tshark(tshark, *args)
                                                    for args in (("-G", "fields"), ("-G", "protocols"), ("-v",))]
-            fields: dict[str, tuple[str, str, str]] = {}
-            protocols: dict[str, str] = {}
-            for line in fields_out.splitlines():
-                parts = line.split("\t")
-                if parts[0] == "F" and len(parts) >= 5:
-                    fields[parts[2]] = (parts[1], parts[3], parts[4])
-                elif parts[0] == "P" and len(parts) >= 3:
-                    protocols[parts[2]] = parts[1]
-            for line in protos_out.splitlines():
-                parts = line.split("\t")
-                if len(parts) == 3:
-                    protocols[parts[2]] = parts[0]
-            version = version_out.splitlines()[0].strip()
-            _catalogue = Catalogue(fields, protocols, version)
+            # Parsed in a worker thread (~1 s of Python): the event loop keeps serving meanwhile. The
+            # parse makes and drops ~1M small objects; the few thousand that last (protocol names,
+            # non-ASCII fields) would sit scattered among them and keep ~100 MB of pymalloc arenas and
+            # glibc heap alive for good. So the thread hands back the catalogue pickled (all its
+            # objects freed), it is unpickled here into compact memory, and the heap is trimmed.
+            blob = await trio.to_thread.run_sync(_parse_pickled, fields_out, protos_out, version_out)
+            del fields_out, protos_out
+            _catalogue = pickle.loads(blob)
+            del blob
+            heap.trim()
     return _catalogue
+
+
+def _parse_pickled(fields_out: str, protos_out: str, version_out: str) -> bytes:
+    return pickle.dumps(_parse(fields_out, protos_out, version_out), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _parse(fields_out: str, protos_out: str, version_out: str) -> Catalogue:
+    names: list[str] = []
+    descs: list[str] = []
+    types: list[str] = []
+    owners: list[str] = []
+    protocols: dict[str, str] = {}
+    for line in fields_out.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "F" and len(parts) >= 5:
+            names.append(parts[2])
+            descs.append(parts[1])
+            types.append(parts[3])
+            owners.append(parts[4])
+        elif parts[0] == "P" and len(parts) >= 3:
+            protocols[parts[2]] = parts[1]
+    for line in protos_out.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            protocols[parts[2]] = parts[0]
+    try:
+        table = FieldTable(names, descs, types, owners)
+    except ValueError:  # a name listed twice: keep the first position and the last value, as a dict does
+        table = FieldTable.from_rows(zip(names, zip(descs, types, owners, strict=True), strict=True))
+    return Catalogue(table, protocols, version_out.splitlines()[0].strip())
 
 
 async def _tshark(tshark: str, *args: str) -> str:

@@ -259,6 +259,10 @@ def test_status_shows_daemon_actors_and_tool_stats(daemon: DaemonProcess) -> Non
     assert set(actor) >= {"id", "kind", "state", "inbox_depth", "idle_s_left", "restarts"}
     assert data["tools"]["echo"]["count"] == 1
     assert set(data["tools"]["echo"]) >= {"p50_ms", "p95_ms", "failure_rate"}
+    # The daemon's own RSS (children not counted) and its workers' (none: echo owns no process).
+    assert 10 * 2**20 < data["daemon"]["rss_bytes"] < 2**30
+    assert data["daemon"]["workers"] == 0 and data["daemon"]["workers_rss_bytes"] == 0
+    assert "memory: daemon rss " in text and ", 0 workers rss 0.0 MB" in text
 
 
 def test_status_without_a_daemon_says_so(env: Env) -> None:

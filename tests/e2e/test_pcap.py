@@ -311,6 +311,14 @@ async def test_config_get_lists_profiles_and_loaded_captures(pcap_daemon: Daemon
     assert config["profiles"]["5gc-lab"]["preferences"] == {"nas-5gs.null_decipher": "TRUE"}
     assert any(c["details"]["path"].endswith("adrian_sandbox_n4.pcap") for c in config["loaded_captures"])
     assert all(c["details"]["sharkd_rss_bytes"] for c in config["loaded_captures"])
+    # The generic worker list `diagd status` renders: the capture's sharkd, with its RSS.
+    for c in config["loaded_captures"]:
+        assert c["details"]["workers"] == [{"pid": c["details"]["sharkd_pid"], "role": "sharkd",
+                                            "rss_bytes": c["details"]["workers"][0]["rss_bytes"]}]
+        assert c["details"]["workers"][0]["rss_bytes"] > 0
+    status = await call(pcap_daemon, "diagd_status")
+    assert status["daemon"]["workers"] >= len(config["loaded_captures"])
+    assert status["daemon"]["workers_rss_bytes"] > 0 and status["daemon"]["rss_bytes"] > 0
 
 
 async def test_loaded_captures_are_capped_lru_and_ids_can_be_masked(tmp_path: Path) -> None:

@@ -1,0 +1,34 @@
+"""What the daemon does not load until it is needed (issue 12: a lighter daemon)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("mcp", "mcp_types", "pydantic", "starlette", "httpx2", "uvicorn", "cryptography", "anyio")
+
+
+def loaded_after(code: str) -> set[str]:
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted(n for n, m in sys.modules.items() if m is not None)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    return set(done.stdout.split())
+
+
+def test_the_daemon_and_its_back_ends_load_without_the_mcp_sdk() -> None:
+    # What `diagd serve` imports before its first MCP client: the server, every back end's tools.
+    modules = loaded_after("import diagd.daemon.server\nimport importlib\nfrom diagd.actors import BACKENDS\n"
+                           "for name in BACKENDS: importlib.import_module(name)")
+    assert not {m.split(".")[0] for m in modules} & set(HEAVY)
+
+
+def test_the_mcp_front_end_still_brings_the_sdk() -> None:
+    # The check above means something: the module the daemon imports on the first MCP connection.
+    assert "mcp" in loaded_after("import diagd.daemon.mcp_front")
+
+
+def test_serve_keeps_rich_out() -> None:
+    # structlog imports rich when it is installed; `diagd serve` refuses it (daemon.cli.NOT_IN_DAEMON).
+    modules = loaded_after("import sys\nfrom diagd.daemon import cli\n"
+                           "for name in cli.NOT_IN_DAEMON: sys.modules.setdefault(name, None)\n"
+                           "import diagd.daemon.server")
+    assert "rich" not in modules and "pygments" not in modules
