@@ -46,7 +46,6 @@ from diagd.actors.pcap.passes import CaptureWorkers, Page, invalid
 from diagd.actors.pcap.pool import Headroom, WorkerPool
 from diagd.actors.pcap.sharkd import SharkdError
 from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
-from diagd.actors.system import workers
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -168,7 +167,6 @@ class PcapActor(Actor):
             "sharkd_requests": sum(w["requests"] for w in workers),
             **pool,
             "cache_hits": self.cache_hits,
-            "workers": workers((self.sharkd.proc.pid if self.sharkd else None, "sharkd")),
         }
 
     # -- sharkd primitives ------------------------------------------------------------------

@@ -20,7 +20,6 @@ from diagd.actors.pcap import tshark as _cold
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import Call, captures, decode_as, session
-from tests.e2e.test_pcap_workers import bigger  # noqa: F401  (the fixture)
 from tests.pcaps import PCAPS
 
 pytestmark = [

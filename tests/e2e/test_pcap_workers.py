@@ -6,7 +6,6 @@ used evicted). Order of completion is asserted, never wall-clock bounds (bench/p
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,22 +23,9 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed"),
 ]
 
-SOURCE = PCAPS / "magma_gx_gy_combined_04.pcapng"
-COPIES = 12  # ~35 MB: a filter pass takes long enough for another call to run beside it
-
-
 def framenum_filter(n: int) -> str:
     """A new filter that only sharkd answers (it names a link to later frames: never raced)."""
     return f"diameter.answer_in > {n} || frame.len == {n}"
-
-
-@pytest.fixture(scope="module")
-def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not SOURCE.exists():
-        pytest.skip(f"{SOURCE} is absent (set DIAGD_TEST_PCAPS)")
-    out = tmp_path_factory.mktemp("workers") / "bigger.pcapng"
-    subprocess.run(["mergecap", "-a", "-w", str(out), *[str(SOURCE)] * COPIES], check=True, capture_output=True)
-    return out
 
 
 def daemon_with(tmp_path_factory: pytest.TempPathFactory, name: str, pcap_table: str) -> DaemonProcess:
