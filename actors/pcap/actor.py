@@ -133,6 +133,11 @@ class PcapActor(Actor):
     def cold_argv(self) -> list[str]:
         return _cold.base_argv(self.spec.path, self.spec.decode_as, self.spec.preferences)
 
+    def tshark_argv(self, *names: str) -> list[str]:
+        """cold_argv, single pass when that gives the same for every filter and field named."""
+        assert self.workers is not None
+        return self.workers.tshark_argv(list(names))
+
     async def sharkd_call(self, request: Request, method: str, params: dict[str, Any] | None = None, *,
                           display_filter: str | None = None) -> Any:
         """One sharkd request on whichever worker is free (the one holding `display_filter`'s bitmap

@@ -95,6 +95,13 @@ class CaptureWorkers:
     def raceable(self, display_filter: str, offset: int, limit: int) -> bool:
         return first_page.raceable(display_filter, offset, limit, self.lookup)
 
+    def tshark_argv(self, names: list[str]) -> list[str]:
+        """The capture's cold tshark argv, single pass (output from the first match on, so it can
+        stop early) when a single pass gives the same for every filter and field named."""
+        if first_page.single_pass_safe(" ".join(names), self.lookup):
+            return first_page.single_pass(self.cold_argv)
+        return list(self.cold_argv)
+
     def statistics(self) -> dict[str, Any]:
         return {"workers": self.pool.statistics(), "loads": self.pool.loads, "early_first_pages": self.early_answers,
                 "filter_passes_running": len(self.passes), "second_workers_started": self.pool.grown}
@@ -221,7 +228,12 @@ class CaptureWorkers:
         two-pass columns, "(reply in 228)" included). Waits for a free worker: when the pass holds
         the only one, the pass's own page comes first."""
         async with self.pool.use("frame columns", deadline=deadline) as worker:
-            return [packet_row((await worker.call("frame", {"frame": n, "columns": True}))["col"]) for n in numbers]
+            answers = await worker.call_many("frame", [{"frame": n, "columns": True} for n in numbers])
+        for answer in answers:
+            if isinstance(answer, SharkdError):
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd could not give a frame's columns: "
+                                 f"{answer.message}")
+        return [packet_row(answer["col"]) for answer in answers]
 
     def _start_pass(self, display_filter: str, deadline: float) -> FilterPass:
         running = self.passes[display_filter] = FilterPass(display_filter, deadline)

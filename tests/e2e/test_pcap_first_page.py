@@ -118,3 +118,53 @@ def test_only_single_pass_protocols_without_later_links_are_raced() -> None:
     assert not first_page.raceable("", 0, 20, known.get)
     assert not first_page.raceable("pfcp", first_page.MAX_EARLY_ROWS, 20, known.get)
     assert not first_page.raceable("pfcp", 0, first_page.MAX_EARLY_PAGE + 1, known.get)
+
+
+def layer_values(layers: Any, out: list[tuple[str, str]], key: str = "") -> None:
+    """Every (field, value) of one frame of `tshark -T json` (trees flattened)."""
+    if isinstance(layers, dict):
+        for name, value in layers.items():
+            layer_values(value, out, name) if isinstance(value, dict | list) else out.append((name, str(value)))
+    elif isinstance(layers, list):
+        for value in layers:
+            layer_values(value, out, key) if isinstance(value, dict | list) else out.append((key, str(value)))
+
+
+def test_fields_a_single_pass_gives_differently_are_never_raced() -> None:
+    """Both passes of tshark on every corpus capture, field by field: whatever differs between a
+    single pass and `-2` must be refused by single_pass_safe (a field, or a protocol that appears
+    in one and not the other)."""
+    import json
+    import subprocess
+    from collections import Counter
+
+    from diagd.actors.pcap.wireshark import catalogue
+
+    cat = trio.run(catalogue)
+
+    def lookup(name: str) -> tuple[str, str] | None:
+        if name in cat.protocols:
+            return "FT_PROTOCOL", name
+        entry = cat.fields.get(name)
+        return (entry[1], entry[2]) if entry is not None else None
+
+    differing: set[str] = set()
+    for path in captures():
+        def frames(two_pass: bool, path: Path = path) -> list[Any]:
+            argv = ["tshark", "-r", str(path), "-n", *(["-2"] if two_pass else []),
+                    *[a for r in decode_as(path) for a in ("-d", r)], "-T", "json", "--no-duplicate-keys"]
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+            return list(json.loads(done.stdout or "[]"))
+
+        for one, two in zip(frames(False), frames(True), strict=True):
+            a: list[tuple[str, str]] = []
+            b: list[tuple[str, str]] = []
+            layer_values(one["_source"]["layers"], a)
+            layer_values(two["_source"]["layers"], b)
+            ca, cb = Counter(a), Counter(b)
+            differing |= {name for name, _ in (ca - cb) + (cb - ca)}
+            pa = set(dict(a)["frame.protocols"].split(":"))
+            pb = set(dict(b)["frame.protocols"].split(":"))
+            differing |= pa ^ pb
+    unsafe_but_raced = sorted(n for n in differing if first_page.single_pass_safe(n, lookup))
+    assert unsafe_but_raced == [], unsafe_but_raced
