@@ -148,7 +148,7 @@ async def timeline(actor: PcapActor, request: Request, message: Timeline) -> dic
         extra = [f for f in fields if f != "frame.number"]
         # Single pass when it prints the same: then tshark stops at the page instead of reading the
         # whole capture once before its first row.
-        argv = _cold.fields_argv(actor.tshark_argv(display_filter, *extra), display_filter, ["frame.number", *extra])
+        argv = _cold.fields_argv(actor.tshark_argv(message.kinds), display_filter, ["frame.number", *extra])
         for cells in await _cold.field_rows(argv, None if sort_by else offset + limit):
             cells += [""] * (len(extra) + 1 - len(cells))
             row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}

@@ -16,7 +16,6 @@ differential test compares the pages with sharkd's own on every corpus capture.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import trio
 
@@ -46,32 +45,27 @@ LATER_FIELDS = frozenset({
     "sctp.sack_cumulative_tsn_ack", "sip.call_id_generated", "tcp.analysis.initial_rtt", "tcp.completeness",
     "udp.stream", "udp.time_relative", "icmp.resp_in", "ip.reassembled_in", "megaco.context",
 })
-_KEYWORDS = frozenset({"and", "or", "not", "xor", "in", "contains", "matches", "eq", "ne", "gt", "lt", "ge", "le",
-                       "any", "all", "bitwise_and", "true", "false"})
-_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
-_WORD = re.compile(r"(?<![\w.:\-])[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")
-
-Lookup = Callable[[str], tuple[str, str] | None]  # a field or protocol name -> (type, protocol)
+Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
 
 
-def raceable(display_filter: str, offset: int, limit: int, lookup: Lookup) -> bool:
-    """Whether an early-stopping single pass finds exactly the frames sharkd's filter matches."""
+def raceable(display_filter: str, offset: int, limit: int, kinds: Kinds | None) -> bool:
+    """Whether an early-stopping single pass finds exactly the frames sharkd's filter matches
+    (`kinds`: the filter's names, as Catalogue.kinds gives them; None: not known, so no)."""
     if not display_filter or offset + limit > MAX_EARLY_ROWS or limit > MAX_EARLY_PAGE:
         return False
-    return single_pass_safe(display_filter, lookup)
+    return single_pass_safe(kinds)
 
 
-def single_pass_safe(expression: str, lookup: Lookup) -> bool:
-    """Whether a single pass gives what two passes give for every name in `expression` (a display
-    filter, or field names): each is a field or protocol of SINGLE_PASS_PROTOCOLS, and none depends
-    on later frames. A bare word that is not a field (an unquoted value) makes it unsafe: unsure is no."""
-    for name in _WORD.findall(_QUOTED.sub('""', expression)):
-        if name.lower() in _KEYWORDS:
-            continue
-        known = lookup(name)
-        if known is None or known[1] not in SINGLE_PASS_PROTOCOLS:
+def single_pass_safe(kinds: Kinds | None) -> bool:
+    """Whether a single pass gives what two passes give for every name: each is a field or protocol
+    of SINGLE_PASS_PROTOCOLS, and none depends on later frames. A word that is no field (an unquoted
+    value) makes it unsafe, and so do names not looked up (None): unsure is no."""
+    if kinds is None:
+        return False
+    for name, kind, protocol in kinds:
+        if kind is None or protocol not in SINGLE_PASS_PROTOCOLS:
             return False
-        if known[0] == "FT_FRAMENUM" or _LATER.search(name) or name in LATER_FIELDS:
+        if kind == "FT_FRAMENUM" or _LATER.search(name) or name in LATER_FIELDS:
             return False
     return True
 
