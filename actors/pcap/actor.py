@@ -1,10 +1,11 @@
-"""The pcap actor: one warm `sharkd` worker per capture, on Wireshark's own dissectors.
+"""The pcap actor: warm `sharkd` workers per capture (pool.py), on Wireshark's own dissectors.
 
-Actor key: the capture's sha256 + decode-as rules + preferences, so the same file opened with the
-same decoding by any client shares one loaded worker. The worker loads the file once and answers
-filters, frame trees and follows from memory; plain tshark is used where it is the right tool
-(sub-capture export with `-w`, timeline values with `-T fields`, capinfos for the count and time
-span). Loaded captures are capped (LRU eviction) and expire when idle.
+Actor key: the file version (device, inode, size, mtime) + decode-as rules + preferences, so the
+same file opened with the same decoding by any client (any path or link) shares its workers. A
+worker loads the file once and answers filters, frame trees and follows from memory; a second one
+serves a busy capture; plain tshark is used where it is the right tool (a new filter's first
+matches, sub-capture export with `-w`, timeline values with `-T fields`, capinfos for the count and
+time span). Loaded captures are bounded by count and memory (LRU eviction) and expire when idle.
 
 Answers are what Wireshark's command-line tools print for the same question, and `include_command`
 shows that command: timeline values come from `tshark -T fields` itself (the protocol tree's filter
@@ -28,6 +29,7 @@ from diagd.actors.pcap import answers, text
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.first_page import Kinds
 from diagd.actors.pcap.messages import (
     Check,
     Detail,
@@ -94,17 +96,8 @@ class PcapActor(Actor):
         # or (frames, info) is answered by one cold tshark pass on the other core meanwhile.
         pool = WorkerPool(nursery, self.spec, self._config_dir, max_workers=self._max_workers,
                           headroom=self._headroom, ledger=self._ledger)
-        self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), self._lookup)
+        self.workers = CaptureWorkers(nursery, pool, self.cold_argv())
         self.workers.start()
-
-    def _lookup(self, name: str) -> tuple[str, str] | None:
-        """(type, protocol) of a field or protocol name, as Wireshark's catalogue has it."""
-        if self.cat is None:
-            return None
-        if name in self.cat.protocols:
-            return "FT_PROTOCOL", name
-        entry = self.cat.fields.get(name)
-        return (entry[1], entry[2]) if entry is not None else None
 
     @property
     def worker_state(self) -> ActorState:
@@ -133,6 +126,11 @@ class PcapActor(Actor):
     def cold_argv(self) -> list[str]:
         return _cold.base_argv(self.spec.path, self.spec.decode_as, self.spec.preferences)
 
+    def tshark_argv(self, kinds: Kinds | None) -> list[str]:
+        """cold_argv, single pass when that gives the same for every name (Catalogue.kinds) in it."""
+        assert self.workers is not None
+        return self.workers.tshark_argv(kinds)
+
     async def sharkd_call(self, request: Request, method: str, params: dict[str, Any] | None = None, *,
                           display_filter: str | None = None) -> Any:
         """One sharkd request on whichever worker is free (the one holding `display_filter`'s bitmap
@@ -158,7 +156,7 @@ class PcapActor(Actor):
         first = workers[0] if workers else {}
         return {
             "path": str(self.spec.path),
-            "sha256": self.spec.sha256,
+            "identity": self.spec.identity,
             **self.spec.describe(),
             "frames": self.frame_count,
             "load_s": first.get("load_s", 0.0),
@@ -207,14 +205,15 @@ class PcapActor(Actor):
             self.filters.popitem(last=False)
         return numbers
 
-    async def page(self, request: Request, display_filter: str, offset: int, limit: int) -> Page:
+    async def page(self, request: Request, display_filter: str, offset: int, limit: int,
+                   kinds: Kinds | None = None) -> Page:
         """(total matches, one page of default packet-list columns): from a worker holding the
         filter in milliseconds, or for a new filter the first page first (passes.py)."""
         self.check_length(display_filter)
         assert self.workers is not None
         if self.workers.loading:
             await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
-        return await self.workers.page(display_filter, offset, limit, request.deadline)
+        return await self.workers.page(display_filter, offset, limit, request.deadline, kinds)
 
     async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
         """A frame's protocol tree with its bytes (tshark -V dumps `data` items in hex), cached:
@@ -269,14 +268,14 @@ class PcapActor(Actor):
         display_filter = message.display_filter
         assert self.workers is not None
         if self.worker_state is ActorState.STARTING and display_filter and not self.workers.raceable(
-                display_filter, message.offset, message.limit):
+                display_filter, message.offset, message.limit, message.kinds):
             # A filter only a two-pass read answers, asked while sharkd loads: one tshark pass beside it.
             self.check_length(display_filter)
             total, rows = await answers.frames_while_loading(request, self.spec, self.cold_argv(), self.filters,
                                                              message)
             page = Page(total, True, rows, "tshark (capture still loading)")
         else:
-            page = await self.page(request, display_filter, message.offset, message.limit)
+            page = await self.page(request, display_filter, message.offset, message.limit, message.kinds)
         present = None
         if not page.total and display_filter:
             present = list((await self.analysed(request)).get("protocols", []))

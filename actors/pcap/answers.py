@@ -146,7 +146,9 @@ async def timeline(actor: PcapActor, request: Request, message: Timeline) -> dic
     rows: list[dict[str, Any]] = []
     if numbers and (sort_by or offset < len(numbers)):
         extra = [f for f in fields if f != "frame.number"]
-        argv = _cold.fields_argv(actor.cold_argv(), display_filter, ["frame.number", *extra])
+        # Single pass when it prints the same: then tshark stops at the page instead of reading the
+        # whole capture once before its first row.
+        argv = _cold.fields_argv(actor.tshark_argv(message.kinds), display_filter, ["frame.number", *extra])
         for cells in await _cold.field_rows(argv, None if sort_by else offset + limit):
             cells += [""] * (len(extra) + 1 - len(cells))
             row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}

@@ -24,7 +24,7 @@ from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import PcapMessage
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.wireshark import capture_sha256, catalogue, parse_decode_as
+from diagd.actors.pcap.wireshark import begin_sha256, capture_sha256, catalogue, file_identity, parse_decode_as
 from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd
 from diagd.protocol import utc
@@ -78,10 +78,11 @@ class PcapBackend:
         for rule in decode_as:
             parse_decode_as(rule, cat)  # refuse an unknown protocol before loading anything
         prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
-        sha, size = await capture_sha256(path)
+        identity, size = await file_identity(path)
+        begin_sha256(path, identity)  # every answer names it; read beside the load, not before it
         # Every tool refuses a file that is no capture before a worker is started for it.
-        await _cold.capture_facts(path, sha, size)
-        spec = CaptureSpec(path=path, sha256=sha, decode_as=tuple(dict.fromkeys(decode_as)),
+        await _cold.capture_facts(path, identity, size)
+        spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(dict.fromkeys(decode_as)),
                            preferences=tuple(sorted(prefs.items())), size=size)
         if force_prefs is None:
             _built.set((args, spec))
@@ -134,7 +135,8 @@ class PcapBackend:
         rows: `command` is what follows the capture's own options (filter, output format), given by
         each tool; without it the display filter alone."""
         cat = await catalogue()
-        out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": spec.sha256, "profile": args.get("profile"),
+        sha256, _ = await capture_sha256(spec.path, spec.identity)
+        out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": sha256, "profile": args.get("profile"),
                                **spec.describe(), "tshark_version": cat.version, **extra}
         if args["include_command"]:
             argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
@@ -154,8 +156,12 @@ class PcapBackend:
         spec = built[1] if built is not None and built[0] is args else await self.spec_for(args)
         # ngap_* tools force null-deciphering, which identity collection always turns on: one key.
         prefs = [p for p in spec.preferences if p[0] != "nas-5gs.null_decipher"]
-        key = f"{spec.sha256}:{json.dumps([spec.decode_as, prefs])}"
+        key = f"{spec.identity}:{json.dumps([spec.decode_as, prefs])}"
         return key, _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
+
+    async def kinds(self, *expressions: str) -> tuple[tuple[str, str | None, str | None], ...]:
+        """(name, type, protocol) of each name in these filters or field lists (Catalogue.kinds)."""
+        return (await catalogue()).kinds(*expressions)
 
     def export_path(self, stem: str, suffix: str) -> Path:
         """A unique file in the output dir; the oldest exports beyond max_exports are removed."""

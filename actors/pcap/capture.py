@@ -1,4 +1,4 @@
-"""A capture as one worker loads it: the file, its hash and exactly how it is decoded (the actor's key)."""
+"""A capture as one worker loads it: the file (its version), and exactly how it is decoded (the actor's key)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class CaptureSpec:
     """What one worker loads: the file and exactly how it is decoded."""
 
     path: Path
-    sha256: str
+    identity: str  # the file version, "device:inode:size:mtime_ns" (wireshark.file_identity)
     decode_as: tuple[str, ...]
     preferences: tuple[tuple[str, str], ...]
     size: int
@@ -22,7 +22,7 @@ class CaptureSpec:
     @property
     def key(self) -> str:
         extra = json.dumps([self.decode_as, self.preferences])
-        return f"{self.sha256[:16]}:{hashlib.sha1(extra.encode()).hexdigest()[:8]}"
+        return f"{hashlib.sha1(self.identity.encode()).hexdigest()[:16]}:{hashlib.sha1(extra.encode()).hexdigest()[:8]}"
 
     def describe(self) -> dict[str, Any]:
         return {"decode_as": list(self.decode_as), "preferences": dict(self.preferences)}

@@ -16,7 +16,6 @@ differential test compares the pages with sharkd's own on every corpus capture.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import trio
 
@@ -25,7 +24,7 @@ from diagd.actors.pcap.tshark import TRUNCATED
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_EARLY_ROWS = 2000  # beyond this a page is far into the matches: the pass is the better way there
-MAX_EARLY_PAGE = 200  # rows fetched one `frame` request each: a bigger page waits for the pass
+MAX_EARLY_PAGE = 1000  # rows fetched one `frame` request each (pipelined): a bigger page waits for the pass
 
 # Protocols a single pass dissects exactly as the second of two does: each frame on its own (or
 # reassembled from earlier frames only). Not here: protocols above TCP reassembly such as HTTP/2
@@ -36,30 +35,37 @@ SINGLE_PASS_PROTOCOLS = frozenset({
     "frame", "eth", "vlan", "sll", "ip", "ipv6", "arp", "icmp", "icmpv6", "udp", "sctp", "tcp", "gtp", "gtpv2",
     "pfcp", "diameter", "ngap", "s1ap", "nas-5gs", "nas-eps", "e212", "sip", "sdp", "dns", "x2ap", "gtpprime",
 })
-# Fields set from what later frames say: links to them (FT_FRAMENUM), "no response seen" markers
-# and expert items (a single pass flags every request as unanswered).
-_LATER = re.compile(r"^_ws\.expert|no_?resp|unanswered|response_?in|reassembled_?in|retransmitted_in")
-_KEYWORDS = frozenset({"and", "or", "not", "xor", "in", "contains", "matches", "eq", "ne", "gt", "lt", "ge", "le",
-                       "any", "all", "bitwise_and", "true", "false"})
-_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
-_WORD = re.compile(r"(?<![\w.:\-])[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")
+# Fields whose value a single pass gives differently: links to later frames (FT_FRAMENUM, caught by
+# type), "no response seen" markers and expert items (a single pass flags every request as
+# unanswered), and the fields found to differ between `tshark` and `tshark -2` on the corpus
+# (tests/e2e/test_pcap_first_page.py recomputes that list and fails on a field missing here).
+_LATER = re.compile(r"^_ws\.expert|no_?resp|unanswered|response_?in|response_?to|response_?time|reassembled_?in"
+                    r"|retransmitted_in|^frame\.protocols$")
+LATER_FIELDS = frozenset({
+    "sctp.sack_cumulative_tsn_ack", "sip.call_id_generated", "tcp.analysis.initial_rtt", "tcp.completeness",
+    "udp.stream", "udp.time_relative", "icmp.resp_in", "ip.reassembled_in", "megaco.context",
+})
+Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
 
-Lookup = Callable[[str], tuple[str, str] | None]  # a field or protocol name -> (type, protocol)
 
-
-def raceable(display_filter: str, offset: int, limit: int, lookup: Lookup) -> bool:
-    """Whether an early-stopping single pass finds exactly the frames sharkd's filter matches: every
-    name in the filter is a field or protocol of SINGLE_PASS_PROTOCOLS, and none depends on later
-    frames. A bare word that is not a field (an unquoted value) makes it not raceable: unsure is no."""
+def raceable(display_filter: str, offset: int, limit: int, kinds: Kinds | None) -> bool:
+    """Whether an early-stopping single pass finds exactly the frames sharkd's filter matches
+    (`kinds`: the filter's names, as Catalogue.kinds gives them; None: not known, so no)."""
     if not display_filter or offset + limit > MAX_EARLY_ROWS or limit > MAX_EARLY_PAGE:
         return False
-    for name in _WORD.findall(_QUOTED.sub('""', display_filter)):
-        if name.lower() in _KEYWORDS:
-            continue
-        known = lookup(name)
-        if known is None or known[1] not in SINGLE_PASS_PROTOCOLS:
+    return single_pass_safe(kinds)
+
+
+def single_pass_safe(kinds: Kinds | None) -> bool:
+    """Whether a single pass gives what two passes give for every name: each is a field or protocol
+    of SINGLE_PASS_PROTOCOLS, and none depends on later frames. A word that is no field (an unquoted
+    value) makes it unsafe, and so do names not looked up (None): unsure is no."""
+    if kinds is None:
+        return False
+    for name, kind, protocol in kinds:
+        if kind is None or protocol not in SINGLE_PASS_PROTOCOLS:
             return False
-        if known[0] == "FT_FRAMENUM" or _LATER.search(name):
+        if kind == "FT_FRAMENUM" or _LATER.search(name) or name in LATER_FIELDS:
             return False
     return True
 

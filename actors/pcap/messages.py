@@ -26,6 +26,8 @@ class Frames:
     display_filter: str
     limit: int
     offset: int
+    # (name, type, protocol) of the filter's names (Catalogue.kinds): what a single pass may answer.
+    kinds: tuple[tuple[str, str | None, str | None], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Timeline:
     limit: int
     offset: int
     sort_by: str | None
+    kinds: tuple[tuple[str, str | None, str | None], ...] | None = None  # of the filter's and fields' names
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,11 @@ class CaptureWorkers:
     """The pool of one capture, the exact totals known per filter and the passes running."""
 
     def __init__(self, nursery: trio.Nursery, pool: WorkerPool, cold_argv: list[str],
-                 lookup: first_page.Lookup) -> None:
+) -> None:
         self._nursery = nursery
         self.pool = pool
         self.facts = pool.facts  # updated in place by the pool when the capture loads
         self.cold_argv = cold_argv
-        self.lookup = lookup
         self.totals: OrderedDict[str, int] = OrderedDict()
         self.passes: dict[str, FilterPass] = {}
         # Early tshark runs share the cores with the passes: one per core at most.
@@ -92,8 +91,15 @@ class CaptureWorkers:
             return "failed"
         return "ready" if any(w.ready for w in self.pool.workers) else "stopped"
 
-    def raceable(self, display_filter: str, offset: int, limit: int) -> bool:
-        return first_page.raceable(display_filter, offset, limit, self.lookup)
+    def raceable(self, display_filter: str, offset: int, limit: int, kinds: first_page.Kinds | None) -> bool:
+        return first_page.raceable(display_filter, offset, limit, kinds)
+
+    def tshark_argv(self, kinds: first_page.Kinds | None) -> list[str]:
+        """The capture's cold tshark argv, single pass (output from the first match on, so it can
+        stop early) when a single pass gives the same for every filter and field named."""
+        if first_page.single_pass_safe(kinds):
+            return first_page.single_pass(self.cold_argv)
+        return list(self.cold_argv)
 
     def statistics(self) -> dict[str, Any]:
         return {"workers": self.pool.statistics(), "loads": self.pool.loads, "early_first_pages": self.early_answers,
@@ -114,9 +120,10 @@ class CaptureWorkers:
 
     # -- pages ----------------------------------------------------------------------------------
 
-    async def page(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page:
+    async def page(self, display_filter: str, offset: int, limit: int, deadline: float,
+                   kinds: first_page.Kinds | None = None) -> Page:
         if display_filter and not self.pool.holders(display_filter):
-            early = await self._first(display_filter, offset, limit, deadline)
+            early = await self._first(display_filter, offset, limit, deadline, kinds)
             if early is not None:
                 return early
         return await self._from_worker(display_filter, offset, limit, deadline)
@@ -148,9 +155,10 @@ class CaptureWorkers:
             self.totals.popitem(last=False)
         return total
 
-    async def _first(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page | None:
+    async def _first(self, display_filter: str, offset: int, limit: int, deadline: float,
+                     kinds: first_page.Kinds | None) -> Page | None:
         """The first page of a filter no worker holds: the pass's, or tshark's if that comes first."""
-        raceable = first_page.raceable(display_filter, offset, limit, self.lookup)
+        raceable = first_page.raceable(display_filter, offset, limit, kinds)
         if raceable and self.pool.loading and display_filter not in self.passes:
             # A fresh capture: tshark looks for the page while sharkd loads, and the pass waits until
             # it is done: started now, it would take the loaded worker the page's rows need.
@@ -221,7 +229,12 @@ class CaptureWorkers:
         two-pass columns, "(reply in 228)" included). Waits for a free worker: when the pass holds
         the only one, the pass's own page comes first."""
         async with self.pool.use("frame columns", deadline=deadline) as worker:
-            return [packet_row((await worker.call("frame", {"frame": n, "columns": True}))["col"]) for n in numbers]
+            answers = await worker.call_many("frame", [{"frame": n, "columns": True} for n in numbers])
+        for answer in answers:
+            if isinstance(answer, SharkdError):
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd could not give a frame's columns: "
+                                 f"{answer.message}")
+        return [packet_row(answer["col"]) for answer in answers]
 
     def _start_pass(self, display_filter: str, deadline: float) -> FilterPass:
         running = self.passes[display_filter] = FilterPass(display_filter, deadline)

@@ -78,6 +78,10 @@ class Lease:
         assert self._worker.sharkd is not None
         return await self._worker.sharkd.call(method, params)
 
+    async def call_many(self, method: str, params: list[dict[str, Any]]) -> list[Any]:
+        assert self._worker.sharkd is not None
+        return await self._worker.sharkd.call_many(method, params)
+
 
 @dataclass
 class LoadFacts:

@@ -88,7 +88,7 @@ def register(runtime: Runtime) -> PcapBackend:
             "Start here.", CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
-    facts = await _cold.capture_facts(spec.path, spec.sha256, spec.size)
+    facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
     result = await backend.ask(ctx, spec, Info())
     sharkd_frames = result.pop("sharkd_frames", None)
     warnings = list(result.pop("warnings", []))
@@ -100,9 +100,9 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start), "time_end": facts.iso(facts.end),
             "duration_s": facts.duration_s, "duration_s_text": facts.duration, "file_type": facts.file_type,
             "file_encapsulation": facts.encapsulation}
-    return {"sha256": spec.sha256, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
-            "tshark_version": (await catalogue()).version,
-            "source": await backend.source(spec, args, command=["-q", "-z", "io,phs"])}
+    source = await backend.source(spec, args, command=["-q", "-z", "io,phs"])
+    return {"sha256": source["sha256"], "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
+            "tshark_version": (await catalogue()).version, "source": source}
 
 
 @tools.tool("pcap_frames_by_filter", "Frames matching a display filter (Wireshark packet-list columns), paged. "
@@ -111,7 +111,7 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
-    result = await backend.ask(ctx, spec, Frames(flt, limit, offset))
+    result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
     return {**result, "limit": limit, "offset": offset,
             "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt))}
 
@@ -158,7 +158,8 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     flt = args["display_filter"] or " || ".join(
         f for f in fields if f != "frame.number" and not f.startswith(COLUMN_PREFIX)) or ""
     limit, offset = args["limit"], args["offset"]
-    result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by))
+    result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by,
+                                                   await backend.kinds(flt, *fields)))
     command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
     return {**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
             "sort_by": sort_by,

@@ -142,11 +142,11 @@ class CaptureFacts:
         return stamp.replace(" ", "T", 1) + "Z" if stamp is not None else None
 
 
-async def capture_facts(path: Path, sha256: str, size: int) -> CaptureFacts:
-    """capinfos on the file (cached by content): INVALID_ARGUMENT "not a capture file" when it is not one."""
-    if sha256 in _facts:
-        _facts.move_to_end(sha256)
-        return _facts[sha256]
+async def capture_facts(path: Path, identity: str, size: int) -> CaptureFacts:
+    """capinfos on the file (cached per file version): INVALID_ARGUMENT "not a capture file" when it is not one."""
+    if identity in _facts:
+        _facts.move_to_end(identity)
+        return _facts[identity]
     argv = ["capinfos", "-M", "-T", "-r", "-t", "-E", "-c", "-u", "-a", "-e", str(path)]
     done = await run(argv, env={**os.environ, "TZ": "UTC"})  # capinfos prints local times
     out = done.out.strip()
@@ -178,7 +178,7 @@ async def capture_facts(path: Path, sha256: str, size: int) -> CaptureFacts:
 
     facts = CaptureFacts(file_type, encap, int(count) if count.isdigit() else 0, known(duration), known(start),
                          known(end), warning)
-    _facts[sha256] = facts
+    _facts[identity] = facts
     if len(_facts) > 256:
         _facts.popitem(last=False)
     return facts

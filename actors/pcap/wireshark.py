@@ -38,6 +38,13 @@ def column_format_pref(columns: dict[str, str] | None = None) -> str:
     return "gui.column.format:" + ",".join(f'"{t}","{f}"' for t, f in cols.items())
 
 
+# Words of a display filter (field and protocol names; also unquoted values) and its keywords.
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_WORD = re.compile(r"(?<![\w.:\-])[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")
+_KEYWORDS = frozenset({"and", "or", "not", "xor", "in", "contains", "matches", "eq", "ne", "gt", "lt", "ge", "le",
+                       "any", "all", "bitwise_and", "true", "false"})
+
+
 @dataclass
 class Catalogue:
     # name -> (description, type, protocol); a plain dict (tests build small catalogues so) becomes a
@@ -82,6 +89,23 @@ class Catalogue:
         table = self.table
         pool = [table.name(i) for i in table.with_prefix(prefix + ".", lower=True)] or list(table)
         return difflib.get_close_matches(name, pool, n=5, cutoff=0.6)
+
+    def kinds(self, *expressions: str) -> tuple[tuple[str, str | None, str | None], ...]:
+        """(name, type, protocol) of every name in display filters or field lists, for deciding what a
+        single tshark pass may answer (first_page); (name, None, None) for a word that is neither a
+        field nor a protocol (an unquoted value, a typo). Quoted strings are skipped."""
+        found: dict[str, tuple[str, str | None, str | None]] = {}
+        for expression in expressions:
+            for name in _WORD.findall(_QUOTED.sub('""', expression)):
+                if name.lower() in _KEYWORDS or name in found:
+                    continue
+                if name in self.protocols:
+                    found[name] = (name, "FT_PROTOCOL", name)
+                elif (entry := self.fields.get(name)) is not None:
+                    found[name] = (name, entry[1], entry[2])
+                else:
+                    found[name] = (name, None, None)
+        return tuple(found.values())
 
     def resolve_layer(self, name: str) -> str | None:
         """A protocol named by its filter name ("nas-5gs") or its fields' prefix ("nas_5gs"), in any case."""
@@ -158,23 +182,65 @@ async def _tshark(tshark: str, *args: str) -> str:
     return done.out
 
 
-_sha_cache: dict[tuple[int, int, int, int], str] = {}
+@dataclass(eq=False)
+class _Digest:
+    """One file version's sha256, computed once in a worker thread; waiters share it."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    value: str | None = None
+    error: str | None = None
 
 
-async def capture_sha256(path: Path) -> tuple[str, int]:
-    """sha256 of the file, cached by (device, inode, size, mtime): hashed once per version."""
+_digests: dict[str, _Digest] = {}
+
+
+async def file_identity(path: Path) -> tuple[str, int]:
+    """(identity, size): the file as the system sees it now, "device:inode:size:mtime_ns". It keys a
+    loaded capture (the same file by any path or link shares one worker) and costs one stat, where
+    the content hash reads the whole file (seconds for a big capture)."""
     st = await trio.to_thread.run_sync(path.stat)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if key not in _sha_cache:
-        def digest() -> str:
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", st.st_size
+
+
+def begin_sha256(path: Path, identity: str) -> None:
+    """Start hashing this file version in the background (once), so that the answer's sha256 is ready
+    by the time sharkd has read the file, instead of the load waiting for it."""
+    if identity in _digests:
+        return
+    for old in [k for k, d in _digests.items() if d.done.is_set()][:max(0, len(_digests) - 1023)]:
+        del _digests[old]  # a bounded memory of versions hashed
+    digest = _digests[identity] = _Digest()
+
+    async def compute() -> None:
+        def read() -> str:
             h = hashlib.sha256()
             with open(path, "rb") as f:
                 while chunk := f.read(1 << 20):
                     h.update(chunk)
             return h.hexdigest()
 
-        _sha_cache[key] = await trio.to_thread.run_sync(digest)
-    return _sha_cache[key], st.st_size
+        try:
+            digest.value = await trio.to_thread.run_sync(read)
+        except Exception as exc:  # a system task must not raise: the waiters get the error
+            digest.error = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            _digests.pop(identity, None)  # the next call tries again
+        finally:
+            digest.done.set()
+
+    trio.lowlevel.spawn_system_task(compute)
+
+
+async def capture_sha256(path: Path, identity: str | None = None) -> tuple[str, int]:
+    """sha256 of the file, cached per version (device, inode, size, mtime): hashed once."""
+    if identity is None:
+        identity, _ = await file_identity(path)
+    begin_sha256(path, identity)
+    digest = _digests[identity]
+    await digest.done.wait()
+    if digest.error is not None:
+        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"cannot read {path}: {digest.error}", path=str(path))
+    assert digest.value is not None
+    return digest.value, int(identity.rsplit(":", 2)[1])
 
 
 _DECODE_AS = re.compile(r"^\s*([a-z0-9_.\-]+)\s*==\s*([0-9]+(?:-[0-9]+)?)\s*,\s*([A-Za-z0-9_.\-]+)\s*$")

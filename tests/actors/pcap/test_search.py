@@ -36,7 +36,7 @@ class FakeCapture(PcapActor):
     """The actor with its sharkd calls replaced: frame trees arrive one virtual second apart."""
 
     def __init__(self) -> None:
-        spec = CaptureSpec(path=Path("/nonexistent.pcap"), sha256="0" * 64, decode_as=(), preferences=(), size=0)
+        spec = CaptureSpec(path=Path("/nonexistent.pcap"), identity="0:0:0:0", decode_as=(), preferences=(), size=0)
         super().__init__("fake", spec)
         self.fetched: list[int] = []
 

@@ -70,7 +70,8 @@ async def test_tools_send_messages_with_the_schema_defaults_filled_in(tmp_path: 
     async with pcap_tools(tmp_path) as (rt, rec):
         rec.reply = {"total": 0, "frames": [], "has_more": False, "served_by": "sharkd", "cached": False}
         answer = await rt.call("pcap_frames_by_filter", {"pcap_path": path, "display_filter": "ngap"})
-        assert rec.messages[-1] == Frames(display_filter="ngap", limit=500, offset=0)
+        assert rec.messages[-1] == Frames(display_filter="ngap", limit=500, offset=0,
+                                          kinds=(("ngap", "FT_PROTOCOL", "ngap"),))
         assert answer["limit"] == 500 and answer["source"]["pcap_path"] == path
         assert "equivalent_command" not in answer["source"]
 
@@ -78,7 +79,8 @@ async def test_tools_send_messages_with_the_schema_defaults_filled_in(tmp_path: 
         await rt.call("pcap_timeline", {"pcap_path": path, "fields": ["frame.number", "NGAP.procedureCode"]})
         assert rec.messages[-1] == Timeline(display_filter="ngap.procedureCode",
                                             fields=("frame.number", "ngap.procedureCode"), limit=200, offset=0,
-                                            sort_by=None)
+                                            sort_by=None, kinds=(("ngap.procedureCode", "FT_UINT32", "ngap"),
+                                                                 ("frame.number", "FT_UINT32", "frame")))
 
         rec.reply = {"frames": [], "truncated": False, "layers_resolved": None}
         await rt.call("pcap_frame_detail", {"pcap_path": path, "frame_numbers": [3, 1]})
@@ -140,4 +142,4 @@ async def test_what_the_actor_answers_is_masked_at_the_tool_boundary(tmp_path: P
         else:
             assert f"imsi-{IMSI}/" in info
         # The actor got the real filter either way: masking is for what leaves a tool, not what enters.
-        assert rec.messages[-1] == Frames(display_filter="", limit=500, offset=0)
+        assert rec.messages[-1] == Frames(display_filter="", limit=500, offset=0, kinds=())
