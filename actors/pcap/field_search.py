@@ -113,7 +113,7 @@ def fast_scan(user: UserRegex) -> Callable[[FieldText, Matcher], list[Row]] | No
         fields = scan(index, matcher)
         fields += [i for i in index.non_ascii if matcher.search(index.table.name(i), i + 1)
                    or matcher.search(index.table.value(i)[0], i + 1)]
-        return [index.row(i) for i in sorted(fields)]
+        return index.table.rows_at(sorted(fields))
 
     return run
 

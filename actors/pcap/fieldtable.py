@@ -149,6 +149,20 @@ class FieldTable(Mapping[str, Value]):
     def row(self, i: int) -> tuple[str, Value]:
         return self.name(i), self.value(i)
 
+    def rows_at(self, positions: Iterable[int]) -> list[tuple[str, Value]]:
+        """`row(i)` for each of the ascending `positions`, the text read a chunk at a time (one read
+        for many hits, not two per field)."""
+        found: list[tuple[str, Value]] = []
+        first, lines = -CHUNK, [""]
+        for i in positions:
+            if not first <= i < first + CHUNK:
+                first = i - i % CHUNK
+                lines = self.slice(self.starts[first], self.starts[min(first + CHUNK, len(self))] - 1).split("\n")
+            k = 2 * (i - first)
+            name, desc = self._extra.get(i) or (lines[k], lines[k + 1])
+            found.append((name, (desc, self._type_names[self._kinds[i]], self._proto_names[self._protos[i]])))
+        return found
+
     @property
     def non_ascii(self) -> tuple[int, ...]:
         """Fields whose lines in `text` are empty placeholders, in order."""

@@ -68,3 +68,9 @@ def test_the_daemons_catalogue_is_spilled() -> None:
     cat = trio.run(catalogue)
     assert cat.table.spilled
     assert cat.fields["frame.number"][1] == "FT_UINT32" and "ngap.procedureCode" in cat.fields
+
+
+def test_rows_at_reads_the_rows_asked_for(tmp_path: Path) -> None:
+    memory, spilled = tables(tmp_path)
+    for positions in ([], [0], [1, 4, 6], list(range(7))):
+        assert spilled.rows_at(positions) == memory.rows_at(positions) == [memory.row(i) for i in positions]
