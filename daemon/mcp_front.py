@@ -17,7 +17,8 @@ import anyio
 import mcp_types as types
 import structlog
 import trio
-from mcp.server import Server, ServerRequestContext
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
 from diagd.daemon import connections, mcp_wire

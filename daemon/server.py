@@ -21,7 +21,7 @@ import trio
 import diagd
 from diagd.actors import BACKENDS, heap, system
 from diagd.actors.runtime import Client
-from diagd.daemon import builtin_tools, connections, control_server, paths
+from diagd.daemon import builtin_tools, connections, control_server, mcp_sdk, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
@@ -280,7 +280,8 @@ class LazyFront:
 
     The MCP SDK brings pydantic, its protocol models, starlette, httpx, uvicorn, cryptography and
     OpenTelemetry along: ~40 MB of the daemon's ~80 MB at idle (issue 12), which a daemon serving
-    only `diagd status`/`call` (the control socket) never needs. The import (~0.3 s) runs in a
+    only `diagd status`/`call` (the control socket) never needs; imported, ~28 MB (mcp_sdk.lean()
+    leaves the SDK's client and high-level server out). The import (~0.3 s) runs in a
     worker thread, so the control socket stays served meanwhile; it happens once per daemon.
     """
 
@@ -293,9 +294,14 @@ class LazyFront:
         """(the mcp_front module, its SDK server), built on the first call."""
         async with self._lock:
             if self._front is None:
-                module = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.mcp_front")
+                module = await trio.to_thread.run_sync(_import_front)
                 self._front = module, module.build_server(self._registry, version=diagd.__version__)
         return self._front
+
+
+def _import_front() -> ModuleType:
+    mcp_sdk.lean()  # the SDK's server modules without its client and HTTP stacks (~12 MB)
+    return importlib.import_module("diagd.daemon.mcp_front")
 
 
 # Everything the daemon and its children create is owner-only: the audit log holds every call's

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy, unh
 from diagd.actors.pcap import answers, text
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.cache import PackedLru
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.first_page import Kinds
 from diagd.actors.pcap.messages import (
@@ -54,6 +54,7 @@ log = structlog.get_logger("diagd.pcap")
 
 KIND = "pcap"
 MAX_FILTER_CHARS = 1800  # sharkd 4.0 reads each request line into a 2 KiB buffer
+CACHE_BUDGET = 16 * 2**20  # bytes of cached answers, frame trees and frame lists per capture
 
 
 class PcapActor(Actor):
@@ -73,9 +74,11 @@ class PcapActor(Actor):
         self._config_dir: Path | None = None
         self.workers: CaptureWorkers | None = None
         self.analysis: dict[str, Any] = {}
-        self.filters: OrderedDict[str, list[int]] = OrderedDict()
-        self._trees: OrderedDict[int, dict[str, Any]] = OrderedDict()
-        self._results: OrderedDict[object, dict[str, Any]] = OrderedDict()
+        # Bounded by bytes, CACHE_BUDGET in all (cache.py): each once kept 64 lists, 4096 trees and
+        # 256 answers whatever their size, ~40 MB of RSS after a short session (issue 12).
+        self.filters: PackedLru[str, list[int]] = PackedLru(CACHE_BUDGET * 3 // 8, 64)
+        self._trees: PackedLru[int, dict[str, Any]] = PackedLru(CACHE_BUDGET // 4, 4096)
+        self._results: PackedLru[object, dict[str, Any]] = PackedLru(CACHE_BUDGET * 3 // 8, 256)
         self.cache_hits = 0
         self.cat: Catalogue | None = None
 
@@ -188,9 +191,9 @@ class PcapActor(Actor):
 
     async def matching(self, request: Request, display_filter: str) -> list[int]:
         """Frame numbers matching a filter (all frames for ''), cached per filter."""
-        if display_filter in self.filters:
-            self.filters.move_to_end(display_filter)
-            return self.filters[display_filter]
+        cached = self.filters.get(display_filter)
+        if cached is not None:
+            return cached
         await self.check_filter(request, display_filter)
         params: dict[str, Any] = {"column0": "frame.number:0"}
         if display_filter:
@@ -200,9 +203,7 @@ class PcapActor(Actor):
         except SharkdError as exc:
             raise invalid(display_filter, exc) from None
         numbers = [int(r["num"]) for r in rows]
-        self.filters[display_filter] = numbers
-        if len(self.filters) > 64:
-            self.filters.popitem(last=False)
+        self.filters.put(display_filter, numbers)
         return numbers
 
     async def page(self, request: Request, display_filter: str, offset: int, limit: int,
@@ -219,10 +220,9 @@ class PcapActor(Actor):
         """A frame's protocol tree with its bytes (tshark -V dumps `data` items in hex), cached:
         the bytes always come along, so one frame is one cache entry whatever the caller renders.
         A scan over a whole capture passes keep=False: thousands of trees would hold hundreds of MB."""
-        key = number
-        if key in self._trees:
-            self._trees.move_to_end(key)
-            return self._trees[key]
+        cached = self._trees.get(number)
+        if cached is not None:
+            return cached
         if not self.loaded:
             await self.sharkd_call(request, "status")  # loads the capture first, so frame_count is known
         if not 1 <= number <= self.frame_count:
@@ -231,9 +231,7 @@ class PcapActor(Actor):
                              frame=number, frame_count=self.frame_count)
         answer = await self.sharkd_call(request, "frame", {"frame": number, "proto": True, "bytes": True})
         if keep:
-            self._trees[key] = answer
-            if len(self._trees) > 4096:
-                self._trees.popitem(last=False)
+            self._trees.put(number, answer)
         return dict(answer)
 
     # -- requests ---------------------------------------------------------------------------
@@ -249,18 +247,16 @@ class PcapActor(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         # Equal questions share one answer: a message is its own cache key (less stop_at, a moment).
         key = cache_key(request.message)
-        if key is not None and key in self._results:
+        cached = self._results.get(key) if key is not None else None
+        if cached is not None:
             self.cache_hits += 1
-            self._results.move_to_end(key)
-            return {**self._results[key], "cached": True}
+            return {**cached, "cached": True}
         result = await self._answer(request)
         if key is None or result.get("served_by", "sharkd") != "sharkd" or result.get("total_exact") is False:
             return {**result, "cached": False}  # a stand-in answer while loading: ask the worker next time
         if result.get("stopped_because") == "time_budget":
             return {**result, "cached": False}  # another call may have the time to finish it
-        self._results[key] = result
-        if len(self._results) > 256:
-            self._results.popitem(last=False)
+        self._results.put(key, result)
         return {**result, "cached": False}
 
     async def _frames(self, request: Request, message: Frames) -> dict[str, Any]:

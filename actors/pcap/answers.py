@@ -23,6 +23,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
     from diagd.actors.pcap.actor import PcapActor
+    from diagd.actors.pcap.cache import PackedLru
     from diagd.actors.pcap.capture import CaptureSpec
     from diagd.actors.pcap.passes import Page
     from diagd.actors.pcap.wireshark import Catalogue
@@ -73,7 +74,7 @@ async def info(actor: PcapActor, request: Request) -> dict[str, Any]:
     }
 
 
-async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[str], filters: dict[str, list[int]],
+async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[str], filters: PackedLru[str, list[int]],
                                message: Frames) -> tuple[int, list[dict[str, Any]]]:
     """(total, page) of the first question while sharkd loads: one tshark pass beside it (its
     frame numbers kept in `filters`, the actor's cache)."""

@@ -43,10 +43,10 @@ BLOCK_FIELDS = 1024  # literal search: a block without the needle is skipped by 
 class FieldText:
     """The catalogue as lines: field i's name is line 2i, its description line 2i+1, a final "\\n";
     a field with non-ASCII text has two empty lines there and is listed in `non_ascii` instead.
-    The text is the catalogue's own (fieldtable.FieldTable keeps its fields so): no copy."""
+    The text is the catalogue's own (fieldtable.FieldTable keeps its fields so), read for each search
+    (from a file once the table is spilled): none is kept here."""
 
     table: FieldTable
-    text: str
     blocks: list[int]  # where field k * BLOCK_FIELDS starts, then the length
     non_ascii: tuple[int, ...]
 
@@ -55,7 +55,11 @@ class FieldText:
         table = cat.table
         starts = table.starts
         blocks = [starts[i] for i in range(0, len(table), BLOCK_FIELDS)]
-        return cls(table, table.text, [*blocks, starts[len(table)]], table.non_ascii)
+        return cls(table, [*blocks, starts[len(table)]], table.non_ascii)
+
+    @property
+    def text(self) -> str:
+        return self.table.text
 
     def row(self, i: int) -> Row:
         return self.table.row(i)
@@ -109,7 +113,7 @@ def fast_scan(user: UserRegex) -> Callable[[FieldText, Matcher], list[Row]] | No
         fields = scan(index, matcher)
         fields += [i for i in index.non_ascii if matcher.search(index.table.name(i), i + 1)
                    or matcher.search(index.table.value(i)[0], i + 1)]
-        return [index.row(i) for i in sorted(fields)]
+        return index.table.rows_at(sorted(fields))
 
     return run
 
@@ -133,30 +137,29 @@ def _find_scan(index: FieldText, matcher: Matcher, needle: str, *, lower: bool) 
     each block as it goes (~15 ms for the whole text, instead of keeping an 11 MB lowercase copy).
     Placeholder lines are empty: an empty needle never gets here."""
     found: list[int] = []
-    text, blocks = index.text, index.blocks
+    blocks = index.blocks
     for block in range(len(blocks) - 1):
         first = block * BLOCK_FIELDS
         matcher.tick(first + 1)
         start, end = blocks[block], blocks[block + 1]
+        chunk = index.table.slice(start, end)
         if lower:
-            chunk = text[start:end].lower()
-            if needle not in chunk:  # a needle without "\n" never spans two lines
-                continue
-        elif text.find(needle, start, end) < 0:
+            chunk = chunk.lower()
+        if needle not in chunk:  # a needle without "\n" never spans two lines
             continue
-        else:
-            chunk = text[start:end]
         lines = chunk[:-1].split("\n")
         found += [first + k // 2 for k in range(0, len(lines), 2) if needle in lines[k] or needle in lines[k + 1]]
     return found
 
 
 def _engine_scan(index: FieldText, matcher: Matcher, compiled: Any) -> list[int]:
+    text = index.text  # read whole for this search
+
     def next_hit(pos: int, field: int) -> int:
-        return matcher.search_from(compiled, index.text, pos, field + 1)
+        return matcher.search_from(compiled, text, pos, field + 1)
 
     skip = set(index.non_ascii)  # their empty lines may match (^$): they are searched on their own
-    return [field for field in _hit_fields(index, index.text, next_hit) if field not in skip]
+    return [field for field in _hit_fields(index, text, next_hit) if field not in skip]
 
 
 def _hit_fields(index: FieldText, text: str, next_hit: Callable[[int, int], int]) -> list[int]:

@@ -15,6 +15,11 @@ that pin pymalloc arenas for the life of the daemon (issue 12). Here the same fa
 - two permutations sorted by name and by lowercased name, for lookups (binary search), case-only
   aliases and prefix ranges.
 
+`spill()` moves the text (~10 MB) to an unlinked file in the user's cache directory: a name or a
+description is then read with one pread of its two lines, a search reads the text block by block or
+whole for the time it runs, and the daemon's resident memory keeps only the arrays (~4 MB); the
+file's pages are the kernel's page cache, given back under memory pressure (issue 12).
+
 It is a read-only `Mapping`: `fields[name]`, `name in fields`, iteration in catalogue order and
 `items()` behave as the dict did (a name listed twice keeps its first position and its last value).
 """
@@ -22,10 +27,14 @@ It is a read-only `Mapping`: `fields[name]`, `name in fields`, iteration in cata
 from __future__ import annotations
 
 import itertools
+import os
+import tempfile
+import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import ItemsView, Iterable, Iterator, Mapping
-from typing import cast
+from pathlib import Path
+from typing import IO, Any, cast
 
 Value = tuple[str, str, str]  # (description, type, protocol)
 CHUNK = 1024  # iteration splits this many fields' lines at once
@@ -57,7 +66,8 @@ class FieldTable(Mapping[str, Value]):
             pos += len(name) + len(desc) + 2
         starts.append(pos)
         self.starts = starts
-        self.text = "\n".join(lines) + "\n"
+        self._text: str | None = "\n".join(lines) + "\n"
+        self._file: IO[bytes] | None = None  # where the text is once spilled (then _text is None)
         del lines
         self._by_name = array("I", sorted(range(len(names)), key=names.__getitem__))
         if any(names[a] == names[b] for a, b in itertools.pairwise(self._by_name)):
@@ -76,25 +86,82 @@ class FieldTable(Mapping[str, Value]):
         return cls(names, [v[0] for v in merged.values()], [v[1] for v in merged.values()],
                    [v[2] for v in merged.values()])
 
+    # -- the text ---------------------------------------------------------------------------------
+
+    def spill(self, directory: Path | None = None) -> bool:
+        """Move the text to an unlinked file in `directory` ($XDG_CACHE_HOME/diagd by default); False
+        (the text stays in memory) when it cannot be written there."""
+        if self._text is None:
+            return True
+        directory = directory or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "diagd"
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115  (open as long as the table lives)
+        except OSError:
+            return False
+        try:
+            file.write(self._text.encode("ascii"))
+            file.flush()
+        except OSError:  # a full disk: keep the text in memory
+            file.close()
+            return False
+        weakref.finalize(self, file.close)  # also at exit, without a ResourceWarning
+        self._file, self._text = file, None
+        return True
+
+    @property
+    def spilled(self) -> bool:
+        return self._file is not None
+
+    def slice(self, start: int, end: int) -> str:
+        """`text[start:end]`, read from the file once spilled (the text is ASCII: a byte a character)."""
+        if self._text is not None:
+            return self._text[start:end]
+        assert self._file is not None
+        return os.pread(self._file.fileno(), end - start, start).decode("ascii")
+
+    @property
+    def text(self) -> str:
+        """Every field's name line and description line (read whole from the file once spilled)."""
+        return self._text if self._text is not None else self.slice(0, self.starts[-1])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_text": self.text, "_file": None}
+
     # -- by position -------------------------------------------------------------------------------
 
     def name(self, i: int) -> str:
         extra = self._extra.get(i)
         if extra is not None:
             return extra[0]
-        start = self.starts[i]
-        return self.text[start:self.text.index("\n", start)]
+        lines = self.slice(self.starts[i], self.starts[i + 1])
+        return lines[:lines.index("\n")]
 
     def value(self, i: int) -> Value:
         extra = self._extra.get(i)
         if extra is not None:
             desc = extra[1]
         else:
-            desc = self.text[self.text.index("\n", self.starts[i]) + 1:self.starts[i + 1] - 1]
+            lines = self.slice(self.starts[i], self.starts[i + 1])
+            desc = lines[lines.index("\n") + 1:-1]
         return desc, self._type_names[self._kinds[i]], self._proto_names[self._protos[i]]
 
     def row(self, i: int) -> tuple[str, Value]:
         return self.name(i), self.value(i)
+
+    def rows_at(self, positions: Iterable[int]) -> list[tuple[str, Value]]:
+        """`row(i)` for each of the ascending `positions`, the text read a chunk at a time (one read
+        for many hits, not two per field)."""
+        found: list[tuple[str, Value]] = []
+        first, lines = -CHUNK, [""]
+        for i in positions:
+            if not first <= i < first + CHUNK:
+                first = i - i % CHUNK
+                lines = self.slice(self.starts[first], self.starts[min(first + CHUNK, len(self))] - 1).split("\n")
+            k = 2 * (i - first)
+            name, desc = self._extra.get(i) or (lines[k], lines[k + 1])
+            found.append((name, (desc, self._type_names[self._kinds[i]], self._proto_names[self._protos[i]])))
+        return found
 
     @property
     def non_ascii(self) -> tuple[int, ...]:
@@ -167,7 +234,7 @@ class FieldTable(Mapping[str, Value]):
         n = len(self)
         for first in range(0, n, CHUNK):
             last = min(first + CHUNK, n)
-            yield first, self.text[self.starts[first]:self.starts[last] - 1].split("\n")
+            yield first, self.slice(self.starts[first], self.starts[last] - 1).split("\n")
 
 
 class _Items(ItemsView[str, Value]):

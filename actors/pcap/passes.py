@@ -29,6 +29,7 @@ from diagd.actors.pcap.rows import packet_row
 from diagd.actors.pcap.sharkd import SharkdError
 from diagd.protocol.errors import DiagdError, ErrorCode
 
+TOTALS_BUDGET = 2**20  # bytes of known totals (filters of up to 1800 characters each)
 WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts every match
 
 
@@ -66,6 +67,7 @@ class CaptureWorkers:
         self.facts = pool.facts  # updated in place by the pool when the capture loads
         self.cold_argv = cold_argv
         self.totals: OrderedDict[str, int] = OrderedDict()
+        self.totals_bytes = 0  # about what `totals` holds: its filters' lengths and ~100 bytes an entry
         self.passes: dict[str, FilterPass] = {}
         # Early tshark runs share the cores with the passes: one per core at most.
         self.early_slots = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
@@ -149,10 +151,11 @@ class CaptureWorkers:
         return Page(total, True, [packet_row(r["c"]) for r in result], "sharkd")
 
     def _known(self, display_filter: str, total: int) -> int:
+        if self.totals.pop(display_filter, None) is None:
+            self.totals_bytes += len(display_filter) + 100
         self.totals[display_filter] = total
-        self.totals.move_to_end(display_filter)
-        if len(self.totals) > 4096:
-            self.totals.popitem(last=False)
+        while len(self.totals) > 4096 or self.totals_bytes > TOTALS_BUDGET:
+            self.totals_bytes -= len(self.totals.popitem(last=False)[0]) + 100
         return total
 
     async def _first(self, display_filter: str, offset: int, limit: int, deadline: float,

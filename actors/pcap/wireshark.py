@@ -138,8 +138,11 @@ async def catalogue() -> Catalogue:
             # objects freed), it is unpickled here into compact memory, and the heap is trimmed.
             blob = await trio.to_thread.run_sync(_parse_pickled, fields_out, protos_out, version_out)
             del fields_out, protos_out
-            _catalogue = pickle.loads(blob)
+            cat: Catalogue = pickle.loads(blob)
             del blob
+            # Its text (~10 MB) to a file: lookups and searches read it from there (fieldtable.py).
+            await trio.to_thread.run_sync(cat.table.spill)
+            _catalogue = cat
             heap.trim()
     return _catalogue
 

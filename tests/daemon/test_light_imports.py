@@ -32,3 +32,24 @@ def test_serve_keeps_rich_out() -> None:
                            "for name in cli.NOT_IN_DAEMON: sys.modules.setdefault(name, None)\n"
                            "import diagd.daemon.server")
     assert "rich" not in modules and "pygments" not in modules
+
+
+def test_the_mcp_front_end_leaves_the_sdks_client_and_high_level_server_out() -> None:
+    # daemon/mcp_sdk.py: the SDK's package __init__s would bring its client, httpx and MCPServer (~12 MB).
+    modules = loaded_after("from diagd.daemon import server\nserver._import_front()")
+    assert "mcp.server.lowlevel.server" in modules and "diagd.daemon.mcp_front" in modules
+    assert not {"mcp.client", "mcp.client.streamable_http", "mcp.server.mcpserver", "httpx2", "cryptography"} & modules
+
+
+def test_the_whole_sdk_is_still_there_when_asked_for() -> None:
+    modules = loaded_after("from diagd.daemon import server\nserver._import_front()\nfrom mcp import Client\n"
+                           "from mcp.server import MCPServer, Server\n"
+                           "from mcp.server.lowlevel.server import Server as LowLevel\n"
+                           "assert Server is LowLevel and Client.__module__ == 'mcp.client.client'")
+    assert "mcp.client" in modules and "mcp.server.mcpserver" in modules
+
+
+def test_lean_leaves_an_sdk_already_imported_as_it_is() -> None:
+    modules = loaded_after("import mcp, sys\nfrom diagd.daemon import mcp_sdk\nmcp_sdk.lean()\n"
+                           "assert sys.modules['mcp'] is mcp")
+    assert "mcp.client" in modules
