@@ -49,8 +49,8 @@ of cold and peer divided by diagd (> 1: diagd is faster); every timed row must h
 (g) two clients on two different captures, a new filter each, concurrently vs one after the other:
     concurrent wall time / sequential sum, target <= 0.75 (0.5 = fully parallel on >= 2 cores,
     1.0 = serialized). Cold and peer columns: two tshark processes the same way.
-(h) sharkd RSS per loaded capture (`diagd_status` actor details `sharkd_rss_bytes`) next to the
-    peak RSS of one cold tshark run. No target: reported.
+(h) sharkd RSS per loaded capture (`diagd_status` actor details `sharkd_rss_bytes`; a list of one
+    per worker is summed) next to the peak RSS of one cold tshark run. No target: reported.
 (i) two new filters on ONE capture from two clients, concurrently vs one after the other (matches
     early; no match): concurrent wall / sequential wall, target <= 0.6 on 2 cores.
 (j) pcap_frame_detail of a frame not fetched before, sent by a second client 0.3 s into a
@@ -148,6 +148,18 @@ class Row:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def sharkd_rss_mb(details: dict[str, Any]) -> float | None:
+    """A capture's sharkd RSS in MiB from its actor details: `sharkd_rss_bytes` as one number, or a
+    list/mapping of numbers (one per worker: summed)."""
+    rss = details.get("sharkd_rss_bytes")
+    if isinstance(rss, dict):
+        rss = list(rss.values())
+    if isinstance(rss, list):
+        numbers = [v for v in rss if isinstance(v, int | float)]
+        rss = sum(numbers) if numbers else None
+    return None if not isinstance(rss, int | float) else rss / 2**20
 
 
 def timed_row(key: str, metric: str, cold: float | None, peer: float | None, diagd: float | None, *,
@@ -666,10 +678,8 @@ class PcapBench:
         small = self.args.pcaps_dir / WARMUP_SOURCE
         for label, path in (("A", self.A), ("B", self.B), ("baseline", small)):
             details = loaded.get(str(path), {})
-            rss = details.get("sharkd_rss_bytes")
             self.rows.append(Row("h", f"sharkd RSS, capture {label} ({path.stat().st_size / 1e6:.1f} MB)",
-                                 tshark_rss_mb if path != small else None, None,
-                                 None if rss is None else rss / 2**20, unit="MB",
+                                 tshark_rss_mb if path != small else None, None, sharkd_rss_mb(details), unit="MB",
                                  note=f"{details.get('frames')} frames, load_s {details.get('load_s')}"
                                       + ("; cold = peak RSS of one tshark -Y run on A (wait4), diagd = sharkd VmRSS"
                                          if label == "A" else "")))
@@ -762,12 +772,11 @@ class PcapBench:
             self.rows.append(row)
 
         loaded = await self.actor_details()
-        big_rss = loaded.get(str(BIG), {}).get("sharkd_rss_bytes")
+        big_rss = sharkd_rss_mb(loaded.get(str(BIG), {}))
         a_details = loaded.get(str(self.A), {})
-        a_rss = a_details.get("sharkd_rss_bytes")
+        a_rss = sharkd_rss_mb(a_details)
         tshark_rss_big = max(r.maxrss_kb for r in cold_runs) / 1024
-        self.rows.append(Row("l", "1 GB: sharkd RSS", tshark_rss_big, None,
-                             None if big_rss is None else big_rss / 2**20, unit="MB",
+        self.rows.append(Row("l", "1 GB: sharkd RSS", tshark_rss_big, None, big_rss, unit="MB",
                              note="cold = peak RSS of one tshark -Y run on the 1 GB capture"))
         small_label = f"{self.A.stat().st_size / 1e6:.0f} MB"
         big_label = f"{BIG.stat().st_size / 1e6:.0f} MB"
@@ -781,8 +790,7 @@ class PcapBench:
         growth("sharkd load time (load_s)", a_details.get("load_s"), load_big)
         growth(f"first answer, fresh capture ({FILTER})", self.fresh_s, first_big)
         growth(f"new filter, first page (limit {NEW_PAGE}), matches early", self.new_early_s, new_big)
-        growth("sharkd RSS", None if a_rss is None else a_rss / 2**20, None if big_rss is None else big_rss / 2**20,
-               unit="MB")
+        growth("sharkd RSS", a_rss, big_rss, unit="MB")
         growth(f"(reference) cold tshark pass ({FILTER})", self.cold_f, cold_big, target=False)
         growth(f"(reference) peer, first {PAGE} rows ({FILTER})", self.peer_frames, peer_big, target=False)
 
