@@ -64,7 +64,8 @@ of cold and peer divided by diagd (> 1: diagd is faster); every timed row must h
     early), sharkd RSS. A second table puts load time, first answer, new filter and sharkd RSS of
     the 55 MB and the 1 GB capture side by side: growth vs size factor, target at most linear.
 (m) the daemon's own RSS (VmRSS of `diagd serve`, children not counted), idle with the clients
-    connected before any pcap call (target <= 60 MB) and after all the pcap work (<= 90 MB).
+    connected before any pcap call (target <= 60 MB), after the 55 MB rows (a)-(j) and after all
+    the pcap work, once the pcap actors are idle again (<= 90 MB both).
 
 Pages may carry `total_exact`/`total_at_least` (a first page answered before the whole file was
 filtered): both are optional here. Output: the tables, or with --json one JSON object with the same
@@ -887,6 +888,7 @@ class PcapBench:
                 await self.one_capture_pairs()
                 await self.detail_during_pass()
                 await self.sharkd_memory()
+                self.daemon_rss_row("after the 55 MB work, before the 1 GB case and the burst", 90)
                 if self.caps.big is not None:
                     await self.big_capture()
                 await self.burst()
