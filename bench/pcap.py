@@ -88,7 +88,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from _daemon import isolated_daemon
 from _pcap_tools import (
@@ -113,6 +113,7 @@ from _pcap_tools import (
     warm_page_cache,
 )
 
+T = TypeVar("T")
 PCAPS_DIR = Path("/work/shared/pcaps")
 SOURCE = "magma_gx_gy_combined_04.pcapng"
 WARMUP_SOURCE = "magma_gx_gy_combined_03.pcapng"
@@ -863,6 +864,13 @@ class PcapBench:
             await trio.sleep(1)
         log(f"pcap actors still busy after {timeout_s} s")
 
+    async def traced(self, section: str, work: Awaitable[T]) -> T:
+        """Runs one section, then notes the daemon's RSS (samples.daemon_rss_trace)."""
+        result = await work
+        self.samples.setdefault("daemon_rss_trace", []).append({"after": section,
+                                                                "rss_mb": round(vmrss_mb(self.daemon_pid), 1)})
+        return result
+
     # -- the whole run -------------------------------------------------------------------------
 
     async def run(self) -> dict[str, Any]:
@@ -878,20 +886,20 @@ class PcapBench:
                 for _ in range(max(3, args.burst_clients)):
                     self.clients.append(await stack.enter_async_context(diagd_client(daemon.env)))
                 self.daemon_rss_row(f"idle, {len(self.clients)} clients connected, before any pcap call", 60)
-                await self.warm_up()
-                session_id = await self.first_and_repeated()
-                await self.frame_detail()
-                await self.text_search(session_id)
-                await self.info()
-                await self.new_filter_rows()
-                await self.two_captures()
-                await self.one_capture_pairs()
-                await self.detail_during_pass()
-                await self.sharkd_memory()
+                await self.traced("warm_up", self.warm_up())
+                session_id = await self.traced("f_a", self.first_and_repeated())
+                await self.traced("c", self.frame_detail())
+                await self.traced("e", self.text_search(session_id))
+                await self.traced("d", self.info())
+                await self.traced("b", self.new_filter_rows())
+                await self.traced("g", self.two_captures())
+                await self.traced("i", self.one_capture_pairs())
+                await self.traced("j", self.detail_during_pass())
+                await self.traced("h", self.sharkd_memory())
                 self.daemon_rss_row("after the 55 MB work, before the 1 GB case and the burst", 90)
                 if self.caps.big is not None:
-                    await self.big_capture()
-                await self.burst()
+                    await self.traced("l", self.big_capture())
+                await self.traced("k", self.burst())
                 await self.settle()
                 self.daemon_rss_row("after the pcap work", 90)
 
