@@ -825,7 +825,8 @@ class PcapBench:
             details = payload.get("details") or {}
             outcomes.append({"filter": flt, "s": took, "outcome": payload.get("code", "ERROR")
                              if payload.get("_is_error") else "answered",
-                             "retry_after_s": details.get("retry_after_s"), "message": payload.get("message")})
+                             "retry_after_s": details.get("retry_after_s", payload.get("retry_after_s")),
+                             "message": payload.get("message")})
 
         log(f"(k) burst: {n_clients} clients x {per} new filters at once on one capture")
         start = time.perf_counter()
@@ -885,6 +886,15 @@ class PcapBench:
             async with AsyncExitStack() as stack:
                 for _ in range(max(3, args.burst_clients)):
                     self.clients.append(await stack.enter_async_context(diagd_client(daemon.env)))
+
+                def stop_first(exc_type: type[BaseException] | None, *_: object) -> bool:
+                    """On a failure or Ctrl-C, the daemon goes before the clients close: a client
+                    interrupted mid-call otherwise waits for its shim, which waits for the daemon."""
+                    if exc_type is not None:
+                        daemon.proc.terminate()
+                    return False
+
+                stack.push(stop_first)
                 self.daemon_rss_row(f"idle, {len(self.clients)} clients connected, before any pcap call", 60)
                 await self.traced("warm_up", self.warm_up())
                 session_id = await self.traced("f_a", self.first_and_repeated())
