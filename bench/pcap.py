@@ -1,10 +1,11 @@
-"""pcap benchmark: diagd's warm sharkd worker against cold `tshark` per call, on a >= 50 MB capture.
+"""pcap benchmark: diagd's warm sharkd worker against cold `tshark` per call and against the
+early-stopping per-call tshark method ("peer"), on a >= 50 MB capture and a 1 GB one.
 
 Run from the repository root:
 
-    .venv/bin/python bench/pcap.py [--size-mb 50] [--json]
+    .venv/bin/python bench/pcap.py [--size-mb 50] [--big-mb 1024 | --no-big] [--json]
 
-The capture. Built once from the real file magma_gx_gy_combined_04.pcapng (Diameter Gx/Gy/S6a,
+The captures. Built once from the real file magma_gx_gy_combined_04.pcapng (Diameter Gx/Gy/S6a,
 S1AP, GTP-U; 2.9 MB) in the shared corpus and cached outside the repository (default
 /tmp/diagd-bench-cache/, reused when present): N copies time-shifted with `editcap -t i*40` and
 appended with `mergecap -a`, as shared/pcaps/MANIFEST.md shows. One change to that recipe: each
@@ -14,239 +15,118 @@ them "Retransmitted TSN" and never dissects their Diameter or S1AP (1288 Diamete
 whole file instead of N x 1288), which makes filters unrealistically cheap. The build checks that
 the Diameter frame count is N times the source's. A second capture built the same way but shifted
 by one day (same work, different sha256) serves the fresh-capture `pcap_info` and the two-client
-measurements.
+measurements. The big capture (--big-mb, default 1024 MiB: 371 copies) is built the same way.
 
-What is measured, side by side in one run (all diagd times are wall times measured by an MCP SDK
-client, `Client(StdioServerParameters(diagd mcp --no-autostart), mode="legacy")` under trio,
-against an isolated `diagd serve` with its own runtime/state dirs and config; cold times are wall
-times of one tshark process per call with its output read to the end, the way a plain wrapper
-works; "median" is over --cold-repeats cold runs and --repeats diagd calls):
+The three columns, measured side by side in one run. diagd: wall time of an MCP SDK client call,
+`Client(StdioServerParameters(diagd mcp --no-autostart), mode="legacy")` under trio, against an
+isolated `diagd serve` with its own runtime/state dirs and config (default settings). cold: one
+tshark process per call with its output read to the end, the way a plain wrapper works. peer: the
+per-call tshark method of an MCP server that kills tshark once `limit` rows have arrived
+(`tshark -n -l -r F -Y FILTER -T tabs` for packet lists, `-T fields -e ...` for timelines, `-V` for
+frame trees and text), timed until the rows are in; where early stop does not apply, peer = cold.
+"median" is over --cold-repeats cold runs and --repeats diagd calls. The ratio column is the better
+of cold and peer divided by diagd (> 1: diagd is faster); every timed row must have it >= 1
+(issue 12) besides its own target.
 
-(a) repeated pcap_frames_by_filter and pcap_timeline (same arguments) vs `tshark -r F -Y FILTER`
-    and `tshark -r F -Y FILTER -T fields -e ...`: target >= 20x faster.
-(b) a new filter on an already loaded capture (three Diameter/GTP filters never used before):
-    target >= 2.5x faster.
-(c) pcap_frame_detail of one frame (not fetched before) vs `tshark -r F -Y frame.number==N -V`:
-    target >= 100x faster.
+(a) repeated pcap_frames_by_filter (limit 500) and pcap_timeline (limit 200, same arguments):
+    target >= 20x faster than cold.
+(b) the first page (limit 20) of a new filter on the loaded capture, each repeat a filter string
+    never used before (a constant that changes nothing, e.g. `frame.len != 100007`, so no cache
+    answers), in three kinds: matches early (Diameter: the first 20 in the first frames), matches
+    late (Diameter of the last copy only, `frame.time_relative >= ...`: the last ~5% of the file)
+    and no match (a full pass for everyone). Cold: the same tshark command as the peer, read to the
+    end. Target >= 1x the better of cold/peer ("never slower than one cold full pass" when late).
+(c) pcap_frame_detail of one frame (not fetched before) vs `tshark -Y frame.number==N -V`: target
+    >= 100x faster than cold; the peer stops once the frame's tree is in.
 (d) pcap_info wall time, on a fresh capture (hash + load + analysis) and on a loaded one: target
     <= 2.5 s; cold column: `capinfos -H` + one tshark pass with `-z io,phs -z conv,...`.
 (e) pcap_text_search over 200 frames (limit=200, a query that does not stop early): target <= 2 s;
-    cold column: one `tshark -Y FILTER -V` pass, output read to the end, first 200 frames searched.
+    cold: one `tshark -Y FILTER -V` pass, output read to the end, first 200 frames searched; the
+    peer stops after 200 frames.
 (f) the first query on a fresh capture (the daemon never saw the file) vs cold tshark with the
     same filter: target <= 1.3x the cold time. The daemon is warmed up first with a call on a small
     capture (Wireshark's field catalogue is read once per daemon, not per capture).
 (g) two clients on two different captures, a new filter each, concurrently vs one after the other:
     concurrent wall time / sequential sum, target <= 0.75 (0.5 = fully parallel on >= 2 cores,
-    1.0 = serialized). Cold column: two tshark processes the same way.
-(h) sharkd RSS per loaded capture (`diagd_status` actor details `sharkd_rss_bytes`) next to the
-    peak RSS of one cold tshark run. No target: reported.
+    1.0 = serialized). Cold and peer columns: two tshark processes the same way.
+(h) sharkd RSS per loaded capture (`diagd_status` actor details `sharkd_rss_bytes`; a list of one
+    per worker is summed) next to the peak RSS of one cold tshark run. No target: reported.
+(i) two new filters on ONE capture from two clients, concurrently vs one after the other (matches
+    early; no match): concurrent wall / sequential wall, target <= 0.6 on 2 cores.
+(j) pcap_frame_detail of a frame not fetched before, sent by a second client 0.3 s into a
+    no-match new-filter pass on the same capture: its latency, target <= 50 ms.
+(k) a burst of --burst-clients x --burst-calls (5 x 9 = 45) different new filters, all at once,
+    from several MCP client sessions on one capture: how many were answered, refused BUSY (with or
+    without `retry_after_s` in the error details), TIMEOUT or another error. Target: no TIMEOUT, no
+    other error, every BUSY says when to retry.
+(l) the 1 GB capture: the first answer on the fresh capture (the (f) query) vs one cold tshark
+    pass (target <= 1.1x), sharkd load time (`load_s`), the first page of a new filter (matches
+    early), sharkd RSS. A second table puts load time, first answer, new filter and sharkd RSS of
+    the 55 MB and the 1 GB capture side by side: growth vs size factor, target at most linear.
+(m) the daemon's own RSS (VmRSS of `diagd serve`, children not counted), idle with the clients
+    connected before any pcap call (target <= 60 MB), after the 55 MB rows (a)-(j) and after all
+    the pcap work, once the pcap actors are idle again (<= 90 MB both).
 
-Output: a table `metric | cold tshark | diagd | ratio | target | met?`, or with --json one JSON
-object with the same rows plus the raw samples. Exit status 0 even when targets are missed.
+Pages may carry `total_exact`/`total_at_least` (a first page answered before the whole file was
+filtered): both are optional here. Output: the tables, or with --json one JSON object with the same
+rows plus the raw samples. Exit status 0 even when targets are missed.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import math
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from _daemon import isolated_daemon
+from _pcap_tools import (
+    SHIFT_S,
+    ColdRun,
+    DiagdClient,
+    FirstFramesSearch,
+    PeerRun,
+    build_capture,
+    check_total,
+    count_frames,
+    diagd_client,
+    first_numbers,
+    log,
+    packet_count,
+    run_cold,
+    run_peer,
+    tabs_argv,
+    tool_output,
+    tshark_filter,
+    vmrss_mb,
+    warm_page_cache,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tests.support.pcapedit import retag_sctp  # noqa: E402  (shared with the NGAP tests)
-
-VENV_BIN = Path(sys.executable).parent
-DIAGD = str(VENV_BIN / "diagd")
+T = TypeVar("T")
 PCAPS_DIR = Path("/work/shared/pcaps")
 SOURCE = "magma_gx_gy_combined_04.pcapng"
 WARMUP_SOURCE = "magma_gx_gy_combined_03.pcapng"
 CACHE_DIR = Path("/tmp/diagd-bench-cache")
-RECIPE = 1  # bump when the way the capture is built changes: the cache key includes it
-SHIFT_S = 40  # the source spans 38.2 s: copies follow each other without overlap
-CALL_TIMEOUT_S = 120.0
 
 # The queries: realistic Diameter/GTP work on this file.
 FILTER = "diameter.cmd.code == 272"  # Credit-Control (Gx + Gy)
 TIMELINE_FIELDS = ["diameter.Session-Id", "diameter.Result-Code", "diameter.CC-Request-Type"]
 PAGE = 500  # frames_by_filter limit: the tool's default
+NEW_PAGE = 20  # the first page of a new filter
 TEXT_FILTER = "diameter.flags.request == 0"  # Diameter answers
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------- the capture
-
-
-def tool_output(argv: list[str]) -> str:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode(errors='replace')[-800:]}")
-    return done.stdout.decode(errors="replace")
-
-
-def count_frames(path: Path, display_filter: str) -> int:
-    return len(tool_output(["tshark", "-r", str(path), "-Y", display_filter, "-T", "fields",
-                            "-e", "frame.number"]).split())
-
-
-def packet_count(path: Path) -> int:
-    m = re.search(r"Number of packets:\s+(\d+)", tool_output(["capinfos", "-c", "-M", str(path)]))
-    if not m:
-        raise RuntimeError(f"capinfos gave no packet count for {path}")
-    return int(m.group(1))
-
-
-def build_capture(src: Path, copies: int, day: int, cache: Path) -> tuple[Path, bool]:
-    """The merged capture (path, built now?). Cached by source, copies, variant and recipe."""
-    out = cache / f"{src.stem}-x{copies}-day{day}-r{RECIPE}.pcapng"
-    if out.exists():
-        return out, False
-    cache.mkdir(parents=True, exist_ok=True)
-    log(f"building {out} ({copies} copies of {src.name})")
-    with tempfile.TemporaryDirectory(dir=cache, prefix="build-") as tmp_dir:
-        tmp = Path(tmp_dir)
-        parts = []
-        for i in range(copies):
-            shifted = tmp / f"shifted_{i:03d}.pcapng"
-            tool_output(["editcap", "-t", str(day * 86400 + i * SHIFT_S), str(src), str(shifted)])
-            part = tmp / f"part_{i:03d}.pcapng"
-            changed = retag_sctp(shifted, part, (i * 0x01010101) & 0xFFFFFFFF)
-            if i and not changed:
-                raise RuntimeError(f"{src} has no Ethernet/IPv4/SCTP packet to retag")
-            shifted.unlink()
-            parts.append(str(part))
-        merged = tmp / "merged.pcapng"
-        tool_output(["mergecap", "-a", "-w", str(merged), *parts])
-        want = copies * count_frames(src, "diameter")
-        got = count_frames(merged, "diameter")
-        if got != want:
-            raise RuntimeError(f"merged capture has {got} Diameter frames, expected {want} ({copies} copies)")
-        os.replace(merged, out)
-    return out, True
-
-
-# --------------------------------------------------------------------------- cold tshark
-
-
-@dataclass
-class ColdRun:
-    wall_s: float
-    maxrss_kb: int
-    stdout: bytes = b""
-
-
-def run_cold(argv: list[str], consume: Callable[[bytes], None] | None = None, keep: bool = False) -> ColdRun:
-    """One process, output read to the end; wall time and the child's own peak RSS (wait4)."""
-    with tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-        assert proc.stdout is not None
-        chunks: list[bytes] = []
-        while data := proc.stdout.read(1 << 20):
-            if consume is not None:
-                consume(data)
-            if keep:
-                chunks.append(data)
-        proc.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            err.seek(0)
-            raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: "
-                               f"{err.read().decode(errors='replace')[-800:]}")
-    return ColdRun(wall, usage.ru_maxrss, b"".join(chunks))
-
-
-def tshark_filter(path: Path, display_filter: str) -> list[str]:
-    return ["tshark", "-r", str(path), "-Y", display_filter]
-
-
-class FirstFramesSearch:
-    """Consumes `tshark -V` output: keeps the first N frames' text and searches it (the rest is read
-    and dropped, as a wrapper reading the whole output would)."""
-
-    HEADER = re.compile(rb"(?m)^Frame \d+: ")
-
-    def __init__(self, frames: int, pattern: re.Pattern[str]) -> None:
-        self.frames, self.pattern = frames, pattern
-        self.head = bytearray()
-        self.done = False
-        self.frames_searched = 0
-        self.matches = 0
-
-    def __call__(self, data: bytes) -> None:
-        if self.done:
-            return
-        self.head += data
-        starts = [m.start() for m in self.HEADER.finditer(self.head)]
-        if len(starts) > self.frames:
-            del self.head[starts[self.frames]:]
-            self.finish()
-
-    def finish(self) -> None:
-        if not self.done:
-            self.done = True
-            text = self.head.decode(errors="replace")
-            self.frames_searched = len(self.HEADER.findall(self.head))
-            self.matches = sum(1 for _ in self.pattern.finditer(text))
-            self.head = bytearray()
-
-
-# --------------------------------------------------------------------------- MCP client
-
-
-class DiagdClient:
-    """One MCP SDK client session (its own `diagd mcp` shim); calls timed by the client."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    async def call(self, tool: str, args: dict[str, Any], *, allow_error: bool = False
-                   ) -> tuple[float, dict[str, Any], dict[str, Any]]:
-        """(wall seconds, payload, _meta). Raises on a tool error unless allow_error."""
-        import trio
-
-        start = time.perf_counter()
-        with trio.fail_after(CALL_TIMEOUT_S):
-            result = await self.client.call_tool(tool, args)
-        took = time.perf_counter() - start
-        text = result.content[0].text if result.content else "{}"
-        payload: dict[str, Any] = result.structured_content or json.loads(text)
-        if result.is_error:
-            payload = json.loads(text) if text.startswith("{") else {"message": text}
-            if not allow_error:
-                raise RuntimeError(f"{tool}({args}) failed: {text[:800]}")
-            payload["_is_error"] = True
-        return took, payload, dict(result.meta or {})
-
-
-@asynccontextmanager
-async def diagd_client(env: dict[str, str]) -> AsyncIterator[DiagdClient]:
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
-
-    # The SDK passes only a few "safe" variables to the child unless told: give it ours.
-    diagd_env = {k: v for k, v in env.items() if k.startswith("DIAGD_")}
-    params = StdioServerParameters(command=DIAGD, args=["mcp", "--no-autostart"], env=diagd_env)
-    async with Client(params, mode="legacy") as client:
-        yield DiagdClient(client)
+DETAIL_DELAY_S = 0.3  # (j): how far into the filter pass the frame-detail call is sent
+LOAD_WAIT_S = 900.0  # (l): how long the 1 GB capture may take to load
 
 
 # --------------------------------------------------------------------------- results
@@ -257,23 +137,51 @@ class Row:
     key: str
     metric: str
     cold_s: float | None = None
+    peer_s: float | None = None
     diagd_s: float | None = None
-    ratio: float | None = None
-    ratio_kind: str = ""  # "cold/diagd" (speed-up), "diagd/cold", "concurrent/sequential"
+    ratio: float | None = None  # min(cold, peer) / diagd: > 1 means diagd is faster; None: not a time
     target: str = ""
     met: bool | None = None
     note: str = ""
-    unit: str = "s"  # "s" or "MB"
-    diagd_text: str | None = None  # shown instead of diagd_s (e.g. an error)
+    unit: str = "s"  # "s", "MB" or "ratio"
+    diagd_text: str | None = None  # shown instead of diagd_s (an error, counts)
+    peer_text: str | None = None  # shown instead of peer_s ("= cold" where early stop does not apply)
 
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def speedup_row(key: str, metric: str, cold: float, diagd: float, minimum: float, note: str = "") -> Row:
-    ratio = cold / diagd
-    return Row(key, metric, cold, diagd, ratio, "cold/diagd", f">= {minimum:g}x", ratio >= minimum, note)
+def sharkd_rss_mb(details: dict[str, Any]) -> float | None:
+    """A capture's sharkd RSS in MiB from its actor details: `sharkd_rss_bytes` as one number, or a
+    list/mapping of numbers (one per worker: summed)."""
+    rss = details.get("sharkd_rss_bytes")
+    if isinstance(rss, dict):
+        rss = list(rss.values())
+    if isinstance(rss, list):
+        numbers = [v for v in rss if isinstance(v, int | float)]
+        rss = sum(numbers) if numbers else None
+    return None if not isinstance(rss, int | float) else rss / 2**20
+
+
+def timed_row(key: str, metric: str, cold: float | None, peer: float | None, diagd: float | None, *,
+              target: str = "", ok: bool | None = None, note: str = "", peer_is_cold: bool = False) -> Row:
+    """A time row: the ratio against the better of cold and peer must be >= 1 (issue 12) and `ok`
+    (the row's own target, written in `target`) must hold."""
+    if peer_is_cold:
+        peer = cold
+    best = min((v for v in (cold, peer) if v is not None), default=None)
+    ratio = best / diagd if best is not None and diagd else None
+    met = ratio is not None and ratio >= 1.0 and ok is not False
+    return Row(key, metric, cold, peer, diagd, ratio, "; ".join(t for t in (target, ">= 1x best") if t), met, note,
+               peer_text="= cold" if peer_is_cold else None)
+
+
+def error_row(key: str, metric: str, cold: float | None, peer: float | None, payload: dict[str, Any],
+              took: float, target: str, note: str = "") -> Row:
+    text = f"{payload.get('code', 'ERROR')} after {fmt_time(took)}"
+    return Row(key, metric, cold, peer, None, None, target, False, note or str(payload.get("message", ""))[:200],
+               diagd_text=text)
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -295,43 +203,63 @@ def fmt_value(row: Row, value: float | None) -> str:
     return f"{value:.0f} MB" if row.unit == "MB" else fmt_time(value)
 
 
-def fmt_ratio(row: Row) -> str:
-    if row.ratio is None:
+def fmt_ratio(ratio: float | None) -> str:
+    if ratio is None:
         return "-"
-    if row.ratio_kind == "cold/diagd":
-        return f"{row.ratio:.1f}x faster" if row.ratio >= 1 else f"{1 / row.ratio:.2f}x slower"
-    if row.ratio_kind == "diagd/cold":
-        return f"{row.ratio:.2f}x cold"
-    return f"{row.ratio:.2f}"
+    if ratio >= 1:
+        return f"{ratio:.0f}x faster" if ratio >= 100 else f"{ratio:.1f}x faster"
+    return f"{1 / ratio:.2f}x slower"
+
+
+def table(header: tuple[str, ...], cells: Sequence[tuple[str, ...]]) -> list[str]:
+    rows = [header, *cells]
+    widths = [max(len(c[i]) for c in rows) for i in range(len(header))]
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append(" | ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:],
+                                                                                         strict=True))]))
+        if i == 0:
+            lines.append("-+-".join("-" * w for w in widths))
+    return lines
 
 
 def render_table(report: dict[str, Any]) -> str:
     cap = report["capture"]
     cfg = report["config"]
     rows = [Row(**r) for r in report["rows"]]
-    header = ("metric", "cold tshark", "diagd", "ratio", "target", "met?")
-    cells = [header]
+    cells = []
     for r in rows:
         met = "-" if r.met is None else ("yes" if r.met else "NO")
-        cells.append((f"({r.key}) {r.metric}", fmt_value(r, r.cold_s), r.diagd_text or fmt_value(r, r.diagd_s),
-                      fmt_ratio(r), r.target or "-", met))
-    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+        cells.append((f"({r.key}) {r.metric}", fmt_value(r, r.cold_s), r.peer_text or fmt_value(r, r.peer_s),
+                      r.diagd_text or fmt_value(r, r.diagd_s), fmt_ratio(r.ratio), r.target or "-", met))
     lines = [
         f"diagd pcap benchmark on {cap['path']}",
         f"  {cap['size_mb']:.1f} MB, {cap['frames']} frames ({cap['copies']} SCTP-retagged, time-shifted copies of "
         f"{cap['source']}), {cap['diameter_frames']} Diameter frames; filter {FILTER!r} matches "
         f"{cap['filter_matches']}",
-        f"  cold = one tshark process per call (median of {cfg['cold_repeats']}); diagd = MCP SDK client -> "
-        f"diagd mcp -> daemon -> sharkd (repeated: median of {cfg['repeats']}); {os.cpu_count()} CPUs",
+        f"  cold = one tshark process per call, output read to the end (median of {cfg['cold_repeats']}); peer = "
+        f"tshark per call, killed once `limit` rows are in; diagd = MCP SDK client -> diagd mcp -> daemon -> sharkd "
+        f"(repeated: median of {cfg['repeats']}; new filters: median of {cfg['new_repeats']}); {os.cpu_count()} CPUs",
         "",
+        *table(("metric", "cold tshark", "peer (early-stop)", "diagd", "vs better of cold/peer", "target", "met?"),
+               cells),
+        f"  run time {cfg.get('run_s', '?')} s; cached captures: {', '.join(cap['all_paths'])}"
+        + (f" (built now: {len(cap['built_now'])})" if cap["built_now"] else " (reused)"),
     ]
-    for i, row in enumerate(cells):
-        lines.append(" | ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:],
-                                                                                         strict=True))]))
-        if i == 0:
-            lines.append("-+-".join("-" * w for w in widths))
-    lines.append(f"  run time {cfg.get('run_s', '?')} s; cached captures: {cap['path']}, {cap['second_path']}"
-                 + (f" (built now: {len(cap['built_now'])})" if cap["built_now"] else " (reused)"))
+    growth = report.get("growth") or []
+    if growth:
+        lines += ["", f"55 MB -> 1 GB: {growth[0]['small_label']} -> {growth[0]['big_label']}, size factor "
+                      f"{growth[0]['size_factor']:.1f}x; target: every figure grows at most linearly", ""]
+        g_cells = []
+        for g in growth:
+            def show(v: float | None, unit: str = g["unit"]) -> str:
+                return "-" if v is None else (f"{v:.0f} MB" if unit == "MB" else fmt_time(v))
+
+            met = "-" if g["met"] is None else ("yes" if g["met"] else "NO")
+            g_cells.append((g["metric"], show(g["small"]), g.get("big_text") or show(g["big"]),
+                            "-" if g["growth"] is None else f"{g['growth']:.1f}x",
+                            f"<= {g['size_factor']:.1f}x" if g.get("target", True) else "-", met))
+        lines += table(("figure", "55 MB", "1 GB", "growth", "target", "met?"), g_cells)
     notes = [r for r in rows if r.note]
     if notes:
         lines.append("")
@@ -348,247 +276,712 @@ class Captures:
     a: Path
     b: Path
     copies: int
+    big: Path | None = None
+    big_copies: int = 0
     built: list[str] = field(default_factory=list)
 
 
-def prepare(size_mb: float, cache: Path, pcaps: Path) -> Captures:
-    src = pcaps / SOURCE
+def copies_for(size_mb: float, src: Path) -> int:
+    return max(1, math.ceil(size_mb * 1024 * 1024 / src.stat().st_size))
+
+
+def prepare(args: argparse.Namespace) -> Captures:
+    src = args.pcaps_dir / SOURCE
     if not src.is_file():
         raise SystemExit(f"missing source capture {src}")
-    copies = max(1, math.ceil(size_mb * 1024 * 1024 / src.stat().st_size))
-    a, built_a = build_capture(src, copies, 0, cache)
-    b, built_b = build_capture(src, copies, 1, cache)
-    for path in (a, b):  # warm the page cache: cold and warm runs read the same cached pages
-        with open(path, "rb") as f:
-            while f.read(1 << 22):
-                pass
-    return Captures(a, b, copies, [str(p) for p, built in ((a, built_a), (b, built_b)) if built])
+    copies = copies_for(args.size_mb, src)
+    a, built_a = build_capture(src, copies, 0, args.cache_dir)
+    b, built_b = build_capture(src, copies, 1, args.cache_dir)
+    caps = Captures(a, b, copies, built=[str(p) for p, built in ((a, built_a), (b, built_b)) if built])
+    if args.big_mb:
+        caps.big_copies = copies_for(args.big_mb, src)
+        caps.big, built_big = build_capture(src, caps.big_copies, 0, args.cache_dir)
+        if built_big:
+            caps.built.append(str(caps.big))
+    for path in (a, b):
+        warm_page_cache(path)
+    return caps
 
 
-async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    import trio
+class Filters:
+    """New filter strings, never used before in this run: a constant that changes nothing varies."""
 
-    caps = prepare(args.size_mb, args.cache_dir, args.pcaps_dir)
-    A, B = caps.a, caps.b
-    cold_n, warm_n = args.cold_repeats, args.repeats
-    rows: list[Row] = []
-    samples: dict[str, Any] = {}
+    def __init__(self, copies: int) -> None:
+        self.n = itertools.count(100001)
+        self.copies = copies
 
-    async def cold(argv: list[str], **kw: Any) -> ColdRun:
+    def early(self, proto: str = "diameter") -> str:
+        return f"{proto} && frame.len != {next(self.n)}"  # frame.len < 65536: always true
+
+    def late(self, copies: int | None = None) -> str:
+        last_copy_s = ((copies or self.copies) - 1) * SHIFT_S
+        return f"diameter && frame.time_relative >= {last_copy_s} && frame.len != {next(self.n)}"
+
+    def none(self) -> str:
+        return f"diameter && frame.len == {next(self.n)}"  # never true
+
+
+class PcapBench:
+    """One run: the rows in the order they are measured, sharing the daemon and its clients."""
+
+    def __init__(self, args: argparse.Namespace, caps: Captures) -> None:
+        self.args, self.caps = args, caps
+        self.A, self.B = caps.a, caps.b
+        self.cold_n, self.warm_n, self.new_n = args.cold_repeats, args.repeats, args.new_repeats
+        self.rows: list[Row] = []
+        self.samples: dict[str, Any] = {}
+        self.growth: list[dict[str, Any]] = []
+        self.filters = Filters(caps.copies)
+        self.clients: list[DiagdClient] = []
+        self.daemon_pid = 0
+        self.matched: list[int] = []
+        self.cold_f = 0.0
+        self.peer_frames = 0.0
+        self.cold_detail = self.peer_detail = 0.0
+        self.fresh_s: float | None = None
+        self.new_early_s: float | None = None
+        self.cold_runs_f: list[ColdRun] = []
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    async def cold(self, argv: list[str], **kw: Any) -> ColdRun:
+        import trio
+
         return await trio.to_thread.run_sync(lambda: run_cold(argv, **kw))
 
-    async def cold_median(argv: list[str], n: int = cold_n, **kw: Any) -> tuple[float, list[ColdRun]]:
-        runs = [await cold(argv, **kw) for _ in range(n)]
-        samples.setdefault("cold", {})[" ".join(argv)] = [round(r.wall_s, 4) for r in runs]
+    async def peer(self, argv: list[str], limit: int, *, frames: bool = False) -> PeerRun:
+        import trio
+
+        return await trio.to_thread.run_sync(lambda: run_peer(argv, limit, frames=frames))
+
+    async def cold_median(self, argv: list[str], n: int | None = None, **kw: Any) -> tuple[float, list[ColdRun]]:
+        runs = [await self.cold(argv, **kw) for _ in range(n or self.cold_n)]
+        self.samples.setdefault("cold", {})[" ".join(argv)] = [round(r.wall_s, 4) for r in runs]
         return median([r.wall_s for r in runs]), runs
 
-    await cold(["tshark", "-r", str(args.pcaps_dir / WARMUP_SOURCE), "-c", "1"])  # libraries into the page cache
-    frames_total = await trio.to_thread.run_sync(lambda: packet_count(A))
-    diameter_total = await trio.to_thread.run_sync(lambda: count_frames(A, "diameter"))
+    async def peer_median(self, argv: list[str], limit: int, n: int | None = None, *, frames: bool = False
+                          ) -> tuple[float, list[PeerRun]]:
+        runs = [await self.peer(argv, limit, frames=frames) for _ in range(n or self.cold_n)]
+        self.samples.setdefault("peer", {})[f"{' '.join(argv)} (limit {limit})"] = [round(r.wall_s, 4) for r in runs]
+        return median([r.wall_s for r in runs]), runs
 
-    config = f"[daemon]\nallowed_dirs = {json.dumps([str(d) for d in (args.cache_dir, args.pcaps_dir)])}\n"
-    with isolated_daemon("pcap", config=config, extra_env={"DIAGD_LOG_LEVEL": "info"}) as bench:
-        async with diagd_client(bench.env) as c1, diagd_client(bench.env) as c2:
-            # Daemon warm-up: the first pcap call reads Wireshark's catalogue (tshark -G fields).
-            log("warm-up: pcap_info on a small capture")
-            warm_s, _, _ = await c1.call("pcap_info", {"pcap_path": str(args.pcaps_dir / WARMUP_SOURCE)})
-            rows.append(Row("-", "daemon warm-up: first pcap call (catalogue + 0.1 MB capture)", None, warm_s,
-                            note="once per daemon, excluded from (f)"))
+    def frames_args(self, path: Path, display_filter: str, limit: int) -> dict[str, Any]:
+        return {"pcap_path": str(path), "display_filter": display_filter, "limit": limit}
 
-            # (f) first query on a fresh capture, and the cold runs of the same filter.
-            log(f"(f) cold tshark -Y {FILTER!r} x{cold_n}")
-            cold_f, runs_f = await cold_median(tshark_filter(A, FILTER), keep=True)
-            matched = [int(line.split()[0]) for line in runs_f[-1].stdout.decode(errors="replace").splitlines()
-                       if line.strip()]
-            frames_args = {"pcap_path": str(A), "display_filter": FILTER, "limit": PAGE}
-            log("(f) diagd: first query on the fresh capture")
-            fresh_s, first, meta = await c1.call("pcap_frames_by_filter", frames_args)
-            if first["total"] != len(matched):
-                raise RuntimeError(f"diagd found {first['total']} frames for {FILTER!r}, tshark {len(matched)}")
-            samples["fresh_first_query"] = {"client_s": fresh_s, "meta": meta}
-            ratio = fresh_s / cold_f
-            rows.append(Row("f", f"first query on a fresh capture (frames_by_filter {FILTER})", cold_f, fresh_s,
-                            ratio, "diagd/cold", "<= 1.3x", ratio <= 1.3,
-                            note="sha256 + sharkd load + filter pass + page rows"))
+    async def status(self) -> dict[str, Any]:
+        _, status, _ = await self.clients[0].call("diagd_status", {})
+        return status
 
-            # (a) repeated frames_by_filter.
-            log(f"(a) repeated frames_by_filter x{warm_n}")
-            warm = [(await c1.call("pcap_frames_by_filter", frames_args))[0] for _ in range(warm_n)]
-            samples["repeated_frames_s"] = warm
-            rows.append(speedup_row("a", f"repeated frames_by_filter (limit={PAGE})", cold_f, median(warm), 20))
+    async def actor_details(self) -> dict[str, dict[str, Any]]:
+        status = await self.status()
+        return {a["details"].get("path"): {**a["details"], "_actor": a} for a in status["actors"]
+                if a.get("kind") == "pcap"}
 
-            # (a) timeline: first call on the loaded capture, then repeated.
-            timeline_args = {"pcap_path": str(A), "display_filter": FILTER, "fields": TIMELINE_FIELDS,
-                             "limit": 200}
-            fields_argv = [*tshark_filter(A, FILTER), "-T", "fields", "-e", "frame.number",
-                           *(x for f in TIMELINE_FIELDS for x in ("-e", f))]
-            log(f"(a) cold tshark -T fields x{cold_n}")
-            cold_t, _ = await cold_median(fields_argv)
-            log("(a) timeline: first call, then repeated")
-            first_t, timeline, _ = await c1.call("pcap_timeline", timeline_args)
-            rows.append(speedup_row("-", "timeline, first call (filter known, 200 frame trees)", cold_t, first_t,
-                                    1, note="not a target: the first page of a timeline"))
-            rows[-1].target, rows[-1].met = "", None
-            warm = [(await c1.call("pcap_timeline", timeline_args))[0] for _ in range(warm_n)]
-            samples["repeated_timeline_s"] = warm
-            rows.append(speedup_row("a", "repeated timeline (limit=200, 3 Diameter fields)", cold_t, median(warm),
-                                    20))
+    def daemon_rss_row(self, label: str, limit_mb: float) -> None:
+        rss = vmrss_mb(self.daemon_pid)
+        self.samples.setdefault("daemon_rss_mb", {})[label] = rss
+        self.rows.append(Row("m", f"daemon RSS (diagd serve, no children), {label}", None, None, rss, None,
+                             f"<= {limit_mb:g} MB", rss <= limit_mb, unit="MB"))
 
-            # (b) new filters on the loaded capture.
-            session_id = next(r["diameter.Session-Id"] for r in timeline["rows"] if r.get("diameter.Session-Id"))
-            session_id = session_id[0] if isinstance(session_id, list) else session_id
-            new_filters = [TEXT_FILTER, "gtp.message == 0xff", f"diameter.Session-Id == {json.dumps(session_id)}"]
-            cold_b, warm_b = [], []
-            for flt in new_filters:
-                log(f"(b) new filter {flt!r}: cold, then diagd")
-                cold_b.append((await cold(tshark_filter(A, flt))).wall_s)
-                took, page, _ = await c1.call("pcap_frames_by_filter", {"pcap_path": str(A), "display_filter": flt,
-                                                                       "limit": PAGE})
-                warm_b.append(took)
-                samples.setdefault("new_filters", []).append({"filter": flt, "cold_s": cold_b[-1], "diagd_s": took,
-                                                              "total": page["total"]})
-            rows.append(speedup_row("b", "new filter on a loaded capture (3 filters, median)", median(cold_b),
-                                    median(warm_b), 2.5, note="; ".join(new_filters)))
+    # -- the sections --------------------------------------------------------------------------
 
-            # (c) frame detail of frames not fetched before (the last matches of FILTER).
-            detail_frames = matched[-5:]
-            log(f"(c) frame detail: cold -V x{cold_n}, diagd x{len(detail_frames)}")
-            cold_c = median([(await cold([*tshark_filter(A, f"frame.number == {n}"), "-V"])).wall_s
-                             for n in detail_frames[:cold_n]])
-            warm_c = [(await c1.call("pcap_frame_detail", {"pcap_path": str(A), "frame_numbers": [n]}))[0]
-                      for n in detail_frames]
-            samples["frame_detail_s"] = warm_c
-            rows.append(speedup_row("c", "frame_detail, one frame (full tree)", cold_c, median(warm_c), 100,
-                                    note=f"frames {detail_frames}"))
+    async def warm_up(self) -> None:
+        log("warm-up: pcap_info on a small capture")
+        warm_s, _, _ = await self.clients[0].call("pcap_info", {"pcap_path": str(self.args.pcaps_dir / WARMUP_SOURCE)})
+        self.rows.append(Row("-", "daemon warm-up: first pcap call (catalogue + 0.1 MB capture)", diagd_s=warm_s,
+                             note="once per daemon, excluded from (f)"))
 
-            # (e) text search over 200 frames of a filter applied in (b).
-            query = session_id.rsplit(";", 1)[-1]  # the subscriber (IMSI...) in that Session-Id
-            pattern = re.compile(re.escape(query), re.IGNORECASE)
-            log(f"(e) text search {query!r} over 200 frames: cold -V x{cold_n}, diagd x2")
-            searches = []
+    async def first_and_repeated(self) -> str:
+        """(f) and (a); returns a Diameter Session-Id of the timeline (for (e))."""
+        A, c1 = self.A, self.clients[0]
+        log(f"(f) cold tshark -Y {FILTER!r} x{self.cold_n}, peer (limit {PAGE})")
+        self.cold_f, self.cold_runs_f = await self.cold_median(tshark_filter(A, FILTER), keep=True)
+        self.matched = [int(line.split()[0]) for line in self.cold_runs_f[-1].stdout.decode(errors="replace")
+                        .splitlines() if line.strip()]
+        self.peer_frames, peer_runs = await self.peer_median(tabs_argv(A, FILTER, flush=True), PAGE)
+        if first_numbers(peer_runs[-1].rows) != self.matched[:PAGE]:
+            raise RuntimeError("the peer's rows are not cold tshark's first rows")
+        frames_args = self.frames_args(A, FILTER, PAGE)
+        log("(f) diagd: first query on the fresh capture")
+        fresh_s, first, meta = await self.clients[0].call("pcap_frames_by_filter", frames_args)
+        check_total(first, len(self.matched), FILTER)
+        self.fresh_s = fresh_s
+        self.samples["fresh_first_query"] = {"client_s": fresh_s, "meta": meta,
+                                             **{k: first.get(k) for k in ("total", "total_exact", "total_at_least",
+                                                                          "served_by")}}
+        self.rows.append(timed_row("f", f"first query on a fresh capture (frames_by_filter {FILTER}, limit {PAGE})",
+                                   self.cold_f, self.peer_frames, fresh_s, target="<= 1.3x cold",
+                                   ok=fresh_s <= 1.3 * self.cold_f,
+                                   note=f"{fresh_s / self.cold_f:.2f}x cold; sha256 + sharkd load + filter pass + "
+                                        "page rows"))
 
-            def searching() -> Callable[[bytes], None]:
-                searches.append(FirstFramesSearch(200, pattern))
-                return searches[-1]
+        log(f"(a) repeated frames_by_filter x{self.warm_n}")
+        warm = [(await c1.call("pcap_frames_by_filter", frames_args))[0] for _ in range(self.warm_n)]
+        self.samples["repeated_frames_s"] = warm
+        self.rows.append(timed_row("a", f"repeated frames_by_filter (limit={PAGE})", self.cold_f, self.peer_frames,
+                                   median(warm), target=">= 20x cold", ok=self.cold_f / median(warm) >= 20))
 
-            text_argv = [*tshark_filter(A, TEXT_FILTER), "-V"]
-            cold_e = median([(await cold(text_argv, consume=searching())).wall_s for _ in range(cold_n)])
-            for s in searches:
-                s.finish()
-            warm_e = []
-            for offset in (0, 200):
-                took, found, _ = await c1.call("pcap_text_search", {
-                    "pcap_path": str(A), "display_filter": TEXT_FILTER, "query": query, "limit": 200,
-                    "offset": offset, "max_matches": 1000})
-                warm_e.append(took)
-                samples.setdefault("text_search", []).append({"offset": offset, "client_s": took,
-                                                              "frames_scanned": found["frames_scanned"],
-                                                              "matches": found["match_count"],
-                                                              "truncated": found["truncated"]})
-            scanned = [s["frames_scanned"] for s in samples["text_search"]]
-            rows.append(Row("e", "text_search over 200 frames (filter known)", cold_e, median(warm_e),
-                            cold_e / median(warm_e), "cold/diagd", "<= 2 s", median(warm_e) <= 2.0,
-                            note=f"query {query!r} in {TEXT_FILTER!r}, frames scanned {scanned}, cold searched "
-                                 f"{searches[0].frames_searched} frames ({searches[0].matches} matches)"))
+        timeline_args = {"pcap_path": str(A), "display_filter": FILTER, "fields": TIMELINE_FIELDS, "limit": 200}
+        field_args = ["-T", "fields", "-e", "frame.number", *(x for f in TIMELINE_FIELDS for x in ("-e", f))]
+        log(f"(a) cold tshark -T fields x{self.cold_n}, peer (limit 200)")
+        cold_t, _ = await self.cold_median([*tshark_filter(A, FILTER), *field_args])
+        peer_t, _ = await self.peer_median(["tshark", "-n", "-l", "-r", str(A), "-Y", FILTER, *field_args], 200)
+        log("(a) timeline: first call, then repeated")
+        first_t, timeline, _ = await c1.call("pcap_timeline", timeline_args)
+        self.rows.append(timed_row("-", "timeline, first call (filter known, 200 rows)", cold_t, peer_t, first_t))
+        warm = [(await c1.call("pcap_timeline", timeline_args))[0] for _ in range(self.warm_n)]
+        self.samples["repeated_timeline_s"] = warm
+        self.rows.append(timed_row("a", "repeated timeline (limit=200, 3 Diameter fields)", cold_t, peer_t,
+                                   median(warm), target=">= 20x cold", ok=cold_t / median(warm) >= 20))
+        session_id = next(r["diameter.Session-Id"] for r in timeline["rows"] if r.get("diameter.Session-Id"))
+        return str(session_id[0] if isinstance(session_id, list) else session_id)
 
-            # (d) pcap_info: capture A is loaded but not analysed yet; B was never seen.
-            info_argv = ["tshark", "-r", str(A), "-q", "-z", "io,phs", "-z", "conv,sctp", "-z", "conv,ip",
-                         "-z", "conv,udp", "-z", "conv,tcp"]
-            log(f"(d) cold capinfos + tshark -z io,phs -z conv,... x{cold_n}")
-            cold_d = median([(await cold(["capinfos", "-c", "-u", "-a", "-e", "-H", str(A)])).wall_s
-                             + (await cold(info_argv)).wall_s for _ in range(cold_n)])
-            log("(d) pcap_info on the loaded capture, then on a fresh one")
-            info_loaded, info, _ = await c1.call("pcap_info", {"pcap_path": str(A)})
-            info_fresh, _, _ = await c2.call("pcap_info", {"pcap_path": str(B)})
-            samples["pcap_info"] = {"loaded_s": info_loaded, "fresh_s": info_fresh, "load_s": info.get("load_s"),
-                                    "has_protocols": info.get("has_protocols")}
-            for label, took in (("fresh capture: hash + load + analysis", info_fresh),
-                                ("capture already loaded", info_loaded)):
-                rows.append(Row("d", f"pcap_info, {label}", cold_d, took, cold_d / took, "cold/diagd", "<= 2.5 s",
-                                took <= 2.5))
+    def detail_argv(self, frame: int) -> list[str]:
+        return [*tshark_filter(self.A, f"frame.number == {frame}"), "-V"]
 
-            # (g) two clients, two captures, a new filter each: sequential vs concurrent.
-            log("(g) cold: two tshark processes sequentially, then concurrently")
-            seq_cold = (await cold(tshark_filter(A, FILTER))).wall_s + (await cold(tshark_filter(B, FILTER))).wall_s
-            conc_cold = await concurrently([lambda: cold(tshark_filter(A, FILTER)),
-                                            lambda: cold(tshark_filter(B, FILTER))])
-            seq_warm, conc_warm = [], []
-            for rnd in range(args.rounds):
-                log(f"(g) diagd round {rnd + 1}/{args.rounds}: sequential, then concurrent")
+    async def frame_detail(self) -> None:
+        """(c): frames not fetched before (the last matches of FILTER)."""
+        detail_frames = self.matched[-5:]
+        log(f"(c) frame detail: cold -V x{self.cold_n}, peer x{self.cold_n}, diagd x{len(detail_frames)}")
+        self.cold_detail = median([(await self.cold(self.detail_argv(n))).wall_s for n in detail_frames[:self.cold_n]])
+        self.peer_detail = median([(await self.peer(["tshark", "-n", "-l", *self.detail_argv(n)[1:]], 1,
+                                                    frames=True)).wall_s for n in detail_frames[:self.cold_n]])
+        warm = [(await self.clients[0].call("pcap_frame_detail", {"pcap_path": str(self.A), "frame_numbers": [n]}))[0]
+                for n in detail_frames]
+        self.samples["frame_detail_s"] = warm
+        self.rows.append(timed_row("c", "frame_detail, one frame (full tree)", self.cold_detail, self.peer_detail,
+                                   median(warm), target=">= 100x cold", ok=self.cold_detail / median(warm) >= 100,
+                                   note=f"frames {detail_frames}; the peer stops once the frame's tree is in"))
 
-                def frames_call(client: DiagdClient, path: Path, k: int) -> Callable[[], Any]:
-                    flt = f"{FILTER} && frame.len > {k}"  # new to both captures, same work each time
-                    return lambda: client.call("pcap_frames_by_filter", {"pcap_path": str(path),
-                                                                          "display_filter": flt, "limit": PAGE})
+    async def text_search(self, session_id: str) -> None:
+        """(e): over 200 frames of a filter the capture knows (applied first, untimed)."""
+        A, c1 = self.A, self.clients[0]
+        await c1.call("pcap_frames_by_filter", self.frames_args(A, TEXT_FILTER, PAGE))
+        query = session_id.rsplit(";", 1)[-1]  # the subscriber (IMSI...) in that Session-Id
+        pattern = re.compile(re.escape(query), re.IGNORECASE)
+        log(f"(e) text search {query!r} over 200 frames: cold -V x{self.cold_n}, peer, diagd x2")
+        searches = []
 
-                k = 4 * rnd
+        def searching() -> Callable[[bytes], None]:
+            searches.append(FirstFramesSearch(200, pattern))
+            return searches[-1]
+
+        cold_e = median([(await self.cold([*tshark_filter(A, TEXT_FILTER), "-V"], consume=searching())).wall_s
+                         for _ in range(self.cold_n)])
+        for s in searches:
+            s.finish()
+        peer_e, peer_runs = await self.peer_median(["tshark", "-n", "-l", "-r", str(A), "-Y", TEXT_FILTER, "-V"],
+                                                   200, frames=True)
+        peer_matches = sum(len(pattern.findall(r.decode(errors="replace"))) for r in peer_runs[-1].rows)
+        warm_e = []
+        for offset in (0, 200):
+            took, found, _ = await c1.call("pcap_text_search", {
+                "pcap_path": str(A), "display_filter": TEXT_FILTER, "query": query, "limit": 200,
+                "offset": offset, "max_matches": 1000})
+            warm_e.append(took)
+            self.samples.setdefault("text_search", []).append({
+                "offset": offset, "client_s": took, "frames_scanned": found["frames_scanned"],
+                "matches": found["match_count"], "truncated": found["truncated"]})
+        scanned = [s["frames_scanned"] for s in self.samples["text_search"]]
+        self.rows.append(timed_row("e", "text_search over 200 frames (filter known)", cold_e, peer_e, median(warm_e),
+                                   target="<= 2 s", ok=median(warm_e) <= 2.0,
+                                   note=f"query {query!r} in {TEXT_FILTER!r}, frames scanned {scanned}, cold searched "
+                                        f"{searches[0].frames_searched} frames ({searches[0].matches} matches), "
+                                        f"peer {len(peer_runs[-1].rows)} frames ({peer_matches} matches)"))
+
+    async def info(self) -> None:
+        """(d): capture A is loaded but not analysed yet; B was never seen."""
+        A = self.A
+        info_argv = ["tshark", "-r", str(A), "-q", "-z", "io,phs", "-z", "conv,sctp", "-z", "conv,ip",
+                     "-z", "conv,udp", "-z", "conv,tcp"]
+        log(f"(d) cold capinfos + tshark -z io,phs -z conv,... x{self.cold_n}")
+        cold_d = median([(await self.cold(["capinfos", "-c", "-u", "-a", "-e", "-H", str(A)])).wall_s
+                         + (await self.cold(info_argv)).wall_s for _ in range(self.cold_n)])
+        log("(d) pcap_info on the loaded capture, then on a fresh one")
+        info_loaded, info, _ = await self.clients[0].call("pcap_info", {"pcap_path": str(A)})
+        info_fresh, _, _ = await self.clients[1].call("pcap_info", {"pcap_path": str(self.B)})
+        self.samples["pcap_info"] = {"loaded_s": info_loaded, "fresh_s": info_fresh, "load_s": info.get("load_s"),
+                                     "has_protocols": info.get("has_protocols")}
+        for label, took in (("fresh capture: hash + load + analysis", info_fresh),
+                            ("capture already loaded", info_loaded)):
+            self.rows.append(timed_row("d", f"pcap_info, {label}", cold_d, None, took, target="<= 2.5 s",
+                                       ok=took <= 2.5, peer_is_cold=True))
+
+    async def new_filter_rows(self) -> None:
+        """(b): the first page of filters never used before, matches early / late / never."""
+        A, c1 = self.A, self.clients[0]
+        kinds: list[tuple[str, Callable[[], str]]] = [("matches early", self.filters.early),
+                                                      ("matches late (last copy only)", self.filters.late),
+                                                      ("no match", self.filters.none)]
+        for kind, make in kinds:
+            colds: list[float] = []
+            peers: list[float] = []
+            diagds: list[float] = []
+            errors: list[tuple[float, dict[str, Any]]] = []
+            expected: list[int] = []
+            flt = ""
+            for i in range(self.new_n):
+                flt = make()
+                log(f"(b) new filter {i + 1}/{self.new_n}, {kind}: {flt!r}: cold, peer, diagd")
+                cold_run = await self.cold(tabs_argv(A, flt, flush=False), keep=True)
+                expected = first_numbers(cold_run.stdout.splitlines())
+                peer_run = await self.peer(tabs_argv(A, flt, flush=True), NEW_PAGE)
+                if first_numbers(peer_run.rows) != expected[:NEW_PAGE]:
+                    raise RuntimeError(f"the peer's rows for {flt!r} are not cold tshark's first rows")
+                took, page, _ = await c1.call("pcap_frames_by_filter", self.frames_args(A, flt, NEW_PAGE),
+                                              allow_error=True)
+                colds.append(cold_run.wall_s)
+                peers.append(peer_run.wall_s)
+                self.samples.setdefault("new_filters", []).append({
+                    "kind": kind, "filter": flt, "cold_s": cold_run.wall_s, "peer_s": peer_run.wall_s,
+                    "diagd_s": took, "matches": len(expected),
+                    **{k: page.get(k) for k in ("total", "total_exact", "total_at_least", "served_by", "code")}})
+                if page.get("_is_error"):
+                    errors.append((took, page))
+                    continue
+                check_total(page, len(expected), flt)
+                if [f["number"] for f in page["frames"]] != expected[:NEW_PAGE]:
+                    raise RuntimeError(f"diagd's first page for {flt!r} is not tshark's")
+                diagds.append(took)
+            where = (f"first match frame {expected[0]} of {self.samples['frames_total']}, {len(expected)} matches"
+                     if expected else "no frame matches")
+            metric = f"new filter, first page (limit {NEW_PAGE}), {kind}"
+            note = f"e.g. {flt!r}: {where}" + (f"; {len(errors)} of {self.new_n} calls failed" if errors else "")
+            if errors and not diagds:
+                self.rows.append(error_row("b", metric, median(colds), median(peers), errors[0][1], errors[0][0],
+                                           ">= 1x best", note))
+                continue
+            row = timed_row("b", metric, median(colds), median(peers), median(diagds), note=note)
+            row.met = bool(row.met) and not errors
+            self.rows.append(row)
+            if kind == "matches early":
+                self.new_early_s = median(diagds)
+
+    async def two_captures(self) -> None:
+        """(g): two clients, two captures, a new filter each: sequential vs concurrent."""
+        A, B, (c1, c2) = self.A, self.B, self.clients[:2]
+        log("(g) cold and peer: two tshark processes sequentially, then concurrently")
+        seq_cold = sum([(await self.cold(tshark_filter(p, FILTER))).wall_s for p in (A, B)])
+        conc_cold = await concurrently([lambda: self.cold(tshark_filter(A, FILTER)),
+                                        lambda: self.cold(tshark_filter(B, FILTER))])
+        peer_argv = [tabs_argv(p, FILTER, flush=True) for p in (A, B)]
+        seq_peer = sum([(await self.peer(argv, PAGE)).wall_s for argv in peer_argv])
+        conc_peer = await concurrently([lambda: self.peer(peer_argv[0], PAGE), lambda: self.peer(peer_argv[1], PAGE)])
+        seq_warm, conc_warm = [], []
+        for rnd in range(self.args.rounds):
+            log(f"(g) diagd round {rnd + 1}/{self.args.rounds}: sequential, then concurrent")
+
+            def frames_call(client: DiagdClient, path: Path, k: int) -> Callable[[], Awaitable[Any]]:
+                flt = f"{FILTER} && frame.len > {k}"  # new to both captures, same work each time
+                return lambda: client.call("pcap_frames_by_filter", self.frames_args(path, flt, PAGE))
+
+            k = 4 * rnd
+            start = time.perf_counter()
+            await frames_call(c1, A, k + 1)()
+            await frames_call(c2, B, k + 1)()
+            seq_warm.append(time.perf_counter() - start)
+            conc_warm.append(await concurrently([frames_call(c1, A, k + 2), frames_call(c2, B, k + 2)]))
+        self.samples["two_clients"] = {"sequential_s": seq_warm, "concurrent_s": conc_warm,
+                                       "cold_sequential_s": seq_cold, "cold_concurrent_s": conc_cold,
+                                       "peer_sequential_s": seq_peer, "peer_concurrent_s": conc_peer}
+        ratio = median(conc_warm) / median(seq_warm)
+        self.rows.append(Row("g", "two clients, two captures: concurrent / sequential wall", conc_cold / seq_cold,
+                             conc_peer / seq_peer, ratio, None, "<= 0.75", ratio <= 0.75, unit="ratio",
+                             note=f"diagd sequential {fmt_time(median(seq_warm))}, concurrent "
+                                  f"{fmt_time(median(conc_warm))}; cold tshark sequential {fmt_time(seq_cold)}, "
+                                  f"concurrent {fmt_time(conc_cold)}; new filter '{FILTER} && frame.len > k'"))
+
+    async def one_capture_pairs(self) -> None:
+        """(i): two new filters on ONE capture from two clients, sequential vs concurrent."""
+        A, (c1, c2) = self.A, self.clients[:2]
+        kinds: list[tuple[str, Callable[[], str], bool]] = [("matches early", self.filters.early, True),
+                                                            ("no match", self.filters.none, False)]
+        for kind, make, early_stops in kinds:
+            log(f"(i) two new filters on one capture, {kind}: cold and peer, then diagd x{self.args.rounds}")
+            cold_argv = [tabs_argv(A, make(), flush=False) for _ in range(4)]
+            seq_cold = sum([(await self.cold(argv)).wall_s for argv in cold_argv[:2]])
+            conc_cold = await concurrently([functools.partial(self.cold, argv) for argv in cold_argv[2:]])
+            peer_ratio = None
+            if early_stops:
+                peer_argv = [tabs_argv(A, make(), flush=True) for _ in range(4)]
+                seq_peer = sum([(await self.peer(argv, NEW_PAGE)).wall_s for argv in peer_argv[:2]])
+                conc_peer = await concurrently([functools.partial(self.peer, argv, NEW_PAGE) for argv in peer_argv[2:]])
+                peer_ratio = conc_peer / seq_peer
+            seq, conc, ends_all = [], [], []
+            for _ in range(self.args.rounds):
                 start = time.perf_counter()
-                await frames_call(c1, A, k + 1)()
-                await frames_call(c2, B, k + 1)()
-                seq_warm.append(time.perf_counter() - start)
-                conc_warm.append(await concurrently([frames_call(c1, A, k + 2), frames_call(c2, B, k + 2)]))
-            samples["two_clients"] = {"sequential_s": seq_warm, "concurrent_s": conc_warm,
-                                      "cold_sequential_s": seq_cold, "cold_concurrent_s": conc_cold}
-            ratio = median(conc_warm) / median(seq_warm)
-            rows.append(Row("g", "two clients, two captures: concurrent / sequential wall", conc_cold / seq_cold,
-                            ratio, ratio, "concurrent/sequential", "<= 0.75", ratio <= 0.75, unit="ratio",
-                            note=f"diagd sequential {fmt_time(median(seq_warm))}, concurrent "
-                                 f"{fmt_time(median(conc_warm))}; cold tshark sequential {fmt_time(seq_cold)}, "
-                                 f"concurrent {fmt_time(conc_cold)}; new filter '{FILTER} && frame.len > k'"))
+                for client in (c1, c2):
+                    await client.call("pcap_frames_by_filter", self.frames_args(A, make(), NEW_PAGE))
+                seq.append(time.perf_counter() - start)
+                ends: list[float] = []
+                start = time.perf_counter()
 
-            # (h) memory per loaded capture.
-            _, status, _ = await c1.call("diagd_status", {})
-            loaded = {a["details"].get("path"): a["details"] for a in status["actors"] if a.get("kind") == "pcap"}
-            samples["loaded_captures"] = loaded
-            tshark_rss_mb = max(r.maxrss_kb for r in runs_f) / 1024
-            small = args.pcaps_dir / WARMUP_SOURCE
-            for label, path in (("A", A), ("B", B), ("baseline", small)):
-                details = loaded.get(str(path), {})
-                rss = details.get("sharkd_rss_bytes")
-                rows.append(Row("h", f"sharkd RSS, capture {label} ({path.stat().st_size / 1e6:.1f} MB)",
-                                tshark_rss_mb if path != small else None,
-                                None if rss is None else rss / 2**20, unit="MB",
-                                note=f"{details.get('frames')} frames, load_s {details.get('load_s')}"
-                                     + ("; cold = peak RSS of one tshark -Y run on A (wait4), diagd = sharkd VmRSS"
-                                        if label == "A" else "")))
+                def call(client: DiagdClient, flt: str, t0: float = start, out: list[float] = ends
+                         ) -> Callable[[], Awaitable[None]]:
+                    async def run() -> None:
+                        await client.call("pcap_frames_by_filter", self.frames_args(A, flt, NEW_PAGE))
+                        out.append(time.perf_counter() - t0)
+                    return run
+
+                conc.append(await concurrently([call(c1, make()), call(c2, make())]))
+                ends_all.append(sorted(ends))
+            self.samples.setdefault("one_capture_pairs", {})[kind] = {
+                "sequential_s": seq, "concurrent_s": conc, "concurrent_ends_s": ends_all,
+                "cold_sequential_s": seq_cold, "cold_concurrent_s": conc_cold}
+            ratio = median(conc) / median(seq)
+            ends_text = "; ".join(" and ".join(fmt_time(e) for e in pair) for pair in ends_all)
+            self.rows.append(Row("i", f"two new filters, one capture ({kind}): concurrent / sequential",
+                                 conc_cold / seq_cold, peer_ratio, ratio, None, "<= 0.6", ratio <= 0.6, unit="ratio",
+                                 peer_text=None if early_stops else "= cold",
+                                 note=f"diagd sequential {fmt_time(median(seq))}, concurrent {fmt_time(median(conc))} "
+                                      f"(the two finished at {ends_text}); limit {NEW_PAGE}"))
+
+    async def detail_during_pass(self) -> None:
+        """(j): a frame-detail call sent while a new-filter pass runs on the same capture."""
+        import trio
+
+        A, (c1, c2) = self.A, self.clients[:2]
+        frames = self.matched[-10:-5][:3]  # not fetched before: (c) fetched the last 5
+        latencies, during = [], []
+        log(f"(j) frame detail {DETAIL_DELAY_S} s into a no-match filter pass, x{len(frames)}")
+        for n in frames:
+            flt = self.filters.none()
+            marks: dict[str, float] = {}
+            t0 = time.perf_counter()
+
+            async def filtering(flt: str = flt, marks: dict[str, float] = marks, t0: float = t0) -> None:
+                await c1.call("pcap_frames_by_filter", self.frames_args(A, flt, NEW_PAGE))
+                marks["filter_end"] = time.perf_counter() - t0
+
+            async def detail(n: int = n, marks: dict[str, float] = marks, t0: float = t0) -> None:
+                await trio.sleep(DETAIL_DELAY_S)
+                marks["detail_start"] = time.perf_counter() - t0
+                took, _, _ = await c2.call("pcap_frame_detail", {"pcap_path": str(A), "frame_numbers": [n]})
+                marks["detail_s"] = took
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(filtering)
+                nursery.start_soon(detail)
+            latencies.append(marks["detail_s"])
+            during.append(marks["filter_end"] > marks["detail_start"])
+            self.samples.setdefault("detail_during_pass", []).append({"frame": n, "filter": flt, **marks})
+        worst = max(latencies)
+        self.rows.append(timed_row("j", f"frame_detail during a new-filter pass, same capture (worst of {len(frames)})",
+                                   self.cold_detail, self.peer_detail, worst, target="<= 50 ms", ok=worst <= 0.05,
+                                   note=f"frames {frames}, latencies {', '.join(fmt_time(x) for x in latencies)}; "
+                                        f"sent {DETAIL_DELAY_S} s into the pass, the pass still running in "
+                                        f"{sum(during)} of {len(during)}"))
+
+    async def sharkd_memory(self) -> None:
+        """(h): memory per loaded capture."""
+        loaded = await self.actor_details()
+        self.samples["loaded_captures"] = {p: {k: v for k, v in d.items() if k != "_actor"} for p, d in loaded.items()}
+        tshark_rss_mb = max(r.maxrss_kb for r in self.cold_runs_f) / 1024
+        small = self.args.pcaps_dir / WARMUP_SOURCE
+        for label, path in (("A", self.A), ("B", self.B), ("baseline", small)):
+            details = loaded.get(str(path), {})
+            self.rows.append(Row("h", f"sharkd RSS, capture {label} ({path.stat().st_size / 1e6:.1f} MB)",
+                                 tshark_rss_mb if path != small else None, None, sharkd_rss_mb(details), unit="MB",
+                                 note=f"{details.get('frames')} frames, load_s {details.get('load_s')}"
+                                      + ("; cold = peak RSS of one tshark -Y run on A (wait4), diagd = sharkd VmRSS"
+                                         if label == "A" else "")))
+
+    async def wait_loaded(self, path: Path) -> dict[str, Any]:
+        """The actor details of `path` once sharkd has loaded it (load_s set)."""
+        import trio
+
+        deadline = time.monotonic() + LOAD_WAIT_S
+        while time.monotonic() < deadline:
+            details = (await self.actor_details()).get(str(path), {})
+            if details.get("load_s") and details.get("frames"):
+                return details
+            await trio.sleep(0.5)
+        raise RuntimeError(f"{path} did not load within {LOAD_WAIT_S} s")
+
+    async def big_capture(self) -> None:
+        """(l) and the growth table: the 1 GB capture next to the 55 MB one."""
+        import trio
+
+        BIG, c = self.caps.big, self.clients[2]
+        assert BIG is not None
+        size_factor = BIG.stat().st_size / self.A.stat().st_size
+        n = self.args.big_cold_repeats
+        log(f"(l) {BIG.name}: page cache, cold tshark -Y {FILTER!r} x{n}, peer")
+        await trio.to_thread.run_sync(lambda: warm_page_cache(BIG))
+        frames_big = await trio.to_thread.run_sync(lambda: packet_count(BIG))
+        newlines = [0]
+
+        def counting(data: bytes) -> None:
+            newlines[0] += data.count(b"\n")
+
+        cold_big, cold_runs = await self.cold_median(tshark_filter(BIG, FILTER), n=n, consume=counting)
+        matches = newlines[0] // n
+        peer_big, _ = await self.peer_median(tabs_argv(BIG, FILTER, flush=True), PAGE, n=n)
+        log("(l) diagd: first query on the fresh 1 GB capture")
+        took, page, _ = await c.call("pcap_frames_by_filter", self.frames_args(BIG, FILTER, PAGE), allow_error=True)
+        metric = f"1 GB: first query on a fresh capture ({FILTER}, limit {PAGE})"
+        first_big: float | None = None
+        first_error = f"{page.get('code', 'ERROR')} after {fmt_time(took)}" if page.get("_is_error") else None
+        if page.get("_is_error"):
+            self.rows.append(error_row("l", metric, cold_big, peer_big, page, took, "<= 1.1x cold; >= 1x best"))
+        else:
+            check_total(page, matches, FILTER)
+            first_big = took
+            self.rows.append(timed_row("l", metric, cold_big, peer_big, took, target="<= 1.1x cold",
+                                       ok=took <= 1.1 * cold_big,
+                                       note=f"{took / cold_big:.2f}x cold; {frames_big} frames, {matches} matches, "
+                                            f"served by {page.get('served_by')}"))
+        log("(l) waiting for sharkd to load the 1 GB capture")
+        details = await self.wait_loaded(BIG)
+        load_big = float(details["load_s"])
+        self.rows.append(Row("l", "1 GB: sharkd load time (load_s)", diagd_s=load_big,
+                             note="diagd_status actor details; see the growth table"))
+
+        colds: list[float] = []
+        peers: list[float] = []
+        diagds: list[float] = []
+        errors: list[tuple[float, dict[str, Any]]] = []
+        expected = 0
+        for i in range(self.args.big_new_repeats):
+            flt = self.filters.early()  # the same frames match every time
+            log(f"(l) new filter {i + 1}/{self.args.big_new_repeats} {flt!r}: " + ("cold, " if i == 0 else "")
+                + "peer, diagd")
+            if i == 0:
+                newlines[0] = 0
+                colds.append((await self.cold(tabs_argv(BIG, flt, flush=False), consume=counting)).wall_s)
+                expected = newlines[0]
+            peer_run = await self.peer(tabs_argv(BIG, flt, flush=True), NEW_PAGE)
+            peers.append(peer_run.wall_s)
+            took, page, _ = await c.call("pcap_frames_by_filter", self.frames_args(BIG, flt, NEW_PAGE),
+                                         allow_error=True)
+            self.samples.setdefault("big_new_filters", []).append({
+                "filter": flt, "peer_s": peer_run.wall_s, "diagd_s": took,
+                **{k: page.get(k) for k in ("total", "total_exact", "total_at_least", "served_by", "code")}})
+            if page.get("_is_error"):
+                errors.append((took, page))
+                continue
+            check_total(page, expected, flt)
+            if [f["number"] for f in page["frames"]] != first_numbers(peer_run.rows):
+                raise RuntimeError(f"diagd's first page for {flt!r} on the 1 GB capture is not tshark's")
+            diagds.append(took)
+        metric = f"1 GB: new filter, first page (limit {NEW_PAGE}), matches early"
+        new_big = median(diagds) if diagds else None
+        if new_big is None:
+            self.rows.append(error_row("l", metric, colds[0], median(peers), errors[0][1], errors[0][0], ">= 1x best"))
+        else:
+            row = timed_row("l", metric, colds[0], median(peers), new_big,
+                            note=f"median of {len(diagds)}" + (f"; {len(errors)} calls failed" if errors else ""))
+            row.met = bool(row.met) and not errors
+            self.rows.append(row)
+
+        loaded = await self.actor_details()
+        big_rss = sharkd_rss_mb(loaded.get(str(BIG), {}))
+        a_details = loaded.get(str(self.A), {})
+        a_rss = sharkd_rss_mb(a_details)
+        tshark_rss_big = max(r.maxrss_kb for r in cold_runs) / 1024
+        self.rows.append(Row("l", "1 GB: sharkd RSS", tshark_rss_big, None, big_rss, unit="MB",
+                             note="cold = peak RSS of one tshark -Y run on the 1 GB capture"))
+        small_label = f"{self.A.stat().st_size / 1e6:.0f} MB"
+        big_label = f"{BIG.stat().st_size / 1e6:.0f} MB"
+
+        def growth(metric: str, small: float | None, big: float | None, unit: str = "s", target: bool = True,
+                   big_text: str | None = None) -> None:
+            """big_text: what the 1 GB call gave instead of a figure (an error): a miss."""
+            g = big / small if small and big is not None else None
+            met = None if not target else (False if big_text else (g <= size_factor if g else None))
+            self.growth.append({"metric": metric, "small": small, "big": big, "big_text": big_text, "unit": unit,
+                                "growth": g, "target": target, "size_factor": size_factor, "met": met,
+                                "small_label": small_label, "big_label": big_label})
+
+        growth("sharkd load time (load_s)", a_details.get("load_s"), load_big)
+        growth(f"first answer, fresh capture ({FILTER})", self.fresh_s, first_big,
+               big_text=first_error)
+        growth(f"new filter, first page (limit {NEW_PAGE}), matches early", self.new_early_s, new_big,
+               big_text=None if new_big is not None else str(errors[0][1].get("code", "ERROR")))
+        growth("sharkd RSS", a_rss, big_rss, unit="MB")
+        growth(f"(reference) cold tshark pass ({FILTER})", self.cold_f, cold_big, target=False)
+        growth(f"(reference) peer, first {PAGE} rows ({FILTER})", self.peer_frames, peer_big, target=False)
+
+    async def burst(self) -> None:
+        """(k): many different new filters at once from several clients on one capture."""
+        import trio
+
+        n_clients, per = self.args.burst_clients, self.args.burst_calls
+        clients = self.clients[:n_clients]
+        makers: list[Callable[[], str]] = [*(functools.partial(self.filters.early, p)
+                                             for p in ("diameter", "sctp", "s1ap", "gtp", "ip")),
+                                           self.filters.late, self.filters.none]
+        jobs = [(clients[i % n_clients], makers[i % len(makers)]()) for i in range(n_clients * per)]
+        outcomes: list[dict[str, Any]] = []
+
+        async def one(client: DiagdClient, flt: str) -> None:
+            start = time.perf_counter()
+            try:
+                took, payload, _ = await client.call("pcap_frames_by_filter", self.frames_args(self.A, flt, NEW_PAGE),
+                                                     allow_error=True)
+            except trio.TooSlowError:
+                outcomes.append({"filter": flt, "outcome": "CLIENT_TIMEOUT", "s": time.perf_counter() - start})
+                return
+            details = payload.get("details") or {}
+            outcomes.append({"filter": flt, "s": took, "outcome": payload.get("code", "ERROR")
+                             if payload.get("_is_error") else "answered",
+                             "retry_after_s": details.get("retry_after_s", payload.get("retry_after_s")),
+                             "message": payload.get("message")})
+
+        log(f"(k) burst: {n_clients} clients x {per} new filters at once on one capture")
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for client, flt in jobs:
+                nursery.start_soon(one, client, flt)
+        wall = time.perf_counter() - start
+        self.samples["burst"] = {"wall_s": wall, "calls": outcomes}
+        count = {k: sum(1 for o in outcomes if o["outcome"] == k) for k in ("answered", "BUSY", "TIMEOUT")}
+        busy_hinted = sum(1 for o in outcomes if o["outcome"] == "BUSY" and o["retry_after_s"] is not None)
+        other = len(outcomes) - sum(count.values())
+        answered = sorted(o["s"] for o in outcomes if o["outcome"] == "answered")
+        hints = sorted(o["retry_after_s"] for o in outcomes if o["retry_after_s"] is not None)
+        others = sorted({o["outcome"] for o in outcomes} - set(count))
+        self.rows.append(Row(
+            "k", f"burst of {len(jobs)} new filters, {n_clients} clients, one capture", unit="count",
+            diagd_text=f"{count['answered']} ok, {count['BUSY']} BUSY ({busy_hinted} with retry), "
+                       f"{count['TIMEOUT']} TIMEOUT, {other} other",
+            target="0 TIMEOUT; BUSY says retry_after_s",
+            met=count["TIMEOUT"] == 0 and other == 0 and busy_hinted == count["BUSY"],
+            note=f"all done in {fmt_time(wall)}; answered in {fmt_time(answered[0]) if answered else '-'} to "
+                 f"{fmt_time(answered[-1]) if answered else '-'}"
+                 + (f"; retry_after_s {hints[0]}..{hints[-1]}" if hints else "")
+                 + (f"; other: {', '.join(others)}" if others else "")
+                 + "; filters: early (diameter/sctp/s1ap/gtp/ip), late, no match, each string new"))
+
+    async def settle(self, timeout_s: float = 300.0) -> None:
+        """Until no pcap actor has work queued or running (the burst may leave some behind)."""
+        import trio
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            actors = [a for a in (await self.status())["actors"] if a.get("kind") == "pcap"]
+            if not any(a.get("inbox_depth") or a.get("current_op") for a in actors):
+                return
+            await trio.sleep(1)
+        log(f"pcap actors still busy after {timeout_s} s")
+
+    async def traced(self, section: str, work: Awaitable[T]) -> T:
+        """Runs one section, then notes the daemon's RSS (samples.daemon_rss_trace)."""
+        result = await work
+        self.samples.setdefault("daemon_rss_trace", []).append({"after": section,
+                                                                "rss_mb": round(vmrss_mb(self.daemon_pid), 1)})
+        return result
+
+    # -- the whole run -------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        args, A = self.args, self.A
+        await self.cold(["tshark", "-r", str(args.pcaps_dir / WARMUP_SOURCE), "-c", "1"])  # libraries into the cache
+        self.samples["frames_total"] = await to_thread(lambda: packet_count(A))
+        diameter_total = await to_thread(lambda: count_frames(A, "diameter"))
+
+        config = f"[daemon]\nallowed_dirs = {json.dumps([str(d) for d in (args.cache_dir, args.pcaps_dir)])}\n"
+        with isolated_daemon("pcap", config=config, extra_env={"DIAGD_LOG_LEVEL": "info"}) as daemon:
+            self.daemon_pid = daemon.proc.pid
+            async with AsyncExitStack() as stack:
+                for _ in range(max(3, args.burst_clients)):
+                    self.clients.append(await stack.enter_async_context(diagd_client(daemon.env)))
+
+                def stop_first(exc_type: type[BaseException] | None, *_: object) -> bool:
+                    """On a failure or Ctrl-C, the daemon goes before the clients close: a client
+                    interrupted mid-call otherwise waits for its shim, which waits for the daemon."""
+                    if exc_type is not None:
+                        daemon.proc.terminate()
+                    return False
+
+                stack.push(stop_first)
+                self.daemon_rss_row(f"idle, {len(self.clients)} clients connected, before any pcap call", 60)
+                await self.traced("warm_up", self.warm_up())
+                session_id = await self.traced("f_a", self.first_and_repeated())
+                await self.traced("c", self.frame_detail())
+                await self.traced("e", self.text_search(session_id))
+                await self.traced("d", self.info())
+                await self.traced("b", self.new_filter_rows())
+                await self.traced("g", self.two_captures())
+                await self.traced("i", self.one_capture_pairs())
+                await self.traced("j", self.detail_during_pass())
+                await self.traced("h", self.sharkd_memory())
+                self.daemon_rss_row("after the 55 MB work, before the 1 GB case and the burst", 90)
+                if self.caps.big is not None:
+                    await self.traced("l", self.big_capture())
+                await self.traced("k", self.burst())
+                await self.settle()
+                self.daemon_rss_row("after the pcap work", 90)
+
+        caps = self.caps
+        paths = [p for p in (A, caps.b, caps.big) if p is not None]
+        return {
+            "config": {"size_mb": args.size_mb, "big_mb": args.big_mb, "repeats": self.warm_n,
+                       "cold_repeats": self.cold_n, "new_repeats": self.new_n, "rounds": args.rounds,
+                       "page_limit": PAGE, "new_page_limit": NEW_PAGE, "filter": FILTER,
+                       "timeline_fields": TIMELINE_FIELDS, "burst": [args.burst_clients, args.burst_calls],
+                       "cpus": os.cpu_count(), "python": sys.version.split()[0],
+                       "tshark": tool_output(["tshark", "-v"]).splitlines()[0]},
+            "capture": {"path": str(A), "second_path": str(caps.b), "big_path": str(caps.big) if caps.big else None,
+                        "all_paths": [str(p) for p in paths], "source": SOURCE, "copies": caps.copies,
+                        "big_copies": caps.big_copies, "size_mb": A.stat().st_size / 1e6,
+                        "big_size_mb": caps.big.stat().st_size / 1e6 if caps.big else None,
+                        "frames": self.samples["frames_total"], "diameter_frames": diameter_total,
+                        "filter_matches": len(self.matched), "built_now": caps.built},
+            "rows": [asdict(r) for r in self.rows],
+            "growth": self.growth,
+            "samples": self.samples,
+        }
 
 
-    return {
-        "config": {"size_mb": args.size_mb, "repeats": warm_n, "cold_repeats": cold_n, "rounds": args.rounds,
-                   "page_limit": PAGE, "filter": FILTER, "timeline_fields": TIMELINE_FIELDS,
-                   "cpus": os.cpu_count(), "python": sys.version.split()[0],
-                   "tshark": tool_output(["tshark", "-v"]).splitlines()[0]},
-        "capture": {"path": str(A), "second_path": str(B), "source": SOURCE, "copies": caps.copies,
-                    "size_mb": A.stat().st_size / 1e6, "frames": frames_total, "diameter_frames": diameter_total,
-                    "filter_matches": len(matched), "built_now": caps.built},
-        "rows": [asdict(r) for r in rows],
-        "samples": samples,
-    }
+async def to_thread(fn: Callable[[], Any]) -> Any:
+    import trio
+
+    return await trio.to_thread.run_sync(fn)
 
 
-async def concurrently(calls: list[Callable[[], Any]]) -> float:
+async def concurrently(calls: list[Callable[[], Awaitable[Any]]]) -> float:
     """Wall time of running the given coroutine factories at the same time."""
     import trio
+
+    async def run(call: Callable[[], Awaitable[Any]]) -> None:
+        await call()
 
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
         for call in calls:
-            nursery.start_soon(call)
+            nursery.start_soon(run, call)
     return time.perf_counter() - start
+
+
+async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    caps = await to_thread(lambda: prepare(args))
+    return await PcapBench(args, caps).run()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--size-mb", type=float, default=50, help="minimum capture size in MiB (default 50)")
+    parser.add_argument("--big-mb", type=float, default=1024, help="the big capture in MiB (default 1024)")
+    parser.add_argument("--no-big", action="store_true", help="skip the big capture (l)")
     parser.add_argument("--repeats", type=int, default=20, help="repeated diagd calls per query (default 20)")
-    parser.add_argument("--cold-repeats", type=int, default=3, help="cold tshark runs per query (default 3)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of the two-client test (default 2)")
+    parser.add_argument("--cold-repeats", type=int, default=3, help="cold/peer tshark runs per query (default 3)")
+    parser.add_argument("--new-repeats", type=int, default=3, help="new filters per kind in (b) (default 3)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the two-client tests (default 2)")
+    parser.add_argument("--big-cold-repeats", type=int, default=1, help="cold runs on the big capture (default 1)")
+    parser.add_argument("--big-new-repeats", type=int, default=2, help="new filters on the big capture (default 2)")
+    parser.add_argument("--burst-clients", type=int, default=5, help="client sessions in the burst (default 5)")
+    parser.add_argument("--burst-calls", type=int, default=9, help="calls per client in the burst (default 9)")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help=f"built captures (default {CACHE_DIR})")
     parser.add_argument("--pcaps-dir", type=Path, default=PCAPS_DIR, help=f"real captures (default {PCAPS_DIR})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
-    if min(args.repeats, args.cold_repeats, args.rounds) < 1 or args.size_mb <= 0:
-        parser.error("--size-mb, --repeats, --cold-repeats and --rounds must be positive")
+    counts = (args.repeats, args.cold_repeats, args.new_repeats, args.rounds, args.big_cold_repeats,
+              args.big_new_repeats, args.burst_clients, args.burst_calls)
+    if min(counts) < 1 or args.size_mb <= 0 or args.big_mb <= 0:
+        parser.error("sizes, repeats, rounds and burst sizes must be positive")
+    if args.no_big:
+        args.big_mb = None
     args.cache_dir, args.pcaps_dir = args.cache_dir.resolve(), args.pcaps_dir.resolve()
     repo = Path(__file__).resolve().parent.parent
     if args.cache_dir == repo or repo in args.cache_dir.parents:
