@@ -232,8 +232,12 @@ class LineSplitter:
             self._on_line(line)
 
     def flush(self) -> None:
-        if self._buffer:
-            self._on_line(self._take())
+        for line in self.rest():
+            self._on_line(line)
+
+    def rest(self) -> list[str]:
+        """The last line when the data ended without a newline (at EOF), as `split` gives lines."""
+        return [self._take()] if self._buffer else []
 
     def _take(self) -> str:
         line = bytes(self._buffer).decode(errors="replace").rstrip("\r")

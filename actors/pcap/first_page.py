@@ -81,13 +81,11 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
     exactly `want`), so their count is then the exact total."""
     numbers: list[int] = []
     stderr = Tail()
-    proc = await open_process([*single_pass(argv), "-Y", display_filter, "-T", "fields", "-e", "frame.number"])
+    # -l: a line per match as it is found (a pipe is block-buffered: 20 matches would wait for 4 KiB).
+    proc = await open_process([*single_pass(argv), "-l", "-Y", display_filter, "-T", "fields", "-e", "frame.number"])
 
-    def take(line: str) -> None:
-        if line.strip().isdigit():
-            numbers.append(int(line))
-
-    splitter = LineSplitter(take, max_line=1 << 16)
+    # Lines are taken here, not by a callback: the splitter never calls back into this module.
+    splitter = LineSplitter(max_line=1 << 16)
     stopped = False
     try:
         async with trio.open_nursery() as nursery:
@@ -95,7 +93,7 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
             assert proc.stdout is not None
             try:
                 while chunk := await proc.stdout.receive_some(1 << 16):
-                    splitter.feed(chunk)
+                    numbers += [int(line) for line in splitter.split(chunk) if line.strip().isdigit()]
                     if len(numbers) > want:  # one more than asked: the page is not the last
                         stopped = True
                         break
@@ -104,7 +102,7 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
             if stopped:
                 await stop_process(proc)
             else:
-                splitter.flush()
+                numbers += [int(line) for line in splitter.rest() if line.strip().isdigit()]
             await proc.wait()
             nursery.cancel_scope.cancel()
     finally:

@@ -31,6 +31,9 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 TOTALS_BUDGET = 2**20  # bytes of known totals (filters of up to 1800 characters each)
 WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts every match
+# How long an early tshark is worth it beside a pass (matches in the first few % of a capture come
+# within it), and the head start it gets when the pass would take the capture's only worker.
+EARLY_BUDGET_S = 0.5
 
 
 @dataclass
@@ -174,7 +177,10 @@ class CaptureWorkers:
                 if not page.exact:
                     self._start_pass(display_filter, math.inf)  # the exact total, for the next call
                 return page
-        running = self.passes.get(display_filter) or self._start_pass(display_filter, deadline)
+        # With one worker, the pass would hold it while tshark's matches wait for their rows: tshark
+        # gets a head start before the pass takes it.
+        head_start = EARLY_BUDGET_S if raceable and not self._beside_pass() else 0.0
+        running = self.passes.get(display_filter) or self._start_pass(display_filter, deadline, head_start)
         running.waiting += 1
         try:
             if raceable:
@@ -206,10 +212,17 @@ class CaptureWorkers:
         page: Page | None = None
         failure: DiagdError | None = None
         async with trio.open_nursery() as race:
+            # Beside a pass on another worker tshark only helps when matches come early: it is stopped
+            # after EARLY_BUDGET_S, not left to read the whole capture on a core the passes need.
+            budget = EARLY_BUDGET_S if self._beside_pass() else math.inf
+
             async def tshark() -> None:
                 nonlocal page, failure
                 try:
-                    page = await self._early(running.display_filter, offset, limit, running.deadline)
+                    with trio.move_on_after(budget):
+                        page = await self._early(running.display_filter, offset, limit, running.deadline)
+                    if page is None:
+                        return
                 except DiagdError as exc:
                     failure = exc  # the pass says the same or better (sharkd's own message): wait for it
                     if exc.code is ErrorCode.INVALID_FILTER and not running.started:
@@ -239,14 +252,21 @@ class CaptureWorkers:
                                  f"{answer.message}")
         return [packet_row(answer["col"]) for answer in answers]
 
-    def _start_pass(self, display_filter: str, deadline: float) -> FilterPass:
+    def _beside_pass(self) -> bool:
+        """Whether a pass leaves another loaded worker for short requests (the rows of a page)."""
+        return sum(1 for w in self.pool.workers if w.ready) >= 2
+
+    def _start_pass(self, display_filter: str, deadline: float, delay: float = 0.0) -> FilterPass:
         running = self.passes[display_filter] = FilterPass(display_filter, deadline)
-        self._nursery.start_soon(self._pass, running, deadline)
+        self._nursery.start_soon(self._pass, running, deadline, delay)
         return running
 
-    async def _pass(self, running: FilterPass, deadline: float) -> None:
+    async def _pass(self, running: FilterPass, deadline: float, delay: float) -> None:
         try:
             with running.scope:
+                if delay:
+                    self.pool.grow()
+                    await trio.sleep(delay)
                 self.pool.grow()  # calls arriving during the pass would queue behind it: another worker
                 async with self.pool.use("filter pass", display_filter=running.display_filter,
                                          deadline=deadline, long=True) as worker:

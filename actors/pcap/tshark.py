@@ -205,8 +205,10 @@ async def field_rows(argv: list[str], want: int | None) -> list[list[str]]:
     is stopped once they are in, so an early page does not wait for the end of a big capture."""
     rows: list[list[str]] = []
     stderr = Tail()
+    if want is not None:  # rows as they come (-l), not when a pipe buffer of them is full
+        argv = [argv[0], "-l", *argv[1:]]
     proc = await open_process(argv)
-    splitter = LineSplitter(lambda line: rows.append(line.split("\t")), max_line=1 << 30)
+    splitter = LineSplitter(max_line=1 << 30)  # lines taken here: the splitter never calls back
     stopped = False
     try:
         async with trio.open_nursery() as nursery:
@@ -214,7 +216,7 @@ async def field_rows(argv: list[str], want: int | None) -> list[list[str]]:
             assert proc.stdout is not None
             try:
                 while chunk := await proc.stdout.receive_some(1 << 16):
-                    splitter.feed(chunk)
+                    rows += [line.split("\t") for line in splitter.split(chunk)]
                     if want is not None and len(rows) >= want:
                         stopped = True
                         break
@@ -223,7 +225,7 @@ async def field_rows(argv: list[str], want: int | None) -> list[list[str]]:
             if stopped:
                 await stop_process(proc)
             else:
-                splitter.flush()
+                rows += [line.split("\t") for line in splitter.rest()]
             await proc.wait()
             nursery.cancel_scope.cancel()
     finally:
