@@ -34,6 +34,15 @@ WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts 
 # How long an early tshark is worth it beside a pass (matches in the first few % of a capture come
 # within it), and the head start it gets when the pass would take the capture's only worker.
 EARLY_BUDGET_S = 0.5
+CORES = max(1, os.cpu_count() or 1)
+
+
+class Cores:
+    """Dissection passes and early tshark runs going on in the daemon now, over every capture: an
+    early tshark is a speculative second pass, worth a core only when one is free."""
+
+    running = 0
+
 
 
 @dataclass
@@ -183,7 +192,9 @@ class CaptureWorkers:
         running = self.passes.get(display_filter) or self._start_pass(display_filter, deadline, head_start)
         running.waiting += 1
         try:
-            if raceable:
+            # tshark races only on a free core (the pass about to start takes one), or when the pass
+            # waits for it (the head start).
+            if raceable and (head_start or Cores.running + 1 < CORES):
                 early = await self._race(running, offset, limit)
                 if early is not None:
                     return early
@@ -199,7 +210,11 @@ class CaptureWorkers:
     async def _early(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page:
         """The page from tshark's first matches and a free worker's rows of them."""
         async with self.early_slots:
-            numbers, complete = await first_page.early_numbers(self.cold_argv, display_filter, offset + limit)
+            Cores.running += 1
+            try:
+                numbers, complete = await first_page.early_numbers(self.cold_argv, display_filter, offset + limit)
+            finally:
+                Cores.running -= 1
         seen = len(numbers) if complete else offset + limit + 1
         if complete:
             self._known(display_filter, seen)
@@ -271,12 +286,15 @@ class CaptureWorkers:
                 async with self.pool.use("filter pass", display_filter=running.display_filter,
                                          deadline=deadline, long=True) as worker:
                     running.started = True
+                    Cores.running += 1
                     try:
                         await worker.call("check", {"filter": running.display_filter})
                         counted = await worker.call("intervals", {"filter": running.display_filter,
                                                                   "interval": WHOLE})
                     except SharkdError as exc:
                         raise invalid(running.display_filter, exc) from None
+                    finally:
+                        Cores.running -= 1
                     self._known(running.display_filter, int(counted.get("frames", 0)))
         except DiagdError as exc:
             running.error = exc
