@@ -84,6 +84,7 @@ class CaptureWorkers:
         # Early tshark runs share the cores with the passes: one per core at most.
         self.early_slots = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
         self.early_answers = 0
+        self.answered_early: OrderedDict[str, None] = OrderedDict()  # lower-bound totals given
 
     # -- the pool, as the actor sees it ----------------------------------------------------------
 
@@ -173,7 +174,9 @@ class CaptureWorkers:
     async def _first(self, display_filter: str, offset: int, limit: int, deadline: float,
                      kinds: first_page.Kinds | None) -> Page | None:
         """The first page of a filter no worker holds: the pass's, or tshark's if that comes first."""
-        raceable = first_page.raceable(display_filter, offset, limit, kinds)
+        # A filter answered early before is not raced again: this call waits for the exact total.
+        raceable = (first_page.raceable(display_filter, offset, limit, kinds)
+                    and display_filter not in self.answered_early)
         if raceable and self.pool.loading and display_filter not in self.passes:
             # A fresh capture: tshark looks for the page while sharkd loads, and the pass waits until
             # it is done: started now, it would take the loaded worker the page's rows need.
@@ -183,8 +186,10 @@ class CaptureWorkers:
                 if exc.code is ErrorCode.INVALID_FILTER:
                     raise
             else:
-                if not page.exact:
-                    self._start_pass(display_filter, math.inf)  # the exact total, for the next call
+                if not page.exact and self._beside_pass():
+                    # The exact total for the next call; with one worker the pass would hold it for a
+                    # whole pass while other calls' rows wait, so the next call of this filter starts it.
+                    self._start_pass(display_filter, math.inf)
                 return page
         # With one worker, the pass would hold it while tshark's matches wait for their rows: tshark
         # gets a head start before the pass takes it.
@@ -218,6 +223,10 @@ class CaptureWorkers:
         seen = len(numbers) if complete else offset + limit + 1
         if complete:
             self._known(display_filter, seen)
+        else:
+            self.answered_early[display_filter] = None
+            if len(self.answered_early) > 256:
+                self.answered_early.popitem(last=False)
         rows = await self._rows(numbers[offset:offset + limit], deadline)
         self.early_answers += 1
         return Page(seen, complete, rows, "sharkd (frames found by tshark)" if complete else
