@@ -60,7 +60,10 @@ def kd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KillDaemon]:
     allowed = [str(PCAPS), str(root)]
     if shutil.which("crash"):
         allowed.append(str(build().dir))
-    env = fault_env(root, f"[daemon]\nallowed_dirs = {json.dumps(allowed)}\n", "kill")
+    # One sharkd per capture: these tests kill the worker a call runs on (a second worker, which a
+    # busy capture gets by default, would answer instead: tests/e2e/test_pcap_workers.py).
+    env = fault_env(root, f"[daemon]\nallowed_dirs = {json.dumps(allowed)}\n[pcap]\nworkers_per_capture = 1\n",
+                    "kill")
     daemon = start_daemon(env)
     try:
         yield KillDaemon(daemon, root)
