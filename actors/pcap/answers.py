@@ -94,9 +94,9 @@ def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogu
                               "has_more": message.offset + len(page.rows) < page.total, "served_by": page.served_by}
     if not page.exact:
         result["total_at_least"] = page.total
-        result["note"] = (f"first page from a tshark pass stopped after {page.total} matches; sharkd's full pass "
-                          "is still counting: the same call in a moment gives the exact total, and the next page "
-                          "comes from it")
+        result["note"] = (f"first page found by a tshark pass stopped after {page.total} matches (rows from "
+                          "sharkd); the exact total and the later pages come from sharkd's full pass: the same "
+                          "call again returns the exact total")
     if not page.total and message.display_filter:
         result["hint"] = protocols_hint(message.display_filter, present or [], cat)
     return result
