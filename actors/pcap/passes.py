@@ -34,6 +34,7 @@ WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts 
 # How long an early tshark is worth it beside a pass (matches in the first few % of a capture come
 # within it), and the head start it gets when the pass would take the capture's only worker.
 EARLY_BUDGET_S = 0.5
+ROWS_TIMEOUT_S = 60.0  # a page's `frame` requests take milliseconds: past this sharkd is hung
 CORES = max(1, os.cpu_count() or 1)
 
 
@@ -186,6 +187,7 @@ class CaptureWorkers:
                 if exc.code is ErrorCode.INVALID_FILTER:
                     raise
             else:
+                assert page is not None  # no budget: tshark reads to the end if it must
                 if not page.exact and self._beside_pass():
                     # The exact total for the next call; with one worker the pass would hold it for a
                     # whole pass while other calls' rows wait, so the next call of this filter starts it.
@@ -212,14 +214,21 @@ class CaptureWorkers:
             raise running.error
         return None
 
-    async def _early(self, display_filter: str, offset: int, limit: int, deadline: float) -> Page:
-        """The page from tshark's first matches and a free worker's rows of them."""
-        async with self.early_slots:
-            Cores.running += 1
-            try:
-                numbers, complete = await first_page.early_numbers(self.cold_argv, display_filter, offset + limit)
-            finally:
-                Cores.running -= 1
+    async def _early(self, display_filter: str, offset: int, limit: int, deadline: float,
+                     budget: float = math.inf) -> Page | None:
+        """The page from tshark's first matches and a free worker's rows of them; None when tshark
+        did not find them within `budget` seconds (it is stopped)."""
+        found: tuple[list[int], bool] | None = None
+        with trio.move_on_after(budget):
+            async with self.early_slots:
+                Cores.running += 1
+                try:
+                    found = await first_page.early_numbers(self.cold_argv, display_filter, offset + limit)
+                finally:
+                    Cores.running -= 1
+        if found is None:
+            return None
+        numbers, complete = found
         seen = len(numbers) if complete else offset + limit + 1
         if complete:
             self._known(display_filter, seen)
@@ -243,8 +252,7 @@ class CaptureWorkers:
             async def tshark() -> None:
                 nonlocal page, failure
                 try:
-                    with trio.move_on_after(budget):
-                        page = await self._early(running.display_filter, offset, limit, running.deadline)
+                    page = await self._early(running.display_filter, offset, limit, running.deadline, budget)
                     if page is None:
                         return
                 except DiagdError as exc:
@@ -269,7 +277,15 @@ class CaptureWorkers:
         two-pass columns, "(reply in 228)" included). Waits for a free worker: when the pass holds
         the only one, the pass's own page comes first."""
         async with self.pool.use("frame columns", deadline=deadline) as worker:
-            answers = await worker.call_many("frame", [{"frame": n, "columns": True} for n in numbers])
+            # Shielded: milliseconds of work, and a sharkd request abandoned midway costs the worker
+            # (killing it is the only way to stop one) when the race's other side wins meanwhile.
+            # Bounded still: a hung sharkd is given up (and killed) at the call's deadline.
+            answers: list[Any] = []
+            with trio.CancelScope(shield=True, deadline=min(deadline, trio.current_time() + ROWS_TIMEOUT_S)) as bound:
+                answers = await worker.call_many("frame", [{"frame": n, "columns": True} for n in numbers])
+            if bound.cancelled_caught:
+                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "sharkd did not give the page's rows in time; it was "
+                                 "stopped and the next call starts a fresh one")
         for answer in answers:
             if isinstance(answer, SharkdError):
                 raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd could not give a frame's columns: "
