@@ -309,3 +309,44 @@ async def run(argv: Sequence[str], *, timeout_s: float | None = None, max_output
         await close_pipes(proc)
     return Completed(-1 if proc.returncode is None else proc.returncode, bytes(out), err.text())
 
+
+
+@dataclass(frozen=True)
+class Head:
+    lines: list[str]
+    stopped: bool  # stopped once `limit` lines were in; False: it ended by itself (all lines are here)
+    returncode: int | None
+    stderr: str  # its last STDERR_TAIL_BYTES
+
+
+async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 20) -> Head:
+    """The first `limit` lines a command prints (every line for None), as they come: the command is
+    stopped (TERM, then KILL) once they are in, so a caller needing the start of a long output does
+    not wait for its end; in every case it is reaped and its pipes closed."""
+    lines: list[str] = []
+    stderr = Tail()
+    proc = await open_process(argv)
+    splitter = LineSplitter(max_line=max_line)  # lines taken here: the splitter never calls back
+    stopped = False
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain, proc.stderr, stderr.feed)
+            assert proc.stdout is not None
+            try:
+                while chunk := await proc.stdout.receive_some(1 << 16):
+                    lines += splitter.split(chunk)
+                    if limit is not None and len(lines) >= limit:
+                        stopped = True
+                        break
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            if stopped:
+                await stop_process(proc)
+            else:
+                lines += splitter.rest()
+            await proc.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        await stop_process(proc)  # cancelled or failed: never leave it running
+        await close_pipes(proc)
+    return Head(lines[:limit] if limit is not None else lines, stopped, proc.returncode, stderr.text())

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import re
 
-import trio
-
-from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, stop_process
+from diagd.actors._subprocess import head
 from diagd.actors.pcap.tshark import TRUNCATED
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -79,38 +77,14 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
     """(numbers, complete): the first `want` matching frame numbers of a single tshark pass, which is
     stopped once they are in; complete is True when tshark read the whole capture (fewer matches, or
     exactly `want`), so their count is then the exact total."""
-    numbers: list[int] = []
-    stderr = Tail()
-    # -l: a line per match as it is found (a pipe is block-buffered: 20 matches would wait for 4 KiB).
-    proc = await open_process([*single_pass(argv), "-l", "-Y", display_filter, "-T", "fields", "-e", "frame.number"])
-
-    # Lines are taken here, not by a callback: the splitter never calls back into this module.
-    splitter = LineSplitter(max_line=1 << 16)
-    stopped = False
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(drain, proc.stderr, stderr.feed)
-            assert proc.stdout is not None
-            try:
-                while chunk := await proc.stdout.receive_some(1 << 16):
-                    numbers += [int(line) for line in splitter.split(chunk) if line.strip().isdigit()]
-                    if len(numbers) > want:  # one more than asked: the page is not the last
-                        stopped = True
-                        break
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            if stopped:
-                await stop_process(proc)
-            else:
-                numbers += [int(line) for line in splitter.rest() if line.strip().isdigit()]
-            await proc.wait()
-            nursery.cancel_scope.cancel()
-    finally:
-        await stop_process(proc)  # cancelled (sharkd won) or failed: never leave tshark running
-        await close_pipes(proc)
-    if not stopped and proc.returncode != 0 and not (TRUNCATED in stderr.text() and numbers):
-        raise _failure(stderr.text(), display_filter, proc.returncode)
-    return numbers[:want], not stopped
+    # -l: a line per match as it is found (a pipe is block-buffered: 20 matches would wait for 4 KiB);
+    # one line more than asked says the page is not the last.
+    done = await head([*single_pass(argv), "-l", "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
+                      want + 1, max_line=1 << 16)
+    numbers = [int(line) for line in done.lines if line.strip().isdigit()]
+    if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and numbers):
+        raise _failure(done.stderr, display_filter, done.returncode)
+    return numbers[:want], not done.stopped
 
 
 def _failure(err: str, display_filter: str, returncode: int | None) -> DiagdError:

@@ -179,23 +179,11 @@ class Sharkd:
         return request_id, receive
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        request_id = -1
-        try:
-            request_id, receive = await self._send(method, params)
-            try:
-                message = await receive.receive()
-            except trio.EndOfChannel:
-                how = await self.death()
-                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd died during {method!r} ({how}); "
-                                 "the next call starts a fresh one", exit=how,
-                                 stderr=self.stderr.text()[-2000:]) from None
-        except BaseException:
-            if self._waiting.pop(request_id, None) is not None:
-                await self.kill()  # abandoned mid-request: sharkd cannot be interrupted otherwise
-            raise
-        if "error" in message:
-            raise SharkdError(int(message["error"].get("code", 0)), str(message["error"].get("message", "")))
-        return message.get("result")
+        """One request; its result, or SharkdError when sharkd answered with an error."""
+        answer = (await self.call_many(method, [params or {}]))[0]
+        if isinstance(answer, SharkdError):
+            raise answer
+        return answer
 
     async def call_many(self, method: str, params: list[dict[str, Any]]) -> list[Any]:
         """The same request for many parameter sets, pipelined: all are written before the first
@@ -212,12 +200,14 @@ class Sharkd:
                 except trio.EndOfChannel:
                     how = await self.death()
                     raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd died during {method!r} ({how}); "
-                                     "the next call starts a fresh one", exit=how) from None
+                                     "the next call starts a fresh one", exit=how,
+                                     stderr=self.stderr.text()[-2000:]) from None
                 error = message.get("error")
                 answers.append(SharkdError(int(error.get("code", 0)), str(error.get("message", "")))
                                if error else message.get("result"))
         except BaseException:
-            if any(self._waiting.pop(request_id, None) is not None for request_id, _ in sent):
+            abandoned = [self._waiting.pop(request_id, None) for request_id, _ in sent]
+            if any(channel is not None for channel in abandoned):
                 await self.kill()  # abandoned mid-request: sharkd cannot be interrupted otherwise
             raise
         return answers

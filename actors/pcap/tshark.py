@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors._subprocess import LineSplitter, Tail, close_pipes, drain, open_process, run, stop_process
+from diagd.actors._subprocess import head, run
 from diagd.actors.pcap.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -203,40 +203,15 @@ def fields_argv(base: list[str], display_filter: str, fields: Sequence[str]) -> 
 async def field_rows(argv: list[str], want: int | None) -> list[list[str]]:
     """Rows of `tshark -T fields` (one list of cells per frame), reading at most `want` rows: tshark
     is stopped once they are in, so an early page does not wait for the end of a big capture."""
-    rows: list[list[str]] = []
-    stderr = Tail()
     if want is not None:  # rows as they come (-l), not when a pipe buffer of them is full
         argv = [argv[0], "-l", *argv[1:]]
-    proc = await open_process(argv)
-    splitter = LineSplitter(max_line=1 << 30)  # lines taken here: the splitter never calls back
-    stopped = False
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(drain, proc.stderr, stderr.feed)
-            assert proc.stdout is not None
-            try:
-                while chunk := await proc.stdout.receive_some(1 << 16):
-                    rows += [line.split("\t") for line in splitter.split(chunk)]
-                    if want is not None and len(rows) >= want:
-                        stopped = True
-                        break
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            if stopped:
-                await stop_process(proc)
-            else:
-                rows += [line.split("\t") for line in splitter.rest()]
-            await proc.wait()
-            nursery.cancel_scope.cancel()
-    finally:
-        await stop_process(proc)  # cancelled or failed: never leave tshark running
-        await close_pipes(proc)
-    err = stderr.text()
-    if not stopped and proc.returncode != 0 and not (TRUNCATED in err and rows):
-        messages = [line for line in err.splitlines() if line and not line.startswith("Running as user")]
+    done = await head(argv, want, max_line=1 << 30)
+    rows = [line.split("\t") for line in done.lines]
+    if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
+        messages = [line for line in done.stderr.splitlines() if line and not line.startswith("Running as user")]
         raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not read the field values: "
-                         + "\n".join(messages)[-2000:], exit_code=proc.returncode)
-    return rows[:want] if want is not None else rows
+                         + "\n".join(messages)[-2000:], exit_code=done.returncode)
+    return rows
 
 
 async def export(base: list[str], display_filter: str, output_path: str) -> int:

@@ -21,6 +21,7 @@ from diagd.actors._subprocess import (
     Tail,
     describe_exit,
     drain,
+    head,
     is_exiting,
     open_process,
     reap,
@@ -200,3 +201,12 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+async def test_head_stops_a_long_output_at_its_first_lines_and_reaps_it() -> None:
+    first = await head(["seq", "1", "10000000"], 3)
+    assert first.lines == ["1", "2", "3"] and first.stopped
+    assert first.returncode is not None  # reaped, not left running
+    whole = await head(["sh", "-c", "printf '1\\n2\\nlast'; echo oops >&2; exit 3"], None)
+    assert whole.lines == ["1", "2", "last"] and not whole.stopped
+    assert whole.returncode == 3 and "oops" in whole.stderr
