@@ -80,9 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_doctor)
 
-    s = sub.add_parser("service", help="install the systemd user unit")
+    s = sub.add_parser("service", help="install the systemd user unit (--socket: socket activation)")
     s.add_argument("action", choices=("install", "uninstall", "print"))
     s.add_argument("--no-start", action="store_true")
+    s.add_argument("--socket", action="store_true",
+                   help="also diagd.socket: systemd listens and starts the daemon on the first client")
     s.set_defaults(func=cmd_service)
     return p
 
@@ -232,7 +234,7 @@ def format_status(status: dict[str, Any]) -> str:
     lines = [
         f"diagd {d['version']}  pid {d['pid']}  up {_duration(d['uptime_s'])}  since {d['started_at']}",
         f"config: {d['config']}   state: {d['state_dir']}",
-        "sockets: " + "  ".join(f"{k}={v}" for k, v in d["sockets"].items()),
+        _sockets_line(d),
         f"clients ({len(d['clients'])}): "
         + (", ".join(f"{c['kind']}:{c['pid']} {c.get('state', '?')} since {c['connected_at']}" for c in d["clients"])
            or "none"),
@@ -256,6 +258,13 @@ def format_status(status: dict[str, Any]) -> str:
         rows.append((name, str(t["count"]), _ms(t["p50_ms"]), _ms(t["p95_ms"]), f"{t['failure_rate'] * 100:.1f}"))
     lines += _table(rows) if len(rows) > 1 else ["  no calls yet"]
     return "\n".join(lines)
+
+
+def _sockets_line(d: dict[str, Any]) -> str:
+    """Where the daemon listens, and which sockets systemd handed it (socket activation)."""
+    from_systemd = d.get("sockets_from_systemd") or []
+    line = "sockets: " + "  ".join(f"{k}={v}" for k, v in d["sockets"].items())
+    return line + (f"  (from systemd: {', '.join(from_systemd)})" if from_systemd else "")
 
 
 def _memory_line(d: dict[str, Any]) -> str:
@@ -375,7 +384,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_service(args: argparse.Namespace) -> int:
     from diagd.daemon import service
 
-    return int(service.run(args.action, start=not args.no_start))
+    return int(service.run(args.action, start=not args.no_start, socket=args.socket))
 
 
 if __name__ == "__main__":

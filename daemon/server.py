@@ -21,7 +21,7 @@ import trio
 import diagd
 from diagd.actors import BACKENDS, heap, system
 from diagd.actors.runtime import Client
-from diagd.daemon import builtin_tools, connections, control_server, mcp_sdk, paths
+from diagd.daemon import activation, builtin_tools, connections, control_server, mcp_sdk, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
@@ -76,6 +76,7 @@ class Daemon:
         # A frame up to the request limit must always fit, whatever the setting says.
         self.frame_budget = ByteBudget(max(config.daemon.control_buffer_bytes, control.MAX_REQUEST_BYTES))
         self.sockets: dict[str, str] = {}
+        self.sockets_from_systemd: list[str] = []  # the kinds whose listening socket systemd handed us
         self.started_wall = time.time()
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
@@ -113,6 +114,7 @@ class Daemon:
                 "uptime_s": round(trio.current_time() - self.started_clock, 3),
                 "started_at": utc.iso(self.started_wall),
                 "sockets": self.sockets,
+                "sockets_from_systemd": self.sockets_from_systemd,
                 "config": self.config.source,
                 "state_dir": str(self.state_dir),
                 "clients": list(self.connections.values()),
@@ -262,6 +264,15 @@ async def open_unix_listener(rundir: paths.PrivateDir, name: str) -> trio.Socket
     return trio.SocketListener(trio.socket.from_stdlib_socket(sock))
 
 
+def adopt_listener(inherited: activation.Inherited, expected: Path) -> tuple[trio.SocketListener, Path]:
+    """Serve a listening socket systemd bound; say so when clients will not look for it there."""
+    where = Path(inherited.path)
+    if where != expected:
+        log.warning("socket from systemd is not where clients look for it", kind=inherited.kind, bound=str(where),
+                    expected=str(expected))
+    return trio.SocketListener(trio.socket.from_stdlib_socket(inherited.sock)), where
+
+
 def acquire_lock(rundir: paths.PrivateDir) -> int:
     """Hold daemon.lock for the process lifetime: a second daemon (two shims autostarting) exits."""
     fd = rundir.open("daemon.lock", os.O_RDWR | os.O_CREAT)
@@ -313,6 +324,9 @@ STATE_UMASK = 0o077
 
 async def serve(config: config_mod.Config) -> None:
     os.umask(STATE_UMASK)
+    socket_names = {"mcp": paths.mcp_socket().name, "control": paths.control_socket().name}
+    # First, so the LISTEN_* variables are gone before anything could start a child.
+    inherited = activation.take_listen_fds(socket_names)
     heap.configure()  # big freed buffers go back to the OS (issue 12; see actors/heap.py)
     rundir = paths.open_private_dir(paths.runtime_dir(), what="runtime directory")
     try:
@@ -322,7 +336,6 @@ async def serve(config: config_mod.Config) -> None:
         rundir.close()
         raise
     state_dir = paths.state_dir()
-    socket_names = {"mcp": paths.mcp_socket().name, "control": paths.control_socket().name}
     bound: list[str] = []
     daemon: Daemon | None = None
     try:
@@ -348,10 +361,15 @@ async def serve(config: config_mod.Config) -> None:
                 await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)
 
             for kind, handle in (("mcp", handle_mcp), ("control", handle_control)):
-                listener = await open_unix_listener(rundir, socket_names[kind])
-                bound.append(socket_names[kind])
+                if kind in inherited:  # systemd's: served as it is, and never unlinked (systemd owns the file)
+                    listener, where = adopt_listener(inherited[kind], rundir.path / socket_names[kind])
+                    daemon.sockets_from_systemd.append(kind)
+                else:
+                    where = rundir.path / socket_names[kind]
+                    listener = await open_unix_listener(rundir, socket_names[kind])
+                    bound.append(socket_names[kind])
                 await nursery.start(daemon.accept, listener, kind, handle)
-                daemon.sockets[kind] = str(rundir.path / socket_names[kind])
+                daemon.sockets[kind] = str(where)
             nursery.start_soon(_handle_signals, daemon)
             nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")

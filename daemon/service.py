@@ -1,4 +1,8 @@
-"""`diagd service install|uninstall|print`: the systemd user unit, pointed at this diagd."""
+"""`diagd service install|uninstall|print`: the systemd user units, pointed at this diagd.
+
+`--socket` adds diagd.socket (socket activation): systemd holds the sockets and starts the
+service on the first client, so only the socket is enabled, never the service itself.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ def render_unit(executable: str | None = None) -> str:
     return template.replace(TEMPLATE_EXEC, f"ExecStart={executable or diagd_executable()} serve")
 
 
+def render_socket() -> str:
+    return resources.files("diagd.systemd").joinpath("diagd.socket").read_text()
+
+
 def unit_dir() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "systemd" / "user"
@@ -39,25 +47,40 @@ def _systemctl(*args: str) -> bool:
     return done.returncode == 0
 
 
-def run(action: str, *, start: bool = True) -> int:
+def run(action: str, *, start: bool = True, socket: bool = False) -> int:
     if action == "print":
-        sys.stdout.write(render_unit())
+        sys.stdout.write(render_socket() if socket else render_unit())
         return 0
-    target = unit_dir() / "diagd.service"
-    if action == "uninstall":
-        _systemctl("disable", "--now", "diagd.service")
-        target.unlink(missing_ok=True)
+    service, socket_unit = unit_dir() / "diagd.service", unit_dir() / "diagd.socket"
+    if action == "uninstall":  # both, whichever way it was installed
+        _systemctl("disable", "--now", "diagd.socket", "diagd.service")
+        for target in (socket_unit, service):
+            if target.exists():
+                target.unlink()
+                print(f"removed {target}")
         _systemctl("daemon-reload")
-        print(f"removed {target}")
         return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_unit())
-    print(f"wrote {target}")
+    service.parent.mkdir(parents=True, exist_ok=True)
+    service.write_text(render_unit())
+    print(f"wrote {service}")
+    if socket:
+        socket_unit.write_text(render_socket())
+        print(f"wrote {socket_unit}")
     if not start:
         return 0
-    if _systemctl("daemon-reload") and _systemctl("enable", "--now", "diagd.service"):
+    if socket and _start_socket():
+        print("socket enabled and listening; the first client starts the daemon: systemctl --user status diagd.socket")
+        return 0
+    if not socket and _systemctl("daemon-reload") and _systemctl("enable", "--now", "diagd.service"):
         print("enabled and started: systemctl --user status diagd")
         return 0
     print("no systemd user manager here; start the daemon with `diagd start` instead "
           "(or `loginctl enable-linger $USER` and log in again)")
     return 0
+
+
+def _start_socket() -> bool:
+    """Hand the sockets to systemd: a running service (a plain install) is stopped first, or it
+    would keep serving files systemd is about to replace; then only the socket is enabled."""
+    return (_systemctl("daemon-reload") and _systemctl("disable", "--now", "diagd.service")
+            and _systemctl("enable", "--now", "diagd.socket"))

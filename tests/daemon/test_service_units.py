@@ -1,0 +1,64 @@
+"""The systemd units `diagd service install` writes: checked by systemd's own `systemd-analyze verify`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Env
+
+ANALYZE = shutil.which("systemd-analyze")
+
+
+def install(env: Env, *flags: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    config_home = env.root / "xdg-config"
+    env.vars["XDG_CONFIG_HOME"] = str(config_home)
+    done = env.run("service", "install", "--no-start", *flags)
+    assert done.returncode == 0, done.stderr
+    return done, config_home / "systemd" / "user"
+
+
+def verify(*units: Path, runtime: Path) -> subprocess.CompletedProcess[str]:
+    """Offline verification as a user manager would load them: `--user` resolves %t and %h; it
+    needs a runtime dir, which a throw-away one provides (no user manager, no bus)."""
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    return subprocess.run([str(ANALYZE), "--user", "verify", *map(str, units)], capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)})
+
+
+def test_install_socket_writes_both_units_and_uninstall_removes_both(env: Env) -> None:
+    done, units = install(env, "--socket")
+    service, sock = units / "diagd.service", units / "diagd.socket"
+    assert f"wrote {service}" in done.stdout and f"wrote {sock}" in done.stdout
+    assert "ListenStream=%t/diagd/mcp.sock" in sock.read_text()
+    assert sock.read_text() == env.run("service", "print", "--socket").stdout
+    assert service.read_text() == env.run("service", "print").stdout
+    done = env.run("service", "uninstall")
+    assert done.returncode == 0
+    assert not service.exists() and not sock.exists()
+
+
+def test_install_without_socket_writes_the_service_only(env: Env) -> None:
+    _done, units = install(env)
+    assert (units / "diagd.service").exists() and not (units / "diagd.socket").exists()
+
+
+@pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is absent (package systemd)")
+def test_the_installed_units_pass_systemd_analyze_verify(env: Env) -> None:
+    _done, units = install(env, "--socket")
+    done = verify(units / "diagd.socket", units / "diagd.service", runtime=env.root / "xdg-runtime")
+    assert done.returncode == 0 and done.stdout + done.stderr == "", done.stdout + done.stderr
+
+
+@pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is absent (package systemd)")
+def test_verify_would_catch_a_broken_socket_unit(env: Env) -> None:
+    # The check above means something: the same verification fails on a unit systemd cannot use.
+    _done, units = install(env, "--socket")
+    broken = units / "diagd.socket"
+    broken.write_text(broken.read_text().replace("ListenStream=%t/diagd/mcp.sock", "ListenStream=not-a-path"))
+    done = verify(broken, units / "diagd.service", runtime=env.root / "xdg-runtime")
+    assert "not-a-path" in done.stderr
