@@ -296,7 +296,7 @@ def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from diagd.daemon import callcli
+    from diagd.daemon import callcli, progressline
     from diagd.protocol import control
     from diagd.protocol.errors import DiagdError
 
@@ -309,12 +309,18 @@ def cmd_call(args: argparse.Namespace) -> int:
     visibility = options.get("visibility") or args.visibility or _configured_visibility()
     callcli.banner_before(args.tool, arguments, visibility)
     started = time.monotonic()
+    line = progressline.for_stderr(visibility)  # None unless stderr is a terminal: then none is asked for
     try:
-        reply = _request(control.CallRequest, tool=args.tool, arguments=arguments)
+        reply = _request(control.CallRequest, tool=args.tool, arguments=arguments, progress=line is not None,
+                         on_progress=line.report if line else None)
     except (_NoDaemon, DiagdError) as exc:
+        if line:
+            line.clear()
         callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
         sys.stderr.write(f"diagd call: {_describe(exc)}\n")
         return EXIT_NO_DAEMON
+    if line:
+        line.clear()
     callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
     sys.stdout.write(json.dumps(reply["result"], separators=(",", ":"), ensure_ascii=False) + "\n")
     return EXIT_TOOL_ERROR if reply["is_error"] else EXIT_OK

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from diagd.actors.base import ProgressFn
 from diagd.actors.runtime import Client
 from diagd.daemon import connections
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
@@ -43,6 +44,7 @@ class FrameStream:
         self._conn = conn
         self._budget = budget
         self._frames = framing.FrameReader(control.REQUESTS)
+        self._send_lock = trio.Lock()  # a call's progress frames come from its own tasks
 
     async def receive(self, *, first_byte_by: float = math.inf, frame_by: float | None = None,
                       frame_timeout_s: float = math.inf) -> control.Message | None:
@@ -81,7 +83,8 @@ class FrameStream:
             frame = control.REPLIES.encode(msg)
         except DiagdError as exc:  # a result too large for a frame: say so instead of dropping the line
             frame = control.REPLIES.encode(control.ErrorReply(id=getattr(msg, "id", 0), **exc.to_wire()))
-        await self._stream.send_all(frame)
+        async with self._send_lock:
+            await self._stream.send_all(frame)
 
     async def last_words(self, msg: control.Message) -> None:
         """Send `msg` as the connection's last frame, so that the peer really gets to read it."""
@@ -129,7 +132,7 @@ async def _serve_requests(frames: FrameStream, daemon: Daemon, conn: Connection 
         msg_id = getattr(msg, "id", 0)
         with _busy(conn):
             try:
-                reply: control.Message = control.Reply(id=msg_id, result=await _dispatch(daemon, msg, who))
+                reply: control.Message = control.Reply(id=msg_id, result=await _dispatch(daemon, msg, who, frames))
             except DiagdError as exc:
                 reply = control.ErrorReply(id=msg_id, **exc.to_wire())
             await frames.send(reply)
@@ -149,13 +152,13 @@ async def _handshake(frames: FrameStream, *, deadline: float, conn: Connection |
             await frames.last_words(control.ErrorReply(id=0, code=str(ErrorCode.PROTOCOL_ERROR),
                                                        message=f"first message must be hello, got {first.tag!r}"))
             return None
-        if first.version != control.PROTOCOL_VERSION:
+        if first.version not in control.SUPPORTED_VERSIONS:
             await frames.last_words(control.ErrorReply(
                 id=0, code=str(ErrorCode.PROTOCOL_ERROR),
                 message=f"protocol version {first.version} not supported (daemon speaks {control.PROTOCOL_VERSION})",
-                details={"supported": [control.PROTOCOL_VERSION]}))
+                details={"supported": list(control.SUPPORTED_VERSIONS)}))
             return None
-        await frames.send(control.Hello(version=control.PROTOCOL_VERSION, client="diagd"))
+        await frames.send(control.Hello(version=first.version, client="diagd"))  # the client's: we speak it
     return first
 
 
@@ -169,14 +172,28 @@ def _busy(conn: Connection | None) -> AbstractContextManager[None]:
     return conn.busy() if conn is not None else nullcontext()
 
 
-async def _dispatch(daemon: Daemon, msg: control.Message, who: str) -> Any:
+def _progress_sender(frames: FrameStream, msg_id: int) -> ProgressFn:
+    """CallContext.progress for a call that asked for it: each report becomes a `progress` frame."""
+
+    async def send(progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await frames.send(control.Progress(id=msg_id, progress=float(progress),
+                                               total=None if total is None else float(total), message=message))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the command is gone; its reply will fail the same way, the tool need not
+
+    return send
+
+
+async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: FrameStream) -> Any:
     if isinstance(msg, control.StatusRequest):
         return daemon.status()
     if isinstance(msg, control.CallRequest):
         conn = connections.current.get()
+        progress = _progress_sender(frames, msg.id) if msg.progress else None
         result = await daemon.registry.call(msg.tool, msg.arguments,
-                                            CallContext(client=who, cwd=conn.cwd if conn is not None else None,
-                                                        ephemeral=True))
+                                            CallContext(client=who, progress=progress,
+                                                        cwd=conn.cwd if conn is not None else None, ephemeral=True))
         return {"is_error": result.is_error, "result": result.payload, "meta": result.meta}
     if isinstance(msg, control.StopActorRequest):
         return daemon.supervisor.stop(msg.actor_id, reason=f"stopped by {who}").statistics()

@@ -2,8 +2,10 @@
 
 Frames are a 4-byte big-endian length followed by one msgpack map. The first frame a client
 sends is `hello` with `PROTOCOL_VERSION`; the daemon answers `hello` or a coded `error` and
-closes. Every later request carries an `id` echoed in its reply. Messages are typed as frozen
-dataclasses and validated on decode, so a malformed frame becomes an `error` reply, not a
+closes. Every later request carries an `id` echoed in its reply. Version 2 added progress: a
+`call` with `progress: true` gets zero or more `progress` frames with its id before its reply.
+The daemon still answers version-1 clients, which never ask for progress and so never see one.
+Messages are typed as frozen dataclasses and validated on decode, so a malformed frame becomes an `error` reply, not a
 dropped connection or a crash.
 
 The two directions have their own frame limits. Requests (client -> daemon) are small: the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,7 +33,8 @@ from diagd.protocol.framing import HEADER_SIZE as HEADER_SIZE
 from diagd.protocol.framing import Codec, FrameReader, StreamEnded
 from diagd.protocol.framing import Message as Message
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)  # what the daemon answers: older clients keep working across an upgrade
 MAX_REQUEST_BYTES = 1024 * 1024
 MAX_REPLY_BYTES = 128 * 1024 * 1024
 MAX_FRAME_BYTES = MAX_REPLY_BYTES  # the larger of the two: what any frame may be at most
@@ -55,6 +59,18 @@ class CallRequest(Message):
     id: int
     tool: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    progress: bool = False  # version 2: send `Progress` frames while the call runs
+
+
+@dataclass(frozen=True)
+class Progress(Message):
+    """A long call's progress (the `CallContext.progress` reports), sent before its reply."""
+
+    tag: ClassVar[str] = "progress"
+    id: int
+    progress: float
+    total: float | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,8 @@ class ErrorReply(Message):
     details: dict[str, Any] = field(default_factory=dict)
 
 
-_TYPES = (Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, Reply, ErrorReply)
+_TYPES = (Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, Reply, ErrorReply,
+          Progress)
 CODEC = Codec(_TYPES, MAX_FRAME_BYTES)
 encode = CODEC.encode
 decode = CODEC.decode
@@ -138,11 +155,16 @@ class BlockingClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, make: Any, **fields: Any) -> Any:
-        """Send one request and return its result, raising DiagdError for an error reply."""
+    def request(self, make: Any, *, on_progress: Callable[[Progress], None] | None = None, **fields: Any) -> Any:
+        """Send one request and return its result, raising DiagdError for an error reply.
+        `on_progress` gets the request's progress frames (a call sent with `progress=True`)."""
         self._next_id += 1
         self._send(make(id=self._next_id, **fields))
         reply = self._recv()
+        while isinstance(reply, Progress):
+            if on_progress is not None and reply.id == self._next_id:
+                on_progress(reply)
+            reply = self._recv()
         if isinstance(reply, ErrorReply):
             raise DiagdError.from_wire(reply.code, reply.message, reply.details)
         if not isinstance(reply, Reply):

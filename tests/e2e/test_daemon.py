@@ -127,7 +127,7 @@ def test_control_socket_answers_garbage_with_coded_errors(daemon: DaemonProcess)
     sock.sendall(frame({"t": "hello", "version": 99}))
     reply = read_frame(sock)
     assert isinstance(reply, control.ErrorReply) and reply.code == "PROTOCOL_ERROR"
-    assert reply.details["supported"] == [control.PROTOCOL_VERSION]
+    assert reply.details["supported"] == list(control.SUPPORTED_VERSIONS)
 
     sock = control_connect(daemon)
     sock.sendall(frame({"t": "hello", "version": control.PROTOCOL_VERSION}))

@@ -17,6 +17,9 @@ from diagd.protocol.errors import DiagdError, ErrorCode
         control.Hello(version=1, client="x"),
         control.StatusRequest(id=1),
         control.CallRequest(id=2, tool="echo", arguments={"a": [1, 2], "b": "é"}),
+        control.CallRequest(id=2, tool="echo", progress=True),
+        control.Progress(id=2, progress=0.5, total=1.0, message="loading"),
+        control.Progress(id=2, progress=3.0),
         control.StopActorRequest(id=3, actor_id="echo-1"),
         control.Reply(id=4, result={"x": 1}),
         control.ErrorReply(id=5, code="NOT_FOUND", message="nope", details={"k": 1}),
@@ -37,6 +40,8 @@ def test_messages_round_trip(msg: control.Message) -> None:
         (msgpack.packb({"t": "call", "id": 1}), "malformed"),
         (msgpack.packb({"t": "call", "id": "1", "tool": "x"}), "must be int"),
         (msgpack.packb({"t": "call", "id": 1, "tool": "x", "arguments": [1]}), "must be dict"),
+        (msgpack.packb({"t": "progress", "id": 1, "progress": "half"}), "must be float"),
+        (msgpack.packb({"t": "progress", "id": 1, "progress": 1, "message": 7}), "must be str"),
     ],
 )
 def test_malformed_frames_are_protocol_errors(body: bytes, why: str) -> None:
@@ -58,3 +63,11 @@ def test_decode_of_arbitrary_bytes_never_raises_anything_but_a_coded_error(body:
         control.decode(body)
     except DiagdError as exc:
         assert exc.code == ErrorCode.PROTOCOL_ERROR
+
+
+def test_a_version_1_call_without_the_progress_field_still_decodes() -> None:
+    # Version-1 clients never send `progress`: the daemon reads their calls as not asking for it.
+    body = msgpack.packb({"t": "call", "id": 1, "tool": "echo", "arguments": {}})
+    msg = control.decode(body)
+    assert isinstance(msg, control.CallRequest) and msg.progress is False
+    assert 1 in control.SUPPORTED_VERSIONS and control.PROTOCOL_VERSION in control.SUPPORTED_VERSIONS
