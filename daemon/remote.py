@@ -159,11 +159,11 @@ def ssh_argv(request: Request, *extra: str) -> list[str]:
     argv = [ssh_binary()]
     if config := os.environ.get("DIAGD_SSH_CONFIG"):
         argv += ["-F", config]
+    for option in request.options:  # first: for ssh the first value of an option wins, so these override ours
+        argv += ["-o", option]
     argv += ["-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
              "-o", "ControlMaster=auto", "-o", f"ControlPath={control_path()}",
              "-o", f"ControlPersist={CONTROL_PERSIST_S}"]
-    for option in request.options:
-        argv += ["-o", option]
     if request.target.port:
         argv += ["-p", str(request.target.port)]
     if request.target.user:

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from diagd import __version__
-from tests.conftest import DIAGD, DaemonProcess
+from tests.conftest import DIAGD, DaemonProcess, Env
 from tests.support.sshd import SSHD, Sshd, free_port, keygen, start_sshd
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not SSHD.exists(), reason=f"{SSHD} is absent (openssh-server)")]
@@ -29,9 +29,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not SSHD.exists(), reason=f"{S
 
 @dataclass
 class Remote:
-    """The remote daemon behind the test sshd, and the local side's environment."""
+    """The test sshd as "the remote host" for the daemon directories of `env`, and the local side's
+    environment."""
 
-    daemon: DaemonProcess
+    env: Env
     sshd: Sshd
     local: dict[str, str]  # environment of the local `diagd ... --ssh` commands
     local_runtime: Path
@@ -50,17 +51,18 @@ class Remote:
 
 
 @pytest.fixture
-def remote(daemon: DaemonProcess, tmp_path: Path) -> Iterator[Remote]:
+def remote_host(env: Env, tmp_path: Path) -> Iterator[Remote]:
+    """The remote host, no daemon running there yet."""
     if os.geteuid() != 0 and not Path("/run/sshd").is_dir():
         pytest.skip("sshd needs /run/sshd, which only root can create")
-    remote_env = {**daemon.env.vars,
+    remote_env = {**env.vars,
                   "PATH": os.pathsep.join([str(Path(DIAGD).parent), os.environ.get("PATH", "/usr/bin:/bin")])}
     sshd = start_sshd(tmp_path / "sshd", remote_env)
     local_runtime = Path(f"/tmp/diagd-ssh-{os.getpid()}-{tmp_path.name[-12:]}")
     local = {k: v for k, v in os.environ.items() if not k.startswith(("DIAGD_", "SSH_"))}
     local.update(DIAGD_RUNTIME_DIR=str(local_runtime), DIAGD_STATE_DIR=str(tmp_path / "local-state"),
                  DIAGD_CONFIG=str(tmp_path / "local-config.toml"), DIAGD_SSH_CONFIG=str(sshd.client_config))
-    r = Remote(daemon, sshd, local, local_runtime)
+    r = Remote(env, sshd, local, local_runtime)
     try:
         yield r
     finally:
@@ -69,13 +71,20 @@ def remote(daemon: DaemonProcess, tmp_path: Path) -> Iterator[Remote]:
         subprocess.run(["rm", "-rf", str(local_runtime)], check=False)
 
 
+@pytest.fixture
+def remote(remote_host: Remote, daemon: DaemonProcess) -> Remote:
+    """The remote host with a daemon running there."""
+    return remote_host
+
+
 def only_line(stderr: str) -> str:
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     return lines[0]
 
 
-async def test_an_mcp_sdk_client_drives_the_remote_daemon_through_diagd_mcp_ssh(remote: Remote) -> None:
+async def test_an_mcp_sdk_client_drives_the_remote_daemon_through_diagd_mcp_ssh(remote: Remote,
+                                                                                daemon: DaemonProcess) -> None:
     params = StdioServerParameters(command=DIAGD, args=["mcp", "--ssh", remote.sshd.target], env=remote.local)
     with trio.fail_after(60):
         async with Client(params, mode="legacy") as client:
@@ -84,17 +93,33 @@ async def test_an_mcp_sdk_client_drives_the_remote_daemon_through_diagd_mcp_ssh(
             status = (await client.call_tool("diagd_status", {})).structured_content
             echoed = await client.call_tool("echo", {"message": "over ssh"})
     assert status is not None
-    assert status["daemon"]["pid"] == remote.daemon.proc.pid
-    assert status["daemon"]["sockets"]["mcp"] == str(remote.daemon.mcp_socket)
+    assert status["daemon"]["pid"] == daemon.proc.pid
+    assert status["daemon"]["sockets"]["mcp"] == str(daemon.mcp_socket)
     assert json.loads(echoed.content[0].text)["message"] == "over ssh"
     assert not (remote.local_runtime / "mcp.sock").exists()  # no local daemon was started
 
 
-def test_status_call_logs_and_doctor_run_on_the_remote_host(remote: Remote) -> None:
+async def test_diagd_mcp_ssh_starts_the_remote_daemon_which_outlives_the_session(remote_host: Remote) -> None:
+    params = StdioServerParameters(command=DIAGD, args=["mcp", "--ssh", remote_host.sshd.target],
+                                   env=remote_host.local)
+    try:
+        with trio.fail_after(60):
+            async with Client(params, mode="legacy") as client:
+                status = (await client.call_tool("diagd_status", {})).structured_content
+        assert status is not None
+        pid = status["daemon"]["pid"]
+        assert status["daemon"]["sockets"]["control"] == str(remote_host.env.runtime / "control.sock")
+        again = remote_host.run("status", "--json", "--ssh", remote_host.sshd.target)
+        assert again.returncode == 0 and json.loads(again.stdout)["daemon"]["pid"] == pid
+    finally:
+        remote_host.env.run("stop")
+
+
+def test_status_call_logs_and_doctor_run_on_the_remote_host(remote: Remote, daemon: DaemonProcess) -> None:
     target = remote.sshd.target
     status = remote.run("status", "--json", "--ssh", target)
     assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout)["daemon"]["pid"] == remote.daemon.proc.pid
+    assert json.loads(status.stdout)["daemon"]["pid"] == daemon.proc.pid
 
     call = remote.run("call", "--ssh", target, "echo", "message=hello remote", "--visibility", "off")
     assert call.returncode == 0, call.stderr
@@ -107,7 +132,7 @@ def test_status_call_logs_and_doctor_run_on_the_remote_host(remote: Remote) -> N
 
     doctor = remote.run("doctor", "--json", f"--ssh={target}")
     checks = {c["name"]: c for c in json.loads(doctor.stdout)}
-    assert str(remote.daemon.env.runtime) in checks["runtime dir"]["detail"]
+    assert str(remote.env.runtime) in checks["runtime dir"]["detail"]
     assert checks["daemon"]["ok"]
 
 
