@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from diagd import __version__
 from diagd.daemon import logtail, paths
 from diagd.protocol.errors import DiagdError
 
@@ -19,6 +20,9 @@ EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_NO_DAEMON = 0, 1, 2, 3
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.startswith(("--ssh", "--remote-diagd")) for a in argv):  # the same command on another host
+        return _remote(argv)
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -36,8 +40,30 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_NO_DAEMON
 
 
+def _remote(argv: list[str]) -> int:
+    from diagd.daemon import remote
+
+    try:
+        request = remote.split_argv(argv)
+    except DiagdError as exc:
+        sys.stderr.write(f"diagd: {_describe(exc)}\n")
+        return EXIT_USAGE
+    if request is None:
+        sys.stderr.write(f"diagd: --ssh works with {', '.join(remote.COMMANDS)}\n")
+        return EXIT_USAGE
+    return remote.run(request)
+
+
+def _remote_options(s: argparse.ArgumentParser) -> None:
+    """Documented here for --help; main() hands a command line holding them to daemon/remote.py."""
+    s.add_argument("--ssh", metavar="[USER@]HOST[:PORT]", help="run this command on HOST through OpenSSH")
+    s.add_argument("--ssh-option", metavar="OPTION", action="append", help="an extra `ssh -o OPTION` (repeatable)")
+    s.add_argument("--remote-diagd", metavar="PATH", help="diagd on the remote host (default: diagd on its PATH)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="diagd", description="diagnostics daemon for AI agents (MCP)")
+    p.add_argument("--version", action="version", version=f"diagd {__version__}")
     sub = p.add_subparsers()
 
     s = sub.add_parser("serve", help="run the daemon in the foreground (systemd runs this)")
@@ -46,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("mcp", help="stdio shim for MCP clients (Claude Desktop, Cursor, ...)")
     s.add_argument("--no-autostart", action="store_true", help="fail instead of starting a daemon")
+    _remote_options(s)
     s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("start", help="start the daemon in the background unless it runs")
@@ -55,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="daemon, actors and per-tool statistics")
     s.add_argument("--json", action="store_true")
+    _remote_options(s)
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("call", help="call a tool: diagd call TOOL key=value ... (needs a running daemon)")
@@ -62,12 +90,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("arguments", nargs=argparse.REMAINDER, help="key=value (value parsed as JSON if it parses)")
     s.add_argument("--args-json", help="arguments as one JSON object")
     s.add_argument("--visibility", choices=("verbose", "simple", "off"), default=None)
+    _remote_options(s)
     s.set_defaults(func=cmd_call)
 
     s = sub.add_parser("logs", help="show the audit log of tool calls")
     s.add_argument("-f", "--follow", action="store_true")
     s.add_argument("-n", "--lines", type=int, default=20)
     s.add_argument("--json", action="store_true", help="raw JSON lines")
+    _remote_options(s)
     s.set_defaults(func=cmd_logs)
 
     s = sub.add_parser("reload", help="re-read the config file")
@@ -78,7 +108,11 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("doctor", help="check external tools, privileges and directories")
     s.add_argument("--json", action="store_true")
+    _remote_options(s)
     s.set_defaults(func=cmd_doctor)
+
+    s = sub.add_parser("version", help="print diagd's version (what `--ssh` compares)")
+    s.set_defaults(func=cmd_version)
 
     s = sub.add_parser("service", help="install the systemd user unit (--socket: socket activation)")
     s.add_argument("action", choices=("install", "uninstall", "print"))
@@ -385,6 +419,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from diagd.daemon import doctor
 
     return int(doctor.run(as_json=args.json))
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    print(f"diagd {__version__}")
+    return EXIT_OK
 
 
 def cmd_service(args: argparse.Namespace) -> int:

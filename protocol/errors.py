@@ -28,6 +28,13 @@ class ErrorCode(enum.StrEnum):
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_FIELDS = "INVALID_FIELDS"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    # `--ssh` (daemon/remote.py): why a remote diagd could not be reached.
+    SSH_NOT_FOUND = "SSH_NOT_FOUND"
+    SSH_UNREACHABLE = "SSH_UNREACHABLE"
+    SSH_AUTH_FAILED = "SSH_AUTH_FAILED"
+    SSH_FAILED = "SSH_FAILED"
+    REMOTE_DIAGD_NOT_FOUND = "REMOTE_DIAGD_NOT_FOUND"
+    VERSION_MISMATCH = "VERSION_MISMATCH"
 
 
 class DiagdError(Exception):

@@ -28,6 +28,7 @@ packages=(
   qemu-system-x86 busybox-static makedumpfile zstd binutils  # the vmcore fixture (tests/fixtures/make-vmcore.sh)
   socat                                    # serial tests: pseudo-terminal pairs
   systemd                                  # systemd-analyze verify for the unit
+  openssh-client openssh-server            # `--ssh`, and the private sshd its tests start (never the system's)
 )
 missing=()
 for p in "${packages[@]}"; do
