@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_doctor)
 
+    s = sub.add_parser("token", help="bearer tokens for MCP over HTTP: add NAME, list, revoke NAME")
+    s.add_argument("action", choices=("add", "list", "revoke"))
+    s.add_argument("name", nargs="?")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_token)
+
     s = sub.add_parser("service", help="install the systemd user unit")
     s.add_argument("action", choices=("install", "uninstall", "print"))
     s.add_argument("--no-start", action="store_true")
@@ -370,6 +376,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from diagd.daemon import doctor
 
     return int(doctor.run(as_json=args.json))
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from diagd.daemon import token_cli
+
+    return int(token_cli.run(args.action, args.name, as_json=args.json))
 
 
 def cmd_service(args: argparse.Namespace) -> int:
