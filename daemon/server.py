@@ -21,7 +21,7 @@ import trio
 import diagd
 from diagd.actors import BACKENDS, heap, system
 from diagd.actors.runtime import Client
-from diagd.daemon import builtin_tools, connections, control_server, mcp_sdk, paths, tokens
+from diagd.daemon import builtin_tools, connections, control_server, http_start, mcp_sdk, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
@@ -353,7 +353,7 @@ async def serve(config: config_mod.Config) -> None:
                 await nursery.start(daemon.accept, listener, kind, handle)
                 daemon.sockets[kind] = str(rundir.path / socket_names[kind])
             if config.http.enabled:
-                daemon.sockets["http"] = await nursery.start(serve_http, daemon, front)
+                daemon.sockets["http"] = await nursery.start(http_start.serve, daemon, front)
             nursery.start_soon(_handle_signals, daemon)
             nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")
@@ -383,16 +383,6 @@ def _single_coded(group: BaseExceptionGroup[BaseException]) -> DiagdError | None
         else:
             leaves.append(exc)
     return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], DiagdError) else None
-
-
-async def serve_http(daemon: Daemon, front: LazyFront, *,
-                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """MCP over HTTP ([http] listen): the same SDK server as the Unix socket, started with the daemon
-    (an HTTP client cannot start it), its stack imported only here."""
-    _mcp_front, server = await front.get()
-    http_front = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.http_front")
-    verifier = tokens.Verifier(daemon.state_dir)
-    await http_front.serve(daemon.config.http, server, verifier, task_status=task_status)
 
 
 async def _handle_signals(daemon: Daemon) -> None:

@@ -55,3 +55,11 @@ def test_an_unknown_http_setting_is_refused_with_close_matches() -> None:
     with pytest.raises(DiagdError) as caught:
         parse({"listn": "127.0.0.1:1"})
     assert "listen" in caught.value.details["did_you_mean"]
+
+
+def test_a_reload_says_http_changes_wait_for_a_restart() -> None:
+    from diagd.daemon import reload
+
+    notes = reload.static_notes(config.parse({}), parse({"listen": "127.0.0.1:8765"}))
+    assert [n["applies_to"] for n in notes if n["setting"] == "[http] listen"] == ["the next daemon start"]
+    assert "[http] listen" in reload.changed_keys(config.parse({}), parse({"listen": "127.0.0.1:8765"}))
