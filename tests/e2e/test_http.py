@@ -5,7 +5,10 @@ Host check stops DNS rebinding; a bind other hosts can reach is refused without 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -173,3 +176,25 @@ def test_the_token_file_is_owner_only_and_the_listing_shows_no_secret(env: Env) 
         assert secret not in done.stdout + done.stderr
     unknown = env.run("token", "revoke", "laptp")
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "laptop" in unknown.stderr
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the throw-away certificate")
+def test_with_tls_files_the_listener_speaks_https(env: Env) -> None:
+    cert, key = env.root / "cert.pem", env.root / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   capture_output=True, check=True, timeout=60)
+    port = free_port()
+    env.write_config(f'[http]\nlisten = "127.0.0.1:{port}"\ntls_cert = "{cert}"\ntls_key = "{key}"\n')
+    token = add_token(env, "laptop")
+    daemon = start_daemon(env)
+    try:
+        url = wait_for_http(env, daemon)
+        assert url == f"https://127.0.0.1:{port}/mcp"
+        trust = ssl.create_default_context(cafile=str(cert))  # the client checks the name against the certificate
+        ok = httpx2.post(url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {token}"}, verify=trust,
+                         timeout=30)
+        assert ok.status_code == 200 and '"result"' in ok.text
+        assert httpx2.post(url, json=INIT, headers=ACCEPT, verify=trust, timeout=30).status_code == 401
+    finally:
+        daemon.stop()
