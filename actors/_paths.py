@@ -26,7 +26,8 @@ def resolve_allowed(raw: str, allowed_dirs: Sequence[str], *, what: str = "file"
         if cwd is None or not os.path.isabs(cwd):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                              f"{what} path {raw!r} is relative and the caller's working directory is unknown "
-                             "(its process is gone or in another mount namespace)", path=raw,
+                             "(an HTTP client has none here; a local client's process may be gone or in "
+                             "another mount namespace)", path=raw,
                              hint="pass an absolute path")
         path = Path(cwd) / path
         relative_to = {"cwd": cwd}

@@ -114,6 +114,12 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("version", help="print diagd's version (what `--ssh` compares)")
     s.set_defaults(func=cmd_version)
 
+    s = sub.add_parser("token", help="bearer tokens for MCP over HTTP: add NAME, list, revoke NAME")
+    s.add_argument("action", choices=("add", "list", "revoke"))
+    s.add_argument("name", nargs="?")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_token)
+
     s = sub.add_parser("service", help="install the systemd user unit (--socket: socket activation)")
     s.add_argument("action", choices=("install", "uninstall", "print"))
     s.add_argument("--no-start", action="store_true")
@@ -424,6 +430,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_version(args: argparse.Namespace) -> int:
     print(f"diagd {__version__}")
     return EXIT_OK
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from diagd.daemon import token_cli
+
+    return int(token_cli.run(args.action, args.name, as_json=args.json))
 
 
 def cmd_service(args: argparse.Namespace) -> int:

@@ -13,9 +13,11 @@ from typing import Any
 
 from diagd.actors.settings import parse_table, setting
 from diagd.daemon import paths
+from diagd.daemon.http_settings import HttpConfig
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 VISIBILITY_MODES = ("verbose", "simple", "off")
+DAEMON_TABLES = ("daemon", "http")  # the daemon's own tables; every other table belongs to a back end
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class DaemonConfig:
 @dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
     # Per-back-end tables stay raw here; each back end parses its own table.
     backends: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"
@@ -66,5 +69,6 @@ def load(path: Path | None = None) -> Config:
 
 def parse(raw: dict[str, Any], *, source: str = "<memory>") -> Config:
     daemon = parse_table(DaemonConfig, "daemon", raw.get("daemon", {}), source=source)
-    backends = {k: v for k, v in raw.items() if k != "daemon" and isinstance(v, dict)}
-    return Config(daemon=daemon, backends=backends, source=source)
+    http = parse_table(HttpConfig, "http", raw.get("http", {}), source=source)
+    backends = {k: v for k, v in raw.items() if k not in DAEMON_TABLES and isinstance(v, dict)}
+    return Config(daemon=daemon, http=http, backends=backends, source=source)

@@ -29,6 +29,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.mcp")
 
+HTTP_CLIENT_KEY = "diagd.client"  # set by http_front (not imported here: HTTP is optional)
 # Which connection a handler serves (set per connection task, inherited by its handlers).
 current_client: contextvars.ContextVar[str] = contextvars.ContextVar("current_client", default="mcp:?")
 
@@ -90,6 +91,14 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
     )
 
 
+def _client(ctx: ServerRequestContext[Any]) -> str:
+    """Who calls: `http:<token name>` over HTTP (http_front puts it on the request's ASGI scope: the
+    SDK runs an HTTP session's handlers in its own tasks, not the request's), else the connection's."""
+    scope = getattr(ctx.request, "scope", None)
+    client = scope.get(HTTP_CLIENT_KEY) if isinstance(scope, dict) else None
+    return client if isinstance(client, str) else current_client.get()
+
+
 def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
@@ -101,7 +110,7 @@ def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
         wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
         conn = connections.current.get()
         call_ctx = CallContext(
-            client=current_client.get(),
+            client=_client(ctx),
             progress=ctx.session.report_progress if wants_progress else None,
             cwd=conn.cwd if conn is not None else None,  # the shim's, i.e. its MCP client's directory
         )

@@ -21,7 +21,7 @@ import trio
 import diagd
 from diagd.actors import BACKENDS, heap, system
 from diagd.actors.runtime import Client
-from diagd.daemon import activation, builtin_tools, connections, control_server, mcp_sdk, paths
+from diagd.daemon import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
@@ -246,33 +246,6 @@ def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-async def open_unix_listener(rundir: paths.PrivateDir, name: str) -> trio.SocketListener:
-    """Bind a 0600 socket inside the checked runtime dir, through its fd (umask set before bind,
-    so it is never briefly world-connectable)."""
-    rundir.remove(name)  # stale: the lock proves no live daemon owns it
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:  # bind and listen with no checkpoint between: a client that sees the file can connect
-        sock.bind(rundir.socket_address(name))
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    finally:
-        os.umask(old)
-    await trio.lowlevel.checkpoint()
-    return trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-
-
-def adopt_listener(inherited: activation.Inherited, expected: Path) -> tuple[trio.SocketListener, Path]:
-    """Serve a listening socket systemd bound; say so when clients will not look for it there."""
-    where = Path(inherited.path)
-    if where != expected:
-        log.warning("socket from systemd is not where clients look for it", kind=inherited.kind, bound=str(where),
-                    expected=str(expected))
-    return trio.SocketListener(trio.socket.from_stdlib_socket(inherited.sock)), where
-
-
 def acquire_lock(rundir: paths.PrivateDir) -> int:
     """Hold daemon.lock for the process lifetime: a second daemon (two shims autostarting) exits."""
     fd = rundir.open("daemon.lock", os.O_RDWR | os.O_CREAT)
@@ -362,18 +335,22 @@ async def serve(config: config_mod.Config) -> None:
 
             for kind, handle in (("mcp", handle_mcp), ("control", handle_control)):
                 if kind in inherited:  # systemd's: served as it is, and never unlinked (systemd owns the file)
-                    listener, where = adopt_listener(inherited[kind], rundir.path / socket_names[kind])
+                    listener, where = listeners.adopt(inherited[kind], rundir.path / socket_names[kind])
                     daemon.sockets_from_systemd.append(kind)
                 else:
                     where = rundir.path / socket_names[kind]
-                    listener = await open_unix_listener(rundir, socket_names[kind])
+                    listener = await listeners.bind_unix(rundir, socket_names[kind])
                     bound.append(socket_names[kind])
                 await nursery.start(daemon.accept, listener, kind, handle)
                 daemon.sockets[kind] = str(where)
+            if config.http.enabled:
+                daemon.sockets["http"] = await nursery.start(http_start.serve, daemon, front)
             nursery.start_soon(_handle_signals, daemon)
             nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")
             log.info("diagd ready", pid=os.getpid(), sockets=daemon.sockets, tools=len(daemon.registry.specs()))
+    except BaseExceptionGroup as group:
+        raise _single_coded(group) or group from None
     finally:
         for name in bound:
             rundir.remove(name)
@@ -383,6 +360,20 @@ async def serve(config: config_mod.Config) -> None:
         rundir.close()
         sd_notify("STOPPING=1")
         log.info("diagd stopped")
+
+
+def _single_coded(group: BaseExceptionGroup[BaseException]) -> DiagdError | None:
+    """The coded error a start-up step raised inside the nursery (which wraps it in a group), so
+    `diagd serve` prints it as one line."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], DiagdError) else None
 
 
 async def _handle_signals(daemon: Daemon) -> None:

@@ -53,3 +53,10 @@ def test_lean_leaves_an_sdk_already_imported_as_it_is() -> None:
     modules = loaded_after("import mcp, sys\nfrom diagd.daemon import mcp_sdk\nmcp_sdk.lean()\n"
                            "assert sys.modules['mcp'] is mcp")
     assert "mcp.client" in modules
+
+
+def test_the_http_stack_stays_out_of_a_daemon_without_http() -> None:
+    # [http] listen unset: the MCP front end alone must not bring hypercorn and its h11/h2 stack.
+    modules = loaded_after("from diagd.daemon import server\nserver._import_front()")
+    assert not {m.split(".")[0] for m in modules} & {"hypercorn", "h11", "h2", "wsproto"}
+    assert "hypercorn" in loaded_after("import diagd.daemon.http_front")

@@ -1,0 +1,65 @@
+"""The [http] table: off by default, loopback by default, and a bind other hosts can reach refused
+without TLS or an explicit override, with the fix in the message."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagd.daemon import config
+from diagd.daemon.http_settings import split_listen
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+
+def parse(http: dict[str, object]) -> config.Config:
+    return config.parse({"http": http})
+
+
+def test_http_is_off_without_a_listen_address() -> None:
+    assert not config.parse({}).http.enabled
+    assert "http" not in config.parse({"http": {}}).backends
+
+
+@pytest.mark.parametrize(("listen", "host", "port"), [("127.0.0.1:8765", "127.0.0.1", 8765),
+                                                       ("[::1]:80", "::1", 80), ("localhost:0", "localhost", 0)])
+def test_listen_addresses_split_into_host_and_port(listen: str, host: str, port: int) -> None:
+    assert split_listen(listen) == (host, port)
+
+
+@pytest.mark.parametrize("listen", ["8765", "127.0.0.1", "::1:80", "host:http", "127.0.0.1:70000"])
+def test_a_malformed_listen_address_is_refused(listen: str) -> None:
+    with pytest.raises(DiagdError) as caught:
+        parse({"listen": listen})
+    assert caught.value.details["setting"] == "[http] listen"
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:8765", "192.0.2.7:8765", "[::]:8765", "example.com:8765"])
+def test_a_non_loopback_bind_without_tls_is_refused_naming_the_fix(listen: str) -> None:
+    with pytest.raises(DiagdError) as caught:
+        parse({"listen": listen})
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "tls_cert and tls_key" in caught.value.message and "allow_insecure_non_loopback" in caught.value.message
+
+
+def test_a_non_loopback_bind_is_accepted_with_tls_or_the_override() -> None:
+    assert parse({"listen": "0.0.0.0:8765", "tls_cert": "/c.pem", "tls_key": "/k.pem"}).http.tls
+    assert parse({"listen": "0.0.0.0:8765", "allow_insecure_non_loopback": True}).http.enabled
+
+
+def test_tls_needs_both_files() -> None:
+    with pytest.raises(DiagdError) as caught:
+        parse({"listen": "127.0.0.1:8765", "tls_cert": "/c.pem"})
+    assert caught.value.details["setting"] == "[http] tls_key"
+
+
+def test_an_unknown_http_setting_is_refused_with_close_matches() -> None:
+    with pytest.raises(DiagdError) as caught:
+        parse({"listn": "127.0.0.1:1"})
+    assert "listen" in caught.value.details["did_you_mean"]
+
+
+def test_a_reload_says_http_changes_wait_for_a_restart() -> None:
+    from diagd.daemon import reload
+
+    notes = reload.static_notes(config.parse({}), parse({"listen": "127.0.0.1:8765"}))
+    assert [n["applies_to"] for n in notes if n["setting"] == "[http] listen"] == ["the next daemon start"]
+    assert "[http] listen" in reload.changed_keys(config.parse({}), parse({"listen": "127.0.0.1:8765"}))
