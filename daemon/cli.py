@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from diagd import __version__
@@ -111,6 +110,12 @@ def _parser() -> argparse.ArgumentParser:
     _remote_options(s)
     s.set_defaults(func=cmd_doctor)
 
+    _admin_parsers(sub)
+    return p
+
+
+def _admin_parsers(sub: Any) -> None:
+    """Commands that need no daemon: the version, HTTP tokens, the systemd units."""
     s = sub.add_parser("version", help="print diagd's version (what `--ssh` compares)")
     s.set_defaults(func=cmd_version)
 
@@ -126,7 +131,6 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--socket", action="store_true",
                    help="also diagd.socket: systemd listens and starts the daemon on the first client")
     s.set_defaults(func=cmd_service)
-    return p
 
 
 # What `diagd serve` never needs but a library would import if it is installed: structlog imports
@@ -265,74 +269,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"running": True, **status}, indent=2))
     else:
+        from diagd.daemon.status_text import format_status
+
         print(format_status(status))
     return EXIT_OK
-
-
-def format_status(status: dict[str, Any]) -> str:
-    d = status["daemon"]
-    lines = [
-        f"diagd {d['version']}  pid {d['pid']}  up {_duration(d['uptime_s'])}  since {d['started_at']}",
-        f"config: {d['config']}   state: {d['state_dir']}",
-        _sockets_line(d),
-        f"clients ({len(d['clients'])}): "
-        + (", ".join(f"{c['kind']}:{c['pid']} {c.get('state', '?')} since {c['connected_at']}" for c in d["clients"])
-           or "none"),
-        _memory_line(d),
-        f"actors ({len(status['actors'])}):",
-    ]
-    rows: list[tuple[str, ...]] = [("ID", "KIND", "RESOURCE", "STATE", "INBOX", "IDLE LEFT", "RESTARTS")]
-    for a in status["actors"]:
-        idle = "-" if a["idle_s_left"] is None else _duration(a["idle_s_left"])
-        rows.append((a["id"], a["kind"], a["resource"], a["state"], str(a["inbox_depth"]), idle, str(a["restarts"])))
-    lines += _table(rows) if len(rows) > 1 else ["  none"]
-    workers = [("PID", "ROLE", "ACTOR", "RSS")] + [
-        (str(w["pid"]), w["role"], a["id"], _mb(w.get("rss_bytes")))
-        for a in status["actors"] for w in a.get("details", {}).get("workers", [])]
-    if len(workers) > 1:
-        lines.append(f"workers ({len(workers) - 1}):")
-        lines += _table(workers)
-    lines.append(f"tools ({d['calls_total']} calls):")
-    rows = [("TOOL", "COUNT", "P50 MS", "P95 MS", "FAIL %")]
-    for name, t in status["tools"].items():
-        rows.append((name, str(t["count"]), _ms(t["p50_ms"]), _ms(t["p95_ms"]), f"{t['failure_rate'] * 100:.1f}"))
-    lines += _table(rows) if len(rows) > 1 else ["  no calls yet"]
-    return "\n".join(lines)
-
-
-def _sockets_line(d: dict[str, Any]) -> str:
-    """Where the daemon listens, and which sockets systemd handed it (socket activation)."""
-    from_systemd = d.get("sockets_from_systemd") or []
-    line = "sockets: " + "  ".join(f"{k}={v}" for k, v in d["sockets"].items())
-    return line + (f"  (from systemd: {', '.join(from_systemd)})" if from_systemd else "")
-
-
-def _memory_line(d: dict[str, Any]) -> str:
-    """The daemon's own RSS and its workers' (sharkd, crash, drgn, bpftrace) added up."""
-    return (f"memory: daemon rss {_mb(d.get('rss_bytes'))}, {d.get('workers', 0)} workers rss "
-            f"{_mb(d.get('workers_rss_bytes'))}")
-
-
-def _mb(nbytes: int | None) -> str:
-    return "-" if nbytes is None else f"{nbytes / 2**20:.1f} MB"
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
-def _duration(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{seconds:.1f}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def cmd_call(args: argparse.Namespace) -> int:

@@ -39,3 +39,12 @@ def adopt(inherited: activation.Inherited, expected: Path) -> tuple[trio.SocketL
         log.warning("socket from systemd is not where clients look for it", kind=inherited.kind, bound=str(where),
                     expected=str(expected))
     return trio.SocketListener(trio.socket.from_stdlib_socket(inherited.sock)), where
+
+
+async def listen(rundir: paths.PrivateDir, name: str, inherited: activation.Inherited | None
+                 ) -> tuple[trio.SocketListener, Path]:
+    """The listener for socket `name` and where it is: systemd's when it passed one, else bound here."""
+    expected = rundir.path / name
+    if inherited is not None:
+        return adopt(inherited, expected)
+    return await bind_unix(rundir, name), expected

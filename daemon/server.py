@@ -317,29 +317,16 @@ async def serve(config: config_mod.Config) -> None:
             daemon.load_backends()
             front = LazyFront(daemon.registry)
 
-            async def handle_mcp(stream: trio.SocketStream, conn: Connection) -> None:
-                mcp_front, server = await front.get()
-                # Read per connection: a reload applies to connections made after it (reload.DAEMON).
-                max_line = daemon.config.daemon.max_line_bytes
-                client = Client(conn.client, conn.pid)
-                daemon.clients.connected(client)
-                try:
-                    await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
-                                                     frame_timeout_s=daemon.config.daemon.frame_timeout_s,
-                                                     budget=daemon.frame_budget, conn=conn)
-                finally:
-                    daemon.clients.gone(client)
+            handle_mcp = _mcp_handler(daemon, front)
 
             async def handle_control(stream: trio.SocketStream, conn: Connection) -> None:
                 await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)
 
             for kind, handle in (("mcp", handle_mcp), ("control", handle_control)):
-                if kind in inherited:  # systemd's: served as it is, and never unlinked (systemd owns the file)
-                    listener, where = listeners.adopt(inherited[kind], rundir.path / socket_names[kind])
+                listener, where = await listeners.listen(rundir, socket_names[kind], inherited.get(kind))
+                if kind in inherited:  # systemd's: never unlinked (systemd owns the file)
                     daemon.sockets_from_systemd.append(kind)
                 else:
-                    where = rundir.path / socket_names[kind]
-                    listener = await listeners.bind_unix(rundir, socket_names[kind])
                     bound.append(socket_names[kind])
                 await nursery.start(daemon.accept, listener, kind, handle)
                 daemon.sockets[kind] = str(where)
@@ -360,6 +347,25 @@ async def serve(config: config_mod.Config) -> None:
         rundir.close()
         sd_notify("STOPPING=1")
         log.info("diagd stopped")
+
+
+def _mcp_handler(daemon: Daemon, front: LazyFront) -> ConnectionHandler:
+    """Serve MCP on one accepted connection (the SDK's server, imported on the first one)."""
+
+    async def handle_mcp(stream: trio.SocketStream, conn: Connection) -> None:
+        mcp_front, server = await front.get()
+        # Read per connection: a reload applies to connections made after it (reload.DAEMON).
+        max_line = daemon.config.daemon.max_line_bytes
+        client = Client(conn.client, conn.pid)
+        daemon.clients.connected(client)
+        try:
+            await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
+                                             frame_timeout_s=daemon.config.daemon.frame_timeout_s,
+                                             budget=daemon.frame_budget, conn=conn)
+        finally:
+            daemon.clients.gone(client)
+
+    return handle_mcp
 
 
 def _single_coded(group: BaseExceptionGroup[BaseException]) -> DiagdError | None:

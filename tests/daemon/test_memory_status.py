@@ -11,8 +11,8 @@ import trio.testing
 
 from diagd.actors import heap, system
 from diagd.daemon.audit import CallRecord
-from diagd.daemon.cli import format_status
 from diagd.daemon.heap_trim import QuietTrimmer
+from diagd.daemon.status_text import format_status
 
 
 def status(actors: list[dict[str, Any]], **daemon: Any) -> dict[str, Any]:
