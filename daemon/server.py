@@ -149,6 +149,13 @@ class Daemon:
         return {"reloaded": True, "config": new.source, "actors_retimed": retimed, "changed": changed,
                 "not_yet_applied": pending}
 
+    def stopping_notice(self) -> bytes | None:
+        """The last line of an MCP connection the daemon closes because it stops (None: it does not)."""
+        if self.shutdown_reason is None:
+            return None
+        return notice("mcp", ErrorCode.DAEMON_STOPPING,
+                      f"the daemon is stopping ({self.shutdown_reason}); a new one may take over the session")
+
     def request_shutdown(self, reason: str) -> None:
         self.shutdown_reason = reason
         log.info("shutting down", reason=reason)
@@ -340,7 +347,8 @@ async def serve(config: config_mod.Config) -> None:
                 try:
                     await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
                                                      frame_timeout_s=daemon.config.daemon.frame_timeout_s,
-                                                     budget=daemon.frame_budget, conn=conn)
+                                                     budget=daemon.frame_budget, conn=conn,
+                                                     stopping=daemon.stopping_notice)
                 finally:
                     daemon.clients.gone(client)
 

@@ -28,6 +28,11 @@ class ErrorCode(enum.StrEnum):
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_FIELDS = "INVALID_FIELDS"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    # The daemon's last line to its MCP clients when it stops (a restart, an upgrade, `diagd stop`):
+    # unlike a refusal (BUSY, a too-long line) the shim reconnects after it.
+    DAEMON_STOPPING = "DAEMON_STOPPING"
+    # The shim's answer to a call that was in flight when the daemon went away; the session goes on.
+    DAEMON_RESTARTED = "DAEMON_RESTARTED"
 
 
 class DiagdError(Exception):
