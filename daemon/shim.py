@@ -108,7 +108,16 @@ def connect_or_start(path: Path, *, autostart: bool, timeout_s: float = 15.0) ->
     if sock is not None or not autostart:
         return sock
     child = start_daemon_detached()
-    return wait_for_socket(path, timeout_s, child)
+    try:
+        return wait_for_socket(path, timeout_s, child)
+    finally:
+        reap_in_background(child)
+
+
+def reap_in_background(child: subprocess.Popen[bytes]) -> None:
+    """Wait for an autostarted daemon from a thread: a shim that outlives it (it reconnects after a
+    `diagd stop`) must not keep it a zombie, which `diagd stop` would take for a daemon still running."""
+    threading.Thread(target=child.wait, daemon=True, name="reaper").start()
 
 
 
@@ -246,6 +255,8 @@ def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float) -> 
     while True:
         sock = connect(path)
         if sock is not None:
+            if child is not None:
+                reap_in_background(child)
             return sock
         if link.stdin_closed:
             return None
@@ -254,6 +265,8 @@ def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float) -> 
         if child is not None and child.poll() not in (None, 0):
             return None
         if time.monotonic() + delay > deadline:
+            if child is not None:
+                reap_in_background(child)
             return None
         time.sleep(delay)
         delay = min(delay * 2, BACKOFF_MAX_S)
