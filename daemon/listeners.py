@@ -1,9 +1,11 @@
-"""The daemon's listening Unix sockets: bound here in the checked runtime dir, or inherited from systemd."""
+"""The daemon's Unix sockets: listeners bound here in the checked runtime dir or inherited from systemd, and
+what the accept loop learns of a new connection (its peer's credentials, its first line)."""
 
 from __future__ import annotations
 
 import os
 import socket
+import struct
 from pathlib import Path
 
 import structlog
@@ -48,3 +50,25 @@ async def listen(rundir: paths.PrivateDir, name: str, inherited: activation.Inhe
     if inherited is not None:
         return adopt(inherited, expected)
     return await bind_unix(rundir, name), expected
+
+
+PEEK_BYTES = 65536
+
+
+async def first_line(stream: trio.SocketStream, deadline: float) -> bool:
+    """True once the first MCP line is complete (or EOF, or PEEK_BYTES without a newline: then the
+    line limit applies); False at the deadline. Peeks, so the MCP front end still reads it all."""
+    sock = stream.socket
+    with trio.move_on_at(deadline):
+        while True:
+            data = await sock.recv(PEEK_BYTES, socket.MSG_PEEK)
+            if not data or b"\n" in data or len(data) >= PEEK_BYTES:
+                return True
+            await trio.sleep(0.02)  # more of a partial line: the kernel has no "wait for more" for a peek
+    return False
+
+
+def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", creds)
+    return pid, uid, gid

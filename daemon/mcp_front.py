@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import math
 import select
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -143,6 +144,7 @@ class _Pipes:
         self.write_send, self.write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](0)
         self.handshake = mcp_wire.Handshake(lambda method: server.get_request_handler(method) is not None)
         self.writer_done = trio.Event()
+        self.mid_line = False  # a send_all cancelled midway leaves half a line on the socket
 
     async def reader(self) -> bool:
         """Feed complete lines to the server; True at a clean EOF, False when the connection must
@@ -175,27 +177,43 @@ class _Pipes:
             async with self.write_recv:
                 async for message in self.write_recv:
                     if isinstance(message, bytes):
-                        await self.stream.send_all(message)
+                        await self._send(message)
                         continue
                     self.handshake.answered(message)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await self.stream.send_all(data.encode())
+                    await self._send(data.encode())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self.writer_done.set()
 
+    async def _send(self, data: bytes) -> None:
+        self.mid_line = True
+        await self.stream.send_all(data)
+        self.mid_line = False
+
+    async def farewell(self, line: bytes) -> None:
+        """The last line, after the writer stopped (bounded: the peer may not read)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            try:
+                # Ends a half-written line first, so the notice is a line of its own.
+                await self.stream.send_all((b"\n" if self.mid_line else b"") + line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
 
 async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, client: str,
                            max_line_bytes: int, frame_timeout_s: float = math.inf,
-                           budget: ByteBudget | None = None, conn: Connection | None = None) -> None:
+                           budget: ByteBudget | None = None, conn: Connection | None = None,
+                           stopping: Callable[[], bytes | None] | None = None) -> None:
     """Serve MCP on one accepted connection until either side closes.
 
     A client that half-closes (EOF after its last request, as `echo ... | diagd mcp` does) still
     gets its answers; a client that hangs up completely has its in-flight calls cancelled. A
     partial line must be complete within `frame_timeout_s` of its first byte and draws on
     `budget` past a small size (see `mcp_lines`); otherwise the client gets a coded error and
-    the connection closes.
+    the connection closes. When the daemon stops under it, `stopping()` gives the last line the
+    client gets (a DAEMON_STOPPING notice: the shim reconnects after it, unlike after a refusal).
     """
     current_client.set(client)
     lines = LineReader(stream, max_line_bytes=max_line_bytes, frame_timeout_s=frame_timeout_s,
@@ -221,6 +239,9 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
             nursery.cancel_scope.cancel(reason="client closed the connection")
     finally:
         lines.release()
+        last = stopping() if stopping is not None else None
+        if last is not None:
+            await pipes.farewell(last)
         with trio.CancelScope(shield=True), trio.move_on_after(1):
             await stream.aclose()
 

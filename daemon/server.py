@@ -7,8 +7,6 @@ import importlib
 import json
 import os
 import signal
-import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -151,6 +149,13 @@ class Daemon:
         return {"reloaded": True, "config": new.source, "actors_retimed": retimed, "changed": changed,
                 "not_yet_applied": pending}
 
+    def stopping_notice(self) -> bytes | None:
+        """The last line of an MCP connection the daemon closes because it stops (None: it does not)."""
+        if self.shutdown_reason is None:
+            return None
+        return notice("mcp", ErrorCode.DAEMON_STOPPING,
+                      f"the daemon is stopping ({self.shutdown_reason}); a new one may take over the session")
+
     def request_shutdown(self, reason: str) -> None:
         self.shutdown_reason = reason
         log.info("shutting down", reason=reason)
@@ -164,7 +169,7 @@ class Daemon:
 
         async def on_connection(stream: trio.SocketStream) -> None:
             try:
-                pid, uid, _gid = peer_credentials(stream.socket)
+                pid, uid, _gid = listeners.peer_credentials(stream.socket)
                 if uid != os.getuid():
                     log.warning("refused connection from another uid", kind=kind, peer_uid=uid, peer_pid=pid)
                     return
@@ -197,7 +202,7 @@ class Daemon:
         try:
             with conn.scope:
                 if kind == "mcp":
-                    if not await first_line(stream, conn.connected_at + settings.handshake_timeout_s):
+                    if not await listeners.first_line(stream, conn.connected_at + settings.handshake_timeout_s):
                         log.warning("mcp handshake timed out", client=conn.client)
                         await last_words(stream, notice(kind, ErrorCode.TIMEOUT, "no complete first message within "
                                                     f"{settings.handshake_timeout_s:g} s; closing"))
@@ -222,28 +227,6 @@ def _write_nowait(stream: trio.SocketStream, data: bytes) -> None:
         os.write(stream.socket.fileno(), data)
     except OSError:
         pass
-
-
-PEEK_BYTES = 65536
-
-
-async def first_line(stream: trio.SocketStream, deadline: float) -> bool:
-    """True once the first MCP line is complete (or EOF, or PEEK_BYTES without a newline: then the
-    line limit applies); False at the deadline. Peeks, so the MCP front end still reads it all."""
-    sock = stream.socket
-    with trio.move_on_at(deadline):
-        while True:
-            data = await sock.recv(PEEK_BYTES, socket.MSG_PEEK)
-            if not data or b"\n" in data or len(data) >= PEEK_BYTES:
-                return True
-            await trio.sleep(0.02)  # more of a partial line: the kernel has no "wait for more" for a peek
-    return False
-
-
-def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", creds)
-    return pid, uid, gid
 
 
 def acquire_lock(rundir: paths.PrivateDir) -> int:
@@ -361,7 +344,8 @@ def _mcp_handler(daemon: Daemon, front: LazyFront) -> ConnectionHandler:
         try:
             await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
                                              frame_timeout_s=daemon.config.daemon.frame_timeout_s,
-                                             budget=daemon.frame_budget, conn=conn)
+                                             budget=daemon.frame_budget, conn=conn,
+                                             stopping=daemon.stopping_notice)
         finally:
             daemon.clients.gone(client)
 

@@ -1,31 +1,42 @@
 """`diagd mcp`: the stdio shim an MCP client launches.
 
-A byte pipe between stdio and the daemon's MCP socket. It never imports `mcp` (that alone takes
-~0.7 s) and never writes anything but daemon bytes to stdout; diagnostics go to stderr. When no
-daemon runs it starts one (detached) unless --no-autostart. Stdlib only, for start-up time.
+It carries newline-delimited JSON-RPC between stdio and the daemon's MCP socket, line by line, and
+keeps the session across a daemon restart: when the connection drops (or the daemon says it stops,
+DAEMON_STOPPING), it reconnects with backoff within a bound (DIAGD_SHIM_RECONNECT_S, 30 s),
+replays the client's `initialize` and `initialized` (the answer is swallowed), and answers every
+call that was in flight with a coded DAEMON_RESTARTED error; calls sent meanwhile wait and then go
+through. The session's state is `shim_session.ShimSession`. It never imports `mcp` (that alone takes
+~0.7 s) and never writes anything but daemon lines (and its DAEMON_RESTARTED answers) to stdout;
+diagnostics go to stderr. When no daemon runs it starts one (detached) unless --no-autostart.
+Stdlib only, for start-up time.
 
 It exits 0 only when the client ended the session (stdin EOF) and the daemon answered; a daemon
-that refuses it (busy), drops it, or closes first gets one line on stderr and exit status 1,
-never a silent 0. The daemon's last words, if any, are a JSON-RPC error with `id: null` and
-`data.closing: true`: the shim quotes its message.
+that refuses it (busy, a line too long: its last words are a JSON-RPC error with `id: null` and
+`data.closing: true`, which the shim quotes), one that does not come back within the bound, or
+calls left unanswered get one line on stderr and exit status 1, never a silent 0.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from diagd.daemon import paths
+from diagd.daemon.shim_session import Closing, ReplayFailed, ShimSession, Verdict
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 CHUNK = 65536
-TAIL_BYTES = 4096  # enough for a closing notice; the shim keeps no more of the stream than this
+RECONNECT_S = 30.0  # how long a dropped session waits for a daemon to come back
+# Under systemd a restarted daemon is back well within this: autostarting earlier would race the
+# service manager's own start (the loser exits, but it might be systemd's).
+AUTOSTART_AFTER_S = 2.0
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.02, 0.2  # a refused connect costs ~20 µs: polling often is cheap
 
 
 def connect(path: Path) -> socket.socket | None:
@@ -97,90 +108,262 @@ def connect_or_start(path: Path, *, autostart: bool, timeout_s: float = 15.0) ->
     if sock is not None or not autostart:
         return sock
     child = start_daemon_detached()
-    return wait_for_socket(path, timeout_s, child)
+    try:
+        return wait_for_socket(path, timeout_s, child)
+    finally:
+        reap_in_background(child)
 
 
-class _Session:
-    """What the shim needs to know at the end: who hung up first, and the daemon's last words."""
+def reap_in_background(child: subprocess.Popen[bytes]) -> None:
+    """Wait for an autostarted daemon from a thread: a shim that outlives it (it reconnects after a
+    `diagd stop`) must not keep it a zombie, which `diagd stop` would take for a daemon still running."""
+    threading.Thread(target=child.wait, daemon=True, name="reaper").start()
 
-    def __init__(self) -> None:
-        self.stdin_closed = threading.Event()
+
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        return max(0.0, float(os.environ[name]))
+    except (KeyError, ValueError):
+        return default
+
+
+class _Link:
+    """The session and its current connection, shared by the two threads under one condition.
+
+    `sock` is None while the shim reconnects: client lines wait then, so none is lost between two
+    connections and none reaches a new daemon before the session is replayed there.
+    """
+
+    def __init__(self, session: ShimSession, sock: socket.socket) -> None:
+        self.session = session
+        self.cond = threading.Condition()
+        self.sock: socket.socket | None = sock
+        self.stdin_closed = False
+        self.gone = False  # the shim gives up: waiting client lines are dropped
         self.sent = 0
         self.received = 0
-        self.tail = b""
 
-    def saw(self, data: bytes) -> None:
-        self.received += len(data)
-        self.tail = (self.tail + data)[-TAIL_BYTES:]
+    def send_line(self, line: bytes) -> None:
+        with self.cond:
+            while self.sock is None and not self.gone:
+                self.cond.wait()
+            if self.sock is None:
+                return
+            self.session.from_client(line)
+            sock = self.sock
+            self.sent += len(line)
+        try:  # outside the lock: a daemon slow to read must not stop its answers from being read
+            sock.sendall(line)
+        except OSError:
+            pass  # the connection dropped: the line is in flight and gets its DAEMON_RESTARTED answer
 
-    def closing_notice(self) -> str | None:
-        """The message of a trailing `{"id": null, "error": {..., "data": {"closing": true}}}` line."""
-        lines = self.tail.rstrip(b"\n").rsplit(b"\n", 1)
-        try:
-            last = json.loads(lines[-1])
-            error = last["error"]
-            if last.get("id") is None and error.get("data", {}).get("closing"):
-                return str(error["message"])
-        except (ValueError, KeyError, TypeError, AttributeError):
-            pass
-        return None
+    def close_input(self) -> None:
+        with self.cond:
+            self.stdin_closed = True  # before the daemon can see EOF and close: the order is the verdict
+            sock = self.sock
+            self.cond.notify_all()
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_WR)  # tell the daemon the client is gone
+            except OSError:
+                pass
 
-    def verdict(self) -> str | None:
-        """None when the session ended normally, else the line to print."""
-        if notice := self.closing_notice():
-            return f"the daemon closed the connection: {notice}"
-        if not self.stdin_closed.is_set():
-            return "the daemon closed the connection before the client was done"
-        if self.sent and not self.received:
-            return "the daemon closed the connection without answering"
-        return None
+    def attach(self, sock: socket.socket) -> None:
+        with self.cond:
+            self.sock = sock
+            stdin_closed = self.stdin_closed
+            self.cond.notify_all()
+        if stdin_closed:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def give_up(self) -> None:
+        with self.cond:
+            self.gone = True
+            self.cond.notify_all()
 
 
-def _pump_stdin(sock: socket.socket, session: _Session) -> None:
+def _pump_stdin(link: _Link) -> None:
+    """Client lines to the daemon, whole lines only (a reconnect never splits one)."""
+    buffer = bytearray()
     try:
         while data := os.read(0, CHUNK):
-            sock.sendall(data)
-            session.sent += len(data)
+            newline = data.rfind(b"\n")
+            if newline < 0:
+                buffer += data
+                continue
+            buffer += data[:newline + 1]
+            lines = bytes(buffer).split(b"\n")[:-1]
+            buffer = bytearray(data[newline + 1:])
+            for line in lines:
+                link.send_line(line + b"\n")
+        if buffer:
+            link.send_line(bytes(buffer))  # a last line without its newline goes as it is
     except OSError:
         pass
     finally:
-        session.stdin_closed.set()  # before the daemon can see EOF and close: the order is the verdict
-        try:
-            sock.shutdown(socket.SHUT_WR)  # tell the daemon the client is gone
-        except OSError:
-            pass
+        link.close_input()
 
 
-def run(*, autostart: bool = True) -> int:
+def _write_out(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(1, view)
+        view = view[written:]
+
+
+def _serve(link: _Link, sock: socket.socket) -> bool:
+    """Daemon lines to stdout until the connection ends; True when at least one line came.
+
+    Raises BrokenPipeError when the client closed stdout, ReplayFailed when the daemon refused the
+    replayed session.
+    """
+    buffer = bytearray()
+    any_line = False
+    try:
+        while data := sock.recv(CHUNK):
+            link.received += len(data)
+            newline = data.rfind(b"\n")
+            if newline < 0:
+                buffer += data
+                continue
+            buffer += data[:newline + 1]
+            lines = bytes(buffer).split(b"\n")[:-1]
+            buffer = bytearray(data[newline + 1:])
+            with link.cond:
+                verdicts = [link.session.from_daemon(line + b"\n") for line in lines]
+            out = b"".join(line + b"\n" for line, v in zip(lines, verdicts, strict=True) if v is Verdict.FORWARD)
+            any_line = True
+            if out:
+                _write_out(out)
+    except ConnectionResetError:
+        pass
+    return any_line  # a partial last line is dropped: half a message would break the client's stream
+
+
+def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float) -> socket.socket | None:
+    """A new connection, with exponential backoff until `deadline`; None when the client is gone
+    meanwhile, an autostarted daemon died, or time ran out. DiagdError when the socket is not ours."""
+    began = time.monotonic()
+    delay = BACKOFF_FIRST_S
+    child: subprocess.Popen[bytes] | None = None
+    autostart_after = _env_seconds("DIAGD_SHIM_AUTOSTART_AFTER_S", AUTOSTART_AFTER_S)
+    while True:
+        sock = connect(path)
+        if sock is not None:
+            if child is not None:
+                reap_in_background(child)
+            return sock
+        if link.stdin_closed:
+            return None
+        if autostart and child is None and time.monotonic() - began >= autostart_after:
+            child = start_daemon_detached()
+        if child is not None and child.poll() not in (None, 0):
+            return None
+        if time.monotonic() + delay > deadline:
+            if child is not None:
+                reap_in_background(child)
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, BACKOFF_MAX_S)
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"diagd mcp: {message}\n")
+    return 1
+
+
+def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
+    """Serve one MCP client on stdio; `prelude`: lines sent first on every connection."""
     path = paths.mcp_socket()
     try:
         sock = connect_or_start(path, autostart=autostart)
     except DiagdError as exc:
-        sys.stderr.write(f"diagd mcp: {exc.code}: {exc.message}\n")
-        return 1
+        return _fail(f"{exc.code}: {exc.message}")
     if sock is None:
         hint = "" if autostart else " (autostart disabled; run `diagd serve` or the systemd user service)"
         reason = last_log_line() if autostart else ""
-        sys.stderr.write(f"diagd mcp: no daemon listening on {path}{hint}; "
-                         + (f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log")
-                         + "\n")
-        return 1
-    session = _Session()
-    threading.Thread(target=_pump_stdin, args=(sock, session), daemon=True, name="stdin->daemon").start()
+        return _fail(f"no daemon listening on {path}{hint}; "
+                     + (f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log"))
+    session = ShimSession(prelude=list(prelude))
+    link = _Link(session, sock)
     try:
-        while data := sock.recv(CHUNK):
-            session.saw(data)
-            view = memoryview(data)
-            while view:
-                written = os.write(1, view)
-                view = view[written:]
-    except BrokenPipeError:
-        return 0  # the client closed its end of stdout: it is gone, nobody is left to tell
-    except ConnectionResetError:
-        pass
-    finally:
-        sock.close()
-    if problem := session.verdict():
-        sys.stderr.write(f"diagd mcp: {problem}\n")
-        return 1
+        if session.prelude:
+            sock.sendall(b"".join(session.prelude))
+    except OSError:
+        pass  # seen as a drop by the reader below
+    threading.Thread(target=_pump_stdin, args=(link,), daemon=True, name="stdin->daemon").start()
+    bound_s = _env_seconds("DIAGD_SHIM_RECONNECT_S", RECONNECT_S)
+    episode: float | None = None  # when the current run of failed connections began
+    unanswered = 0
+    while True:
+        try:
+            delivered = _serve(link, sock)
+        except BrokenPipeError:
+            return 0  # the client closed its end of stdout: it is gone, nobody is left to tell
+        except ReplayFailed as exc:
+            return _fail(f"the restarted daemon refused the replayed session: {exc}")
+        finally:
+            _close(sock)
+        with link.cond:
+            closing = link.session.closing()
+            notice = link.session.notice_message()
+            link.sock = None
+            failed = link.session.dropped() if closing is not Closing.REFUSED else []
+            stdin_closed = link.stdin_closed
+        unanswered += len(failed)
+        try:
+            _write_out(b"".join(failed))
+        except BrokenPipeError:
+            return 0
+        if closing is Closing.REFUSED:
+            return _fail(f"the daemon closed the connection: {notice}")
+        if stdin_closed:
+            return _verdict_after_input(link, unanswered)
+        if delivered or episode is None:
+            episode = time.monotonic()
+        why = "it is stopping" if closing is Closing.STOPPING else "the connection dropped"
+        try:
+            new = _reconnect(path, link, autostart=autostart, deadline=episode + bound_s)
+        except DiagdError as exc:
+            link.give_up()
+            return _fail(f"the daemon went away ({why}) and {path} is now refused: {exc.code}: {exc.message}")
+        if new is None:
+            link.give_up()
+            if link.stdin_closed:
+                return _verdict_after_input(link, unanswered)
+            reason = last_log_line() if autostart else ""
+            return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
+                         + ("" if autostart else " (autostart disabled)")
+                         + (f"; the daemon said: {reason}" if reason else f"; see {paths.state_dir()}/daemon.log"))
+        with link.cond:
+            replay = link.session.replay()
+        try:
+            new.sendall(b"".join(replay))
+        except OSError:
+            pass  # dropped again: the next round sees it
+        link.attach(new)
+        sys.stderr.write(f"diagd mcp: the daemon went away ({why}); reconnected after "
+                         f"{time.monotonic() - episode:.2f} s and replayed the session\n")
+        sock = new
+
+
+def _verdict_after_input(link: _Link, unanswered: int) -> int:
+    """The client closed stdin: 0 when the daemon answered what it was sent."""
+    if unanswered:
+        return _fail(f"the daemon went away before answering {unanswered} request(s)")
+    if link.sent and not link.received:
+        return _fail("the daemon closed the connection without answering")
     return 0
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # wakes the stdin thread if it is blocked sending on it
+    except OSError:
+        pass
+    sock.close()

@@ -35,6 +35,11 @@ class ErrorCode(enum.StrEnum):
     SSH_FAILED = "SSH_FAILED"
     REMOTE_DIAGD_NOT_FOUND = "REMOTE_DIAGD_NOT_FOUND"
     VERSION_MISMATCH = "VERSION_MISMATCH"
+    # The daemon's last line to its MCP clients when it stops (a restart, an upgrade, `diagd stop`):
+    # unlike a refusal (BUSY, a too-long line) the shim reconnects after it.
+    DAEMON_STOPPING = "DAEMON_STOPPING"
+    # The shim's answer to a call that was in flight when the daemon went away; the session goes on.
+    DAEMON_RESTARTED = "DAEMON_RESTARTED"
 
 
 class DiagdError(Exception):

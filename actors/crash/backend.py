@@ -356,6 +356,25 @@ class CrashBackend:
             result = {**result, "session_restarted": restarted}
         return result
 
+    async def resolve(self, ctx: CallContext, session_id: str | None) -> SessionRecord:
+        """The session a call names; a session of an earlier daemon (its directory is on disk, its crash
+        ended with that daemon) is DAEMON_RESTARTED with the arguments that reopen the dump."""
+        try:
+            return self.table.resolve(ctx.client, session_id)
+        except DiagdError as exc:
+            if not session_id or exc.code is not ErrorCode.NOT_FOUND:
+                raise
+            meta = await trio.to_thread.run_sync(self.store.session_meta, session_id)
+            if meta is None or meta.get("state") == "closed":
+                raise
+            reopen = {"vmcore_path": meta.get("vmcore"), "vmlinux_path": meta.get("vmlinux")}
+            if meta.get("crash_args"):
+                reopen["crash_args"] = meta["crash_args"]
+            raise DiagdError(ErrorCode.DAEMON_RESTARTED,
+                             f"crash session {session_id} ended with a daemon restart; open_vmcore_session with "
+                             f"reopen's arguments starts a new one (its stored outputs stay readable by command_id)",
+                             session_id=session_id, reopen=reopen) from None
+
     async def close(self, ctx: CallContext, session_id: str | None) -> dict[str, Any]:
         rec = self.table.resolve(ctx.client, session_id)
         if rec.state not in OPEN_STATES:

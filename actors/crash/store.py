@@ -85,6 +85,14 @@ class OutputStore:
         meta.update(fields)
         _write_atomic(path, json.dumps(meta, indent=1, default=str).encode())
 
+    def session_meta(self, session_id: str) -> dict[str, Any] | None:
+        """What session.json recorded of a session (this daemon's or an earlier one's); None if none."""
+        try:
+            meta = json.loads(read_nofollow(self.session_dir(session_id) / "session.json"))
+        except (OSError, ValueError, DiagdError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
     def output_path(self, session_id: str, n: int) -> Path:
         return self.session_dir(session_id) / f"cmd-{n:06d}.out"
 

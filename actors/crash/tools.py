@@ -112,7 +112,7 @@ def _pykdump(backend: CrashBackend) -> str:
             "pykdump extension. Pipes, redirections and !shell are refused (use search_command_output).",
             input_schema=schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
 async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    rec = await backend.resolve(ctx, args.get("session_id"))
     command = args["command"].strip()
     prefix, sep, rest = command.partition(":")
     max_lines, force = args.get("max_lines"), args["force_execute"]
@@ -136,7 +136,7 @@ async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[
             "comes back as INVALID_ARGUMENT with its traceback.",
             input_schema=schemas.RUN_DRGN_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
 async def run_drgn_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    rec = await backend.resolve(ctx, args.get("session_id"))
     return await _drgn(backend, ctx, rec, RunDrgn(args["code"], max_lines=args.get("max_lines")))
 
 
@@ -166,7 +166,7 @@ async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str,
             "of the kernel log, kmem -i, a ps summary (and drgn's view of all tasks), with command ids to dig in.",
             input_schema=schemas.SESSION_INPUT, output=schemas.TRIAGE_OUTPUT)
 async def crash_info(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    rec = await backend.resolve(ctx, args.get("session_id"))
     return await backend.ask(ctx, rec, Triage())
 
 
@@ -188,6 +188,6 @@ async def run_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, 
     if script is None:
         raise DiagdError(ErrorCode.NOT_FOUND, f"no analysis script {args['name']!r}", known=sorted(scripts))
     source = await trio.to_thread.run_sync(Path(script["path"]).read_text)
-    rec = backend.table.resolve(ctx.client, args.get("session_id"))
+    rec = await backend.resolve(ctx, args.get("session_id"))
     return await backend.ask(ctx, rec, RunDrgn(source, filename=script["path"], isolated=True,
                                                max_lines=args.get("max_lines"), label=f"[script] {args['name']}"))

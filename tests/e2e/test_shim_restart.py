@@ -1,0 +1,243 @@
+"""Sessions survive a daemon restart: the real SDK client (or raw JSON-RPC lines) over `diagd mcp`, while
+the daemon under it is stopped, killed and started again on the same runtime directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import DIAGD, DaemonProcess, Env, start_daemon
+from tests.support.raw import INITIALIZE, RawMCP
+
+pytestmark = pytest.mark.e2e
+
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def echo(ident: Any, message: str = "hi", **more: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": message, **more}}}
+
+
+def restart(daemon: DaemonProcess, how: str) -> DaemonProcess:
+    """Stop (SIGTERM: the daemon says DAEMON_STOPPING) or kill (a plain drop) the daemon, start another."""
+    if how == "kill":
+        daemon.proc.send_signal(signal.SIGKILL)
+    daemon.stop()
+    return start_daemon(daemon.env)
+
+
+@contextmanager
+def restartable(env: Env) -> Iterator[list[DaemonProcess]]:
+    """The daemons of one test, in order; every one is stopped at the end."""
+    daemons = [start_daemon(env)]
+    try:
+        yield daemons
+    finally:
+        for d in daemons:
+            d.stop()
+
+
+@asynccontextmanager
+async def sdk_client(env: Env, **extra_env: str) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=DIAGD, args=["mcp", "--no-autostart"], env={**env.vars, **extra_env})
+    async with Client(params, mode="legacy") as client:
+        yield client
+
+
+async def status_pid(client: Client) -> int:
+    with trio.fail_after(30):
+        result = await client.call_tool("diagd_status", {})
+    assert not result.is_error, result
+    pid: int = result.structured_content["daemon"]["pid"]
+    return pid
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_a_restart_under_an_open_session_loses_nothing_the_next_call_succeeds(env: Env, how: str) -> None:
+    with restartable(env) as daemons:
+        async with sdk_client(env) as client:
+            assert await status_pid(client) == daemons[0].proc.pid
+            daemons.append(restart(daemons[0], how))
+            assert await status_pid(client) == daemons[1].proc.pid  # the same ClientSession
+            daemons.append(restart(daemons[1], how))  # and again
+            with trio.fail_after(30):
+                result = await client.call_tool("echo", {"message": "after two restarts"})
+            assert result.structured_content == {"message": "after two restarts", "resource": "default"}
+
+
+async def wait_busy(client: Client, resource: str) -> None:
+    with trio.fail_after(20):
+        while True:
+            result = await client.call_tool("diagd_status", {})
+            if any(a["resource"] == resource and a["state"] == "busy" for a in result.structured_content["actors"]):
+                return
+            await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_a_call_in_flight_at_the_restart_gets_daemon_restarted_and_the_session_goes_on(
+        env: Env, how: str) -> None:
+    errors: list[MCPError] = []
+
+    async def slow_call(client: Client) -> None:
+        try:
+            await client.call_tool("echo", {"message": "slow", "resource": "inflight", "delay_s": 60})
+        except MCPError as exc:
+            errors.append(exc)
+
+    with restartable(env) as daemons:
+        async with sdk_client(env) as client:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(slow_call, client)
+                await wait_busy(client, "inflight")
+                daemons.append(await trio.to_thread.run_sync(restart, daemons[0], how))
+            assert len(errors) == 1
+            assert errors[0].error.data == {"code": "DAEMON_RESTARTED", "method": "tools/call"}
+            assert "may be retried" in errors[0].error.message
+            with trio.fail_after(30):
+                result = await client.call_tool("echo", {"message": "retried", "resource": "inflight"})
+            assert not result.is_error and result.structured_content["message"] == "retried"
+
+
+class StdioShim:
+    """`diagd mcp` driven with raw JSON-RPC lines on its pipes (stdin stays open until `close`)."""
+
+    def __init__(self, env: Env, *args: str, **extra_env: str) -> None:
+        self.proc = subprocess.Popen([DIAGD, "mcp", *args], env={**env.vars, **extra_env}, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.buffer = b""
+
+    def send(self, message: dict[str, Any] | bytes) -> None:
+        assert self.proc.stdin is not None
+        data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float = 30) -> dict[str, Any] | None:
+        """The next line from the shim's stdout, None at EOF."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise TimeoutError(f"no line from the shim within {timeout} s")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def initialize(self) -> None:
+        self.send(INITIALIZE)
+        reply = self.read()
+        assert reply is not None and reply["id"] == 0 and "result" in reply, reply
+        self.send(INITIALIZED)
+
+    def wait(self, timeout: float = 60) -> tuple[int, str]:
+        """Its exit status and stderr (stdin left open: it must end by itself)."""
+        assert self.proc.stderr is not None
+        code = self.proc.wait(timeout)
+        return code, self.proc.stderr.read().decode()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+@contextmanager
+def shim(env: Env, *args: str, **extra_env: str) -> Iterator[StdioShim]:
+    s = StdioShim(env, *args, **extra_env)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_calls_sent_while_no_daemon_runs_wait_and_go_through_the_replayed_session(env: Env) -> None:
+    with restartable(env) as daemons, shim(env, "--no-autostart") as client:
+        client.initialize()
+        client.send(echo(1, "before"))
+        assert client.read()["result"]["structuredContent"]["message"] == "before"  # type: ignore[index]
+        daemons[0].stop()
+        client.send(echo(2, "while down"))
+        client.send({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+        daemons.append(start_daemon(env))
+        # The replayed initialize's answer is swallowed: the next two lines answer 2 and 3 (in any order).
+        answers = {a["id"]: a for a in (client.read(), client.read()) if a is not None}
+        assert answers[2]["result"]["structuredContent"]["message"] == "while down", answers
+        assert any(t["name"] == "echo" for t in answers[3]["result"]["tools"])
+
+
+def test_the_daemon_tells_connected_mcp_clients_it_stops_with_daemon_stopping(daemon: DaemonProcess) -> None:
+    raw = RawMCP(daemon.mcp_socket)
+    raw.initialize()
+    daemon.stop()
+    notice = raw.read()
+    assert notice is not None and notice["id"] is None, notice
+    assert notice["error"]["data"] == {"code": "DAEMON_STOPPING", "closing": True}
+    assert notice["error"]["message"].startswith("DAEMON_STOPPING: the daemon is stopping (signal SIGTERM)")
+    assert raw.read() is None
+    raw.close()
+
+
+def test_a_refusal_ends_the_shim_with_one_line_and_no_reconnect(env: Env) -> None:
+    env.write_config('[daemon]\nextra_backends = ["echo_actor"]\nmax_line_bytes = 4096\n')
+    with restartable(env), shim(env, "--no-autostart") as client:
+        client.initialize()
+        client.send(echo(1, "x" * 10000))  # a line past the limit: the daemon refuses and closes
+        refusal = client.read()
+        assert refusal is not None and refusal["id"] is None and refusal["error"]["data"]["closing"] is True
+        code, stderr = client.wait()
+        assert code == 1
+        assert stderr.splitlines() == ["diagd mcp: the daemon closed the connection: message exceeds 4096 bytes"]
+        assert client.read() is None  # nothing after the refusal: no replayed session, no reconnect
+
+
+def test_a_daemon_that_does_not_come_back_within_the_bound_ends_the_shim_with_one_line(env: Env) -> None:
+    with restartable(env) as daemons, shim(env, "--no-autostart", DIAGD_SHIM_RECONNECT_S="1") as client:
+        client.initialize()
+        client.send(echo(1, "slow", resource="bound", delay_s=60))
+        time.sleep(0.5)
+        daemons[0].stop()
+        failed = client.read()  # the call in flight is answered before the shim waits for a daemon
+        assert failed is not None and failed["id"] == 1 and failed["error"]["data"]["code"] == "DAEMON_RESTARTED"
+        code, stderr = client.wait()
+        assert code == 1 and client.read() is None
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in stderr, stderr
+        assert lines[0].startswith("diagd mcp: the daemon went away (it is stopping) and did not come back within 1 s"
+                                   " (autostart disabled)"), lines
+
+
+def test_with_autostart_a_stopped_daemon_is_replaced_and_the_session_goes_on(env: Env) -> None:
+    with shim(env, DIAGD_SHIM_AUTOSTART_AFTER_S="0") as client:
+        client.initialize()  # the shim started the first daemon too
+        client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "diagd_status"}})
+        first = client.read()["result"]["structuredContent"]["daemon"]["pid"]  # type: ignore[index]
+        try:
+            assert env.run("stop").returncode == 0
+            client.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "diagd_status"}})
+            second = client.read()["result"]["structuredContent"]["daemon"]["pid"]  # type: ignore[index]
+            assert second != first
+        finally:
+            env.run("stop")
