@@ -81,6 +81,9 @@ class ToolSpec:
     # from a back end's settings and must follow `diagd reload`.
     timeout_s: float | Callable[[], float] | None = None
     title: str | None = None
+    # The back end that registered it (its runtime's name; "diagd" for the daemon's own tools):
+    # clients choose the groups they see (`diagd mcp --tools pcap`).
+    group: str = ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from diagd.actors.tooling import CallContext, ToolSet, object_schema
+from diagd.daemon.tool_groups import BUILTIN
 
 if TYPE_CHECKING:
     from diagd.daemon.server import Daemon
@@ -68,4 +70,4 @@ async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict
 
 def register(daemon: Daemon) -> None:
     for spec in tools.specs(daemon):
-        daemon.registry.register(spec)
+        daemon.registry.register(replace(spec, group=BUILTIN))

@@ -42,8 +42,20 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True)
+class McpConfig:
+    # The tool groups (back ends) MCP clients see unless they choose with `diagd mcp --tools`;
+    # empty: every group. The daemon's own tools are always listed.
+    tools: tuple[str, ...] = ()
+
+
+# Tables the daemon parses itself; every other table belongs to the back end of that name.
+OWN_TABLES = ("daemon", "mcp")
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
     # Per-back-end tables stay raw here; each back end parses its own table.
     backends: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"
@@ -66,5 +78,6 @@ def load(path: Path | None = None) -> Config:
 
 def parse(raw: dict[str, Any], *, source: str = "<memory>") -> Config:
     daemon = parse_table(DaemonConfig, "daemon", raw.get("daemon", {}), source=source)
-    backends = {k: v for k, v in raw.items() if k != "daemon" and isinstance(v, dict)}
-    return Config(daemon=daemon, backends=backends, source=source)
+    mcp = parse_table(McpConfig, "mcp", raw.get("mcp", {}), source=source)
+    backends = {k: v for k, v in raw.items() if k not in OWN_TABLES and isinstance(v, dict)}
+    return Config(daemon=daemon, mcp=mcp, backends=backends, source=source)

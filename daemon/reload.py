@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from diagd.daemon.config import Config, DaemonConfig
+from diagd.daemon.config import Config, DaemonConfig, McpConfig
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ DAEMON: tuple[Deferred, ...] = (
     Deferred(("max_line_bytes", "frame_timeout_s"), "MCP connections made after the reload",
              "an MCP connection's line reader is set up when it connects (a shim keeps its connection)"),
     Deferred(("inbox_size",), "actors started after the reload", "an actor's inbox is allocated when it starts"),
+)
+
+MCP: tuple[Deferred, ...] = (
+    Deferred(("tools",), "MCP connections made after the reload",
+             "a connection's tool groups are fixed when it connects (clients list tools once)"),
 )
 
 BACKENDS: dict[str, tuple[Deferred, ...]] = {
@@ -51,6 +56,7 @@ def changed_keys(old: Config, new: Config) -> list[str]:
     """Every setting whose value differs, as "[section] key"."""
     out = [f"[daemon] {k}" for k in DaemonConfig.__dataclass_fields__
            if getattr(old.daemon, k) != getattr(new.daemon, k)]
+    out += [f"[mcp] {k}" for k in McpConfig.__dataclass_fields__ if getattr(old.mcp, k) != getattr(new.mcp, k)]
     for section in sorted(set(old.backends) | set(new.backends)):
         before, after = old.backend(section), new.backend(section)
         out += [f"[{section}] {k}" for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
@@ -61,7 +67,8 @@ def static_notes(old: Config, new: Config) -> list[dict[str, Any]]:
     """Notes for the daemon's own settings and the back ends described in `BACKENDS`."""
     changed = set(changed_keys(old, new))
     notes = []
-    tables = [("daemon", d) for d in DAEMON] + [(s, d) for s, ds in BACKENDS.items() for d in ds]
+    tables = [("daemon", d) for d in DAEMON] + [("mcp", d) for d in MCP]
+    tables += [(s, d) for s, ds in BACKENDS.items() for d in ds]
     for section, deferred in tables:
         for key in deferred.keys:
             if f"[{section}] {key}" in changed:

@@ -151,10 +151,17 @@ def _pump_stdin(sock: socket.socket, session: _Session) -> None:
             pass
 
 
-def run(*, autostart: bool = True) -> int:
+def run(*, autostart: bool = True, first_line: bytes = b"") -> int:
+    """`first_line`: the connection's options (`tool_groups.options_line`), sent before any MCP byte."""
     path = paths.mcp_socket()
     try:
         sock = connect_or_start(path, autostart=autostart)
+        if sock is not None and first_line:
+            sock.sendall(first_line)
+    except OSError as exc:
+        sys.stderr.write(f"diagd mcp: {ErrorCode.BACKEND_UNAVAILABLE}: lost the connection to {path}: "
+                         f"{exc.strerror or exc}\n")
+        return 1
     except DiagdError as exc:
         sys.stderr.write(f"diagd mcp: {exc.code}: {exc.message}\n")
         return 1
