@@ -22,7 +22,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import connections, mcp_wire, tool_groups
+from diagd.daemon import connections, mcp_wire, tool_groups, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection
 from diagd.daemon.mcp_lines import LineReader
 from diagd.daemon.tool_groups import BUILTIN, Selection, selects
@@ -112,19 +112,15 @@ INSTRUCTIONS = instructions()
 
 
 def to_mcp_tool(spec: ToolSpec) -> types.Tool:
+    hints = tool_listing.annotations(read_only=spec.read_only, destructive=spec.destructive,
+                                     idempotent=spec.idempotent)
     return types.Tool(
         name=spec.name,
         title=spec.title,
         description=spec.description,
         input_schema=spec.input_schema,
-        output_schema=spec.output_schema,
-        annotations=types.ToolAnnotations(
-            title=spec.title,
-            read_only_hint=spec.read_only,
-            destructive_hint=spec.destructive,
-            idempotent_hint=spec.idempotent,
-            open_world_hint=False,
-        ),
+        output_schema=tool_listing.output_schema(spec.output_schema),
+        annotations=types.ToolAnnotations.model_validate(hints),
     )
 
 
