@@ -46,12 +46,11 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("mcp", help="stdio shim for MCP clients (Claude Desktop, Cursor, ...)")
     s.add_argument("--no-autostart", action="store_true", help="fail instead of starting a daemon")
-    s.add_argument("--tools", metavar="GROUPS", help="back ends this client sees, e.g. pcap,crash (default: [mcp] "
-                   "tools in the config, else all); diagd's own tools are always listed")
+    s.add_argument("--tools", metavar="GROUPS", help="back ends to list, e.g. pcap,crash (default: [mcp] tools)")
     s.set_defaults(func=cmd_mcp)
 
-    s = sub.add_parser("tools", help="list the tools (name, group, description), or print one tool's input schema")
-    s.add_argument("name", nargs="?", help="a tool: print its input schema (JSON)")
+    s = sub.add_parser("tools", help="list the tools (name, group, description), or print one's input schema")
+    s.add_argument("name", nargs="?")
     s.add_argument("--json", action="store_true", help="the whole list as JSON")
     s.set_defaults(func=cmd_tools)
 
@@ -127,63 +126,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from diagd.daemon import shim
+    from diagd.daemon import shim, toolscli
 
-    first_line = b""
-    if args.tools is not None:  # checked here, before connecting: a typo never reaches (or starts) a daemon
-        from diagd.daemon import tool_groups
-
-        try:
-            groups = tool_groups.check(tool_groups.parse_list(args.tools), _known_groups())
-        except DiagdError as exc:
-            sys.stderr.write(f"diagd mcp: {_describe(exc)}\n")
-            return EXIT_USAGE
-        first_line = tool_groups.options_line(groups)
+    first_line = toolscli.options_line(args.tools) if args.tools is not None else b""
+    if first_line is None:
+        return EXIT_USAGE
     return shim.run(autostart=not args.no_autostart, first_line=first_line)
 
 
-def _known_groups() -> list[str]:
-    """The back ends a daemon started with this config loads (their names are the tool groups)."""
-    from diagd.actors import BACKENDS
-    from diagd.daemon import config
-
-    return [name.rpartition(".")[2] for name in (*BACKENDS, *config.load().daemon.extra_backends)]
-
-
 def cmd_tools(args: argparse.Namespace) -> int:
-    """Asks the running daemon (a control request), like `diagd call`: the list is what that daemon
-    serves (its version, its extra back ends, its [mcp] tools), and the command stays fast; building
-    the registry here would import every back end (trio, jsonschema, ...) and could show another
-    checkout's tools than the daemon's."""
+    from diagd.daemon import toolscli
     from diagd.protocol import control
-    from diagd.protocol.errors import ErrorCode
 
-    catalogue = _request(control.ToolsRequest)
-    tools = {t["name"]: t for t in catalogue["tools"]}
-    if args.name is not None:
-        if args.name not in tools:
-            import difflib
-
-            close = difflib.get_close_matches(args.name, list(tools), n=3)
-            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-            sys.stderr.write(f"diagd tools: {ErrorCode.INVALID_ARGUMENT}: unknown tool {args.name!r}{hint}\n")
-            return EXIT_USAGE
-        print(json.dumps(tools[args.name]["input_schema"], indent=2, ensure_ascii=False))
-        return EXIT_OK
-    if args.json:
-        print(json.dumps(catalogue, indent=2, ensure_ascii=False))
-        return EXIT_OK
-    configured = catalogue["configured"]
-    print(f"groups: {', '.join(catalogue['groups'])}  ([mcp] tools: "
-          f"{', '.join(configured) if configured else 'all'}; choose with `diagd mcp --tools GROUP,...`)")
-    print("\n".join(_table([("TOOL", "GROUP", "DESCRIPTION")] + [
-        (t["name"], t["group"], _first_sentence(t["description"])) for t in catalogue["tools"]])))
-    return EXIT_OK
-
-
-def _first_sentence(text: str, limit: int = 100) -> str:
-    line = text.split(". ", 1)[0].split("\n", 1)[0].rstrip(".")
-    return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
+    return toolscli.show(_request(control.ToolsRequest), args.name, as_json=args.json)
 
 
 def cmd_start(args: argparse.Namespace) -> int:

@@ -112,8 +112,7 @@ INSTRUCTIONS = instructions()
 
 
 def to_mcp_tool(spec: ToolSpec) -> types.Tool:
-    hints = tool_listing.annotations(read_only=spec.read_only, destructive=spec.destructive,
-                                     idempotent=spec.idempotent)
+    hints = tool_listing.hints(read_only=spec.read_only, destructive=spec.destructive, idempotent=spec.idempotent)
     return types.Tool(
         name=spec.name,
         title=spec.title,

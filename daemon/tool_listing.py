@@ -27,7 +27,7 @@ def output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     return wire
 
 
-def annotations(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
+def hints(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
     """The tool's hints, without the ones that restate MCP's defaults or mean nothing for it."""
     hints = {"readOnlyHint": read_only}
     if not read_only:
