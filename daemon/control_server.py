@@ -186,7 +186,8 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str) -> Any:
         configured = daemon.configured_tools()
         return {"groups": daemon.registry.groups(), "configured": sorted(configured) if configured else None,
                 "tools": [{"name": s.name, "group": s.group, "title": s.title, "description": s.description,
-                           "input_schema": s.input_schema} for s in daemon.registry.specs()]}
+                           "input_schema": s.input_schema, "output_schema": s.output_schema}
+                          for s in daemon.registry.specs()]}
     if isinstance(msg, control.ShutdownRequest):
         daemon.request_shutdown(f"shutdown requested by {who}")
         return {"stopping": True}
