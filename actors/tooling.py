@@ -81,6 +81,9 @@ class ToolSpec:
     # from a back end's settings and must follow `diagd reload`.
     timeout_s: float | Callable[[], float] | None = None
     title: str | None = None
+    # The back end that registered it (its runtime's name; "diagd" for the daemon's own tools):
+    # clients choose the groups they see (`diagd mcp --tools pcap`).
+    group: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,25 +153,29 @@ async def _unbound(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 
 def object_schema(props: Mapping[str, Any], required: Sequence[str] = (), *, closed: bool = False) -> dict[str, Any]:
     """An object with these properties; `closed` refuses any other key (every tool input is closed)."""
-    schema: dict[str, Any] = {"type": "object", "properties": dict(props), "required": list(required)}
+    schema: dict[str, Any] = {"type": "object", "properties": dict(props)}
+    if required:  # an empty list says nothing: left out of every tools/list
+        schema["required"] = list(required)
     if closed:
         schema["additionalProperties"] = False
     return schema
 
 
 def paging(*, limit: int, maximum: int, what: str = "items") -> dict[str, Any]:
-    """`offset` (default 0) and `limit` (default `limit`, at most `maximum`) of a paged listing."""
+    """`offset` (default 0) and `limit` (default `limit`, at most `maximum`) of a paged listing of `what`.
+
+    Without descriptions: the names, bounds and defaults say it all, and every client pays for
+    each byte of every tool's schema on every request."""
     return {
-        "offset": {"type": "integer", "minimum": 0, "default": 0, "description": f"first of the {what} to return"},
-        "limit": {"type": "integer", "minimum": 1, "maximum": maximum, "default": limit,
-                  "description": f"at most this many {what}"},
+        "offset": {"type": "integer", "minimum": 0, "default": 0},
+        "limit": {"type": "integer", "minimum": 1, "maximum": maximum, "default": limit},
     }
 
 
-def display_filter(description: str = "Wireshark display filter, e.g. 'ngap' or 'sip.Method == \"INVITE\"'"
-                   ) -> dict[str, Any]:
-    """An optional display filter (empty: every frame)."""
-    return {"display_filter": {"type": "string", "default": "", "description": description}}
+def display_filter(description: str = "") -> dict[str, Any]:
+    """An optional Wireshark display filter (empty: every frame); the name says what it is."""
+    described = {"description": description} if description else {}
+    return {"display_filter": {"type": "string", "default": "", **described}}
 
 
 def path(what: str, *, description: str = "") -> dict[str, Any]:

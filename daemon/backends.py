@@ -9,6 +9,7 @@ and config; a back end sees nothing else of the daemon.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +99,7 @@ class BackendRuntime:
         return self._daemon.state_dir / self._name
 
     def register_tool(self, spec: ToolSpec) -> None:
-        self._daemon.registry.register(spec)
+        self._daemon.registry.register(replace(spec, group=self._name))
 
     async def start(self, kind: str, resource: str, factory: ActorFactory, *,
                     idle_timeout_s: IdleTimeout = None) -> ActorRef:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from diagd.actors.tooling import CallContext, ToolSet, object_schema
+from diagd.daemon.tool_groups import BUILTIN
 
 if TYPE_CHECKING:
     from diagd.daemon.server import Daemon
@@ -27,15 +29,14 @@ _RELOAD_OUTPUT = object_schema({
 tools: ToolSet[Daemon] = ToolSet()
 
 
-@tools.tool("diagd_status", "The daemon (uptime, pid, sockets, clients), every actor (kind, resource, state, inbox "
-            "depth, idle time left, restarts) and per-tool call statistics (count, p50/p95, failure rate).",
+@tools.tool("diagd_status", "The daemon, its clients, every actor (state, inbox, idle time left, restarts) and "
+            "per-tool call statistics.",
             title="diagd status", output=_STATUS_OUTPUT)
 async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return daemon.status()
 
 
-@tools.tool("diagd_calls", "Recent tool calls, newest first: time, client, tool, arguments, duration, queue wait, "
-            "outcome (ok, error, cancelled, or running with its time so far) and error code, result bytes.",
+@tools.tool("diagd_calls", "Recent tool calls, newest first: arguments, duration, outcome, error code.",
             {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
              "tool": {"type": "string", "description": "only calls of this tool"},
              "errors_only": {"type": "boolean", "default": False}},
@@ -51,16 +52,16 @@ async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[
     return {"calls": [r.to_json() for r in chosen], "returned": len(chosen), "total_calls": daemon.stats.total}
 
 
-@tools.tool("diagd_stop_actor", "Stop one actor by id (see diagd_status): its resource is released; the next call "
-            "that needs it starts a fresh one.", {"actor_id": {"type": "string"}}, required=("actor_id",),
+@tools.tool("diagd_stop_actor", "Stop an actor (id from diagd_status), releasing its resource.",
+            {"actor_id": {"type": "string"}}, required=("actor_id",),
             title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
 async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     ref = daemon.supervisor.stop(args["actor_id"], reason=f"stopped by {ctx.client}")
     return {"stopped": ref.id, "kind": ref.kind, "resource": ref.resource}
 
 
-@tools.tool("diagd_reload", "Re-read the config file; new limits apply to new calls and new actors, and idle "
-            "timeouts to running actors too.", title="Reload configuration", output=_RELOAD_OUTPUT,
+@tools.tool("diagd_reload", "Re-read the config file; the answer says what waits for a reopen.",
+            title="Reload configuration", output=_RELOAD_OUTPUT,
             read_only=False, idempotent=True)
 async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return daemon.reload()
@@ -68,4 +69,4 @@ async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict
 
 def register(daemon: Daemon) -> None:
     for spec in tools.specs(daemon):
-        daemon.registry.register(spec)
+        daemon.registry.register(replace(spec, group=BUILTIN))

@@ -21,7 +21,9 @@ EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_NO_DAEMON = 0, 1, 2, 3
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a.startswith(("--ssh", "--remote-diagd")) for a in argv):  # the same command on another host
-        return _remote(argv)
+        from diagd.daemon import remote
+
+        return remote.main(argv)
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -37,20 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `diagd logs | head`
         return EXIT_OK
     return EXIT_NO_DAEMON
-
-
-def _remote(argv: list[str]) -> int:
-    from diagd.daemon import remote
-
-    try:
-        request = remote.split_argv(argv)
-    except DiagdError as exc:
-        sys.stderr.write(f"diagd: {_describe(exc)}\n")
-        return EXIT_USAGE
-    if request is None:
-        sys.stderr.write(f"diagd: --ssh works with {', '.join(remote.COMMANDS)}\n")
-        return EXIT_USAGE
-    return remote.run(request)
 
 
 def _remote_options(s: argparse.ArgumentParser) -> None:
@@ -71,8 +59,14 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("mcp", help="stdio shim for MCP clients (Claude Desktop, Cursor, ...)")
     s.add_argument("--no-autostart", action="store_true", help="fail instead of starting a daemon")
+    s.add_argument("--tools", metavar="GROUPS", help="back ends to list, e.g. pcap,crash (default: [mcp] tools)")
     _remote_options(s)
     s.set_defaults(func=cmd_mcp)
+
+    s = sub.add_parser("tools", help="list the tools (name, group, description), or print one's input schema")
+    s.add_argument("name", nargs="?")
+    s.add_argument("--json", action="store_true", help="the whole list as JSON")
+    s.set_defaults(func=cmd_tools)
 
     s = sub.add_parser("start", help="start the daemon in the background unless it runs")
     s.set_defaults(func=cmd_start)
@@ -166,9 +160,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from diagd.daemon import shim
+    from diagd.daemon import shim, toolscli
 
-    return shim.run(autostart=not args.no_autostart)
+    first_line = toolscli.options_line(args.tools) if args.tools is not None else b""
+    if first_line is None:
+        return EXIT_USAGE
+    return shim.run(autostart=not args.no_autostart, prelude=[first_line] if first_line else ())
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    from diagd.daemon import toolscli
+    from diagd.protocol import control
+
+    return toolscli.show(_request(control.ToolsRequest), args.name, as_json=args.json)
 
 
 def cmd_start(args: argparse.Namespace) -> int:

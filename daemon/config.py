@@ -17,7 +17,6 @@ from diagd.daemon.http_settings import HttpConfig
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 VISIBILITY_MODES = ("verbose", "simple", "off")
-DAEMON_TABLES = ("daemon", "http")  # the daemon's own tables; every other table belongs to a back end
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,21 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True)
+class McpConfig:
+    # The tool groups (back ends) MCP clients see unless they choose with `diagd mcp --tools`;
+    # empty: every group. The daemon's own tools are always listed.
+    tools: tuple[str, ...] = ()
+
+
+# Tables the daemon parses itself; every other table belongs to the back end of that name.
+OWN_TABLES = ("daemon", "mcp", "http")
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
     # Per-back-end tables stay raw here; each back end parses its own table.
     backends: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"
@@ -70,5 +81,6 @@ def load(path: Path | None = None) -> Config:
 def parse(raw: dict[str, Any], *, source: str = "<memory>") -> Config:
     daemon = parse_table(DaemonConfig, "daemon", raw.get("daemon", {}), source=source)
     http = parse_table(HttpConfig, "http", raw.get("http", {}), source=source)
-    backends = {k: v for k, v in raw.items() if k not in DAEMON_TABLES and isinstance(v, dict)}
-    return Config(daemon=daemon, http=http, backends=backends, source=source)
+    mcp = parse_table(McpConfig, "mcp", raw.get("mcp", {}), source=source)
+    backends = {k: v for k, v in raw.items() if k not in OWN_TABLES and isinstance(v, dict)}
+    return Config(daemon=daemon, http=http, mcp=mcp, backends=backends, source=source)

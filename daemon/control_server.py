@@ -199,6 +199,12 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
         return daemon.supervisor.stop(msg.actor_id, reason=f"stopped by {who}").statistics()
     if isinstance(msg, control.ReloadRequest):
         return daemon.reload()
+    if isinstance(msg, control.ToolsRequest):
+        configured = daemon.configured_tools()
+        return {"groups": daemon.registry.groups(), "configured": sorted(configured) if configured else None,
+                "tools": [{"name": s.name, "group": s.group, "title": s.title, "description": s.description,
+                           "input_schema": s.input_schema, "output_schema": s.output_schema}
+                          for s in daemon.registry.specs()]}
     if isinstance(msg, control.ShutdownRequest):
         daemon.request_shutdown(f"shutdown requested by {who}")
         return {"stopping": True}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import math
 import select
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -22,9 +22,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import connections, mcp_wire
+from diagd.daemon import connections, mcp_wire, tool_groups, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection
 from diagd.daemon.mcp_lines import LineReader
+from diagd.daemon.tool_groups import BUILTIN, Selection, selects
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -34,13 +35,36 @@ HTTP_CLIENT_KEY = "diagd.client"  # set by http_front (not imported here: HTTP i
 # Which connection a handler serves (set per connection task, inherited by its handlers).
 current_client: contextvars.ContextVar[str] = contextvars.ContextVar("current_client", default="mcp:?")
 
-INSTRUCTIONS = """\
+
+class ChosenTools:
+    """The tool groups one connection sees: `[mcp] tools` at connect time, or its options line."""
+
+    def __init__(self, selection: Selection) -> None:
+        self.selection = selection
+
+    def __repr__(self) -> str:
+        return f"<ChosenTools [{','.join(sorted(self.selection)) if self.selection is not None else 'ALL'}]>"
+
+
+# Set per connection before its server starts, so every handler of the connection sees the one object.
+current_tools: contextvars.ContextVar[ChosenTools | None] = contextvars.ContextVar("current_tools", default=None)
+
+
+def _selection() -> Selection:
+    chosen = current_tools.get()
+    return chosen.selection if chosen is not None else None
+
+INTRO = """\
 diagd drives the tools an embedded, kernel or 5G-core engineer uses to find a problem. Results are
 compact JSON; failures are isError results with {code, message, details} and a stable code
 (INVALID_ARGUMENT, NOT_FOUND, FILE_NOT_FOUND, PERMISSION_DENIED, TIMEOUT, OUTPUT_TOO_LARGE, BUSY,
 BACKEND_UNAVAILABLE, INVALID_FILTER, INVALID_FIELDS, ...). Read `details` before retrying: it often
 names the fix (a close field name, a missing decode-as, the mount command).
+"""
 
+# One paragraph per tool group: a client is told only about the groups it selected.
+GUIDES: dict[str, str] = {
+    "pcap": """\
 pcap (5G core / RAN captures, Wireshark's dissectors):
 1. pcap_info: protocols present, conversations (SCTP/N2 first), time span.
 2. ngap_ue_sessions: per UE the procedures, NAS messages and failures with causes; then
@@ -54,41 +78,49 @@ pcap (5G core / RAN captures, Wireshark's dissectors):
 Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2"; NAS after Security
 Mode (NEA0) needs profile="5gc-lab" (nas-5gs.null_decipher); ngap_* tools enable it by default.
 Field names: pcap_list_fields / pcap_fields_search.
-
+""",
+    "serial": """\
 serial (modems, boards): list_ports, configure_connection(action=open) once, then send_data with
 wait_policy=keyword and stop_pattern such as ["OK\\r\\n","ERROR\\r\\n"] (or timeout / none).
 Unsolicited output waits in read_urc; get_log pages the raw Tx/Rx log (the source of truth);
 set_signals resets boards; connection_status shows who holds a port.
-
+""",
+    "bpftrace": """\
 bpftrace (live kernel tracing): list_probes / list_helpers, then exec_program (returns an
 execution_id at once; a bad program fails at once with line/column), get_result with wait_s to
 follow it (maps and histograms come back as data with output_format=json), stop_execution.
-
+""",
+    "crash": """\
 kernel crash dump (vmcore + vmlinux): open_vmcore_session (checks they match; drgn answers within
 about a second while crash loads), then get_crash_info for triage (panic string, panic task bt, log
 tail, memory, tasks). Dig with run_crash_command (bt, log, kmem, struct, dis, set <pid>) or
 run_drgn_command (Python with `prog` and drgn helpers; sees every task); long outputs are stored:
 page them with get_command_output and grep with search_command_output. close_vmcore_session when done.
-
+""",
+    BUILTIN: """\
 diagd itself: diagd_status (daemon, actors, per-tool statistics), diagd_calls (recent calls with
 durations and outcomes), diagd_stop_actor to release a resource.
-"""
+""",
+}
+
+
+def instructions(selection: Selection = None) -> str:
+    """The server instructions for a client that selected these groups (None: all)."""
+    return "\n".join([INTRO, *(text for group, text in GUIDES.items() if selects(selection, group))])
+
+
+INSTRUCTIONS = instructions()
 
 
 def to_mcp_tool(spec: ToolSpec) -> types.Tool:
+    hints = tool_listing.hints(read_only=spec.read_only, destructive=spec.destructive, idempotent=spec.idempotent)
     return types.Tool(
         name=spec.name,
         title=spec.title,
         description=spec.description,
         input_schema=spec.input_schema,
-        output_schema=spec.output_schema,
-        annotations=types.ToolAnnotations(
-            title=spec.title,
-            read_only_hint=spec.read_only,
-            destructive_hint=spec.destructive,
-            idempotent_hint=spec.idempotent,
-            open_world_hint=False,
-        ),
+        output_schema=tool_listing.output_schema(spec.output_schema),
+        annotations=types.ToolAnnotations.model_validate(hints),
     )
 
 
@@ -103,7 +135,7 @@ def _client(ctx: ServerRequestContext[Any]) -> str:
 def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[to_mcp_tool(s) for s in registry.specs()])
+        return types.ListToolsResult(tools=[to_mcp_tool(s) for s in registry.specs(_selection())])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
@@ -115,7 +147,7 @@ def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
             progress=ctx.session.report_progress if wants_progress else None,
             cwd=conn.cwd if conn is not None else None,  # the shim's, i.e. its MCP client's directory
         )
-        result = await registry.call(params.name, params.arguments, call_ctx)
+        result = await registry.call(params.name, params.arguments, call_ctx, selection=_selection())
         return types.CallToolResult(
             content=[types.TextContent(text=result.text)],
             structured_content=None if result.is_error else result.payload,
@@ -137,8 +169,10 @@ class _Pipes:
     """The two directions of one MCP connection: socket lines to the SDK's server, its answers (and
     the screening's own error lines) back to the socket."""
 
-    def __init__(self, stream: trio.SocketStream, server: Server[Any], lines: LineReader, client: str) -> None:
+    def __init__(self, stream: trio.SocketStream, server: Server[Any], lines: LineReader, client: str,
+                 on_options: Callable[[dict[str, Any] | None], None]) -> None:
         self.stream, self.lines, self.client = stream, lines, client
+        self.on_options: Callable[[dict[str, Any] | None], None] | None = on_options  # None once the first line is in
         self.read_send, self.read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         # The SDK writes SessionMessages; the screening below writes ready-made error lines (bytes).
         self.write_send, self.write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](0)
@@ -161,6 +195,17 @@ class _Pipes:
                 if batch is None:
                     self.lines.release()
                     return True
+                if self.on_options is not None:
+                    on_options, self.on_options = self.on_options, None
+                    try:
+                        options = tool_groups.read_options(batch[0])
+                        on_options(options)
+                    except DiagdError as exc:
+                        log.warning("mcp connection options refused, closing", client=self.client, reason=exc.message)
+                        await self.write_send.send(_closing_error(exc))
+                        return False
+                    if options is not None:
+                        batch = batch[1:]
                 for line in batch:
                     if not line.strip():
                         continue
@@ -205,7 +250,8 @@ class _Pipes:
 async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, client: str,
                            max_line_bytes: int, frame_timeout_s: float = math.inf,
                            budget: ByteBudget | None = None, conn: Connection | None = None,
-                           stopping: Callable[[], bytes | None] | None = None) -> None:
+                           stopping: Callable[[], bytes | None] | None = None,
+                           tools: Selection = None, groups: Sequence[str] = ()) -> None:
     """Serve MCP on one accepted connection until either side closes.
 
     A client that half-closes (EOF after its last request, as `echo ... | diagd mcp` does) still
@@ -214,12 +260,24 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
     `budget` past a small size (see `mcp_lines`); otherwise the client gets a coded error and
     the connection closes. When the daemon stops under it, `stopping()` gives the last line the
     client gets (a DAEMON_STOPPING notice: the shim reconnects after it, unlike after a refusal).
+
+    `tools` are the groups the connection sees (`[mcp] tools`); a first line of options
+    (`tool_groups.read_options`) may choose others among `groups`, the registered ones.
     """
     current_client.set(client)
+    chosen = ChosenTools(tools)
+    current_tools.set(chosen)
     lines = LineReader(stream, max_line_bytes=max_line_bytes, frame_timeout_s=frame_timeout_s,
                        budget=budget, conn=conn)
-    pipes = _Pipes(stream, server, lines, client)
     init_options = server.create_initialization_options()
+
+    def on_options(options: dict[str, Any] | None) -> None:
+        # Before the first MCP message reaches the server: its initialize answer gets these instructions.
+        if options is not None and options.get("tools") is not None:
+            chosen.selection = tool_groups.check(options["tools"], groups)
+        init_options.instructions = instructions(chosen.selection)
+
+    pipes = _Pipes(stream, server, lines, client, on_options)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pipes.writer)

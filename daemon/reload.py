@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from diagd.daemon.config import Config, DaemonConfig
+from diagd.daemon.config import Config, DaemonConfig, McpConfig
 from diagd.daemon.http_settings import HttpConfig
 
 
@@ -41,6 +41,11 @@ HTTP: tuple[Deferred, ...] = (
              "the HTTP listener (address, TLS, Host checks) is set up once, at start"),
 )
 
+MCP: tuple[Deferred, ...] = (
+    Deferred(("tools",), "MCP connections made after the reload",
+             "a connection's tool groups are fixed when it connects (clients list tools once)"),
+)
+
 BACKENDS: dict[str, tuple[Deferred, ...]] = {
     "serial": (Deferred(("max_reply_bytes", "urc_max_packets", "urc_max_bytes", "write_timeout_ms", "log_max_bytes",
                          "log_keep"),
@@ -58,6 +63,7 @@ def changed_keys(old: Config, new: Config) -> list[str]:
     out = [f"[daemon] {k}" for k in DaemonConfig.__dataclass_fields__
            if getattr(old.daemon, k) != getattr(new.daemon, k)]
     out += [f"[http] {k}" for k in HttpConfig.__dataclass_fields__ if getattr(old.http, k) != getattr(new.http, k)]
+    out += [f"[mcp] {k}" for k in McpConfig.__dataclass_fields__ if getattr(old.mcp, k) != getattr(new.mcp, k)]
     for section in sorted(set(old.backends) | set(new.backends)):
         before, after = old.backend(section), new.backend(section)
         out += [f"[{section}] {k}" for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
@@ -68,7 +74,7 @@ def static_notes(old: Config, new: Config) -> list[dict[str, Any]]:
     """Notes for the daemon's own settings and the back ends described in `BACKENDS`."""
     changed = set(changed_keys(old, new))
     notes = []
-    tables = [("daemon", d) for d in DAEMON] + [("http", d) for d in HTTP]
+    tables = [("daemon", d) for d in DAEMON] + [("http", d) for d in HTTP] + [("mcp", d) for d in MCP]
     tables += [(s, d) for s, ds in BACKENDS.items() for d in ds]
     for section, deferred in tables:
         for key in deferred.keys:

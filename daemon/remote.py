@@ -302,3 +302,16 @@ def run(request: Request) -> int:
     sys.stderr.flush()
     os.execv(argv[0], argv)
     raise AssertionError("unreachable")  # pragma: no cover - execv does not return
+
+
+def main(argv: list[str]) -> int:
+    """`diagd ... --ssh HOST ...`: the exit status of the remote command, or 2 for a bad command line."""
+    try:
+        request = split_argv(argv)
+    except DiagdError as exc:
+        sys.stderr.write(f"diagd: {exc.code}: {exc.message}\n")
+        return EXIT_BY_CODE[ErrorCode.INVALID_ARGUMENT]
+    if request is None:
+        sys.stderr.write(f"diagd: --ssh works with {', '.join(COMMANDS)}\n")
+        return EXIT_BY_CODE[ErrorCode.INVALID_ARGUMENT]
+    return run(request)

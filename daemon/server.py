@@ -28,6 +28,7 @@ from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, St
 from diagd.daemon.heap_trim import QuietTrimmer
 from diagd.daemon.notify import sd_notify
 from diagd.daemon.supervisor import Supervisor
+from diagd.daemon.tool_groups import Selection, check
 from diagd.daemon.tools import CallContext, CallResult, ToolRegistry
 from diagd.protocol import control, utc
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -45,12 +46,12 @@ class ConnectionAwareRegistry(ToolRegistry):
     """Marks the calling connection busy while its tool call runs, so a long call is never dropped
     as idle (MCP connections are otherwise only known from the byte level)."""
 
-    async def call(self, name: str, arguments: Any, ctx: CallContext) -> CallResult:
+    async def call(self, name: str, arguments: Any, ctx: CallContext, *, selection: Selection = None) -> CallResult:
         conn = connections.current.get()
         if conn is None:
-            return await super().call(name, arguments, ctx)
+            return await super().call(name, arguments, ctx, selection=selection)
         with conn.busy():
-            return await super().call(name, arguments, ctx)
+            return await super().call(name, arguments, ctx, selection=selection)
 
 
 class Daemon:
@@ -101,6 +102,11 @@ class Daemon:
             module.register(self.runtime(backend_name(name)))
             log.info("backend loaded", backend=name)
 
+    def configured_tools(self, config: config_mod.Config | None = None) -> Selection:
+        """The groups `[mcp] tools` selects (None: all), checked against the loaded back ends."""
+        names = (config or self.config).mcp.tools
+        return check(names, self.registry.groups(), where="[mcp] tools") if names else None
+
     def status(self) -> dict[str, Any]:
         actors = [ref.statistics() for ref in self.supervisor.actors()]
         # Each actor lists the processes it owns (sharkd, crash, drgn, bpftrace) under details.workers.
@@ -136,6 +142,7 @@ class Daemon:
         """
         old = self.config
         new = config_mod.load(Path(old.source) if old.source != "<defaults>" else None)
+        self.configured_tools(new)  # an unknown group refuses the new config
         pending = [note for hook in self.reload_hooks for note in hook(old, new)]
         self.config = new
         self.registry.call_timeout_s = new.daemon.call_timeout_s
@@ -298,6 +305,7 @@ async def serve(config: config_mod.Config) -> None:
         async with trio.open_nursery() as nursery:
             daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
+            daemon.configured_tools()  # a typo in [mcp] tools stops the start, with its close matches
             front = LazyFront(daemon.registry)
 
             handle_mcp = _mcp_handler(daemon, front)
@@ -345,7 +353,8 @@ def _mcp_handler(daemon: Daemon, front: LazyFront) -> ConnectionHandler:
             await mcp_front.serve_connection(stream, server, client=conn.client, max_line_bytes=max_line,
                                              frame_timeout_s=daemon.config.daemon.frame_timeout_s,
                                              budget=daemon.frame_budget, conn=conn,
-                                             stopping=daemon.stopping_notice)
+                                             stopping=daemon.stopping_notice, tools=daemon.configured_tools(),
+                                             groups=daemon.registry.groups())
         finally:
             daemon.clients.gone(client)
 

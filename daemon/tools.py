@@ -26,6 +26,7 @@ import trio
 
 from diagd.actors.tooling import CallContext, Handler, ToolSpec, arguments_validator, caller_cwd, current_call
 from diagd.daemon.audit import CallRecord
+from diagd.daemon.tool_groups import Selection, selects
 from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 
 log = structlog.get_logger("diagd.tools")
@@ -63,14 +64,26 @@ class ToolRegistry:
         self._tools[spec.name] = spec
         self._validators[spec.name] = validator
 
-    def specs(self) -> list[ToolSpec]:
-        return list(self._tools.values())
+    def specs(self, selection: Selection = None) -> list[ToolSpec]:
+        """Every tool, or those of the selected groups (the daemon's own always)."""
+        return [spec for spec in self._tools.values() if selects(selection, spec.group)]
 
-    def get(self, name: str) -> ToolSpec:
+    def groups(self) -> list[str]:
+        """The groups tools were registered under, in registration order."""
+        return list(dict.fromkeys(spec.group for spec in self._tools.values()))
+
+    def get(self, name: str, selection: Selection = None) -> ToolSpec:
         spec = self._tools.get(name)
         if spec is None:
-            close = difflib.get_close_matches(name, list(self._tools), n=3)
+            close = difflib.get_close_matches(name, [s.name for s in self.specs(selection)], n=3)
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown tool {name!r}", did_you_mean=close)
+        if not selects(selection, spec.group):
+            # It exists: say so and how to get it, rather than "unknown" (the agent may know it from elsewhere).
+            chosen = sorted(selection or ())
+            raise DiagdError(ErrorCode.NOT_FOUND, f"tool {name!r} exists (group {spec.group!r}) but this client "
+                             f"has not selected it (tools: {','.join(chosen)}); add {spec.group!r} to "
+                             "`diagd mcp --tools` or to [mcp] tools in the config",
+                             tool=name, group=spec.group, selected=chosen)
         return spec
 
     def validate(self, spec: ToolSpec, arguments: Any) -> dict[str, Any]:
@@ -91,8 +104,9 @@ class ToolRegistry:
             )
         return dict(args)
 
-    async def call(self, name: str, arguments: Any, ctx: CallContext) -> CallResult:
-        """Run one tool call to completion; never raises except trio.Cancelled."""
+    async def call(self, name: str, arguments: Any, ctx: CallContext, *, selection: Selection = None) -> CallResult:
+        """Run one tool call to completion; never raises except trio.Cancelled. A tool outside
+        `selection` (the client's groups; None: all) is refused with NOT_FOUND."""
         started = time.monotonic()
         outcome, code = "error", None
         result: CallResult | None = None
@@ -103,7 +117,7 @@ class ToolRegistry:
                                  call_id=call_id))
         try:
             try:
-                spec = self.get(name)
+                spec = self.get(name, selection)
                 args = self.validate(spec, arguments)
                 timeout = self.call_timeout_s if spec.timeout_s is None else (
                     spec.timeout_s() if callable(spec.timeout_s) else spec.timeout_s)

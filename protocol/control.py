@@ -87,6 +87,14 @@ class ReloadRequest(Message):
 
 
 @dataclass(frozen=True)
+class ToolsRequest(Message):
+    """Every registered tool with its group, description and input schema (`diagd tools`)."""
+
+    tag: ClassVar[str] = "tools"
+    id: int
+
+
+@dataclass(frozen=True)
 class ShutdownRequest(Message):
     tag: ClassVar[str] = "shutdown"
     id: int
@@ -110,8 +118,8 @@ class ErrorReply(Message):
     details: dict[str, Any] = field(default_factory=dict)
 
 
-_TYPES = (Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, Reply, ErrorReply,
-          Progress)
+_TYPES = (Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, ToolsRequest, Reply,
+          ErrorReply, Progress)
 CODEC = Codec(_TYPES, MAX_FRAME_BYTES)
 encode = CODEC.encode
 decode = CODEC.decode

@@ -36,10 +36,8 @@ tools: ToolSet[BpftraceBackend] = ToolSet()
 
 @tools.tool(
     "list_probes", title="List bpftrace probes",
-    description="Probes bpftrace can attach to, paged (offset/limit). filter: `tracepoint:sched:*`, "
-                "`t:syscalls:*openat*` (handed to `bpftrace -l`), or without a probe type "
-                "(`syscalls:*read*`, `openat`: matched against the full listing; no wildcard = substring). "
-                "with_args adds each tracepoint's fields (args->name in programs).",
+    description="Probes bpftrace can attach to, paged. filter: `tracepoint:sched:*` (bpftrace -l), or "
+                "`openat` (substring of the listing); with_args adds tracepoint fields.",
     props={
         "filter": {"type": "string", "maxLength": 512},
         "offset": {"type": "integer", "minimum": 0, "default": 0},
@@ -80,13 +78,10 @@ async def list_probes(backend: BpftraceBackend, ctx: CallContext, args: dict[str
 
 @tools.tool(
     "list_helpers", title="List bpftrace builtins and functions",
-    description="The builtins (pid, comm, nsecs, kstack, ...), map functions (count, hist, lhist, stats, ...) "
-                "and functions (printf, str, ksym, ...) of the installed bpftrace, with signatures, one-line "
-                "descriptions and flags (unsafe: needs [bpftrace] allow_unsafe; async: runs in user space "
-                "later).",
+    description="Builtins, map functions and functions of the installed bpftrace, with signatures.",
     props={
         "kind": {"type": "string", "enum": ["builtin", "map_function", "function"]},
-        "name": {"type": "string", "description": "substring of the name"},
+        "name": {"type": "string", "description": "substring"},
     },
     output=HELPERS_OUTPUT, timeout_s=60,
 )
@@ -102,17 +97,12 @@ async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[st
 
 @tools.tool(
     "exec_program", title="Run a bpftrace program",
-    description="Start a bpftrace program and return its execution_id as soon as its probes attach; it runs "
-                "in the background for up to `timeout` seconds (then SIGINT: END runs and maps are printed, "
-                "status timed_out). A program bpftrace rejects (syntax, unknown probe, type error) fails at "
-                "once with INVALID_ARGUMENT and the line/column; a probe the kernel refuses to attach fails with "
-                "BACKEND_UNAVAILABLE naming the probe. output_format json: one JSON event per line, "
-                "maps and histograms as data. At most max_concurrent runs at a time (else BUSY).",
+    description="Start a program; returns its execution_id once its probes attach. It runs up to "
+                "`timeout` s (then SIGINT: END runs). A rejected program fails at once with line/column.",
     props={
         "program": {"type": "string", "minLength": 1, "maxLength": 65536},
         "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
-                    "description": "tracing seconds, counted from the attach (default [bpftrace] "
-                                   "default_timeout_s, 10); at most [bpftrace] max_run_s (default 60)"},
+                    "description": "seconds (default [bpftrace] default_timeout_s)"},
         "output_format": {"type": "string", "enum": ["text", "json"], "default": "text"},
     },
     required=("program",), output=EXEC_OUTPUT, read_only=False, idempotent=False, timeout_s=60,
@@ -152,11 +142,8 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
 
 @tools.tool(
     "get_result", title="Page through a bpftrace execution's output",
-    description="Status and buffered output of an execution (running or finished, also after a daemon "
-                "restart), from `offset`, at most `limit` lines. wait_s > 0 waits (with progress "
-                "notifications) until there is output past offset (until=output) or the run has ended "
-                "(until=done). JSON runs also return `maps`: the last value of every map and histogram (a log2 "
-                "bucket {min: 2147483648} without max counts every value from 2^31 up).",
+    description="Status and output lines of an execution from offset; wait_s waits for output past "
+                "offset (until=output) or the end (until=done). json runs also return maps.",
     props={
         "execution_id": EXECUTION_ID_ARG,
         "offset": {"type": "integer", "minimum": 0, "default": 0},
@@ -180,9 +167,7 @@ async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str,
 
 @tools.tool(
     "stop_execution", title="Stop a bpftrace execution",
-    description="Stop a running execution gracefully (SIGINT: END runs and final maps are printed; SIGKILL "
-                "after a grace period that grows with the number of probes) and return its final state. "
-                "Output is kept.",
+    description="Stop a running execution (SIGINT: END runs; SIGKILL if it hangs). Output is kept.",
     props={"execution_id": EXECUTION_ID_ARG},
     required=("execution_id",), output=STOP_OUTPUT, read_only=False, idempotent=True,
     timeout_s=STOP_WAIT_MAX_S + 10,
@@ -202,8 +187,7 @@ async def stop_execution(backend: BpftraceBackend, ctx: CallContext, args: dict[
 
 @tools.tool(
     "list_executions", title="List bpftrace executions",
-    description="Executions newest first (running and persisted ones): id, status, program, line count, "
-                "exit code, error; plus how many run now and the concurrency limit.",
+    description="Executions newest first, with status and line count; how many run now.",
     props={
         "status": {"type": "string", "enum": [str(s) for s in Status]},
         "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},

@@ -13,11 +13,13 @@ from diagd.actors.crash.store import MAX_PAGE_LINES
 
 
 def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+    schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:  # an empty list says nothing: left out of every tools/list
+        schema["required"] = list(required)
+    return schema
 
 
-SESSION = {"session_id": {"type": "string", "description": "From open_vmcore_session; default: this client's "
-                                                            "last opened session, else the only open one"}}
+SESSION = {"session_id": {"type": "string", "description": "default: your last opened session"}}
 COMMAND_RESULT = {
     "type": "object",
     "properties": {"session_id": {"type": "string"}, "command_id": {"type": "string"}, "output": {"type": "string"},
@@ -35,11 +37,10 @@ NO_INPUT = _schema({})
 SESSION_INPUT = _schema({**SESSION})
 
 OPEN_INPUT = _schema(
-    {"vmcore_path": {"type": "string", "description": "the dump (ELF or kdump-compressed); a relative path is "
-                                                      "relative to the caller's working directory"},
+    {"vmcore_path": {"type": "string"},
      "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
      "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16, "default": [],
-                    "description": "extra crash options, e.g. ['--kaslr=auto'] (allow-listed)"}},
+                    "description": "e.g. ['--kaslr=auto']"}},
     ("vmcore_path", "vmlinux_path"))
 OPEN_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "workdir": {"type": "string"},
                                                 "is_new": {"type": "boolean"}, "summary": {"type": "object"},
@@ -53,7 +54,7 @@ RUN_CRASH_INPUT = _schema(
     {"command": {"type": "string", "minLength": 1, "maxLength": 4000}, **SESSION,
      "force_execute": {"type": "boolean", "default": False},
      "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES,
-                   "description": "lines returned inline (default [crash] output_lines)"}},
+                   "description": "lines returned inline"}},
     ("command",))
 RUN_DRGN_INPUT = _schema(
     {"code": {"type": "string", "minLength": 1, "maxLength": 200000}, **SESSION,

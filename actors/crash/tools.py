@@ -60,20 +60,15 @@ def _limit(backend: CrashBackend, seconds: Callable[[CrashSettings], float]) -> 
 
 
 @tools.tool("open_vmcore_session",
-            "Open (or join) a kernel crash-dump session: crash + drgn on vmcore + its vmlinux (with debug info). "
-            "The vmlinux is checked against the dump's VMCOREINFO first (wrong kernel -> INVALID_ARGUMENT). crash "
-            "takes ~10 s to load (progress is reported); the same dump opened again returns the same session "
-            "(is_new false). The summary has the panic string, the panic task and known limits. Then call "
-            "get_crash_info.",
+            "Open (or join) a crash + drgn session on a vmcore and its vmlinux (checked to match); crash loads "
+            "in ~10 s. The summary has the panic string and task.",
             input_schema=schemas.OPEN_INPUT, output=schemas.OPEN_OUTPUT, read_only=False, idempotent=False)
 async def open_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return await backend.open(ctx, args["vmcore_path"], args["vmlinux_path"], args["crash_args"])
 
 
 @tools.tool("close_vmcore_session",
-            "Drop one reference to a session (default: this client's last, else the only open session); the last "
-            "reference, or closing a session nobody holds (opened by `diagd call`, whose reference ends with the "
-            "command), stops crash and the drgn worker. Stored outputs stay readable.",
+            "Drop your reference to a session; the last one stops crash and drgn. Stored outputs stay readable.",
             input_schema=schemas.SESSION_INPUT, output=schemas.CLOSE_OUTPUT, read_only=False, idempotent=False,
             timeout_s=45)
 async def close_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -105,11 +100,9 @@ def _pykdump(backend: CrashBackend) -> str:
 
 
 @tools.tool("run_crash_command",
-            "Run one crash command (bt, log, ps, kmem -i, struct, dis, sym, set <pid> ...) in a session; returns the "
-            "first lines, total_lines and a command_id for get_command_output/search_command_output. Identical "
-            "commands in the same context are answered from the cache (cached: true); force_execute reruns. "
-            "Prefixes: 'drgn:<python>' runs drgn code, 'crash:<cmd>' is explicit, 'pykdump:<cmd>' needs the "
-            "pykdump extension. Pipes, redirections and !shell are refused (use search_command_output).",
+            "Run a crash command (bt, log, kmem -i, struct, dis, set <pid>...): first lines, total_lines and a "
+            "command_id to page/search. Cached unless force_execute; no pipes or !shell; 'drgn:<python>' runs "
+            "drgn.",
             input_schema=schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
 async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rec = await backend.resolve(ctx, args.get("session_id"))
@@ -130,10 +123,8 @@ async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[
 
 
 @tools.tool("run_drgn_command",
-            "Run Python in the session's drgn worker: `prog` is the dump, drgn's helpers (for_each_task, "
-            "find_task, list_for_each_entry, ...) are imported, variables persist between calls, and a final "
-            "expression is shown like the drgn shell does. print() output is returned and stored; an exception "
-            "comes back as INVALID_ARGUMENT with its traceback.",
+            "Run Python in the session's drgn worker: `prog` and drgn's helpers are there, variables persist, "
+            "a final expression is shown.",
             input_schema=schemas.RUN_DRGN_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
 async def run_drgn_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rec = await backend.resolve(ctx, args.get("session_id"))
@@ -141,8 +132,7 @@ async def run_drgn_command(backend: CrashBackend, ctx: CallContext, args: dict[s
 
 
 @tools.tool("get_command_output",
-            "A page of a stored command output by command_id (lines offset..offset+limit, limit <= 500). Works "
-            "after the session closed and after a daemon restart.",
+            "A page of lines of a stored command output (also after the session closed).",
             input_schema=schemas.GET_OUTPUT_INPUT, output=schemas.GET_OUTPUT_OUTPUT)
 async def get_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     # The store is read-only here and safe from any task: outputs are complete files once listed.
@@ -150,8 +140,7 @@ async def get_output(backend: CrashBackend, ctx: CallContext, args: dict[str, An
 
 
 @tools.tool("search_command_output",
-            "Regex search (Python syntax, case-insensitive unless case_sensitive) over a stored output; each match "
-            "has its line_number (usable as get_command_output offset) and context_lines around it.",
+            "Regex search in a stored command output; matches with line_number and context.",
             input_schema=schemas.SEARCH_INPUT, output=schemas.SEARCH_OUTPUT)
 async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     pattern = await compile_in_thread(args["query"], case_sensitive=args["case_sensitive"])
@@ -162,8 +151,7 @@ async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str,
 
 
 @tools.tool("get_crash_info",
-            "Triage report in one call: sys (panic string, release, uptime), the panic task's backtrace, the tail "
-            "of the kernel log, kmem -i, a ps summary (and drgn's view of all tasks), with command ids to dig in.",
+            "Triage in one call: panic string, the panic task's backtrace, log tail, kmem -i, tasks.",
             input_schema=schemas.SESSION_INPUT, output=schemas.TRIAGE_OUTPUT)
 async def crash_info(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rec = await backend.resolve(ctx, args.get("session_id"))

@@ -83,9 +83,8 @@ def register(runtime: Runtime) -> PcapBackend:
     return backend
 
 
-@tools.tool("pcap_info", "Overview of a capture: sha256, packet count, time span, which telecom protocols occur "
-            "(ngap, nas-5gs, pfcp, gtpv2, sip, diameter, http2...) and the top conversations (SCTP/N2 first). "
-            "Start here.", CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
+@tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols present, top conversations.",
+            CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
@@ -105,8 +104,7 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
             "tshark_version": (await catalogue()).version, "source": source}
 
 
-@tools.tool("pcap_frames_by_filter", "Frames matching a display filter (Wireshark packet-list columns), paged. "
-            "A filter that matches nothing says whether its protocols occur in the capture at all.",
+@tools.tool("pcap_frames_by_filter", "Packet-list rows of the frames matching display_filter, paged.",
             {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, output=FRAMES_OUTPUT)
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
@@ -134,15 +132,13 @@ def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], li
     return resolved, warnings
 
 
-@tools.tool("pcap_timeline", "Rows of field values (exactly as tshark -T fields prints them; packet-list columns "
-            "as _ws.col.Info, _ws.col.Protocol...) for frames matching a filter; "
-            "multi-occurrence fields (several NGAP PDUs or AVPs in one frame) come back as arrays. Unknown fields "
-            "give INVALID_FIELDS with close matches; case-only mistakes are fixed with a warning.",
+@tools.tool("pcap_timeline", "Field values per matching frame, as tshark -T fields prints them (columns: "
+            "_ws.col.Info...); repeated fields are arrays.",
             {**CAPTURE, **FILTER,
              "fields": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 64},
              "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
              "offset": {"type": "integer", "minimum": 0, "default": 0},
-             "sort_by": {"type": "string", "description": "a field of `fields` (default: frame order)"}},
+             "sort_by": {"type": "string", "description": "one of fields"}},
             required=("pcap_path", "fields"), output=TIMELINE_OUTPUT)
 async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     resolved, warnings = resolve_fields(await catalogue(), args["fields"])
@@ -166,10 +162,8 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
             "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command)}
 
 
-@tools.tool("pcap_frame_detail", "Decoded protocol tree of frames as text (as tshark -V prints it), cut to the "
-            "requested protocol subtrees (layers, e.g. ['ngap'] or ['nas-5gs'] / ['nas_5gs']); a layer none of the "
-            "frames has is an error naming the layers they have. verbosity 'full' adds a hex dump. Capped by "
-            "max_bytes.",
+@tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text), cut to layers (e.g. ['nas-5gs']); "
+            "verbosity=full adds hex.",
             {**CAPTURE,
              "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "minItems": 1, "maxItems": 100},
              **LAYERS,
@@ -188,17 +182,15 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> Ar
     return {**result, "source": await backend.source(spec, args, command=command)}
 
 
-@tools.tool("pcap_text_search", "Search the decoded text (tshark -V) of every frame matching display_filter "
-            "(optionally only some layers) for a string or regex; returns matching lines with snippets. A search "
-            "cut short (time, limit, max_matches) says complete=false, why, and the next_offset to continue from.",
+@tools.tool("pcap_text_search", "String/regex search in the decoded text of matching frames; complete=false gives "
+            "next_offset to go on.",
             {**CAPTURE, **FILTER,
              "query": {"type": "string", "minLength": 1},
              "is_regex": {"type": "boolean", "default": False},
              "case_sensitive": {"type": "boolean", "default": False},
              **LAYERS,
              "limit": {"type": "integer", "minimum": 1, "maximum": 2**32 - 1,
-                       "description": "search at most this many frames (default: every frame matching the filter, "
-                                      "as far as the call's time allows)"},
+                       "description": "frames to search (default: all)"},
              "offset": {"type": "integer", "minimum": 0, "default": 0},
              "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
              "snippet_context_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240},
@@ -222,8 +214,7 @@ async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
                                            command=[*(["-Y", flt] if flt else []), "-V"])}
 
 
-@tools.tool("pcap_follow", "Follow the conversation a frame belongs to: an HTTP/2 stream (tcp.stream + "
-            "http2.streamid), a Diameter Session-Id or a SIP Call-ID; returns the follow filter and its frames.",
+@tools.tool("pcap_follow", "The HTTP/2 stream, Diameter Session-Id or SIP Call-ID a frame belongs to, with its frames.",
             {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1}, **PAGING},
             required=("pcap_path", "frame_number"), output=FOLLOW_OUTPUT)
 async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
@@ -234,10 +225,9 @@ async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
                                                      command=packet_list_command(result["display_filter"]))}
 
 
-@tools.tool("pcap_packet_list", "Write a Wireshark-style packet list (default columns plus extra field columns) "
-            "to a TSV file in the output directory; returns its path, row count and a preview.",
+@tools.tool("pcap_packet_list", "Write a packet-list TSV (default + extra columns) to the output dir.",
             {**CAPTURE, **FILTER,
-             "columns_profile": {"type": "string", "description": "'default' or 'none' (only extra columns)"},
+             "columns_profile": {"type": "string", "description": "'default' or 'none'"},
              "include_default_columns": {"type": "boolean", "default": True},
              "extra_columns": {"type": "array", "items": {
                  "type": "object", "properties": {"name": {"type": "string"}, "field": {"type": "string"}},
@@ -269,8 +259,7 @@ async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
             "source": await backend.source(spec, args, display_filter=flt, command=command)}
 
 
-@tools.tool("pcap_extract_subcapture", "Write the frames matching a display filter (or the listed frame numbers) to "
-            "a new pcapng file in the output directory, for sharing and reproduction.",
+@tools.tool("pcap_extract_subcapture", "Write matching frames (or frame_numbers) to a new pcapng in the output dir.",
             {**CAPTURE, **FILTER, "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "maxItems": 100000}},
             required=CAPTURE_ONLY, read_only=False, timeout_s=120, output=EXTRACT_OUTPUT)
 async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
@@ -304,27 +293,21 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args, messa
     return {**result, "source": await backend.source(spec, args)}
 
 
-@tools.tool("ngap_ue_sessions", "5G N2 view per UE context, keyed by (SCTP association, AMF-UE-NGAP-ID, "
-            "RAN-UE-NGAP-ID) so gNBs reusing ids stay apart: gNB, SUCI MSIN, 5G-TMSI, first/last time, frames, "
-            "NGAP procedures in order, NAS messages, failures (frame, kind, code, cause, why; normal releases are "
-            "not failures), failed_ues, NG associations, and contexts linked only on evidence (same SUCI, 5G-TMSI, "
-            "path switch, handover). NAS after Security Mode is decoded with nas-5gs.null_decipher unless "
-            "null_decipher=false.", NGAP_PROPS, required=CAPTURE_ONLY, output=UE_SESSIONS_OUTPUT)
+@tools.tool("ngap_ue_sessions", "Per UE context (association + AMF/RAN UE NGAP ids): gNB, SUCI, 5G-TMSI, NGAP "
+            "procedures, NAS messages, failures with causes; failed_ues, NG associations, linked contexts.",
+            NGAP_PROPS, required=CAPTURE_ONLY, output=UE_SESSIONS_OUTPUT)
 async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     return await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
 
 
-@tools.tool("ngap_pdu_session_summary", "One entry per PDU session establishment (UE context, session id, n-th "
-            "request): NAS establishment request/accept/reject, NGAP PDU session resource setup request/response, "
-            "N3 uplink/downlink address and TEID, QFIs, S-NSSAI, DNN, UE IP, failure causes (NGAP and 5GSM), "
-            "status; established_count, rejected (reject or failed setup), incomplete.",
+@tools.tool("ngap_pdu_session_summary", "Per PDU session establishment: NAS and N2 setup messages, N3 "
+            "address/TEID, QFIs, S-NSSAI, DNN, UE IP, causes.",
             NGAP_PROPS, required=CAPTURE_ONLY, output=PDU_SESSIONS_OUTPUT)
 async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     return await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
 
 
-@tools.tool("pcap_list_fields", "Discover Wireshark field names (from tshark -G fields) by substring or regex over "
-            "names and descriptions.",
+@tools.tool("pcap_list_fields", "Wireshark fields whose name or description matches query (substring or regex).",
             {"query": {"type": "string", "default": ""}, "is_regex": {"type": "boolean", "default": False},
              "case_sensitive": {"type": "boolean", "default": False},
              "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100},
@@ -342,8 +325,7 @@ async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
     return {"total": len(rows), "fields": matches, "truncated": len(rows) > limit, "tshark_version": cat.version}
 
 
-@tools.tool("pcap_fields_search", "Fields whose name starts with a prefix (e.g. 'ngap.'), optionally containing a "
-            "keyword in name or description.",
+@tools.tool("pcap_fields_search", "Wireshark fields starting with prefix (e.g. 'ngap.'), optionally with keyword.",
             {"prefix": {"type": "string", "minLength": 1}, "keyword": {"type": "string", "default": ""},
              "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200}},
             required=("prefix",), output=FIELDS_SEARCH_OUTPUT)
@@ -359,8 +341,7 @@ async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> A
     return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit}
 
 
-@tools.tool("pcap_config_get", "The pcap back end's configuration: profiles (decode_as + preferences), packet-list "
-            "columns, allowed directories, limits, output directory, and the captures loaded now.", {},
+@tools.tool("pcap_config_get", "Profiles, columns, limits, output dir, loaded captures.", {},
             output=CONFIG_OUTPUT)
 async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     s, runtime = backend.settings, backend.runtime
@@ -373,7 +354,7 @@ async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> Args
             "call_timeout_s": runtime.config().call_timeout_s, "loaded_captures": loaded}
 
 
-@tools.tool("pcap_config_reload", "Re-read the config file (profiles, columns, limits) without a restart.", {},
+@tools.tool("pcap_config_reload", "Re-read the config file.", {},
             read_only=False, output=CONFIG_OUTPUT)
 async def config_reload(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     backend.runtime.reload()

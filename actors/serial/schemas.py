@@ -9,9 +9,8 @@ from diagd.actors.serial.codec import ESCAPES_HELP
 from diagd.actors.serial.settings import LINE_ENDINGS, PortState
 
 _PORT = {"type": "string", "minLength": 1,
-         "description": "Device path, e.g. /dev/ttyUSB0 or a /dev/serial/by-id link (a bare name means /dev/<name>)."}
-_AS_HEX = {"type": "boolean", "default": False,
-           "description": "Always return data as hex, even when it would decode as text."}
+         "description": "e.g. /dev/ttyUSB0 (a bare name means /dev/<name>)"}
+_AS_HEX = {"type": "boolean", "default": False}  # return data as hex even when it is clean text
 _NULLABLE_STR = {"type": ["string", "null"]}
 _STATES = [str(s) for s in PortState]
 _PORT_STATUS: dict[str, Any] = {
@@ -43,9 +42,8 @@ def _tool(description: str, properties: dict[str, Any], output: dict[str, Any], 
 
 TOOLS: dict[str, dict[str, Any]] = {
     "list_ports": _tool(
-        "Every serial port with its description and hardware id (e.g. '/dev/ttyUSB0 - CP2102'), whether "
-        "[serial] allowed_ports permits it, its state in diagd, and the ports added/removed since your last call "
-        "(hot-plug).",
+        "Every serial port (description, hardware id), whether allowed, its state, and ports added/removed "
+        "since your last call.",
         {},
         {"type": "object", "properties": {
             "ports": {"type": "array", "items": {"type": "object", "properties": {
@@ -57,25 +55,19 @@ TOOLS: dict[str, dict[str, Any]] = {
          "required": ["ports", "count", "added", "removed", "first_call"]},
         title="List serial ports"),
     "configure_connection": _tool(
-        "Open a serial port (action=open, the default) and keep it open in the daemon: its output is read "
-        "continuously, sliced into packets at idle gaps of idle_ms, and kept in the URC buffer between calls. "
-        "Calling open again on an open port changes its settings; on a Disconnected port it reopens it. "
-        "action=close releases it. The port belongs to the client that opened it; force=true takes over a "
-        "port held by another connected client. dtr/rts set the lines (at open: before the port is opened, so "
-        "dtr=false avoids the reset pulse many boards get).",
+        "Open a port and keep it open (output between calls goes to the URC buffer); again on an open port: "
+        "new settings; action=close releases it. force=true takes it from another client; dtr=false at open "
+        "avoids a board's reset pulse.",
         {"port": _PORT,
          "action": {"enum": ["open", "close"], "default": "open"},
          "baudrate": {"type": "integer", "minimum": 50, "maximum": 16000000},
          "bytesize": {"type": "integer", "enum": [5, 6, 7, 8]},
-         "parity": {"enum": ["N", "E", "O", "M", "S"], "description": "none, even, odd, mark, space"},
+         "parity": {"enum": ["N", "E", "O", "M", "S"]},
          "stopbits": {"type": "number", "enum": [1, 1.5, 2]},
-         "rtscts": {"type": "boolean", "description": "RTS/CTS hardware flow control"},
-         "xonxoff": {"type": "boolean", "description": "XON/XOFF software flow control"},
-         "dsrdtr": {"type": "boolean", "description": "DSR/DTR hardware flow control"},
+         "rtscts": {"type": "boolean"}, "xonxoff": {"type": "boolean"}, "dsrdtr": {"type": "boolean"},
          "idle_ms": {"type": "integer", "minimum": 1, "maximum": 10000,
-                     "description": "an idle gap this long ends a packet (default [serial] idle_ms, 50)"},
-         "line_ending": {"enum": list(LINE_ENDINGS),
-                         "description": "appended to utf8 payloads of send_data by default (default none)"},
+                     "description": "an idle gap this long ends a packet"},
+         "line_ending": {"enum": list(LINE_ENDINGS), "description": "send_data's default"},
          "dtr": {"type": "boolean"}, "rts": {"type": "boolean"},
          "force": {"type": "boolean", "default": False}},
         {"type": "object", "properties": {
@@ -86,44 +78,29 @@ TOOLS: dict[str, dict[str, Any]] = {
         required=("port",), title="Open, reconfigure or close a serial port", read_only=False, idempotent=False,
         timeout_s=60),
     "connection_status": _tool(
-        "State of one port (Connected, Disconnected, Occupied: held by another client or program, Closed) or, "
-        "without port, of every port open in diagd: owner, settings, bytes in/out, pending and dropped URC "
-        "packets, raw log file. For a port diagd has not opened it lists the processes holding it.",
+        "State, owner, settings and counters of one port (or of every open one); for a port diagd has not "
+        "opened, the processes holding it.",
         {"port": _PORT},
         {"type": "object", "properties": {"ports": {"type": "array", "items": _PORT_STATUS}}, "required": ["ports"]},
         title="Serial connection status"),
     "send_data": _tool(
-        "Write payload to an open port and collect the reply. wait_policy=keyword: read until one of "
-        "stop_pattern appears (e.g. ['OK\\r\\n', 'ERROR\\r\\n'], or '> ' for a prompt); on timeout return what "
-        "arrived with timed_out=true. timeout: wait timeout_ms and return everything received in it. none: return "
-        "once written; later output goes to the URC buffer. Default: keyword if stop_pattern is given, else "
-        "timeout. The reply is the bytes received after the write, up to the end of the matched pattern (and "
-        "the CR/LF right after it); what follows goes to the URC buffer. In utf8 payload and stop_pattern the "
-        f"tool reads backslash escapes: {ESCAPES_HELP}; a backslash and r, or a real CR, send the same byte "
-        "(escapes=false sends backslashes as they are). encoding=hex: payload (and stop_pattern, "
-        "unless stop_pattern_encoding says otherwise) are hex ('0A 0D FF'). data is UTF-8 text when it is clean "
-        "text, else uppercase hex (format says which). "
-        "Replies past [serial] max_reply_bytes are cut (truncated=true); the raw log keeps every byte "
-        "(get_log from log_offset). The tool never interprets the reply: success means written and waited.",
+        "Write payload, then collect the reply: wait_policy=keyword reads until a stop_pattern (timed_out=true "
+        "if none came in timeout_ms), timeout reads for timeout_ms, none returns at once (default: keyword "
+        "with a stop_pattern, else timeout). Later output goes to the URC buffer. data is text, or hex when "
+        "not clean text (format says). success means written and waited, not a good reply.",
         {"port": _PORT,
          "payload": {"type": "string",
-                     "description": f"text (utf8, escapes: {ESCAPES_HELP}) or hex bytes; empty: write nothing, "
-                                    "just listen"},
+                     "description": f"utf8 text (escapes: {ESCAPES_HELP}) or hex ('0A 0D'); empty: just listen"},
          "encoding": {"enum": ["utf8", "hex"], "default": "utf8"},
          "wait_policy": {"enum": ["keyword", "timeout", "none"]},
          "stop_pattern": {"type": ["string", "array"], "items": {"type": "string", "minLength": 1},
                           "minLength": 1, "minItems": 1, "maxItems": 8,
-                          "description": "one pattern or a list (the first to complete ends the wait); utf8 "
-                                         "patterns take the payload's escapes, e.g. 'OK\\r\\n'"},
+                          "description": "e.g. ['OK\\r\\n','ERROR\\r\\n'] (the first to complete ends the wait)"},
          "stop_pattern_encoding": {"enum": ["utf8", "hex"],
-                                   "description": "how stop_pattern is written (default: encoding), e.g. hex "
-                                                  "for a binary terminator after a text command"},
+                                   "description": "default: encoding"},
          "timeout_ms": {"type": "integer", "minimum": 0, "maximum": 300000, "default": 1000},
-         "line_ending": {"enum": list(LINE_ENDINGS),
-                         "description": "appended to a utf8 payload (default: the port's line_ending)"},
-         "escapes": {"type": "boolean", "default": True,
-                     "description": "read backslash escapes in utf8 payload and stop_pattern; false sends "
-                                    "backslashes as they are (e.g. a shell command for a board's console)"},
+         "line_ending": {"enum": list(LINE_ENDINGS), "description": "default: the port's"},
+         "escapes": {"type": "boolean", "default": True, "description": "false: backslashes are sent as they are"},
          "as_hex": _AS_HEX},
         {"type": "object", "properties": {
             "success": {"type": "boolean"}, "port": {"type": "string"}, "wait_policy": {"type": "string"},
@@ -138,9 +115,8 @@ TOOLS: dict[str, dict[str, Any]] = {
         required=("port", "payload"), title="Send data to a serial port", read_only=False, idempotent=False,
         timeout_s=330),
     "read_urc": _tool(
-        "Unsolicited packets (URCs, heartbeats, logs) that arrived while no send_data call was waiting, oldest "
-        "first, each with its wall-clock timestamp and format. Consumes them unless peek=true. dropped counts "
-        "packets lost to URC buffer overflow since the last read (the raw log still has their bytes).",
+        "Output that arrived while no send_data waited (URCs, logs), as timestamped packets, oldest first; "
+        "consumed unless peek=true.",
         {"port": _PORT, "max_packets": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
          "peek": {"type": "boolean", "default": False}, "as_hex": _AS_HEX},
         {"type": "object", "properties": {
@@ -153,8 +129,7 @@ TOOLS: dict[str, dict[str, Any]] = {
          "required": ["port", "state", "packets", "returned", "pending_urc_count", "has_more", "dropped"]},
         required=("port",), title="Read unsolicited serial output", read_only=False, idempotent=False),
     "set_signals": _tool(
-        "Line control on an open port, e.g. to reset or boot-strap a board: set DTR and/or RTS, and/or hold a "
-        "break condition for break_ms. Ports without modem lines (ptys, some adapters) give BACKEND_UNAVAILABLE.",
+        "Set DTR/RTS and/or send a break of break_ms, e.g. to reset a board.",
         {"port": _PORT, "dtr": {"type": "boolean"}, "rts": {"type": "boolean"},
          "break_ms": {"type": "integer", "minimum": 1, "maximum": 10000}},
         {"type": "object", "properties": {
@@ -164,9 +139,8 @@ TOOLS: dict[str, dict[str, Any]] = {
          "required": ["success", "port"]},
         required=("port",), title="Set serial control lines", read_only=False, idempotent=False),
     "get_log": _tool(
-        "Page through the raw Tx/Rx log of a port's current (or last) session: every byte written and read, "
-        "with wall-clock timestamps and direction, plus session events. Records are numbered from 0 (the "
-        "session header); follow next_offset.",
+        "Page the raw Tx/Rx log of the port's current or last session (every byte, timestamped); follow "
+        "next_offset.",
         {"port": _PORT, "offset": {"type": "integer", "minimum": 0, "default": 0},
          "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "as_hex": _AS_HEX},
         {"type": "object", "properties": {

@@ -15,6 +15,7 @@ from typing import Any
 import msgpack
 
 from diagd.protocol import control
+from diagd.protocol.control import BlockingClient
 from diagd.protocol.errors import ErrorCode
 from tests.support.raw import RawMCP
 
@@ -102,6 +103,14 @@ def listed_tools(daemon: Any) -> dict[str, dict[str, Any]]:
         raw.close()
     assert reply is not None and "result" in reply, reply
     return {t["name"]: t for t in reply["result"]["tools"]}
+
+
+def declared_tools(daemon: Any) -> dict[str, dict[str, Any]]:
+    """Every tool with its schemas as declared (`diagd tools --json`): tools/list cuts output schemas to
+    their required keys, these are the whole shapes results are checked against."""
+    with BlockingClient(str(daemon.control_socket), client="schemas") as client:
+        listed = client.request(control.ToolsRequest)
+    return {t["name"]: t for t in listed["tools"]}
 
 
 def input_schema(daemon: Any, tool: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fault.conftest import SMALL_PCAP, RichDaemon
-from tests.fault.helpers import ControlClient, assert_coded_error, listed_tools
+from tests.fault.helpers import ControlClient, assert_coded_error, declared_tools, listed_tools
 from tests.fault.strategies import RealInputs, tool_arguments
 from tests.pcaps import PCAPS
 from tests.support.procs import zombies
@@ -67,7 +67,10 @@ BPF_PROGRAMS = ['BEGIN { printf("fuzz\\n"); exit(); }', "interval:ms:100 { exit(
 
 @pytest.fixture(scope="module")
 def tool_schemas(rich_daemon: RichDaemon) -> dict[str, dict[str, Any]]:
-    return listed_tools(rich_daemon.daemon)
+    """As listed, with the declared output schemas: results are checked against their whole shape."""
+    declared = declared_tools(rich_daemon.daemon)
+    return {name: {**spec, "declaredOutputSchema": declared[name]["output_schema"]}
+            for name, spec in listed_tools(rich_daemon.daemon).items()}
 
 
 @pytest.fixture(scope="module")
@@ -188,9 +191,11 @@ def check_answer(tool: str, args: Any, is_error: bool, payload: Any, spec: dict[
         assert_coded_error(payload, context=context)
         return
     assert isinstance(payload, dict), f"{context}: result is not an object: {payload!r}"
-    if spec.get("outputSchema"):
+    for schema in (spec.get("outputSchema"), spec.get("declaredOutputSchema")):
+        if not schema:
+            continue
         try:
-            jsonschema.validate(payload, spec["outputSchema"])
+            jsonschema.validate(payload, schema)
         except jsonschema.ValidationError as exc:
             raise AssertionError(f"{context}: result breaks the output schema: {exc.message}") from None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ class FakeRuntime:
     # -- the Runtime
 
     def register_tool(self, spec: ToolSpec) -> None:
-        self.registry.register(spec)
+        self.registry.register(replace(spec, group=self.name))
 
     async def start(self, kind: str, resource: str, factory: ActorFactory, *,
                     idle_timeout_s: IdleTimeout = None) -> ActorRef:

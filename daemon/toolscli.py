@@ -1,0 +1,70 @@
+"""`diagd tools [NAME]`, and the tool groups `diagd mcp --tools` may name: stdlib only (start-up time).
+
+`diagd tools` asks the running daemon (a control request), like `diagd call`: the list is what that
+daemon serves (its version, its extra back ends, its [mcp] tools), and the command stays fast.
+Building the registry here would import every back end (trio, jsonschema, ...) and could show
+another checkout's tools than the running daemon's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from typing import Any
+
+from diagd.protocol.errors import ErrorCode
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def known_groups() -> list[str]:
+    """The back ends a daemon started with this config loads (their names are the tool groups)."""
+    from diagd.actors import BACKENDS
+    from diagd.daemon import config
+
+    return [name.rpartition(".")[2] for name in (*BACKENDS, *config.load().daemon.extra_backends)]
+
+
+def options_line(text: str) -> bytes | None:
+    """The MCP connection's options line for `--tools text`; None (the error printed) for an unknown group.
+
+    Checked before connecting: a typo never reaches, or starts, a daemon."""
+    from diagd.daemon import tool_groups
+    from diagd.protocol.errors import DiagdError
+
+    try:
+        return tool_groups.options_line(tool_groups.check(tool_groups.parse_list(text), known_groups()))
+    except DiagdError as exc:
+        sys.stderr.write(f"diagd mcp: {exc.code}: {exc.message}\n")
+        return None
+
+
+def show(catalogue: dict[str, Any], name: str | None, *, as_json: bool = False) -> int:
+    """Print the daemon's tool list (a table, or JSON), or one tool's input schema."""
+    tools = {t["name"]: t for t in catalogue["tools"]}
+    if name is not None:
+        if name not in tools:
+            close = difflib.get_close_matches(name, list(tools), n=3)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            sys.stderr.write(f"diagd tools: {ErrorCode.INVALID_ARGUMENT}: unknown tool {name!r}{hint}\n")
+            return EXIT_USAGE
+        print(json.dumps(tools[name]["input_schema"], indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if as_json:
+        print(json.dumps(catalogue, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    configured = catalogue["configured"]
+    print(f"groups: {', '.join(catalogue['groups'])}  ([mcp] tools: {', '.join(configured) if configured else 'all'}"
+          "; a client chooses with `diagd mcp --tools GROUP,...`)")
+    rows = [("TOOL", "GROUP", "DESCRIPTION")] + [(t["name"], t["group"], first_sentence(t["description"]))
+                                                  for t in catalogue["tools"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for tool, group, text in rows:
+        print(f"  {tool.ljust(widths[0])}  {group.ljust(widths[1])}  {text}".rstrip())
+    return EXIT_OK
+
+
+def first_sentence(text: str, limit: int = 100) -> str:
+    line = text.split(". ", 1)[0].split("\n", 1)[0].rstrip(".")
+    return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"

@@ -1,0 +1,81 @@
+"""Tool groups: the options line, the selection, what tools/list says about a tool, and calls outside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+
+from diagd.daemon import tool_groups, tool_listing
+from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+
+async def _ok(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True}
+
+
+def registry() -> ToolRegistry:
+    reg = ToolRegistry()
+    for name, group in (("diagd_status", "diagd"), ("pcap_info", "pcap"), ("open_vmcore_session", "crash")):
+        reg.register(ToolSpec(name=name, description=name, input_schema={"type": "object"}, handler=_ok,
+                              group=group))
+    return reg
+
+
+def test_a_selection_always_has_the_builtin_group_and_refuses_unknown_groups_with_close_matches() -> None:
+    assert tool_groups.check(["pcap"], ["pcap", "crash"]) == {"pcap", "diagd"}
+    with pytest.raises(DiagdError) as caught:
+        tool_groups.check(["pcp"], ["pcap", "crash"])
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert caught.value.details["did_you_mean"] == ["pcap"] and "did you mean pcap" in caught.value.message
+    assert tool_groups.parse_list(" pcap, crash ,,") == ["pcap", "crash"]
+
+
+def test_the_options_line_round_trips_and_mcp_lines_are_not_options() -> None:
+    line = tool_groups.options_line({"crash", "pcap", "diagd"})
+    assert line == b'{"diagd":{"v":1,"tools":["crash","pcap"]}}\n'
+    assert tool_groups.read_options(line.strip()) == {"v": 1, "tools": ["crash", "pcap"]}
+    assert tool_groups.read_options(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"diagd":1}}') is None
+    assert tool_groups.read_options(b'{"jsonrpc":"2.0","diagd":{"v":1}}') is None
+    assert tool_groups.read_options(b"not json") is None
+
+
+@pytest.mark.parametrize("line", [b'{"diagd":{"v":2}}', b'{"diagd":[]}', b'{"diagd":{"v":1,"tools":"pcap"}}'])
+def test_a_malformed_options_line_is_a_protocol_error(line: bytes) -> None:
+    with pytest.raises(DiagdError) as caught:
+        tool_groups.read_options(line)
+    assert caught.value.code is ErrorCode.PROTOCOL_ERROR
+
+
+async def test_the_registry_lists_only_selected_groups_and_refuses_the_others_as_not_found() -> None:
+    reg = registry()
+    selection = tool_groups.check(["pcap"], reg.groups())
+    assert [s.name for s in reg.specs(selection)] == ["diagd_status", "pcap_info"]
+    assert [s.name for s in reg.specs()] == ["diagd_status", "pcap_info", "open_vmcore_session"]
+    refused = await reg.call("open_vmcore_session", {}, CallContext(client="t"), selection=selection)
+    assert refused.is_error and refused.payload["code"] == "NOT_FOUND"
+    assert refused.payload["details"]["group"] == "crash" and "--tools" in refused.payload["message"]
+    allowed = await reg.call("pcap_info", {}, CallContext(client="t"), selection=selection)
+    assert not allowed.is_error
+    unknown = await reg.call("pcap_inf", {}, CallContext(client="t"), selection=selection)
+    assert unknown.payload["code"] == "INVALID_ARGUMENT" and unknown.payload["details"]["did_you_mean"] == ["pcap_info"]
+
+
+def test_the_listed_output_schema_names_the_required_keys_and_accepts_every_valid_result() -> None:
+    declared = {"type": "object", "properties": {"n": {"type": "integer"}, "rows": {"type": "array", "items": {
+        "type": "object", "required": ["i"]}}, "note": {"type": "string"}}, "required": ["n", "rows"]}
+    wire = tool_listing.output_schema(declared)
+    assert wire == {"type": "object", "required": ["n", "rows"]}
+    for valid in ({"n": 1, "rows": []}, {"n": 2, "rows": [{"i": 1}], "note": "x"}):
+        jsonschema.validate(valid, declared)
+        jsonschema.validate(valid, wire)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"n": 1}, wire)  # a missing required key is still caught by the client
+
+
+def test_annotations_carry_only_the_hints_that_mean_something_for_the_tool() -> None:
+    assert tool_listing.hints(read_only=True, destructive=False, idempotent=True) == {"readOnlyHint": True}
+    assert tool_listing.hints(read_only=False, destructive=True, idempotent=False) == {
+        "readOnlyHint": False, "destructiveHint": True, "idempotentHint": False}

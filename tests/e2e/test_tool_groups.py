@@ -1,0 +1,129 @@
+"""Choosing tools end to end: `diagd mcp --tools`, `[mcp] tools`, the options line, `diagd tools`, the budgets."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from diagd.daemon import tool_groups
+from tests.conftest import DaemonProcess, Env, start_daemon
+from tests.e2e.test_mcp import call, mcp_client, payload
+from tests.support.raw import RawMCP
+
+pytestmark = pytest.mark.e2e
+
+BACK_ENDS = "pcap,serial,bpftrace,crash"  # every real back end: the test daemon adds its echo back end
+FULL_BUDGET, PCAP_BUDGET = 30 * 1024, 14 * 1024
+
+
+def listed(daemon: DaemonProcess, tools: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(initialize result, tools/list result) of a raw connection that chose `tools`."""
+    raw = RawMCP(daemon.mcp_socket, timeout=30)
+    try:
+        raw.send_bytes(tool_groups.options_line(tool_groups.parse_list(tools)))
+        init = raw.initialize()["result"]
+        raw.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        reply = raw.read()
+    finally:
+        raw.close()
+    assert reply is not None and "result" in reply, reply
+    return init, reply["result"]
+
+
+async def test_a_client_that_chose_pcap_lists_pcap_and_diagd_tools_only_and_cannot_call_a_crash_tool(
+        daemon: DaemonProcess) -> None:
+    async with mcp_client(daemon.env, "--tools", "pcap") as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"pcap_info", "ngap_ue_sessions", "diagd_status", "diagd_calls"} <= names
+        assert all(n.startswith(("pcap_", "ngap_", "diagd_")) for n in names), names
+        assert client.instructions is not None and "pcap_info" in client.instructions
+        assert "open_vmcore_session" not in client.instructions and "exec_program" not in client.instructions
+        refused = await call(client, "open_vmcore_session", {"vmcore_path": "/x", "vmlinux_path": "/y"})
+        assert refused.is_error
+        error = payload(refused)
+        assert error["code"] == "NOT_FOUND" and error["details"]["group"] == "crash"
+        assert "--tools" in error["message"]
+        assert not (await call(client, "diagd_status")).is_error
+
+
+async def test_mcp_tools_in_the_config_is_every_clients_default_and_a_client_may_choose_others(env: Env) -> None:
+    env.write_config('[daemon]\nextra_backends = ["echo_actor"]\n[mcp]\ntools = ["echo_actor"]\n')
+    daemon = start_daemon(env)
+    try:
+        async with mcp_client(env) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "echo" in names and "diagd_status" in names and "pcap_info" not in names
+            refused = payload(await call(client, "pcap_info", {"pcap_path": "/x.pcap"}))
+            assert refused["code"] == "NOT_FOUND" and "[mcp] tools" in refused["message"]
+        async with mcp_client(env, "--tools", "pcap") as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "pcap_info" in names and "echo" not in names
+        # People's commands are not MCP clients: `diagd call` reaches every tool.
+        assert env.run("call", "pcap_config_get", "--visibility", "off").returncode == 0
+        shown = env.run("tools")
+        assert shown.returncode == 0 and "[mcp] tools: diagd, echo_actor" in shown.stdout
+    finally:
+        daemon.stop()
+
+
+def test_an_unknown_group_is_refused_by_the_shim_with_close_matches_before_any_daemon_starts(env: Env) -> None:
+    done = env.run("mcp", "--tools", "pcp,crash")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "INVALID_ARGUMENT" in done.stderr and "did you mean pcap" in done.stderr
+    assert not (env.runtime / "mcp.sock").exists()
+
+
+def test_an_unknown_group_on_the_socket_closes_the_connection_with_a_coded_error(daemon: DaemonProcess) -> None:
+    raw = RawMCP(daemon.mcp_socket)
+    try:
+        raw.send_bytes(b'{"diagd":{"v":1,"tools":["pcapp"]}}\n')
+        reply = raw.read()
+    finally:
+        raw.close()
+    assert reply is not None and reply["id"] is None
+    assert reply["error"]["data"]["code"] == "INVALID_ARGUMENT" and reply["error"]["data"]["closing"] is True
+    assert reply["error"]["data"]["did_you_mean"] == ["pcap"]
+
+
+def test_an_unknown_group_in_the_config_stops_the_start_and_is_refused_by_a_reload(env: Env) -> None:
+    env.write_config('[mcp]\ntools = ["crsh"]\n')
+    refused = env.run("serve")
+    assert refused.returncode == 1 and "INVALID_ARGUMENT" in refused.stderr and "crash" in refused.stderr
+    env.write_config('[mcp]\ntools = ["crash"]\n')
+    daemon = start_daemon(env)
+    try:
+        env.write_config('[mcp]\ntools = ["crsh"]\n')
+        reload = env.run("reload")
+        assert reload.returncode != 0 and "[mcp] tools" in reload.stderr
+        assert env.run("tools").stdout.startswith("groups: diagd, pcap")
+        assert "[mcp] tools: crash, diagd" in env.run("tools").stdout  # the old config stays in force
+    finally:
+        daemon.stop()
+
+
+def test_diagd_tools_lists_each_tool_with_its_group_and_prints_one_tools_input_schema(daemon: DaemonProcess) -> None:
+    table = daemon.env.run("tools")
+    assert table.returncode == 0, table.stderr
+    rows = {line.split()[0]: line.split()[1] for line in table.stdout.splitlines()[2:]}
+    assert rows["pcap_info"] == "pcap" and rows["run_crash_command"] == "crash" and rows["diagd_status"] == "diagd"
+    assert rows["echo"] == "echo_actor"
+    schema = daemon.env.run("tools", "pcap_timeline")
+    assert schema.returncode == 0
+    _, result = listed(daemon, BACK_ENDS)
+    as_listed = {t["name"]: t["inputSchema"] for t in result["tools"]}
+    assert json.loads(schema.stdout) == as_listed["pcap_timeline"]
+    unknown = daemon.env.run("tools", "pcap_timelin")
+    assert unknown.returncode == 2 and "INVALID_ARGUMENT" in unknown.stderr and "pcap_timeline" in unknown.stderr
+
+
+def test_tools_list_stays_within_its_size_budgets(daemon: DaemonProcess) -> None:
+    """Every client reads the whole list (many send it with every request): 30 KB for every back end,
+    14 KB for pcap with diagd's own tools (bench/tools_list.py prints them all)."""
+    sizes = {}
+    for tools in (BACK_ENDS, "pcap"):
+        _, result = listed(daemon, tools)
+        sizes[tools] = len(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode())
+    assert sizes[BACK_ENDS] <= FULL_BUDGET, sizes
+    assert sizes["pcap"] <= PCAP_BUDGET, sizes
