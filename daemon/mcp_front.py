@@ -50,9 +50,6 @@ class ChosenTools:
 current_tools: contextvars.ContextVar[ChosenTools | None] = contextvars.ContextVar("current_tools", default=None)
 
 
-def _selection() -> Selection:
-    chosen = current_tools.get()
-    return chosen.selection if chosen is not None else None
 
 INTRO = """\
 diagd drives the tools an embedded, kernel or 5G-core engineer uses to find a problem. Results are
@@ -132,7 +129,16 @@ def _client(ctx: ServerRequestContext[Any]) -> str:
     return client if isinstance(client, str) else current_client.get()
 
 
-def build_server(registry: ToolRegistry, *, version: str) -> Server[Any]:
+def build_server(registry: ToolRegistry, *, version: str,
+                 default_tools: Callable[[], Selection] = lambda: None) -> Server[Any]:
+    """The SDK server every transport shares. A connection of the Unix socket carries its own choice
+    (`current_tools`); an HTTP session, served from the SDK's session manager, has none and sees
+    `default_tools()` (`[mcp] tools`, read at each request so a reload applies)."""
+
+    def _selection() -> Selection:
+        chosen = current_tools.get()
+        return chosen.selection if chosen is not None else default_tools()
+
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[to_mcp_tool(s) for s in registry.specs(_selection())])

@@ -259,8 +259,8 @@ class LazyFront:
     worker thread, so the control socket stays served meanwhile; it happens once per daemon.
     """
 
-    def __init__(self, registry: ToolRegistry) -> None:
-        self._registry = registry
+    def __init__(self, registry: ToolRegistry, default_tools: Callable[[], Selection]) -> None:
+        self._registry, self._default_tools = registry, default_tools
         self._lock = trio.Lock()
         self._front: tuple[ModuleType, Any] | None = None
 
@@ -269,7 +269,8 @@ class LazyFront:
         async with self._lock:
             if self._front is None:
                 module = await trio.to_thread.run_sync(_import_front)
-                self._front = module, module.build_server(self._registry, version=diagd.__version__)
+                self._front = module, module.build_server(self._registry, version=diagd.__version__,
+                                                          default_tools=self._default_tools)
         return self._front
 
 
@@ -306,7 +307,7 @@ async def serve(config: config_mod.Config) -> None:
             daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
             daemon.configured_tools()  # a typo in [mcp] tools stops the start, with its close matches
-            front = LazyFront(daemon.registry)
+            front = LazyFront(daemon.registry, daemon.configured_tools)
 
             handle_mcp = _mcp_handler(daemon, front)
 

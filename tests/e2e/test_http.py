@@ -198,3 +198,24 @@ def test_with_tls_files_the_listener_speaks_https(env: Env) -> None:
         assert httpx2.post(url, json=INIT, headers=ACCEPT, verify=trust, timeout=30).status_code == 401
     finally:
         daemon.stop()
+
+
+async def test_http_sessions_see_the_configured_tool_groups_only(env: Env) -> None:
+    """HTTP has no `--tools` (no shim): its sessions get `[mcp] tools`, listed and enforced."""
+    port = free_port()
+    env.write_config(f'[daemon]\nextra_backends = ["echo_actor"]\n[mcp]\ntools = ["pcap"]\n'
+                     f'[http]\nlisten = "127.0.0.1:{port}"\n')
+    token = add_token(env, "pcap-only")
+    daemon = start_daemon(env)
+    try:
+        url = wait_for_http(env, daemon)
+        with trio.fail_after(60):
+            async with mcp_over_http(url, token) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                assert "pcap_info" in names and "diagd_status" in names
+                assert not names & {"echo", "open_vmcore_session", "exec_program", "send_data"}
+                refused = await client.call_tool("echo", {"message": "not selected"})
+                assert refused.is_error
+                assert json.loads(refused.content[0].text)["code"] == "NOT_FOUND"
+    finally:
+        daemon.stop()
