@@ -12,6 +12,7 @@ also after a daemon restart. `open_vmcore_session` reports MCP progress until cr
 nothing else in the daemon waits for it.
 
 If crash dies, reopening the dump (or the next call naming the session, once) starts a fresh one.
+A session open when the daemon stopped (or died) is reopened by id by the next call naming it (`reopen`).
 Idle sessions expire ([crash] idle_timeout_s).
 """
 
@@ -204,14 +205,15 @@ class CrashBackend:
     def _prepare_workdir(self, rec: SessionRecord, target: Target, live: set[str], keep: int,
                          reopened: dict[str, Any] | None) -> None:
         # What a later daemon needs to reopen the session by id (`reopen`, `target`).
-        meta = {"session_id": rec.session_id, "key": rec.key, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
+        meta = {"key": rec.key, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
                 "crash_args": rec.crash_args, "files": target.files(), "osrelease": target.dump.osrelease,
                 "build_id": target.dump.build_id, "vmlinux_build_id": target.vml.build_id}
         if reopened is not None:  # the earlier daemon's workdir and outputs; its state until crash is ready
             self.store.update_session(rec.session_id, **meta, reopened=reopened)
             return
         self.store.prune(keep, live | {rec.session_id})
-        self.store.create_session(rec.session_id, {**meta, "created": rec.created, "state": "opening"})
+        self.store.create_session(rec.session_id, {"session_id": rec.session_id, **meta, "created": rec.created,
+                                                  "state": "opening"})
 
     async def wait_ready(self, rec: SessionRecord, ctx: CallContext) -> None:
         """Wait for crash's prompt, reporting MCP progress; other calls are not held up by this."""

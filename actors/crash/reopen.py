@@ -62,12 +62,14 @@ class Reopener:
         while session_id and (pending := self.pending.get(session_id)) is not None:
             await self._follow(ctx, pending)  # then it is in the table (or the reopen was cancelled early)
         try:
-            return self.backend.table.resolve(ctx.client, session_id)
+            rec = self.backend.table.resolve(ctx.client, session_id)
         except DiagdError as exc:
             if not session_id or exc.code is not ErrorCode.NOT_FOUND:
                 raise
-            missing = exc
-        return await self._lead(ctx, session_id, missing)
+            return await self._lead(ctx, session_id, exc)
+        if rec.reopened is not None and rec.state == "opening":  # the call that reopened it went: wait here
+            await self.backend.wait_ready(rec, ctx)
+        return rec
 
     async def close_on_disk(self, ctx: CallContext, session_id: str) -> dict[str, Any]:
         """close_vmcore_session of an earlier daemon's session: it is not reopened to be closed, and never
