@@ -12,6 +12,7 @@ also after a daemon restart. `open_vmcore_session` reports MCP progress until cr
 nothing else in the daemon waits for it.
 
 If crash dies, reopening the dump (or the next call naming the session, once) starts a fresh one.
+A session open when the daemon stopped (or died) is reopened by id by the next call naming it (`reopen`).
 Idle sessions expire ([crash] idle_timeout_s).
 """
 
@@ -28,10 +29,8 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.actors._paths import resolve_allowed
 from diagd.actors._subprocess import run
 from diagd.actors.base import ActorGone
-from diagd.actors.crash import identity as ident
 from diagd.actors.crash.actor import CrashSession
 from diagd.actors.crash.messages import (
     KIND,
@@ -44,9 +43,11 @@ from diagd.actors.crash.messages import (
     SessionView,
     Triage,
 )
+from diagd.actors.crash.reopen import Reopener
 from diagd.actors.crash.sessions import MAX_REVIVALS, OPEN_STATES, SessionRecord, SessionTable
-from diagd.actors.crash.settings import CrashSettings, validate_crash_args
+from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.crash.store import OutputStore
+from diagd.actors.crash.target import Identities, Target
 from diagd.actors.runtime import BackendConfig, Client, Runtime
 from diagd.actors.tooling import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -59,12 +60,12 @@ class CrashBackend:
         self.runtime = runtime
         self.store = OutputStore(runtime.state_dir)
         self.table = SessionTable()
-        self._dump_cache: dict[tuple[int, int, int, int], ident.DumpInfo] = {}
-        self._vmlinux_cache: dict[tuple[int, int, int, int], ident.VmlinuxInfo] = {}
+        self.identities = Identities()
         self._crash_version: str | None = None
         self.expected_load_s = 9.0
         self._settings: tuple[BackendConfig, CrashSettings] | None = None
         self.script_tools = False  # whether register() added the analysis-script tools (script_dirs at start)
+        self.reopener = Reopener(self)
 
     @property
     def settings(self) -> CrashSettings:
@@ -83,69 +84,64 @@ class CrashBackend:
 
     # -- identity -------------------------------------------------------------------------------
 
-    async def identify(self, vmcore: Path, vmlinux: Path) -> tuple[ident.DumpInfo, ident.VmlinuxInfo,
-                                                                   tuple[int, int, int, int]]:
-        def work() -> tuple[ident.DumpInfo, ident.VmlinuxInfo, tuple[int, int, int, int]]:
-            d_id, v_id = ident.stat_identity(vmcore), ident.stat_identity(vmlinux)
-            dump = self._dump_cache.get(d_id) or ident.read_dump_info(vmcore)
-            vml = self._vmlinux_cache.get(v_id) or ident.read_vmlinux_info(vmlinux)
-            self._dump_cache[d_id], self._vmlinux_cache[v_id] = dump, vml
-            return dump, vml, v_id
-
-        return await trio.to_thread.run_sync(work)
+    async def check(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]) -> Target:
+        """Everything an open checks before it spawns anything, under the current [crash] settings."""
+        return await self.identities.check(ctx, self.settings, vmcore_path, vmlinux_path, options)
 
     # -- sessions -------------------------------------------------------------------------------
 
     async def open(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]) -> dict[str, Any]:
         """open_vmcore_session: join the open session of the same dump, or start one (`options`: crash_args)."""
-        s = self.settings
-        vmcore = resolve_allowed(vmcore_path, s.allowed_dirs, what="vmcore", cwd=ctx.cwd)
-        if ident.is_forbidden_source(vmcore):
-            raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{vmcore} is the live system, not a dump: refused",
-                             path=str(vmcore))
-        vmlinux = resolve_allowed(vmlinux_path, s.allowed_dirs, what="vmlinux", cwd=ctx.cwd)
-        crash_args = validate_crash_args(options)
-        binary = shutil.which(s.crash_binary)
-        if binary is None:
-            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"{s.crash_binary} is not installed",
-                             fix="apt-get install crash (scripts/setup.sh does it)")
-        await ctx.report_progress(0, None, "checking that vmlinux matches the dump")
-        dump, vml, vml_id = await self.identify(vmcore, vmlinux)
-        match = ident.check_match(dump, vml)  # refuses a wrong vmlinux before anything is spawned
-        key = ident.session_key(dump, vml, vml_id, crash_args)
-        rec = self.table.joinable(key)
+        target = await self.check(ctx, vmcore_path, vmlinux_path, options)
+        asked = (target.vmcore, target.vmlinux)
+        rec = self.table.joinable(target.key)
         if rec is not None:  # the same crash by content, whatever path it was opened under
             self.table.join(rec, ctx.client)
             try:
-                await self._wait_ready(rec, ctx)
+                await self.wait_ready(rec, ctx)
             except BaseException:
                 self.table.release_ref(rec, ctx.client)
                 raise
-            return self._open_result(rec, is_new=False, asked=(vmcore, vmlinux), ephemeral=ctx.ephemeral)
+            return self._open_result(rec, is_new=False, asked=asked, ephemeral=ctx.ephemeral)
+        self.require_slot()
+        session_id = f"{target.key[:8]}-{secrets.token_hex(3)}"
+        rec = SessionRecord(session_id, target.key, str(target.vmcore), str(target.vmlinux),
+                            self.store.root / session_id, target.crash_args, time.time(), match=target.match)
+        await self.start_session(ctx, rec, target)
+        return self._open_result(rec, is_new=True, asked=asked, ephemeral=ctx.ephemeral)
+
+    def require_slot(self, why: str = "") -> None:
+        s = self.settings
         if self.table.open_count() >= s.max_sessions:
-            raise DiagdError(ErrorCode.BUSY, f"{s.max_sessions} crash sessions are open (each holds ~650 MB)",
+            raise DiagdError(ErrorCode.BUSY, f"{why}{s.max_sessions} crash sessions are open (each holds ~650 MB)",
                              sessions=[r.describe() for r in self.table.live.values()],
                              hint="close_vmcore_session one (sessions with refcount 0 are held by nobody), "
                                   "or raise [crash] max_sessions")
-        session_id = f"{key[:8]}-{secrets.token_hex(3)}"
-        rec = SessionRecord(session_id, key, str(vmcore), str(vmlinux), self.store.root / session_id, crash_args,
-                            time.time(), match=match)
+
+    async def start_session(self, ctx: CallContext, rec: SessionRecord, target: Target, *,
+                            reopened: dict[str, Any] | None = None) -> None:
+        """Spawn a new record's crash + drgn (the caller holds its one reference) and wait for the prompt;
+        `reopened`: the record is an earlier daemon's session, its workdir and outputs are kept."""
+        s = self.settings
         self.table.add(rec, ctx.client)
         try:
-            await trio.to_thread.run_sync(self._prepare_workdir, rec, dump, vml, self.table.live_ids(),
-                                          s.keep_sessions)
-            spec = SessionSpec(session_id, key, vmcore, vmlinux, rec.workdir, tuple(crash_args), s, dump.osrelease)
-            await self._spawn(rec, spec, await self.crash_version(binary))
-            await self._wait_ready(rec, ctx)
+            await trio.to_thread.run_sync(self._prepare_workdir, rec, target, self.table.live_ids(),
+                                          s.keep_sessions, reopened)
+            spec = SessionSpec(rec.session_id, rec.key, target.vmcore, target.vmlinux, rec.workdir,
+                               tuple(rec.crash_args), s, target.dump.osrelease)
+            await self._spawn(rec, spec, await self.crash_version(target.binary))
+            await self.wait_ready(rec, ctx)
         except BaseException as exc:
             rec.spawned.set()
             self.table.release_ref(rec, ctx.client)
             if isinstance(exc, DiagdError) and rec.error is None:
                 rec.error = exc
-            if rec.refcount <= 0 or rec.state == "failed":
+            if reopened is not None and rec.error is None:  # its caller went: an earlier daemon's session
+                if rec.view is None:  # goes on loading, held by nobody, or waits on disk for the next call
+                    self.table.drop(rec)
+            elif rec.refcount <= 0 or rec.state == "failed":
                 self._release(rec, "failed" if rec.error else "closed", "open failed or was cancelled")
             raise
-        return self._open_result(rec, is_new=True, asked=(vmcore, vmlinux), ephemeral=ctx.ephemeral)
 
     async def _spawn(self, rec: SessionRecord, spec: SessionSpec, version: str | None) -> None:
         """Start the session's actor (crash + drgn) under the record's key; `rec.ref` and `rec.view` are
@@ -194,7 +190,7 @@ class CrashBackend:
         await ctx.report_progress(0, None, f"crash died ({reason}); starting it again for session {rec.session_id}")
         try:
             await self._spawn(rec, dataclasses.replace(old.spec, settings=s), await self.crash_version(binary))
-            await self._wait_ready(rec, ctx)
+            await self.wait_ready(rec, ctx)
         except BaseException as exc:
             rec.spawned.set()
             if isinstance(exc, DiagdError) and rec.error is None:
@@ -206,15 +202,20 @@ class CrashBackend:
                         "state set in the dead crash (set, mod -s, alias, drgn variables) is gone; stored outputs "
                         "remain"}
 
-    def _prepare_workdir(self, rec: SessionRecord, dump: ident.DumpInfo, vml: ident.VmlinuxInfo,
-                         live: set[str], keep: int) -> None:
+    def _prepare_workdir(self, rec: SessionRecord, target: Target, live: set[str], keep: int,
+                         reopened: dict[str, Any] | None) -> None:
+        # What a later daemon needs to reopen the session by id (`reopen`, `target`).
+        meta = {"key": rec.key, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
+                "crash_args": rec.crash_args, "files": target.files(), "osrelease": target.dump.osrelease,
+                "build_id": target.dump.build_id, "vmlinux_build_id": target.vml.build_id}
+        if reopened is not None:  # the earlier daemon's workdir and outputs; its state until crash is ready
+            self.store.update_session(rec.session_id, **meta, reopened=reopened)
+            return
         self.store.prune(keep, live | {rec.session_id})
-        self.store.create_session(rec.session_id, {
-            "session_id": rec.session_id, "key": rec.key, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
-            "crash_args": rec.crash_args, "osrelease": dump.osrelease, "build_id": dump.build_id,
-            "vmlinux_build_id": vml.build_id, "created": rec.created, "state": "opening"})
+        self.store.create_session(rec.session_id, {"session_id": rec.session_id, **meta, "created": rec.created,
+                                                  "state": "opening"})
 
-    async def _wait_ready(self, rec: SessionRecord, ctx: CallContext) -> None:
+    async def wait_ready(self, rec: SessionRecord, ctx: CallContext) -> None:
         """Wait for crash's prompt, reporting MCP progress; other calls are not held up by this."""
         actor = rec.view
         if actor is None:
@@ -281,6 +282,10 @@ class CrashBackend:
         if rec.state in OPEN_STATES:
             if actor.failure is not None:
                 rec.state, rec.error = "failed", rec.error or actor.failure
+            elif self.runtime.shutting_down:  # the next daemon reopens it when a call names it (`reopen`)
+                rec.state = "stopped"
+                rec.error = DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} was stopped with the daemon",
+                                       session_id=rec.session_id)
             else:
                 idle = self.settings.idle_timeout_s
                 rec.state = "expired"
@@ -354,29 +359,16 @@ class CrashBackend:
             raise rec.error or DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} has ended") from None
         if restarted is not None:
             result = {**result, "session_restarted": restarted}
-        return result
+        return self.reopener.note(rec, ctx.client, result)
 
     async def resolve(self, ctx: CallContext, session_id: str | None) -> SessionRecord:
-        """The session a call names; a session of an earlier daemon (its directory is on disk, its crash
-        ended with that daemon) is DAEMON_RESTARTED with the arguments that reopen the dump."""
-        try:
-            return self.table.resolve(ctx.client, session_id)
-        except DiagdError as exc:
-            if not session_id or exc.code is not ErrorCode.NOT_FOUND:
-                raise
-            meta = await trio.to_thread.run_sync(self.store.session_meta, session_id)
-            if meta is None or meta.get("state") == "closed":
-                raise
-            reopen = {"vmcore_path": meta.get("vmcore"), "vmlinux_path": meta.get("vmlinux")}
-            if meta.get("crash_args"):
-                reopen["crash_args"] = meta["crash_args"]
-            raise DiagdError(ErrorCode.DAEMON_RESTARTED,
-                             f"crash session {session_id} ended with a daemon restart; open_vmcore_session with "
-                             f"reopen's arguments starts a new one (its stored outputs stay readable by command_id)",
-                             session_id=session_id, reopen=reopen) from None
+        """The session a call names; an earlier daemon's is reopened under its id first (`reopen`)."""
+        return await self.reopener.resolve(ctx, session_id)
 
     async def close(self, ctx: CallContext, session_id: str | None) -> dict[str, Any]:
-        rec = self.table.resolve(ctx.client, session_id)
+        if session_id and self.table.get(session_id) is None and session_id not in self.reopener.pending:
+            return await self.reopener.close_on_disk(ctx, session_id)
+        rec = await self.resolve(ctx, session_id)
         if rec.state not in OPEN_STATES:
             return {"session_id": rec.session_id, "closed": True, "state": rec.state, "refcount": 0,
                     "workdir": str(rec.workdir), "note": f"the session was already {rec.state}"}

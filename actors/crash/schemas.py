@@ -30,7 +30,10 @@ COMMAND_RESULT = {
                                         "description": "the stored output itself was cut at [crash] max_output_bytes"},
                    "truncated_reason": {"type": "string"},
                    "session_restarted": {"type": "object", "description": "crash had died and was started again "
-                                         "for this call: why, and what state was lost"}},
+                                         "for this call: why, and what state was lost"},
+                   "session_reopened": {"type": "object", "description": "the session was reopened after a daemon "
+                                        "restart (told once per client): state set before (set, drgn variables) "
+                                        "is gone"}},
     "required": ["session_id", "command_id", "output", "total_lines", "cached"],
 }
 NO_INPUT = _schema({})

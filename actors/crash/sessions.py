@@ -42,7 +42,7 @@ class SessionRecord:
     workdir: Path
     crash_args: list[str]
     created: float
-    state: str = "opening"  # opening | ready | failed | closed | expired
+    state: str = "opening"  # opening | ready | failed | closed | expired | stopped (with the daemon)
     error: DiagdError | None = None
     view: SessionView | None = None  # the running actor, as the back end may read it
     ref: ActorRef | None = None  # the running actor, to ask or stop
@@ -53,6 +53,10 @@ class SessionRecord:
     # next call that names it, up to MAX_REVIVALS times: the dump and the stored outputs are still there.
     revivable: bool = False
     revivals: int = 0
+    # An earlier daemon's session opened again under its id (`reopen`): what the first answer to each
+    # client says about it, and the clients told.
+    reopened: dict[str, Any] | None = None
+    reopen_told: set[str] = field(default_factory=set)
 
     @property
     def refcount(self) -> int:
@@ -85,7 +89,7 @@ class SessionRecord:
             raise DiagdError(ErrorCode.ACTOR_FAILED,
                              f"session {self.session_id} failed: {error.message if error else 'unknown reason'}",
                              session_id=self.session_id, hint="open_vmcore_session again starts a fresh session")
-        if self.state in ("closed", "expired") or self.view is None:
+        if self.state in ("closed", "expired", "stopped") or self.view is None:
             raise DiagdError(ErrorCode.NOT_FOUND, f"session {self.session_id} is {self.state}",
                              session_id=self.session_id,
                              hint="open_vmcore_session again; stored outputs stay readable")
@@ -162,6 +166,13 @@ class SessionTable:
         """Free the record's key, so a reopen of the same dump starts a fresh session."""
         if self.live.get(rec.key) is rec:
             del self.live[rec.key]
+
+    def drop(self, rec: SessionRecord) -> None:
+        """Remove a record that never got an actor, as if it had not been added."""
+        self.unlink(rec)
+        self.forget(rec)
+        if self.sessions.get(rec.session_id) is rec:
+            del self.sessions[rec.session_id]
 
     def forget(self, rec: SessionRecord) -> None:
         """No client's default is this session any more."""

@@ -587,11 +587,7 @@ async def test_outputs_survive_a_daemon_restart_and_crash_never_outlives_the_dae
         assert PANIC in page["output"]
         found = await call(second, "search_command_output", command_id=stored["command_id"], query="^ +PANIC:")
         assert found["match_count"] == 1
-        # The session itself ended with the first daemon: naming it says so, and how to reopen the dump.
-        gone = await call(second, "run_crash_command", command="sys", session_id=setup.session["session_id"])
-        assert gone["_is_error"] and gone["code"] == "DAEMON_RESTARTED", gone
-        assert gone["details"]["reopen"] == {"vmcore_path": str(setup.fixture.vmcore),
-                                             "vmlinux_path": str(setup.fixture.vmlinux)}
+        # (Naming the first daemon's session here would reopen it: tests/e2e/test_crash_reopen.py.)
 
         async def open_it() -> None:
             try:
