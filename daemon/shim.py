@@ -297,6 +297,11 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
     except OSError:
         pass  # seen as a drop by the reader below
     threading.Thread(target=_pump_stdin, args=(link,), daemon=True, name="stdin->daemon").start()
+    return _relay(path, link, sock, autostart=autostart)
+
+
+def _relay(path: Path, link: _Link, sock: socket.socket, *, autostart: bool) -> int:
+    """Daemon lines to stdout, across reconnects, until the client, a refusal or the bound ends it."""
     bound_s = _env_seconds("DIAGD_SHIM_RECONNECT_S", RECONNECT_S)
     episode: float | None = None  # when the current run of failed connections began
     unanswered = 0
@@ -333,23 +338,32 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
             link.give_up()
             return _fail(f"the daemon went away ({why}) and {path} is now refused: {exc.code}: {exc.message}")
         if new is None:
-            link.give_up()
-            if link.stdin_closed:
-                return _verdict_after_input(link, unanswered)
-            reason = last_log_line() if autostart else ""
-            return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
-                         + ("" if autostart else " (autostart disabled)")
-                         + (f"; the daemon said: {reason}" if reason else f"; see {paths.state_dir()}/daemon.log"))
-        with link.cond:
-            replay = link.session.replay()
-        try:
-            new.sendall(b"".join(replay))
-        except OSError:
-            pass  # dropped again: the next round sees it
-        link.attach(new)
+            return _gave_up(link, unanswered, why, bound_s, autostart=autostart)
+        _resume(link, new)
         sys.stderr.write(f"diagd mcp: the daemon went away ({why}); reconnected after "
                          f"{time.monotonic() - episode:.2f} s and replayed the session\n")
         sock = new
+
+
+def _gave_up(link: _Link, unanswered: int, why: str, bound_s: float, *, autostart: bool) -> int:
+    link.give_up()
+    if link.stdin_closed:
+        return _verdict_after_input(link, unanswered)
+    reason = last_log_line() if autostart else ""
+    return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
+                 + ("" if autostart else " (autostart disabled)")
+                 + (f"; the daemon said: {reason}" if reason else f"; see {paths.state_dir()}/daemon.log"))
+
+
+def _resume(link: _Link, new: socket.socket) -> None:
+    """Replay the session (prelude, initialize, initialized) on a new connection, then hand it to the stdin pump."""
+    with link.cond:
+        replay = link.session.replay()
+    try:
+        new.sendall(b"".join(replay))
+    except OSError:
+        pass  # dropped again: the next round sees it
+    link.attach(new)
 
 
 def _verdict_after_input(link: _Link, unanswered: int) -> int:
