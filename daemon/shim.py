@@ -187,22 +187,32 @@ class _Link:
             self.cond.notify_all()
 
 
+class _Lines:
+    """Complete lines out of a byte stream, each with its newline; `partial` holds the rest."""
+
+    def __init__(self) -> None:
+        self.partial = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        newline = data.rfind(b"\n")
+        if newline < 0:
+            self.partial += data
+            return []
+        self.partial += data[:newline + 1]
+        lines = [line + b"\n" for line in bytes(self.partial).split(b"\n")[:-1]]
+        self.partial = bytearray(data[newline + 1:])
+        return lines
+
+
 def _pump_stdin(link: _Link) -> None:
     """Client lines to the daemon, whole lines only (a reconnect never splits one)."""
-    buffer = bytearray()
+    lines = _Lines()
     try:
         while data := os.read(0, CHUNK):
-            newline = data.rfind(b"\n")
-            if newline < 0:
-                buffer += data
-                continue
-            buffer += data[:newline + 1]
-            lines = bytes(buffer).split(b"\n")[:-1]
-            buffer = bytearray(data[newline + 1:])
-            for line in lines:
-                link.send_line(line + b"\n")
-        if buffer:
-            link.send_line(bytes(buffer))  # a last line without its newline goes as it is
+            for line in lines.feed(data):
+                link.send_line(line)
+        if lines.partial:
+            link.send_line(bytes(lines.partial))  # a last line without its newline goes as it is
     except OSError:
         pass
     finally:
@@ -222,21 +232,17 @@ def _serve(link: _Link, sock: socket.socket) -> bool:
     Raises BrokenPipeError when the client closed stdout, ReplayFailed when the daemon refused the
     replayed session.
     """
-    buffer = bytearray()
+    pending = _Lines()
     any_line = False
     try:
         while data := sock.recv(CHUNK):
             link.received += len(data)
-            newline = data.rfind(b"\n")
-            if newline < 0:
-                buffer += data
+            lines = pending.feed(data)
+            if not lines:
                 continue
-            buffer += data[:newline + 1]
-            lines = bytes(buffer).split(b"\n")[:-1]
-            buffer = bytearray(data[newline + 1:])
             with link.cond:
-                verdicts = [link.session.from_daemon(line + b"\n") for line in lines]
-            out = b"".join(line + b"\n" for line, v in zip(lines, verdicts, strict=True) if v is Verdict.FORWARD)
+                verdicts = [link.session.from_daemon(line) for line in lines]
+            out = b"".join(line for line, v in zip(lines, verdicts, strict=True) if v is Verdict.FORWARD)
             any_line = True
             if out:
                 _write_out(out)

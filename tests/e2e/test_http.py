@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 import httpx2
@@ -60,18 +60,24 @@ def wait_for_http(env: Env, daemon: DaemonProcess) -> str:
     raise TimeoutError(daemon.log())
 
 
+@contextmanager
+def running(env: Env, config: str, *, token_name: str = "laptop") -> Iterator[HttpDaemon]:
+    """A daemon started with `config` (its [http] listen set) and a token made before it started."""
+    env.write_config(config)
+    token = add_token(env, token_name)
+    daemon = start_daemon(env)
+    try:
+        yield HttpDaemon(daemon, wait_for_http(env, daemon), token)
+    finally:
+        daemon.stop()
+
+
 @pytest.fixture
 def http_daemon(env: Env) -> Iterator[HttpDaemon]:
     port = free_port()
-    env.write_config(f'[daemon]\nextra_backends = ["echo_actor"]\n[http]\nlisten = "127.0.0.1:{port}"\n')
-    token = add_token(env, "laptop")
-    daemon = start_daemon(env)
-    try:
-        url = wait_for_http(env, daemon)
-        assert url == f"http://127.0.0.1:{port}/mcp"
-        yield HttpDaemon(daemon, url, token)
-    finally:
-        daemon.stop()
+    with running(env, f'[daemon]\nextra_backends = ["echo_actor"]\n[http]\nlisten = "127.0.0.1:{port}"\n') as http:
+        assert http.url == f"http://127.0.0.1:{port}/mcp"
+        yield http
 
 
 @asynccontextmanager
@@ -185,37 +191,25 @@ def test_with_tls_files_the_listener_speaks_https(env: Env) -> None:
                     "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
                    capture_output=True, check=True, timeout=60)
     port = free_port()
-    env.write_config(f'[http]\nlisten = "127.0.0.1:{port}"\ntls_cert = "{cert}"\ntls_key = "{key}"\n')
-    token = add_token(env, "laptop")
-    daemon = start_daemon(env)
-    try:
-        url = wait_for_http(env, daemon)
-        assert url == f"https://127.0.0.1:{port}/mcp"
+    with running(env, f'[http]\nlisten = "127.0.0.1:{port}"\ntls_cert = "{cert}"\ntls_key = "{key}"\n') as http:
+        assert http.url == f"https://127.0.0.1:{port}/mcp"
         trust = ssl.create_default_context(cafile=str(cert))  # the client checks the name against the certificate
-        ok = httpx2.post(url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {token}"}, verify=trust,
-                         timeout=30)
+        ok = httpx2.post(http.url, json=INIT, headers={**ACCEPT, "Authorization": f"Bearer {http.token}"},
+                         verify=trust, timeout=30)
         assert ok.status_code == 200 and '"result"' in ok.text
-        assert httpx2.post(url, json=INIT, headers=ACCEPT, verify=trust, timeout=30).status_code == 401
-    finally:
-        daemon.stop()
+        assert httpx2.post(http.url, json=INIT, headers=ACCEPT, verify=trust, timeout=30).status_code == 401
 
 
 async def test_http_sessions_see_the_configured_tool_groups_only(env: Env) -> None:
     """HTTP has no `--tools` (no shim): its sessions get `[mcp] tools`, listed and enforced."""
     port = free_port()
-    env.write_config(f'[daemon]\nextra_backends = ["echo_actor"]\n[mcp]\ntools = ["pcap"]\n'
-                     f'[http]\nlisten = "127.0.0.1:{port}"\n')
-    token = add_token(env, "pcap-only")
-    daemon = start_daemon(env)
-    try:
-        url = wait_for_http(env, daemon)
-        with trio.fail_after(60):
-            async with mcp_over_http(url, token) as client:
-                names = {t.name for t in (await client.list_tools()).tools}
-                assert "pcap_info" in names and "diagd_status" in names
-                assert not names & {"echo", "open_vmcore_session", "exec_program", "send_data"}
-                refused = await client.call_tool("echo", {"message": "not selected"})
-                assert refused.is_error
-                assert json.loads(refused.content[0].text)["code"] == "NOT_FOUND"
-    finally:
-        daemon.stop()
+    config = (f'[daemon]\nextra_backends = ["echo_actor"]\n[mcp]\ntools = ["pcap"]\n'
+              f'[http]\nlisten = "127.0.0.1:{port}"\n')
+    with running(env, config, token_name="pcap-only") as http, trio.fail_after(60):
+        async with mcp_over_http(http.url, http.token) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "pcap_info" in names and "diagd_status" in names
+            assert not names & {"echo", "open_vmcore_session", "exec_program", "send_data"}
+            refused = await client.call_tool("echo", {"message": "not selected"})
+            assert refused.is_error
+            assert json.loads(refused.content[0].text)["code"] == "NOT_FOUND"
