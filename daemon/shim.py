@@ -245,9 +245,18 @@ def _serve(link: _Link, sock: socket.socket) -> bool:
     return any_line  # a partial last line is dropped: half a message would break the client's stream
 
 
-def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float) -> socket.socket | None:
+def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float, pause: float = 0.0
+               ) -> socket.socket | None:
     """A new connection, with exponential backoff until `deadline`; None when the client is gone
-    meanwhile, an autostarted daemon died, or time ran out. DiagdError when the socket is not ours."""
+    meanwhile, an autostarted daemon died, or time ran out. DiagdError when the socket is not ours.
+
+    `pause` comes first: after a connection the daemon accepted but closed without a line, a connect
+    succeeds at once, so without it a daemon that keeps hanging up would be reconnected to in a loop
+    that the bound never ends (the deadline is checked only between refused connects)."""
+    if pause:
+        if time.monotonic() + pause > deadline:
+            return None
+        time.sleep(pause)
     began = time.monotonic()
     delay = BACKOFF_FIRST_S
     child: subprocess.Popen[bytes] | None = None
@@ -299,6 +308,7 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
     threading.Thread(target=_pump_stdin, args=(link,), daemon=True, name="stdin->daemon").start()
     bound_s = _env_seconds("DIAGD_SHIM_RECONNECT_S", RECONNECT_S)
     episode: float | None = None  # when the current run of failed connections began
+    pause = 0.0  # the wait before reconnecting after connections that brought no line
     unanswered = 0
     while True:
         try:
@@ -325,10 +335,13 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         if stdin_closed:
             return _verdict_after_input(link, unanswered)
         if delivered or episode is None:
-            episode = time.monotonic()
-        why = "it is stopping" if closing is Closing.STOPPING else "the connection dropped"
+            episode, pause = time.monotonic(), 0.0
+        else:  # accepted, then closed without a word: the episode goes on, backing off like a refused connect
+            pause = min(max(pause * 2, BACKOFF_FIRST_S), BACKOFF_MAX_S)
+        why = ("it is stopping" if closing is Closing.STOPPING else "the connection dropped" if delivered or not pause
+               else "it keeps closing the connection without a word")
         try:
-            new = _reconnect(path, link, autostart=autostart, deadline=episode + bound_s)
+            new = _reconnect(path, link, autostart=autostart, deadline=episode + bound_s, pause=pause)
         except DiagdError as exc:
             link.give_up()
             return _fail(f"the daemon went away ({why}) and {path} is now refused: {exc.code}: {exc.message}")
