@@ -18,6 +18,7 @@ calls left unanswered get one line on stderr and exit status 1, never a silent 0
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -170,6 +171,16 @@ class _Link:
             except OSError:
                 pass
 
+    def detach(self) -> tuple[Closing, str | None, list[bytes], bool]:
+        """The connection ended: how, its notice, the answers for the calls it leaves unanswered (none
+        after a refusal: the shim ends), and whether stdin is closed. Client lines wait from now on."""
+        with self.cond:
+            closing = self.session.closing()
+            notice = self.session.notice_message()
+            self.sock = None
+            failed = self.session.dropped() if closing is not Closing.REFUSED else []
+            return closing, notice, failed, self.stdin_closed
+
     def attach(self, sock: socket.socket) -> None:
         with self.cond:
             self.sock = sock
@@ -295,16 +306,11 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         return _fail(f"{exc.code}: {exc.message}")
     if sock is None:
         hint = "" if autostart else " (autostart disabled; run `diagd serve` or the systemd user service)"
-        reason = last_log_line() if autostart else ""
-        return _fail(f"no daemon listening on {path}{hint}; "
-                     + (f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log"))
+        return _fail(f"no daemon listening on {path}{hint}; {_daemon_said(autostart)}")
     session = ShimSession(prelude=list(prelude))
     link = _Link(session, sock)
-    try:
-        if session.prelude:
-            sock.sendall(b"".join(session.prelude))
-    except OSError:
-        pass  # seen as a drop by the reader below
+    with contextlib.suppress(OSError):  # a failed send is seen as a drop by the reader below
+        sock.sendall(b"".join(session.prelude))
     threading.Thread(target=_pump_stdin, args=(link,), daemon=True, name="stdin->daemon").start()
     bound_s = _env_seconds("DIAGD_SHIM_RECONNECT_S", RECONNECT_S)
     episode: float | None = None  # when the current run of failed connections began
@@ -319,12 +325,7 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
             return _fail(f"the restarted daemon refused the replayed session: {exc}")
         finally:
             _close(sock)
-        with link.cond:
-            closing = link.session.closing()
-            notice = link.session.notice_message()
-            link.sock = None
-            failed = link.session.dropped() if closing is not Closing.REFUSED else []
-            stdin_closed = link.stdin_closed
+        closing, notice, failed, stdin_closed = link.detach()
         unanswered += len(failed)
         try:
             _write_out(b"".join(failed))
@@ -338,8 +339,7 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
             episode, pause = time.monotonic(), 0.0
         else:  # accepted, then closed without a word: the episode goes on, backing off like a refused connect
             pause = min(max(pause * 2, BACKOFF_FIRST_S), BACKOFF_MAX_S)
-        why = ("it is stopping" if closing is Closing.STOPPING else "the connection dropped" if delivered or not pause
-               else "it keeps closing the connection without a word")
+        why = _why(closing, hung_up=bool(pause))
         try:
             new = _reconnect(path, link, autostart=autostart, deadline=episode + bound_s, pause=pause)
         except DiagdError as exc:
@@ -349,20 +349,34 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
             link.give_up()
             if link.stdin_closed:
                 return _verdict_after_input(link, unanswered)
-            reason = last_log_line() if autostart else ""
             return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
-                         + ("" if autostart else " (autostart disabled)")
-                         + (f"; the daemon said: {reason}" if reason else f"; see {paths.state_dir()}/daemon.log"))
-        with link.cond:
-            replay = link.session.replay()
-        try:
-            new.sendall(b"".join(replay))
-        except OSError:
-            pass  # dropped again: the next round sees it
-        link.attach(new)
+                         + ("" if autostart else " (autostart disabled)") + f"; {_daemon_said(autostart)}")
+        _replay(link, new)
         sys.stderr.write(f"diagd mcp: the daemon went away ({why}); reconnected after "
                          f"{time.monotonic() - episode:.2f} s and replayed the session\n")
         sock = new
+
+
+def _why(closing: Closing, *, hung_up: bool) -> str:
+    if closing is Closing.STOPPING:
+        return "it is stopping"
+    return "it keeps closing the connection without a word" if hung_up else "the connection dropped"
+
+
+def _daemon_said(autostart: bool) -> str:
+    reason = last_log_line() if autostart else ""
+    return f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log"
+
+
+def _replay(link: _Link, sock: socket.socket) -> None:
+    """Open the session again on a new connection, then let the client's waiting lines through."""
+    with link.cond:
+        replay = link.session.replay()
+    try:
+        sock.sendall(b"".join(replay))
+    except OSError:
+        pass  # dropped again: the next round sees it
+    link.attach(sock)
 
 
 def _verdict_after_input(link: _Link, unanswered: int) -> int:
