@@ -33,6 +33,10 @@ from diagd.daemon.shim_session import Closing, ReplayFailed, ShimSession, Verdic
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 CHUNK = 65536
+# Client bytes held back while their line is incomplete (a reconnect never splits a line); past this
+# they go on as they are, so a line that never ends meets the daemon's max_line_bytes (8 MiB by
+# default) and its coded refusal instead of growing the shim's memory without bound.
+MAX_HELD_BYTES = 16 * 1024 * 1024
 RECONNECT_S = 30.0  # how long a dropped session waits for a daemon to come back
 # Under systemd a restarted daemon is back well within this: autostarting earlier would race the
 # service manager's own start (the loser exits, but it might be systemd's).
@@ -206,6 +210,9 @@ def _pump_stdin(link: _Link) -> None:
             newline = data.rfind(b"\n")
             if newline < 0:
                 buffer += data
+                if len(buffer) > MAX_HELD_BYTES:  # no end in sight: pass it on, the daemon's line limit refuses it
+                    link.send_line(bytes(buffer))
+                    buffer.clear()
                 continue
             buffer += data[:newline + 1]
             lines = bytes(buffer).split(b"\n")[:-1]

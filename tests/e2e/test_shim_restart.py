@@ -215,6 +215,19 @@ def test_a_refusal_ends_the_shim_with_one_line_and_no_reconnect(env: Env) -> Non
         assert client.read() is None  # nothing after the refusal: no replayed session, no reconnect
 
 
+def test_a_line_that_never_ends_meets_the_daemons_line_limit_not_unbounded_shim_memory(env: Env) -> None:
+    """The shim holds an incomplete line back (a reconnect must not split it), but only so far."""
+    env.write_config('[daemon]\nextra_backends = ["echo_actor"]\nmax_line_bytes = 4096\n')
+    with restartable(env), shim(env, "--no-autostart") as client:
+        client.initialize()
+        client.send(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"'
+                    + b"x" * (16 * 1024 * 1024 + 1))  # no newline, and stdin stays open
+        refusal = client.read()
+        assert refusal is not None and refusal["id"] is None and refusal["error"]["data"]["closing"] is True
+        code, stderr = client.wait()
+        assert code == 1 and "message exceeds 4096 bytes" in stderr, stderr
+
+
 def test_a_daemon_that_does_not_come_back_within_the_bound_ends_the_shim_with_one_line(env: Env) -> None:
     with restartable(env) as daemons, shim(env, "--no-autostart", DIAGD_SHIM_RECONNECT_S="1") as client:
         client.initialize()
