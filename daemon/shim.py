@@ -33,9 +33,8 @@ from diagd.daemon.shim_session import Closing, ReplayFailed, ShimSession, Verdic
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 CHUNK = 65536
-# Client bytes held back while their line is incomplete (a reconnect never splits a line); past this
-# they go on as they are, so a line that never ends meets the daemon's max_line_bytes (8 MiB by
-# default) and its coded refusal instead of growing the shim's memory without bound.
+# Client bytes held while their line is incomplete (a reconnect never splits a line); past this they go
+# on as they are: a line that never ends meets the daemon's max_line_bytes refusal, not unbounded memory.
 MAX_HELD_BYTES = 16 * 1024 * 1024
 RECONNECT_S = 30.0  # how long a dropped session waits for a daemon to come back
 # Under systemd a restarted daemon is back well within this: autostarting earlier would race the
@@ -123,8 +122,6 @@ def reap_in_background(child: subprocess.Popen[bytes]) -> None:
     """Wait for an autostarted daemon from a thread: a shim that outlives it (it reconnects after a
     `diagd stop`) must not keep it a zombie, which `diagd stop` would take for a daemon still running."""
     threading.Thread(target=child.wait, daemon=True, name="reaper").start()
-
-
 
 
 def _env_seconds(name: str, default: float) -> float:
