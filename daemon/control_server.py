@@ -11,7 +11,8 @@ with a share of the daemon-wide `ByteBudget`.
 from __future__ import annotations
 
 import math
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -172,17 +173,42 @@ def _busy(conn: Connection | None) -> AbstractContextManager[None]:
     return conn.busy() if conn is not None else nullcontext()
 
 
-def _progress_sender(frames: FrameStream, msg_id: int) -> ProgressFn:
-    """CallContext.progress for a call that asked for it: each report becomes a `progress` frame."""
+# Progress frames a call may have waiting to be written; more are dropped (progress is lossy).
+PROGRESS_QUEUE = 16
 
-    async def send(progress: float, total: float | None, message: str | None) -> None:
+
+@asynccontextmanager
+async def _progress_frames(frames: FrameStream, msg_id: int) -> AsyncIterator[ProgressFn]:
+    """CallContext.progress for a call that asked for it: each report becomes a `progress` frame.
+
+    Reports are queued, never written by the reporter: an actor reports from its own task, and a
+    client that stops reading (a suspended `diagd call`) would otherwise stall the actor for every
+    client once the socket buffer is full. Reports past PROGRESS_QUEUE, and any after the call
+    ended, are dropped. On exit the queue is written out first, so progress still precedes the reply.
+    """
+    send_channel, receive_channel = trio.open_memory_channel[control.Progress](PROGRESS_QUEUE)
+
+    async def pump() -> None:
+        async with receive_channel:
+            async for frame in receive_channel:
+                try:
+                    await frames.send(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # the command is gone; its reply will fail the same way, the tool need not
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
         try:
-            await frames.send(control.Progress(id=msg_id, progress=float(progress),
-                                               total=None if total is None else float(total), message=message))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the command is gone; its reply will fail the same way, the tool need not
+            send_channel.send_nowait(control.Progress(id=msg_id, progress=float(progress),
+                                                      total=None if total is None else float(total), message=message))
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            pass
 
-    return send
+    async with trio.open_nursery() as nursery:  # the body raises only Cancelled (ToolRegistry.call)
+        nursery.start_soon(pump)
+        try:
+            yield report
+        finally:
+            send_channel.close()
 
 
 async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: FrameStream) -> Any:
@@ -190,10 +216,10 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
         return daemon.status()
     if isinstance(msg, control.CallRequest):
         conn = connections.current.get()
-        progress = _progress_sender(frames, msg.id) if msg.progress else None
-        result = await daemon.registry.call(msg.tool, msg.arguments,
-                                            CallContext(client=who, progress=progress,
-                                                        cwd=conn.cwd if conn is not None else None, ephemeral=True))
+        async with _progress_frames(frames, msg.id) if msg.progress else nullcontext() as progress:
+            result = await daemon.registry.call(msg.tool, msg.arguments,
+                                                CallContext(client=who, progress=progress,
+                                                            cwd=conn.cwd if conn is not None else None, ephemeral=True))
         return {"is_error": result.is_error, "result": result.payload, "meta": result.meta}
     if isinstance(msg, control.StopActorRequest):
         return daemon.supervisor.stop(msg.actor_id, reason=f"stopped by {who}").statistics()

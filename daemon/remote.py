@@ -269,6 +269,14 @@ def classify(request: Request, status: int, stdout: str, stderr: str) -> None:
                          f"no {request.remote_diagd!r} on {target}'s PATH ({said}); install diagd there, or "
                          "name its path with --remote-diagd (non-interactive ssh sessions may not read the "
                          "profile that sets PATH)", target=target, remote_diagd=request.remote_diagd)
+    lines = stdout.strip().splitlines()
+    if status == 0 and len(lines) > 1 and _VERSION.match(lines[-1]):
+        # diagd answered, after something else: the remote shell's startup files print on stdout,
+        # which would corrupt every MCP session (stdout is the protocol). Not a version problem.
+        raise DiagdError(ErrorCode.SSH_FAILED, f"{target}: the remote shell writes to stdout before diagd runs "
+                         f"({lines[0].strip()[:100]!r}), which would corrupt MCP; make its startup files "
+                         "(e.g. ~/.bashrc) print nothing in non-interactive sessions", target=target,
+                         remote_stdout=lines[0].strip()[:100])
     match = _VERSION.match(stdout.strip())
     if status != 0 or match is None:
         raise DiagdError(ErrorCode.VERSION_MISMATCH,

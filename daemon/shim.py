@@ -18,6 +18,7 @@ calls left unanswered get one line on stderr and exit status 1, never a silent 0
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -28,10 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diagd.daemon import paths
-from diagd.daemon.shim_session import Closing, ReplayFailed, ShimSession, Verdict
+from diagd.daemon.shim_session import Closing, Lines, ReplayFailed, ShimSession, Verdict
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 CHUNK = 65536
+# Client bytes held while their line is incomplete (a reconnect never splits a line); past this they go
+# on as they are: a line that never ends meets the daemon's max_line_bytes refusal, not unbounded memory.
+MAX_HELD_BYTES = 16 * 1024 * 1024
 RECONNECT_S = 30.0  # how long a dropped session waits for a daemon to come back
 # Under systemd a restarted daemon is back well within this: autostarting earlier would race the
 # service manager's own start (the loser exits, but it might be systemd's).
@@ -120,8 +124,6 @@ def reap_in_background(child: subprocess.Popen[bytes]) -> None:
     threading.Thread(target=child.wait, daemon=True, name="reaper").start()
 
 
-
-
 def _env_seconds(name: str, default: float) -> float:
     try:
         return max(0.0, float(os.environ[name]))
@@ -170,6 +172,16 @@ class _Link:
             except OSError:
                 pass
 
+    def detach(self) -> tuple[Closing, str | None, list[bytes], bool]:
+        """The connection ended: how, its notice, the answers for the calls it leaves unanswered (none
+        after a refusal: the shim ends), and whether stdin is closed. Client lines wait from now on."""
+        with self.cond:
+            closing = self.session.closing()
+            notice = self.session.notice_message()
+            self.sock = None
+            failed = self.session.dropped() if closing is not Closing.REFUSED else []
+            return closing, notice, failed, self.stdin_closed
+
     def attach(self, sock: socket.socket) -> None:
         with self.cond:
             self.sock = sock
@@ -187,30 +199,16 @@ class _Link:
             self.cond.notify_all()
 
 
-class _Lines:
-    """Complete lines out of a byte stream, each with its newline; `partial` holds the rest."""
-
-    def __init__(self) -> None:
-        self.partial = bytearray()
-
-    def feed(self, data: bytes) -> list[bytes]:
-        newline = data.rfind(b"\n")
-        if newline < 0:
-            self.partial += data
-            return []
-        self.partial += data[:newline + 1]
-        lines = [line + b"\n" for line in bytes(self.partial).split(b"\n")[:-1]]
-        self.partial = bytearray(data[newline + 1:])
-        return lines
-
-
 def _pump_stdin(link: _Link) -> None:
     """Client lines to the daemon, whole lines only (a reconnect never splits one)."""
-    lines = _Lines()
+    lines = Lines()
     try:
         while data := os.read(0, CHUNK):
             for line in lines.feed(data):
                 link.send_line(line)
+            if len(lines.partial) > MAX_HELD_BYTES:  # no end in sight: pass it on, the daemon's line limit refuses it
+                link.send_line(bytes(lines.partial))
+                lines.partial.clear()
         if lines.partial:
             link.send_line(bytes(lines.partial))  # a last line without its newline goes as it is
     except OSError:
@@ -232,7 +230,7 @@ def _serve(link: _Link, sock: socket.socket) -> bool:
     Raises BrokenPipeError when the client closed stdout, ReplayFailed when the daemon refused the
     replayed session.
     """
-    pending = _Lines()
+    pending = Lines()
     any_line = False
     try:
         while data := sock.recv(CHUNK):
@@ -251,9 +249,18 @@ def _serve(link: _Link, sock: socket.socket) -> bool:
     return any_line  # a partial last line is dropped: half a message would break the client's stream
 
 
-def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float) -> socket.socket | None:
+def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float, pause: float = 0.0
+               ) -> socket.socket | None:
     """A new connection, with exponential backoff until `deadline`; None when the client is gone
-    meanwhile, an autostarted daemon died, or time ran out. DiagdError when the socket is not ours."""
+    meanwhile, an autostarted daemon died, or time ran out. DiagdError when the socket is not ours.
+
+    `pause` comes first: after a connection the daemon accepted but closed without a line, a connect
+    succeeds at once, so without it a daemon that keeps hanging up would be reconnected to in a loop
+    that the bound never ends (the deadline is checked only between refused connects)."""
+    if pause:
+        if time.monotonic() + pause > deadline:
+            return None
+        time.sleep(pause)
     began = time.monotonic()
     delay = BACKOFF_FIRST_S
     child: subprocess.Popen[bytes] | None = None
@@ -292,24 +299,15 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         return _fail(f"{exc.code}: {exc.message}")
     if sock is None:
         hint = "" if autostart else " (autostart disabled; run `diagd serve` or the systemd user service)"
-        reason = last_log_line() if autostart else ""
-        return _fail(f"no daemon listening on {path}{hint}; "
-                     + (f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log"))
+        return _fail(f"no daemon listening on {path}{hint}; {_daemon_said(autostart)}")
     session = ShimSession(prelude=list(prelude))
     link = _Link(session, sock)
-    try:
-        if session.prelude:
-            sock.sendall(b"".join(session.prelude))
-    except OSError:
-        pass  # seen as a drop by the reader below
+    with contextlib.suppress(OSError):  # a failed send is seen as a drop by the reader below
+        sock.sendall(b"".join(session.prelude))
     threading.Thread(target=_pump_stdin, args=(link,), daemon=True, name="stdin->daemon").start()
-    return _relay(path, link, sock, autostart=autostart)
-
-
-def _relay(path: Path, link: _Link, sock: socket.socket, *, autostart: bool) -> int:
-    """Daemon lines to stdout, across reconnects, until the client, a refusal or the bound ends it."""
     bound_s = _env_seconds("DIAGD_SHIM_RECONNECT_S", RECONNECT_S)
     episode: float | None = None  # when the current run of failed connections began
+    pause = 0.0  # the wait before reconnecting after connections that brought no line
     unanswered = 0
     while True:
         try:
@@ -320,12 +318,7 @@ def _relay(path: Path, link: _Link, sock: socket.socket, *, autostart: bool) -> 
             return _fail(f"the restarted daemon refused the replayed session: {exc}")
         finally:
             _close(sock)
-        with link.cond:
-            closing = link.session.closing()
-            notice = link.session.notice_message()
-            link.sock = None
-            failed = link.session.dropped() if closing is not Closing.REFUSED else []
-            stdin_closed = link.stdin_closed
+        closing, notice, failed, stdin_closed = link.detach()
         unanswered += len(failed)
         try:
             _write_out(b"".join(failed))
@@ -336,40 +329,47 @@ def _relay(path: Path, link: _Link, sock: socket.socket, *, autostart: bool) -> 
         if stdin_closed:
             return _verdict_after_input(link, unanswered)
         if delivered or episode is None:
-            episode = time.monotonic()
-        why = "it is stopping" if closing is Closing.STOPPING else "the connection dropped"
+            episode, pause = time.monotonic(), 0.0
+        else:  # accepted, then closed without a word: the episode goes on, backing off like a refused connect
+            pause = min(max(pause * 2, BACKOFF_FIRST_S), BACKOFF_MAX_S)
+        why = _why(closing, hung_up=bool(pause))
         try:
-            new = _reconnect(path, link, autostart=autostart, deadline=episode + bound_s)
+            new = _reconnect(path, link, autostart=autostart, deadline=episode + bound_s, pause=pause)
         except DiagdError as exc:
             link.give_up()
             return _fail(f"the daemon went away ({why}) and {path} is now refused: {exc.code}: {exc.message}")
         if new is None:
-            return _gave_up(link, unanswered, why, bound_s, autostart=autostart)
-        _resume(link, new)
+            link.give_up()
+            if link.stdin_closed:
+                return _verdict_after_input(link, unanswered)
+            return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
+                         + ("" if autostart else " (autostart disabled)") + f"; {_daemon_said(autostart)}")
+        _replay(link, new)
         sys.stderr.write(f"diagd mcp: the daemon went away ({why}); reconnected after "
                          f"{time.monotonic() - episode:.2f} s and replayed the session\n")
         sock = new
 
 
-def _gave_up(link: _Link, unanswered: int, why: str, bound_s: float, *, autostart: bool) -> int:
-    link.give_up()
-    if link.stdin_closed:
-        return _verdict_after_input(link, unanswered)
+def _why(closing: Closing, *, hung_up: bool) -> str:
+    if closing is Closing.STOPPING:
+        return "it is stopping"
+    return "it keeps closing the connection without a word" if hung_up else "the connection dropped"
+
+
+def _daemon_said(autostart: bool) -> str:
     reason = last_log_line() if autostart else ""
-    return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
-                 + ("" if autostart else " (autostart disabled)")
-                 + (f"; the daemon said: {reason}" if reason else f"; see {paths.state_dir()}/daemon.log"))
+    return f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log"
 
 
-def _resume(link: _Link, new: socket.socket) -> None:
-    """Replay the session (prelude, initialize, initialized) on a new connection, then hand it to the stdin pump."""
+def _replay(link: _Link, sock: socket.socket) -> None:
+    """Open the session again on a new connection, then let the client's waiting lines through."""
     with link.cond:
         replay = link.session.replay()
     try:
-        new.sendall(b"".join(replay))
+        sock.sendall(b"".join(replay))
     except OSError:
         pass  # dropped again: the next round sees it
-    link.attach(new)
+    link.attach(sock)
 
 
 def _verdict_after_input(link: _Link, unanswered: int) -> int:

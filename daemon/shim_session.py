@@ -180,3 +180,20 @@ def restart_error(ident: Any, method: str) -> bytes:
     error = {"code": SERVER_ERROR, "message": message, "data": {"code": str(ErrorCode.DAEMON_RESTARTED),
                                                                  "method": method}}
     return json.dumps({"jsonrpc": "2.0", "id": ident, "error": error}, separators=(",", ":")).encode() + b"\n"
+
+
+class Lines:
+    """Complete lines out of a byte stream, each with its newline; `partial` holds the rest."""
+
+    def __init__(self) -> None:
+        self.partial = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        newline = data.rfind(b"\n")
+        if newline < 0:
+            self.partial += data
+            return []
+        self.partial += data[:newline + 1]
+        lines = [line + b"\n" for line in bytes(self.partial).split(b"\n")[:-1]]
+        self.partial = bytearray(data[newline + 1:])
+        return lines

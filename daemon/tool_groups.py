@@ -68,12 +68,13 @@ def read_options(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         raw = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting fits in 4 KB: not options, the MCP parser answers it
         return None
     if not isinstance(raw, dict) or "diagd" not in raw or "jsonrpc" in raw:
         return None
     options = raw["diagd"]
-    if not isinstance(options, dict) or options.get("v") != OPTIONS_VERSION:
+    version = options.get("v") if isinstance(options, dict) else None
+    if not isinstance(options, dict) or isinstance(version, bool) or version != OPTIONS_VERSION:  # true == 1
         raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"connection options must be {{\"v\": {OPTIONS_VERSION}, ...}}",
                          got=str(options)[:200])
     tools = options.get("tools")

@@ -93,6 +93,14 @@ def test_the_same_version_passes_and_another_is_named() -> None:
     assert caught.value.code == ErrorCode.VERSION_MISMATCH and "9.9" in caught.value.message
 
 
+def test_a_remote_shell_that_prints_on_stdout_is_named_not_taken_for_another_version() -> None:
+    with pytest.raises(DiagdError) as caught:
+        remote.classify(REQUEST, 0, f"Welcome to h!\ndiagd {__version__}\n", "")
+    assert caught.value.code == ErrorCode.SSH_FAILED, caught.value.message
+    assert "writes to stdout" in caught.value.message and "Welcome to h!" in caught.value.message
+    assert "\n" not in caught.value.message
+
+
 def test_ssh_is_rejected_where_it_means_nothing() -> None:
     out = subprocess.run([DIAGD, "reload", "--ssh", "somewhere"], capture_output=True, text=True, check=False)
     assert out.returncode == 2 and "--ssh works with mcp, status, call, logs, doctor" in out.stderr

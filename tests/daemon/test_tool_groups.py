@@ -40,9 +40,12 @@ def test_the_options_line_round_trips_and_mcp_lines_are_not_options() -> None:
     assert tool_groups.read_options(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"diagd":1}}') is None
     assert tool_groups.read_options(b'{"jsonrpc":"2.0","diagd":{"v":1}}') is None
     assert tool_groups.read_options(b"not json") is None
+    # Nesting past Python's recursion limit raises RecursionError, not ValueError: still "not options".
+    assert tool_groups.read_options(b"[" * 2000 + b'"diagd"') is None
 
 
-@pytest.mark.parametrize("line", [b'{"diagd":{"v":2}}', b'{"diagd":[]}', b'{"diagd":{"v":1,"tools":"pcap"}}'])
+@pytest.mark.parametrize("line", [b'{"diagd":{"v":2}}', b'{"diagd":[]}', b'{"diagd":{"v":1,"tools":"pcap"}}',
+                                  b'{"diagd":{"v":true}}'])
 def test_a_malformed_options_line_is_a_protocol_error(line: bytes) -> None:
     with pytest.raises(DiagdError) as caught:
         tool_groups.read_options(line)

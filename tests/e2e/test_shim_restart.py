@@ -7,7 +7,9 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -213,6 +215,19 @@ def test_a_refusal_ends_the_shim_with_one_line_and_no_reconnect(env: Env) -> Non
         assert client.read() is None  # nothing after the refusal: no replayed session, no reconnect
 
 
+def test_a_line_that_never_ends_meets_the_daemons_line_limit_not_unbounded_shim_memory(env: Env) -> None:
+    """The shim holds an incomplete line back (a reconnect must not split it), but only so far."""
+    env.write_config('[daemon]\nextra_backends = ["echo_actor"]\nmax_line_bytes = 4096\n')
+    with restartable(env), shim(env, "--no-autostart") as client:
+        client.initialize()
+        client.send(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"'
+                    + b"x" * (16 * 1024 * 1024 + 1))  # no newline, and stdin stays open
+        refusal = client.read()
+        assert refusal is not None and refusal["id"] is None and refusal["error"]["data"]["closing"] is True
+        code, stderr = client.wait()
+        assert code == 1 and "message exceeds 4096 bytes" in stderr, stderr
+
+
 def test_a_daemon_that_does_not_come_back_within_the_bound_ends_the_shim_with_one_line(env: Env) -> None:
     with restartable(env) as daemons, shim(env, "--no-autostart", DIAGD_SHIM_RECONNECT_S="1") as client:
         client.initialize()
@@ -241,3 +256,46 @@ def test_with_autostart_a_stopped_daemon_is_replaced_and_the_session_goes_on(env
             assert second != first
         finally:
             env.run("stop")
+
+
+def hang_up_after_the_handshake(path: os.PathLike[str]) -> tuple[socket.socket, list[int]]:
+    """A socket at `path` whose first connection answers `initialize` and then closes, and which accepts
+    and closes every later one without a word (a daemon failing right after accept); the connection count."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(os.fspath(path))
+    server.listen(16)
+    accepted = [0]
+
+    def serve() -> None:
+        with server.accept()[0] as conn, conn.makefile("rb") as lines:
+            accepted[0] += 1
+            ident = json.loads(lines.readline())["id"]
+            answer = {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "x", "version": "0"}}
+            conn.sendall(json.dumps({"jsonrpc": "2.0", "id": ident, "result": answer}).encode() + b"\n")
+            lines.readline()  # notifications/initialized
+        while True:
+            try:
+                server.accept()[0].close()
+            except OSError:
+                return
+            accepted[0] += 1
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, accepted
+
+
+def test_a_daemon_that_keeps_hanging_up_ends_the_shim_within_the_bound_not_in_a_reconnect_loop(env: Env) -> None:
+    """Each connect succeeds at once there: the bound must count connections that brought nothing."""
+    env.runtime.mkdir(mode=0o700, exist_ok=True)
+    server, accepted = hang_up_after_the_handshake(env.runtime / "mcp.sock")
+    try:
+        with shim(env, "--no-autostart", DIAGD_SHIM_RECONNECT_S="1") as client:
+            client.initialize()
+            code, stderr = client.wait()
+            assert code == 1, stderr
+            assert stderr.strip().splitlines()[-1].startswith(
+                "diagd mcp: the daemon went away (it keeps closing the connection without a word) and did not "
+                "come back within 1 s"), stderr
+            assert accepted[0] > 2  # it did reconnect, with backoff
+    finally:
+        server.close()

@@ -87,6 +87,20 @@ def test_an_unknown_group_on_the_socket_closes_the_connection_with_a_coded_error
     assert reply["error"]["data"]["did_you_mean"] == ["pcap"]
 
 
+def test_a_deeply_nested_first_line_gets_a_parse_error_and_the_connection_goes_on(daemon: DaemonProcess) -> None:
+    """A first line that mentions "diagd" is read as options first; nesting deep enough to exhaust
+    Python's recursion (it fits in the 4 KB options limit) once killed the connection handler silently."""
+    raw = RawMCP(daemon.mcp_socket)
+    try:
+        raw.send_bytes(b"[" * 2000 + b'"diagd"\n')
+        reply = raw.read()
+        assert reply is not None and reply["error"]["code"] == -32700, reply
+        assert raw.initialize()["result"]["serverInfo"]["name"] == "diagd"
+    finally:
+        raw.close()
+    assert "connection handler failed" not in daemon.log()
+
+
 def test_an_unknown_group_in_the_config_stops_the_start_and_is_refused_by_a_reload(env: Env) -> None:
     env.write_config('[mcp]\ntools = ["crsh"]\n')
     refused = env.run("serve")
