@@ -20,6 +20,14 @@ EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_NO_DAEMON = 0, 1, 2, 3
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--argv-hex"]:  # a command sent by `--ssh` from another host (daemon/remote.py)
+        from diagd.daemon import remote
+
+        try:
+            argv = remote.decode_argv(argv)
+        except DiagdError as exc:
+            sys.stderr.write(f"diagd: {exc.code}: {exc.message}\n")
+            return EXIT_USAGE
     if any(a.startswith(("--ssh", "--remote-diagd")) for a in argv):  # the same command on another host
         from diagd.daemon import remote
 

@@ -9,7 +9,11 @@ connection (ControlMaster/ControlPersist, its socket in diagd's owner-only runti
 real command that follows, and the next invocations for a while, reuse it instead of
 re-authenticating.
 
-The remote side is a shell: every word sent there goes through `shlex.quote`, whatever it holds.
+The remote side is a shell, and not always sh: quoting that is safe in sh is not in fish (a
+backslash escapes a quote inside single quotes there) or csh. So no argument text reaches it as
+text: the command's words travel as one hex word (`diagd --argv-hex 5b22…`), which every shell
+passes on untouched, and the remote diagd decodes them (the versions match, so it can). The
+remote diagd's path, the only other word, is refused unless it is plain path characters.
 No secret ever goes on a command line: authentication is keys or an agent (BatchMode: an MCP
 client cannot answer a password prompt).
 """
@@ -17,9 +21,9 @@ client cannot answer a password prompt).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -171,9 +175,31 @@ def ssh_argv(request: Request, *extra: str) -> list[str]:
     return [*argv, *extra, "--", request.target.host]
 
 
-def remote_command(words: Sequence[str]) -> str:
-    """One line for the remote shell, each word quoted: nothing in an argument is ever run."""
-    return " ".join(shlex.quote(w) for w in words)
+ARGV_FLAG = "--argv-hex"
+# Characters that mean nothing to sh, bash, zsh, fish or csh inside a word (a leading `~` expands to
+# the remote home, which is what a user writing `~/bin/diagd` means).
+_PLAIN_PATH = re.compile(r"~?[A-Za-z0-9_./+-]+")
+
+
+def remote_command(remote_diagd: str, words: Sequence[str]) -> str:
+    """The line the remote shell runs: the remote diagd, then the words hex-encoded. Nothing in an
+    argument is ever run, whatever the remote login shell."""
+    if not _PLAIN_PATH.fullmatch(remote_diagd):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"--remote-diagd {remote_diagd!r}: use a path of letters, digits "
+                         "and _ . / + - (optionally starting with ~)", remote_diagd=remote_diagd)
+    encoded = json.dumps(list(words), ensure_ascii=False).encode().hex()
+    return f"{remote_diagd} {ARGV_FLAG} {encoded}"
+
+
+def decode_argv(argv: Sequence[str]) -> list[str]:
+    """The words of `diagd --argv-hex HEX` (what `remote_command` sent), or INVALID_ARGUMENT."""
+    try:
+        words = json.loads(bytes.fromhex(argv[1]).decode()) if len(argv) == 2 else None
+    except ValueError:  # not hex, not UTF-8, not JSON
+        words = None
+    if not (isinstance(words, list) and all(isinstance(w, str) for w in words)):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{ARGV_FLAG} takes one hex-encoded JSON list of words")
+    return words
 
 
 def check(request: Request) -> None:
@@ -224,7 +250,7 @@ def _write_stamp(name: str, text: str) -> None:
 
 def probe(request: Request) -> None:
     """Check that the remote diagd answers `version` with ours; a coded DiagdError says what is wrong."""
-    argv = [*ssh_argv(request), remote_command([request.remote_diagd, "version"])]
+    argv = [*ssh_argv(request), remote_command(request.remote_diagd, ["version"])]
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
                               timeout=PROBE_TIMEOUT_S, check=False)
@@ -302,7 +328,7 @@ def run(request: Request) -> int:
     name = request.command[0]
     try:
         check(request)
-        argv = [*ssh_argv(request), remote_command([request.remote_diagd, *request.command])]
+        argv = [*ssh_argv(request), remote_command(request.remote_diagd, request.command)]
     except DiagdError as exc:
         sys.stderr.write(f"diagd {name}: {exc.code}: {exc.message}\n")
         return EXIT_BY_CODE.get(exc.code, 1)

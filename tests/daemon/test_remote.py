@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shlex
+import re
 import subprocess
 import sys
 
@@ -56,12 +56,33 @@ def test_a_local_command_is_no_request_and_half_a_request_is_an_error() -> None:
             remote.split_argv(argv)
 
 
-def test_the_remote_command_line_gives_every_word_back_unchanged() -> None:
-    words = ["diagd", "call", "echo", "message=; touch /tmp/x", "m=$(id)", "m=`id`", "m='q'\"d\"", "m=\n", "*", ""]
-    assert shlex.split(remote.remote_command(words)) == words
-    sh = subprocess.run(["sh", "-c", f"printf '%s\\0' {remote.remote_command(words)}"], capture_output=True,
-                        check=True)
-    assert sh.stdout.split(b"\0")[:-1] == [w.encode() for w in words]
+def test_the_remote_command_line_carries_every_word_in_a_form_no_shell_reads() -> None:
+    # `x\\'` closes a single-quoted word in fish (shlex.quote's quoting is sh's), `!` is csh history.
+    words = ["call", "echo", "message=; touch /tmp/x", "m=$(id)", "m=`id`", "m='q'\"d\"", "m=\n", "*", "",
+             "a=x\\", "b=;id;", "m=!!", "m=~root", "m=\u00e9\u4e2d"]
+    line = remote.remote_command("diagd", words)
+    assert re.fullmatch(r"diagd --argv-hex [0-9a-f]+", line)
+    assert remote.decode_argv(line.split()[1:]) == words
+    sh = subprocess.run(["sh", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True)
+    assert sh.stdout.split(b"\0")[:-1] == line.encode().split()
+
+
+def test_the_remote_diagd_path_must_be_plain_path_characters() -> None:
+    assert remote.remote_command("~/bin/diagd", ["version"]).startswith("~/bin/diagd --argv-hex ")
+    assert remote.remote_command("/opt/diagd-1.0/bin/diagd", ["version"]).startswith("/opt/diagd-1.0/bin/diagd ")
+    for bad in ("diagd; id", "$(id)", "/opt/my diagd", "diagd\\", "'diagd'", "-oProxyCommand=x", ""):
+        with pytest.raises(DiagdError) as refused:
+            remote.remote_command(bad, ["version"])
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_the_remote_side_decodes_the_words_and_refuses_anything_else() -> None:
+    encoded = remote.remote_command("diagd", ["version"]).split()[2]
+    done = subprocess.run([DIAGD, "--argv-hex", encoded], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("diagd "), done.stderr
+    for bad in (["--argv-hex"], ["--argv-hex", "zz"], ["--argv-hex", b'{"a": 1}'.hex()], ["--argv-hex", "00", "x"]):
+        done = subprocess.run([DIAGD, *bad], capture_output=True, text=True, check=False)
+        assert done.returncode == 2 and done.stderr.startswith("diagd: INVALID_ARGUMENT: --argv-hex"), done.stderr
 
 
 REQUEST = Request(Target("h", "u"), ["status"])
