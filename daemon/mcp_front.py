@@ -171,6 +171,41 @@ def build_server(registry: ToolRegistry, *, version: str,
     )
 
 
+class _InFlight:
+    """Requests the SDK was given and has not answered yet.
+
+    The SDK's dispatcher cancels every running handler when its input ends, so a client that
+    half-closes after its last request (`printf ... | diagd mcp`) would lose the answers still being
+    computed: the reader holds the SDK's input open until this is empty (a hang-up still cancels).
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[str | int] = set()
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def given(self, message: SessionMessage) -> None:
+        msg = message.message
+        if isinstance(msg, types.JSONRPCRequest):
+            if not self._ids:
+                self._idle = trio.Event()
+            self._ids.add(msg.id)
+        elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
+            self._done((msg.params or {}).get("requestId"))  # MCP: a cancelled request is not answered
+
+    def answered(self, message: SessionMessage) -> None:
+        if isinstance(message.message, types.JSONRPCResponse | types.JSONRPCError):
+            self._done(message.message.id)
+
+    def _done(self, ident: Any) -> None:
+        self._ids.discard(ident)
+        if not self._ids:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+
 class _Pipes:
     """The two directions of one MCP connection: socket lines to the SDK's server, its answers (and
     the screening's own error lines) back to the socket."""
@@ -184,11 +219,13 @@ class _Pipes:
         self.write_send, self.write_recv = anyio.create_memory_object_stream[SessionMessage | bytes](0)
         self.handshake = mcp_wire.Handshake(lambda method: server.get_request_handler(method) is not None)
         self.writer_done = trio.Event()
+        self.in_flight = _InFlight()
         self.mid_line = False  # a send_all cancelled midway leaves half a line on the socket
 
-    async def reader(self) -> bool:
-        """Feed complete lines to the server; True at a clean EOF, False when the connection must
-        close (a line too long or too slow: its error is queued for the writer)."""
+    async def reader(self, at_eof: Callable[[], None]) -> bool:
+        """Feed complete lines to the server; True at a clean EOF (once every request is answered;
+        `at_eof` runs first), False when the connection must close (a line too long or too slow:
+        its error is queued for the writer)."""
         async with self.read_send:
             while True:
                 try:
@@ -200,6 +237,8 @@ class _Pipes:
                     return False
                 if batch is None:
                     self.lines.release()
+                    at_eof()
+                    await self.in_flight.wait_idle()
                     return True
                 if self.on_options is not None:
                     on_options, self.on_options = self.on_options, None
@@ -219,6 +258,7 @@ class _Pipes:
                     if isinstance(parsed, SessionMessage):
                         parsed = self.handshake.screen(parsed) or parsed
                     if isinstance(parsed, SessionMessage):
+                        self.in_flight.given(parsed)
                         await self.read_send.send(parsed)
                     else:  # answered here: the SDK would stay silent or answer misleadingly
                         await self.write_send.send(parsed)
@@ -231,6 +271,7 @@ class _Pipes:
                         await self._send(message)
                         continue
                     self.handshake.answered(message)
+                    self.in_flight.answered(message)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                     await self._send(data.encode())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -293,8 +334,7 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
                     await server.run(pipes.read_recv, pipes.write_send.clone(), init_options)
 
             nursery.start_soon(run_server)
-            if await pipes.reader():
-                nursery.start_soon(_cancel_on_hangup, stream, nursery.cancel_scope)
+            if await pipes.reader(lambda: nursery.start_soon(_cancel_on_hangup, stream, nursery.cancel_scope)):
                 await pipes.writer_done.wait()  # every answer written (or the peer is gone)
             else:
                 with trio.move_on_after(1):  # flush the error ...

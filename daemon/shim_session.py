@@ -48,6 +48,14 @@ class ReplayFailed(Exception):
     """The restarted daemon answered the replayed `initialize` with an error."""
 
 
+def _cancelled_id(msg: Any) -> tuple[Any] | None:
+    """(the request id) of a `notifications/cancelled`, else None (a 1-tuple: an id may be 0)."""
+    if not isinstance(msg, dict) or msg.get("method") != "notifications/cancelled" or "id" in msg:
+        return None
+    params = msg.get("params")
+    return (params["requestId"],) if isinstance(params, dict) and "requestId" in params else None
+
+
 def _key(ident: Any) -> str:
     """A dict key for a JSON-RPC id that keeps 1 and "1" apart."""
     return json.dumps(ident, separators=(",", ":"))
@@ -95,6 +103,8 @@ class ShimSession:
                 self.initialize, self.initialize_key = line, key
         elif isinstance(msg, dict) and msg.get("method") == "notifications/initialized" and "id" not in msg:
             self.initialized = line
+        elif cancelled := _cancelled_id(msg):  # MCP: a cancelled request is not answered
+            self.in_flight.pop(_key(cancelled[0]), None)
 
     # -- daemon -> client ---------------------------------------------------------------------------
 

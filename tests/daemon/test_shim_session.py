@@ -129,3 +129,12 @@ def test_a_big_result_is_matched_by_its_head_without_parsing_the_rest() -> None:
     big = b'{"jsonrpc":"2.0","id":7,"result":{"x":"' + b"a" * 1_000_000 + b'"'  # not even valid JSON
     assert s.from_daemon(big + b"\n") is Verdict.FORWARD
     assert s.in_flight == {}
+
+
+def test_a_cancelled_request_is_no_longer_in_flight() -> None:
+    """MCP: a request the client cancelled gets no answer, so a drop must not answer it either."""
+    session = ShimSession()
+    session.from_client(b'{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"name":"x"}}\n')
+    session.from_client(b'{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"y"}}\n')
+    session.from_client(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}}\n')
+    assert [json.loads(line)["id"] for line in session.dropped()] == ["a"]

@@ -194,3 +194,27 @@ async def test_stopping_an_actor_by_tool_frees_it(daemon: DaemonProcess) -> None
         assert payload(stopped)["stopped"] == actor_id
         unknown = payload(await call(client, "diagd_stop_actor", {"actor_id": actor_id}))
         assert unknown["code"] == "NOT_FOUND"
+
+
+def test_a_client_that_half_closes_after_its_requests_gets_every_answer(daemon: DaemonProcess) -> None:
+    """`printf '...' | diagd mcp`: stdin ends right after the last request; the SDK's dispatcher
+    cancels whatever runs when its input ends, so the daemon must hold it open until all are answered."""
+    def echo(ident: int, message: str, delay_s: float = 0) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": ident, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": message, "delay_s": delay_s}}}
+
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        echo(3, "late", 0.5), echo(4, "x"), echo(5, "gone", 30),
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}},
+    ]
+    stdin = "".join(json.dumps(r) + "\n" for r in requests).encode()
+    for _ in range(5):  # the race it guards against lost an answer about every other run
+        done = daemon.env.run("mcp", "--no-autostart", input=stdin, timeout=60)
+        assert done.returncode == 0, done.stderr
+        answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
+        assert set(answers) == {1, 2, 3, 4}, done.stdout[-500:]  # a cancelled request is not answered (MCP)
+        assert json.loads(answers[3]["result"]["content"][0]["text"])["message"] == "late"
