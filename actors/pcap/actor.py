@@ -37,6 +37,7 @@ from diagd.actors.pcap.messages import (
     Follow,
     Frames,
     Info,
+    NgapProcedures,
     NgapSessions,
     PacketList,
     PduSessions,
@@ -305,4 +306,7 @@ class PcapActor(Actor):
             case PduSessions(display_filter=display_filter):
                 pdus = await answers.ngap_pdus(self, request, display_filter)
                 return ngap_summary.pdu_sessions(pdus, filtered=bool(display_filter))
+            case NgapProcedures(display_filter=display_filter):
+                pdus = await answers.ngap_pdus(self, request, display_filter)
+                return ngap_summary.procedures(pdus, filtered=bool(display_filter))
         raise unhandled("pcap", request)

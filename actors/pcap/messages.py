@@ -109,8 +109,13 @@ class PduSessions:
     display_filter: str
 
 
+@dataclass(frozen=True)
+class NgapProcedures:
+    display_filter: str
+
+
 PcapMessage = (Info | Check | Frames | Timeline | Detail | TextSearch | Follow | PacketList | Export
-               | NgapSessions | PduSessions)
+               | NgapSessions | PduSessions | NgapProcedures)
 
 
 def cache_key(message: object) -> object | None:

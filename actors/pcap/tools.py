@@ -26,6 +26,7 @@ from diagd.actors.pcap.messages import (
     Follow,
     Frames,
     Info,
+    NgapProcedures,
     NgapSessions,
     PacketList,
     PduSessions,
@@ -282,8 +283,8 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
 NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True}}
 
 
-async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args, message: NgapSessions | PduSessions
-                       ) -> Args:
+async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
+                       message: NgapSessions | PduSessions | NgapProcedures) -> Args:
     # NGAP UE ids are unique only inside one SCTP association: Wireshark numbers them (first pass).
     prefs = {"sctp.association_index": "TRUE"}
     if args["null_decipher"]:
@@ -294,9 +295,13 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args, messa
 
 
 @tools.tool("ngap_ue_sessions", "Per UE context (association + AMF/RAN UE NGAP ids): gNB, SUCI, 5G-TMSI, NGAP "
-            "procedures, NAS messages, failures with causes; failed_ues, NG associations, linked contexts.",
-            NGAP_PROPS, required=CAPTURE_ONLY, output=UE_SESSIONS_OUTPUT)
+            "procedures, NAS messages, failures with causes; failed_ues, NG associations, linked contexts. "
+            "view=procedures: each 5G procedure's frames, start, duration, outcome, cause; latency stats.",
+            {**NGAP_PROPS, "view": {"enum": ["contexts", "procedures"], "default": "contexts"}},
+            required=CAPTURE_ONLY, output=UE_SESSIONS_OUTPUT)
 async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    if args["view"] == "procedures":
+        return await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"]))
     return await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
 
 

@@ -28,6 +28,7 @@ Wireshark's labels; codes from the raw values, never from a home-made decoder.
 """
 
 from diagd.actors.pcap.ngap.pdus import NgapPdu, pdus_in_frame
+from diagd.actors.pcap.ngap.procedures import procedures
 from diagd.actors.pcap.ngap.sessions import pdu_sessions, ue_sessions
 
-__all__ = ["NgapPdu", "pdu_sessions", "pdus_in_frame", "ue_sessions"]
+__all__ = ["NgapPdu", "pdu_sessions", "pdus_in_frame", "procedures", "ue_sessions"]

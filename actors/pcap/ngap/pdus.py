@@ -37,6 +37,7 @@ class NasMessage:
     cause: int | None = None
     cause_text: str | None = None
     values: dict[str, list[str]] = field(default_factory=dict)
+    outer: str | None = None  # "5GMM 0x5e": the message whose container carries this one (None: top level)
 
     def first(self, name: str) -> str | None:
         got = self.values.get(name)
@@ -278,7 +279,7 @@ def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], i
     def gather(node: Node, message: NasMessage) -> None:
         for child in _children(node):
             if message_type(child) is not None:
-                visit(child)
+                visit(child, f"{message.layer} {message.code}")
                 continue
             name, value = _name_value(child)
             if name is not None and value is not None:
@@ -290,14 +291,14 @@ def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], i
                                                                else value)
             gather(child, message)
 
-    def visit(node: Node) -> None:
+    def visit(node: Node, outer: str | None = None) -> None:
         found = message_type(node)
         if found is None:
             for child in _children(node):
-                visit(child)
+                visit(child, outer)
             return
         layer, code, text = found
-        message = NasMessage(frame=frame, layer=layer, code=code, message=text)
+        message = NasMessage(frame=frame, layer=layer, code=code, message=text, outer=outer)
         out.append(message)
         gather(node, message)
 
