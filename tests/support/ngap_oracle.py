@@ -112,7 +112,8 @@ def tshark_rows(path: Path, tmp: Path) -> list[Row]:
     return rows
 
 
-def answer(path: Path) -> Answer:
+def owned_rows(path: Path) -> tuple[list[Row], list[UeKey | None]]:
+    """Every NGAP PDU's row, and the UE context each belongs to (None: not UE-associated)."""
     with tempfile.TemporaryDirectory(prefix="ngap-oracle-") as tmp:
         rows = tshark_rows(path, Path(tmp))
     # Contexts: a RAN id names one context per association until an AMF id joins it.
@@ -131,7 +132,11 @@ def answer(path: Path) -> Answer:
             return None
         return (*row.assoc, amf, ran)
 
-    owners = [ue(row) for row in rows]
+    return rows, [ue(row) for row in rows]
+
+
+def answer(path: Path) -> Answer:
+    rows, owners = owned_rows(path)
     ues = {u for u in owners if u is not None}
     last_frame = {row.assoc: row.frame for row in rows}
     failures: dict[UeKey, list[tuple[int, str, int | None]]] = {u: [] for u in ues}
