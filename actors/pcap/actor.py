@@ -308,5 +308,6 @@ class PcapActor(Actor):
                 return ngap_summary.pdu_sessions(pdus, filtered=bool(display_filter))
             case NgapProcedures(display_filter=display_filter):
                 pdus = await answers.ngap_pdus(self, request, display_filter)
-                return ngap_summary.procedures(pdus, filtered=bool(display_filter))
+                return ngap_summary.procedures(pdus, filtered=bool(display_filter),
+                                               core_rows=await answers.core_rows(self) if pdus else [])
         raise unhandled("pcap", request)

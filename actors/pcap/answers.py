@@ -236,6 +236,15 @@ async def export(actor: PcapActor, message: Export) -> dict[str, Any]:
             "display_filter": message.display_filter}
 
 
+async def core_rows(actor: PcapActor) -> list[dict[str, str]]:
+    """PFCP and SBI rows for linking to PDU session establishments (tshark -T fields, two-pass for
+    pfcp.response_in / http.response_in); occurrences joined by commas."""
+    fields = ngap_summary.CORE_FIELDS
+    argv = _cold.fields_argv(actor.cold_argv(), ngap_summary.CORE_FILTER, fields)
+    return [{name: cell.replace(_cold.AGGREGATOR, ",") for name, cell in zip(fields, cells, strict=False)}
+            for cells in await _cold.field_rows(argv, None)]
+
+
 async def ngap_pdus(actor: PcapActor, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
     base = "ngap && sctp"
     numbers = await actor.matching(request, f"({base}) && ({display_filter})" if display_filter else base)

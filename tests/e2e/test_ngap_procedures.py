@@ -17,8 +17,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import DaemonProcess, start_daemon
-from tests.e2e.test_ngap_summaries import CORPUS, call, first_and_last_seconds, gnb_endpoint, ngap_frame_count, \
-    ngap_sources, ue_keys
+from tests.e2e.test_ngap_summaries import (
+    CORPUS,
+    call,
+    first_and_last_seconds,
+    gnb_endpoint,
+    ngap_frame_count,
+    ngap_sources,
+    ue_keys,
+)
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS, pcap
 from tests.support import procedures_oracle
@@ -75,7 +82,8 @@ def check(result: dict[str, Any], path: Path) -> list[procedures_oracle.Found]:
     assert sorted(as_found(result, result["failed"]), key=repr) == failed
     for u in result["ues"]:
         for p in u["procedures"]:
-            assert p["start"].endswith("Z") and p["frames"][0] == p["first_frame"] and p["frames"][-1] == p["last_frame"]
+            assert p["start"].endswith("Z")
+            assert p["frames"][0] == p["first_frame"] and p["frames"][-1] == p["last_frame"]
             assert (p["outcome"] == "incomplete") == (p["duration_ms"] is None) == ("why" in p), p
     return want
 
@@ -168,3 +176,57 @@ async def test_several_gnbs_reusing_ue_ids_keep_their_procedures_apart(
     # The same (AMF id 1, RAN id 1) on several gNBs: one context each (5greplay_oai uses other ids).
     assert len({u["gnb"] for u in reused}) == len(reused) >= 2
     assert all(u["procedures"] for u in reused)
+
+
+def tshark_lines(path: Path, *args: str) -> list[list[str]]:
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-2", *args, "-T", "fields", "-E", "occurrence=f"],
+                         check=True, capture_output=True, text=True).stdout
+    return [line.split("\t") for line in out.splitlines()]
+
+
+@pytest.mark.parametrize(("parts", "decode_as"), [
+    (("adrian_sandbox_n2.pcap", "adrian_sandbox_n4.pcap", "adrian_sandbox_sbi.pcap"), "tcp.port==7777,http2"),
+    (("adrian_n4_upf_timeout.pcap", "adrian_n4_upf_timeout_n4.pcap", "adrian_n4_upf_timeout_sbi.pcap"),
+     "tcp.port==7777,http2"),
+    (("5greplay_oai.pcap",), None)])
+async def test_pdu_session_establishments_carry_their_n4_and_sbi_messages(
+        procs_daemon: DaemonProcess, parts: tuple[str, ...], decode_as: str | None) -> None:
+    # The N2, N4 and SBI views of one run, merged here (5greplay_oai has all three, SBI on HTTP/1.1).
+    path = Path(pcap(parts[0]))
+    if len(parts) > 1:
+        path = Path(procs_daemon.env.root) / f"merged_{parts[0]}"
+        subprocess.run(["mergecap", "-F", "pcap", "-w", str(path), *(pcap(p) for p in parts)], check=True,
+                       capture_output=True)
+    args: dict[str, Any] = {"decode_as": decode_as} if decode_as else {}
+    result = await call(procs_daemon, "ngap_ue_sessions", pcap_path=str(path), view="procedures", **args)
+    check(result, path)
+    dec = ["-d", decode_as] if decode_as else []
+    # N4: every PFCP Session Establishment Request, its response (two-pass response_in) and UE IP.
+    pfcp = {int(r[0]): (int(r[1]) if r[1] else None) for r in tshark_lines(
+        path, "-Y", "pfcp.msg_type == 50", "-e", "frame.number", "-e", "pfcp.response_in")}
+    h2 = tshark_lines(path, *dec, "-Y", 'http2.headers.path matches "^/(nsmf-pdusession/v1/sm-contexts|namf-comm/'
+                      'v1/ue-contexts/[^/]+/n1-n2-messages)$"', "-e", "frame.number")
+    h1 = tshark_lines(path, "-Y", 'http.request.method == "POST" && !gtp && http.request.uri matches '
+                      '"^/(nsmf-pdusession/v1/sm-contexts|namf-comm/v1/ue-contexts/[^/]+/n1-n2-messages)$"',
+                      "-e", "frame.number", "-e", "http.response_in")
+    sbi = {int(r[0]) for r in h2} | {int(r[0]) for r in h1}
+    est = [p for u in result["ues"] for p in u["procedures"] if p["procedure"] == "PDU Session Establishment"]
+    attached = [m for p in est for m in p["n4_sbi"]]
+    assert result["n4_sbi"] == {"n4_sbi_messages": len(pfcp) + len(sbi), "unattached": 0}
+    assert sorted(m["frame"] for m in attached if m["interface"] == "N4") == sorted(pfcp)
+    assert sorted(m["frame"] for m in attached if m["interface"] == "SBI") == sorted(sbi)
+    for m in attached:
+        if m["interface"] == "N4":
+            assert m["response_frame"] == pfcp[m["frame"]]
+        assert (m["response_frame"] is None) == (m["latency_ms"] is None) == ("why" in m)
+    for p in est:  # each attached message lies in its establishment's window, or is linked by UE IP
+        for m in p["n4_sbi"]:
+            assert p["first_frame"] <= m["frame"] <= p["last_frame"] or m["linked_by"].startswith("UE IPv4"), m
+    if "upf_timeout" in parts[0]:
+        # MANIFEST.md: the UPF never answers; every establishment is rejected with 5GSM #38.
+        assert all(m["response_frame"] is None for m in attached if m["interface"] == "N4")
+        assert all(p["outcome"] == "reject" and p["cause"]["code"] == 38 for p in est)
+    else:
+        assert all(p["outcome"] == "success" for p in est)
+        assert all(any(m["interface"] == "N4" and m["linked_by"].startswith("UE IPv4") for m in p["n4_sbi"])
+                   for p in est)

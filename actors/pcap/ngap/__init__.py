@@ -27,8 +27,9 @@ DATA chunks per frame) yields one record per PDU with its own UE ids. Names come
 Wireshark's labels; codes from the raw values, never from a home-made decoder.
 """
 
+from diagd.actors.pcap.ngap.core_links import CORE_FIELDS, CORE_FILTER
 from diagd.actors.pcap.ngap.pdus import NgapPdu, pdus_in_frame
 from diagd.actors.pcap.ngap.procedures import procedures
 from diagd.actors.pcap.ngap.sessions import pdu_sessions, ue_sessions
 
-__all__ = ["NgapPdu", "pdu_sessions", "pdus_in_frame", "procedures", "ue_sessions"]
+__all__ = ["CORE_FIELDS", "CORE_FILTER", "NgapPdu", "pdu_sessions", "pdus_in_frame", "procedures", "ue_sessions"]

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from diagd.actors.pcap.ngap.associations import Analysis, Context, analyse
+from diagd.actors.pcap.ngap.core_links import Establishment, attach, core_messages
 from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu
 
 # Message keys: "5GMM 0x41" (NAS message type), "NGAP 41/0" (procedure code / 0 initiating,
@@ -84,6 +85,8 @@ class Instance:
     cause: dict[str, Any] | None = None
     why: str | None = None
     frames: list[int] = field(default_factory=list)
+    ue_ipv4: str | None = None  # the PDU address a PDU SESSION ESTABLISHMENT ACCEPT gave
+    core: Establishment | None = None  # its N4 / SBI messages, when the capture has them
 
     def describe(self) -> dict[str, Any]:
         done = self.outcome is not None and self.outcome != "incomplete"
@@ -96,6 +99,10 @@ class Instance:
         }
         if self.why:
             out["why"] = self.why
+        if self.ue_ipv4:
+            out["ue_ipv4"] = self.ue_ipv4
+        if self.core is not None:
+            out["n4_sbi"] = self.core.attached
         return out
 
 
@@ -176,6 +183,8 @@ class _Tracker:
         if current is None:
             return  # an answer to a request outside the capture (or the display filter)
         self._touch(current, pdu)
+        if message is not None and outcome == "success":
+            current.ue_ipv4 = message.first("nas_5gs.sm.pdu_addr_inf_ipv4")
         self._close(current, outcome, cause=_cause(pdu, message) if outcome != "success" else None)
         del self.open[slot]
 
@@ -230,9 +239,29 @@ def statistics(instances: list[Instance]) -> dict[str, Any]:
     return stats
 
 
-def procedures(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
+def _suci_parts(ctx: Context) -> tuple[str, str, str] | None:
+    for pdu in ctx.pdus:
+        for message in pdu.nas:
+            msin, mcc, mnc = (message.first(n) for n in ("nas_5gs.mm.suci.msin", "e212.mcc", "e212.mnc"))
+            if msin and mcc and mnc:
+                return mcc, mnc, msin
+    return None
+
+
+def _link_core(instances: list[Instance], rows: list[dict[str, str]], capture_end: float) -> dict[str, Any]:
+    establishments = [i for i in instances if i.procedure.name == "PDU Session Establishment"]
+    for i in establishments:
+        # An unanswered request's window runs to the end of the capture: the core may still be at work.
+        end = capture_end if i.outcome == "incomplete" else i.last.time
+        i.core = Establishment(i.first.time, end, i.ue_ipv4, _suci_parts(i.ue))
+    return attach([i.core for i in establishments if i.core is not None], core_messages(rows))
+
+
+def procedures(pdus: list[NgapPdu], filtered: bool = False, core_rows: list[dict[str, str]] | None = None
+               ) -> dict[str, Any]:
     analysis = analyse(pdus)
     everything: list[Instance] = []
+    contexts_found: list[tuple[Context, list[Instance]]] = []
     ues = []
     for ctx in analysis.contexts:
         tracker = _Tracker(ctx)
@@ -240,6 +269,9 @@ def procedures(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
             tracker.feed(pdu)
         found = tracker.finish(analysis)
         everything.extend(found)
+        contexts_found.append((ctx, found))
+    core = _link_core(everything, core_rows or [], max((p.time for p in pdus), default=0.0))
+    for ctx, found in contexts_found:
         ues.append({"ue": ctx.label, "association": ctx.assoc.label, "gnb": ctx.assoc.gnb,
                     "ran_ue_ngap_id": ctx.ran, "amf_ue_ngap_id": ctx.amf,
                     "procedures": [i.describe() for i in found]})
@@ -252,7 +284,11 @@ def procedures(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
         "failed": failed, "incomplete": sum(1 for i in everything if i.outcome == "incomplete"),
         "associations": [a.describe() for a in analysis.associations], "ngap_pdus": len(pdus),
         "percentiles": "nearest rank over completed instances (success, reject, failure)", "warnings": warnings,
+        "n4_sbi": core,
     }
+    if not core["n4_sbi_messages"] and any(i.procedure.name == "PDU Session Establishment" for i in everything):
+        warnings.append("no PFCP session establishment or SBI PDU session call in this capture: give a capture "
+                        "merged with the N4/SBI views (mergecap) and decode_as for HTTP/2 on its port")
     if not everything:
         result["reason"] = ("no NGAP over SCTP in the capture" + (" that matches the display filter" if filtered
                                                                     else "") if not pdus else
