@@ -197,6 +197,8 @@ async def follow(actor: PcapActor, request: Request, message: Follow) -> dict[st
 async def packet_list(actor: PcapActor, request: Request, message: PacketList) -> dict[str, Any]:
     display_filter, columns, output_path = message.display_filter, message.columns, message.output_path
     await actor.check_filter(request, display_filter)  # loaded first: column_formats come from the loaded worker
+    if not actor.column_formats:  # no filter to check (all frames) and the capture still loading: wait for it
+        await actor.sharkd_call(request, "status")
     params: dict[str, Any] = {}
     names: list[str] = []
     index = 0
