@@ -152,11 +152,10 @@ TOOLS: dict[str, dict[str, Any]] = {
          "required": ["port", "log_file", "offset", "returned", "total_records", "next_offset", "records"]},
         required=("port",), title="Read the raw serial log"),
     "export_serial_pcapng": _tool(
-        "Write a session's raw log as pcapng (a packet per Tx/Rx chunk, frame.p2p_dir 0=Tx 1=Rx) for the "
-        "pcap tools.",
+        "A session's raw log as pcapng for the pcap tools (a packet per Tx/Rx chunk; frame.p2p_dir 0=Tx, 1=Rx).",
         {"port": _PORT, "session": {"type": "string"}, "out_path": {"type": "string"}},
         {"type": "object", "properties": {"pcapng_path": {"type": "string"}, "packets": {"type": "integer"}},
          "required": ["pcapng_path", "packets"]},
-        required=("port",), title="Export a serial session as pcapng", read_only=False, idempotent=False,
+        required=("port",), title="Serial session to pcapng", read_only=False, idempotent=False,
         timeout_s=600),
 }
