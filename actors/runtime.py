@@ -59,6 +59,9 @@ class BackendConfig:
     allowed_dirs: tuple[str, ...] = ()  # [daemon] allowed_dirs: the default of a back end's own
     regex_budget_s: float = 5.0  # [daemon] regex_budget_s: matching time one call may spend
     call_timeout_s: float = 30.0  # [daemon] call_timeout_s: the limit of a tool without its own
+    # Where back ends write files for the other back ends' tools to read (serial sessions as pcapng):
+    # readable like allowed_dirs, though only diagd writes there.
+    exports_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,15 @@ def backend_name(module: str) -> str:
     return module.rpartition(".")[2]
 
 
-def backend_config(config: Config, name: str) -> BackendConfig:
+# Back ends whose `$state/<name>/exports` other back ends read (export_serial_pcapng feeds the pcap tools).
+EXPORTING_BACKENDS = ("serial",)
+
+
+def backend_config(config: Config, name: str, state_dir: Path | None = None) -> BackendConfig:
+    exports = tuple(str(state_dir / n / "exports") for n in EXPORTING_BACKENDS) if state_dir else ()
     return BackendConfig(table=config.backend(name), allowed_dirs=config.daemon.allowed_dirs,
-                         regex_budget_s=config.daemon.regex_budget_s, call_timeout_s=config.daemon.call_timeout_s)
+                         regex_budget_s=config.daemon.regex_budget_s, call_timeout_s=config.daemon.call_timeout_s,
+                         exports_dirs=exports)
 
 
 class Clients:
@@ -121,12 +127,13 @@ class BackendRuntime:
     def config(self) -> BackendConfig:
         current = self._daemon.config
         if self._config is None or self._config[0] is not current:
-            self._config = (current, backend_config(current, self._name))
+            self._config = (current, backend_config(current, self._name, self._daemon.state_dir))
         return self._config[1]
 
     def on_reload(self, hook: ReloadHook) -> None:
         def notes(old: Config, new: Config) -> list[dict[str, Any]]:
-            return hook(backend_config(old, self._name), backend_config(new, self._name))
+            state = self._daemon.state_dir
+            return hook(backend_config(old, self._name, state), backend_config(new, self._name, state))
         self._daemon.reload_hooks.append(notes)
 
     def reload(self) -> dict[str, Any]:

@@ -62,9 +62,9 @@ class PcapBackend:
         settings = self.settings
         readable = settings.allowed_dirs
         if readable:
-            # What diagd wrote itself (sub-captures, packet lists) can be analysed next without
+            # What diagd wrote itself (sub-captures, packet lists, serial sessions) can be analysed next without
             # widening allowed_dirs by hand. An empty allow-list already means no restriction.
-            readable = (*readable, str(settings.output_dir))
+            readable = (*readable, str(settings.output_dir), *self.runtime.config().exports_dirs)
         path = resolve_allowed(str(args["pcap_path"]), readable, what="capture", cwd=caller_cwd())
         profile_name = args.get("profile")
         profile: dict[str, Any] = {}

@@ -35,13 +35,14 @@ connection_status); the newest [serial] log_keep sessions per port are kept.
 
 Config ([serial], all optional): allowed_ports (paths or globs, compared after resolving
 symlinks; empty = any), baudrate, idle_ms, max_reply_bytes, urc_max_packets, urc_max_bytes,
-write_timeout_ms, log_max_bytes, log_keep. Read when a port is opened (reload applies to ports
+write_timeout_ms, log_max_bytes, log_keep, export_keep. Read when a port is opened (reload applies to ports
 opened afterwards).
 
 The package: settings.py (the [serial] table, line settings, port names), port.py (pyserial on
 Trio), codec.py (hex, escapes, slicer, reply matching), urc.py, rawlog.py, record.py (a port's
 state), messages.py and actor.py (the port's actor), backend.py (the open ports, hot-plug,
-probes), schemas.py and tools.py (the MCP tools).
+probes), pcapng.py and export.py (a session's log as pcapng: export_serial_pcapng), schemas.py and
+tools.py (the MCP tools).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ class SerialConfig:
     write_timeout_ms: int = setting(5000, positive=True)
     log_max_bytes: int = setting(1 << 30, positive=True)
     log_keep: int = setting(20, positive=True)
+    export_keep: int = setting(20, positive=True)  # newest export_serial_pcapng files kept in $state/serial/exports
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> SerialConfig:

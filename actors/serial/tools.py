@@ -8,8 +8,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from diagd import __version__
 from diagd.actors.serial.backend import SerialBackend, enumerate_ports, newest_log, probe
 from diagd.actors.serial.codec import iso, parse_hex, unescape
+from diagd.actors.serial.export import export_path, export_session, find_session, new_file_in
 from diagd.actors.serial.messages import Close, Configure, ReadUrc, Send, Signals
 from diagd.actors.serial.rawlog import LogView, RawLog, read_log_page
 from diagd.actors.serial.record import PortRecord
@@ -153,15 +155,7 @@ async def set_signals(backend: SerialBackend, ctx: CallContext, args: dict[str, 
 async def get_log(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     key = port_key(args["port"])
     rec = await backend.lookup(key)
-    live = rec is not None and rec.log is not None and not rec.log.closed
-    if rec is not None and rec.log is not None and live:
-        view = rec.log.snapshot()  # a read of what the actor has written: never waits behind a send
-    else:
-        path = (rec.log_path if rec else None) or backend.last_logs.get(key)
-        path = path or await backend.run_blocking(newest_log, backend.log_dir, key)
-        if path is None:
-            raise DiagdError(ErrorCode.NOT_FOUND, f"no raw log for {key}", port=key)
-        view = LogView(path, None, None, [], RawLog.INDEX_EVERY)
+    view, live = await _session_view(backend, key, rec)
     budget = max(65536, 16 * backend.config().max_reply_bytes)
     try:
         page = await backend.run_blocking(partial(
@@ -169,3 +163,54 @@ async def get_log(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]
     except FileNotFoundError:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the raw log {view.path} is gone", port=key) from None
     return {"port": rec.key if rec else key, "log_file": str(view.path), "live": live, **page}
+
+
+async def _session_view(backend: SerialBackend, key: str, rec: PortRecord | None) -> tuple[LogView, bool]:
+    """The port's current session log (live: a snapshot of what is written now), else its last one."""
+    if rec is not None and rec.log is not None and not rec.log.closed:
+        return rec.log.snapshot(), True  # a read of what the actor has written: never waits behind a send
+    path = (rec.log_path if rec else None) or backend.last_logs.get(key)
+    path = path or await backend.run_blocking(newest_log, backend.log_dir, key)
+    if path is None:
+        raise DiagdError(ErrorCode.NOT_FOUND, f"no raw log for {key}", port=key)
+    return LogView(path, None, None, [], RawLog.INDEX_EVERY), False
+
+
+@tools.tool("export_serial_pcapng", **TOOLS["export_serial_pcapng"])
+async def export_serial_pcapng(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    key = port_key(args["port"])
+    rec = await backend.lookup(key)
+    view, live = await _session_view(backend, key, rec)
+    if args.get("session"):
+        chosen = await backend.run_blocking(find_session, backend.log_dir, key, args["session"])
+        if chosen != view.path:
+            view, live = LogView(chosen, None, None, [], RawLog.INDEX_EVERY), False
+    config = backend.config()
+    if args.get("out_path"):
+        out = await backend.run_blocking(partial(
+            new_file_in, args["out_path"], backend.runtime.config().allowed_dirs, cwd=ctx.cwd))
+    else:
+        out = await backend.run_blocking(export_path, backend.log_dir / "exports", key, config.export_keep)
+    try:
+        done = await backend.run_blocking(partial(
+            export_session, view.path, out, end=view.size, port=key, application=f"diagd {__version__}"))
+    except FileNotFoundError:
+        raise DiagdError(ErrorCode.NOT_FOUND, f"the raw log {view.path} is gone", port=key) from None
+    except FileExistsError:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{out} was created meanwhile: exports never overwrite a file",
+                         argument="out_path") from None
+    except OSError as exc:
+        raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot write {out}: {exc.strerror}", path=str(out)) from None
+    notes = []
+    if done["packets"] == 0:
+        notes.append("the session has no Tx/Rx data yet: the capture holds no packets")
+    if done["log_limit_reached"]:
+        notes.append(f"the session stopped logging data at [serial] log_max_bytes={config.log_max_bytes}: "
+                     "later bytes are not in the log, so not in the capture")
+    if done["unreadable_records"]:
+        notes.append(f"{done['unreadable_records']} log records could not be read and were skipped")
+    if live:
+        notes.append("the session is still open: the capture holds its records up to now")
+    return {"port": key, "session": view.path.name, "log_file": str(view.path), "live": live,
+            "pcapng_path": str(out), **done, "link_type": "wireshark-upper-pdu (data-text-lines)",
+            "notes": notes}

@@ -43,6 +43,7 @@ TOOLS = [
     "pcap_packet_list", "pcap_extract_subcapture", "ngap_ue_sessions", "ngap_pdu_session_summary",
     "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_config_reload",
     "list_ports", "configure_connection", "connection_status", "send_data", "read_urc", "set_signals", "get_log",
+    "export_serial_pcapng",
     "list_probes", "list_helpers", "exec_program", "get_result", "stop_execution", "list_executions",
     "open_vmcore_session", "close_vmcore_session", "list_vmcore_sessions", "run_crash_command", "run_drgn_command",
     "get_command_output", "search_command_output", "get_crash_info",

@@ -190,7 +190,8 @@ def test_every_tool_schema_is_a_valid_json_schema() -> None:
 
     specs = tools.specs(cast(SerialBackend, None))
     assert {spec.name for spec in specs} == {"list_ports", "configure_connection", "connection_status", "send_data",
-                                             "read_urc", "set_signals", "get_log"}
+                                             "read_urc", "set_signals", "get_log",
+                                             "export_serial_pcapng"}
     for spec in specs:
         jsonschema.Draft202012Validator.check_schema(spec.input_schema)
         jsonschema.Draft202012Validator.check_schema(spec.output_schema)
