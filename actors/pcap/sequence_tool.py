@@ -86,9 +86,15 @@ async def _selection(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec, 
     return chosen, what
 
 
-@tools.tool("pcap_sequence_diagram", "Mermaid sequenceDiagram of a UE context, PDU session, followed flow "
-            "(frame_number) or filter.",
-            {**CAPTURE, **FILTER, "ue": {"type": "string"}, "pdu_session_id": {"type": "integer"},
+# The shared capture fragment without its descriptions and include_command: every byte of tools/list is
+# paid on each request, and the other pcap tools already explain decode_as and profile.
+SMALL_CAPTURE = {"pcap_path": CAPTURE["pcap_path"], "profile": {"type": "string"},
+                 "decode_as": {k: v for k, v in CAPTURE["decode_as"].items() if k != "description"}}
+
+
+@tools.tool("pcap_sequence_diagram", "Mermaid sequenceDiagram of a UE context (+pdu_session_id), frame_number's "
+            "flow or filter.",
+            {**SMALL_CAPTURE, **FILTER, "ue": {"type": "string"}, "pdu_session_id": {"type": "integer"},
              "frame_number": {"type": "integer", "minimum": 1},
              "max_arrows": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
             required=("pcap_path",), output=output({"diagram": STR}, ("diagram",)))
@@ -111,4 +117,5 @@ async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -
     if not total:
         result["reason"] = answer.get("hint") or "no frame matches the selection"
     command = ["-Y", flt, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
-    return {**result, "source": await backend.source(spec, args, display_filter=flt, command=command)}
+    return {**result, "source": await backend.source(spec, {**args, "include_command": True}, display_filter=flt,
+                                                     command=command)}

@@ -180,10 +180,11 @@ async def test_a_followed_sip_diameter_or_http2_flow_is_drawn_as_tshark_shows_it
                 continue
             number, value, stream = rows[0][0], rows[0][1].split(","), rows[0][2]
             # pcap_follow's precedence: an HTTP/2 stream, then a Session-Id, then a Call-ID.
-            if field != "http2.streamid" and tshark(path, f"frame.number == {number} && http2.streamid", ["frame.number"]):
+            on_http2 = tshark(path, f"frame.number == {number} && http2.streamid", ["frame.number"])
+            if field != "http2.streamid" and on_http2:
                 continue
             if field == "http2.streamid":
-                oracle = f"tcp.stream == {stream} && http2.streamid == {[s for s in value if s != '0'][0]}"
+                oracle = f"tcp.stream == {stream} && http2.streamid == {next(s for s in value if s != '0')}"
             else:
                 oracle = FOLLOWS[field](value)
             answer = await diagram(seq_daemon, path, frame_number=int(number))
@@ -222,13 +223,13 @@ async def test_a_diagram_is_cut_at_max_arrows_and_says_how_many_were_left_out(se
 async def test_wrong_selections_are_coded_errors_with_close_matches(seq_daemon: DaemonProcess) -> None:
     path = str(PCAPS / "adrian_sandbox_n2.pcap")
     failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path)
-    assert failed and answer["code"] == "INVALID_ARGUMENT" and "frame_number" in answer["hint"]
+    assert failed and answer["code"] == "INVALID_ARGUMENT" and "frame_number" in answer["details"]["hint"]
     _, ues = await call(seq_daemon, "ngap_ue_sessions", pcap_path=path)
     known = ues["ues"][0]["ue"]
     failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, ue=known[:-1] + "9")
-    assert failed and answer["code"] == "INVALID_ARGUMENT" and known in answer["did_you_mean"]
+    assert failed and answer["code"] == "INVALID_ARGUMENT" and known in answer["details"]["did_you_mean"]
     failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, ue=known, pdu_session_id=99)
-    assert failed and answer["code"] == "INVALID_ARGUMENT" and "pdu_session_ids" in answer
+    assert failed and answer["code"] == "INVALID_ARGUMENT" and "pdu_session_ids" in answer["details"]
     failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, display_filter="ngap && nope")
     assert failed and answer["code"] == "INVALID_FILTER"
 
