@@ -29,6 +29,7 @@ packages=(
   socat                                    # serial tests: pseudo-terminal pairs
   systemd                                  # systemd-analyze verify for the unit
   openssh-client openssh-server            # `--ssh`, and the private sshd its tests start (never the system's)
+  nodejs npm                               # the real Mermaid parser for the sequence-diagram tests
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -48,6 +49,16 @@ fi
 if [ ! -e /sys/kernel/tracing/available_events ] && [ ! -e /sys/kernel/debug/tracing/available_events ]; then
   log "mounting tracefs on /sys/kernel/tracing"
   as_root mount -t tracefs nodev /sys/kernel/tracing || log "could not mount tracefs: bpftrace tracepoints will be unavailable"
+fi
+
+# The real Mermaid parser (mermaid + jsdom under node) that tests/e2e/test_pcap_sequence.py runs on every
+# diagram: cached outside the repository; without it those tests keep their grammar-level check only.
+mermaid_dir=${DIAGD_MERMAID_DIR:-$HOME/.cache/diagd/mermaid}
+if [ ! -e "$mermaid_dir/node_modules/mermaid/package.json" ] || [ ! -e "$mermaid_dir/node_modules/jsdom/package.json" ]; then
+  log "installing the Mermaid parser into $mermaid_dir"
+  mkdir -p "$mermaid_dir"
+  npm install --prefix "$mermaid_dir" --no-audit --no-fund --silent mermaid@11.17.2 jsdom@29.1.1 \
+    || log "could not install mermaid: the sequence-diagram tests will skip the real parser"
 fi
 
 # The Python environment: a venv in the checkout, diagd installed editable with test extras.

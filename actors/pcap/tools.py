@@ -55,6 +55,7 @@ from diagd.actors.pcap.schemas import (
     TIMELINE_OUTPUT,
     UE_SESSIONS_OUTPUT,
 )
+from diagd.actors.pcap.sequence_tool import tools as sequence_tools
 from diagd.actors.pcap.wireshark import COLUMN_PREFIX, Catalogue, catalogue
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet
@@ -79,7 +80,7 @@ def register(runtime: Runtime) -> PcapBackend:
     masking = SubscriberMask(enabled=lambda: backend.settings.mask_subscriber_ids,
                              output_dir=lambda: backend.settings.output_dir,
                              capture_of=capture_of, known_fields=field_names)
-    for spec in tools.specs(backend):
+    for spec in [*tools.specs(backend), *sequence_tools.specs(backend)]:
         runtime.register_tool(replace(spec, handler=masking.guard(spec.name, spec.handler)))
     return backend
 

@@ -1,0 +1,241 @@
+"""pcap_sequence_diagram through the real shim and daemon, every arrow checked against `tshark -T fields`.
+
+For every corpus capture that carries NGAP (each UE context, each PDU session), SIP, Diameter or HTTP/2
+(one followed flow of each), the diagram is read back line by line (a grammar-level reader that
+accepts only the forms diagd writes), parsed by the real Mermaid parser when it is installed, and its
+arrows must equal, in order, one row per frame of tshark's own answer for the same frames: frame
+number, innermost IP source and destination, and Wireshark's Protocol and Info columns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.conftest import DIAGD, DaemonProcess, start_daemon
+from tests.e2e.test_pcap import make_env
+from tests.pcaps import PCAPS
+from tests.support import mermaid
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed"),
+]
+
+HANG_GUARD_S = 600  # not a measurement: only stops a test that hangs
+PREFS = ["-o", "sctp.association_index:TRUE", "-o", "nas-5gs.null_decipher:TRUE"]
+SBI = "tcp.port==7777,http2"  # MANIFEST: HTTP/2 SBI on 7777 is never auto-detected by tshark 4.0
+ORACLE_FIELDS = ["frame.number", "ip.src", "ipv6.src", "ip.dst", "ipv6.dst", "_ws.col.Protocol", "_ws.col.Info"]
+FAILED = ("ngap.unsuccessfulOutcome_element || nas_5gs.mm.5gmm_cause || nas_5gs.sm.5gsm_cause > 36 || "
+          "nas_5gs.sm.5gsm_cause < 36 || pfcp.cause > 1 || http2.headers.status >= 400 || "
+          "http.response.code >= 400 || sip.Status-Code >= 400 || diameter.Result-Code >= 3000 || "
+          "diameter.Experimental-Result-Code >= 3000")
+SCTP_CHUNKS = ("SACK", "INIT", "INIT_ACK", "COOKIE_ECHO", "COOKIE_ACK", "HEARTBEAT", "HEARTBEAT_ACK")
+
+
+def corpus() -> list[Path]:
+    if not PCAPS.is_dir():
+        pytest.skip(f"the shared capture corpus is not in {PCAPS}")
+    return sorted(PCAPS.glob("*.pcap*"))
+
+
+def decode(path: Path) -> list[str]:
+    return [SBI] if path.name.endswith("_sbi.pcap") else []
+
+
+def tshark(path: Path, flt: str, fields: list[str]) -> list[list[str]]:
+    argv = ["tshark", "-r", str(path), "-n", "-2", *PREFS, *[a for d in decode(path) for a in ("-d", d)],
+            "-Y", flt, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+def info_text(info: str) -> str:
+    """The Info column as the diagram should show it, worked out here on its own: SCTP control chunks
+    before the payload, Diameter hop-by-hop/end-to-end ids and the trailing ' | ' left out."""
+    text = info.strip()
+    while True:
+        head = re.match(r"(\w+)(?: \([^)]*\))? ?,? ?", text)
+        if not head or head.group(1) not in SCTP_CHUNKS or head.end() == len(text):
+            break
+        text = text[head.end():]
+    text = re.sub(r" h2h=\S+ e2e=\S+", "", text)
+    return text.rstrip(" |")
+
+
+def expected_arrows(path: Path, flt: str) -> list[tuple[int, str, str, str, bool]]:
+    failed = {int(r[0]) for r in tshark(path, f"({flt}) && ({FAILED})", ["frame.number"])}
+    rows = []
+    for number, ip_src, ip6_src, ip_dst, ip6_dst, proto, info in tshark(path, flt, ORACLE_FIELDS):
+        src, dst = (ip_src or ip6_src).split(",")[-1], (ip_dst or ip6_dst).split(",")[-1]
+        rows.append((int(number), src, dst, f"[{number}] {proto} {info_text(info)}", int(number) in failed))
+    return rows
+
+
+def shown(text: str) -> str:
+    """What Mermaid-safe text diagd makes of a label: the characters Mermaid reads as syntax replaced."""
+    table = str.maketrans({";": ",", "#": "no.", "<": "‹", ">": "›", "%": "pct", "{": "(", "}": ")", '"': "'"})
+    text = " ".join(text.translate(table).split()).replace("--", "-").replace("->", "-›")
+    return text if len(text) <= 90 else text[:89] + "…"
+
+
+def check(answer: dict[str, Any], path: Path, flt: str, diagrams: list[str]) -> list[mermaid.Arrow]:
+    """The diagram's arrows are tshark's rows for `flt`, exactly and in order."""
+    diagrams.append(answer["diagram"])
+    _, arrows = mermaid.read(answer["diagram"])
+    expected = expected_arrows(path, flt)
+    assert answer["frames_matched"] == len(expected) and answer["left_out"] == 0
+    got = [(a.frame, a.src.split(" ")[-1], a.dst.split(" ")[-1], a.text, a.failed) for a in arrows]
+    assert got == [(n, s, d, shown(t), f) for n, s, d, t, f in expected], path.name
+    return arrows
+
+
+@pytest.fixture(scope="module")
+def seq_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    root = tmp_path_factory.mktemp("seqd")
+    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{root}"]\n')
+    daemon = start_daemon(env)
+    yield daemon
+    daemon.stop()
+    shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def diagrams() -> Iterator[list[str]]:
+    """Every diagram the tests got; the real Mermaid parser reads them all at the end of the module."""
+    seen: list[str] = []
+    yield seen
+    if seen and mermaid.parser_dir() is not None:
+        verdicts = mermaid.parse(seen)
+        bad = [(d, v) for d, v in zip(seen, verdicts, strict=True) if not v["ok"]]
+        assert not bad, bad[:2]
+
+
+async def call(daemon: DaemonProcess, tool: str, **args: Any) -> tuple[bool, dict[str, Any]]:
+    params = StdioServerParameters(command=DIAGD, args=["mcp", "--no-autostart"], env=daemon.env.vars)
+    async with Client(params, mode="legacy") as client:
+        with trio.fail_after(HANG_GUARD_S):
+            result = await client.call_tool(tool, args)
+    return result.is_error, json.loads(result.content[0].text)
+
+
+async def diagram(daemon: DaemonProcess, path: Path, **args: Any) -> dict[str, Any]:
+    failed, answer = await call(daemon, "pcap_sequence_diagram", pcap_path=str(path), decode_as=decode(path),
+                                max_arrows=1000, **args)
+    assert not failed, answer
+    return answer
+
+
+async def test_every_ue_context_and_pdu_session_is_drawn_as_tshark_shows_its_frames(
+        seq_daemon: DaemonProcess, diagrams: list[str]) -> None:
+    checked = 0
+    for path in corpus():
+        if not tshark(path, "ngap && sctp", ["frame.number"]):
+            continue
+        _, ues = await call(seq_daemon, "ngap_ue_sessions", pcap_path=str(path), decode_as=decode(path))
+        for ue in ues["ues"]:
+            answer = await diagram(seq_daemon, path, ue=ue["ue"])
+            arrows = check(answer, path, f"frame.number in {{{','.join(map(str, ue['frames']))}}}", diagrams)
+            assert [a.frame for a in arrows] == ue["frames"]
+            roles = {p["address"]: p["role"] for p in answer["participants"]}
+            assert roles[ue["gnb"].rsplit(":", 1)[0]] == "gNB" and roles[ue["amf"].rsplit(":", 1)[0]] == "AMF"
+            checked += 1
+        _, sessions = await call(seq_daemon, "ngap_pdu_session_summary", pcap_path=str(path),
+                                 decode_as=decode(path))
+        for s in sessions["sessions"]:
+            answer = await diagram(seq_daemon, path, ue=s["ue"], pdu_session_id=s["pdu_session_id"])
+            arrows = check(answer, path, answer["display_filter"], diagrams)
+            named = {s[k] for k in ("establishment_request_frame", "establishment_accept_frame",
+                                    "setup_request_frame", "setup_response_frame") if s[k] is not None}
+            assert named <= {a.frame for a in arrows}
+            checked += 1
+    if not checked:
+        pytest.skip("no corpus capture carries NGAP")
+
+
+FOLLOWS = {  # the key a flow is followed by, and the tshark filter that gives its frames
+    "sip.Call-ID": lambda v: f'sip.Call-ID == "{v[0]}"',
+    "diameter.Session-Id": lambda v: f'diameter.Session-Id == "{v[0]}"',
+}
+
+
+async def test_a_followed_sip_diameter_or_http2_flow_is_drawn_as_tshark_shows_it(
+        seq_daemon: DaemonProcess, diagrams: list[str]) -> None:
+    checked = set()
+    for path in corpus():
+        for field in ("sip.Call-ID", "diameter.Session-Id", "http2.streamid"):
+            flt = f"{field} && !(http2.streamid == 0)" if field == "http2.streamid" else field
+            rows = tshark(path, flt, ["frame.number", field, "tcp.stream"])
+            if not rows:
+                continue
+            number, value, stream = rows[0][0], rows[0][1].split(","), rows[0][2]
+            # pcap_follow's precedence: an HTTP/2 stream, then a Session-Id, then a Call-ID.
+            on_http2 = tshark(path, f"frame.number == {number} && http2.streamid", ["frame.number"])
+            if field != "http2.streamid" and on_http2:
+                continue
+            if field == "http2.streamid":
+                oracle = f"tcp.stream == {stream} && http2.streamid == {next(s for s in value if s != '0')}"
+            else:
+                oracle = FOLLOWS[field](value)
+            answer = await diagram(seq_daemon, path, frame_number=int(number))
+            check(answer, path, oracle, diagrams)
+            checked.add(field)
+    assert checked == {"sip.Call-ID", "diameter.Session-Id", "http2.streamid"}, checked
+
+
+async def test_roles_come_from_pfcp_and_sbi_and_failures_are_crossed_arrows(
+        seq_daemon: DaemonProcess, diagrams: list[str]) -> None:
+    n4 = PCAPS / "adrian_n4_upf_timeout_n4.pcap"
+    answer = await diagram(seq_daemon, n4, display_filter="pfcp.msg_type == 50")
+    check(answer, n4, "pfcp.msg_type == 50", diagrams)
+    assert {p["address"]: p["role"] for p in answer["participants"]} == {"10.53.0.12": "SMF", "10.53.0.13": "UPF"}
+    sbi = PCAPS / "adrian_sbi_nssf_reject_sbi.pcap"
+    answer = await diagram(seq_daemon, sbi, display_filter="http2.type == 1")
+    arrows = check(answer, sbi, "http2.type == 1", diagrams)
+    assert {a.frame for a in arrows if a.failed} == {786, 791, 941, 944, 1088, 1091}
+    assert "Note right of" in answer["diagram"] and "HTTP 403" in answer["diagram"]
+    reject = PCAPS / "adrian_registration_reject.pcap"
+    answer = await diagram(seq_daemon, reject, display_filter="nas_5gs.mm.5gmm_cause")
+    assert all(a.failed for a in check(answer, reject, "nas_5gs.mm.5gmm_cause", diagrams))
+
+
+async def test_a_diagram_is_cut_at_max_arrows_and_says_how_many_were_left_out(seq_daemon: DaemonProcess) -> None:
+    path = PCAPS / "adrian_sandbox_n2.pcap"
+    total = len(tshark(path, "sctp", ["frame.number"]))
+    failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=str(path), display_filter="sctp",
+                                max_arrows=5)
+    assert not failed
+    assert len(mermaid.read(answer["diagram"])[1]) == 5
+    assert answer["frames_matched"] == total and answer["left_out"] == total - 5
+    assert "cut at max_arrows=5" in answer["warnings"][0]
+
+
+async def test_wrong_selections_are_coded_errors_with_close_matches(seq_daemon: DaemonProcess) -> None:
+    path = str(PCAPS / "adrian_sandbox_n2.pcap")
+    failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path)
+    assert failed and answer["code"] == "INVALID_ARGUMENT" and "frame_number" in answer["details"]["hint"]
+    _, ues = await call(seq_daemon, "ngap_ue_sessions", pcap_path=path)
+    known = ues["ues"][0]["ue"]
+    failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, ue=known[:-1] + "9")
+    assert failed and answer["code"] == "INVALID_ARGUMENT" and known in answer["details"]["did_you_mean"]
+    failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, ue=known, pdu_session_id=99)
+    assert failed and answer["code"] == "INVALID_ARGUMENT" and "pdu_session_ids" in answer["details"]
+    failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, display_filter="ngap && nope")
+    assert failed and answer["code"] == "INVALID_FILTER"
+
+
+async def test_no_matching_frame_gives_an_empty_diagram_with_the_reason(seq_daemon: DaemonProcess) -> None:
+    path = str(PCAPS / "heplify_sip_ipv4_tcp.pcap")
+    failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, display_filter="pfcp")
+    assert not failed and answer["arrows"] == 0 and "pfcp" in answer["reason"]
+    assert answer["diagram"] == "sequenceDiagram\n"
