@@ -138,8 +138,11 @@ class Window:
 
 
 def _row(source: Source, t_own: float, **info: Any) -> dict[str, Any]:
-    t = round(t_own + source.shift_s, 6)
-    return {"t": t, "time": utc.iso(t, digits=6), "source": source.label, **info}
+    micros = round((t_own + source.shift_s) * 1_000_000)
+    seconds, fraction = divmod(micros, 1_000_000)
+    # Rounded to the microsecond once, so `t` and `time` say the same instant (utc.iso truncates a float).
+    return {"t": micros / 1_000_000, "time": f"{utc.iso(seconds)[:-1]}.{fraction:06d}Z", "source": source.label,
+            **info}
 
 
 async def read_pcap(call: Caller, source: Source, window: Window) -> Read:
@@ -299,9 +302,13 @@ async def build(call: Caller, raw_sources: list[Any], *, start: Any, end: Any, l
             raise DiagdError(exc.code, f"source {source.label}: {exc.message}", source=source.label,
                              **exc.details) from None
 
-    async with trio.open_nursery() as nursery:
-        for i, source in enumerate(sources):
-            nursery.start_soon(one, i, source)
+    try:
+        async with trio.open_nursery() as nursery:
+            for i, source in enumerate(sources):
+                nursery.start_soon(one, i, source)
+    except* DiagdError as group:  # the first coded failure, as itself (not a group the registry cannot read)
+        first = group.exceptions[0]
+        raise (first if isinstance(first, DiagdError) else DiagdError(ErrorCode.INTERNAL_ERROR, str(first))) from None
     done = [r for r in reads if r is not None]
     # Past the first cut source's last row the merge may miss its rows: stop there.
     cut_at = min((r.rows[-1]["t"] for r in done if r.cut and r.rows), default=None)
