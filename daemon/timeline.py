@@ -35,7 +35,7 @@ OPTIONS = {"pcap": ("filter", "fields", "decode_as"), "serial": (), "bpftrace": 
 COMMON = ("offset_ms", "label")
 DEFAULT_FIELDS = ("_ws.col.Protocol", "_ws.col.Info")
 SERIAL_PAGE = 1000  # get_log's maximum limit
-CRASH_PAGE = 1000  # get_command_output's maximum limit (crash store MAX_PAGE_LINES)
+CRASH_PAGE = 500  # run_crash_command max_lines and get_command_output limit at most (crash MAX_PAGE_LINES)
 
 # A tool call by name: its result, or the DiagdError it answered.
 Caller = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -148,11 +148,13 @@ def _row(source: Source, t_own: float, **info: Any) -> dict[str, Any]:
 async def read_pcap(call: Caller, source: Source, window: Window) -> Read:
     fields = [f for f in source.options["fields"] if f not in ("frame.number", "frame.time_epoch")]
     parts = [f"({source.options['filter']})"] if source.options.get("filter") else []
-    # The window goes into the display filter: tshark skips what is outside, in the capture's own clock.
+    # The window goes into the display filter (tshark skips what is outside), in the capture's own clock
+    # and half a microsecond wider: rows say times rounded to the microsecond, and a time taken from a
+    # row must select that row. The rounded times are checked against the window below.
     if window.start is not None:
-        parts.append(f"frame.time_epoch >= {window.start - source.shift_s:.9f}")
+        parts.append(f"frame.time_epoch >= {window.start - source.shift_s - 5e-7:.7f}")
     if window.end is not None:
-        parts.append(f"frame.time_epoch <= {window.end - source.shift_s:.9f}")
+        parts.append(f"frame.time_epoch <= {window.end - source.shift_s + 5e-7:.7f}")
     args: dict[str, Any] = {"pcap_path": source.ref, "fields": ["frame.time_epoch", *fields],
                             "display_filter": " && ".join(parts) or "frame", "limit": SOURCE_CAP}
     if "decode_as" in source.options:
@@ -163,8 +165,9 @@ async def read_pcap(call: Caller, source: Source, window: Window) -> Read:
         epoch = row.get("frame.time_epoch")
         if not epoch:
             continue
-        out.rows.append(_row(source, float(epoch), frame=row["frame.number"],
-                             fields={f: row.get(f) for f in fields}))
+        shown = _row(source, float(epoch), frame=row["frame.number"], fields={f: row.get(f) for f in fields})
+        if window.holds(shown["t"]):
+            out.rows.append(shown)
     out.rows.sort(key=lambda r: r["t"])  # frames are in file order, which may not be time order
     if not out.rows:
         out.note = f"no frame matched {args['display_filter']!r}"

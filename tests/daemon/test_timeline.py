@@ -76,7 +76,7 @@ async def test_the_window_goes_into_the_capture_filter_in_the_capture_s_own_cloc
     sources = [{**SOURCES[0], "filter": "ngap", "offset_ms": 500}, SOURCES[1]]
     answer = await timeline.build(caller, sources, start=101, end="1970-01-01T00:01:42Z", limit=100, offset=0)
     flt = next(a for n, a in caller.calls if n == "pcap_timeline")["display_filter"]
-    assert flt == "(ngap) && frame.time_epoch >= 100.500000000 && frame.time_epoch <= 101.500000000"
+    assert flt == "(ngap) && frame.time_epoch >= 100.4999995 && frame.time_epoch <= 101.5000005"
     assert [r["t"] for r in answer["rows"] if r["source"].startswith("serial")] == [101.5]
 
 
