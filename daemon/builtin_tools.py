@@ -6,7 +6,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from diagd.actors.tooling import CallContext, ToolSet, object_schema
+from diagd.daemon import timeline as timeline_mod
 from diagd.daemon.tool_groups import BUILTIN
+from diagd.protocol.errors import DiagdError
 
 if TYPE_CHECKING:
     from diagd.daemon.server import Daemon
@@ -65,6 +67,31 @@ async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> 
             read_only=False, idempotent=True)
 async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return daemon.reload()
+
+
+_TIMELINE_OUTPUT = object_schema({"rows": {"type": "array", "items": {"type": "object"}},
+                                  "sources": {"type": "array", "items": {"type": "object"}}}, ("rows", "sources"))
+
+
+# Sources, their options and the answer are in README ("One timeline"); the schema stays small (it
+# is in every client's tools/list): timeline.parse_sources and parse_time check the rest, with hints.
+@tools.tool("diagd_timeline", "Merge by wall-clock time sources {pcap|serial|bpftrace|crash: path|port|id, "
+            "offset_ms?, filter?, fields?}.",
+            {"sources": {"type": "array"}, "start": {}, "end": {},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200},
+             "offset": {"type": "integer", "minimum": 0, "default": 0}},
+            required=("sources",), output=_TIMELINE_OUTPUT, timeout_s=120)
+async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        # Through the registry, like any client's call: validation, limits, coded errors, the audit log.
+        result = await daemon.registry.call(name, arguments, ctx)
+        if result.is_error:
+            wire = result.payload
+            raise DiagdError.from_wire(wire["code"], wire["message"], wire.get("details"))
+        return result.payload
+
+    return await timeline_mod.build(call, args["sources"], start=args.get("start"), end=args.get("end"),
+                                    limit=args["limit"], offset=args["offset"])
 
 
 def register(daemon: Daemon) -> None:

@@ -318,10 +318,10 @@ class BpftraceExecution(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         ex = self.execution
         match request.message:
-            case Page(offset=offset, limit=limit):
+            case Page(offset=offset, limit=limit, times=times):
                 if not self._finished:
                     self._apply_diagnostics(parse_stderr(self.stderr.text()))
-                return ex.page(offset, limit)
+                return ex.page(offset, limit, times=times)
             case Stop():
                 self.request_stop(StopReason.REQUESTED)
                 return ex.summary()

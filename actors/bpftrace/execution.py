@@ -86,6 +86,9 @@ class Execution:
     notices: list[str] = field(default_factory=list)
     attached_probes: int | None = None
     lines: list[str] = field(default_factory=list)
+    # Wall-clock time each kept line was read from bpftrace (Unix s), for diagd_timeline. None for a
+    # run saved before diagd recorded it (its times.txt is missing or does not match its lines).
+    line_ts: list[float] | None = field(default_factory=list)
     output_bytes: int = 0
     lines_dropped: int = 0
     buffer_full: bool = False
@@ -139,6 +142,8 @@ class Execution:
             self.lines_dropped += 1
             return False
         self.lines.append(line)
+        if self.line_ts is not None:
+            self.line_ts.append(round(time.time(), 6))
         self.output_bytes += size
         self.notify()
         if len(self.lines) >= self.max_lines:
@@ -161,7 +166,8 @@ class Execution:
             for name, value in data.items():
                 self.maps[name] = {"type": kind, "data": _fix_top_log2_bucket(value) if kind == "hist" else value}
 
-    def page(self, offset: int, limit: int, max_bytes: int = PAGE_MAX_BYTES) -> dict[str, Any]:
+    def page(self, offset: int, limit: int, max_bytes: int = PAGE_MAX_BYTES, *, times: bool = False
+             ) -> dict[str, Any]:
         chosen: list[str] = []
         size = 0
         for line in self.lines[offset:offset + limit]:
@@ -172,6 +178,9 @@ class Execution:
         output: list[Any] = [parse_json_line(x) for x in chosen] if self.output_format == "json" else chosen
         end = offset + len(chosen)
         total = len(self.lines)
+        extra: dict[str, Any] = {}
+        if times:  # null: this run's lines were recorded without their times
+            extra["line_ts"] = None if self.line_ts is None else self.line_ts[offset:end]
         return {
             "execution_id": self.id,
             "status": str(self.status),
@@ -183,6 +192,7 @@ class Execution:
             "has_more": end < total,
             "next_offset": min(end, total),
             "maps": self.maps if self.output_format == "json" else None,
+            **extra,
             **self._state(),
         }
 
@@ -227,7 +237,8 @@ class Execution:
         }
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], lines: list[str], maps: dict[str, Any] | None = None) -> Execution:
+    def from_meta(cls, meta: dict[str, Any], lines: list[str], maps: dict[str, Any] | None = None,
+                  line_ts: list[float] | None = None) -> Execution:
         ex = cls(id=meta["id"], program=meta["program"], output_format=meta["output_format"],
                  timeout_s=float(meta["timeout_s"]), max_lines=int(meta.get("max_lines", 10_000)),
                  max_bytes=int(meta.get("max_bytes", 16 * 1024 * 1024)), created_at=float(meta["created_at"]))
@@ -239,6 +250,7 @@ class Execution:
         ex.warnings = list(meta.get("warnings", []))
         ex.notices = list(meta.get("notices", []))
         ex.lines = lines
+        ex.line_ts = line_ts if line_ts is not None and len(line_ts) == len(lines) else None
         ex.flushed = len(lines)
         ex.output_bytes = sum(len(x) + 1 for x in lines)
         ex.lines_dropped = int(meta.get("lines_dropped", 0))

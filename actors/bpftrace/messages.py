@@ -14,6 +14,7 @@ class Page:
 
     offset: int
     limit: int
+    times: bool = False  # add each line's arrival time (line_ts)
 
 
 @dataclass(frozen=True)

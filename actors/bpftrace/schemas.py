@@ -50,6 +50,7 @@ RESULT_OUTPUT = {
         "has_more": {"type": "boolean"},
         "next_offset": {"type": "integer"},
         "maps": {"type": ["object", "null"]},
+        "line_ts": {"type": ["array", "null"]},
     },
     "required": ["execution_id", "status", "lines_total", "lines_returned", "output", "has_more", "exit_code",
                  "error"],

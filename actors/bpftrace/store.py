@@ -56,6 +56,7 @@ class ExecutionStore:
         try:
             self.path(ex.id).mkdir(parents=True, exist_ok=True, mode=0o700)
             (self.path(ex.id) / "output.txt").touch(mode=0o600)
+            (self.path(ex.id) / "times.txt").touch(mode=0o600)
         except OSError as exc:  # the run goes on; its results just will not outlive the actor
             log.warning("cannot persist execution", execution_id=ex.id, error=str(exc))
             return
@@ -68,6 +69,9 @@ class ExecutionStore:
         try:
             with open(self.path(ex.id) / "output.txt", "a", encoding="utf-8", errors="surrogateescape") as out:
                 out.write("".join(line + "\n" for line in ex.lines[ex.flushed:]))
+            if ex.line_ts is not None:  # one arrival time per line, beside output.txt
+                with open(self.path(ex.id) / "times.txt", "a", encoding="ascii") as out:
+                    out.write("".join(f"{ts:.6f}\n" for ts in ex.line_ts[ex.flushed:]))
             ex.flushed = len(ex.lines)
         except OSError as exc:
             log.warning("cannot persist execution output", execution_id=ex.id, error=str(exc))
@@ -101,7 +105,7 @@ class ExecutionStore:
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        return Execution.from_meta(meta, lines, maps if isinstance(maps, dict) else None)
+        return Execution.from_meta(meta, lines, maps if isinstance(maps, dict) else None, _times(directory))
 
     def metas(self) -> list[dict[str, Any]]:
         out = []
@@ -139,6 +143,14 @@ class ExecutionStore:
             if meta.get("id") in protect or meta.get("status") == Status.RUNNING:
                 continue
             shutil.rmtree(self.root / meta["id"], ignore_errors=True)
+
+
+def _times(directory: Path) -> list[float] | None:
+    """The lines' arrival times (times.txt), or None: missing (a run from before diagd kept them) or unreadable."""
+    try:
+        return [float(x) for x in (directory / "times.txt").read_text(encoding="ascii").split()]
+    except (OSError, ValueError):
+        return None
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -150,6 +150,7 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
         "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
         "wait_s": {"type": "number", "minimum": 0, "maximum": 120, "default": 0},
         "until": {"type": "string", "enum": ["output", "done"], "default": "output"},
+        "times": {"type": "boolean", "default": False},  # line_ts: each line's arrival (Unix s)
     },
     required=("execution_id",), output=RESULT_OUTPUT, timeout_s=130,
 )
@@ -159,9 +160,9 @@ async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str,
     running = backend.running(execution_id)
     if running is not None and args["wait_s"] > 0:
         await backend.wait(ctx, running, offset, args["until"], args["wait_s"])
-    page = await backend.ask(ctx, execution_id, Page(offset, limit))
+    page = await backend.ask(ctx, execution_id, Page(offset, limit, args["times"]))
     if page is None:
-        page = (await backend.load(execution_id)).page(offset, limit)
+        page = (await backend.load(execution_id)).page(offset, limit, times=args["times"])
     return page
 
 

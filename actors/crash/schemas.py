@@ -108,3 +108,9 @@ TRIAGE_OUTPUT = {"type": "object",
 SCRIPTS_OUTPUT = {"type": "object", "properties": {"scripts": {"type": "array", "items": {"type": "object"}},
                                                    "dirs": {"type": "array", "items": {"type": "string"}}},
                   "required": ["scripts", "dirs"]}
+
+MODULE_DIR_INPUT = _schema({"dir": {"type": "string"}, **SESSION}, ("dir",))
+MODULE_DIR_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "dir": {"type": "string"},
+                                                      "modules": {"type": "array"}, "drgn": {"type": "object"},
+                                                      "files": {"type": "array"}},
+                     "required": ["session_id", "dir", "modules", "drgn"]}

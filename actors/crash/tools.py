@@ -8,6 +8,7 @@ start (see `register`).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import trio
 
 from diagd.actors import sandbox
+from diagd.actors._paths import resolve_allowed
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.crash import schemas
 from diagd.actors.crash.backend import CrashBackend
@@ -120,6 +122,41 @@ async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[
             extension = _pykdump(backend)
         command = rest
     return await backend.ask(ctx, rec, RunCrash(command, force, max_lines, extension))
+
+
+_PLAIN_PATH = re.compile(r"[^\s|<>!;&$`'\"\\]+")
+
+
+@tools.tool("load_module_debuginfo",
+            "Load kernel modules' debug info from a directory's .ko files (like crash mod -S DIR) in crash and drgn.",
+            input_schema=schemas.MODULE_DIR_INPUT, output=schemas.MODULE_DIR_OUTPUT, read_only=False,
+            idempotent=False)
+async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    rec = await backend.resolve(ctx, args.get("session_id"))
+    # Through the allowed-dirs policy, like the dump's paths; crash reads the words of its command line
+    # itself, so the path must be one plain word.
+    path = await trio.to_thread.run_sync(functools.partial(
+        resolve_allowed, args["dir"], backend.settings.allowed_dirs, what="directory", cwd=ctx.cwd, directory=True))
+    if not _PLAIN_PATH.fullmatch(str(path)):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: spaces and shell characters cannot reach crash's "
+                         "command line; link the directory under a plain name", path=str(path))
+    files = await trio.to_thread.run_sync(lambda: sorted(str(p) for p in path.rglob("*.ko*") if p.is_file()))
+    if not files:
+        raise DiagdError(ErrorCode.NOT_FOUND, f"no .ko file under {path}", path=str(path))
+    # What `mod -S DIR` does, one module at a time: crash's -S searches with `find` through a shell,
+    # which its sandbox may not execute. A file of a module the dump did not load is said so by crash.
+    crash = []
+    for file in files[:100]:
+        name = Path(file).name.split(".ko")[0].replace("-", "_")
+        crash.append(await backend.ask(ctx, rec, RunCrash(f"mod -s {name} {file}", True, None, None)))
+    drgn: dict[str, Any]
+    try:
+        code = f"prog.load_debug_info({files!r})\nprint(len({files!r}), 'files offered')"
+        drgn = await _drgn(backend, ctx, rec, RunDrgn(code, max_lines=20))
+    except DiagdError as exc:  # crash has them; drgn's failure is said, not hidden
+        drgn = {"error": exc.to_wire()}
+    return {"session_id": rec.session_id, "dir": str(path), "drgn": drgn, "files": files[:100],
+            "modules": [c["output"] for c in crash]}
 
 
 @tools.tool("run_drgn_command",

@@ -1,0 +1,161 @@
+"""diagd_timeline's merge on scripted back-end answers: order, offsets, windows, caps, errors.
+
+The same tools' real answers are checked end to end in tests/e2e/test_timeline.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from diagd.daemon import timeline
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+
+class Scripted:
+    """A Caller that answers pcap_timeline, get_log, get_result and crash commands from fixed data."""
+
+    def __init__(self, *, frames: int = 3, serial: int = 3, bpf: int = 2, log: list[str] | None = None,
+                 ctime: list[str] | None = None, times: bool = True) -> None:
+        self.frames = [{"frame.number": n + 1, "frame.time_epoch": f"{100 + n:.9f}", "_ws.col.Info": f"f{n + 1}"}
+                       for n in range(frames)]
+        self.serial = [{"i": i, "ts": 100.5 + i, "dir": "rx", "data": f"s{i}", "format": "text", "bytes": 2}
+                       for i in range(serial)]
+        self.bpf = [f"b{i}" for i in range(bpf)]
+        self.bpf_times = [100.25 + i for i in range(bpf)] if times else None
+        self.log = log or []
+        self.ctime = ctime or []
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append((name, args))
+        if name == "pcap_timeline":
+            rows = self.frames[:args["limit"]]
+            return {"rows": rows, "total": len(self.frames), "has_more": len(self.frames) > args["limit"]}
+        if name == "get_log":
+            if args["port"] == "/dev/none":
+                raise DiagdError(ErrorCode.NOT_FOUND, "no raw log for /dev/none")
+            page = self.serial[args["offset"]:args["offset"] + args["limit"]]
+            end = args["offset"] + len(page)
+            return {"records": page, "log_file": "x.jsonl", "next_offset": end if end < len(self.serial) else None}
+        if name == "get_result":
+            return {"output": self.bpf, "line_ts": self.bpf_times, "has_more": False, "next_offset": len(self.bpf),
+                    "status": "completed"}
+        if name == "run_crash_command":
+            lines = self.log if args["command"] == "log" else self.ctime
+            return {"output": "\n".join(lines), "total_lines": len(lines), "lines_returned": len(lines),
+                    "command_id": args["command"]}
+        raise AssertionError(name)
+
+
+SOURCES = [{"pcap": "/x/core.pcap", "fields": ["_ws.col.Info"]}, {"serial": "/dev/ttyUSB0"}, {"bpftrace": "bt-1"}]
+
+
+async def test_rows_of_every_source_are_merged_in_time_order_each_naming_its_source() -> None:
+    answer = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=100, offset=0)
+    order = [(r["source"], r["t"]) for r in answer["rows"]]
+    assert order == [("pcap:core.pcap", 100.0), ("bpftrace:bt-1", 100.25), ("serial:/dev/ttyUSB0", 100.5),
+                     ("pcap:core.pcap", 101.0), ("bpftrace:bt-1", 101.25), ("serial:/dev/ttyUSB0", 101.5),
+                     ("pcap:core.pcap", 102.0), ("serial:/dev/ttyUSB0", 102.5)]
+    assert answer["rows"][0]["fields"] == {"_ws.col.Info": "f1"} and answer["rows"][0]["frame"] == 1
+    assert answer["rows"][1]["output"] == "b0" and answer["rows"][2]["dir"] == "rx"
+    assert [s["rows"] for s in answer["sources"]] == [3, 3, 2] and answer["next_offset"] is None
+    assert answer["span"] == {"first": "1970-01-01T00:01:40.000000Z", "last": "1970-01-01T00:01:42.500000Z"}
+
+
+async def test_an_offset_shifts_one_source_before_the_merge() -> None:
+    sources = [SOURCES[0], {**SOURCES[1], "offset_ms": -1000}]
+    answer = await timeline.build(Scripted(), sources, start=None, end=None, limit=100, offset=0)
+    serial = [r["t"] for r in answer["rows"] if r["source"].startswith("serial")]
+    assert serial == [99.5, 100.5, 101.5] and answer["sources"][1]["offset_ms"] == -1000
+
+
+async def test_the_window_goes_into_the_capture_filter_in_the_capture_s_own_clock() -> None:
+    caller = Scripted()
+    sources = [{**SOURCES[0], "filter": "ngap", "offset_ms": 500}, SOURCES[1]]
+    answer = await timeline.build(caller, sources, start=101, end="1970-01-01T00:01:42Z", limit=100, offset=0)
+    flt = next(a for n, a in caller.calls if n == "pcap_timeline")["display_filter"]
+    assert flt == "(ngap) && frame.time_epoch >= 100.4999995 && frame.time_epoch <= 101.5000005"
+    assert [r["t"] for r in answer["rows"] if r["source"].startswith("serial")] == [101.5]
+
+
+async def test_a_cut_source_stops_the_merge_at_its_last_row_and_says_where_to_go_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timeline, "SOURCE_CAP", 2)
+    answer = await timeline.build(Scripted(frames=5, serial=1), SOURCES[:2], start=None, end=None, limit=100,
+                                  offset=0)
+    assert answer["complete_until"] == 101.0 and "start=101.0" in answer["hint"]
+    assert [r["t"] for r in answer["rows"]] == [100.0, 100.5]
+    assert answer["sources"][0]["cut"] and answer["sources"][0]["cut_at"] == 101.0
+    assert not answer["sources"][1]["cut"]
+
+
+async def test_paging_the_merged_rows() -> None:
+    first = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=3, offset=0)
+    second = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=10, offset=first["next_offset"])
+    whole = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=100, offset=0)
+    assert first["rows"] + second["rows"] == whole["rows"] and second["next_offset"] is None
+
+
+async def test_kernel_log_lines_get_crash_s_boot_date_plus_their_seconds_since_boot() -> None:
+    log = ["[    0.000000] Linux version 6.1", "[    2.396920]  </TASK>", "  continued", "[    2.500000] end"]
+    ctime = ["[Wed Nov 25 18:54:58 UTC 2026] Linux version 6.1", "[Wed Nov 25 18:55:00 UTC 2026]  </TASK>",
+             "  continued", "[Wed Nov 25 18:55:00 UTC 2026] end"]
+    answer = await timeline.build(Scripted(log=log, ctime=ctime), [{"crash": "s1"}], start=None, end=None,
+                                  limit=100, offset=0)
+    rows = answer["rows"]
+    assert [r["text"] for r in rows] == ["Linux version 6.1", " </TASK>", "  continued", "end"]
+    assert rows[0]["time"] == "2026-11-25T18:54:58.000000Z" and rows[1]["time"] == "2026-11-25T18:55:00.396920Z"
+    assert rows[2]["t"] == rows[1]["t"] and rows[1]["uptime"] == 2.39692
+    assert "18:54:58" in answer["sources"][0]["note"]
+
+
+async def test_kernel_log_without_a_pairing_log_minus_t_says_so() -> None:
+    answer = await timeline.build(Scripted(log=["[    1.000000] a"], ctime=["[Wed Nov 25 18:55:00 UTC 2026] b"]),
+                                  [{"crash": "s1"}], start=None, end=None, limit=10, offset=0)
+    assert answer["rows"] == [] and "not derivable" in answer["sources"][0]["note"] and "hint" in answer
+
+
+async def test_a_run_without_line_times_is_not_placed_and_says_why() -> None:
+    answer = await timeline.build(Scripted(times=False), [{"bpftrace": "bt-1"}], start=None, end=None, limit=10,
+                                  offset=0)
+    assert answer["rows"] == [] and "without their times" in answer["sources"][0]["note"]
+
+
+@pytest.mark.parametrize(("sources", "wanted"), [
+    ([], "1 to 8 sources"),
+    ([{"pcapp": "x"}], "exactly one of"),
+    ([{"pcap": "x", "serial": "y"}], "exactly one of"),
+    ([{"serial": "/dev/x", "filter": "ngap"}], "not an option of a serial source"),
+    ([{"pcap": "x", "offest_ms": 3}], "not an option"),
+    ([{"pcap": "x", "offset_ms": "soon"}], "milliseconds"),
+    ([{"pcap": "x"}, {"pcap": "/y/x"}], "same label"),
+    (["x"], "is an object"),
+])
+async def test_wrong_sources_get_coded_errors(sources: list[Any], wanted: str) -> None:
+    with pytest.raises(DiagdError) as caught:
+        await timeline.build(Scripted(), sources, start=None, end=None, limit=10, offset=0)
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT and wanted in caught.value.message
+
+
+async def test_close_matches_are_named() -> None:
+    with pytest.raises(DiagdError) as caught:
+        timeline.parse_sources([{"pcap": "x", "offest_ms": 3}])
+    assert caught.value.details["did_you_mean"] == ["offset_ms"]
+    with pytest.raises(DiagdError) as caught:
+        timeline.parse_sources([{"serail": "x"}])
+    assert caught.value.details["did_you_mean"] == ["serial"]
+
+
+@pytest.mark.parametrize("value", ["tomorrow", [1], True])
+async def test_a_time_that_is_neither_seconds_nor_iso_is_refused(value: Any) -> None:
+    with pytest.raises(DiagdError) as caught:
+        await timeline.build(Scripted(), SOURCES, start=value, end=None, limit=10, offset=0)
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT and caught.value.details["path"] == "$.start"
+
+
+async def test_a_failing_source_is_named_in_the_error() -> None:
+    with pytest.raises(DiagdError) as caught:
+        await timeline.build(Scripted(), [{"serial": "/dev/none"}], start=None, end=None, limit=10, offset=0)
+    assert caught.value.code == ErrorCode.NOT_FOUND and caught.value.message.startswith("source serial:/dev/none:")
