@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
 # Every tool the daemon lists; test_every_listed_tool_is_fuzzed keeps this list honest.
 TOOLS = [
-    "diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload",
+    "diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload", "diagd_timeline",
     "pcap_info", "pcap_frames_by_filter", "pcap_timeline", "pcap_frame_detail", "pcap_text_search", "pcap_follow",
     "pcap_packet_list", "pcap_extract_subcapture", "ngap_ue_sessions", "ngap_pdu_session_summary",
     "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_config_reload", "pcap_sequence_diagram",
@@ -46,7 +46,7 @@ TOOLS = [
     "export_serial_pcapng",
     "list_probes", "list_helpers", "exec_program", "get_result", "stop_execution", "list_executions",
     "open_vmcore_session", "close_vmcore_session", "list_vmcore_sessions", "run_crash_command", "run_drgn_command",
-    "get_command_output", "search_command_output", "get_crash_info",
+    "get_command_output", "search_command_output", "get_crash_info", "load_module_debuginfo",
 ]
 
 EXAMPLES = int(os.environ.get("DIAGD_FUZZ_EXAMPLES", "20"))
@@ -120,6 +120,11 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
                          .map("".join),
             "code": st.sampled_from(DRGN_CODE),
             "command_id": st.sampled_from(command_ids) if command_ids else st.just("nosession-0:1"),
+            "sources": st.sampled_from([[{"pcap": paths[0]}], [{"pcap": paths[0], "filter": "ngap &&"}],
+                                        [{"serial": str(modem.link)}], [{"bpftrace": run["execution_id"]}],
+                                        [{"crash": sessions[0] if sessions else "nosession-0"}], [{"nosuch": 1}],
+                                        [{"pcap": paths[0], "offset_ms": 1e300}], []]),
+            "dir": st.sampled_from([str(fixture.vmcore.parent) if fixture else "/nonexistent", "/etc", "/proc/self"]),
         },
         plain={
             "pcap_path": paths[0], "fields": ["frame.number"], "frame_numbers": [1], "frame_number": 1,
@@ -129,6 +134,7 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
             "vmlinux_path": str(fixture.vmlinux) if fixture else "/nonexistent",
             "command": "sys", "code": "1", "command_id": command_ids[0] if command_ids else "nosession-0:1",
             "actor_id": "no-such-actor", "session_id": sessions[0] if sessions else "nosession-0",
+            "sources": [{"pcap": paths[0]}], "dir": str(fixture.vmcore.parent) if fixture else "/nonexistent",
         },
         by_tool={
             # Never the shared session: closing it would end what every other crash example uses.
