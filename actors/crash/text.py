@@ -29,7 +29,7 @@ EXIT_VERBS = frozenset({"q", "quit", "exit"})
 CRASH_COMMANDS = frozenset({
     "*", "alias", "ascii", "bpf", "bt", "btop", "dev", "dis", "eval", "exit", "extend", "files", "foreach", "fuser",
     "gdb", "help", "ipcs", "irq", "kmem", "list", "log", "mach", "mod", "mount", "net", "p", "ps", "pte", "ptob",
-    "ptov", "q", "rd", "repeat", "runq", "sbitmapq", "search", "set", "sig", "struct", "swap", "sys", "task",
+    "ptov", "q", "rd", "repeat", "runq", "sbitmapq", "search", "set", "sig", "struct", "swap", "sym", "sys", "task",
     "timer", "tree", "union", "vm", "vtop", "waitq", "whatis", "wr"})
 # crash's builtin aliases (`alias` on the fixture): expanded before anything is decided, so `g she id`
 # is judged as `gdb she id` and `sn` as `set scroll on`.

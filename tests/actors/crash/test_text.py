@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
 from diagd.actors.crash import text as text
 from diagd.protocol.errors import DiagdError
+from tests.fixtures.vmcore import build
 
 SET = '    PID: 1\nCOMMAND: "init"\n   TASK: ffff8edec3deb000  [THREAD_INFO: ffff8edec3deb000]\n    CPU: 0\n' \
       '  STATE: TASK_RUNNING (PANIC)\n'
@@ -74,3 +78,15 @@ def test_the_pid_hash_warning_becomes_a_plain_limit() -> None:
     assert len(limits) == 1 and "crash 8.0.2" in limits[0] and "drgn sees all 47" in limits[0]
     assert "2 task(s)" in limits[0] and "8.0.4" in limits[0]
     assert text.startup_limits("", "crash 8.0.6", 47, 47) == []
+
+
+
+def test_crash_commands_are_exactly_what_crash_help_lists_on_the_fixture() -> None:
+    """A word missing from CRASH_COMMANDS goes through the gdb check and may be refused (`sym` was)."""
+    fixture = build()
+    done = subprocess.run(["crash", "-s", str(fixture.vmlinux), str(fixture.vmcore)], input="help\nquit\n",
+                          capture_output=True, text=True, timeout=120, check=False)
+    table = done.stdout.split("crash version:")[0]  # help's table of commands comes before its footer
+    rows = [line.split() for line in table.splitlines()]
+    listed = {word for row in rows if row and all(re.fullmatch(r"[a-z]+|\*", w) for w in row) for word in row}
+    assert listed == text.CRASH_COMMANDS, done.stdout[-2000:]
