@@ -109,8 +109,18 @@ class PduSessions:
     display_filter: str
 
 
+@dataclass(frozen=True)
+class Stats:
+    """Wireshark's statistics of one kind (stats.py): every row, paged by the tool."""
+
+    kind: str
+    protocol: str | None
+    display_filter: str
+    interval_ms: int | None
+
+
 PcapMessage = (Info | Check | Frames | Timeline | Detail | TextSearch | Follow | PacketList | Export
-               | NgapSessions | PduSessions)
+               | NgapSessions | PduSessions | Stats)
 
 
 def cache_key(message: object) -> object | None:

@@ -125,3 +125,6 @@ CONFIG_OUTPUT = output({
     "mask_subscriber_ids": BOOL, "call_timeout_s": {"type": "number"},
     "loaded_captures": {"type": "array", "items": OBJ},
 }, ("profiles", "allowed_dirs", "output_dir", "loaded_captures"))
+
+STATS_OUTPUT = output({"kind": STR, "method": STR, "total": INT, "rows": ARRAY, "has_more": BOOL, "reason": STR,
+                       **ANSWER}, ("kind", "method", "rows", "source"))
