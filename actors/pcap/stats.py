@@ -204,9 +204,17 @@ async def _io(actor: PcapActor, request: Request, message: Stats) -> dict[str, A
         await actor.check_filter(request, message.display_filter)
         params["filter"] = message.display_filter
     answer = await actor.sharkd_call(request, "intervals", params)
-    seen = {int(i[0]): (int(i[1]), int(i[2])) for i in answer.get("intervals", [])}
+    # sharkd starts a new entry whenever the interval changes, so frames out of time order give
+    # one interval several entries: they add up.
+    seen: dict[int, tuple[int, int]] = {}
+    for index, frames, size in answer.get("intervals", []):
+        before = seen.get(int(index), (0, 0))
+        seen[int(index)] = (before[0] + int(frames), before[1] + int(size))
+    # Every interval up to the capture's last, empty ones too, as tshark -z io,stat prints them:
+    # with a filter sharkd's `last` is the last interval holding a match.
     last = int(answer.get("last", -1))
-    # Every interval up to the capture's last, empty ones too: the series tshark -z io,stat prints.
+    if message.display_filter:
+        last = max(last, int((await actor.sharkd_call(request, "intervals", {"interval": interval})).get("last", -1)))
     rows = [{"interval": n, "start_s": n * interval / 1000, "frames": seen.get(n, (0, 0))[0],
              "bytes": seen.get(n, (0, 0))[1]} for n in range(last + 1)]
     result = {"method": "sharkd intervals", "interval_ms": interval, "rows": rows,
@@ -243,7 +251,7 @@ async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dic
     linked = LINKED[message.protocol or ""]
     flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
     await actor.check_filter(request, flt)
-    columns = ["frame.number", linked.name, linked.response_to, linked.time, linked.response_in or "frame.number"]
+    columns = ["frame.number", linked.name, linked.response_to, linked.time, *filter(None, [linked.response_in])]
     params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(columns)}
     params["filter"] = flt
     frames = await actor.sharkd_call(request, "frames", params, display_filter=flt)
@@ -253,7 +261,7 @@ async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dic
     requests: list[tuple[int, str]] = []
     responses: list[tuple[int, float]] = []
     for frame in frames:
-        number, name, to, time, response_in = (str(c) for c in frame["c"])
+        number, name, to, time, response_in = [str(c) for c in frame["c"]] + [""] * (5 - len(frame["c"]))
         names[int(number)] = name
         if to and time:  # first occurrence: one message per frame on these protocols' ports
             responses.append((int(to.split(",")[0]), float(time.split(",")[0]) * linked.time_unit_s))
