@@ -198,31 +198,39 @@ def _duration(conv: dict[str, Any]) -> float | None:
 
 
 async def _io(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+    """Frames and bytes per interval, binned here from each frame's exact relative time: sharkd's
+    `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval off
+    from tshark -z io,stat (integer nanoseconds)."""
     interval = message.interval_ms or 1000
-    params: dict[str, Any] = {"interval": interval}
+    step = interval * 1_000_000  # ns
     if message.display_filter:
         await actor.check_filter(request, message.display_filter)
-        params["filter"] = message.display_filter
-    answer = await actor.sharkd_call(request, "intervals", params)
-    # sharkd starts a new entry whenever the interval changes, so frames out of time order give
-    # one interval several entries: they add up.
-    seen: dict[int, tuple[int, int]] = {}
-    for index, frames, size in answer.get("intervals", []):
-        before = seen.get(int(index), (0, 0))
-        seen[int(index)] = (before[0] + int(frames), before[1] + int(size))
-    # Every interval up to the capture's last, empty ones too, as tshark -z io,stat prints them:
-    # with a filter sharkd's `last` is the last interval holding a match.
-    last = int(answer.get("last", -1))
-    if message.display_filter:
-        last = max(last, int((await actor.sharkd_call(request, "intervals", {"interval": interval})).get("last", -1)))
-    rows = [{"interval": n, "start_s": n * interval / 1000, "frames": seen.get(n, (0, 0))[0],
-             "bytes": seen.get(n, (0, 0))[1]} for n in range(last + 1)]
-    result = {"method": "sharkd intervals", "interval_ms": interval, "rows": rows,
-              "frames": int(answer.get("frames", 0)), "bytes": int(answer.get("bytes", 0))}
-    if not result["frames"]:
+    wanted = set(await actor.matching(request, message.display_filter)) if message.display_filter else None
+    frames = await actor.sharkd_call(request, "frames", {"column0": "frame.time_relative:0", "column1": "frame.len:0"})
+    bins: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    last = -1
+    for frame in frames:
+        index = _nanoseconds(str(frame["c"][0])) // step
+        last = max(last, index)  # every interval up to the capture's end, empty ones too, as tshark prints
+        if wanted is None or int(frame["num"]) in wanted:
+            bins[index][0] += 1
+            bins[index][1] += int(frame["c"][1])
+    rows = [{"interval": n, "start_s": n * interval / 1000, "frames": bins[n][0] if n in bins else 0,
+             "bytes": bins[n][1] if n in bins else 0} for n in range(last + 1)]
+    total = sum(r["frames"] for r in rows)
+    result: dict[str, Any] = {"method": "sharkd frames (frame.time_relative, frame.len) binned per interval",
+                              "interval_ms": interval, "rows": rows, "frames": total,
+                              "bytes": sum(r["bytes"] for r in rows)}
+    if not total:
         result["reason"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
                             else "the capture holds no frames")
     return result
+
+
+def _nanoseconds(seconds: str) -> int:
+    whole, _, fraction = seconds.strip().partition(".")
+    sign = -1 if whole.startswith("-") else 1
+    return sign * (abs(int(whole or "0")) * 1_000_000_000 + int((fraction + "000000000")[:9]))
 
 
 def _stats_row(procedure: str, times: list[float], unanswered: int | None = None) -> dict[str, Any]:
