@@ -24,7 +24,7 @@ import structlog
 import trio
 
 from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap import answers, text
+from diagd.actors.pcap import answers, stats, text
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.cache import PackedLru
@@ -41,6 +41,7 @@ from diagd.actors.pcap.messages import (
     NgapSessions,
     PacketList,
     PduSessions,
+    Stats,
     TextSearch,
     Timeline,
     cache_key,
@@ -310,4 +311,6 @@ class PcapActor(Actor):
                 pdus = await answers.ngap_pdus(self, request, display_filter)
                 return ngap_summary.procedures(pdus, filtered=bool(display_filter),
                                                core_rows=await answers.core_rows(self) if pdus else [])
+            case Stats() as message:
+                return await stats.answer(self, request, message)
         raise unhandled("pcap", request)

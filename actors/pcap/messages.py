@@ -114,8 +114,18 @@ class NgapProcedures:
     display_filter: str
 
 
+@dataclass(frozen=True)
+class Stats:
+    """Wireshark's statistics of one kind (stats.py): every row, paged by the tool."""
+
+    kind: str
+    protocol: str | None
+    display_filter: str
+    interval_ms: int | None
+
+
 PcapMessage = (Info | Check | Frames | Timeline | Detail | TextSearch | Follow | PacketList | Export
-               | NgapSessions | PduSessions | NgapProcedures)
+               | NgapSessions | PduSessions | NgapProcedures | Stats)
 
 
 def cache_key(message: object) -> object | None:

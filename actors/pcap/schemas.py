@@ -125,3 +125,6 @@ CONFIG_OUTPUT = output({
     "mask_subscriber_ids": BOOL, "call_timeout_s": {"type": "number"},
     "loaded_captures": {"type": "array", "items": OBJ},
 }, ("profiles", "allowed_dirs", "output_dir", "loaded_captures"))
+
+# Kept small (every client reads tools/list each turn): the rows' keys are in the README.
+STATS_OUTPUT = output({"rows": ARRAY}, ("rows",))

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
+from diagd.actors.pcap import stats as _stats
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND
 from diagd.actors.pcap.backend import PcapBackend, search_deadline
@@ -52,6 +53,7 @@ from diagd.actors.pcap.schemas import (
     PAGING,
     PDU_SESSIONS_OUTPUT,
     SEARCH_OUTPUT,
+    STATS_OUTPUT,
     TIMELINE_OUTPUT,
     UE_SESSIONS_OUTPUT,
 )
@@ -311,6 +313,25 @@ async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -
             NGAP_PROPS, required=CAPTURE_ONLY, output=PDU_SESSIONS_OUTPUT)
 async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     return await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
+
+
+@tools.tool("pcap_stats", "tshark -z statistics: expert, srt, conversations, endpoints, io.",
+            {**CAPTURE, "kind": {"enum": list(_stats.KINDS)}, "protocol": {"type": "string"}, **FILTER,
+             "interval_ms": {"type": "integer", "minimum": 1}, **PAGING},
+            required=("pcap_path", "kind"), output=STATS_OUTPUT)
+async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+    message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
+    spec = await backend.spec_for(args)
+    result = await backend.ask(ctx, spec, message)
+    rows, offset, limit = result.pop("rows"), args["offset"], args["limit"]
+    page = rows[offset:offset + limit]
+    answer = {"kind": message.kind, "protocol": message.protocol, **result, "total": len(rows), "rows": page,
+              "offset": offset, "limit": limit, "has_more": offset + len(page) < len(rows)}
+    if rows and not page:
+        answer["reason"] = f"offset {offset} is past the last of {len(rows)} rows"
+    flt = message.display_filter
+    return {**answer, "source": await backend.source(spec, args, display_filter=flt,
+                                                     command=_stats.tap_command(message))}
 
 
 @tools.tool("pcap_list_fields", "Wireshark fields whose name or description matches query (substring or regex).",

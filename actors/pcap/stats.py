@@ -1,0 +1,292 @@
+"""Wireshark's statistics (pcap_stats): expert info, service response times, conversations,
+endpoints and I/O intervals, from the warm sharkd worker of a capture.
+
+Each kind is what `tshark -q -z <tap>` prints for the same capture (`tap_command` names it):
+sharkd's own taps (`expert`, `srt:diameter`, `conv:*`, `endpt:*`) and its `intervals` method.
+Wireshark 4.0.17 has no SRT tap for GTPv2, PFCP or SIP (`srt:gtp` is GTPv1 only), so their
+response times are computed here from the request/response links Wireshark's dissectors set
+(`*.response_to` + `*.response_time`, `sip.response-request` + `sip.response-time`), read as
+packet-list columns of the loaded capture; each answer says which method gave it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from diagd.actors.pcap.messages import Stats
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+if TYPE_CHECKING:
+    from diagd.actors.base import Request
+    from diagd.actors.pcap.actor import PcapActor
+
+KINDS = ("expert", "srt", "conversations", "endpoints", "io")
+# The protocol names a caller may give -> sharkd's table name (its `info` lists them as conv:<name>).
+CONV_TABLES = {"eth": "Ethernet", "ip": "IPv4", "ipv6": "IPv6", "tcp": "TCP", "udp": "UDP", "sctp": "SCTP"}
+CONV_ALIASES = {"ipv4": "ip", "ethernet": "eth"}
+SEVERITIES = ("Error", "Warning", "Note", "Chat", "Comment")  # the order tshark -z expert prints them in
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A protocol whose dissector links each response to its request frame and times it."""
+
+    filter: str       # frames carrying the protocol
+    name: str         # the message type (shown resolved, as the packet list shows it)
+    response_to: str  # on a response: its request's frame number
+    time: str         # on a response: seconds (or ms, `time_unit_s`) since its request
+    response_in: str | None = None  # on a request: its response frame (none: unanswered)
+    time_unit_s: float = 1.0
+    procedure_suffix: str = " Request"  # cut from the request's name: "Create Session Request" -> "Create Session"
+
+
+LINKED = {
+    "gtpv2": Linked("gtpv2", "gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time", "gtpv2.response_in"),
+    "pfcp": Linked("pfcp", "pfcp.msg_type", "pfcp.response_to", "pfcp.response_time", "pfcp.response_in"),
+    # sip.response-time is an integer of milliseconds; the request is named by its method.
+    "sip": Linked("sip", "sip.Method", "sip.response-request", "sip.response-time", None, 0.001, ""),
+}
+NATIVE_SRT = {"diameter": "srt:diameter"}
+SRT_PROTOCOLS = (*NATIVE_SRT, *LINKED)
+
+
+def _close(name: str, known: list[str]) -> dict[str, list[str]]:
+    return {name: difflib.get_close_matches(name, known, n=3, cutoff=0.4)}
+
+
+def resolve(kind: str, protocol: str | None, display_filter: str, interval_ms: int | None) -> Stats:
+    """The question in canonical form, or a coded error naming what this Wireshark supports."""
+    proto = (protocol or "").strip().lower() or None
+    if kind in ("conversations", "endpoints"):
+        proto = CONV_ALIASES.get(proto or "ip", proto or "ip")
+        if proto not in CONV_TABLES:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"no {kind} table for protocol {protocol!r}",
+                             supported=list(CONV_TABLES), did_you_mean=_close(proto, list(CONV_TABLES)))
+    elif kind == "srt":
+        if proto not in SRT_PROTOCOLS:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"no service response time for protocol {protocol!r} in this Wireshark (4.0.17)",
+                             supported=list(SRT_PROTOCOLS), did_you_mean=_close(proto or "", list(SRT_PROTOCOLS)),
+                             hint="HTTP/2 request/response pairs: pcap_timeline with http2.streamid, "
+                                  "http2.headers.method and http2.headers.status")
+    elif kind in ("expert", "io"):
+        proto = None
+    else:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown kind {kind!r}", supported=list(KINDS),
+                         did_you_mean=_close(kind, list(KINDS)))
+    if (display_filter and kind in ("expert", "conversations", "endpoints")) or (
+            display_filter and proto in NATIVE_SRT):
+        # sharkd 4.0 registers its taps with an empty filter and refuses a `filter` member.
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"kind={kind} takes no display_filter: sharkd 4.0 runs its taps over the whole capture",
+                         hint="pcap_extract_subcapture with the filter, then pcap_stats on the file it writes")
+    interval = interval_ms if kind == "io" else None
+    if kind == "io" and interval is None:
+        interval = 1000
+    return Stats(kind, proto, display_filter, interval)
+
+
+def tap_command(message: Stats) -> list[str]:
+    """The tshark arguments that print the same statistics (after the capture's own options)."""
+    match message.kind:
+        case "expert":
+            return ["-q", "-z", "expert"]
+        case "conversations":
+            return ["-q", "-z", f"conv,{message.protocol}"]
+        case "endpoints":
+            return ["-q", "-z", f"endpoints,{message.protocol}"]
+        case "io":
+            seconds = f"{(message.interval_ms or 1000) / 1000:g}"
+            return ["-q", "-z", f"io,stat,{seconds}" + (f",{message.display_filter}" if message.display_filter
+                                                       else "")]
+    if message.protocol in NATIVE_SRT:
+        return ["-q", "-z", f"{message.protocol},srt"]
+    linked = LINKED[message.protocol or ""]
+    flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
+    fields = ["frame.number", linked.name, linked.response_to, linked.time]
+    return ["-Y", flt, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
+
+
+async def answer(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+    """Every row of the statistics (the tool pages them), with `method` and, when empty, `reason`."""
+    match message.kind:
+        case "expert":
+            result = await _expert(actor, request)
+        case "conversations" | "endpoints":
+            result = await _conversations(actor, request, message)
+        case "io":
+            result = await _io(actor, request, message)
+        case _:
+            result = await (_native_srt(actor, request, message) if message.protocol in NATIVE_SRT
+                            else _linked_srt(actor, request, message))
+    if not result["rows"] and "reason" not in result:
+        result["reason"] = await _why_empty(actor, request, message)
+    return result
+
+
+async def _why_empty(actor: PcapActor, request: Request, message: Stats) -> str:
+    present = set((await actor.analysed(request)).get("protocols", []))
+    wanted = {"conversations": message.protocol, "endpoints": message.protocol, "srt": message.protocol}.get(
+        message.kind)
+    if wanted is not None and wanted not in present:
+        extra = "; HTTP/2 and SBI on a non-standard port need decode_as" if wanted == "http2" else ""
+        return f"protocol {wanted} is not in this capture{extra}"
+    if message.display_filter:
+        return f"no frame matches display_filter {message.display_filter!r}"
+    if message.kind == "expert":
+        return "Wireshark raised no expert information on this capture"
+    return f"{message.protocol} is present but carries no request/response pair"
+
+
+async def _tap(actor: PcapActor, request: Request, name: str) -> dict[str, Any]:
+    answer = await actor.sharkd_call(request, "tap", {"tap0": name})
+    taps: list[dict[str, Any]] = answer.get("taps", [])
+    return taps[0] if taps else {}
+
+
+async def _expert(actor: PcapActor, request: Request) -> dict[str, Any]:
+    details = (await _tap(actor, request, "expert")).get("details", [])
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for item in details:
+        groups[(item.get("s", ""), item.get("g", ""), item.get("p", ""), item.get("m", ""))].append(int(item["f"]))
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    rows: list[dict[str, Any]] = [{"severity": s, "group": g, "protocol": p, "summary": m, "count": len(frames),
+             "first_frame": min(frames), "frames": sorted(frames)[:5]}
+            for (s, g, p, m), frames in groups.items()]
+    rows.sort(key=lambda r: (order.get(r["severity"], 9), -r["count"], r["protocol"], r["summary"]))
+    by_severity = Counter(str(item.get("s", "")) for item in details)
+    by_protocol: dict[str, Counter[str]] = defaultdict(Counter)
+    for item in details:
+        by_protocol[str(item.get("p", ""))][str(item.get("s", ""))] += 1
+    return {"method": "sharkd tap expert", "rows": rows, "items": len(details),
+            "by_severity": {s: by_severity[s] for s in SEVERITIES if by_severity[s]},
+            "by_protocol": {p: dict(c) for p, c in sorted(by_protocol.items())}}
+
+
+def _endpoint(addr: str, port: Any) -> str:
+    return f"{addr}:{port}" if port not in (None, "") else addr
+
+
+async def _conversations(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+    table = CONV_TABLES[message.protocol or "ip"]
+    if message.kind == "conversations":
+        tap = await _tap(actor, request, f"conv:{table}")
+        rows = [{"a": _endpoint(c["saddr"], c.get("sport")), "b": _endpoint(c["daddr"], c.get("dport")),
+                 "frames": c["txf"] + c["rxf"], "bytes": c["txb"] + c["rxb"],
+                 "a_to_b_frames": c["txf"], "a_to_b_bytes": c["txb"],
+                 "b_to_a_frames": c["rxf"], "b_to_a_bytes": c["rxb"],
+                 "rel_start_s": c.get("start"), "duration_s": _duration(c), "filter": c.get("filter")}
+                for c in tap.get("convs", [])]
+        method = f"sharkd tap conv:{table}"
+    else:
+        tap = await _tap(actor, request, f"endpt:{table}")
+        rows = [{"address": _endpoint(h["host"], h.get("port")), "frames": h["txf"] + h["rxf"],
+                 "bytes": h["txb"] + h["rxb"], "tx_frames": h["txf"], "tx_bytes": h["txb"],
+                 "rx_frames": h["rxf"], "rx_bytes": h["rxb"], "filter": h.get("filter")}
+                for h in tap.get("hosts", [])]
+        method = f"sharkd tap endpt:{table}"
+    rows.sort(key=lambda r: (-r["bytes"], -r["frames"]))
+    return {"method": method, "rows": rows}
+
+
+def _duration(conv: dict[str, Any]) -> float | None:
+    start, stop = conv.get("start"), conv.get("stop")
+    return round(stop - start, 9) if isinstance(start, int | float) and isinstance(stop, int | float) else None
+
+
+async def _io(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+    """Frames and bytes per interval, binned here from each frame's exact relative time: sharkd's
+    `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval off
+    from tshark -z io,stat (integer nanoseconds)."""
+    interval = message.interval_ms or 1000
+    step = interval * 1_000_000  # ns
+    if message.display_filter:
+        await actor.check_filter(request, message.display_filter)
+    wanted = set(await actor.matching(request, message.display_filter)) if message.display_filter else None
+    frames = await actor.sharkd_call(request, "frames", {"column0": "frame.time_relative:0", "column1": "frame.len:0"})
+    bins: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    last = -1
+    for frame in frames:
+        index = _nanoseconds(str(frame["c"][0])) // step
+        last = max(last, index)  # every interval up to the capture's end, empty ones too, as tshark prints
+        if wanted is None or int(frame["num"]) in wanted:
+            bins[index][0] += 1
+            bins[index][1] += int(frame["c"][1])
+    rows = [{"interval": n, "start_s": n * interval / 1000, "frames": bins[n][0] if n in bins else 0,
+             "bytes": bins[n][1] if n in bins else 0} for n in range(last + 1)]
+    total = sum(r["frames"] for r in rows)
+    result: dict[str, Any] = {"method": "sharkd frames (frame.time_relative, frame.len) binned per interval",
+                              "interval_ms": interval, "rows": rows, "frames": total,
+                              "bytes": sum(r["bytes"] for r in rows)}
+    if not total:
+        result["reason"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
+                            else "the capture holds no frames")
+    return result
+
+
+def _nanoseconds(seconds: str) -> int:
+    whole, _, fraction = seconds.strip().partition(".")
+    sign = -1 if whole.startswith("-") else 1
+    return sign * (abs(int(whole or "0")) * 1_000_000_000 + int((fraction + "000000000")[:9]))
+
+
+def _stats_row(procedure: str, times: list[float], unanswered: int | None = None) -> dict[str, Any]:
+    row: dict[str, Any] = {"procedure": procedure, "count": len(times)}
+    if times:
+        row.update(min_s=round(min(times), 9), max_s=round(max(times), 9), avg_s=round(sum(times) / len(times), 9),
+                   sum_s=round(sum(times), 9))
+    if unanswered is not None:
+        row["unanswered"] = unanswered
+    return row
+
+
+async def _native_srt(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+    name = NATIVE_SRT[message.protocol or ""]
+    rows = []
+    for table in (await _tap(actor, request, name)).get("tables", []):
+        for r in table.get("r", []):
+            num = int(r["num"])
+            rows.append({"procedure": r["n"], "count": num, "min_s": r["min"], "max_s": r["max"],
+                         "avg_s": round(r["tot"] / num, 9) if num else None, "sum_s": r["tot"],
+                         "table": table.get("n")})
+    return {"method": f"sharkd tap {name} (Wireshark's SRT)", "rows": rows}
+
+
+async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+    linked = LINKED[message.protocol or ""]
+    flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
+    await actor.check_filter(request, flt)
+    columns = ["frame.number", linked.name, linked.response_to, linked.time, *filter(None, [linked.response_in])]
+    params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(columns)}
+    params["filter"] = flt
+    frames = await actor.sharkd_call(request, "frames", params, display_filter=flt)
+    names: dict[int, str] = {}
+    answered_by: dict[str, list[float]] = defaultdict(list)
+    unanswered: Counter[str] = Counter()
+    requests: list[tuple[int, str]] = []
+    responses: list[tuple[int, float]] = []
+    for frame in frames:
+        number, name, to, time, response_in = [str(c) for c in frame["c"]] + [""] * (5 - len(frame["c"]))
+        names[int(number)] = name
+        if to and time:  # first occurrence: one message per frame on these protocols' ports
+            responses.append((int(to.split(",")[0]), float(time.split(",")[0]) * linked.time_unit_s))
+        elif linked.response_in is not None and name.endswith(linked.procedure_suffix.strip() or name):
+            requests.append((int(number), name))
+            if not response_in:
+                unanswered[_procedure(name, linked)] += 1
+    for request_frame, seconds in responses:
+        shown = names.get(request_frame, f"(request frame {request_frame} not shown)")
+        answered_by[_procedure(shown, linked)].append(seconds)
+    procedures = sorted(set(answered_by) | set(unanswered))
+    rows = [_stats_row(p, answered_by[p], unanswered[p] if linked.response_in else None) for p in procedures]
+    return {"method": f"computed from {linked.response_to} and {linked.time} (Wireshark 4.0.17 has no "
+                      f"{message.protocol} SRT tap)", "rows": rows, "requests": len(requests),
+            "responses": len(responses)}
+
+
+def _procedure(name: str, linked: Linked) -> str:
+    first = name.split(",")[0]
+    return first.removesuffix(linked.procedure_suffix) if linked.procedure_suffix else first
