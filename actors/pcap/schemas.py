@@ -20,9 +20,8 @@ LAYERS = {"layers": {"type": "array", "items": {"type": "string"}, "default": []
 CAPTURE: dict[str, Any] = {
     "pcap_path": {"type": "string"},
     # A string or a list of strings (`items` binds arrays only): the same as an anyOf, in fewer bytes.
-    "decode_as": {"type": ["string", "array"], "items": {"type": "string"},
-                  "description": "e.g. 'tcp.port==7777,http2'"},
-    "profile": {"type": "string", "description": "e.g. '5gc-lab'"},
+    "decode_as": {"type": ["string", "array"], "items": {"type": "string"}},  # e.g. 'tcp.port==7777,http2'
+    "profile": {"type": "string"},  # e.g. '5gc-lab'; both are in the instructions, sent once per session
     "include_command": {"type": "boolean", "default": False},
 }
 FILTER = display_filter()
