@@ -64,14 +64,17 @@ GUIDES: dict[str, str] = {
     "pcap": """\
 pcap (5G core / RAN captures, Wireshark's dissectors):
 1. pcap_info: protocols present, conversations (SCTP/N2 first), time span.
-2. ngap_ue_sessions: per UE the procedures, NAS messages and failures with causes; then
-   ngap_pdu_session_summary for PDU sessions (N3 tunnels, QFIs, DNN, UE IP, 5GSM causes).
+2. ngap_ue_sessions: per UE the procedures, NAS messages and failures with causes (view="procedures":
+   each procedure's duration and outcome, with p50/p95 latencies); then ngap_pdu_session_summary for
+   PDU sessions (N3 tunnels, QFIs, DNN, UE IP, 5GSM causes).
 3. pcap_timeline with a display filter and fields to line the facts up (raw values, arrays for
    bundled PDUs); pcap_frames_by_filter to list frames; an empty result says whether the protocol
    occurs at all.
 4. pcap_frame_detail on the failing frame numbers, layers=["nas-5gs"] or ["ngap"] to stay short.
 5. pcap_follow for a SIP Call-ID, a Diameter Session-Id or an HTTP/2 stream; pcap_text_search for
    a string in the decoded text; pcap_extract_subcapture to share the evidence.
+6. pcap_sequence_diagram (Mermaid) for a UE, a PDU session, a flow or a filter; pcap_stats for
+   Wireshark's expert info, response times, conversations, endpoints and I/O series.
 Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2"; NAS after Security
 Mode (NEA0) needs profile="5gc-lab" (nas-5gs.null_decipher); ngap_* tools enable it by default.
 Field names: pcap_list_fields / pcap_fields_search.
@@ -80,7 +83,8 @@ Field names: pcap_list_fields / pcap_fields_search.
 serial (modems, boards): list_ports, configure_connection(action=open) once, then send_data with
 wait_policy=keyword and stop_pattern such as ["OK\\r\\n","ERROR\\r\\n"] (or timeout / none).
 Unsolicited output waits in read_urc; get_log pages the raw Tx/Rx log (the source of truth);
-set_signals resets boards; connection_status shows who holds a port.
+set_signals resets boards; connection_status shows who holds a port. export_serial_pcapng turns a
+session into a capture the pcap tools read.
 """,
     "bpftrace": """\
 bpftrace (live kernel tracing): list_probes / list_helpers, then exec_program (returns an
@@ -92,11 +96,13 @@ kernel crash dump (vmcore + vmlinux): open_vmcore_session (checks they match; dr
 about a second while crash loads), then get_crash_info for triage (panic string, panic task bt, log
 tail, memory, tasks). Dig with run_crash_command (bt, log, kmem, struct, dis, set <pid>) or
 run_drgn_command (Python with `prog` and drgn helpers; sees every task); long outputs are stored:
-page them with get_command_output and grep with search_command_output. close_vmcore_session when done.
+page them with get_command_output and grep with search_command_output. load_module_debuginfo DIR
+for modules' symbols. close_vmcore_session when done.
 """,
     BUILTIN: """\
 diagd itself: diagd_status (daemon, actors, per-tool statistics), diagd_calls (recent calls with
-durations and outcomes), diagd_stop_actor to release a resource.
+durations and outcomes), diagd_stop_actor to release a resource. diagd_timeline merges capture
+frames, serial packets, bpftrace lines and the kernel log by wall-clock time.
 """,
 }
 
