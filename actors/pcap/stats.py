@@ -198,33 +198,47 @@ def _duration(conv: dict[str, Any]) -> float | None:
 
 
 async def _io(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
-    """Frames and bytes per interval, binned here from each frame's exact relative time: sharkd's
-    `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval off
-    from tshark -z io,stat (integer nanoseconds)."""
+    """Frames and bytes per interval, binned here as tshark 4.0's io,stat tap (ui/cli/tap-iostat.c) bins
+    them: sharkd's `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval
+    off. The tap reads frames in file order, keeps one current interval and only moves it forward, so a
+    frame out of time order (earlier than the current interval's start) counts in the current interval."""
     interval = message.interval_ms or 1000
-    step = interval * 1_000_000  # ns
+    step = interval * 1000  # us, the tap's unit
     if message.display_filter:
         await actor.check_filter(request, message.display_filter)
     wanted = set(await actor.matching(request, message.display_filter)) if message.display_filter else None
     frames = await actor.sharkd_call(request, "frames", {"column0": "frame.time_relative:0", "column1": "frame.len:0"})
     bins: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     last = -1
-    for frame in frames:
-        index = _nanoseconds(str(frame["c"][0])) // step
-        last = max(last, index)  # every interval up to the capture's end, empty ones too, as tshark prints
+    current = 0  # the current interval's start (us); a filtered tap sees (and moves on) matching frames only
+    for frame in sorted(frames, key=lambda f: int(f["num"])):  # file order, as the tap sees them
+        at = _microseconds(str(frame["c"][0]))
+        last = max(last, at // step)  # every interval up to the capture's end, empty ones too, as tshark prints
         if wanted is None or int(frame["num"]) in wanted:
-            bins[index][0] += 1
-            bins[index][1] += int(frame["c"][1])
+            while at >= current + step:
+                current += step
+            bins[current // step][0] += 1
+            bins[current // step][1] += int(frame["c"][1])
     rows = [{"interval": n, "start_s": n * interval / 1000, "frames": bins[n][0] if n in bins else 0,
              "bytes": bins[n][1] if n in bins else 0} for n in range(last + 1)]
     total = sum(r["frames"] for r in rows)
-    result: dict[str, Any] = {"method": "sharkd frames (frame.time_relative, frame.len) binned per interval",
+    result: dict[str, Any] = {"method": "sharkd frames (frame.time_relative, frame.len) binned as tshark's io,stat",
                               "interval_ms": interval, "rows": rows, "frames": total,
                               "bytes": sum(r["bytes"] for r in rows)}
     if not total:
         result["reason"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
                             else "the capture holds no frames")
     return result
+
+
+def _microseconds(seconds: str) -> int:
+    """A relative time in whole microseconds as the tap computes it: secs * 10^6 + (nsecs + 500) / 1000,
+    C division truncating toward zero (both parts carry the sign of a negative time)."""
+    ns = _nanoseconds(seconds)
+    secs = abs(ns) // 1_000_000_000 * (1 if ns >= 0 else -1)
+    nsecs = ns - secs * 1_000_000_000
+    rounded = nsecs + 500
+    return secs * 1_000_000 + (abs(rounded) // 1000) * (1 if rounded >= 0 else -1)
 
 
 def _nanoseconds(seconds: str) -> int:
