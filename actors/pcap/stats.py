@@ -38,7 +38,7 @@ class Linked:
     name: str         # the message type (shown resolved, as the packet list shows it)
     response_to: str  # on a response: its request's frame number
     time: str         # on a response: seconds (or ms, `time_unit_s`) since its request
-    response_in: str | None = None  # on a request: its response frame (none: unanswered)
+    response_in: str | None = None  # set: requests are linked to responses, so unanswered ones are counted
     time_unit_s: float = 1.0
     procedure_suffix: str = " Request"  # cut from the request's name: "Create Session Request" -> "Create Session"
 
@@ -273,7 +273,7 @@ async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dic
     linked = LINKED[message.protocol or ""]
     flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
     await actor.check_filter(request, flt)
-    columns = ["frame.number", linked.name, linked.response_to, linked.time, *filter(None, [linked.response_in])]
+    columns = ["frame.number", linked.name, linked.response_to, linked.time]
     params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(columns)}
     params["filter"] = flt
     frames = await actor.sharkd_call(request, "frames", params, display_filter=flt)
@@ -283,14 +283,20 @@ async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dic
     requests: list[tuple[int, str]] = []
     responses: list[tuple[int, float]] = []
     for frame in frames:
-        number, name, to, time, response_in = [str(c) for c in frame["c"]] + [""] * (5 - len(frame["c"]))
+        number, name, to, time = ([str(c) for c in frame["c"]] + [""] * 4)[:4]
         names[int(number)] = name
         if to and time:  # first occurrence: one message per frame on these protocols' ports
             responses.append((int(to.split(",")[0]), float(time.split(",")[0]) * linked.time_unit_s))
         elif linked.response_in is not None and name.endswith(linked.procedure_suffix.strip() or name):
             requests.append((int(number), name))
-            if not response_in:
-                unanswered[_procedure(name, linked)] += 1
+    # A request is answered when a response names it in response_to, the link the response times are
+    # taken from; the request's own response_in can disagree: two requests with one sequence number at
+    # once (adrian_n4_upf_timeout_n4 frames 1 and 2) leave one without response_in in tshark -2 although
+    # frame 4 names it, and with it in sharkd. Counting from response_to keeps answered + unanswered whole.
+    named = {request_frame for request_frame, _ in responses}
+    for request_frame, name in requests:
+        if request_frame not in named:
+            unanswered[_procedure(name, linked)] += 1
     for request_frame, seconds in responses:
         shown = names.get(request_frame, f"(request frame {request_frame} not shown)")
         answered_by[_procedure(shown, linked)].append(seconds)
