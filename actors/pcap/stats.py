@@ -38,7 +38,7 @@ class Linked:
     name: str         # the message type (shown resolved, as the packet list shows it)
     response_to: str  # on a response: its request's frame number
     time: str         # on a response: seconds (or ms, `time_unit_s`) since its request
-    response_in: str | None = None  # on a request: its response frame (none: unanswered)
+    response_in: str | None = None  # set: requests are linked to responses, so unanswered ones are counted
     time_unit_s: float = 1.0
     procedure_suffix: str = " Request"  # cut from the request's name: "Create Session Request" -> "Create Session"
 
@@ -198,33 +198,47 @@ def _duration(conv: dict[str, Any]) -> float | None:
 
 
 async def _io(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
-    """Frames and bytes per interval, binned here from each frame's exact relative time: sharkd's
-    `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval off
-    from tshark -z io,stat (integer nanoseconds)."""
+    """Frames and bytes per interval, binned here as tshark 4.0's io,stat tap (ui/cli/tap-iostat.c) bins
+    them: sharkd's `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval
+    off. The tap reads frames in file order, keeps one current interval and only moves it forward, so a
+    frame out of time order (earlier than the current interval's start) counts in the current interval."""
     interval = message.interval_ms or 1000
-    step = interval * 1_000_000  # ns
+    step = interval * 1000  # us, the tap's unit
     if message.display_filter:
         await actor.check_filter(request, message.display_filter)
     wanted = set(await actor.matching(request, message.display_filter)) if message.display_filter else None
     frames = await actor.sharkd_call(request, "frames", {"column0": "frame.time_relative:0", "column1": "frame.len:0"})
     bins: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     last = -1
-    for frame in frames:
-        index = _nanoseconds(str(frame["c"][0])) // step
-        last = max(last, index)  # every interval up to the capture's end, empty ones too, as tshark prints
+    current = 0  # the current interval's start (us); a filtered tap sees (and moves on) matching frames only
+    for frame in sorted(frames, key=lambda f: int(f["num"])):  # file order, as the tap sees them
+        at = _microseconds(str(frame["c"][0]))
+        last = max(last, at // step)  # every interval up to the capture's end, empty ones too, as tshark prints
         if wanted is None or int(frame["num"]) in wanted:
-            bins[index][0] += 1
-            bins[index][1] += int(frame["c"][1])
+            while at >= current + step:
+                current += step
+            bins[current // step][0] += 1
+            bins[current // step][1] += int(frame["c"][1])
     rows = [{"interval": n, "start_s": n * interval / 1000, "frames": bins[n][0] if n in bins else 0,
              "bytes": bins[n][1] if n in bins else 0} for n in range(last + 1)]
     total = sum(r["frames"] for r in rows)
-    result: dict[str, Any] = {"method": "sharkd frames (frame.time_relative, frame.len) binned per interval",
+    result: dict[str, Any] = {"method": "sharkd frames (frame.time_relative, frame.len) binned as tshark's io,stat",
                               "interval_ms": interval, "rows": rows, "frames": total,
                               "bytes": sum(r["bytes"] for r in rows)}
     if not total:
         result["reason"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
                             else "the capture holds no frames")
     return result
+
+
+def _microseconds(seconds: str) -> int:
+    """A relative time in whole microseconds as the tap computes it: secs * 10^6 + (nsecs + 500) / 1000,
+    C division truncating toward zero (both parts carry the sign of a negative time)."""
+    ns = _nanoseconds(seconds)
+    secs = abs(ns) // 1_000_000_000 * (1 if ns >= 0 else -1)
+    nsecs = ns - secs * 1_000_000_000
+    rounded = nsecs + 500
+    return secs * 1_000_000 + (abs(rounded) // 1000) * (1 if rounded >= 0 else -1)
 
 
 def _nanoseconds(seconds: str) -> int:
@@ -259,7 +273,7 @@ async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dic
     linked = LINKED[message.protocol or ""]
     flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
     await actor.check_filter(request, flt)
-    columns = ["frame.number", linked.name, linked.response_to, linked.time, *filter(None, [linked.response_in])]
+    columns = ["frame.number", linked.name, linked.response_to, linked.time]
     params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(columns)}
     params["filter"] = flt
     frames = await actor.sharkd_call(request, "frames", params, display_filter=flt)
@@ -269,14 +283,20 @@ async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dic
     requests: list[tuple[int, str]] = []
     responses: list[tuple[int, float]] = []
     for frame in frames:
-        number, name, to, time, response_in = [str(c) for c in frame["c"]] + [""] * (5 - len(frame["c"]))
+        number, name, to, time = ([str(c) for c in frame["c"]] + [""] * 4)[:4]
         names[int(number)] = name
         if to and time:  # first occurrence: one message per frame on these protocols' ports
             responses.append((int(to.split(",")[0]), float(time.split(",")[0]) * linked.time_unit_s))
         elif linked.response_in is not None and name.endswith(linked.procedure_suffix.strip() or name):
             requests.append((int(number), name))
-            if not response_in:
-                unanswered[_procedure(name, linked)] += 1
+    # A request is answered when a response names it in response_to, the link the response times are
+    # taken from; the request's own response_in can disagree: two requests with one sequence number at
+    # once (adrian_n4_upf_timeout_n4 frames 1 and 2) leave one without response_in in tshark -2 although
+    # frame 4 names it, and with it in sharkd. Counting from response_to keeps answered + unanswered whole.
+    named = {request_frame for request_frame, _ in responses}
+    for request_frame, name in requests:
+        if request_frame not in named:
+            unanswered[_procedure(name, linked)] += 1
     for request_frame, seconds in responses:
         shown = names.get(request_frame, f"(request frame {request_frame} not shown)")
         answered_by[_procedure(shown, linked)].append(seconds)
