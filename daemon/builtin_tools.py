@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from diagd.actors.tooling import CallContext, ToolSet, object_schema
 from diagd.daemon import timeline as timeline_mod
 from diagd.daemon.tool_groups import BUILTIN
+from diagd.daemon.tools import current_selection
 from diagd.protocol.errors import DiagdError
 
 if TYPE_CHECKING:
@@ -83,8 +84,9 @@ _TIMELINE_OUTPUT = object_schema({"rows": {"type": "array", "items": {"type": "o
             required=("sources",), output=_TIMELINE_OUTPUT, timeout_s=120)
 async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        # Through the registry, like any client's call: validation, limits, coded errors, the audit log.
-        result = await daemon.registry.call(name, arguments, ctx)
+        # Through the registry, like any client's call: validation, limits, coded errors, the audit log,
+        # and the client's tool groups (a source of a group it has not selected is NOT_FOUND).
+        result = await daemon.registry.call(name, arguments, ctx, selection=current_selection.get())
         if result.is_error:
             wire = result.payload
             raise DiagdError.from_wire(wire["code"], wire["message"], wire.get("details"))

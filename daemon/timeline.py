@@ -35,6 +35,9 @@ OPTIONS = {"pcap": ("filter", "fields", "decode_as"), "serial": (), "bpftrace": 
 COMMON = ("offset_ms", "label")
 DEFAULT_FIELDS = ("_ws.col.Protocol", "_ws.col.Info")
 SERIAL_PAGE = 1000  # get_log's maximum limit
+# Clocks of one story are minutes apart, not ages; past these, times cannot be written as ISO 8601 at all.
+MAX_OFFSET_MS = 10 * 366 * 86400 * 1000
+MAX_EPOCH_S = 253402300799  # 9999-12-31T23:59:59Z
 CRASH_PAGE = 500  # run_crash_command max_lines and get_command_output limit at most (crash MAX_PAGE_LINES)
 
 # A tool call by name: its result, or the DiagdError it answered.
@@ -64,6 +67,9 @@ def parse_time(value: Any, what: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if not (math.isfinite(value) and abs(value) <= MAX_EPOCH_S):  # NaN would silently match no row
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{what}: Unix seconds up to {MAX_EPOCH_S} (year 9999)",
+                             path=f"$.{what}")
         return float(value)
     if not isinstance(value, str):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{what}: Unix seconds or an ISO 8601 time", path=f"$.{what}")
@@ -103,9 +109,10 @@ def parse_sources(raw: list[Any]) -> list[Source]:
         if not isinstance(ref, str) or not ref:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.{kind}: a non-empty string", path=f"{path}.{kind}")
         shift = item.get("offset_ms", 0)
-        if isinstance(shift, bool) or not isinstance(shift, int | float) or not math.isfinite(shift):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.offset_ms: a number of milliseconds",
-                             path=f"{path}.offset_ms")
+        if (isinstance(shift, bool) or not isinstance(shift, int | float) or not math.isfinite(shift)
+                or abs(shift) > MAX_OFFSET_MS):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.offset_ms: a number of milliseconds, at most "
+                             f"{MAX_OFFSET_MS} either way (ten years)", path=f"{path}.offset_ms")
         fields = item.get("fields", list(DEFAULT_FIELDS))
         if kind == "pcap" and not (isinstance(fields, list) and fields and all(isinstance(f, str) for f in fields)):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.fields: a non-empty list of field names",
@@ -140,6 +147,10 @@ class Window:
 def _row(source: Source, t_own: float, **info: Any) -> dict[str, Any]:
     micros = round((t_own + source.shift_s) * 1_000_000)
     seconds, fraction = divmod(micros, 1_000_000)
+    if abs(seconds) > MAX_EPOCH_S:  # a crafted pcapng's 64-bit timestamp, shifted: no ISO time for it
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"a row's time ({micros / 1_000_000} s, offset applied) is "
+                         f"beyond {MAX_EPOCH_S} s (year 9999) from 1970: check the source's clock and offset_ms",
+                         t=micros / 1_000_000)
     # Rounded to the microsecond once, so `t` and `time` say the same instant (utc.iso truncates a float).
     return {"t": micros / 1_000_000, "time": f"{utc.iso(seconds)[:-1]}.{fraction:06d}Z", "source": source.label,
             **info}

@@ -9,6 +9,7 @@ Nothing here knows about MCP types.
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import itertools
 import json
@@ -34,7 +35,13 @@ log = structlog.get_logger("diagd.tools")
 # Declared in diagd.actors.tooling (below the back ends) and CallRecord in diagd.daemon.audit (the
 # record serialises itself there, so writing one never calls back into this module); re-exported.
 __all__ = ["CallContext", "CallRecord", "CallResult", "Handler", "ToolRegistry", "ToolSpec", "caller_cwd", "coerce",
-           "current_call"]
+           "current_call", "current_selection"]
+
+
+# The groups of the client whose call this task serves (set around the handler, like current_call): a
+# tool that calls other tools (diagd_timeline) calls them with the client's selection, so a client held
+# to some groups (an HTTP client under [mcp] tools) cannot reach the others through it.
+current_selection: contextvars.ContextVar[Selection] = contextvars.ContextVar("diagd_selection", default=None)
 
 
 @dataclass
@@ -121,11 +128,12 @@ class ToolRegistry:
                 args = self.validate(spec, arguments)
                 timeout = self.call_timeout_s if spec.timeout_s is None else (
                     spec.timeout_s() if callable(spec.timeout_s) else spec.timeout_s)
-                token = current_call.set(ctx)
+                token, groups = current_call.set(ctx), current_selection.set(selection)
                 try:
                     with trio.fail_after(timeout):
                         payload = await spec.handler(ctx, args)
                 finally:
+                    current_selection.reset(groups)
                     current_call.reset(token)
                 result = _success(payload)
                 outcome = "ok"

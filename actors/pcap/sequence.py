@@ -40,8 +40,10 @@ _SCTP_NOISE = re.compile(r"^(?:(?:SACK|INIT|INIT_ACK|COOKIE_ECHO|COOKIE_ACK|HEAR
                          r"|SHUTDOWN_ACK|SHUTDOWN_COMPLETE|ABORT|ERROR|FORWARD_TSN)(?: \([^)]*\))? ?,? ?)+")
 _DIAMETER_IDS = re.compile(r" h2h=\S+ e2e=\S+")
 # Mermaid reads `;` as a statement end and `#` as an entity start; `<`/`>` as HTML; `:` splits a message.
+# `$$...$$` is KaTeX when the diagram is rendered (not when parsed): a bad command fails the whole render
+# and a good one draws what the packet wants (`\Huge`, `\rule`), so no two `$` may meet.
 _UNSAFE = str.maketrans({";": ",", "#": "no.", "<": "‹", ">": "›", "\n": " ", "\r": " ", "\t": " ", "%": "pct",
-                         "{": "(", "}": ")", '"': "'"})
+                         "{": "(", "}": ")", '"': "'", "$": "＄"})
 
 
 def values(cell: Any) -> list[str]:

@@ -130,6 +130,7 @@ async def test_a_run_without_line_times_is_not_placed_and_says_why() -> None:
     ([{"serial": "/dev/x", "filter": "ngap"}], "not an option of a serial source"),
     ([{"pcap": "x", "offest_ms": 3}], "not an option"),
     ([{"pcap": "x", "offset_ms": "soon"}], "milliseconds"),
+    ([{"pcap": "x", "offset_ms": 1e20}], "milliseconds"),  # was an uncoded OverflowError while writing the time
     ([{"pcap": "x"}, {"pcap": "/y/x"}], "same label"),
     (["x"], "is an object"),
 ])
@@ -148,7 +149,7 @@ async def test_close_matches_are_named() -> None:
     assert caught.value.details["did_you_mean"] == ["serial"]
 
 
-@pytest.mark.parametrize("value", ["tomorrow", [1], True])
+@pytest.mark.parametrize("value", ["tomorrow", [1], True, float("nan"), 1e300])
 async def test_a_time_that_is_neither_seconds_nor_iso_is_refused(value: Any) -> None:
     with pytest.raises(DiagdError) as caught:
         await timeline.build(Scripted(), SOURCES, start=value, end=None, limit=10, offset=0)
@@ -159,3 +160,11 @@ async def test_a_failing_source_is_named_in_the_error() -> None:
     with pytest.raises(DiagdError) as caught:
         await timeline.build(Scripted(), [{"serial": "/dev/none"}], start=None, end=None, limit=10, offset=0)
     assert caught.value.code == ErrorCode.NOT_FOUND and caught.value.message.startswith("source serial:/dev/none:")
+
+
+async def test_a_row_time_outside_what_iso_8601_can_write_is_a_coded_error_naming_the_source() -> None:
+    caller = Scripted()
+    caller.frames[0]["frame.time_epoch"] = "1e15"  # a pcapng block's 64-bit timestamp can say this
+    with pytest.raises(DiagdError) as caught:
+        await timeline.build(caller, SOURCES[:1], start=None, end=None, limit=10, offset=0)
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT and caught.value.message.startswith("source pcap:")

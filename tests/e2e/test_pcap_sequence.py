@@ -84,7 +84,8 @@ def expected_arrows(path: Path, flt: str) -> list[tuple[int, str, str, str, bool
 
 def shown(text: str) -> str:
     """What Mermaid-safe text diagd makes of a label: the characters Mermaid reads as syntax replaced."""
-    table = str.maketrans({";": ",", "#": "no.", "<": "‹", ">": "›", "%": "pct", "{": "(", "}": ")", '"': "'"})
+    table = str.maketrans({";": ",", "#": "no.", "<": "‹", ">": "›", "%": "pct", "{": "(", "}": ")", '"': "'",
+                           "$": "＄"})
     text = " ".join(text.translate(table).split()).replace("--", "-").replace("->", "-›")
     return text if len(text) <= 90 else text[:89] + "…"
 
@@ -239,3 +240,27 @@ async def test_no_matching_frame_gives_an_empty_diagram_with_the_reason(seq_daem
     failed, answer = await call(seq_daemon, "pcap_sequence_diagram", pcap_path=path, display_filter="pfcp")
     assert not failed and answer["arrows"] == 0 and "pfcp" in answer["reason"]
     assert answer["diagram"] == "sequenceDiagram\n"
+
+
+def crafted_sip(path: Path, uri: str) -> Path:
+    """A one-frame capture of a SIP INVITE whose Request-URI is `uri`, built with text2pcap from a hex dump."""
+    msg = (f"INVITE {uri} SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK1\r\nFrom: <sip:a@b>;tag=1\r\n"
+           "To: <sip:b@c>\r\nCall-ID: 1@x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n").encode()
+    dump = "".join(f"{i:06x} {msg[i:i + 16].hex(' ')}\n" for i in range(0, len(msg), 16))
+    subprocess.run(["text2pcap", "-q", "-u", "5060,5060", "-4", "10.0.0.1,10.0.0.2", "-", str(path)],
+                   input=dump.encode(), check=True, capture_output=True)
+    return path
+
+
+async def test_a_crafted_packet_cannot_inject_mermaid_into_the_diagram(seq_daemon: DaemonProcess) -> None:
+    # Spaces end a SIP Request-URI, so every piece is written without one; tshark shows U+2028 as it is.
+    uri = ('sip:$$\\fail{x}$$@a%%{init:{"securityLevel":"loose"}}%%#lt;script#gt;<br>x\u2028end\u0085note;'
+           'click--x>>B')
+    path = crafted_sip(seq_daemon.env.root / "crafted_sip.pcap", uri)
+    assert "$$" in tshark(path, "sip", ["_ws.col.Info"])[0][0]  # the hostile text reaches Wireshark's column
+    answer = await diagram(seq_daemon, path, display_filter="sip")
+    _, arrows = mermaid.read(answer["diagram"])
+    assert [a.frame for a in arrows] == [1] and "$$" not in answer["diagram"] and "%%" not in answer["diagram"]
+    if mermaid.parser_dir() is not None:
+        assert [v["ok"] for v in mermaid.parse([answer["diagram"]])] == [True]
+        assert mermaid.render([answer["diagram"]]) == [{"ok": True}]

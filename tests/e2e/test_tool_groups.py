@@ -48,6 +48,18 @@ async def test_a_client_that_chose_pcap_lists_pcap_and_diagd_tools_only_and_cann
         assert not (await call(client, "diagd_status")).is_error
 
 
+async def test_diagd_timeline_cannot_reach_a_group_the_client_has_not_selected(daemon: DaemonProcess) -> None:
+    # diagd_timeline is a diagd tool (every client has it) that calls other back ends' tools: a client held
+    # to pcap (an HTTP client under [mcp] tools) must not read serial logs, bpftrace output or a kernel log
+    # through it.
+    async with mcp_client(daemon.env, "--tools", "pcap") as client:
+        for kind, ref in (("serial", "/dev/ttyS0"), ("bpftrace", "exec-1"), ("crash", "session-1")):
+            refused = await call(client, "diagd_timeline", {"sources": [{kind: ref}]})
+            error = payload(refused)
+            assert refused.is_error and error["code"] == "NOT_FOUND", error
+            assert error["details"]["group"] == kind and "--tools" in error["message"], error
+
+
 async def test_mcp_tools_in_the_config_is_every_clients_default_and_a_client_may_choose_others(env: Env) -> None:
     env.write_config('[daemon]\nextra_backends = ["echo_actor"]\n[mcp]\ntools = ["echo_actor"]\n')
     daemon = start_daemon(env)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("mermaid_parse.mjs")
+RENDER = Path(__file__).with_name("mermaid_render.mjs")
 PARTICIPANT = re.compile(r"^    participant ([A-Za-z]+_\d+) as ([^;#\n]+)$")
 ARROW = re.compile(r"^    ([A-Za-z]+_\d+)(->>|-x)([A-Za-z]+_\d+): \[(\d+)\] ([^;#\n]*)$")
 NOTE = re.compile(r"^    Note (?:over [A-Za-z]+_\d+(?:,[A-Za-z]+_\d+)?|right of [A-Za-z]+_\d+): [^;#\n]+$")
@@ -53,11 +54,16 @@ def parser_dir() -> Path | None:
     return root if ok and shutil.which("node") else None
 
 
-def parse(diagrams: list[str]) -> list[dict[str, object]]:
+def parse(diagrams: list[str], script: Path = SCRIPT) -> list[dict[str, object]]:
     """The real Mermaid parser's verdict on each diagram."""
     root = parser_dir()
     assert root is not None
-    done = subprocess.run(["node", str(SCRIPT)], input=json.dumps(diagrams), capture_output=True, text=True,
+    done = subprocess.run(["node", str(script)], input=json.dumps(diagrams), capture_output=True, text=True,
                           env={**os.environ, "MERMAID_DIR": str(root)}, check=True, timeout=300)
     verdicts: list[dict[str, object]] = json.loads(done.stdout)
     return verdicts
+
+
+def render(diagrams: list[str]) -> list[dict[str, object]]:
+    """The real Mermaid renderer's verdict on each diagram (what a viewer does after parsing)."""
+    return parse(diagrams, RENDER)

@@ -53,3 +53,21 @@ def test_sctp_chunks_and_diameter_hop_ids_are_left_out_of_the_text() -> None:
                                "h2h=a02cd02c e2e=cce2aeb4 | ") == "cmd=Credit-Control Request(272) flags=RP-- " \
                                                                  "appl=3GPP Gx(16777238)"
     assert sequence.clean_info("SCTP", "SACK (Ack=0, Arwnd=106427) ") == "SACK (Ack=0, Arwnd=106427)"
+
+
+# What a crafted packet can put into Wireshark's Info column (a SIP Request-URI, an HTTP/2 :path): each piece
+# is Mermaid syntax somewhere: a directive, an entity, a break, KaTeX (read only when rendering), a new statement.
+HOSTILE = ('Request: INVITE sip:$$\\fail(x)$$@a$$\\Huge X$$%%{init:{"securityLevel":"loose"}}%%#lt;script#gt;'
+           '<br>x\u2028end\u0085note;click A call f()\r\nlinks A: {"x": "javascript:alert(1)"} |')
+
+
+def test_packet_text_cannot_become_mermaid_syntax_when_parsed_or_rendered() -> None:
+    drawn = sequence.build([row(1, 0.0, "1.1.1.1", "2.2.2.2", "SIP", HOSTILE),
+                            row(2, 0.1, "2.2.2.2", "1.1.1.1", "HTTP2", "HEADERS[1]: POST /$$\\rule(9em)(9em)$$")])
+    text = drawn.mermaid()
+    _, arrows = mermaid.read(text)  # every line is one diagd writes: nothing became a statement of its own
+    assert [a.frame for a in arrows] == [1, 2]
+    assert "$$" not in text and "%%" not in text and "<" not in text and "\u2028" not in text
+    if mermaid.parser_dir() is not None:
+        assert [v["ok"] for v in mermaid.parse([text])] == [True]
+        assert mermaid.render([text]) == [{"ok": True}]
