@@ -112,5 +112,5 @@ SCRIPTS_OUTPUT = {"type": "object", "properties": {"scripts": {"type": "array", 
 MODULE_DIR_INPUT = _schema({"dir": {"type": "string"}, **SESSION}, ("dir",))
 MODULE_DIR_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "dir": {"type": "string"},
                                                       "modules": {"type": "array"}, "drgn": {"type": "object"},
-                                                      "files": {"type": "array"}},
+                                                      "files": {"type": "array"}, "left_out": {"type": "array"}},
                      "required": ["session_id", "dir", "modules", "drgn"]}

@@ -8,7 +8,6 @@ start (see `register`).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,7 @@ import trio
 from diagd.actors import sandbox
 from diagd.actors._paths import resolve_allowed
 from diagd.actors._user_regex import Matcher, compile_in_thread
-from diagd.actors.crash import schemas
+from diagd.actors.crash import modules, schemas
 from diagd.actors.crash.backend import CrashBackend
 from diagd.actors.crash.messages import RunCrash, RunDrgn, Triage
 from diagd.actors.crash.scripts import PYKDUMP_DIRS, find_pykdump, list_scripts
@@ -124,9 +123,6 @@ async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[
     return await backend.ask(ctx, rec, RunCrash(command, force, max_lines, extension))
 
 
-_PLAIN_PATH = re.compile(r"[^\s|<>!;&$`'\"\\]+")
-
-
 @tools.tool("load_module_debuginfo",
             "Load kernel modules' debug info from a directory's .ko files (like crash mod -S DIR) in crash and drgn.",
             input_schema=schemas.MODULE_DIR_INPUT, output=schemas.MODULE_DIR_OUTPUT, read_only=False,
@@ -137,16 +133,18 @@ async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: d
     # itself, so the path must be one plain word.
     path = await trio.to_thread.run_sync(functools.partial(
         resolve_allowed, args["dir"], backend.settings.allowed_dirs, what="directory", cwd=ctx.cwd, directory=True))
-    if not _PLAIN_PATH.fullmatch(str(path)):
+    if not modules.PLAIN_PATH.fullmatch(str(path)):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: spaces and shell characters cannot reach crash's "
                          "command line; link the directory under a plain name", path=str(path))
-    files = await trio.to_thread.run_sync(lambda: sorted(str(p) for p in path.rglob("*.ko*") if p.is_file()))
+    found = await trio.to_thread.run_sync(modules.find, path)
+    files = found.files
     if not files:
-        raise DiagdError(ErrorCode.NOT_FOUND, f"no .ko file under {path}", path=str(path))
+        raise DiagdError(ErrorCode.NOT_FOUND, f"no .ko file under {path}" + "".join(f"; {n}" for n in found.notes()),
+                         path=str(path), left_out=found.skipped)
     # What `mod -S DIR` does, one module at a time: crash's -S searches with `find` through a shell,
     # which its sandbox may not execute. A file of a module the dump did not load is said so by crash.
     crash = []
-    for file in files[:100]:
+    for file in files:
         name = Path(file).name.split(".ko")[0].replace("-", "_")
         crash.append(await backend.ask(ctx, rec, RunCrash(f"mod -s {name} {file}", True, None, None)))
     drgn: dict[str, Any]
@@ -155,8 +153,11 @@ async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: d
         drgn = await _drgn(backend, ctx, rec, RunDrgn(code, max_lines=20))
     except DiagdError as exc:  # crash has them; drgn's failure is said, not hidden
         drgn = {"error": exc.to_wire()}
-    return {"session_id": rec.session_id, "dir": str(path), "drgn": drgn, "files": files[:100],
-            "modules": [c["output"] for c in crash]}
+    answer: dict[str, Any] = {"session_id": rec.session_id, "dir": str(path), "drgn": drgn, "files": files,
+                              "modules": [c["output"] for c in crash]}
+    if found.skipped:
+        answer["left_out"] = found.notes()
+    return answer
 
 
 @tools.tool("run_drgn_command",
