@@ -117,6 +117,8 @@ def parse_sources(raw: list[Any]) -> list[Source]:
         if kind == "pcap" and not (isinstance(fields, list) and fields and all(isinstance(f, str) for f in fields)):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.fields: a non-empty list of field names",
                              path=f"{path}.fields")
+        if kind == "pcap" and "filter" in item:
+            _check_filter_stands_alone(item["filter"], f"{path}.filter")
         label = item.get("label") or f"{kind}:{PurePath(ref).name if kind == 'pcap' else ref}"
         options = {k: item[k] for k in OPTIONS[kind] if k in item}
         if kind == "pcap":
@@ -127,6 +129,27 @@ def parse_sources(raw: list[Any]) -> list[Source]:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "two sources have the same label: give each a distinct 'label'",
                          labels=labels)
     return sources
+
+
+def _check_filter_stands_alone(text: Any, path: str) -> None:
+    """A capture's filter is joined with the time window as `(filter) && window`: one that closes the
+    parenthesis itself (`a) || (1`) would take the window's frames out of the `&&` and spend the source's
+    row cap on frames outside it. Its parentheses, outside string literals, must balance."""
+    if not isinstance(text, str):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: a display filter string", path=path)
+    depth, quoted, escaped = 0, False, False
+    for char in text:
+        if quoted:
+            escaped, quoted = (False, True) if escaped else (char == "\\", char != '"')
+            continue
+        if char == '"':
+            quoted = True
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            break
+    if depth != 0 or quoted:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: unbalanced parentheses or quotes in {text[:200]!r}",
+                         path=path)
 
 
 class Window:

@@ -168,3 +168,17 @@ async def test_a_row_time_outside_what_iso_8601_can_write_is_a_coded_error_namin
     with pytest.raises(DiagdError) as caught:
         await timeline.build(caller, SOURCES[:1], start=None, end=None, limit=10, offset=0)
     assert caught.value.code == ErrorCode.INVALID_ARGUMENT and caught.value.message.startswith("source pcap:")
+
+
+@pytest.mark.parametrize("text", ['ngap', '(sip || ngap) && frame.len > 60', 'sip.from contains ")"',
+                                  'frame contains "\\")(\\"" && (udp)', ''])
+def test_a_capture_filter_that_stands_alone_is_taken(text: str) -> None:
+    assert timeline.parse_sources([{"pcap": "/x.pcap", "filter": text}])[0].options["filter"] == text
+
+
+@pytest.mark.parametrize("text", ["a) || (1", "ngap) || (frame", "(ngap", 'sip.from contains ")', ")("])
+def test_a_capture_filter_that_would_escape_the_time_window_is_refused(text: str) -> None:
+    """`(filter) && window`: a filter closing the parenthesis itself would take frames out of the window."""
+    with pytest.raises(DiagdError) as refused:
+        timeline.parse_sources([{"pcap": "/x.pcap", "filter": text}])
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT and "unbalanced" in refused.value.message
