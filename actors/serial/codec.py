@@ -173,8 +173,9 @@ class ReplyCollector:
     """The bytes of one send_data reply: capped copy, total count, and stop-pattern matching.
 
     A match may span reads. The reply ends right after the earliest-completing pattern (plus the
-    CR/LF bytes that follow it in the same read when `absorb_line_end`); `feed` returns what
-    follows, which is not part of the reply.
+    one line terminator that follows it in the same read when `absorb_line_end`, so "OK" takes its
+    "\r\n"); `feed` returns what follows, which is not part of the reply: a URC right behind the
+    answer keeps its own leading "\r\n".
     """
 
     def __init__(self, patterns: Sequence[bytes], cap: int, *, absorb_line_end: bool = True) -> None:
@@ -204,8 +205,7 @@ class ReplyCollector:
             if best is not None:
                 end = best[0] - len(self._tail)  # >= 1: the tail alone never holds a whole match
                 if self.absorb_line_end:
-                    while end < len(chunk) and chunk[end] in b"\r\n":
-                        end += 1
+                    end += _line_end_after(best[1], chunk[end:])
                 self._take(chunk[:end])
                 self.matched = best[1]
                 return chunk[end:]
@@ -220,6 +220,18 @@ class ReplyCollector:
         self.total += len(part)
 
 
+
+
+def _line_end_after(pattern: bytes, rest: bytes) -> int:
+    """How many bytes of `rest` end the line a matched `pattern` is on: none when the pattern ends
+    the line itself, else one terminator (CRLF, LF or CR; after a CR-ending pattern its LF)."""
+    if pattern.endswith(b"\n"):
+        return 0
+    if pattern.endswith(b"\r"):
+        return 1 if rest.startswith(b"\n") else 0
+    if rest.startswith(b"\r\n"):
+        return 2
+    return 1 if rest[:1] in (b"\r", b"\n") else 0
 
 
 def iso(ts: float | None) -> str | None:

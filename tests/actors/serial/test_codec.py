@@ -101,6 +101,20 @@ def test_reply_takes_the_line_end_after_a_match_only_in_text_mode() -> None:
     assert binary.feed(b"\x01\x7e\x0d\x0a") == b"\x0d\x0a" and bytes(binary.data) == b"\x01\x7e"
 
 
+
+def test_a_urc_right_behind_the_answer_keeps_its_leading_line_end() -> None:
+    """Only the terminator of the matched line is the reply's: the next message's CRLF is not (a
+    +CMTI arriving in the same read as OK lost its "\r\n" to the reply, which then ended in a blank line)."""
+    ended = ReplyCollector([b"OK\r\n"], cap=100)
+    assert ended.feed(b"\r\nOK\r\n\r\n+CMTI: 1\r\n") == b"\r\n+CMTI: 1\r\n"
+    assert bytes(ended.data) == b"\r\nOK\r\n"
+    bare = ReplyCollector([b"OK"], cap=100)
+    assert bare.feed(b"\r\nOK\r\n\r\n+CMTI: 1") == b"\r\n+CMTI: 1" and bytes(bare.data) == b"\r\nOK\r\n"
+    cr = ReplyCollector([b"OK\r"], cap=100)
+    assert cr.feed(b"OK\r\n\r\nX") == b"\r\nX" and bytes(cr.data) == b"OK\r\n"
+    lf_only = ReplyCollector([b"OK"], cap=100)
+    assert lf_only.feed(b"OK\n\nX") == b"\nX" and bytes(lf_only.data) == b"OK\n"
+
 def test_reply_ends_at_the_pattern_that_completes_first() -> None:
     reply = ReplyCollector([b"OK", b"ERROR"], cap=100)
     assert reply.feed(b"ERROR OK") == b" OK"
