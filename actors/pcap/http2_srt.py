@@ -5,8 +5,9 @@ Each HTTP/2 HEADERS frame is read from the frame's decode tree (sharkd `frame`),
 often carries several HTTP/2 frames and flat field columns cannot say which :method belongs to which
 stream id. A request is a HEADERS frame with :method or :path (a connection opened before the capture
 loses HPACK state, and :method can be missing while :path is not: the method is then `?`); its response
-is the first later HEADERS frame with :status on the same TCP stream and HTTP/2 stream id. The response
-time is the difference of the two frames' relative times, in whole nanoseconds.
+is the first later HEADERS frame on the same TCP stream and HTTP/2 stream id sent from the other end (by
+TCP source port), whose :status is `?` when HPACK state was lost. The response time is the difference of
+the two frames' relative times, in whole nanoseconds.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
     from diagd.actors.pcap.actor import PcapActor
 
 HEADERS = "http2.type == 1"
-FIELDS = ("frame.number", "frame.time_relative", "tcp.stream", "http2.type", "http2.streamid", "http2.header.count",
-          "http2.header.name", "http2.header.value")
+FIELDS = ("frame.number", "frame.time_relative", "tcp.stream", "tcp.srcport", "http2.type", "http2.streamid",
+          "http2.header.count", "http2.header.name", "http2.header.value")
 _ITEM = re.compile(r"^(http2\.(?:type|streamid|headers\.method|headers\.path|headers\.status)) == (.*)$")
 # Path segments that name one resource rather than a resource type: numbers, UUIDs, long hex strings and
 # the 5G subscriber/equipment ids (SUPI, SUCI, GPSI, PEI: imsi-…, suci-…, msisdn-…, imei-…).
@@ -89,9 +90,11 @@ def _row(procedure: str, times: list[int], unanswered: int, statuses: Counter[st
 async def srt(actor: PcapActor, request: Request, display_filter: str) -> dict[str, Any]:
     flt = f"{HEADERS} && ({display_filter})" if display_filter else HEADERS
     await actor.check_filter(request, flt)
-    params: dict[str, Any] = {"column0": "frame.time_relative:0", "column1": "tcp.stream:0", "filter": flt}
+    params: dict[str, Any] = {"column0": "frame.time_relative:0", "column1": "tcp.stream:0",
+                              "column2": "tcp.srcport:0", "filter": flt}
     frames = await actor.sharkd_call(request, "frames", params, display_filter=flt)
-    open_requests: dict[tuple[int, int], tuple[str, int]] = {}  # (tcp stream, h2 stream) -> (procedure, ns)
+    # (tcp stream, h2 stream) -> (procedure, ns, the requester's TCP port)
+    open_requests: dict[tuple[int, int], tuple[str, int, str]] = {}
     times: dict[str, list[int]] = defaultdict(list)
     statuses: dict[str, Counter[str]] = defaultdict(Counter)
     requests = responses = orphans = 0
@@ -99,24 +102,25 @@ async def srt(actor: PcapActor, request: Request, display_filter: str) -> dict[s
         number = int(frame["num"])
         at = nanoseconds(str(frame["c"][0]))
         tcp = int(str(frame["c"][1]).split(",")[0] or -1)
+        port = str(frame["c"][2]).split(",")[0]
         tree = (await actor.sharkd_call(request, "frame", {"frame": number, "proto": True})).get("tree", [])
         for message in headers_frames(tree):
             key = (tcp, message.stream)
             if "method" in message.pseudo or "path" in message.pseudo:
                 requests += 1
                 name = f"{message.pseudo.get('method', '?')} {template(message.pseudo.get('path', '?'))}"
-                open_requests[key] = (name, at)
+                open_requests[key] = (name, at, port)
+            elif key in open_requests and open_requests[key][2] != port:
+                responses += 1
+                name, started, _ = open_requests.pop(key)
+                times[name].append(at - started)
+                statuses[name][message.pseudo.get("status", "?")] += 1
             elif "status" in message.pseudo:
                 responses += 1
-                if key not in open_requests:
-                    orphans += 1
-                    continue
-                name, started = open_requests.pop(key)
-                times[name].append(at - started)
-                statuses[name][message.pseudo["status"]] += 1
-    unanswered = Counter(name for name, _ in open_requests.values())
+                orphans += 1  # its request was before the capture or not decoded
+    unanswered = Counter(name for name, _, _ in open_requests.values())
     rows = [_row(p, times[p], unanswered[p], statuses[p]) for p in sorted(set(times) | set(unanswered))]
-    return {"method": "computed: HEADERS with :method/:path paired with the next :status HEADERS on the same "
-                      "tcp.stream and http2.streamid, read from sharkd's decode tree of each frame (Wireshark 4.0.17 "
-                      "has no HTTP/2 SRT tap); ids in paths shown as {id}",
+    return {"method": "computed: HEADERS with :method/:path paired with the next HEADERS from the other end on "
+                      "the same tcp.stream and http2.streamid (status '?': HPACK state lost), from sharkd's "
+                      "decode tree of each frame (Wireshark 4.0.17 has no HTTP/2 SRT tap); ids in paths as {id}",
             "rows": rows, "requests": requests, "responses": responses, "responses_without_request": orphans}

@@ -272,16 +272,16 @@ def sbi_template(path: str) -> str:
 
 
 def tshark_http2_srt(wsconf: Path, path: Path) -> tuple[dict[str, Any], int, int, int]:
+    fields = ("frame.number", "frame.time_relative", "tcp.stream", "tcp.srcport", "http2.type", "http2.streamid",
+              "http2.header.count", "http2.header.name", "http2.header.value")
     text = tshark(wsconf, path, "-Y", "http2.type == 1", "-T", "fields", "-E", "occurrence=a", "-E",
-                  f"aggregator={SEP}", *[a for f in ("frame.number", "frame.time_relative", "tcp.stream", "http2.type",
-                                                     "http2.streamid", "http2.header.count", "http2.header.name",
-                                                     "http2.header.value") for a in ("-e", f)])
-    pending: dict[tuple[str, str], tuple[str, int]] = {}
+                  f"aggregator={SEP}", *[a for f in fields for a in ("-e", f)])
+    pending: dict[tuple[str, str], tuple[str, int, str]] = {}
     times: dict[str, list[int]] = defaultdict(list)
     codes: dict[str, Counter[str]] = defaultdict(Counter)
     requests = responses = orphans = 0
     for line in text.splitlines():
-        _, rel, tcp, types, streams, counts, names, values = line.split("\t")
+        _, rel, tcp, port, types, streams, counts, names, values = line.split("\t")
         whole, _, frac = rel.partition(".")
         at = int(whole) * 10**9 + int(frac.ljust(9, "0"))
         header_names, header_values = names.split(SEP), values.split(SEP)
@@ -293,16 +293,16 @@ def tshark_http2_srt(wsconf: Path, path: Path) -> tuple[dict[str, Any], int, int
             key = (tcp.split(SEP)[0], sid)
             if ":method" in pseudo or ":path" in pseudo:
                 requests += 1
-                pending[key] = (f"{pseudo.get(':method', '?')} {sbi_template(pseudo.get(':path', '?'))}", at)
+                pending[key] = (f"{pseudo.get(':method', '?')} {sbi_template(pseudo.get(':path', '?'))}", at, port)
+            elif key in pending and pending[key][2] != port:  # the other end answers, :status decoded or not
+                responses += 1
+                name, t0, _ = pending.pop(key)
+                times[name].append(at - t0)
+                codes[name][pseudo.get(":status", "?")] += 1
             elif ":status" in pseudo:
                 responses += 1
-                if key in pending:
-                    name, t0 = pending.pop(key)
-                    times[name].append(at - t0)
-                    codes[name][pseudo[":status"]] += 1
-                else:
-                    orphans += 1
-    unanswered = Counter(name for name, _ in pending.values())
+                orphans += 1
+    unanswered = Counter(name for name, _, _ in pending.values())
     rows = {name: (len(times[name]), min(times[name], default=None), max(times[name], default=None),
                    sum(times[name]), unanswered[name], dict(codes[name])) for name in set(times) | set(unanswered)}
     return rows, requests, responses, orphans
@@ -311,9 +311,12 @@ def tshark_http2_srt(wsconf: Path, path: Path) -> tuple[dict[str, Any], int, int
 async def test_http2_srt_matches_tshark_fields_on_every_sbi_capture(stats_daemon: DaemonProcess,
                                                                     wsconf: Path) -> None:
     async with session(stats_daemon) as call:
-        for path in carrying(wsconf, "http2"):
+        sbi = carrying(wsconf, "http2")
+        assert {p.name for p in sbi} == {"adrian_sandbox_sbi.pcap", "adrian_n4_upf_timeout_sbi.pcap",
+                                         "adrian_sbi_nssf_reject_sbi.pcap"}
+        for path in sbi:
             ours = await all_rows(call, path, kind="srt", protocol="http2")
-            assert ours["method"].startswith("computed: HEADERS with :method/:path paired")
+            assert ours["method"].startswith("computed: HEADERS with :method/:path paired with the next HEADERS")
             theirs, requests, responses, orphans = tshark_http2_srt(wsconf, path)
             ns = lambda s: None if s is None else round(s * 1e9)  # noqa: E731  seconds (exact ns / 1e9) -> ns
             got = {r["procedure"]: (r["count"], ns(r.get("min_s")), ns(r.get("max_s")), ns(r.get("sum_s", 0.0)),
