@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from diagd.actors.pcap import http2_srt as http2
 from diagd.actors.pcap.messages import Stats
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -50,7 +51,7 @@ LINKED = {
     "sip": Linked("sip", "sip.Method", "sip.response-request", "sip.response-time", None, 0.001, ""),
 }
 NATIVE_SRT = {"diameter": "srt:diameter"}
-SRT_PROTOCOLS = (*NATIVE_SRT, *LINKED)
+SRT_PROTOCOLS = (*NATIVE_SRT, *LINKED, "http2")
 
 
 def _close(name: str, known: list[str]) -> dict[str, list[str]]:
@@ -69,9 +70,7 @@ def resolve(kind: str, protocol: str | None, display_filter: str, interval_ms: i
         if proto not in SRT_PROTOCOLS:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                              f"no service response time for protocol {protocol!r} in this Wireshark (4.0.17)",
-                             supported=list(SRT_PROTOCOLS), did_you_mean=_close(proto or "", list(SRT_PROTOCOLS)),
-                             hint="HTTP/2 request/response pairs: pcap_timeline with http2.streamid, "
-                                  "http2.headers.method and http2.headers.status")
+                             supported=list(SRT_PROTOCOLS), did_you_mean=_close(proto or "", list(SRT_PROTOCOLS)))
     elif kind in ("expert", "io"):
         proto = None
     else:
@@ -104,6 +103,9 @@ def tap_command(message: Stats) -> list[str]:
                                                        else "")]
     if message.protocol in NATIVE_SRT:
         return ["-q", "-z", f"{message.protocol},srt"]
+    if message.protocol == "http2":
+        flt = http2.HEADERS + (f" && ({message.display_filter})" if message.display_filter else "")
+        return ["-Y", flt, "-T", "fields", "-E", "occurrence=a", *[a for f in http2.FIELDS for a in ("-e", f)]]
     linked = LINKED[message.protocol or ""]
     flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
     fields = ["frame.number", linked.name, linked.response_to, linked.time]
@@ -119,6 +121,8 @@ async def answer(actor: PcapActor, request: Request, message: Stats) -> dict[str
             result = await _conversations(actor, request, message)
         case "io":
             result = await _io(actor, request, message)
+        case _ if message.protocol == "http2":
+            result = await http2.srt(actor, request, message.display_filter)
         case _:
             result = await (_native_srt(actor, request, message) if message.protocol in NATIVE_SRT
                             else _linked_srt(actor, request, message))

@@ -257,6 +257,78 @@ async def test_unanswered_pfcp_requests_are_counted(stats_daemon: DaemonProcess)
     assert rows["PFCP Heartbeat"]["unanswered"] == 12 and rows["PFCP Heartbeat"]["count"] == 5
 
 
+
+# -- HTTP/2 (SBI) response times, paired here from flat tshark fields: each HEADERS frame's headers are
+# cut from the frame's name/value arrays by its http2.header.count, so frames bundled in one TCP segment
+# stay apart (independent of the decode-tree walk diagd does).
+
+SEP = "\x1f"  # header values hold commas ("application/json, application/problem+json")
+SBI_ID = re.compile(r"^(\d+|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{16,}|(imsi|suci|supi|nai|gci|gli|gpsi"
+                    r"|msisdn|extid|imei|imeisv|mac)-.+)$", re.I)
+
+
+def sbi_template(path: str) -> str:
+    return "/".join("{id}" if SBI_ID.match(p) else p for p in path.partition("?")[0].split("/"))
+
+
+def tshark_http2_srt(wsconf: Path, path: Path) -> tuple[dict[str, Any], int, int, int]:
+    fields = ("frame.number", "frame.time_relative", "tcp.stream", "tcp.srcport", "http2.type", "http2.streamid",
+              "http2.header.count", "http2.header.name", "http2.header.value")
+    text = tshark(wsconf, path, "-Y", "http2.type == 1", "-T", "fields", "-E", "occurrence=a", "-E",
+                  f"aggregator={SEP}", *[a for f in fields for a in ("-e", f)])
+    pending: dict[tuple[str, str], tuple[str, int, str]] = {}
+    times: dict[str, list[int]] = defaultdict(list)
+    codes: dict[str, Counter[str]] = defaultdict(Counter)
+    requests = responses = orphans = 0
+    for line in text.splitlines():
+        _, rel, tcp, port, types, streams, counts, names, values = line.split("\t")
+        whole, _, frac = rel.partition(".")
+        at = int(whole) * 10**9 + int(frac.ljust(9, "0"))
+        header_names, header_values = names.split(SEP), values.split(SEP)
+        h2 = [sid for kind, sid in zip(types.split(SEP), streams.split(SEP), strict=True) if kind == "1"]
+        start = 0
+        for sid, count in zip(h2, [int(c) for c in counts.split(SEP)], strict=True):
+            pseudo = dict(zip(header_names[start:start + count], header_values[start:start + count], strict=True))
+            start += count
+            key = (tcp.split(SEP)[0], sid)
+            if ":method" in pseudo or ":path" in pseudo:
+                requests += 1
+                pending[key] = (f"{pseudo.get(':method', '?')} {sbi_template(pseudo.get(':path', '?'))}", at, port)
+            elif key in pending and pending[key][2] != port:  # the other end answers, :status decoded or not
+                responses += 1
+                name, t0, _ = pending.pop(key)
+                times[name].append(at - t0)
+                codes[name][pseudo.get(":status", "?")] += 1
+            elif ":status" in pseudo:
+                responses += 1
+                orphans += 1
+    unanswered = Counter(name for name, _, _ in pending.values())
+    rows = {name: (len(times[name]), min(times[name], default=None), max(times[name], default=None),
+                   sum(times[name]), unanswered[name], dict(codes[name])) for name in set(times) | set(unanswered)}
+    return rows, requests, responses, orphans
+
+
+async def test_http2_srt_matches_tshark_fields_on_every_sbi_capture(stats_daemon: DaemonProcess,
+                                                                    wsconf: Path) -> None:
+    async with session(stats_daemon) as call:
+        sbi = carrying(wsconf, "http2")
+        assert {p.name for p in sbi} == {"adrian_sandbox_sbi.pcap", "adrian_n4_upf_timeout_sbi.pcap",
+                                         "adrian_sbi_nssf_reject_sbi.pcap"}
+        for path in sbi:
+            ours = await all_rows(call, path, kind="srt", protocol="http2")
+            assert ours["method"].startswith("computed: HEADERS with :method/:path paired with the next HEADERS")
+            theirs, requests, responses, orphans = tshark_http2_srt(wsconf, path)
+            ns = lambda s: None if s is None else round(s * 1e9)  # noqa: E731  seconds (exact ns / 1e9) -> ns
+            got = {r["procedure"]: (r["count"], ns(r.get("min_s")), ns(r.get("max_s")), ns(r.get("sum_s", 0.0)),
+                                    r["unanswered"], r["statuses"]) for r in ours["rows"]}
+            assert got == theirs and got, path.name
+            assert (ours["requests"], ours["responses"], ours["responses_without_request"]) == \
+                (requests, responses, orphans), path.name
+            for row in ours["rows"]:
+                if row["count"]:
+                    assert row["avg_s"] == round(row["sum_s"] / row["count"], 9)
+
+
 # -- refusals and empty answers say why
 
 async def test_unsupported_and_empty_answers_say_why(stats_daemon: DaemonProcess) -> None:
@@ -265,7 +337,7 @@ async def test_unsupported_and_empty_answers_say_why(stats_daemon: DaemonProcess
         bad = await call("pcap_stats", pcap_path=n2, kind="srt", protocol="diamter")
         assert bad["_is_error"] and bad["code"] == "INVALID_ARGUMENT"
         assert "diameter" in bad["details"]["did_you_mean"]["diamter"]
-        assert set(bad["details"]["supported"]) == {"diameter", "gtpv2", "pfcp", "sip"}
+        assert set(bad["details"]["supported"]) == {"diameter", "gtpv2", "pfcp", "sip", "http2"}
         conv = await call("pcap_stats", pcap_path=n2, kind="conversations", protocol="ipx")
         assert conv["_is_error"] and "sctp" in conv["details"]["supported"]
         filtered = await call("pcap_stats", pcap_path=n2, kind="expert", display_filter="ngap")
