@@ -18,7 +18,8 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.fake_runtime import fake_runtime
 
 CORE_TOOLS = {"open_vmcore_session", "close_vmcore_session", "list_vmcore_sessions", "run_crash_command",
-              "run_drgn_command", "get_command_output", "search_command_output", "get_crash_info"}
+              "run_drgn_command", "get_command_output", "search_command_output", "get_crash_info",
+              "load_module_debuginfo"}
 SCRIPT_TOOLS = {"list_analysis_scripts", "run_analysis_script"}
 
 
