@@ -111,7 +111,8 @@ async def test_text_search_covers_every_frame_past_the_old_200_frame_page(answer
 
 REQUIRED = {"pcap_timeline": {"fields": ["ip.src"]}, "pcap_frame_detail": {"frame_numbers": [1]},
             "pcap_text_search": {"query": "x"}, "pcap_follow": {"frame_number": 1},
-            "pcap_extract_subcapture": {"display_filter": "ip"}}
+            "pcap_extract_subcapture": {"display_filter": "ip"}, "pcap_stats": {"kind": "expert"},
+            "pcap_sequence_diagram": {"display_filter": "ip"}}
 
 
 def not_captures(root: Path) -> dict[str, Path]:

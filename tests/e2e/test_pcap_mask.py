@@ -133,7 +133,10 @@ def calls(case: Case) -> dict[str, list[dict[str, Any]]]:
                               "preview_rows": 500}],
         "pcap_extract_subcapture": [{**cap,
                                      "display_filter": f'frame.number == {frames[0]} || frame contains "{some}"'}],
-        "ngap_ue_sessions": [cap],
+        "ngap_ue_sessions": [cap, {**cap, "view": "procedures"}],
+        "pcap_sequence_diagram": [{**cap, "display_filter": flt, "max_arrows": 1000}],
+        "pcap_stats": [{**cap, "kind": kind} for kind in ("expert", "conversations", "endpoints")]
+                      + [{**cap, "kind": "io", "display_filter": flt, "interval_ms": 1000}],
         "ngap_pdu_session_summary": [cap],
         "pcap_list_fields": [{"query": "imsi", "limit": 20}],
         "pcap_fields_search": [{"prefix": "e212.", "keyword": "imsi"}],
