@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.pcaps import PCAPS
+
+if TYPE_CHECKING:
+    from tests.e2e.test_serial import SimProcess
 
 SOURCE = PCAPS / "magma_gx_gy_combined_04.pcapng"
 COPIES = 12  # ~35 MB: a filter pass takes long enough for another call to run beside it
@@ -20,3 +26,24 @@ def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("workers") / "bigger.pcapng"
     subprocess.run(["mergecap", "-a", "-w", str(out), *[str(SOURCE)] * COPIES], check=True, capture_output=True)
     return out
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[SimProcess]:
+    """A simulated AT modem on a real pseudo-terminal, with a URC every 0.2 s (tests/e2e/test_serial.py)."""
+    from tests.e2e.test_serial import start_sim
+
+    modem = start_sim(tmp_path / "modem0", "--urc-interval", "0.2")
+    yield modem
+    modem.stop()
+
+
+@pytest.fixture
+def serial_daemon(env: Env, tmp_path: Path) -> Iterator[DaemonProcess]:
+    """A daemon that may open the test's modems (`tmp_path/modem*`)."""
+    env.write_config(env.config.read_text() + f'\n[serial]\nallowed_ports = ["{tmp_path}/modem*"]\n')
+    daemon = start_daemon(env)
+    try:
+        yield daemon
+    finally:
+        daemon.stop()

@@ -7,7 +7,6 @@ import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import trio
 from mcp import Client
 
-from tests.conftest import SUPPORT, DaemonProcess, Env, start_daemon
+from tests.conftest import SUPPORT, DaemonProcess
 from tests.e2e.test_mcp import call, mcp_client, payload
 
 pytestmark = pytest.mark.e2e
@@ -45,23 +44,6 @@ def start_sim(link: Path, *args: str) -> SimProcess:
     line = proc.stdout.readline()
     assert line, f"the simulated modem exited with {proc.wait(timeout=10)}"
     return SimProcess(proc, json.loads(line)["path"], link)
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProcess]:
-    modem = start_sim(tmp_path / "modem0", "--urc-interval", "0.2")
-    yield modem
-    modem.stop()
-
-
-@pytest.fixture
-def serial_daemon(env: Env, tmp_path: Path) -> Iterator[DaemonProcess]:
-    env.write_config(env.config.read_text() + f'\n[serial]\nallowed_ports = ["{tmp_path}/modem*"]\n')
-    daemon = start_daemon(env)
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
 
 
 async def ok(client: Client, tool: str, **args: Any) -> dict[str, Any]:

@@ -23,13 +23,6 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimProcess]:
-    modem = start_sim(tmp_path / "modem0", "--urc-interval", "0.2")
-    yield modem
-    modem.stop()
-
-
-@pytest.fixture
 def allowed(tmp_path: Path) -> Path:
     path = tmp_path / "allowed"
     path.mkdir()

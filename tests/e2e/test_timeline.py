@@ -20,7 +20,7 @@ from mcp import Client
 
 from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_mcp import mcp_client, payload
-from tests.e2e.test_serial import AT_END, SimProcess, sim  # noqa: F401 - the fixture
+from tests.e2e.test_serial import AT_END, SimProcess
 from tests.fixtures.vmcore import (
     VmcoreFixture,
     vmcore_fixture,  # noqa: F401 - the fixture
@@ -69,20 +69,10 @@ def tshark_rows(path: str, display_filter: str = "") -> list[tuple[int, float, s
     return sorted(rows, key=lambda r: r[1])  # stable: frame order on equal times, as diagd merges
 
 
-@pytest.fixture
-def tl_daemon(env: Env, tmp_path: Path) -> Any:
-    env.write_config(env.config.read_text() + f'\n[serial]\nallowed_ports = ["{tmp_path}/modem*"]\n')
-    daemon = start_daemon(env)
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
-
-
 async def test_frames_of_every_shared_capture_equal_tshark_fields_shifted_by_the_offset(
-        tl_daemon: DaemonProcess) -> None:
+        serial_daemon: DaemonProcess) -> None:
     captures = sorted(p.name for p in PCAPS.glob("*.pcap*")) or [pcap("adrian_auth_failure.pcap")]
-    async with mcp_client(tl_daemon.env) as client:
+    async with mcp_client(serial_daemon.env) as client:
         for name in captures:
             path = pcap(name)
             expected = tshark_rows(path)
@@ -100,11 +90,11 @@ async def test_frames_of_every_shared_capture_equal_tshark_fields_shifted_by_the
             assert all(r["source"] == f"pcap:{name}" for r in answer["rows"])
 
 
-async def test_a_window_and_filter_pick_the_frames_tshark_picks(tl_daemon: DaemonProcess) -> None:
+async def test_a_window_and_filter_pick_the_frames_tshark_picks(serial_daemon: DaemonProcess) -> None:
     path = pcap("adrian_auth_failure.pcap")
     every = tshark_rows(path, "ngap")
     start, end = every[2][1], every[-3][1]
-    async with mcp_client(tl_daemon.env) as client:
+    async with mcp_client(serial_daemon.env) as client:
         answer = await ok(client, "diagd_timeline", start=start, end=end,
                           sources=[{"pcap": path, "filter": "ngap", "fields": ["_ws.col.Info"]}])
         assert [r["frame"] for r in answer["rows"]] == [r[0] for r in every if start <= r[1] <= end]
@@ -117,11 +107,11 @@ async def test_a_window_and_filter_pick_the_frames_tshark_picks(tl_daemon: Daemo
 
 
 async def test_serial_records_equal_the_raw_log_and_interleave_with_a_capture(
-        tl_daemon: DaemonProcess, sim: SimProcess) -> None:  # noqa: F811 - the fixture
+        serial_daemon: DaemonProcess, sim: SimProcess) -> None:
     port = str(sim.link)
     path = pcap("adrian_auth_failure.pcap")
     first_frame = tshark_rows(path)[0][1]
-    async with mcp_client(tl_daemon.env) as client:
+    async with mcp_client(serial_daemon.env) as client:
         await ok(client, "configure_connection", port=port, baudrate=115200, line_ending="cr")
         await ok(client, "send_data", port=port, payload="AT+CSQ", stop_pattern=AT_END, timeout_ms=5000)
         await ok(client, "send_data", port=port, payload="AT", stop_pattern=AT_END, timeout_ms=5000)
@@ -147,9 +137,9 @@ async def test_serial_records_equal_the_raw_log_and_interleave_with_a_capture(
 
 
 @needs_bpftrace
-async def test_bpftrace_lines_carry_their_arrival_times(tl_daemon: DaemonProcess) -> None:
+async def test_bpftrace_lines_carry_their_arrival_times(serial_daemon: DaemonProcess) -> None:
     ensure_tracefs()
-    async with mcp_client(tl_daemon.env) as client:
+    async with mcp_client(serial_daemon.env) as client:
         before = time.time()
         started = await ok(client, "exec_program", program='interval:ms:100 { printf("tick %d\\n", @n++); }',
                            timeout=1)
@@ -161,7 +151,7 @@ async def test_bpftrace_lines_carry_their_arrival_times(tl_daemon: DaemonProcess
     assert len(times) == len(done["output"]) >= 3 and times == sorted(times) and before <= times[0] <= after
     assert [(r["line"], r["output"], r["t"]) for r in answer["rows"]] == [
         (i, line, t) for i, (line, t) in enumerate(zip(done["output"], times, strict=True))]
-    stored = tl_daemon.env.state / "bpftrace" / started["execution_id"]
+    stored = serial_daemon.env.state / "bpftrace" / started["execution_id"]
     assert [float(x) for x in (stored / "times.txt").read_text().split()] == times
     assert (stored / "output.txt").read_text().splitlines() == done["output"]
 
