@@ -103,8 +103,9 @@ async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[st
 
 @tools.tool(
     "exec_program", title="Run a bpftrace program",
-    description="Start a program; returns its execution_id once its probes attach. It runs up to "
-                "`timeout` s (then SIGINT: END runs). A rejected program fails at once with line/column.",
+    description="Start a program; returns its execution_id once its probes attach. It traces for "
+                "`timeout` s, then SIGINT: END runs, status completed (stop_reason duration_reached). "
+                "A rejected program fails at once with line/column.",
     props={
         "program": {"type": "string", "minLength": 1, "maxLength": 65536},
         "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
