@@ -192,7 +192,8 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     sock = shim.connect_or_start(paths.control_socket(), autostart=True)
     if sock is None:
-        sys.stderr.write(f"diagd: the daemon did not start; see {paths.state_dir()}/daemon.log\n")
+        why = shim.last_log_line()  # `diagd serve` ends its log with why it stopped, e.g. a config error
+        sys.stderr.write(f"diagd: the daemon did not start ({why}); see {paths.state_dir()}/daemon.log\n")
         return EXIT_NO_DAEMON
     sock.close()
     status = _request("status")

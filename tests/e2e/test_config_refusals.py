@@ -72,3 +72,11 @@ def test_serve_does_not_start_on_a_config_with_an_error(env: Env, mistake: str, 
 def assert_alive(daemon: DaemonProcess) -> None:
     assert daemon.proc.poll() is None
     assert daemon.env.run("status").returncode == 0
+
+
+def test_start_says_why_the_daemon_did_not_start(env: Env) -> None:
+    env.write_config(GOOD + MISTAKES[0][0])
+    started = env.run("start")
+    assert started.returncode == 3
+    assert started.stderr.startswith(f"diagd: the daemon did not start (diagd: INVALID_ARGUMENT: config {env.config} "
+                                     f"refused: {MISTAKES[0][1]}); see ")
