@@ -169,3 +169,24 @@ def rss_bytes(pid: int | str = "self") -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def read_position(pid: int, path: str | Path) -> int | None:
+    """How far process `pid` has read `path`: the offset of its open file (the largest, if it has the
+    file open more than once), from /proc/<pid>/fdinfo; None when it does not have it open (or is gone)."""
+    real = os.path.realpath(path)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    found = None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != real:
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                pos = next(int(line.split()[1]) for line in f if line.startswith("pos:"))
+        except (OSError, ValueError, StopIteration):
+            continue
+        found = pos if found is None else max(found, pos)
+    return found

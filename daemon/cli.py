@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from diagd import __version__
-from diagd.daemon import logtail, paths
+from diagd.daemon import clients, logtail, paths
 from diagd.protocol.errors import DiagdError
 
 # EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers()
 
     s = sub.add_parser("serve", help="run the daemon in the foreground (systemd runs this)")
-    s.add_argument("--log-level", default=os.environ.get("DIAGD_LOG_LEVEL", "info"))
+    s.add_argument("--log-level", default=os.environ.get("DIAGD_LOG_LEVEL", "info"),
+                   help="debug, info, warning or error (default: $DIAGD_LOG_LEVEL, else info)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("mcp", help="stdio shim for MCP clients (Claude Desktop, Cursor, ...)")
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("tools", help="list the tools (name, group, description), or print one's input schema")
-    s.add_argument("name", nargs="?")
+    s.add_argument("name", nargs="?", help="a tool: print its input schema (JSON)")
     s.add_argument("--json", action="store_true", help="the whole list as JSON")
     s.set_defaults(func=cmd_tools)
 
@@ -82,21 +83,22 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_stop)
 
     s = sub.add_parser("status", help="daemon, actors and per-tool statistics")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="the whole status as JSON")
     _remote_options(s)
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("call", help="call a tool: diagd call TOOL key=value ... (needs a running daemon)")
-    s.add_argument("tool")
+    s.add_argument("tool", help="the tool's name (diagd tools lists them)")
     s.add_argument("arguments", nargs=argparse.REMAINDER, help="key=value (value parsed as JSON if it parses)")
     s.add_argument("--args-json", help="arguments as one JSON object")
-    s.add_argument("--visibility", choices=("verbose", "simple", "off"), default=None)
+    s.add_argument("--visibility", choices=("verbose", "simple", "off"), default=None,
+                   help="banners on stderr: verbose (with arguments), simple, off (default: [daemon] visibility)")
     _remote_options(s)
     s.set_defaults(func=cmd_call)
 
     s = sub.add_parser("logs", help="show the audit log of tool calls")
-    s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("-n", "--lines", type=int, default=20)
+    s.add_argument("-f", "--follow", action="store_true", help="keep printing new records (across rotations)")
+    s.add_argument("-n", "--lines", type=int, default=20, help="how many of the last records (default: 20)")
     s.add_argument("--json", action="store_true", help="raw JSON lines")
     _remote_options(s)
     s.set_defaults(func=cmd_logs)
@@ -104,11 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("reload", help="re-read the config file")
     s.set_defaults(func=cmd_reload)
     s = sub.add_parser("stop-actor", help="stop one actor by id")
-    s.add_argument("actor_id")
+    s.add_argument("actor_id", help="its id, as diagd status shows it (e.g. serial-3)")
     s.set_defaults(func=cmd_stop_actor)
 
     s = sub.add_parser("doctor", help="check external tools, privileges and directories")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="the checks as JSON")
     _remote_options(s)
     s.set_defaults(func=cmd_doctor)
 
@@ -122,17 +124,19 @@ def _admin_parsers(sub: Any) -> None:
     s.set_defaults(func=cmd_version)
 
     s = sub.add_parser("token", help="bearer tokens for MCP over HTTP: add NAME, list, revoke NAME")
-    s.add_argument("action", choices=("add", "list", "revoke"))
-    s.add_argument("name", nargs="?")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("action", choices=("add", "list", "revoke"), help="add NAME, list, or revoke NAME")
+    s.add_argument("name", nargs="?", help="the token's name (add, revoke)")
+    s.add_argument("--json", action="store_true", help="as JSON")
     s.set_defaults(func=cmd_token)
 
     s = sub.add_parser("service", help="install the systemd user unit (--socket: socket activation)")
-    s.add_argument("action", choices=("install", "uninstall", "print"))
-    s.add_argument("--no-start", action="store_true")
+    s.add_argument("action", choices=("install", "uninstall", "print"), help="install, uninstall, or print the units")
+    s.add_argument("--no-start", action="store_true", help="install without enabling and starting it")
     s.add_argument("--socket", action="store_true",
                    help="also diagd.socket: systemd listens and starts the daemon on the first client")
     s.set_defaults(func=cmd_service)
+
+    clients.add_parser(sub)  # diagd client add HOST | list
 
 
 # What `diagd serve` never needs but a library would import if it is installed: structlog imports
@@ -188,7 +192,8 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     sock = shim.connect_or_start(paths.control_socket(), autostart=True)
     if sock is None:
-        sys.stderr.write(f"diagd: the daemon did not start; see {paths.state_dir()}/daemon.log\n")
+        why = shim.last_log_line()  # `diagd serve` ends its log with why it stopped, e.g. a config error
+        sys.stderr.write(f"diagd: the daemon did not start ({why}); see {paths.state_dir()}/daemon.log\n")
         return EXIT_NO_DAEMON
     sock.close()
     status = _request("status")
@@ -299,16 +304,17 @@ def cmd_call(args: argparse.Namespace) -> int:
         sys.stderr.write(f"diagd call: {exc}\n")
         return EXIT_USAGE
     visibility = options.get("visibility") or args.visibility or _configured_visibility()
-    callcli.banner_before(args.tool, arguments, visibility)
-    started = time.monotonic()
     line = progressline.for_stderr(visibility)  # None unless stderr is a terminal: then none is asked for
     try:
-        reply = _request(control.CallRequest, tool=args.tool, arguments=arguments, progress=line is not None,
-                         on_progress=line.report if line else None)
-    except (_NoDaemon, DiagdError) as exc:
+        client = _client()  # before any banner: with no daemon there is no call to announce
+        callcli.banner_before(args.tool, arguments, visibility)
+        started = time.monotonic()
+        with client:
+            reply = client.request(control.CallRequest, tool=args.tool, arguments=arguments,
+                                   progress=line is not None, on_progress=line.report if line else None)
+    except (_NoDaemon, DiagdError) as exc:  # no result: no result banner
         if line:
             line.clear()
-        callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
         sys.stderr.write(f"diagd call: {_describe(exc)}\n")
         return EXIT_NO_DAEMON
     if line:
@@ -329,25 +335,7 @@ def _configured_visibility() -> str:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    state = paths.state_dir()
-    if problem := paths.private_dir_problem(state):  # records from a dir someone else controls prove nothing
-        sys.stderr.write(f"diagd logs: refusing state directory {state}: {problem}\n")
-        return EXIT_TOOL_ERROR
-    path = state / "audit.jsonl"
-    if not path.exists():
-        sys.stderr.write(f"no audit log yet at {path}\n")
-        return EXIT_OK if not args.follow else logtail.follow(path, raw=args.json)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            tail = f.readlines()[-args.lines:] if args.lines > 0 else []
-    except OSError as exc:
-        sys.stderr.write(f"diagd logs: cannot read {path}: {exc.strerror or exc}\n")
-        return EXIT_TOOL_ERROR
-    for line in tail:
-        logtail.print_record(line, raw=args.json)
-    if args.follow:
-        return logtail.follow(path, raw=args.json)
-    return EXIT_OK
+    return logtail.run(lines=args.lines, follow=args.follow, raw=args.json)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ reference keeps a consistent view until it asks for the new one.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,17 @@ def load(path: Path | None = None) -> Config:
 
 
 def parse(raw: dict[str, Any], *, source: str = "<memory>") -> Config:
+    for key, value in raw.items():
+        if not isinstance(value, dict):  # above the first [table]: it would be ignored in silence
+            owner = next((t for t, cls in _OWN.items() if key in {f.name for f in fields(cls)}), None)
+            hint = f" (did you mean [{owner}] {key}?)" if owner else ""
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{key} is outside any table: settings go under a table "
+                             f"such as [daemon]{hint}", setting=key, source=source)
     daemon = parse_table(DaemonConfig, "daemon", raw.get("daemon", {}), source=source)
     http = parse_table(HttpConfig, "http", raw.get("http", {}), source=source)
     mcp = parse_table(McpConfig, "mcp", raw.get("mcp", {}), source=source)
     backends = {k: v for k, v in raw.items() if k not in OWN_TABLES and isinstance(v, dict)}
     return Config(daemon=daemon, http=http, mcp=mcp, backends=backends, source=source)
+
+
+_OWN: dict[str, Any] = {"daemon": DaemonConfig, "http": HttpConfig, "mcp": McpConfig}

@@ -8,8 +8,33 @@ import sys
 import time
 from pathlib import Path
 
+from diagd.daemon import paths
 
-def follow(path: Path, *, raw: bool) -> int:
+EXIT_OK, EXIT_ERROR = 0, 1
+
+
+def run(*, lines: int, follow: bool, raw: bool) -> int:
+    """`diagd logs [-n LINES] [-f] [--json]`: the last audit records, then (with -f) new ones."""
+    state = paths.state_dir()
+    if problem := paths.private_dir_problem(state):  # records from a dir someone else controls prove nothing
+        sys.stderr.write(f"diagd logs: refusing state directory {state}: {problem}\n")
+        return EXIT_ERROR
+    path = state / "audit.jsonl"
+    if not path.exists():
+        sys.stderr.write(f"no audit log yet at {path}\n")
+        return EXIT_OK if not follow else tail(path, raw=raw)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            last = f.readlines()[-lines:] if lines > 0 else []
+    except OSError as exc:
+        sys.stderr.write(f"diagd logs: cannot read {path}: {exc.strerror or exc}\n")
+        return EXIT_ERROR
+    for line in last:
+        print_record(line, raw=raw)
+    return tail(path, raw=raw) if follow else EXIT_OK
+
+
+def tail(path: Path, *, raw: bool) -> int:
     """Poll the file; reopen it after rotation (inode change)."""
     f = None
     inode = None

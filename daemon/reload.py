@@ -6,10 +6,11 @@ port, a running bpftrace execution, the children of a crash session. For those t
 lists the setting, what it applies to, and what keeps the old value (`not_yet_applied`), rather
 than letting an operator believe a new limit is in force.
 
-Back ends describe their own through `Runtime.on_reload` (crash does). The table below covers
-back ends that do not yet: it was read from their code (serial: `PortRecord.config` is the config at
-open; bpftrace: an `Execution` keeps the settings of its `exec_program`); pcap re-reads everything
-per call and needs no entry. A back end that registers a hook should drop its entry here.
+Back ends may describe their own through `Runtime.on_reload` (crash does); serial, bpftrace and
+pcap register hooks that only check their table (a reload with an error is refused whole, see
+config_check.py). The table below holds their notes, read from their code (serial:
+`PortRecord.config` is the config at open, the line settings too; bpftrace: an `Execution` keeps
+the settings of its `exec_program`); pcap re-reads everything per call and needs no entry.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ BACKENDS: dict[str, tuple[Deferred, ...]] = {
     "serial": (Deferred(("max_reply_bytes", "urc_max_packets", "urc_max_bytes", "write_timeout_ms", "log_max_bytes",
                          "log_keep"),
                         "ports opened after the reload (configure_connection action=close, then open)",
-                        "an open port keeps the [serial] limits it was opened with"),),
+                        "an open port keeps the [serial] limits it was opened with"),
+               Deferred(("baudrate", "idle_ms", "line_ending", "ports"),
+                        "ports opened after the reload (or configure_connection with the new value)",
+                        "an open port keeps the line settings it was opened or configured with"),),
     "bpftrace": (Deferred(("path", "privileged_helper", "allow_unsafe", "max_lines", "max_output_bytes",
                            "stop_grace_s", "stop_s_per_probe", "start_timeout_s", "linger_s"),
                           "executions started after the reload",

@@ -24,6 +24,7 @@ from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
 from diagd.daemon.backends import BackendRuntime, Clients, ReloadNotes, backend_name
+from diagd.daemon.config_check import check_tables, refused
 from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
 from diagd.daemon.heap_trim import QuietTrimmer
 from diagd.daemon.notify import sd_notify
@@ -102,6 +103,15 @@ class Daemon:
             module.register(self.runtime(backend_name(name)))
             log.info("backend loaded", backend=name)
 
+    def check_config(self, new: config_mod.Config, *, running: bool) -> list[dict[str, Any]]:
+        """Refuse `new` unless all of it is right (daemon/config_check.py); returns the back ends' notes."""
+        try:
+            check_tables(new, self.registry.groups())
+            self.configured_tools(new)
+            return [note for hook in self.reload_hooks for note in hook(self.config, new)]
+        except DiagdError as exc:
+            raise refused(exc, new.source, running=running) from None
+
     def configured_tools(self, config: config_mod.Config | None = None) -> Selection:
         """The groups `[mcp] tools` selects (None: all), checked against the loaded back ends."""
         names = (config or self.config).mcp.tools
@@ -136,14 +146,15 @@ class Daemon:
 
     def reload(self) -> dict[str, Any]:
         """Swap in the config file's current content; the answer says what changed and what of it
-        does not apply to what is already running (`not_yet_applied`, see `daemon.reload`).
-
-        A back end's hook may refuse the new config (DiagdError): the old one then stays in force.
-        """
+        does not apply to what is already running (`not_yet_applied`, see `daemon.reload`). A config
+        with any error is refused (DiagdError, see `check_config`): the old one stays in force."""
         old = self.config
-        new = config_mod.load(Path(old.source) if old.source != "<defaults>" else None)
-        self.configured_tools(new)  # an unknown group refuses the new config
-        pending = [note for hook in self.reload_hooks for note in hook(old, new)]
+        path = Path(old.source) if old.source != "<defaults>" else paths.config_file()
+        try:
+            new = config_mod.load(path)
+        except DiagdError as exc:
+            raise refused(exc, str(path), running=True) from None
+        pending = self.check_config(new, running=True)
         self.config = new
         self.registry.call_timeout_s = new.daemon.call_timeout_s
         self.supervisor.inbox_size = new.daemon.inbox_size
@@ -306,7 +317,7 @@ async def serve(config: config_mod.Config) -> None:
         async with trio.open_nursery() as nursery:
             daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
-            daemon.configured_tools()  # a typo in [mcp] tools stops the start, with its close matches
+            daemon.check_config(config, running=False)  # a typo anywhere stops the start, with its close matches
             front = LazyFront(daemon.registry, daemon.configured_tools)
 
             handle_mcp = _mcp_handler(daemon, front)

@@ -158,7 +158,7 @@ class BpftraceExecution(Actor):
                 with self.timer:
                     await self._wake.wait()
                 if self.timer.cancelled_caught and proc.returncode is None:
-                    self.request_stop(StopReason.TIMEOUT)
+                    self.request_stop(StopReason.DURATION)
                 if proc.returncode is None:
                     self.stop_step = await stop_process(proc, self.config.stop_steps(self.execution.attached_probes))
                     if self.stop_step == "unreaped":
@@ -281,6 +281,8 @@ class BpftraceExecution(Actor):
         ex.signal = signal_name(rc) if rc is not None and rc < 0 else None
         if ex.stop_reason is not None:
             ex.status = STATUS_FOR_STOP[ex.stop_reason]
+            if self.stop_step in ("sigkill", "unreaped") and ex.status == Status.COMPLETED:
+                ex.status = Status.STOPPED  # killed: not a normal end, whatever asked for it
             if self.stop_step == "sigkill":
                 ex.error = ("bpftrace did not exit after SIGINT within the grace period and was killed: "
                             "its final maps may be missing")

@@ -20,23 +20,26 @@ PAGE_MAX_BYTES = 4 * 1024 * 1024  # one get_result page
 
 class Status(enum.StrEnum):
     RUNNING = "running"
-    COMPLETED = "completed"
+    COMPLETED = "completed"  # bpftrace exited by itself, or at the end of the duration it was given
     FAILED = "failed"
-    TIMED_OUT = "timed_out"
+    TIMED_OUT = "timed_out"  # only in records of older versions, which so called a run that reached its duration
     STOPPED = "stopped"
     INTERRUPTED = "interrupted"
 
 
 class StopReason(enum.StrEnum):
     REQUESTED = "stop_execution"
-    TIMEOUT = "timeout"
+    # exec_program's `timeout` is how long to trace: reaching it is the normal end (END runs, maps print).
+    DURATION = "duration_reached"
+    TIMEOUT = "timeout"  # older versions' name for DURATION, read from their records
     BUFFER_FULL = "buffer_full"
     ACTOR_STOPPED = "actor_stopped"  # diagd_stop_actor, or the actor crashed
     SHUTDOWN = "daemon_shutdown"
     DAEMON_DIED = "daemon_exited"  # found in flight at the next start
 
 
-STATUS_FOR_STOP = {StopReason.TIMEOUT: Status.TIMED_OUT, StopReason.REQUESTED: Status.STOPPED,
+STATUS_FOR_STOP = {StopReason.DURATION: Status.COMPLETED, StopReason.TIMEOUT: Status.TIMED_OUT,
+                   StopReason.REQUESTED: Status.STOPPED,
                    StopReason.BUFFER_FULL: Status.STOPPED, StopReason.ACTOR_STOPPED: Status.STOPPED,
                    StopReason.SHUTDOWN: Status.INTERRUPTED, StopReason.DAEMON_DIED: Status.INTERRUPTED}
 _MAP_TYPES = ("map", "hist", "stats")

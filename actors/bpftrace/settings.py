@@ -14,6 +14,7 @@ from typing import Any
 
 from diagd.actors import sandbox, system
 from diagd.actors._subprocess import Step
+from diagd.actors.runtime import BackendConfig
 from diagd.actors.settings import parse_table, refuse, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -136,3 +137,10 @@ def check_confinement(settings: BpftraceSettings, program: str) -> None:
                          hint="run diagd as root without privileged_helper, or set [bpftrace] allow_unconfined = true")
     sandbox.require_confinement(f"bpftrace {' and '.join(used)}", allowed_unconfined=False,
                                  setting="[bpftrace] allow_unconfined")
+
+
+def check_reload(old: BackendConfig, new: BackendConfig) -> list[dict[str, Any]]:
+    """`diagd reload`: refuse a broken [bpftrace] table (the old config stays). What a change does not
+    reach (running executions keep theirs) is in daemon/reload.py's notes."""
+    BpftraceSettings.parse(new.table)
+    return []

@@ -26,7 +26,13 @@ from diagd.actors.bpftrace.schemas import (
     RESULT_OUTPUT,
     STOP_OUTPUT,
 )
-from diagd.actors.bpftrace.settings import MAX_KILL_WAIT_S, MAX_SIGINT_GRACE_S, check_confinement, check_privileges
+from diagd.actors.bpftrace.settings import (
+    MAX_KILL_WAIT_S,
+    MAX_SIGINT_GRACE_S,
+    check_confinement,
+    check_privileges,
+    check_reload,
+)
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -97,8 +103,9 @@ async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[st
 
 @tools.tool(
     "exec_program", title="Run a bpftrace program",
-    description="Start a program; returns its execution_id once its probes attach. It runs up to "
-                "`timeout` s (then SIGINT: END runs). A rejected program fails at once with line/column.",
+    description="Start a program; returns its execution_id once its probes attach. It traces for "
+                "`timeout` s, then SIGINT: END runs, status completed (stop_reason duration_reached). "
+                "A rejected program fails at once with line/column.",
     props={
         "program": {"type": "string", "minLength": 1, "maxLength": 65536},
         "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
@@ -216,6 +223,7 @@ async def list_executions(backend: BpftraceBackend, ctx: CallContext, args: dict
 def register(runtime: Runtime) -> BpftraceBackend:
     """Register the six tools; returns the back end (the daemon ignores it, tests use it)."""
     backend = BpftraceBackend(runtime)
+    runtime.on_reload(check_reload)  # a broken [bpftrace] table is refused at start and by `diagd reload`
     backend.recover()
     tools.register(runtime, backend)
     return backend

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,7 @@ log = structlog.get_logger("diagd.pcap")
 KIND = "pcap"
 MAX_FILTER_CHARS = 1800  # sharkd 4.0 reads each request line into a 2 KiB buffer
 CACHE_BUDGET = 16 * 2**20  # bytes of cached answers, frame trees and frame lists per capture
+LOAD_PROGRESS_S = 0.5  # how often a call waiting for the capture to load reports how far it is
 
 
 class PcapActor(Actor):
@@ -141,13 +144,33 @@ class PcapActor(Actor):
         """One sharkd request on whichever worker is free (the one holding `display_filter`'s bitmap
         if one does); progress is reported while the capture loads."""
         assert self.workers is not None
-        loading = self.workers.loading
-        if loading:
-            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
-        answer = await self.workers.call(method, params, display_filter=display_filter, deadline=request.deadline)
-        if loading:
-            await request.report_progress(1, 1, "capture loaded")
-        return answer
+        async with self.load_progress(request):
+            return await self.workers.call(method, params, display_filter=display_filter, deadline=request.deadline)
+
+    @asynccontextmanager
+    async def load_progress(self, request: Request) -> AsyncIterator[None]:
+        """While the capture loads: progress every LOAD_PROGRESS_S, in bytes sharkd has read of the file."""
+        assert self.workers is not None
+        if not self.workers.loading:
+            yield
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._report_load, request)
+            yield
+            nursery.cancel_scope.cancel(reason="the call's wait is over")
+        if not self.workers.loading:
+            await request.report_progress(self.spec.size, self.spec.size, "capture loaded")
+
+    async def _report_load(self, request: Request) -> None:
+        assert self.workers is not None
+        size, name, told = self.spec.size, self.spec.path.name, -1
+        while self.workers.loading:
+            read = await trio.to_thread.run_sync(self.workers.pool.load_position)  # /proc reads: off the loop
+            done = min(read or 0, size - 1)  # "all read" is said once loaded
+            if done > told:  # MCP: each notification's progress is higher than the last
+                await request.report_progress(done, size, f"loading {name}: {_mb(done)} of {_mb(size)} MB read")
+                told = done
+            await trio.sleep(LOAD_PROGRESS_S)
 
     async def stop(self) -> None:
         if self.workers is not None:
@@ -214,9 +237,8 @@ class PcapActor(Actor):
         filter in milliseconds, or for a new filter the first page first (passes.py)."""
         self.check_length(display_filter)
         assert self.workers is not None
-        if self.workers.loading:
-            await request.report_progress(0, 1, f"loading {self.spec.path.name} ({self.spec.size} bytes)")
-        return await self.workers.page(display_filter, offset, limit, request.deadline, kinds)
+        async with self.load_progress(request):
+            return await self.workers.page(display_filter, offset, limit, request.deadline, kinds)
 
     async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
         """A frame's protocol tree with its bytes (tshark -V dumps `data` items in hex), cached:
@@ -314,3 +336,7 @@ class PcapActor(Actor):
             case Stats() as message:
                 return await stats.answer(self, request, message)
         raise unhandled("pcap", request)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f}"

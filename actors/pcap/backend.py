@@ -51,12 +51,17 @@ class PcapBackend:
     @property
     def settings(self) -> PcapSettings:
         """The [pcap] table as it is now: `diagd reload` applies at once. Parsed once per config
-        (a reload gives a new BackendConfig object); a table that does not parse is refused on
-        every call until it is fixed, as nothing is kept of it."""
+        (a reload gives a new BackendConfig object); a table that does not parse never gets here:
+        the start and `diagd reload` refuse it (`check_reload`)."""
         config = self.runtime.config()
         if self._parsed is None or self._parsed[0] is not config:
             self._parsed = (config, PcapSettings.from_config(config, self.runtime.state_dir))
         return self._parsed[1]
+
+    def check_reload(self, old: BackendConfig, new: BackendConfig) -> list[dict[str, Any]]:
+        """Refuse a broken [pcap] table (DiagdError: the old config stays); every change applies at once."""
+        PcapSettings.from_config(new, self.runtime.state_dir)
+        return []
 
     async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
         settings = self.settings

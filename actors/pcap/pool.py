@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 import trio
 
+from diagd.actors import system
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -170,6 +171,14 @@ class WorkerPool:
         self._changed = trio.Event()
 
     # -- state --------------------------------------------------------------------------------
+
+    def load_position(self) -> int | None:
+        """Bytes of the capture file a loading worker's sharkd has read so far (None: not known)."""
+        for worker in self.workers:
+            sharkd = worker.sharkd
+            if not worker.loaded.is_set() and sharkd is not None and sharkd.alive:
+                return system.read_position(sharkd.proc.pid, self.spec.path)
+        return None
 
     @property
     def loading(self) -> bool:

@@ -70,6 +70,7 @@ CAPTURE_ONLY = ("pcap_path",)
 
 def register(runtime: Runtime) -> PcapBackend:
     backend = PcapBackend(runtime)
+    runtime.on_reload(backend.check_reload)
 
     async def field_names() -> Container[str]:
         return (await catalogue()).fields  # the guard asks only `in`: no 233k-name copy

@@ -34,9 +34,11 @@ logging data past [serial] log_max_bytes (recorded as a "log_limit" event, count
 connection_status); the newest [serial] log_keep sessions per port are kept.
 
 Config ([serial], all optional): allowed_ports (paths or globs, compared after resolving
-symlinks; empty = any), baudrate, idle_ms, max_reply_bytes, urc_max_packets, urc_max_bytes,
-write_timeout_ms, log_max_bytes, log_keep, export_keep. Read when a port is opened (reload applies to ports
-opened afterwards).
+symlinks; empty = any), baudrate, idle_ms, line_ending (default cr, as AT modems expect),
+max_reply_bytes, urc_max_packets, urc_max_bytes, write_timeout_ms, log_max_bytes, log_keep,
+export_keep, and per port `[serial.ports."<port or glob>"]` tables of line settings (baudrate,
+bytesize, parity, stopbits, rtscts, xonxoff, dsrdtr, idle_ms, line_ending). Read when a port is
+opened (reload applies to ports opened afterwards); a reload with an error in [serial] is refused.
 
 The package: settings.py (the [serial] table, line settings, port names), port.py (pyserial on
 Trio), codec.py (hex, escapes, slicer, reply matching), urc.py, rawlog.py, record.py (a port's
@@ -49,10 +51,12 @@ from __future__ import annotations
 
 from diagd.actors.runtime import Runtime
 from diagd.actors.serial.backend import SerialBackend
+from diagd.actors.serial.settings import check_reload
 from diagd.actors.serial.tools import tools
 
 
 def register(runtime: Runtime) -> SerialBackend:
     backend = SerialBackend(runtime)
+    runtime.on_reload(check_reload)
     tools.register(runtime, backend)
     return backend

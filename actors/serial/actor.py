@@ -210,7 +210,8 @@ class SerialActor(Actor):
     async def _send(self, send: Send) -> dict[str, Any]:
         rec = self.record
         io = self._require_connected()
-        payload = send.payload + LINE_ENDINGS[send.line_ending or rec.settings.line_ending]
+        line_ending = send.line_ending or rec.settings.line_ending
+        payload = send.payload + LINE_ENDINGS[line_ending]
         policy, patterns = send.wait_policy, send.patterns
         waiter = None
         if policy != "none":
@@ -239,14 +240,17 @@ class SerialActor(Actor):
         truncated = collector is not None and collector.truncated
         data, fmt = decode(raw, as_hex=send.as_hex, cut=truncated)
         matched = collector.matched if collector is not None else None
+        timed_out = policy == "keyword" and matched is None
         result: dict[str, Any] = {
-            "success": True, "port": rec.key, "wait_policy": policy, "data": data, "format": fmt,
+            "success": not timed_out, "port": rec.key, "wait_policy": policy, "data": data, "format": fmt,
             "is_hex": fmt == "hex", "bytes_sent": sent, "bytes_received": collector.total if collector else 0,
             "found_keyword": matched is not None, "stop_pattern_matched": patterns.get(matched) if matched else None,
-            "timed_out": policy == "keyword" and matched is None, "truncated": truncated,
+            "timed_out": timed_out, "truncated": truncated,
             "pending_urc_count": len(rec.urc), "urc_dropped": rec.urc.dropped, "elapsed_ms": elapsed_ms,
             "log_offset": waiter.first_record if waiter is not None and (waiter.first_record or 0) >= 0 else None,
         }
+        if timed_out:
+            result["reason"] = _no_keyword(send, line_ending, collector.total if collector else 0)
         if truncated and collector is not None:
             result["note"] = (f"Output Truncated: the first {len(raw)} of {collector.total} bytes are shown; "
                               f"the whole reply is in the raw log (get_log offset={result['log_offset']})")
@@ -343,6 +347,15 @@ class SerialActor(Actor):
             rec.log.event("signals", time.time(), dtr=dtr, rts=rts, break_ms=break_ms)
         return {"success": True, "port": rec.key, "dtr": rec.lines.get("dtr"), "rts": rec.lines.get("rts"),
                 "break_ms": break_ms, "modem_lines": io.modem_lines()}
+
+
+def _no_keyword(send: Send, line_ending: str, received: int) -> str:
+    """Why a keyword wait failed: which patterns, how long, how much came, and the likely cause."""
+    why = (f"no stop_pattern ({', '.join(repr(p) for p in send.patterns.values())}) came within "
+           f"{send.timeout_s * 1000:g} ms; {received} bytes came" + (" (in data)" if received else ""))
+    if not received and send.payload and line_ending == "none":
+        why += "; the payload went out with no line ending (line_ending='none'): AT commands need 'cr'"
+    return why
 
 
 def _settings_text(settings: PortSettings) -> str:

@@ -21,7 +21,7 @@ from diagd.actors.serial.actor import KIND, SerialActor, not_open_error
 from diagd.actors.serial.port import BlockingRunner, Opener, open_posix_port, port_holders
 from diagd.actors.serial.rawlog import session_logs
 from diagd.actors.serial.record import PortRecord
-from diagd.actors.serial.settings import PortSettings, PortState, SerialConfig
+from diagd.actors.serial.settings import PortState, SerialConfig
 from diagd.actors.serial.urc import UrcBuffer
 from diagd.actors.tooling import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -105,7 +105,7 @@ class SerialBackend:
     async def open(self, ctx: CallContext, key: str, given: dict[str, Any], lines: dict[str, bool]) -> PortRecord:
         """Start the actor of a port that is not open: its record is the actor's state from now on."""
         config = self.config()
-        settings = replace(PortSettings(baudrate=config.baudrate, idle_ms=config.idle_ms), **given)
+        settings = replace(config.port_settings(key), **given)
         new = PortRecord(key=key, settings=settings, config=config, log_dir=self.log_dir, opener=self.opener,
                          run_blocking=self.run_blocking, owner=ctx.client, lines=lines,
                          urc=UrcBuffer(config.urc_max_packets, config.urc_max_bytes),

@@ -67,7 +67,7 @@ TOOLS: dict[str, dict[str, Any]] = {
          "rtscts": {"type": "boolean"}, "xonxoff": {"type": "boolean"}, "dsrdtr": {"type": "boolean"},
          "idle_ms": {"type": "integer", "minimum": 1, "maximum": 10000,
                      "description": "an idle gap this long ends a packet"},
-         "line_ending": {"enum": list(LINE_ENDINGS), "description": "send_data's default"},
+         "line_ending": {"enum": list(LINE_ENDINGS), "description": "send_data's default (else [serial]'s, cr)"},
          "dtr": {"type": "boolean"}, "rts": {"type": "boolean"},
          "force": {"type": "boolean", "default": False}},
         {"type": "object", "properties": {
@@ -84,10 +84,10 @@ TOOLS: dict[str, dict[str, Any]] = {
         {"type": "object", "properties": {"ports": {"type": "array", "items": _PORT_STATUS}}, "required": ["ports"]},
         title="Serial connection status"),
     "send_data": _tool(
-        "Write payload, then collect the reply: wait_policy=keyword reads until a stop_pattern (timed_out=true "
-        "if none came in timeout_ms), timeout reads for timeout_ms, none returns at once (default: keyword "
-        "with a stop_pattern, else timeout). Later output goes to the URC buffer. data is text, or hex when "
-        "not clean text (format says). success means written and waited, not a good reply.",
+        "Write payload (+ the port's line_ending, default CR), then collect the reply: wait_policy=keyword reads "
+        "until a stop_pattern (if none came in timeout_ms: success=false, timed_out=true, reason), timeout "
+        "reads for timeout_ms, none returns at once (default: keyword with a stop_pattern, else timeout). "
+        "Later output goes to the URC buffer. data is text, or hex when not clean text (format says).",
         {"port": _PORT,
          "payload": {"type": "string",
                      "description": f"utf8 text (escapes: {ESCAPES_HELP}) or hex ('0A 0D'); empty: just listen"},
@@ -109,7 +109,8 @@ TOOLS: dict[str, dict[str, Any]] = {
             "found_keyword": {"type": "boolean"}, "stop_pattern_matched": _NULLABLE_STR,
             "timed_out": {"type": "boolean"}, "truncated": {"type": "boolean"},
             "pending_urc_count": {"type": "integer"}, "urc_dropped": {"type": "integer"},
-            "elapsed_ms": {"type": "number"}, "log_offset": {"type": ["integer", "null"]}, "note": {"type": "string"}},
+            "elapsed_ms": {"type": "number"}, "log_offset": {"type": ["integer", "null"]}, "note": {"type": "string"},
+            "reason": {"type": "string", "description": "why success is false"}},
          "required": ["success", "port", "data", "format", "is_hex", "bytes_sent", "bytes_received", "found_keyword",
                       "timed_out", "truncated", "pending_urc_count", "elapsed_ms"]},
         required=("port", "payload"), title="Send data to a serial port", read_only=False, idempotent=False,

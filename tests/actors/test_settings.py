@@ -89,3 +89,28 @@ def test_pcap_settings_inherit_the_daemons_dirs_and_keep_the_builtin_profiles() 
     assert settings.max_loaded == 2 and set(settings.profiles) == {"5gc-lab", "mine"}
     with pytest.raises(DiagdError, match=r"\[pcap\] profiles.mine must be a table"):
         pcap.PcapSettings.from_config(BackendConfig(table={"profiles": {"mine": 1}}), Path("/s"))
+
+
+def test_serial_port_tables_are_checked_when_the_config_is_read_and_the_first_match_wins() -> None:
+    config = SerialConfig.parse({"line_ending": "lf", "baudrate": 9600,
+                                 "ports": {"ttyUSB*": {"line_ending": "crlf"}, "/dev/ttyUSB0": {"baudrate": 57600}}})
+    assert config.port_settings("/dev/ttyUSB0").line_ending == "crlf"  # ttyUSB* means /dev/ttyUSB*, first
+    assert config.port_settings("/dev/ttyUSB0").baudrate == 9600
+    assert (config.port_settings("/dev/ttyACM0").line_ending, SerialConfig().port_settings("/x").line_ending) == (
+        "lf", "cr")
+    for ports, says in [({"/dev/x": {"line_endin": "cr"}}, '[serial.ports."/dev/x"] line_endin is not a setting '
+                                                          "(did you mean line_ending?)"),
+                        ({"/dev/x": {"parity": "Q"}}, '[serial.ports."/dev/x"] parity must be one of'),
+                        ({"/dev/x": {"stopbits": 3}}, '[serial.ports."/dev/x"] stopbits must be one of'),
+                        ({"/dev/x": "crlf"}, '[serial] ports."/dev/x" must be a table')]:
+        with pytest.raises(DiagdError) as info:
+            SerialConfig.parse({"ports": ports})
+        assert info.value.message.startswith(says), info.value.message
+    with pytest.raises(DiagdError, match=r"\[serial\] line_ending must be one of"):
+        SerialConfig.parse({"line_ending": "CR"})
+
+
+def test_a_setting_above_every_table_is_refused_naming_its_table() -> None:
+    with pytest.raises(DiagdError, match=r"call_timeout_s is outside any table.*did you mean \[daemon\] "
+                                         r"call_timeout_s"):
+        config_mod.parse({"call_timeout_s": 5, "daemon": {}})

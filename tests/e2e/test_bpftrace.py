@@ -89,7 +89,7 @@ async def test_tools_are_listed_and_a_run_reports_progress_until_it_times_out(da
                                                     "until": "done"}, progress_callback=on_progress))
         helpers = ok(await call(client, "list_helpers", {"name": "hist"}))
         probes = ok(await call(client, "list_probes", {"filter": "tracepoint:sched:sched_switch"}))
-    assert done["status"] == "timed_out" and "tick" in done["output"]
+    assert done["status"] == "completed" and done["stop_reason"] == "duration_reached" and "tick" in done["output"]
     assert any(line.startswith("@n: ") for line in done["output"])
     assert len(seen) >= 2 and all(total == 1.5 for _, total, _ in seen)
     assert [p for p, _, _ in seen] == sorted({p for p, _, _ in seen})

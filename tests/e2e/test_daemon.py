@@ -277,6 +277,10 @@ def test_diagd_call_without_a_daemon_exits_3_and_starts_none(env: Env) -> None:
     assert out.stderr.startswith("diagd call: diagd is not running") and "diagd start" in out.stderr
     assert not (env.runtime / "control.sock").exists() and not (env.runtime / "mcp.sock").exists()
     assert env.run("status").returncode == 3
+    # With banners on: no call was made, so none is announced and no result banner comes before the error.
+    verbose = env.run("call", "echo", "message=x", "--visibility=verbose")
+    assert verbose.returncode == 3 and verbose.stderr.splitlines() == [
+        f"diagd call: diagd is not running (no socket at {env.runtime / 'control.sock'}); start it with `diagd start`"]
 
 
 def owner_only_problems(root: Path) -> list[str]:

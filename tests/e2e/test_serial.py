@@ -157,7 +157,7 @@ def test_diagd_call_sends_escapes_as_a_shell_user_types_them(serial_daemon: Daem
         result: dict[str, Any] = json.loads(done.stdout)
         return result
 
-    typed(f"configure_connection port={port}")  # line_ending none: the payload says it all
+    typed(f"configure_connection port={port} line_ending=none")  # the payload says it all
     ok = typed(f"send_data port={port} payload='AT\\r' stop_pattern='OK\\r\\n' timeout_ms=5000")
     assert ok["found_keyword"] and ok["data"].endswith("\r\nOK\r\n") and ok["bytes_sent"] == 3
     # A literal backslash is a doubled one; an unknown escape is refused, naming where it is.
@@ -176,7 +176,7 @@ async def test_escapes_through_mcp_name_the_same_bytes_as_real_control_character
         tools = {t.name: t for t in (await client.list_tools()).tools}
         schema = tools["send_data"].input_schema["properties"]
         assert "\\r" in schema["payload"]["description"] and schema["escapes"]["default"] is True
-        await ok(client, "configure_connection", port=port)
+        await ok(client, "configure_connection", port=port, line_ending="none")  # the payloads end lines
         # JSON "AT\\r" (an agent writing the escape) and "AT\r" (a real CR) are the same bytes.
         escaped = await ok(client, "send_data", port=port, payload="AT\\r", stop_pattern="OK\\r\\n", timeout_ms=5000)
         real = await ok(client, "send_data", port=port, payload="AT\r", stop_pattern="OK\r\n", timeout_ms=5000)

@@ -125,10 +125,10 @@ async def test_every_function_flagged_unsafe_is_refused_by_the_binary_without_un
     assert refused == unsafe
 
 
-async def test_a_timeout_keeps_the_partial_output(tmp_path: Path) -> None:
+async def test_a_run_that_reaches_its_duration_completes_with_its_end_output(tmp_path: Path) -> None:
     async with bpftrace_daemon(tmp_path) as h:
         result = await h.run('interval:ms:100 { printf("t\\n"); } END { printf("end\\n"); }', timeout=1)
-    assert result["status"] == "timed_out" and result["stop_reason"] == "timeout" and result["exit_code"] == 0
+    assert result["status"] == "completed" and result["stop_reason"] == "duration_reached" and result["exit_code"] == 0
     assert 5 <= result["output"].count("t") <= 11 and "end" in result["output"]
     assert 1.0 <= result["elapsed_s"] < 4
 

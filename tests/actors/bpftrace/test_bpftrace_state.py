@@ -299,7 +299,7 @@ async def test_timeout_sends_sigint_at_the_deadline_and_keeps_the_partial_output
         nursery.cancel_scope.cancel()
     # The timeout counts tracing time: from the attach (0.1) on.
     assert fake.signals == [(pytest.approx(2.6), signal.SIGINT)]
-    assert result["status"] == "timed_out" and result["stop_reason"] == "timeout"
+    assert result["status"] == "completed" and result["stop_reason"] == "duration_reached"
     assert result["output"] == ["tick", "tick", "@c: 2"] and result["elapsed_s"] == pytest.approx(2.5)
 
 
@@ -352,8 +352,8 @@ async def test_a_program_that_ignores_sigint_is_killed_after_a_grace_that_grows_
         nursery.cancel_scope.cancel()
     # SIGINT at the deadline, SIGKILL after stop_grace_s + 10 probes * stop_s_per_probe.
     assert fake.signals == [(pytest.approx(1.0), signal.SIGINT), (pytest.approx(1.0 + 2.0 + 5.0), signal.SIGKILL)]
-    assert result["status"] == "timed_out" and result["output"] == ["tick"]
-    assert "was killed" in result["error"]
+    assert result["status"] == "stopped" and result["stop_reason"] == "duration_reached"  # killed: no normal end
+    assert result["output"] == ["tick"] and "was killed" in result["error"]
 
 
 async def test_a_full_buffer_stops_the_program_gracefully(autojump_clock: trio.testing.MockClock,

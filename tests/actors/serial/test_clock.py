@@ -287,10 +287,12 @@ async def test_keyword_matches_a_pattern_split_over_two_reads(
 
 async def test_keyword_timeout_returns_what_arrived_and_marks_it(
         autojump_clock: trio.testing.MockClock, harness: Harness) -> None:
-    await open_fake(harness, FakeSerial(replies={b"AT+COPS=?": [(0.4, b"\r\n+COPS: (2,")]}))
+    await open_fake(harness, FakeSerial(replies={b"AT+COPS=?\r": [(0.4, b"\r\n+COPS: (2,")]}))  # CR: the default
     result = await harness.call("send_data", port=PORT, payload="AT+COPS=?", stop_pattern="OK", timeout_ms=1500)
     assert result["elapsed_ms"] == 1500.0
     assert result["timed_out"] and not result["found_keyword"] and result["data"] == "\r\n+COPS: (2,"
+    assert result["success"] is False
+    assert result["reason"] == "no stop_pattern ('OK') came within 1500 ms; 12 bytes came (in data)"
     assert harness.record().urc.bytes == 0  # the partial reply was returned, not turned into a URC
 
 
@@ -317,7 +319,7 @@ async def test_none_returns_at_once_and_the_reply_becomes_a_urc_after_the_idle_g
 
 async def test_default_policy_is_keyword_with_a_pattern_and_timeout_without(
         autojump_clock: trio.testing.MockClock, harness: Harness) -> None:
-    await open_fake(harness, FakeSerial(replies={b"x": [(0.1, b"OK")]}))
+    await open_fake(harness, FakeSerial(replies={b"x\r": [(0.1, b"OK")]}))
     assert (await harness.call("send_data", port=PORT, payload="x", stop_pattern="OK"))["wait_policy"] == "keyword"
     plain = await harness.call("send_data", port=PORT, payload="x", timeout_ms=250)
     assert plain["wait_policy"] == "timeout" and plain["elapsed_ms"] == 250.0 and plain["data"] == "OK"
@@ -384,7 +386,7 @@ async def test_a_long_reply_is_truncated_but_counted_and_logged_whole(
         autojump_clock: trio.testing.MockClock, make_harness: MakeHarness) -> None:
     h = make_harness(max_reply_bytes=16)
     body = b"".join(b"line %02d\r\n" % i for i in range(10)) + b"OK\r\n"
-    await open_fake(h, FakeSerial(replies={b"dump": [(0.1, body[:50]), (0.1, body[50:])]}))
+    await open_fake(h, FakeSerial(replies={b"dump\r": [(0.1, body[:50]), (0.1, body[50:])]}))
     result = await h.call("send_data", port=PORT, payload="dump", stop_pattern="OK\r\n")
     assert result["truncated"] and result["data"] == body[:16].decode()
     assert result["bytes_received"] == len(body) and result["found_keyword"]

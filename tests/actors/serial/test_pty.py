@@ -541,3 +541,46 @@ async def test_a_diagd_call_whose_process_has_exited_no_longer_holds_the_port(h:
     h.connect(f"cli:{os.getpid()}")
     busy = await h.error("send_data", client="mcp:200", port=sim.port, payload="AT")
     assert busy["code"] == "BUSY" and busy["details"]["owner"] == f"cli:{os.getpid()}"
+
+
+# -- line endings and keyword waits that fail ---------------------------------------------------
+
+
+async def test_an_at_command_goes_out_with_cr_by_default(make_harness: MakeHarness, sim: SimModem) -> None:
+    h = make_harness()
+    h.connect(h.client)
+    opened = await h.call("configure_connection", port=sim.port)  # no line_ending given, none configured
+    assert opened["settings"]["line_ending"] == "cr"
+    answer = await at(h, sim, "AT+CSQ")
+    assert answer["success"] and answer["found_keyword"] and "+CSQ: 23,99" in answer["data"]
+    assert bytes(sim.received) == b"AT+CSQ\r" and "reason" not in answer
+
+
+async def test_a_port_table_sets_its_line_ending_and_the_first_matching_table_wins(
+        make_harness: MakeHarness, sim: SimModem) -> None:
+    h = make_harness(line_ending="lf", ports={"/nowhere/*": {"line_ending": "none"},
+                                              str(sim.link.parent / "mod*"): {"line_ending": "crlf", "idle_ms": 20},
+                                              sim.port: {"line_ending": "none"}})
+    h.connect(h.client)
+    opened = await h.call("configure_connection", port=sim.port)
+    assert opened["settings"]["line_ending"] == "crlf" and opened["settings"]["idle_ms"] == 20
+    assert (await at(h, sim, "ATI"))["found_keyword"]
+    assert bytes(sim.received) == b"ATI\r\n"
+    given = await h.call("configure_connection", port=sim.port, line_ending="lf")  # the tool still decides
+    assert given["settings"]["line_ending"] == "lf"
+
+
+async def test_a_keyword_wait_that_times_out_fails_and_says_why(h: Harness, sim: SimModem) -> None:
+    silent = await at(h, sim, "AT+SIMSILENT", timeout_ms=300)
+    assert silent["success"] is False and silent["timed_out"] and silent["bytes_received"] == 0
+    assert silent["reason"] == "no stop_pattern ('OK\\r\\n', 'ERROR\\r\\n') came within 300 ms; 0 bytes came"
+    partial = await at(h, sim, "AT+CSQ", stop_pattern="NEVER", timeout_ms=300)
+    assert partial["success"] is False and "+CSQ: 23,99" in partial["data"]
+    assert partial["reason"] == f"no stop_pattern ('NEVER') came within 300 ms; {partial['bytes_received']} " \
+                                "bytes came (in data)"
+    # The mistake the old default made: a command without its CR is never answered; the reason says so.
+    unsent = await at(h, sim, "AT+CSQ", line_ending="none", timeout_ms=300)
+    assert unsent["success"] is False and unsent["bytes_received"] == 0
+    assert unsent["reason"].endswith("the payload went out with no line ending (line_ending='none'): "
+                                     "AT commands need 'cr'")
+    assert (await at(h, sim, "AT", timeout_ms=5000))["success"]  # the default is still the port's cr

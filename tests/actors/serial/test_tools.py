@@ -42,11 +42,11 @@ def events(backend: SerialBackend) -> list[dict[str, Any]]:
 async def test_schema_defaults_reach_the_actor(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     async with fake_runtime(tmp_path, "serial") as rt:
         backend = serial.register(rt)
-        use(backend, FakeSerial(replies={b"AT": [(0.1, b"OK")]}))
+        use(backend, FakeSerial(replies={b"AT\r": [(0.1, b"OK")]}))
         opened = await rt.call("configure_connection", {"port": PORT})  # action=open by default
         assert opened["outcome"] == "opened" and opened["owner"] == "mcp:1"
         started = trio.current_time()
-        sent = await rt.call("send_data", {"port": PORT, "payload": "AT"})  # timeout policy, 1000 ms, utf8
+        sent = await rt.call("send_data", {"port": PORT, "payload": "AT"})  # timeout policy, 1000 ms, utf8, CR
         assert sent["wait_policy"] == "timeout" and sent["data"] == "OK" and sent["format"] == "text"
         assert trio.current_time() - started == 1.0
         page = await rt.call("get_log", {"port": PORT})  # offset 0, limit 100
@@ -85,7 +85,7 @@ async def test_the_actor_decides_ownership_and_logs_each_take_over(
         assert forced["took_over_from"] == "mcp:1" and forced["you_own"]
         rt.disconnect(Client("mcp:2", 2))
         sent = await rt.call("send_data", {"port": PORT, "payload": "y", "wait_policy": "none"})  # passes silently
-        assert sent["bytes_sent"] == 1 and backend.records[PORT].owner == "mcp:1"
+        assert sent["bytes_sent"] == 2 and backend.records[PORT].owner == "mcp:1"  # "y\r"
         owners = [(e["owner"], e["previous"], e["forced"]) for e in events(backend) if e["event"] == "owner"]
         assert owners == [("mcp:2", "mcp:1", True), ("mcp:1", "mcp:2", False)]
 

@@ -1,0 +1,65 @@
+"""A call that waits for a capture to load reports how far the load is (bytes sharkd has read of the
+file, every half second), not 0 % until it is done: a real daemon, sharkd and MCP SDK client."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from diagd.actors import system
+from tests.conftest import DaemonProcess, start_daemon
+from tests.e2e.test_mcp import mcp_client, payload
+from tests.e2e.test_pcap import make_env
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed"),
+]
+
+
+def test_read_position_is_how_far_a_process_has_read_a_file(tmp_path: Path) -> None:
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"x" * 10000)
+    script = "import sys; f = open(sys.argv[1], 'rb', buffering=0); f.read(1234); print(flush=True); sys.stdin.read()"
+    reader = subprocess.Popen([sys.executable, "-c", script, str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == b"\n"
+        assert system.read_position(reader.pid, data) == 1234
+        assert system.read_position(reader.pid, tmp_path / "other") is None
+        assert system.read_position(os.getpid(), data) is None
+    finally:
+        reader.kill()
+        reader.wait()
+    assert system.read_position(reader.pid, data) is None  # gone
+
+
+async def test_a_call_waiting_for_the_load_reports_bytes_read(bigger: Path, tmp_path: Path) -> None:
+    env = make_env(tmp_path / "d", f'[daemon]\nallowed_dirs = ["{bigger.parent}"]\ncall_timeout_s = 300\n')
+    daemon: DaemonProcess = start_daemon(env)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    size = bigger.stat().st_size
+    try:
+        async with mcp_client(env) as client:
+            with trio.fail_after(300):
+                result = await client.call_tool("pcap_frame_detail", {"pcap_path": str(bigger), "frame_numbers": [1]},
+                                                progress_callback=on_progress)
+            assert not result.is_error, payload(result)
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+    assert seen and all(total == size for _, total, _ in seen), seen
+    done = [progress for progress, _, _ in seen]
+    assert done == sorted(set(done)) and done[-1] == size and seen[-1][2] == "capture loaded"  # MCP: increasing
+    between = [(p, m) for p, _, m in seen if 0 < p < size]
+    assert between, f"no report between 0 and {size} bytes: {seen}"
+    assert all(m and m.startswith(f"loading {bigger.name}: ") and m.endswith(" MB read") for _, m in between)
