@@ -82,7 +82,8 @@ def check_python_module(module: str, required: bool = True) -> Check:
         mod = importlib.import_module(module)
     except Exception as exc:
         return Check(f"python:{module}", False, f"cannot import: {exc}",
-                     "pip install -e . in the diagd virtualenv (scripts/setup.sh does it)", required)
+                     "reinstall diagd with its dependencies (pipx install --force ., or pip install -e . in its venv)",
+                     required)
     version = getattr(mod, "__version__", None) or getattr(mod, "VERSION", "")
     if not version:
         try:

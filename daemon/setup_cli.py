@@ -58,7 +58,10 @@ def cmd_setup(args: argparse.Namespace) -> int:
         missing += [p for p in absent if p not in missing]
         print(f"{name}: " + (f"to install: {' '.join(absent)}" if absent else
                              "nothing to install" if not need.packages else f"installed: {' '.join(need.packages)}"))
-        if need.note:
+        failing = [c for c in (check() for check in need.checks) if not c.ok]
+        for check in failing:  # what no package fixes: privileges, a mount, a group
+            print(f"  not ready: {check.name}: {check.detail}" + (f"\n    fix: {check.fix}" if check.fix else ""))
+        if need.note and (absent or failing):
             print(f"  note: {need.note}")
     if not missing:
         return EXIT_OK
