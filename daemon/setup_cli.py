@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 from typing import Any
+
+# shutil and subprocess are imported where used: `diagd mcp` builds this parser too, and starts fast.
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 APT_TIMEOUT_S = 3600.0  # a slow mirror; apt prints its own progress meanwhile
@@ -95,6 +95,8 @@ def install(packages: list[str], *, yes: bool, dry_run: bool) -> int:
 
 def _as_root() -> list[str] | None:
     """The prefix that runs a command as root: none for root, sudo, or None (no way)."""
+    import shutil
+
     if os.geteuid() == 0:
         return []
     sudo = shutil.which("sudo")
@@ -110,6 +112,8 @@ def _confirm(question: str) -> bool:
 
 def _run(cmd: list[str], stdin: str | None = None) -> int:
     """Run one apt step on our terminal (apt shows its own progress), bounded."""
+    import subprocess
+
     try:
         return subprocess.run(cmd, input=stdin, text=True, timeout=APT_TIMEOUT_S, check=False).returncode
     except (OSError, subprocess.TimeoutExpired) as exc:
