@@ -58,7 +58,8 @@ def test_installed_diagd_starts_and_answers_from_a_directory_with_a_diagd_folder
         installed_diagd: Path, user_env: dict[str, str], workdir: Path) -> None:
     started = run(installed_diagd, user_env, workdir, "start")
     try:
-        assert started.returncode == 0, started.stdout + started.stderr
+        log = Path(user_env["DIAGD_STATE_DIR"]) / "daemon.log"
+        assert started.returncode == 0, started.stderr + (log.read_text()[-2000:] if log.exists() else "")
         status = run(installed_diagd, user_env, workdir, "status", "--json")
         assert status.returncode == 0, status.stderr
         daemon = json.loads(status.stdout)["daemon"]
