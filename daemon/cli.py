@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from diagd import __version__
-from diagd.daemon import clients, logtail, paths
+from diagd.daemon import clients, logtail, paths, setup_cli
 from diagd.protocol.errors import DiagdError
 
 # EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
@@ -79,8 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("start", help="start the daemon in the background unless it runs")
     s.set_defaults(func=cmd_start)
-    s = sub.add_parser("stop", help="stop the running daemon")
-    s.set_defaults(func=cmd_stop)
+    sub.add_parser("stop", help="stop the running daemon").set_defaults(func=cmd_stop)
 
     s = sub.add_parser("status", help="daemon, actors and per-tool statistics")
     s.add_argument("--json", action="store_true", help="the whole status as JSON")
@@ -115,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_doctor)
 
     _admin_parsers(sub)
+    setup_cli.add_parser(sub)
     return p
 
 

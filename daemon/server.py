@@ -307,6 +307,8 @@ async def serve(config: config_mod.Config) -> None:
     try:
         paths.ensure_private_dir(paths.state_dir(), what="state directory")
         lock_fd = acquire_lock(rundir)
+        paths.record_daemon_paths(rundir, Path(config.source) if config.source != "<defaults>" else paths.config_file(),
+                                  paths.state_dir())
     except BaseException:
         rundir.close()
         raise

@@ -66,6 +66,8 @@ def connect(path: Path) -> socket.socket | None:
 
 def start_daemon_detached() -> subprocess.Popen[bytes]:
     """Start `diagd serve` in its own session, logging to the state dir, stdio off the wire."""
+    # Where an MCP host stripped DIAGD_CONFIG / DIAGD_STATE_DIR: the ones the user's last daemon used.
+    os.environ.update(paths.recorded_daemon_env())
     state = paths.open_private_dir(paths.state_dir(), what="state directory")
     try:
         logfd = state.open("daemon.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)

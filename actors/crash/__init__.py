@@ -12,6 +12,11 @@ from __future__ import annotations
 from diagd.actors.crash import tools
 from diagd.actors.crash.backend import CrashBackend
 from diagd.actors.runtime import Runtime
+from diagd.actors.system import Needs, Tool, check_crash_version
+
+# What `diagd setup crash` installs and `diagd doctor` checks (drgn and pexpect come with diagd).
+SYSTEM_NEEDS = Needs(tools=(Tool("crash", ("--version",), "crash"),), modules=("pexpect", "drgn"),
+                     checks=(check_crash_version,))
 
 
 def register(runtime: Runtime) -> CrashBackend:
