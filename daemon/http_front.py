@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -27,6 +29,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from diagd.daemon.http_sessions import SessionManager
 from diagd.daemon.http_settings import HttpConfig, is_loopback, is_wildcard
 from diagd.daemon.mcp_front import HTTP_CLIENT_KEY
 from diagd.daemon.tokens import Verifier
@@ -123,14 +126,15 @@ def hypercorn_config(http: HttpConfig) -> HypercornConfig:
     return cfg
 
 
-async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *,
+async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, state_dir: Path | None = None,
+                on_freed: Callable[[], None] = lambda: None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `started` with the endpoint's URL once the port is bound.
 
     A port or TLS file that cannot be used fails the start with a coded error naming it.
     """
-    manager = StreamableHTTPSessionManager(server, security_settings=security_settings(http),
-                                           max_request_body_size=http.max_body_bytes)
+    manager = SessionManager(server, http, state_dir=state_dir, on_freed=on_freed,
+                             security_settings=security_settings(http))
     if is_wildcard(http.host) and not http.allowed_hosts:
         log.warning("http listener accepts any Host header (wildcard bind without [http] allowed_hosts)",
                     listen=http.listen)
