@@ -150,6 +150,8 @@ class SessionManager(StreamableHTTPSessionManager):
         record = self.book.get(session_id)
         if record is not None and (self._closing or expired) and self._server_instances.get(session_id) is transport:
             self.book.went_dormant(session_id)
+            if expired:
+                log.info("http session freed while idle", session=session_id[:8])
         elif record is not None and record.live and self._server_instances.get(session_id) in (transport, None):
             self.book.drop(session_id)  # DELETE, a failed opening, a crash
         await super()._discard_session(session_id, transport)
