@@ -2,9 +2,10 @@
 socket serves, on hypercorn's Trio worker, behind a bearer-token check.
 
 Imported only when `[http] listen` is set: starlette, hypercorn and h11/h2 stay out of a daemon
-that does not serve HTTP (issue 12's idle RSS). Every request must carry
+that does not serve HTTP (issue 12's idle RSS). Every request to /mcp must carry
 `Authorization: Bearer <token>` naming a token of `diagd token add`; anything else gets 401 before
-the SDK sees it. The SDK then checks Host/Origin (DNS rebinding: a web page that makes a browser
+the SDK sees it (with what clients need to skip OAuth: http_auth.py), and sessions are bounded and
+survive restarts (http_sessions.py). The SDK then checks Host/Origin (DNS rebinding: a web page that makes a browser
 talk to 127.0.0.1 under its own host name is refused) and binds each MCP session to the token that
 opened it. Calls are identified as `http:<token name>` in the audit log and statistics.
 """
@@ -29,6 +30,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from diagd.daemon import http_auth
 from diagd.daemon.http_sessions import SessionManager
 from diagd.daemon.http_settings import HttpConfig, is_loopback, is_wildcard
 from diagd.daemon.mcp_front import HTTP_CLIENT_KEY
@@ -72,13 +74,11 @@ class App:
             return
         if scope["type"] != "http":
             return
+        if await http_auth.public(scope, send, ENDPOINT):  # discovery documents, 404 off the endpoint
+            return
         name = self._token_name(scope)
         if name is None:
-            await _respond(send, 401, b"a bearer token is required: Authorization: Bearer <token of diagd token add>",
-                           ((b"www-authenticate", b'Bearer realm="diagd"'),))
-            return
-        if scope["path"].rstrip("/") != ENDPOINT:
-            await _respond(send, 404, f"diagd serves MCP at {ENDPOINT}".encode())
+            await http_auth.unauthorized(scope, send, ENDPOINT, presented=b"authorization" in dict(scope["headers"]))
             return
         scope["user"] = AuthenticatedUser(AccessToken(token=name, client_id=f"http:{name}", scopes=[]))
         scope[HTTP_CLIENT_KEY] = f"http:{name}"
@@ -105,13 +105,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
-
-
-async def _respond(send: Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body) + 1).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body + b"\n"})
 
 
 def hypercorn_config(http: HttpConfig) -> HypercornConfig:
