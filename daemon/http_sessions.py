@@ -30,6 +30,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, Authorizat
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from diagd.daemon import http_session_file
 from diagd.daemon.http_session_book import SessionBook
@@ -48,6 +50,7 @@ from diagd.protocol.errors import DiagdError
 log = structlog.get_logger("diagd.http")
 
 _SID = MCP_SESSION_ID_HEADER.encode()
+_VERSION = MCP_PROTOCOL_VERSION_HEADER.encode()
 FLUSH_INTERVAL_S = 1.0
 _token: contextvars.ContextVar[str] = contextvars.ContextVar("http_token", default="")
 
@@ -79,7 +82,12 @@ class SessionManager(StreamableHTTPSessionManager):
         """One request on /mcp of token `scope['user']` (the front checked it)."""
         token = scope["user"].access_token.token
         _token.set(token)
-        sid = dict(scope["headers"]).get(_SID, b"").decode("latin-1")
+        headers = dict(scope["headers"])
+        era = headers.get(_VERSION)
+        if era is not None and era.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await super().handle_request(scope, receive, send)  # the sessionless protocol era: nothing to keep
+            return
+        sid = headers.get(_SID, b"").decode("latin-1")
         if not sid:
             await self._opening(scope, receive, send)
             return
@@ -145,8 +153,8 @@ class SessionManager(StreamableHTTPSessionManager):
         return transport
 
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
-        expired = (transport.idle_scope is not None and transport.idle_scope.cancel_called
-                   and not transport.is_terminated)
+        # Idle: its deadline passed (a request that raced the deadline may have terminated it already).
+        expired = transport.idle_scope is not None and transport.idle_scope.cancel_called
         record = self.book.get(session_id)
         if record is not None and (self._closing or expired) and self._server_instances.get(session_id) is transport:
             self.book.went_dormant(session_id)

@@ -83,6 +83,10 @@ def test_requests_without_a_session_id_other_than_initialize_get_no_id(http_env:
         assert answer.status_code == 400, answer.text
         assert "mcp-session-id" not in answer.headers
         assert "Mcp-Session-Id header is required" in answer.json()["error"]["message"]
+    # The sessionless protocol era (no initialize, no session id) goes straight to the SDK.
+    modern = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+                         headers={**ACCEPT, **auth, "Mcp-Protocol-Version": "2026-07-28"}, timeout=30)
+    assert "Mcp-Session-Id" not in modern.text and "mcp-session-id" not in modern.headers
 
 
 def test_a_token_at_its_cap_replaces_its_longest_idle_session_and_the_overall_cap_refuses(
