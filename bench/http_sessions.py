@@ -35,7 +35,8 @@ from _daemon import isolated_daemon
 
 DIAGD = str(Path(sys.executable).parent / "diagd")
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "bench", "version": "0"}}}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 TARGET_MB = 20.0
 
@@ -145,9 +146,9 @@ def main() -> int:
         rss = figures["rss_mb"]
         print(f"{args.initializes} initializes without DELETE, {args.tokens} tokens, {args.workers} at once: "
               f"{wall_s:.1f} s ({figures['per_s']}/s), answers {figures['statuses']}")
-        print(f"daemon RSS: baseline {rss['baseline']} MB, peak {rss['peak']} MB, "  # type: ignore[index]
-              f"after expiry ({args.idle_s:g} s idle) {rss['after_expiry']} MB "  # type: ignore[index]
-              f"(+{rss['after_minus_baseline']} MB; target <= {TARGET_MB:g} MB: "  # type: ignore[index]
+        print(f"daemon RSS: baseline {rss['baseline']} MB, peak {rss['peak']} MB, "
+              f"after expiry ({args.idle_s:g} s idle) {rss['after_expiry']} MB "
+              f"(+{rss['after_minus_baseline']} MB; target <= {TARGET_MB:g} MB: "
               f"{'met' if figures['met'] else 'MISSED'})")
     return 0 if figures["met"] else 1
 
