@@ -26,11 +26,20 @@ class HttpConfig:
     # reach a non-loopback bind); a wildcard bind without any accepts every Host.
     allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = setting(4 * 1024 * 1024, positive=True)
+    # MCP sessions (docs/http.md): how many one token and all tokens may hold, how long one may sit
+    # idle before its memory is freed, and how long a freed session's record stays revivable.
+    max_sessions_per_token: int = setting(32, positive=True)
+    max_sessions: int = setting(256, positive=True)
+    session_idle_s: float = setting(1800.0, positive=True)
+    session_keep_s: float = setting(7 * 86400.0, positive=True)
 
     def __post_init__(self) -> None:
         if not self.listen:
             return
         host, _port = split_listen(self.listen)
+        if self.max_sessions_per_token > self.max_sessions:
+            raise refuse("http", "max_sessions_per_token", f"= {self.max_sessions_per_token} is over "
+                         f"max_sessions = {self.max_sessions}", value=self.max_sessions_per_token)
         if bool(self.tls_cert) != bool(self.tls_key):
             missing = "tls_key" if self.tls_cert else "tls_cert"
             raise refuse("http", missing, "is missing: TLS needs both tls_cert and tls_key")

@@ -327,6 +327,8 @@ async def serve(config: config_mod.Config) -> None:
             async def handle_control(stream: trio.SocketStream, conn: Connection) -> None:
                 await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)
 
+            if config.http.enabled:  # first: once the control socket answers, every listener accepts
+                daemon.sockets["http"] = await nursery.start(http_start.serve, daemon, front)
             for kind, handle in (("mcp", handle_mcp), ("control", handle_control)):
                 listener, where = await listeners.listen(rundir, socket_names[kind], inherited.get(kind))
                 if kind in inherited:  # systemd's: never unlinked (systemd owns the file)
@@ -335,8 +337,6 @@ async def serve(config: config_mod.Config) -> None:
                     bound.append(socket_names[kind])
                 await nursery.start(daemon.accept, listener, kind, handle)
                 daemon.sockets[kind] = str(where)
-            if config.http.enabled:
-                daemon.sockets["http"] = await nursery.start(http_start.serve, daemon, front)
             nursery.start_soon(_handle_signals, daemon)
             nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")
