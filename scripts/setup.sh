@@ -3,7 +3,8 @@
 #
 #   scripts/setup.sh start   system packages + Python venv, then start the daemon (systemd user
 #                            service when a user manager runs, else a detached `diagd serve`)
-#   scripts/setup.sh test    system packages + Python venv, then the whole test suite
+#   scripts/setup.sh test    system packages + Python venv + the MCP conformance suite (npm, cached in
+#                            ~/.cache/diagd), then the whole test suite
 #   scripts/setup.sh         just the setup
 #
 # Run as root, or as a user with sudo (only apt-get and the tracefs mount need root).
@@ -95,6 +96,18 @@ case "$action" in
     fi
     "$venv/bin/diagd" status ;;
   test)
+    # The official MCP conformance suite (tests/e2e/test_conformance.py), with the Node it needs (>= 22,
+    # from the npm registry like the suite: Debian's node 20 cannot run it), cached outside the repository.
+    conformance_dir=${DIAGD_CONFORMANCE_DIR:-$HOME/.cache/diagd/conformance}
+    if [ ! -e "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" ] \
+       || ! grep -q '"version": "0.1.16"' "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" \
+       || [ ! -x "$conformance_dir/node_modules/.bin/node" ]; then
+      log "installing the MCP conformance suite into $conformance_dir"
+      mkdir -p "$conformance_dir"
+      npm install --prefix "$conformance_dir" --no-audit --no-fund --silent \
+        @modelcontextprotocol/conformance@0.1.16 node@22.23.3 \
+        || log "could not install the conformance suite: tests/e2e/test_conformance.py will skip"
+    fi
     cd "$top"
     "$venv/bin/ruff" check .
     scripts/typecheck.sh
