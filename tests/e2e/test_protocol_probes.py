@@ -212,3 +212,41 @@ def test_both_transports_speak_the_same_eras(both: tuple[Stdio, Http, HttpDaemon
     names = [t["name"] for t in over_stdio["result"]["tools"]]
     assert "echo" in names and names == [t["name"] for t in over_http["result"]["tools"]]
 
+
+
+def listed_names(answer: dict[str, Any]) -> list[str]:
+    return [t["name"] for t in answer["result"]["tools"]]
+
+
+def test_a_reload_that_changes_the_tool_groups_leaves_live_sessions_lists_unchanged(
+        both: tuple[Stdio, Http, HttpDaemon], env: Env) -> None:
+    """Fixed for a session's life on both transports (listChanged: false, so no notification is owed);
+    sessions opened after the reload get the new list, and the reload answer says so."""
+    stdio, http, daemon = both
+    assert stdio.open_session()["result"]["capabilities"]["tools"].get("listChanged") in (None, False)
+    assert http.open_session()["result"]["capabilities"]["tools"].get("listChanged") in (None, False)
+    tools_list = call(20, {}, "tools/list")
+    before = listed_names(stdio.ask(tools_list))
+    assert "pcap_info" in before and listed_names(http.ask(tools_list)) == before
+    env.write_config(env.config.read_text() + '[mcp]\ntools = ["echo_actor"]\n')
+    reloaded = env.run("reload")
+    assert reloaded.returncode == 0, reloaded.stderr
+    note = next(n for n in json.loads(reloaded.stdout)["not_yet_applied"] if n["setting"] == "[mcp] tools")
+    assert note["applies_to"].startswith("MCP sessions opened after the reload (stdio connections and HTTP sessions")
+    assert "listChanged: false" in note["why"]
+    assert listed_names(stdio.ask(tools_list)) == before
+    assert listed_names(http.ask(tools_list)) == before
+    # Calls are held to the session's list as well: a pcap tool still answers, as a tool.
+    called = http.ask(call(21, {"name": "pcap_list_fields", "arguments": {"search": "ngap.procedureCode"}}))
+    assert "result" in called, called
+    # New sessions get the new groups, on both transports.
+    fresh_http = Http(daemon.url, daemon.token)
+    fresh_http.open_session()
+    after = listed_names(fresh_http.ask(tools_list))
+    assert "echo" in after and "pcap_info" not in after
+    fresh = Stdio(env)
+    try:
+        fresh.open_session()
+        assert listed_names(fresh.ask(tools_list)) == after
+    finally:
+        fresh.close()
