@@ -33,13 +33,16 @@ from mcp.server.transport_security import TransportSecuritySettings
 from diagd.daemon import http_auth
 from diagd.daemon.http_sessions import SessionManager
 from diagd.daemon.http_settings import HttpConfig, is_loopback, is_wildcard
+from diagd.daemon.http_wire import StrictHttp
 from diagd.daemon.mcp_front import HTTP_CLIENT_KEY
 from diagd.daemon.tokens import Verifier
+from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.http")
 
 ENDPOINT = "/mcp"
+NO_AUTH_CLIENT = "test-no-auth"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 Scope = dict[str, Any]
@@ -62,11 +65,16 @@ def security_settings(http: HttpConfig) -> TransportSecuritySettings:
 
 
 class App:
-    """The ASGI application: the token check, then the SDK's session manager on /mcp."""
+    """The ASGI application: the token check, then the SDK's session manager on /mcp (behind
+    `http_wire`'s request checks)."""
 
-    def __init__(self, manager: StreamableHTTPSessionManager, verifier: Verifier) -> None:
+    def __init__(self, manager: StreamableHTTPSessionManager, verifier: Verifier, *,
+                 default_tools: Callable[[], Selection] = lambda: None, no_auth: bool = False) -> None:
         self.manager = manager
         self.verifier = verifier
+        self.no_auth = no_auth  # [http] test_no_auth: every request is the "test-no-auth" client
+        self.strict = StrictHttp(manager.handle_request, default_tools, max_body_bytes=manager.max_request_body_size,
+                                 live_sessions=lambda: getattr(manager, "_server_instances", None))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -82,9 +90,11 @@ class App:
             return
         scope["user"] = AuthenticatedUser(AccessToken(token=name, client_id=f"http:{name}", scopes=[]))
         scope[HTTP_CLIENT_KEY] = f"http:{name}"
-        await self.manager.handle_request(scope, receive, send)
+        await self.strict(scope, receive, send)
 
     def _token_name(self, scope: Scope) -> str | None:
+        if self.no_auth:
+            return NO_AUTH_CLIENT
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         kind, _, secret = header.partition(" ")
         if kind.lower() != "bearer" or not secret.strip():
@@ -121,6 +131,7 @@ def hypercorn_config(http: HttpConfig) -> HypercornConfig:
 
 async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, state_dir: Path | None = None,
                 on_freed: Callable[[], None] = lambda: None,
+                default_tools: Callable[[], Selection] = lambda: None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `started` with the endpoint's URL once the port is bound.
 
@@ -128,6 +139,9 @@ async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, st
     """
     manager = SessionManager(server, http, state_dir=state_dir, on_freed=on_freed,
                              security_settings=security_settings(http))
+    if http.test_no_auth:
+        log.warning("TEST LISTENER: MCP over HTTP WITHOUT A TOKEN ([http] test_no_auth = true); for test suites "
+                    "only, never for real use", listen=http.listen)
     if is_wildcard(http.host) and not http.allowed_hosts:
         log.warning("http listener accepts any Host header (wildcard bind without [http] allowed_hosts)",
                     listen=http.listen)
@@ -138,7 +152,7 @@ async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, st
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[http] tls_cert/tls_key cannot be used: {exc}",
                          tls_cert=http.tls_cert, tls_key=http.tls_key) from None
     failure: DiagdError | None = None
-    app = cast(ASGIFramework, App(manager, verifier))
+    app = cast(ASGIFramework, App(manager, verifier, default_tools=default_tools, no_auth=http.test_no_auth))
     async with manager.run(), trio.open_nursery() as nursery:
         try:
             binds: list[str] = await nursery.start(partial(hypercorn_serve, app, cfg))

@@ -61,6 +61,7 @@ class Daemon:
     def __init__(self, config: config_mod.Config, nursery: trio.Nursery, *, runtime_dir: Path,
                  state_dir: Path) -> None:
         self.config = config
+        self.http_at_start = config.http
         self.runtime_dir = runtime_dir
         self.state_dir = state_dir
         self._nursery = nursery
@@ -139,10 +140,19 @@ class Daemon:
                 "workers": len(workers),
                 "workers_rss_bytes": sum(w["rss_bytes"] or 0 for w in workers),
                 "heap_trims": self.trimmer.trims,
+                "warnings": self.warnings(),
             },
             "actors": actors,
             "tools": self.stats.summary(),
         }
+
+    def warnings(self) -> list[str]:
+        """What an operator must know is unsafe about how this daemon runs (shown by `diagd status`)."""
+        http = self.http_at_start  # the listener keeps these until a restart (reload.HTTP)
+        if http.enabled and http.test_no_auth:
+            return [f"HTTP listener {http.listen} serves MCP WITHOUT A TOKEN ([http] test_no_auth = true): "
+                    "a test listener, never for real use"]
+        return []
 
     def reload(self) -> dict[str, Any]:
         """Swap in the config file's current content; the answer says what changed and what of it

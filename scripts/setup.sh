@@ -6,7 +6,8 @@
 #                            a user manager runs, else a detached `diagd serve`)
 #   scripts/setup.sh test    the runtime plus the test toolchain (QEMU, busybox, makedumpfile for the
 #                            vmcore fixture; socat; OpenSSH; Node.js, Mermaid and the TypeScript MCP SDK;
-#                            pytest, mypy, ruff), then the whole test suite
+#                            pytest, mypy, ruff; the MCP conformance suite, cached in ~/.cache/diagd),
+#                            then the whole test suite
 #   scripts/setup.sh         just the runtime
 #
 # Run as root, or as a user with sudo (only apt-get and the tracefs mount need root). No package may
@@ -134,6 +135,18 @@ case "$action" in
     fi
     "$venv/bin/diagd" status ;;
   test)
+    # The official MCP conformance suite (tests/e2e/test_conformance.py), with the Node it needs (>= 22,
+    # from the npm registry like the suite: Debian's node 20 cannot run it), cached outside the repository.
+    conformance_dir=${DIAGD_CONFORMANCE_DIR:-$HOME/.cache/diagd/conformance}
+    if [ ! -e "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" ] \
+       || ! grep -q '"version": "0.1.16"' "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" \
+       || [ ! -x "$conformance_dir/node_modules/.bin/node" ]; then
+      log "installing the MCP conformance suite into $conformance_dir"
+      mkdir -p "$conformance_dir"
+      npm install --prefix "$conformance_dir" --no-audit --no-fund --silent \
+        @modelcontextprotocol/conformance@0.1.16 node@22.23.3 \
+        || log "could not install the conformance suite: tests/e2e/test_conformance.py will skip"
+    fi
     cd "$top"
     "$venv/bin/ruff" check .
     scripts/typecheck.sh

@@ -82,7 +82,10 @@ def test_requests_without_a_session_id_other_than_initialize_get_no_id(http_env:
     for answer in answers:
         assert answer.status_code == 400, answer.text
         assert "mcp-session-id" not in answer.headers
+    for answer in answers[:3]:
         assert "Mcp-Session-Id header is required" in answer.json()["error"]["message"]
+    # Bad JSON is screened first (as on stdio): a JSON-RPC parse error, and still no session id.
+    assert answers[3].json()["error"]["code"] == -32700
     # The sessionless protocol era (no initialize, no session id) goes straight to the SDK.
     modern = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
                          headers={**ACCEPT, **auth, "Mcp-Protocol-Version": "2026-07-28"}, timeout=30)

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from diagd.daemon import tool_groups
 from tests.conftest import DaemonProcess, Env, start_daemon
@@ -40,11 +41,11 @@ async def test_a_client_that_chose_pcap_lists_pcap_and_diagd_tools_only_and_cann
         assert all(n.startswith(("pcap_", "ngap_", "diagd_")) for n in names), names
         assert client.instructions is not None and "pcap_info" in client.instructions
         assert "open_vmcore_session" not in client.instructions and "exec_program" not in client.instructions
-        refused = await call(client, "open_vmcore_session", {"vmcore_path": "/x", "vmlinux_path": "/y"})
-        assert refused.is_error
-        error = payload(refused)
-        assert error["code"] == "NOT_FOUND" and error["details"]["group"] == "crash"
-        assert "--tools" in error["message"]
+        # A tool of a group the client did not select is a protocol error (-32602), naming its group.
+        with pytest.raises(MCPError) as refused:
+            await call(client, "open_vmcore_session", {"vmcore_path": "/x", "vmlinux_path": "/y"})
+        assert refused.value.code == -32602 and refused.value.error.data["group"] == "crash"
+        assert refused.value.error.data["code"] == "NOT_FOUND" and "--tools" in refused.value.message
         assert not (await call(client, "diagd_status")).is_error
 
 
@@ -67,8 +68,9 @@ async def test_mcp_tools_in_the_config_is_every_clients_default_and_a_client_may
         async with mcp_client(env) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert "echo" in names and "diagd_status" in names and "pcap_info" not in names
-            refused = payload(await call(client, "pcap_info", {"pcap_path": "/x.pcap"}))
-            assert refused["code"] == "NOT_FOUND" and "[mcp] tools" in refused["message"]
+            with pytest.raises(MCPError) as refused:
+                await call(client, "pcap_info", {"pcap_path": "/x.pcap"})
+            assert refused.value.code == -32602 and "[mcp] tools" in refused.value.message
         async with mcp_client(env, "--tools", "pcap") as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert "pcap_info" in names and "echo" not in names
