@@ -116,10 +116,13 @@ class CrashSession(Commands, Actor):
         argv = [s.crash_binary, "-s", "--no_crashrc", *self.spec.crash_args, str(self.spec.vmlinux),
                 str(self.spec.vmcore)]
         argv = sandbox.wrap(argv, self._crash_policy())  # confined: Landlock, no caps, no sockets
-        env = {**os.environ, "TERM": "dumb", "LC_ALL": "C", "PAGER": "cat"}
+        # The launcher passes on only its allow-list (`sandbox.BASE_ENV`, HOME a directory that does not
+        # exist). The working directory is `/`: gdb reads ./.gdbinit, and the session directory is
+        # writable by drgn code.
+        env = {**os.environ, "TERM": "dumb", "LC_ALL": "C"}
         self._counter = await trio.to_thread.run_sync(self.store.next_number, self.spec.session_id) - 1
         self.driver, self._owner_release = await spawn_in_owner_thread(
-            argv, cwd=str(self.spec.workdir), env=env, name=f"crash-{self.spec.session_id}")
+            argv, cwd="/", env=env, name=f"crash-{self.spec.session_id}")
         self.child = PtyChild(self.driver)
         nursery.start_soon(self._watch_crash, self.child)
         nursery.start_soon(self._load_crash)
