@@ -47,6 +47,9 @@ class CallContext:
     # The client is one short-lived command (`diagd call`: one control connection per command):
     # whatever it holds (crash session references) ends with its connection.
     ephemeral: bool = False
+    # The arguments were typed on a command line (`diagd call key=value`): a number where the schema
+    # wants a string is the text typed (`payload=12`). From an agent, it is a mistake refused.
+    typed: bool = False
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress is not None:

@@ -219,7 +219,8 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
         async with _progress_frames(frames, msg.id) if msg.progress else nullcontext() as progress:
             result = await daemon.registry.call(msg.tool, msg.arguments,
                                                 CallContext(client=who, progress=progress,
-                                                            cwd=conn.cwd if conn is not None else None, ephemeral=True))
+                                                            cwd=conn.cwd if conn is not None else None, ephemeral=True,
+                                                            typed=True))
         return {"is_error": result.is_error, "result": result.payload, "meta": result.meta}
     if isinstance(msg, control.StopActorRequest):
         return daemon.supervisor.stop(msg.actor_id, reason=f"stopped by {who}").statistics()
