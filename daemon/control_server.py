@@ -20,7 +20,7 @@ import trio
 
 from diagd.actors.base import ProgressFn
 from diagd.actors.runtime import Client
-from diagd.daemon import connections
+from diagd.daemon import connections, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control, framing
@@ -230,7 +230,9 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
         configured = daemon.configured_tools()
         return {"groups": daemon.registry.groups(), "configured": sorted(configured) if configured else None,
                 "tools": [{"name": s.name, "group": s.group, "title": s.title, "description": s.description,
-                           "input_schema": s.input_schema, "output_schema": s.output_schema}
+                           # as tools/list gives it; the output schema whole (the fuzz tests check results)
+                           "input_schema": tool_listing.input_schema(s.input_schema),
+                           "output_schema": s.output_schema}
                           for s in daemon.registry.specs()]}
     if isinstance(msg, control.ShutdownRequest):
         daemon.request_shutdown(f"shutdown requested by {who}")
