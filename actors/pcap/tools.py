@@ -388,10 +388,3 @@ async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> Args
             "idle_timeout_s": s.idle_timeout_s if math.isfinite(s.idle_timeout_s) else None,
             "max_exports": s.max_exports, "mask_subscriber_ids": s.mask_subscriber_ids,
             "call_timeout_s": runtime.config().call_timeout_s, "loaded_captures": loaded}
-
-
-@tools.tool("pcap_config_reload", "Re-read the config file.", {},
-            read_only=False, output=CONFIG_OUTPUT)
-async def config_reload(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
-    backend.runtime.reload()
-    return await config_get(backend, ctx, args)  # unmasked: the guard around this tool masks it once
