@@ -60,3 +60,11 @@ async def test_a_wrong_type_and_a_misspelt_argument_are_refused_with_what_to_sen
         assert misspelt["details"]["did_you_mean"] == ["pcap_path"]
         start = payload(await call(client, "diagd_timeline", {"sources": [{"pcap": "x.pcap"}], "start": True}))
         assert start["code"] == "INVALID_ARGUMENT" and start["details"]["path"] == "$.start", start
+
+
+def test_a_number_typed_on_the_command_line_where_text_is_wanted_is_the_text_typed(daemon: DaemonProcess) -> None:
+    # `diagd call` parses `tool=5` as JSON (5); the person meant the text, which MCP clients must send as text.
+    done = daemon.env.run("call", "diagd_calls", "tool=5", "--visibility", "off")
+    assert done.returncode == 0, done.stderr
+    misspelt = daemon.env.run("call", "diagd_calls", "limt=5", "--visibility", "off")
+    assert misspelt.returncode != 0 and "unknown argument 'limt' (did you mean 'limit'?)" in misspelt.stdout
