@@ -205,8 +205,9 @@ def _unknown_name(key: str, names: list[str], unused: list[str], path: str) -> N
         close = [n for n in unused if key and (key.lower() in n.lower() or n.lower() in key.lower())][:3]
     hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"arguments: {', '.join(names)}"
     where = "" if path == "$" else f"{path}: "
-    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{where}unknown argument {key!r} ({hint})",
-                     path=f"{path}.{key}", did_you_mean=close)
+    shown = key if len(key) <= 100 else key[:100] + "…"  # the key is the caller's: any size
+    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{where}unknown argument {shown!r} ({hint})",
+                     path=f"{path}.{shown}", did_you_mean=close)
 
 
 def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
