@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from diagd.actors.tooling import CallContext, ToolSet, object_schema
+from diagd.actors.tooling import CallContext, ToolSet, object_schema, paging
 from diagd.daemon import timeline as timeline_mod
 from diagd.daemon.tool_groups import BUILTIN
 from diagd.daemon.tools import current_selection
@@ -32,17 +32,16 @@ _RELOAD_OUTPUT = object_schema({
 tools: ToolSet[Daemon] = ToolSet()
 
 
-@tools.tool("diagd_status", "The daemon, its clients, every actor (state, inbox, idle time left, restarts) and "
-            "per-tool call statistics.",
+@tools.tool("diagd_status", "Daemon, clients, actors (state, inbox, idle time, restarts), per-tool call stats.",
             title="diagd status", output=_STATUS_OUTPUT)
 async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return daemon.status()
 
 
 @tools.tool("diagd_calls", "Recent tool calls, newest first: arguments, duration, outcome, error code.",
-            {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
-             "tool": {"type": "string", "description": "only calls of this tool"},
-             "errors_only": {"type": "boolean", "default": False}},
+            {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20, "description": "at most"},
+             "tool": {"type": "string", "description": "only this tool's"},
+             "errors_only": {"type": "boolean", "default": False, "description": "only failed ones"}},
             title="Recent tool calls", output=_CALLS_OUTPUT)
 async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     # Running calls count as the newest: a call that hangs is at the top, with its time so far.
@@ -55,15 +54,15 @@ async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[
     return {"calls": [r.to_json() for r in chosen], "returned": len(chosen), "total_calls": daemon.stats.total}
 
 
-@tools.tool("diagd_stop_actor", "Stop an actor (id from diagd_status), releasing its resource.",
-            {"actor_id": {"type": "string"}}, required=("actor_id",),
+@tools.tool("diagd_stop_actor", "Stop an actor, releasing its resource.",
+            {"actor_id": {"type": "string", "description": "from diagd_status"}}, required=("actor_id",),
             title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
 async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     ref = daemon.supervisor.stop(args["actor_id"], reason=f"stopped by {ctx.client}")
     return {"stopped": ref.id, "kind": ref.kind, "resource": ref.resource}
 
 
-@tools.tool("diagd_reload", "Re-read the config file; the answer says what waits for a reopen.",
+@tools.tool("diagd_reload", "Re-read the config file; says what waits for a reopen.",
             title="Reload configuration", output=_RELOAD_OUTPUT,
             read_only=False, idempotent=True)
 async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -76,11 +75,11 @@ _TIMELINE_OUTPUT = object_schema({"rows": {"type": "array", "items": {"type": "o
 
 # Sources, their options and the answer are in README ("One timeline"); the schema stays small (it
 # is in every client's tools/list): timeline.parse_sources and parse_time check the rest, with hints.
-@tools.tool("diagd_timeline", "Merge by wall-clock time sources {pcap|serial|bpftrace|crash: path|port|id, "
-            "offset_ms?, filter?, fields?}.",
-            {"sources": {"type": "array"}, "start": {}, "end": {},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200},
-             "offset": {"type": "integer", "minimum": 0, "default": 0}},
+TIME = {"type": ["number", "string"], "description": "Unix s or ISO 8601"}
+@tools.tool("diagd_timeline", "Merge sources' rows by wall-clock time.",
+            {"sources": {"type": "array", "items": {"type": "object"},
+                         "description": "{pcap|serial|bpftrace|crash: path|port|id, offset_ms?, filter?, fields?}"},
+             "start": TIME, "end": TIME, **paging(limit=200, maximum=2000)},
             required=("sources",), output=_TIMELINE_OUTPUT, timeout_s=120)
 async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

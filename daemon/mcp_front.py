@@ -120,7 +120,7 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         name=spec.name,
         title=spec.title,
         description=spec.description,
-        input_schema=spec.input_schema,
+        input_schema=tool_listing.input_schema(spec.input_schema),
         output_schema=tool_listing.output_schema(spec.output_schema),
         annotations=types.ToolAnnotations.model_validate(hints),
     )

@@ -66,16 +66,39 @@ async def test_the_registry_lists_only_selected_groups_and_refuses_the_others_as
     assert unknown.payload["code"] == "INVALID_ARGUMENT" and unknown.payload["details"]["did_you_mean"] == ["pcap_info"]
 
 
-def test_the_listed_output_schema_names_the_required_keys_and_accepts_every_valid_result() -> None:
+def test_the_listed_output_schema_says_object_and_accepts_every_valid_result() -> None:
     declared = {"type": "object", "properties": {"n": {"type": "integer"}, "rows": {"type": "array", "items": {
         "type": "object", "required": ["i"]}}, "note": {"type": "string"}}, "required": ["n", "rows"]}
     wire = tool_listing.output_schema(declared)
-    assert wire == {"type": "object", "required": ["n", "rows"]}
+    assert wire == {"type": "object"}
     for valid in ({"n": 1, "rows": []}, {"n": 2, "rows": [{"i": 1}], "note": "x"}):
         jsonschema.validate(valid, declared)
         jsonschema.validate(valid, wire)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"n": 1}, wire)  # a missing required key is still caught by the client
+        jsonschema.validate(["not", "an", "object"], wire)
+
+
+def test_the_listed_input_schema_leaves_out_only_what_restates_how_a_client_reads_it() -> None:
+    declared = {"type": "object", "additionalProperties": False, "required": ["p"], "properties": {
+        "p": {"type": "string", "description": "a path"},
+        "flag": {"type": "boolean", "default": False, "description": "f"},
+        "on": {"type": "boolean", "default": True, "description": "o"},
+        "text": {"type": "string", "default": "", "description": "t"},
+        "items": {"type": "array", "items": {"type": "object", "additionalProperties": False}, "default": [],
+                  "description": "i"},
+        "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "s"},
+        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+    wire = tool_listing.input_schema(declared)
+    assert wire == {"type": "object", "required": ["p"], "properties": {
+        "p": {"type": "string", "description": "a path"},
+        "flag": {"type": "boolean", "description": "f"},
+        "on": {"type": "boolean", "default": True, "description": "o"},
+        "text": {"type": "string", "description": "t"},
+        "items": {"type": "array", "items": {"type": "object"}, "description": "i"},
+        "offset": {"type": "integer", "minimum": 0, "description": "s"},
+        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+    assert declared["additionalProperties"] is False and declared["properties"]["flag"]["default"] is False
+    assert declared["properties"]["items"]["items"]["additionalProperties"] is False
 
 
 def test_annotations_carry_only_the_hints_that_mean_something_for_the_tool() -> None:

@@ -41,7 +41,7 @@ TOOLS = [
     "diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload", "diagd_timeline",
     "pcap_info", "pcap_frames_by_filter", "pcap_timeline", "pcap_frame_detail", "pcap_text_search", "pcap_follow",
     "pcap_packet_list", "pcap_extract_subcapture", "ngap_ue_sessions", "ngap_pdu_session_summary",
-    "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_config_reload", "pcap_sequence_diagram",
+    "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_sequence_diagram",
     "pcap_stats",
     "list_ports", "configure_connection", "connection_status", "send_data", "read_urc", "set_signals", "get_log",
     "export_serial_pcapng",
