@@ -143,6 +143,9 @@ NOT_IN_DAEMON = ("rich",)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from diagd.daemon import launch
+
+    launch.settle()  # in `/`, nothing of its start directory on sys.path, before trio or msgpack is imported
     for name in NOT_IN_DAEMON:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     from diagd.daemon import config, logs
@@ -151,7 +154,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
     from diagd.daemon import server
-    from diagd.protocol.errors import DiagdError
 
     try:
         cfg = config.load()
@@ -198,7 +200,6 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from diagd.protocol import control
-    from diagd.protocol.errors import DiagdError
 
     try:
         pid = _request("status")["daemon"]["pid"]
@@ -290,7 +291,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_call(args: argparse.Namespace) -> int:
     from diagd.daemon import callcli, progressline
     from diagd.protocol import control
-    from diagd.protocol.errors import DiagdError
 
     try:
         tokens, options = callcli.split_options(args.arguments)
@@ -320,7 +320,6 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def _configured_visibility() -> str:
     from diagd.daemon import config
-    from diagd.protocol.errors import DiagdError
 
     try:
         return str(config.load().daemon.visibility)
@@ -351,7 +350,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    from diagd.protocol.errors import DiagdError
 
     try:
         print(json.dumps(_request("reload")))
@@ -363,7 +361,6 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
 def cmd_stop_actor(args: argparse.Namespace) -> int:
     from diagd.protocol import control
-    from diagd.protocol.errors import DiagdError
 
     try:
         print(json.dumps(_request(control.StopActorRequest, actor_id=args.actor_id)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,19 @@ def config_file() -> Path:
         return Path(override)
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "diagd" / "config.toml"
+
+
+# The variables that name diagd's directories: a relative value means the directory the command ran in,
+# so a daemon (which runs in `/`) is given them absolute (`pinned`).
+PATH_VARIABLES = ("DIAGD_RUNTIME_DIR", "DIAGD_STATE_DIR", "DIAGD_CONFIG", "XDG_RUNTIME_DIR", "XDG_STATE_HOME",
+                  "XDG_CONFIG_HOME", "HOME")
+
+
+def pin(env: MutableMapping[str, str]) -> None:
+    """Make the directory variables of `env` absolute (relative to this process's cwd), in place."""
+    for name in PATH_VARIABLES:
+        if env.get(name) and not os.path.isabs(env[name]):
+            env[name] = os.path.abspath(env[name])
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

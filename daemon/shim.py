@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from diagd.daemon import paths
+from diagd.daemon import launch, paths
 from diagd.daemon.shim_session import Closing, Lines, ReplayFailed, ShimSession, Verdict
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -64,34 +64,6 @@ def connect(path: Path) -> socket.socket | None:
     return sock
 
 
-def start_daemon_detached() -> subprocess.Popen[bytes]:
-    """Start `diagd serve` in its own session, logging to the state dir, stdio off the wire."""
-    state = paths.open_private_dir(paths.state_dir(), what="state directory")
-    try:
-        logfd = state.open("daemon.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    finally:
-        state.close()
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-m", "diagd.daemon.cli", "serve"],
-            stdin=subprocess.DEVNULL, stdout=logfd, stderr=logfd,
-            start_new_session=True, close_fds=True, env={**os.environ, "DIAGD_AUTOSTARTED": "1"},
-        )
-    finally:
-        os.close(logfd)
-
-
-def last_log_line(max_bytes: int = 4096) -> str:
-    """The daemon log's last line (`diagd serve` ends it with its one-line reason for exiting)."""
-    try:
-        with open(paths.state_dir() / "daemon.log", "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
-            lines = f.read().decode(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1].strip() if lines else ""
-
-
 def wait_for_socket(path: Path, timeout_s: float, child: subprocess.Popen[bytes] | None = None
                     ) -> socket.socket | None:
     deadline = time.monotonic() + timeout_s
@@ -111,7 +83,7 @@ def connect_or_start(path: Path, *, autostart: bool, timeout_s: float = 15.0) ->
     sock = connect(path)
     if sock is not None or not autostart:
         return sock
-    child = start_daemon_detached()
+    child = launch.start_detached()
     try:
         return wait_for_socket(path, timeout_s, child)
     finally:
@@ -274,7 +246,7 @@ def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float, pau
         if link.stdin_closed:
             return None
         if autostart and child is None and time.monotonic() - began >= autostart_after:
-            child = start_daemon_detached()
+            child = launch.start_detached()
         if child is not None and child.poll() not in (None, 0):
             return None
         if time.monotonic() + delay > deadline:
@@ -357,7 +329,7 @@ def _why(closing: Closing, *, hung_up: bool) -> str:
 
 
 def _daemon_said(autostart: bool) -> str:
-    reason = last_log_line() if autostart else ""
+    reason = launch.last_log_line() if autostart else ""
     return f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log"
 
 
