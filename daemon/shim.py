@@ -10,10 +10,11 @@ through. The session's state is `shim_session.ShimSession`. It never imports `mc
 diagnostics go to stderr. When no daemon runs it starts one (detached) unless --no-autostart.
 Stdlib only, for start-up time.
 
-It exits 0 only when the client ended the session (stdin EOF) and the daemon answered; a daemon
-that refuses it (busy, a line too long: its last words are a JSON-RPC error with `id: null` and
-`data.closing: true`, which the shim quotes), one that does not come back within the bound, or
-calls left unanswered get one line on stderr and exit status 1, never a silent 0.
+It exits 0 only when the client ended the session (stdin EOF) and every request it sent was answered,
+by the daemon or with DAEMON_RESTARTED (a restart is no failure: the session went on); a daemon that
+refuses it (busy, a line too long: its last words are a JSON-RPC error with `id: null` and
+`data.closing: true`, which the shim quotes), one that does not come back within the bound, or a
+request left with no answer at all get one line on stderr and exit status 1, never a silent 0.
 """
 
 from __future__ import annotations
@@ -280,7 +281,6 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
     bound_s = _env_seconds("DIAGD_SHIM_RECONNECT_S", RECONNECT_S)
     episode: float | None = None  # when the current run of failed connections began
     pause = 0.0  # the wait before reconnecting after connections that brought no line
-    unanswered = 0
     while True:
         try:
             delivered = _serve(link, sock)
@@ -291,7 +291,6 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         finally:
             _close(sock)
         closing, notice, failed, stdin_closed = link.detach()
-        unanswered += len(failed)
         try:
             _write_out(b"".join(failed))
         except BrokenPipeError:
@@ -299,7 +298,7 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         if closing is Closing.REFUSED:
             return _fail(f"the daemon closed the connection: {notice}")
         if stdin_closed:
-            return _verdict_after_input(link, unanswered)
+            return _verdict_after_input(link)
         if delivered or episode is None:
             episode, pause = time.monotonic(), 0.0
         else:  # accepted, then closed without a word: the episode goes on, backing off like a refused connect
@@ -313,7 +312,7 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         if new is None:
             link.give_up()
             if link.stdin_closed:
-                return _verdict_after_input(link, unanswered)
+                return _verdict_after_input(link)
             return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
                          + ("" if autostart else " (autostart disabled)") + f"; {_daemon_said(autostart)}")
         _replay(link, new)
@@ -344,8 +343,11 @@ def _replay(link: _Link, sock: socket.socket) -> None:
     link.attach(sock)
 
 
-def _verdict_after_input(link: _Link, unanswered: int) -> int:
-    """The client closed stdin: 0 when the daemon answered what it was sent."""
+def _verdict_after_input(link: _Link) -> int:
+    """The client closed stdin: 0 when each of its requests got an answer, the daemon's or a coded
+    DAEMON_RESTARTED one (the session went on, as promised); 1 when one got none."""
+    with link.cond:
+        unanswered = len(link.session.in_flight)  # what dropped() left: an initialize no daemon answered
     if unanswered:
         return _fail(f"the daemon went away before answering {unanswered} request(s)")
     if link.sent and not link.received:
