@@ -333,14 +333,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
         sys.stderr.write(f"diagd logs: refusing state directory {state}: {problem}\n")
         return EXIT_TOOL_ERROR
     path = state / "audit.jsonl"
-    if not path.exists():
+    try:
+        tail = logtail.tail(path, args.lines)  # never through a link: PERMISSION_DENIED, one line
+    except FileNotFoundError:
         sys.stderr.write(f"no audit log yet at {path}\n")
         return EXIT_OK if not args.follow else logtail.follow(path, raw=args.json)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            tail = f.readlines()[-args.lines:] if args.lines > 0 else []
-    except OSError as exc:
-        sys.stderr.write(f"diagd logs: cannot read {path}: {exc.strerror or exc}\n")
+    except DiagdError as exc:
+        sys.stderr.write(f"diagd logs: {exc.code}: {exc.message}\n")
         return EXIT_TOOL_ERROR
     for line in tail:
         logtail.print_record(line, raw=args.json)

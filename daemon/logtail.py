@@ -8,18 +8,34 @@ import sys
 import time
 from pathlib import Path
 
+from diagd.actors import statefile
+from diagd.protocol.errors import DiagdError
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` records; FileNotFoundError, or PERMISSION_DENIED for a link (never followed)."""
+    with open(statefile.open_file(path, os.O_RDONLY), encoding="utf-8", errors="replace") as f:
+        return f.readlines()[-lines:] if lines > 0 else []
+
 
 def follow(path: Path, *, raw: bool) -> int:
-    """Poll the file; reopen it after rotation (inode change)."""
+    """Poll the file; reopen it after rotation (inode change). A link in its place ends it with one line."""
     f = None
     inode = None
     try:
         while True:
-            if f is None and path.exists():
-                f = open(path, encoding="utf-8")  # noqa: SIM115
-                if inode is None:
+            if f is None and os.path.lexists(path):
+                try:
+                    f = open(statefile.open_file(path, os.O_RDONLY), encoding="utf-8")  # noqa: SIM115
+                except DiagdError as exc:
+                    sys.stderr.write(f"diagd logs: {exc.code}: {exc.message}\n")
+                    return 1
+                except FileNotFoundError:
+                    pass  # gone again between the two looks: the next round sees
+                if f is not None and inode is None:
                     f.seek(0, os.SEEK_END)
-                inode = os.fstat(f.fileno()).st_ino
+                if f is not None:
+                    inode = os.fstat(f.fileno()).st_ino
             if f is not None:
                 for line in f:
                     print_record(line, raw=raw)

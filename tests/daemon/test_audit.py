@@ -11,6 +11,7 @@ import pytest
 
 from diagd.daemon.audit import AuditLog, CallStats, percentile
 from diagd.daemon.tools import CallRecord
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 def record(tool: str = "t", duration_ms: float = 1.0, outcome: str = "ok") -> CallRecord:
@@ -80,6 +81,7 @@ def test_the_audit_log_is_never_written_through_a_symlink(tmp_path: Path) -> Non
     target = tmp_path / "elsewhere"
     target.write_text("")
     (tmp_path / "audit.jsonl").symlink_to(target)
-    with pytest.raises(OSError):
+    with pytest.raises(DiagdError) as refused:  # coded: `diagd serve` says it in one line (issue 20)
         AuditLog(tmp_path / "audit.jsonl", max_bytes=500, keep=3)
+    assert refused.value.code == ErrorCode.PERMISSION_DENIED and "symlink" in refused.value.message
     assert target.read_text() == ""
