@@ -3,6 +3,7 @@ the daemon under it is stopped, killed and started again on the same runtime dir
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -255,7 +256,28 @@ def test_with_autostart_a_stopped_daemon_is_replaced_and_the_session_goes_on(env
             second = client.read()["result"]["structuredContent"]["daemon"]["pid"]  # type: ignore[index]
             assert second != first
         finally:
-            env.run("stop")
+            client.close()  # first: a shim still running would autostart a daemon again after the stop
+            stop_every_daemon(env)
+
+
+def stop_every_daemon(env: Env) -> None:
+    """`diagd stop` until nobody holds the runtime dir's lock (a daemon the shim was starting as it was
+    killed comes up a moment later)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        env.run("stop")
+        try:
+            fd = os.open(env.runtime / "daemon.lock", os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.1)
+        finally:
+            os.close(fd)
+    raise TimeoutError("a daemon still holds the lock")
 
 
 def hang_up_after_the_handshake(path: os.PathLike[str]) -> tuple[socket.socket, list[int]]:
