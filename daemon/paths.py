@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +110,19 @@ def recorded_daemon_env() -> dict[str, str]:
         rundir.close()
     found = {"DIAGD_CONFIG": record.get("config"), "DIAGD_STATE_DIR": record.get("state_dir")}
     return {k: v for k, v in found.items() if isinstance(v, str) and v and k not in os.environ}
+
+
+# The variables that name diagd's directories: a relative value means the directory the command ran in,
+# so a daemon (which runs in `/`) is given them absolute (`pinned`).
+PATH_VARIABLES = ("DIAGD_RUNTIME_DIR", "DIAGD_STATE_DIR", "DIAGD_CONFIG", "XDG_RUNTIME_DIR", "XDG_STATE_HOME",
+                  "XDG_CONFIG_HOME", "HOME")
+
+
+def pin(env: MutableMapping[str, str]) -> None:
+    """Make the directory variables of `env` absolute (relative to this process's cwd), in place."""
+    for name in PATH_VARIABLES:
+        if env.get(name) and not os.path.isabs(env[name]):
+            env[name] = os.path.abspath(env[name])
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

@@ -101,6 +101,8 @@ class Daemon:
         builtin_tools.register(self)
         for name in (*BACKENDS, *self.config.daemon.extra_backends):
             module = importlib.import_module(name)
+            # $state/<name> is checked like the state dir itself (never a link, ours, owner-only) before use.
+            paths.ensure_private_dir(self.state_dir / backend_name(name), what=f"{backend_name(name)} state directory")
             module.register(self.runtime(backend_name(name)))
             log.info("backend loaded", backend=name)
 

@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from diagd.actors import statefile
 from diagd.actors.serial.pcapng import PcapngWriter
 from diagd.actors.serial.rawlog import session_logs
 from diagd.actors.serial.settings import port_slug
@@ -29,17 +30,18 @@ def export_session(log: Path, out: Path, *, end: int | None, port: str, applicat
     Timestamps are exact: the log's decimal microseconds are read as decimals, never as floats.
     Records that are not data (session header, settings, signals, ...) are counted, not exported.
     """
-    fd = os.open(out, _CREATE, 0o600)  # a new file: never through a link, never over another file
-    try:
-        with os.fdopen(fd, "wb", buffering=1 << 16) as sink, open(log, "rb") as source:
-            header = _first_record(source)
-            writer = PcapngWriter(sink, application=application,
-                                  comment=f"serial session {log.name} of {port}, exported by {application}",
-                                  if_name=port, if_description=_describe(log, header))
-            return {**_copy(source, writer, end), "session_started": header.get("ts")}
-    except BaseException:
-        out.unlink(missing_ok=True)
-        raise
+    with open(statefile.open_file(log, os.O_RDONLY), "rb") as source:  # the raw log, never read through a link
+        fd = os.open(out, _CREATE, 0o600)  # a new file: never through a link, never over another file
+        try:
+            with os.fdopen(fd, "wb", buffering=1 << 16) as sink:
+                header = _first_record(source)
+                writer = PcapngWriter(sink, application=application,
+                                      comment=f"serial session {log.name} of {port}, exported by {application}",
+                                      if_name=port, if_description=_describe(log, header))
+                return {**_copy(source, writer, end), "session_started": header.get("ts")}
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
 
 
 def _first_record(source: Any) -> dict[str, Any]:
