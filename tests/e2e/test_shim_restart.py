@@ -362,8 +362,11 @@ def test_a_request_the_daemon_never_answers_at_eof_still_ends_the_shim_with_stat
     server.listen(4)
 
     def hang_up() -> None:
+        # Gone for good after one connection: a listener left open would accept the shim's reconnect
+        # in its backlog and never answer the replayed handshake (a hung daemon, not this case).
         with server.accept()[0] as conn:
             conn.recv(65536)
+            server.close()
 
     threading.Thread(target=hang_up, daemon=True).start()
     try:
