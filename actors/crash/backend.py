@@ -86,7 +86,8 @@ class CrashBackend:
 
     async def check(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]) -> Target:
         """Everything an open checks before it spawns anything, under the current [crash] settings."""
-        return await self.identities.check(ctx, self.settings, vmcore_path, vmlinux_path, options)
+        return await self.identities.check(ctx, self.settings, vmcore_path, vmlinux_path, options,
+                                           private_dirs=self.runtime.config().private_dirs)
 
     # -- sessions -------------------------------------------------------------------------------
 

@@ -48,11 +48,13 @@ tools.py (the MCP tools).
 from __future__ import annotations
 
 from diagd.actors.runtime import Runtime
+from diagd.actors.serial.actor import KIND
 from diagd.actors.serial.backend import SerialBackend
 from diagd.actors.serial.tools import tools
 
 
 def register(runtime: Runtime) -> SerialBackend:
     backend = SerialBackend(runtime)
+    runtime.on_stop_request(KIND, backend.may_stop)
     tools.register(runtime, backend)
     return backend
