@@ -119,9 +119,14 @@ class ToolRegistry:
         error = jsonschema.exceptions.best_match(list(self._validators[spec.name].iter_errors(args)))
         if error is not None:
             path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+            extra: dict[str, Any] = {}
+            if error.validator == "additionalProperties" and not error.absolute_path:
+                # An argument the tool does not take (one it took once, like out_path): say which it takes.
+                known = sorted(spec.input_schema.get("properties", {}))
+                extra["hint"] = f"{spec.name} takes {', '.join(known) or 'no arguments'}"
             raise DiagdError(
                 ErrorCode.INVALID_ARGUMENT, f"{path}: {error.message}",
-                path=path, schema_path="/".join(str(p) for p in error.absolute_schema_path),
+                path=path, schema_path="/".join(str(p) for p in error.absolute_schema_path), **extra,
             )
         return dict(args)
 
