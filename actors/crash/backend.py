@@ -129,7 +129,7 @@ class CrashBackend:
             await trio.to_thread.run_sync(self._prepare_workdir, rec, target, self.table.live_ids(),
                                           s.keep_sessions, reopened)
             spec = SessionSpec(rec.session_id, rec.key, target.vmcore, target.vmlinux, rec.workdir,
-                               tuple(rec.crash_args), s, target.dump.osrelease)
+                               tuple(rec.crash_args), s, target.dump.osrelease, self.runtime.config().private_dirs)
             await self._spawn(rec, spec, await self.crash_version(target.binary))
             await self.wait_ready(rec, ctx)
         except BaseException as exc:
