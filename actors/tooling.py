@@ -70,6 +70,19 @@ def caller_cwd() -> str | None:
     return ctx.cwd if ctx is not None else None
 
 
+# The tool groups of the client whose call this task serves (None: every group), set by the
+# registry around the handler like current_call. Back ends read it where a group's boundary
+# reaches their own files (the pcap tools read the serial group's exports only for a client that
+# selected serial too); a tool that calls other tools passes it on.
+current_groups: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("diagd_groups", default=None)
+
+
+def caller_selects(group: str) -> bool:
+    """Whether the client whose call this task serves selected the tool group `group`."""
+    groups = current_groups.get()
+    return groups is None or group in groups
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str

@@ -18,7 +18,7 @@ import trio
 
 import diagd
 from diagd.actors import BACKENDS, heap, system
-from diagd.actors.runtime import Client
+from diagd.actors.runtime import Client, StopCheck
 from diagd.daemon import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
@@ -87,6 +87,8 @@ class Daemon:
         # Called by `reload` with the old and the new config: each returns notes on changed settings
         # that do not apply to what is already open, or raises DiagdError to refuse the new config.
         self.reload_hooks: list[ReloadNotes] = []
+        # Per actor kind, the back end's check before diagd_stop_actor stops one for a client (ownership).
+        self.stop_checks: dict[str, StopCheck] = {}
 
     @property
     def connections(self) -> dict[int, dict[str, Any]]:

@@ -25,9 +25,17 @@ import jsonschema
 import structlog
 import trio
 
-from diagd.actors.tooling import CallContext, Handler, ToolSpec, arguments_validator, caller_cwd, current_call
+from diagd.actors.tooling import (
+    CallContext,
+    Handler,
+    ToolSpec,
+    arguments_validator,
+    caller_cwd,
+    current_call,
+    current_groups,
+)
 from diagd.daemon.audit import CallRecord
-from diagd.daemon.tool_groups import Selection, selects
+from diagd.daemon.tool_groups import BUILTIN, Selection, selects
 from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 
 log = structlog.get_logger("diagd.tools")
@@ -40,8 +48,9 @@ __all__ = ["CallContext", "CallRecord", "CallResult", "Handler", "ToolRegistry",
 
 # The groups of the client whose call this task serves (set around the handler, like current_call): a
 # tool that calls other tools (diagd_timeline) calls them with the client's selection, so a client held
-# to some groups (an HTTP client under [mcp] tools) cannot reach the others through it.
-current_selection: contextvars.ContextVar[Selection] = contextvars.ContextVar("diagd_selection", default=None)
+# to some groups (an HTTP client under [mcp] tools) cannot reach the others through it. Declared in
+# diagd.actors.tooling, where back ends read it too.
+current_selection: contextvars.ContextVar[Selection] = current_groups
 
 
 @dataclass
@@ -74,6 +83,11 @@ class ToolRegistry:
     def specs(self, selection: Selection = None) -> list[ToolSpec]:
         """Every tool, or those of the selected groups (the daemon's own always)."""
         return [spec for spec in self._tools.values() if selects(selection, spec.group)]
+
+    def group_of(self, name: str) -> str:
+        """The group of the tool `name`; the daemon's own for a name no tool has (a refused call)."""
+        spec = self._tools.get(name)
+        return spec.group if spec is not None else BUILTIN
 
     def groups(self) -> list[str]:
         """The groups tools were registered under, in registration order."""
@@ -110,9 +124,14 @@ class ToolRegistry:
         error = jsonschema.exceptions.best_match(list(self._validators[spec.name].iter_errors(args)))
         if error is not None:
             path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+            extra: dict[str, Any] = {}
+            if error.validator == "additionalProperties" and not error.absolute_path:
+                # An argument the tool does not take (one it took once, like out_path): say which it takes.
+                known = sorted(spec.input_schema.get("properties", {}))
+                extra["hint"] = f"{spec.name} takes {', '.join(known) or 'no arguments'}"
             raise DiagdError(
                 ErrorCode.INVALID_ARGUMENT, f"{path}: {error.message}",
-                path=path, schema_path="/".join(str(p) for p in error.absolute_schema_path),
+                path=path, schema_path="/".join(str(p) for p in error.absolute_schema_path), **extra,
             )
         return dict(args)
 

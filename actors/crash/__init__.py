@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from diagd.actors.crash import tools
 from diagd.actors.crash.backend import CrashBackend
+from diagd.actors.crash.messages import KIND
 from diagd.actors.runtime import Runtime
 from diagd.actors.system import Needs, Tool, check_crash_version
 
@@ -23,6 +24,7 @@ def register(runtime: Runtime) -> CrashBackend:
     backend = CrashBackend(runtime)
     runtime.on_client(gone=backend.client_gone)
     runtime.on_reload(backend.reload_notes)
+    runtime.on_stop_request(KIND, backend.table.may_stop)
     # Whether the script tools exist is fixed here, by script_dirs at start (reload_notes says so).
     backend.script_tools = bool(backend.settings.script_dirs)
     for spec in tools.specs(backend):

@@ -137,11 +137,12 @@ class CrashSession(Commands, Actor):
         s = self.spec.settings
         extensions = [os.path.expanduser(d) for d in (*PYKDUMP_DIRS, *([s.pykdump_path] if s.pykdump_path else []))]
         return sandbox.crash_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                     allowed_dirs=s.allowed_dirs, extra_read=extensions)
+                                     allowed_dirs=s.allowed_dirs, extra_read=extensions,
+                                     private_dirs=self.spec.private_dirs)
 
     def _drgn_policy(self) -> sandbox.Policy:
         return sandbox.drgn_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                    allowed_dirs=self.spec.settings.allowed_dirs)
+                                    allowed_dirs=self.spec.settings.allowed_dirs, private_dirs=self.spec.private_dirs)
 
     async def stop(self) -> None:
         self.closing = True

@@ -131,7 +131,8 @@ async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: d
     # Through the allowed-dirs policy, like the dump's paths; crash reads the words of its command line
     # itself, so the path must be one plain word.
     path = await trio.to_thread.run_sync(functools.partial(
-        resolve_allowed, args["dir"], backend.settings.allowed_dirs, what="directory", cwd=ctx.cwd, directory=True))
+        resolve_allowed, args["dir"], backend.settings.allowed_dirs, what="directory", cwd=ctx.cwd, directory=True,
+        private_dirs=backend.runtime.config().private_dirs))
     if not modules.PLAIN_PATH.fullmatch(str(path)):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: spaces and shell characters cannot reach crash's "
                          "command line; link the directory under a plain name", path=str(path))

@@ -50,6 +50,7 @@ tools.py (the MCP tools).
 from __future__ import annotations
 
 from diagd.actors.runtime import Runtime
+from diagd.actors.serial.actor import KIND
 from diagd.actors.serial.backend import SerialBackend
 from diagd.actors.serial.settings import check_reload
 from diagd.actors.serial.tools import tools
@@ -63,5 +64,6 @@ SYSTEM_NEEDS = Needs(modules=("serial",), checks=(check_serial_access,),
 def register(runtime: Runtime) -> SerialBackend:
     backend = SerialBackend(runtime)
     runtime.on_reload(check_reload)
+    runtime.on_stop_request(KIND, backend.may_stop)
     tools.register(runtime, backend)
     return backend

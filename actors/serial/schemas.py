@@ -156,9 +156,11 @@ TOOLS: dict[str, dict[str, Any]] = {
          "required": ["port", "log_file", "offset", "returned", "total_records", "next_offset", "records"]},
         required=("port",), title="Read the raw serial log"),
     "export_serial_pcapng": _tool(
-        "A session's raw log as pcapng for the pcap tools (a packet per Tx/Rx chunk; frame.p2p_dir 0=Tx, 1=Rx).",
+        "A session's raw log as pcapng for the pcap tools (a packet per Tx/Rx chunk; frame.p2p_dir 0=Tx, 1=Rx), "
+        "written to diagd's exports dir; the answer's pcapng_path names it.",
         {"port": _PORT, "session": {"type": "string", "description": "log name; default: the current or last"},
-         "out_path": {"type": "string", "description": "default: in the log dir"}},
+         "name": {"type": "string",
+                  "description": "file stem [A-Za-z0-9._-], no extension (.pcapng is added)"}},
         {"type": "object", "properties": {"pcapng_path": {"type": "string"}, "packets": {"type": "integer"}},
          "required": ["pcapng_path", "packets"]},
         required=("port",), title="Serial session to pcapng", read_only=False, idempotent=False,

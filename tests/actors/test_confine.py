@@ -290,3 +290,28 @@ def test_a_confined_tool_sees_only_the_environment_allow_list(tmp_path: Path, la
     assert isinstance(seen, dict)
     assert json.loads(seen.pop("DIAGD_SANDBOX"))["landlock"] == (kernel.landlock_abi() if landlock else 0)
     assert seen == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_TIME": "C", "TZ": "UTC", "HOME": "/nonexistent"}
+
+
+def test_an_allowed_dir_holding_diagds_state_dir_grants_everything_in_it_but_the_state_dir(tmp_path: Path) -> None:
+    # allowed_dirs = [home] while the state dir is home/.local/state/diagd: a drgn or crash child may read
+    # the home directory's files, never the state dir's (other clients' outputs, serial logs, the audit log).
+    home = tmp_path / "home"
+    state = home / ".local" / "state" / "diagd"
+    (state / "serial").mkdir(parents=True)
+    (state / "audit.jsonl").write_text("secret")
+    (home / ".local" / "share").mkdir()
+    (home / ".local" / "share" / "ok.txt").write_text("ok")
+    (home / "dump.txt").write_text("ok")
+    (home / "to-state").symlink_to(state)
+    granted = sandbox.readable_beside([str(home)], [str(state)])
+    assert str(home / "dump.txt") in granted and str(home / ".local" / "share") in granted
+    assert not any(g == str(home) or g.startswith(str(state)) or g.endswith("to-state") for g in granted), granted
+    assert sandbox.readable_beside([str(state / "serial")], [str(state)]) == ()
+    assert sandbox.readable_beside([str(home)], []) == (str(home),)
+    policy = python_policy(tmp_path)
+    r = run_confined(tmp_path, attempt(f"open({str(state / 'audit.jsonl')!r}).read()", "audit"),
+                     attempt(f"open({str(home / 'to-state' / 'audit.jsonl')!r}).read()", "link"),
+                     attempt(f"open({str(home / 'dump.txt')!r}).read()", "dump"),
+                     attempt(f"open({str(home / '.local' / 'share' / 'ok.txt')!r}).read()", "share"),
+                     policy=dataclasses.replace(policy, read=(*policy.read, *granted)))
+    assert r == {"audit": "PermissionError", "link": "PermissionError", "dump": "ok", "share": "ok"}

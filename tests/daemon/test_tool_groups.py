@@ -7,6 +7,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from diagd.daemon import config as config_mod
 from diagd.daemon import tool_groups, tool_listing
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -105,3 +106,23 @@ def test_annotations_carry_only_the_hints_that_mean_something_for_the_tool() -> 
     assert tool_listing.hints(read_only=True, destructive=False, idempotent=True) == {"readOnlyHint": True}
     assert tool_listing.hints(read_only=False, destructive=True, idempotent=False) == {
         "readOnlyHint": False, "destructiveHint": True, "idempotentHint": False}
+
+
+def test_show_other_clients_arguments_is_a_checked_boolean_off_by_default() -> None:
+    assert config_mod.parse({}).mcp.show_other_clients_arguments is False
+    assert config_mod.parse({"mcp": {"show_other_clients_arguments": True}}).mcp.show_other_clients_arguments
+    for bad in ({"show_other_clients_arguments": "yes"}, {"show_other_client_arguments": True}):
+        with pytest.raises(DiagdError) as caught:
+            config_mod.parse({"mcp": bad})
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT, bad
+
+
+async def test_an_unknown_argument_names_the_arguments_the_tool_takes() -> None:
+    reg = ToolRegistry()
+    reg.register(ToolSpec(name="export", description="x", input_schema={
+        "type": "object", "properties": {"port": {"type": "string"}, "name": {"type": "string"}},
+        "additionalProperties": False}, handler=_ok, group="serial"))
+    result = await reg.call("export", {"out_path": "/root/.ssh/authorized_keys"}, CallContext(client="mcp:1"))
+    assert result.is_error and result.payload["code"] == "INVALID_ARGUMENT"
+    assert result.payload["details"]["hint"] == "export takes name, port"
+    assert reg.group_of("export") == "serial" and reg.group_of("no_such_tool") == "diagd"

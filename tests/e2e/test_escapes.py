@@ -113,6 +113,20 @@ async def test_drgn_code_cannot_read_etc_shadow_or_other_files_outside_its_job(c
     assert not works["_is_error"] and works["output"] == "swapper/0"
 
 
+async def test_drgn_code_cannot_read_diagds_state_dir_though_allowed_dirs_holds_it(confined: Daemon,
+                                                                                 session: dict[str, Any]) -> None:
+    # allowed_dirs holds the test root and with it the state dir (every client's outputs, serial logs,
+    # the audit log): the sandbox grants the root's other entries (as they were when the session
+    # started) only (issue 20, tool groups).
+    state = confined.process.env.state
+    assert raised(await drgn(confined, session, f"open({str(state / 'audit.jsonl')!r}).read()")) == "PermissionError"
+    assert raised(await drgn(confined, session, f"import os; os.listdir({str(state)!r})")) == "PermissionError"
+    works = await drgn(confined, session, f"print(open({str(confined.root / 'config.toml')!r}).read())")
+    assert not works["_is_error"] and "allowed_dirs" in works["output"], works
+    own = await drgn(confined, session, "import os; print(len(os.listdir('.')) > 0)")
+    assert not own["_is_error"] and own["output"] == "True", own  # its own session directory stays its
+
+
 async def test_drgn_code_writes_only_its_session_directory(confined: Daemon, session: dict[str, Any],
                                                            tmp_path: Path) -> None:
     outside = tmp_path / "escaped.txt"
