@@ -62,7 +62,7 @@ def anchors(page: Path) -> set[str]:
     out = set()
     fenced = False
     for line in page.read_text().splitlines():
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):
             fenced = not fenced
         if fenced or not re.match(r"#{1,6} ", line):
             continue
