@@ -117,7 +117,7 @@ class ToolRegistry:
         _refuse_unsafe_text(arguments)
         # Before the schema's checks: a misspelt name is reported as itself, not as the required
         # argument it was meant to be (nor as a bad value of the default filled in for it).
-        _refuse_unknown_names(spec.input_schema, arguments, "$")
+        _refuse_unknown_names(spec.input_schema, arguments, "$", spec.name)
         args = coerce(spec.input_schema, arguments, numbers_as_text=typed)
         _refuse_unusable_numbers(args)
         # Validation fills `args` with the defaults the schema declares (a new dict: coerce copied it).
@@ -200,7 +200,7 @@ AUDIT_MAX_CHARS = 1024
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _refuse_unknown_names(schema: dict[str, Any], value: Any, path: str) -> None:
+def _refuse_unknown_names(schema: dict[str, Any], value: Any, path: str, tool: str) -> None:
     """Every key of a closed object (`additionalProperties: false`) must be one of its properties, at
     any depth: INVALID_ARGUMENT naming the unknown key and the close property names (did you mean)."""
     props = schema.get("properties")
@@ -208,16 +208,16 @@ def _refuse_unknown_names(schema: dict[str, Any], value: Any, path: str) -> None
         if schema.get("additionalProperties") is False:
             for key in value:
                 if key not in props:
-                    _unknown_name(key, list(props), [p for p in props if p not in value], path)
+                    _unknown_name(key, list(props), [p for p in props if p not in value], path, tool)
         for key, item in value.items():
             if isinstance(props.get(key), dict):
-                _refuse_unknown_names(props[key], item, f"{path}.{key}")
+                _refuse_unknown_names(props[key], item, f"{path}.{key}", tool)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
-            _refuse_unknown_names(schema["items"], item, f"{path}[{i}]")
+            _refuse_unknown_names(schema["items"], item, f"{path}[{i}]", tool)
 
 
-def _unknown_name(key: str, names: list[str], unused: list[str], path: str) -> None:
+def _unknown_name(key: str, names: list[str], unused: list[str], path: str, tool: str) -> None:
     """Refuse `key`, suggesting the names not given yet that are close to it (else listing them all)."""
     close = difflib.get_close_matches(key, unused, n=3, cutoff=0.6)
     if not close:  # a prefix or a part of a name: `frame` for `frame_numbers`
@@ -225,8 +225,10 @@ def _unknown_name(key: str, names: list[str], unused: list[str], path: str) -> N
     hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"arguments: {', '.join(names)}"
     where = "" if path == "$" else f"{path}: "
     shown = key if len(key) <= 100 else key[:100] + "…"  # the key is the caller's: any size
+    # What it takes, in full, as a hint (an argument it took once, like out_path, has no close match).
+    takes = f"{tool if path == '$' else path} takes {', '.join(sorted(names)) or 'no arguments'}"
     raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{where}unknown argument {shown!r} ({hint})",
-                     path=f"{path}.{shown}", did_you_mean=close)
+                     path=f"{path}.{shown}", did_you_mean=close, hint=takes)
 
 
 def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
