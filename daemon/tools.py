@@ -10,6 +10,7 @@ Nothing here knows about MCP types.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import difflib
 import itertools
 import json
@@ -141,8 +142,7 @@ class ToolRegistry:
         started = time.monotonic()
         outcome, code = "error", None
         result: CallResult | None = None
-        shown_args = _abridge(arguments) if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
-        call_id = f"{self._call_prefix}-{next(self._call_ids)}"
+        shown_args, call_id = _shown(arguments), self._next_call_id()
         self._observe(CallRecord(ts=time.time(), client=ctx.client, tool=name, arguments=shown_args, duration_ms=0.0,
                                  queue_ms=0.0, outcome="started", code=None, bytes=0, truncated=False,
                                  call_id=call_id))
@@ -188,6 +188,21 @@ class ToolRegistry:
             ))
         return result
 
+    def record_refusal(self, name: str, arguments: Any, client: str, code: str, **details: Any) -> None:
+        """A call refused before it began (a tool this client cannot call, which MCP answers with a
+        JSON-RPC error, not a result): audited and counted all the same, its start and its end, with
+        `details` (the JSON-RPC code, did_you_mean) in the final record. The name as asked, cut at
+        the 128 characters the MCP spec gives a tool name."""
+        shown = name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + f"...(+{len(name) - MAX_NAME_CHARS})"
+        record = CallRecord(ts=time.time(), client=client, tool=shown, arguments=_shown(arguments), duration_ms=0.0,
+                            queue_ms=0.0, outcome="started", code=None, bytes=0, truncated=False,
+                            call_id=self._next_call_id())
+        self._observe(record)
+        self._observe(dataclasses.replace(record, ts=time.time(), outcome="error", code=code, details=details))
+
+    def _next_call_id(self) -> str:
+        return f"{self._call_prefix}-{next(self._call_ids)}"
+
     def _observe(self, record: CallRecord) -> None:
         for observe in self.observers:
             try:
@@ -197,6 +212,7 @@ class ToolRegistry:
 
 
 AUDIT_MAX_CHARS = 1024
+MAX_NAME_CHARS = 128  # a tool name, as the MCP spec bounds it (a refused call's name is the client's)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -285,6 +301,11 @@ def _unsafe(text: str) -> str | None:
     if not text.isascii() and (m := _SURROGATE.search(text)):
         return f"contains a lone surrogate (\\u{ord(m.group()):04x}) at offset {m.start()}; it is not Unicode text"
     return None
+
+
+def _shown(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as its audit records keep them."""
+    return _abridge(arguments) if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
 
 
 def _abridge(value: Any) -> Any:
