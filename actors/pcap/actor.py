@@ -93,18 +93,16 @@ class PcapActor(Actor):
 
     async def handle(self, request: Request) -> dict[str, Any]:
         # Equal questions share one answer: a message is its own cache key (less stop_at, a moment).
-        results = self.session.results
         key = cache_key(request.message)
-        cached = results.get(key) if key is not None else None
+        cached = self.session.cached_answer(key) if key is not None else None
         if cached is not None:
-            self.session.cache_hits += 1
             return {**cached, "cached": True}
         result = await self._answer(request)
         if key is None or result.get("served_by", "sharkd") != "sharkd" or result.get("total_exact") is False:
             return {**result, "cached": False}  # a stand-in answer while loading: ask the worker next time
         if result.get("stopped_because") == "time_budget":
             return {**result, "cached": False}  # another call may have the time to finish it
-        results.put(key, result)
+        self.session.keep_answer(key, result)
         return {**result, "cached": False}
 
     async def _frames(self, request: Request, message: Frames) -> dict[str, Any]:

@@ -137,6 +137,18 @@ class CaptureSession:
             "cache_hits": self.cache_hits,
         }
 
+    # -- whole answers ------------------------------------------------------------------------
+
+    def cached_answer(self, key: object) -> dict[str, Any] | None:
+        """The answer kept for an equal question (a message is its own key: messages.cache_key)."""
+        cached = self.results.get(key)
+        if cached is not None:
+            self.cache_hits += 1
+        return cached
+
+    def keep_answer(self, key: object, result: dict[str, Any]) -> None:
+        self.results.put(key, result)
+
     # -- argv of the cold tools -----------------------------------------------------------------
 
     def cold_argv(self) -> list[str]:
