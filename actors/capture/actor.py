@@ -164,7 +164,8 @@ class CaptureActor(Actor):
 
     async def _read_stderr(self) -> None:
         assert self.proc is not None
-        await drain(self.proc.stderr, self._on_stderr, self._stderr_eof)
+        await drain(self.proc.stderr, self._on_stderr)
+        self._stderr_eof.set()  # at EOF only: a reader cancelled with the actor leaves it unset
 
     def _on_stderr(self, chunk: bytes | bytearray) -> None:
         for event in self.reader.feed(chunk):
