@@ -40,8 +40,9 @@ def backend_name(module: str) -> str:
     return module.rpartition(".")[2]
 
 
-# Back ends whose `$state/<name>/exports` other back ends read (export_serial_pcapng feeds the pcap tools).
-EXPORTING_BACKENDS = ("serial",)
+# Back ends whose `$state/<name>/exports` other back ends read (export_serial_pcapng and live captures feed
+# the pcap tools).
+EXPORTING_BACKENDS = ("serial", "capture")
 
 
 def backend_config(config: Config, name: str, state_dir: Path | None = None,

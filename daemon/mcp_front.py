@@ -98,6 +98,12 @@ run_drgn_command (Python with `prog` and drgn helpers; sees every task); long ou
 page them with get_command_output and grep with search_command_output. load_module_debuginfo DIR
 for modules' symbols. close_vmcore_session when done.
 """,
+    "capture": """\
+live capture (dumpcap): list_interfaces (allowed ones per [capture] allowed_interfaces), start_capture
+with a BPF filter and a ring buffer (returns a capture_id at once; a bad filter fails at once),
+capture_status (packets, drops, files: current_file is a pcap_path for the pcap tools, also while it
+grows), stop_capture, list_captures.
+""",
     BUILTIN: """\
 diagd itself: diagd_status (daemon, actors, per-tool statistics), diagd_calls (recent calls with
 durations and outcomes), diagd_stop_actor to release a resource. diagd_timeline merges capture

@@ -60,6 +60,9 @@ BACKENDS: dict[str, tuple[Deferred, ...]] = {
                            "stop_grace_s", "stop_s_per_probe", "start_timeout_s", "linger_s"),
                           "executions started after the reload",
                           "a running execution keeps the command line and limits of its exec_program"),),
+    "capture": (Deferred(("path", "max_snaplen", "start_timeout_s", "stop_grace_s", "linger_s", "allow_unconfined"),
+                         "captures started after the reload",
+                         "a running capture keeps the dumpcap command line and stop steps of its start_capture"),),
 }
 
 

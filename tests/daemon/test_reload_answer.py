@@ -34,11 +34,13 @@ def test_changed_keys_and_the_settings_fixed_into_running_things_are_named() -> 
 
 def test_every_deferred_key_is_a_real_setting_of_its_back_end() -> None:
     from diagd.actors.bpftrace.settings import BpftraceSettings
+    from diagd.actors.capture.settings import CaptureSettings
     from diagd.actors.serial.settings import SerialConfig
     from diagd.daemon.config import DaemonConfig
 
     known = {"daemon": set(DaemonConfig.__dataclass_fields__), "serial": set(SerialConfig.__dataclass_fields__),
-             "bpftrace": set(BpftraceSettings.__dataclass_fields__)}
+             "bpftrace": set(BpftraceSettings.__dataclass_fields__),
+             "capture": set(CaptureSettings.__dataclass_fields__)}
     for deferred in reload_notes.DAEMON:
         assert set(deferred.keys) <= known["daemon"]
     for section, table in reload_notes.BACKENDS.items():
