@@ -55,5 +55,9 @@ def register(runtime: Runtime) -> CaptureBackend:
     runtime.on_reload(check_reload)  # a broken [capture] table is refused at start and by `diagd reload`
     runtime.on_stop_request(KIND, backend.may_stop)
     backend.recover()
-    tools.register(runtime, backend)
+    # Off until [capture] allowed_interfaces names interfaces: then its tools are not listed either (five
+    # tools that could only refuse would cost every client's tools/list ~3.7 KB). As crash's script
+    # tools, they appear with the setting at the next start; the reload answer says so.
+    if backend.settings().allowed_interfaces:
+        tools.register(runtime, backend)
     return backend

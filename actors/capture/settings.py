@@ -104,5 +104,9 @@ def dumpcap_policy(write_dir: Path | None) -> sandbox.Policy:
 
 def check_reload(old: BackendConfig, new: BackendConfig) -> list[dict[str, Any]]:
     """`diagd reload`: refuse a broken [capture] table (the old config stays); running captures keep theirs."""
-    CaptureSettings.parse(new.table)
+    before, after = CaptureSettings.parse(old.table), CaptureSettings.parse(new.table)
+    if bool(before.allowed_interfaces) != bool(after.allowed_interfaces):
+        return [{"setting": "[capture] allowed_interfaces", "applies_to": "the next daemon start",
+                 "why": "the capture tools are listed only when allowed_interfaces was set at start "
+                        "(changing a non-empty list applies at once)"}]
     return []
