@@ -79,6 +79,7 @@ class PcapActor(Actor):
         self._config_dir: Path | None = None
         self.workers: CaptureWorkers | None = None
         self.analysis: dict[str, Any] = {}
+        self.ngap_models: dict[str, Any] = {}  # display filter -> ngap.Model: one procedure model per capture
         # Bounded by bytes, CACHE_BUDGET in all (cache.py): each once kept 64 lists, 4096 trees and
         # 256 answers whatever their size, ~40 MB of RSS after a short session (issue 12).
         self.filters: PackedLru[str, list[int]] = PackedLru(CACHE_BUDGET * 3 // 8, 64)
@@ -324,15 +325,15 @@ class PcapActor(Actor):
             case Export() as message:
                 return await answers.export(self, message)
             case NgapSessions(display_filter=display_filter):
-                pdus = await answers.ngap_pdus(self, request, display_filter)
-                return ngap_summary.ue_sessions(pdus, filtered=bool(display_filter))
+                model = await answers.ngap_model(self, request, display_filter)
+                return ngap_summary.ue_sessions(model, filtered=bool(display_filter))
             case PduSessions(display_filter=display_filter):
-                pdus = await answers.ngap_pdus(self, request, display_filter)
-                return ngap_summary.pdu_sessions(pdus, filtered=bool(display_filter))
+                model = await answers.ngap_model(self, request, display_filter)
+                return ngap_summary.pdu_sessions(model, filtered=bool(display_filter))
             case NgapProcedures(display_filter=display_filter):
-                pdus = await answers.ngap_pdus(self, request, display_filter)
-                return ngap_summary.procedures(pdus, filtered=bool(display_filter),
-                                               core_rows=await answers.core_rows(self) if pdus else [])
+                model = await answers.ngap_model(self, request, display_filter)
+                return ngap_summary.procedures(model, filtered=bool(display_filter),
+                                               core_rows=await answers.core_rows(self) if model.pdus else [])
             case Stats() as message:
                 return await stats.answer(self, request, message)
         raise unhandled("pcap", request)
