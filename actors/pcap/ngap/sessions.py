@@ -82,6 +82,7 @@ def ue_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ue_count": len(ues), "ues": ues, "failed_ues": failed, "associations": associations,
         "linked_ue_groups": sorted(groups.values(), key=lambda g: int(g["group"])),
+        "not_linked": analysis.unlinked,
         "non_ue_failures": non_ue_failures, "ngap_pdus": len(pdus), "warnings": warnings,
     }
     if not ues:
