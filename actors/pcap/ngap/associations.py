@@ -127,8 +127,8 @@ def analyse(pdus: list[NgapPdu]) -> Analysis:
             ctx.bind(None, int(pdu.new_amf_ue_id))
         if pdu.procedure_code == PROC_UE_CONTEXT_RELEASE and pdu.pdu_type == "successfulOutcome":
             ctx.close(f"UEContextReleaseComplete in frame {pdu.frame}")
+    _label(contexts)  # before linking: a refused link is reported by its contexts' labels
     links, groups, unlinked = _link(contexts)
-    _label(contexts)
     warnings = _warnings(list(associations.values()), contexts, pdus)
     return Analysis(list(associations.values()), contexts, owner, pdus, links, groups, warnings, unlinked)
 
@@ -258,10 +258,20 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
 
     sucis = {c.number: {m.suci() for p in c.pdus for m in p.nas} - {None} for c in contexts}
 
+    def two_subscribers(a: Context, b: Context) -> bool:
+        return bool(sucis[a.number] and sucis[b.number] and not sucis[a.number] & sucis[b.number])
+
+    def refuse(a: Context, b: Context, evidence: str, frames: list[int], why: str) -> None:
+        if a is b or groups.find(a.number) == groups.find(b.number):
+            return
+        if two_subscribers(a, b):
+            why += "; and the two contexts identified with different SUCIs: two subscribers"
+        refused.append({"ue": b.label, "not_linked_to": a.label, "evidence": evidence, "frames": frames, "why": why})
+
     def link(a: Context, b: Context, evidence: str, frames: list[int]) -> None:
         if a is b or groups.find(a.number) == groups.find(b.number):
             return
-        if sucis[a.number] and sucis[b.number] and not sucis[a.number] & sucis[b.number]:
+        if two_subscribers(a, b):
             refused.append({"ue": b.label, "not_linked_to": a.label, "evidence": evidence, "frames": frames,
                             "why": "the two contexts identified with different SUCIs: two subscribers"})
             return
@@ -281,9 +291,9 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
                 tmsi = message.first("nas_5gs.5g_tmsi")
                 if tmsi is not None:
                     how = "assigned" if message.code in NAS_TMSI_ASSIGNERS else "presented"
-                    _tmsi(as_int(tmsi), ctx, pdu.frame, how, tmsi_seen, link)
+                    _tmsi(as_int(tmsi), ctx, pdu.frame, how, tmsi_seen, link, refuse)
             for value in pdu.tmsi:
-                _tmsi(value, ctx, pdu.frame, "presented", tmsi_seen, link)
+                _tmsi(value, ctx, pdu.frame, "presented", tmsi_seen, link, refuse)
             if pdu.s2t_container is not None and pdu.initiating:
                 if pdu.procedure_code == PROC_HANDOVER_PREPARATION:
                     containers[pdu.s2t_container] = (ctx, pdu.frame)
@@ -306,18 +316,25 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
 
 
 def _tmsi(value: int, ctx: Context, frame: int, how: str, seen: dict[int, tuple[Context, int, str]],
-          link: Any) -> None:
-    """Link a context presenting a 5G-TMSI to the one that last assigned (or presented) it.
+          link: Any, refuse: Any) -> None:
+    """Link a context presenting a 5G-TMSI to the one that assigned it in this capture.
 
-    Two assignments of one value are no evidence (the AMF may hand a freed TMSI to another UE).
-    The 5G-TMSI alone (without AMF set/pointer) identifies the UE within one AMF set, which is
-    what one capture of one core shows.
+    Two assignments of one value are no evidence (the AMF may hand a freed TMSI to another UE),
+    and neither are two presentations (a test UE or a stale GUTI repeats one): those pairs are
+    refused with their reason. The 5G-TMSI alone (without AMF set/pointer) identifies the UE
+    within one AMF set, which is what one capture of one core shows.
     """
     if how == "presented" and value in seen:
-        other, other_frame, _ = seen[value]
-        link(other, ctx, f"5G-TMSI assigned in frame {other_frame}, presented in frame {frame}",
-             [other_frame, frame])
-    if how == "assigned":  # a presentation alone is no evidence: a test UE or a stale value may repeat it
+        other, other_frame, other_how = seen[value]
+        if other_how == "assigned":
+            link(other, ctx, f"5G-TMSI assigned in frame {other_frame}, presented in frame {frame}",
+                 [other_frame, frame])
+            return
+        refuse(other, ctx, f"5G-TMSI {value} presented in frames {other_frame} and {frame}", [other_frame, frame],
+               "the 5G-TMSI was presented by both and never assigned in this capture: a presentation alone is "
+               "no evidence")
+        return
+    if how == "assigned" or value not in seen:
         seen[value] = (ctx, frame, how)
 
 
