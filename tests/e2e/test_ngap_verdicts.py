@@ -360,3 +360,42 @@ async def test_the_same_request_again_before_an_answer_restarts_the_procedure(da
     assert [(p["first_frame"], p["rule_id"]) for p in auth] == [(26, "restarted"), (27, "unanswered")]
     assert "frame 27" in auth[0]["why"]
 
+
+
+def frame_values(path: Path, field: str) -> dict[int, set[str]]:
+    out = subprocess.run(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y", f"sctp && {field}",
+                          "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", "-e", "frame.number", "-e",
+                          field], capture_output=True, text=True, check=True).stdout
+    return {int(n): set(v.split("|")) for n, v in (line.split("\t") for line in out.splitlines())}
+
+
+async def test_session_fields_come_from_whichever_ngap_pdu_of_the_frame_carries_them(daemon: DaemonProcess) -> None:
+    """Issue 22 item 8: a DNN is read wherever the frame carries it for the session (e.g. the UL NAS TRANSPORT's
+    own DNN IE around an establishment request in the 3rd NGAP PDU of a frame), on every corpus capture."""
+    checked: list[tuple[str, str, int]] = []
+    for path in CAPTURES:
+        if ngap_frame_count(path) == 0:
+            continue
+        dnns = frame_values(path, "nas_5gs.cmn.dnn")
+        sessions = (await call(daemon, "ngap_pdu_session_summary", pcap_path=str(path)))["sessions"]
+        for s in sessions:
+            frames = [s[k] for k in ("establishment_request_frame", "establishment_accept_frame") if s[k] is not None]
+            seen: set[str] = set().union(*(dnns.get(f, set()) for f in frames))
+            if len(seen) == 1:  # the frames name one DNN: the session has it
+                assert s["dnn"] in seen, (path.name, s["ue"], s["pdu_session_id"], frames, seen, s["dnn"])
+                checked.append((path.name, s["ue"], s["pdu_session_id"]))
+    if PCAPS.is_dir():  # UE 2's request (frame 35, 3rd NGAP PDU) was answered by a 5GMM STATUS: no accept
+        assert ("adrian_pdu_session_reject_slice.pcap", "A1/amf-2/ran-2", 2) in checked, checked
+
+
+@pytest.mark.parametrize(("encoded", "plmn"), [("00f110", ("001", "01")), ("001100", ("001", "001"))])
+async def test_plmn_identities_keep_their_digits(daemon: DaemonProcess, encoded: str, plmn: tuple[str, str]) -> None:
+    """Issue 22 item 8: PLMN 001/01 prints as 001/01 (not 1/1); a 3-digit MNC keeps its three digits."""
+    source = PCAPS / "adrian_sandbox_n2.pcap"
+    if not source.exists():
+        pytest.skip("the corpus is not there")
+    # UE 1's SUCI (type 01, PLMN 999/70 = 99 f9 07 in frame 9's REGISTRATION REQUEST) gets another PLMN.
+    path = flipped(daemon, source, f"plmn_{encoded}.pcap", [(9, "0199f907", "01" + encoded)], ())
+    contexts = await call(daemon, "ngap_ue_sessions", pcap_path=str(path))
+    [ue] = [u for u in contexts["ues"] if u["ue"].endswith("/ran-1")]
+    assert ue["plmn"] == {"mcc": plmn[0], "mnc": plmn[1]}, ue["plmn"]

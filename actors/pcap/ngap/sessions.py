@@ -176,7 +176,9 @@ class _Sessions:
     def session(self, ctx: Context, psi: int, frame: int) -> dict[str, Any]:
         return self.current.get((ctx.number, psi)) or self.new(ctx, psi, frame)
 
-    def nas(self, ctx: Context, pdu: NgapPdu, message: NasMessage) -> None:
+    def nas(self, ctx: Context, pdu: NgapPdu, message: NasMessage, carrier: NasMessage | None = None) -> None:
+        """One NAS message; `carrier` is the UL/DL NAS TRANSPORT around a 5GSM one, whose own optional
+        IEs (DNN, S-NSSAI: TS 24.501 8.2.10 / 8.2.11) name the session the 5GSM message is about."""
         psi = message.psi
         if message.code == NAS_DL_TRANSPORT and message.cause is not None and psi is not None:
             s = self.session(ctx, psi, pdu.frame)
@@ -188,7 +190,7 @@ class _Sessions:
         if message.code == NAS_ESTABLISHMENT_REQUEST:
             s = self.new(ctx, psi, pdu.frame)
             s["establishment_request_frame"] = pdu.frame
-            s["dnn"] = message.first("nas_5gs.cmn.dnn")
+            s["dnn"] = message.first("nas_5gs.cmn.dnn") or (carrier.first("nas_5gs.cmn.dnn") if carrier else None)
         else:
             s = self.session(ctx, psi, pdu.frame)
         if message.code == NAS_ESTABLISHMENT_ACCEPT:
@@ -206,8 +208,9 @@ class _Sessions:
             if message.cause is not None:
                 release.update(cause=message.cause, cause_text=message.cause_text,
                                normal=message.cause in NORMAL_5GSM_RELEASE_CAUSES)
-        if message.first("nas_5gs.mm.sst") and s["s_nssai"] is None:
-            s["s_nssai"] = {"sst": message.first("nas_5gs.mm.sst")}
+        sst = message.first("nas_5gs.mm.sst") or (carrier.first("nas_5gs.mm.sst") if carrier else None)
+        if sst and s["s_nssai"] is None:
+            s["s_nssai"] = {"sst": sst}
         if message.code in NAS_FAILURE_MESSAGES or (message.code in NAS_RELEASES and message.cause is not None
                                                     and message.cause not in NORMAL_5GSM_RELEASE_CAUSES):
             s["failures"].append({"frame": pdu.frame, "kind": "5GSM", "code": message.cause,
@@ -247,8 +250,11 @@ def pdu_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
         ctx = analysis.owner.get(id(pdu))
         if ctx is None:
             continue
-        for message in pdu.nas:
-            found.nas(ctx, pdu, message)
+        carrier = None
+        for message in pdu.nas:  # outer before inner: a transport comes before the 5GSM message it carries
+            if message.layer == "5GMM" and message.code in NAS_TRANSPORTS:
+                carrier = message
+            found.nas(ctx, pdu, message, carrier if message.layer == "5GSM" else None)
         for item in pdu.items:
             found.item(ctx, pdu, item)
     return _sessions_result(model, found.sessions, found.unmatched, filtered)
@@ -309,6 +315,7 @@ def _verdict(s: dict[str, Any], model: Model, ctx: Context) -> None:
         s["status"] = "no_setup_response"
 
 
+NAS_TRANSPORTS = {"0x67", "0x68"}  # UL / DL NAS TRANSPORT
 # Each establishment rule (rules.TABLE) as this summary's status word.
 STATUS_BY_RULE = {
     "pdu-setup-response": "established", "pdu-initial-context-setup": "established",
