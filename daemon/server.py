@@ -102,7 +102,13 @@ class Daemon:
     def load_backends(self) -> None:
         builtin_tools.register(self)
         for name in (*BACKENDS, *self.config.daemon.extra_backends):
-            module = importlib.import_module(name)
+            try:
+                module = importlib.import_module(name)
+            except ImportError as exc:  # a misspelt extra back end: one coded line, not a traceback
+                if name in BACKENDS:
+                    raise
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] extra_backends: cannot import {name!r} "
+                                 f"({exc}); is it on the daemon's PYTHONPATH?", backend=name) from None
             # $state/<name> is checked like the state dir itself (never a link, ours, owner-only) before use.
             paths.ensure_private_dir(self.state_dir / backend_name(name), what=f"{backend_name(name)} state directory")
             module.register(self.runtime(backend_name(name)))
