@@ -145,7 +145,7 @@ OTHER_NAMES = "(other names)"
 
 
 class CallStats:
-    """Per-tool counts and p50/p95 durations, a ring of recent calls and the calls still running."""
+    """Per-tool counts and mean/p50/p95 durations, a ring of recent calls and the calls still running."""
 
     def __init__(self, recent: int = 500) -> None:
         self._tools: dict[str, _ToolStats] = {}
@@ -186,6 +186,7 @@ class CallStats:
                 "failures": s.failures,
                 "cancelled": s.cancelled,
                 "failure_rate": round(s.failures / s.count, 4) if s.count else 0.0,
+                "mean_ms": round(sum(s.durations) / len(s.durations), 3) if s.durations else None,
                 "p50_ms": percentile(s.durations, 50),
                 "p95_ms": percentile(s.durations, 95),
             }

@@ -37,6 +37,33 @@ def parse_arguments(tokens: list[str], args_json: str | None = None) -> dict[str
     return arguments
 
 
+def split_raw(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(the `key=value` tokens, the words without `=`): a raw word is taken by `take_raw`, not refused."""
+    pairs: list[str] = []
+    raw: list[str] = []
+    for token in _split_continuations(tokens):
+        (pairs if "=" in token else raw).append(token)
+    return pairs, raw
+
+
+def take_raw(raw: list[str], arguments: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
+    """Give each raw word, in order, to the tool's next required argument not given yet (in place).
+
+    Returns (word, argument) pairs for the banner. A word left without a slot is refused: diagd
+    never guesses a name the tool did not ask for.
+    """
+    free = [k for k in schema.get("required", []) if k not in arguments]
+    taken: list[tuple[str, str]] = []
+    for word in raw:
+        if not free:
+            raise ArgumentError(f"argument {word!r} is not key=value, and every required argument is given")
+        key = free.pop(0)
+        kind = schema.get("properties", {}).get(key, {}).get("type")
+        arguments[key] = word if kind == "string" else parse_value(word)
+        taken.append((word, key))
+    return taken
+
+
 OPTIONS = ("--visibility", "--args-json")
 
 
@@ -91,10 +118,13 @@ def _pretty(arguments: dict[str, Any]) -> str:
     return text.replace("\n", "\n   ")
 
 
-def banner_before(tool: str, arguments: dict[str, Any], visibility: str, out: TextIO = sys.stderr) -> None:
+def banner_before(tool: str, arguments: dict[str, Any], visibility: str, out: TextIO = sys.stderr,
+                  taken: list[tuple[str, str]] | None = None) -> None:
     if visibility == "off":
         return
     out.write(f"📡 calling tool: {tool}\n")
+    for word, key in taken or []:  # shown raw, and how it was taken: the user typed no key
+        out.write(f"   raw: {word}  (not key=value: taken as {key}, the next required argument)\n")
     if visibility == "verbose":
         out.write(f"   args: {_pretty(arguments)}\n")
     out.flush()

@@ -346,7 +346,8 @@ def cmd_call(args: argparse.Namespace) -> int:
 
     try:
         tokens, options = callcli.split_options(args.arguments)
-        arguments = callcli.parse_arguments(tokens, options.get("args_json", args.args_json))
+        pairs, raw = callcli.split_raw(tokens)
+        arguments = callcli.parse_arguments(pairs, options.get("args_json", args.args_json))
     except callcli.ArgumentError as exc:
         sys.stderr.write(f"diagd call: {exc}\n")
         return EXIT_USAGE
@@ -354,7 +355,10 @@ def cmd_call(args: argparse.Namespace) -> int:
     line = progressline.for_stderr(visibility)  # None unless stderr is a terminal: then none is asked for
     try:
         client = _client()  # before any banner: with no daemon there is no call to announce
-        callcli.banner_before(args.tool, arguments, visibility)
+        taken = _take_raw(args.tool, raw, arguments) if raw else []
+        if taken is None:
+            return EXIT_USAGE
+        callcli.banner_before(args.tool, arguments, visibility, taken=taken)
         started = time.monotonic()
         with client:
             reply = client.request(control.CallRequest, tool=args.tool, arguments=arguments,
@@ -369,6 +373,20 @@ def cmd_call(args: argparse.Namespace) -> int:
     callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
     sys.stdout.write(json.dumps(reply["result"], separators=(",", ":"), ensure_ascii=False) + "\n")
     return EXIT_TOOL_ERROR if reply["is_error"] else EXIT_OK
+
+
+def _take_raw(tool: str, raw: list[str], arguments: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """Raw words go to the tool's required arguments not given (its schema from the daemon); None: refused."""
+    from diagd.daemon import callcli
+    from diagd.protocol import control
+
+    tools = {t["name"]: t for t in _request(control.ToolsRequest)["tools"]}
+    schema = tools[tool]["input_schema"] if tool in tools else {}
+    try:
+        return callcli.take_raw(raw, arguments, schema)
+    except callcli.ArgumentError as exc:
+        sys.stderr.write(f"diagd call: {exc}\n")
+        return None
 
 
 def _configured_visibility() -> str:

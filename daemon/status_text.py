@@ -31,9 +31,10 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"workers ({len(workers) - 1}):")
         lines += _table(workers)
     lines.append(f"tools ({d['calls_total']} calls):")
-    rows = [("TOOL", "COUNT", "P50 MS", "P95 MS", "FAIL %")]
+    rows = [("TOOL", "COUNT", "MEAN MS", "P50 MS", "P95 MS", "FAIL %")]
     for name, t in status["tools"].items():
-        rows.append((name, str(t["count"]), _ms(t["p50_ms"]), _ms(t["p95_ms"]), f"{t['failure_rate'] * 100:.1f}"))
+        rows.append((name, str(t["count"]), _ms(t.get("mean_ms")), _ms(t["p50_ms"]), _ms(t["p95_ms"]),
+                     f"{t['failure_rate'] * 100:.1f}"))
     lines += _table(rows) if len(rows) > 1 else ["  no calls yet"]
     return "\n".join(lines)
 

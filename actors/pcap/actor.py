@@ -150,15 +150,15 @@ class PcapActor(Actor):
             case Export() as message:
                 return await answers.export(session, message)
             case NgapSessions(display_filter=display_filter):
-                pdus = await answers.ngap_pdus(session, request, display_filter)
-                return ngap_summary.ue_sessions(pdus, filtered=bool(display_filter))
+                model = await answers.ngap_model(session, request, display_filter)
+                return ngap_summary.ue_sessions(model, filtered=bool(display_filter))
             case PduSessions(display_filter=display_filter):
-                pdus = await answers.ngap_pdus(session, request, display_filter)
-                return ngap_summary.pdu_sessions(pdus, filtered=bool(display_filter))
+                model = await answers.ngap_model(session, request, display_filter)
+                return ngap_summary.pdu_sessions(model, filtered=bool(display_filter))
             case NgapProcedures(display_filter=display_filter):
-                pdus = await answers.ngap_pdus(session, request, display_filter)
-                return ngap_summary.procedures(pdus, filtered=bool(display_filter),
-                                               core_rows=await answers.core_rows(session) if pdus else [])
+                model = await answers.ngap_model(session, request, display_filter)
+                return ngap_summary.procedures(model, filtered=bool(display_filter),
+                                               core_rows=await answers.core_rows(session) if model.pdus else [])
             case Stats() as message:
                 return await stats.answer(session, request, message)
         raise unhandled("pcap", request)

@@ -247,6 +247,17 @@ async def core_rows(capture: CaptureSession) -> list[dict[str, str]]:
             for cells in await _cold.field_rows(argv, None)]
 
 
+async def ngap_model(capture: CaptureSession, request: Request, display_filter: str) -> ngap_summary.Model:
+    """The capture's one procedure model (per display filter), built once and shared by every view."""
+    model = capture.ngap_models.get(display_filter)
+    if model is None:
+        model = ngap_summary.build_model(await ngap_pdus(capture, request, display_filter))
+        if len(capture.ngap_models) >= 8:
+            capture.ngap_models.pop(next(iter(capture.ngap_models)))
+        capture.ngap_models[display_filter] = model
+    return model
+
+
 async def ngap_pdus(capture: CaptureSession, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
     base = "ngap && sctp"
     numbers = await capture.matching(request, f"({base}) && ({display_filter})" if display_filter else base)

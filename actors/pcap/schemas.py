@@ -105,6 +105,7 @@ EXTRACT_OUTPUT = output({
 
 UE_SESSIONS_OUTPUT = output({
     "ue_count": INT, "ues": ARRAY, "failed_ues": ARRAY, "associations": ARRAY, "linked_ue_groups": ARRAY,
+    "not_linked": ARRAY,
     "non_ue_failures": ARRAY, "ngap_pdus": INT, "reason": STR, **WARNINGS, **ANSWER,
 }, ("ue_count", "ues", "source"))
 

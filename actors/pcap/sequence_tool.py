@@ -62,7 +62,10 @@ async def _ue_filter(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec, 
     if not mine:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"UE context {ue!r} has no PDU session {psi}",
                          pdu_session_ids=sorted({s["pdu_session_id"] for s in sessions}))
-    return _frames_filter(_session_frames(mine)), {"ue": ue, "pdu_session_id": psi}
+    # The session's verdict is the one procedure model's (as in ngap_pdu_session_summary): its latest
+    # establishment's outcome and the rule that decided it.
+    verdict = {k: mine[-1].get(k) for k in ("outcome", "rule", "status")}
+    return _frames_filter(_session_frames(mine)), {"ue": ue, "pdu_session_id": psi, **verdict}
 
 
 async def _selection(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec, args: Args) -> tuple[str, Args]:
@@ -106,7 +109,8 @@ async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -
     answer = await backend.ask(ctx, spec, Timeline(flt, fields, limit, 0, None, await backend.kinds(flt, *fields)))
     drawn = sequence.build(answer["rows"])
     total = answer["total"]
-    result: Args = {"diagram": drawn.mermaid(), **drawn.describe(), "frames_matched": total,
+    verdict: Args = {k: selected.pop(k) for k in ("outcome", "rule", "status") if k in selected}
+    result: Args = {"diagram": drawn.mermaid(), **drawn.describe(), **verdict, "frames_matched": total,
                     "left_out": total - len(answer["rows"]), "selection": selected, "display_filter": flt,
                     "warnings": []}
     if result["left_out"]:

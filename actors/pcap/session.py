@@ -55,6 +55,7 @@ class CaptureSession:
         self.workers: CaptureWorkers | None = None
         self.facts = LoadFacts()  # the pool's, once started (updated in place)
         self.analysis: dict[str, Any] = {}
+        self.ngap_models: dict[str, Any] = {}  # display filter -> ngap.Model: one procedure model per capture
         # Bounded by bytes, CACHE_BUDGET in all (cache.py): each once kept 64 lists, 4096 trees and
         # 256 answers whatever their size, ~40 MB of RSS after a short session (issue 12).
         self.filters: PackedLru[str, list[int]] = PackedLru(CACHE_BUDGET * 3 // 8, 64)

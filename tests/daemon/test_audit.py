@@ -46,6 +46,7 @@ def test_stats_count_failures_and_percentiles() -> None:
     summary = stats.summary()["t"]
     assert summary["count"] == 101 and summary["failures"] == 1
     assert summary["p50_ms"] == 50 and summary["p95_ms"] == 95
+    assert summary["mean_ms"] == round((sum(range(1, 101)) + 5) / 101, 3)  # the mean beside p50/p95
     assert percentile([], 50) is None
 
 

@@ -6,7 +6,16 @@ import io
 
 import pytest
 
-from diagd.daemon.callcli import RULE, ArgumentError, banner_after, banner_before, parse_arguments, split_options
+from diagd.daemon.callcli import (
+    RULE,
+    ArgumentError,
+    banner_after,
+    banner_before,
+    parse_arguments,
+    split_options,
+    split_raw,
+    take_raw,
+)
 
 
 @pytest.mark.parametrize(
@@ -104,3 +113,25 @@ def test_options_may_come_before_or_after_the_tool_arguments(
 def test_bad_options_are_refused(bad: list[str]) -> None:
     with pytest.raises(ArgumentError):
         split_options(bad)
+
+
+SCHEMA = {"type": "object", "required": ["pcap_path", "frame_number"],
+          "properties": {"pcap_path": {"type": "string"}, "frame_number": {"type": "integer"}}}
+
+
+def test_a_word_without_key_is_taken_by_the_next_required_argument_and_the_banner_shows_it_raw() -> None:
+    pairs, raw = split_raw(["/tmp/x.pcap", "limit=5", "12"])
+    arguments = parse_arguments(pairs)
+    taken = take_raw(raw, arguments, SCHEMA)
+    assert arguments == {"limit": 5, "pcap_path": "/tmp/x.pcap", "frame_number": 12}
+    assert taken == [("/tmp/x.pcap", "pcap_path"), ("12", "frame_number")]
+    out = io.StringIO()
+    banner_before("pcap_frame", arguments, "simple", out, taken=taken)
+    assert "raw: /tmp/x.pcap  (not key=value: taken as pcap_path" in out.getvalue()
+    assert "raw: 12  (not key=value: taken as frame_number" in out.getvalue()
+
+
+def test_a_word_with_no_required_argument_left_is_refused() -> None:
+    with pytest.raises(ArgumentError, match="every required argument is given"):
+        take_raw(["extra"], {"pcap_path": "a", "frame_number": 1}, SCHEMA)
+    assert take_raw([], {}, SCHEMA) == []

@@ -29,6 +29,7 @@ FIELDS = [
     "nas_5gs.pdu_session_id", "ngap.pDUSessionID", "ngap.PDUSessionResourceSetupListSURes",
     "ngap.PDUSessionResourceSetupListCxtRes", "ngap.PDUSessionResourceFailedToSetupListSURes",
     "ngap.PDUSessionResourceFailedToSetupListCxtRes", "nas_5gs.mm.suci.msin", "e212.mcc", "e212.mnc",
+    "nas_5gs.mm.switch_off",
 ]
 CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
 # TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).

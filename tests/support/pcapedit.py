@@ -216,3 +216,64 @@ def split_sctp_bundles(data: bytearray) -> tuple[bytearray, list[int]]:
             out += record + struct.pack(endian + "II", len(pkt), len(pkt)) + pkt
             origin.append(number)
     return out, origin
+
+
+LINKTYPE_SLL, LINKTYPE_SLL2 = 113, 276  # Linux cooked captures: IPv4 after a 16- / 20-byte header
+
+
+def any_sctp_in(data: bytearray, packet: Packet) -> SctpPacket | None:
+    """Like sctp_in, for Linux-cooked captures too (read-only uses: transplant)."""
+    found = sctp_in(data, packet)
+    if found is None and packet.linktype in (LINKTYPE_SLL, LINKTYPE_SLL2):
+        ip = packet.offset + (16 if packet.linktype == LINKTYPE_SLL else 20)
+        if data[ip] >> 4 == 4 and data[ip + 9] == 132:
+            found = SctpPacket(ip, ip + (data[ip] & 0x0F) * 4, packet.offset + packet.caplen)
+    return found
+
+
+def data_chunk(data: bytearray, packet: Packet) -> tuple[int, int]:
+    """(offset, padded length) of the first SCTP DATA chunk of an Ethernet or Linux-cooked packet."""
+    found = any_sctp_in(data, packet)
+    if found is None:
+        raise ValueError("not an IPv4/SCTP packet")
+    pos = found.sctp + 12
+    while pos + 4 <= found.end:
+        length = (struct.unpack_from(">H", data, pos + 2)[0] + 3) // 4 * 4
+        if data[pos] == 0:
+            return pos, length
+        pos += max(length, 4)
+    raise ValueError("no SCTP DATA chunk in the packet")
+
+
+def transplant(target: bytearray, like: int, donor: bytearray, frame: int, *, tsn: int, time: float,
+               patches: dict[int, tuple[int, int]] | None = None) -> None:
+    """In place: append to classic pcap `target` the DATA chunk of `donor`'s `frame`, sent as `like` was.
+
+    The new packet is target frame `like`'s Ethernet/IPv4/SCTP common header (addresses, ports,
+    verification tag: its association and direction) followed by the donor's first DATA chunk with
+    TSN `tsn`, stamped `time`. `patches` maps an offset into the chunk's payload (its NGAP PDU,
+    after the 16-byte DATA header) to (old byte, new byte); each old byte is checked.
+    """
+    if bytes(target[:4]) not in PCAP_MAGICS or bytes(donor[:4]) not in PCAP_MAGICS:
+        raise ValueError("transplant reads classic pcap files only")
+    endian = PCAP_MAGICS[bytes(target[:4])]
+    nano = bytes(target[:4]) in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    template = list(packets(target))[like - 1]
+    head_at = any_sctp_in(target, template)
+    if head_at is None:
+        raise ValueError(f"frame {like} is not an IPv4/SCTP packet")
+    source = list(packets(donor))[frame - 1]
+    at, length = data_chunk(donor, source)
+    chunk = bytearray(donor[at:at + length])
+    struct.pack_into(">I", chunk, 4, tsn)
+    for offset, (old, new) in (patches or {}).items():
+        if chunk[16 + offset] != old:
+            raise ValueError(f"payload byte {offset} is {chunk[16 + offset]:#x}, not {old:#x}")
+        chunk[16 + offset] = new
+    pkt = bytearray(target[template.offset:head_at.sctp + 12]) + chunk
+    ip = head_at.ip - template.offset
+    struct.pack_into(">H", pkt, ip + 2, len(pkt) - ip)
+    _ipv4_checksum(pkt, ip)
+    seconds = int(time)
+    fraction = round((time - seconds) * (1e9 if nano else 1e6))
+    target += struct.pack(endian + "IIII", seconds, fraction, len(pkt), len(pkt)) + pkt

@@ -9,12 +9,18 @@ follows the rules docs/5g.md states, written out again here by message-type numb
   start message again abandons the open one as incomplete, another start message of the same
   procedure continues it. An answer closes it; 5GMM STATUS closes the context's oldest open PDU
   session establishment. What is still open at the end is incomplete.
+- Verdicts by the spec: a switch-off DEREGISTRATION REQUEST ends itself (no accept); AUTHENTICATION
+  REJECT also rejects the registration; an establishment accepted inside an N2 setup request ends
+  with that request's response (set up: success, failed list: failure) or fails with a UE context
+  release; 5GMM STATUS ends the establishment whose message came last.
 - Durations are last minus first frame time in ms (rounded to µs), for closed instances only;
   percentiles are nearest rank.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +37,7 @@ def _add(name: str, role: str, *events: tuple[int | str, ...]) -> None:
 
 _add("Registration", "start", ("mm", 0x41))
 _add("Registration", "success", ("mm", 0x42))
-_add("Registration", "reject", ("mm", 0x44))
+_add("Registration", "reject", ("mm", 0x44), ("mm", 0x58))  # TS 24.501 5.4.1.3.5: auth reject ends it
 _add("Authentication", "start", ("mm", 0x56))
 _add("Authentication", "success", ("mm", 0x57))
 _add("Authentication", "reject", ("mm", 0x58))
@@ -45,7 +51,8 @@ _add("Service Request", "reject", ("mm", 0x4D))
 _add("Deregistration", "start", ("mm", 0x45), ("mm", 0x47))
 _add("Deregistration", "success", ("mm", 0x46), ("mm", 0x48))
 _add("PDU Session Establishment", "start", ("sm", 0xC1))
-_add("PDU Session Establishment", "success", ("sm", 0xC2))
+# Its accept rides in the N2 setup request; the N2 setup response ends it (TS 38.413 8.2.1.2 / 8.3.1.2).
+_add("PDU Session Establishment", "accepted", ("sm", 0xC2))
 _add("PDU Session Establishment", "reject", ("sm", 0xC3), ("returned",))
 _add("PDU Session Establishment", "failure", ("mm", 0x64))
 _add("PDU Session Modification", "start", ("sm", 0xC9), ("sm", 0xCB))
@@ -98,6 +105,9 @@ def answer(path: Path) -> list[Found]:
     rows, owners = owned_rows(path)
     opened: dict[tuple[UeKey, str, int | None], Open] = {}
     found: list[Found] = []
+    n2_waiting: set[tuple[UeKey, str, int | None]] = set()
+    order: dict[tuple[UeKey, str, int | None], int] = {}
+    tick = itertools.count()
 
     def ms(a: Row, b: Row) -> float:
         return round((b.time - a.time) * 1000, 3)
@@ -113,10 +123,20 @@ def answer(path: Path) -> list[Found]:
         if owner is None:
             continue
         psi = row.one("nas_5gs.pdu_session_id")
+        if row.values.get("nas_5gs.mm.switch_off") == ["1"] and row.ints("nas_5gs.mm.message_type")[:1] == [0x45]:
+            found.append((owner, "Deregistration", None, row.frame, row.frame, 0.0, "success", None, None))
+            continue
         for event, kind, code in _events(row):
             for name, role in TABLE.get(event, []):
                 slot_psi = psi if name in PER_SESSION else None
                 slot = (owner, name, slot_psi)
+                if role == "accepted":
+                    if slot in opened:
+                        opened[slot].last = row
+                        order[slot] = next(tick)
+                        if row.proc in (29, 14) and row.pdu_type == 0:
+                            n2_waiting.add(slot)
+                    continue
                 if role == "start":
                     if slot in opened and opened[slot].start != event:
                         opened[slot].last = row
@@ -126,19 +146,48 @@ def answer(path: Path) -> list[Found]:
                     if slot in opened:
                         close(owner, name, slot_psi, opened.pop(slot), "incomplete", None, None)
                     opened[slot] = Open(event, row, row, [row.frame])
+                    order[slot] = next(tick)
                     continue
                 if slot not in opened and name in PER_SESSION and event[0] == "mm" and psi is None:
-                    mine = sorted((s for s in opened if s[0] == owner and s[1] == name),
-                                  key=lambda s: opened[s].first.frame)
-                    slot = mine[0] if mine else slot
+                    mine = sorted((s for s in opened if s[0] == owner and s[1] == name), key=lambda s: order[s])
+                    slot = mine[-1] if mine else slot
                 if slot not in opened:
                     continue
                 o = opened.pop(slot)
                 o.last = row
                 close(owner, name, slot[2], o, role, kind, code)
+        _n2_answers(row, owner, opened, n2_waiting, close)
     for (owner, name, psi), o in opened.items():
         close(owner, name, psi, o, "incomplete", None, None)
     return found
+
+
+def _n2_answers(row: Row, owner: UeKey, opened: dict[tuple[UeKey, str, int | None], Open],
+                n2_waiting: set[tuple[UeKey, str, int | None]], close: Callable[..., None]) -> None:
+    """An N2 setup response (or a UE context release) ends the establishments waiting for it."""
+    if row.proc in (29, 14) and row.pdu_type != 0:
+        ok = sum(row.ints("ngap.PDUSessionResourceSetupListSURes") + row.ints("ngap.PDUSessionResourceSetupListCxtRes"))
+        failed = sum(row.ints("ngap.PDUSessionResourceFailedToSetupListSURes")
+                     + row.ints("ngap.PDUSessionResourceFailedToSetupListCxtRes"))
+        psis = sorted(set(row.ints("ngap.pDUSessionID")))
+        if len(psis) != 1 or ok + failed != 1:
+            if psis and any((owner, "PDU Session Establishment", p) in n2_waiting for p in psis):
+                raise OracleCannotTell(f"frame {row.frame}: several PDU sessions in one N2 setup response")
+            return
+        slot = (owner, "PDU Session Establishment", psis[0])
+        if slot in n2_waiting and slot in opened:
+            n2_waiting.discard(slot)
+            o = opened.pop(slot)
+            o.last = row
+            codes = [int(v) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
+            close(owner, slot[1], slot[2], o, "success" if ok else "failure", "NGAP", codes[0] if codes else None)
+    elif row.proc in (41, 42) and row.pdu_type == 0:
+        for slot in [s for s in opened if s[0] == owner and s[1] == "PDU Session Establishment"]:
+            n2_waiting.discard(slot)
+            o = opened.pop(slot)
+            o.last = row
+            codes = [int(v) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
+            close(owner, slot[1], slot[2], o, "failure", "NGAP" if codes else None, codes[0] if codes else None)
 
 
 def nearest_rank(values: list[float], p: int) -> float:

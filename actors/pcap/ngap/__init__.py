@@ -19,8 +19,10 @@ What is counted (docs/5g.md, "What the NGAP summaries count", says the same for 
   user-inactivity/successful-handover/..., 5GSM #36 regular deactivation) and deregistrations
   are not failures.
 - A PDU session entry is one establishment: (UE context, PDU session id, n-th establishment
-  request). It is established when its Establishment Accept rode in an N2 resource setup request
-  (PDUSessionResourceSetup or InitialContextSetup) whose response set the session up.
+  request). Its outcome is that of the one procedure model (model.py) every view reads: it is
+  established when its Establishment Accept rode in an N2 resource setup request
+  (PDUSessionResourceSetup or InitialContextSetup) whose response set the session up. Every
+  outcome names the rule (rules.py, with its TS 24.501 / TS 38.413 clause) that decided it.
 
 Each NGAP PDU is read from its own subtree, so a frame bundling several PDUs (SCTP carries many
 DATA chunks per frame) yields one record per PDU with its own UE ids. Names come from
@@ -28,8 +30,11 @@ Wireshark's labels; codes from the raw values, never from a home-made decoder.
 """
 
 from diagd.actors.pcap.ngap.core_links import CORE_FIELDS, CORE_FILTER
+from diagd.actors.pcap.ngap.model import Model
+from diagd.actors.pcap.ngap.model import build as build_model
 from diagd.actors.pcap.ngap.pdus import NgapPdu, pdus_in_frame
 from diagd.actors.pcap.ngap.procedures import procedures
 from diagd.actors.pcap.ngap.sessions import pdu_sessions, ue_sessions
 
-__all__ = ["CORE_FIELDS", "CORE_FILTER", "NgapPdu", "pdu_sessions", "pdus_in_frame", "procedures", "ue_sessions"]
+__all__ = ["CORE_FIELDS", "CORE_FILTER", "Model", "NgapPdu", "build_model",
+           "pdu_sessions", "pdus_in_frame", "procedures", "ue_sessions"]

@@ -83,6 +83,7 @@ class Analysis:
     links: list[dict[str, Any]]
     groups: dict[int, int]  # context number -> group number (linked contexts only)
     warnings: list[str]
+    unlinked: list[dict[str, Any]] = field(default_factory=list)  # evidence refused, and why
 
 
 def _opt_int(value: str | None) -> int | None:
@@ -126,10 +127,10 @@ def analyse(pdus: list[NgapPdu]) -> Analysis:
             ctx.bind(None, int(pdu.new_amf_ue_id))
         if pdu.procedure_code == PROC_UE_CONTEXT_RELEASE and pdu.pdu_type == "successfulOutcome":
             ctx.close(f"UEContextReleaseComplete in frame {pdu.frame}")
-    links, groups = _link(contexts)
-    _label(contexts)
+    _label(contexts)  # before linking: a refused link is reported by its contexts' labels
+    links, groups, unlinked = _link(contexts)
     warnings = _warnings(list(associations.values()), contexts, pdus)
-    return Analysis(list(associations.values()), contexts, owner, pdus, links, groups, warnings)
+    return Analysis(list(associations.values()), contexts, owner, pdus, links, groups, warnings, unlinked)
 
 
 def _warnings(associations: list[Association], contexts: list[Context], pdus: list[NgapPdu]) -> list[str]:
@@ -246,16 +247,33 @@ class _Groups:
         self.parent[self.find(b)] = self.find(a)
 
 
-def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int], list[dict[str, Any]]]:
     """Links between contexts of the same UE, each with its evidence; never a merge."""
     links: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
     groups = _Groups()
     first_suci: dict[str, tuple[Context, int]] = {}
     tmsi_seen: dict[int, tuple[Context, int, str]] = {}
     containers: dict[str, tuple[Context, int]] = {}
 
+    sucis = {c.number: {m.suci() for p in c.pdus for m in p.nas} - {None} for c in contexts}
+
+    def two_subscribers(a: Context, b: Context) -> bool:
+        return bool(sucis[a.number] and sucis[b.number] and not sucis[a.number] & sucis[b.number])
+
+    def refuse(a: Context, b: Context, evidence: str, frames: list[int], why: str) -> None:
+        if a is b or groups.find(a.number) == groups.find(b.number):
+            return
+        if two_subscribers(a, b):
+            why += "; and the two contexts identified with different SUCIs: two subscribers"
+        refused.append({"ue": b.label, "not_linked_to": a.label, "evidence": evidence, "frames": frames, "why": why})
+
     def link(a: Context, b: Context, evidence: str, frames: list[int]) -> None:
         if a is b or groups.find(a.number) == groups.find(b.number):
+            return
+        if two_subscribers(a, b):
+            refused.append({"ue": b.label, "not_linked_to": a.label, "evidence": evidence, "frames": frames,
+                            "why": "the two contexts identified with different SUCIs: two subscribers"})
             return
         groups.union(a.number, b.number)
         links.append({"from": a, "to": b, "evidence": evidence, "frames": frames})
@@ -273,9 +291,9 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
                 tmsi = message.first("nas_5gs.5g_tmsi")
                 if tmsi is not None:
                     how = "assigned" if message.code in NAS_TMSI_ASSIGNERS else "presented"
-                    _tmsi(as_int(tmsi), ctx, pdu.frame, how, tmsi_seen, link)
+                    _tmsi(as_int(tmsi), ctx, pdu.frame, how, tmsi_seen, link, refuse)
             for value in pdu.tmsi:
-                _tmsi(value, ctx, pdu.frame, "presented", tmsi_seen, link)
+                _tmsi(value, ctx, pdu.frame, "presented", tmsi_seen, link, refuse)
             if pdu.s2t_container is not None and pdu.initiating:
                 if pdu.procedure_code == PROC_HANDOVER_PREPARATION:
                     containers[pdu.s2t_container] = (ctx, pdu.frame)
@@ -294,22 +312,30 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
     for member_list in (m for m in members.values() if len(m) > 1):
         group = len(set(numbers.values())) + 1
         numbers.update((m, group) for m in member_list)
-    return links, numbers
+    return links, numbers, refused
 
 
 def _tmsi(value: int, ctx: Context, frame: int, how: str, seen: dict[int, tuple[Context, int, str]],
-          link: Any) -> None:
-    """Link a context presenting a 5G-TMSI to the one that last assigned (or presented) it.
+          link: Any, refuse: Any) -> None:
+    """Link a context presenting a 5G-TMSI to the one that assigned it in this capture.
 
-    Two assignments of one value are no evidence (the AMF may hand a freed TMSI to another UE).
-    The 5G-TMSI alone (without AMF set/pointer) identifies the UE within one AMF set, which is
-    what one capture of one core shows.
+    Two assignments of one value are no evidence (the AMF may hand a freed TMSI to another UE),
+    and neither are two presentations (a test UE or a stale GUTI repeats one): those pairs are
+    refused with their reason. The 5G-TMSI alone (without AMF set/pointer) identifies the UE
+    within one AMF set, which is what one capture of one core shows.
     """
     if how == "presented" and value in seen:
         other, other_frame, other_how = seen[value]
-        link(other, ctx, f"5G-TMSI {other_how} in frame {other_frame}, presented in frame {frame}",
-             [other_frame, frame])
-    seen[value] = (ctx, frame, how)
+        if other_how == "assigned":
+            link(other, ctx, f"5G-TMSI assigned in frame {other_frame}, presented in frame {frame}",
+                 [other_frame, frame])
+            return
+        refuse(other, ctx, f"5G-TMSI {value} presented in frames {other_frame} and {frame}", [other_frame, frame],
+               "the 5G-TMSI was presented by both and never assigned in this capture: a presentation alone is "
+               "no evidence")
+        return
+    if how == "assigned" or value not in seen:
+        seen[value] = (ctx, frame, how)
 
 
 def _path_switch_source(contexts: list[Context], target: Context, amf_id: int, frame: int) -> Context | None:

@@ -87,7 +87,8 @@ NAS_DEREGISTRATIONS = {"0x45", "0x46", "0x47", "0x48"}
 NAS_DL_TRANSPORT = "0x68"  # with a 5GMM cause it carries back a 5GSM message the AMF could not forward
 
 MESSAGE_TYPES = {"nas_5gs.mm.message_type": "5GMM", "nas_5gs.sm.message_type": "5GSM"}
-NAS_KEEP = {"nas_5gs.pdu_session_id", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4", "nas_5gs.mm.sst",
+NAS_KEEP = {"nas_5gs.pdu_session_id", "nas_5gs.mm.switch_off", "nas_5gs.cmn.dnn",
+             "nas_5gs.sm.pdu_addr_inf_ipv4", "nas_5gs.mm.sst",
              "nas_5gs.5g_tmsi", "e212.mcc", "e212.mnc", "nas_5gs.mm.type_id"}
 INTEGER_FIELDS = {"ngap.AMF_UE_NGAP_ID", "ngap.RAN_UE_NGAP_ID", "ngap.pDUSessionID", "ngap.qosFlowIdentifier",
                    "nas_5gs.pdu_session_id", "nas_5gs.5g_tmsi"}

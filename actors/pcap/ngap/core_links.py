@@ -118,7 +118,7 @@ def attach(establishments: list[Establishment], messages: list[CoreMessage]) -> 
                 target, how = hits[0], f"UE IPv4 {msg.ue_ipv4} in the PFCP PDI = PDU address in the NAS accept"
         if target is None and msg.supi:
             hits = [e for e in establishments if e.supi_parts and e.start <= msg.time <= e.end
-                    and msg.supi.startswith(f"imsi-{e.supi_parts[0]}") and msg.supi.endswith(e.supi_parts[2])]
+                    and msg.supi == f"imsi-{''.join(e.supi_parts)}"]
             if len(hits) == 1:
                 target, how = hits[0], f"SUPI {msg.supi} in the path = the UE's SUCI (null scheme), in its time window"
         if target is None:

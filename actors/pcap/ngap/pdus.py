@@ -3,6 +3,7 @@ and the NAS messages it carries."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -259,6 +260,22 @@ def as_int(value: str) -> int:
     return int(value, 16) if value.lower().startswith("0x") else int(value, 10)
 
 
+PLMN_FIELDS = ("e212.mcc", "e212.mnc")
+_ENCODED_DIGITS = re.compile(r"\((\d{2,3})\)$")
+
+
+def plmn_digits(name: str, value: str, label: str) -> str:
+    """An MCC as its three digits, an MNC as the two or three digits it was encoded with.
+
+    tshark gives both as integers (PLMN 001/01 is 1/1); its label keeps the MNC's encoded width
+    ("Mobile Network Code (MNC): Unknown (01)"), which is the only place a 2- from a 3-digit MNC shows.
+    """
+    if name == "e212.mcc":
+        return value.zfill(3)
+    found = _ENCODED_DIGITS.search(label)
+    return found.group(1) if found and int(found.group(1)) == int(value) else value.zfill(2)
+
+
 def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], int]:
     """Every plain NAS message under these nas-5gs nodes, outer before inner, each with its own fields.
 
@@ -286,6 +303,8 @@ def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], i
                 if name in ("nas_5gs.mm.5gmm_cause", "nas_5gs.sm.5gsm_cause") and message.cause is None:
                     message.cause = int(value)
                     message.cause_text = label_name(str(child.get("l", "")))
+                elif name in PLMN_FIELDS:
+                    message.values.setdefault(name, []).append(plmn_digits(name, value, str(child.get("l", ""))))
                 elif name in NAS_KEEP or name.startswith("nas_5gs.mm.suci."):
                     message.values.setdefault(name, []).append(str(as_int(value)) if name in INTEGER_FIELDS
                                                                else value)

@@ -10,67 +10,53 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diagd.actors.pcap.ngap.associations import Analysis, Context, analyse
+from diagd.actors.pcap.ngap.associations import Analysis, Context
 from diagd.actors.pcap.ngap.core_links import Establishment, attach, core_messages
-from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu
+from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
+from diagd.actors.pcap.ngap.rules import RULES, Rule, ending
+
+if TYPE_CHECKING:
+    from diagd.actors.pcap.ngap.model import Model
 
 # Message keys: "5GMM 0x41" (NAS message type), "NGAP 41/0" (procedure code / 0 initiating,
 # 1 successful, 2 unsuccessful outcome). "5GMM 0x68 returned": a DL NAS transport carrying a
-# 5GMM cause hands back a 5GSM message the AMF could not forward (TS 24.501 5.4.5.3.3).
+# 5GMM cause hands back a 5GSM message the AMF could not forward (TS 24.501 5.4.5.2.5).
 RETURNED = "5GMM 0x68 returned"
 PDU_TYPE_INDEX = {"initiatingMessage": 0, "successfulOutcome": 1, "unsuccessfulOutcome": 2}
+N2_SETUP_REQUESTS = {"NGAP 29/0": "pdu-setup-response", "NGAP 14/0": "pdu-initial-context-setup"}
+CONTEXT_RELEASES = {"NGAP 41/0", "NGAP 42/0"}
 
 
 @dataclass(frozen=True)
 class Procedure:
     name: str
     start: frozenset[str]  # the same start key again opens a new instance; another one continues it
-    success: frozenset[str]
-    reject: frozenset[str] = frozenset()  # the network said no
-    failure: frozenset[str] = frozenset()  # the UE said no, an unsuccessful outcome, a 5GMM STATUS
     per_session: bool = False  # 5GSM: one instance per PDU session id
 
 
-def _p(name: str, start: str, success: str, reject: str = "", failure: str = "", per_session: bool = False
-       ) -> Procedure:
-    def keys(text: str) -> frozenset[str]:
-        return frozenset(k.strip() for k in text.split(",") if k.strip())
-    return Procedure(name, keys(start), keys(success), keys(reject), keys(failure), per_session)
+def _p(name: str, start: str, per_session: bool = False) -> Procedure:
+    return Procedure(name, frozenset(k.strip() for k in start.split(",")), per_session)
 
 
+# What starts each procedure; what ends it, and by which clause, is rules.TABLE.
 PROCEDURES: tuple[Procedure, ...] = (
-    # TS 24.501 5.5.1: REGISTRATION REQUEST -> REGISTRATION ACCEPT / REGISTRATION REJECT
-    _p("Registration", "5GMM 0x41", "5GMM 0x42", reject="5GMM 0x44"),
-    # 5.4.1.3: AUTHENTICATION REQUEST -> AUTHENTICATION RESPONSE / AUTHENTICATION FAILURE (UE);
-    # AUTHENTICATION REJECT (network)
-    _p("Authentication", "5GMM 0x56", "5GMM 0x57", reject="5GMM 0x58", failure="5GMM 0x59"),
-    # 5.4.2: SECURITY MODE COMMAND -> SECURITY MODE COMPLETE / SECURITY MODE REJECT
-    _p("Security Mode", "5GMM 0x5d", "5GMM 0x5e", failure="5GMM 0x5f"),
-    # 5.6.1: SERVICE REQUEST -> SERVICE ACCEPT / SERVICE REJECT
-    _p("Service Request", "5GMM 0x4c", "5GMM 0x4e", reject="5GMM 0x4d"),
-    # 5.5.2.2 / 5.5.2.3: DEREGISTRATION REQUEST (UE / network originating) -> DEREGISTRATION ACCEPT
-    _p("Deregistration", "5GMM 0x45, 5GMM 0x47", "5GMM 0x46, 5GMM 0x48"),
-    # 6.4.1: PDU SESSION ESTABLISHMENT REQUEST -> ACCEPT / REJECT; the AMF may hand the request back
-    # (DL NAS TRANSPORT with a 5GMM cause) or answer its UL NAS TRANSPORT with 5GMM STATUS.
-    _p("PDU Session Establishment", "5GSM 0xc1", "5GSM 0xc2", reject=f"5GSM 0xc3, {RETURNED}",
-       failure="5GMM 0x64", per_session=True),
-    # 6.3.2 / 6.4.2: MODIFICATION REQUEST (UE) -> MODIFICATION COMMAND -> COMPLETE; REJECT / COMMAND REJECT
-    _p("PDU Session Modification", "5GSM 0xc9, 5GSM 0xcb", "5GSM 0xcc", reject="5GSM 0xca",
-       failure="5GSM 0xcd", per_session=True),
-    # 6.3.3 / 6.4.3: RELEASE REQUEST (UE) -> RELEASE COMMAND -> RELEASE COMPLETE; RELEASE REJECT
-    _p("PDU Session Release", "5GSM 0xd1, 5GSM 0xd3", "5GSM 0xd4", reject="5GSM 0xd2", per_session=True),
-    # TS 38.413 8.4.1 HANDOVER REQUIRED -> HANDOVER COMMAND / HANDOVER PREPARATION FAILURE
-    _p("Handover Preparation", "NGAP 12/0", "NGAP 12/1", failure="NGAP 12/2"),
-    # 8.4.2 HANDOVER REQUEST -> HANDOVER REQUEST ACKNOWLEDGE / HANDOVER FAILURE
-    _p("Handover Resource Allocation", "NGAP 13/0", "NGAP 13/1", failure="NGAP 13/2"),
-    # 8.4.4 PATH SWITCH REQUEST -> PATH SWITCH REQUEST ACKNOWLEDGE / PATH SWITCH REQUEST FAILURE
-    _p("Path Switch", "NGAP 25/0", "NGAP 25/1", failure="NGAP 25/2"),
-    # 8.3.2 UE CONTEXT RELEASE REQUEST (gNB) -> 8.3.3 UE CONTEXT RELEASE COMMAND -> COMPLETE
-    _p("UE Context Release", "NGAP 42/0, NGAP 41/0", "NGAP 41/1"),
+    _p("Registration", "5GMM 0x41"),  # TS 24.501 5.5.1
+    _p("Authentication", "5GMM 0x56"),  # 5.4.1.3
+    _p("Security Mode", "5GMM 0x5d"),  # 5.4.2
+    _p("Service Request", "5GMM 0x4c"),  # 5.6.1
+    _p("Deregistration", "5GMM 0x45, 5GMM 0x47"),  # 5.5.2.2 (UE) / 5.5.2.3 (network)
+    _p("PDU Session Establishment", "5GSM 0xc1", per_session=True),  # 6.4.1, then TS 38.413 8.2.1 / 8.3.1
+    _p("PDU Session Modification", "5GSM 0xc9, 5GSM 0xcb", per_session=True),  # 6.4.2 / 6.3.2
+    _p("PDU Session Release", "5GSM 0xd1, 5GSM 0xd3", per_session=True),  # 6.4.3 / 6.3.3
+    _p("Handover Preparation", "NGAP 12/0"),  # TS 38.413 8.4.1
+    _p("Handover Resource Allocation", "NGAP 13/0"),  # 8.4.2
+    _p("Path Switch", "NGAP 25/0"),  # 8.4.4
+    _p("UE Context Release", "NGAP 42/0, NGAP 41/0"),  # 8.3.2 (gNB request) / 8.3.3
 )
 NAMES = tuple(p.name for p in PROCEDURES)
+ESTABLISHMENT = "PDU Session Establishment"
 
 
 @dataclass
@@ -84,8 +70,12 @@ class Instance:
     outcome: str | None = None  # None while open
     cause: dict[str, Any] | None = None
     why: str | None = None
+    rule: Rule | None = None
     frames: list[int] = field(default_factory=list)
     ue_ipv4: str | None = None  # the PDU address a PDU SESSION ESTABLISHMENT ACCEPT gave
+    accept: NgapPdu | None = None  # establishment: the PDU that carried the accept
+    n2_rule: str | None = None  # establishment: the rule its N2 setup response will close it by
+    seq: int = 0  # order of the last message, for answers that name no PDU session
     core: Establishment | None = None  # its N4 / SBI messages, when the capture has them
 
     def describe(self) -> dict[str, Any]:
@@ -96,6 +86,7 @@ class Instance:
             "first_frame": self.first.frame, "last_frame": self.last.frame, "start": iso(self.first.time),
             "duration_ms": duration_ms(self.first.time, self.last.time) if done else None,
             "outcome": self.outcome, "cause": self.cause, "frames": self.frames,
+            "rule": self.rule.text if self.rule else None, "rule_id": self.rule.id if self.rule else None,
         }
         if self.why:
             out["why"] = self.why
@@ -152,57 +143,109 @@ class _Tracker:
         self.ctx = ctx
         self.done: list[Instance] = []
         self.open: dict[tuple[str, int | None], Instance] = {}
+        self.seq = 0
 
     def feed(self, pdu: NgapPdu) -> None:
         for key, message in message_keys(pdu):
+            self.seq += 1
             psi = message.psi if message is not None else None
+            if key == "5GMM 0x45" and message is not None and message.first("nas_5gs.mm.switch_off") == "1":
+                self._start(PROCEDURES[NAMES.index("Deregistration")], key, pdu, None)
+                self._end(self.open.pop(("Deregistration", None)), "deregistration-switch-off")
+                continue
             for proc in PROCEDURES:
                 self._step(proc, key, pdu, message, psi)
+            if key in CONTEXT_RELEASES:
+                self._released(pdu)
+        for item in pdu.items:
+            self._n2_answer(pdu, item)
 
-    def _step(self, proc: Procedure, key: str, pdu: NgapPdu, message: NasMessage | None, psi: int | None) -> None:
+    def _start(self, proc: Procedure, key: str, pdu: NgapPdu, psi: int | None) -> None:
         slot = (proc.name, psi if proc.per_session else None)
         current = self.open.get(slot)
-        if key in proc.start:
-            if current is not None and key != current.start_key and current.frames[-1] <= pdu.frame:
-                self._touch(current, pdu)  # e.g. RELEASE REQUEST then RELEASE COMMAND: one procedure
-                return
-            if current is not None:
-                self._close(current, "incomplete", why=f"a new {proc.name} started in frame {pdu.frame} before "
-                                                       "any answer")
-            self.open[slot] = Instance(proc, self.ctx, slot[1], key, pdu, pdu, frames=[pdu.frame])
+        if current is not None and key != current.start_key and current.frames[-1] <= pdu.frame:
+            self._touch(current, pdu)  # e.g. RELEASE REQUEST then RELEASE COMMAND: one procedure
             return
-        outcome = ("success" if key in proc.success else "reject" if key in proc.reject
-                   else "failure" if key in proc.failure else None)
-        if outcome is None:
+        if current is not None:
+            self._end(current, "restarted", why=f"a new {proc.name} started in frame {pdu.frame} before any answer")
+        self.open[slot] = Instance(proc, self.ctx, slot[1], key, pdu, pdu, frames=[pdu.frame], seq=self.seq)
+
+    def _step(self, proc: Procedure, key: str, pdu: NgapPdu, message: NasMessage | None, psi: int | None) -> None:
+        if key in proc.start:
+            self._start(proc, key, pdu, psi)
+            return
+        slot = (proc.name, psi if proc.per_session else None)
+        current = self.open.get(slot)
+        if proc.name == ESTABLISHMENT and key == "5GSM 0xc2" and current is not None:
+            self._accepted(current, pdu, message, key)
+            return
+        rule = ending(proc.name, key)
+        if rule is None:
             return
         if current is None and proc.per_session and psi is None:
-            # An answer naming no PDU session (5GMM STATUS): the oldest open instance of this context.
+            # An answer naming no PDU session (5GMM STATUS) answers the context's latest NAS exchange.
             waiting = [i for s, i in self.open.items() if s[0] == proc.name]
-            current = min(waiting, key=lambda i: i.first.frame) if waiting else None
+            current = max(waiting, key=lambda i: i.seq) if waiting else None
             slot = (proc.name, current.psi) if current is not None else slot
         if current is None:
             return  # an answer to a request outside the capture (or the display filter)
         self._touch(current, pdu)
-        if message is not None and outcome == "success":
-            current.ue_ipv4 = message.first("nas_5gs.sm.pdu_addr_inf_ipv4")
-        self._close(current, outcome, cause=_cause(pdu, message) if outcome != "success" else None)
         del self.open[slot]
+        self._end(current, rule.id, cause=_cause(pdu, message) if rule.outcome != "success" else None)
 
-    @staticmethod
-    def _touch(instance: Instance, pdu: NgapPdu) -> None:
+    def _accepted(self, current: Instance, pdu: NgapPdu, message: NasMessage | None, key: str) -> None:
+        """An establishment accept: the session is set up only by the N2 answer to the request carrying it."""
+        self._touch(current, pdu)
+        current.accept = pdu
+        current.ue_ipv4 = message.first("nas_5gs.sm.pdu_addr_inf_ipv4") if message is not None else None
+        ngap = f"NGAP {pdu.procedure_code}/{PDU_TYPE_INDEX.get(pdu.pdu_type or '', -1)}"
+        current.n2_rule = N2_SETUP_REQUESTS.get(ngap)
+
+    def _n2_answer(self, pdu: NgapPdu, item: SessionItem) -> None:
+        if item.role not in ("setup-ok", "setup-failed"):
+            return
+        current = self.open.get((ESTABLISHMENT, item.psi))
+        if current is None or current.n2_rule is None:
+            return  # a (re)activation of a session established before, or outside the capture
+        self._touch(current, pdu)
+        del self.open[(ESTABLISHMENT, item.psi)]
+        if item.role == "setup-ok":
+            self._end(current, current.n2_rule)
+            return
+        cause = item.cause or {}
+        self._end(current, "pdu-setup-failed", cause={"kind": "NGAP", "group": cause.get("group"),
+                                                      "code": cause.get("code"), "name": cause.get("cause")})
+
+    def _released(self, pdu: NgapPdu) -> None:
+        """A UE context release ends every establishment still waiting: it failed, it is not pending."""
+        for slot, current in list(self.open.items()):
+            if slot[0] != ESTABLISHMENT or current.frames[-1] > pdu.frame:
+                continue
+            self._touch(current, pdu)
+            del self.open[slot]
+            self._end(current, "pdu-context-released", cause=_cause(pdu, None))
+
+    def _touch(self, instance: Instance, pdu: NgapPdu) -> None:
         instance.last = pdu
+        instance.seq = self.seq
         if instance.frames[-1] != pdu.frame:
             instance.frames.append(pdu.frame)
 
-    def _close(self, instance: Instance, outcome: str, *, cause: dict[str, Any] | None = None,
-               why: str | None = None) -> None:
-        instance.outcome, instance.cause, instance.why = outcome, cause, why
+    def _end(self, instance: Instance, rule_id: str, *, cause: dict[str, Any] | None = None,
+             why: str | None = None) -> None:
+        rule = RULES[rule_id]
+        instance.outcome, instance.rule, instance.cause, instance.why = rule.outcome, rule, cause, why
         self.done.append(instance)
 
     def finish(self, analysis: Analysis) -> list[Instance]:
         last_in_assoc = self.ctx.assoc.pdus[-1]
         last_in_ctx = self.ctx.pdus[-1]
         for instance in self.open.values():
+            if instance.accept is not None and instance.n2_rule is None:
+                why = (f"accepted in frame {instance.accept.frame} by a NAS transport; no N2 PDU session resource "
+                       "setup carried the accept")
+                self._end(instance, "pdu-accept-without-n2", why=why)
+                continue
             if last_in_ctx.frame > instance.last.frame:
                 why = (f"no answer: the UE context carried NGAP until frame {last_in_ctx.frame} "
                        f"({duration_ms(instance.last.time, last_in_ctx.time)} ms later)")
@@ -213,7 +256,9 @@ class _Tracker:
                        f"{last_in_assoc.frame}")
             else:
                 why = "the capture ends before any answer"
-            self._close(instance, "incomplete", why=why)
+            if instance.accept is not None:
+                why = f"accepted in frame {instance.accept.frame}, then no N2 setup response: " + why
+            self._end(instance, "unanswered", why=why)
         self.open.clear()
         return sorted(self.done, key=lambda i: (i.first.frame, NAMES.index(i.procedure.name)))
 
@@ -257,24 +302,22 @@ def _link_core(instances: list[Instance], rows: list[dict[str, str]], capture_en
     return attach([i.core for i in establishments if i.core is not None], core_messages(rows))
 
 
-def procedures(pdus: list[NgapPdu], filtered: bool = False, core_rows: list[dict[str, str]] | None = None
+def track(ctx: Context, analysis: Analysis) -> list[Instance]:
+    """Every procedure instance of one UE context, closed by a rule of rules.TABLE."""
+    tracker = _Tracker(ctx)
+    for pdu in ctx.pdus:
+        tracker.feed(pdu)
+    return tracker.finish(analysis)
+
+
+def procedures(model: Model, filtered: bool = False, core_rows: list[dict[str, str]] | None = None
                ) -> dict[str, Any]:
-    analysis = analyse(pdus)
-    everything: list[Instance] = []
-    contexts_found: list[tuple[Context, list[Instance]]] = []
-    ues = []
-    for ctx in analysis.contexts:
-        tracker = _Tracker(ctx)
-        for pdu in ctx.pdus:
-            tracker.feed(pdu)
-        found = tracker.finish(analysis)
-        everything.extend(found)
-        contexts_found.append((ctx, found))
+    analysis, pdus = model.analysis, model.pdus
+    everything = model.instances
     core = _link_core(everything, core_rows or [], max((p.time for p in pdus), default=0.0))
-    for ctx, found in contexts_found:
-        ues.append({"ue": ctx.label, "association": ctx.assoc.label, "gnb": ctx.assoc.gnb,
-                    "ran_ue_ngap_id": ctx.ran, "amf_ue_ngap_id": ctx.amf,
-                    "procedures": [i.describe() for i in found]})
+    ues = [{"ue": ctx.label, "association": ctx.assoc.label, "gnb": ctx.assoc.gnb, "ran_ue_ngap_id": ctx.ran,
+            "amf_ue_ngap_id": ctx.amf, "procedures": [i.describe() for i in found]}
+           for ctx, found in model.by_context]
     failed = [i.describe() for i in everything if i.outcome in ("reject", "failure")]
     warnings = list(analysis.warnings)
     if filtered:

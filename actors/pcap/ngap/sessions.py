@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagd.actors.pcap.ngap.associations import Analysis, Association, Context, analyse, step
+from diagd.actors.pcap.ngap.associations import Analysis, Association, Context, step
 from diagd.actors.pcap.ngap.codes import (
-    NAS_DEREGISTRATIONS,
     NAS_DL_TRANSPORT,
     NAS_ESTABLISHMENT_ACCEPT,
     NAS_ESTABLISHMENT_REJECT,
@@ -22,7 +21,12 @@ from diagd.actors.pcap.ngap.codes import (
     PROC_PDU_SESSION_SETUP,
 )
 from diagd.actors.pcap.ngap.failures import pdu_failures
+from diagd.actors.pcap.ngap.model import Model
 from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
+from diagd.actors.pcap.ngap.procedures import Instance
+
+# What ends a registration (rules.TABLE: accept, reject, authentication reject).
+REGISTRATION_ENDS = {NAS_REGISTRATION_ACCEPT, NAS_REGISTRATION_REJECT, "0x58"}
 
 
 def _unanswered(pending: dict[int, list[NgapPdu]], assoc: Association
@@ -46,11 +50,11 @@ def _unanswered(pending: dict[int, list[NgapPdu]], assoc: Association
     return failures, open_
 
 
-def ue_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
-    analysis = analyse(pdus)
+def ue_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
+    analysis, pdus = model.analysis, model.pdus
     ues = []
-    for ctx in analysis.contexts:
-        ues.append(_describe_context(ctx, analysis))
+    for ctx, found in model.by_context:
+        ues.append(_describe_context(ctx, analysis, found))
     failed = [{"ue": u["ue"], "association": u["association"], "amf_ue_ngap_id": u["amf_ue_ngap_id"],
                "ran_ue_ngap_id": u["ran_ue_ngap_id"],
                "reasons": [{k: f.get(k) for k in ("frame", "kind", "code", "cause", "why")} for f in u["failures"]]}
@@ -78,6 +82,7 @@ def ue_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ue_count": len(ues), "ues": ues, "failed_ues": failed, "associations": associations,
         "linked_ue_groups": sorted(groups.values(), key=lambda g: int(g["group"])),
+        "not_linked": analysis.unlinked,
         "non_ue_failures": non_ue_failures, "ngap_pdus": len(pdus), "warnings": warnings,
     }
     if not ues:
@@ -87,10 +92,20 @@ def ue_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
     return result
 
 
-def _describe_context(ctx: Context, analysis: Analysis) -> dict[str, Any]:
+def _registration(found: list[Instance]) -> str:
+    """The context's registration state, from the model's Registration / Deregistration outcomes."""
+    state = "unknown"
+    for i in found:
+        if i.procedure.name == "Registration":
+            state = {"success": "accepted", "reject": "rejected"}.get(i.outcome or "", "pending")
+        elif i.procedure.name == "Deregistration" and state != "rejected":
+            state = "deregistered"
+    return state
+
+
+def _describe_context(ctx: Context, analysis: Analysis, found: list[Instance]) -> dict[str, Any]:
     failures: list[dict[str, Any]] = []
     nas_messages_: list[dict[str, Any]] = []
-    registration = "unknown"
     suci_msin = tmsi = None
     plmn = None
     waiting_registration: NasMessage | None = None
@@ -106,11 +121,8 @@ def _describe_context(ctx: Context, analysis: Analysis) -> dict[str, Any]:
                 plmn = {"mcc": message.first("e212.mcc"), "mnc": message.first("e212.mnc")}
             if message.code == NAS_REGISTRATION_REQUEST:
                 waiting_registration = message
-            elif message.code in (NAS_REGISTRATION_ACCEPT, NAS_REGISTRATION_REJECT):
-                registration = "accepted" if message.code == NAS_REGISTRATION_ACCEPT else "rejected"
+            elif message.code in REGISTRATION_ENDS:
                 waiting_registration = None
-            elif message.code in NAS_DEREGISTRATIONS:
-                registration = "deregistered" if registration != "rejected" else registration
     unanswered, open_ = _unanswered(ctx.pending, ctx.assoc)
     failures.extend(unanswered)
     if waiting_registration is not None and ctx.assoc.pdus[-1].frame > waiting_registration.frame:
@@ -128,7 +140,10 @@ def _describe_context(ctx: Context, analysis: Analysis) -> dict[str, Any]:
         "first_time": round(first, 6), "last_time": round(last, 6), "duration_s": round(last - first, 6),
         "frames": list(dict.fromkeys(p.frame for p in ctx.pdus)),
         "procedures": [step(p) for p in ctx.pdus], "nas_messages": nas_messages_,
-        "failures": failures, "pending_requests": open_, "registration": registration,
+        "failures": failures, "pending_requests": open_, "registration": _registration(found),
+        "outcomes": [{"procedure": i.procedure.name, **({"pdu_session_id": i.psi} if i.procedure.per_session else {}),
+                      "first_frame": i.first.frame, "outcome": i.outcome, "rule": i.rule.text if i.rule else None}
+                     for i in found],
         "ended": ctx.closed, "linked_group": analysis.groups.get(ctx.number),
     }
 
@@ -161,7 +176,9 @@ class _Sessions:
     def session(self, ctx: Context, psi: int, frame: int) -> dict[str, Any]:
         return self.current.get((ctx.number, psi)) or self.new(ctx, psi, frame)
 
-    def nas(self, ctx: Context, pdu: NgapPdu, message: NasMessage) -> None:
+    def nas(self, ctx: Context, pdu: NgapPdu, message: NasMessage, carrier: NasMessage | None = None) -> None:
+        """One NAS message; `carrier` is the UL/DL NAS TRANSPORT around a 5GSM one, whose own optional
+        IEs (DNN, S-NSSAI: TS 24.501 8.2.10 / 8.2.11) name the session the 5GSM message is about."""
         psi = message.psi
         if message.code == NAS_DL_TRANSPORT and message.cause is not None and psi is not None:
             s = self.session(ctx, psi, pdu.frame)
@@ -173,7 +190,7 @@ class _Sessions:
         if message.code == NAS_ESTABLISHMENT_REQUEST:
             s = self.new(ctx, psi, pdu.frame)
             s["establishment_request_frame"] = pdu.frame
-            s["dnn"] = message.first("nas_5gs.cmn.dnn")
+            s["dnn"] = message.first("nas_5gs.cmn.dnn") or (carrier.first("nas_5gs.cmn.dnn") if carrier else None)
         else:
             s = self.session(ctx, psi, pdu.frame)
         if message.code == NAS_ESTABLISHMENT_ACCEPT:
@@ -191,8 +208,9 @@ class _Sessions:
             if message.cause is not None:
                 release.update(cause=message.cause, cause_text=message.cause_text,
                                normal=message.cause in NORMAL_5GSM_RELEASE_CAUSES)
-        if message.first("nas_5gs.mm.sst") and s["s_nssai"] is None:
-            s["s_nssai"] = {"sst": message.first("nas_5gs.mm.sst")}
+        sst = message.first("nas_5gs.mm.sst") or (carrier.first("nas_5gs.mm.sst") if carrier else None)
+        if sst and s["s_nssai"] is None:
+            s["s_nssai"] = {"sst": sst}
         if message.code in NAS_FAILURE_MESSAGES or (message.code in NAS_RELEASES and message.cause is not None
                                                     and message.cause not in NORMAL_5GSM_RELEASE_CAUSES):
             s["failures"].append({"frame": pdu.frame, "kind": "5GSM", "code": message.cause,
@@ -225,26 +243,30 @@ class _Sessions:
                                       if k != "pdu_session_id"})
 
 
-def pdu_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
-    analysis = analyse(pdus)
+def pdu_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
+    analysis = model.analysis
     found = _Sessions()
     for pdu in analysis.pdus:
         ctx = analysis.owner.get(id(pdu))
         if ctx is None:
             continue
-        for message in pdu.nas:
-            found.nas(ctx, pdu, message)
+        carrier = None
+        for message in pdu.nas:  # outer before inner: a transport comes before the 5GSM message it carries
+            if message.layer == "5GMM" and message.code in NAS_TRANSPORTS:
+                carrier = message
+            found.nas(ctx, pdu, message, carrier if message.layer == "5GSM" else None)
         for item in pdu.items:
             found.item(ctx, pdu, item)
-    return _sessions_result(analysis, found.sessions, found.unmatched, pdus, filtered)
+    return _sessions_result(model, found.sessions, found.unmatched, filtered)
 
 
-def _sessions_result(analysis: Analysis, sessions: list[dict[str, Any]], unmatched: list[int],
-                     pdus: list[NgapPdu], filtered: bool) -> dict[str, Any]:
+def _sessions_result(model: Model, sessions: list[dict[str, Any]], unmatched: list[int],
+                     filtered: bool) -> dict[str, Any]:
+    analysis, pdus = model.analysis, model.pdus
     context_failures = {c.number: [f for p in c.pdus for f in pdu_failures(p)] for c in analysis.contexts}
     by_label = {c.label: c for c in analysis.contexts}
     for s in sessions:
-        s["status"] = _session_status(s)
+        _verdict(s, model, by_label[s["ue"]])
         if s["status"] == "no_answer":
             # No 5GSM answer; what the UE context reported next is the likely reason (e.g. a 5GMM status).
             later = [f for f in context_failures[by_label[s["ue"]].number]
@@ -258,9 +280,10 @@ def _sessions_result(analysis: Analysis, sessions: list[dict[str, Any]], unmatch
     rejected = [s for s in sessions if s["status"] in ("rejected", "setup_failed")]
     result: dict[str, Any] = {
         "session_count": len(sessions), "established_count": len(established), "rejected_count": len(rejected),
+        "failed_count": sum(1 for s in sessions if s["status"] == "failed"),
         "sessions": sessions, "rejected": rejected,
         "incomplete": [{"ue": s["ue"], "pdu_session_id": s["pdu_session_id"], "status": s["status"]}
-                       for s in sessions if s["status"] not in ("established", "rejected", "setup_failed")],
+                       for s in sessions if s["outcome"] in (None, "incomplete")],
         "warnings": list(analysis.warnings) + (
             ["display_filter given: sessions are built from the filtered NGAP frames only"] if filtered else []) + (
             [f"N2 PDU session setup responses without a request in the capture (frames {unmatched[:20]}): ignored"]
@@ -275,15 +298,28 @@ def _sessions_result(analysis: Analysis, sessions: list[dict[str, Any]], unmatch
     return result
 
 
-def _session_status(s: dict[str, Any]) -> str:
-    if s["establishment_reject_frame"] is not None or s["returned_by_amf_frame"] is not None:
-        return "rejected"
-    if s["setup_result"] == "failed":
-        return "setup_failed"
-    if s["establishment_accept_frame"] is not None:
-        if not s["accept_in_n2_setup"]:
-            return "accepted_without_n2_setup"
-        return "established" if s["setup_result"] == "setup" else "no_setup_response"
-    if s["establishment_request_frame"] is not None:
-        return "no_answer"
-    return "n2_setup_without_nas" if s["setup_request_frame"] is not None else "unknown"
+def _verdict(s: dict[str, Any], model: Model, ctx: Context) -> None:
+    """The session's outcome, rule and status: those of its establishment instance in the model."""
+    request = s["establishment_request_frame"]
+    instance = model.establishment(ctx, s["pdu_session_id"], request) if request is not None else None
+    if instance is None:
+        s.update(outcome=None, rule=None, cause=None,
+                 status="n2_setup_without_nas" if s["setup_request_frame"] is not None else "unknown")
+        return
+    s.update(outcome=instance.outcome, rule=instance.rule.text if instance.rule else None,
+             rule_id=instance.rule.id if instance.rule else None, cause=instance.cause)
+    if instance.why:
+        s["why"] = instance.why
+    s["status"] = STATUS_BY_RULE.get(instance.rule.id if instance.rule else "", "unknown")
+    if s["status"] == "no_answer" and s["establishment_accept_frame"] is not None:
+        s["status"] = "no_setup_response"
+
+
+NAS_TRANSPORTS = {"0x67", "0x68"}  # UL / DL NAS TRANSPORT
+# Each establishment rule (rules.TABLE) as this summary's status word.
+STATUS_BY_RULE = {
+    "pdu-setup-response": "established", "pdu-initial-context-setup": "established",
+    "pdu-reject": "rejected", "pdu-returned": "rejected", "pdu-setup-failed": "setup_failed",
+    "pdu-5gmm-status": "failed", "pdu-context-released": "failed",
+    "pdu-accept-without-n2": "accepted_without_n2_setup", "restarted": "no_answer", "unanswered": "no_answer",
+}

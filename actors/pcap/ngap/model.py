@@ -1,0 +1,38 @@
+"""The one procedure model of a capture: its contexts and every procedure instance with its outcome.
+
+Built once per capture (and display filter) by the pcap actor and shared by every view:
+ngap_ue_sessions (contexts and procedures), ngap_pdu_session_summary and pcap_sequence_diagram read
+their verdicts from the same Instance objects, so no two views can disagree about an instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from diagd.actors.pcap.ngap.associations import Analysis, Context, analyse
+from diagd.actors.pcap.ngap.pdus import NgapPdu
+from diagd.actors.pcap.ngap.procedures import ESTABLISHMENT, Instance, track
+
+
+@dataclass
+class Model:
+    pdus: list[NgapPdu]
+    analysis: Analysis
+    by_context: list[tuple[Context, list[Instance]]] = field(default_factory=list)
+
+    @property
+    def instances(self) -> list[Instance]:
+        return [i for _, found in self.by_context for i in found]
+
+    def establishment(self, ctx: Context, psi: int, request_frame: int) -> Instance | None:
+        """The PDU session establishment instance a request opened."""
+        for owner, found in self.by_context:
+            if owner is ctx:
+                return next((i for i in found if i.procedure.name == ESTABLISHMENT and i.psi == psi
+                             and i.first.frame == request_frame), None)
+        return None
+
+
+def build(pdus: list[NgapPdu]) -> Model:
+    analysis = analyse(pdus)
+    return Model(pdus, analysis, [(ctx, track(ctx, analysis)) for ctx in analysis.contexts])
