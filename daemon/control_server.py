@@ -213,8 +213,11 @@ async def _progress_frames(frames: FrameStream, msg_id: int) -> AsyncIterator[Pr
 
 async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: FrameStream) -> Any:
     if isinstance(msg, control.StatusRequest):
-        # The tracemalloc report (debug only) takes a snapshot: seconds on a big heap, on the event loop.
-        return {**daemon.status(), "memory": memtrace.report()} if msg.memory else daemon.status()
+        if not msg.memory:
+            return daemon.status()
+        # The tracemalloc report (debug only): comparing snapshots of a traced heap takes seconds to minutes,
+        # in a worker thread so that calls go on meanwhile (the snapshot itself is one short C step).
+        return {**daemon.status(), "memory": await trio.to_thread.run_sync(memtrace.report)}
     if isinstance(msg, control.CallRequest):
         conn = connections.current.get()
         async with _progress_frames(frames, msg.id) if msg.progress else nullcontext() as progress:

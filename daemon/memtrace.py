@@ -1,11 +1,13 @@
 """Debug-only Python heap tracing: what grew in the daemon, by allocation traceback (issue 28).
 
 Off unless the daemon is started with `DIAGD_TRACEMALLOC=N` (N: frames kept per traceback, 1-64;
-`1` is enough to name a line, 8-16 names the caller that keeps it). Then `tracemalloc` traces every
-Python allocation from the start (it costs CPU and ~2x the traced memory: not for production), a
-baseline snapshot is taken once the daemon is ready, and `diagd status --memory` (or the `memory`
-field of `diagd status --json`) shows the tracebacks whose live memory grew most since the baseline
-and since the previous report. Each report keeps its snapshot for the next one's "since previous".
+`1` is enough to name a line, 8 names the caller that keeps it). Then the first `diagd status
+--memory` starts `tracemalloc` and takes the baseline snapshot, and each later one (or the `memory`
+field of `diagd status --memory --json`) shows the tracebacks whose live memory grew most since the
+baseline and since the previous report. Tracing starts on that first request, not at start-up: a
+warmed-up daemon's growth is what matters, and tracing the start-up imports (the MCP SDK, pydantic)
+made the first call take minutes and each report as long. Tracing costs CPU and ~2x the traced
+memory: a debugging aid, not for production.
 """
 
 from __future__ import annotations
@@ -33,19 +35,11 @@ def frames_from_env(environ: dict[str, str] | None = None) -> int:
         return 1
 
 
-def start() -> bool:
-    """Start tracing if the environment asks for it (called first thing in `serve`)."""
-    frames = frames_from_env()
-    if frames and not tracemalloc.is_tracing():
-        tracemalloc.start(frames)
-    return tracemalloc.is_tracing()
-
-
-def mark_baseline() -> None:
-    """The snapshot growth is measured from (once the daemon is ready and idle)."""
+def start_tracing() -> None:
+    """Start tracing and take the baseline snapshot (the first report's)."""
     global _baseline, _previous
-    if tracemalloc.is_tracing():
-        _baseline = _previous = _snapshot()
+    tracemalloc.start(frames_from_env())
+    _baseline = _previous = _snapshot()
 
 
 def _snapshot() -> tracemalloc.Snapshot:
@@ -65,10 +59,13 @@ def _growth(now: tracemalloc.Snapshot, then: tracemalloc.Snapshot, top: int) -> 
 
 
 def report(top: int = TOP) -> dict[str, Any] | None:
-    """Top growth since the baseline and since the previous report; None when tracing is off."""
+    """Top growth since the baseline and since the previous report; None when DIAGD_TRACEMALLOC is off.
+    The first one starts tracing (and reports nothing grown yet)."""
     global _previous
-    if not tracemalloc.is_tracing():
+    if not frames_from_env():
         return None
+    if not tracemalloc.is_tracing():
+        start_tracing()
     now = _snapshot()
     baseline = _baseline or now
     previous = _previous or now
@@ -89,7 +86,8 @@ def report(top: int = TOP) -> dict[str, Any] | None:
 def format_report(memory: dict[str, Any] | None) -> str:
     """`diagd status --memory` as text."""
     if memory is None:
-        return f"tracemalloc is off: start the daemon with {ENV}=16 (frames per traceback) to trace its heap"
+        return (f"tracemalloc is off: start the daemon with {ENV}=8 (frames per traceback); the first "
+                f"`diagd status --memory` then starts tracing, the later ones show what grew")
     mb = 2 ** 20
     lines = [f"traced {memory['traced_bytes'] / mb:.1f} MB (peak {memory['traced_peak_bytes'] / mb:.1f} MB, "
              f"tracemalloc's own {memory['overhead_bytes'] / mb:.1f} MB), {memory['frames']} frames per traceback; "

@@ -19,7 +19,7 @@ import trio
 import diagd
 from diagd.actors import BACKENDS, heap, system
 from diagd.actors.runtime import Client, StopCheck
-from diagd.daemon import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk, memtrace, paths
+from diagd.daemon import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
@@ -316,7 +316,6 @@ async def serve(config: config_mod.Config) -> None:
     socket_names = {"mcp": paths.mcp_socket().name, "control": paths.control_socket().name}
     # First, so the LISTEN_* variables are gone before anything could start a child.
     inherited = activation.take_listen_fds(socket_names)
-    memtrace.start()  # DIAGD_TRACEMALLOC=N: trace the Python heap (debug only; see daemon/memtrace.py)
     heap.configure()  # big freed buffers go back to the OS (issue 12; see actors/heap.py)
     rundir = paths.open_private_dir(paths.runtime_dir(), what="runtime directory")
     try:
@@ -356,7 +355,6 @@ async def serve(config: config_mod.Config) -> None:
             nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")
             log.info("diagd ready", pid=os.getpid(), sockets=daemon.sockets, tools=len(daemon.registry.specs()))
-            memtrace.mark_baseline()
     except BaseExceptionGroup as group:
         raise _single_coded(group) or group from None
     finally:
