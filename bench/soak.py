@@ -27,10 +27,10 @@ and records the idle RSS. The result:
   and the daemon answered (each exactly once; a call answered DAEMON_RESTARTED may be in it once or not);
 - answers by outcome and error code (TIMEOUT, INTERNAL_ERROR, CANCELLED, BUSY, ...) and client exceptions.
 
---tracemalloc N starts the daemon with DIAGD_TRACEMALLOC=N and saves `diagd status --memory` at
-every sample into the JSON (it slows the daemon and doubles the Python heap: RSS figures of such a
-run are not the daemon's). A JSON result goes to --json-out (default /tmp/diagd-soak-<time>.json),
-a summary to stdout.
+--tracemalloc N starts the daemon with DIAGD_TRACEMALLOC=N and saves `diagd status --memory` from
+the end of warm-up on, every --memory-s, into the JSON (it slows the daemon and doubles the Python
+heap: RSS figures of such a run are not the daemon's). A JSON result goes to --json-out (default
+/tmp/diagd-soak-<time>.json), a summary to stdout.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ DRGN_CODE = ("prog['init_task'].pid", "prog['jiffies'].value_()", "prog['init_ta
 MODEM_COMMANDS = ("AT", "ATI", "AT+CSQ")
 CALL_TIMEOUT_S = 300
 RESTARTED = "DAEMON_RESTARTED"
+START_TIMEOUT_S = 180
 
 
 # --------------------------------------------------------------------------- /proc probes
@@ -263,7 +264,7 @@ def restart(daemon: BenchDaemon) -> subprocess.Popen[bytes]:
     with open(daemon.log, "ab") as log_file:
         daemon.proc = subprocess.Popen([DIAGD, "serve"], env=daemon.env, stdin=subprocess.DEVNULL, stdout=log_file,
                                        stderr=log_file, start_new_session=True)
-    _wait_for_sockets(daemon, 60)
+    _wait_for_sockets(daemon, START_TIMEOUT_S)
     return daemon.proc
 
 
@@ -284,6 +285,12 @@ async def run(daemon: BenchDaemon, load: Load, args: argparse.Namespace) -> dict
     samples: list[dict[str, Any]] = [sample(daemon.proc.pid, t0, era, 0)]
     memory: list[dict[str, Any]] = []
     restarted_s: float | None = None
+    tracing, next_memory = trio.Lock(), t0 + args.warmup_min * 60
+
+    async def trace(t_s: float, era: int) -> None:  # in the background: a report can take minutes
+        async with tracing:
+            memory.append({"t_s": t_s, "era": era, "report": await trio.to_thread.run_sync(memory_report, daemon)})
+
     async with trio.open_nursery() as nursery:
         for i in range(args.clients):
             nursery.start_soon(load.client, daemon.env, i, end)
@@ -299,9 +306,9 @@ async def run(daemon: BenchDaemon, load: Load, args: argparse.Namespace) -> dict
             if now >= next_sample:
                 next_sample += args.sample_s
                 samples.append(sample(daemon.proc.pid, t0, era, len(load.sent)))
-                if args.tracemalloc:
-                    memory.append({"t_s": samples[-1]["t_s"],
-                                   "report": await trio.to_thread.run_sync(memory_report, daemon)})
+                if args.tracemalloc and not tracing.locked() and now >= next_memory:
+                    next_memory = now + args.memory_s
+                    nursery.start_soon(trace, samples[-1]["t_s"], era)
                 print(f"[{samples[-1]['t_s']:7.0f} s] rss {samples[-1]['rss_mb']:6.1f} MB  fds {samples[-1]['fds']}"
                       f"  threads {samples[-1]['threads']}  children {samples[-1]['children']}"
                       f"  calls {len(load.sent)}  {dict(load.outcomes)}", flush=True)
@@ -371,7 +378,11 @@ def summarize(r: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         level = my + per_era[-1] / 3600 * (starts[-1] + warm - mx)
     idle_rss = r["idle_samples"][-1]["rss_mb"] if r["idle_samples"] else None
     final = r["idle_samples"][-1] if r["idle_samples"] else r["samples"][-1]
-    return {"slope_mb_per_h_per_run": per_era, "slope_mb_per_h_pooled": pooled_slope(groups),
+    traced = [[(m["t_s"], m["report"]["traced_bytes"] / 2**20) for m in r["memory"]
+               if m.get("era") == era and "traced_bytes" in (m["report"] or {}) and m["t_s"] - start >= warm]
+              for era, start in enumerate(starts)]
+    return {"slope_mb_per_h_per_run": per_era, "traced_slope_mb_per_h_per_run": [slope_mb_per_h(g) for g in traced],
+            "slope_mb_per_h_pooled": pooled_slope(groups),
             "post_warmup_rss_mb": level, "idle_rss_mb": idle_rss,
             "idle_minus_post_warmup_mb": None if level is None or idle_rss is None else idle_rss - level,
             "rss_first_mb": r["samples"][0]["rss_mb"], "rss_peak_mb": max(s["rss_mb"] for s in r["samples"]),
@@ -410,6 +421,7 @@ def main() -> int:
     parser.add_argument("--restart-at", type=float, default=0.5, help="fraction of the run (0: no restart)")
     parser.add_argument("--max-loaded", type=int, help="[pcap] max_loaded (default: the daemon's)")
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES")
+    parser.add_argument("--memory-s", type=float, default=180, help="with --tracemalloc: seconds between reports")
     parser.add_argument("--json-out", type=Path, default=Path(f"/tmp/diagd-soak-{int(time.time())}.json"))
     args = parser.parse_args()
     vmcore, vmlinux = fixture_paths()
@@ -420,7 +432,8 @@ def main() -> int:
     if args.max_loaded:
         config += f"[pcap]\nmax_loaded = {args.max_loaded}\n"
     extra = {"DIAGD_TRACEMALLOC": str(args.tracemalloc)} if args.tracemalloc else {}
-    with isolated_daemon("soak", config=config, extra_env=extra) as daemon:
+    # Tracing from the first import makes the start slow on a loaded machine.
+    with isolated_daemon("soak", config=config, extra_env=extra, start_timeout_s=START_TIMEOUT_S) as daemon:
         modems = [start_modem(daemon.tmp / f"modem{i}") for i in range(2)]
         first_proc = daemon.proc
         try:
@@ -451,6 +464,9 @@ def report(r: dict[str, Any]) -> int:
     print(f"RSS slope after {r['args']['warmup_min']} min warm-up: per daemon run "
           f"{[fmt(x) for x in s['slope_mb_per_h_per_run']]} MB/h, pooled {fmt(s['slope_mb_per_h_pooled'])} MB/h")
     level = "n/a" if s["post_warmup_rss_mb"] is None else f"{s['post_warmup_rss_mb']:.1f}"
+    if r["memory"]:
+        print(f"tracemalloc: traced Python heap slope per run {[fmt(x) for x in s['traced_slope_mb_per_h_per_run']]}"
+              f" MB/h (RSS here includes tracemalloc's own overhead)")
     print(f"RSS first {s['rss_first_mb']:.1f} MB, peak {s['rss_peak_mb']:.1f} MB, post-warm-up {level} MB, "
           f"idle after {r['args']['idle_s']} s {s['idle_rss_mb']} MB (diff {fmt(s['idle_minus_post_warmup_mb'])} MB)")
     print(f"fds {s['fds_first']} -> {s['fds_idle']} idle, threads {s['threads_first']} -> {s['threads_idle']}, "
