@@ -227,13 +227,20 @@ class Load:
             if page is None or page.get("status") != "running":
                 return
 
+    async def serial(self, client: Client, rng: random.Random) -> None:
+        port = rng.choice(self.ports)
+        before = len(self.sent)
+        await self.call(client, "send_data", {"port": port, "payload": rng.choice(MODEM_COMMANDS),
+                                              "stop_pattern": "OK\r\n", "timeout_ms": 2000})
+        if self.sent[before].get("code") == "INVALID_ARGUMENT":  # not open (at the start, after the restart)
+            await self.call(client, "configure_connection", {"port": port, "line_ending": "cr"})
+
     async def one(self, client: Client, rng: random.Random) -> None:
         pick = rng.random()
         if pick < 0.5:
             await self.pcap(client, rng)
         elif pick < 0.7:
-            await self.call(client, "send_data", {"port": rng.choice(self.ports), "payload": rng.choice(MODEM_COMMANDS),
-                                                  "stop_pattern": "OK\r\n", "timeout_ms": 2000})
+            await self.serial(client, rng)
         elif pick < 0.78:
             await self.bpftrace(client, rng)
         elif pick < 0.97:
