@@ -9,10 +9,11 @@ Run from the repository root, as root (bpftrace needs it):
 It starts an isolated daemon (bench/_daemon.py), two simulated modems (tests/support/sim_modem.py on
 real ptys) and --clients MCP SDK clients, each through its own `diagd mcp --no-autostart` shim. Together
 they send about --rate calls/s, mixed: pcap (info, filters, timelines, frame details, text search) on
-six real captures from /work/shared/pcaps, send_data on both modems, bpftrace programs (exec_program +
-get_result), crash and drgn commands on the vmcore fixture (/var/tmp/diagd-fixtures), diagd_status
-and diagd_calls. At --restart-at of the run the daemon gets SIGTERM and is started again in the same
-directories; the shims carry the sessions over (in-flight calls answer DAEMON_RESTARTED).
+six real captures from /work/shared/pcaps, send_data on the modems (the first two clients own one each:
+a port belongs to the client that opened it), bpftrace programs (exec_program + get_result), crash
+and drgn commands on the vmcore fixture (/var/tmp/diagd-fixtures), diagd_status and diagd_calls.
+At --restart-at of the run the daemon gets SIGTERM and is started again in the same directories;
+the shims carry the sessions over (in-flight calls answer DAEMON_RESTARTED).
 
 Every --sample-s it records the daemon's RSS (VmRSS of `diagd serve`, children not counted), open
 fds, threads and children (zombies counted). After the load it waits --idle-s with the clients gone
@@ -227,20 +228,19 @@ class Load:
             if page is None or page.get("status") != "running":
                 return
 
-    async def serial(self, client: Client, rng: random.Random) -> None:
-        port = rng.choice(self.ports)
+    async def serial(self, client: Client, rng: random.Random, port: str) -> None:
         before = len(self.sent)
         await self.call(client, "send_data", {"port": port, "payload": rng.choice(MODEM_COMMANDS),
                                               "stop_pattern": "OK\r\n", "timeout_ms": 2000})
         if self.sent[before].get("code") == "INVALID_ARGUMENT":  # not open (at the start, after the restart)
             await self.call(client, "configure_connection", {"port": port, "line_ending": "cr"})
 
-    async def one(self, client: Client, rng: random.Random) -> None:
+    async def one(self, client: Client, rng: random.Random, port: str | None) -> None:
         pick = rng.random()
-        if pick < 0.5:
+        if pick < 0.5 or (port is None and pick < 0.7):
             await self.pcap(client, rng)
-        elif pick < 0.7:
-            await self.serial(client, rng)
+        elif pick < 0.7 and port is not None:
+            await self.serial(client, rng, port)
         elif pick < 0.78:
             await self.bpftrace(client, rng)
         elif pick < 0.97:
@@ -252,13 +252,15 @@ class Load:
 
     async def client(self, env: dict[str, str], index: int, until: float) -> None:
         rng = random.Random(index * 7919 + 1)
+        # A port belongs to the client that opened it (others get BUSY): the first clients own one modem each.
+        port = self.ports[index] if index < len(self.ports) else None
         period = self.args.clients / self.args.rate
         params = StdioServerParameters(command=DIAGD, args=["mcp", "--no-autostart"], env=env)
         async with Client(params, mode="legacy") as client:
             await trio.sleep(rng.random() * period)
             while trio.current_time() < until:
                 started = trio.current_time()
-                await self.one(client, rng)
+                await self.one(client, rng, port)
                 await trio.sleep(max(0.0, period * rng.uniform(0.5, 1.5) - (trio.current_time() - started)))
 
 
