@@ -132,24 +132,38 @@ def _tighten(path: Path) -> None:
         os.close(fd)
 
 
+RECENT_CALLS = 500  # finished calls kept for `diagd_calls` ...
+RECENT_BYTES = 2 * 1024 * 1024  # ... and at most this many bytes of their arguments (as JSON)
+DURATIONS_PER_TOOL = 1024  # latency samples per tool for p50/p95 (the latest)
+MAX_TOOL_NAMES = 256  # tool names with statistics of their own; further names share OTHER_TOOLS
+OTHER_TOOLS = "(other tool names)"
+
+
 @dataclass
 class _ToolStats:
     count: int = 0
     failures: int = 0
     cancelled: int = 0
-    durations: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
-
-
-MAX_NAMES = 512  # tools counted one by one: every registered tool, and names clients asked for in vain
-OTHER_NAMES = "(other names)"
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=DURATIONS_PER_TOOL))
 
 
 class CallStats:
-    """Per-tool counts and mean/p50/p95 durations, a ring of recent calls and the calls still running."""
+    """Per-tool counts and mean/p50/p95 durations, a ring of recent calls and the calls still running.
 
-    def __init__(self, recent: int = 500) -> None:
+    Everything here is bounded whatever the clients send, for a daemon that runs for weeks: the ring by
+    `recent` calls and `recent_bytes` of arguments, the latency samples per tool, the tool names (a call
+    to a name no tool has is recorded too, so a client inventing names would otherwise add entries), and
+    the running calls by the calls in flight (each leaves at its end).
+    """
+
+    def __init__(self, recent: int = RECENT_CALLS, recent_bytes: int = RECENT_BYTES,
+                 max_tools: int = MAX_TOOL_NAMES) -> None:
         self._tools: dict[str, _ToolStats] = {}
         self.recent: deque[CallRecord] = deque(maxlen=recent)
+        self._sizes: deque[int] = deque(maxlen=recent)  # each recent record's arguments, bytes as JSON
+        self.recent_bytes = 0
+        self.max_recent_bytes = recent_bytes
+        self.max_tools = max_tools
         self._running: dict[str, CallRecord] = {}
         self.total = 0
 
@@ -159,6 +173,12 @@ class CallStats:
         return [dataclasses.replace(r, outcome="running", duration_ms=round((now - r.ts) * 1000, 3))
                 for r in self._running.values()]
 
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def tool_names(self) -> int:
+        return len(self._tools)
+
     def observe(self, record: CallRecord) -> None:
         if record.outcome == "started":
             if record.call_id is not None:
@@ -166,9 +186,7 @@ class CallStats:
             return
         if record.call_id is not None:
             self._running.pop(record.call_id, None)
-        name = record.tool
-        if name not in self._tools and len(self._tools) >= MAX_NAMES:
-            name = OTHER_NAMES  # a client calling ever new unknown names must not grow this without bound
+        name = record.tool if record.tool in self._tools or len(self._tools) < self.max_tools - 1 else OTHER_TOOLS
         stats = self._tools.setdefault(name, _ToolStats())
         stats.count += 1
         self.total += 1
@@ -177,7 +195,18 @@ class CallStats:
         elif record.outcome == "cancelled":
             stats.cancelled += 1
         stats.durations.append(record.duration_ms)
+        self._remember(record)
+
+    def _remember(self, record: CallRecord) -> None:
+        size = len(json.dumps(record.arguments, separators=(",", ":"), default=str))
+        if len(self.recent) == self.recent.maxlen:
+            self.recent_bytes -= self._sizes[0]  # append drops the oldest of both
         self.recent.append(record)
+        self._sizes.append(size)
+        self.recent_bytes += size
+        while self.recent_bytes > self.max_recent_bytes and len(self.recent) > 1:
+            self.recent.popleft()
+            self.recent_bytes -= self._sizes.popleft()
 
     def summary(self) -> dict[str, Any]:
         return {

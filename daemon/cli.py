@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="daemon, actors and per-tool statistics")
     s.add_argument("--json", action="store_true", help="the whole status as JSON")
+    s.add_argument("--memory", action="store_true",
+                   help="top heap growth by traceback (a daemon started with DIAGD_TRACEMALLOC=N; debug only)")
     _remote_options(s)
     s.set_defaults(func=cmd_status)
 
@@ -320,7 +322,7 @@ def _request(kind: Any, **fields: Any) -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     try:
-        status = _request("status")
+        status = _request("status", memory=True) if args.memory else _request("status")
     except _NoDaemon as exc:
         if args.json:
             print(json.dumps({"running": False, "socket": str(paths.control_socket())}))
@@ -333,6 +335,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _fail("status", exc)
     if args.json:
         print(json.dumps({"running": True, **status}, indent=2))
+    elif args.memory:
+        from diagd.daemon.memtrace import format_report
+
+        print(format_report(status["memory"]))
     else:
         from diagd.daemon.status_text import format_status
 

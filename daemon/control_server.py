@@ -20,7 +20,7 @@ import trio
 
 from diagd.actors.base import ProgressFn
 from diagd.actors.runtime import Client
-from diagd.daemon import connections, tool_listing
+from diagd.daemon import connections, memtrace, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control, framing
@@ -213,7 +213,11 @@ async def _progress_frames(frames: FrameStream, msg_id: int) -> AsyncIterator[Pr
 
 async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: FrameStream) -> Any:
     if isinstance(msg, control.StatusRequest):
-        return daemon.status()
+        if not msg.memory:
+            return daemon.status()
+        # The tracemalloc report (debug only): comparing snapshots of a traced heap takes seconds to minutes,
+        # in a worker thread so that calls go on meanwhile (the snapshot itself is one short C step).
+        return {**daemon.status(), "memory": await trio.to_thread.run_sync(memtrace.report)}
     if isinstance(msg, control.CallRequest):
         conn = connections.current.get()
         async with _progress_frames(frames, msg.id) if msg.progress else nullcontext() as progress:

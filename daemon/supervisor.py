@@ -118,22 +118,37 @@ class Supervisor:
         """Start the actor for (kind, resource) and return it; the running one if it already runs."""
         key = (kind, resource)
         lock = self._starting.setdefault(key, trio.Lock())
-        async with lock:  # two first calls for one resource must not start it twice
-            ref = self._actors.get(key)
-            if ref is not None and ref.accepting:
-                return ref
-            ref = ActorEntry(
-                id=f"{kind}-{next(self._ids)}", kind=kind, resource=resource, factory=factory,
-                idle_timeout_s=self._idle_timeout(idle_timeout_s), inbox_size=self.inbox_size,
-                idle_setting=idle_timeout_s, group=group,
-            )
-            self._actors[key] = ref
-            try:
-                await self._nursery.start(self._supervise, ref)
-            except BaseException:
-                self._forget(ref)
-                raise
+        try:
+            async with lock:  # two first calls for one resource must not start it twice
+                return await self._start_locked(key, factory, idle_timeout_s, group)
+        finally:
+            # One lock per resource ever started (a bpftrace execution, a capture, a vmcore) would grow for as
+            # long as the daemon runs: it goes once the last start waiting on it is through.
+            if not lock.locked() and not lock.statistics().tasks_waiting and self._starting.get(key) is lock:
+                del self._starting[key]
+
+    async def _start_locked(self, key: tuple[str, str], factory: ActorFactory, idle_timeout_s: IdleTimeout,
+                            group: str) -> ActorEntry:
+        ref = self._actors.get(key)
+        if ref is not None and ref.accepting:
             return ref
+        kind, resource = key
+        ref = ActorEntry(
+            id=f"{kind}-{next(self._ids)}", kind=kind, resource=resource, factory=factory,
+            idle_timeout_s=self._idle_timeout(idle_timeout_s), inbox_size=self.inbox_size,
+            idle_setting=idle_timeout_s, group=group,
+        )
+        self._actors[key] = ref
+        try:
+            await self._nursery.start(self._supervise, ref)
+        except BaseException:
+            self._forget(ref)
+            raise
+        return ref
+
+    def starting_locks(self) -> int:
+        """Start locks held now (one per resource being started; none left behind once started)."""
+        return len(self._starting)
 
     async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
         """Send `message` to the started actor `ref` and return its reply.

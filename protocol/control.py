@@ -51,6 +51,7 @@ class Hello(Message):
 class StatusRequest(Message):
     tag: ClassVar[str] = "status"
     id: int
+    memory: bool = False  # add the tracemalloc report (a daemon started with DIAGD_TRACEMALLOC; debug only)
 
 
 @dataclass(frozen=True)

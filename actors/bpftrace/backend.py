@@ -43,6 +43,9 @@ async def run_command(argv: Sequence[str], timeout_s: float = 30.0, spawn: Spawn
 # The back end: settings, the executions, the tools
 
 
+LISTINGS_MAX = 8  # probe listings cached at once (`list_probes` filters; each up to the whole probe list)
+
+
 class BpftraceBackend:
     def __init__(self, runtime: Runtime, *, spawn: Spawn = open_process) -> None:
         self.runtime = runtime
@@ -191,8 +194,18 @@ class BpftraceBackend:
                 raise classify_failure(report, rc, before_attach=False, doing=f"listing probes ({pattern or 'all'})")
             probes = [line.strip() for line in out.splitlines() if line.strip() and not line[0].isspace()]
             warnings = [listing_warning(w.message) for w in report.warnings] + report.notices
-            self._listings[key] = (trio.current_time(), probes, warnings)
+            self._remember_listing(key, probes, warnings, settings.probe_cache_s)
             return probes, warnings
+
+    def _remember_listing(self, key: tuple[str, str], probes: list[str], warnings: list[str], ttl_s: float) -> None:
+        """Cache a probe listing for ttl_s: expired ones are dropped, and at most LISTINGS_MAX are kept (the
+        filter is the client's: one listing per filter ever asked for would grow without end)."""
+        now = trio.current_time()
+        for old in [k for k, (at, _, _) in self._listings.items() if now - at >= ttl_s]:
+            del self._listings[old]
+        while len(self._listings) >= LISTINGS_MAX:
+            del self._listings[next(iter(self._listings))]  # the oldest (insertion order)
+        self._listings[key] = (now, probes, warnings)
 
     async def helpers(self, settings: BpftraceSettings) -> dict[str, Any]:
         binary = shutil.which(settings.path) or settings.path

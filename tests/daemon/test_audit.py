@@ -106,3 +106,61 @@ def test_a_link_planted_where_the_log_rotates_to_disables_it_instead_of_writing_
         log.write(record())
     log.close()
     assert not target.exists() and path.is_symlink()
+
+
+# -- what the statistics keep is bounded whatever the clients send (issue 28: a daemon runs for weeks)
+
+
+def test_recent_calls_are_bounded_in_entries() -> None:
+    stats = CallStats(recent=50)
+    for i in range(10_000):
+        stats.observe(record(duration_ms=float(i)))
+    assert len(stats.recent) == 50 and stats.total == 10_000
+    assert [r.duration_ms for r in stats.recent] == [float(i) for i in range(9_950, 10_000)]  # the latest
+    assert stats.recent_bytes == 50 * len('{"a":1}')
+
+
+def test_recent_calls_are_bounded_in_bytes_of_their_arguments() -> None:
+    stats = CallStats(recent=500, recent_bytes=100_000)
+    big = {"q": "x" * 1000, "items": ["y" * 1000] * 100}  # ~100 kB as JSON: audit abridging leaves it so
+    for _ in range(200):
+        stats.observe(CallRecord(ts=0.0, client="c", tool="t", arguments=big, duration_ms=1.0, queue_ms=0.0,
+                                 outcome="ok", code=None, bytes=0, truncated=False))
+    assert stats.recent_bytes <= 100_000 or len(stats.recent) == 1  # one record is kept even when over
+    assert stats.recent_bytes == sum(len(json.dumps(r.arguments, separators=(",", ":"))) for r in stats.recent)
+    for _ in range(600):  # small ones again: the byte count follows what the ring holds
+        stats.observe(record())
+    assert len(stats.recent) == 500 and stats.recent_bytes == 500 * len('{"a":1}')
+
+
+def test_latency_samples_per_tool_are_bounded() -> None:
+    stats = CallStats()
+    for i in range(5000):
+        stats.observe(record(duration_ms=float(i)))
+    assert stats.summary()["t"]["count"] == 5000
+    assert stats.summary()["t"]["p50_ms"] >= 5000 - 1024  # the latest 1024 samples only
+
+
+def test_invented_tool_names_share_one_entry_past_the_cap() -> None:
+    stats = CallStats(max_tools=8)
+    for i in range(1000):
+        stats.observe(record(tool=f"no-such-tool-{i}", outcome="error"))
+    summary = stats.summary()
+    assert stats.tool_names() == 8 and len(summary) == 8
+    assert summary["(other tool names)"]["count"] == 1000 - 7
+    stats.observe(record(tool="no-such-tool-3"))  # a name that has its own entry keeps it
+    assert stats.summary()["no-such-tool-3"]["count"] == 2
+
+
+def test_running_calls_leave_when_they_end() -> None:
+    stats = CallStats()
+    for i in range(100):
+        start = record(outcome="started")
+        start.call_id = f"c-{i}"
+        stats.observe(start)
+    assert stats.running_count() == 100
+    for i in range(100):
+        end = record()
+        end.call_id = f"c-{i}"
+        stats.observe(end)
+    assert stats.running_count() == 0 and stats.running() == []

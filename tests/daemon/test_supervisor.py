@@ -388,3 +388,16 @@ async def test_busy_says_when_to_retry_instead_of_timing_out_in_the_queue(
         assert "retry in" in refused.value.message
         assert (await sup.ask(ref, Ping()))["op"] == "Ping"  # without a deadline it waits its turn
         nursery.cancel_scope.cancel()
+
+
+async def test_no_start_lock_is_left_per_resource_ever_started(autojump_clock: trio.testing.MockClock) -> None:
+    # One lock per (kind, resource) kept forever grew by one per bpftrace execution (issue 28).
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=1)
+        for i in range(50):
+            async with trio.open_nursery() as calls:
+                for _ in range(3):  # concurrent first calls: one waits on the lock, then it goes
+                    calls.start_soon(call, sup, f"r{i}", Ping())
+            assert sup.starting_locks() == 0
+        assert Scripted.starts == 50
+        nursery.cancel_scope.cancel()

@@ -396,3 +396,26 @@ def test_systemd_unit_verifies(env: Env, tmp_path: Path) -> None:
 def test_runtime_dir_waits_are_bounded(env: Env) -> None:
     with pytest.raises(TimeoutError):
         wait_for_path(env.runtime / "never.sock", timeout=0.1)
+
+
+def test_status_memory_traces_the_heap_only_when_the_daemon_was_started_for_it(env: Env) -> None:
+    # Debug-only (issue 28): off by default; with DIAGD_TRACEMALLOC the first --memory starts tracing.
+    plain = start_daemon(env)
+    try:
+        out = env.run("status", "--memory")
+        assert out.returncode == 0 and "tracemalloc is off" in out.stdout and "DIAGD_TRACEMALLOC" in out.stdout
+        assert json.loads(env.run("status", "--memory", "--json").stdout)["memory"] is None
+    finally:
+        plain.stop()
+    traced = start_daemon(env, {"DIAGD_TRACEMALLOC": "4"})
+    try:
+        first = json.loads(env.run("status", "--memory", "--json").stdout)["memory"]
+        assert first["frames"] == 4
+        for i in range(20):
+            env.run("call", "echo", f"message=m{i}", "resource=tty-test")
+        text = env.run("status", "--memory").stdout
+        assert "top growth since the baseline:" in text and "top growth since the previous report:" in text
+        assert "growth since the baseline" in text.splitlines()[0]
+        assert "memory" not in json.loads(env.run("status", "--json").stdout)  # a plain status takes no snapshot
+    finally:
+        traced.stop()

@@ -522,3 +522,22 @@ async def test_a_caller_that_goes_away_before_the_attach_takes_the_process_with_
             assert h.backend.reserved == 0 and not h.backend.live
         nursery.cancel_scope.cancel()
     assert not (tmp_path / "bpftrace").exists() or not any((tmp_path / "bpftrace").iterdir())
+
+
+def test_probe_listings_cached_are_bounded_and_expire() -> None:
+    # One cached listing per filter a client ever asked for grew without end (issue 28).
+    from diagd.actors.bpftrace.backend import LISTINGS_MAX, BpftraceBackend
+
+    backend = BpftraceBackend.__new__(BpftraceBackend)  # only its cache: no runtime, no bpftrace
+    backend._listings = {}
+
+    async def fill() -> None:
+        for i in range(100):
+            backend._remember_listing(("bpftrace", f"kprobe:f{i}*"), [f"kprobe:f{i}"], [], ttl_s=30)
+            assert len(backend._listings) <= LISTINGS_MAX
+        assert ("bpftrace", "kprobe:f99*") in backend._listings  # the newest are kept
+        await trio.sleep(31)
+        backend._remember_listing(("bpftrace", "x"), [], [], ttl_s=30)
+        assert list(backend._listings) == [("bpftrace", "x")]  # the expired ones went
+
+    trio.run(fill, clock=trio.testing.MockClock(autojump_threshold=0))
