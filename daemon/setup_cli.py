@@ -24,9 +24,9 @@ DEBCONF = "wireshark-common wireshark-common/install-setuid boolean false\n"
 
 
 def add_parser(sub: Any) -> None:
-    from diagd.actors import BACKENDS  # a tuple of names: imports no back end
+    from diagd.daemon import discovery  # entry points' names: imports no back end
 
-    builtin = ", ".join(m.rpartition(".")[2] for m in BACKENDS)
+    builtin = ", ".join(b.name for b in discovery.installed())
     s = sub.add_parser("setup", help="install with apt what the back ends need (diagd setup pcap, ... or all)",
                        description="Install with apt only the Debian packages the chosen back ends need. "
                                    f"Back ends: {builtin} and any [daemon] extra_backends.")
