@@ -85,7 +85,7 @@ def _redacted(record: CallRecord) -> dict[str, Any]:
             title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
 async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     # Only an actor of the client's groups, and only as the back end's own tools would let this client
-    # (a port another client owns, a crash session others hold: BUSY naming them).
+    # (a resource another client owns, or others hold: BUSY naming them).
     selection = current_selection.get()
     mine = [ref for ref in daemon.supervisor.actors() if selects(selection, ref.group)]
     ref = next((r for r in mine if r.id == args["actor_id"]), None)

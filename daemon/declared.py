@@ -26,13 +26,13 @@ class Declarations:
         return {n: str(state_dir / n / "exports") for n in self.exporting} if state_dir else {}
 
     def timeline_summary(self) -> str:
-        """What diagd_timeline merges, in words: "capture frames, serial packets and the kernel log"."""
+        """What diagd_timeline merges, in words, e.g. "frames, packets and log lines"."""
         rows = [source.rows for source in self.timeline.values()]
         return ", ".join(rows[:-1]) + f" and {rows[-1]}" if len(rows) > 1 else "".join(rows) or "nothing yet"
 
     def timeline_schema_hint(self) -> str:
-        """diagd_timeline's `sources` in one line: "{pcap|serial: path|port, offset_ms?, label?, filter?}"."""
+        """diagd_timeline's `sources` in one line, e.g. "{a|b: path|port, offset_ms?, label?, filter?}"."""
         kinds = "|".join(self.timeline)
         names = "|".join(dict.fromkeys(s.names for s in self.timeline.values()))
         options = dict.fromkeys(o for s in self.timeline.values() for o in s.options)
-        return "{" + ", ".join([f"{kinds}: {names}", "offset_ms?", *(f"{o}?" for o in options)]) + "}"
+        return "{" + ", ".join([f"{kinds}: {names}", "offset_ms?", "label?", *(f"{o}?" for o in options)]) + "}"

@@ -5,7 +5,7 @@ in the `diagd.backends` group whose name is the back end's (its tool group, conf
 dir) and whose value is its module, which has `register(runtime)` (and may have `SYSTEM_NEEDS`):
 
     [project.entry-points."diagd.backends"]
-    pcap = "diagd.actors.pcap"
+    mine = "mypackage.diagd_backend"
 
 `[daemon] extra_backends` adds modules by name (named after their last component), for back ends
 that are not installed (the tests' echo_actor). Stdlib only, and nothing is imported here: `diagd mcp

@@ -118,7 +118,7 @@ class StrictHttp:
 
     def _opened(self, session: str, tools: Selection) -> None:
         live = self.live_sessions()
-        if live is not None:  # forget the sessions the SDK ended (idle timeout, DELETE, crash)
+        if live is not None:  # forget the sessions the SDK ended (idle timeout, DELETE, a failure)
             for gone in [s for s in self.session_tools if s not in live]:
                 del self.session_tools[gone]
         self.session_tools[session] = tools

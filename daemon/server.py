@@ -95,7 +95,7 @@ class Daemon:
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
         # The connected clients; back ends are told when one comes or goes (a `diagd call` command's
-        # crash session references end with it).
+        # references to a back end's sessions end with it).
         self.clients = Clients()
         # Called by `reload` with the old and the new config: each returns notes on changed settings
         # that do not apply to what is already open, or raises DiagdError to refuse the new config.
@@ -145,7 +145,7 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         actors = [ref.statistics() for ref in self.supervisor.actors()]
-        # Each actor lists the processes it owns (sharkd, crash, drgn, bpftrace) under details.workers.
+        # Each actor lists the processes it owns (its workers) under details.workers.
         workers = [w for a in actors for w in a["details"].get("workers", [])]
         return {
             "daemon": {
@@ -326,8 +326,8 @@ def _import_front() -> ModuleType:
 
 
 # Everything the daemon and its children create is owner-only: the audit log holds every call's
-# arguments, stored outputs hold kernel memory, serial logs and bpftrace results what the devices and
-# the kernel said. Set once for the process (and inherited by crash, drgn, sharkd, bpftrace), so no
+# arguments, the back ends' stored outputs hold kernel memory and what the devices and the kernel
+# said. Set once for the process (and inherited by every worker a back end starts), so no
 # back end can forget it; files that matter also pass 0600 explicitly.
 STATE_UMASK = 0o077
 

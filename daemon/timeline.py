@@ -53,7 +53,7 @@ def parse_time(value: Any, what: str) -> float | None:
 
 
 def _example(adapters: Adapters) -> str:
-    """Two sources, for a refusal: '[{"pcap": "core.pcap"}, {"serial": "/dev/ttyUSB2", "offset_ms": -350}]'."""
+    """Two sources, for a refusal, each back end's example: '[{"a": "x"}, {"b": "y", "offset_ms": -350}]'."""
     shown = [f'{{"{kind}": "{a.example}"' + (', "offset_ms": -350}' if i else "}")
              for i, (kind, a) in enumerate(list(adapters.items())[:2])]
     return f"[{', '.join(shown)}]"

@@ -262,7 +262,7 @@ def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
             stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
 
 
-INT_LIMIT = 2**63  # what every back end (msgpack, tshark, crash, bpftrace) can hold
+INT_LIMIT = 2**63  # what every back end (msgpack and the programs back ends drive) can hold
 
 
 def _refuse_unusable_numbers(arguments: dict[str, Any]) -> None:
