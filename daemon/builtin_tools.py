@@ -151,5 +151,7 @@ GUIDE = ("diagd itself: diagd_status (daemon, actors, per-tool statistics), diag
 
 def instructions(daemon: Daemon) -> dict[str, str]:
     """Every group's paragraph of the MCP instructions: the back ends' as they declared them, then the daemon's."""
-    merged = f"{GUIDE} diagd_timeline merges {daemon.declared.timeline_summary()} by wall-clock time."
+    declared = daemon.declared
+    merged = (f"{GUIDE} diagd_timeline merges {declared.timeline_summary()} by wall-clock time (a source "
+              f"names its kind and reference; options of some kinds: {declared.timeline_options()}).")
     return {**daemon.declared.instructions, BUILTIN: textwrap.fill(merged, width=100) + "\n"}

@@ -31,8 +31,12 @@ class Declarations:
         return ", ".join(rows[:-1]) + f" and {rows[-1]}" if len(rows) > 1 else "".join(rows) or "nothing yet"
 
     def timeline_schema_hint(self) -> str:
-        """diagd_timeline's `sources` in one line, e.g. "{a|b: path|port, offset_ms?, label?, filter?}"."""
-        kinds = "|".join(self.timeline)
+        """diagd_timeline's `sources` in a few words (every client's tools/list holds it), e.g.
+        "{a|b: path|port, offset_ms?, ...}"; each kind's options are in the instructions."""
         names = "|".join(dict.fromkeys(s.names for s in self.timeline.values()))
-        options = dict.fromkeys(o for s in self.timeline.values() for o in s.options)
-        return "{" + ", ".join([f"{kinds}: {names}", "offset_ms?", "label?", *(f"{o}?" for o in options)]) + "}"
+        return "{" + f"{'|'.join(self.timeline)}: {names}, offset_ms?, ..." + "}"
+
+    def timeline_options(self) -> str:
+        """The options sources may take beyond their offset and label, e.g. "filter, fields" (each kind's own
+        are listed when one is refused)."""
+        return ", ".join(dict.fromkeys(o for s in self.timeline.values() for o in s.options)) or "none"

@@ -48,7 +48,8 @@ async def test_an_installed_back_end_is_discovered_with_its_group_instructions_a
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert set(tools) - {n for n in tools if n.startswith("diagd_")} == {"echo"}
             sources = tools["diagd_timeline"].input_schema["properties"]["sources"]["description"]
-            assert "echo_actor" in sources and "at?" in sources
+            assert "echo_actor" in sources and "message" in sources
+            assert "options of some kinds: at, filter" in client.instructions  # its source's own option, as declared
             result = await call(client, "diagd_timeline", {"sources": [
                 {"echo_actor": "hi", "at": AT}, {"echo_actor": "later", "at": AT + 1, "offset_ms": -500}]})
             assert not result.is_error, payload(result)
