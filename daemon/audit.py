@@ -42,11 +42,13 @@ class CallRecord:
     bytes: int
     truncated: bool
     call_id: str | None = None
+    details: dict[str, Any] | None = None  # a refused call's: the JSON-RPC code it got, did_you_mean
 
     def to_json(self) -> dict[str, Any]:
         data = self.__dict__.copy()
-        if data["call_id"] is None:  # records made without one keep their old shape
-            del data["call_id"]
+        for optional in ("call_id", "details"):  # records made without them keep their old shape
+            if data[optional] is None:
+                del data[optional]
         return data
 
 
@@ -138,6 +140,10 @@ class _ToolStats:
     durations: deque[float] = field(default_factory=lambda: deque(maxlen=1024))
 
 
+MAX_NAMES = 512  # tools counted one by one: every registered tool, and names clients asked for in vain
+OTHER_NAMES = "(other names)"
+
+
 class CallStats:
     """Per-tool counts and p50/p95 durations, a ring of recent calls and the calls still running."""
 
@@ -160,7 +166,10 @@ class CallStats:
             return
         if record.call_id is not None:
             self._running.pop(record.call_id, None)
-        stats = self._tools.setdefault(record.tool, _ToolStats())
+        name = record.tool
+        if name not in self._tools and len(self._tools) >= MAX_NAMES:
+            name = OTHER_NAMES  # a client calling ever new unknown names must not grow this without bound
+        stats = self._tools.setdefault(name, _ToolStats())
         stats.count += 1
         self.total += 1
         if record.outcome == "error":

@@ -109,7 +109,7 @@ _TIMELINE_OUTPUT = object_schema({"rows": {"type": "array", "items": {"type": "o
                                   "sources": {"type": "array", "items": {"type": "object"}}}, ("rows", "sources"))
 
 
-# Sources, their options and the answer are in README ("One timeline"); the schema stays small (it
+# Sources, their options and the answer are in docs/timeline.md; the schema stays small (it
 # is in every client's tools/list): timeline.parse_sources and parse_time check the rest, with hints.
 # The sources' description names the kinds the back ends declared (`describe_sources`, once they did).
 TIME = {"type": ["number", "string"], "description": "Unix s or ISO 8601"}

@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("start", help="start the daemon in the background unless it runs")
     s.set_defaults(func=cmd_start)
     sub.add_parser("stop", help="stop the running daemon").set_defaults(func=cmd_stop)
+    sub.add_parser("restart", help="stop the daemon and start it again (systemctl --user restart diagd "
+                   "under the user service); MCP sessions carry on").set_defaults(func=cmd_restart)
 
     s = sub.add_parser("status", help="daemon, actors and per-tool statistics")
     s.add_argument("--json", action="store_true", help="the whole status as JSON")
@@ -190,12 +192,26 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    return _start("start")
+
+
+def _start(command: str, *, by_systemd: bool = False) -> int:
+    """Start the daemon the way the shim autostarts it (`by_systemd`: wait, bounded, for the one the
+    user service started); return once its control socket answers, which it does only when every
+    listener (HTTP too) accepts."""
     from diagd.daemon import launch, shim
 
-    sock = shim.connect_or_start(paths.control_socket(), autostart=True)
+    if by_systemd:
+        sock = shim.wait_for_socket(paths.control_socket(), shim.AUTOSTART_WAIT_S)
+    else:
+        sock = shim.connect_or_start(paths.control_socket(), autostart=True)
+    if sock is None and by_systemd:
+        sys.stderr.write(f"diagd {command}: the user service did not come back within {shim.AUTOSTART_WAIT_S:g} s;"
+                         " see `journalctl --user -u diagd`\n")
+        return EXIT_NO_DAEMON
     if sock is None:
         why = launch.last_log_line()  # `diagd serve` ends its log with why it stopped, e.g. a config error
-        sys.stderr.write(f"diagd: the daemon did not start ({why}); see {paths.state_dir()}/daemon.log\n")
+        sys.stderr.write(f"diagd {command}: the daemon did not start ({why}); see {paths.state_dir()}/daemon.log\n")
         return EXIT_NO_DAEMON
     sock.close()
     status = _request("status")
@@ -204,8 +220,6 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from diagd.protocol import control
-
     try:
         pid = _request("status")["daemon"]["pid"]
     except _NoDaemon:
@@ -213,19 +227,52 @@ def cmd_stop(args: argparse.Namespace) -> int:
         return EXIT_OK
     except DiagdError as exc:
         return _fail("stop", exc)
+    return _stop(pid, "stop")
+
+
+STOP_WAIT_S = 20.0  # for actors to release their resources (a capture written out, a dump session ended)
+
+
+def _stop(pid: int, command: str) -> int:
+    """Ask the daemon `pid` to shut down and wait, bounded, until that pid is gone."""
+    from diagd.protocol import control
+
     try:
         _request(control.ShutdownRequest)
-    except DiagdError:
+    except (_NoDaemon, DiagdError):
         pass  # the daemon may close the connection as it goes down: the pid tells
-    for _ in range(200):  # up to 20 s for actors to release their resources
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             print(f"diagd stopped (pid {pid})")
             return EXIT_OK
         time.sleep(0.1)
-    sys.stderr.write(f"diagd: pid {pid} still running after 20 s\n")
+    sys.stderr.write(f"diagd {command}: pid {pid} still running after {STOP_WAIT_S:g} s; see "
+                     f"{paths.state_dir()}/daemon.log\n")
     return EXIT_TOOL_ERROR
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    """The user service's daemon through systemd (which would restart it on its own terms otherwise);
+    any other one stopped (its pid gone) and started again as `diagd start` does. HTTP sessions are
+    revived from http_sessions.json, stdio shims reconnect and replay: clients carry on."""
+    from diagd.daemon import service
+
+    try:
+        pid: int | None = _request("status")["daemon"]["pid"]
+    except _NoDaemon:
+        pid = None
+    if pid is not None and service.is_service_daemon(pid):
+        if not service.restart():
+            sys.stderr.write("diagd restart: systemctl --user restart diagd failed; see "
+                             "`journalctl --user -u diagd`\n")
+            return EXIT_TOOL_ERROR
+        return _start("restart", by_systemd=True)  # Type=notify: back once READY, every listener accepting
+    if pid is not None and (done := _stop(pid, "restart")) != EXIT_OK:
+        return done
+    return _start("restart")
 
 
 class _NoDaemon(Exception):

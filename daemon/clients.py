@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diagd.actors import interpreter
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -82,7 +83,7 @@ def diagd_command() -> list[str]:
     found = shutil.which("diagd")
     if found:
         return [os.path.abspath(found)]
-    return [sys.executable, "-m", "diagd.daemon.cli"]
+    return interpreter.module_argv("diagd.daemon.cli")  # -P: never the host's working directory
 
 
 def entry(host: Host, tools: list[str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ GROUP = "diagd.backends"
 class Backend:
     name: str  # its tool group, config table [name] and state dir $state/name
     module: str  # has register(runtime)
+    installed: bool = True  # False: named in [daemon] extra_backends
 
 
 def module_name(module: str) -> str:
@@ -57,7 +58,7 @@ def backends(extra: Iterable[str] = ()) -> list[Backend]:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] extra_backends: {module!r} is named {name!r}, "
                              "like an installed back end", setting="[daemon] extra_backends", backend=name)
         names.add(name)
-        found.append(Backend(name, module))
+        found.append(Backend(name, module, installed=False))
     return found
 
 

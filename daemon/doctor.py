@@ -45,7 +45,7 @@ def check_config() -> Check:
     try:
         cfg = config.load()
     except DiagdError as exc:
-        return Check("config", False, exc.message, "fix the TOML file (see README: Configuration)", True)
+        return Check("config", False, exc.message, "fix the TOML file (see docs/configuration.md)", True)
     return Check("config", True, cfg.source, required=True)
 
 

@@ -12,7 +12,9 @@ diagd is an OAuth 2.0 protected resource with no authorization server: tokens co
   finds no server to run an OAuth flow against;
 - the authorization-server discovery paths (`/.well-known/oauth-authorization-server`,
   `/.well-known/openid-configuration`, with or without a path suffix) and every other path but the
-  MCP endpoint answer 404 with or without a token, so a client's discovery ends at "none".
+  MCP endpoint answer 404 with or without a token, so a client's discovery ends at "none"; the 404's
+  body says how to send a token (MCP Inspector 2.12, which registers a client at `/register` anyway,
+  ends its attempt quoting it).
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ async def public(scope: Scope, send: Send, endpoint: str) -> bool:
                     "resource_name": "diagd"}
         await _respond(send, 200, json.dumps(document).encode(), b"application/json")
         return True
-    await _respond(send, 404, f"diagd serves MCP at {endpoint} (and no OAuth authorization server)".encode())
+    # Clients that try OAuth anyway (MCP Inspector registering a client at /register) quote this body.
+    await _respond(send, 404, f"diagd serves MCP at {endpoint} and has no OAuth authorization server: send "
+                              "`Authorization: Bearer <token>` with a token of `diagd token add NAME`".encode())
     return True
 
 

@@ -104,7 +104,8 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
         selection = _selection(ctx)
-        mcp_requests.check_tool(registry, params.name, selection)  # unknown: a protocol error, not a result
+        # Unknown: a protocol error, not a result (audited and counted all the same).
+        mcp_requests.check_tool(registry, params.name, selection, client=_client(ctx), arguments=params.arguments)
         meta: dict[str, Any] = dict(ctx.meta or {})
         wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
         conn = connections.current.get()

@@ -4,7 +4,8 @@
   "Invalid request parameters" with empty data: `short_validation_errors` says which param and why.
 - An unknown tool is a protocol error in the 2025-11-25 spec (-32602), not a tool result:
   `check_tool` raises it with `data.did_you_mean` (close names this client can call) and, for a
-  tool of a group this client has not selected, that group, so the agent can ask for it.
+  tool of a group this client has not selected, that group, so the agent can ask for it. Still a
+  call: audited and counted like any other, with the name asked and that data.
 
 An HTTP session's tool groups are fixed when it opens (`SESSION_TOOLS_KEY`, set by http_wire on
 every request of the session), as a Unix-socket connection's are: `listChanged` stays false.
@@ -51,8 +52,9 @@ def _first(exc: ValidationError) -> str:
     return f"{_path(exc)}: {message[:120]}".replace("Field required", "required, missing")
 
 
-def check_tool(registry: ToolRegistry, name: str, selection: Selection) -> None:
-    """MCPError -32602 when this client cannot call `name`: unknown, or of a group it has not selected."""
+def check_tool(registry: ToolRegistry, name: str, selection: Selection, *, client: str, arguments: Any) -> None:
+    """MCPError -32602 when this client cannot call `name`: unknown, or of a group it has not selected.
+    Refused or not, it was a call: audited and counted (`registry.record_refusal`), as every call is."""
     try:
         registry.get(name, selection)
     except DiagdError as exc:
@@ -65,6 +67,8 @@ def check_tool(registry: ToolRegistry, name: str, selection: Selection) -> None:
             data["did_you_mean"] = exc.details.get("did_you_mean", [])
             hint = f" (did you mean {' or '.join(data['did_you_mean'])}?)" if data["did_you_mean"] else ""
             message = f"unknown tool {name!r}{hint}"
+        details = {k: v for k, v in data.items() if k not in ("code", "tool")}
+        registry.record_refusal(name, arguments, client, data["code"], jsonrpc_code=INVALID_PARAMS, **details)
         raise MCPError(code=INVALID_PARAMS, message=message, data=data) from None
 
 

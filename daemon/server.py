@@ -118,7 +118,14 @@ class Daemon:
         """Register the daemon's own tools, then every back end found (daemon/discovery.py)."""
         builtin_tools.register(self)
         for backend in discovery.backends(self.config.daemon.extra_backends):
-            module = importlib.import_module(backend.module)
+            try:
+                module = importlib.import_module(backend.module)
+            except ImportError as exc:  # a misspelt extra back end: one coded line, not a traceback
+                if backend.installed:
+                    raise
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] extra_backends: cannot import "
+                                 f"{backend.module!r} ({exc}); is it on the daemon's PYTHONPATH?",
+                                 backend=backend.module) from None
             # $state/<name> is checked like the state dir itself (never a link, ours, owner-only) before use.
             paths.ensure_private_dir(self.state_dir / backend.name, what=f"{backend.name} state directory")
             module.register(self.runtime(backend.name))

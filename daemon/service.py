@@ -1,4 +1,4 @@
-"""`diagd service install|uninstall|print`: the systemd user units, pointed at this diagd.
+"""The systemd user units: `diagd service install|uninstall|print`, and `diagd restart` through them.
 
 `--socket` adds diagd.socket (socket activation): systemd holds the sockets and starts the
 service on the first client, so only the socket is enabled, never the service itself.
@@ -53,15 +53,37 @@ def unit_dir() -> Path:
     return Path(base) / "systemd" / "user"
 
 
-def _systemctl(*args: str) -> bool:
+def _systemctl(*args: str, timeout_s: float = 30) -> bool:
     try:
-        done = subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, timeout=30,
+        done = subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, timeout=timeout_s,
                               check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
     return done.returncode == 0
+
+
+def is_service_daemon(pid: int) -> bool:
+    """Whether the daemon `pid` is the user service's main process (`diagd restart` then goes through
+    systemd); not merely whether the service is active: a daemon of another runtime directory (a test's,
+    DIAGD_RUNTIME_DIR) beside the user's service is not the one to restart."""
+    try:
+        active = subprocess.run(["systemctl", "--user", "is-active", "--quiet", "diagd"], capture_output=True,
+                                timeout=30, check=False)
+        if active.returncode != 0:
+            return False
+        shown = subprocess.run(["systemctl", "--user", "show", "--property=MainPID", "--value", "diagd"],
+                               capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False  # no systemctl, or no user manager answering
+    return shown.returncode == 0 and shown.stdout.strip() == str(pid)
+
+
+def restart() -> bool:
+    """`systemctl --user restart diagd` (its error, if any, on stderr); bounded past the unit's
+    TimeoutStopSec (30 s) plus a start."""
+    return _systemctl("restart", "diagd", timeout_s=90)
 
 
 def run(action: str, *, start: bool = True, socket: bool = False) -> int:

@@ -80,7 +80,10 @@ def wait_for_socket(path: Path, timeout_s: float, child: subprocess.Popen[bytes]
     return None
 
 
-def connect_or_start(path: Path, *, autostart: bool, timeout_s: float = 15.0) -> socket.socket | None:
+AUTOSTART_WAIT_S = 15.0  # for a daemon just started to answer on its control socket
+
+
+def connect_or_start(path: Path, *, autostart: bool, timeout_s: float = AUTOSTART_WAIT_S) -> socket.socket | None:
     sock = connect(path)
     if sock is not None or not autostart:
         return sock

@@ -10,6 +10,7 @@ Nothing here knows about MCP types.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import difflib
 import itertools
 import json
@@ -125,7 +126,7 @@ class ToolRegistry:
         _refuse_unsafe_text(arguments)
         # Before the schema's checks: a misspelt name is reported as itself, not as the required
         # argument it was meant to be (nor as a bad value of the default filled in for it).
-        _refuse_unknown_names(spec.input_schema, arguments, "$")
+        _refuse_unknown_names(spec.input_schema, arguments, "$", spec.name)
         args = coerce(spec.input_schema, arguments, numbers_as_text=typed)
         _refuse_unusable_numbers(args)
         # Validation fills `args` with the defaults the schema declares (a new dict: coerce copied it).
@@ -149,8 +150,7 @@ class ToolRegistry:
         started = time.monotonic()
         outcome, code = "error", None
         result: CallResult | None = None
-        shown_args = _abridge(arguments) if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
-        call_id = f"{self._call_prefix}-{next(self._call_ids)}"
+        shown_args, call_id = _shown(arguments), self._next_call_id()
         self._observe(CallRecord(ts=time.time(), client=ctx.client, tool=name, arguments=shown_args, duration_ms=0.0,
                                  queue_ms=0.0, outcome="started", code=None, bytes=0, truncated=False,
                                  call_id=call_id))
@@ -196,6 +196,21 @@ class ToolRegistry:
             ))
         return result
 
+    def record_refusal(self, name: str, arguments: Any, client: str, code: str, **details: Any) -> None:
+        """A call refused before it began (a tool this client cannot call, which MCP answers with a
+        JSON-RPC error, not a result): audited and counted all the same, its start and its end, with
+        `details` (the JSON-RPC code, did_you_mean) in the final record. The name as asked, cut at
+        the 128 characters the MCP spec gives a tool name."""
+        shown = name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + f"...(+{len(name) - MAX_NAME_CHARS})"
+        record = CallRecord(ts=time.time(), client=client, tool=shown, arguments=_shown(arguments), duration_ms=0.0,
+                            queue_ms=0.0, outcome="started", code=None, bytes=0, truncated=False,
+                            call_id=self._next_call_id())
+        self._observe(record)
+        self._observe(dataclasses.replace(record, ts=time.time(), outcome="error", code=code, details=details))
+
+    def _next_call_id(self) -> str:
+        return f"{self._call_prefix}-{next(self._call_ids)}"
+
     def _observe(self, record: CallRecord) -> None:
         for observe in self.observers:
             try:
@@ -205,10 +220,11 @@ class ToolRegistry:
 
 
 AUDIT_MAX_CHARS = 1024
+MAX_NAME_CHARS = 128  # a tool name, as the MCP spec bounds it (a refused call's name is the client's)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _refuse_unknown_names(schema: dict[str, Any], value: Any, path: str) -> None:
+def _refuse_unknown_names(schema: dict[str, Any], value: Any, path: str, tool: str) -> None:
     """Every key of a closed object (`additionalProperties: false`) must be one of its properties, at
     any depth: INVALID_ARGUMENT naming the unknown key and the close property names (did you mean)."""
     props = schema.get("properties")
@@ -216,16 +232,16 @@ def _refuse_unknown_names(schema: dict[str, Any], value: Any, path: str) -> None
         if schema.get("additionalProperties") is False:
             for key in value:
                 if key not in props:
-                    _unknown_name(key, list(props), [p for p in props if p not in value], path)
+                    _unknown_name(key, list(props), [p for p in props if p not in value], path, tool)
         for key, item in value.items():
             if isinstance(props.get(key), dict):
-                _refuse_unknown_names(props[key], item, f"{path}.{key}")
+                _refuse_unknown_names(props[key], item, f"{path}.{key}", tool)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
-            _refuse_unknown_names(schema["items"], item, f"{path}[{i}]")
+            _refuse_unknown_names(schema["items"], item, f"{path}[{i}]", tool)
 
 
-def _unknown_name(key: str, names: list[str], unused: list[str], path: str) -> None:
+def _unknown_name(key: str, names: list[str], unused: list[str], path: str, tool: str) -> None:
     """Refuse `key`, suggesting the names not given yet that are close to it (else listing them all)."""
     close = difflib.get_close_matches(key, unused, n=3, cutoff=0.6)
     if not close:  # a prefix or a part of a name: `frame` for `frame_numbers`
@@ -233,8 +249,10 @@ def _unknown_name(key: str, names: list[str], unused: list[str], path: str) -> N
     hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"arguments: {', '.join(names)}"
     where = "" if path == "$" else f"{path}: "
     shown = key if len(key) <= 100 else key[:100] + "…"  # the key is the caller's: any size
+    # What it takes, in full, as a hint (an argument it took once, like out_path, has no close match).
+    takes = f"{tool if path == '$' else path} takes {', '.join(sorted(names)) or 'no arguments'}"
     raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{where}unknown argument {shown!r} ({hint})",
-                     path=f"{path}.{shown}", did_you_mean=close)
+                     path=f"{path}.{shown}", did_you_mean=close, hint=takes)
 
 
 def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
@@ -291,6 +309,11 @@ def _unsafe(text: str) -> str | None:
     if not text.isascii() and (m := _SURROGATE.search(text)):
         return f"contains a lone surrogate (\\u{ord(m.group()):04x}) at offset {m.start()}; it is not Unicode text"
     return None
+
+
+def _shown(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as its audit records keep them."""
+    return _abridge(arguments) if isinstance(arguments, dict) else {"_raw": repr(arguments)[:200]}
 
 
 def _abridge(value: Any) -> Any:

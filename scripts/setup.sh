@@ -6,7 +6,7 @@
 #                            a user manager runs, else a detached `diagd serve`)
 #   scripts/setup.sh test    the runtime plus the test toolchain (QEMU, busybox, makedumpfile for the
 #                            vmcore fixture; socat; OpenSSH; Node.js, Mermaid and the TypeScript MCP SDK;
-#                            pytest, mypy, ruff; the MCP conformance suite, cached in ~/.cache/diagd),
+#                            pytest, mypy, ruff; the MCP conformance suite and Inspector, cached in ~/.cache/diagd),
 #                            then the whole test suite
 #   scripts/setup.sh         just the runtime
 #
@@ -146,6 +146,18 @@ case "$action" in
       npm install --prefix "$conformance_dir" --no-audit --no-fund --silent \
         @modelcontextprotocol/conformance@0.1.16 node@22.23.3 \
         || log "could not install the conformance suite: tests/e2e/test_conformance.py will skip"
+    fi
+    # The MCP Inspector's command-line clients (tests/e2e/test_inspector.py), with the Node they need
+    # (>= 22.19), cached outside the repository in the same way.
+    inspector_dir=${DIAGD_INSPECTOR_DIR:-$HOME/.cache/diagd/inspector}
+    if [ ! -e "$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json" ] \
+       || ! grep -q '"version": "2.12.0"' "$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json" \
+       || [ ! -x "$inspector_dir/node_modules/.bin/node" ]; then
+      log "installing the MCP Inspector into $inspector_dir"
+      mkdir -p "$inspector_dir"
+      npm install --prefix "$inspector_dir" --no-audit --no-fund --silent \
+        @modelcontextprotocol/inspector@2.12.0 node@22.23.3 \
+        || log "could not install the MCP Inspector: tests/e2e/test_inspector.py will skip"
     fi
     cd "$top"
     "$venv/bin/ruff" check .

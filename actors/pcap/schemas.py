@@ -127,5 +127,5 @@ CONFIG_OUTPUT = output({
     "loaded_captures": {"type": "array", "items": OBJ},
 }, ("profiles", "allowed_dirs", "output_dir", "loaded_captures"))
 
-# Kept small (every client reads tools/list each turn): the rows' keys are in the README.
+# Kept small (every client reads tools/list each turn): the rows' keys are in docs/pcap.md (pcap_stats).
 STATS_OUTPUT = output({"rows": ARRAY}, ("rows",))

@@ -104,3 +104,32 @@ def test_audit_log_keeps_both_records_and_escapes_what_utf8_cannot_hold(tmp_path
     lines = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [(r["outcome"], r["call_id"]) for r in lines] == [("started", "ab12cd-1"), ("error", "ab12cd-1")]
     assert lines[0]["arguments"] == {"q": "\ud800"}
+
+
+def test_a_refused_call_is_recorded_as_started_and_error_with_its_details_and_counted() -> None:
+    registry, records, handled = make_registry()
+    stats = CallStats()
+    registry.observers.append(stats.observe)
+    registry.record_refusal("x" * 300, {"a": "b" * 5000}, "mcp:1", "INVALID_ARGUMENT", jsonrpc_code=-32602,
+                            did_you_mean=["t"])
+    started, ended = records
+    assert (started.outcome, ended.outcome, ended.code) == ("started", "error", "INVALID_ARGUMENT")
+    assert started.call_id == ended.call_id is not None
+    assert ended.tool == "x" * 128 + "...(+172)"  # the MCP spec's bound on a tool name
+    assert ended.arguments["a"].endswith("...(+3976 chars)")  # abridged as any call's
+    assert ended.to_json()["details"] == {"jsonrpc_code": -32602, "did_you_mean": ["t"]}
+    assert "details" not in started.to_json()
+    assert stats.total == 1 and stats.summary()[ended.tool]["failures"] == 1 and not stats.running()
+    assert handled == []
+
+
+def test_call_statistics_count_ever_new_names_under_one_entry_past_the_bound() -> None:
+    from diagd.daemon import audit
+
+    stats = CallStats()
+    for i in range(audit.MAX_NAMES + 50):
+        stats.observe(CallRecord(ts=0.0, client="c", tool=f"nope{i}", arguments={}, duration_ms=0.0, queue_ms=0.0,
+                                 outcome="error", code="INVALID_ARGUMENT", bytes=0, truncated=False))
+    summary = stats.summary()
+    assert len(summary) == audit.MAX_NAMES + 1 and summary[audit.OTHER_NAMES]["count"] == 50
+    assert stats.total == audit.MAX_NAMES + 50

@@ -100,7 +100,8 @@ async def test_a_misspelt_argument_is_named_with_the_close_match_before_any_miss
     result = await registry.call("t", {"pcap_pth": "/x.pcap", "frame_numbers": [1]}, CallContext(client="test"))
     assert result.payload["code"] == "INVALID_ARGUMENT"
     assert result.payload["message"] == "unknown argument 'pcap_pth' (did you mean 'pcap_path'?)"
-    assert result.payload["details"] == {"path": "$.pcap_pth", "did_you_mean": ["pcap_path"]}
+    assert result.payload["details"] == {"path": "$.pcap_pth", "did_you_mean": ["pcap_path"],
+                                         "hint": "t takes frame_numbers, limit, pcap_path"}
     prefix = await registry.call("t", {"pcap_path": "/x", "frame": [1]}, CallContext(client="test"))
     assert prefix.payload["message"] == "unknown argument 'frame' (did you mean 'frame_numbers'?)"
     # Nothing close: the arguments it takes.

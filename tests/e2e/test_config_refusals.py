@@ -78,5 +78,14 @@ def test_start_says_why_the_daemon_did_not_start(env: Env) -> None:
     env.write_config(GOOD + MISTAKES[0][0])
     started = env.run("start")
     assert started.returncode == 3
-    assert started.stderr.startswith(f"diagd: the daemon did not start (diagd: INVALID_ARGUMENT: config {env.config} "
-                                     f"refused: {MISTAKES[0][1]}); see ")
+    assert started.stderr.startswith(f"diagd start: the daemon did not start (diagd: INVALID_ARGUMENT: config "
+                                     f"{env.config} refused: {MISTAKES[0][1]}); see ")
+
+
+def test_start_says_which_extra_back_end_it_could_not_import_in_one_line(env: Env) -> None:
+    env.write_config('[daemon]\nextra_backends = ["echo_actor", "no_such_backend_mod"]\n')
+    started = env.run("start")
+    assert started.returncode == 3 and "Traceback" not in started.stderr
+    assert started.stderr.startswith("diagd start: the daemon did not start (diagd: INVALID_ARGUMENT: [daemon] "
+                                     "extra_backends: cannot import 'no_such_backend_mod' (No module named "
+                                     "'no_such_backend_mod'); is it on the daemon's PYTHONPATH?); see "), started.stderr

@@ -43,7 +43,9 @@ def test_the_authorization_server_discovery_paths_answer_404(http_daemon: HttpDa
                  "/mcp/.well-known/openid-configuration", "/register", "/authorize", "/token"):
         for headers in ({}, {"Authorization": f"Bearer {http_daemon.token}"}):
             assert httpx2.get(base + path, headers=headers, timeout=30).status_code == 404, (path, headers)
-    assert httpx2.post(base + "/register", json={}, timeout=30).status_code == 404
+    registered = httpx2.post(base + "/register", json={}, timeout=30)  # a client trying OAuth anyway
+    assert registered.status_code == 404 and "Authorization: Bearer <token>" in registered.text
+    assert "diagd token add" in registered.text
 
 
 async def test_the_python_sdk_without_a_token_fails_with_the_reason_and_with_one_works(http_daemon: HttpDaemon) -> None:

@@ -39,9 +39,16 @@ def stopped(env: Env) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def restarted(env: Env) -> None:
+    """`diagd restart`: the old daemon's pid gone, the new one answering on every listener."""
+    done = env.run("restart", timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("diagd stopped (pid "), done.stdout
+
+
 @pytest.fixture
 def http_env(env: Env) -> Iterator[tuple[Env, int, str]]:
-    """A daemon started with `diagd start` (so it can be restarted the same way), its port and a token."""
+    """A daemon started with `diagd start` (`diagd restart` replaces it), its port and a token."""
     port = free_port()
     env.write_config(config(port, "max_sessions_per_token = 3\nmax_sessions = 4\n"))
     token = add_token(env, "laptop")
@@ -62,13 +69,19 @@ def listed(url: str, token: str, sid: str) -> httpx2.Response:
         **ACCEPT, "Authorization": f"Bearer {token}", "Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-06-18"})
 
 
-def test_diagd_start_returns_when_the_http_port_accepts(http_env: tuple[Env, int, str]) -> None:
+def test_diagd_start_and_restart_return_when_the_http_port_accepts(http_env: tuple[Env, int, str]) -> None:
     env, port, _token = http_env
-    for _ in range(2):  # a fresh start and a restart: no retry, the first connect must succeed
+
+    def accepts() -> None:  # no retry: the first connect must succeed
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
-        stopped(env)
-        started(env)
+
+    accepts()
+    stopped(env)
+    started(env)
+    accepts()
+    restarted(env)
+    accepts()
 
 
 def test_requests_without_a_session_id_other_than_initialize_get_no_id(http_env: tuple[Env, int, str]) -> None:
@@ -116,9 +129,8 @@ async def test_the_python_sdk_keeps_its_session_across_a_restart(http_env: tuple
         async with mcp_over_http(f"http://127.0.0.1:{port}/mcp", token) as client:
             before = await client.call_tool("echo", {"message": "before"})
             assert not before.is_error
-            await trio.to_thread.run_sync(stopped, env)
+            await trio.to_thread.run_sync(restarted, env)
             assert (env.state / "http_sessions.json").stat().st_mode & 0o777 == 0o600
-            await trio.to_thread.run_sync(started, env)
             after = await client.call_tool("echo", {"message": "after"})
             assert not after.is_error and json.loads(after.content[0].text)["message"] == "after"
             assert "echo" in {t.name for t in (await client.list_tools()).tools}
@@ -129,8 +141,7 @@ def test_another_token_cannot_revive_a_session(http_env: tuple[Env, int, str]) -
     url = f"http://127.0.0.1:{port}/mcp"
     sid = initialize(url, token).headers["mcp-session-id"]
     other = add_token(env, "ci")
-    stopped(env)
-    started(env)
+    restarted(env)
     assert listed(url, other, sid).status_code == 404
     assert listed(url, token, sid).status_code == 200
 
@@ -183,8 +194,7 @@ def test_the_typescript_sdk_keeps_its_session_across_a_restart(http_env: tuple[E
     try:
         assert client.stdout is not None and client.stdin is not None
         assert client.stdout.readline().strip() == "before: before", client.stderr
-        stopped(env)
-        started(env)
+        restarted(env)
         client.stdin.write("go\n")
         client.stdin.flush()
         out, err = client.communicate(timeout=60)

@@ -213,6 +213,33 @@ def test_both_transports_speak_the_same_eras(both: tuple[Stdio, Http, HttpDaemon
     assert "echo" in names and names == [t["name"] for t in over_http["result"]["tools"]]
 
 
+def test_an_unknown_tool_is_a_protocol_error_and_still_audited_and_counted_on_both_transports(
+        both: tuple[Stdio, Http, HttpDaemon], env: Env) -> None:
+    stdio, http, _ = both
+    stdio.open_session()
+    http.open_session()
+    probe = call(30, {"name": "ecoh", "arguments": {"message": "hi"}})
+    expected = error(30, -32602, "unknown tool 'ecoh' (did you mean echo?)",
+                     {"code": "INVALID_ARGUMENT", "tool": "ecoh", "did_you_mean": ["echo"]})
+    assert stdio.ask(probe) == expected  # the answer as before: recording it changes nothing the client sees
+    assert http.ask(probe) == expected
+    records = [json.loads(line) for line in (env.state / "audit.jsonl").read_text().splitlines()]
+    asked = [r for r in records if r["tool"] == "ecoh"]
+    ended = [r for r in asked if r["outcome"] != "started"]
+    assert len(asked) == 4 and len(ended) == 2  # each call's start and end, one call_id each
+    assert {r["call_id"] for r in asked} == {r["call_id"] for r in ended}
+    assert sorted(r["client"].split(":")[0] for r in ended) == ["http", "mcp"]
+    for record in ended:
+        assert record["outcome"] == "error" and record["code"] == "INVALID_ARGUMENT"
+        assert record["details"] == {"jsonrpc_code": -32602, "did_you_mean": ["echo"]}
+        assert record["arguments"] == {"message": "hi"}
+    status = json.loads(env.run("status", "--json").stdout)
+    assert (status["tools"]["ecoh"]["count"], status["tools"]["ecoh"]["failures"]) == (2, 2)
+    # And diagd_calls shows them to an agent.
+    shown = stdio.ask(call(31, {"name": "diagd_calls", "arguments": {"tool": "ecoh"}}))
+    assert [c["code"] for c in shown["result"]["structuredContent"]["calls"]] == ["INVALID_ARGUMENT"] * 2
+
+
 
 def listed_names(answer: dict[str, Any]) -> list[str]:
     return [t["name"] for t in answer["result"]["tools"]]

@@ -82,6 +82,23 @@ async def test_a_restart_under_an_open_session_loses_nothing_the_next_call_succe
             assert result.structured_content == {"message": "after two restarts", "resource": "default"}
 
 
+async def test_diagd_restart_under_an_open_session_the_next_call_succeeds(env: Env) -> None:
+    """The command a user types, under the real SDK client's open stdio session."""
+    assert env.run("start", timeout=60).returncode == 0
+    try:
+        async with sdk_client(env) as client:
+            before = await status_pid(client)
+            done = await trio.to_thread.run_sync(lambda: env.run("restart", timeout=90))
+            assert done.returncode == 0, done.stderr
+            after = await status_pid(client)  # the same ClientSession, on the new daemon
+            assert after != before and f"pid {after}" in done.stdout
+            with trio.fail_after(30):
+                result = await client.call_tool("echo", {"message": "after diagd restart"})
+            assert result.structured_content == {"message": "after diagd restart", "resource": "default"}
+    finally:
+        env.run("stop", timeout=60)
+
+
 async def wait_busy(client: Client, resource: str) -> None:
     with trio.fail_after(20):
         while True:
