@@ -170,6 +170,9 @@ class ActorRuntime:
     in_flight: int = 0
     mean_s: float = 0.0  # moving average of how long a request takes: BUSY says when to retry from it
     last_error: str | None = None
+    # Why the actor is stopping (set by whoever stops it: eviction, diagd_stop_actor, shutdown, a crash on
+    # another call): the requests it was serving are told.
+    stop_reason: str | None = None
     expire_now: Callable[[], bool] = field(default=lambda: True)
 
     def set_idle_timeout(self, idle_timeout_s: float) -> None:
@@ -284,6 +287,7 @@ async def _serve(actor: Actor, request: Request, runtime: ActorRuntime) -> None:
         request.fail(exc)
     except Exception as exc:
         runtime.last_error = f"{type(exc).__name__}: {exc}"
+        runtime.stop_reason = f"another call crashed it ({runtime.last_error}); it restarts"
         request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor crashed: {runtime.last_error}"))
         raise ActorCrashed(runtime.last_error) from exc
     finally:
@@ -292,8 +296,10 @@ async def _serve(actor: Actor, request: Request, runtime: ActorRuntime) -> None:
         runtime.handled += 1
         runtime.in_flight -= 1
         runtime.mean_s += 0.2 * ((trio.current_time() - started) - runtime.mean_s)
-        # Cancelled mid-request (actor stopped): the caller still gets an answer.
-        request.fail(DiagdError(ErrorCode.CANCELLED, f"{actor.kind} actor stopped during the call"))
+        # Cancelled mid-request (actor stopped): the caller still gets an answer, saying why.
+        why = runtime.stop_reason or "stopped"
+        request.fail(DiagdError(ErrorCode.CANCELLED, f"{actor.kind} actor stopped during the call: {why}",
+                                reason=why))
         if runtime.in_flight == 0:
             runtime.state = ActorState.IDLE
             runtime.idle_since = trio.current_time()

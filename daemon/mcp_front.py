@@ -22,7 +22,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import connections, jsonrpc, mcp_requests, mcp_wire, tool_groups, tool_listing
+from diagd.daemon import connections, jsonrpc, mcp_requests, mcp_validation, mcp_wire, tool_groups, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection
 from diagd.daemon.mcp_lines import LineReader
 from diagd.daemon.tool_groups import Selection, selects
@@ -105,7 +105,10 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
                         ) -> types.CallToolResult:
         selection = _selection(ctx)
         # Unknown: a protocol error, not a result (audited and counted all the same).
-        mcp_requests.check_tool(registry, params.name, selection, client=_client(ctx), arguments=params.arguments)
+        try:
+            registry.check_callable(params.name, selection, client=_client(ctx), arguments=params.arguments)
+        except DiagdError as exc:
+            raise mcp_requests.refused(params.name, exc) from None
         meta: dict[str, Any] = dict(ctx.meta or {})
         wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
         conn = connections.current.get()
@@ -125,7 +128,7 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
     server: Server[Any] = Server("diagd", version=version, title="diagd diagnostics daemon",
                                  instructions=instructions(guides or {}), on_list_tools=list_tools,
                                  on_call_tool=call_tool)
-    server.middleware.append(mcp_requests.short_validation_errors)
+    server.middleware.append(mcp_validation.short_validation_errors)
     return server
 
 

@@ -1,9 +1,8 @@
-"""Protocol errors the SDK server answers for diagd, short and the same on every transport.
+"""Protocol errors for tool calls the registry refused before they began, and HTTP sessions' tool groups.
 
-- Params that fail the SDK's validation (`tools/call` without `name`, a `cursor` of 5) got -32602
-  "Invalid request parameters" with empty data: `short_validation_errors` says which param and why.
+(Params that fail the SDK's own validation are answered by `mcp_validation`.)
 - An unknown tool is a protocol error in the 2025-11-25 spec (-32602), not a tool result:
-  `check_tool` raises it with `data.did_you_mean` (close names this client can call) and, for a
+  `refused` builds it with `data.did_you_mean` (close names this client can call) and, for a
   tool of a group this client has not selected, that group, so the agent can ask for it. Still a
   call: audited and counted like any other, with the name asked and that data.
 
@@ -15,61 +14,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 
 from diagd.daemon.tool_groups import Selection
-from diagd.daemon.tools import ToolRegistry
-from diagd.protocol.errors import DiagdError, ErrorCode
+from diagd.protocol.errors import DiagdError
 
 INVALID_PARAMS = -32602
 SESSION_TOOLS_KEY = "diagd.session_tools"  # on an HTTP request's ASGI scope: its session's Selection
 
 
-async def short_validation_errors(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-    """Server middleware: a pydantic error in a request's params as one short -32602 naming the param."""
-    try:
-        return await call_next(ctx)
-    except ValidationError as exc:
-        raise MCPError(code=INVALID_PARAMS, message=f"Invalid params for {ctx.method}: {_first(exc)}",
-                       data={"code": str(ErrorCode.INVALID_ARGUMENT), "path": _path(exc)}) from None
-
-
-def _path(exc: ValidationError) -> str:
-    errors = exc.errors()
-    loc = tuple(errors[0]["loc"]) if errors else ()
-    if loc[:1] == ("params",):  # the SDK validates the whole request for spec methods, its params alone otherwise
-        loc = loc[1:]
-    return "$.params" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
-
-
-def _first(exc: ValidationError) -> str:
-    errors = exc.errors()
-    if not errors:
-        return "malformed"
-    message = str(errors[0]["msg"])
-    return f"{_path(exc)}: {message[:120]}".replace("Field required", "required, missing")
-
-
-def check_tool(registry: ToolRegistry, name: str, selection: Selection, *, client: str, arguments: Any) -> None:
-    """MCPError -32602 when this client cannot call `name`: unknown, or of a group it has not selected.
-    Refused or not, it was a call: audited and counted (`registry.record_refusal`), as every call is."""
-    try:
-        registry.get(name, selection)
-    except DiagdError as exc:
-        data: dict[str, Any] = {"code": str(exc.code), "tool": name}
-        if "group" in exc.details:  # it exists, for clients that selected its group
-            data |= {"group": exc.details["group"], "selected": exc.details.get("selected", [])}
-            message = (f"tool {name!r} is in group {exc.details['group']!r}, which this client has not "
-                       "selected (diagd mcp --tools, or [mcp] tools in the config)")
-        else:
-            data["did_you_mean"] = exc.details.get("did_you_mean", [])
-            hint = f" (did you mean {' or '.join(data['did_you_mean'])}?)" if data["did_you_mean"] else ""
-            message = f"unknown tool {name!r}{hint}"
-        details = {k: v for k, v in data.items() if k not in ("code", "tool")}
-        registry.record_refusal(name, arguments, client, data["code"], jsonrpc_code=INVALID_PARAMS, **details)
-        raise MCPError(code=INVALID_PARAMS, message=message, data=data) from None
+def refused(name: str, exc: DiagdError) -> MCPError:
+    """The -32602 protocol error for a call the registry refused before it began (`check_callable`,
+    which has audited and counted it): unknown, or of a group this client has not selected."""
+    data: dict[str, Any] = {"code": str(exc.code), "tool": name}
+    if "group" in exc.details:  # it exists, for clients that selected its group
+        data |= {"group": exc.details["group"], "selected": exc.details.get("selected", [])}
+        message = (f"tool {name!r} is in group {exc.details['group']!r}, which this client has not "
+                   "selected (diagd mcp --tools, or [mcp] tools in the config)")
+    else:
+        data["did_you_mean"] = exc.details.get("did_you_mean", [])
+        hint = f" (did you mean {' or '.join(data['did_you_mean'])}?)" if data["did_you_mean"] else ""
+        message = f"unknown tool {name!r}{hint}"
+    return MCPError(code=INVALID_PARAMS, message=message, data=data)
 
 
 def session_tools(ctx: ServerRequestContext[Any, Any]) -> tuple[bool, Selection]:

@@ -67,6 +67,10 @@ class ConnectionAwareRegistry(ToolRegistry):
         with conn.busy():
             return await super().call(name, arguments, ctx, selection=selection)
 
+    def check_callable(self, name: str, selection: Selection, *, client: str, arguments: Any) -> None:
+        # Here too, so the MCP front reaches the registry through this one class for both steps of a call.
+        super().check_callable(name, selection, client=client, arguments=arguments)
+
 
 class Daemon:
     """Daemon-wide state: lives for the whole process, outside any MCP session's lifespan."""

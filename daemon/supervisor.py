@@ -193,14 +193,14 @@ class Supervisor:
 
     def stop(self, actor_id: str, reason: str = "stopped by request") -> ActorEntry:
         ref = self.by_id(actor_id)
-        ref.stop_reason = reason
+        ref.stop_reason = ref.runtime.stop_reason = reason
         ref.accepting = False
         ref.scope.cancel()
         return ref
 
     def stop_all(self, reason: str) -> None:
         for ref in list(self._actors.values()):
-            ref.stop_reason = reason
+            ref.stop_reason = ref.runtime.stop_reason = reason
             ref.accepting = False
             ref.scope.cancel()
 

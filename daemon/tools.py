@@ -196,6 +196,20 @@ class ToolRegistry:
             ))
         return result
 
+    def check_callable(self, name: str, selection: Selection, *, client: str, arguments: Any) -> None:
+        """Raise `get`'s DiagdError when this client cannot call `name` (unknown, or of a group it has
+        not selected), after auditing and counting the refused call (MCP answers it with a JSON-RPC
+        -32602 error, not a result; `mcp_requests.refused` builds that)."""
+        try:
+            self.get(name, selection)
+        except DiagdError as exc:
+            if "group" in exc.details:
+                details = {"group": exc.details["group"], "selected": exc.details.get("selected", [])}
+            else:
+                details = {"did_you_mean": exc.details.get("did_you_mean", [])}
+            self.record_refusal(name, arguments, client, str(exc.code), jsonrpc_code=-32602, **details)
+            raise
+
     def record_refusal(self, name: str, arguments: Any, client: str, code: str, **details: Any) -> None:
         """A call refused before it began (a tool this client cannot call, which MCP answers with a
         JSON-RPC error, not a result): audited and counted all the same, its start and its end, with

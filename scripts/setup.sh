@@ -89,6 +89,7 @@ if [ "$action" = test ]; then
     socat                                                      # serial tests: pseudo-terminal pairs
     systemd                                                    # systemd-analyze verify for the units
     openssh-server                                             # the private sshd the --ssh tests start
+    tcpreplay iproute2                                         # live capture tests: replay into a veth pair
   )
   apt_install "${toolchain[@]}"
   if [ -z "$had_sshd" ]; then

@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from diagd.actors.bpftrace.settings import BpftraceSettings
+from diagd.actors.capture.settings import CaptureSettings
 from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.serial.settings import PortSettings, SerialConfig
@@ -27,11 +28,14 @@ from diagd.daemon.server import Daemon
 from diagd.daemon.tool_groups import BUILTIN
 
 TOP = Path(__file__).resolve().parent.parent
-TABLES = (PcapSettings, SerialConfig, PortSettings, BpftraceSettings, CrashSettings)  # the back ends' tables
+# The back ends' tables.
+TABLES = (PcapSettings, SerialConfig, PortSettings, BpftraceSettings, CrashSettings, CaptureSettings)
 
 # A word that may appear in daemon/ though a back end also uses it, and why.
 ALLOWED = {
     "path": "a generic word ([bpftrace] path is its binary's)",
+    "capture": "a generic word: a capture is what the pcap tools read (the live-capture back end is named after it)",
+    "max_bytes": "a generic parameter name (the audit log's rotation, a log tail's read) besides [capture] max_bytes",
 }
 # The daemon's own settings: a back end's table may repeat one to override it ([pcap] allowed_dirs,
 # [crash] idle_timeout_s) or have one of the same name ([http] max_sessions, [crash] max_sessions).
@@ -65,7 +69,7 @@ async def test_daemon_names_no_back_end_tool_or_back_end_setting(tmp_path: Path)
     backends = {b.name for b in discovery.installed()}
     tools = await registered_tools(tmp_path)
     keys = {f.name for table in TABLES for f in dataclasses.fields(table)} - OWN_SETTINGS
-    assert {"pcap", "serial", "bpftrace", "crash"} <= backends
+    assert {"pcap", "serial", "bpftrace", "crash", "capture"} <= backends
     assert {"get_log", "pcap_timeline"} <= tools and "baudrate" in keys
     found = occurrences((backends | tools | keys) - set(ALLOWED))
     assert not found, "daemon/ names what a back end should declare:\n" + "\n".join(found)

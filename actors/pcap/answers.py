@@ -1,7 +1,8 @@
-"""The pcap actor's answers to most questions (frame text and search: text.py), as functions of the actor.
+"""Answers to most pcap questions (frame text and search: text.py), built from one loaded capture.
 
-Each runs inside the actor, reading the capture's workers through the actor's primitives
-(`sharkd_call`, `page`, `matching`, `tree`, `analysed`).
+Each runs inside the actor's call, reading the capture through its session's primitives
+(session.py: `sharkd_call`, `page`, `matching`, `tree`, `analysed`); `frames` and `protocols_hint`
+take only what was fetched. None of them sees the actor.
 """
 
 from __future__ import annotations
@@ -9,36 +10,35 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
-from diagd.actors.base import ActorState, Request
+from diagd.actors.base import Request
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.cache import PackedLru
+from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timeline
+from diagd.actors.pcap.passes import Page
+from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.rows import field_value, sort_key
+from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.actors.pcap.actor import PcapActor
-    from diagd.actors.pcap.cache import PackedLru
-    from diagd.actors.pcap.capture import CaptureSpec
-    from diagd.actors.pcap.passes import Page
-    from diagd.actors.pcap.wireshark import Catalogue
 
 INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",
                          "http2", "http", "json", "dns", "tcp", "udp")
 MAX_SORTED_ROWS = 20000
 
 
-async def info(actor: PcapActor, request: Request) -> dict[str, Any]:
+async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     """Protocols and conversations; the count and time span come from capinfos (the handler)."""
     served_by = "sharkd"
-    if actor.worker_state is ActorState.STARTING:  # while sharkd loads: one tshark pass gives all of it
-        await request.report_progress(0, 1, f"loading {actor.spec.path.name} ({actor.spec.size} bytes)")
-        cold = await _cold.info(actor.cold_argv(), INTERESTING_PROTOCOLS)
+    if capture.state is CaptureState.LOADING:  # while sharkd loads: one tshark pass gives all of it
+        await request.report_progress(0, 1, f"loading {capture.spec.path.name} ({capture.spec.size} bytes)")
+        cold = await _cold.info(capture.cold_argv(), INTERESTING_PROTOCOLS)
         await request.report_progress(1, 1, "read with tshark while sharkd loads")
         protocols = list(cold["protocols"])
         conversations = cold["conversations"]
@@ -46,11 +46,11 @@ async def info(actor: PcapActor, request: Request) -> dict[str, Any]:
         warnings = cold["warnings"]
         served_by = "tshark (capture still loading)"
     else:
-        analysis = await actor.analysed(request)
+        analysis = await capture.analysed(request)
         protocols = list(analysis.get("protocols", []))
-        frame_count = actor.frame_count
-        warnings = [actor.load_warning] if actor.load_warning else []
-        taps = await actor.sharkd_call(request, "tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
+        frame_count = capture.frame_count
+        warnings = [capture.load_warning] if capture.load_warning else []
+        taps = await capture.sharkd_call(request, "tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
                                                         "tap3": "conv:TCP"})
         conversations = []
         for tap in taps.get("taps", []):
@@ -77,7 +77,7 @@ async def info(actor: PcapActor, request: Request) -> dict[str, Any]:
 async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[str], filters: PackedLru[str, list[int]],
                                message: Frames) -> tuple[int, list[dict[str, Any]]]:
     """(total, page) of the first question while sharkd loads: one tshark pass beside it (its
-    frame numbers kept in `filters`, the actor's cache)."""
+    frame numbers kept in `filters`, the session's cache)."""
     display_filter, limit, offset = message.display_filter, message.limit, message.offset
     await request.report_progress(0, 1, f"loading {spec.path.name} ({spec.size} bytes)")
     all_rows = await _cold.frames(argv, display_filter)
@@ -102,8 +102,8 @@ def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogu
     return result
 
 
-async def absent_protocols_hint(actor: PcapActor, request: Request, display_filter: str) -> str:
-    return protocols_hint(display_filter, list((await actor.analysed(request)).get("protocols", [])), actor.cat)
+async def absent_protocols_hint(capture: CaptureSession, request: Request, display_filter: str) -> str:
+    return protocols_hint(display_filter, list((await capture.analysed(request)).get("protocols", [])), capture.cat)
 
 
 def protocols_hint(display_filter: str, protocols: list[str], cat: Catalogue | None) -> str:
@@ -129,7 +129,7 @@ def protocols_hint(display_filter: str, protocols: list[str], cat: Catalogue | N
     return "; ".join(parts) or "no frame matches"
 
 
-async def timeline(actor: PcapActor, request: Request, message: Timeline) -> dict[str, Any]:
+async def timeline(capture: CaptureSession, request: Request, message: Timeline) -> dict[str, Any]:
     """Rows of field values from `tshark -T fields` itself, so they are what it prints.
 
     The protocol tree's filter strings are not: bytes come colon-separated and cut short, hex
@@ -139,7 +139,7 @@ async def timeline(actor: PcapActor, request: Request, message: Timeline) -> dic
     """
     display_filter, fields, limit, offset, sort_by = (message.display_filter, message.fields, message.limit,
                                                   message.offset, message.sort_by)
-    numbers = await actor.matching(request, display_filter)
+    numbers = await capture.matching(request, display_filter)
     if sort_by and len(numbers) > MAX_SORTED_ROWS:
         raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
                          f"sort_by needs every matching frame: {len(numbers)} match, the limit is "
@@ -149,7 +149,7 @@ async def timeline(actor: PcapActor, request: Request, message: Timeline) -> dic
         extra = [f for f in fields if f != "frame.number"]
         # Single pass when it prints the same: then tshark stops at the page instead of reading the
         # whole capture once before its first row.
-        argv = _cold.fields_argv(actor.tshark_argv(message.kinds), display_filter, ["frame.number", *extra])
+        argv = _cold.fields_argv(capture.tshark_argv(message.kinds), display_filter, ["frame.number", *extra])
         for cells in await _cold.field_rows(argv, None if sort_by else offset + limit):
             cells += [""] * (len(extra) + 1 - len(cells))
             row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}
@@ -162,14 +162,14 @@ async def timeline(actor: PcapActor, request: Request, message: Timeline) -> dic
     result: dict[str, Any] = {"total": len(numbers), "rows": rows,
                               "has_more": offset + len(rows) < len(numbers)}
     if not numbers and display_filter:
-        result["hint"] = await absent_protocols_hint(actor, request, display_filter)
+        result["hint"] = await absent_protocols_hint(capture, request, display_filter)
     return result
 
 
-async def follow(actor: PcapActor, request: Request, message: Follow) -> dict[str, Any]:
+async def follow(capture: CaptureSession, request: Request, message: Follow) -> dict[str, Any]:
     frame_number, display_filter, limit, offset = (message.frame_number, message.display_filter, message.limit,
                                                message.offset)
-    answer = await actor.tree(request, frame_number)
+    answer = await capture.tree(request, frame_number)
     values = tree_mod.field_values(answer["tree"], {"http2.streamid", "tcp.stream", "diameter.Session-Id",
                                                     "sip.Call-ID"})
     if values.get("http2.streamid") and values.get("tcp.stream"):
@@ -188,24 +188,24 @@ async def follow(actor: PcapActor, request: Request, message: Follow) -> dict[st
                          protocols=tree_mod.top_protocols(answer["tree"]),
                          hint="HTTP/2 on a non-standard port needs decode_as (e.g. tcp.port==7777,http2)")
     combined = f"({follow_filter}) && ({display_filter})" if display_filter else follow_filter
-    page = await actor.page(request, combined, offset, limit)
+    page = await capture.page(request, combined, offset, limit)
     return {"follow_type": follow_type, "follow_key": key, "follow_display_filter": follow_filter,
             "display_filter": combined, "total": page.total, "total_exact": page.exact, "frames": page.rows,
             "has_more": offset + len(page.rows) < page.total}
 
 
-async def packet_list(actor: PcapActor, request: Request, message: PacketList) -> dict[str, Any]:
+async def packet_list(capture: CaptureSession, request: Request, message: PacketList) -> dict[str, Any]:
     display_filter, columns, output_path = message.display_filter, message.columns, message.output_path
-    await actor.check_filter(request, display_filter)  # loaded first: column_formats come from the loaded worker
-    if not actor.column_formats:  # no filter to check (all frames) and the capture still loading: wait for it
-        await actor.sharkd_call(request, "status")
+    await capture.check_filter(request, display_filter)  # loaded first: column_formats come from the loaded worker
+    if not capture.column_formats:  # no filter to check (all frames) and the capture still loading: wait for it
+        await capture.sharkd_call(request, "status")
     params: dict[str, Any] = {}
     names: list[str] = []
     index = 0
     if message.include_default_columns:
         for fmt, name in (("%m", "No."), ("%t", "Time"), ("%s", "Source"), ("%d", "Destination"),
                           ("%p", "Protocol"), ("%L", "Length"), ("%i", "Info")):
-            params[f"column{index}"] = str(actor.column_formats[fmt])
+            params[f"column{index}"] = str(capture.column_formats[fmt])
             names.append(name)
             index += 1
     for col in columns:
@@ -214,7 +214,7 @@ async def packet_list(actor: PcapActor, request: Request, message: PacketList) -
         index += 1
     if display_filter:
         params["filter"] = display_filter
-    rows = await actor.sharkd_call(request, "frames", params)
+    rows = await capture.sharkd_call(request, "frames", params)
     table = [[str(v).replace("\t", " ").replace("\n", " ").strip() for v in r["c"]] for r in rows]
 
     def write() -> int:
@@ -229,29 +229,29 @@ async def packet_list(actor: PcapActor, request: Request, message: PacketList) -
             "columns": names, "preview_rows": [dict(zip(names, r, strict=True)) for r in table[:message.preview_rows]]}
 
 
-async def export(actor: PcapActor, message: Export) -> dict[str, Any]:
+async def export(capture: CaptureSession, message: Export) -> dict[str, Any]:
     """The frames matching the filter as a new pcapng file, written by tshark -w (from the file, not
     the worker: it needs no loaded capture)."""
-    packets = await _cold.export(actor.cold_argv(), message.display_filter, message.output_path)
+    packets = await _cold.export(capture.cold_argv(), message.display_filter, message.output_path)
     size = (await trio.Path(message.output_path).stat()).st_size
     return {"output_path": message.output_path, "packet_count": packets, "file_size_bytes": size,
             "display_filter": message.display_filter}
 
 
-async def core_rows(actor: PcapActor) -> list[dict[str, str]]:
+async def core_rows(capture: CaptureSession) -> list[dict[str, str]]:
     """PFCP and SBI rows for linking to PDU session establishments (tshark -T fields, two-pass for
     pfcp.response_in / http.response_in); occurrences joined by commas."""
     fields = ngap_summary.CORE_FIELDS
-    argv = _cold.fields_argv(actor.cold_argv(), ngap_summary.CORE_FILTER, fields)
+    argv = _cold.fields_argv(capture.cold_argv(), ngap_summary.CORE_FILTER, fields)
     return [{name: cell.replace(_cold.AGGREGATOR, ",") for name, cell in zip(fields, cells, strict=False)}
             for cells in await _cold.field_rows(argv, None)]
 
 
-async def ngap_pdus(actor: PcapActor, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
+async def ngap_pdus(capture: CaptureSession, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
     base = "ngap && sctp"
-    numbers = await actor.matching(request, f"({base}) && ({display_filter})" if display_filter else base)
+    numbers = await capture.matching(request, f"({base}) && ({display_filter})" if display_filter else base)
     pdus: list[ngap_summary.NgapPdu] = []
     for number in numbers:
-        answer = await actor.tree(request, number)
+        answer = await capture.tree(request, number)
         pdus.extend(ngap_summary.pdus_in_frame(number, answer["tree"]))
     return pdus

@@ -1,7 +1,8 @@
-"""The pcap back end's own state, shared by its tools: settings, capture specs, the LRU of loaded captures.
+"""The pcap back end's own state, shared by its tools: settings, capture specs, the loaded captures.
 
-One `PcapBackend` per daemon, used only from tool handlers (Trio tasks of one thread): `recent` is
-changed only between checkpoints, so concurrent calls never see it half-updated.
+One `PcapBackend` per daemon, used only from tool handlers (Trio tasks of one thread): its tables
+change only between checkpoints, so concurrent calls never see them half-updated. Which captures
+stay loaded, and which one is evicted for a new one, is captures.py's rule.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import json
 import math
 import os
 import shlex
-from collections import OrderedDict
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,9 @@ from diagd.actors._paths import create_new, made_stem, resolve_allowed
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.messages import PcapMessage
+from diagd.actors.pcap.passes import Cores
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.wireshark import begin_sha256, capture_sha256, catalogue, file_identity, parse_decode_as
 from diagd.actors.runtime import BackendConfig, Runtime
@@ -38,14 +40,12 @@ _built: ContextVar[tuple[dict[str, Any], CaptureSpec] | None] = ContextVar("pcap
 
 
 class PcapBackend:
-    """Daemon-side state of the pcap back end: settings, capture keys, LRU of loaded workers."""
+    """Daemon-side state of the pcap back end: settings, capture keys, the loaded captures."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.recent: OrderedDict[str, float] = OrderedDict()
-        # Bytes held by each loaded capture's sharkd workers, written by the captures' pools as
-        # workers load and stop: the memory budget is checked from here without asking the actors.
-        self.held: dict[str, int] = {}
+        self.captures = LoadedCaptures()
+        self.cores = Cores()  # the daemon's cores, shared by every capture's passes and early tshark runs
         self._parsed: tuple[BackendConfig, PcapSettings] | None = None
 
     @property
@@ -98,45 +98,49 @@ class PcapBackend:
         return spec
 
     async def ask(self, ctx: CallContext, spec: CaptureSpec, message: PcapMessage) -> dict[str, Any]:
-        """Start the capture's actor (evicting the least recently used beyond max_loaded or the memory
-        budget), then ask it."""
+        """Start the capture's actor (making room for it under max_loaded: captures.py), then ask it.
+        The capture is in use, never evicted, until the answer is back."""
         settings = self.settings
-        if self.runtime.find(KIND, spec.key) is None:
-            self._evict(settings.max_loaded - 1, keep_key=spec.key)
-        ref = await self.runtime.start(
-            KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
-                                              headroom=self.headroom, ledger=self.held),
-            idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
-        self.recent[spec.key] = trio.current_time()
-        self.recent.move_to_end(spec.key)
-        self._evict(settings.max_loaded, keep_key=spec.key)  # over the memory budget: the oldest go first
-        return await self.runtime.ask(ref, message, progress=ctx.progress)
+        deadline = trio.current_effective_deadline()
+        while (room := self.captures.room_for(spec.key, self._loaded(), settings.max_loaded)) is not True:
+            if isinstance(room, Evict):
+                self._evict(room)
+            else:
+                await self.captures.wait_for_change(spec.key, settings.max_loaded, deadline)
+        with self.captures.in_call(spec.key):
+            ref = await self.runtime.start(
+                KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
+                                                  headroom=self.headroom, cores=self.cores),
+                idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
+            for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
+                self._evict(victim)
+            return await self.runtime.ask(ref, message, progress=ctx.progress)
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""
-        return self.settings.max_memory_mb * 2**20 - sum(self.held.values())
+        return self.settings.max_memory_mb * 2**20 - sum(self._held().values())
 
-    def _evict(self, keep: int, *, keep_key: str) -> None:
-        """Stop least recently used captures until at most `keep` stay loaded and their workers fit
-        in max_memory_mb; the capture this call is for stays."""
-        loaded = [k for k in self.recent if self.runtime.find(KIND, k) is not None]
-        budget = self.settings.max_memory_mb * 2**20
-        held = sum(self.held.values())
-        for key in list(loaded):
-            if key == keep_key:
-                continue
-            over_count = len(loaded) > keep
-            if not over_count and held <= budget:
-                break
-            ref = self.runtime.find(KIND, key)
-            rss = self.held.pop(key, 0)
-            if ref is not None:
-                why = "max_loaded captures" if over_count else f"max_memory_mb {self.settings.max_memory_mb}"
-                log.info("evicting capture", actor=ref.id, resource=key, why=why, rss_bytes=rss)
-                self.runtime.stop(ref, reason=f"evicted ({why})")
-                held -= rss
-            loaded.remove(key)
-            self.recent.pop(key, None)
+    def _sessions(self) -> dict[str, PcapActor]:
+        """The running pcap actors by capture key."""
+        found = {}
+        for ref in self.runtime.actors(KIND):
+            if ref.accepting and isinstance(ref.actor, PcapActor):
+                found[ref.resource] = ref.actor
+        return found
+
+    def _loaded(self) -> set[str]:
+        return set(self._sessions())
+
+    def _held(self) -> dict[str, int]:
+        """Bytes each loaded capture's sharkd workers hold now."""
+        return {key: actor.session.facts.held_bytes for key, actor in self._sessions().items()}
+
+    def _evict(self, evict: Evict) -> None:
+        ref = self.runtime.find(KIND, evict.key)
+        if ref is not None:
+            log.info("evicting capture", actor=ref.id, resource=evict.key, why=evict.why)
+            self.runtime.stop(ref, reason=f"evicted ({evict.why})")
+        self.captures.evicted_now(evict)
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
                      **extra: Any) -> dict[str, Any]:

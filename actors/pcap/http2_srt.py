@@ -16,11 +16,10 @@ import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from diagd.actors.base import Request
-    from diagd.actors.pcap.actor import PcapActor
+from diagd.actors.base import Request
+from diagd.actors.pcap.session import CaptureSession
 
 HEADERS = "http2.type == 1"
 FIELDS = ("frame.number", "frame.time_relative", "tcp.stream", "tcp.srcport", "http2.type", "http2.streamid",
@@ -87,12 +86,12 @@ def _row(procedure: str, times: list[int], unanswered: int, statuses: Counter[st
     return row
 
 
-async def srt(actor: PcapActor, request: Request, display_filter: str) -> dict[str, Any]:
+async def srt(capture: CaptureSession, request: Request, display_filter: str) -> dict[str, Any]:
     flt = f"{HEADERS} && ({display_filter})" if display_filter else HEADERS
-    await actor.check_filter(request, flt)
+    await capture.check_filter(request, flt)
     params: dict[str, Any] = {"column0": "frame.time_relative:0", "column1": "tcp.stream:0",
                               "column2": "tcp.srcport:0", "filter": flt}
-    frames = await actor.sharkd_call(request, "frames", params, display_filter=flt)
+    frames = await capture.sharkd_call(request, "frames", params, display_filter=flt)
     # (tcp stream, h2 stream) -> (procedure, ns, the requester's TCP port)
     open_requests: dict[tuple[int, int], tuple[str, int, str]] = {}
     times: dict[str, list[int]] = defaultdict(list)
@@ -103,7 +102,7 @@ async def srt(actor: PcapActor, request: Request, display_filter: str) -> dict[s
         at = nanoseconds(str(frame["c"][0]))
         tcp = int(str(frame["c"][1]).split(",")[0] or -1)
         port = str(frame["c"][2]).split(",")[0]
-        tree = (await actor.sharkd_call(request, "frame", {"frame": number, "proto": True})).get("tree", [])
+        tree = (await capture.sharkd_call(request, "frame", {"frame": number, "proto": True})).get("tree", [])
         for message in headers_frames(tree):
             key = (tcp, message.stream)
             if "method" in message.pseudo or "path" in message.pseudo:

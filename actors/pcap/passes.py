@@ -18,13 +18,14 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from diagd.actors.pcap import first_page
-from diagd.actors.pcap.pool import SPARE_IDLE_S, WorkerPool
+from diagd.actors.pcap.pool import SPARE_IDLE_S, CaptureState, WorkerPool
 from diagd.actors.pcap.rows import packet_row
 from diagd.actors.pcap.sharkd import SharkdError
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -35,14 +36,27 @@ WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts 
 # within it), and the head start it gets when the pass would take the capture's only worker.
 EARLY_BUDGET_S = 0.5
 ROWS_TIMEOUT_S = 60.0  # a page's `frame` requests take milliseconds: past this sharkd is hung
-CORES = max(1, os.cpu_count() or 1)
+# (argv, display filter, how many) -> (the first matching frame numbers, complete): first_page.early_numbers,
+# a scripted fake in the unit tests.
+EarlyNumbers = Callable[[list[str], str, int], Awaitable[tuple[list[int], bool]]]
 
 
 class Cores:
-    """Dissection passes and early tshark runs going on in the daemon now, over every capture: an
-    early tshark is a speculative second pass, worth a core only when one is free."""
+    """Dissection passes and early tshark runs going on now over every capture (one object per back
+    end, handed to each capture): an early tshark is a speculative second pass, worth a core only
+    when one is free."""
 
-    running = 0
+    def __init__(self, count: int | None = None) -> None:
+        self.count = max(1, count or os.cpu_count() or 1)
+        self.running = 0
+
+    @property
+    def one_free(self) -> bool:
+        """A core is free beside one more pass (the one about to start)."""
+        return self.running + 1 < self.count
+
+    def __repr__(self) -> str:
+        return f"<Cores [running: {self.running} of {self.count}]>"
 
 
 
@@ -73,17 +87,19 @@ def invalid(display_filter: str, exc: SharkdError) -> DiagdError:
 class CaptureWorkers:
     """The pool of one capture, the exact totals known per filter and the passes running."""
 
-    def __init__(self, nursery: trio.Nursery, pool: WorkerPool, cold_argv: list[str],
-) -> None:
+    def __init__(self, nursery: trio.Nursery, pool: WorkerPool, cold_argv: list[str], *, cores: Cores,
+                 early_numbers: EarlyNumbers = first_page.early_numbers) -> None:
         self._nursery = nursery
         self.pool = pool
         self.facts = pool.facts  # updated in place by the pool when the capture loads
         self.cold_argv = cold_argv
+        self.cores = cores
+        self._early_numbers = early_numbers
         self.totals: OrderedDict[str, int] = OrderedDict()
         self.totals_bytes = 0  # about what `totals` holds: its filters' lengths and ~100 bytes an entry
         self.passes: dict[str, FilterPass] = {}
         # Early tshark runs share the cores with the passes: one per core at most.
-        self.early_slots = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
+        self.early_slots = trio.CapacityLimiter(cores.count)
         self.early_answers = 0
         self.answered_early: OrderedDict[str, None] = OrderedDict()  # lower-bound totals given
 
@@ -99,13 +115,12 @@ class CaptureWorkers:
     def loading(self) -> bool:
         return self.pool.loading
 
-    def state(self) -> str:
-        """"loading", "failed" (no worker could load the capture), "stopped" (every worker died) or "ready"."""
-        if self.pool.loading:
-            return "loading"
-        if self.pool.first_error() is not None:
-            return "failed"
-        return "ready" if any(w.ready for w in self.pool.workers) else "stopped"
+    @property
+    def state(self) -> CaptureState:
+        return self.pool.state
+
+    def load_position(self) -> int | None:
+        return self.pool.load_position()
 
     def raceable(self, display_filter: str, offset: int, limit: int, kinds: first_page.Kinds | None) -> bool:
         return first_page.raceable(display_filter, offset, limit, kinds)
@@ -201,7 +216,7 @@ class CaptureWorkers:
         try:
             # tshark races only on a free core (the pass about to start takes one), or when the pass
             # waits for it (the head start).
-            if raceable and (head_start or Cores.running + 1 < CORES):
+            if raceable and (head_start or self.cores.one_free):
                 early = await self._race(running, offset, limit)
                 if early is not None:
                     return early
@@ -221,11 +236,11 @@ class CaptureWorkers:
         found: tuple[list[int], bool] | None = None
         with trio.move_on_after(budget):
             async with self.early_slots:
-                Cores.running += 1
+                self.cores.running += 1
                 try:
-                    found = await first_page.early_numbers(self.cold_argv, display_filter, offset + limit)
+                    found = await self._early_numbers(self.cold_argv, display_filter, offset + limit)
                 finally:
-                    Cores.running -= 1
+                    self.cores.running -= 1
         if found is None:
             return None
         numbers, complete = found
@@ -311,7 +326,7 @@ class CaptureWorkers:
                 async with self.pool.use("filter pass", display_filter=running.display_filter,
                                          deadline=deadline, long=True) as worker:
                     running.started = True
-                    Cores.running += 1
+                    self.cores.running += 1
                     try:
                         await worker.call("check", {"filter": running.display_filter})
                         counted = await worker.call("intervals", {"filter": running.display_filter,
@@ -319,7 +334,7 @@ class CaptureWorkers:
                     except SharkdError as exc:
                         raise invalid(running.display_filter, exc) from None
                     finally:
-                        Cores.running -= 1
+                        self.cores.running -= 1
                     self._known(running.display_filter, int(counted.get("frames", 0)))
         except DiagdError as exc:
             running.error = exc

@@ -16,10 +16,11 @@ checkpoints, and `_changed` wakes every waiter whenever a worker is freed, loade
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ import trio
 
 from diagd.actors import system
 from diagd.actors.pcap.capture import CaptureSpec
-from diagd.actors.pcap.sharkd import Sharkd, SharkdError
+from diagd.actors.pcap.sharkd import Sharkd, SharkdError, SharkdProcess
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -39,6 +40,28 @@ SPARE_IDLE_S = 120.0  # a spare worker unused this long is stopped (its memory i
 BUSY_MARGIN_S = 1.0  # a call waiting for a worker gives up this long before its deadline, with BUSY
 
 Headroom = Callable[[], int | None]  # bytes the pcap memory budget still allows (None: no limit)
+# How a worker's sharkd is started (Sharkd.start; a scripted fake in the unit tests).
+Launch = Callable[[trio.Nursery, Path], Awaitable[SharkdProcess]]
+
+
+class WorkerState(enum.Enum):
+    """Where one worker is: its `value` is what diagd_status shows."""
+
+    LOADING = "loading"
+    FAILED = "failed"
+    BUSY = "busy"
+    IDLE = "idle"
+    STOPPED = "stopped"
+
+
+class CaptureState(enum.Enum):
+    """Where a capture's pool is: LOADING until a worker is ready, FAILED when no worker could load
+    it, STOPPED when every worker died, READY otherwise."""
+
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPED = "stopped"
 
 
 @dataclass(eq=False)
@@ -46,7 +69,7 @@ class Worker:
     """One sharkd process with the capture loaded (or loading)."""
 
     number: int
-    sharkd: Sharkd | None = None
+    sharkd: SharkdProcess | None = None
     loaded: trio.Event = field(default_factory=trio.Event)
     error: DiagdError | None = None
     busy: str | None = None  # what it is doing now (a method name), None when free
@@ -59,13 +82,25 @@ class Worker:
     def ready(self) -> bool:
         return self.loaded.is_set() and self.error is None and self.sharkd is not None and self.sharkd.alive
 
+    @property
+    def state(self) -> WorkerState:
+        if not self.loaded.is_set():
+            return WorkerState.LOADING
+        if self.error is not None:
+            return WorkerState.FAILED
+        if self.busy:
+            return WorkerState.BUSY
+        return WorkerState.IDLE if self.ready else WorkerState.STOPPED
+
+    def __repr__(self) -> str:
+        doing = f", doing: {self.busy}" if self.busy else ""
+        return f"<Worker {self.number} [{self.state.name}{doing}, filters held: {len(self.filters)}]>"
+
     def describe(self) -> dict[str, Any]:
         sharkd = self.sharkd
-        return {"worker": self.number, "role": "sharkd", "pid": sharkd.proc.pid if sharkd else None,
+        return {"worker": self.number, "role": "sharkd", "pid": sharkd.pid if sharkd else None,
                 "rss_bytes": sharkd.rss_bytes() if sharkd and sharkd.alive else None,
-                "state": ("loading" if not self.loaded.is_set() else "failed" if self.error else
-                          "busy" if self.busy else "idle" if self.ready else "stopped"),
-                "doing": self.busy, "load_s": round(self.load_s, 3),
+                "state": self.state.value, "doing": self.busy, "load_s": round(self.load_s, 3),
                 "requests": sharkd.requests if sharkd else 0, "filters_held": len(self.filters)}
 
 
@@ -86,22 +121,27 @@ class Lease:
 
 @dataclass
 class LoadFacts:
-    """What the first worker's load tells about the capture."""
+    """What the first worker's load tells about the capture, and what its workers hold now."""
 
     frame_count: int = 0
     warning: str | None = None
     column_formats: dict[str, int] = field(default_factory=dict)
+    # RSS of the capture's sharkd workers, refreshed whenever one is freed, loaded or lost: the back
+    # end's memory budget reads it without calling into the capture.
+    held_bytes: int = 0
 
 
 class WorkerPool:
+    """The sharkd workers of one capture: loading them, lending a free one, growing and retiring spares."""
+
     def __init__(self, nursery: trio.Nursery, spec: CaptureSpec, config_dir: Path, *, max_workers: int,
-                 headroom: Headroom, ledger: dict[str, int]) -> None:
+                 headroom: Headroom, launch: Launch = Sharkd.start, cores: int | None = None) -> None:
         self._nursery = nursery
         self.spec = spec
         self.config_dir = config_dir
-        self.max_workers = max(1, min(max_workers, os.cpu_count() or 1))
+        self.max_workers = max(1, min(max_workers, cores or os.cpu_count() or 1))
         self._headroom = headroom
-        self._ledger = ledger  # the back end's view of what each capture's workers hold (bytes)
+        self._launch = launch
         self.workers: list[Worker] = []
         self._numbers = 0
         self._changed = trio.Event()
@@ -147,7 +187,7 @@ class WorkerPool:
             self._notify()
 
     async def _load_sharkd(self, worker: Worker) -> LoadFacts:
-        sharkd = worker.sharkd = await Sharkd.start(self._nursery, self.config_dir)
+        sharkd = worker.sharkd = await self._launch(self._nursery, self.config_dir)
         # Preferences go in before the file is read: some act only in the first, sequential pass
         # (sctp.association_index numbers associations there; set after `load` every frame says 65535).
         for name, value in self.spec.preferences:
@@ -166,7 +206,7 @@ class WorkerPool:
         return LoadFacts(frames, warning, formats)
 
     def _notify(self) -> None:
-        self._ledger[self.spec.key] = self.rss_bytes()
+        self.facts.held_bytes = self.rss_bytes()
         self._changed.set()
         self._changed = trio.Event()
 
@@ -177,13 +217,29 @@ class WorkerPool:
         for worker in self.workers:
             sharkd = worker.sharkd
             if not worker.loaded.is_set() and sharkd is not None and sharkd.alive:
-                return system.read_position(sharkd.proc.pid, self.spec.path)
+                return system.read_position(sharkd.pid, self.spec.path)
         return None
 
     @property
     def loading(self) -> bool:
         """The capture is still loading: no worker has ever been ready and one is on its way."""
         return not any(w.ready for w in self.workers) and any(not w.loaded.is_set() for w in self.workers)
+
+    @property
+    def state(self) -> CaptureState:
+        if self.loading:
+            return CaptureState.LOADING
+        if self.first_error() is not None:
+            return CaptureState.FAILED
+        return CaptureState.READY if any(w.ready for w in self.workers) else CaptureState.STOPPED
+
+    @property
+    def busy_count(self) -> int:
+        return sum(1 for w in self.workers if w.busy)
+
+    def __repr__(self) -> str:
+        return (f"<WorkerPool [{self.state.name}, workers: {len(self.workers)}, busy: {self.busy_count}] "
+                f"{self.spec.path.name}>")
 
     def holders(self, display_filter: str) -> list[Worker]:
         return [w for w in self.workers if w.ready and display_filter in w.filters]
@@ -318,7 +374,7 @@ class WorkerPool:
         self._notify()
 
     async def close(self) -> None:
-        self._ledger.pop(self.spec.key, None)
+        self.facts.held_bytes = 0
         for worker in self.workers:
             if worker.sharkd is not None:
                 await worker.sharkd.close()

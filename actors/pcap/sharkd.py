@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -53,7 +53,32 @@ class SharkdError(Exception):
         self.message = message
 
 
+class SharkdProcess(Protocol):
+    """What the worker pool uses of a sharkd (`Sharkd`; tests/support/fake_sharkd.py scripts one)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def requests(self) -> int: ...
+
+    def rss_bytes(self) -> int | None: ...
+
+    async def load(self, path: str) -> tuple[int, str | None]: ...
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any: ...
+
+    async def call_many(self, method: str, params: list[dict[str, Any]]) -> list[Any]: ...
+
+    async def close(self) -> str: ...
+
+
 class Sharkd:
+    """One `sharkd -` process: requests written as JSON lines, answers routed back by id."""
+
     def __init__(self, proc: trio.Process, config_dir: Path) -> None:
         self.proc = proc
         self.config_dir = config_dir
@@ -85,6 +110,10 @@ class Sharkd:
         self.exit_code = await reap(self.proc, readers_done=(self._stdout_eof, self._stderr_eof))
         self._dead.set()
         self.exited.set()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     @property
     def alive(self) -> bool:

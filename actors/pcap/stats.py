@@ -14,15 +14,13 @@ from __future__ import annotations
 import difflib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from diagd.actors.base import Request
 from diagd.actors.pcap import http2_srt as http2
 from diagd.actors.pcap.messages import Stats
+from diagd.actors.pcap.session import CaptureSession
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.actors.base import Request
-    from diagd.actors.pcap.actor import PcapActor
 
 KINDS = ("expert", "srt", "conversations", "endpoints", "io")
 # The protocol names a caller may give -> sharkd's table name (its `info` lists them as conv:<name>).
@@ -112,27 +110,27 @@ def tap_command(message: Stats) -> list[str]:
     return ["-Y", flt, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
 
 
-async def answer(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+async def answer(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
     """Every row of the statistics (the tool pages them), with `method` and, when empty, `reason`."""
     match message.kind:
         case "expert":
-            result = await _expert(actor, request)
+            result = await _expert(capture, request)
         case "conversations" | "endpoints":
-            result = await _conversations(actor, request, message)
+            result = await _conversations(capture, request, message)
         case "io":
-            result = await _io(actor, request, message)
+            result = await _io(capture, request, message)
         case _ if message.protocol == "http2":
-            result = await http2.srt(actor, request, message.display_filter)
+            result = await http2.srt(capture, request, message.display_filter)
         case _:
-            result = await (_native_srt(actor, request, message) if message.protocol in NATIVE_SRT
-                            else _linked_srt(actor, request, message))
+            result = await (_native_srt(capture, request, message) if message.protocol in NATIVE_SRT
+                            else _linked_srt(capture, request, message))
     if not result["rows"] and "reason" not in result:
-        result["reason"] = await _why_empty(actor, request, message)
+        result["reason"] = await _why_empty(capture, request, message)
     return result
 
 
-async def _why_empty(actor: PcapActor, request: Request, message: Stats) -> str:
-    present = set((await actor.analysed(request)).get("protocols", []))
+async def _why_empty(capture: CaptureSession, request: Request, message: Stats) -> str:
+    present = set((await capture.analysed(request)).get("protocols", []))
     wanted = {"conversations": message.protocol, "endpoints": message.protocol, "srt": message.protocol}.get(
         message.kind)
     if wanted is not None and wanted not in present:
@@ -145,14 +143,14 @@ async def _why_empty(actor: PcapActor, request: Request, message: Stats) -> str:
     return f"{message.protocol} is present but carries no request/response pair"
 
 
-async def _tap(actor: PcapActor, request: Request, name: str) -> dict[str, Any]:
-    answer = await actor.sharkd_call(request, "tap", {"tap0": name})
+async def _tap(capture: CaptureSession, request: Request, name: str) -> dict[str, Any]:
+    answer = await capture.sharkd_call(request, "tap", {"tap0": name})
     taps: list[dict[str, Any]] = answer.get("taps", [])
     return taps[0] if taps else {}
 
 
-async def _expert(actor: PcapActor, request: Request) -> dict[str, Any]:
-    details = (await _tap(actor, request, "expert")).get("details", [])
+async def _expert(capture: CaptureSession, request: Request) -> dict[str, Any]:
+    details = (await _tap(capture, request, "expert")).get("details", [])
     groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
     for item in details:
         groups[(item.get("s", ""), item.get("g", ""), item.get("p", ""), item.get("m", ""))].append(int(item["f"]))
@@ -174,10 +172,10 @@ def _endpoint(addr: str, port: Any) -> str:
     return f"{addr}:{port}" if port not in (None, "") else addr
 
 
-async def _conversations(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+async def _conversations(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
     table = CONV_TABLES[message.protocol or "ip"]
     if message.kind == "conversations":
-        tap = await _tap(actor, request, f"conv:{table}")
+        tap = await _tap(capture, request, f"conv:{table}")
         rows = [{"a": _endpoint(c["saddr"], c.get("sport")), "b": _endpoint(c["daddr"], c.get("dport")),
                  "frames": c["txf"] + c["rxf"], "bytes": c["txb"] + c["rxb"],
                  "a_to_b_frames": c["txf"], "a_to_b_bytes": c["txb"],
@@ -186,7 +184,7 @@ async def _conversations(actor: PcapActor, request: Request, message: Stats) -> 
                 for c in tap.get("convs", [])]
         method = f"sharkd tap conv:{table}"
     else:
-        tap = await _tap(actor, request, f"endpt:{table}")
+        tap = await _tap(capture, request, f"endpt:{table}")
         rows = [{"address": _endpoint(h["host"], h.get("port")), "frames": h["txf"] + h["rxf"],
                  "bytes": h["txb"] + h["rxb"], "tx_frames": h["txf"], "tx_bytes": h["txb"],
                  "rx_frames": h["rxf"], "rx_bytes": h["rxb"], "filter": h.get("filter")}
@@ -201,7 +199,7 @@ def _duration(conv: dict[str, Any]) -> float | None:
     return round(stop - start, 9) if isinstance(start, int | float) and isinstance(stop, int | float) else None
 
 
-async def _io(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+async def _io(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
     """Frames and bytes per interval, binned here as tshark 4.0's io,stat tap (ui/cli/tap-iostat.c) bins
     them: sharkd's `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval
     off. The tap reads frames in file order, keeps one current interval and only moves it forward, so a
@@ -209,9 +207,10 @@ async def _io(actor: PcapActor, request: Request, message: Stats) -> dict[str, A
     interval = message.interval_ms or 1000
     step = interval * 1000  # us, the tap's unit
     if message.display_filter:
-        await actor.check_filter(request, message.display_filter)
-    wanted = set(await actor.matching(request, message.display_filter)) if message.display_filter else None
-    frames = await actor.sharkd_call(request, "frames", {"column0": "frame.time_relative:0", "column1": "frame.len:0"})
+        await capture.check_filter(request, message.display_filter)
+    wanted = set(await capture.matching(request, message.display_filter)) if message.display_filter else None
+    frames = await capture.sharkd_call(request, "frames",
+                                       {"column0": "frame.time_relative:0", "column1": "frame.len:0"})
     bins: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     last = -1
     current = 0  # the current interval's start (us); a filtered tap sees (and moves on) matching frames only
@@ -261,10 +260,10 @@ def _stats_row(procedure: str, times: list[float], unanswered: int | None = None
     return row
 
 
-async def _native_srt(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+async def _native_srt(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
     name = NATIVE_SRT[message.protocol or ""]
     rows = []
-    for table in (await _tap(actor, request, name)).get("tables", []):
+    for table in (await _tap(capture, request, name)).get("tables", []):
         for r in table.get("r", []):
             num = int(r["num"])
             rows.append({"procedure": r["n"], "count": num, "min_s": r["min"], "max_s": r["max"],
@@ -273,14 +272,14 @@ async def _native_srt(actor: PcapActor, request: Request, message: Stats) -> dic
     return {"method": f"sharkd tap {name} (Wireshark's SRT)", "rows": rows}
 
 
-async def _linked_srt(actor: PcapActor, request: Request, message: Stats) -> dict[str, Any]:
+async def _linked_srt(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
     linked = LINKED[message.protocol or ""]
     flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
-    await actor.check_filter(request, flt)
+    await capture.check_filter(request, flt)
     columns = ["frame.number", linked.name, linked.response_to, linked.time]
     params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(columns)}
     params["filter"] = flt
-    frames = await actor.sharkd_call(request, "frames", params, display_filter=flt)
+    frames = await capture.sharkd_call(request, "frames", params, display_filter=flt)
     names: dict[int, str] = {}
     answered_by: dict[str, list[float]] = defaultdict(list)
     unanswered: Counter[str] = Counter()

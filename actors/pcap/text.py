@@ -1,7 +1,7 @@
 """Frames as the text `tshark -V` prints: pcap_frame_detail's trees and pcap_text_search's scan.
 
-Functions of the actor, run inside it (its inbox serialises them), reading frame trees through
-`PcapActor.tree` (cached) and the matching frames through `PcapActor.matching`.
+`detail` shapes trees the actor fetched (with the field catalogue); `text_search` reads frame trees
+through the session's `tree` (session.py) as it scans, so that it can stop when the call's time is up.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import difflib
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -18,11 +18,9 @@ from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Request
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.messages import Detail, TextSearch
-from diagd.actors.pcap.wireshark import catalogue
+from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.actors.pcap.actor import PcapActor
 
 
 def displayed(tree: list[tree_mod.Node], previous_ns: int | None) -> list[tree_mod.Node]:
@@ -33,12 +31,9 @@ def displayed(tree: list[tree_mod.Node], previous_ns: int | None) -> list[tree_m
     return tree_mod.with_displayed_delta(tree, delta)
 
 
-async def resolve_layers(actor: PcapActor, layers: tuple[str, ...]) -> dict[str, str | None]:
+def resolve_layers(cat: Catalogue, layers: tuple[str, ...]) -> dict[str, str | None]:
     """Each requested layer -> its protocol filter name (either spelling), or None when Wireshark
     has no such protocol."""
-    if not layers:
-        return {}
-    cat = actor.cat or await catalogue()
     return {name: cat.resolve_layer(name) for name in layers}
 
 
@@ -50,9 +45,9 @@ def layer_error(unknown: list[str], present: list[str], where: str, **details: A
                       f"{', '.join(present) or 'none'}", layers_present=present, did_you_mean=close, **details)
 
 
-async def detail(actor: PcapActor, message: Detail, answers: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The text of `message`'s frames from their trees (`answers`: frame number -> sharkd's answer,
-    fetched by the actor, so this shapes them without calling back into it)."""
+    fetched by the actor) and the field catalogue: it shapes them, fetching nothing."""
     frame_numbers, layers, restrict_layers, max_bytes = (message.frame_numbers, message.layers,
                                                      message.restrict_layers, message.max_bytes)
     verbosity = message.verbosity
@@ -63,7 +58,7 @@ async def detail(actor: PcapActor, message: Detail, answers: dict[int, dict[str,
     epochs = [tree_mod.epoch_ns(answers[n]["tree"]) for n in ordered]
     trees = {n: displayed(answers[n]["tree"], epochs[i - 1] if i else None) for i, n in enumerate(ordered)}
     present = {n: tree_mod.layer_names(trees[n]) for n in ordered}
-    wanted = await resolve_layers(actor, layers)
+    wanted = resolve_layers(cat, layers)
     anywhere = {layer for names in present.values() for layer in names}
     unknown = [name for name, proto in wanted.items() if proto is None or proto not in anywhere]
     if unknown:
@@ -113,36 +108,39 @@ class _Scan:
     stopped: str | None = None
 
 
-async def text_search(actor: PcapActor, request: Request, message: TextSearch) -> dict[str, Any]:
+async def text_search(capture: CaptureSession, request: Request, message: TextSearch) -> dict[str, Any]:
     """Search every frame matching the filter (from `offset`, at most `limit` when given) in the
     text `tshark -Y <filter> -V` prints, until done or until `stop_at` (trio time, set by the
     handler inside the call's timeout). A search cut short says how far it got and why."""
     m = message
     pattern = await compile_in_thread(m.query, literal=not m.is_regex, case_sensitive=m.case_sensitive)
-    numbers = await actor.matching(request, m.display_filter)
-    wanted = await resolve_layers(actor, m.layers)
+    numbers = await capture.matching(request, m.display_filter)
+    wanted: dict[str, str | None] = {}
+    if m.layers:
+        assert capture.cat is not None  # loaded when the session started
+        wanted = resolve_layers(capture.cat, m.layers)
     if wanted:
-        in_capture = list((await actor.analysed(request)).get("protocols", []))
+        in_capture = list((await capture.analysed(request)).get("protocols", []))
         unknown = [name for name, proto in wanted.items() if proto is None or proto not in in_capture]
         if unknown:
             raise layer_error(unknown, in_capture, "this capture")
     canonical = {proto for proto in wanted.values() if proto is not None}
-    scan = await _scan(actor, request, m, numbers, canonical, Matcher(pattern, m.budget_s, unit="frame"))
+    scan = await _scan(capture, request, m, numbers, canonical, Matcher(pattern, m.budget_s, unit="frame"))
     return _search_result(m, numbers, scan, bool(canonical))
 
 
-async def _scan(actor: PcapActor, request: Request, m: TextSearch, numbers: list[int], canonical: set[str],
+async def _scan(capture: CaptureSession, request: Request, m: TextSearch, numbers: list[int], canonical: set[str],
                 matcher: Matcher) -> _Scan:
     scan = _Scan()
     candidates = numbers[m.offset:] if m.limit is None else numbers[m.offset:m.offset + m.limit]
     previous_ns = None
     if m.offset and candidates:  # the frame displayed before the first one searched
-        previous_ns = tree_mod.epoch_ns((await actor.tree(request, numbers[m.offset - 1], keep=False))["tree"])
+        previous_ns = tree_mod.epoch_ns((await capture.tree(request, numbers[m.offset - 1], keep=False))["tree"])
     for number in candidates:
         if m.stop_at is not None and trio.current_time() >= m.stop_at:
             scan.stopped = "time_budget"
             break
-        answer = await actor.tree(request, number, keep=False)
+        answer = await capture.tree(request, number, keep=False)
         nodes = displayed(answer["tree"], previous_ns)
         previous_ns = tree_mod.epoch_ns(answer["tree"])
         if canonical and m.restrict_layers:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors import bpftrace, crash, serial
+from diagd.actors import bpftrace, capture, crash, serial
 from diagd.actors.crash.messages import SPAWN_SETTINGS
 from diagd.actors.crash.settings import CrashSettings
 from diagd.daemon import config as config_mod
@@ -15,8 +15,8 @@ from diagd.daemon import reload as reload_notes
 from diagd.daemon.server import Daemon
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-# What serial and bpftrace declare through `Runtime.defer_on_reload` (crash notes its own from a hook).
-DECLARED = {"serial": serial.DEFERRED, "bpftrace": bpftrace.DEFERRED}
+# What serial, bpftrace and capture declare through `Runtime.defer_on_reload` (crash notes its own from a hook).
+DECLARED = {"serial": serial.DEFERRED, "bpftrace": bpftrace.DEFERRED, "capture": capture.DEFERRED}
 
 
 def test_changed_keys_and_the_settings_fixed_into_running_things_are_named() -> None:
@@ -37,11 +37,13 @@ def test_changed_keys_and_the_settings_fixed_into_running_things_are_named() -> 
 
 def test_every_deferred_key_is_a_real_setting_of_its_back_end() -> None:
     from diagd.actors.bpftrace.settings import BpftraceSettings
+    from diagd.actors.capture.settings import CaptureSettings
     from diagd.actors.serial.settings import SerialConfig
     from diagd.daemon.config import DaemonConfig
 
     known = {"daemon": set(DaemonConfig.__dataclass_fields__), "serial": set(SerialConfig.__dataclass_fields__),
-             "bpftrace": set(BpftraceSettings.__dataclass_fields__)}
+             "bpftrace": set(BpftraceSettings.__dataclass_fields__),
+             "capture": set(CaptureSettings.__dataclass_fields__)}
     for deferred in reload_notes.DAEMON:
         assert set(deferred.keys) <= known["daemon"]
     for section, table in DECLARED.items():

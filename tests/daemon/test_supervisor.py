@@ -217,15 +217,19 @@ async def test_stopping_an_actor_fails_its_running_and_queued_calls(autojump_clo
                 outcomes.append("ok")
             except DiagdError as exc:
                 outcomes.append(str(exc.code))
+                messages.append(exc.message)
 
+        messages: list[str] = []
         nursery.start_soon(client)
         await trio.testing.wait_all_tasks_blocked()
         nursery.start_soon(client)
         await trio.testing.wait_all_tasks_blocked()
         ref = sup.actors()[0]
-        sup.stop(ref.id, reason="test")
+        sup.stop(ref.id, reason="evicted (for the test)")
         await trio.testing.wait_all_tasks_blocked()
     assert sorted(outcomes) == ["ACTOR_FAILED", "CANCELLED"]
+    # Both say why: the running call too, not only the queued one (issue 28).
+    assert all("evicted (for the test)" in m for m in messages), messages
     assert Scripted.stops == 1
     assert ref.runtime.state == ActorState.STOPPED
 

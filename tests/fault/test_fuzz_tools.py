@@ -49,6 +49,7 @@ TOOLS = [
     "list_probes", "list_helpers", "exec_program", "get_result", "stop_execution", "list_executions",
     "open_vmcore_session", "close_vmcore_session", "list_vmcore_sessions", "run_crash_command", "run_drgn_command",
     "get_command_output", "search_command_output", "get_crash_info", "load_module_debuginfo",
+    "list_interfaces", "start_capture", "capture_status", "stop_capture", "list_captures",
 ]
 
 EXAMPLES = int(os.environ.get("DIAGD_FUZZ_EXAMPLES", "20"))

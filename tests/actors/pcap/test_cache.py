@@ -82,10 +82,11 @@ def test_known_totals_are_bounded_by_their_filters_length() -> None:
 
     import trio
 
-    from diagd.actors.pcap.passes import TOTALS_BUDGET, CaptureWorkers
+    from diagd.actors.pcap.passes import TOTALS_BUDGET, CaptureWorkers, Cores
     from diagd.actors.pcap.pool import WorkerPool
 
-    workers = CaptureWorkers(cast(trio.Nursery, None), cast(WorkerPool, SimpleNamespace(facts=None)), [])
+    workers = CaptureWorkers(cast(trio.Nursery, None), cast(WorkerPool, SimpleNamespace(facts=None)), [],
+                             cores=Cores(1))
     long_filter = "frame.number == {} || " + "ip.addr == 10.0.0.1 || " * 70  # ~1.6 kB each
     for i in range(2000):
         workers._known(long_filter.format(i), i)

@@ -1,6 +1,6 @@
 """pcap_text_search's scan on a fake capture under virtual time: it searches every frame when the
 time allows, and when the call's time runs out it stops and says so (how far, why, where to go on).
-No sharkd: the actor's frame source is replaced by synthetic trees that each take 1 s to fetch."""
+No sharkd: the capture session's frame source is replaced by synthetic trees that each take 1 s to fetch."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from diagd.actors.base import Request
 from diagd.actors.pcap.actor import PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import TextSearch
+from diagd.actors.pcap.session import CaptureSession
 
 FRAMES = 20
 
@@ -32,23 +33,23 @@ def frame_tree(number: int) -> list[dict[str, Any]]:
     ]
 
 
-class FakeCapture(PcapActor):
-    """The actor with its sharkd calls replaced: frame trees arrive one virtual second apart."""
+class FakeCapture(CaptureSession):
+    """A capture session with its sharkd calls replaced: frame trees arrive one virtual second apart."""
 
     def __init__(self) -> None:
         spec = CaptureSpec(path=Path("/nonexistent.pcap"), identity="0:0:0:0", decode_as=(), preferences=(), size=0)
-        super().__init__("fake", spec)
+        super().__init__(spec)
         self.fetched: list[int] = []
 
     async def matching(self, request: Request, display_filter: str) -> list[int]:
         return list(range(1, FRAMES + 1))
 
     async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
-        if number not in self._trees:
+        if number not in self.trees:
             await trio.sleep(1)
             self.fetched.append(number)
-            self._trees[number] = {"tree": frame_tree(number), "bytes": ""}
-        return self._trees[number]
+            self.trees[number] = {"tree": frame_tree(number), "bytes": ""}
+        return self.trees[number]
 
 
 def search_args(**extra: Any) -> dict[str, Any]:
@@ -58,7 +59,9 @@ def search_args(**extra: Any) -> dict[str, Any]:
 
 
 async def ask(actor: FakeCapture, **extra: Any) -> dict[str, Any]:
-    return await actor.handle(Request(TextSearch(**search_args(**extra))))
+    pcap = PcapActor("fake", actor.spec)
+    pcap.session = actor  # the actor's handler, on the fake session
+    return await pcap.handle(Request(TextSearch(**search_args(**extra))))
 
 
 async def test_every_frame_is_searched_when_time_allows(autojump_clock: trio.testing.MockClock) -> None:

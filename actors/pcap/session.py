@@ -1,0 +1,274 @@
+"""One loaded capture: its worker pool, filter passes and caches, and the primitives answers are built from.
+
+A `CaptureSession` is what the pcap actor owns (one per actor, so one per capture key): it writes
+the Wireshark config the workers load with, starts the pool (pool.py) and the filter passes
+(passes.py), and keeps the capture's caches, bounded by bytes (cache.py): frame-number lists per
+filter, frame trees, and whole answers. Its primitives (`sharkd_call`, `check_filter`, `matching`,
+`page`, `tree`, `analysed`) are what the actor fetches with; the answer builders (answers.py,
+stats.py, text.py, http2_srt.py) never see the session or the actor, only what was fetched.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from diagd.actors.base import Request
+from diagd.actors.pcap import first_page
+from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.cache import PackedLru
+from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.first_page import Kinds
+from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, Page, invalid
+from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool
+from diagd.actors.pcap.sharkd import Sharkd, SharkdError
+from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+log = structlog.get_logger("diagd.pcap")
+
+MAX_FILTER_CHARS = 1800  # sharkd 4.0 reads each request line into a 2 KiB buffer
+CACHE_BUDGET = 16 * 2**20  # bytes of cached answers, frame trees and frame lists per capture
+LOAD_PROGRESS_S = 0.5  # how often a call waiting for the capture to load reports how far it is
+
+
+class CaptureSession:
+    """One capture as its workers load and serve it (state: `state`, a CaptureState)."""
+
+    def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
+                 cores: Cores | None = None, launch: Launch = Sharkd.start,
+                 early_numbers: EarlyNumbers = first_page.early_numbers) -> None:
+        self.spec = spec
+        self._max_workers = max_workers
+        self._headroom = headroom
+        self._cores = cores if cores is not None else Cores()
+        self._launch = launch
+        self._early_numbers = early_numbers
+        self._config_dir: Path | None = None
+        self.workers: CaptureWorkers | None = None
+        self.facts = LoadFacts()  # the pool's, once started (updated in place)
+        self.analysis: dict[str, Any] = {}
+        # Bounded by bytes, CACHE_BUDGET in all (cache.py): each once kept 64 lists, 4096 trees and
+        # 256 answers whatever their size, ~40 MB of RSS after a short session (issue 12).
+        self.filters: PackedLru[str, list[int]] = PackedLru(CACHE_BUDGET * 3 // 8, 64)
+        self.trees: PackedLru[int, dict[str, Any]] = PackedLru(CACHE_BUDGET // 4, 4096)
+        self.results: PackedLru[object, dict[str, Any]] = PackedLru(CACHE_BUDGET * 3 // 8, 256)
+        self.cache_hits = 0
+        self.cat: Catalogue | None = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Write the workers' Wireshark config and start loading the first one (in `nursery`)."""
+        self._config_dir = Path(tempfile.mkdtemp(prefix="diagd-wsconf-"))
+        lines = []
+        cat = self.cat = await catalogue()
+        for rule in self.spec.decode_as:
+            table, value, proto = parse_decode_as(rule, cat)
+            lines.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
+        (self._config_dir / "decode_as_entries").write_text("\n".join(lines) + "\n")
+        # No name resolution, as `tshark -n` (the cold passes and every equivalent command): with
+        # it sharkd writes "f2:41:23:4c:99:3b (f2:41:23:4c:99:3b)" in Ethernet items and vendor
+        # names in the address columns, and its answers would not match tshark's.
+        (self._config_dir / "preferences").write_text(
+            "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.network_name: FALSE\n")
+        # The capture loads in the background: the first request reports progress while it waits,
+        # or (frames, info) is answered by one cold tshark pass on the other core meanwhile.
+        pool = WorkerPool(nursery, self.spec, self._config_dir, max_workers=self._max_workers,
+                          headroom=self._headroom, launch=self._launch, cores=self._cores.count)
+        self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), cores=self._cores,
+                                      early_numbers=self._early_numbers)
+        self.facts = pool.facts
+        self.workers.start()
+
+    async def close(self) -> None:
+        if self.workers is not None:
+            await self.workers.close()
+        if self._config_dir is not None:
+            shutil.rmtree(self._config_dir, ignore_errors=True)
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> CaptureState:
+        return self.workers.state if self.workers is not None else CaptureState.LOADING
+
+    def __repr__(self) -> str:
+        workers = self.workers.pool.workers if self.workers is not None else []
+        busy = sum(1 for w in workers if w.busy)
+        return (f"<CaptureSession [{self.state.name}, workers: {len(workers)}, busy: {busy}, "
+                f"cache hits: {self.cache_hits}] {self.spec.path.name}>")
+
+    @property
+    def loaded(self) -> bool:
+        return self.state is CaptureState.READY
+
+    @property
+    def frame_count(self) -> int:
+        return self.facts.frame_count
+
+    @property
+    def load_warning(self) -> str | None:
+        return self.facts.warning
+
+    @property
+    def column_formats(self) -> dict[str, int]:
+        return self.facts.column_formats
+
+    def statistics(self) -> dict[str, Any]:
+        pool: dict[str, Any] = self.workers.statistics() if self.workers is not None else {"workers": [], "loads": 0}
+        workers: list[dict[str, Any]] = pool["workers"]
+        first = workers[0] if workers else {}
+        return {
+            "path": str(self.spec.path),
+            "identity": self.spec.identity,
+            **self.spec.describe(),
+            "frames": self.frame_count,
+            "load_s": first.get("load_s", 0.0),
+            "sharkd_pid": first.get("pid"),
+            "sharkd_rss_bytes": sum(w["rss_bytes"] or 0 for w in workers) or None,
+            "sharkd_requests": sum(w["requests"] for w in workers),
+            **pool,
+            "cache_hits": self.cache_hits,
+        }
+
+    # -- whole answers ------------------------------------------------------------------------
+
+    def cached_answer(self, key: object) -> dict[str, Any] | None:
+        """The answer kept for an equal question (a message is its own key: messages.cache_key)."""
+        cached = self.results.get(key)
+        if cached is not None:
+            self.cache_hits += 1
+        return cached
+
+    def keep_answer(self, key: object, result: dict[str, Any]) -> None:
+        self.results.put(key, result)
+
+    # -- argv of the cold tools -----------------------------------------------------------------
+
+    def cold_argv(self) -> list[str]:
+        return _cold.base_argv(self.spec.path, self.spec.decode_as, self.spec.preferences)
+
+    def tshark_argv(self, kinds: Kinds | None) -> list[str]:
+        """cold_argv, single pass when that gives the same for every name (Catalogue.kinds) in it."""
+        assert self.workers is not None
+        return self.workers.tshark_argv(kinds)
+
+    def raceable(self, display_filter: str, offset: int, limit: int, kinds: Kinds | None) -> bool:
+        assert self.workers is not None
+        return self.workers.raceable(display_filter, offset, limit, kinds)
+
+    # -- sharkd primitives ------------------------------------------------------------------
+
+    async def sharkd_call(self, request: Request, method: str, params: dict[str, Any] | None = None, *,
+                          display_filter: str | None = None) -> Any:
+        """One sharkd request on whichever worker is free (the one holding `display_filter`'s bitmap
+        if one does); progress is reported while the capture loads."""
+        assert self.workers is not None
+        async with self.load_progress(request):
+            return await self.workers.call(method, params, display_filter=display_filter, deadline=request.deadline)
+
+    @asynccontextmanager
+    async def load_progress(self, request: Request) -> AsyncIterator[None]:
+        """While the capture loads: progress every LOAD_PROGRESS_S, in bytes sharkd has read of the file."""
+        assert self.workers is not None
+        if not self.workers.loading:
+            yield
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._report_load, request)
+            yield
+            nursery.cancel_scope.cancel(reason="the call's wait is over")
+        if not self.workers.loading:
+            await request.report_progress(self.spec.size, self.spec.size, "capture loaded")
+
+    async def _report_load(self, request: Request) -> None:
+        assert self.workers is not None
+        size, name, told = self.spec.size, self.spec.path.name, -1
+        while self.workers.loading:
+            read = await trio.to_thread.run_sync(self.workers.load_position)  # /proc reads: off the loop
+            done = min(read or 0, size - 1)  # "all read" is said once loaded
+            if done > told:  # MCP: each notification's progress is higher than the last
+                await request.report_progress(done, size, f"loading {name}: {_mb(done)} of {_mb(size)} MB read")
+                told = done
+            await trio.sleep(LOAD_PROGRESS_S)
+
+    async def check_filter(self, request: Request, display_filter: str) -> None:
+        if not display_filter:
+            return
+        check_length(display_filter)
+        try:
+            await self.sharkd_call(request, "check", {"filter": display_filter})
+        except SharkdError as exc:
+            raise invalid(display_filter, exc) from None
+
+    async def matching(self, request: Request, display_filter: str) -> list[int]:
+        """Frame numbers matching a filter (all frames for ''), cached per filter."""
+        cached = self.filters.get(display_filter)
+        if cached is not None:
+            return cached
+        await self.check_filter(request, display_filter)
+        params: dict[str, Any] = {"column0": "frame.number:0"}
+        if display_filter:
+            params["filter"] = display_filter
+        try:
+            rows = await self.sharkd_call(request, "frames", params, display_filter=display_filter)
+        except SharkdError as exc:
+            raise invalid(display_filter, exc) from None
+        numbers = [int(r["num"]) for r in rows]
+        self.filters.put(display_filter, numbers)
+        return numbers
+
+    async def page(self, request: Request, display_filter: str, offset: int, limit: int,
+                   kinds: Kinds | None = None) -> Page:
+        """(total matches, one page of default packet-list columns): from a worker holding the
+        filter in milliseconds, or for a new filter the first page first (passes.py)."""
+        check_length(display_filter)
+        assert self.workers is not None
+        async with self.load_progress(request):
+            return await self.workers.page(display_filter, offset, limit, request.deadline, kinds)
+
+    async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
+        """A frame's protocol tree with its bytes (tshark -V dumps `data` items in hex), cached:
+        the bytes always come along, so one frame is one cache entry whatever the caller renders.
+        A scan over a whole capture passes keep=False: thousands of trees would hold hundreds of MB."""
+        cached = self.trees.get(number)
+        if cached is not None:
+            return cached
+        if not self.loaded:
+            await self.sharkd_call(request, "status")  # loads the capture first, so frame_count is known
+        if not 1 <= number <= self.frame_count:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
+                             frame=number, frame_count=self.frame_count)
+        answer = await self.sharkd_call(request, "frame", {"frame": number, "proto": True, "bytes": True})
+        if keep:
+            self.trees.put(number, answer)
+        return dict(answer)
+
+    async def analysed(self, request: Request) -> dict[str, Any]:
+        """Protocols and time span of the whole capture (one dissection pass, done once)."""
+        if not self.analysis:
+            self.analysis = await self.sharkd_call(request, "analyse")
+        return self.analysis
+
+    async def protocols(self, request: Request) -> list[str]:
+        """The protocols the capture carries (sharkd's `analyse`)."""
+        return list((await self.analysed(request)).get("protocols", []))
+
+
+def check_length(display_filter: str) -> None:
+    if len(display_filter) > MAX_FILTER_CHARS:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"display filter of {len(display_filter)} characters: sharkd 4.0 takes requests of at "
+                         f"most 2 KiB, so filters are limited to {MAX_FILTER_CHARS} characters",
+                         display_filter=display_filter[:200] + "...")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f}"

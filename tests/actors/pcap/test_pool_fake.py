@@ -1,0 +1,275 @@
+"""The pcap concurrency core on a scripted sharkd (tests/support/fake_sharkd.py) under trio's MockClock:
+the worker pool (a second worker for a busy capture, trees served beside a pass), the first-page race
+(tshark vs sharkd's pass), BUSY with retry_after_s, cancellation, and eviction under max_loaded
+(captures.py: a capture in use is never evicted). The end-to-end tests against real sharkd stay
+(tests/e2e/test_pcap_workers.py, test_pcap_first_page.py, test_pcap_eviction.py)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.captures import Evict, LoadedCaptures
+from diagd.actors.pcap.passes import CaptureWorkers, Cores
+from diagd.actors.pcap.pool import CaptureState, WorkerPool, WorkerState
+from diagd.protocol.errors import DiagdError, ErrorCode
+from tests.support.fake_sharkd import Script
+
+NGAP = (("ngap", "FT_PROTOCOL", "ngap"),)  # Catalogue.kinds of "ngap": raceable
+SPEC = CaptureSpec(path=Path("/captures/fake.pcap"), identity="1:2:3:4", decode_as=(), preferences=(), size=10**6)
+
+
+@asynccontextmanager
+async def capture(script: Script, *, max_workers: int = 2, cores: int = 2,
+                  headroom: int | None = None) -> AsyncIterator[CaptureWorkers]:
+    """One capture's pool and passes on the fake, loading its first worker."""
+    async with trio.open_nursery() as nursery:
+        pool = WorkerPool(nursery, SPEC, Path("/nonexistent"), max_workers=max_workers, headroom=lambda: headroom,
+                          launch=script.launch, cores=cores)
+        workers = CaptureWorkers(nursery, pool, ["tshark", "-2", "-r", str(SPEC.path)], cores=Cores(cores),
+                                 early_numbers=script.early_numbers)
+        workers.start()
+        yield workers
+        await workers.close()
+        nursery.cancel_scope.cancel()
+
+
+async def loaded(workers: CaptureWorkers) -> None:
+    await workers.call("status", None, display_filter=None, deadline=math.inf)
+
+
+async def test_the_capture_loads_and_its_state_shows_in_its_repr(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(load_s=5)
+    async with capture(script) as workers:
+        assert workers.state is CaptureState.LOADING and "LOADING" in repr(workers.pool)
+        await loaded(workers)
+        assert trio.current_time() == pytest.approx(5, abs=0.1)
+        assert workers.state is CaptureState.READY and workers.facts.frame_count == script.frames
+        assert [w.state for w in workers.pool.workers] == [WorkerState.IDLE]
+        assert repr(workers.pool) == "<WorkerPool [READY, workers: 1, busy: 0] fake.pcap>"
+        assert workers.statistics()["workers"][0]["state"] == "idle"
+
+
+async def test_a_failed_load_is_reported_and_the_next_call_loads_anew(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(fail_load=True)
+    async with capture(script) as workers:
+        with pytest.raises(DiagdError) as failed:
+            await loaded(workers)
+        assert failed.value.code is ErrorCode.INVALID_ARGUMENT and "no capture" in failed.value.message
+        script.fail_load = False
+        await loaded(workers)  # a fresh worker for this call
+        assert workers.state is CaptureState.READY and len(script.launched) == 2
+
+
+async def test_a_tree_passes_a_filter_pass_on_a_second_worker(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"sip": [5, 6]}, pass_s=30)
+    finished: list[str] = []
+    async with capture(script) as workers:
+        await loaded(workers)
+
+        async def filter_pass() -> None:
+            page = await workers.page("sip", 0, 20, math.inf)  # not raceable (no kinds): sharkd's pass
+            assert (page.total, page.exact, page.served_by) == (2, True, "sharkd")
+            finished.append("filter")
+
+        async def tree() -> None:
+            await trio.sleep(1)
+            await workers.call("frame", {"frame": 7}, display_filter=None, deadline=math.inf)
+            finished.append("tree")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(filter_pass)
+            nursery.start_soon(tree)
+        assert finished == ["tree", "filter"]
+        assert len(workers.pool.workers) == 2 and workers.pool.grown == 1
+        assert workers.pool.holders("sip")  # the pass left its bitmap: the next page is quick
+        before = trio.current_time()
+        await workers.page("sip", 0, 20, math.inf)
+        assert trio.current_time() - before < 1
+
+
+async def test_no_second_worker_beyond_the_memory_headroom(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"sip": [5]}, rss_bytes=100 * 2**20)
+    async with capture(script, headroom=10 * 2**20) as workers:
+        await loaded(workers)
+        await workers.page("sip", 0, 20, math.inf)
+        assert len(workers.pool.workers) == 1 and workers.pool.grown == 0
+
+
+async def test_tshark_wins_the_first_page_and_the_pass_gives_the_exact_total(
+        autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": list(range(1, 500))}, pass_s=30, early_s=0.2)
+    async with capture(script) as workers:
+        await loaded(workers)
+        started = trio.current_time()
+        page = await workers.page("ngap", 0, 20, math.inf, NGAP)
+        assert trio.current_time() - started < 1  # not the 30 s pass
+        assert page.exact is False and page.total == 21 and [r["number"] for r in page.rows] == list(range(1, 21))
+        assert "first page found by tshark" in page.served_by
+        await trio.sleep(60)  # the pass went on (on the other worker) and left the exact total
+        again = await workers.page("ngap", 0, 20, math.inf, NGAP)
+        assert (again.total, again.exact, again.served_by) == (499, True, "sharkd")
+
+
+async def test_sharkd_wins_when_tshark_is_slower_than_the_pass(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": [3, 4]}, pass_s=2, early_s=50)
+    async with capture(script, cores=4) as workers:  # a free core: tshark races beside the pass
+        await loaded(workers)
+        page = await workers.page("ngap", 0, 20, math.inf, NGAP)
+        assert (page.total, page.exact, page.served_by) == (2, True, "sharkd")
+        assert trio.current_time() < 5 + 2 + 1  # the load, the pass and the rows: tshark was stopped
+
+
+async def test_a_call_that_cannot_get_a_worker_in_time_is_busy_with_retry_after(
+        autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"sip": [1]}, pass_s=100)
+    async with capture(script, max_workers=1) as workers:
+        await loaded(workers)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(workers.page, "sip", 0, 20, math.inf)
+            await trio.sleep(10)
+            deadline = trio.current_time() + 5
+            with pytest.raises(DiagdError) as busy:
+                await workers.call("frame", {"frame": 1}, display_filter=None, deadline=deadline)
+            assert busy.value.code is ErrorCode.BUSY
+            assert busy.value.details["retry_after_s"] >= 1 and "filter pass" in busy.value.message
+            assert trio.current_time() == pytest.approx(deadline - 1)  # refused 1 s before its deadline, not at it
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_cancelled_caller_leaves_the_pass_running_and_the_worker_alive(
+        autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"sip": [1, 2, 3]}, pass_s=30)
+    async with capture(script, max_workers=1) as workers:
+        await loaded(workers)
+        with trio.move_on_after(3):  # the client gives up mid-pass
+            await workers.page("sip", 0, 20, math.inf)
+        assert workers.passes["sip"].started and all(s.alive for s in script.launched)
+        await trio.sleep(40)
+        assert workers.totals["sip"] == 3 and not workers.passes  # done for the next call
+        assert all(s.alive for s in script.launched)
+
+
+async def test_a_pass_nobody_waits_for_before_it_starts_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": [1, 2]}, pass_s=30, early_s=0.1)
+    async with capture(script, max_workers=1) as workers:
+        await loaded(workers)
+        page = await workers.page("ngap", 0, 20, math.inf, NGAP)  # tshark within its head start
+        assert page.exact and page.total == 2 and "found by tshark" in page.served_by
+        await trio.sleep(60)
+        assert not any("intervals ngap" in line for line in script.log)  # no pass was run for it
+
+
+async def test_an_invalid_filter_is_refused_by_the_pass(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(invalid={"bogus"})
+    async with capture(script) as workers:
+        await loaded(workers)
+        with pytest.raises(DiagdError) as refused:
+            await workers.page("bogus", 0, 20, math.inf)
+        assert refused.value.code is ErrorCode.INVALID_FILTER
+
+
+async def test_a_worker_that_dies_is_replaced_on_the_next_call(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script()
+    async with capture(script, max_workers=1) as workers:
+        await loaded(workers)
+        script.launched[0].alive = False  # killed from outside
+        assert workers.state is CaptureState.STOPPED
+        await loaded(workers)
+        assert len(script.launched) == 2 and workers.state is CaptureState.READY
+
+
+# -- eviction under max_loaded (captures.py) -------------------------------------------------------
+
+
+class Loaded:
+    """The back end's side of LoadedCaptures: which actors run, stopped when evicted."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.stopped: list[str] = []
+        self.table = LoadedCaptures()
+
+    async def call(self, key: str, seconds: float, *, max_loaded: int = 1, call_timeout_s: float = 30) -> float:
+        """One call on `key` lasting `seconds` once admitted, as PcapBackend.ask makes room for it."""
+        with trio.fail_after(call_timeout_s):
+            deadline = trio.current_effective_deadline()
+            while (room := self.table.room_for(key, self.running, max_loaded)) is not True:
+                if isinstance(room, Evict):
+                    assert not self.table.in_use(room.key)
+                    self.running.discard(room.key)
+                    self.stopped.append(room.key)
+                    self.table.evicted_now(room)
+                else:
+                    await self.table.wait_for_change(key, max_loaded, deadline)
+            with self.table.in_call(key):
+                self.running.add(key)
+                await trio.sleep(seconds)
+                assert key in self.running, f"{key} was evicted during its call"
+                return trio.current_time()
+
+
+async def test_a_capture_in_use_is_not_evicted_and_the_new_one_waits_its_turn(
+        autojump_clock: trio.testing.MockClock) -> None:
+    loaded = Loaded()
+    ended: dict[str, float] = {}
+
+    async def run(key: str, seconds: float, delay: float) -> None:
+        await trio.sleep(delay)
+        ended[key] = await loaded.call(key, seconds)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "A", 10, 0)
+        nursery.start_soon(run, "B", 1, 1)
+    assert ended == {"A": 10, "B": 11}  # B waited for A's call, then A (idle) was evicted
+    assert loaded.stopped == ["A"] and loaded.running == {"B"}
+
+
+async def test_when_every_loaded_capture_is_busy_past_the_deadline_the_call_is_busy(
+        autojump_clock: trio.testing.MockClock) -> None:
+    loaded = Loaded()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(loaded.call, "A", 100, call_timeout_s=200))
+        await trio.sleep(5)
+        with pytest.raises(DiagdError) as busy:
+            await loaded.call("B", 1, max_loaded=1, call_timeout_s=10)
+        assert busy.value.code is ErrorCode.BUSY
+        assert "all 1 loaded captures are busy; max_loaded=1" in busy.value.message
+        assert busy.value.details["retry_after_s"] == 14  # as long as A's call has run when refused
+        assert trio.current_time() == pytest.approx(14)  # 1 s before its deadline
+    assert loaded.stopped == [] and loaded.table.refused == 1
+
+
+async def test_the_least_recently_used_idle_capture_is_evicted_first(autojump_clock: trio.testing.MockClock) -> None:
+    loaded = Loaded()
+    for key in ("A", "B", "C"):
+        await loaded.call(key, 1, max_loaded=3)
+    await loaded.call("A", 1, max_loaded=3)  # A is now the most recent
+    async with trio.open_nursery() as nursery:
+        # B in use: not evicted although older than A.
+        nursery.start_soon(functools.partial(loaded.call, "B", 50, max_loaded=3))
+        await trio.sleep(1)
+        await loaded.call("D", 1, max_loaded=3)
+        assert loaded.stopped == ["C"]
+        await loaded.call("E", 1, max_loaded=3)
+        assert loaded.stopped == ["C", "A"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_over_memory_only_idle_captures_are_named(autojump_clock: trio.testing.MockClock) -> None:
+    table = LoadedCaptures()
+    for key in ("A", "B", "C"):
+        with table.in_call(key):
+            await trio.sleep(1)
+    held = {"A": 100, "B": 100, "C": 100}
+    with table.in_call("A"):
+        assert [e.key for e in table.over_memory(held, 150, keep="C")] == ["B"]  # A in use, C is the caller's
+    assert [e.key for e in table.over_memory(held, 50, keep="C")] == ["B", "A"]  # least recently used first
