@@ -2,9 +2,14 @@
 
 Everything a back end may reach goes through this interface: registering its tools, starting,
 asking, finding and stopping its actors, its own config table (re-read on `diagd reload`, with a
-hook to refuse a broken table or say what waits for a reopen), its state directory, and the
-clients that connect and go. The daemon implements it (one runtime per back end, named after the
-back end's module: `diagd.actors.pcap` is `pcap`, its table `[pcap]`, its state dir `$state/pcap`);
+hook to refuse a broken table or say what waits for a reopen), its state directory, the
+clients that connect and go, and what the daemon tells about it: its paragraph of the MCP
+instructions, its diagd_timeline source, the settings a reload leaves to a reopen, the exports
+other groups read. The daemon knows no back end by name: whatever it says of one, the back end
+declared here (its `SYSTEM_NEEDS`, read without starting it, is the one declaration outside).
+
+The daemon implements it: one runtime per back end, of the back end's name (its `diagd.backends`
+entry point's, daemon/discovery.py: `pcap`, its table `[pcap]`, its state dir `$state/pcap`);
 a test can implement it without one (tests/support/fake_runtime.py). Nothing here imports the daemon.
 """
 
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from diagd.actors.base import Actor, ProgressFn
+from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import ToolSpec
 
 ActorFactory = Callable[[], Actor]
@@ -79,6 +85,16 @@ class Client:
     ephemeral: bool = False
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """Settings of a back end's table that a reload does not apply to what is already open: `diagd
+    reload` lists a changed one under `not_yet_applied`, with what it applies to and why."""
+
+    keys: tuple[str, ...]
+    applies_to: str  # e.g. "ports opened after the reload"
+    why: str  # e.g. "an open port keeps the limits it was opened with"
+
+
 # Called by a reload with the old and the new config: returns notes on changed settings that do not
 # apply to what is already open (`not_yet_applied`), or raises DiagdError to refuse the new config.
 ReloadHook = Callable[[BackendConfig, BackendConfig], list[dict[str, Any]]]
@@ -138,6 +154,10 @@ class Runtime(Protocol):
         """Re-read the config file for the whole daemon (what `diagd reload` does), returning its answer."""
         ...
 
+    def defer_on_reload(self, deferred: Deferred) -> None:
+        """Declare settings a reload leaves to a reopen (a hook may add notes of its own)."""
+        ...
+
     @property
     def shutting_down(self) -> bool: ...  # the daemon is stopping: actors stop for that, not for failure
 
@@ -146,3 +166,18 @@ class Runtime(Protocol):
     def clients(self) -> list[Client]: ...  # the clients connected now
 
     def on_client(self, *, connected: ClientHook | None = None, gone: ClientHook | None = None) -> None: ...
+
+    # -- what the daemon says of the back end
+
+    def set_instructions(self, text: str) -> None:
+        """Its paragraph of the MCP server instructions, read by a client that selected its group."""
+        ...
+
+    def add_timeline_source(self, source: TimelineSource) -> None:
+        """diagd_timeline reads a `{"<name>": ref, ...}` source with it (one per back end)."""
+        ...
+
+    def share_exports(self) -> None:
+        """Its `$state/<name>/exports` holds files other groups' tools read (for a client that selected
+        both groups: `BackendConfig.exports_dirs`)."""
+        ...

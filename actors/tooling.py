@@ -23,15 +23,12 @@ import copy
 import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import jsonschema
 
 from diagd.actors.base import ProgressFn
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.actors.runtime import Runtime
 
 
 @dataclass
@@ -154,9 +151,15 @@ class ToolSet(Generic[B]):
         """Every tool, its handler bound to `owner`."""
         return [replace(d.spec, handler=functools.partial(d.handler, owner)) for d in self._declared.values()]
 
-    def register(self, runtime: Runtime, owner: B) -> None:
+    def register(self, runtime: ToolSink, owner: B) -> None:
         for spec in self.specs(owner):
             runtime.register_tool(spec)
+
+
+class ToolSink(Protocol):
+    """Where a `ToolSet` registers its tools: a back end's `Runtime` (actors/runtime.py, which imports this)."""
+
+    def register_tool(self, spec: ToolSpec) -> None: ...
 
 
 async def _unbound(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 systemd (or `systemd-socket-activate`) binds the sockets, waits for the first client, then starts
 `diagd serve` with the listening fds from 3 on and LISTEN_PID / LISTEN_FDS / LISTEN_FDNAMES set.
 The fds are taken only when LISTEN_PID is our pid (the variables may have leaked from a parent),
-and the variables are removed either way, so crash, sharkd or bpftrace never believe them.
+and the variables are removed either way, so no child a back end starts ever believes them.
 
 Each fd is told apart by its name ("mcp" / "control", as `systemd-socket-activate --fdname` or a
 socket unit per fd gives them) or else by the file it is bound to (`mcp.sock` / `control.sock`):

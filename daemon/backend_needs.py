@@ -1,8 +1,8 @@
 """What each back end needs of the machine: its `SYSTEM_NEEDS`, read through the back-end registry.
 
-The back ends declare them (`diagd.actors.<name>.SYSTEM_NEEDS`, a `system.Needs`); the daemon
-knows no back-end names beyond `diagd.actors.BACKENDS` and `[daemon] extra_backends`. `diagd setup`
-installs their Debian packages, `diagd doctor` runs their checks.
+The back ends declare them (`SYSTEM_NEEDS` in a back end's module, a `system.Needs`: read without
+starting the back end, which `register(runtime)` would); the back ends are those found by
+daemon/discovery.py. `diagd setup` installs their Debian packages, `diagd doctor` runs their checks.
 """
 
 from __future__ import annotations
@@ -11,35 +11,29 @@ import importlib
 import shutil
 import subprocess
 
-from diagd.actors import BACKENDS
 from diagd.actors.system import Needs
-from diagd.daemon.backends import backend_name
+from diagd.daemon import discovery
 
 
-def backend_modules() -> list[str]:
-    """Every back end a daemon started now would load (a broken config: the built-in ones)."""
+def backends() -> list[discovery.Backend]:
+    """Every back end a daemon started now would load (a broken config: the installed ones)."""
     from diagd.daemon import config
     from diagd.protocol.errors import DiagdError
 
     try:
-        extra = config.load().daemon.extra_backends
+        return discovery.backends(config.load().daemon.extra_backends)
     except DiagdError:
-        extra = ()
-    return [*BACKENDS, *extra]
+        return discovery.backends()
 
 
 def names() -> list[str]:
-    return [backend_name(m) for m in backend_modules()]
+    return [b.name for b in backends()]
 
 
 def declared(only: list[str] | None = None) -> dict[str, Needs]:
-    """Back-end name -> its Needs (empty when it declares none), in registry order."""
-    found: dict[str, Needs] = {}
-    for module in backend_modules():
-        name = backend_name(module)
-        if only is None or name in only:
-            found[name] = getattr(importlib.import_module(module), "SYSTEM_NEEDS", Needs())
-    return found
+    """Back-end name -> its Needs (empty when it declares none), in load order."""
+    return {b.name: getattr(importlib.import_module(b.module), "SYSTEM_NEEDS", Needs())
+            for b in backends() if only is None or b.name in only}
 
 
 def installed(package: str) -> bool | None:

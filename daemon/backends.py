@@ -1,19 +1,16 @@
-"""The daemon's side of `diagd.actors.runtime.Runtime`: what each back end gets, and the clients.
+"""The daemon's side of `diagd.actors.runtime.Runtime`: what each back end gets.
 
-`Daemon.load_backends` imports each back-end module and calls its `register(runtime)` with a
-`BackendRuntime` named after the module (`diagd.actors.pcap` -> `pcap`): its config table is
-`[pcap]`, its state dir `$state/pcap`. The runtime forwards to the daemon's supervisor, registry
-and config; a back end sees nothing else of the daemon.
+`Daemon.load_backends` imports each back end found (daemon/discovery.py) and calls its
+`register(runtime)` with a `BackendRuntime` of the back end's name: its config table is `[name]`,
+its state dir `$state/name`. The runtime forwards to the daemon's supervisor, registry and config,
+and keeps what the back end declares (daemon/declared.py); a back end sees nothing else of the daemon.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import structlog
+from typing import Any
 
 from diagd.actors.base import ProgressFn
 from diagd.actors.runtime import (
@@ -22,83 +19,34 @@ from diagd.actors.runtime import (
     BackendConfig,
     Client,
     ClientHook,
+    Deferred,
     IdleTimeout,
     ReloadHook,
     StopCheck,
 )
+from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import ToolSpec
 from diagd.daemon.config import Config
-
-if TYPE_CHECKING:
-    from diagd.daemon.server import Daemon
-
-log = structlog.get_logger("diagd.backends")
+from diagd.daemon.services import Services
 
 
-def backend_name(module: str) -> str:
-    """A back end's name: its module's last component (`diagd.actors.pcap` -> `pcap`)."""
-    return module.rpartition(".")[2]
-
-
-# Back ends whose `$state/<name>/exports` other back ends read (export_serial_pcapng and live captures feed
-# the pcap tools).
-EXPORTING_BACKENDS = ("serial", "capture")
-
-
-def backend_config(config: Config, name: str, state_dir: Path | None = None,
-                   runtime_dir: Path | None = None) -> BackendConfig:
-    exports = {n: str(state_dir / n / "exports") for n in EXPORTING_BACKENDS} if state_dir else {}
+def backend_config(config: Config, name: str, state_dir: Path | None = None, runtime_dir: Path | None = None,
+                   exports: dict[str, str] | None = None) -> BackendConfig:
+    """`name`'s view of `config`; `exports`: the exports dirs of the back ends that share theirs."""
+    exports = exports or {}
     private = tuple(str(d) for d in (state_dir, runtime_dir) if d is not None)
     return BackendConfig(table=config.backend(name), allowed_dirs=config.daemon.allowed_dirs,
                          regex_budget_s=config.daemon.regex_budget_s, call_timeout_s=config.daemon.call_timeout_s,
                          exports_dirs=exports, private_dirs=private)
 
 
-class Clients:
-    """Who is connected, as back ends see clients, and the hooks told when one comes or goes.
-
-    MCP clients count from their connection's first message to its end; a `diagd call` command
-    from its hello to its end. A client may hold several connections: it is gone with the last.
-    """
-
-    def __init__(self) -> None:
-        self._connected: dict[str, tuple[Client, int]] = {}
-        self.connected_hooks: list[ClientHook] = []
-        self.gone_hooks: list[ClientHook] = []
-
-    def now(self) -> list[Client]:
-        return [client for client, _ in self._connected.values()]
-
-    def connected(self, client: Client) -> None:
-        _, count = self._connected.get(client.name, (client, 0))
-        self._connected[client.name] = (client, count + 1)
-        if count == 0:
-            self._tell(self.connected_hooks, client)
-
-    def gone(self, client: Client) -> None:
-        _, count = self._connected.get(client.name, (client, 1))
-        if count > 1:
-            self._connected[client.name] = (client, count - 1)
-            return
-        self._connected.pop(client.name, None)
-        self._tell(self.gone_hooks, client)
-
-    @staticmethod
-    def _tell(hooks: list[ClientHook], client: Client) -> None:
-        for hook in hooks:
-            try:
-                hook(client)
-            except Exception:  # one back end's bug must not keep the others holding the client's resources
-                log.exception("client hook failed", client=client.name)
-
-
 class BackendRuntime:
     """One back end's `Runtime`: the daemon's services, seen from that back end."""
 
-    def __init__(self, daemon: Daemon, name: str) -> None:
+    def __init__(self, daemon: Services, name: str) -> None:
         self._daemon = daemon
         self._name = name
-        self._config: tuple[Config, BackendConfig] | None = None
+        self._config: tuple[Config, int, BackendConfig] | None = None
 
     @property
     def name(self) -> str:
@@ -132,18 +80,25 @@ class BackendRuntime:
     def on_stop_request(self, kind: str, check: StopCheck) -> None:
         self._daemon.stop_checks[kind] = check
 
+    def _view(self, config: Config) -> BackendConfig:
+        daemon = self._daemon
+        return backend_config(config, self._name, daemon.state_dir, daemon.runtime_dir,
+                              daemon.declared.exports_dirs(daemon.state_dir))
+
     def config(self) -> BackendConfig:
-        current = self._daemon.config
-        if self._config is None or self._config[0] is not current:
-            self._config = (current, backend_config(current, self._name, self._daemon.state_dir,
-                                                    self._daemon.runtime_dir))
-        return self._config[1]
+        current, sharing = self._daemon.config, len(self._daemon.declared.exporting)
+        # A new view after a reload, and after a back end loaded later declared its exports.
+        if self._config is None or self._config[0] is not current or self._config[1] != sharing:
+            self._config = (current, sharing, self._view(current))
+        return self._config[2]
 
     def on_reload(self, hook: ReloadHook) -> None:
         def notes(old: Config, new: Config) -> list[dict[str, Any]]:
-            dirs = (self._daemon.state_dir, self._daemon.runtime_dir)
-            return hook(backend_config(old, self._name, *dirs), backend_config(new, self._name, *dirs))
+            return hook(self._view(old), self._view(new))
         self._daemon.reload_hooks.append(notes)
+
+    def defer_on_reload(self, deferred: Deferred) -> None:
+        self._daemon.declared.deferred.setdefault(self._name, []).append(deferred)
 
     def reload(self) -> dict[str, Any]:
         return self._daemon.reload()
@@ -161,5 +116,12 @@ class BackendRuntime:
         if gone is not None:
             self._daemon.clients.gone_hooks.append(gone)
 
+    def set_instructions(self, text: str) -> None:
+        self._daemon.declared.instructions[self._name] = text
 
-ReloadNotes = Callable[[Config, Config], list[dict[str, Any]]]
+    def add_timeline_source(self, source: TimelineSource) -> None:
+        self._daemon.declared.timeline[self._name] = source
+
+    def share_exports(self) -> None:
+        if self._name not in self._daemon.declared.exporting:
+            self._daemon.declared.exporting.append(self._name)

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import textwrap
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diagd.actors.tooling import CallContext, ToolSet, object_schema, paging
 from diagd.daemon import timeline as timeline_mod
 from diagd.daemon.audit import CallRecord
+from diagd.daemon.services import Services
 from diagd.daemon.tool_groups import BUILTIN, selects
 from diagd.daemon.tools import current_selection
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-if TYPE_CHECKING:
-    from diagd.daemon.server import Daemon
+Daemon = Services  # what the tools see of the daemon
 
 _STATUS_OUTPUT = object_schema({"daemon": {"type": "object"}, "actors": {"type": "array", "items": {"type": "object"}},
                                 "tools": {"type": "object"}}, ("daemon", "actors", "tools"))
@@ -83,7 +85,7 @@ def _redacted(record: CallRecord) -> dict[str, Any]:
             title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
 async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     # Only an actor of the client's groups, and only as the back end's own tools would let this client
-    # (a port another client owns, a crash session others hold: BUSY naming them).
+    # (a resource another client owns, or others hold: BUSY naming them).
     selection = current_selection.get()
     mine = [ref for ref in daemon.supervisor.actors() if selects(selection, ref.group)]
     ref = next((r for r in mine if r.id == args["actor_id"]), None)
@@ -109,10 +111,11 @@ _TIMELINE_OUTPUT = object_schema({"rows": {"type": "array", "items": {"type": "o
 
 # Sources, their options and the answer are in docs/timeline.md; the schema stays small (it
 # is in every client's tools/list): timeline.parse_sources and parse_time check the rest, with hints.
+# The sources' description names the kinds the back ends declared (`describe_sources`, once they did).
 TIME = {"type": ["number", "string"], "description": "Unix s or ISO 8601"}
 @tools.tool("diagd_timeline", "Merge sources' rows by wall-clock time.",
             {"sources": {"type": "array", "items": {"type": "object"},
-                         "description": "{pcap|serial|bpftrace|crash: path|port|id, offset_ms?, filter?, fields?}"},
+                         "description": "{KIND: reference, offset_ms?, label?, options of its kind}"},
              "start": TIME, "end": TIME, **paging(limit=200, maximum=2000)},
             required=("sources",), output=_TIMELINE_OUTPUT, timeout_s=120)
 async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -125,10 +128,30 @@ async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> di
             raise DiagdError.from_wire(wire["code"], wire["message"], wire.get("details"))
         return result.payload
 
-    return await timeline_mod.build(call, args["sources"], start=args.get("start"), end=args.get("end"),
-                                    limit=args["limit"], offset=args["offset"])
+    return await timeline_mod.build(call, daemon.declared.timeline, args["sources"], start=args.get("start"),
+                                    end=args.get("end"), limit=args["limit"], offset=args["offset"])
 
 
 def register(daemon: Daemon) -> None:
     for spec in tools.specs(daemon):
         daemon.registry.register(replace(spec, group=BUILTIN))
+
+
+def describe_sources(daemon: Daemon) -> None:
+    """Once the back ends are loaded: diagd_timeline's schema names the source kinds they declared."""
+    spec = daemon.registry.get("diagd_timeline")
+    schema = copy.deepcopy(spec.input_schema)
+    schema["properties"]["sources"]["description"] = daemon.declared.timeline_schema_hint()
+    daemon.registry.update(replace(spec, input_schema=schema))
+
+
+GUIDE = ("diagd itself: diagd_status (daemon, actors, per-tool statistics), diagd_calls (recent calls with "
+         "durations and outcomes), diagd_stop_actor to release a resource.")
+
+
+def instructions(daemon: Daemon) -> dict[str, str]:
+    """Every group's paragraph of the MCP instructions: the back ends' as they declared them, then the daemon's."""
+    declared = daemon.declared
+    merged = (f"{GUIDE} diagd_timeline merges {declared.timeline_summary()} by wall-clock time (a source "
+              f"names its kind and reference; options of some kinds: {declared.timeline_options()}).")
+    return {**daemon.declared.instructions, BUILTIN: textwrap.fill(merged, width=100) + "\n"}

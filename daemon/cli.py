@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("mcp", help="stdio shim for MCP clients (Claude Desktop, Cursor, ...)")
     s.add_argument("--no-autostart", action="store_true", help="fail instead of starting a daemon")
-    s.add_argument("--tools", metavar="GROUPS", help="back ends to list, e.g. pcap,crash (default: [mcp] tools)")
+    s.add_argument("--tools", metavar="GROUPS", help="back ends to list, comma-separated (default: [mcp] tools)")
     _remote_options(s)
     s.set_defaults(func=cmd_mcp)
 
@@ -232,7 +232,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return _stop(pid, "stop")
 
 
-STOP_WAIT_S = 20.0  # for actors to release their resources (a capture written out, a crash session ended)
+STOP_WAIT_S = 20.0  # for actors to release their resources (a capture written out, a dump session ended)
 
 
 def _stop(pid: int, command: str) -> int:

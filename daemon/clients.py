@@ -259,7 +259,7 @@ def add_parser(sub: Any) -> None:
     a.add_argument("host", metavar="HOST", help="the MCP host: " + ", ".join(HOSTS))
     a.add_argument("--print", dest="print_only", action="store_true",
                    help="print the entry (JSON) instead of writing the file")
-    a.add_argument("--tools", metavar="GROUPS", help="tool groups the host sees, e.g. pcap,crash (default: all)")
+    a.add_argument("--tools", metavar="GROUPS", help="tool groups the host sees, comma-separated (default: all)")
     a.add_argument("--scope", choices=SCOPES, default="user",
                    help="user: the host's file in HOME (default); project: the one in this directory")
     a.add_argument("--name", default="diagd", help="the server's name in the file (default: diagd)")

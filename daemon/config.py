@@ -48,7 +48,7 @@ class McpConfig:
     # empty: every group. The daemon's own tools are always listed.
     tools: tuple[str, ...] = ()
     # diagd_calls shows every client's calls of the groups a client selected; the arguments of other
-    # clients' calls (serial payloads, drgn code, bpftrace programs) only when this is true.
+    # clients' calls (payloads sent, code run, programs traced) only when this is true.
     show_other_clients_arguments: bool = False
 
 

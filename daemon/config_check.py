@@ -14,6 +14,7 @@ import difflib
 from collections.abc import Iterable
 
 from diagd.daemon.config import OWN_TABLES, Config
+from diagd.daemon.discovery import module_name
 from diagd.daemon.tool_groups import BUILTIN
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -21,7 +22,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 def check_tables(config: Config, backends: Iterable[str]) -> None:
     """Refuse a table that neither the daemon nor a back end (`backends`: the loaded ones, or one named in
     extra_backends, loaded at the next start) reads."""
-    extra = (name.rpartition(".")[2] for name in config.daemon.extra_backends)
+    extra = (module_name(module) for module in config.daemon.extra_backends)
     known = sorted({*OWN_TABLES, *backends, *extra} - {BUILTIN})
     for table in config.backends:
         if table not in known:

@@ -27,7 +27,7 @@ from diagd.protocol import control, framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
-    from diagd.daemon.server import Daemon
+    from diagd.daemon.services import Services as Daemon
 
 log = structlog.get_logger("diagd.control")
 

@@ -1,6 +1,6 @@
 """Give the memory of a finished call back to the OS once the daemon goes quiet (issue 12).
 
-A call that reads a 40 MB crash output page, renders protocol trees or encodes a large answer frees
+A call that reads a 40 MB stored output page, renders protocol trees or encodes a large answer frees
 what it allocated, but glibc keeps freed heap memory for reuse: the daemon's RSS would stay at the
 high-water mark of its biggest call. `QuietTrimmer` is a call observer: after calls finished, and
 once none has finished for `quiet_s` (on the Trio clock), it runs `malloc_trim(0)` once (a few ms),

@@ -161,7 +161,7 @@ class SessionManager(StreamableHTTPSessionManager):
             if expired:
                 log.info("http session freed while idle", session=session_id[:8])
         elif record is not None and record.live and self._server_instances.get(session_id) in (transport, None):
-            self.book.drop(session_id)  # DELETE, a failed opening, a crash
+            self.book.drop(session_id)  # DELETE, a failed opening, a failure
         await super()._discard_session(session_id, transport)
         if not self._closing:
             self.on_freed()

@@ -10,10 +10,10 @@ import trio
 from diagd.daemon import tokens
 
 if TYPE_CHECKING:
-    from diagd.daemon.server import Daemon, LazyFront
+    from diagd.daemon.services import Front, Services
 
 
-async def serve(daemon: Daemon, front: LazyFront, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+async def serve(daemon: Services, front: Front, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
                 ) -> None:
     """The same SDK server as the Unix socket, started with the daemon (an HTTP client cannot start
     one); `started` with the endpoint's URL. hypercorn and h11/h2 are imported here, off the loop."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from diagd.daemon import eras, mcp_wire
+from diagd.daemon import eras, jsonrpc, mcp_wire
 from diagd.daemon.mcp_requests import SESSION_TOOLS_KEY
 from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import ErrorCode
@@ -58,14 +58,14 @@ class StrictHttp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] == "GET" and header(scope, b"last-event-id") is not None:
-            await respond(send, 400, mcp_wire.error_line(mcp_wire.INVALID_REQUEST, NOT_RESUMABLE, data=PROTOCOL))
+            await respond(send, 400, jsonrpc.error_line(mcp_wire.INVALID_REQUEST, NOT_RESUMABLE, data=PROTOCOL))
             return
         ident = None
         if scope["method"] == "POST":
             body = await read_body(receive, self.max_body_bytes)
             if body is None:
                 too_big = f"request body exceeds {self.max_body_bytes} bytes ([http] max_body_bytes)"
-                await respond(send, 413, mcp_wire.error_line(mcp_wire.INVALID_REQUEST, too_big,
+                await respond(send, 413, jsonrpc.error_line(mcp_wire.INVALID_REQUEST, too_big,
                                                              data={**PROTOCOL, "limit": self.max_body_bytes}))
                 return
             parsed = mcp_wire.parse(body)
@@ -118,7 +118,7 @@ class StrictHttp:
 
     def _opened(self, session: str, tools: Selection) -> None:
         live = self.live_sessions()
-        if live is not None:  # forget the sessions the SDK ended (idle timeout, DELETE, crash)
+        if live is not None:  # forget the sessions the SDK ended (idle timeout, DELETE, a failure)
             for gone in [s for s in self.session_tools if s not in live]:
                 del self.session_tools[gone]
         self.session_tools[session] = tools
@@ -130,7 +130,7 @@ def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
 
 def _as_error(status: int, body: bytes) -> bytes:
     text = body.decode("utf-8", "replace").strip() or HTTPStatus(status).phrase
-    return mcp_wire.error_line(mcp_wire.INVALID_REQUEST, text[:300], data={**PROTOCOL, "http_status": status})
+    return jsonrpc.error_line(mcp_wire.INVALID_REQUEST, text[:300], data={**PROTOCOL, "http_status": status})
 
 
 async def read_body(receive: Receive, limit: int) -> bytes | None:

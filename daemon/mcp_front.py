@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import math
 import select
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -22,10 +22,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import connections, mcp_requests, mcp_validation, mcp_wire, tool_groups, tool_listing
+from diagd.daemon import connections, jsonrpc, mcp_requests, mcp_validation, mcp_wire, tool_groups, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection
 from diagd.daemon.mcp_lines import LineReader
-from diagd.daemon.tool_groups import BUILTIN, Selection, selects
+from diagd.daemon.tool_groups import Selection, selects
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -58,66 +58,10 @@ BACKEND_UNAVAILABLE, INVALID_FILTER, INVALID_FIELDS, ...). Read `details` before
 names the fix (a close field name, a missing decode-as, the mount command).
 """
 
-# One paragraph per tool group: a client is told only about the groups it selected.
-GUIDES: dict[str, str] = {
-    "pcap": """\
-pcap (5G core / RAN captures, Wireshark's dissectors):
-1. pcap_info: protocols present, conversations (SCTP/N2 first), time span.
-2. ngap_ue_sessions: per UE the procedures, NAS messages and failures with causes (view="procedures":
-   each procedure's duration and outcome, with p50/p95 latencies); then ngap_pdu_session_summary for
-   PDU sessions (N3 tunnels, QFIs, DNN, UE IP, 5GSM causes).
-3. pcap_timeline with a display filter and fields to line the facts up (raw values, arrays for
-   bundled PDUs); pcap_frames_by_filter to list frames; an empty result says whether the protocol
-   occurs at all.
-4. pcap_frame_detail on the failing frame numbers, layers=["nas-5gs"] or ["ngap"] to stay short.
-5. pcap_follow for a SIP Call-ID, a Diameter Session-Id or an HTTP/2 stream; pcap_text_search for
-   a string in the decoded text; pcap_extract_subcapture to share the evidence.
-6. pcap_sequence_diagram (Mermaid) for a UE, a PDU session, a flow or a filter; pcap_stats for
-   Wireshark's expert info, response times, conversations, endpoints and I/O series.
-Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2"; NAS after Security
-Mode (NEA0) needs profile="5gc-lab" (nas-5gs.null_decipher); ngap_* tools enable it by default.
-Field names: pcap_list_fields / pcap_fields_search.
-""",
-    "serial": """\
-serial (modems, boards): list_ports, configure_connection(action=open) once, then send_data with
-wait_policy=keyword and stop_pattern such as ["OK\\r\\n","ERROR\\r\\n"] (or timeout / none).
-Unsolicited output waits in read_urc; get_log pages the raw Tx/Rx log (the source of truth);
-set_signals resets boards; connection_status shows who holds a port. export_serial_pcapng turns a
-session into a capture the pcap tools read.
-""",
-    "bpftrace": """\
-bpftrace (live kernel tracing): list_probes / list_helpers, then exec_program (returns an
-execution_id at once; a bad program fails at once with line/column), get_result with wait_s to
-follow it (maps and histograms come back as data with output_format=json), stop_execution.
-""",
-    "crash": """\
-kernel crash dump (vmcore + vmlinux): open_vmcore_session (checks they match; drgn answers within
-about a second while crash loads), then get_crash_info for triage (panic string, panic task bt, log
-tail, memory, tasks). Dig with run_crash_command (bt, log, kmem, struct, dis, set <pid>) or
-run_drgn_command (Python with `prog` and drgn helpers; sees every task); long outputs are stored:
-page them with get_command_output and grep with search_command_output. load_module_debuginfo DIR
-for modules' symbols. close_vmcore_session when done.
-""",
-    "capture": """\
-live capture (dumpcap): list_interfaces (allowed ones per [capture] allowed_interfaces), start_capture
-with a BPF filter and a ring buffer (returns a capture_id at once; a bad filter fails at once),
-capture_status (packets, drops, files: current_file is a pcap_path for the pcap tools, also while it
-grows), stop_capture, list_captures.
-""",
-    BUILTIN: """\
-diagd itself: diagd_status (daemon, actors, per-tool statistics), diagd_calls (recent calls with
-durations and outcomes), diagd_stop_actor to release a resource. diagd_timeline merges capture
-frames, serial packets, bpftrace lines and the kernel log by wall-clock time.
-""",
-}
-
-
-def instructions(selection: Selection = None) -> str:
-    """The server instructions for a client that selected these groups (None: all)."""
-    return "\n".join([INTRO, *(text for group, text in GUIDES.items() if selects(selection, group))])
-
-
-INSTRUCTIONS = instructions()
+def instructions(guides: Mapping[str, str], selection: Selection = None) -> str:
+    """The server instructions for a client that selected these groups (None: all): the intro, then
+    `guides`, one paragraph per group, each back end's as it declared it (`Runtime.set_instructions`)."""
+    return "\n".join([INTRO, *(text for group, text in guides.items() if selects(selection, group))])
 
 
 def to_mcp_tool(spec: ToolSpec) -> types.Tool:
@@ -140,8 +84,8 @@ def _client(ctx: ServerRequestContext[Any]) -> str:
     return client if isinstance(client, str) else current_client.get()
 
 
-def build_server(registry: ToolRegistry, *, version: str,
-                 default_tools: Callable[[], Selection] = lambda: None) -> Server[Any]:
+def build_server(registry: ToolRegistry, *, version: str, default_tools: Callable[[], Selection] = lambda: None,
+                 guides: Mapping[str, str] | None = None) -> Server[Any]:
     """The SDK server every transport shares. A connection of the Unix socket carries its own choice
     (`current_tools`); an HTTP session the one it opened with (`mcp_requests.session_tools`); a
     2026-era HTTP request, which has no session, `default_tools()` (`[mcp] tools`) at that request."""
@@ -182,7 +126,8 @@ def build_server(registry: ToolRegistry, *, version: str,
         )
 
     server: Server[Any] = Server("diagd", version=version, title="diagd diagnostics daemon",
-                                 instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool)
+                                 instructions=instructions(guides or {}), on_list_tools=list_tools,
+                                 on_call_tool=call_tool)
     server.middleware.append(mcp_validation.short_validation_errors)
     return server
 
@@ -314,7 +259,8 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
                            max_line_bytes: int, frame_timeout_s: float = math.inf,
                            budget: ByteBudget | None = None, conn: Connection | None = None,
                            stopping: Callable[[], bytes | None] | None = None,
-                           tools: Selection = None, groups: Sequence[str] = ()) -> None:
+                           tools: Selection = None, groups: Sequence[str] = (),
+                           guides: Mapping[str, str] | None = None) -> None:
     """Serve MCP on one accepted connection until either side closes.
 
     A client that half-closes (EOF after its last request, as `echo ... | diagd mcp` does) still
@@ -325,7 +271,8 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
     client gets (a DAEMON_STOPPING notice: the shim reconnects after it, unlike after a refusal).
 
     `tools` are the groups the connection sees (`[mcp] tools`); a first line of options
-    (`tool_groups.read_options`) may choose others among `groups`, the registered ones.
+    (`tool_groups.read_options`) may choose others among `groups`, the registered ones; the
+    initialize answer's instructions hold the `guides` of the groups it sees.
     """
     current_client.set(client)
     chosen = ChosenTools(tools)
@@ -338,7 +285,7 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
         # Before the first MCP message reaches the server: its initialize answer gets these instructions.
         if options is not None and options.get("tools") is not None:
             chosen.selection = tool_groups.check(options["tools"], groups)
-        init_options.instructions = instructions(chosen.selection)
+        init_options.instructions = instructions(guides or {}, chosen.selection)
 
     pipes = _Pipes(stream, server, lines, client, on_options)
     try:
@@ -368,11 +315,11 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
 
 def _closing_error(exc: DiagdError) -> bytes:
     """The last line a refused connection gets: a too-long line is an invalid request, a too-slow
-    one a coded TIMEOUT (-32000, as the accept loop words its notices); both say the daemon closes."""
-    data = {"code": str(exc.code), "closing": True, **exc.details}
+    one a coded TIMEOUT (a server error, as the accept loop words its notices); both say the daemon closes."""
     if exc.code is ErrorCode.PROTOCOL_ERROR:
-        return mcp_wire.error_line(mcp_wire.INVALID_REQUEST, exc.message, data=data)
-    return mcp_wire.error_line(-32000, f"{exc.code}: {exc.message}", data=data)
+        data = {"code": str(exc.code), "closing": True, **exc.details}
+        return jsonrpc.error_line(mcp_wire.INVALID_REQUEST, exc.message, data=data)
+    return jsonrpc.coded_error(exc.code, exc.message, closing=True, **exc.details)
 
 
 async def _cancel_on_hangup(stream: trio.SocketStream, scope: trio.CancelScope) -> None:

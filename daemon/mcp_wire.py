@@ -20,20 +20,13 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 
 from diagd.daemon import eras
+from diagd.daemon.jsonrpc import error_line
 from diagd.protocol.errors import ErrorCode
 
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 INIT_EXEMPT = frozenset({"initialize", "ping"})  # what a client may send before the handshake (as the SDK)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def error_line(code: int, message: str, ident: Any = None, *, data: dict[str, Any] | None = None) -> bytes:
-    """One JSON-RPC error response, newline-terminated (written by us: the SDK's types cannot echo 1.5)."""
-    error: dict[str, Any] = {"code": code, "message": message[:500]}
-    if data is not None:
-        error["data"] = data
-    return json.dumps({"jsonrpc": "2.0", "id": ident, "error": error}, separators=(",", ":")).encode() + b"\n"
 
 
 def parse(line: bytes) -> SessionMessage | bytes:

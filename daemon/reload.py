@@ -1,33 +1,24 @@
 """What `diagd reload` can and cannot change in a running daemon, for its answer.
 
 A reload swaps the config; most settings are read again by each call, so they apply to the next
-one. Some are fixed into something already running: a connection, an actor's inbox, an open serial
-port, a running bpftrace execution, the children of a crash session. For those the reload answer
+one. Some are fixed into something already running: a connection, an actor's inbox, an open port,
+a running execution, the children of a session. For those the reload answer
 lists the setting, what it applies to, and what keeps the old value (`not_yet_applied`), rather
 than letting an operator believe a new limit is in force.
 
-Back ends may describe their own through `Runtime.on_reload` (crash does); serial, bpftrace and
-pcap register hooks that only check their table (a reload with an error is refused whole, see
-config_check.py). The table below holds their notes, read from their code (serial:
-`PortRecord.config` is the config at open, the line settings too; bpftrace: an `Execution` keeps
-the settings of its `exec_program`); pcap re-reads everything per call and needs no entry.
+Back ends say which of their own settings wait for a reopen (`Runtime.defer_on_reload`: a port keeps
+the limits it was opened with, an execution those of its start) and may add notes of their own from a
+reload hook (`Runtime.on_reload`); the daemon's own are listed here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from diagd.actors.runtime import Deferred
 from diagd.daemon.config import Config, DaemonConfig, McpConfig
 from diagd.daemon.http_settings import HttpConfig
-
-
-@dataclass(frozen=True)
-class Deferred:
-    keys: tuple[str, ...]
-    applies_to: str
-    why: str
-
 
 DAEMON: tuple[Deferred, ...] = (
     Deferred(("extra_backends",), "the next daemon start", "back-end modules are imported once, at start"),
@@ -48,24 +39,6 @@ MCP: tuple[Deferred, ...] = (
              "sessions keep theirs; 2026-07-28 requests over HTTP, which have no session, see it at once"),
 )
 
-BACKENDS: dict[str, tuple[Deferred, ...]] = {
-    "serial": (Deferred(("max_reply_bytes", "urc_max_packets", "urc_max_bytes", "write_timeout_ms", "log_max_bytes",
-                         "log_keep"),
-                        "ports opened after the reload (configure_connection action=close, then open)",
-                        "an open port keeps the [serial] limits it was opened with"),
-               Deferred(("baudrate", "idle_ms", "line_ending", "ports"),
-                        "ports opened after the reload (or configure_connection with the new value)",
-                        "an open port keeps the line settings it was opened or configured with"),),
-    "bpftrace": (Deferred(("path", "privileged_helper", "allow_unsafe", "max_lines", "max_output_bytes",
-                           "stop_grace_s", "stop_s_per_probe", "start_timeout_s", "linger_s"),
-                          "executions started after the reload",
-                          "a running execution keeps the command line and limits of its exec_program"),),
-    "capture": (Deferred(("path", "max_snaplen", "start_timeout_s", "stop_grace_s", "linger_s", "allow_unconfined"),
-                         "captures started after the reload",
-                         "a running capture keeps the dumpcap command line and stop steps of its start_capture"),),
-}
-
-
 def changed_keys(old: Config, new: Config) -> list[str]:
     """Every setting whose value differs, as "[section] key"."""
     out = [f"[daemon] {k}" for k in DaemonConfig.__dataclass_fields__
@@ -78,12 +51,13 @@ def changed_keys(old: Config, new: Config) -> list[str]:
     return out
 
 
-def static_notes(old: Config, new: Config) -> list[dict[str, Any]]:
-    """Notes for the daemon's own settings and the back ends described in `BACKENDS`."""
+def static_notes(old: Config, new: Config, backends: Mapping[str, Sequence[Deferred]] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Notes for the daemon's own settings and what the back ends declared (name -> its deferred settings)."""
     changed = set(changed_keys(old, new))
     notes = []
     tables = [("daemon", d) for d in DAEMON] + [("http", d) for d in HTTP] + [("mcp", d) for d in MCP]
-    tables += [(s, d) for s, ds in BACKENDS.items() for d in ds]
+    tables += [(s, d) for s, ds in (backends or {}).items() for d in ds]
     for section, deferred in tables:
         for key in deferred.keys:
             if f"[{section}] {key}" in changed:

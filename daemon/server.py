@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib
-import json
 import os
 import signal
 import time
@@ -17,17 +16,31 @@ import structlog
 import trio
 
 import diagd
-from diagd.actors import BACKENDS, heap, system
+from diagd.actors import heap, system
 from diagd.actors.runtime import Client, StopCheck
-from diagd.daemon import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk, paths
+from diagd.daemon import (
+    activation,
+    builtin_tools,
+    connections,
+    control_server,
+    discovery,
+    http_start,
+    jsonrpc,
+    listeners,
+    mcp_sdk,
+    paths,
+)
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
 from diagd.daemon.audit import AuditLog, CallStats, log_call
-from diagd.daemon.backends import BackendRuntime, Clients, ReloadNotes, backend_name
+from diagd.daemon.backends import BackendRuntime
 from diagd.daemon.config_check import check_tables, refused
 from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
+from diagd.daemon.declared import Declarations
 from diagd.daemon.heap_trim import QuietTrimmer
 from diagd.daemon.notify import sd_notify
+from diagd.daemon.presence import Clients
+from diagd.daemon.services import ReloadNotes
 from diagd.daemon.supervisor import Supervisor
 from diagd.daemon.tool_groups import Selection, check
 from diagd.daemon.tools import CallContext, CallResult, ToolRegistry
@@ -86,13 +99,15 @@ class Daemon:
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
         # The connected clients; back ends are told when one comes or goes (a `diagd call` command's
-        # crash session references end with it).
+        # references to a back end's sessions end with it).
         self.clients = Clients()
         # Called by `reload` with the old and the new config: each returns notes on changed settings
         # that do not apply to what is already open, or raises DiagdError to refuse the new config.
         self.reload_hooks: list[ReloadNotes] = []
         # Per actor kind, the back end's check before diagd_stop_actor stops one for a client (ownership).
         self.stop_checks: dict[str, StopCheck] = {}
+        # What the back ends declared of themselves: instructions, timeline sources, reload effects, exports.
+        self.declared = Declarations()
 
     @property
     def connections(self) -> dict[int, dict[str, Any]]:
@@ -104,19 +119,26 @@ class Daemon:
         return BackendRuntime(self, name)
 
     def load_backends(self) -> None:
+        """Register the daemon's own tools, then every back end found (daemon/discovery.py)."""
         builtin_tools.register(self)
-        for name in (*BACKENDS, *self.config.daemon.extra_backends):
+        for backend in discovery.backends(self.config.daemon.extra_backends):
             try:
-                module = importlib.import_module(name)
+                module = importlib.import_module(backend.module)
             except ImportError as exc:  # a misspelt extra back end: one coded line, not a traceback
-                if name in BACKENDS:
+                if backend.installed:
                     raise
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] extra_backends: cannot import {name!r} "
-                                 f"({exc}); is it on the daemon's PYTHONPATH?", backend=name) from None
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[daemon] extra_backends: cannot import "
+                                 f"{backend.module!r} ({exc}); is it on the daemon's PYTHONPATH?",
+                                 backend=backend.module) from None
             # $state/<name> is checked like the state dir itself (never a link, ours, owner-only) before use.
-            paths.ensure_private_dir(self.state_dir / backend_name(name), what=f"{backend_name(name)} state directory")
-            module.register(self.runtime(backend_name(name)))
-            log.info("backend loaded", backend=name)
+            paths.ensure_private_dir(self.state_dir / backend.name, what=f"{backend.name} state directory")
+            module.register(self.runtime(backend.name))
+            log.info("backend loaded", backend=backend.name, module=backend.module)
+        builtin_tools.describe_sources(self)
+
+    def instructions(self) -> dict[str, str]:
+        """Each group's paragraph of the MCP server instructions (the back ends', then the daemon's)."""
+        return builtin_tools.instructions(self)
 
     def check_config(self, new: config_mod.Config, *, running: bool) -> list[dict[str, Any]]:
         """Refuse `new` unless all of it is right (daemon/config_check.py); returns the back ends' notes."""
@@ -134,7 +156,7 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         actors = [ref.statistics() for ref in self.supervisor.actors()]
-        # Each actor lists the processes it owns (sharkd, crash, drgn, bpftrace) under details.workers.
+        # Each actor lists the processes it owns (its workers) under details.workers.
         workers = [w for a in actors for w in a["details"].get("workers", [])]
         return {
             "daemon": {
@@ -184,7 +206,7 @@ class Daemon:
         self.supervisor.inbox_size = new.daemon.inbox_size
         retimed = self.supervisor.set_idle_timeout(new.daemon.idle_timeout_s)
         self.audit.max_bytes, self.audit.keep = new.daemon.audit_max_bytes, new.daemon.audit_keep
-        pending = reload_notes.static_notes(old, new) + pending
+        pending = reload_notes.static_notes(old, new, self.declared.deferred) + pending
         changed = reload_notes.changed_keys(old, new)
         log.info("config reloaded", source=new.source, actors_retimed=retimed, changed=changed,
                  not_yet_applied=[n["setting"] for n in pending])
@@ -259,8 +281,7 @@ def notice(kind: str, code: ErrorCode, message: str) -> bytes:
     """A coded error a connection gets before the daemon closes it, in that socket's protocol."""
     if kind == "control":
         return control.REPLIES.encode(control.ErrorReply(id=0, code=str(code), message=message))
-    error = {"code": -32000, "message": f"{code}: {message}", "data": {"code": str(code), "closing": True}}
-    return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode() + b"\n"
+    return jsonrpc.coded_error(code, message, closing=True)
 
 
 def _write_nowait(stream: trio.SocketStream, data: bytes) -> None:
@@ -294,8 +315,9 @@ class LazyFront:
     worker thread, so the control socket stays served meanwhile; it happens once per daemon.
     """
 
-    def __init__(self, registry: ToolRegistry, default_tools: Callable[[], Selection]) -> None:
-        self._registry, self._default_tools = registry, default_tools
+    def __init__(self, registry: ToolRegistry, default_tools: Callable[[], Selection],
+                 guides: dict[str, str] | None = None) -> None:
+        self._registry, self._default_tools, self._guides = registry, default_tools, guides
         self._lock = trio.Lock()
         self._front: tuple[ModuleType, Any] | None = None
 
@@ -305,7 +327,7 @@ class LazyFront:
             if self._front is None:
                 module = await trio.to_thread.run_sync(_import_front)
                 self._front = module, module.build_server(self._registry, version=diagd.__version__,
-                                                          default_tools=self._default_tools)
+                                                          default_tools=self._default_tools, guides=self._guides)
         return self._front
 
 
@@ -315,8 +337,8 @@ def _import_front() -> ModuleType:
 
 
 # Everything the daemon and its children create is owner-only: the audit log holds every call's
-# arguments, stored outputs hold kernel memory, serial logs and bpftrace results what the devices and
-# the kernel said. Set once for the process (and inherited by crash, drgn, sharkd, bpftrace), so no
+# arguments, the back ends' stored outputs hold kernel memory and what the devices and the kernel
+# said. Set once for the process (and inherited by every worker a back end starts), so no
 # back end can forget it; files that matter also pass 0600 explicitly.
 STATE_UMASK = 0o077
 
@@ -344,7 +366,7 @@ async def serve(config: config_mod.Config) -> None:
             daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
             daemon.check_config(config, running=False)  # a typo anywhere stops the start, with its close matches
-            front = LazyFront(daemon.registry, daemon.configured_tools)
+            front = LazyFront(daemon.registry, daemon.configured_tools, daemon.instructions())
 
             handle_mcp = _mcp_handler(daemon, front)
 
@@ -392,7 +414,7 @@ def _mcp_handler(daemon: Daemon, front: LazyFront) -> ConnectionHandler:
                                              frame_timeout_s=daemon.config.daemon.frame_timeout_s,
                                              budget=daemon.frame_budget, conn=conn,
                                              stopping=daemon.stopping_notice, tools=daemon.configured_tools(),
-                                             groups=daemon.registry.groups())
+                                             groups=daemon.registry.groups(), guides=daemon.instructions())
         finally:
             daemon.clients.gone(client)
 

@@ -24,12 +24,10 @@ DEBCONF = "wireshark-common wireshark-common/install-setuid boolean false\n"
 
 
 def add_parser(sub: Any) -> None:
-    from diagd.actors import BACKENDS  # a tuple of names: imports no back end
-
-    builtin = ", ".join(m.rpartition(".")[2] for m in BACKENDS)
-    s = sub.add_parser("setup", help="install with apt what the back ends need (diagd setup pcap, ... or all)",
+    s = sub.add_parser("setup", help="install with apt what the back ends need (diagd setup NAME... or all)",
                        description="Install with apt only the Debian packages the chosen back ends need. "
-                                   f"Back ends: {builtin} and any [daemon] extra_backends.")
+                                   "Back ends: every installed one (diagd doctor lists them) and any [daemon] "
+                                   "extra_backends.")
     s.add_argument("backends", nargs="*", metavar="BACKEND", default=["all"],
                    help="back ends to set up (default: all)")
     s.add_argument("-y", "--yes", action="store_true", help="install without asking")

@@ -18,13 +18,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagd.daemon import jsonrpc
 from diagd.protocol.errors import ErrorCode
 
 REPLAY_ID_PREFIX = "diagd-shim-replay-"
-SERVER_ERROR = -32000  # JSON-RPC's implementation-defined server error, as the daemon's own notices use
 
 # The daemon writes responses as `{"jsonrpc":"2.0","id":<id>,"result"|"error":...}` (pydantic field
-# order, or mcp_wire.error_line): reading the id from the head spares parsing a 6 MB result.
+# order, or jsonrpc.error_line): reading the id from the head spares parsing a 6 MB result.
 _RESPONSE_HEAD = re.compile(
     rb'\A\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?[0-9]+|null)\s*,\s*"(result|error)"\s*:')
 
@@ -185,11 +185,9 @@ class ShimSession:
 
 def restart_error(ident: Any, method: str) -> bytes:
     """The answer to a request that was in flight when the daemon went away."""
-    message = (f"{ErrorCode.DAEMON_RESTARTED}: the daemon restarted while {method} was in flight; it may or may "
-               "not have run. The session goes on: the call may be retried")
-    error = {"code": SERVER_ERROR, "message": message, "data": {"code": str(ErrorCode.DAEMON_RESTARTED),
-                                                                 "method": method}}
-    return json.dumps({"jsonrpc": "2.0", "id": ident, "error": error}, separators=(",", ":")).encode() + b"\n"
+    message = (f"the daemon restarted while {method} was in flight; it may or may not have run. The session goes "
+               "on: the call may be retried")
+    return jsonrpc.coded_error(ErrorCode.DAEMON_RESTARTED, message, ident, method=method)
 
 
 class Lines:

@@ -47,7 +47,7 @@ def _sockets_line(d: dict[str, Any]) -> str:
 
 
 def _memory_line(d: dict[str, Any]) -> str:
-    """The daemon's own RSS and its workers' (sharkd, crash, drgn, bpftrace) added up."""
+    """The daemon's own RSS and its workers' (the processes its actors own) added up."""
     return (f"memory: daemon rss {_mb(d.get('rss_bytes'))}, {d.get('workers', 0)} workers rss "
             f"{_mb(d.get('workers_rss_bytes'))}")
 

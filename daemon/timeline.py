@@ -1,9 +1,9 @@
 """diagd_timeline: rows of several sources merged by wall-clock time.
 
-A source is a capture (pcap_timeline rows), a serial port's raw log (get_log records), a bpftrace
-execution's output lines (get_result with each line's arrival time) or a crash session's kernel log
-(`log` for the seconds since boot, `log -T` for crash's boot date). Back ends know nothing of each
-other, so this module reads each one through its own tools, by name, via a `Caller`, and merges.
+A source is `{"<kind>": ref, ...}`, its kind the name of the back end that reads it: each back end
+declares how (`Runtime.add_timeline_source`, see diagd.actors.timeline_source), reading through its
+own tools via a `Caller`. This module parses the sources, reads them concurrently and merges; it
+knows no kind, tool or option of its own beyond `offset_ms` and `label`.
 
 Each source is read up to SOURCE_CAP rows inside the window. A source cut there makes the merge
 incomplete past its last row: the answer keeps only the rows before that time (`complete_until`)
@@ -12,54 +12,23 @@ and says to call again with `start` at it, so the merged order is never wrong, o
 
 from __future__ import annotations
 
-import calendar
 import datetime
 import difflib
 import math
-import re
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import PurePath
+from collections.abc import Mapping
 from typing import Any
 
 import trio
 
-from diagd.protocol import utc
+from diagd.actors import timeline_source as ts
+from diagd.actors.timeline_source import MAX_EPOCH_S, Caller, Read, Source, TimelineSource, Window
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-SOURCE_CAP = 5000  # rows read per source and call
 MAX_SOURCES = 8
-KINDS = ("pcap", "serial", "bpftrace", "crash")
-OPTIONS = {"pcap": ("filter", "fields", "decode_as"), "serial": (), "bpftrace": (), "crash": ()}
 COMMON = ("offset_ms", "label")
-DEFAULT_FIELDS = ("_ws.col.Protocol", "_ws.col.Info")
-SERIAL_PAGE = 1000  # get_log's maximum limit
-# Clocks of one story are minutes apart, not ages; past these, times cannot be written as ISO 8601 at all.
+# Clocks of one story are minutes apart, not ages; past this, times cannot be written as ISO 8601 at all.
 MAX_OFFSET_MS = 10 * 366 * 86400 * 1000
-MAX_EPOCH_S = 253402300799  # 9999-12-31T23:59:59Z
-CRASH_PAGE = 500  # run_crash_command max_lines and get_command_output limit at most (crash MAX_PAGE_LINES)
-
-# A tool call by name: its result, or the DiagdError it answered.
-Caller = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-@dataclass
-class Source:
-    kind: str
-    ref: str  # capture path, port, execution id or session id
-    label: str
-    shift_s: float
-    options: dict[str, Any]
-
-
-@dataclass
-class Read:
-    """What one source gave: its rows (times already shifted) and whether it was cut at the cap."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    cut: bool = False
-    note: str | None = None
+Adapters = Mapping[str, TimelineSource]  # source kind (a back end's name) -> how it is read
 
 
 def parse_time(value: Any, what: str) -> float | None:
@@ -83,23 +52,32 @@ def parse_time(value: Any, what: str) -> float | None:
     return parsed.timestamp()
 
 
-def parse_sources(raw: list[Any]) -> list[Source]:
+def _example(adapters: Adapters) -> str:
+    """Two sources, for a refusal, each back end's example: '[{"a": "x"}, {"b": "y", "offset_ms": -350}]'."""
+    shown = [f'{{"{kind}": "{a.example}"' + (', "offset_ms": -350}' if i else "}")
+             for i, (kind, a) in enumerate(list(adapters.items())[:2])]
+    return f"[{', '.join(shown)}]"
+
+
+def parse_sources(adapters: Adapters, raw: list[Any]) -> list[Source]:
     if not raw or len(raw) > MAX_SOURCES:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sources: 1 to {MAX_SOURCES} sources, e.g. "
-                         '[{"pcap": "core.pcap"}, {"serial": "/dev/ttyUSB2", "offset_ms": -350}]', path="$.sources")
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sources: 1 to {MAX_SOURCES} sources, e.g. {_example(adapters)}",
+                         path="$.sources")
+    kinds = tuple(adapters)
     sources: list[Source] = []
     for i, item in enumerate(raw):
         path = f"$.sources[{i}]"
         if not isinstance(item, dict):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: a source is an object such as {{\"pcap\": PATH}}",
-                             path=path)
-        kinds = [k for k in KINDS if k in item]
-        if len(kinds) != 1:
-            close = sorted({m for key in item for m in difflib.get_close_matches(key, KINDS, n=1)})
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: name exactly one of {', '.join(KINDS)} "
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: a source is an object such as "
+                             f"{{\"{kinds[0] if kinds else 'KIND'}\": ...}}", path=path)
+        named = [k for k in kinds if k in item]
+        if len(named) != 1:
+            close = sorted({m for key in item for m in difflib.get_close_matches(key, kinds, n=1)})
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: name exactly one of {', '.join(kinds)} "
                              f"(got {', '.join(map(str, item)) or 'none'})", path=path, did_you_mean=close)
-        kind = kinds[0]
-        allowed = (kind, *OPTIONS[kind], *COMMON)
+        kind = named[0]
+        adapter = adapters[kind]
+        allowed = (kind, *adapter.options, *COMMON)
         for key in item:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=2)
@@ -113,16 +91,8 @@ def parse_sources(raw: list[Any]) -> list[Source]:
                 or abs(shift) > MAX_OFFSET_MS):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.offset_ms: a number of milliseconds, at most "
                              f"{MAX_OFFSET_MS} either way (ten years)", path=f"{path}.offset_ms")
-        fields = item.get("fields", list(DEFAULT_FIELDS))
-        if kind == "pcap" and not (isinstance(fields, list) and fields and all(isinstance(f, str) for f in fields)):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.fields: a non-empty list of field names",
-                             path=f"{path}.fields")
-        if kind == "pcap" and "filter" in item:
-            _check_filter_stands_alone(item["filter"], f"{path}.filter")
-        label = item.get("label") or f"{kind}:{PurePath(ref).name if kind == 'pcap' else ref}"
-        options = {k: item[k] for k in OPTIONS[kind] if k in item}
-        if kind == "pcap":
-            options["fields"] = fields
+        options = adapter.parse_options(item, path)
+        label = item.get("label") or f"{kind}:{adapter.label(ref)}"
         sources.append(Source(kind, ref, str(label), shift / 1000, options))
     labels = [s.label for s in sources]
     if len(set(labels)) != len(labels):
@@ -131,210 +101,16 @@ def parse_sources(raw: list[Any]) -> list[Source]:
     return sources
 
 
-def _check_filter_stands_alone(text: Any, path: str) -> None:
-    """A capture's filter is joined with the time window as `(filter) && window`: one that closes the
-    parenthesis itself (`a) || (1`) would take the window's frames out of the `&&` and spend the source's
-    row cap on frames outside it. Its parentheses, outside string literals, must balance."""
-    if not isinstance(text, str):
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: a display filter string", path=path)
-    depth, quoted, escaped = 0, False, False
-    for char in text:
-        if quoted:
-            escaped, quoted = (False, True) if escaped else (char == "\\", char != '"')
-            continue
-        if char == '"':
-            quoted = True
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth < 0:
-            break
-    if depth != 0 or quoted:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: unbalanced parentheses or quotes in {text[:200]!r}",
-                         path=path)
-
-
-class Window:
-    """The merged time range asked for (shifted time); each source sees it in its own clock."""
-
-    def __init__(self, start: float | None, end: float | None) -> None:
-        if start is not None and end is not None and end < start:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "end is before start", start=start, end=end)
-        self.start, self.end = start, end
-
-    def holds(self, t: float) -> bool:
-        return (self.start is None or t >= self.start) and (self.end is None or t <= self.end)
-
-    def past(self, t: float) -> bool:
-        return self.end is not None and t > self.end
-
-
-def _row(source: Source, t_own: float, **info: Any) -> dict[str, Any]:
-    micros = round((t_own + source.shift_s) * 1_000_000)
-    seconds, fraction = divmod(micros, 1_000_000)
-    if abs(seconds) > MAX_EPOCH_S:  # a crafted pcapng's 64-bit timestamp, shifted: no ISO time for it
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"a row's time ({micros / 1_000_000} s, offset applied) is "
-                         f"beyond {MAX_EPOCH_S} s (year 9999) from 1970: check the source's clock and offset_ms",
-                         t=micros / 1_000_000)
-    # Rounded to the microsecond once, so `t` and `time` say the same instant (utc.iso truncates a float).
-    return {"t": micros / 1_000_000, "time": f"{utc.iso(seconds)[:-1]}.{fraction:06d}Z", "source": source.label,
-            **info}
-
-
-async def read_pcap(call: Caller, source: Source, window: Window) -> Read:
-    fields = [f for f in source.options["fields"] if f not in ("frame.number", "frame.time_epoch")]
-    parts = [f"({source.options['filter']})"] if source.options.get("filter") else []
-    # The window goes into the display filter (tshark skips what is outside), in the capture's own clock
-    # and half a microsecond wider: rows say times rounded to the microsecond, and a time taken from a
-    # row must select that row. The rounded times are checked against the window below.
-    if window.start is not None:
-        parts.append(f"frame.time_epoch >= {window.start - source.shift_s - 5e-7:.7f}")
-    if window.end is not None:
-        parts.append(f"frame.time_epoch <= {window.end - source.shift_s + 5e-7:.7f}")
-    args: dict[str, Any] = {"pcap_path": source.ref, "fields": ["frame.time_epoch", *fields],
-                            "display_filter": " && ".join(parts) or "frame", "limit": SOURCE_CAP}
-    if "decode_as" in source.options:
-        args["decode_as"] = source.options["decode_as"]
-    page = await call("pcap_timeline", args)
-    out = Read(cut=bool(page.get("has_more")))
-    for row in page["rows"]:
-        epoch = row.get("frame.time_epoch")
-        if not epoch:
-            continue
-        shown = _row(source, float(epoch), frame=row["frame.number"], fields={f: row.get(f) for f in fields})
-        if window.holds(shown["t"]):
-            out.rows.append(shown)
-    out.rows.sort(key=lambda r: r["t"])  # frames are in file order, which may not be time order
-    if not out.rows:
-        out.note = f"no frame matched {args['display_filter']!r}"
-    return out
-
-
-async def read_serial(call: Caller, source: Source, window: Window) -> Read:
-    out, offset, port = Read(), 0, source.ref
-    while True:
-        page = await call("get_log", {"port": port, "offset": offset, "limit": SERIAL_PAGE})
-        for rec in page["records"]:
-            t = float(rec["ts"]) + source.shift_s
-            if window.past(t):
-                return out  # the log is in time order: nothing later can fall in the window
-            if not window.holds(t):
-                continue
-            if len(out.rows) >= SOURCE_CAP:
-                out.cut = True
-                return out
-            info = {k: rec[k] for k in ("dir", "data", "format", "bytes", "event", "info") if k in rec}
-            out.rows.append(_row(source, float(rec["ts"]), record=rec["i"], **info))
-        if page["next_offset"] is None:
-            if not out.rows:
-                out.note = f"no record of {page['log_file']} in the window"
-            return out
-        offset = page["next_offset"]
-
-
-async def read_bpftrace(call: Caller, source: Source, window: Window) -> Read:
-    out, offset = Read(), 0
-    while True:
-        page = await call("get_result", {"execution_id": source.ref, "offset": offset, "limit": 10000,
-                                         "times": True})
-        times = page.get("line_ts")
-        if times is None:
-            out.note = ("this execution's lines were recorded without their times (a run from before diagd kept "
-                        "them): it cannot be placed on the timeline")
-            return out
-        for i, (line, ts) in enumerate(zip(page["output"], times, strict=True), start=offset):
-            t = ts + source.shift_s
-            if window.past(t):
-                return out
-            if not window.holds(t):
-                continue
-            if len(out.rows) >= SOURCE_CAP:
-                out.cut = True
-                return out
-            out.rows.append(_row(source, ts, line=i, output=line))
-        if not page["has_more"]:
-            if not out.rows:
-                out.note = f"no output line in the window (status {page['status']})"
-            return out
-        offset = page["next_offset"]
-
-
-_UPTIME = re.compile(r"^\[\s*(\d+)\.(\d+)\] ?(.*)$", re.S)
-_CTIME = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d) (\S+) (\d{4})\] ?(.*)$", re.S)
-
-
-async def _crash_lines(call: Caller, session: str, command: str) -> tuple[list[str], bool]:
-    """All lines of a crash command's output, up to SOURCE_CAP (True: there were more)."""
-    first = await call("run_crash_command", {"command": command, "session_id": session, "max_lines": CRASH_PAGE})
-    lines = first["output"].split("\n") if first["output"] else []
-    lines = lines[:first.get("lines_returned", len(lines))]
-    total = first["total_lines"]
-    while len(lines) < min(total, SOURCE_CAP):
-        page = await call("get_command_output", {"command_id": first["command_id"], "offset": len(lines),
-                                                 "limit": min(CRASH_PAGE, SOURCE_CAP - len(lines))})
-        more = page["output"].split("\n") if page["output"] else []
-        if not more:
-            break
-        lines += more
-    return lines[:SOURCE_CAP], total > SOURCE_CAP
-
-
-def boot_epoch(relative: list[str], ctime: list[str]) -> int | None:
-    """crash's boot date (Unix s): `log -T` prints boot_date.tv_sec + whole seconds since boot, so
-    each pair of lines gives it exactly; None if the two outputs do not pair up."""
-    found: set[int] = set()
-    for rel, wall in zip(relative, ctime, strict=False):
-        r, w = _UPTIME.match(rel), _CTIME.match(wall)
-        if r is None or w is None:
-            continue
-        if r[3] != w[4]:
-            return None
-        stamp = time.strptime(f"{w[1]} {w[3]}", "%a %b %d %H:%M:%S %Y")
-        # crash prints the daemon's local time (its TZ); UTC is the usual case.
-        wall_s = calendar.timegm(stamp) if w[2] in ("UTC", "GMT") else int(time.mktime(stamp))
-        found.add(wall_s - int(r[1]))
-    return found.pop() if len(found) == 1 else None
-
-
-async def read_crash(call: Caller, source: Source, window: Window) -> Read:
-    relative, cut = await _crash_lines(call, source.ref, "log")
-    ctime, _ = await _crash_lines(call, source.ref, "log -T")
-    boot = boot_epoch(relative, ctime)
-    out = Read(cut=False)
-    if boot is None:
-        out.note = "the kernel log's boot time is not derivable (log and log -T do not pair up): no rows"
-        return out
-    uptime: float | None = None
-    ended = False  # the window ended before the lines read did
-    for n, line in enumerate(relative):
-        if m := _UPTIME.match(line):
-            uptime, text = float(f"{m[1]}.{m[2]}"), m[3]
-        else:
-            text = line  # a continuation line: the time of the record it belongs to
-        if uptime is None:
-            continue
-        t = boot + uptime + source.shift_s
-        if window.past(t):
-            ended = True
-            break
-        if window.holds(t):
-            out.rows.append(_row(source, boot + uptime, line=n, uptime=uptime, text=text))
-    out.cut = cut and not ended
-    out.note = (f"times are crash's boot date {utc.iso(boot)} (whole seconds, from `log -T`) + seconds since boot"
-                + ("" if out.rows else "; no kernel log line in the window"))
-    return out
-
-
-READERS = {"pcap": read_pcap, "serial": read_serial, "bpftrace": read_bpftrace, "crash": read_crash}
-
-
-async def build(call: Caller, raw_sources: list[Any], *, start: Any, end: Any, limit: int, offset: int
-                ) -> dict[str, Any]:
-    sources = parse_sources(raw_sources)
+async def build(call: Caller, adapters: Adapters, raw_sources: list[Any], *, start: Any, end: Any, limit: int,
+                offset: int) -> dict[str, Any]:
+    """The merged answer of diagd_timeline; `adapters`: the source kinds the back ends declared."""
+    sources = parse_sources(adapters, raw_sources)
     window = Window(parse_time(start, "start"), parse_time(end, "end"))
     reads: list[Read | None] = [None] * len(sources)
 
     async def one(i: int, source: Source) -> None:
         try:
-            reads[i] = await READERS[source.kind](call, source, window)
+            reads[i] = await adapters[source.kind].read(call, source, window)
         except DiagdError as exc:  # name the source: the agent sees which one failed
             raise DiagdError(exc.code, f"source {source.label}: {exc.message}", source=source.label,
                              **exc.details) from None
@@ -360,7 +136,7 @@ async def build(call: Caller, raw_sources: list[Any], *, start: Any, end: Any, l
                                  "offset_ms": source.shift_s * 1000, "cut": read.cut}
         if read.cut:
             entry["cut_at"] = read.rows[-1]["t"] if read.rows else None
-            entry["why"] = f"read up to {SOURCE_CAP} rows per call"
+            entry["why"] = f"read up to {ts.SOURCE_CAP} rows per call"
         if read.note:
             entry["note"] = read.note
         summary.append(entry)
@@ -372,7 +148,7 @@ async def build(call: Caller, raw_sources: list[Any], *, start: Any, end: Any, l
     }
     if cut_at is not None:
         answer["complete_until"] = cut_at
-        answer["hint"] = (f"a source was cut at {SOURCE_CAP} rows: rows are complete up to t={cut_at}; call again "
+        answer["hint"] = (f"a source was cut at {ts.SOURCE_CAP} rows: rows are complete up to t={cut_at}; call again "
                           f"with start={cut_at} (or narrow the window or a capture's filter) for the rest")
     elif not merged:
         answer["hint"] = "no row in the window from any source (see each source's note)"

@@ -1,11 +1,11 @@
 """Which back ends a client sees: tool groups, their selection, and the MCP connection's options line.
 
-A group is a back end's name (`pcap`, `serial`, `bpftrace`, `crash`, or an extra back end's) plus
+A group is a back end's name (an installed one's or an extra back end's, daemon/discovery.py) plus
 `diagd`, the daemon's own tools, which every client sees. A client chooses groups with
-`diagd mcp --tools pcap,crash`; the shim sends the choice as the first line on the MCP socket,
-before any MCP bytes:
+`diagd mcp --tools A,B`; the shim sends the choice as the first line on the MCP socket, before any
+MCP bytes:
 
-    {"diagd":{"v":1,"tools":["pcap","crash"]}}
+    {"diagd":{"v":1,"tools":["A","B"]}}
 
 and the daemon reads it as the connection's options (a line with a "diagd" key and no "jsonrpc"
 can never be an MCP message). Without it `[mcp] tools` in the config decides (default: every group).
@@ -31,7 +31,7 @@ Selection = frozenset[str] | None
 
 
 def parse_list(text: str) -> list[str]:
-    """`pcap,crash` (spaces allowed) as a list of names."""
+    """`a,b` (spaces allowed) as a list of names."""
     return [name.strip() for name in text.split(",") if name.strip()]
 
 

@@ -81,6 +81,14 @@ class ToolRegistry:
         self._tools[spec.name] = spec
         self._validators[spec.name] = validator
 
+    def update(self, spec: ToolSpec) -> None:
+        """Replace a registered tool's spec, keeping its place in the list (the daemon completes
+        diagd_timeline's schema once the back ends declared their sources)."""
+        if spec.name not in self._tools:
+            raise ValueError(f"tool {spec.name!r} is not registered")
+        self._validators[spec.name] = arguments_validator(spec.input_schema)
+        self._tools[spec.name] = spec
+
     def specs(self, selection: Selection = None) -> list[ToolSpec]:
         """Every tool, or those of the selected groups (the daemon's own always)."""
         return [spec for spec in self._tools.values() if selects(selection, spec.group)]
@@ -286,7 +294,7 @@ def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
             stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
 
 
-INT_LIMIT = 2**63  # what every back end (msgpack, tshark, crash, bpftrace) can hold
+INT_LIMIT = 2**63  # what every back end (msgpack and the programs back ends drive) can hold
 
 
 def _refuse_unusable_numbers(arguments: dict[str, Any]) -> None:

@@ -21,10 +21,9 @@ EXIT_OK, EXIT_USAGE = 0, 2
 
 def known_groups() -> list[str]:
     """The back ends a daemon started with this config loads (their names are the tool groups)."""
-    from diagd.actors import BACKENDS
-    from diagd.daemon import config
+    from diagd.daemon import config, discovery
 
-    return [name.rpartition(".")[2] for name in (*BACKENDS, *config.load().daemon.extra_backends)]
+    return discovery.names(config.load().daemon.extra_backends)
 
 
 def options_line(text: str) -> bytes | None:

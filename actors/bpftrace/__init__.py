@@ -34,12 +34,37 @@ that was killed is reaped at the next start.
 
 from __future__ import annotations
 
-from diagd.actors.bpftrace.tools import register
+from diagd.actors.bpftrace import timeline_source, tools
+from diagd.actors.bpftrace.backend import BpftraceBackend
+from diagd.actors.runtime import Deferred, Runtime
 from diagd.actors.system import Needs, Tool, check_bpf_privileges, check_tracefs
 
-__all__ = ["SYSTEM_NEEDS", "register"]
+__all__ = ["DEFERRED", "INSTRUCTIONS", "SYSTEM_NEEDS", "register"]
 
 # What `diagd setup bpftrace` installs and `diagd doctor` checks (tracefs is a mount, not a package).
 SYSTEM_NEEDS = Needs(tools=(Tool("bpftrace", ("--version",), "bpftrace"),),
                      checks=(check_bpf_privileges, check_tracefs),
                      note="tracepoints need tracefs: sudo mount -t tracefs nodev /sys/kernel/tracing")
+
+INSTRUCTIONS = """\
+bpftrace (live kernel tracing): list_probes / list_helpers, then exec_program (returns an
+execution_id at once; a bad program fails at once with line/column), get_result with wait_s to
+follow it (maps and histograms come back as data with output_format=json), stop_execution.
+"""
+
+# What a reload leaves to a reopen: an `Execution` keeps the settings of its exec_program.
+DEFERRED = (
+    Deferred(("path", "privileged_helper", "allow_unsafe", "max_lines", "max_output_bytes", "stop_grace_s",
+              "stop_s_per_probe", "start_timeout_s", "linger_s"),
+             "executions started after the reload",
+             "a running execution keeps the command line and limits of its exec_program"),
+)
+
+
+def register(runtime: Runtime) -> BpftraceBackend:
+    backend = tools.register(runtime)
+    runtime.set_instructions(INSTRUCTIONS)
+    runtime.add_timeline_source(timeline_source.SOURCE)
+    for deferred in DEFERRED:
+        runtime.defer_on_reload(deferred)
+    return backend

@@ -7,13 +7,13 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 import trio
 
 from diagd.actors import system
-from diagd.actors._subprocess import LineSplitter, Step, Tail, drain, stop_process
+from diagd.actors._subprocess import LineSplitter, Spawn, Step, Tail, drain, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, unhandled
 from diagd.actors.bpftrace.execution import STATUS_FOR_STOP, Execution, Status, StopReason
 from diagd.actors.bpftrace.messages import Page, Stop
@@ -27,11 +27,9 @@ from diagd.actors.bpftrace.parse import (
     tracefs_fix,
 )
 from diagd.actors.bpftrace.settings import BpftraceSettings
+from diagd.actors.bpftrace.store import ExecutionStore
 from diagd.actors.bpftrace.store import proc_starttime as _proc_starttime
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:  # the back end owns the actors and the actors report to it
-    from diagd.actors.bpftrace.backend import BpftraceBackend
 
 log = structlog.get_logger("diagd.bpftrace")
 
@@ -54,10 +52,29 @@ MAX_WARNINGS = 50
 # The actor
 
 
+class Host(Protocol):
+    """What an execution's actor needs of the back end that owns it and that it reports to
+    (backend.BpftraceBackend, which imports this module)."""
+
+    reserved: int  # slots held (a `Slot` gives its one back)
+    store: ExecutionStore
+    spawn: Spawn
+
+    def shutting_down(self) -> bool: ...
+
+    def accepted(self, actor: BpftraceExecution) -> None: ...
+
+    def finished(self, actor: BpftraceExecution) -> None: ...
+
+    def forget(self, actor: BpftraceExecution) -> None: ...
+
+    def retire(self, actor: BpftraceExecution) -> None: ...
+
+
 class Slot:
     """One of the max_concurrent places; held from before the spawn until the process is reaped."""
 
-    def __init__(self, backend: BpftraceBackend) -> None:
+    def __init__(self, backend: Host) -> None:
         self._backend = backend
         self.released = False
 
@@ -73,7 +90,7 @@ class BpftraceExecution(Actor):
     policy = SupervisionPolicy(restart=RestartKind.TEMPORARY, max_restarts=0,
                                stop_grace_s=SHUTDOWN_SIGINT_S + SHUTDOWN_KILL_S + 5)
 
-    def __init__(self, execution: Execution, backend: BpftraceBackend, settings: BpftraceSettings,
+    def __init__(self, execution: Execution, backend: Host, settings: BpftraceSettings,
                  argv: Sequence[str], slot: Slot) -> None:
         super().__init__(execution.id, settings)
         self.execution = execution

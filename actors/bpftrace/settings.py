@@ -141,6 +141,6 @@ def check_confinement(settings: BpftraceSettings, program: str) -> None:
 
 def check_reload(old: BackendConfig, new: BackendConfig) -> list[dict[str, Any]]:
     """`diagd reload`: refuse a broken [bpftrace] table (the old config stays). What a change does not
-    reach (running executions keep theirs) is in daemon/reload.py's notes."""
+    reach (running executions keep theirs) is its DEFERRED, declared with Runtime.defer_on_reload."""
     BpftraceSettings.parse(new.table)
     return []

@@ -39,10 +39,10 @@ from diagd.actors.capture.actor import KIND
 from diagd.actors.capture.backend import CaptureBackend
 from diagd.actors.capture.settings import check_reload
 from diagd.actors.capture.tools import tools
-from diagd.actors.runtime import Runtime
+from diagd.actors.runtime import Deferred, Runtime
 from diagd.actors.system import Needs, Tool
 
-__all__ = ["SYSTEM_NEEDS", "register"]
+__all__ = ["DEFERRED", "INSTRUCTIONS", "SYSTEM_NEEDS", "register"]
 
 # dumpcap comes with Wireshark's common files; tcpreplay is the test suite's traffic source.
 SYSTEM_NEEDS = Needs(tools=(Tool("dumpcap", ("--version",), "wireshark-common"),),
@@ -50,8 +50,27 @@ SYSTEM_NEEDS = Needs(tools=(Tool("dumpcap", ("--version",), "wireshark-common"),
                           "[capture] allowed_interfaces names interfaces")
 
 
+INSTRUCTIONS = """\
+live capture (dumpcap): list_interfaces (allowed ones per [capture] allowed_interfaces), start_capture
+with a BPF filter and a ring buffer (returns a capture_id at once; a bad filter fails at once),
+capture_status (packets, drops, files: current_file is a pcap_path for the pcap tools, also while it
+grows), stop_capture, list_captures.
+"""
+
+# What a reload leaves to a restart of the capture: a running one keeps its dumpcap command line.
+DEFERRED = (
+    Deferred(("path", "max_snaplen", "start_timeout_s", "stop_grace_s", "linger_s", "allow_unconfined"),
+             "captures started after the reload",
+             "a running capture keeps the dumpcap command line and stop steps of its start_capture"),
+)
+
+
 def register(runtime: Runtime) -> CaptureBackend:
     backend = CaptureBackend(runtime)
+    runtime.set_instructions(INSTRUCTIONS)
+    runtime.share_exports()  # its capture files are read by the pcap tools
+    for deferred in DEFERRED:
+        runtime.defer_on_reload(deferred)
     runtime.on_reload(check_reload)  # a broken [capture] table is refused at start and by `diagd reload`
     runtime.on_stop_request(KIND, backend.may_stop)
     backend.recover()

@@ -9,22 +9,19 @@ import struct
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 import trio
 
 from diagd.actors import statefile, system
-from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, stop_process
+from diagd.actors._subprocess import Spawn, Step, Tail, close_pipes, describe_exit, drain, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, unhandled
 from diagd.actors.capture.childmode import Event, SyncReader, interface_statistics, parse_drops
 from diagd.actors.capture.messages import Stop
-from diagd.actors.capture.record import Capture
+from diagd.actors.capture.record import Capture, CaptureStore
 from diagd.actors.capture.settings import CaptureSettings
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:  # the back end owns the actors and the actors report to it
-    from diagd.actors.capture.backend import CaptureBackend
 
 log = structlog.get_logger("diagd.capture")
 
@@ -35,12 +32,36 @@ SHUTDOWN_STEPS = (Step("sigint", 2, 3.0), Step("sigkill", 9, 5.0))
 STOP_WAIT_MAX_S = 20.0
 
 
+class Host(Protocol):
+    """What a capture's actor needs of the back end that owns it and that it reports to
+    (backend.CaptureBackend, which imports this module)."""
+
+    store: CaptureStore
+    spawn: Spawn
+
+    def shutting_down(self) -> bool: ...
+
+    def accepted(self, actor: CaptureActor) -> None: ...
+
+    def finished(self, actor: CaptureActor) -> None: ...
+
+    def forget(self, actor: CaptureActor) -> None: ...
+
+    def retire(self, actor: CaptureActor) -> None: ...
+
+    async def enforce_budget(self, *, room_for: int = 0) -> dict[str, Any]: ...
+
+    def check_owner(self, cap: Capture, client: str, force: bool) -> str | None: ...
+
+    def describe(self, cap: Capture) -> dict[str, Any]: ...
+
+
 class CaptureActor(Actor):
     kind = KIND
     # A capture is never restarted: a crash ends it (its files and counters are kept).
     policy = SupervisionPolicy(restart=RestartKind.TEMPORARY, max_restarts=0, stop_grace_s=15.0)
 
-    def __init__(self, capture: Capture, backend: CaptureBackend, settings: CaptureSettings,
+    def __init__(self, capture: Capture, backend: Host, settings: CaptureSettings,
                  argv: Sequence[str]) -> None:
         super().__init__(capture.id, settings)
         self.capture = capture

@@ -9,7 +9,7 @@ crash's output, refusing escapes), `report`, `scripts`, `sessions`, `settings`, 
 
 from __future__ import annotations
 
-from diagd.actors.crash import tools
+from diagd.actors.crash import timeline_source, tools
 from diagd.actors.crash.backend import CrashBackend
 from diagd.actors.crash.messages import KIND
 from diagd.actors.runtime import Runtime
@@ -20,10 +20,22 @@ SYSTEM_NEEDS = Needs(tools=(Tool("crash", ("--version",), "crash"),), modules=("
                      checks=(check_crash_version,))
 
 
+INSTRUCTIONS = """\
+kernel crash dump (vmcore + vmlinux): open_vmcore_session (checks they match; drgn answers within
+about a second while crash loads), then get_crash_info for triage (panic string, panic task bt, log
+tail, memory, tasks). Dig with run_crash_command (bt, log, kmem, struct, dis, set <pid>) or
+run_drgn_command (Python with `prog` and drgn helpers; sees every task); long outputs are stored:
+page them with get_command_output and grep with search_command_output. load_module_debuginfo DIR
+for modules' symbols. close_vmcore_session when done.
+"""
+
+
 def register(runtime: Runtime) -> CrashBackend:
     backend = CrashBackend(runtime)
+    runtime.set_instructions(INSTRUCTIONS)
+    runtime.add_timeline_source(timeline_source.SOURCE)
     runtime.on_client(gone=backend.client_gone)
-    runtime.on_reload(backend.reload_notes)
+    runtime.on_reload(backend.reload_notes)  # its deferred settings depend on the sessions open: a hook
     runtime.on_stop_request(KIND, backend.table.may_stop)
     # Whether the script tools exist is fixed here, by script_dirs at start (reload_notes says so).
     backend.script_tools = bool(backend.settings.script_dirs)

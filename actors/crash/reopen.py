@@ -21,19 +21,17 @@ import contextlib
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 import trio
 
 from diagd.actors.crash import target as tgt
-from diagd.actors.crash.sessions import SessionRecord
+from diagd.actors.crash.sessions import SessionRecord, SessionTable
+from diagd.actors.crash.store import OutputStore
 from diagd.actors.tooling import CallContext
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-if TYPE_CHECKING:
-    from diagd.actors.crash.backend import CrashBackend
 
 log = structlog.get_logger("diagd.crash")
 
@@ -52,8 +50,26 @@ class _Pending:
     error: DiagdError | None = None  # why it failed (None: it worked, or the reopening call was cancelled)
 
 
+class Opener(Protocol):
+    """What reopening needs of the back end: its sessions, its stores and the steps of an open
+    (backend.CrashBackend, which imports this module)."""
+
+    store: OutputStore
+    table: SessionTable
+
+    async def check(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]
+                    ) -> tgt.Target: ...
+
+    def require_slot(self, why: str = "") -> None: ...
+
+    async def start_session(self, ctx: CallContext, rec: SessionRecord, target: tgt.Target, *,
+                            reopened: dict[str, Any] | None = None) -> None: ...
+
+    async def wait_ready(self, rec: SessionRecord, ctx: CallContext) -> None: ...
+
+
 class Reopener:
-    def __init__(self, backend: CrashBackend) -> None:
+    def __init__(self, backend: Opener) -> None:
         self.backend = backend
         self.pending: dict[str, _Pending] = {}
 

@@ -6,12 +6,41 @@ field catalogue, decode-as rules), tree.py (protocol trees as tshark -V text), n
 mask.py (subscriber-identity masking at the tool boundary), field_search.py (pcap_list_fields).
 """
 
+from diagd.actors.pcap import timeline_source, tools
+from diagd.actors.pcap.backend import PcapBackend
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.tools import register
+from diagd.actors.runtime import Runtime
 from diagd.actors.system import Needs, Tool
 
-__all__ = ["SYSTEM_NEEDS", "PcapSettings", "register"]
+__all__ = ["INSTRUCTIONS", "SYSTEM_NEEDS", "PcapSettings", "register"]
 
 # What `diagd setup pcap` installs and `diagd doctor` checks.
 SYSTEM_NEEDS = Needs(tools=(Tool("tshark", ("-v",), "tshark"), Tool("sharkd", ("-v",), "wireshark-common"),
                             Tool("capinfos", ("-v",), "wireshark-common")))
+
+# Its paragraph of the MCP server instructions.
+INSTRUCTIONS = """\
+pcap (5G core / RAN captures, Wireshark's dissectors):
+1. pcap_info: protocols present, conversations (SCTP/N2 first), time span.
+2. ngap_ue_sessions: per UE the procedures, NAS messages and failures with causes (view="procedures":
+   each procedure's duration and outcome, with p50/p95 latencies); then ngap_pdu_session_summary for
+   PDU sessions (N3 tunnels, QFIs, DNN, UE IP, 5GSM causes).
+3. pcap_timeline with a display filter and fields to line the facts up (raw values, arrays for
+   bundled PDUs); pcap_frames_by_filter to list frames; an empty result says whether the protocol
+   occurs at all.
+4. pcap_frame_detail on the failing frame numbers, layers=["nas-5gs"] or ["ngap"] to stay short.
+5. pcap_follow for a SIP Call-ID, a Diameter Session-Id or an HTTP/2 stream; pcap_text_search for
+   a string in the decoded text; pcap_extract_subcapture to share the evidence.
+6. pcap_sequence_diagram (Mermaid) for a UE, a PDU session, a flow or a filter; pcap_stats for
+   Wireshark's expert info, response times, conversations, endpoints and I/O series.
+Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2"; NAS after Security
+Mode (NEA0) needs profile="5gc-lab" (nas-5gs.null_decipher); ngap_* tools enable it by default.
+Field names: pcap_list_fields / pcap_fields_search.
+"""
+
+
+def register(runtime: Runtime) -> PcapBackend:
+    backend = tools.register(runtime)
+    runtime.set_instructions(INSTRUCTIONS)
+    runtime.add_timeline_source(timeline_source.SOURCE)  # pcap re-reads its table per call: nothing to defer
+    return backend

@@ -49,7 +49,8 @@ tools.py (the MCP tools).
 
 from __future__ import annotations
 
-from diagd.actors.runtime import Runtime
+from diagd.actors.runtime import Deferred, Runtime
+from diagd.actors.serial import timeline_source
 from diagd.actors.serial.actor import KIND
 from diagd.actors.serial.backend import SerialBackend
 from diagd.actors.serial.settings import check_reload
@@ -61,8 +62,32 @@ SYSTEM_NEEDS = Needs(modules=("serial",), checks=(check_serial_access,),
                      note="serial ports belong to the dialout group: sudo usermod -aG dialout $USER")
 
 
+INSTRUCTIONS = """\
+serial (modems, boards): list_ports, configure_connection(action=open) once, then send_data with
+wait_policy=keyword and stop_pattern such as ["OK\\r\\n","ERROR\\r\\n"] (or timeout / none).
+Unsolicited output waits in read_urc; get_log pages the raw Tx/Rx log (the source of truth);
+set_signals resets boards; connection_status shows who holds a port. export_serial_pcapng turns a
+session into a capture the pcap tools read.
+"""
+
+# What a reload leaves to a reopen: `PortRecord.config` is the config at open, the line settings too.
+DEFERRED = (
+    Deferred(("max_reply_bytes", "urc_max_packets", "urc_max_bytes", "write_timeout_ms", "log_max_bytes", "log_keep"),
+             "ports opened after the reload (configure_connection action=close, then open)",
+             "an open port keeps the [serial] limits it was opened with"),
+    Deferred(("baudrate", "idle_ms", "line_ending", "ports"),
+             "ports opened after the reload (or configure_connection with the new value)",
+             "an open port keeps the line settings it was opened or configured with"),
+)
+
+
 def register(runtime: Runtime) -> SerialBackend:
     backend = SerialBackend(runtime)
+    runtime.set_instructions(INSTRUCTIONS)
+    runtime.add_timeline_source(timeline_source.SOURCE)
+    runtime.share_exports()  # export_serial_pcapng writes captures the pcap tools read
+    for deferred in DEFERRED:
+        runtime.defer_on_reload(deferred)
     runtime.on_reload(check_reload)
     runtime.on_stop_request(KIND, backend.may_stop)
     tools.register(runtime, backend)

@@ -108,6 +108,6 @@ def port_slug(key: str) -> str:
 
 def check_reload(old: BackendConfig, new: BackendConfig) -> list[dict[str, Any]]:
     """`diagd reload`: refuse a broken [serial] table (the old config stays). What a change does not
-    reach (open ports keep theirs) is in daemon/reload.py's notes."""
+    reach (open ports keep theirs) is its DEFERRED, declared with Runtime.defer_on_reload."""
     SerialConfig.parse(new.table)
     return []

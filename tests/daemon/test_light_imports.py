@@ -16,8 +16,8 @@ def loaded_after(code: str) -> set[str]:
 
 def test_the_daemon_and_its_back_ends_load_without_the_mcp_sdk() -> None:
     # What `diagd serve` imports before its first MCP client: the server, every back end's tools.
-    modules = loaded_after("import diagd.daemon.server\nimport importlib\nfrom diagd.actors import BACKENDS\n"
-                           "for name in BACKENDS: importlib.import_module(name)")
+    modules = loaded_after("import diagd.daemon.server\nimport importlib\nfrom diagd.daemon import discovery\n"
+                           "for b in discovery.installed(): importlib.import_module(b.module)")
     assert not {m.split(".")[0] for m in modules} & set(HEAVY)
 
 

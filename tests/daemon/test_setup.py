@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors import BACKENDS
-from diagd.daemon import backend_needs, setup_cli
+from diagd.daemon import backend_needs, discovery, setup_cli
 from tests.conftest import Env
 from tests.support.needy_backend import PACKAGE
 
@@ -40,7 +39,7 @@ def recorder(env: Env, name: str) -> Path:
 
 def test_every_builtin_back_end_declares_its_needs() -> None:
     declared = backend_needs.declared()
-    assert list(declared) == [m.rpartition(".")[2] for m in BACKENDS]
+    assert list(declared) == [b.name for b in discovery.installed()]
     packages = {name: needs.packages for name, needs in declared.items()}
     assert packages == {"pcap": ("tshark", "wireshark-common"), "serial": (), "bpftrace": ("bpftrace",),
                         "crash": ("crash",), "capture": ("wireshark-common",)}

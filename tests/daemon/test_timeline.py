@@ -1,6 +1,7 @@
 """diagd_timeline's merge on scripted back-end answers: order, offsets, windows, caps, errors.
 
-The same tools' real answers are checked end to end in tests/e2e/test_timeline.py.
+The sources are read by the adapters the back ends declare (each one's timeline_source.SOURCE); the
+same tools' real answers are checked end to end in tests/e2e/test_timeline.py.
 """
 
 from __future__ import annotations
@@ -9,8 +10,16 @@ from typing import Any
 
 import pytest
 
+from diagd.actors import timeline_source
+from diagd.actors.bpftrace import timeline_source as bpftrace_source
+from diagd.actors.crash import timeline_source as crash_source
+from diagd.actors.pcap import timeline_source as pcap_source
+from diagd.actors.serial import timeline_source as serial_source
 from diagd.daemon import timeline
 from diagd.protocol.errors import DiagdError, ErrorCode
+
+ADAPTERS = {"pcap": pcap_source.SOURCE, "serial": serial_source.SOURCE, "bpftrace": bpftrace_source.SOURCE,
+            "crash": crash_source.SOURCE}
 
 
 class Scripted:
@@ -49,11 +58,15 @@ class Scripted:
         raise AssertionError(name)
 
 
+async def build(call: timeline_source.Caller, sources: list[Any], **kwargs: Any) -> dict[str, Any]:
+    return await timeline.build(call, ADAPTERS, sources, **kwargs)
+
+
 SOURCES = [{"pcap": "/x/core.pcap", "fields": ["_ws.col.Info"]}, {"serial": "/dev/ttyUSB0"}, {"bpftrace": "bt-1"}]
 
 
 async def test_rows_of_every_source_are_merged_in_time_order_each_naming_its_source() -> None:
-    answer = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=100, offset=0)
+    answer = await build(Scripted(), SOURCES, start=None, end=None, limit=100, offset=0)
     order = [(r["source"], r["t"]) for r in answer["rows"]]
     assert order == [("pcap:core.pcap", 100.0), ("bpftrace:bt-1", 100.25), ("serial:/dev/ttyUSB0", 100.5),
                      ("pcap:core.pcap", 101.0), ("bpftrace:bt-1", 101.25), ("serial:/dev/ttyUSB0", 101.5),
@@ -66,7 +79,7 @@ async def test_rows_of_every_source_are_merged_in_time_order_each_naming_its_sou
 
 async def test_an_offset_shifts_one_source_before_the_merge() -> None:
     sources = [SOURCES[0], {**SOURCES[1], "offset_ms": -1000}]
-    answer = await timeline.build(Scripted(), sources, start=None, end=None, limit=100, offset=0)
+    answer = await build(Scripted(), sources, start=None, end=None, limit=100, offset=0)
     serial = [r["t"] for r in answer["rows"] if r["source"].startswith("serial")]
     assert serial == [99.5, 100.5, 101.5] and answer["sources"][1]["offset_ms"] == -1000
 
@@ -74,7 +87,7 @@ async def test_an_offset_shifts_one_source_before_the_merge() -> None:
 async def test_the_window_goes_into_the_capture_filter_in_the_capture_s_own_clock() -> None:
     caller = Scripted()
     sources = [{**SOURCES[0], "filter": "ngap", "offset_ms": 500}, SOURCES[1]]
-    answer = await timeline.build(caller, sources, start=101, end="1970-01-01T00:01:42Z", limit=100, offset=0)
+    answer = await build(caller, sources, start=101, end="1970-01-01T00:01:42Z", limit=100, offset=0)
     flt = next(a for n, a in caller.calls if n == "pcap_timeline")["display_filter"]
     assert flt == "(ngap) && frame.time_epoch >= 100.4999995 && frame.time_epoch <= 101.5000005"
     assert [r["t"] for r in answer["rows"] if r["source"].startswith("serial")] == [101.5]
@@ -82,8 +95,8 @@ async def test_the_window_goes_into_the_capture_filter_in_the_capture_s_own_cloc
 
 async def test_a_cut_source_stops_the_merge_at_its_last_row_and_says_where_to_go_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(timeline, "SOURCE_CAP", 2)
-    answer = await timeline.build(Scripted(frames=5, serial=1), SOURCES[:2], start=None, end=None, limit=100,
+    monkeypatch.setattr(timeline_source, "SOURCE_CAP", 2)
+    answer = await build(Scripted(frames=5, serial=1), SOURCES[:2], start=None, end=None, limit=100,
                                   offset=0)
     assert answer["complete_until"] == 101.0 and "start=101.0" in answer["hint"]
     assert [r["t"] for r in answer["rows"]] == [100.0, 100.5]
@@ -92,9 +105,9 @@ async def test_a_cut_source_stops_the_merge_at_its_last_row_and_says_where_to_go
 
 
 async def test_paging_the_merged_rows() -> None:
-    first = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=3, offset=0)
-    second = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=10, offset=first["next_offset"])
-    whole = await timeline.build(Scripted(), SOURCES, start=None, end=None, limit=100, offset=0)
+    first = await build(Scripted(), SOURCES, start=None, end=None, limit=3, offset=0)
+    second = await build(Scripted(), SOURCES, start=None, end=None, limit=10, offset=first["next_offset"])
+    whole = await build(Scripted(), SOURCES, start=None, end=None, limit=100, offset=0)
     assert first["rows"] + second["rows"] == whole["rows"] and second["next_offset"] is None
 
 
@@ -102,7 +115,7 @@ async def test_kernel_log_lines_get_crash_s_boot_date_plus_their_seconds_since_b
     log = ["[    0.000000] Linux version 6.1", "[    2.396920]  </TASK>", "  continued", "[    2.500000] end"]
     ctime = ["[Wed Nov 25 18:54:58 UTC 2026] Linux version 6.1", "[Wed Nov 25 18:55:00 UTC 2026]  </TASK>",
              "  continued", "[Wed Nov 25 18:55:00 UTC 2026] end"]
-    answer = await timeline.build(Scripted(log=log, ctime=ctime), [{"crash": "s1"}], start=None, end=None,
+    answer = await build(Scripted(log=log, ctime=ctime), [{"crash": "s1"}], start=None, end=None,
                                   limit=100, offset=0)
     rows = answer["rows"]
     assert [r["text"] for r in rows] == ["Linux version 6.1", " </TASK>", "  continued", "end"]
@@ -112,13 +125,13 @@ async def test_kernel_log_lines_get_crash_s_boot_date_plus_their_seconds_since_b
 
 
 async def test_kernel_log_without_a_pairing_log_minus_t_says_so() -> None:
-    answer = await timeline.build(Scripted(log=["[    1.000000] a"], ctime=["[Wed Nov 25 18:55:00 UTC 2026] b"]),
+    answer = await build(Scripted(log=["[    1.000000] a"], ctime=["[Wed Nov 25 18:55:00 UTC 2026] b"]),
                                   [{"crash": "s1"}], start=None, end=None, limit=10, offset=0)
     assert answer["rows"] == [] and "not derivable" in answer["sources"][0]["note"] and "hint" in answer
 
 
 async def test_a_run_without_line_times_is_not_placed_and_says_why() -> None:
-    answer = await timeline.build(Scripted(times=False), [{"bpftrace": "bt-1"}], start=None, end=None, limit=10,
+    answer = await build(Scripted(times=False), [{"bpftrace": "bt-1"}], start=None, end=None, limit=10,
                                   offset=0)
     assert answer["rows"] == [] and "without their times" in answer["sources"][0]["note"]
 
@@ -136,29 +149,29 @@ async def test_a_run_without_line_times_is_not_placed_and_says_why() -> None:
 ])
 async def test_wrong_sources_get_coded_errors(sources: list[Any], wanted: str) -> None:
     with pytest.raises(DiagdError) as caught:
-        await timeline.build(Scripted(), sources, start=None, end=None, limit=10, offset=0)
+        await build(Scripted(), sources, start=None, end=None, limit=10, offset=0)
     assert caught.value.code == ErrorCode.INVALID_ARGUMENT and wanted in caught.value.message
 
 
 async def test_close_matches_are_named() -> None:
     with pytest.raises(DiagdError) as caught:
-        timeline.parse_sources([{"pcap": "x", "offest_ms": 3}])
+        timeline.parse_sources(ADAPTERS, [{"pcap": "x", "offest_ms": 3}])
     assert caught.value.details["did_you_mean"] == ["offset_ms"]
     with pytest.raises(DiagdError) as caught:
-        timeline.parse_sources([{"serail": "x"}])
+        timeline.parse_sources(ADAPTERS, [{"serail": "x"}])
     assert caught.value.details["did_you_mean"] == ["serial"]
 
 
 @pytest.mark.parametrize("value", ["tomorrow", [1], True, float("nan"), 1e300])
 async def test_a_time_that_is_neither_seconds_nor_iso_is_refused(value: Any) -> None:
     with pytest.raises(DiagdError) as caught:
-        await timeline.build(Scripted(), SOURCES, start=value, end=None, limit=10, offset=0)
+        await build(Scripted(), SOURCES, start=value, end=None, limit=10, offset=0)
     assert caught.value.code == ErrorCode.INVALID_ARGUMENT and caught.value.details["path"] == "$.start"
 
 
 async def test_a_failing_source_is_named_in_the_error() -> None:
     with pytest.raises(DiagdError) as caught:
-        await timeline.build(Scripted(), [{"serial": "/dev/none"}], start=None, end=None, limit=10, offset=0)
+        await build(Scripted(), [{"serial": "/dev/none"}], start=None, end=None, limit=10, offset=0)
     assert caught.value.code == ErrorCode.NOT_FOUND and caught.value.message.startswith("source serial:/dev/none:")
 
 
@@ -166,19 +179,19 @@ async def test_a_row_time_outside_what_iso_8601_can_write_is_a_coded_error_namin
     caller = Scripted()
     caller.frames[0]["frame.time_epoch"] = "1e15"  # a pcapng block's 64-bit timestamp can say this
     with pytest.raises(DiagdError) as caught:
-        await timeline.build(caller, SOURCES[:1], start=None, end=None, limit=10, offset=0)
+        await build(caller, SOURCES[:1], start=None, end=None, limit=10, offset=0)
     assert caught.value.code == ErrorCode.INVALID_ARGUMENT and caught.value.message.startswith("source pcap:")
 
 
 @pytest.mark.parametrize("text", ['ngap', '(sip || ngap) && frame.len > 60', 'sip.from contains ")"',
                                   'frame contains "\\")(\\"" && (udp)', ''])
 def test_a_capture_filter_that_stands_alone_is_taken(text: str) -> None:
-    assert timeline.parse_sources([{"pcap": "/x.pcap", "filter": text}])[0].options["filter"] == text
+    assert timeline.parse_sources(ADAPTERS, [{"pcap": "/x.pcap", "filter": text}])[0].options["filter"] == text
 
 
 @pytest.mark.parametrize("text", ["a) || (1", "ngap) || (frame", "(ngap", 'sip.from contains ")', ")("])
 def test_a_capture_filter_that_would_escape_the_time_window_is_refused(text: str) -> None:
     """`(filter) && window`: a filter closing the parenthesis itself would take frames out of the window."""
     with pytest.raises(DiagdError) as refused:
-        timeline.parse_sources([{"pcap": "/x.pcap", "filter": text}])
+        timeline.parse_sources(ADAPTERS, [{"pcap": "/x.pcap", "filter": text}])
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT and "unbalanced" in refused.value.message

@@ -55,7 +55,7 @@ async def test_initialize_gives_instructions_and_tools_with_schemas_and_annotati
         assert {"diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload", "echo"} <= set(tools)
         named = set(re.findall(r"\b([a-z]+(?:_[a-z0-9]+)+)\b", client.instructions))
         named -= {"null_decipher", "decode_as", "wait_policy", "stop_pattern", "wait_s", "output_format",
-                  "execution_id", "action"}
+                  "execution_id", "action", "capture_id", "current_file", "pcap_path", "allowed_interfaces"}
         assert named <= set(tools), f"instructions name unknown tools: {sorted(named - set(tools))}"
         status_tool = tools["diagd_status"]
         assert status_tool.input_schema["type"] == "object"

@@ -1,7 +1,9 @@
-"""A test-only back end, and the smallest complete one: settings, messages, an actor, tools.
+"""A test-only back end, and the smallest complete one: settings, messages, an actor, tools, declarations.
 
 Loaded into a real daemon with `[daemon] extra_backends = ["echo_actor"]` (tests/support on
-PYTHONPATH), so the whole path (MCP socket, supervisor, actor, audit) is exercised end to end;
+PYTHONPATH), or installed as a `diagd.backends` entry point (tests/e2e/test_discovery.py), so the
+whole path (MCP socket, supervisor, actor, audit) is exercised end to end; it declares what any back
+end does (instructions, a diagd_timeline source);
 tests/support/fake_runtime.py runs it without a daemon. Its knobs (delays, crashes, progress, big
 results, a child process) are what those tests need.
 """
@@ -16,6 +18,7 @@ import trio
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
 from diagd.actors.runtime import Runtime
 from diagd.actors.settings import parse_table
+from diagd.actors.timeline_source import Caller, Read, Source, TimelineSource, Window, row
 from diagd.actors.tooling import CallContext, ToolSet, object_schema
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -125,7 +128,36 @@ async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> 
     return await backend.runtime.ask(ref, message, progress=ctx.progress)
 
 
+# -- what it declares: its paragraph of the instructions, and a diagd_timeline source --------------
+
+INSTRUCTIONS = "echo (a test back end): echo repeats a message through a per-resource actor.\n"
+
+
+def _timeline_options(item: dict[str, Any], path: str) -> dict[str, Any]:
+    at = item.get("at", 0)
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}.at: Unix seconds", path=f"{path}.at")
+    return {"at": float(at)}
+
+
+async def _read_timeline(call: Caller, source: Source, window: Window) -> Read:
+    """`{"echo_actor": MESSAGE, "at": UNIX_S}`: one row at `at`, the message as the echo tool answers it."""
+    answer = await call("echo", {"message": source.ref, "resource": "timeline"})
+    out = Read()
+    if window.holds(source.options["at"] + source.shift_s):
+        out.rows.append(row(source, source.options["at"], echo=answer["message"]))
+    else:
+        out.note = "the echo is outside the window"
+    return out
+
+
+TIMELINE = TimelineSource(_read_timeline, rows="echoed messages", names="message", example="hello",
+                          options=("at",), parse=_timeline_options)
+
+
 def register(runtime: Runtime) -> EchoBackend:
     backend = EchoBackend(runtime)
     tools.register(runtime, backend)
+    runtime.set_instructions(INSTRUCTIONS)
+    runtime.add_timeline_source(TIMELINE)
     return backend

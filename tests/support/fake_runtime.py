@@ -26,12 +26,14 @@ from diagd.actors.runtime import (
     BackendConfig,
     Client,
     ClientHook,
+    Deferred,
     IdleTimeout,
     ReloadHook,
     StopCheck,
 )
+from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import CallContext, ToolSpec
-from diagd.daemon.backends import Clients
+from diagd.daemon.presence import Clients
 from diagd.daemon.supervisor import Supervisor
 from diagd.daemon.tools import ToolRegistry
 from diagd.protocol.errors import DiagdError
@@ -49,6 +51,11 @@ class FakeRuntime:
         self.stop_checks: dict[str, StopCheck] = {}
         self._clients = Clients()
         self.shutting_down = False
+        # What the back end declared of itself (the daemon keeps these in daemon/declared.py).
+        self.instructions: str | None = None
+        self.timeline_source: TimelineSource | None = None
+        self.deferred: list[Deferred] = []
+        self.shares_exports = False
 
     # -- what the test does
 
@@ -117,6 +124,19 @@ class FakeRuntime:
             self._clients.connected_hooks.append(connected)
         if gone is not None:
             self._clients.gone_hooks.append(gone)
+
+
+    def defer_on_reload(self, deferred: Deferred) -> None:
+        self.deferred.append(deferred)
+
+    def set_instructions(self, text: str) -> None:
+        self.instructions = text
+
+    def add_timeline_source(self, source: TimelineSource) -> None:
+        self.timeline_source = source
+
+    def share_exports(self) -> None:
+        self.shares_exports = True
 
 
 @asynccontextmanager
