@@ -122,7 +122,7 @@ class Supervisor:
             async with lock:  # two first calls for one resource must not start it twice
                 return await self._start_locked(key, factory, idle_timeout_s, group)
         finally:
-            # One lock per resource ever started (a bpftrace execution, a capture, a vmcore) would grow for as
+            # One lock per resource ever started (one per run or per file a back end starts) would grow for as
             # long as the daemon runs: it goes once the last start waiting on it is through.
             if not lock.locked() and not lock.statistics().tasks_waiting and self._starting.get(key) is lock:
                 del self._starting[key]

@@ -33,7 +33,7 @@ from diagd.actors.pcap.ngap.core_links import CORE_FIELDS, CORE_FILTER
 from diagd.actors.pcap.ngap.model import Model
 from diagd.actors.pcap.ngap.model import build as build_model
 from diagd.actors.pcap.ngap.pdus import NgapPdu, pdus_in_frame
-from diagd.actors.pcap.ngap.procedures import procedures
+from diagd.actors.pcap.ngap.procedures_view import procedures
 from diagd.actors.pcap.ngap.sessions import pdu_sessions, ue_sessions
 
 __all__ = ["CORE_FIELDS", "CORE_FILTER", "Model", "NgapPdu", "build_model",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from diagd.actors.pcap.ngap.associations import Analysis, Context, analyse
 from diagd.actors.pcap.ngap.pdus import NgapPdu
-from diagd.actors.pcap.ngap.procedures import ESTABLISHMENT, Instance, track
+from diagd.actors.pcap.ngap.procedures import ESTABLISHMENT, Instance, track_all
 
 
 @dataclass
@@ -19,6 +19,8 @@ class Model:
     pdus: list[NgapPdu]
     analysis: Analysis
     by_context: list[tuple[Context, list[Instance]]] = field(default_factory=list)
+    # Beside by_context, per context: (procedure, rule id) of answers whose request is outside the capture.
+    orphans: list[list[tuple[str, str]]] = field(default_factory=list)
 
     @property
     def instances(self) -> list[Instance]:
@@ -35,4 +37,6 @@ class Model:
 
 def build(pdus: list[NgapPdu]) -> Model:
     analysis = analyse(pdus)
-    return Model(pdus, analysis, [(ctx, track(ctx, analysis)) for ctx in analysis.contexts])
+    tracked = [(ctx, *track_all(ctx, analysis)) for ctx in analysis.contexts]
+    return Model(pdus, analysis, [(ctx, found) for ctx, found, _ in tracked],
+                 [orphans for _, _, orphans in tracked])

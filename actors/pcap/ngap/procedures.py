@@ -10,15 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diagd.actors.pcap.ngap.associations import Analysis, Context
 from diagd.actors.pcap.ngap.core_links import Establishment, attach, core_messages
 from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
 from diagd.actors.pcap.ngap.rules import RULES, Rule, ending
-
-if TYPE_CHECKING:
-    from diagd.actors.pcap.ngap.model import Model
 
 # Message keys: "5GMM 0x41" (NAS message type), "NGAP 41/0" (procedure code / 0 initiating,
 # 1 successful, 2 unsuccessful outcome). "5GMM 0x68 returned": a DL NAS transport carrying a
@@ -144,6 +141,9 @@ class _Tracker:
         self.done: list[Instance] = []
         self.open: dict[tuple[str, int | None], Instance] = {}
         self.seq = 0
+        # Answers whose request lies outside the capture (or the display filter): no instance (no start,
+        # no duration), but what they say still counts for the context's state (a lone registration reject).
+        self.orphans: list[tuple[str, str]] = []  # (procedure, rule id)
 
     def feed(self, pdu: NgapPdu) -> None:
         for key, message in message_keys(pdu):
@@ -188,7 +188,8 @@ class _Tracker:
             current = max(waiting, key=lambda i: i.seq) if waiting else None
             slot = (proc.name, current.psi) if current is not None else slot
         if current is None:
-            return  # an answer to a request outside the capture (or the display filter)
+            self.orphans.append((proc.name, rule.id))  # an answer to a request outside the capture
+            return
         self._touch(current, pdu)
         del self.open[slot]
         self._end(current, rule.id, cause=_cause(pdu, message) if rule.outcome != "success" else None)
@@ -293,7 +294,7 @@ def _suci_parts(ctx: Context) -> tuple[str, str, str] | None:
     return None
 
 
-def _link_core(instances: list[Instance], rows: list[dict[str, str]], capture_end: float) -> dict[str, Any]:
+def link_core(instances: list[Instance], rows: list[dict[str, str]], capture_end: float) -> dict[str, Any]:
     establishments = [i for i in instances if i.procedure.name == "PDU Session Establishment"]
     for i in establishments:
         # An unanswered request's window runs to the end of the capture: the core may still be at work.
@@ -303,38 +304,15 @@ def _link_core(instances: list[Instance], rows: list[dict[str, str]], capture_en
 
 
 def track(ctx: Context, analysis: Analysis) -> list[Instance]:
-    """Every procedure instance of one UE context, closed by a rule of rules.TABLE."""
+    return track_all(ctx, analysis)[0]
+
+
+def track_all(ctx: Context, analysis: Analysis) -> tuple[list[Instance], list[tuple[str, str]]]:
+    """Every procedure instance of one UE context, closed by a rule of rules.TABLE, and the
+    (procedure, rule id) of answers whose request is not in the capture."""
     tracker = _Tracker(ctx)
     for pdu in ctx.pdus:
         tracker.feed(pdu)
-    return tracker.finish(analysis)
+    return tracker.finish(analysis), tracker.orphans
 
 
-def procedures(model: Model, filtered: bool = False, core_rows: list[dict[str, str]] | None = None
-               ) -> dict[str, Any]:
-    analysis, pdus = model.analysis, model.pdus
-    everything = model.instances
-    core = _link_core(everything, core_rows or [], max((p.time for p in pdus), default=0.0))
-    ues = [{"ue": ctx.label, "association": ctx.assoc.label, "gnb": ctx.assoc.gnb, "ran_ue_ngap_id": ctx.ran,
-            "amf_ue_ngap_id": ctx.amf, "procedures": [i.describe() for i in found]}
-           for ctx, found in model.by_context]
-    failed = [i.describe() for i in everything if i.outcome in ("reject", "failure")]
-    warnings = list(analysis.warnings)
-    if filtered:
-        warnings.append("display_filter given: procedures are built from the filtered NGAP frames only")
-    result: dict[str, Any] = {
-        "ue_count": len(ues), "procedure_count": len(everything), "ues": ues, "statistics": statistics(everything),
-        "failed": failed, "incomplete": sum(1 for i in everything if i.outcome == "incomplete"),
-        "associations": [a.describe() for a in analysis.associations], "ngap_pdus": len(pdus),
-        "percentiles": "nearest rank over completed instances (success, reject, failure)", "warnings": warnings,
-        "n4_sbi": core,
-    }
-    if not core["n4_sbi_messages"] and any(i.procedure.name == "PDU Session Establishment" for i in everything):
-        warnings.append("no PFCP session establishment or SBI PDU session call in this capture: give a capture "
-                        "merged with the N4/SBI views (mergecap) and decode_as for HTTP/2 on its port")
-    if not everything:
-        result["reason"] = ("no NGAP over SCTP in the capture" + (" that matches the display filter" if filtered
-                                                                    else "") if not pdus else
-                            "no procedure message (TS 24.501 / 38.413) in the NGAP PDUs" +
-                            ("; NAS did not decode, see warnings" if any(p.nas_undecoded for p in pdus) else ""))
-    return result

@@ -24,6 +24,7 @@ from diagd.actors.pcap.ngap.failures import pdu_failures
 from diagd.actors.pcap.ngap.model import Model
 from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
 from diagd.actors.pcap.ngap.procedures import Instance
+from diagd.actors.pcap.ngap.rules import RULES
 
 # What ends a registration (rules.TABLE: accept, reject, authentication reject).
 REGISTRATION_ENDS = {NAS_REGISTRATION_ACCEPT, NAS_REGISTRATION_REJECT, "0x58"}
@@ -53,8 +54,8 @@ def _unanswered(pending: dict[int, list[NgapPdu]], assoc: Association
 def ue_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
     analysis, pdus = model.analysis, model.pdus
     ues = []
-    for ctx, found in model.by_context:
-        ues.append(_describe_context(ctx, analysis, found))
+    for n, (ctx, found) in enumerate(model.by_context):
+        ues.append(_describe_context(ctx, analysis, found, model.orphans[n] if n < len(model.orphans) else []))
     failed = [{"ue": u["ue"], "association": u["association"], "amf_ue_ngap_id": u["amf_ue_ngap_id"],
                "ran_ue_ngap_id": u["ran_ue_ngap_id"],
                "reasons": [{k: f.get(k) for k in ("frame", "kind", "code", "cause", "why")} for f in u["failures"]]}
@@ -92,9 +93,13 @@ def ue_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
     return result
 
 
-def _registration(found: list[Instance]) -> str:
-    """The context's registration state, from the model's Registration / Deregistration outcomes."""
+def _registration(found: list[Instance], orphans: list[tuple[str, str]]) -> str:
+    """The context's registration state, from the model's Registration / Deregistration outcomes (and,
+    when no Registration instance is in the capture, a registration answer whose request is not)."""
     state = "unknown"
+    for procedure, rule_id in orphans:
+        if procedure == "Registration":
+            state = {"success": "accepted", "reject": "rejected"}.get(RULES[rule_id].outcome, state)
     for i in found:
         if i.procedure.name == "Registration":
             state = {"success": "accepted", "reject": "rejected"}.get(i.outcome or "", "pending")
@@ -103,7 +108,8 @@ def _registration(found: list[Instance]) -> str:
     return state
 
 
-def _describe_context(ctx: Context, analysis: Analysis, found: list[Instance]) -> dict[str, Any]:
+def _describe_context(ctx: Context, analysis: Analysis, found: list[Instance],
+                      orphans: list[tuple[str, str]]) -> dict[str, Any]:
     failures: list[dict[str, Any]] = []
     nas_messages_: list[dict[str, Any]] = []
     suci_msin = tmsi = None
@@ -140,7 +146,7 @@ def _describe_context(ctx: Context, analysis: Analysis, found: list[Instance]) -
         "first_time": round(first, 6), "last_time": round(last, 6), "duration_s": round(last - first, 6),
         "frames": list(dict.fromkeys(p.frame for p in ctx.pdus)),
         "procedures": [step(p) for p in ctx.pdus], "nas_messages": nas_messages_,
-        "failures": failures, "pending_requests": open_, "registration": _registration(found),
+        "failures": failures, "pending_requests": open_, "registration": _registration(found, orphans),
         "outcomes": [{"procedure": i.procedure.name, **({"pdu_session_id": i.psi} if i.procedure.per_session else {}),
                       "first_frame": i.first.frame, "outcome": i.outcome, "rule": i.rule.text if i.rule else None}
                      for i in found],

@@ -86,7 +86,7 @@ def test_each_bundled_ngap_pdu_is_its_own_record() -> None:
 
 
 def test_ue_summary_marks_the_reject_and_ignores_a_normal_release() -> None:
-    summary = ngap.ue_sessions(ngap.pdus_in_frame(19, FRAME))
+    summary = ngap.ue_sessions(ngap.build_model(ngap.pdus_in_frame(19, FRAME)))
     (ue,) = summary["ues"]
     assert ue["registration"] == "rejected" and ue["amf_ue_ngap_id"] == 2
     assert [f["code"] for f in ue["failures"]] == [7]  # nas: normal-release is not a failure
@@ -150,7 +150,8 @@ def frame(number: int, gnb: str, *pdus: dict[str, Any], to_amf: bool = True, ind
 
 def summarize(*frames: tuple[int, list[dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
     pdus = [p for number, tree_ in frames for p in ngap.pdus_in_frame(number, tree_)]
-    return ngap.ue_sessions(pdus), ngap.pdu_sessions(pdus)
+    model = ngap.build_model(pdus)
+    return ngap.ue_sessions(model), ngap.pdu_sessions(model)
 
 
 MM, SM = "nas_5gs.mm.message_type", "nas_5gs.sm.message_type"
