@@ -67,7 +67,6 @@ DEFERRED = (
 
 def register(runtime: Runtime) -> CaptureBackend:
     backend = CaptureBackend(runtime)
-    runtime.set_instructions(INSTRUCTIONS)
     runtime.share_exports()  # its capture files are read by the pcap tools
     for deferred in DEFERRED:
         runtime.defer_on_reload(deferred)
@@ -78,5 +77,6 @@ def register(runtime: Runtime) -> CaptureBackend:
     # tools that could only refuse would cost every client's tools/list ~3.7 KB). As crash's script
     # tools, they appear with the setting at the next start; the reload answer says so.
     if backend.settings().allowed_interfaces:
+        runtime.set_instructions(INSTRUCTIONS)  # the paragraph names the tools: only with them
         tools.register(runtime, backend)
     return backend
