@@ -92,6 +92,9 @@ def daemon_config(root: Path, fixture: VmcoreFixture | None, extra: str = "") ->
             "[crash]\n"
             "command_timeout_s = 30.0\n"
             "drgn_timeout_s = 30.0\n"
+            # On, so its tools are listed and fuzzed, with a pattern no interface matches: nothing is captured.
+            "[capture]\n"
+            'allowed_interfaces = ["diagd-fuzz-none*"]\n'
             + extra)
 
 

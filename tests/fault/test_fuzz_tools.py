@@ -110,6 +110,7 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
             "layers": st.sampled_from([[], ["ngap"], ["nas-5gs", "sctp"], ["nosuchproto"]]),
             "query": st.sampled_from(["REGISTER", "ngap", "a", ".*", "(", "[", "\\", "sysrq", "panic"]),
             "prefix": st.sampled_from(["ngap", "sip.", "frame", "x"]),
+            "interfaces": st.sampled_from([["lo"], ["diagd-fuzz-none0"], ["eth0", "lo"], ["*"]]),
             "port": st.sampled_from([str(modem.link), modem.path]),
             "payload": st.sampled_from(["AT", "ATI", "AT+CSQ", "", "7E01027E", "AT+CMGS=\"1\""]),
             "stop_pattern": st.sampled_from(["OK\r\n", ["OK\r\n", "ERROR\r\n"], "\x00"]),
@@ -139,6 +140,8 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
             "actor_id": "no-such-actor", "session_id": sessions[0] if sessions else "nosession-0",
             "sources": [{"pcap": paths[0]}], "dir": str(fixture.vmcore.parent) if fixture else "/nonexistent",
             "kind": "expert",
+            # Capture is on with a pattern no interface matches: every start is refused, nothing captured.
+            "interfaces": ["diagd-fuzz-none0"], "capture_id": "cap-00000000",
         },
         by_tool={
             # Never the shared session: closing it would end what every other crash example uses.
