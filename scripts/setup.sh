@@ -136,30 +136,23 @@ case "$action" in
     fi
     "$venv/bin/diagd" status ;;
   test)
-    # The official MCP conformance suite (tests/e2e/test_conformance.py), with the Node it needs (>= 22,
-    # from the npm registry like the suite: Debian's node 20 cannot run it), cached outside the repository.
-    conformance_dir=${DIAGD_CONFORMANCE_DIR:-$HOME/.cache/diagd/conformance}
-    if [ ! -e "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" ] \
-       || ! grep -q '"version": "0.1.16"' "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" \
-       || [ ! -x "$conformance_dir/node_modules/.bin/node" ]; then
-      log "installing the MCP conformance suite into $conformance_dir"
-      mkdir -p "$conformance_dir"
-      npm install --prefix "$conformance_dir" --no-audit --no-fund --silent \
-        @modelcontextprotocol/conformance@0.1.16 node@22.23.3 \
-        || log "could not install the conformance suite: tests/e2e/test_conformance.py will skip"
-    fi
-    # The MCP Inspector's command-line clients (tests/e2e/test_inspector.py), with the Node they need
-    # (>= 22.19), cached outside the repository in the same way.
-    inspector_dir=${DIAGD_INSPECTOR_DIR:-$HOME/.cache/diagd/inspector}
-    if [ ! -e "$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json" ] \
-       || ! grep -q '"version": "2.12.0"' "$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json" \
-       || [ ! -x "$inspector_dir/node_modules/.bin/node" ]; then
-      log "installing the MCP Inspector into $inspector_dir"
-      mkdir -p "$inspector_dir"
-      npm install --prefix "$inspector_dir" --no-audit --no-fund --silent \
-        @modelcontextprotocol/inspector@2.12.0 node@22.23.3 \
-        || log "could not install the MCP Inspector: tests/e2e/test_inspector.py will skip"
-    fi
+    # The official MCP conformance suite (tests/e2e/test_conformance.py) and the MCP Inspector's
+    # command-line clients (tests/e2e/test_inspector.py), each with the Node it needs (>= 22.19, from the
+    # npm registry like them: Debian's node 20 cannot run them), cached outside the repository.
+    npm_tool() {  # DIR PACKAGE VERSION TEST-FILE: install PACKAGE@VERSION and node@22 into DIR unless there
+      local dir=$1 package=$2 version=$3 test=$4 manifest="$1/node_modules/$2/package.json"
+      if [ ! -e "$manifest" ] || ! grep -q "\"version\": \"$version\"" "$manifest" \
+         || [ ! -x "$dir/node_modules/.bin/node" ]; then
+        log "installing $package into $dir"
+        mkdir -p "$dir"
+        npm install --prefix "$dir" --no-audit --no-fund --silent "$package@$version" node@22.23.3 \
+          || log "could not install $package: $test will skip"
+      fi
+    }
+    npm_tool "${DIAGD_CONFORMANCE_DIR:-$HOME/.cache/diagd/conformance}" @modelcontextprotocol/conformance 0.1.16 \
+      tests/e2e/test_conformance.py
+    npm_tool "${DIAGD_INSPECTOR_DIR:-$HOME/.cache/diagd/inspector}" @modelcontextprotocol/inspector 2.12.0 \
+      tests/e2e/test_inspector.py
     cd "$top"
     "$venv/bin/ruff" check .
     scripts/typecheck.sh
