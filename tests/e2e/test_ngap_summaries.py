@@ -26,10 +26,11 @@ import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests.actors.pcap.test_ngap_fields import compare_fields
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS, pcap
-from tests.support import ngap_oracle
+from tests.support import ngap_fields_oracle, ngap_oracle
 from tests.support.pcapedit import PCAP_MAGICS, keep_sctp_only, packets, readdress_sctp, shift_pcap
 
 pytestmark = [
@@ -187,6 +188,8 @@ async def compare(daemon: DaemonProcess, path: Path) -> tuple[dict[str, Any], di
             assert s["setup_request_frame"] is not None and s["setup_response_frame"] > s["setup_request_frame"], s
         if s["establishment_accept_frame"] is not None and s["establishment_request_frame"] is not None:
             assert s["establishment_accept_frame"] > s["establishment_request_frame"], s
+    # And every field (frames, TMSI, PLMN, S-NSSAI, tunnels, DNN, UE IP, QFIs, release) as the daemon serves it.
+    assert compare_fields(ues, sessions, ngap_fields_oracle.answer(path)) > 0
     return ues, sessions, want
 
 

@@ -29,6 +29,9 @@ FIELDS = [
     "nas_5gs.pdu_session_id", "ngap.pDUSessionID", "ngap.PDUSessionResourceSetupListSURes",
     "ngap.PDUSessionResourceSetupListCxtRes", "ngap.PDUSessionResourceFailedToSetupListSURes",
     "ngap.PDUSessionResourceFailedToSetupListCxtRes", "nas_5gs.mm.suci.msin", "e212.mcc", "e212.mnc",
+    # read by the field-level oracle (tests/support/ngap_fields_oracle.py)
+    "nas_5gs.5g_tmsi", "ngap.sST", "ngap.sD", "nas_5gs.mm.sst", "nas_5gs.mm.mm_sd", "ngap.TransportLayerAddressIPv4",
+    "ngap.gTP_TEID", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4", "ngap.qosFlowIdentifier",
 ]
 CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
 # TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).
@@ -107,7 +110,8 @@ def tshark_rows(path: Path, tmp: Path) -> list[Row]:
                   ran=None, amf=None, values=values)
         if row.proc == 25:  # PathSwitchRequest: its AMF id field is the source context's
             raise OracleCannotTell(f"frame {row.frame}: a path switch; its AMF ids need the IE ids")
-        row.ran, row.amf = row.one("ngap.RAN_UE_NGAP_ID"), row.one("ngap.AMF_UE_NGAP_ID")
+        if row.proc != 20:  # NGReset is not UE-associated: its ids are the items of the list it resets
+            row.ran, row.amf = row.one("ngap.RAN_UE_NGAP_ID"), row.one("ngap.AMF_UE_NGAP_ID")
         rows.append(row)
     return rows
 

@@ -173,7 +173,8 @@ class _Sessions:
         if message.code == NAS_ESTABLISHMENT_REQUEST:
             s = self.new(ctx, psi, pdu.frame)
             s["establishment_request_frame"] = pdu.frame
-            s["dnn"] = message.first("nas_5gs.cmn.dnn")
+            # The requested DNN rides in the UL NAS Transport that carries the request (TS 24.501 8.2.10).
+            s["dnn"] = message.first("nas_5gs.cmn.dnn") or _carrier_value(pdu, message, "nas_5gs.cmn.dnn")
         else:
             s = self.session(ctx, psi, pdu.frame)
         if message.code == NAS_ESTABLISHMENT_ACCEPT:
@@ -181,7 +182,7 @@ class _Sessions:
             s["accept_in_n2_setup"] = pdu.initiating and pdu.procedure_code in (
                 PROC_PDU_SESSION_SETUP, PROC_INITIAL_CONTEXT_SETUP)
             s["ue_ipv4"] = message.first("nas_5gs.sm.pdu_addr_inf_ipv4")
-            s["dnn"] = s["dnn"] or message.first("nas_5gs.cmn.dnn")
+            s["dnn"] = message.first("nas_5gs.cmn.dnn") or s["dnn"]  # the DNN granted, else the one requested
         elif message.code == NAS_ESTABLISHMENT_REJECT:
             s["establishment_reject_frame"] = pdu.frame
         elif message.code in NAS_RELEASES or message.code == "0xd4":
@@ -191,8 +192,8 @@ class _Sessions:
             if message.cause is not None:
                 release.update(cause=message.cause, cause_text=message.cause_text,
                                normal=message.cause in NORMAL_5GSM_RELEASE_CAUSES)
-        if message.first("nas_5gs.mm.sst") and s["s_nssai"] is None:
-            s["s_nssai"] = {"sst": message.first("nas_5gs.mm.sst")}
+        if s["s_nssai"] is None:
+            s["s_nssai"] = _nas_s_nssai(pdu, message)
         if message.code in NAS_FAILURE_MESSAGES or (message.code in NAS_RELEASES and message.cause is not None
                                                     and message.cause not in NORMAL_5GSM_RELEASE_CAUSES):
             s["failures"].append({"frame": pdu.frame, "kind": "5GSM", "code": message.cause,
@@ -223,6 +224,28 @@ class _Sessions:
                 s["failures"].append({k: v for k, v in (item.cause or {"frame": pdu.frame, "kind": "NGAP",
                                                                        "code": None, "cause": None}).items()
                                       if k != "pdu_session_id"})
+
+
+def _carrier(pdu: NgapPdu, message: NasMessage) -> NasMessage | None:
+    """The NAS message whose container carries this one (its nearest 5GMM message before it)."""
+    if message.outer is None:
+        return None
+    before = pdu.nas[:pdu.nas.index(message)]
+    return next((m for m in reversed(before) if m.layer == "5GMM"), None)
+
+
+def _carrier_value(pdu: NgapPdu, message: NasMessage, name: str) -> str | None:
+    carrier = _carrier(pdu, message)
+    return carrier.first(name) if carrier is not None else None
+
+
+def _nas_s_nssai(pdu: NgapPdu, message: NasMessage) -> dict[str, str | None] | None:
+    """The S-NSSAI a 5GSM message or its UL NAS Transport names, as NGAP prints one (SST 1 octet, SD 3, hex)."""
+    for source in (message, _carrier(pdu, message)):
+        if source is not None and (sst := source.first("nas_5gs.mm.sst")) is not None:
+            sd = source.first("nas_5gs.mm.mm_sd")
+            return {"sst": f"{int(sst, 0):02x}", "sd": f"{int(sd, 0):06x}" if sd is not None else None}
+    return None
 
 
 def pdu_sessions(pdus: list[NgapPdu], filtered: bool = False) -> dict[str, Any]:
