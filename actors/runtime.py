@@ -59,9 +59,14 @@ class BackendConfig:
     allowed_dirs: tuple[str, ...] = ()  # [daemon] allowed_dirs: the default of a back end's own
     regex_budget_s: float = 5.0  # [daemon] regex_budget_s: matching time one call may spend
     call_timeout_s: float = 30.0  # [daemon] call_timeout_s: the limit of a tool without its own
-    # Where back ends write files for the other back ends' tools to read (serial sessions as pcapng):
-    # readable like allowed_dirs, though only diagd writes there.
-    exports_dirs: tuple[str, ...] = ()
+    # Where back ends write files for the other back ends' tools to read (serial sessions as pcapng),
+    # by the group that writes them: readable like allowed_dirs (only diagd writes there, under names
+    # it makes), though only for a client that selected that group too (docs/security.md).
+    exports_dirs: Mapping[str, str] = field(default_factory=dict)
+    # diagd's own directories (the state dir: crash outputs, serial logs, bpftrace results, the audit
+    # log; the runtime dir: sockets): no tool reads a caller-named file under them, whatever
+    # allowed_dirs says, except a group's exports dir above.
+    private_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ class Client:
 # apply to what is already open (`not_yet_applied`), or raises DiagdError to refuse the new config.
 ReloadHook = Callable[[BackendConfig, BackendConfig], list[dict[str, Any]]]
 ClientHook = Callable[[Client], None]
+# Asked before `diagd_stop_actor` stops one of the back end's actors for a client (its name): raises
+# DiagdError (BUSY, PERMISSION_DENIED, naming the owner) when the back end's own tools would refuse it.
+StopCheck = Callable[[ActorRef, str], None]
 
 
 class Runtime(Protocol):
@@ -112,6 +120,12 @@ class Runtime(Protocol):
 
     def stop(self, ref: ActorRef, reason: str) -> None:
         """Stop the actor (its running and queued requests fail); nothing if it has stopped already."""
+        ...
+
+    def on_stop_request(self, kind: str, check: StopCheck) -> None:
+        """`check` decides whether a client may stop this kind's actors with diagd_stop_actor (the
+        daemon's own tool): ownership as the back end's own tools honour it. Without one, any client
+        that selected the back end's group may."""
         ...
 
     # -- config

@@ -14,11 +14,12 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-APT_HINT = "sudo apt-get install -y {pkg}   (or rerun scripts/setup.sh)"
+APT_HINT = "diagd setup   (installs what the back ends need; or: sudo apt-get install -y {pkg})"
 
 
 @dataclass
@@ -28,6 +29,35 @@ class Check:
     detail: str
     fix: str = ""
     required: bool = False  # a failed required check means the daemon itself cannot run
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A command a back end runs, how to ask its version, and the Debian package that provides it."""
+
+    command: str
+    version_args: tuple[str, ...]
+    package: str
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a back end needs of the machine, declared as `SYSTEM_NEEDS` in its package's __init__:
+    `diagd setup` installs the packages, `diagd doctor` runs the checks."""
+
+    tools: tuple[Tool, ...] = ()
+    modules: tuple[str, ...] = ()  # Python modules (installed with diagd; checked, never installed)
+    checks: tuple[Callable[[], Check], ...] = ()  # further probes (privileges, tracefs, versions)
+    note: str = ""  # what no package can do (group membership, a mount)
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.package for t in self.tools))
+
+    def run_checks(self) -> list[Check]:
+        return [*(check_python_module(m, required=False) for m in self.modules),
+                *(check_tool(t.command, [t.command, *t.version_args], t.package) for t in self.tools),
+                *(check() for check in self.checks)]
 
 
 def tool_version(cmd: list[str]) -> str | None:
@@ -52,7 +82,8 @@ def check_python_module(module: str, required: bool = True) -> Check:
         mod = importlib.import_module(module)
     except Exception as exc:
         return Check(f"python:{module}", False, f"cannot import: {exc}",
-                     "pip install -e . in the diagd virtualenv (scripts/setup.sh does it)", required)
+                     "reinstall diagd with its dependencies (pipx install --force ., or pip install -e . in its venv)",
+                     required)
     version = getattr(mod, "__version__", None) or getattr(mod, "VERSION", "")
     if not version:
         try:
@@ -103,6 +134,25 @@ def check_tracefs() -> Check:
         return Check("tracefs", True, f"mounted at {found}")
     return Check("tracefs", False, "not mounted: every bpftrace tracepoint would be 'not found'",
                  "sudo mount -t tracefs nodev /sys/kernel/tracing")
+
+
+# -- serial ports -----------------------------------------------------------------------------------
+
+
+def check_serial_access() -> Check:
+    """Debian gives serial devices to the `dialout` group: a user outside it sees every port refused."""
+    if os.geteuid() == 0:
+        return Check("serial access", True, "running as root")
+    try:
+        import grp
+
+        dialout = grp.getgrnam("dialout").gr_gid
+    except (ImportError, KeyError):
+        return Check("serial access", True, "no dialout group here: port permissions decide")
+    if dialout in os.getgroups():
+        return Check("serial access", True, "in group dialout")
+    return Check("serial access", False, "not in group dialout: /dev/ttyS*, ttyUSB*, ttyACM* are refused",
+                 "sudo usermod -aG dialout $USER, then log in again")
 
 
 # -- crash ------------------------------------------------------------------------------------------

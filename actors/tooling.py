@@ -47,6 +47,9 @@ class CallContext:
     # The client is one short-lived command (`diagd call`: one control connection per command):
     # whatever it holds (crash session references) ends with its connection.
     ephemeral: bool = False
+    # The arguments were typed on a command line (`diagd call key=value`): a number where the schema
+    # wants a string is the text typed (`payload=12`). From an agent, it is a mistake refused.
+    typed: bool = False
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress is not None:
@@ -65,6 +68,19 @@ def caller_cwd() -> str | None:
     """The working directory of the client whose call this task serves (None: unknown)."""
     ctx = current_call.get()
     return ctx.cwd if ctx is not None else None
+
+
+# The tool groups of the client whose call this task serves (None: every group), set by the
+# registry around the handler like current_call. Back ends read it where a group's boundary
+# reaches their own files (the pcap tools read the serial group's exports only for a client that
+# selected serial too); a tool that calls other tools passes it on.
+current_groups: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("diagd_groups", default=None)
+
+
+def caller_selects(group: str) -> bool:
+    """Whether the client whose call this task serves selected the tool group `group`."""
+    groups = current_groups.get()
+    return groups is None or group in groups
 
 
 @dataclass(frozen=True)
@@ -161,21 +177,20 @@ def object_schema(props: Mapping[str, Any], required: Sequence[str] = (), *, clo
     return schema
 
 
-def paging(*, limit: int, maximum: int, what: str = "items") -> dict[str, Any]:
-    """`offset` (default 0) and `limit` (default `limit`, at most `maximum`) of a paged listing of `what`.
+def paging(*, limit: int, maximum: int) -> dict[str, Any]:
+    """`offset` (default 0) and `limit` (default `limit`, at most `maximum`) of a paged listing.
 
-    Without descriptions: the names, bounds and defaults say it all, and every client pays for
-    each byte of every tool's schema on every request."""
+    Said in two words each: every tool's schema is in every client's tools/list, paid for on
+    every request, and the names, bounds and defaults say the rest."""
     return {
-        "offset": {"type": "integer", "minimum": 0, "default": 0},
-        "limit": {"type": "integer", "minimum": 1, "maximum": maximum, "default": limit},
+        "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "to skip"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": maximum, "default": limit, "description": "page size"},
     }
 
 
-def display_filter(description: str = "") -> dict[str, Any]:
-    """An optional Wireshark display filter (empty: every frame); the name says what it is."""
-    described = {"description": description} if description else {}
-    return {"display_filter": {"type": "string", "default": "", **described}}
+def display_filter(description: str = "Wireshark filter") -> dict[str, Any]:
+    """An optional Wireshark display filter (empty: every frame)."""
+    return {"display_filter": {"type": "string", "default": "", "description": description}}
 
 
 def path(what: str, *, description: str = "") -> dict[str, Any]:

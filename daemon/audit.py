@@ -17,6 +17,9 @@ from typing import Any, TextIO
 
 import structlog
 
+from diagd.actors import statefile
+from diagd.protocol.errors import DiagdError
+
 log = structlog.get_logger("diagd.daemon")
 
 
@@ -62,8 +65,8 @@ class AuditLog:
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._file = self._open()
+        statefile.ensure_dir(path.parent)
+        self._file: TextIO | None = self._open()
         for i in range(1, keep + 1):  # rotated logs an older diagd wrote world-readable
             _tighten(path.with_name(f"{path.name}.{i}"))
 
@@ -71,6 +74,8 @@ class AuditLog:
         # ASCII-only: one record is one line whatever the arguments hold. Raw U+2028, U+0085 or \x1e are
         # valid inside JSON strings but are line breaks to str.splitlines() and to many log readers;
         # a lone surrogate could not be written as UTF-8 at all.
+        if self._file is None:
+            return  # disabled: a link was planted where the rotated log goes (logged once, coded)
         line = json.dumps(record.to_json(), separators=(",", ":"), default=str)
         self._file.write(line + "\n")
         self._file.flush()
@@ -78,13 +83,18 @@ class AuditLog:
             self._rotate()
 
     def _rotate(self) -> None:
+        assert self._file is not None
         self._file.close()
+        self._file = None
         for i in range(self.keep - 1, 0, -1):
             older = self.path.with_name(f"{self.path.name}.{i}")
             if older.exists():
                 os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
         os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        self._file = self._open()
+        try:
+            self._file = self._open()
+        except DiagdError as exc:
+            log.error("audit log disabled", code=str(exc.code), error=exc.message)
 
     def _open(self) -> TextIO:
         """Append to the log, owner-only: it holds every call's arguments (paths, programs, payloads).
@@ -93,7 +103,7 @@ class AuditLog:
         is tightened through the fd (rotation renames files, so older rotated logs keep the mode they
         were written with, which is this one from now on).
         """
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = statefile.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # a link: PERMISSION_DENIED
         try:
             if os.fstat(fd).st_mode & 0o077:
                 os.fchmod(fd, 0o600)
@@ -103,7 +113,8 @@ class AuditLog:
             raise
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def _tighten(path: Path) -> None:

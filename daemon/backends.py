@@ -24,6 +24,7 @@ from diagd.actors.runtime import (
     ClientHook,
     IdleTimeout,
     ReloadHook,
+    StopCheck,
 )
 from diagd.actors.tooling import ToolSpec
 from diagd.daemon.config import Config
@@ -43,11 +44,13 @@ def backend_name(module: str) -> str:
 EXPORTING_BACKENDS = ("serial",)
 
 
-def backend_config(config: Config, name: str, state_dir: Path | None = None) -> BackendConfig:
-    exports = tuple(str(state_dir / n / "exports") for n in EXPORTING_BACKENDS) if state_dir else ()
+def backend_config(config: Config, name: str, state_dir: Path | None = None,
+                   runtime_dir: Path | None = None) -> BackendConfig:
+    exports = {n: str(state_dir / n / "exports") for n in EXPORTING_BACKENDS} if state_dir else {}
+    private = tuple(str(d) for d in (state_dir, runtime_dir) if d is not None)
     return BackendConfig(table=config.backend(name), allowed_dirs=config.daemon.allowed_dirs,
                          regex_budget_s=config.daemon.regex_budget_s, call_timeout_s=config.daemon.call_timeout_s,
-                         exports_dirs=exports)
+                         exports_dirs=exports, private_dirs=private)
 
 
 class Clients:
@@ -109,7 +112,8 @@ class BackendRuntime:
 
     async def start(self, kind: str, resource: str, factory: ActorFactory, *,
                     idle_timeout_s: IdleTimeout = None) -> ActorRef:
-        return await self._daemon.supervisor.start(kind, resource, factory, idle_timeout_s=idle_timeout_s)
+        return await self._daemon.supervisor.start(kind, resource, factory, idle_timeout_s=idle_timeout_s,
+                                                   group=self._name)
 
     async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
         return await self._daemon.supervisor.ask(ref, message, progress=progress)
@@ -124,16 +128,20 @@ class BackendRuntime:
         if ref.accepting:
             self._daemon.supervisor.stop(ref.id, reason=reason)
 
+    def on_stop_request(self, kind: str, check: StopCheck) -> None:
+        self._daemon.stop_checks[kind] = check
+
     def config(self) -> BackendConfig:
         current = self._daemon.config
         if self._config is None or self._config[0] is not current:
-            self._config = (current, backend_config(current, self._name, self._daemon.state_dir))
+            self._config = (current, backend_config(current, self._name, self._daemon.state_dir,
+                                                    self._daemon.runtime_dir))
         return self._config[1]
 
     def on_reload(self, hook: ReloadHook) -> None:
         def notes(old: Config, new: Config) -> list[dict[str, Any]]:
-            state = self._daemon.state_dir
-            return hook(backend_config(old, self._name, state), backend_config(new, self._name, state))
+            dirs = (self._daemon.state_dir, self._daemon.runtime_dir)
+            return hook(backend_config(old, self._name, *dirs), backend_config(new, self._name, *dirs))
         self._daemon.reload_hooks.append(notes)
 
     def reload(self) -> dict[str, Any]:

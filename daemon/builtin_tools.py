@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from diagd.actors.tooling import CallContext, ToolSet, object_schema
+from diagd.actors.tooling import CallContext, ToolSet, object_schema, paging
 from diagd.daemon import timeline as timeline_mod
-from diagd.daemon.tool_groups import BUILTIN
+from diagd.daemon.audit import CallRecord
+from diagd.daemon.tool_groups import BUILTIN, selects
 from diagd.daemon.tools import current_selection
-from diagd.protocol.errors import DiagdError
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
     from diagd.daemon.server import Daemon
@@ -32,38 +33,70 @@ _RELOAD_OUTPUT = object_schema({
 tools: ToolSet[Daemon] = ToolSet()
 
 
-@tools.tool("diagd_status", "The daemon, its clients, every actor (state, inbox, idle time left, restarts) and "
-            "per-tool call statistics.",
+@tools.tool("diagd_status", "Daemon, clients, actors (state, inbox, idle time, restarts), per-tool call stats.",
             title="diagd status", output=_STATUS_OUTPUT)
 async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-    return daemon.status()
+    # A client sees the actors and tool statistics of its own groups only (docs/security.md).
+    selection = current_selection.get()
+    answer = daemon.status()
+    if selection is not None:
+        answer["actors"] = [a for a in answer["actors"] if selects(selection, a["group"])]
+        answer["tools"] = {name: stats for name, stats in answer["tools"].items()
+                           if selects(selection, daemon.registry.group_of(name))}
+    return answer
 
 
-@tools.tool("diagd_calls", "Recent tool calls, newest first: arguments, duration, outcome, error code.",
-            {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
-             "tool": {"type": "string", "description": "only calls of this tool"},
-             "errors_only": {"type": "boolean", "default": False}},
+@tools.tool("diagd_calls", "Recent calls of this client's groups, newest first (other clients' arguments "
+            "redacted).",
+            {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20, "description": "at most"},
+             "tool": {"type": "string", "description": "only this tool's"},
+             "errors_only": {"type": "boolean", "default": False, "description": "only failed ones"}},
             title="Recent tool calls", output=_CALLS_OUTPUT)
 async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     # Running calls count as the newest: a call that hangs is at the top, with its time so far.
     records = [*daemon.stats.recent, *daemon.stats.running()]
+    # Only calls of the client's groups; the arguments of other clients' calls (payloads, scripts,
+    # programs) only when the config says so.
+    selection = current_selection.get()
+    records = [r for r in records if selects(selection, daemon.registry.group_of(r.tool))]
     if tool := args.get("tool"):
         records = [r for r in records if r.tool == tool]
     if args["errors_only"]:
         records = [r for r in records if r.outcome not in ("ok", "running")]
     chosen = records[-args["limit"]:][::-1]  # newest first
-    return {"calls": [r.to_json() for r in chosen], "returned": len(chosen), "total_calls": daemon.stats.total}
+    show_all = daemon.config.mcp.show_other_clients_arguments
+    return {"calls": [r.to_json() if show_all or r.client == ctx.client else _redacted(r) for r in chosen],
+            "returned": len(chosen), "total_calls": daemon.stats.total}
 
 
-@tools.tool("diagd_stop_actor", "Stop an actor (id from diagd_status), releasing its resource.",
-            {"actor_id": {"type": "string"}}, required=("actor_id",),
+REDACTED = "<redacted: another client's argument ([mcp] show_other_clients_arguments)>"
+
+
+def _redacted(record: CallRecord) -> dict[str, Any]:
+    """Another client's call: which arguments it gave, not their values."""
+    return {**record.to_json(), "arguments": dict.fromkeys(record.arguments, REDACTED)}
+
+
+@tools.tool("diagd_stop_actor", "Stop an actor of this client's groups, releasing its resource (not one "
+            "another client owns).",
+            {"actor_id": {"type": "string", "description": "from diagd_status"}}, required=("actor_id",),
             title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
 async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-    ref = daemon.supervisor.stop(args["actor_id"], reason=f"stopped by {ctx.client}")
+    # Only an actor of the client's groups, and only as the back end's own tools would let this client
+    # (a port another client owns, a crash session others hold: BUSY naming them).
+    selection = current_selection.get()
+    mine = [ref for ref in daemon.supervisor.actors() if selects(selection, ref.group)]
+    ref = next((r for r in mine if r.id == args["actor_id"]), None)
+    if ref is None:
+        raise DiagdError(ErrorCode.NOT_FOUND, f"no actor with id {args['actor_id']!r} among this client's tool "
+                         "groups", known=[r.id for r in mine], groups=sorted(selection) if selection else None)
+    if check := daemon.stop_checks.get(ref.kind):
+        check(ref, ctx.client)
+    daemon.supervisor.stop(ref.id, reason=f"stopped by {ctx.client}")
     return {"stopped": ref.id, "kind": ref.kind, "resource": ref.resource}
 
 
-@tools.tool("diagd_reload", "Re-read the config file; the answer says what waits for a reopen.",
+@tools.tool("diagd_reload", "Re-read the config file; says what waits for a reopen.",
             title="Reload configuration", output=_RELOAD_OUTPUT,
             read_only=False, idempotent=True)
 async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -74,13 +107,13 @@ _TIMELINE_OUTPUT = object_schema({"rows": {"type": "array", "items": {"type": "o
                                   "sources": {"type": "array", "items": {"type": "object"}}}, ("rows", "sources"))
 
 
-# Sources, their options and the answer are in README ("One timeline"); the schema stays small (it
+# Sources, their options and the answer are in docs/timeline.md; the schema stays small (it
 # is in every client's tools/list): timeline.parse_sources and parse_time check the rest, with hints.
-@tools.tool("diagd_timeline", "Merge by wall-clock time sources {pcap|serial|bpftrace|crash: path|port|id, "
-            "offset_ms?, filter?, fields?}.",
-            {"sources": {"type": "array"}, "start": {}, "end": {},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200},
-             "offset": {"type": "integer", "minimum": 0, "default": 0}},
+TIME = {"type": ["number", "string"], "description": "Unix s or ISO 8601"}
+@tools.tool("diagd_timeline", "Merge sources' rows by wall-clock time.",
+            {"sources": {"type": "array", "items": {"type": "object"},
+                         "description": "{pcap|serial|bpftrace|crash: path|port|id, offset_ms?, filter?, fields?}"},
+             "start": TIME, "end": TIME, **paging(limit=200, maximum=2000)},
             required=("sources",), output=_TIMELINE_OUTPUT, timeout_s=120)
 async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

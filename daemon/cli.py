@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from diagd import __version__
-from diagd.daemon import clients, logtail, paths
+from diagd.daemon import clients, logtail, paths, setup_cli
 from diagd.protocol.errors import DiagdError
 
 # EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
@@ -79,8 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("start", help="start the daemon in the background unless it runs")
     s.set_defaults(func=cmd_start)
-    s = sub.add_parser("stop", help="stop the running daemon")
-    s.set_defaults(func=cmd_stop)
+    sub.add_parser("stop", help="stop the running daemon").set_defaults(func=cmd_stop)
 
     s = sub.add_parser("status", help="daemon, actors and per-tool statistics")
     s.add_argument("--json", action="store_true", help="the whole status as JSON")
@@ -115,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_doctor)
 
     _admin_parsers(sub)
+    setup_cli.add_parser(sub)
     return p
 
 
@@ -147,6 +147,9 @@ NOT_IN_DAEMON = ("rich",)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from diagd.daemon import launch
+
+    launch.settle()  # in `/`, nothing of its start directory on sys.path, before trio or msgpack is imported
     for name in NOT_IN_DAEMON:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     from diagd.daemon import config, logs
@@ -155,7 +158,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
     from diagd.daemon import server
-    from diagd.protocol.errors import DiagdError
 
     try:
         cfg = config.load()
@@ -188,11 +190,11 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from diagd.daemon import shim
+    from diagd.daemon import launch, shim
 
     sock = shim.connect_or_start(paths.control_socket(), autostart=True)
     if sock is None:
-        why = shim.last_log_line()  # `diagd serve` ends its log with why it stopped, e.g. a config error
+        why = launch.last_log_line()  # `diagd serve` ends its log with why it stopped, e.g. a config error
         sys.stderr.write(f"diagd: the daemon did not start ({why}); see {paths.state_dir()}/daemon.log\n")
         return EXIT_NO_DAEMON
     sock.close()
@@ -203,7 +205,6 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from diagd.protocol import control
-    from diagd.protocol.errors import DiagdError
 
     try:
         pid = _request("status")["daemon"]["pid"]
@@ -295,7 +296,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_call(args: argparse.Namespace) -> int:
     from diagd.daemon import callcli, progressline
     from diagd.protocol import control
-    from diagd.protocol.errors import DiagdError
 
     try:
         tokens, options = callcli.split_options(args.arguments)
@@ -326,7 +326,6 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def _configured_visibility() -> str:
     from diagd.daemon import config
-    from diagd.protocol.errors import DiagdError
 
     try:
         return str(config.load().daemon.visibility)
@@ -335,11 +334,10 @@ def _configured_visibility() -> str:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    return logtail.run(lines=args.lines, follow=args.follow, raw=args.json)
+    return logtail.run(lines=args.lines, follow_on=args.follow, raw=args.json)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    from diagd.protocol.errors import DiagdError
 
     try:
         print(json.dumps(_request("reload")))
@@ -351,7 +349,6 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
 def cmd_stop_actor(args: argparse.Namespace) -> int:
     from diagd.protocol import control
-    from diagd.protocol.errors import DiagdError
 
     try:
         print(json.dumps(_request(control.StopActorRequest, actor_id=args.actor_id)))

@@ -47,6 +47,9 @@ class McpConfig:
     # The tool groups (back ends) MCP clients see unless they choose with `diagd mcp --tools`;
     # empty: every group. The daemon's own tools are always listed.
     tools: tuple[str, ...] = ()
+    # diagd_calls shows every client's calls of the groups a client selected; the arguments of other
+    # clients' calls (serial payloads, drgn code, bpftrace programs) only when this is true.
+    show_other_clients_arguments: bool = False
 
 
 # Tables the daemon parses itself; every other table belongs to the back end of that name.

@@ -20,7 +20,7 @@ import trio
 
 from diagd.actors.base import ProgressFn
 from diagd.actors.runtime import Client
-from diagd.daemon import connections
+from diagd.daemon import connections, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.tools import CallContext
 from diagd.protocol import control, framing
@@ -219,7 +219,8 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
         async with _progress_frames(frames, msg.id) if msg.progress else nullcontext() as progress:
             result = await daemon.registry.call(msg.tool, msg.arguments,
                                                 CallContext(client=who, progress=progress,
-                                                            cwd=conn.cwd if conn is not None else None, ephemeral=True))
+                                                            cwd=conn.cwd if conn is not None else None, ephemeral=True,
+                                                            typed=True))
         return {"is_error": result.is_error, "result": result.payload, "meta": result.meta}
     if isinstance(msg, control.StopActorRequest):
         return daemon.supervisor.stop(msg.actor_id, reason=f"stopped by {who}").statistics()
@@ -229,7 +230,9 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
         configured = daemon.configured_tools()
         return {"groups": daemon.registry.groups(), "configured": sorted(configured) if configured else None,
                 "tools": [{"name": s.name, "group": s.group, "title": s.title, "description": s.description,
-                           "input_schema": s.input_schema, "output_schema": s.output_schema}
+                           # as tools/list gives it; the output schema whole (the fuzz tests check results)
+                           "input_schema": tool_listing.input_schema(s.input_schema),
+                           "output_schema": s.output_schema}
                           for s in daemon.registry.specs()]}
     if isinstance(msg, control.ShutdownRequest):
         daemon.request_shutdown(f"shutdown requested by {who}")

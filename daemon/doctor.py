@@ -1,7 +1,9 @@
 """`diagd doctor`: check every external tool, privilege and directory; say how to fix each.
 
 The probes back ends share (tools, privileges, tracefs, the sandbox) live in `diagd.actors.system`;
-the daemon's own (runtime dir, config, a running daemon) are here.
+each back end says which it needs (`SYSTEM_NEEDS`, read by `backend_needs`), and the report groups
+them under its name with the `diagd setup NAME` that installs what is missing. The daemon's own
+checks (runtime dir, config, a running daemon) are here.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from diagd.actors import system
 from diagd.actors.system import Check
@@ -43,7 +45,7 @@ def check_config() -> Check:
     try:
         cfg = config.load()
     except DiagdError as exc:
-        return Check("config", False, exc.message, "fix the TOML file (see README: Configuration)", True)
+        return Check("config", False, exc.message, "fix the TOML file (see docs/configuration.md)", True)
     return Check("config", True, cfg.source, required=True)
 
 
@@ -57,20 +59,9 @@ def check_daemon() -> Check:
     return Check("daemon", True, f"listening on {paths.control_socket()}")
 
 
-def all_checks() -> list[Check]:
+def daemon_checks() -> list[Check]:
     return [
         *(system.check_python_module(m) for m in ("trio", "mcp", "msgpack", "structlog", "jsonschema")),
-        system.check_python_module("serial", required=False),
-        system.check_python_module("pexpect", required=False),
-        system.check_python_module("drgn", required=False),
-        system.check_tool("tshark", ["tshark", "-v"], "tshark"),
-        system.check_tool("sharkd", ["sharkd", "-v"], "wireshark-common"),
-        system.check_tool("capinfos", ["capinfos", "-v"], "wireshark-common"),
-        system.check_tool("bpftrace", ["bpftrace", "--version"], "bpftrace"),
-        system.check_bpf_privileges(),
-        system.check_tracefs(),
-        system.check_tool("crash", ["crash", "--version"], "crash"),
-        system.check_crash_version(),
         *system.check_sandbox(),
         check_runtime_dir(),
         check_config(),
@@ -78,14 +69,37 @@ def all_checks() -> list[Check]:
     ]
 
 
+def backend_checks() -> dict[str, list[Check]]:
+    """Back-end name -> its checks; a missing tool's fix is `diagd setup NAME`."""
+    from diagd.daemon import backend_needs
+
+    grouped: dict[str, list[Check]] = {}
+    for name, needs in backend_needs.declared().items():
+        tools = {t.command: t.package for t in needs.tools}
+        grouped[name] = [replace(c, fix=f"diagd setup {name}   (apt: {tools[c.name]})") if c.name in tools and not c.ok
+                         else c for c in needs.run_checks()]
+    return grouped
+
+
+def all_checks() -> list[tuple[str, Check]]:
+    """(group, check): "diagd" for the daemon's own, else the back end's name."""
+    return [*(("diagd", c) for c in daemon_checks()),
+            *((name, c) for name, checks in backend_checks().items() for c in checks)]
+
+
 def run(*, as_json: bool = False) -> int:
     checks = all_checks()
     if as_json:
-        print(json.dumps([asdict(c) for c in checks], indent=2))
+        print(json.dumps([{**asdict(c), "group": group} for group, c in checks], indent=2))
     else:
-        for c in checks:
+        shown = None
+        for group, c in checks:
+            if group != shown:
+                failed = [x.name for g, x in checks if g == group and not x.ok]
+                print(f"{group}: " + (f"needs attention ({', '.join(failed)})" if failed else "ready"))
+                shown = group
             mark = "ok  " if c.ok else ("FAIL" if c.required else "warn")
-            print(f"[{mark}] {c.name:<22} {c.detail}")
+            print(f"  [{mark}] {c.name:<22} {c.detail}")
             if not c.ok and c.fix:
-                print(f"       fix: {c.fix}")
-    return 1 if any(c.required and not c.ok for c in checks) else 0
+                print(f"         fix: {c.fix}")
+    return 1 if any(c.required and not c.ok for _, c in checks) else 0

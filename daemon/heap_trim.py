@@ -27,8 +27,11 @@ class QuietTrimmer:
         self._wake = trio.Event()
 
     def observe(self, record: CallRecord) -> None:
-        if record.outcome == "started":
-            return
+        if record.outcome != "started":
+            self.poke()
+
+    def poke(self) -> None:
+        """Something freed memory (a call's, an HTTP session's): trim once things are quiet."""
         self._due = trio.current_time() + self.quiet_s
         self._wake.set()
 

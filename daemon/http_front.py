@@ -2,9 +2,10 @@
 socket serves, on hypercorn's Trio worker, behind a bearer-token check.
 
 Imported only when `[http] listen` is set: starlette, hypercorn and h11/h2 stay out of a daemon
-that does not serve HTTP (issue 12's idle RSS). Every request must carry
+that does not serve HTTP (issue 12's idle RSS). Every request to /mcp must carry
 `Authorization: Bearer <token>` naming a token of `diagd token add`; anything else gets 401 before
-the SDK sees it. The SDK then checks Host/Origin (DNS rebinding: a web page that makes a browser
+the SDK sees it (with what clients need to skip OAuth: http_auth.py), and sessions are bounded and
+survive restarts (http_sessions.py). The SDK then checks Host/Origin (DNS rebinding: a web page that makes a browser
 talk to 127.0.0.1 under its own host name is refused) and binds each MCP session to the token that
 opened it. Calls are identified as `http:<token name>` in the audit log and statistics.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -27,14 +30,19 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from diagd.daemon import http_auth
+from diagd.daemon.http_sessions import SessionManager
 from diagd.daemon.http_settings import HttpConfig, is_loopback, is_wildcard
+from diagd.daemon.http_wire import StrictHttp
 from diagd.daemon.mcp_front import HTTP_CLIENT_KEY
 from diagd.daemon.tokens import Verifier
+from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.http")
 
 ENDPOINT = "/mcp"
+NO_AUTH_CLIENT = "test-no-auth"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 Scope = dict[str, Any]
@@ -57,11 +65,16 @@ def security_settings(http: HttpConfig) -> TransportSecuritySettings:
 
 
 class App:
-    """The ASGI application: the token check, then the SDK's session manager on /mcp."""
+    """The ASGI application: the token check, then the SDK's session manager on /mcp (behind
+    `http_wire`'s request checks)."""
 
-    def __init__(self, manager: StreamableHTTPSessionManager, verifier: Verifier) -> None:
+    def __init__(self, manager: StreamableHTTPSessionManager, verifier: Verifier, *,
+                 default_tools: Callable[[], Selection] = lambda: None, no_auth: bool = False) -> None:
         self.manager = manager
         self.verifier = verifier
+        self.no_auth = no_auth  # [http] test_no_auth: every request is the "test-no-auth" client
+        self.strict = StrictHttp(manager.handle_request, default_tools, max_body_bytes=manager.max_request_body_size,
+                                 live_sessions=lambda: getattr(manager, "_server_instances", None))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -69,19 +82,19 @@ class App:
             return
         if scope["type"] != "http":
             return
+        if await http_auth.public(scope, send, ENDPOINT):  # discovery documents, 404 off the endpoint
+            return
         name = self._token_name(scope)
         if name is None:
-            await _respond(send, 401, b"a bearer token is required: Authorization: Bearer <token of diagd token add>",
-                           ((b"www-authenticate", b'Bearer realm="diagd"'),))
-            return
-        if scope["path"].rstrip("/") != ENDPOINT:
-            await _respond(send, 404, f"diagd serves MCP at {ENDPOINT}".encode())
+            await http_auth.unauthorized(scope, send, ENDPOINT, presented=b"authorization" in dict(scope["headers"]))
             return
         scope["user"] = AuthenticatedUser(AccessToken(token=name, client_id=f"http:{name}", scopes=[]))
         scope[HTTP_CLIENT_KEY] = f"http:{name}"
-        await self.manager.handle_request(scope, receive, send)
+        await self.strict(scope, receive, send)
 
     def _token_name(self, scope: Scope) -> str | None:
+        if self.no_auth:
+            return NO_AUTH_CLIENT
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         kind, _, secret = header.partition(" ")
         if kind.lower() != "bearer" or not secret.strip():
@@ -104,13 +117,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-async def _respond(send: Send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body) + 1).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body + b"\n"})
-
-
 def hypercorn_config(http: HttpConfig) -> HypercornConfig:
     cfg = HypercornConfig()
     cfg.bind = [http.listen]
@@ -123,14 +129,19 @@ def hypercorn_config(http: HttpConfig) -> HypercornConfig:
     return cfg
 
 
-async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *,
+async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, state_dir: Path | None = None,
+                on_freed: Callable[[], None] = lambda: None,
+                default_tools: Callable[[], Selection] = lambda: None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `started` with the endpoint's URL once the port is bound.
 
     A port or TLS file that cannot be used fails the start with a coded error naming it.
     """
-    manager = StreamableHTTPSessionManager(server, security_settings=security_settings(http),
-                                           max_request_body_size=http.max_body_bytes)
+    manager = SessionManager(server, http, state_dir=state_dir, on_freed=on_freed,
+                             security_settings=security_settings(http))
+    if http.test_no_auth:
+        log.warning("TEST LISTENER: MCP over HTTP WITHOUT A TOKEN ([http] test_no_auth = true); for test suites "
+                    "only, never for real use", listen=http.listen)
     if is_wildcard(http.host) and not http.allowed_hosts:
         log.warning("http listener accepts any Host header (wildcard bind without [http] allowed_hosts)",
                     listen=http.listen)
@@ -141,7 +152,7 @@ async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *,
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[http] tls_cert/tls_key cannot be used: {exc}",
                          tls_cert=http.tls_cert, tls_key=http.tls_key) from None
     failure: DiagdError | None = None
-    app = cast(ASGIFramework, App(manager, verifier))
+    app = cast(ASGIFramework, App(manager, verifier, default_tools=default_tools, no_auth=http.test_no_auth))
     async with manager.run(), trio.open_nursery() as nursery:
         try:
             binds: list[str] = await nursery.start(partial(hypercorn_serve, app, cfg))

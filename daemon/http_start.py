@@ -20,4 +20,6 @@ async def serve(daemon: Daemon, front: LazyFront, *, task_status: trio.TaskStatu
     _mcp_front, server = await front.get()
     http_front = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.http_front")
     verifier = tokens.Verifier(daemon.state_dir)
-    await http_front.serve(daemon.config.http, server, verifier, task_status=task_status)
+    await http_front.serve(daemon.config.http, server, verifier, state_dir=daemon.state_dir,
+                           on_freed=daemon.trimmer.poke, default_tools=daemon.configured_tools,
+                           task_status=task_status)

@@ -8,43 +8,60 @@ import sys
 import time
 from pathlib import Path
 
+from diagd.actors import statefile
 from diagd.daemon import paths
+from diagd.protocol.errors import DiagdError
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
 
-def run(*, lines: int, follow: bool, raw: bool) -> int:
+def run(*, lines: int, follow_on: bool, raw: bool) -> int:
     """`diagd logs [-n LINES] [-f] [--json]`: the last audit records, then (with -f) new ones."""
     state = paths.state_dir()
     if problem := paths.private_dir_problem(state):  # records from a dir someone else controls prove nothing
         sys.stderr.write(f"diagd logs: refusing state directory {state}: {problem}\n")
         return EXIT_ERROR
     path = state / "audit.jsonl"
-    if not path.exists():
-        sys.stderr.write(f"no audit log yet at {path}\n")
-        return EXIT_OK if not follow else tail(path, raw=raw)
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            last = f.readlines()[-lines:] if lines > 0 else []
+        last = tail(path, lines)  # never through a link: PERMISSION_DENIED, one line
+    except FileNotFoundError:
+        sys.stderr.write(f"no audit log yet at {path}\n")
+        return follow(path, raw=raw) if follow_on else EXIT_OK
+    except DiagdError as exc:
+        sys.stderr.write(f"diagd logs: {exc.code}: {exc.message}\n")
+        return EXIT_ERROR
     except OSError as exc:
         sys.stderr.write(f"diagd logs: cannot read {path}: {exc.strerror or exc}\n")
         return EXIT_ERROR
     for line in last:
         print_record(line, raw=raw)
-    return tail(path, raw=raw) if follow else EXIT_OK
+    return follow(path, raw=raw) if follow_on else EXIT_OK
 
 
-def tail(path: Path, *, raw: bool) -> int:
-    """Poll the file; reopen it after rotation (inode change)."""
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` records; FileNotFoundError, or PERMISSION_DENIED for a link (never followed)."""
+    with open(statefile.open_file(path, os.O_RDONLY), encoding="utf-8", errors="replace") as f:
+        return f.readlines()[-lines:] if lines > 0 else []
+
+
+def follow(path: Path, *, raw: bool) -> int:
+    """Poll the file; reopen it after rotation (inode change). A link in its place ends it with one line."""
     f = None
     inode = None
     try:
         while True:
-            if f is None and path.exists():
-                f = open(path, encoding="utf-8")  # noqa: SIM115
-                if inode is None:
+            if f is None and os.path.lexists(path):
+                try:
+                    f = open(statefile.open_file(path, os.O_RDONLY), encoding="utf-8")  # noqa: SIM115
+                except DiagdError as exc:
+                    sys.stderr.write(f"diagd logs: {exc.code}: {exc.message}\n")
+                    return 1
+                except FileNotFoundError:
+                    pass  # gone again between the two looks: the next round sees
+                if f is not None and inode is None:
                     f.seek(0, os.SEEK_END)
-                inode = os.fstat(f.fileno()).st_ino
+                if f is not None:
+                    inode = os.fstat(f.fileno()).st_ino
             if f is not None:
                 for line in f:
                     print_record(line, raw=raw)

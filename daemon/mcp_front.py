@@ -22,7 +22,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import connections, mcp_wire, tool_groups, tool_listing
+from diagd.daemon import connections, mcp_requests, mcp_wire, tool_groups, tool_listing
 from diagd.daemon.connections import ByteBudget, Connection
 from diagd.daemon.mcp_lines import LineReader
 from diagd.daemon.tool_groups import BUILTIN, Selection, selects
@@ -48,7 +48,6 @@ class ChosenTools:
 
 # Set per connection before its server starts, so every handler of the connection sees the one object.
 current_tools: contextvars.ContextVar[ChosenTools | None] = contextvars.ContextVar("current_tools", default=None)
-
 
 
 INTRO = """\
@@ -121,7 +120,7 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         name=spec.name,
         title=spec.title,
         description=spec.description,
-        input_schema=spec.input_schema,
+        input_schema=tool_listing.input_schema(spec.input_schema),
         output_schema=tool_listing.output_schema(spec.output_schema),
         annotations=types.ToolAnnotations.model_validate(hints),
     )
@@ -138,19 +137,24 @@ def _client(ctx: ServerRequestContext[Any]) -> str:
 def build_server(registry: ToolRegistry, *, version: str,
                  default_tools: Callable[[], Selection] = lambda: None) -> Server[Any]:
     """The SDK server every transport shares. A connection of the Unix socket carries its own choice
-    (`current_tools`); an HTTP session, served from the SDK's session manager, has none and sees
-    `default_tools()` (`[mcp] tools`, read at each request so a reload applies)."""
+    (`current_tools`); an HTTP session the one it opened with (`mcp_requests.session_tools`); a
+    2026-era HTTP request, which has no session, `default_tools()` (`[mcp] tools`) at that request."""
 
-    def _selection() -> Selection:
+    def _selection(ctx: ServerRequestContext[Any]) -> Selection:
         chosen = current_tools.get()
-        return chosen.selection if chosen is not None else default_tools()
+        if chosen is not None:
+            return chosen.selection
+        in_session, selection = mcp_requests.session_tools(ctx)
+        return selection if in_session else default_tools()
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[to_mcp_tool(s) for s in registry.specs(_selection())])
+        return types.ListToolsResult(tools=[to_mcp_tool(s) for s in registry.specs(_selection(ctx))])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
+        selection = _selection(ctx)
+        mcp_requests.check_tool(registry, params.name, selection)  # unknown: a protocol error, not a result
         meta: dict[str, Any] = dict(ctx.meta or {})
         wants_progress = meta.get("progress_token", meta.get("progressToken")) is not None
         conn = connections.current.get()
@@ -159,7 +163,7 @@ def build_server(registry: ToolRegistry, *, version: str,
             progress=ctx.session.report_progress if wants_progress else None,
             cwd=conn.cwd if conn is not None else None,  # the shim's, i.e. its MCP client's directory
         )
-        result = await registry.call(params.name, params.arguments, call_ctx, selection=_selection())
+        result = await registry.call(params.name, params.arguments, call_ctx, selection=selection)
         return types.CallToolResult(
             content=[types.TextContent(text=result.text)],
             structured_content=None if result.is_error else result.payload,
@@ -167,14 +171,10 @@ def build_server(registry: ToolRegistry, *, version: str,
             _meta=result.meta,
         )
 
-    return Server(
-        "diagd",
-        version=version,
-        title="diagd diagnostics daemon",
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+    server: Server[Any] = Server("diagd", version=version, title="diagd diagnostics daemon",
+                                 instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool)
+    server.middleware.append(mcp_requests.short_validation_errors)
+    return server
 
 
 class _InFlight:

@@ -19,6 +19,7 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
+from diagd.daemon import eras
 from diagd.protocol.errors import ErrorCode
 
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
@@ -46,7 +47,25 @@ def parse(line: bytes) -> SessionMessage | bytes:
         raw = _loads(line)
         if isinstance(raw, dict) and "id" in raw:
             return _bad_id(raw["id"])
+    if isinstance(message, types.JSONRPCRequest):
+        requested = envelope_version(message.params)
+        if requested is not None and requested not in eras.SUPPORTED:
+            return unsupported_version(requested, message.id)
     return SessionMessage(message)
+
+
+def envelope_version(params: dict[str, Any] | None) -> Any:
+    """The protocol version a 2026-era request names in `params._meta`, None for a handshake-era one."""
+    meta = (params or {}).get("_meta")
+    return meta.get(eras.ENVELOPE_KEY) if isinstance(meta, dict) else None
+
+
+def unsupported_version(requested: Any, ident: Any = None) -> bytes:
+    """The answer to a protocol version diagd does not speak, named in an envelope or an HTTP header."""
+    return error_line(eras.UNSUPPORTED_PROTOCOL_VERSION,
+                      f"Unsupported protocol version {json.dumps(requested)[:60]}: diagd speaks {eras.describe()}",
+                      ident, data={"code": str(ErrorCode.PROTOCOL_ERROR), "supported": list(eras.SUPPORTED),
+                                   "requested": requested})
 
 
 def _loads(line: bytes) -> Any:
@@ -74,7 +93,7 @@ def _diagnose(line: bytes) -> bytes:
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return error_line(PARSE_ERROR, f"Parse error: {exc}", data=protocol)
     if isinstance(raw, list):
-        why = "an empty batch" if not raw else "batches are not supported, send one message per line"
+        why = "an empty batch" if not raw else "batches are not supported, send one message at a time"
         return error_line(INVALID_REQUEST, f"Invalid Request: {why}", data=protocol)
     if not isinstance(raw, dict):
         return error_line(INVALID_REQUEST, "Invalid Request: a message is a JSON object", data=protocol)
@@ -119,7 +138,9 @@ class Handshake:
 
     Before `initialize` the SDK answers a served method with -32602 "Invalid request parameters";
     `screen` answers it instead, saying what to do. While an `initialize` is in flight the SDK
-    decides (it handles `initialize` before reading the next line).
+    decides (it handles `initialize` before reading the next line). A request that carries the
+    2026-07-28 envelope (`params._meta` names its protocol version) has no handshake: it passes, and
+    the SDK serves the connection in that era (see `eras`).
     """
 
     def __init__(self, serves: Callable[[str], bool]) -> None:
@@ -136,7 +157,8 @@ class Handshake:
         if isinstance(msg, types.JSONRPCRequest):
             if msg.method == "initialize":
                 self._pending.add(msg.id)
-            elif not (self.ready or self._pending) and msg.method not in INIT_EXEMPT and self._serves(msg.method):
+            elif (not (self.ready or self._pending) and msg.method not in INIT_EXEMPT and self._serves(msg.method)
+                  and envelope_version(msg.params) is None):  # a 2026-era request needs no handshake
                 return error_line(
                     INVALID_REQUEST, f"session not initialized: send initialize, wait for its result, then "
                                      f"notifications/initialized, before {msg.method}",

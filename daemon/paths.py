@@ -12,22 +12,48 @@ redirect them.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from diagd.protocol.errors import DiagdError, ErrorCode
 
+# Where systemd-logind makes each user's runtime directory ($XDG_RUNTIME_DIR in a login session).
+RUN_USER = Path("/run/user")
+# What the daemon records in its runtime dir for clients started with a stripped environment.
+DAEMON_RECORD = "daemon.json"
+
 
 def runtime_dir() -> Path:
-    """Owner-only socket directory: $XDG_RUNTIME_DIR/diagd, else /tmp/diagd-$UID."""
+    """Owner-only socket directory: $XDG_RUNTIME_DIR/diagd; else /run/user/$UID/diagd when that is the
+    user's own (as systemd makes it); else /tmp/diagd-$UID.
+
+    The middle step is what makes one daemon per user: MCP hosts (Claude Desktop, Inspector, the
+    TypeScript SDK's stdio launcher) start `diagd mcp` with only HOME, PATH and a few more, no
+    XDG_RUNTIME_DIR, yet must reach the daemon the user's shell, systemd or socket activation started.
+    """
     if override := os.environ.get("DIAGD_RUNTIME_DIR"):
         return Path(override)
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and Path(xdg).is_dir():
         return Path(xdg) / "diagd"
+    if (session := user_runtime_base()) is not None:
+        return session / "diagd"
     return Path(f"/tmp/diagd-{os.getuid()}")
+
+
+def user_runtime_base() -> Path | None:
+    """/run/user/$UID when it is a real directory of ours, mode 0700 (systemd-logind's), else None."""
+    candidate = RUN_USER / str(os.getuid())
+    try:
+        st = os.lstat(candidate)
+    except OSError:
+        return None
+    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+    return candidate if mine else None
 
 
 def mcp_socket() -> Path:
@@ -50,6 +76,53 @@ def config_file() -> Path:
         return Path(override)
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "diagd" / "config.toml"
+
+
+def record_daemon_paths(rundir: PrivateDir, config: Path, state: Path) -> None:
+    """Write, in the runtime dir, the config file and state dir this daemon uses (0600, no symlink).
+
+    A client whose environment lost DIAGD_CONFIG / XDG_CONFIG_HOME (an MCP host passes only HOME and
+    PATH) finds the runtime dir all the same, and an autostart from it reuses these
+    (`recorded_daemon_env`) instead of starting a daemon on another config.
+    """
+    fd = rundir.open(DAEMON_RECORD + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"config": str(config.absolute()), "state_dir": str(state.absolute())}, f)
+    os.rename(DAEMON_RECORD + ".tmp", DAEMON_RECORD, src_dir_fd=rundir.fd, dst_dir_fd=rundir.fd)
+
+
+def recorded_daemon_env() -> dict[str, str]:
+    """DIAGD_CONFIG / DIAGD_STATE_DIR as the last daemon in our runtime dir recorded them, for the
+    variables this environment does not set; {} when there is no (safe) record."""
+    rd = runtime_dir()
+    if private_dir_problem(rd) is not None or not (rd / DAEMON_RECORD).exists():
+        return {}
+    try:
+        rundir = open_private_dir(rd, what="runtime directory")
+    except DiagdError:
+        return {}
+    try:
+        with os.fdopen(rundir.open(DAEMON_RECORD, os.O_RDONLY)) as f:
+            record = json.load(f)
+    except (DiagdError, OSError, ValueError):
+        return {}
+    finally:
+        rundir.close()
+    found = {"DIAGD_CONFIG": record.get("config"), "DIAGD_STATE_DIR": record.get("state_dir")}
+    return {k: v for k, v in found.items() if isinstance(v, str) and v and k not in os.environ}
+
+
+# The variables that name diagd's directories: a relative value means the directory the command ran in,
+# so a daemon (which runs in `/`) is given them absolute (`pinned`).
+PATH_VARIABLES = ("DIAGD_RUNTIME_DIR", "DIAGD_STATE_DIR", "DIAGD_CONFIG", "XDG_RUNTIME_DIR", "XDG_STATE_HOME",
+                  "XDG_CONFIG_HOME", "HOME")
+
+
+def pin(env: MutableMapping[str, str]) -> None:
+    """Make the directory variables of `env` absolute (relative to this process's cwd), in place."""
+    for name in PATH_VARIABLES:
+        if env.get(name) and not os.path.isabs(env[name]):
+            env[name] = os.path.abspath(env[name])
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

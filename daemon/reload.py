@@ -43,8 +43,9 @@ HTTP: tuple[Deferred, ...] = (
 )
 
 MCP: tuple[Deferred, ...] = (
-    Deferred(("tools",), "MCP connections made after the reload",
-             "a connection's tool groups are fixed when it connects (clients list tools once)"),
+    Deferred(("tools",), "MCP sessions opened after the reload (stdio connections and HTTP sessions alike)",
+             "a session's tool list is fixed for its life (listChanged: false, no notification): live "
+             "sessions keep theirs; 2026-07-28 requests over HTTP, which have no session, see it at once"),
 )
 
 BACKENDS: dict[str, tuple[Deferred, ...]] = {

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from diagd import __version__
+from diagd.actors import statefile
 from diagd.daemon import paths
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -233,8 +234,8 @@ def _stamp_name(request: Request) -> str:
 
 def _read_stamp(name: str) -> str | None:
     try:
-        return (paths.runtime_dir() / name).read_text().strip()
-    except OSError:
+        return statefile.read_text(paths.runtime_dir() / name).strip()
+    except (OSError, DiagdError):  # absent, or a link (never read through)
         return None
 
 

@@ -18,7 +18,7 @@ import trio
 
 import diagd
 from diagd.actors import BACKENDS, heap, system
-from diagd.actors.runtime import Client
+from diagd.actors.runtime import Client, StopCheck
 from diagd.daemon import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk, paths
 from diagd.daemon import config as config_mod
 from diagd.daemon import reload as reload_notes
@@ -61,6 +61,7 @@ class Daemon:
     def __init__(self, config: config_mod.Config, nursery: trio.Nursery, *, runtime_dir: Path,
                  state_dir: Path) -> None:
         self.config = config
+        self.http_at_start = config.http
         self.runtime_dir = runtime_dir
         self.state_dir = state_dir
         self._nursery = nursery
@@ -86,6 +87,8 @@ class Daemon:
         # Called by `reload` with the old and the new config: each returns notes on changed settings
         # that do not apply to what is already open, or raises DiagdError to refuse the new config.
         self.reload_hooks: list[ReloadNotes] = []
+        # Per actor kind, the back end's check before diagd_stop_actor stops one for a client (ownership).
+        self.stop_checks: dict[str, StopCheck] = {}
 
     @property
     def connections(self) -> dict[int, dict[str, Any]]:
@@ -100,6 +103,8 @@ class Daemon:
         builtin_tools.register(self)
         for name in (*BACKENDS, *self.config.daemon.extra_backends):
             module = importlib.import_module(name)
+            # $state/<name> is checked like the state dir itself (never a link, ours, owner-only) before use.
+            paths.ensure_private_dir(self.state_dir / backend_name(name), what=f"{backend_name(name)} state directory")
             module.register(self.runtime(backend_name(name)))
             log.info("backend loaded", backend=name)
 
@@ -139,10 +144,19 @@ class Daemon:
                 "workers": len(workers),
                 "workers_rss_bytes": sum(w["rss_bytes"] or 0 for w in workers),
                 "heap_trims": self.trimmer.trims,
+                "warnings": self.warnings(),
             },
             "actors": actors,
             "tools": self.stats.summary(),
         }
+
+    def warnings(self) -> list[str]:
+        """What an operator must know is unsafe about how this daemon runs (shown by `diagd status`)."""
+        http = self.http_at_start  # the listener keeps these until a restart (reload.HTTP)
+        if http.enabled and http.test_no_auth:
+            return [f"HTTP listener {http.listen} serves MCP WITHOUT A TOKEN ([http] test_no_auth = true): "
+                    "a test listener, never for real use"]
+        return []
 
     def reload(self) -> dict[str, Any]:
         """Swap in the config file's current content; the answer says what changed and what of it
@@ -307,6 +321,8 @@ async def serve(config: config_mod.Config) -> None:
     try:
         paths.ensure_private_dir(paths.state_dir(), what="state directory")
         lock_fd = acquire_lock(rundir)
+        paths.record_daemon_paths(rundir, Path(config.source) if config.source != "<defaults>" else paths.config_file(),
+                                  paths.state_dir())
     except BaseException:
         rundir.close()
         raise
@@ -325,6 +341,8 @@ async def serve(config: config_mod.Config) -> None:
             async def handle_control(stream: trio.SocketStream, conn: Connection) -> None:
                 await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)
 
+            if config.http.enabled:  # first: once the control socket answers, every listener accepts
+                daemon.sockets["http"] = await nursery.start(http_start.serve, daemon, front)
             for kind, handle in (("mcp", handle_mcp), ("control", handle_control)):
                 listener, where = await listeners.listen(rundir, socket_names[kind], inherited.get(kind))
                 if kind in inherited:  # systemd's: never unlinked (systemd owns the file)
@@ -333,8 +351,6 @@ async def serve(config: config_mod.Config) -> None:
                     bound.append(socket_names[kind])
                 await nursery.start(daemon.accept, listener, kind, handle)
                 daemon.sockets[kind] = str(where)
-            if config.http.enabled:
-                daemon.sockets["http"] = await nursery.start(http_start.serve, daemon, front)
             nursery.start_soon(_handle_signals, daemon)
             nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")

@@ -14,6 +14,10 @@ from importlib import resources
 from pathlib import Path
 
 TEMPLATE_EXEC = "ExecStart=%h/.local/bin/diagd serve"
+TEMPLATE_DOCS = "Documentation=file:@UNITS@/README.md"
+# Set in the shell that installs the unit: the daemon systemd starts must use the same (a client whose
+# environment lost them still finds that daemon, through the runtime dir: daemon/paths.py).
+CARRIED_ENV = ("DIAGD_CONFIG", "DIAGD_STATE_DIR")
 
 
 def diagd_executable() -> str:
@@ -23,12 +27,25 @@ def diagd_executable() -> str:
 
 
 def render_unit(executable: str | None = None) -> str:
-    template = resources.files("diagd.systemd").joinpath("diagd.service").read_text()
-    return template.replace(TEMPLATE_EXEC, f"ExecStart={executable or diagd_executable()} serve")
+    template = _template("diagd.service")
+    env = "".join(f'\nEnvironment="{name}={_quoted(os.path.abspath(value))}"' for name in CARRIED_ENV
+                  if (value := os.environ.get(name)))
+    return template.replace(TEMPLATE_EXEC, f"ExecStart={_quoted(executable or diagd_executable())} serve{env}")
 
 
 def render_socket() -> str:
-    return resources.files("diagd.systemd").joinpath("diagd.socket").read_text()
+    return _template("diagd.socket")
+
+
+def _template(name: str) -> str:
+    """A unit file, its Documentation= pointing at the README installed beside it (a real file)."""
+    units = resources.files("diagd.systemd")
+    return units.joinpath(name).read_text().replace(TEMPLATE_DOCS, f"Documentation=file:{units}/README.md")
+
+
+def _quoted(value: str) -> str:
+    """For a unit file: `%` is a specifier, `\\` and `"` escape inside quotes."""
+    return value.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
 
 
 def unit_dir() -> Path:

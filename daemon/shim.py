@@ -10,10 +10,11 @@ through. The session's state is `shim_session.ShimSession`. It never imports `mc
 diagnostics go to stderr. When no daemon runs it starts one (detached) unless --no-autostart.
 Stdlib only, for start-up time.
 
-It exits 0 only when the client ended the session (stdin EOF) and the daemon answered; a daemon
-that refuses it (busy, a line too long: its last words are a JSON-RPC error with `id: null` and
-`data.closing: true`, which the shim quotes), one that does not come back within the bound, or
-calls left unanswered get one line on stderr and exit status 1, never a silent 0.
+It exits 0 only when the client ended the session (stdin EOF) and every request it sent was answered,
+by the daemon or with DAEMON_RESTARTED (a restart is no failure: the session went on); a daemon that
+refuses it (busy, a line too long: its last words are a JSON-RPC error with `id: null` and
+`data.closing: true`, which the shim quotes), one that does not come back within the bound, or a
+request left with no answer at all get one line on stderr and exit status 1, never a silent 0.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from diagd.daemon import paths
+from diagd.daemon import launch, paths
 from diagd.daemon.shim_session import Closing, Lines, ReplayFailed, ShimSession, Verdict
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -64,34 +65,6 @@ def connect(path: Path) -> socket.socket | None:
     return sock
 
 
-def start_daemon_detached() -> subprocess.Popen[bytes]:
-    """Start `diagd serve` in its own session, logging to the state dir, stdio off the wire."""
-    state = paths.open_private_dir(paths.state_dir(), what="state directory")
-    try:
-        logfd = state.open("daemon.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    finally:
-        state.close()
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-m", "diagd.daemon.cli", "serve"],
-            stdin=subprocess.DEVNULL, stdout=logfd, stderr=logfd,
-            start_new_session=True, close_fds=True, env={**os.environ, "DIAGD_AUTOSTARTED": "1"},
-        )
-    finally:
-        os.close(logfd)
-
-
-def last_log_line(max_bytes: int = 4096) -> str:
-    """The daemon log's last line (`diagd serve` ends it with its one-line reason for exiting)."""
-    try:
-        with open(paths.state_dir() / "daemon.log", "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
-            lines = f.read().decode(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1].strip() if lines else ""
-
-
 def wait_for_socket(path: Path, timeout_s: float, child: subprocess.Popen[bytes] | None = None
                     ) -> socket.socket | None:
     deadline = time.monotonic() + timeout_s
@@ -111,7 +84,7 @@ def connect_or_start(path: Path, *, autostart: bool, timeout_s: float = 15.0) ->
     sock = connect(path)
     if sock is not None or not autostart:
         return sock
-    child = start_daemon_detached()
+    child = launch.start_detached()
     try:
         return wait_for_socket(path, timeout_s, child)
     finally:
@@ -274,7 +247,7 @@ def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float, pau
         if link.stdin_closed:
             return None
         if autostart and child is None and time.monotonic() - began >= autostart_after:
-            child = start_daemon_detached()
+            child = launch.start_detached()
         if child is not None and child.poll() not in (None, 0):
             return None
         if time.monotonic() + delay > deadline:
@@ -308,7 +281,6 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
     bound_s = _env_seconds("DIAGD_SHIM_RECONNECT_S", RECONNECT_S)
     episode: float | None = None  # when the current run of failed connections began
     pause = 0.0  # the wait before reconnecting after connections that brought no line
-    unanswered = 0
     while True:
         try:
             delivered = _serve(link, sock)
@@ -319,7 +291,6 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         finally:
             _close(sock)
         closing, notice, failed, stdin_closed = link.detach()
-        unanswered += len(failed)
         try:
             _write_out(b"".join(failed))
         except BrokenPipeError:
@@ -327,7 +298,7 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         if closing is Closing.REFUSED:
             return _fail(f"the daemon closed the connection: {notice}")
         if stdin_closed:
-            return _verdict_after_input(link, unanswered)
+            return _verdict_after_input(link)
         if delivered or episode is None:
             episode, pause = time.monotonic(), 0.0
         else:  # accepted, then closed without a word: the episode goes on, backing off like a refused connect
@@ -341,7 +312,7 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         if new is None:
             link.give_up()
             if link.stdin_closed:
-                return _verdict_after_input(link, unanswered)
+                return _verdict_after_input(link)
             return _fail(f"the daemon went away ({why}) and did not come back within {bound_s:g} s"
                          + ("" if autostart else " (autostart disabled)") + f"; {_daemon_said(autostart)}")
         _replay(link, new)
@@ -357,7 +328,7 @@ def _why(closing: Closing, *, hung_up: bool) -> str:
 
 
 def _daemon_said(autostart: bool) -> str:
-    reason = last_log_line() if autostart else ""
+    reason = launch.last_log_line() if autostart else ""
     return f"the daemon said: {reason}" if reason else f"see {paths.state_dir()}/daemon.log"
 
 
@@ -372,8 +343,11 @@ def _replay(link: _Link, sock: socket.socket) -> None:
     link.attach(sock)
 
 
-def _verdict_after_input(link: _Link, unanswered: int) -> int:
-    """The client closed stdin: 0 when the daemon answered what it was sent."""
+def _verdict_after_input(link: _Link) -> int:
+    """The client closed stdin: 0 when each of its requests got an answer, the daemon's or a coded
+    DAEMON_RESTARTED one (the session went on, as promised); 1 when one got none."""
+    with link.cond:
+        unanswered = len(link.session.in_flight)  # what dropped() left: an initialize no daemon answered
     if unanswered:
         return _fail(f"the daemon went away before answering {unanswered} request(s)")
     if link.sent and not link.received:

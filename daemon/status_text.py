@@ -12,6 +12,7 @@ def format_status(status: dict[str, Any]) -> str:
         f"diagd {d['version']}  pid {d['pid']}  up {_duration(d['uptime_s'])}  since {d['started_at']}",
         f"config: {d['config']}   state: {d['state_dir']}",
         _sockets_line(d),
+        *(f"WARNING: {w}" for w in d.get("warnings", [])),
         f"clients ({len(d['clients'])}): "
         + (", ".join(f"{c['kind']}:{c['pid']} {c.get('state', '?')} since {c['connected_at']}" for c in d["clients"])
            or "none"),

@@ -53,6 +53,7 @@ class ActorEntry:
     crash_times: deque[float] = field(default_factory=deque)
     accepting: bool = True
     stop_reason: str | None = None
+    group: str = ""  # the tool group (back end) that started it: what a client must select to see or stop it
 
     def __post_init__(self) -> None:
         self.send, self.receive = trio.open_memory_channel[Request](self.inbox_size)
@@ -73,6 +74,7 @@ class ActorEntry:
         return {
             "id": self.id,
             "kind": self.kind,
+            "group": self.group,
             "resource": self.resource,
             "state": str(self.runtime.state),
             "inbox_depth": self.inbox_depth(),
@@ -112,7 +114,7 @@ class Supervisor:
                          known=[r.id for r in self._actors.values()])
 
     async def start(self, kind: str, resource: str, factory: ActorFactory, *,
-                    idle_timeout_s: IdleTimeout = None) -> ActorEntry:
+                    idle_timeout_s: IdleTimeout = None, group: str = "") -> ActorEntry:
         """Start the actor for (kind, resource) and return it; the running one if it already runs."""
         key = (kind, resource)
         lock = self._starting.setdefault(key, trio.Lock())
@@ -123,7 +125,7 @@ class Supervisor:
             ref = ActorEntry(
                 id=f"{kind}-{next(self._ids)}", kind=kind, resource=resource, factory=factory,
                 idle_timeout_s=self._idle_timeout(idle_timeout_s), inbox_size=self.inbox_size,
-                idle_setting=idle_timeout_s,
+                idle_setting=idle_timeout_s, group=group,
             )
             self._actors[key] = ref
             try:

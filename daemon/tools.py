@@ -25,9 +25,17 @@ import jsonschema
 import structlog
 import trio
 
-from diagd.actors.tooling import CallContext, Handler, ToolSpec, arguments_validator, caller_cwd, current_call
+from diagd.actors.tooling import (
+    CallContext,
+    Handler,
+    ToolSpec,
+    arguments_validator,
+    caller_cwd,
+    current_call,
+    current_groups,
+)
 from diagd.daemon.audit import CallRecord
-from diagd.daemon.tool_groups import Selection, selects
+from diagd.daemon.tool_groups import BUILTIN, Selection, selects
 from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 
 log = structlog.get_logger("diagd.tools")
@@ -40,8 +48,9 @@ __all__ = ["CallContext", "CallRecord", "CallResult", "Handler", "ToolRegistry",
 
 # The groups of the client whose call this task serves (set around the handler, like current_call): a
 # tool that calls other tools (diagd_timeline) calls them with the client's selection, so a client held
-# to some groups (an HTTP client under [mcp] tools) cannot reach the others through it.
-current_selection: contextvars.ContextVar[Selection] = contextvars.ContextVar("diagd_selection", default=None)
+# to some groups (an HTTP client under [mcp] tools) cannot reach the others through it. Declared in
+# diagd.actors.tooling, where back ends read it too.
+current_selection: contextvars.ContextVar[Selection] = current_groups
 
 
 @dataclass
@@ -75,6 +84,11 @@ class ToolRegistry:
         """Every tool, or those of the selected groups (the daemon's own always)."""
         return [spec for spec in self._tools.values() if selects(selection, spec.group)]
 
+    def group_of(self, name: str) -> str:
+        """The group of the tool `name`; the daemon's own for a name no tool has (a refused call)."""
+        spec = self._tools.get(name)
+        return spec.group if spec is not None else BUILTIN
+
     def groups(self) -> list[str]:
         """The groups tools were registered under, in registration order."""
         return list(dict.fromkeys(spec.group for spec in self._tools.values()))
@@ -93,21 +107,31 @@ class ToolRegistry:
                              tool=name, group=spec.group, selected=chosen)
         return spec
 
-    def validate(self, spec: ToolSpec, arguments: Any) -> dict[str, Any]:
+    def validate(self, spec: ToolSpec, arguments: Any, *, typed: bool = False) -> dict[str, Any]:
+        """The arguments checked against the tool's schema, its defaults filled in. `typed`: they were
+        typed on a command line (`diagd call key=value`), where a number may be the text meant."""
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "arguments must be a JSON object", path="$")
         _refuse_unsafe_text(arguments)
-        args = coerce(spec.input_schema, arguments)
+        # Before the schema's checks: a misspelt name is reported as itself, not as the required
+        # argument it was meant to be (nor as a bad value of the default filled in for it).
+        _refuse_unknown_names(spec.input_schema, arguments, "$")
+        args = coerce(spec.input_schema, arguments, numbers_as_text=typed)
         _refuse_unusable_numbers(args)
         # Validation fills `args` with the defaults the schema declares (a new dict: coerce copied it).
         error = jsonschema.exceptions.best_match(list(self._validators[spec.name].iter_errors(args)))
         if error is not None:
             path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+            extra: dict[str, Any] = {}
+            if error.validator == "additionalProperties" and not error.absolute_path:
+                # An argument the tool does not take (one it took once, like out_path): say which it takes.
+                known = sorted(spec.input_schema.get("properties", {}))
+                extra["hint"] = f"{spec.name} takes {', '.join(known) or 'no arguments'}"
             raise DiagdError(
                 ErrorCode.INVALID_ARGUMENT, f"{path}: {error.message}",
-                path=path, schema_path="/".join(str(p) for p in error.absolute_schema_path),
+                path=path, schema_path="/".join(str(p) for p in error.absolute_schema_path), **extra,
             )
         return dict(args)
 
@@ -125,7 +149,7 @@ class ToolRegistry:
         try:
             try:
                 spec = self.get(name, selection)
-                args = self.validate(spec, arguments)
+                args = self.validate(spec, arguments, typed=ctx.typed)
                 timeout = self.call_timeout_s if spec.timeout_s is None else (
                     spec.timeout_s() if callable(spec.timeout_s) else spec.timeout_s)
                 token, groups = current_call.set(ctx), current_selection.set(selection)
@@ -174,6 +198,35 @@ class ToolRegistry:
 
 AUDIT_MAX_CHARS = 1024
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_unknown_names(schema: dict[str, Any], value: Any, path: str) -> None:
+    """Every key of a closed object (`additionalProperties: false`) must be one of its properties, at
+    any depth: INVALID_ARGUMENT naming the unknown key and the close property names (did you mean)."""
+    props = schema.get("properties")
+    if isinstance(value, dict) and isinstance(props, dict):
+        if schema.get("additionalProperties") is False:
+            for key in value:
+                if key not in props:
+                    _unknown_name(key, list(props), [p for p in props if p not in value], path)
+        for key, item in value.items():
+            if isinstance(props.get(key), dict):
+                _refuse_unknown_names(props[key], item, f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            _refuse_unknown_names(schema["items"], item, f"{path}[{i}]")
+
+
+def _unknown_name(key: str, names: list[str], unused: list[str], path: str) -> None:
+    """Refuse `key`, suggesting the names not given yet that are close to it (else listing them all)."""
+    close = difflib.get_close_matches(key, unused, n=3, cutoff=0.6)
+    if not close:  # a prefix or a part of a name: `frame` for `frame_numbers`
+        close = [n for n in unused if key and (key.lower() in n.lower() or n.lower() in key.lower())][:3]
+    hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"arguments: {', '.join(names)}"
+    where = "" if path == "$" else f"{path}: "
+    shown = key if len(key) <= 100 else key[:100] + "…"  # the key is the caller's: any size
+    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{where}unknown argument {shown!r} ({hint})",
+                     path=f"{path}.{shown}", did_you_mean=close)
 
 
 def _refuse_unsafe_text(arguments: dict[str, Any]) -> None:
@@ -261,10 +314,12 @@ def _failure(error: DiagdError) -> CallResult:
     return CallResult(is_error=True, payload=wire, text=compact(wire))
 
 
-def coerce(schema: dict[str, Any], value: Any) -> Any:
+def coerce(schema: dict[str, Any], value: Any, *, numbers_as_text: bool = False) -> Any:
     """Accept numbers and booleans sent as strings where the schema wants them.
 
-    Agents often send `"limit": "50"`; refusing that wastes a round trip for no safety gain.
+    Agents often send `"limit": "50"`; refusing that wastes a round trip for no safety gain. The other
+    way round only for `numbers_as_text` (a command line, where `payload=12` parses as a number but
+    means the text typed): from an agent, `"pcap_path": 5` is a mistake its schema refuses.
     """
     types = schema.get("type")
     wanted = set(types) if isinstance(types, list) else {types} if types else set()
@@ -285,11 +340,12 @@ def coerce(schema: dict[str, Any], value: Any) -> Any:
         if "boolean" in wanted and "string" not in wanted and text.lower() in ("true", "false"):
             return text.lower() == "true"
         return value
-    if wanted == {"string"} and isinstance(value, int | float) and not isinstance(value, bool):
+    if numbers_as_text and wanted == {"string"} and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)  # `diagd call payload=12` parses 12 as JSON; the schema wants the text
     if isinstance(value, dict):
         props = schema.get("properties", {})
-        return {k: coerce(props[k], v) if k in props else v for k, v in value.items()}
+        return {k: coerce(props[k], v, numbers_as_text=numbers_as_text) if k in props else v
+                for k, v in value.items()}
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [coerce(schema["items"], v) for v in value]
+        return [coerce(schema["items"], v, numbers_as_text=numbers_as_text) for v in value]
     return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
 from typing import Any
 
@@ -65,6 +66,20 @@ def show(catalogue: dict[str, Any], name: str | None, *, as_json: bool = False) 
     return EXIT_OK
 
 
+# Words whose period ends no sentence ("e.g. 'ngap.'", "tshark, sharkd etc. read it").
+ABBREVIATIONS = frozenset({"e.g.", "i.e.", "etc.", "vs.", "cf.", "approx.", "incl.", "no.", "resp."})
+_END = re.compile(r"[.!?](?=\s|$)")
+
+
 def first_sentence(text: str, limit: int = 100) -> str:
-    line = text.split(". ", 1)[0].split("\n", 1)[0].rstrip(".")
+    """The description's first sentence (of its first line), cut to `limit` characters.
+
+    A sentence ends at `.`, `!` or `?` before a space or the end, except after an abbreviation; a
+    period inside a word (`2.3`, `ngap.id`, `file.pcap`) is not followed by a space, so ends nothing."""
+    line = text.strip().split("\n", 1)[0]
+    for end in _END.finditer(line):
+        word = line[:end.end()].rsplit(None, 1)[-1].lstrip("([\"'`").lower()
+        if word not in ABBREVIATIONS:
+            line = line[:end.start()]
+            break
     return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Set up diagd on Debian 12 (idempotent), then start the daemon or run the test suite.
 #
-#   scripts/setup.sh start   system packages + Python venv, then start the daemon (systemd user
-#                            service when a user manager runs, else a detached `diagd serve`)
-#   scripts/setup.sh test    system packages + Python venv, then the whole test suite
-#   scripts/setup.sh         just the setup
+#   scripts/setup.sh start   the runtime: Python venv with diagd, the back ends' tools (`diagd setup all`:
+#                            tshark, bpftrace, crash), then start the daemon (systemd user service when
+#                            a user manager runs, else a detached `diagd serve`)
+#   scripts/setup.sh test    the runtime plus the test toolchain (QEMU, busybox, makedumpfile for the
+#                            vmcore fixture; socat; OpenSSH; Node.js, Mermaid and the TypeScript MCP SDK;
+#                            pytest, mypy, ruff; the MCP conformance suite, cached in ~/.cache/diagd),
+#                            then the whole test suite
+#   scripts/setup.sh         just the runtime
 #
-# Run as root, or as a user with sudo (only apt-get and the tracefs mount need root).
+# Run as root, or as a user with sudo (only apt-get and the tracefs mount need root). No package may
+# start a service while it is installed, and an openssh-server installed here (the tests start their
+# own private sshd) is left disabled: after this script, `ss -ltn` lists no port that was not there.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,30 +25,54 @@ elif command -v sudo >/dev/null; then as_root() { sudo -n "$@" || sudo "$@"; }
 else as_root() { log "need root for: $*"; return 1; }
 fi
 
-# Debian packages: the tools the back ends drive, plus what builds and tests them.
-packages=(
-  python3 python3-venv python3-dev gcc     # the Python environment (drgn builds from source if no wheel)
-  tshark wireshark-common                  # tshark, sharkd, capinfos
-  bpftrace                                 # bpftrace 0.17
-  crash                                    # crash 8
-  qemu-system-x86 busybox-static makedumpfile zstd binutils  # the vmcore fixture (tests/fixtures/make-vmcore.sh)
-  socat                                    # serial tests: pseudo-terminal pairs
-  systemd                                  # systemd-analyze verify for the unit
-  openssh-client openssh-server            # `--ssh`, and the private sshd its tests start (never the system's)
-)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+# apt-get install, with a policy-rc.d that refuses every service start (invoke-rc.d and
+# deb-systemd-invoke both ask it) unless the machine has one of its own already.
+policy=/usr/sbin/policy-rc.d
+our_policy=
+drop_policy() { if [ -n "$our_policy" ]; then as_root rm -f "$policy"; our_policy=; fi; }
+trap drop_policy EXIT
+apt_install() {
+  local missing=() p
+  for p in "$@"; do installed "$p" || missing+=("$p"); done
+  if [ "${#missing[@]}" -eq 0 ]; then return 0; fi
   log "installing: ${missing[*]}"
-  # tshark asks whether non-root users may capture; answer "no" without a prompt.
-  echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# scripts/setup.sh: no service starts while diagd installs packages\nexit 101\n' \
+      | as_root tee "$policy" >/dev/null
+    as_root chmod 755 "$policy"
+    our_policy=1
+  fi
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-  log "system packages already installed"
+  drop_policy
+}
+
+# -- the runtime --------------------------------------------------------------------------------------
+
+# The Python environment (drgn builds from source where it has no wheel: gcc, python3-dev).
+apt_install python3 python3-venv python3-dev gcc openssh-client  # openssh-client: `diagd ... --ssh HOST`
+
+python=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  "$python" -m venv "$venv"
 fi
+extras=""; probe="import diagd.daemon.cli"
+if [ "$action" = test ]; then extras="[test]"; probe="import diagd.daemon.cli, pytest_trio"; fi
+if ! "$venv/bin/python" -c "$probe" 2>/dev/null || [ "$top/pyproject.toml" -nt "$venv/.diagd-installed$extras" ]; then
+  log "installing diagd$extras and its dependencies into $venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -e "$top$extras"
+  touch "$venv/.diagd-installed$extras"
+fi
+mkdir -p "$HOME/.local/bin"
+ln -sfn "$venv/bin/diagd" "$HOME/.local/bin/diagd"
+
+# What the back ends drive, as each declares it (tshark/sharkd, bpftrace, crash): one table, diagd's
+# (`diagd setup` goes through sudo itself when not root; `diagd doctor` shows what is left).
+"$venv/bin/diagd" setup all --yes
 
 # bpftrace tracepoints need tracefs; a fresh machine of this kind does not mount it.
 if [ ! -e /sys/kernel/tracing/available_events ] && [ ! -e /sys/kernel/debug/tracing/available_events ]; then
@@ -50,38 +80,48 @@ if [ ! -e /sys/kernel/tracing/available_events ] && [ ! -e /sys/kernel/debug/tra
   as_root mount -t tracefs nodev /sys/kernel/tracing || log "could not mount tracefs: bpftrace tracepoints will be unavailable"
 fi
 
-# The real Mermaid parser (mermaid + jsdom under node) that tests/e2e/test_pcap_sequence.py runs on every
-# diagram: cached outside the repository; without it those tests keep their grammar-level check only.
-# Node.js comes from Debian only where none is installed: a NodeSource nodejs (this machine kind's) ships
-# npm itself and conflicts with Debian's npm package.
-mermaid_dir=${DIAGD_MERMAID_DIR:-$HOME/.cache/diagd/mermaid}
-if [ ! -e "$mermaid_dir/node_modules/mermaid/package.json" ] || [ ! -e "$mermaid_dir/node_modules/jsdom/package.json" ]; then
-  if ! command -v npm >/dev/null; then
-    log "installing nodejs and npm (for the Mermaid parser)"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm \
-      || log "could not install npm: the sequence-diagram tests will skip the real parser"
-  fi
-  log "installing the Mermaid parser into $mermaid_dir"
-  mkdir -p "$mermaid_dir"
-  npm install --prefix "$mermaid_dir" --no-audit --no-fund --silent mermaid@11.17.2 jsdom@29.1.1 \
-    || log "could not install mermaid: the sequence-diagram tests will skip the real parser"
-fi
+# -- the test toolchain -------------------------------------------------------------------------------
 
-# The Python environment: a venv in the checkout, diagd installed editable with test extras.
-python=${PYTHON:-python3}
-if [ ! -x "$venv/bin/python" ]; then
-  log "creating $venv"
-  "$python" -m venv "$venv"
+if [ "$action" = test ]; then
+  had_sshd=; installed openssh-server && had_sshd=1
+  toolchain=(
+    qemu-system-x86 busybox-static makedumpfile zstd binutils  # the vmcore fixture (tests/fixtures/make-vmcore.sh)
+    socat                                                      # serial tests: pseudo-terminal pairs
+    systemd                                                    # systemd-analyze verify for the units
+    openssh-server                                             # the private sshd the --ssh tests start
+  )
+  apt_install "${toolchain[@]}"
+  if [ -z "$had_sshd" ]; then
+    # Installed for its binary only: the system's sshd stays off, now and after a reboot.
+    log "openssh-server installed for the tests: disabling and masking the system's ssh service"
+    if command -v systemctl >/dev/null; then
+      as_root systemctl disable --now ssh.service ssh.socket 2>/dev/null || true
+      as_root systemctl mask ssh.service ssh.socket 2>/dev/null || true
+    fi
+    as_root update-rc.d ssh disable 2>/dev/null || true
+    log "(to use it: systemctl unmask ssh.service && systemctl enable --now ssh.service)"
+  fi
+
+  # The real Mermaid parser (tests/e2e/test_pcap_sequence.py) and the TypeScript MCP SDK
+  # (tests/e2e/test_one_daemon.py), cached outside the repository; without them those tests skip.
+  # Node.js comes from Debian only where none is installed: a NodeSource nodejs ships npm itself and
+  # conflicts with Debian's npm package.
+  if ! command -v npm >/dev/null; then
+    apt_install nodejs npm || log "could not install npm: the tests that need Node.js will skip"
+  fi
+  node_cache() {  # DIR PACKAGE@VERSION...
+    local dir=$1; shift
+    local pkg ok=1
+    for pkg in "$@"; do [ -e "$dir/node_modules/${pkg%@*}/package.json" ] || ok=; done
+    if [ -z "$ok" ] && command -v npm >/dev/null; then
+      log "installing $* into $dir"
+      mkdir -p "$dir"
+      npm install --prefix "$dir" --no-audit --no-fund --silent "$@" || log "could not install $*: those tests will skip"
+    fi
+  }
+  node_cache "${DIAGD_MERMAID_DIR:-$HOME/.cache/diagd/mermaid}" mermaid@11.17.2 jsdom@29.1.1
+  node_cache "$HOME/.cache/diagd/node-sdk" @modelcontextprotocol/sdk@1.32.2
 fi
-if ! "$venv/bin/python" -c "import diagd.daemon.cli, pytest_trio" 2>/dev/null \
-   || [ "$top/pyproject.toml" -nt "$venv/.diagd-installed" ]; then
-  log "installing diagd and its dependencies into $venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -e "$top[test]"
-  touch "$venv/.diagd-installed"
-fi
-mkdir -p "$HOME/.local/bin"
-ln -sfn "$venv/bin/diagd" "$HOME/.local/bin/diagd"
 
 case "$action" in
   setup)
@@ -95,6 +135,18 @@ case "$action" in
     fi
     "$venv/bin/diagd" status ;;
   test)
+    # The official MCP conformance suite (tests/e2e/test_conformance.py), with the Node it needs (>= 22,
+    # from the npm registry like the suite: Debian's node 20 cannot run it), cached outside the repository.
+    conformance_dir=${DIAGD_CONFORMANCE_DIR:-$HOME/.cache/diagd/conformance}
+    if [ ! -e "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" ] \
+       || ! grep -q '"version": "0.1.16"' "$conformance_dir/node_modules/@modelcontextprotocol/conformance/package.json" \
+       || [ ! -x "$conformance_dir/node_modules/.bin/node" ]; then
+      log "installing the MCP conformance suite into $conformance_dir"
+      mkdir -p "$conformance_dir"
+      npm install --prefix "$conformance_dir" --no-audit --no-fund --silent \
+        @modelcontextprotocol/conformance@0.1.16 node@22.23.3 \
+        || log "could not install the conformance suite: tests/e2e/test_conformance.py will skip"
+    fi
     cd "$top"
     "$venv/bin/ruff" check .
     scripts/typecheck.sh

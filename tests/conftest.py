@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 import trio.testing
 
+from tests.skip_policy import SkipPolicy, strict
+
 REPO = Path(__file__).resolve().parent.parent
 SUPPORT = Path(__file__).resolve().parent / "support"
 DIAGD = shutil.which("diagd", path=str(Path(sys.executable).parent)) or "diagd"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SkipPolicy(strict()), "diagd-skip-policy")
 
 
 @pytest.fixture

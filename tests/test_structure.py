@@ -1,8 +1,10 @@
-"""The size limits of the design card, measured: no module over 400 lines, no function over 60, in
-daemon/, actors/ and protocol/.
+"""Modules are sized by cohesion: each names its one job in its docstring's first line, and generous
+caps (600 lines a module, 80 a function, in daemon/, actors/ and protocol/) catch what outgrew it.
 
-ALLOWED lists what may be over, with its length: an entry may not grow and must leave once within
-the limit. It is empty (issue 11 split every back end into a package) and nothing may be added.
+The caps are a backstop, not the rule that decides where code lives: split a module when it does two
+jobs, not to get under a number (squeezing blank lines to fit is the failure this avoids).
+ALLOWED lists what may be over, with its length and why: an entry may not grow and must leave once
+within the limit.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from pathlib import Path
 
 TOP = Path(__file__).resolve().parent.parent
 FOLDERS = ("daemon", "actors", "protocol")
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
 
-# "path" (a module) or "path::qualified.function" -> its length when it was listed.
-# Never add an entry: split the module or function instead.
+# "path" (a module) or "path::qualified.function" -> its length when it was listed (with why, in a comment).
 ALLOWED: dict[str, int] = {
 }
 
@@ -61,3 +62,17 @@ def test_no_module_or_function_is_over_its_limit_unless_listed_and_none_grows() 
             problems.append(f"{name}: {length} lines, within the limit now: remove it from ALLOWED")
     problems += [f"{name}: listed in ALLOWED but gone: remove it" for name in sorted(set(ALLOWED) - set(sizes))]
     assert not problems, "\n".join(problems)
+
+
+def test_every_module_names_its_one_job_in_its_first_docstring_line() -> None:
+    missing = []
+    for folder in FOLDERS:
+        for path in sorted((TOP / folder).rglob("*.py")):
+            rel = path.relative_to(TOP).as_posix()
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            first = doc.strip().splitlines()[0] if doc.strip() else ""
+            if path.name == "__init__.py" and not path.read_text().strip():
+                continue  # an empty package marker has no job of its own
+            if len(first.split()) < 3:
+                missing.append(f"{rel}: first docstring line {first!r} does not name the module's job")
+    assert not missing, "\n".join(missing)

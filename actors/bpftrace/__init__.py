@@ -35,5 +35,11 @@ that was killed is reaped at the next start.
 from __future__ import annotations
 
 from diagd.actors.bpftrace.tools import register
+from diagd.actors.system import Needs, Tool, check_bpf_privileges, check_tracefs
 
-__all__ = ["register"]
+__all__ = ["SYSTEM_NEEDS", "register"]
+
+# What `diagd setup bpftrace` installs and `diagd doctor` checks (tracefs is a mount, not a package).
+SYSTEM_NEEDS = Needs(tools=(Tool("bpftrace", ("--version",), "bpftrace"),),
+                     checks=(check_bpf_privileges, check_tracefs),
+                     note="tracepoints need tracefs: sudo mount -t tracefs nodev /sys/kernel/tracing")

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from diagd.actors import statefile
 from diagd.actors.bpftrace.execution import Execution, Status, StopReason
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -54,11 +55,13 @@ class ExecutionStore:
 
     def create(self, ex: Execution) -> None:
         try:
-            self.path(ex.id).mkdir(parents=True, exist_ok=True, mode=0o700)
-            (self.path(ex.id) / "output.txt").touch(mode=0o600)
-            (self.path(ex.id) / "times.txt").touch(mode=0o600)
-        except OSError as exc:  # the run goes on; its results just will not outlive the actor
-            log.warning("cannot persist execution", execution_id=ex.id, error=str(exc))
+            statefile.ensure_dir(self.root)
+            statefile.ensure_dir(self.path(ex.id))
+            for name in ("output.txt", "times.txt"):
+                os.close(statefile.open_file(self.path(ex.id) / name, os.O_WRONLY | os.O_CREAT))
+        except (OSError, DiagdError) as exc:  # the run goes on; its results just will not outlive the actor
+            log.warning("cannot persist execution", execution_id=ex.id, error=str(exc),
+                        code=str(getattr(exc, "code", "")) or None)
             return
         self.save(ex)
 
@@ -67,13 +70,13 @@ class ExecutionStore:
         if ex.flushed >= len(ex.lines):
             return
         try:
-            with open(self.path(ex.id) / "output.txt", "a", encoding="utf-8", errors="surrogateescape") as out:
-                out.write("".join(line + "\n" for line in ex.lines[ex.flushed:]))
+            new = "".join(line + "\n" for line in ex.lines[ex.flushed:])
+            statefile.append_text(self.path(ex.id) / "output.txt", new, errors="surrogateescape")
             if ex.line_ts is not None:  # one arrival time per line, beside output.txt
-                with open(self.path(ex.id) / "times.txt", "a", encoding="ascii") as out:
-                    out.write("".join(f"{ts:.6f}\n" for ts in ex.line_ts[ex.flushed:]))
+                statefile.append_text(self.path(ex.id) / "times.txt",
+                                      "".join(f"{ts:.6f}\n" for ts in ex.line_ts[ex.flushed:]), encoding="ascii")
             ex.flushed = len(ex.lines)
-        except OSError as exc:
+        except (OSError, DiagdError) as exc:
             log.warning("cannot persist execution output", execution_id=ex.id, error=str(exc))
 
     def save(self, ex: Execution) -> None:
@@ -84,22 +87,22 @@ class ExecutionStore:
             if ex.finished and ex.output_format == "json":
                 write_atomically(directory / "maps.json", json.dumps(ex.maps, separators=(",", ":")))
             write_atomically(directory / "meta.json", json.dumps(ex.to_meta(), separators=(",", ":")))
-        except OSError as exc:
+        except (OSError, DiagdError) as exc:
             log.warning("cannot persist execution", execution_id=ex.id, error=str(exc))
 
     def load(self, execution_id: str) -> Execution | None:
         directory = self.path(execution_id)
         try:
-            meta = json.loads((directory / "meta.json").read_text())
-        except (OSError, ValueError):
+            meta = json.loads(statefile.read_text(directory / "meta.json"))
+        except (OSError, ValueError, DiagdError):
             return None
         try:
-            maps = json.loads((directory / "maps.json").read_text())
-        except (OSError, ValueError):
+            maps = json.loads(statefile.read_text(directory / "maps.json"))
+        except (OSError, ValueError, DiagdError):
             maps = None
         try:
-            text = (directory / "output.txt").read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError:
+            text = statefile.read_text(directory / "output.txt", errors="surrogateescape")
+        except (OSError, DiagdError):
             text = ""
         # Split on "\n" only: str.splitlines() would also split on \x0b, \x1c, U+2028 ...
         lines = text.split("\n")
@@ -111,8 +114,10 @@ class ExecutionStore:
         out = []
         for meta_file in self.root.glob("bt-*/meta.json"):
             try:
-                out.append(json.loads(meta_file.read_text()))
-            except (OSError, ValueError):
+                if meta_file.parent.is_symlink():
+                    raise statefile.refused(meta_file.parent, "it is a symlink")
+                out.append(json.loads(statefile.read_text(meta_file)))
+            except (OSError, ValueError, DiagdError):
                 continue
         return out
 
@@ -148,15 +153,16 @@ class ExecutionStore:
 def _times(directory: Path) -> list[float] | None:
     """The lines' arrival times (times.txt), or None: missing (a run from before diagd kept them) or unreadable."""
     try:
-        return [float(x) for x in (directory / "times.txt").read_text(encoding="ascii").split()]
-    except (OSError, ValueError):
+        return [float(x) for x in statefile.read_text(directory / "times.txt", encoding="ascii").split()]
+    except (OSError, ValueError, DiagdError):
         return None
 
 
 def write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with open(statefile.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)  # replaces a link planted at `path` itself, never writes through it
 
 
 def _kill_leftover(pid: int | None, pid_start: int | None) -> bool:

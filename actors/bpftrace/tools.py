@@ -34,7 +34,7 @@ from diagd.actors.bpftrace.settings import (
     check_reload,
 )
 from diagd.actors.runtime import Runtime
-from diagd.actors.tooling import CallContext, ToolSet
+from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 tools: ToolSet[BpftraceBackend] = ToolSet()
@@ -42,13 +42,12 @@ tools: ToolSet[BpftraceBackend] = ToolSet()
 
 @tools.tool(
     "list_probes", title="List bpftrace probes",
-    description="Probes bpftrace can attach to, paged. filter: `tracepoint:sched:*` (bpftrace -l), or "
-                "`openat` (substring of the listing); with_args adds tracepoint fields.",
+    description="Probes bpftrace can attach to.",
     props={
-        "filter": {"type": "string", "maxLength": 512},
-        "offset": {"type": "integer", "minimum": 0, "default": 0},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
-        "with_args": {"type": "boolean", "default": False},
+        "filter": {"type": "string", "maxLength": 512,
+                   "description": "'tracepoint:sched:*' (bpftrace -l) or a substring ('openat')"},
+        **paging(limit=200, maximum=5000),
+        "with_args": {"type": "boolean", "default": False, "description": "add tracepoint fields"},
     },
     output=PROBES_OUTPUT, timeout_s=60,
 )
@@ -86,7 +85,7 @@ async def list_probes(backend: BpftraceBackend, ctx: CallContext, args: dict[str
     "list_helpers", title="List bpftrace builtins and functions",
     description="Builtins, map functions and functions of the installed bpftrace, with signatures.",
     props={
-        "kind": {"type": "string", "enum": ["builtin", "map_function", "function"]},
+        "kind": {"type": "string", "enum": ["builtin", "map_function", "function"], "description": "only these"},
         "name": {"type": "string", "description": "substring"},
     },
     output=HELPERS_OUTPUT, timeout_s=60,
@@ -103,14 +102,15 @@ async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[st
 
 @tools.tool(
     "exec_program", title="Run a bpftrace program",
-    description="Start a program; returns its execution_id once its probes attach. It traces for "
-                "`timeout` s, then SIGINT: END runs, status completed (stop_reason duration_reached). "
-                "A rejected program fails at once with line/column.",
+    description="Start a program; returns its execution_id once its probes attach. A rejected program "
+                "fails at once with line/column.",
     props={
-        "program": {"type": "string", "minLength": 1, "maxLength": 65536},
+        "program": {"type": "string", "minLength": 1, "maxLength": 65536, "description": "bpftrace source"},
         "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
-                    "description": "seconds (default [bpftrace] default_timeout_s)"},
-        "output_format": {"type": "string", "enum": ["text", "json"], "default": "text"},
+                    "description": "s to trace, then SIGINT: END runs, status completed "
+                                   "(duration_reached); default [bpftrace] default_timeout_s"},
+        "output_format": {"type": "string", "enum": ["text", "json"], "default": "text",
+                          "description": "json: maps as data"},
     },
     required=("program",), output=EXEC_OUTPUT, read_only=False, idempotent=False, timeout_s=60,
 )
@@ -149,15 +149,14 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
 
 @tools.tool(
     "get_result", title="Page through a bpftrace execution's output",
-    description="Status and output lines of an execution from offset; wait_s waits for output past "
-                "offset (until=output) or the end (until=done). json runs also return maps.",
+    description="Status and output lines of an execution (json runs: maps too).",
     props={
         "execution_id": EXECUTION_ID_ARG,
-        "offset": {"type": "integer", "minimum": 0, "default": 0},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
-        "wait_s": {"type": "number", "minimum": 0, "maximum": 120, "default": 0},
-        "until": {"type": "string", "enum": ["output", "done"], "default": "output"},
-        "times": {"type": "boolean", "default": False},  # line_ts: each line's arrival (Unix s)
+        **paging(limit=1000, maximum=10000),
+        "wait_s": {"type": "number", "minimum": 0, "maximum": 120, "default": 0, "description": "wait for until"},
+        "until": {"type": "string", "enum": ["output", "done"], "default": "output",
+                  "description": "output past offset, or the end"},
+        "times": {"type": "boolean", "default": False, "description": "each line's arrival (line_ts)"},
     },
     required=("execution_id",), output=RESULT_OUTPUT, timeout_s=130,
 )
@@ -197,8 +196,8 @@ async def stop_execution(backend: BpftraceBackend, ctx: CallContext, args: dict[
     "list_executions", title="List bpftrace executions",
     description="Executions newest first, with status and line count; how many run now.",
     props={
-        "status": {"type": "string", "enum": [str(s) for s in Status]},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+        "status": {"type": "string", "enum": [str(s) for s in Status], "description": "only these"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50, "description": "at most"},
     },
     output=EXECUTIONS_OUTPUT,
 )

@@ -116,10 +116,13 @@ class CrashSession(Commands, Actor):
         argv = [s.crash_binary, "-s", "--no_crashrc", *self.spec.crash_args, str(self.spec.vmlinux),
                 str(self.spec.vmcore)]
         argv = sandbox.wrap(argv, self._crash_policy())  # confined: Landlock, no caps, no sockets
-        env = {**os.environ, "TERM": "dumb", "LC_ALL": "C", "PAGER": "cat"}
+        # The launcher passes on only its allow-list (`sandbox.BASE_ENV`, HOME a directory that does not
+        # exist). The working directory is `/`: gdb reads ./.gdbinit, and the session directory is
+        # writable by drgn code.
+        env = {**os.environ, "TERM": "dumb", "LC_ALL": "C"}
         self._counter = await trio.to_thread.run_sync(self.store.next_number, self.spec.session_id) - 1
         self.driver, self._owner_release = await spawn_in_owner_thread(
-            argv, cwd=str(self.spec.workdir), env=env, name=f"crash-{self.spec.session_id}")
+            argv, cwd="/", env=env, name=f"crash-{self.spec.session_id}")
         self.child = PtyChild(self.driver)
         nursery.start_soon(self._watch_crash, self.child)
         nursery.start_soon(self._load_crash)
@@ -134,11 +137,12 @@ class CrashSession(Commands, Actor):
         s = self.spec.settings
         extensions = [os.path.expanduser(d) for d in (*PYKDUMP_DIRS, *([s.pykdump_path] if s.pykdump_path else []))]
         return sandbox.crash_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                     allowed_dirs=s.allowed_dirs, extra_read=extensions)
+                                     allowed_dirs=s.allowed_dirs, extra_read=extensions,
+                                     private_dirs=self.spec.private_dirs)
 
     def _drgn_policy(self) -> sandbox.Policy:
         return sandbox.drgn_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                    allowed_dirs=self.spec.settings.allowed_dirs)
+                                    allowed_dirs=self.spec.settings.allowed_dirs, private_dirs=self.spec.private_dirs)
 
     async def stop(self) -> None:
         self.closing = True

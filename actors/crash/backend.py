@@ -86,7 +86,8 @@ class CrashBackend:
 
     async def check(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]) -> Target:
         """Everything an open checks before it spawns anything, under the current [crash] settings."""
-        return await self.identities.check(ctx, self.settings, vmcore_path, vmlinux_path, options)
+        return await self.identities.check(ctx, self.settings, vmcore_path, vmlinux_path, options,
+                                           private_dirs=self.runtime.config().private_dirs)
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -128,7 +129,7 @@ class CrashBackend:
             await trio.to_thread.run_sync(self._prepare_workdir, rec, target, self.table.live_ids(),
                                           s.keep_sessions, reopened)
             spec = SessionSpec(rec.session_id, rec.key, target.vmcore, target.vmlinux, rec.workdir,
-                               tuple(rec.crash_args), s, target.dump.osrelease)
+                               tuple(rec.crash_args), s, target.dump.osrelease, self.runtime.config().private_dirs)
             await self._spawn(rec, spec, await self.crash_version(target.binary))
             await self.wait_ready(rec, ctx)
         except BaseException as exc:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import itertools
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import TypeVar
 
 import trio
 
-from diagd.actors import sandbox
+from diagd.actors import interpreter, sandbox
 from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, open_process, reap, stop_process
 from diagd.actors.crash import proto as proto
 from diagd.protocol import framing
@@ -54,7 +53,7 @@ class DrgnClient:
     async def spawn(cls, nursery: trio.Nursery, *, cwd: Path | None = None,
                     policy: sandbox.Policy | None = None) -> DrgnClient:
         """Start the worker; with a policy, inside that sandbox (see `sandbox.drgn_policy`)."""
-        argv = [sys.executable, "-m", WORKER_MODULE]
+        argv = interpreter.module_argv(WORKER_MODULE)  # `-P`: its cwd (the session dir) is not on its path
         proc = await open_process(sandbox.wrap(argv, policy) if policy else argv, stdin=subprocess.PIPE,
                                   cwd=str(cwd) if cwd else None)
         client = cls(proc)

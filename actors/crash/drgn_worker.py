@@ -205,19 +205,19 @@ def _watch_parent(parent: int) -> None:
             os._exit(3)  # the daemon died without closing us: do not linger with 300 MB
 
 
-def _no_exec_when_confined() -> None:
-    """Inside a Landlock sandbox (the launcher says so in DIAGD_SANDBOX), forbid execve from now on:
-    the launcher had to allow executing Python to start this worker, the user's code needs nothing."""
+def _no_exec() -> None:
+    """Forbid execve from now on, on every kernel: a seccomp filter (and, inside a Landlock sandbox, as
+    the launcher says in DIAGD_SANDBOX, a Landlock layer too). The launcher had to execute Python to
+    start this worker; the user's code needs no program."""
     import json
 
-    try:
-        landlock = json.loads(os.environ.get("DIAGD_SANDBOX", "{}")).get("landlock", 0)
-    except ValueError:
-        return
-    if landlock:
-        from diagd.actors.sandbox.kernel import deny_exec
+    from diagd.actors.sandbox.kernel import deny_exec
 
-        deny_exec()
+    try:
+        landlock = bool(json.loads(os.environ.get("DIAGD_SANDBOX", "{}")).get("landlock", 0))
+    except (ValueError, AttributeError):
+        landlock = False
+    deny_exec(landlock=landlock)
 
 
 def main() -> int:
@@ -241,7 +241,7 @@ def main() -> int:
         drgn_version = str(drgn.__version__)
     except Exception as exc:  # reported on the first load
         drgn_version = f"unavailable: {exc}"
-    _no_exec_when_confined()
+    _no_exec()
     worker.send(proto.Hello(version=proto.PROTOCOL_VERSION, pid=os.getpid(), drgn_version=drgn_version))
     while True:
         try:

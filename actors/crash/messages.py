@@ -39,6 +39,9 @@ class SessionSpec:
     crash_args: tuple[str, ...]
     settings: CrashSettings  # as they were when the children were spawned (see SPAWN_SETTINGS)
     osrelease: str | None = None
+    # diagd's state and runtime dirs: kept out of what the sandbox lets the children read, even where
+    # allowed_dirs holds them (every client's outputs, logs and the audit log are there).
+    private_dirs: tuple[str, ...] = ()
 
 
 # Settings fixed into a session's children when they are spawned: the binary, whether drgn runs, and

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagd.actors.crash.store import MAX_PAGE_LINES
+from diagd.actors.tooling import paging
 
 
 def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -19,7 +20,9 @@ def _schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, 
     return schema
 
 
-SESSION = {"session_id": {"type": "string", "description": "default: your last opened session"}}
+SESSION = {"session_id": {"type": "string", "description": "default: your last opened"}}
+MAX_LINES = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES, "description": "lines inline"}
+COMMAND_ID = {"type": "string", "description": "from a command's result"}
 COMMAND_RESULT = {
     "type": "object",
     "properties": {"session_id": {"type": "string"}, "command_id": {"type": "string"}, "output": {"type": "string"},
@@ -40,7 +43,7 @@ NO_INPUT = _schema({})
 SESSION_INPUT = _schema({**SESSION})
 
 OPEN_INPUT = _schema(
-    {"vmcore_path": {"type": "string"},
+    {"vmcore_path": {"type": "string", "description": "the dump"},
      "vmlinux_path": {"type": "string", "description": "the matching vmlinux with DWARF"},
      "crash_args": {"type": "array", "items": {"type": "string"}, "maxItems": 16, "default": [],
                     "description": "e.g. ['--kaslr=auto']"}},
@@ -54,19 +57,18 @@ OPEN_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}
                "required": ["session_id", "workdir", "is_new", "summary"]}
 
 RUN_CRASH_INPUT = _schema(
-    {"command": {"type": "string", "minLength": 1, "maxLength": 4000}, **SESSION,
-     "force_execute": {"type": "boolean", "default": False},
-     "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES,
-                   "description": "lines returned inline"}},
+    {"command": {"type": "string", "minLength": 1, "maxLength": 4000,
+                 "description": "as typed at crash> (no pipes or !shell); 'drgn:<python>' runs drgn"}, **SESSION,
+     "force_execute": {"type": "boolean", "default": False, "description": "run it again, not the cached"},
+     "max_lines": MAX_LINES},
     ("command",))
 RUN_DRGN_INPUT = _schema(
-    {"code": {"type": "string", "minLength": 1, "maxLength": 200000}, **SESSION,
-     "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES}},
+    {"code": {"type": "string", "minLength": 1, "maxLength": 200000, "description": "Python"}, **SESSION,
+     "max_lines": MAX_LINES},
     ("code",))
 
 GET_OUTPUT_INPUT = _schema(
-    {"command_id": {"type": "string"}, "offset": {"type": "integer", "minimum": 0, "default": 0},
-     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES, "default": 100}},
+    {"command_id": COMMAND_ID, **paging(limit=100, maximum=MAX_PAGE_LINES)},
     ("command_id",))
 GET_OUTPUT_OUTPUT = {"type": "object", "properties": {"command_id": {"type": "string"}, "output": {"type": "string"},
                                                       "total_lines": {"type": "integer"},
@@ -74,17 +76,17 @@ GET_OUTPUT_OUTPUT = {"type": "object", "properties": {"command_id": {"type": "st
                      "required": ["command_id", "output", "total_lines", "has_more"]}
 
 SEARCH_INPUT = _schema(
-    {"command_id": {"type": "string"}, "query": {"type": "string", "minLength": 1, "maxLength": 1000},
-     "context_lines": {"type": "integer", "minimum": 0, "maximum": 50, "default": 0},
-     "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-     "case_sensitive": {"type": "boolean", "default": False}},
+    {"command_id": COMMAND_ID, "query": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "regex"},
+     "context_lines": {"type": "integer", "minimum": 0, "maximum": 50, "default": 0, "description": "around a match"},
+     "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100, "description": "at most"},
+     "case_sensitive": {"type": "boolean", "default": False, "description": "match case"}},
     ("command_id", "query"))
 SEARCH_OUTPUT = {"type": "object", "properties": {"match_count": {"type": "integer"}, "matches": {"type": "array"}},
                  "required": ["match_count", "matches"]}
 
 RUN_SCRIPT_INPUT = _schema(
-    {"name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}, **SESSION,
-     "max_lines": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LINES}},
+    {"name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$", "description": "from list_analysis_scripts"},
+     **SESSION, "max_lines": MAX_LINES},
     ("name",))
 
 CLOSE_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "closed": {"type": "boolean"},
@@ -109,7 +111,7 @@ SCRIPTS_OUTPUT = {"type": "object", "properties": {"scripts": {"type": "array", 
                                                    "dirs": {"type": "array", "items": {"type": "string"}}},
                   "required": ["scripts", "dirs"]}
 
-MODULE_DIR_INPUT = _schema({"dir": {"type": "string"}, **SESSION}, ("dir",))
+MODULE_DIR_INPUT = _schema({"dir": {"type": "string", "description": "holding the .ko files"}, **SESSION}, ("dir",))
 MODULE_DIR_OUTPUT = {"type": "object", "properties": {"session_id": {"type": "string"}, "dir": {"type": "string"},
                                                       "modules": {"type": "array"}, "drgn": {"type": "object"},
                                                       "files": {"type": "array"}, "left_out": {"type": "array"}},

@@ -110,6 +110,17 @@ class SessionTable:
         rec = self.live.get(key)
         return rec if rec is not None and rec.state in OPEN_STATES else None
 
+    def may_stop(self, ref: ActorRef, client: str) -> None:
+        """diagd_stop_actor on a session's actor: refused (BUSY, naming them) while other clients hold
+        references, as close_vmcore_session keeps such a session open."""
+        rec = self.live.get(ref.resource)
+        others = sorted(c for c in rec.refs if c != client) if rec is not None else []
+        if rec is not None and others:
+            raise DiagdError(ErrorCode.BUSY, f"session {rec.session_id} is held by other clients ({', '.join(others)})",
+                             session_id=rec.session_id, held_by=others,
+                             hint="close_vmcore_session drops your own reference; the session closes when no "
+                                  "client holds it")
+
     def join(self, rec: SessionRecord, client: str) -> None:
         rec.refs[client] += 1
         self.last[client] = rec.session_id

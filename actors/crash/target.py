@@ -12,6 +12,7 @@ The device and inode may differ (a dump restored with `cp -a`, a filesystem moun
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,14 +70,16 @@ class Identities:
         return await trio.to_thread.run_sync(work)
 
     async def check(self, ctx: CallContext, s: CrashSettings, vmcore_path: str, vmlinux_path: str,
-                    options: list[str]) -> Target:
-        """Resolve the paths under `s.allowed_dirs`, check the options, identify both files and check
-        that the vmlinux is the dumped kernel's: everything an open does before it spawns anything."""
-        vmcore = resolve_allowed(vmcore_path, s.allowed_dirs, what="vmcore", cwd=ctx.cwd)
+                    options: list[str], *, private_dirs: Sequence[str] = ()) -> Target:
+        """Resolve the paths under `s.allowed_dirs` (never in diagd's `private_dirs`), check the options,
+        identify both files and check that the vmlinux is the dumped kernel's: everything an open does
+        before it spawns anything."""
+        vmcore = resolve_allowed(vmcore_path, s.allowed_dirs, what="vmcore", cwd=ctx.cwd, private_dirs=private_dirs)
         if ident.is_forbidden_source(vmcore):
             raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{vmcore} is the live system, not a dump: refused",
                              path=str(vmcore))
-        vmlinux = resolve_allowed(vmlinux_path, s.allowed_dirs, what="vmlinux", cwd=ctx.cwd)
+        vmlinux = resolve_allowed(vmlinux_path, s.allowed_dirs, what="vmlinux", cwd=ctx.cwd,
+                                  private_dirs=private_dirs)
         crash_args = validate_crash_args(options)
         binary = shutil.which(s.crash_binary)
         if binary is None:

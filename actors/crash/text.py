@@ -1,9 +1,14 @@
 """What crash commands mean to the session (policy, context, cache) and parsers of their output.
 
 Policy: one command per call, never the ways out of crash (`!cmd`, pipes, redirections and input
-files, gdb commands other than read-only inspection however abbreviated or nested, see `gdb`,
-alias bodies that would do any of these), never `quit` (closing is close_vmcore_session's job);
-`extend` only when configured. The Landlock sandbox (`diagd.actors.sandbox`) is the barrier; this is defence in depth.
+files, gdb commands other than read-only inspection however abbreviated or nested, see `gdb`), never
+a new alias (an alias is judged when it is used, by its name alone: `alias zz gdb` then `zz she id`
+reached gdb's shell), only the crash `set` variables that change output (`set gdb on` hands every
+later line to gdb, `set error <file>` writes a file), never `quit` (closing is close_vmcore_session's
+job); `extend` only when configured. With no alias definable and crash's .crashrc files off
+(`--no_crashrc`, HOME a directory that does not exist), the only aliases are crash's builtins, which
+`expand_alias` spells out before anything is decided. The sandbox (`diagd.actors.sandbox`: seccomp
+denies every execve, Landlock the files) is the barrier; this is defence in depth.
 
 Cache keys: output depends on the current context (`set <pid>` changes what `bt`, `task`, `vm`,
 `files`, `sig`, `net -s` and `rd -u` show), and on session state (`mod -s` loads symbols, `set radix`,
@@ -38,9 +43,12 @@ CRASH_ALIASES = {"man": "help", "?": "help", "quit": "q", "sf": "set scroll off"
                  "for": "foreach", "size": "*", "dmesg": "log", "lsmod": "mod", "last": "ps -l"}
 # repeat re-runs a command forever; wr writes memory (of a live system).
 REFUSED_VERBS = frozenset({"repeat", "wr"})
-# crash `set` variables that reach outside: scroll on pipes every output through less (an external
-# program), console sends debug output to a file or device.
-REFUSED_SET = frozenset({"scroll", "console"})
+# crash `set` variables (`help set` on crash 8.0.2) that only change how output looks. Refused: scroll
+# (on pipes every output through less, an external program), console and error (write to a file or
+# device), gdb (hands every later line to gdb, prompt "gdb>"), silent (no prompt), core (dumps core),
+# debug, edit and namelist.
+SET_VARIABLES = frozenset({"radix", "refresh", "print_max", "print_array", "hash", "zero_excluded", "null-stop",
+                           "scope", "offline", "redzone"})
 STATE_VERBS = frozenset({"alias", "hex", "dec", "extend", "gdb"})
 MOD_STATE_FLAGS = frozenset({"-s", "-S", "-d", "-D", "-r", "-R", "-o", "-g"})
 
@@ -52,10 +60,11 @@ class Kind(enum.StrEnum):
 
 
 def expand_alias(command: str) -> str:
-    """The command with crash's builtin alias in first position spelled out."""
+    """The command with crash's builtin alias in first position spelled out (quotes around the word
+    dropped, as crash's parser drops them)."""
     tokens = command.split(None, 1)
-    if tokens and tokens[0] in CRASH_ALIASES:
-        return CRASH_ALIASES[tokens[0]] + (" " + tokens[1] if len(tokens) > 1 else "")
+    if tokens and tokens[0].strip("\"'") in CRASH_ALIASES:
+        return CRASH_ALIASES[tokens[0].strip("\"'")] + (" " + tokens[1] if len(tokens) > 1 else "")
     return command
 
 
@@ -121,19 +130,29 @@ def _refuse_escapes(command: str, tokens: list[str], *, allow_extend: bool) -> N
         if reason:
             raise _refuse(reason)
     elif verb == "alias":
-        if len(tokens) > 2:  # `alias name body...`: the body must pass the same checks
-            try:
-                classify(" ".join(tokens[2:]), allow_extend=allow_extend)
-            except DiagdError as exc:
-                raise _refuse(f"alias {tokens[1]!r} would run a refused command: {exc.message}") from None
+        if len(tokens) > 2:  # `alias` lists, `alias name` shows one; `alias name body` defines or deletes
+            raise _refuse("defining crash aliases is disabled in diagd: an alias is judged by its name when it "
+                          "is used, so its body would escape the command check",
+                          hint="type the command itself; `alias` lists the builtin aliases")
     elif verb == "set":
-        if len(tokens) > 2 and tokens[1] in REFUSED_SET and tokens[1:] != ["scroll", "off"]:
-            raise _refuse(f"crash `set {tokens[1]}` is disabled in diagd",
-                          hint="outputs are stored and paged by diagd; set scroll stays off")
+        _refuse_set(tokens[1:])
     elif verb not in CRASH_COMMANDS:
         reason = gdb_text.implicit_gdb_refusal(verb)
         if reason:
             raise _refuse(reason, hint="use p <symbol>, struct <type>, or `gdb <read-only command>`")
+
+
+def _refuse_set(args: list[str]) -> None:
+    """`set` with a context (pid, task, -p, -c, -a), -v, or an output variable; nothing else."""
+    if not args or args[0] in ("-v", "-p", "-c", "-a") or (len(args) == 1 and _is_task_ref(args[0])):
+        return
+    name = args[0].strip("\"'")
+    if name in SET_VARIABLES or [name, *args[1:]] == ["scroll", "off"] or args == ["scroll"]:
+        return
+    raise _refuse(f"crash `set {name}` is disabled in diagd (allowed: set <pid|task>, -p, -c, -a, -v, scroll off, "
+                  f"{', '.join(sorted(SET_VARIABLES))})",
+                  hint="`set gdb on` would hand every later line to gdb, `set error`/`console` write files; "
+                       "outputs are stored and paged by diagd, so scroll stays off")
 
 
 def _is_task_ref(arg: str) -> bool:

@@ -102,8 +102,7 @@ def _pykdump(backend: CrashBackend) -> str:
 
 @tools.tool("run_crash_command",
             "Run a crash command (bt, log, kmem -i, struct, dis, set <pid>...): first lines, total_lines and a "
-            "command_id to page/search. Cached unless force_execute; no pipes or !shell; 'drgn:<python>' runs "
-            "drgn.",
+            "command_id to page/search.",
             input_schema=schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
 async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rec = await backend.resolve(ctx, args.get("session_id"))
@@ -124,7 +123,7 @@ async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[
 
 
 @tools.tool("load_module_debuginfo",
-            "Load kernel modules' debug info from a directory's .ko files (like crash mod -S DIR) in crash and drgn.",
+            "Load modules' debug info from .ko files (crash mod -S DIR) in crash and drgn.",
             input_schema=schemas.MODULE_DIR_INPUT, output=schemas.MODULE_DIR_OUTPUT, read_only=False,
             idempotent=False)
 async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +131,8 @@ async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: d
     # Through the allowed-dirs policy, like the dump's paths; crash reads the words of its command line
     # itself, so the path must be one plain word.
     path = await trio.to_thread.run_sync(functools.partial(
-        resolve_allowed, args["dir"], backend.settings.allowed_dirs, what="directory", cwd=ctx.cwd, directory=True))
+        resolve_allowed, args["dir"], backend.settings.allowed_dirs, what="directory", cwd=ctx.cwd, directory=True,
+        private_dirs=backend.runtime.config().private_dirs))
     if not modules.PLAIN_PATH.fullmatch(str(path)):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: spaces and shell characters cannot reach crash's "
                          "command line; link the directory under a plain name", path=str(path))

@@ -8,5 +8,10 @@ mask.py (subscriber-identity masking at the tool boundary), field_search.py (pca
 
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.tools import register
+from diagd.actors.system import Needs, Tool
 
-__all__ = ["PcapSettings", "register"]
+__all__ = ["SYSTEM_NEEDS", "PcapSettings", "register"]
+
+# What `diagd setup pcap` installs and `diagd doctor` checks.
+SYSTEM_NEEDS = Needs(tools=(Tool("tshark", ("-v",), "tshark"), Tool("sharkd", ("-v",), "wireshark-common"),
+                            Tool("capinfos", ("-v",), "wireshark-common")))

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.actors._paths import resolve_allowed
+from diagd.actors._paths import create_new, made_stem, resolve_allowed
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
@@ -26,7 +26,7 @@ from diagd.actors.pcap.messages import PcapMessage
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.wireshark import begin_sha256, capture_sha256, catalogue, file_identity, parse_decode_as
 from diagd.actors.runtime import BackendConfig, Runtime
-from diagd.actors.tooling import CallContext, caller_cwd
+from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -65,12 +65,16 @@ class PcapBackend:
 
     async def spec_for(self, args: dict[str, Any], *, force_prefs: dict[str, str] | None = None) -> CaptureSpec:
         settings = self.settings
-        readable = settings.allowed_dirs
-        if readable:
-            # What diagd wrote itself (sub-captures, packet lists, serial sessions) can be analysed next without
-            # widening allowed_dirs by hand. An empty allow-list already means no restriction.
-            readable = (*readable, str(settings.output_dir), *self.runtime.config().exports_dirs)
-        path = resolve_allowed(str(args["pcap_path"]), readable, what="capture", cwd=caller_cwd())
+        config = self.runtime.config()
+        # What diagd wrote itself (sub-captures, packet lists, and the exports of the groups the client
+        # selected too: serial sessions) can be analysed next without widening allowed_dirs; the rest
+        # of diagd's own directories never (an empty allow-list means no restriction, except there).
+        shared = [str(settings.output_dir), *(d for g, d in config.exports_dirs.items() if caller_selects(g))]
+        hints = {d: f"the exports of the {g!r} tool group: a client that selected {g!r} too reads them "
+                    f"(diagd mcp --tools pcap,{g})" for g, d in config.exports_dirs.items() if not caller_selects(g)}
+        readable = (*settings.allowed_dirs, *shared) if settings.allowed_dirs else ()
+        path = resolve_allowed(str(args["pcap_path"]), readable, what="capture", cwd=caller_cwd(),
+                               private_dirs=config.private_dirs, shared_dirs=shared, hints=hints)
         profile_name = args.get("profile")
         profile: dict[str, Any] = {}
         if profile_name:
@@ -169,15 +173,18 @@ class PcapBackend:
         return (await catalogue()).kinds(*expressions)
 
     def export_path(self, stem: str, suffix: str) -> Path:
-        """A unique file in the output dir; the oldest exports beyond max_exports are removed."""
+        """A new file in the output dir, created here (never through a link, never over a file), named
+        by diagd (the capture's stem in the safe alphabet, a time and a random part, `suffix`); the
+        oldest exports beyond max_exports are removed."""
         settings = self.settings
         out = settings.output_dir
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
         existing = sorted(out.glob("*"), key=lambda p: p.stat().st_mtime)
         for old in existing[: max(0, len(existing) - settings.max_exports + 1)]:
             old.unlink(missing_ok=True)
-        stamp = utc.compact()
-        return out / f"{stem}-{stamp}-{os.urandom(3).hex()}{suffix}"
+        path = out / f"{made_stem(stem)}-{utc.compact()}-{os.urandom(3).hex()}{suffix}"
+        os.close(create_new(path))
+        return path
 
 
 def search_deadline() -> float | None:

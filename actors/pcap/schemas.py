@@ -12,20 +12,22 @@ from typing import Any
 from diagd.actors.tooling import display_filter, object_schema, paging
 
 FRAME_NUMBER = {"type": "integer", "minimum": 1, "maximum": 2**32 - 1}  # frame.number is a uint32 in Wireshark
-MAX_TEXT_BYTES = {"type": "integer", "minimum": 1000, "maximum": 2 * 1024 * 1024, "default": 200000}
-LAYERS = {"layers": {"type": "array", "items": {"type": "string"}, "default": []},
-          "restrict_layers": {"type": "boolean", "default": True}}
+MAX_TEXT_BYTES = {"type": "integer", "minimum": 1000, "maximum": 2 * 1024 * 1024, "default": 200000,
+                  "description": "text budget"}
+LAYERS = {"layers": {"type": "array", "items": {"type": "string"}, "default": [], "description": "e.g. ['ngap']"},
+          "restrict_layers": {"type": "boolean", "default": True, "description": "text of layers only"}}
 
-# Shared by every pcap tool, so said briefly: the instructions explain decode_as and profile once.
+# Shared by every pcap tool, so said in a few words: the instructions explain decode_as and profile
+# once per session, with examples.
 CAPTURE: dict[str, Any] = {
-    "pcap_path": {"type": "string"},
+    "pcap_path": {"type": "string", "description": "capture file"},
     # A string or a list of strings (`items` binds arrays only): the same as an anyOf, in fewer bytes.
-    "decode_as": {"type": ["string", "array"], "items": {"type": "string"}},  # e.g. 'tcp.port==7777,http2'
-    "profile": {"type": "string"},  # e.g. '5gc-lab'; both are in the instructions, sent once per session
-    "include_command": {"type": "boolean", "default": False},
+    "decode_as": {"type": ["string", "array"], "items": {"type": "string"}, "description": "tshark -d rules"},
+    "profile": {"type": "string", "description": "pcap profile"},
+    "include_command": {"type": "boolean", "default": False, "description": "add tshark command"},
 }
 FILTER = display_filter()
-PAGING = paging(limit=500, maximum=5000, what="frames")
+PAGING = paging(limit=500, maximum=5000)
 
 # -- outputs
 
@@ -125,5 +127,5 @@ CONFIG_OUTPUT = output({
     "loaded_captures": {"type": "array", "items": OBJ},
 }, ("profiles", "allowed_dirs", "output_dir", "loaded_captures"))
 
-# Kept small (every client reads tools/list each turn): the rows' keys are in the README.
+# Kept small (every client reads tools/list each turn): the rows' keys are in docs/pcap.md (pcap_stats).
 STATS_OUTPUT = output({"rows": ARRAY}, ("rows",))

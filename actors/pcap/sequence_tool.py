@@ -86,17 +86,17 @@ async def _selection(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec, 
     return chosen, what
 
 
-# The shared capture fragment without its descriptions and include_command: every byte of tools/list is
-# paid on each request, and the other pcap tools already explain decode_as and profile.
-SMALL_CAPTURE = {"pcap_path": CAPTURE["pcap_path"], "profile": {"type": "string"},
-                 "decode_as": {k: v for k, v in CAPTURE["decode_as"].items() if k != "description"}}
+# The shared capture fragment without include_command: the answer always names its tshark command.
+SMALL_CAPTURE = {k: v for k, v in CAPTURE.items() if k != "include_command"}
 
 
-@tools.tool("pcap_sequence_diagram", "Mermaid sequenceDiagram of a UE context (+pdu_session_id), frame_number's "
-            "flow or filter.",
-            {**SMALL_CAPTURE, **FILTER, "ue": {"type": "string"}, "pdu_session_id": {"type": "integer"},
-             "frame_number": {"type": "integer", "minimum": 1},
-             "max_arrows": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+@tools.tool("pcap_sequence_diagram", "Mermaid sequenceDiagram of a UE context, a PDU session, a frame's flow "
+            "or a filter.",
+            {**SMALL_CAPTURE, **FILTER, "ue": {"type": "string", "description": "from ngap_ue_sessions"},
+             "pdu_session_id": {"type": "integer", "description": "of ue"},
+             "frame_number": {"type": "integer", "minimum": 1, "description": "its flow"},
+             "max_arrows": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100,
+                            "description": "at most"}},
             required=("pcap_path",), output=output({"diagram": STR}, ("diagram",)))
 async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args, force_prefs=PREFS)

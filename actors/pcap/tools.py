@@ -60,7 +60,7 @@ from diagd.actors.pcap.schemas import (
 from diagd.actors.pcap.sequence_tool import tools as sequence_tools
 from diagd.actors.pcap.wireshark import COLUMN_PREFIX, Catalogue, catalogue
 from diagd.actors.runtime import Runtime
-from diagd.actors.tooling import CallContext, ToolSet
+from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 tools: ToolSet[PcapBackend] = ToolSet()
@@ -88,7 +88,7 @@ def register(runtime: Runtime) -> PcapBackend:
     return backend
 
 
-@tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols present, top conversations.",
+@tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols, top conversations.",
             CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
@@ -109,7 +109,7 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
             "tshark_version": (await catalogue()).version, "source": source}
 
 
-@tools.tool("pcap_frames_by_filter", "Packet-list rows of the frames matching display_filter, paged.",
+@tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames.",
             {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, output=FRAMES_OUTPUT)
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
@@ -137,12 +137,11 @@ def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], li
     return resolved, warnings
 
 
-@tools.tool("pcap_timeline", "Field values per matching frame, as tshark -T fields prints them (columns: "
-            "_ws.col.Info...); repeated fields are arrays.",
+@tools.tool("pcap_timeline", "Field values per matching frame (tshark -T fields); repeated fields are arrays.",
             {**CAPTURE, **FILTER,
-             "fields": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 64},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 200},
-             "offset": {"type": "integer", "minimum": 0, "default": 0},
+             "fields": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 64,
+                        "description": "e.g. ['_ws.col.Info']"},
+             **paging(limit=200, maximum=5000),
              "sort_by": {"type": "string", "description": "one of fields"}},
             required=("pcap_path", "fields"), output=TIMELINE_OUTPUT)
 async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
@@ -167,12 +166,13 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
             "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command)}
 
 
-@tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text), cut to layers (e.g. ['nas-5gs']); "
-            "verbosity=full adds hex.",
+@tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text).",
             {**CAPTURE,
-             "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "minItems": 1, "maxItems": 100},
+             "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "minItems": 1, "maxItems": 100,
+                               "description": "frames to decode"},
              **LAYERS,
-             "verbosity": {"type": "string", "enum": ["summary", "full"], "default": "summary"},
+             "verbosity": {"type": "string", "enum": ["summary", "full"], "default": "summary",
+                           "description": "full adds hex"},
              "max_bytes": MAX_TEXT_BYTES},
             required=("pcap_path", "frame_numbers"), output=DETAIL_OUTPUT)
 async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
@@ -187,18 +187,19 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> Ar
     return {**result, "source": await backend.source(spec, args, command=command)}
 
 
-@tools.tool("pcap_text_search", "String/regex search in the decoded text of matching frames; complete=false gives "
-            "next_offset to go on.",
+@tools.tool("pcap_text_search", "Search the decoded text of matching frames; complete=false: go on from next_offset.",
             {**CAPTURE, **FILTER,
-             "query": {"type": "string", "minLength": 1},
-             "is_regex": {"type": "boolean", "default": False},
-             "case_sensitive": {"type": "boolean", "default": False},
+             "query": {"type": "string", "minLength": 1, "description": "text or regex"},
+             "is_regex": {"type": "boolean", "default": False, "description": "query is a regex"},
+             "case_sensitive": {"type": "boolean", "default": False, "description": "match case"},
              **LAYERS,
              "limit": {"type": "integer", "minimum": 1, "maximum": 2**32 - 1,
                        "description": "frames to search (default: all)"},
-             "offset": {"type": "integer", "minimum": 0, "default": 0},
-             "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
-             "snippet_context_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240},
+             "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "frames to skip"},
+             "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50,
+                             "description": "stop after"},
+             "snippet_context_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240,
+                                       "description": "around a match"},
              "max_bytes": MAX_TEXT_BYTES},
             required=("pcap_path", "query"), output=SEARCH_OUTPUT)
 async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
@@ -219,8 +220,9 @@ async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
                                            command=[*(["-Y", flt] if flt else []), "-V"])}
 
 
-@tools.tool("pcap_follow", "The HTTP/2 stream, Diameter Session-Id or SIP Call-ID a frame belongs to, with its frames.",
-            {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1}, **PAGING},
+@tools.tool("pcap_follow", "A frame's HTTP/2 stream, Diameter session or SIP call, with its frames.",
+            {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1, "description": "a frame of it"},
+             **PAGING},
             required=("pcap_path", "frame_number"), output=FOLLOW_OUTPUT)
 async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
@@ -230,14 +232,15 @@ async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
                                                      command=packet_list_command(result["display_filter"]))}
 
 
-@tools.tool("pcap_packet_list", "Write a packet-list TSV (default + extra columns) to the output dir.",
+@tools.tool("pcap_packet_list", "Write a packet-list TSV to the output dir.",
             {**CAPTURE, **FILTER,
-             "columns_profile": {"type": "string", "description": "'default' or 'none'"},
-             "include_default_columns": {"type": "boolean", "default": True},
+             "columns_profile": {"enum": ["default", "none"], "description": "none: extra columns only"},
+             "include_default_columns": {"type": "boolean", "default": True, "description": "[pcap] columns"},
              "extra_columns": {"type": "array", "items": {
                  "type": "object", "properties": {"name": {"type": "string"}, "field": {"type": "string"}},
-                 "required": ["field"], "additionalProperties": False}, "default": []},
-             "preview_rows": {"type": "integer", "minimum": 0, "maximum": 500, "default": 50}},
+                 "required": ["field"], "additionalProperties": False}, "default": [], "description": "more columns"},
+             "preview_rows": {"type": "integer", "minimum": 0, "maximum": 500, "default": 50,
+                              "description": "rows inline"}},
             required=CAPTURE_ONLY, read_only=False, output=PACKET_LIST_OUTPUT)
 async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     cat = await catalogue()
@@ -264,8 +267,9 @@ async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
             "source": await backend.source(spec, args, display_filter=flt, command=command)}
 
 
-@tools.tool("pcap_extract_subcapture", "Write matching frames (or frame_numbers) to a new pcapng in the output dir.",
-            {**CAPTURE, **FILTER, "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "maxItems": 100000}},
+@tools.tool("pcap_extract_subcapture", "Write matching frames to a new pcapng in the output dir.",
+            {**CAPTURE, **FILTER, "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "maxItems": 100000,
+                                                    "description": "these frames (and display_filter)"}},
             required=CAPTURE_ONLY, read_only=False, timeout_s=120, output=EXTRACT_OUTPUT)
 async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
@@ -284,7 +288,8 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     return {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)}
 
 
-NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True}}
+NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True,
+                                                     "description": "decode NAS after NEA0"}}
 
 
 async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
@@ -298,10 +303,10 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     return {**result, "source": await backend.source(spec, args)}
 
 
-@tools.tool("ngap_ue_sessions", "Per UE context (association + AMF/RAN UE NGAP ids): gNB, SUCI, 5G-TMSI, NGAP "
-            "procedures, NAS messages, failures with causes; failed_ues, NG associations, linked contexts. "
-            "view=procedures: each 5G procedure's frames, start, duration, outcome, cause; latency stats.",
-            {**NGAP_PROPS, "view": {"enum": ["contexts", "procedures"], "default": "contexts"}},
+@tools.tool("ngap_ue_sessions", "Per UE context (AMF/RAN UE NGAP ids): gNB, SUCI, 5G-TMSI, NGAP procedures, NAS "
+            "messages, failures with causes; NG associations.",
+            {**NGAP_PROPS, "view": {"enum": ["contexts", "procedures"], "default": "contexts",
+                                    "description": "procedures: each with latency"}},
             required=CAPTURE_ONLY, output=UE_SESSIONS_OUTPUT)
 async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     if args["view"] == "procedures":
@@ -309,16 +314,17 @@ async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -
     return await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
 
 
-@tools.tool("ngap_pdu_session_summary", "Per PDU session establishment: NAS and N2 setup messages, N3 "
-            "address/TEID, QFIs, S-NSSAI, DNN, UE IP, causes.",
+@tools.tool("ngap_pdu_session_summary", "Per PDU session establishment: NAS and N2 messages, N3 address/TEID, QFIs, "
+            "S-NSSAI, DNN, UE IP, causes.",
             NGAP_PROPS, required=CAPTURE_ONLY, output=PDU_SESSIONS_OUTPUT)
 async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     return await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
 
 
-@tools.tool("pcap_stats", "tshark -z statistics: expert, srt, conversations, endpoints, io.",
-            {**CAPTURE, "kind": {"enum": list(_stats.KINDS)}, "protocol": {"type": "string"}, **FILTER,
-             "interval_ms": {"type": "integer", "minimum": 1}, **PAGING},
+@tools.tool("pcap_stats", "tshark -z statistics.",
+            {**CAPTURE, "kind": {"enum": list(_stats.KINDS), "description": "which"},
+             "protocol": {"type": "string", "description": "srt/conversations/endpoints of"}, **FILTER,
+             "interval_ms": {"type": "integer", "minimum": 1, "description": "io bin"}, **PAGING},
             required=("pcap_path", "kind"), output=STATS_OUTPUT)
 async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
@@ -335,11 +341,13 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Args
                                                      command=_stats.tap_command(message))}
 
 
-@tools.tool("pcap_list_fields", "Wireshark fields whose name or description matches query (substring or regex).",
-            {"query": {"type": "string", "default": ""}, "is_regex": {"type": "boolean", "default": False},
-             "case_sensitive": {"type": "boolean", "default": False},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100},
-             "include_protocols": {"type": "array", "items": {"type": "string"}, "default": []}},
+@tools.tool("pcap_list_fields", "Wireshark fields whose name or description matches query.",
+            {"query": {"type": "string", "default": "", "description": "text or regex"},
+             "is_regex": {"type": "boolean", "default": False, "description": "query is a regex"},
+             "case_sensitive": {"type": "boolean", "default": False, "description": "match case"},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100, "description": "at most"},
+             "include_protocols": {"type": "array", "items": {"type": "string"}, "default": [],
+                                   "description": "only of these"}},
             output=LIST_FIELDS_OUTPUT)
 async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     cat = await catalogue()
@@ -353,9 +361,10 @@ async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
     return {"total": len(rows), "fields": matches, "truncated": len(rows) > limit, "tshark_version": cat.version}
 
 
-@tools.tool("pcap_fields_search", "Wireshark fields starting with prefix (e.g. 'ngap.'), optionally with keyword.",
-            {"prefix": {"type": "string", "minLength": 1}, "keyword": {"type": "string", "default": ""},
-             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200}},
+@tools.tool("pcap_fields_search", "Wireshark fields by name prefix.",
+            {"prefix": {"type": "string", "minLength": 1, "description": "e.g. 'ngap.'"},
+             "keyword": {"type": "string", "default": "", "description": "in name or description"},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200, "description": "at most"}},
             required=("prefix",), output=FIELDS_SEARCH_OUTPUT)
 async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     table = (await catalogue()).table
@@ -380,10 +389,3 @@ async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> Args
             "idle_timeout_s": s.idle_timeout_s if math.isfinite(s.idle_timeout_s) else None,
             "max_exports": s.max_exports, "mask_subscriber_ids": s.mask_subscriber_ids,
             "call_timeout_s": runtime.config().call_timeout_s, "loaded_captures": loaded}
-
-
-@tools.tool("pcap_config_reload", "Re-read the config file.", {},
-            read_only=False, output=CONFIG_OUTPUT)
-async def config_reload(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
-    backend.runtime.reload()
-    return await config_get(backend, ctx, args)  # unmasked: the guard around this tool masks it once

@@ -9,7 +9,8 @@ bpftrace 0.17 against the vmcore fixture and tracefs).
 
 Where Landlock is missing (ABI 0), or forced off with DIAGD_LANDLOCK=off (tests, diagnostics), the
 escape-capable features are refused by `require_confinement` unless the config allows them
-unconfined; the other steps (no_new_privs, capabilities, seccomp, the death link) still apply.
+unconfined; the other steps (no_new_privs, capabilities, seccomp and its exec denial, the environment
+allow-list, the death link) still apply.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ SYSTEM_READ = (
 # output, and /dev/tty (its controlling terminal: the pty diagd drives) for readline; without it
 # crash never prompts. The pty or pipes a tool talks through are inherited open and need no rule.
 DEVICES = ("/dev/null", "/dev/tty")
+# The environment a confined tool gets: these names only (`X*`: a prefix), never the daemon's whole
+# environment (secrets, PYTHON*, LD_*, CRASH_EXTENSIONS, CRASHPAGER...). HOME names a directory that does
+# not exist: crash stats $HOME/.crashrc and gdb reads $HOME/.gdbinit (a gdb script, outside gdb's
+# auto-load safe-path rules), readline $HOME/.inputrc; none of them may come from a place an agent
+# could write.
+BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LC_*", "TZ")
+NO_HOME = (("HOME", "/nonexistent"),)
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,9 @@ class Policy:
     die_with: int | None = field(default_factory=os.getpid)  # the tool is killed when this process exits
     deadline_s: float | None = None  # past this run time the tool gets SIGINT, then SIGKILL 10 s later
     landlock: bool = True  # False: skip Landlock (it is unavailable or forced off)
+    exec_once: bool = False  # seccomp: the launcher's execve of the tool is the last one (any kernel)
+    env_keep: tuple[str, ...] = BASE_ENV  # the variables passed on (`LC_*`: a prefix)
+    env_set: tuple[tuple[str, str], ...] = NO_HOME  # set after the allow-list
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -156,6 +167,35 @@ def wrap(argv: Sequence[str], policy: Policy) -> list[str]:
     return [sys.executable, "-I", "-S", LAUNCHER, json.dumps(doc, separators=(",", ":")), "--", *argv]
 
 
+def readable_beside(allowed_dirs: Sequence[str], private_dirs: Sequence[str]) -> tuple[str, ...]:
+    """`allowed_dirs` less diagd's own directories (state, runtime) inside them.
+
+    Landlock only grants: nothing beneath a granted directory can be taken back. So a granted
+    directory that holds a private one (a home directory holds the state dir) is replaced by its
+    entries, except the one leading to the private dir, which is expanded the same way. Symlinks
+    among the entries are left out (a rule follows them, and would grant their target); entries made
+    after the child starts are not granted."""
+    privates = [Path(p).resolve() for p in private_dirs]
+    out: list[str] = []
+
+    def grant(path: Path) -> None:
+        if any(path == p or p in path.parents for p in privates):
+            return  # a private dir, or inside one
+        if not any(path in p.parents for p in privates):
+            out.append(str(path))
+            return
+        try:
+            entries = [Path(e.path) for e in os.scandir(path) if not e.is_symlink()]
+        except OSError:
+            return
+        for entry in sorted(entries):
+            grant(entry)
+
+    for raw in allowed_dirs:
+        grant(Path(raw).expanduser().resolve())
+    return tuple(dict.fromkeys(out))
+
+
 def _parents(paths: Iterable[str | Path]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(Path(p).parent) for p in paths))
 
@@ -163,18 +203,23 @@ def _parents(paths: Iterable[str | Path]) -> tuple[str, ...]:
 # -- the three policies ----------------------------------------------------------------------------
 
 def crash_policy(*, vmcore: Path, vmlinux: Path, workdir: Path, allowed_dirs: Sequence[str] = (),
-                 extra_read: Sequence[str] = ()) -> Policy:
+                 extra_read: Sequence[str] = (), private_dirs: Sequence[str] = ()) -> Policy:
     """crash: the dump, its vmlinux and the directories they sit in (modules and .debug files next to
     them, `mod -S <dir>`), the daemon's allowed_dirs (where the agent may name files anyway), and the
     session directory to write. It needs to execute nothing: what it tries is refused and it carries on
-    (`iconv -l` for gdb's charset list, `sh -c nm -DSBn crash` to check its own symbols)."""
+    (`iconv -l` for gdb's charset list, `sh -c nm -DSBn crash` to check its own symbols). So the launcher's
+    execve is its last (`exec_once`): with or without Landlock, neither crash nor its gdb runs a program.
+    Never diagd's own `private_dirs` (state, runtime), wherever they sit (`readable_beside`)."""
     tmp = workdir / "tmp"
+    around = readable_beside([*_parents([vmcore, vmlinux]), *allowed_dirs, *extra_read], private_dirs)
     return Policy(
-        read=(*SYSTEM_READ, str(vmcore), str(vmlinux), *_parents([vmcore, vmlinux]), *allowed_dirs, *extra_read),
+        read=(*SYSTEM_READ, str(vmcore), str(vmlinux), *around),
         # The private /tmp is a mount of its own: Landlock sees its root as a separate inode to allow.
         write=(str(workdir), str(tmp)),
         private_tmp=str(tmp) if os.geteuid() == 0 else None,  # tmpfile() is hard-wired to /tmp
         landlock=landlock_abi() > 0,
+        exec_once=seccomp_available(),
+        env_keep=(*BASE_ENV, "TERM"),
     )
 
 
@@ -194,16 +239,20 @@ def python_read_paths() -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
 
-def drgn_policy(*, vmcore: Path, vmlinux: Path, workdir: Path, allowed_dirs: Sequence[str] = ()) -> Policy:
+def drgn_policy(*, vmcore: Path, vmlinux: Path, workdir: Path, allowed_dirs: Sequence[str] = (),
+                private_dirs: Sequence[str] = ()) -> Policy:
     """The drgn worker: Python (the base prefix, the venv, diagd's packages), the dump and its debug
-    files, and the session directory (outputs are written there). No sockets of any family; once it is
-    running the worker adds a layer that forbids execve too (`sandbox.kernel.deny_exec`)."""
+    files, and the session directory (outputs are written there). No sockets of any family, and no
+    execve after the launcher's (`exec_once`); once it is running the worker also forbids execve itself
+    (`sandbox.kernel.deny_exec`: seccomp, and a Landlock layer where there is Landlock). Never
+    diagd's own `private_dirs`, as for crash."""
     return Policy(
-        read=(*SYSTEM_READ, *python_read_paths(), str(vmcore), str(vmlinux), *_parents([vmcore, vmlinux]),
-              *allowed_dirs),
+        read=(*SYSTEM_READ, *python_read_paths(), str(vmcore), str(vmlinux),
+              *readable_beside([*_parents([vmcore, vmlinux]), *allowed_dirs], private_dirs)),
         write=(str(workdir),),
         exec=(os.path.realpath(sys.executable),),
         landlock=landlock_abi() > 0,
+        exec_once=seccomp_available(),
     )
 
 
@@ -235,4 +284,5 @@ def bpftrace_policy(*, unsafe: bool = False, deadline_s: float | None = None) ->
         keep_caps=BPFTRACE_CAPS,
         deadline_s=deadline_s,
         landlock=landlock_abi() > 0,
+        env_keep=(*BASE_ENV, "BPFTRACE_*", "__BPFTRACE_*"),  # its own settings, and diagd's attach marker
     )

@@ -63,6 +63,17 @@ AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
 NR_SOCKET = 41
 NR_IO_URING = (425, 426, 427)  # setup, enter, register
+NR_EXECVE = 59
+NR_EXECVEAT = 322
+# The launcher's one allowed execve passes its file name from a page mapped at this fixed address (far
+# below where Linux places the program, its heap, libraries and stacks, so nothing the tool maps later
+# lands there by chance); every other execve, and every execveat, is refused. See `exec_filter`.
+EXEC_ONCE_ADDR = 0x1000_0000_0000
+PROT_READ = 1
+PROT_WRITE = 2
+MAP_PRIVATE = 0x02
+MAP_ANONYMOUS = 0x20
+MAP_FIXED_NOREPLACE = 0x100000
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
 PR_SET_PDEATHSIG = 1
@@ -70,6 +81,7 @@ PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_GET_SECCOMP = 21
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 CAP_NAMES = ("chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
@@ -114,11 +126,7 @@ def seccomp_available() -> bool:
     """Whether this build of the launcher can install its seccomp filter here (x86-64 with seccomp)."""
     if os.uname().machine != "x86_64":
         return False
-    try:
-        with open("/proc/self/status") as f:
-            return any(line.startswith("Seccomp:") for line in f)
-    except OSError:
-        return False
+    return int(libc.prctl(PR_GET_SECCOMP, 0, 0, 0, 0)) >= 0  # EINVAL: a kernel without seccomp
 
 
 # -- Landlock ---------------------------------------------------------------------------------------
@@ -174,24 +182,30 @@ def apply_landlock(policy: dict[str, Any], abi: int) -> dict[str, Any]:
             "scoped": abi >= 6}
 
 
-def deny_exec() -> bool:
-    """Add a Landlock layer that forbids execve altogether (the drgn worker, once it is running).
+def deny_exec(*, landlock: bool = True) -> dict[str, bool]:
+    """Forbid execve from now on (the drgn worker, once it is running), on every kernel: a seccomp
+    filter refusing execve and execveat (x86-64), and, with `landlock`, a Landlock layer that handles
+    EXECUTE alone and allows it nowhere (layers only ever narrow). Returns what applied."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1, what="PR_SET_NO_NEW_PRIVS")
+    done = {"seccomp": False, "landlock": False}
+    if seccomp_available():
+        install_filter(exec_filter(None))
+        done["seccomp"] = True
+    if landlock and landlock_abi() >= 1:
+        _landlock_deny_exec()
+        done["landlock"] = True
+    return done
 
-    Layers only ever narrow: this one handles EXECUTE alone and allows it nowhere.
-    """
-    abi = landlock_abi()
-    if abi < 1:
-        return False
+
+def _landlock_deny_exec() -> None:
     buf = ctypes.create_string_buffer(struct.pack("=Q", FS_EXECUTE), 8)
     fd = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(8), ctypes.c_uint32(0)),
                 "landlock_create_ruleset")
     try:
-        prctl(PR_SET_NO_NEW_PRIVS, 1, what="PR_SET_NO_NEW_PRIVS")
         check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)),
                "landlock_restrict_self")
     finally:
         os.close(fd)
-    return True
 
 
 # -- seccomp ----------------------------------------------------------------------------------------
@@ -228,8 +242,38 @@ def seccomp_program(families: list[int]) -> bytes:
     return b"".join(prog)
 
 
-def apply_seccomp(families: list[int]) -> dict[str, Any]:
-    code = seccomp_program(families)
+def exec_filter(allowed_filename: int | None) -> bytes:
+    """cBPF that refuses execve and execveat with EPERM (also under foreign syscall ABIs, where it
+    refuses everything). `allowed_filename` (the launcher's): the one execve whose filename pointer is
+    exactly this address passes. The filter holds no state, so the address is the state: the launcher
+    maps it, the tool's new image does not have it, and no command of crash or gdb can place a path
+    there (that would take native code, which an agent cannot load: `extend` is off by default)."""
+    deny_enosys = _bpf(_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS)
+    deny = _bpf(_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM)
+    allow = _bpf(_RET_K, 0, 0, SECCOMP_RET_ALLOW)
+    prog = [_bpf(_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+            _bpf(_JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+            deny_enosys,
+            _bpf(_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+            _bpf(_JGE_K, 0, 1, X32_SYSCALL_BIT),
+            deny_enosys,
+            _bpf(_JEQ_K, 0, 1, NR_EXECVEAT),
+            deny]
+    if allowed_filename is None:
+        prog += [_bpf(_JEQ_K, 0, 1, NR_EXECVE), deny, allow]
+    else:  # execve: args[0] (offset 16: low word, 20: high word) must be the launcher's buffer
+        prog += [_bpf(_JEQ_K, 0, 5, NR_EXECVE),
+                 _bpf(_LD_W_ABS, 0, 0, 16),
+                 _bpf(_JEQ_K, 0, 2, allowed_filename & 0xFFFF_FFFF),
+                 _bpf(_LD_W_ABS, 0, 0, 20),
+                 _bpf(_JEQ_K, 1, 0, allowed_filename >> 32),
+                 deny,
+                 allow]
+    return b"".join(prog)
+
+
+def install_filter(code: bytes) -> None:
+    """Install a seccomp filter on this thread (no_new_privs must be set, or CAP_SYS_ADMIN held)."""
     filt = ctypes.create_string_buffer(code, len(code))
 
     class SockFprog(ctypes.Structure):
@@ -237,4 +281,34 @@ def apply_seccomp(families: list[int]) -> dict[str, Any]:
 
     prog = SockFprog(len(code) // 8, ctypes.cast(filt, ctypes.c_void_p))
     check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp filter")
+
+
+def apply_seccomp(families: list[int]) -> dict[str, Any]:
+    install_filter(seccomp_program(families))
     return {"socket_families": sorted(set(families))}
+
+
+def exec_once_buffer(path: bytes) -> int:
+    """Map the page at EXEC_ONCE_ADDR, put `path` there (NUL-terminated, then read-only) and return
+    the address: the filename pointer `exec_filter(EXEC_ONCE_ADDR)` lets through."""
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    size = (len(path) + 1 + 4095) // 4096 * 4096
+    addr = libc.mmap(EXEC_ONCE_ADDR, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                     -1, 0)
+    if addr != EXEC_ONCE_ADDR:
+        err = ctypes.get_errno()
+        raise ConfineError(f"mmap of the exec buffer at {EXEC_ONCE_ADDR:#x}: {os.strerror(err)} (errno {err})")
+    ctypes.memmove(addr, path + b"\0", len(path) + 1)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    check(libc.mprotect(addr, size, PROT_READ), "mprotect of the exec buffer")
+    return EXEC_ONCE_ADDR
+
+
+def execve_from(addr: int, argv: list[str], env: dict[str, str]) -> int:
+    """execve with the file name read from `addr` (see `exec_once_buffer`); returns errno on failure."""
+    args = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
+    envp = (ctypes.c_char_p * (len(env) + 1))(*[os.fsencode(f"{k}={v}") for k, v in env.items()], None)
+    libc.execve.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    libc.execve(ctypes.c_void_p(addr), args, envp)
+    return ctypes.get_errno()

@@ -13,8 +13,11 @@ Order of the steps (each is best-effort up to what the kernel offers; `report` s
 5. Landlock: filesystem (read / write / execute allow-lists), TCP bind+connect (ABI >= 4), abstract unix
    sockets and signals outside the sandbox (ABI >= 6);
 6. seccomp: socket() only for the families the tool needs, no io_uring (it could open sockets
-   without socket()), no x32 or 32-bit syscalls;
-7. execve. Rulesets and filters are inherited by everything the tool starts and cannot be lifted.
+   without socket()), no x32 or 32-bit syscalls; with `exec_once`, a second filter that lets exactly
+   one execve through, the launcher's own (its file name read from a page at a fixed address, see
+   `kernel.exec_filter`): the tool and everything it starts can run no program, Landlock or not;
+7. execve, with an environment of the policy's allow-list only (`env_keep`, plus `env_set`).
+   Rulesets and filters are inherited by everything the tool starts and cannot be lifted.
 """
 
 
@@ -37,6 +40,7 @@ if TYPE_CHECKING or __package__:
     from diagd.actors.sandbox.kernel import (
         CAP_NAMES,
         CLONE_NEWNS,
+        EXEC_ONCE_ADDR,
         MS_BIND,
         MS_PRIVATE,
         MS_REC,
@@ -49,6 +53,10 @@ if TYPE_CHECKING or __package__:
         apply_landlock,
         apply_seccomp,
         check,
+        exec_filter,
+        exec_once_buffer,
+        execve_from,
+        install_filter,
         landlock_abi,
         libc,
         prctl,
@@ -59,6 +67,7 @@ else:
     from kernel import (
         CAP_NAMES,
         CLONE_NEWNS,
+        EXEC_ONCE_ADDR,
         MS_BIND,
         MS_PRIVATE,
         MS_REC,
@@ -71,6 +80,10 @@ else:
         apply_landlock,
         apply_seccomp,
         check,
+        exec_filter,
+        exec_once_buffer,
+        execve_from,
+        install_filter,
         landlock_abi,
         libc,
         prctl,
@@ -255,14 +268,30 @@ def apply(policy: dict[str, Any]) -> dict[str, Any]:
         deadline = policy.get("deadline_s")
         report["death_link"] = death_link(policy.get("die_with"), None if deadline is None else float(deadline))
     families = policy.get("socket_families")
-    use_seccomp = families is not None and seccomp_available()  # reads /proc: before Landlock hides it
+    use_seccomp = families is not None and seccomp_available()
     abi = 0 if policy.get("landlock") is False else landlock_abi()
     if abi:
         report["landlock"] = apply_landlock(policy, abi)["abi"]
     if use_seccomp and families is not None:
         apply_seccomp(list(families))
         report["seccomp"] = True
+    if policy.get("exec_once"):
+        if not seccomp_available():
+            raise ConfineError("the policy asks for seccomp's exec denial, and this kernel or architecture has "
+                               "no seccomp filter")
+        install_filter(exec_filter(EXEC_ONCE_ADDR))
+        report["exec"] = "denied after this one"
     return report
+
+
+def tool_env(policy: dict[str, Any], environ: dict[str, str]) -> dict[str, str]:
+    """The tool's environment: the variables `env_keep` names (`LC_*`: a prefix), then `env_set`."""
+    keep = list(policy.get("env_keep", ()))
+    names = {k for k in keep if not k.endswith("*")}
+    prefixes = tuple(k[:-1] for k in keep if k.endswith("*"))
+    env = {k: v for k, v in environ.items() if k in names or (prefixes and k.startswith(prefixes))}
+    env.update(dict(policy.get("env_set") or ()))
+    return env
 
 
 def main(argv: list[str]) -> int:
@@ -271,15 +300,22 @@ def main(argv: list[str]) -> int:
         return 2
     policy = json.loads(argv[1])
     tool = argv[3:]
+    executable = os.fsencode(policy.get("executable") or tool[0])
     try:
+        # Mapped before the filters go in, so the address is ours before anything else could take it.
+        buffer = exec_once_buffer(executable) if policy.get("exec_once") else None
         report = apply(policy)
     except ConfineError as exc:
         print(f"diagd sandbox: {exc}", file=sys.stderr)
         return 126
-    env = dict(os.environ)
+    env = tool_env(policy, dict(os.environ))
     env["DIAGD_SANDBOX"] = json.dumps(report, separators=(",", ":"))
+    if buffer is not None:
+        err = execve_from(buffer, tool, env)
+        print(f"diagd sandbox: cannot execute {tool[0]}: {os.strerror(err)}", file=sys.stderr)
+        return 127
     try:
-        os.execve(policy.get("executable") or tool[0], tool, env)
+        os.execve(executable, tool, env)
     except OSError as exc:
         print(f"diagd sandbox: cannot execute {tool[0]}: {exc.strerror}", file=sys.stderr)
     return 127

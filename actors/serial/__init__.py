@@ -50,13 +50,20 @@ tools.py (the MCP tools).
 from __future__ import annotations
 
 from diagd.actors.runtime import Runtime
+from diagd.actors.serial.actor import KIND
 from diagd.actors.serial.backend import SerialBackend
 from diagd.actors.serial.settings import check_reload
 from diagd.actors.serial.tools import tools
+from diagd.actors.system import Needs, check_serial_access
+
+# No Debian package: pyserial comes with diagd; the ports' group decides who may open them.
+SYSTEM_NEEDS = Needs(modules=("serial",), checks=(check_serial_access,),
+                     note="serial ports belong to the dialout group: sudo usermod -aG dialout $USER")
 
 
 def register(runtime: Runtime) -> SerialBackend:
     backend = SerialBackend(runtime)
     runtime.on_reload(check_reload)
+    runtime.on_stop_request(KIND, backend.may_stop)
     tools.register(runtime, backend)
     return backend

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from diagd.actors.base import ActorGone
-from diagd.actors.runtime import Runtime
+from diagd.actors.runtime import ActorRef, Runtime
 from diagd.actors.serial.actor import KIND, SerialActor, not_open_error
 from diagd.actors.serial.port import BlockingRunner, Opener, open_posix_port, port_holders
 from diagd.actors.serial.rawlog import session_logs
@@ -65,6 +65,17 @@ class SerialBackend:
         # close only after the next command's call has arrived: an exited process is not connected,
         # whatever the connection table says yet (else `diagd call`s in a row get BUSY at random).
         return kind != "cli" or _process_running(pid)
+
+    def may_stop(self, ref: ActorRef, client: str) -> None:
+        """diagd_stop_actor on a port's actor: refused like the port's own tools while another connected
+        client owns the port (BUSY, naming the owner)."""
+        rec = self.records.get(ref.resource)
+        owner = rec.owner if rec is not None else None
+        if owner is not None and owner != client and self.owner_connected(owner):
+            raise DiagdError(ErrorCode.BUSY, f"{ref.resource} is Occupied: held by another diagd client ({owner})",
+                             port=ref.resource, state=str(PortState.OCCUPIED), owner=owner,
+                             hint="only its owner stops it; configure_connection(port, action='close', force=true) "
+                                  "takes it over and closes it")
 
     def describe(self, rec: PortRecord, viewer: str) -> dict[str, Any]:
         return rec.describe(viewer, owner_connected=self.owner_connected(rec.owner))

@@ -9,18 +9,17 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from diagd.actors import statefile
+from diagd.actors._paths import create_new
 from diagd.actors.serial.pcapng import PcapngWriter
 from diagd.actors.serial.rawlog import session_logs
 from diagd.actors.serial.settings import port_slug
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def export_session(log: Path, out: Path, *, end: int | None, port: str, application: str) -> dict[str, Any]:
@@ -29,9 +28,10 @@ def export_session(log: Path, out: Path, *, end: int | None, port: str, applicat
     Timestamps are exact: the log's decimal microseconds are read as decimals, never as floats.
     Records that are not data (session header, settings, signals, ...) are counted, not exported.
     """
-    fd = os.open(out, _CREATE, 0o600)  # a new file: never through a link, never over another file
+    fd = create_new(out)  # a new file: never through a link, never over another file
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 16) as sink, open(log, "rb") as source:
+        with os.fdopen(fd, "wb", buffering=1 << 16) as sink, \
+                open(statefile.open_file(log, os.O_RDONLY), "rb") as source:  # the raw log, never through a link
             header = _first_record(source)
             writer = PcapngWriter(sink, application=application,
                                   comment=f"serial session {log.name} of {port}, exported by {application}",
@@ -106,43 +106,15 @@ def find_session(log_dir: Path, key: str, session: str) -> Path:
                      port=key, sessions=names[:20], did_you_mean=difflib.get_close_matches(wanted, names, n=3))
 
 
-def export_path(out_dir: Path, key: str, keep: int) -> Path:
-    """A fresh name in the back end's exports dir; the oldest exports beyond `keep` are removed."""
+EXTENSION = ".pcapng"
+
+
+def export_path(out_dir: Path, key: str, keep: int, stem: str | None = None) -> Path:
+    """A new name in the back end's exports dir: `<stem>.pcapng` when the caller chose a stem (checked
+    by `caller_stem`), else diagd's own; the oldest exports beyond `keep` are removed."""
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    existing = sorted(out_dir.glob("*.pcapng"), key=lambda p: p.stat().st_mtime)
+    existing = sorted(out_dir.glob(f"*{EXTENSION}"), key=lambda p: p.stat().st_mtime)
     for old in existing[: max(0, len(existing) - keep + 1)]:
         old.unlink(missing_ok=True)
-    return out_dir / f"{port_slug(key)}-{utc.compact()}-{os.urandom(3).hex()}.pcapng"
-
-
-def new_file_in(raw: str, allowed_dirs: Sequence[str], *, cwd: str | None) -> Path:
-    """A caller-named output file: a new name in an existing directory inside [daemon] allowed_dirs
-    (symlinks resolved). With no allowed_dirs the caller may not pick where the daemon writes."""
-    if not allowed_dirs:
-        raise DiagdError(ErrorCode.PERMISSION_DENIED, "out_path needs [daemon] allowed_dirs (the directories "
-                         "callers may name); without it exports go only to diagd's state dir",
-                         argument="out_path", hint="omit out_path")
-    if not raw or "\0" in raw:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "out_path is empty or contains NUL", argument="out_path")
-    path = Path(os.path.expanduser(raw))
-    if not path.is_absolute():
-        if cwd is None or not os.path.isabs(cwd):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"out_path {raw!r} is relative and the caller's working "
-                             "directory is unknown", argument="out_path", hint="pass an absolute path")
-        path = Path(cwd) / path
-    if path.name in ("", ".", "..") or raw.endswith("/"):
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"out_path {raw!r} names no file", argument="out_path")
-    try:
-        parent = path.parent.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"out_path's directory {path.parent} does not exist",
-                         argument="out_path") from None
-    roots = [Path(d).expanduser().resolve() for d in allowed_dirs]
-    if not any(parent == root or root in parent.parents for root in roots):
-        raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{parent} is outside the allowed directories",
-                         argument="out_path", allowed_dirs=[str(r) for r in roots])
-    out = parent / path.name
-    if os.path.lexists(out):
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"out_path {out} exists: exports never overwrite a file",
-                         argument="out_path", hint="name a new file")
-    return out
+    name = stem or f"{port_slug(key)}-{utc.compact()}-{os.urandom(3).hex()}"
+    return out_dir / f"{name}{EXTENSION}"

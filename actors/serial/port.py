@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import select
-import stat
 import termios
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Protocol
 import serial
 import trio
 
+from diagd.actors.serial import ttydev
 from diagd.actors.serial.settings import PortSettings, PortState
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -196,16 +196,16 @@ class PosixPort:
 
 async def open_posix_port(device: str, settings: PortSettings, lines: dict[str, bool]) -> PortIO:
     def _open() -> Any:
+        held = ttydev.hold_terminal(device)  # known to be a serial line before its driver's open runs
         try:
-            mode = os.stat(device).st_mode
-        except FileNotFoundError:
-            raise DiagdError(ErrorCode.NOT_FOUND, f"no such port: {device}", port=device,
-                             hint="list_ports shows the ports this machine has") from None
-        if not stat.S_ISCHR(mode):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{device} is not a character device", port=device)
+            return _open_held(held)
+        finally:
+            os.close(held)
+
+    def _open_held(held: int) -> Any:
         wanted = settings.pyserial()
         ser = serial.Serial()
-        ser.port = device
+        ser.port = f"/proc/self/fd/{held}"  # the very inode checked, whatever the path points at now
         # Opened at the wanted speed and 8N1, then set one setting at a time (as on an open port): a
         # device that refuses one is told apart from the others, and a pty that would silently drop
         # parity taken together with a speed change is caught (see _not_in_effect).
@@ -225,6 +225,8 @@ async def open_posix_port(device: str, settings: PortSettings, lines: dict[str, 
             if error.errno == errno.EINVAL:
                 raise SettingRefused("baudrate", wanted["baudrate"], os.strerror(errno.EINVAL)) from None
             raise OSError(error.errno, f"cannot set up {device}: {error.strerror}") from None
+        except OSError as exc:  # pyserial's message names the /proc/self/fd path: name the port instead
+            raise OSError(exc.errno, str(exc).replace(ser.port, device)) from None
         try:
             apply_settings(ser, wanted)
         except BaseException:

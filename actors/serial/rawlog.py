@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diagd.actors import statefile
 from diagd.actors.serial.codec import decode
 from diagd.actors.serial.settings import SerialConfig, port_slug
 from diagd.protocol import utc
@@ -95,7 +96,7 @@ def read_log_page(view: LogView, offset: int, limit: int, byte_budget: int,
     out: list[dict[str, Any]] = []
     budget = byte_budget
     next_offset: int | None = None
-    with open(view.path, "rb") as f:
+    with open(statefile.open_file(view.path, os.O_RDONLY), "rb") as f:
         f.seek(pos)
         end = view.size if view.size is not None else math.inf
         while pos < end:
@@ -147,7 +148,7 @@ def new_log(log_dir: Path, key: str, config: SerialConfig, header: dict[str, Any
 
     Blocking file I/O: run it in a thread.
     """
-    log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    statefile.ensure_dir(log_dir)  # never a link: the logs hold what the devices said
     slug = port_slug(key)
     existing = session_logs(log_dir, key)
     for old in existing[: max(0, len(existing) - config.log_keep + 1)]:

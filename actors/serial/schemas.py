@@ -7,10 +7,10 @@ from typing import Any
 
 from diagd.actors.serial.codec import ESCAPES_HELP
 from diagd.actors.serial.settings import LINE_ENDINGS, PortState
+from diagd.actors.tooling import paging
 
-_PORT = {"type": "string", "minLength": 1,
-         "description": "e.g. /dev/ttyUSB0 (a bare name means /dev/<name>)"}
-_AS_HEX = {"type": "boolean", "default": False}  # return data as hex even when it is clean text
+_PORT = {"type": "string", "minLength": 1, "description": "/dev/ttyUSB0 or ttyUSB0"}
+_AS_HEX = {"type": "boolean", "default": False, "description": "data as hex even if text"}
 _NULLABLE_STR = {"type": ["string", "null"]}
 _STATES = [str(s) for s in PortState]
 _PORT_STATUS: dict[str, Any] = {
@@ -56,20 +56,22 @@ TOOLS: dict[str, dict[str, Any]] = {
         title="List serial ports"),
     "configure_connection": _tool(
         "Open a port and keep it open (output between calls goes to the URC buffer); again on an open port: "
-        "new settings; action=close releases it. force=true takes it from another client; dtr=false at open "
-        "avoids a board's reset pulse.",
+        "new settings.",
         {"port": _PORT,
-         "action": {"enum": ["open", "close"], "default": "open"},
-         "baudrate": {"type": "integer", "minimum": 50, "maximum": 16000000},
-         "bytesize": {"type": "integer", "enum": [5, 6, 7, 8]},
-         "parity": {"enum": ["N", "E", "O", "M", "S"]},
-         "stopbits": {"type": "number", "enum": [1, 1.5, 2]},
-         "rtscts": {"type": "boolean"}, "xonxoff": {"type": "boolean"}, "dsrdtr": {"type": "boolean"},
+         "action": {"enum": ["open", "close"], "default": "open", "description": "close releases it"},
+         "baudrate": {"type": "integer", "minimum": 50, "maximum": 16000000, "description": "bit/s"},
+         "bytesize": {"type": "integer", "enum": [5, 6, 7, 8], "description": "data bits"},
+         "parity": {"enum": ["N", "E", "O", "M", "S"], "description": "none/even/odd/mark/space"},
+         "stopbits": {"type": "number", "enum": [1, 1.5, 2], "description": "stop bits"},
+         "rtscts": {"type": "boolean", "description": "RTS/CTS flow control"},
+         "xonxoff": {"type": "boolean", "description": "XON/XOFF flow control"},
+         "dsrdtr": {"type": "boolean", "description": "DSR/DTR flow control"},
          "idle_ms": {"type": "integer", "minimum": 1, "maximum": 10000,
                      "description": "an idle gap this long ends a packet"},
          "line_ending": {"enum": list(LINE_ENDINGS), "description": "send_data's default (else [serial]'s, cr)"},
-         "dtr": {"type": "boolean"}, "rts": {"type": "boolean"},
-         "force": {"type": "boolean", "default": False}},
+         "dtr": {"type": "boolean", "description": "false at open: no reset pulse"},
+         "rts": {"type": "boolean", "description": "RTS level"},
+         "force": {"type": "boolean", "default": False, "description": "take it from another client"}},
         {"type": "object", "properties": {
             **_PORT_STATUS["properties"], "success": {"type": "boolean"}, "action": {"enum": ["open", "close"]},
             "outcome": {"enum": ["opened", "reconfigured", "reopened", "closed"]},
@@ -84,21 +86,22 @@ TOOLS: dict[str, dict[str, Any]] = {
         {"type": "object", "properties": {"ports": {"type": "array", "items": _PORT_STATUS}}, "required": ["ports"]},
         title="Serial connection status"),
     "send_data": _tool(
-        "Write payload (+ the port's line_ending, default CR), then collect the reply: wait_policy=keyword reads "
-        "until a stop_pattern (if none came in timeout_ms: success=false, timed_out=true, reason), timeout "
-        "reads for timeout_ms, none returns at once (default: keyword with a stop_pattern, else timeout). "
-        "Later output goes to the URC buffer. data is text, or hex when not clean text (format says).",
+        "Write payload, then collect the reply (data: text, or hex if not clean text). Later output goes to "
+        "the URC buffer. success means written and waited, not a good reply.",
         {"port": _PORT,
          "payload": {"type": "string",
                      "description": f"utf8 text (escapes: {ESCAPES_HELP}) or hex ('0A 0D'); empty: just listen"},
-         "encoding": {"enum": ["utf8", "hex"], "default": "utf8"},
-         "wait_policy": {"enum": ["keyword", "timeout", "none"]},
+         "encoding": {"enum": ["utf8", "hex"], "default": "utf8", "description": "of payload"},
+         "wait_policy": {"enum": ["keyword", "timeout", "none"],
+                         "description": "read until stop_pattern (none came: success=false, timed_out) or "
+                                        "timeout_ms, or return; default: keyword with stop_pattern, else timeout"},
          "stop_pattern": {"type": ["string", "array"], "items": {"type": "string", "minLength": 1},
                           "minLength": 1, "minItems": 1, "maxItems": 8,
                           "description": "e.g. ['OK\\r\\n','ERROR\\r\\n'] (the first to complete ends the wait)"},
          "stop_pattern_encoding": {"enum": ["utf8", "hex"],
                                    "description": "default: encoding"},
-         "timeout_ms": {"type": "integer", "minimum": 0, "maximum": 300000, "default": 1000},
+         "timeout_ms": {"type": "integer", "minimum": 0, "maximum": 300000, "default": 1000,
+                        "description": "wait at most"},
          "line_ending": {"enum": list(LINE_ENDINGS), "description": "default: the port's"},
          "escapes": {"type": "boolean", "default": True, "description": "false: backslashes are sent as they are"},
          "as_hex": _AS_HEX},
@@ -116,10 +119,10 @@ TOOLS: dict[str, dict[str, Any]] = {
         required=("port", "payload"), title="Send data to a serial port", read_only=False, idempotent=False,
         timeout_s=330),
     "read_urc": _tool(
-        "Output that arrived while no send_data waited (URCs, logs), as timestamped packets, oldest first; "
-        "consumed unless peek=true.",
-        {"port": _PORT, "max_packets": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
-         "peek": {"type": "boolean", "default": False}, "as_hex": _AS_HEX},
+        "Output that arrived while no send_data waited (URCs, logs), as timestamped packets, oldest first.",
+        {"port": _PORT,
+         "max_packets": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50, "description": "at most"},
+         "peek": {"type": "boolean", "default": False, "description": "leave them buffered"}, "as_hex": _AS_HEX},
         {"type": "object", "properties": {
             "port": {"type": "string"}, "state": {"enum": _STATES}, "packets": {"type": "array", "items": _PACKET},
             "returned": {"type": "integer"},
@@ -130,9 +133,10 @@ TOOLS: dict[str, dict[str, Any]] = {
          "required": ["port", "state", "packets", "returned", "pending_urc_count", "has_more", "dropped"]},
         required=("port",), title="Read unsolicited serial output", read_only=False, idempotent=False),
     "set_signals": _tool(
-        "Set DTR/RTS and/or send a break of break_ms, e.g. to reset a board.",
-        {"port": _PORT, "dtr": {"type": "boolean"}, "rts": {"type": "boolean"},
-         "break_ms": {"type": "integer", "minimum": 1, "maximum": 10000}},
+        "Set DTR/RTS and/or send a break, e.g. to reset a board.",
+        {"port": _PORT, "dtr": {"type": "boolean", "description": "DTR level"},
+         "rts": {"type": "boolean", "description": "RTS level"},
+         "break_ms": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "break this long"}},
         {"type": "object", "properties": {
             "success": {"type": "boolean"}, "port": {"type": "string"}, "dtr": {"type": ["boolean", "null"]},
             "rts": {"type": ["boolean", "null"]}, "break_ms": {"type": ["integer", "null"]},
@@ -142,8 +146,7 @@ TOOLS: dict[str, dict[str, Any]] = {
     "get_log": _tool(
         "Page the raw Tx/Rx log of the port's current or last session (every byte, timestamped); follow "
         "next_offset.",
-        {"port": _PORT, "offset": {"type": "integer", "minimum": 0, "default": 0},
-         "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "as_hex": _AS_HEX},
+        {"port": _PORT, **paging(limit=100, maximum=1000), "as_hex": _AS_HEX},
         {"type": "object", "properties": {
             "port": {"type": "string"}, "log_file": {"type": "string"}, "live": {"type": "boolean"},
             "offset": {"type": "integer"}, "returned": {"type": "integer"}, "total_records": {"type": "integer"},
@@ -153,8 +156,11 @@ TOOLS: dict[str, dict[str, Any]] = {
          "required": ["port", "log_file", "offset", "returned", "total_records", "next_offset", "records"]},
         required=("port",), title="Read the raw serial log"),
     "export_serial_pcapng": _tool(
-        "A session's raw log as pcapng for the pcap tools (a packet per Tx/Rx chunk; frame.p2p_dir 0=Tx, 1=Rx).",
-        {"port": _PORT, "session": {"type": "string"}, "out_path": {"type": "string"}},
+        "A session's raw log as pcapng for the pcap tools (a packet per Tx/Rx chunk; frame.p2p_dir 0=Tx, 1=Rx), "
+        "written to diagd's exports dir; the answer's pcapng_path names it.",
+        {"port": _PORT, "session": {"type": "string", "description": "log name; default: the current or last"},
+         "name": {"type": "string",
+                  "description": "file stem [A-Za-z0-9._-], no extension (.pcapng is added)"}},
         {"type": "object", "properties": {"pcapng_path": {"type": "string"}, "packets": {"type": "integer"}},
          "required": ["pcapng_path", "packets"]},
         required=("port",), title="Serial session to pcapng", read_only=False, idempotent=False,

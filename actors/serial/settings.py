@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from diagd.actors._paths import made_stem
 from diagd.actors.runtime import BackendConfig
 from diagd.actors.settings import parse_table, refuse, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -101,7 +102,8 @@ def port_key(raw: str) -> str:
 
 
 def port_slug(key: str) -> str:
-    return key.strip("/").replace("/", "_") or "port"
+    """A port's name as the start of its file names (raw logs, exports): diagd's safe alphabet only."""
+    return made_stem(key.strip("/").replace("/", "_")) if key.strip("/") else "port"
 
 
 def check_reload(old: BackendConfig, new: BackendConfig) -> list[dict[str, Any]]:

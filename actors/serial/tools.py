@@ -9,9 +9,10 @@ from functools import partial
 from typing import Any
 
 from diagd import __version__
+from diagd.actors._paths import caller_stem
 from diagd.actors.serial.backend import SerialBackend, enumerate_ports, newest_log, probe
 from diagd.actors.serial.codec import iso, parse_hex, unescape
-from diagd.actors.serial.export import export_path, export_session, find_session, new_file_in
+from diagd.actors.serial.export import EXTENSION, export_path, export_session, find_session
 from diagd.actors.serial.messages import Close, Configure, ReadUrc, Send, Signals
 from diagd.actors.serial.rawlog import LogView, RawLog, read_log_page
 from diagd.actors.serial.record import PortRecord
@@ -186,19 +187,17 @@ async def export_serial_pcapng(backend: SerialBackend, ctx: CallContext, args: d
         if chosen != view.path:
             view, live = LogView(chosen, None, None, [], RawLog.INDEX_EVERY), False
     config = backend.config()
-    if args.get("out_path"):
-        out = await backend.run_blocking(partial(
-            new_file_in, args["out_path"], backend.runtime.config().allowed_dirs, cwd=ctx.cwd))
-    else:
-        out = await backend.run_blocking(export_path, backend.log_dir / "exports", key, config.export_keep)
+    stem = caller_stem(args["name"], argument="name", extension=EXTENSION) if args.get("name") else None
+    out = await backend.run_blocking(export_path, backend.log_dir / "exports", key, config.export_keep, stem)
     try:
         done = await backend.run_blocking(partial(
             export_session, view.path, out, end=view.size, port=key, application=f"diagd {__version__}"))
     except FileNotFoundError:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the raw log {view.path} is gone", port=key) from None
     except FileExistsError:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{out} was created meanwhile: exports never overwrite a file",
-                         argument="out_path") from None
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"an export named {out.name} exists: exports never overwrite "
+                         "a file", argument="name", path=str(out),
+                         hint="choose another name, or omit name for a fresh one diagd makes") from None
     except OSError as exc:
         raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot write {out}: {exc.strerror}", path=str(out)) from None
     notes = []

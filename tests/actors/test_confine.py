@@ -1,5 +1,6 @@
 """The sandbox launcher on the real kernel: a confined Python (the drgn worker's kind of child) tries to
-leave its policy, and the kernel refuses. Needs root and Landlock (this machine has ABI 7)."""
+leave its policy, and the kernel refuses. Needs root; the Landlock tests need Landlock (this machine has ABI
+7), the exec denial (seccomp) and the environment allow-list run both with Landlock and without it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from diagd.actors import sandbox
 from diagd.actors.sandbox import kernel
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-pytestmark = pytest.mark.skipif(kernel.landlock_abi() < 1, reason="the kernel has no Landlock")
+needs_landlock = pytest.mark.skipif(kernel.landlock_abi() < 1, reason="the kernel has no Landlock")
+needs_seccomp = pytest.mark.skipif(not kernel.seccomp_available(), reason="no seccomp filter here (x86-64 only)")
+LANDLOCK = [pytest.param(True, id="landlock", marks=needs_landlock), pytest.param(False, id="no-landlock")]
 PYTHON = os.path.realpath(sys.executable)
 
 
@@ -32,7 +35,8 @@ def python_policy(tmp_path: Path, **changes: object) -> sandbox.Policy:
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def run_confined(tmp_path: Path, *parts: str, policy: sandbox.Policy | None = None) -> dict[str, object]:
+def run_confined(tmp_path: Path, *parts: str, policy: sandbox.Policy | None = None,
+                 env: dict[str, str] | None = None) -> dict[str, object]:
     """Run the code parts (which fill the dict `r`) in a confined Python; returns r."""
     script = tmp_path / "probe.py"
     code = "\n".join(textwrap.dedent(part).strip() for part in parts)
@@ -40,7 +44,7 @@ def run_confined(tmp_path: Path, *parts: str, policy: sandbox.Policy | None = No
     policy = policy or python_policy(tmp_path)
     policy = dataclasses.replace(policy, read=(*policy.read, str(script)))
     done = subprocess.run(sandbox.wrap([sys.executable, "-I", str(script)], policy), capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=60, check=False, env=env)
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -56,6 +60,7 @@ def attempt(expr: str, key: str) -> str:
         """)
 
 
+@needs_landlock
 def test_a_confined_process_reads_only_its_allow_list(tmp_path: Path) -> None:
     readable = tmp_path / "out" / "mine.txt"
     (tmp_path / "out").mkdir()
@@ -67,6 +72,7 @@ def test_a_confined_process_reads_only_its_allow_list(tmp_path: Path) -> None:
     assert r == {"shadow": "PermissionError", "root": "PermissionError", "mine": "ok", "system": "ok"}
 
 
+@needs_landlock
 def test_a_confined_process_writes_only_its_own_directory(tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = run_confined(tmp_path, attempt(f"open({str(tmp_path / 'escaped')!r}, 'w')", "outside"),
@@ -79,6 +85,7 @@ def test_a_confined_process_writes_only_its_own_directory(tmp_path: Path) -> Non
     assert not (tmp_path / "escaped").exists() and (out / "renamed").read_text() == "x"
 
 
+@needs_landlock
 def test_a_confined_process_cannot_start_a_shell_or_any_other_program(tmp_path: Path) -> None:
     r = run_confined(tmp_path, """
         r["system"] = os.system("id > /dev/null 2>&1")
@@ -88,14 +95,17 @@ def test_a_confined_process_cannot_start_a_shell_or_any_other_program(tmp_path: 
     assert r["drop"] == "ok" and not os.access(tmp_path / "out" / "tool", os.X_OK)
 
 
+@needs_landlock
 def test_deny_exec_forbids_even_the_interpreter_that_was_allowed(tmp_path: Path) -> None:
     r = run_confined(tmp_path, "from diagd.actors.sandbox.kernel import deny_exec",
                      attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'], check=True)", "before"),
                      'r["denied"] = deny_exec()',
                      attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'], check=True)", "after"))
-    assert r == {"before": "ok", "denied": True, "after": "PermissionError"}
+    assert r == {"before": "ok", "denied": {"seccomp": kernel.seccomp_available(), "landlock": True},
+                 "after": "PermissionError"}
 
 
+@needs_landlock
 def test_a_confined_process_has_no_network_and_no_unix_sockets_but_socketpairs(tmp_path: Path) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # like /run/systemd/private
     path = str(tmp_path / "private")
@@ -114,6 +124,7 @@ def test_a_confined_process_has_no_network_and_no_unix_sockets_but_socketpairs(t
     assert r == {"unix": "OSError", "tcp": "OSError", "inet6": "OSError", "netlink": "OSError", "pair": "ok"}
 
 
+@needs_landlock
 def test_a_confined_root_process_holds_no_capabilities_and_cannot_signal_outside(tmp_path: Path) -> None:
     r = run_confined(tmp_path, """
         status = dict(line.split(":", 1) for line in open("/proc/self/status"))
@@ -128,12 +139,14 @@ def test_a_confined_root_process_holds_no_capabilities_and_cannot_signal_outside
     assert isinstance(report, dict) and report["landlock"] == kernel.landlock_abi() and report["seccomp"]
 
 
+@needs_landlock
 def test_the_landlock_step_is_skipped_when_the_policy_says_unavailable(tmp_path: Path) -> None:
     r = run_confined(tmp_path, attempt("open('/etc/shadow').read()", "shadow"),
                      policy=python_policy(tmp_path, landlock=False))
     assert r == {"shadow": "ok"}
 
 
+@needs_landlock
 def test_a_private_tmp_keeps_the_real_tmp_out_but_the_session_paths_in(tmp_path: Path) -> None:
     own_tmp = tmp_path / "out" / "tmp"
     marker = f"diagd-confine-{os.getpid()}"
@@ -147,6 +160,7 @@ def test_a_private_tmp_keeps_the_real_tmp_out_but_the_session_paths_in(tmp_path:
     assert "diagd-0" not in r["tmp"]  # the daemon's runtime directory under the real /tmp is out of sight
 
 
+@needs_landlock
 def test_the_tool_dies_with_the_daemon_even_when_its_forking_thread_is_long_gone(tmp_path: Path) -> None:
     # A stand-in daemon forks the tool from a thread that exits at once (as Trio's cached worker threads
     # do), then is SIGKILLed: the death link must end the tool.
@@ -173,6 +187,7 @@ def test_the_tool_dies_with_the_daemon_even_when_its_forking_thread_is_long_gone
         time.sleep(0.05)
 
 
+@needs_landlock
 def test_the_watchdog_leaves_as_soon_as_its_tool_ends_by_itself(tmp_path: Path) -> None:
     # Landlock's signal scope keeps the kernel's parent-death signal from the sandboxed tool to its
     # unsandboxed watchdog: without its own watch on the tool, one watchdog per run piled up under init.
@@ -197,6 +212,7 @@ def test_the_watchdog_leaves_as_soon_as_its_tool_ends_by_itself(tmp_path: Path) 
         time.sleep(0.05)
 
 
+@needs_landlock
 def test_unconfined_features_are_refused_with_the_reason_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     sandbox.require_confinement("drgn code", allowed_unconfined=False, setting="[crash] allow_unconfined")
     monkeypatch.setenv(sandbox.FORCE_ENV, "off")
@@ -207,6 +223,7 @@ def test_unconfined_features_are_refused_with_the_reason_unless_allowed(monkeypa
     sandbox.require_confinement("drgn code", allowed_unconfined=True, setting="[crash] allow_unconfined")
 
 
+@needs_landlock
 def test_wrap_resolves_the_tool_and_allows_executing_only_it_and_its_loader() -> None:
     argv = sandbox.wrap(["crash", "--version"], sandbox.Policy(die_with=None))
     policy = json.loads(argv[argv.index("--") - 1])
@@ -221,3 +238,80 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+EXEC_ATTEMPTS = (attempt("subprocess.run(['/usr/bin/id'])", "id"),
+                 attempt("subprocess.run(['/bin/sh', '-c', 'id'])", "sh"),
+                 attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'])", "python"),
+                 attempt("os.execve(os.open('/usr/bin/id', os.O_RDONLY), ['id'], {})", "execveat"))
+DENIED = {"id": "PermissionError", "sh": "PermissionError", "python": "PermissionError",
+          "execveat": "PermissionError"}
+
+
+@needs_seccomp
+@pytest.mark.parametrize("landlock", LANDLOCK)
+def test_after_the_launchers_exec_no_program_can_be_started_with_or_without_landlock(tmp_path: Path,
+                                                                                     landlock: bool) -> None:
+    # The tool itself (Python here) was started by the launcher's one allowed execve; nothing after it.
+    # Everything executable is allowed to Landlock, so only the seccomp filter can be what refuses.
+    policy = python_policy(tmp_path, landlock=landlock, exec_once=True, read=(*python_policy(tmp_path).read, "/proc"),
+                           exec=(PYTHON, "/usr/bin", "/bin"))
+    r = run_confined(tmp_path, 'r["system"] = os.system("id > /dev/null 2>&1")', *EXEC_ATTEMPTS, """
+        r["report"] = json.loads(os.environ["DIAGD_SANDBOX"])
+        r["maps"] = [line for line in open("/proc/self/maps") if line.startswith("100000000000-")]
+        """, policy=policy)
+    report = r.pop("report")
+    assert isinstance(report, dict) and report["exec"]
+    assert report["landlock"] == (kernel.landlock_abi() if landlock else 0)
+    assert r.pop("system") != 0 and r.pop("maps") == []  # the launcher's buffer is gone with its image
+    assert r == DENIED
+
+
+@needs_seccomp
+@pytest.mark.parametrize("landlock", LANDLOCK)
+def test_deny_exec_needs_no_landlock(tmp_path: Path, landlock: bool) -> None:
+    """The drgn worker's own step: from inside a running process, execve is gone (seccomp)."""
+    r = run_confined(tmp_path, "from diagd.actors.sandbox.kernel import deny_exec",
+                     attempt(f"subprocess.run([{PYTHON!r}, '-c', 'pass'], check=True)", "before"),
+                     'r["denied"] = deny_exec(landlock=False)', *EXEC_ATTEMPTS,
+                     policy=python_policy(tmp_path, landlock=landlock, exec=(PYTHON, "/usr/bin", "/bin")))
+    assert r.pop("before") == "ok" and r.pop("denied") == {"seccomp": True, "landlock": False}
+    assert r == DENIED
+
+
+@pytest.mark.parametrize("landlock", LANDLOCK)
+def test_a_confined_tool_sees_only_the_environment_allow_list(tmp_path: Path, landlock: bool) -> None:
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_TIME": "C", "TZ": "UTC", "DIAGD_TEST_SECRET": "hunter2",
+           "PYTHONPATH": str(tmp_path), "LD_PRELOAD": "/nonexistent.so", "HOME": str(tmp_path),
+           "CRASH_EXTENSIONS": str(tmp_path), "CRASHPAGER": "/bin/sh"}
+    r = run_confined(tmp_path, 'r["env"] = dict(os.environ)', policy=python_policy(tmp_path, landlock=landlock),
+                     env=env)
+    seen = r["env"]
+    assert isinstance(seen, dict)
+    assert json.loads(seen.pop("DIAGD_SANDBOX"))["landlock"] == (kernel.landlock_abi() if landlock else 0)
+    assert seen == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_TIME": "C", "TZ": "UTC", "HOME": "/nonexistent"}
+
+
+def test_an_allowed_dir_holding_diagds_state_dir_grants_everything_in_it_but_the_state_dir(tmp_path: Path) -> None:
+    # allowed_dirs = [home] while the state dir is home/.local/state/diagd: a drgn or crash child may read
+    # the home directory's files, never the state dir's (other clients' outputs, serial logs, the audit log).
+    home = tmp_path / "home"
+    state = home / ".local" / "state" / "diagd"
+    (state / "serial").mkdir(parents=True)
+    (state / "audit.jsonl").write_text("secret")
+    (home / ".local" / "share").mkdir()
+    (home / ".local" / "share" / "ok.txt").write_text("ok")
+    (home / "dump.txt").write_text("ok")
+    (home / "to-state").symlink_to(state)
+    granted = sandbox.readable_beside([str(home)], [str(state)])
+    assert str(home / "dump.txt") in granted and str(home / ".local" / "share") in granted
+    assert not any(g == str(home) or g.startswith(str(state)) or g.endswith("to-state") for g in granted), granted
+    assert sandbox.readable_beside([str(state / "serial")], [str(state)]) == ()
+    assert sandbox.readable_beside([str(home)], []) == (str(home),)
+    policy = python_policy(tmp_path)
+    r = run_confined(tmp_path, attempt(f"open({str(state / 'audit.jsonl')!r}).read()", "audit"),
+                     attempt(f"open({str(home / 'to-state' / 'audit.jsonl')!r}).read()", "link"),
+                     attempt(f"open({str(home / 'dump.txt')!r}).read()", "dump"),
+                     attempt(f"open({str(home / '.local' / 'share' / 'ok.txt')!r}).read()", "share"),
+                     policy=dataclasses.replace(policy, read=(*policy.read, *granted)))
+    assert r == {"audit": "PermissionError", "link": "PermissionError", "dump": "ok", "share": "ok"}

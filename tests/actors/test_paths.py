@@ -59,3 +59,24 @@ def test_a_relative_path_without_a_known_cwd_is_refused_with_the_fix(tmp_path: P
         resolve_allowed("vmcore", [], what="vmcore")
     assert info.value.code == ErrorCode.INVALID_ARGUMENT
     assert "relative" in info.value.message and info.value.details["hint"] == "pass an absolute path"
+
+
+def test_diagds_own_directories_are_refused_whatever_allowed_dirs_says(tmp_path: Path) -> None:
+    # allowed_dirs often covers a home directory, and with it the state dir: every client's crash
+    # outputs, serial logs, bpftrace results and the audit log are there.
+    state, exports = tmp_path / "state", tmp_path / "state" / "serial" / "exports"
+    exports.mkdir(parents=True)
+    (state / "audit.jsonl").write_text("{}")
+    (exports / "s.pcapng").write_text("x")
+    (tmp_path / "via-link").symlink_to(state / "audit.jsonl")
+    for raw, allowed in ((state / "audit.jsonl", [str(tmp_path)]), (tmp_path / "via-link", [str(tmp_path)]),
+                         (state / "audit.jsonl", []), (exports / "s.pcapng", [str(tmp_path)])):
+        with pytest.raises(DiagdError) as info:
+            resolve_allowed(str(raw), allowed, private_dirs=[str(state)],
+                            hints={str(exports): "select serial"})
+        assert info.value.code == ErrorCode.PERMISSION_DENIED, raw
+        assert "diagd's own directories" in info.value.message and info.value.details["private_dir"] == str(state)
+    assert info.value.details["hint"] == "select serial"
+    # A shared dir inside (a group's exports, for a client that selected the group) stays readable.
+    assert resolve_allowed(str(exports / "s.pcapng"), [str(tmp_path)], private_dirs=[str(state)],
+                           shared_dirs=[str(exports)]) == exports / "s.pcapng"

@@ -11,6 +11,7 @@ import pytest
 
 from diagd.daemon.audit import AuditLog, CallStats, percentile
 from diagd.daemon.tools import CallRecord
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 def record(tool: str = "t", duration_ms: float = 1.0, outcome: str = "ok") -> CallRecord:
@@ -80,6 +81,27 @@ def test_the_audit_log_is_never_written_through_a_symlink(tmp_path: Path) -> Non
     target = tmp_path / "elsewhere"
     target.write_text("")
     (tmp_path / "audit.jsonl").symlink_to(target)
-    with pytest.raises(OSError):
+    with pytest.raises(DiagdError) as refused:  # coded: `diagd serve` says it in one line (issue 20)
         AuditLog(tmp_path / "audit.jsonl", max_bytes=500, keep=3)
+    assert refused.value.code == ErrorCode.PERMISSION_DENIED and "symlink" in refused.value.message
     assert target.read_text() == ""
+
+
+def test_a_link_planted_where_the_log_rotates_to_disables_it_instead_of_writing_through_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The link appears between the rename and the new file's creation (the race, made certain)."""
+    target = tmp_path / "elsewhere"
+    path = tmp_path / "audit.jsonl"
+    real_replace = os.replace
+
+    def replace_then_plant(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
+        real_replace(src, dst)
+        if Path(src) == path:
+            path.symlink_to(target)
+
+    log = AuditLog(path, max_bytes=500, keep=2)
+    monkeypatch.setattr("diagd.daemon.audit.os.replace", replace_then_plant)
+    for _ in range(20):  # past the rotation: the writes after it are dropped, none raises
+        log.write(record())
+    log.close()
+    assert not target.exists() and path.is_symlink()

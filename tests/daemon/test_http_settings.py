@@ -63,3 +63,32 @@ def test_a_reload_says_http_changes_wait_for_a_restart() -> None:
     notes = reload.static_notes(config.parse({}), parse({"listen": "127.0.0.1:8765"}))
     assert [n["applies_to"] for n in notes if n["setting"] == "[http] listen"] == ["the next daemon start"]
     assert "[http] listen" in reload.changed_keys(config.parse({}), parse({"listen": "127.0.0.1:8765"}))
+
+
+def test_session_caps_and_times_have_sound_defaults_and_checks() -> None:
+    http = parse({"listen": "127.0.0.1:8765"}).http
+    assert (http.max_sessions_per_token, http.max_sessions, http.session_idle_s) == (32, 256, 1800.0)
+    assert http.session_keep_s == 7 * 86400
+    for key, value in (("max_sessions", 0), ("session_idle_s", 0), ("max_sessions_per_token", -1)):
+        with pytest.raises(DiagdError) as caught:
+            parse({"listen": "127.0.0.1:8765", key: value})
+        assert caught.value.details["setting"] == f"[http] {key}"
+    with pytest.raises(DiagdError) as caught:
+        parse({"listen": "127.0.0.1:8765", "max_sessions_per_token": 300})
+    assert caught.value.details["setting"] == "[http] max_sessions_per_token"
+    assert "max_sessions = 256" in caught.value.message
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:8765", "192.0.2.7:8765", "[::]:8765", "example.com:8765"])
+def test_the_tokenless_test_listener_is_refused_anywhere_but_loopback_even_with_tls_or_the_override(
+        listen: str) -> None:
+    for extra in ({}, {"allow_insecure_non_loopback": True}, {"tls_cert": "/c.pem", "tls_key": "/k.pem"}):
+        with pytest.raises(DiagdError) as caught:
+            parse({"listen": listen, "test_no_auth": True, **extra})
+        assert caught.value.details["setting"] == "[http] test_no_auth" and "loopback" in caught.value.message
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:8765", "[::1]:8765", "localhost:0"])
+def test_the_tokenless_test_listener_is_accepted_on_loopback_and_off_by_default(listen: str) -> None:
+    assert parse({"listen": listen, "test_no_auth": True}).http.test_no_auth
+    assert not parse({"listen": listen}).http.test_no_auth

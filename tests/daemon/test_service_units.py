@@ -62,3 +62,19 @@ def test_verify_would_catch_a_broken_socket_unit(env: Env) -> None:
     broken.write_text(broken.read_text().replace("ListenStream=%t/diagd/mcp.sock", "ListenStream=not-a-path"))
     done = verify(broken, units / "diagd.service", runtime=env.root / "xdg-runtime")
     assert "not-a-path" in done.stderr
+
+
+def test_documentation_points_at_a_file_that_exists(env: Env) -> None:
+    _done, units = install(env, "--socket")
+    for unit in (units / "diagd.service", units / "diagd.socket"):
+        docs = [line.removeprefix("Documentation=") for line in unit.read_text().splitlines()
+                if line.startswith("Documentation=")]
+        assert docs and all(d.startswith("file:/") and Path(d.removeprefix("file:")).is_file() for d in docs), docs
+
+
+def test_the_service_carries_the_config_and_state_dir_of_the_shell_that_installed_it(env: Env) -> None:
+    env.vars["DIAGD_CONFIG"] = str(env.root / "my 100%" / "config.toml")
+    _done, units = install(env)
+    text = (units / "diagd.service").read_text()
+    assert f'Environment="DIAGD_CONFIG={env.root}/my 100%%/config.toml"' in text
+    assert f'Environment="DIAGD_STATE_DIR={env.state}"' in text

@@ -7,6 +7,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from diagd.daemon import config as config_mod
 from diagd.daemon import tool_groups, tool_listing
 from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -66,19 +67,62 @@ async def test_the_registry_lists_only_selected_groups_and_refuses_the_others_as
     assert unknown.payload["code"] == "INVALID_ARGUMENT" and unknown.payload["details"]["did_you_mean"] == ["pcap_info"]
 
 
-def test_the_listed_output_schema_names_the_required_keys_and_accepts_every_valid_result() -> None:
+def test_the_listed_output_schema_says_object_and_accepts_every_valid_result() -> None:
     declared = {"type": "object", "properties": {"n": {"type": "integer"}, "rows": {"type": "array", "items": {
         "type": "object", "required": ["i"]}}, "note": {"type": "string"}}, "required": ["n", "rows"]}
     wire = tool_listing.output_schema(declared)
-    assert wire == {"type": "object", "required": ["n", "rows"]}
+    assert wire == {"type": "object"}
     for valid in ({"n": 1, "rows": []}, {"n": 2, "rows": [{"i": 1}], "note": "x"}):
         jsonschema.validate(valid, declared)
         jsonschema.validate(valid, wire)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"n": 1}, wire)  # a missing required key is still caught by the client
+        jsonschema.validate(["not", "an", "object"], wire)
+
+
+def test_the_listed_input_schema_leaves_out_only_what_restates_how_a_client_reads_it() -> None:
+    declared = {"type": "object", "additionalProperties": False, "required": ["p"], "properties": {
+        "p": {"type": "string", "description": "a path"},
+        "flag": {"type": "boolean", "default": False, "description": "f"},
+        "on": {"type": "boolean", "default": True, "description": "o"},
+        "text": {"type": "string", "default": "", "description": "t"},
+        "items": {"type": "array", "items": {"type": "object", "additionalProperties": False}, "default": [],
+                  "description": "i"},
+        "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "s"},
+        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+    wire = tool_listing.input_schema(declared)
+    assert wire == {"type": "object", "required": ["p"], "properties": {
+        "p": {"type": "string", "description": "a path"},
+        "flag": {"type": "boolean", "description": "f"},
+        "on": {"type": "boolean", "default": True, "description": "o"},
+        "text": {"type": "string", "description": "t"},
+        "items": {"type": "array", "items": {"type": "object"}, "description": "i"},
+        "offset": {"type": "integer", "minimum": 0, "description": "s"},
+        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+    assert declared["additionalProperties"] is False and declared["properties"]["flag"]["default"] is False
+    assert declared["properties"]["items"]["items"]["additionalProperties"] is False
 
 
 def test_annotations_carry_only_the_hints_that_mean_something_for_the_tool() -> None:
     assert tool_listing.hints(read_only=True, destructive=False, idempotent=True) == {"readOnlyHint": True}
     assert tool_listing.hints(read_only=False, destructive=True, idempotent=False) == {
         "readOnlyHint": False, "destructiveHint": True, "idempotentHint": False}
+
+
+def test_show_other_clients_arguments_is_a_checked_boolean_off_by_default() -> None:
+    assert config_mod.parse({}).mcp.show_other_clients_arguments is False
+    assert config_mod.parse({"mcp": {"show_other_clients_arguments": True}}).mcp.show_other_clients_arguments
+    for bad in ({"show_other_clients_arguments": "yes"}, {"show_other_client_arguments": True}):
+        with pytest.raises(DiagdError) as caught:
+            config_mod.parse({"mcp": bad})
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT, bad
+
+
+async def test_an_unknown_argument_names_the_arguments_the_tool_takes() -> None:
+    reg = ToolRegistry()
+    reg.register(ToolSpec(name="export", description="x", input_schema={
+        "type": "object", "properties": {"port": {"type": "string"}, "name": {"type": "string"}},
+        "additionalProperties": False}, handler=_ok, group="serial"))
+    result = await reg.call("export", {"out_path": "/root/.ssh/authorized_keys"}, CallContext(client="mcp:1"))
+    assert result.is_error and result.payload["code"] == "INVALID_ARGUMENT"
+    assert result.payload["details"]["hint"] == "export takes name, port"
+    assert reg.group_of("export") == "serial" and reg.group_of("no_such_tool") == "diagd"

@@ -49,9 +49,19 @@ async def test_numbers_and_booleans_sent_as_strings_are_accepted() -> None:
                                       "nested": {"n": 3}}
 
 
-def test_numbers_where_the_schema_wants_text_become_text() -> None:
-    assert coerce({"type": "string"}, 12) == "12"
-    assert coerce({"type": "string"}, True) is True  # left for the validator to refuse
+def test_numbers_typed_on_a_command_line_where_the_schema_wants_text_become_text() -> None:
+    assert coerce({"type": "string"}, 12, numbers_as_text=True) == "12"
+    assert coerce({"type": "object", "properties": {"p": {"type": "string"}}}, {"p": 1.5},
+                  numbers_as_text=True) == {"p": "1.5"}
+    assert coerce({"type": "string"}, True, numbers_as_text=True) is True  # left for the validator to refuse
+
+
+async def test_a_number_from_an_agent_where_the_schema_wants_text_is_refused() -> None:
+    registry, _ = make_registry()
+    result = await registry.call("t", {"name": 5}, CallContext(client="test"))
+    assert result.payload["code"] == "INVALID_ARGUMENT" and result.payload["details"]["path"] == "$.name"
+    typed = await registry.call("t", {"name": 5}, CallContext(client="cli", typed=True))  # `diagd call name=5`
+    assert not typed.is_error and typed.payload["args"]["name"] == "5"
 
 
 def test_coerce_leaves_unparseable_strings_for_the_validator() -> None:
@@ -79,6 +89,38 @@ async def test_unknown_argument_is_refused() -> None:
     registry, _ = make_registry()
     result = await registry.call("t", {"bogus": 1}, CallContext(client="test"))
     assert result.payload["code"] == "INVALID_ARGUMENT" and "bogus" in result.payload["message"]
+
+
+async def test_a_misspelt_argument_is_named_with_the_close_match_before_any_missing_required_one() -> None:
+    registry = ToolRegistry()
+    schema = object_schema({"pcap_path": {"type": "string"}, "frame_numbers": {"type": "array"},
+                            "limit": {"type": "integer", "maximum": 10, "default": 5}},
+                           ("pcap_path", "frame_numbers"), closed=True)
+    registry.register(ToolSpec(name="t", description="test", input_schema=schema, handler=_echo))
+    result = await registry.call("t", {"pcap_pth": "/x.pcap", "frame_numbers": [1]}, CallContext(client="test"))
+    assert result.payload["code"] == "INVALID_ARGUMENT"
+    assert result.payload["message"] == "unknown argument 'pcap_pth' (did you mean 'pcap_path'?)"
+    assert result.payload["details"] == {"path": "$.pcap_pth", "did_you_mean": ["pcap_path"]}
+    prefix = await registry.call("t", {"pcap_path": "/x", "frame": [1]}, CallContext(client="test"))
+    assert prefix.payload["message"] == "unknown argument 'frame' (did you mean 'frame_numbers'?)"
+    # Nothing close: the arguments it takes.
+    far = await registry.call("t", {"pcap_path": "/x", "frame_numbers": [1], "zzz": 1}, CallContext(client="test"))
+    assert far.payload["message"] == "unknown argument 'zzz' (arguments: pcap_path, frame_numbers, limit)"
+
+
+async def test_an_unknown_key_of_a_nested_closed_object_is_named_with_its_path() -> None:
+    registry = ToolRegistry()
+    item = object_schema({"name": {"type": "string"}, "field": {"type": "string"}}, ("field",), closed=True)
+    schema = object_schema({"columns": {"type": "array", "items": item}}, closed=True)
+    registry.register(ToolSpec(name="t", description="test", input_schema=schema, handler=_echo))
+    result = await registry.call("t", {"columns": [{"field": "ip.src"}, {"feild": "ip.dst"}]},
+                                 CallContext(client="test"))
+    assert result.payload["message"] == "$.columns[1]: unknown argument 'feild' (did you mean 'field'?)"
+    assert result.payload["details"]["path"] == "$.columns[1].feild"
+
+
+async def _echo(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    return {"args": args}
 
 
 async def test_non_object_arguments_are_refused() -> None:

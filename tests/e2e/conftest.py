@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,3 +49,17 @@ def serial_daemon(env: Env, tmp_path: Path) -> Iterator[DaemonProcess]:
         yield daemon
     finally:
         daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def installed_diagd() -> Iterator[Path]:
+    """`diagd` from a wheel of this checkout, in a venv of its own as pipx/uv tool make (0755 under /tmp:
+    a throw-away uid may run it)."""
+    from tests.support.wheel_venv import build_wheel, install_tool
+
+    work = Path(tempfile.mkdtemp(prefix="diagd-wheel-", dir="/tmp"))
+    work.chmod(0o755)
+    try:
+        yield install_tool(build_wheel(work), work / "tool-venv")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -63,13 +63,34 @@ def daemon_with(root: Path, config: str = "", extra_env: dict[str, str] | None =
 
 @pytest.fixture(scope="module")
 def confined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    yield from daemon_with(tmp_path_factory.mktemp("confined"))
+    yield from daemon_with(tmp_path_factory.mktemp("confined"), extra_env=SECRET)
 
 
 @pytest.fixture(scope="module")
 def session(confined: Daemon) -> dict[str, Any]:
     result: dict[str, Any] = trio.run(confined.open_session)
     return result
+
+
+SECRET = {"DIAGD_TEST_SECRET": "hunter2"}  # in the daemon's environment: no child may see it
+
+
+@pytest.fixture(scope="module")
+def unconfined_allowed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A daemon that sees no Landlock and is configured to run gdb passthrough and drgn anyway: what is
+    left is seccomp's exec denial, the command check and the environment allow-list."""
+    yield from daemon_with(tmp_path_factory.mktemp("unconfined"), "[crash]\nallow_unconfined = true\n",
+                           extra_env={"DIAGD_LANDLOCK": "off", **SECRET})
+
+
+@pytest.fixture(scope="module", params=["landlock", "no-landlock"])
+def any_kernel(request: pytest.FixtureRequest) -> tuple[Daemon, dict[str, Any]]:
+    """The default daemon (Landlock), then one without Landlock (DIAGD_LANDLOCK=off, allow_unconfined),
+    each with a session: the exec, alias and environment tests run on both."""
+    daemon: Daemon = request.getfixturevalue("confined" if request.param == "landlock" else "unconfined_allowed")
+    opened: dict[str, Any] = (request.getfixturevalue("session") if request.param == "landlock"
+                              else trio.run(daemon.open_session))
+    return daemon, opened
 
 
 async def drgn(daemon: Daemon, session: dict[str, Any], code: str) -> dict[str, Any]:
@@ -92,6 +113,20 @@ async def test_drgn_code_cannot_read_etc_shadow_or_other_files_outside_its_job(c
     assert not works["_is_error"] and works["output"] == "swapper/0"
 
 
+async def test_drgn_code_cannot_read_diagds_state_dir_though_allowed_dirs_holds_it(confined: Daemon,
+                                                                                 session: dict[str, Any]) -> None:
+    # allowed_dirs holds the test root and with it the state dir (every client's outputs, serial logs,
+    # the audit log): the sandbox grants the root's other entries (as they were when the session
+    # started) only (issue 20, tool groups).
+    state = confined.process.env.state
+    assert raised(await drgn(confined, session, f"open({str(state / 'audit.jsonl')!r}).read()")) == "PermissionError"
+    assert raised(await drgn(confined, session, f"import os; os.listdir({str(state)!r})")) == "PermissionError"
+    works = await drgn(confined, session, f"print(open({str(confined.root / 'config.toml')!r}).read())")
+    assert not works["_is_error"] and "allowed_dirs" in works["output"], works
+    own = await drgn(confined, session, "import os; print(len(os.listdir('.')) > 0)")
+    assert not own["_is_error"] and own["output"] == "True", own  # its own session directory stays its
+
+
 async def test_drgn_code_writes_only_its_session_directory(confined: Daemon, session: dict[str, Any],
                                                            tmp_path: Path) -> None:
     outside = tmp_path / "escaped.txt"
@@ -102,7 +137,8 @@ async def test_drgn_code_writes_only_its_session_directory(confined: Daemon, ses
     assert not wrote["_is_error"] and inside.read_text() == "ok" and not outside.exists()
 
 
-async def test_drgn_code_cannot_start_a_process(confined: Daemon, session: dict[str, Any], tmp_path: Path) -> None:
+async def test_drgn_code_cannot_start_a_process(any_kernel: tuple[Daemon, dict[str, Any]], tmp_path: Path) -> None:
+    confined, session = any_kernel  # with Landlock and without: seccomp refuses execve either way
     marker = tmp_path / "ran"
     status = await drgn(confined, session, f"import os; os.system('touch {marker}')")
     assert not status["_is_error"] and status["output"] != "0"  # the shell could not be executed
@@ -131,9 +167,36 @@ async def test_drgn_code_cannot_connect_over_tcp_or_to_a_unix_socket(confined: D
     assert raised(tcp) == "OSError"
 
 
+async def test_drgn_sees_only_the_environment_allow_list(any_kernel: tuple[Daemon, dict[str, Any]]) -> None:
+    daemon, session = any_kernel
+    seen = await drgn(daemon, session, "import json, os; print(json.dumps(sorted(os.environ)))")
+    assert not seen["_is_error"], seen
+    names = set(json.loads(seen["output"]))
+    allowed = {"PATH", "LANG", "LANGUAGE", "TZ", "HOME", "DIAGD_SANDBOX"}
+    assert names - allowed <= {n for n in names if n.startswith("LC_")}, names
+    home = await drgn(daemon, session, "import os; print(os.environ['HOME'], os.environ.get('DIAGD_TEST_SECRET'))")
+    assert home["output"] == "/nonexistent None"
+
+
 # -- crash ------------------------------------------------------------------------------------------
 
-async def test_crash_cannot_start_a_shell_by_any_spelling(confined: Daemon, session: dict[str, Any]) -> None:
+async def test_crash_aliases_cannot_reach_gdb_and_gdb_sees_no_secret(any_kernel: tuple[Daemon, dict[str, Any]]
+                                                                      ) -> None:
+    daemon, session = any_kernel
+    sid = session["session_id"]
+    for command in ("alias zz gdb", "alias zz g", 'alias zz "gdb"', "set gdb on"):
+        refused = await daemon.call("run_crash_command", command=command, session_id=sid)
+        assert refused["_is_error"] and refused["code"] == "INVALID_ARGUMENT", (command, refused)
+    used = await daemon.call("run_crash_command", command="zz she id", session_id=sid)
+    assert used["_is_error"] or "uid=" not in used["output"], used
+    environment = await daemon.call("run_crash_command", command="gdb show environment", session_id=sid)
+    assert not environment["_is_error"], environment
+    assert "HOME=/nonexistent" in environment["output"] and "hunter2" not in environment["output"]
+    assert '"exec":"denied after this one"' in environment["output"]
+
+
+async def test_crash_cannot_start_a_shell_by_any_spelling(any_kernel: tuple[Daemon, dict[str, Any]]) -> None:
+    confined, session = any_kernel
     for command in ESCAPES:
         result = await confined.call("run_crash_command", command=command, session_id=session["session_id"])
         assert result["_is_error"] and result["code"] == "INVALID_ARGUMENT", (command, result)

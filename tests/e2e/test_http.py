@@ -20,6 +20,7 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import DaemonProcess, Env, start_daemon
 
@@ -210,6 +211,6 @@ async def test_http_sessions_see_the_configured_tool_groups_only(env: Env) -> No
             names = {t.name for t in (await client.list_tools()).tools}
             assert "pcap_info" in names and "diagd_status" in names
             assert not names & {"echo", "open_vmcore_session", "exec_program", "send_data"}
-            refused = await client.call_tool("echo", {"message": "not selected"})
-            assert refused.is_error
-            assert json.loads(refused.content[0].text)["code"] == "NOT_FOUND"
+            with pytest.raises(MCPError) as refused:  # a protocol error, naming the tool's group
+                await client.call_tool("echo", {"message": "not selected"})
+            assert refused.value.code == -32602 and refused.value.error.data["group"] == "echo_actor"

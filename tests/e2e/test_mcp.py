@@ -12,6 +12,7 @@ import pytest
 import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import DIAGD, DaemonProcess, Env
 from tests.support.raw import RawMCP
@@ -77,7 +78,7 @@ async def test_status_call_returns_compact_json_with_meta_envelope(daemon: Daemo
         assert any(c["kind"] == "mcp" for c in result.structured_content["daemon"]["clients"])
 
 
-async def test_bad_arguments_and_unknown_tools_are_coded_errors(daemon: DaemonProcess) -> None:
+async def test_bad_arguments_are_coded_errors_and_unknown_tools_protocol_errors(daemon: DaemonProcess) -> None:
     async with mcp_client(daemon.env) as client:
         missing = await call(client, "echo", {})
         assert missing.is_error
@@ -88,8 +89,10 @@ async def test_bad_arguments_and_unknown_tools_are_coded_errors(daemon: DaemonPr
         assert wrong_type["code"] == "INVALID_ARGUMENT" and wrong_type["details"]["path"] == "$.delay_s"
         as_string = await call(client, "echo", {"message": "x", "delay_s": "0.01"})
         assert not as_string.is_error
-        unknown = payload(await call(client, "ecoh", {}))
-        assert unknown["code"] == "INVALID_ARGUMENT" and "echo" in unknown["details"]["did_you_mean"]
+        with pytest.raises(MCPError) as unknown:  # 2025-11-25: an unknown tool is -32602, not a tool result
+            await call(client, "ecoh", {})
+        assert unknown.value.code == -32602 and "echo" in unknown.value.error.data["did_you_mean"]
+        assert unknown.value.error.data["code"] == "INVALID_ARGUMENT"
 
 
 @pytest.mark.filterwarnings("ignore:ping is removed")  # desktop clients still ping (legacy era)

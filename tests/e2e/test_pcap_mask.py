@@ -141,7 +141,6 @@ def calls(case: Case) -> dict[str, list[dict[str, Any]]]:
         "pcap_list_fields": [{"query": "imsi", "limit": 20}],
         "pcap_fields_search": [{"prefix": "e212.", "keyword": "imsi"}],
         "pcap_config_get": [{}],
-        "pcap_config_reload": [{}],
     }
 
 

@@ -105,15 +105,33 @@ async def test_a_modem_session_exports_as_a_capture_the_pcap_tools_read(
         assert sent["packet_count"] == done["tx_packets"] == tshark_count(out, "frame.p2p_dir == 0")
         assert tshark_count(sent["output_path"], "data-text-lines contains \"AT+CSQ\"") == 1
 
-        # A caller-named file: a new one inside [daemon] allowed_dirs, never anywhere else.
-        named = await ok(client, "export_serial_pcapng", port=port, out_path=str(allowed / "modem.pcapng"))
-        assert named["pcapng_path"] == str(allowed / "modem.pcapng") and named["packets"] == done["packets"]
-        again = await error(client, "export_serial_pcapng", port=port, out_path=str(allowed / "modem.pcapng"))
-        assert again["code"] == "INVALID_ARGUMENT"
-        outside = await error(client, "export_serial_pcapng", port=port, out_path="/tmp/diagd-serial.pcapng")
-        assert outside["code"] == "PERMISSION_DENIED"
+        # A caller-chosen stem: diagd's exports dir, diagd's extension, a new file, its path returned.
+        named = await ok(client, "export_serial_pcapng", port=port, name="modem-run1")
+        exports = serial_daemon.env.state / "serial" / "exports"
+        assert named["pcapng_path"] == str(exports / "modem-run1.pcapng") and named["packets"] == done["packets"]
+        assert (await ok(client, "pcap_info", pcap_path=named["pcapng_path"]))["packet_count"] == done["packets"]
+        again = await error(client, "export_serial_pcapng", port=port, name="modem-run1")
+        assert again["code"] == "INVALID_ARGUMENT" and "another name" in again["details"]["hint"]
+        # A stem that reads like a sensitive name is only a stem: it lands in the exports dir as .pcapng.
+        keys = await ok(client, "export_serial_pcapng", port=port, name="authorized_keys")
+        assert keys["pcapng_path"] == str(exports / "authorized_keys.pcapng")
+        await refuses_every_name_form_but_a_stem(client, port, allowed)
         unknown = await error(client, "export_serial_pcapng", port=port, session=live["session"][:-8])
         assert unknown["code"] == "NOT_FOUND" and unknown["details"]["did_you_mean"] == [live["session"]]
+    assert not any(allowed.iterdir())  # nothing was written where a caller pointed
+
+
+async def refuses_every_name_form_but_a_stem(client: Any, port: str, allowed: Path) -> None:
+    """The attack of issue 20: the agent's Tx bytes into authorized_keys, .bashrc, names with a newline,
+    a path out; each refused with INVALID_ARGUMENT and a hint, nothing written."""
+    for name in (str(allowed / "authorized_keys"), ".bashrc", "x\nssh-ed25519 AAAA", "../../authorized_keys",
+                 "/root/.ssh/authorized_keys", "keys.sh", "modem.pcapng", "-x"):
+        refused = await error(client, "export_serial_pcapng", port=port, name=name)
+        assert refused["code"] == "INVALID_ARGUMENT" and ".pcapng" in refused["details"]["hint"], (name, refused)
+    # The argument that once named any new file in allowed_dirs is gone: refused, saying what is taken.
+    for target in (allowed / "authorized_keys", allowed / ".bashrc", allowed / "a\nb"):
+        refused = await error(client, "export_serial_pcapng", port=port, out_path=str(target))
+        assert refused["code"] == "INVALID_ARGUMENT" and "name" in refused["details"]["hint"], refused
 
 
 async def test_an_empty_session_exports_an_empty_capture_and_says_so(

@@ -3,6 +3,7 @@ the daemon under it is stopped, killed and started again on the same runtime dir
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -255,7 +256,28 @@ def test_with_autostart_a_stopped_daemon_is_replaced_and_the_session_goes_on(env
             second = client.read()["result"]["structuredContent"]["daemon"]["pid"]  # type: ignore[index]
             assert second != first
         finally:
-            env.run("stop")
+            client.close()  # first: a shim still running would autostart a daemon again after the stop
+            stop_every_daemon(env)
+
+
+def stop_every_daemon(env: Env) -> None:
+    """`diagd stop` until nobody holds the runtime dir's lock (a daemon the shim was starting as it was
+    killed comes up a moment later)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        env.run("stop")
+        try:
+            fd = os.open(env.runtime / "daemon.lock", os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.1)
+        finally:
+            os.close(fd)
+    raise TimeoutError("a daemon still holds the lock")
 
 
 def hang_up_after_the_handshake(path: os.PathLike[str]) -> tuple[socket.socket, list[int]]:
@@ -297,5 +319,62 @@ def test_a_daemon_that_keeps_hanging_up_ends_the_shim_within_the_bound_not_in_a_
                 "diagd mcp: the daemon went away (it keeps closing the connection without a word) and did not "
                 "come back within 1 s"), stderr
             assert accepted[0] > 2  # it did reconnect, with backoff
+    finally:
+        server.close()
+
+
+def wait_busy_over_control(env: Env, resource: str) -> None:
+    """Until the echo actor of `resource` runs a call (seen through `diagd status`)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = json.loads(env.run("status", "--json").stdout)
+        if any(a["resource"] == resource and a["state"] == "busy" for a in status.get("actors", [])):
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"no busy actor for {resource}")
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_after_a_restart_the_shim_exits_0_at_eof_when_every_request_was_answered(env: Env, how: str) -> None:
+    """A DAEMON_RESTARTED answer is an answer: the session went on, and the client got every reply."""
+    with restartable(env) as daemons, shim(env, "--no-autostart") as client:
+        client.initialize()
+        client.send(echo(1, "slow", resource="eof", delay_s=60))
+        wait_busy_over_control(env, "eof")
+        daemons.append(restart(daemons[0], how))
+        failed = client.read()
+        assert failed is not None and failed["id"] == 1 and failed["error"]["data"]["code"] == "DAEMON_RESTARTED"
+        client.send(echo(2, "after"))
+        assert client.read()["result"]["structuredContent"]["message"] == "after"  # type: ignore[index]
+        assert client.proc.stdin is not None
+        client.proc.stdin.close()
+        code, stderr = client.wait()
+        assert client.read() is None
+        assert code == 0, stderr
+        assert [line for line in stderr.splitlines() if "reconnected after" not in line] == [], stderr
+
+
+def test_a_request_the_daemon_never_answers_at_eof_still_ends_the_shim_with_status_1(env: Env) -> None:
+    """The initialize, sent to a daemon that accepts and closes without a word, and stdin closed."""
+    env.runtime.mkdir(mode=0o700, exist_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(env.runtime / "mcp.sock"))
+    server.listen(4)
+
+    def hang_up() -> None:
+        # Gone for good after one connection: a listener left open would accept the shim's reconnect
+        # in its backlog and never answer the replayed handshake (a hung daemon, not this case).
+        with server.accept()[0] as conn:
+            conn.recv(65536)
+            server.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        with shim(env, "--no-autostart", DIAGD_SHIM_RECONNECT_S="1") as client:
+            client.send(INITIALIZE)
+            assert client.proc.stdin is not None
+            client.proc.stdin.close()
+            code, stderr = client.wait()
+            assert code == 1 and "Traceback" not in stderr, stderr
     finally:
         server.close()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from diagd.daemon import tool_groups
 from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_mcp import call, mcp_client, payload
+from tests.e2e.test_serial import AT_END, SimProcess, error, ok
 from tests.support.raw import RawMCP
 
 pytestmark = pytest.mark.e2e
@@ -40,11 +44,11 @@ async def test_a_client_that_chose_pcap_lists_pcap_and_diagd_tools_only_and_cann
         assert all(n.startswith(("pcap_", "ngap_", "diagd_")) for n in names), names
         assert client.instructions is not None and "pcap_info" in client.instructions
         assert "open_vmcore_session" not in client.instructions and "exec_program" not in client.instructions
-        refused = await call(client, "open_vmcore_session", {"vmcore_path": "/x", "vmlinux_path": "/y"})
-        assert refused.is_error
-        error = payload(refused)
-        assert error["code"] == "NOT_FOUND" and error["details"]["group"] == "crash"
-        assert "--tools" in error["message"]
+        # A tool of a group the client did not select is a protocol error (-32602), naming its group.
+        with pytest.raises(MCPError) as refused:
+            await call(client, "open_vmcore_session", {"vmcore_path": "/x", "vmlinux_path": "/y"})
+        assert refused.value.code == -32602 and refused.value.error.data["group"] == "crash"
+        assert refused.value.error.data["code"] == "NOT_FOUND" and "--tools" in refused.value.message
         assert not (await call(client, "diagd_status")).is_error
 
 
@@ -67,8 +71,9 @@ async def test_mcp_tools_in_the_config_is_every_clients_default_and_a_client_may
         async with mcp_client(env) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert "echo" in names and "diagd_status" in names and "pcap_info" not in names
-            refused = payload(await call(client, "pcap_info", {"pcap_path": "/x.pcap"}))
-            assert refused["code"] == "NOT_FOUND" and "[mcp] tools" in refused["message"]
+            with pytest.raises(MCPError) as refused:
+                await call(client, "pcap_info", {"pcap_path": "/x.pcap"})
+            assert refused.value.code == -32602 and "[mcp] tools" in refused.value.message
         async with mcp_client(env, "--tools", "pcap") as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert "pcap_info" in names and "echo" not in names
@@ -153,3 +158,85 @@ def test_tools_list_stays_within_its_size_budgets(daemon: DaemonProcess) -> None
         sizes[tools] = len(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode())
     assert sizes[BACK_ENDS] <= FULL_BUDGET, sizes
     assert sizes["pcap"] <= PCAP_BUDGET, sizes
+
+
+@pytest.fixture
+def groups_daemon(env: Env, tmp_path: Path) -> Iterator[DaemonProcess]:
+    # allowed_dirs covers the state dir (as a home directory often does): the boundary must hold anyway.
+    config = env.config.read_text().replace("[daemon]\n", f'[daemon]\nallowed_dirs = ["{tmp_path}"]\n')
+    env.write_config(config + f'\n[serial]\nallowed_ports = ["{tmp_path}/modem*"]\n')
+    daemon = start_daemon(env)
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+async def test_a_pcap_client_cannot_stop_read_or_reach_another_groups_actor_calls_or_files(
+        groups_daemon: DaemonProcess, sim: SimProcess) -> None:
+    env, port = groups_daemon.env, str(sim.link)
+    async with mcp_client(env, "--tools", "serial,pcap") as owner, mcp_client(env, "--tools", "pcap") as other:
+        await ok(owner, "configure_connection", port=port, line_ending="cr")
+        await ok(owner, "send_data", port=port, payload="AT+SECRET=hunter2", stop_pattern=AT_END, timeout_ms=5000)
+        export = await ok(owner, "export_serial_pcapng", port=port, name="run1")
+        actor = next(a for a in (await ok(owner, "diagd_status"))["actors"] if a["resource"] == port)
+        assert actor["group"] == "serial"
+
+        # The actor: not listed, not stoppable (not even told it exists), and still serving its owner.
+        status = await ok(other, "diagd_status")
+        assert all(a["group"] in ("pcap", "diagd") for a in status["actors"]), status["actors"]
+        assert not {"send_data", "configure_connection", "export_serial_pcapng"} & set(status["tools"])
+        refused = await error(other, "diagd_stop_actor", actor_id=actor["id"])
+        assert refused["code"] == "NOT_FOUND" and actor["id"] not in refused["details"]["known"]
+        assert (await ok(owner, "connection_status", port=port))["ports"][0]["state"] == "Connected"
+
+        # The calls: none of another group, so none of its arguments.
+        shown = await ok(other, "diagd_calls", limit=500)
+        assert {c["tool"] for c in shown["calls"]} <= {"diagd_status", "diagd_stop_actor", "diagd_calls"}
+        assert "hunter2" not in json.dumps(shown)
+
+        # The files: the export, the raw log, the audit log, the runtime dir, though allowed_dirs covers
+        # the state dir; each refused with PERMISSION_DENIED saying why.
+        for path in (export["pcapng_path"], export["log_file"], str(env.state / "audit.jsonl"),
+                     str(env.runtime / "mcp.sock"), str(env.state)):
+            denied = await error(other, "pcap_info", pcap_path=path)
+            assert denied["code"] == "PERMISSION_DENIED", (path, denied)
+            assert "diagd's own directories" in denied["message"], denied
+        denied = await error(other, "pcap_info", pcap_path=export["pcapng_path"])
+        assert "'serial' tool group" in denied["details"]["hint"]
+        # The owner selected serial too: its exports are its to analyse.
+        assert (await ok(owner, "pcap_info", pcap_path=export["pcapng_path"]))["packet_count"] == export["packets"]
+
+
+async def test_a_client_of_the_same_group_sees_calls_redacted_and_cannot_stop_a_port_it_does_not_own(
+        groups_daemon: DaemonProcess, sim: SimProcess) -> None:
+    env, port = groups_daemon.env, str(sim.link)
+    async with mcp_client(env, "--tools", "serial") as owner, mcp_client(env, "--tools", "serial") as other:
+        await ok(owner, "configure_connection", port=port, line_ending="cr")
+        await ok(owner, "send_data", port=port, payload="AT+SECRET=hunter2", stop_pattern=AT_END, timeout_ms=5000)
+        actor = next(a for a in (await ok(other, "diagd_status"))["actors"] if a["resource"] == port)
+        busy = await error(other, "diagd_stop_actor", actor_id=actor["id"])
+        assert busy["code"] == "BUSY" and busy["details"]["owner"].startswith("mcp:"), busy
+        assert "force=true" in busy["details"]["hint"]
+        assert (await ok(owner, "connection_status", port=port))["ports"][0]["state"] == "Connected"
+
+        sent = (await sent_calls(other))[0]
+        assert "hunter2" not in json.dumps(sent) and set(sent["arguments"]) >= {"port", "payload"}
+        assert sent["arguments"]["payload"].startswith("<redacted")
+        own = (await sent_calls(owner))[0]
+        assert own["arguments"]["payload"] == "AT+SECRET=hunter2"  # a client's own calls stay whole
+
+        env.write_config(env.config.read_text() + "\n[mcp]\nshow_other_clients_arguments = true\n")
+        assert "[mcp] show_other_clients_arguments" in (await ok(other, "diagd_reload"))["changed"]
+        sent = (await sent_calls(other))[0]
+        assert sent["arguments"]["payload"] == "AT+SECRET=hunter2"
+
+        # Its owner stops it like any of its own resources.
+        assert (await ok(owner, "diagd_stop_actor", actor_id=actor["id"]))["stopped"] == actor["id"]
+
+
+async def sent_calls(client: Any) -> list[dict[str, Any]]:
+    result = await call(client, "diagd_calls", {"tool": "send_data"})
+    assert not result.is_error, payload(result)
+    calls: list[dict[str, Any]] = payload(result)["calls"]
+    return calls

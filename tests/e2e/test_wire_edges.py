@@ -79,7 +79,7 @@ def test_malformed_messages_get_the_spec_error_and_the_id_when_readable(daemon: 
         (b"[]", {"jsonrpc": "2.0", "id": None, "error": {
             "code": -32600, "message": "Invalid Request: an empty batch", "data": PROTOCOL}}),
         (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', {"jsonrpc": "2.0", "id": None, "error": {
-            "code": -32600, "message": "Invalid Request: batches are not supported, send one message per line",
+            "code": -32600, "message": "Invalid Request: batches are not supported, send one message at a time",
             "data": PROTOCOL}}),
         (b'{"jsonrpc":"2.0","id":12,"method":5}', {"jsonrpc": "2.0", "id": 12, "error": {
             "code": -32600, "message": "Invalid Request: method must be a string", "data": PROTOCOL}}),

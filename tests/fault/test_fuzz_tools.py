@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ from hypothesis import strategies as st
 
 from tests.fault.conftest import SMALL_PCAP, RichDaemon
 from tests.fault.helpers import ControlClient, assert_coded_error, declared_tools, listed_tools
-from tests.fault.strategies import RealInputs, tool_arguments
+from tests.fault.strategies import HOSTILE_PATHS, RealInputs, tool_arguments
 from tests.pcaps import PCAPS
 from tests.support.procs import zombies
 from tests.support.raw import RawMCP
@@ -41,7 +42,7 @@ TOOLS = [
     "diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload", "diagd_timeline",
     "pcap_info", "pcap_frames_by_filter", "pcap_timeline", "pcap_frame_detail", "pcap_text_search", "pcap_follow",
     "pcap_packet_list", "pcap_extract_subcapture", "ngap_ue_sessions", "ngap_pdu_session_summary",
-    "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_config_reload", "pcap_sequence_diagram",
+    "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_sequence_diagram",
     "pcap_stats",
     "list_ports", "configure_connection", "connection_status", "send_data", "read_urc", "set_signals", "get_log",
     "export_serial_pcapng",
@@ -141,6 +142,10 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
         by_tool={
             # Never the shared session: closing it would end what every other crash example uses.
             ("close_vmcore_session", "session_id"): st.text(max_size=20),
+            # The names issue 20's attack wrote the agent's bytes under, beside fresh stems.
+            ("export_serial_pcapng", "name"): st.sampled_from(
+                ["run1", "authorized_keys", ".bashrc", "a\nb", "../x", str(root / "authorized_keys"), "k.sh",
+                 *HOSTILE_PATHS]),
         },
         bounded={
             "wait_s": short_floats,
@@ -296,3 +301,14 @@ def test_the_fuzzed_daemon_left_no_zombies_and_its_log_no_tracebacks(rich_daemon
     assert "tool crashed" not in log, log[log.index("tool crashed") - 200:][:3000]
     for line in (rich_daemon.daemon.env.state / "audit.jsonl").read_text().splitlines():
         strict_json(line)  # every audit record stays JSON, whatever the arguments were
+
+
+def test_the_fuzzed_daemon_wrote_files_only_under_names_it_made(rich_daemon: RichDaemon) -> None:
+    # Every file a tool wrote is in an exports dir under diagd's safe alphabet and extension; none in
+    # the allowed dirs the fuzzed arguments pointed at.
+    state = rich_daemon.daemon.env.state
+    for exports, extensions in ((state / "serial" / "exports", {".pcapng"}),
+                                (state / "pcap" / "exports", {".pcapng", ".tsv"})):
+        for path in exports.iterdir() if exports.is_dir() else []:
+            assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", path.stem) and path.suffix in extensions, path
+    assert not (rich_daemon.root / "authorized_keys").exists()

@@ -355,7 +355,11 @@ def test_non_finite_numbers_sent_on_the_control_socket_never_make_mcp_text_inval
         bystanders: Bystanders) -> None:
     """msgpack carries NaN and infinities, JSON does not: what the daemon echoes of them (diagd_calls,
     the audit log) must stay JSON and say the same in text and structuredContent."""
+    env = bystanders.daemon.env
+    env.write_config(env.config.read_text() + "\n[mcp]\nshow_other_clients_arguments = true\n")
     with ControlClient(bystanders.daemon.control_socket, client="garbage") as client:
+        # Another client's arguments reach diagd_calls only when the config says so: it says so here.
+        assert not client.call("diagd_reload", {})[0]
         for value in (float("nan"), float("inf"), float("-inf")):
             is_error, payload = client.call("diagd_calls", {"limit": value, "tool": value})
             if is_error:
@@ -376,5 +380,6 @@ def test_non_finite_numbers_sent_on_the_control_socket_never_make_mcp_text_inval
     text = reply["result"]["content"][0]["text"]
     assert "structuredContent" in reply["result"], reply["result"]
     assert json.loads(text, parse_constant=refuse) == reply["result"]["structuredContent"]
+    assert any(c["arguments"].get("limit") == "nan" for c in reply["result"]["structuredContent"]["calls"]), text
     for line in (bystanders.daemon.env.state / "audit.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=refuse)

@@ -28,6 +28,7 @@ from diagd.actors.runtime import (
     ClientHook,
     IdleTimeout,
     ReloadHook,
+    StopCheck,
 )
 from diagd.actors.tooling import CallContext, ToolSpec
 from diagd.daemon.backends import Clients
@@ -45,6 +46,7 @@ class FakeRuntime:
         self.registry = ToolRegistry(call_timeout_s=30)
         self._config = BackendConfig(table=dict(table or {}), **shared)
         self._reload_hooks: list[ReloadHook] = []
+        self.stop_checks: dict[str, StopCheck] = {}
         self._clients = Clients()
         self.shutting_down = False
 
@@ -61,8 +63,7 @@ class FakeRuntime:
     def set_table(self, table: Mapping[str, Any]) -> list[dict[str, Any]]:
         """`diagd reload` with a new table: the back end's hooks may refuse it (DiagdError) or note
         what waits for a reopen (returned)."""
-        new = BackendConfig(table=dict(table), allowed_dirs=self._config.allowed_dirs,
-                            regex_budget_s=self._config.regex_budget_s, call_timeout_s=self._config.call_timeout_s)
+        new = replace(self._config, table=dict(table))
         notes = [note for hook in self._reload_hooks for note in hook(self._config, new)]
         self._config = new
         return notes
@@ -80,7 +81,7 @@ class FakeRuntime:
 
     async def start(self, kind: str, resource: str, factory: ActorFactory, *,
                     idle_timeout_s: IdleTimeout = None) -> ActorRef:
-        return await self.supervisor.start(kind, resource, factory, idle_timeout_s=idle_timeout_s)
+        return await self.supervisor.start(kind, resource, factory, idle_timeout_s=idle_timeout_s, group=self.name)
 
     async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
         return await self.supervisor.ask(ref, message, progress=progress)
@@ -94,6 +95,9 @@ class FakeRuntime:
     def stop(self, ref: ActorRef, reason: str) -> None:
         if ref.accepting:
             self.supervisor.stop(ref.id, reason=reason)
+
+    def on_stop_request(self, kind: str, check: StopCheck) -> None:
+        self.stop_checks[kind] = check
 
     def config(self) -> BackendConfig:
         return self._config

@@ -6,7 +6,7 @@ way. Bundled SCTP chunks are first split one per frame (tests/support/pcapedit) 
 one NGAP PDU; frame numbers are mapped back to the original capture's. Whatever it cannot read
 unambiguously from one row (two RAN ids, two 5GSM messages, ...) makes it raise instead of guess.
 
-The rules it applies are the ones the README states for the tools: a UE context is (SCTP
+The rules it applies are the ones docs/5g.md states for the tools: a UE context is (SCTP
 association, AMF-UE-NGAP-ID, RAN-UE-NGAP-ID); failures are reject/failure/status NAS messages,
 NGAP unsuccessful outcomes, ErrorIndication / NAS non-delivery, failed PDU session setups,
 releases with an abnormal cause, and class-1 requests unanswered although the association went on.

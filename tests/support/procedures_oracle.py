@@ -1,7 +1,7 @@
 """A second, independent answer to ngap_ue_sessions(view="procedures"), from `tshark -T fields` rows.
 
 It reads the one-PDU-per-row field rows of tests/support/ngap_oracle.py (not sharkd's trees) and
-follows the rules the README states, written out again here by message-type numbers:
+follows the rules docs/5g.md states, written out again here by message-type numbers:
 
 - NAS: only a row's first 5GMM message type is its own (a further one after a SECURITY MODE
   COMPLETE is the REGISTRATION REQUEST in its container); its 5GSM type rides in a NAS transport.

@@ -1,6 +1,6 @@
 """5G N2 summaries from NGAP protocol trees: UE contexts, their failures, and PDU sessions.
 
-What is counted (the README's "NGAP summaries" section says the same for users):
+What is counted (docs/5g.md, "What the NGAP summaries count", says the same for users):
 
 - An NG association is one SCTP association between a gNB and an AMF: its two endpoints
   (ip:port) plus Wireshark's SCTP association index (sctp.association_index, which tells a

@@ -34,11 +34,34 @@ ESCAPES = [
     "gdb generate-core-file /tmp/x", "gdb gcore /tmp/x", "gdb define foo", "gdb document foo", "gdb edit",
     "gdb tui enable", "gdb compile code 1", "gdb call system(0)", "gdb run", "gdb r",
     "r", "sn", "set scroll on", "set console /tmp/x", "repeat bt", "wr jiffies 0",
+    # issue 20: an alias is judged by its name when used, so no alias may be defined at all
+    "alias zz gdb", "alias zz g", 'alias zz "gdb"', "alias zz 'g'", '"alias" zz gdb', "alias zz gdb p 1", "alias zz ''",
+    'alias zz ""', "alias zz bt -a", "alias  zz\tgdb",
+    # crash `set` variables outside the output ones: gdb mode hands every later line to gdb
+    "set gdb on", "set gdb  on", "set error /tmp/x", "set core on", "set silent on", "set debug 9",
+    "set namelist /tmp/x", "set edit vi", "set scroll less", "set scroll CRASHPAGER", '"set" gdb on', "set 'gdb' on",
+    # gdb's ways to run commands from other commands, to define commands, to reach files or programs
+    "gdb define zz", "gdb define-prefix zz", "gdb document zz", "gdb alias -a zz = shell", "gdb eval \"she id\"",
+    "gdb with print pretty -- shell id", "gdb frame apply 1 shell id", "gdb thread apply 1 shell id",
+    "gdb taas shell id", "gdb tfaas shell id", "gdb faas shell id", "gdb if 1", "gdb while 1", "gdb commands",
+    "gdb interpreter-exec mi \"-interpreter-exec console \\\"shell id\\\"\"", "gdb pipe p 1 | id", "gdb | p 1 | id",
+    "gdb python import os", "gdb source /tmp/x", "gdb set logging redirect on", "gdb set logging overwrite on",
+    "gdb dump value /tmp/x 1", "gdb append value /tmp/x 1", "gdb restore /tmp/x", "gdb shell", "gdb !", "gdb ! id",
+    "gdb SHELL id", "gdb Shell id", "gdb SHE id", "gdb 'shell' id", "gdb \"sh\"ell id", "gdb\t\tshe id",
+    "gdb she\\\nll id", "g she id", "'g' she id", '"g" she id', "gdb she", "gdb tf shell id", "gdb ta shell id",
+    "gdb end", "gdb dont-repeat", "gdb init-if-undefined $x = 1", "gdb set auto-load safe-path /",
+    "gdb set history save on", "gdb save breakpoints /tmp/x", "gdb tsave /tmp/x", "gdb new-ui console /dev/tty",
+    "gdb shell-anything", "she", "sh id", "she\\ll id", "pi", "py", "ev \"she id\"", "tfaas she id", "taas she id",
+    "def zz", "doc zz", "pipe p 1 | id", "dump value /tmp/x 1", "interpreter-exec console \"she id\"",
+    "!", "! id", " !id", "\t!id", "p 1 |id", "p 1 >/tmp/x", "p 1 >>/tmp/x", "bt -a < /tmp/x", "<", "|", ">",
+    "foreach bt | sh", "foreach bt > /tmp/x",
 ]
 READ_ONLY = ["sys", "bt", "p jiffies", "jiffies", "task_struct", "gdb p jiffies", "gdb info registers",
              "g ptype struct task_struct", "gdb set var $x = 1", "gdb x/4x &jiffies", "gdb list schedule",
-             "gdb disassemble schedule", "gdb show version", "gdb echo hi", "alias zz bt -a", "set scroll off", "sf",
-             "hex", "eval 1 + 1", "struct task_struct.pid", "help bt", "log -T", "set -p 1"]
+             "gdb disassemble schedule", "gdb show version", "gdb echo hi", "alias", "alias g", "set scroll off", "sf",
+             "hex", "eval 1 + 1", "struct task_struct.pid", "help bt", "log -T", "set -p 1", "set radix 16",
+             "set print_max 64", "set radix", "set scroll", "set -c 0", "set -v", "set 1", "foreach bt",
+             "gdb show environment"]
 
 
 @pytest.mark.parametrize("command", ESCAPES)
@@ -58,16 +81,32 @@ def test_only_gdb_and_its_alias_count_as_gdb_passthrough() -> None:
     assert not text.is_gdb_passthrough("p 1") and not text.is_gdb_passthrough("bt")
 
 
-@pytest.mark.skipif(shutil.which("crash") is None or _confine_exec.landlock_abi() < 1,
-                    reason="needs crash and Landlock")
-def test_with_the_filter_bypassed_the_sandbox_still_stops_a_shell_and_file_writes(tmp_path: Path) -> None:
+# Typed at the real crash with the filter bypassed: each tried to start a program (crash's popen or gdb's
+# shell); with the launcher's seccomp filter, with or without Landlock, each fails at execve.
+EXEC_FORMS = ["!id", "gdb she id", "she id", "gdb eval \"shell id\"", "gdb with confirm off -- shell id",
+              "gdb interpreter-exec console \"shell id\"", "p 1 | id", "gdb pipe p 1 | id", "gdb | p 1 | id",
+              "alias zz gdb", "zz she id"]
+DENIED_MARKS = ("cannot open pipe", "Operation not permitted", "Permission denied")
+
+
+@pytest.mark.skipif(shutil.which("crash") is None or not _confine_exec.seccomp_available(),
+                    reason="needs crash and seccomp")
+@pytest.mark.parametrize("landlock", [
+    pytest.param(True, id="landlock", marks=pytest.mark.skipif(_confine_exec.landlock_abi() < 1, reason="no Landlock")),
+    pytest.param(False, id="no-landlock")])
+def test_with_the_filter_bypassed_the_sandbox_still_stops_a_shell_and_file_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, landlock: bool) -> None:
+    if not landlock:
+        monkeypatch.setenv(_confine.FORCE_ENV, "off")
     fixture = build()
     workdir = tmp_path / "session"
     workdir.mkdir()
     outside = tmp_path / "outside.txt"
     policy = _confine.crash_policy(vmcore=fixture.vmcore, vmlinux=fixture.vmlinux, workdir=workdir)
+    assert policy.landlock == landlock and policy.exec_once
     argv = _confine.wrap(["crash", "-s", "--no_crashrc", str(fixture.vmlinux), str(fixture.vmcore)], policy)
-    driver = CrashDriver.spawn(argv, cwd=str(workdir), env={"TERM": "dumb", "LC_ALL": "C", "PATH": "/usr/bin:/bin"})
+    driver = CrashDriver.spawn(argv, cwd="/", env={"TERM": "dumb", "LC_ALL": "C", "PATH": "/usr/bin:/bin",
+                                                   "DIAGD_TEST_SECRET": "hunter2"})
     abort = threading.Event()
     try:
         driver.wait_ready(180, abort)
@@ -79,15 +118,20 @@ def test_with_the_filter_bypassed_the_sandbox_still_stops_a_shell_and_file_write
 
         run("set scroll off")
         assert "sysrq" in run("bt")
-        # measured: crash prints "cannot open pipe" for !cmd, gdb "Cannot execute /bin/sh: Permission denied"
-        assert "cannot open pipe" in run("!id")
-        for command in ("gdb she id", "she id", "gdb eval \"shell id\""):
+        for command in EXEC_FORMS:
             out = run(command)
-            assert "uid=" not in out and "Permission denied" in out, command
-        run(f"gdb set logging file {outside}")
-        run("gdb set logging on")
-        run("log > " + str(tmp_path / "redirected.txt"))
-        assert not outside.exists() and not (tmp_path / "redirected.txt").exists()
+            assert "uid=" not in out, (command, out)
+            if not command.startswith("alias"):
+                assert any(mark in out for mark in DENIED_MARKS), (command, out)
+        environment = run("gdb show environment")
+        assert "HOME=/nonexistent" in environment and "hunter2" not in environment
+        assert '"exec":"denied after this one"' in environment
+        assert "bt" in run("help")  # crash still answers after every refusal
+        if landlock:  # files: Landlock's part (without it, the command check is what refuses these)
+            run(f"gdb set logging file {outside}")
+            run("gdb set logging on")
+            run("log > " + str(tmp_path / "redirected.txt"))
+            assert not outside.exists() and not (tmp_path / "redirected.txt").exists()
     finally:
         driver.request_quit()
         driver.close()

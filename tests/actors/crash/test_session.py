@@ -45,7 +45,9 @@ class Harness:
 
 @pytest.fixture(autouse=True)
 def _fake_crash_runs_without_landlock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake crash is a shell script that execs Python; the sandbox lets crash execute only itself."""
+    """The fake crash is a Python script (its interpreter is not the file Landlock lets crash execute).
+    Its shebang makes the kernel start the interpreter within the launcher's one execve, the only one
+    seccomp lets through: a wrapper that execs Python again would be refused."""
     monkeypatch.setenv("DIAGD_LANDLOCK", "off")
 
 
@@ -55,7 +57,10 @@ async def session(tmp_path: Path, idle_timeout_s: float = 600, live: dict[str, A
     """A session on the fake crash; `live`, when given, is what the current settings override (a test
     changes it to stand for `diagd reload`), while the spawn-time settings stay as opened."""
     wrapper = tmp_path / "crash"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    # The sandbox passes crash only its environment allow-list: the fake's switches are written in.
+    switches = {k: v for k, v in os.environ.items() if k.startswith("FAKE_CRASH_")}
+    wrapper.write_text(f"#!{sys.executable}\nimport os, runpy, sys\nos.environ.update({switches!r})\n"
+                       f"sys.argv[0] = {str(FAKE)!r}\nrunpy.run_path({str(FAKE)!r}, run_name='__main__')\n")
     wrapper.chmod(0o755)
     # The fake's interpreter and script: visible inside crash's private /tmp even when the checkout or
     # the venv lives under /tmp (the launcher binds back every policy path under the real /tmp).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -57,3 +58,21 @@ def test_closing_drops_the_callers_reference_first_then_anothers_then_none() -> 
     assert table.release_one(rec, "cli:9") == "mcp:1" and rec.refcount == 0  # as before: any client may close
     assert table.release_one(rec, "cli:9") is None and rec.refcount == 0
     assert not table.release_ref(rec, "cli:9")
+
+
+def test_diagd_stop_actor_ends_a_session_only_when_no_other_client_holds_it() -> None:
+    # The daemon's own stop tool asks this first: a client held to other tool groups never gets here,
+    # and one that did may not end a session other clients hold (as close_vmcore_session keeps it).
+    table = SessionTable()
+    rec = record("aaaaaaaa-000001", "k1")
+    table.add(rec, "mcp:7")
+    table.join(rec, "mcp:8")
+    actor = SimpleNamespace(resource="k1")
+    with pytest.raises(DiagdError) as info:
+        table.may_stop(actor, "mcp:7")  # type: ignore[arg-type]
+    assert info.value.code == ErrorCode.BUSY and info.value.details["held_by"] == ["mcp:8"]
+    with pytest.raises(DiagdError):
+        table.may_stop(actor, "mcp:9")  # type: ignore[arg-type]
+    table.release_one(rec, "mcp:8")
+    table.may_stop(actor, "mcp:7")  # type: ignore[arg-type]  # only its own reference: it may
+    table.may_stop(SimpleNamespace(resource="gone"), "mcp:9")  # type: ignore[arg-type]

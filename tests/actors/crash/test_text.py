@@ -48,9 +48,15 @@ def test_a_quoted_pipe_is_not_a_pipe_and_config_can_allow_shell_and_extend() -> 
     ("set -c 0", text.Kind.CONTEXT), ("set radix 16", text.Kind.STATE), ("hex", text.Kind.STATE),
     ("mod -s qemu_fw_cfg /x.ko", text.Kind.STATE), ("mod", text.Kind.PLAIN),
     ("gdb set print pretty on", text.Kind.STATE),
-    ("alias x bt", text.Kind.STATE), ("struct task_struct.comm ffff8edec3deb000", text.Kind.PLAIN)])
+    ("alias", text.Kind.STATE), ("struct task_struct.comm ffff8edec3deb000", text.Kind.PLAIN)])
 def test_context_and_state_commands_are_told_apart(command: str, kind: text.Kind) -> None:
     assert text.classify(command) == kind
+
+
+def test_an_alias_is_defined_only_where_the_shell_is_allowed_and_then_changes_state() -> None:
+    with pytest.raises(DiagdError):
+        text.classify("alias x bt")
+    assert text.classify("alias x bt", allow_shell=True) == text.Kind.STATE
 
 
 def test_context_sys_ps_kmem_and_bt_parse() -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from diagd.actors.serial.export import export_path, export_session, find_session, new_file_in
+from diagd.actors._paths import caller_stem
+from diagd.actors.serial.export import EXTENSION, export_path, export_session, find_session
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 PORT = "/dev/ttyUSB7"
@@ -159,27 +160,38 @@ def test_a_session_is_named_by_its_log_file_and_an_unknown_one_gets_close_matche
     assert info.value.details["did_you_mean"][0] == names[0]
 
 
-def test_out_path_is_a_new_file_inside_allowed_dirs_only(tmp_path: Path) -> None:
-    allowed = tmp_path / "allowed"
-    allowed.mkdir()
-    (allowed / "old.pcapng").write_text("")
-    (tmp_path / "outside").mkdir()
-    (allowed / "escape").symlink_to(tmp_path / "outside")
-    assert new_file_in(str(allowed / "a.pcapng"), [str(allowed)], cwd=None) == allowed / "a.pcapng"
-    assert new_file_in("a.pcapng", [str(allowed)], cwd=str(allowed)) == allowed / "a.pcapng"
-    cases = {
-        str(allowed / "a.pcapng"): ([], ErrorCode.PERMISSION_DENIED),  # no allowed_dirs: no caller-named files
-        str(tmp_path / "outside" / "a.pcapng"): ([str(allowed)], ErrorCode.PERMISSION_DENIED),
-        str(allowed / "escape" / "a.pcapng"): ([str(allowed)], ErrorCode.PERMISSION_DENIED),
-        str(allowed / "old.pcapng"): ([str(allowed)], ErrorCode.INVALID_ARGUMENT),
-        str(allowed / "nodir" / "a.pcapng"): ([str(allowed)], ErrorCode.FILE_NOT_FOUND),
-        "rel.pcapng": ([str(allowed)], ErrorCode.INVALID_ARGUMENT),  # relative, no cwd known
-        str(allowed) + "/": ([str(allowed)], ErrorCode.INVALID_ARGUMENT),
-    }
-    for raw, (dirs, code) in cases.items():
+# The names an agent steered by hostile text tried (issue 20): each is refused with a hint, never written.
+HOSTILE_NAMES = ["/root/.ssh/authorized_keys", "../authorized_keys", "exports/../../x", ".bashrc", ".ssh",
+                 "a\nb", "line\r", "keys.sh", "modem.pcapng", "-rf", "a b", "é", "x" * 65, "", ".", ".."]
+
+
+def test_a_caller_names_only_a_stem_diagd_adds_the_directory_and_extension(tmp_path: Path) -> None:
+    out_dir = tmp_path / "exports"
+    for stem in ("modem-run1", "v1.2", "authorized_keys", "A_b-9"):
+        assert caller_stem(stem, argument="name", extension=EXTENSION) == stem
+        path = export_path(out_dir, PORT, keep=50, stem=stem)
+        assert path == out_dir / f"{stem}.pcapng"  # always inside the exports dir, always .pcapng
+    for raw in HOSTILE_NAMES:
         with pytest.raises(DiagdError) as info:
-            new_file_in(raw, dirs, cwd=None)
-        assert info.value.code == code, raw
+            caller_stem(raw, argument="name", extension=EXTENSION)
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT, raw
+        assert info.value.details["argument"] == "name" and ".pcapng" in info.value.details["hint"], raw
+
+
+def test_an_export_never_overwrites_a_file_nor_writes_through_a_link(tmp_path: Path) -> None:
+    log = tmp_path / "dev_ttyUSB7-20240610T061320123Z.jsonl"
+    write_log(log, [{"ts": "1.000001", "dir": "tx", "hex": "4154"}])
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    link = tmp_path / "link.pcapng"
+    link.symlink_to(target)
+    for existing in (target, link):
+        with pytest.raises(OSError):
+            export_session(log, existing, end=None, port=PORT, application="diagd test")
+    assert target.read_text() == "keep"
+    made = export_path(tmp_path / "exports", PORT, keep=5)
+    export_session(log, made, end=None, port=PORT, application="diagd test")
+    assert made.stat().st_mode & 0o777 == 0o600
 
 
 def test_default_exports_keep_the_newest_and_are_private(tmp_path: Path) -> None:

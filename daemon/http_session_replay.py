@@ -1,0 +1,95 @@
+"""ASGI plumbing for HTTP sessions: read and replay a request body, answer a JSON-RPC error, and
+make the internal requests that revive a session (its `initialize` and `notifications/initialized`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from typing import Any
+
+import trio
+
+Scope = dict[str, Any]
+Receive = Any
+Send = Any
+
+INVALID_REQUEST = -32600
+# Headers of the client's request that an internal request must not carry (it sets its own).
+_OWN = {b"content-type", b"content-length", b"accept", b"mcp-session-id", b"mcp-protocol-version",
+        b"last-event-id", b"transfer-encoding"}
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None when it is over `limit` bytes (or the client went away)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replayed(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` once, then whatever the client's connection says."""
+    given = False
+
+    async def again() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return dict(await receive())
+
+    return again
+
+
+def initialize_params(body: bytes) -> dict[str, Any] | None:
+    """The params of `body` if it is one JSON-RPC `initialize` request, else None."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not (isinstance(message, dict) and message.get("method") == "initialize" and "id" in message):
+        return None
+    params = message.get("params")
+    return params if isinstance(params, dict) else None
+
+
+async def error_answer(send: Send, status: int, text: str) -> None:
+    """A JSON-RPC error (no id) with HTTP `status`, and no session id."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": text}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def synthetic_post(scope: MutableMapping[str, Any], sid: str, message: dict[str, Any]) -> tuple[Scope, Receive, Send]:
+    """An internal POST of `message` to session `sid`, made from the client's request `scope` (same
+    Host/Origin, token and client name); its answer is dropped."""
+    body = json.dumps(message).encode()
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _OWN]
+    headers += [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream"),
+                (b"content-length", str(len(body)).encode()), (b"mcp-session-id", sid.encode())]
+    inner = {**scope, "method": "POST", "headers": headers, "query_string": b""}
+    given = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await trio.sleep_forever()  # no disconnect: the response machinery stops listening when done
+        raise AssertionError("unreachable")
+
+    async def send(_message: dict[str, Any]) -> None:
+        return None
+
+    return inner, receive, send

@@ -1,0 +1,37 @@
+"""pyproject's hand-kept package list against the tree: every package directory is listed (under its
+diagd.* name), nothing listed is gone, and every file that is not Python is package data. The wheel
+itself is checked in tests/e2e/test_install.py."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+SETUPTOOLS = tomllib.loads((TOP / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def tree_packages() -> dict[str, Path]:
+    """diagd.* package name -> its directory, for every directory holding an __init__.py."""
+    found = {}
+    for name, folder in SETUPTOOLS["package-dir"].items():
+        for init in (TOP / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(TOP / folder)
+            found[".".join([name, *rel.parts])] = init.parent
+    return found
+
+
+def test_every_package_directory_is_listed_and_nothing_else() -> None:
+    assert sorted(SETUPTOOLS["packages"]) == sorted(tree_packages())
+
+
+def test_every_file_that_is_not_python_is_package_data() -> None:
+    data = SETUPTOOLS.get("package-data", {})
+    missing = []
+    for name, folder in tree_packages().items():
+        for path in folder.iterdir():
+            if path.is_file() and path.suffix not in (".py", ".pyc") and not any(
+                    fnmatch.fnmatch(path.name, pattern) for pattern in data.get(name, ())):
+                missing.append(str(path.relative_to(TOP)))
+    assert not missing, f"not in [tool.setuptools.package-data]: {missing}"
