@@ -22,28 +22,38 @@ Cause names come from `tshark -G values`. Where a row holds two values the field
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import os
-import pickle
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.ngap_oracle import NORMAL_5GSM, OracleCannotTell, Row, UeKey, owned_rows
+from tests.support.ngap_oracle import (
+    CAUSE_GROUPS,
+    NORMAL_5GSM,
+    SM_FAILURES,
+    SM_RELEASES,
+    OracleCannotTell,
+    Row,
+    UeKey,
+    cause_name,
+    disk_cached,
+    message_name,
+    owned_rows,
+    value_names,
+)
 
 TMSI_ASSIGNERS = {0x42, 0x54}  # Registration Accept, Configuration Update Command
 SM_REQUEST, SM_ACCEPT, SM_REJECT = 0xC1, 0xC2, 0xC3
 SM_RELEASE_FRAMES = {0xD1: "request_frame", 0xD3: "command_frame", 0xD4: "complete_frame"}
 DL_NAS_TRANSPORT = 0x68
 N2_SETUP = {29, 14}  # PDUSessionResourceSetup, InitialContextSetup
+REGISTRATION_ENDS = {0x42: "accepted", 0x44: "rejected"}
+DEREGISTRATIONS = {0x45, 0x46, 0x47, 0x48}  # UE/network originating deregistration request and accept
 SETUP_OK_LISTS = ("ngap.PDUSessionResourceSetupListSURes", "ngap.PDUSessionResourceSetupListCxtRes")
 
 
 @dataclass
 class Session:
+    first_frame: int
     dnn: str | None = None
     ue_ipv4: str | None = None
     s_nssai: dict[str, str | None] | None = None
@@ -51,27 +61,36 @@ class Session:
     n3_downlink: dict[str, str | None] | None = None
     qfis: list[int] = field(default_factory=list)
     release: dict[str, Any] | None = None
-    requested: bool = False  # its Establishment Request was seen (then its DNN is the requested one)
-    setup_request: bool = False
-    setup_answered: bool = False
+    establishment_request_frame: int | None = None
+    establishment_accept_frame: int | None = None
+    accept_in_n2_setup: bool = False
+    establishment_reject_frame: int | None = None
+    returned_by_amf_frame: int | None = None
+    setup_request_frame: int | None = None
+    setup_response_frame: int | None = None
+    setup_result: str | None = None  # setup, failed
+    failures: list[tuple[int, str, int | None, str | None]] = field(default_factory=list)  # frame, kind, code, cause
+
+    @property
+    def status(self) -> str:
+        """docs/5g.md's outcome: established, rejected, setup_failed, or how far it got."""
+        if self.establishment_reject_frame is not None or self.returned_by_amf_frame is not None:
+            return "rejected"
+        if self.setup_result == "failed":
+            return "setup_failed"
+        if self.establishment_accept_frame is not None:
+            if not self.accept_in_n2_setup:
+                return "accepted_without_n2_setup"
+            return "established" if self.setup_result == "setup" else "no_setup_response"
+        if self.establishment_request_frame is not None:
+            return "no_answer"
+        return "n2_setup_without_nas" if self.setup_request_frame is not None else "unknown"
 
 
 @dataclass
 class Fields:
     ues: dict[UeKey, dict[str, Any]]
     sessions: dict[tuple[UeKey, int, int], Session]  # (UE, PDU session id, n-th establishment)
-
-
-@functools.cache
-def value_names(name: str) -> dict[int, str]:
-    """{value: name} of a field's value string, as `tshark -G values` lists it."""
-    out = subprocess.run(["tshark", "-G", "values"], check=True, capture_output=True, text=True).stdout
-    names = {}
-    for line in out.splitlines():
-        cells = line.split("\t")
-        if len(cells) == 4 and cells[0] == "V" and cells[1] == name:
-            names[int(cells[2], 0)] = cells[3]
-    return names
 
 
 def single(row: Row, name: str) -> str | None:
@@ -86,25 +105,8 @@ def tunnel(row: Row) -> dict[str, str | None]:
     return {"address": single(row, "ngap.TransportLayerAddressIPv4"), "teid": single(row, "ngap.gTP_TEID")}
 
 
-CACHE = Path(os.environ.get("DIAGD_TEST_TREE_CACHE", Path(tempfile.gettempdir()) / f"diagd-trees-{os.getuid()}"))
-
-
 def answer(path: Path) -> Fields:
-    """The oracle's answer, kept on disk per capture and oracle source (the mutation gate asks it often)."""
-    support = Path(__file__).parent
-    key = hashlib.sha256(repr((str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns,
-                               *(f.read_bytes() for f in sorted(support.glob("*oracle.py"))),
-                               (support / "pcapedit.py").read_bytes())).encode()).hexdigest()[:24]
-    cached = CACHE / f"{path.name}.{key}.fields.pickle"
-    if cached.exists():
-        found: Fields = pickle.loads(cached.read_bytes())
-        return found
-    found = _answer(path)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(pickle.dumps(found))
-    tmp.replace(cached)
-    return found
+    return disk_cached(path, "fields", _answer)
 
 
 def _answer(path: Path) -> Fields:
@@ -113,15 +115,31 @@ def _answer(path: Path) -> Fields:
     for row, owner in zip(rows, owners, strict=True):
         if owner is None:
             continue
-        ue = ues.setdefault(owner, {"frames": [], "5g_tmsi": None, "plmn": None})
+        ue = ues.setdefault(owner, {"frames": [], "5g_tmsi": None, "plmn": None, "suci_msin": None,
+                                    "registration": "unknown", "first_time": row.time, "nas_messages": []})
         if row.frame not in ue["frames"]:
             ue["frames"].append(row.frame)
+        ue["last_time"] = row.time
+        mm = row.ints("nas_5gs.mm.message_type")
+        ue["nas_messages"] += [(row.frame, "5GMM", t, message_name("5GMM", t)) for t in mm]
+        ue["nas_messages"] += [(row.frame, "5GSM", t, message_name("5GSM", t))
+                               for t in row.ints("nas_5gs.sm.message_type")]
+        ue["suci_msin"] = ue["suci_msin"] or single(row, "nas_5gs.mm.suci.msin")
+        for t in mm:
+            if t in REGISTRATION_ENDS:
+                ue["registration"] = REGISTRATION_ENDS[t]
+            elif t in DEREGISTRATIONS and ue["registration"] != "rejected":
+                ue["registration"] = "deregistered"
         if TMSI_ASSIGNERS & set(row.ints("nas_5gs.mm.message_type")) and (tmsi := row.one("nas_5gs.5g_tmsi")):
             ue["5g_tmsi"] = str(tmsi)
         if ue["plmn"] is None and single(row, "nas_5gs.mm.suci.msin") is not None:
             mcc, mnc = single(row, "e212.mcc"), single(row, "e212.mnc")
             if mcc is not None:
                 ue["plmn"] = {"mcc": str(int(mcc)), "mnc": str(int(mnc)) if mnc is not None else None}
+    for ue in ues.values():
+        first, last = ue.pop("first_time"), ue.pop("last_time")
+        ue.update(first_time=round(first, 6), last_time=round(last, 6), duration_s=round(last - first, 6))
+        ue["nas_messages"].sort()
     return Fields(ues=ues, sessions=_sessions(rows, owners))
 
 
@@ -133,11 +151,11 @@ class _Book:
         self.count: dict[tuple[UeKey, int], int] = {}
         self.sessions: dict[tuple[UeKey, int, int], Session] = {}
 
-    def get(self, owner: UeKey, psi: int, new: bool = False) -> Session:
+    def get(self, owner: UeKey, psi: int, frame: int, new: bool = False) -> Session:
         if new or (owner, psi) not in self.current:
             n = self.count[(owner, psi)] = self.count.get((owner, psi), 0) + 1
             self.current[(owner, psi)] = (owner, psi, n)
-            self.sessions[(owner, psi, n)] = Session()
+            self.sessions[(owner, psi, n)] = Session(first_frame=frame)
         return self.sessions[self.current[(owner, psi)]]
 
     def existing(self, owner: UeKey, psi: int) -> Session | None:
@@ -162,45 +180,59 @@ def _sessions(rows: list[Row], owners: list[UeKey | None]) -> dict[tuple[UeKey, 
 def _nas(book: _Book, row: Row, owner: UeKey) -> None:
     sm = row.ints("nas_5gs.sm.message_type")
     psi = row.one("nas_5gs.pdu_session_id")
-    if DL_NAS_TRANSPORT in row.ints("nas_5gs.mm.message_type") and row.one("nas_5gs.mm.5gmm_cause") is not None \
-            and psi is not None:
-        book.get(owner, psi)  # a 5GSM message returned unforwarded still names its session
+    mm_cause = row.one("nas_5gs.mm.5gmm_cause")
+    if DL_NAS_TRANSPORT in row.ints("nas_5gs.mm.message_type") and mm_cause is not None and psi is not None:
+        s = book.get(owner, psi, row.frame)  # a 5GSM message returned unforwarded by the AMF
+        s.returned_by_amf_frame = row.frame
+        s.failures.append((row.frame, "5GMM", mm_cause, cause_name("nas_5gs.mm.5gmm_cause", mm_cause)))
     if not sm or psi is None:
         return
     if len(sm) > 1:
         raise OracleCannotTell(f"frame {row.frame}: several 5GSM messages in one PDU")
-    s = book.get(owner, psi, new=sm[0] == SM_REQUEST)
+    s = book.get(owner, psi, row.frame, new=sm[0] == SM_REQUEST)
+    cause = row.one("nas_5gs.sm.5gsm_cause")
     if sm[0] == SM_REQUEST:
-        s.requested, s.dnn = True, single(row, "nas_5gs.cmn.dnn")
+        s.establishment_request_frame, s.dnn = row.frame, single(row, "nas_5gs.cmn.dnn")
     elif sm[0] == SM_ACCEPT:
+        s.establishment_accept_frame = row.frame
+        s.accept_in_n2_setup = row.proc in N2_SETUP and row.pdu_type == 0
         s.ue_ipv4 = single(row, "nas_5gs.sm.pdu_addr_inf_ipv4")
         s.dnn = single(row, "nas_5gs.cmn.dnn") or s.dnn
+    elif sm[0] == SM_REJECT:
+        s.establishment_reject_frame = row.frame
     elif sm[0] in SM_RELEASE_FRAMES:
         release = s.release = s.release or {}
         release[SM_RELEASE_FRAMES[sm[0]]] = row.frame
-        cause = row.one("nas_5gs.sm.5gsm_cause")
         if cause is not None:
             release.update(cause=cause, cause_text=value_names("nas_5gs.sm.5gsm_cause").get(cause),
                            normal=cause in NORMAL_5GSM)
     sst, sd = single(row, "nas_5gs.mm.sst"), single(row, "nas_5gs.mm.mm_sd")
     if sst is not None and s.s_nssai is None:
         s.s_nssai = {"sst": f"{int(sst, 0):02x}", "sd": f"{int(sd, 0):06x}" if sd is not None else None}
+    if sm[0] in SM_FAILURES or (sm[0] in SM_RELEASES and cause is not None and cause not in NORMAL_5GSM):
+        s.failures.append((row.frame, "5GSM", cause, cause_name("nas_5gs.sm.5gsm_cause", cause)))
 
 
 def _n2(book: _Book, row: Row, owner: UeKey, psi: int) -> None:
     if row.pdu_type == 0:
-        s = book.get(owner, psi)
-        if s.setup_request and s.setup_answered:
+        s = book.get(owner, psi, row.frame)
+        if s.setup_request_frame is not None and s.setup_result is not None:
             return  # a later user-plane activation of an established session
-        s.setup_request = True
+        s.setup_request_frame = row.frame
         s.n3_uplink = tunnel(row)
         s.qfis = sorted(set(row.ints("ngap.qosFlowIdentifier")))
         if single(row, "ngap.sST") is not None:
             s.s_nssai = {"sst": single(row, "ngap.sST"), "sd": single(row, "ngap.sD")}
         return
     found = book.existing(owner, psi)
-    if found is None or not found.setup_request or found.setup_answered:
+    if found is None or found.setup_request_frame is None or found.setup_response_frame is not None:
         return  # answers no request seen in the capture
-    found.setup_answered = True
+    found.setup_response_frame = row.frame
     if any(row.ints(name) for name in SETUP_OK_LISTS):
+        found.setup_result = "setup"
         found.n3_downlink = tunnel(row)
+    else:
+        found.setup_result = "failed"
+        codes = [(g, int(v)) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
+        group, code = codes[0] if len(codes) == 1 else ("", None)
+        found.failures.append((row.frame, "NGAP", code, cause_name(group, code)))
