@@ -9,6 +9,8 @@ tests/support/ngap_fields_oracle.py, which never imports diagd.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -274,6 +276,12 @@ def test_the_corpus_exercises_every_field() -> None:
 
 
 def tshark_frames(path: Path, display_filter: str) -> list[int]:
+    """The frames tshark's display filter selects (kept on disk: the mutation gate asks often)."""
+    kind = "frames-" + hashlib.sha256(display_filter.encode()).hexdigest()[:12]
+    return ngap_oracle.disk_cached(path, kind, functools.partial(_frames, display_filter))
+
+
+def _frames(display_filter: str, path: Path) -> list[int]:
     out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
                          check=True, capture_output=True, text=True).stdout
     return [int(n) for n in out.split()]
