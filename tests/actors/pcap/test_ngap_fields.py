@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,30 @@ from tests.pcaps import PCAPS, corpus
 from tests.support import ngap_fields_oracle, ngap_oracle
 from tests.support.sharkd_trees import ngap_trees
 
-CAPTURES = corpus()
+# Real captures with frames taken out (editcap), for what the corpus never shows: a class-1 request whose
+# answer is missing although the association goes on (a failure, for a UE context and for the association),
+# and one the capture ends on (pending, not a failure). Written once beside the tree cache.
+EDITS = {
+    "no-ics-response": ("adrian_registration_reject.pcap", ["15"]),  # InitialContextSetupResponse deleted
+    "ends-on-ics-request": ("adrian_registration_reject.pcap", ["-r", "1-14"]),
+    "no-ng-setup-response": ("adrian_registration_reject.pcap", ["7"]),
+    "ends-on-ng-setup-request": ("adrian_registration_reject.pcap", ["-r", "1-5"]),
+}
+
+
+def edited(name: str) -> Path:
+    source, args = EDITS[name]
+    out = ngap_oracle.CACHE / f"edited-{name}-{hashlib.sha256(repr(args).encode()).hexdigest()[:8]}.pcap"
+    if not out.exists() and (PCAPS / source).exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        subprocess.run(["editcap", "-F", "pcap", str(PCAPS / source), str(tmp), *args], check=True,
+                       capture_output=True)
+        tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
+    return out
+
+
+CAPTURES = corpus() + ([edited(name) for name in EDITS] if shutil.which("editcap") else [])
 # Captures this oracle cannot read unambiguously, and why: it says so (raises) instead of guessing,
 # and the test checks it still does, so an oracle that learns them has this list shortened.
 CANNOT_TELL = {
