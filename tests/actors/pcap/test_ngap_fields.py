@@ -242,6 +242,8 @@ def assert_shape(ues: dict[str, Any], sessions: dict[str, Any], served: bool = F
     for s in sessions["sessions"]:
         assert set(s) - {"hint"} == SESSION_KEYS
         assert all({"frame", "kind", "code", "cause"} <= set(f) for f in s["failures"])
+        nas_failures = [f for f in s["failures"] if f["kind"] != "NGAP"]
+        assert all(set(f) == {"frame", "kind", "code", "cause", "message"} for f in nas_failures)
 
 
 def model(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
