@@ -19,6 +19,13 @@ def _find() -> Path:
 
 
 PCAPS = _find()
+# The second corpus (more 5GC captures), beside the first: tests over "every capture" read both.
+PCAPS_EXTRA = Path(os.environ.get("DIAGD_TEST_PCAPS_EXTRA") or PCAPS.with_name("pcaps-extra"))
+
+
+def corpus() -> list[Path]:
+    """Every capture of both corpora that is there, sorted (empty if neither is)."""
+    return sorted(p for d in (PCAPS, PCAPS_EXTRA) if d.is_dir() for p in d.glob("*.pcap*"))
 
 
 def pcap(name: str) -> str:

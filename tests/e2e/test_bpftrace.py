@@ -171,7 +171,12 @@ async def test_a_bpftrace_left_by_a_killed_daemon_is_reaped_at_the_next_start(en
     except BaseException:
         daemon.stop()
         raise
-    time.sleep(0.6)  # output reaches the state dir every 0.5 s: a daemon crash loses at most that much
+    # Output reaches the state dir every 0.5 s (a daemon crash loses at most that much): wait until it is there.
+    saved = env.state / "bpftrace" / running["execution_id"] / "output.txt"
+    deadline = time.monotonic() + 10
+    while not (saved.exists() and "started" in saved.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "started" in saved.read_text()
     daemon.proc.send_signal(signal.SIGKILL)
     daemon.proc.wait(timeout=10)
     assert alive(running["pid"])  # its own session: the kernel does not take it down with the daemon

@@ -250,7 +250,7 @@ def test_a_daemon_that_does_not_come_back_within_the_bound_ends_the_shim_with_on
     with restartable(env) as daemons, shim(env, "--no-autostart", DIAGD_SHIM_RECONNECT_S="1") as client:
         client.initialize()
         client.send(echo(1, "slow", resource="bound", delay_s=60))
-        time.sleep(0.5)
+        wait_busy_over_control(env, "bound")  # the call is in flight
         daemons[0].stop()
         failed = client.read()  # the call in flight is answered before the shim waits for a daemon
         assert failed is not None and failed["id"] == 1 and failed["error"]["data"]["code"] == "DAEMON_RESTARTED"

@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +104,16 @@ def wait_busy(kd: KillDaemon, kind: str, match: Callable[[dict[str, Any]], bool]
     wait_for(busy, 30, f"no busy {kind} actor appeared")
 
 
+def wait_running(kd: KillDaemon, tool: str) -> None:
+    """Until the daemon lists a call of `tool` as running (diagd_calls)."""
+    def running() -> bool:
+        with kd.control() as c:
+            listed = c.ok("diagd_calls", {"tool": tool})
+        return any(call["outcome"] == "running" for call in listed["calls"])
+
+    wait_for(running, 30, f"no {tool} call running")
+
+
 def assert_coded_failure_or_result(answer: tuple[bool, dict[str, Any]], what: str) -> None:
     """The call in flight may fail (with a code), or a transparent retry may answer it: both are fine;
     a hang, INTERNAL_ERROR or a traceback are not."""
@@ -163,7 +172,7 @@ def test_bpftrace_killed_during_a_run(kd: KillDaemon) -> None:
         first = c.ok("get_result", {"execution_id": run["execution_id"], "wait_s": 10})
         assert first["lines_returned"] >= 1, first
     call = InFlight(kd, "get_result", {"execution_id": run["execution_id"], "wait_s": 60, "until": "done"})
-    time.sleep(0.3)  # let the wait begin; killing before it would test the same path less well, not wrongly
+    wait_running(kd, "get_result")  # the wait has begun: the kill lands under it, not before it
     kill(run["pid"])
     is_error, payload = call.answer()
     if is_error:

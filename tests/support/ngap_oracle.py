@@ -14,10 +14,16 @@ releases with an abnormal cause, and class-1 requests unanswered although the as
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+import pickle
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 from tests.support.pcapedit import PCAP_MAGICS, split_sctp_bundles
 
@@ -30,6 +36,9 @@ FIELDS = [
     "ngap.PDUSessionResourceSetupListCxtRes", "ngap.PDUSessionResourceFailedToSetupListSURes",
     "ngap.PDUSessionResourceFailedToSetupListCxtRes", "nas_5gs.mm.suci.msin", "e212.mcc", "e212.mnc",
     "nas_5gs.mm.switch_off",
+    # read by the field-level oracle (tests/support/ngap_fields_oracle.py)
+    "nas_5gs.5g_tmsi", "ngap.sST", "ngap.sD", "nas_5gs.mm.sst", "nas_5gs.mm.mm_sd", "ngap.TransportLayerAddressIPv4",
+    "ngap.gTP_TEID", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4", "ngap.qosFlowIdentifier",
 ]
 CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
 # TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).
@@ -40,8 +49,24 @@ SM_FAILURES = {0xC3, 0xCA, 0xCD, 0xD2, 0xD6}
 SM_RELEASES = {0xD1, 0xD3}
 NORMAL_5GSM = {36, 39}
 
+MM_DL_NAS_TRANSPORT, MM_REGISTRATION_REQUEST = 0x68, 0x41
+MM_REGISTRATION_ENDS = {0x42, 0x44}  # Registration Accept / Reject
+CACHE = Path(os.environ.get("DIAGD_TEST_TREE_CACHE", Path(tempfile.gettempdir()) / f"diagd-trees-{os.getuid()}"))
+
 Assoc = tuple[str, str, int]
 UeKey = tuple[str, str, int, int | None, int | None]  # endpoints, assoc index, AMF id, RAN id
+T = TypeVar("T")
+
+
+class Failure(NamedTuple):
+    """One failure as docs/5g.md defines it: where, which layer, the cause code and name, and why."""
+
+    frame: int
+    kind: str  # NGAP, 5GMM, 5GSM
+    code: int | None
+    cause: str | None
+    why: str
+    by: str  # the NAS message or NGAP procedure that reported it
 
 
 class OracleCannotTell(AssertionError):
@@ -74,11 +99,57 @@ class Answer:
     ngap_pdus: int
     associations: set[Assoc]
     ues: set[UeKey]
-    failures: dict[UeKey, list[tuple[int, str, int | None]]]
+    failures: dict[UeKey, list[Failure]]
     established: set[tuple[UeKey, int, int]]  # (ue, psi, accept frame)
     rejected: set[tuple[UeKey, int, int]]  # (ue, psi, frame of the reject / failed setup)
     accepts_in_n2_setup: int
     suci_groups: list[set[UeKey]] = field(default_factory=list)
+    non_ue_failures: dict[Assoc, list[Failure]] = field(default_factory=dict)
+    open_requests: list[tuple[UeKey | None, Assoc, int, str]] = field(default_factory=list)  # (UE, assoc, frame, proc)
+
+
+@functools.cache
+def value_names(name: str) -> dict[int, str]:
+    """{value: name} of a field's value string, as `tshark -G values` lists it."""
+    out = subprocess.run(["tshark", "-G", "values"], check=True, capture_output=True, text=True).stdout
+    names = {}
+    for line in out.splitlines():
+        cells = line.split("\t")
+        if len(cells) == 4 and cells[0] == "V" and cells[1] == name:
+            names[int(cells[2], 0)] = cells[3]
+    return names
+
+
+def procedure(code: int) -> str:
+    """An NGAP procedure's name as TS 38.413 spells it (Wireshark's `id-` prefix dropped)."""
+    return value_names("ngap.procedureCode")[code].removeprefix("id-")
+
+
+def message_name(layer: str, code: int) -> str:
+    return value_names("nas_5gs.mm.message_type" if layer == "5GMM" else "nas_5gs.sm.message_type")[code]
+
+
+def cause_name(field_name: str, code: int | None) -> str | None:
+    """The name Wireshark gives a cause code (a code it has no name for prints as "Unknown")."""
+    return None if code is None else value_names(field_name).get(code, "Unknown")
+
+
+def disk_cached(path: Path, kind: str, compute: Callable[[Path], T]) -> T:
+    """compute(path), kept on disk per capture and oracle source (the mutation gate asks it often)."""
+    support = Path(__file__).parent
+    key = hashlib.sha256(repr((str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns,
+                               *(f.read_bytes() for f in sorted(support.glob("*oracle.py"))),
+                               (support / "pcapedit.py").read_bytes())).encode()).hexdigest()[:24]
+    cached = CACHE / f"{path.name}.{key}.{kind}.pickle"
+    if cached.exists():
+        found: T = pickle.loads(cached.read_bytes())
+        return found
+    found = compute(path)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(pickle.dumps(found))
+    tmp.replace(cached)
+    return found
 
 
 def tshark_rows(path: Path, tmp: Path) -> list[Row]:
@@ -108,7 +179,8 @@ def tshark_rows(path: Path, tmp: Path) -> list[Row]:
                   ran=None, amf=None, values=values)
         if row.proc == 25:  # PathSwitchRequest: its AMF id field is the source context's
             raise OracleCannotTell(f"frame {row.frame}: a path switch; its AMF ids need the IE ids")
-        row.ran, row.amf = row.one("ngap.RAN_UE_NGAP_ID"), row.one("ngap.AMF_UE_NGAP_ID")
+        if row.proc != 20:  # NGReset is not UE-associated: its ids are the items of the list it resets
+            row.ran, row.amf = row.one("ngap.RAN_UE_NGAP_ID"), row.one("ngap.AMF_UE_NGAP_ID")
         rows.append(row)
     return rows
 
@@ -137,57 +209,105 @@ def owned_rows(path: Path) -> tuple[list[Row], list[UeKey | None]]:
 
 
 def answer(path: Path) -> Answer:
+    return disk_cached(path, "answer", _answer)
+
+
+def in_order(failure: Failure) -> tuple[int, str]:
+    """Capture order (then a fixed order among one frame's failures)."""
+    return failure.frame, repr(failure)
+
+
+def _row_failures(row: Row) -> list[Failure]:
+    """The failures one PDU reports, with the cause name tshark gives its code and the reason docs/5g.md names."""
+    found: list[Failure] = []
+    ngap_codes = [(g, int(v)) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
+    proc = procedure(row.proc)
+
+    def ngap(group_code: tuple[str, int] | None, why: str) -> Failure:
+        group, code = group_code or ("", None)
+        return Failure(row.frame, "NGAP", code, cause_name(group, code), why, proc)
+
+    if row.pdu_type == 2:
+        found.append(ngap(ngap_codes[0] if ngap_codes else None, f"{proc} failed (unsuccessfulOutcome)"))
+    elif row.proc in (9, 19):
+        found.append(ngap(ngap_codes[0] if ngap_codes else None, proc))
+    elif row.proc in (41, 42, 28) and row.pdu_type == 0:
+        found += [ngap((g, v), f"abnormal release cause in {proc}") for g, v in ngap_codes
+                  if v not in NORMAL_NGAP.get(g, set())]
+    failed_items = sum(row.ints("ngap.PDUSessionResourceFailedToSetupListSURes")
+                       + row.ints("ngap.PDUSessionResourceFailedToSetupListCxtRes"))
+    if failed_items:
+        if failed_items > 1 or len(ngap_codes) > 1:
+            raise OracleCannotTell(f"frame {row.frame}: several failed PDU session items")
+        found.append(ngap(ngap_codes[0] if ngap_codes else None,
+                          f"PDU session {row.one('ngap.pDUSessionID')}: setup failed in {proc}"))
+    mm, sm = row.ints("nas_5gs.mm.message_type"), row.ints("nas_5gs.sm.message_type")
+    mm_cause, sm_cause = row.one("nas_5gs.mm.5gmm_cause"), row.one("nas_5gs.sm.5gsm_cause")
+    mm_failed = [t for t in mm if t in MM_FAILURES or (t == MM_DL_NAS_TRANSPORT and mm_cause is not None)]
+    if len(mm_failed) > 1 or len(sm) > 1:
+        raise OracleCannotTell(f"frame {row.frame}: several NAS failures in one PDU")
+    mm_name = cause_name("nas_5gs.mm.5gmm_cause", mm_cause)
+    found += [Failure(row.frame, "5GMM", mm_cause, mm_name, message_name("5GMM", t) if t != MM_DL_NAS_TRANSPORT
+                      else "the AMF returned an unforwarded 5GSM message (DL NAS transport with a 5GMM cause)",
+                      message_name("5GMM", t)) for t in mm_failed]
+    sm_name = cause_name("nas_5gs.sm.5gsm_cause", sm_cause)
+    found += [Failure(row.frame, "5GSM", sm_cause, sm_name, message_name("5GSM", t), message_name("5GSM", t))
+              for t in sm if t in SM_FAILURES]
+    found += [Failure(row.frame, "5GSM", sm_cause, sm_name, f"abnormal cause in {message_name('5GSM', t)}",
+                      message_name("5GSM", t))
+              for t in sm if t in SM_RELEASES and sm_cause is not None and sm_cause not in NORMAL_5GSM]
+    return found
+
+
+def _answer(path: Path) -> Answer:
     rows, owners = owned_rows(path)
     ues = {u for u in owners if u is not None}
-    last_frame = {row.assoc: row.frame for row in rows}
-    failures: dict[UeKey, list[tuple[int, str, int | None]]] = {u: [] for u in ues}
-    pending: dict[tuple[object, int], list[Row]] = {}
+    last = {row.assoc: row for row in rows}
+    failures: dict[UeKey, list[Failure]] = {u: [] for u in ues}
+    non_ue: dict[Assoc, list[Failure]] = {}
+    pending: dict[tuple[UeKey | None, Assoc, int], list[Row]] = {}  # class-1 requests of a context / association
     waiting_registration: dict[UeKey, Row] = {}
     for row, owner in zip(rows, owners, strict=True):
-        found: list[tuple[int, str, int | None]] = []
-        ngap_codes = [(g, int(v)) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
-        if row.pdu_type == 2 or row.proc in (9, 19):
-            found.append((row.frame, "NGAP", ngap_codes[0][1] if ngap_codes else None))
-        elif row.proc in (41, 42, 28) and row.pdu_type == 0:
-            found += [(row.frame, "NGAP", v) for g, v in ngap_codes if v not in NORMAL_NGAP.get(g, set())]
-        failed_items = sum(row.ints("ngap.PDUSessionResourceFailedToSetupListSURes")
-                           + row.ints("ngap.PDUSessionResourceFailedToSetupListCxtRes"))
-        if failed_items:
-            if failed_items > 1 or len(ngap_codes) > 1:
-                raise OracleCannotTell(f"frame {row.frame}: several failed PDU session items")
-            found.append((row.frame, "NGAP", ngap_codes[0][1] if ngap_codes else None))
-        mm, sm = row.ints("nas_5gs.mm.message_type"), row.ints("nas_5gs.sm.message_type")
-        mm_cause, sm_cause = row.one("nas_5gs.mm.5gmm_cause"), row.one("nas_5gs.sm.5gsm_cause")
-        mm_failed = [t for t in mm if t in MM_FAILURES or (t == 0x68 and mm_cause is not None)]
-        if len(mm_failed) > 1 or len(sm) > 1:
-            raise OracleCannotTell(f"frame {row.frame}: several NAS failures in one PDU")
-        found += [(row.frame, "5GMM", mm_cause) for _ in mm_failed]
-        found += [(row.frame, "5GSM", sm_cause) for t in sm
-                  if t in SM_FAILURES or (t in SM_RELEASES and sm_cause is not None and sm_cause not in NORMAL_5GSM)]
+        found = _row_failures(row)
         if owner is None:
-            continue
-        failures[owner] += found
+            non_ue.setdefault(row.assoc, []).extend(found)
+        else:
+            failures[owner] += found
         if row.proc in CLASS1:
             if row.pdu_type == 0:
-                pending.setdefault((owner, row.proc), []).append(row)
-            elif pending.get((owner, row.proc)):
-                pending[(owner, row.proc)].pop(0)
-        if 0x41 in mm:
+                pending.setdefault((owner, row.assoc, row.proc), []).append(row)
+            elif pending.get((owner, row.assoc, row.proc)):
+                pending[(owner, row.assoc, row.proc)].pop(0)
+        mm = row.ints("nas_5gs.mm.message_type")
+        if owner is not None and MM_REGISTRATION_REQUEST in mm:
             waiting_registration[owner] = row
-        if 0x42 in mm or 0x44 in mm:
+        if owner is not None and MM_REGISTRATION_ENDS & set(mm):
             waiting_registration.pop(owner, None)
-    for (owner, _proc), requests in pending.items():
-        assert isinstance(owner, tuple)
+    open_requests: list[tuple[UeKey | None, Assoc, int, str]] = []  # at the capture's end: not failures
+    for (owner, _assoc, proc), requests in pending.items():
         for row in requests:
-            if last_frame[row.assoc] > row.frame:
-                failures[owner].append((row.frame, "NGAP", None))
+            end = last[row.assoc]
+            if end.frame > row.frame:
+                why = (f"no response to {procedure(proc)} request (the association carried NGAP until frame "
+                       f"{end.frame}, {round(end.time - row.time, 6)} s later)")
+                got = Failure(row.frame, "NGAP", None, None, why, procedure(proc))
+                if owner is not None:
+                    failures[owner].append(got)
+                else:
+                    non_ue.setdefault(row.assoc, []).append(got)
+            else:
+                open_requests.append((owner, row.assoc, row.frame, procedure(proc)))
     for owner, row in waiting_registration.items():
-        if last_frame[row.assoc] > row.frame:
-            failures[owner].append((row.frame, "5GMM", None))
+        if last[row.assoc].frame > row.frame:
+            failures[owner].append(Failure(row.frame, "5GMM", None, None, "registration request never accepted or "
+                                           "rejected (the association carried later NGAP)",
+                                           message_name("5GMM", MM_REGISTRATION_REQUEST)))
     established, rejected, accepts_in_n2 = _sessions(rows, owners)
     return Answer(ngap_pdus=len(rows), associations={r.assoc for r in rows}, ues=ues,
-                  failures={u: sorted(f) for u, f in failures.items()}, established=established,
-                  rejected=rejected, accepts_in_n2_setup=accepts_in_n2, suci_groups=_suci_groups(rows, owners))
+                  failures={u: sorted(f, key=in_order) for u, f in failures.items()}, established=established,
+                  rejected=rejected, accepts_in_n2_setup=accepts_in_n2, suci_groups=_suci_groups(rows, owners),
+                  non_ue_failures={a: sorted(f, key=in_order) for a, f in non_ue.items() if f},
+                  open_requests=open_requests)
 
 
 def _sessions(rows: list[Row], owners: list[UeKey | None]

@@ -88,8 +88,8 @@ NAS_DL_TRANSPORT = "0x68"  # with a 5GMM cause it carries back a 5GSM message th
 
 MESSAGE_TYPES = {"nas_5gs.mm.message_type": "5GMM", "nas_5gs.sm.message_type": "5GSM"}
 NAS_KEEP = {"nas_5gs.pdu_session_id", "nas_5gs.mm.switch_off", "nas_5gs.cmn.dnn",
-             "nas_5gs.sm.pdu_addr_inf_ipv4", "nas_5gs.mm.sst",
-             "nas_5gs.5g_tmsi", "e212.mcc", "e212.mnc", "nas_5gs.mm.type_id"}
+            "nas_5gs.sm.pdu_addr_inf_ipv4", "nas_5gs.mm.sst", "nas_5gs.mm.mm_sd",
+            "nas_5gs.5g_tmsi", "e212.mcc", "e212.mnc", "nas_5gs.mm.type_id"}
 INTEGER_FIELDS = {"ngap.AMF_UE_NGAP_ID", "ngap.RAN_UE_NGAP_ID", "ngap.pDUSessionID", "ngap.qosFlowIdentifier",
                    "nas_5gs.pdu_session_id", "nas_5gs.5g_tmsi"}
 ITEM_KEEP = {"ngap.TransportLayerAddressIPv4", "ngap.gTP_TEID", "ngap.qosFlowIdentifier", "ngap.sST", "ngap.sD"}

@@ -204,7 +204,7 @@ class _Sessions:
             s["accept_in_n2_setup"] = pdu.initiating and pdu.procedure_code in (
                 PROC_PDU_SESSION_SETUP, PROC_INITIAL_CONTEXT_SETUP)
             s["ue_ipv4"] = message.first("nas_5gs.sm.pdu_addr_inf_ipv4")
-            s["dnn"] = s["dnn"] or message.first("nas_5gs.cmn.dnn")
+            s["dnn"] = message.first("nas_5gs.cmn.dnn") or s["dnn"]  # the DNN granted, else the one requested
         elif message.code == NAS_ESTABLISHMENT_REJECT:
             s["establishment_reject_frame"] = pdu.frame
         elif message.code in NAS_RELEASES or message.code == "0xd4":
@@ -214,9 +214,8 @@ class _Sessions:
             if message.cause is not None:
                 release.update(cause=message.cause, cause_text=message.cause_text,
                                normal=message.cause in NORMAL_5GSM_RELEASE_CAUSES)
-        sst = message.first("nas_5gs.mm.sst") or (carrier.first("nas_5gs.mm.sst") if carrier else None)
-        if sst and s["s_nssai"] is None:
-            s["s_nssai"] = {"sst": sst}
+        if s["s_nssai"] is None:
+            s["s_nssai"] = _nas_s_nssai(message, carrier)
         if message.code in NAS_FAILURE_MESSAGES or (message.code in NAS_RELEASES and message.cause is not None
                                                     and message.cause not in NORMAL_5GSM_RELEASE_CAUSES):
             s["failures"].append({"frame": pdu.frame, "kind": "5GSM", "code": message.cause,
@@ -247,6 +246,15 @@ class _Sessions:
                 s["failures"].append({k: v for k, v in (item.cause or {"frame": pdu.frame, "kind": "NGAP",
                                                                        "code": None, "cause": None}).items()
                                       if k != "pdu_session_id"})
+
+
+def _nas_s_nssai(message: NasMessage, carrier: NasMessage | None) -> dict[str, str | None] | None:
+    """The S-NSSAI a 5GSM message or its UL NAS Transport names, as NGAP prints one (SST 1 octet, SD 3, hex)."""
+    for source in (message, carrier):
+        if source is not None and (sst := source.first("nas_5gs.mm.sst")) is not None:
+            sd = source.first("nas_5gs.mm.mm_sd")
+            return {"sst": f"{int(sst, 0):02x}", "sd": f"{int(sd, 0):06x}" if sd is not None else None}
+    return None
 
 
 def pdu_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:

@@ -68,6 +68,12 @@ def test_packet_text_cannot_become_mermaid_syntax_when_parsed_or_rendered() -> N
     _, arrows = mermaid.read(text)  # every line is one diagd writes: nothing became a statement of its own
     assert [a.frame for a in arrows] == [1, 2]
     assert "$$" not in text and "%%" not in text and "<" not in text and "\u2028" not in text
-    if mermaid.parser_dir() is not None:
-        assert [v["ok"] for v in mermaid.parse([text])] == [True]
-        assert mermaid.render([text]) == [{"ok": True}]
+
+
+def test_packet_text_stays_one_diagram_for_the_real_mermaid_parser_and_renderer() -> None:
+    mermaid.require_parser()
+    drawn = sequence.build([row(1, 0.0, "1.1.1.1", "2.2.2.2", "SIP", HOSTILE),
+                            row(2, 0.1, "2.2.2.2", "1.1.1.1", "HTTP2", "HEADERS[1]: POST /$$\\rule(9em)(9em)$$")])
+    text = drawn.mermaid()
+    assert [v["ok"] for v in mermaid.parse([text])] == [True]
+    assert mermaid.render([text]) == [{"ok": True}]

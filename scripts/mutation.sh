@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Mutation testing (mutmut) of a chosen module set against its fast tests: scripts/mutation.sh [module ...]
+#
+# Modules are repository paths (default: actors/pcap/ngap/*.py). The tests run are those of
+# MUTATION_TESTS (default: the fast NGAP tests, the in-process field oracle on cached sharkd trees).
+# The repository maps actors/, daemon/, protocol/ into diagd.* only at install time (pyproject); mutmut
+# mutates the files it copies into mutants/ and the tests must import those copies, so the run happens
+# in build/mutation/: a real diagd/ package tree (copied, not linked) plus tests/, whose mutants/ copy
+# comes first on sys.path, ahead of the editable install. Results: `mutmut results` in that folder;
+# the baseline is docs/testing-mutation.md. Slow on 2 cores: run one module at a time.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-$top/.venv/bin/python}
+"$py" -c "import mutmut" 2>/dev/null || { echo "mutmut is not installed: $top/.venv/bin/pip install -e '.[test]'" >&2; exit 2; }
+modules=("$@")
+[ ${#modules[@]} -gt 0 ] || modules=(actors/pcap/ngap/*.py)
+tests=${MUTATION_TESTS:-"tests/actors/pcap/test_ngap_fields.py tests/actors/pcap/test_tree.py"}
+work="$top/build/mutation"
+rm -rf "$work"
+mkdir -p "$work/diagd"
+cp "$top/diagd/__init__.py" "$work/diagd/"
+for part in daemon actors protocol systemd; do cp -r "$top/$part" "$work/diagd/$part"; done
+cp -r "$top/tests" "$work/tests"
+find "$work" -name __pycache__ -prune -exec rm -rf {} +
+only=""
+for m in "${modules[@]}"; do
+    case "$m" in diagd/*) ;; *) m="diagd/$m" ;; esac
+    only+="\"$m\", "
+done
+selection=""
+for t in $tests; do selection+="\"$t\", "; done
+cat > "$work/pyproject.toml" <<TOML
+[tool.pytest.ini_options]
+trio_mode = true
+testpaths = ["tests"]
+addopts = "--strict-markers -q -p no:cacheprovider"
+filterwarnings = ["error", "ignore::DeprecationWarning:mcp", "ignore::pytest.PytestUnraisableExceptionWarning"]
+markers = ["e2e: starts real diagd processes"]
+
+[tool.mutmut]
+source_paths = ["diagd"]
+only_mutate = [${only%, }]
+pytest_add_cli_args_test_selection = [${selection%, }]
+TOML
+cd "$work"
+# Warm the sharkd-tree and oracle caches once (a mutant's run then only re-runs the model).
+"$py" -m pytest -x -q -p no:cacheprovider $tests >/dev/null
+"$py" -m mutmut run --max-children "${MUTATION_JOBS:-2}" || true
+"$py" -m mutmut results > results.txt 2>&1 || true
+"$py" - "$work" <<'PY'
+import collections, json, pathlib, sys
+from mutmut.stats import status_by_exit_code
+work = pathlib.Path(sys.argv[1])
+counts = collections.defaultdict(collections.Counter)
+for meta in (work / "mutants").rglob("*.meta"):
+    module = str(meta.relative_to(work / "mutants")).removesuffix(".meta")
+    for code in json.loads(meta.read_text()).get("exit_code_by_key", {}).values():
+        counts[module][status_by_exit_code[code]] += 1
+for module, c in sorted(counts.items()):
+    total = sum(c.values())
+    print(f"{module}: {c['killed']}/{total} killed ({100 * c['killed'] / max(total, 1):.1f} %), {dict(c)}")
+PY
