@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,21 +31,9 @@ from typing import Any
 import pexpect
 import trio
 from _daemon import DIAGD, isolated_daemon
+from _proc import vmcore_fixture
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tests.fixtures.vmcore import CACHE, SCRIPT, cached  # noqa: E402
-
-
-def fixture_paths() -> tuple[Path, Path]:
-    found = cached()
-    if found is None:
-        subprocess.run(["bash", str(SCRIPT), str(CACHE)], check=True)
-        found = cached()
-        assert found is not None
-    return found.vmcore, found.vmlinux
 
 
 def bare_crash_start(vmcore: Path, vmlinux: Path) -> float:
@@ -142,7 +129,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    vmcore, vmlinux = fixture_paths()
+    vmcore, vmlinux = vmcore_fixture()
     config = f'[daemon]\nallowed_dirs = ["{vmcore.parent}"]\n'
     with isolated_daemon("crash", config=config) as daemon:
         r = trio.run(run, args.repeats, args.calls, daemon.env, vmcore, vmlinux)

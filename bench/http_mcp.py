@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,23 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from _daemon import isolated_daemon
+from _proc import free_port, rss_mb
 
 DIAGD = str(Path(sys.executable).parent / "diagd")
 TOOL, TOOL_ARGS = "diagd_calls", {"limit": 1}
 WARMUP_CALLS = 20
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 def wait_for_http(url: str, timeout_s: float = 30) -> None:

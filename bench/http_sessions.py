@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _daemon import isolated_daemon
+from _proc import free_port, rss_mb
 
 DIAGD = str(Path(sys.executable).parent / "diagd")
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -41,17 +41,6 @@ ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "appl
 TARGET_MB = 20.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 class Sampler:

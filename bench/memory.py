@@ -36,12 +36,9 @@ from typing import Any
 
 import trio
 from _daemon import DIAGD, isolated_daemon
+from _proc import children, fd_count, rss_mb, vmcore_fixture
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tests.fixtures.vmcore import CACHE, SCRIPT, cached  # noqa: E402
 
 TARGET_MB = 50.0  # settled growth over the crash baseline
 IDLE_TARGET_MB = 60.0
@@ -51,44 +48,8 @@ SHARED_PCAP = Path("/work/shared/pcaps/magma_gx_gy_combined_04.pcapng")
 RD_BYTES_PER_QWORD = 36.5  # `rd -64` prints 2 qwords per ~73-byte line
 
 
-def fixture_paths() -> tuple[Path, Path]:
-    found = cached()
-    if found is None:
-        import subprocess
-
-        subprocess.run(["bash", str(SCRIPT), str(CACHE)], check=True)
-        found = cached()
-        assert found is not None
-    return found.vmcore, found.vmlinux
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def fd_count(pid: int) -> int:
-    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
-
-
-def children(pid: int) -> list[tuple[int, str, str]]:
-    """(pid, state, comm) of every child of `pid` (all its threads' children)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for kid in kids:
-            try:
-                stat = Path(f"/proc/{kid}/stat").read_text()
-            except OSError:
-                continue
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            found.append((int(kid), stat[stat.rindex(")") + 2], comm))
-    return found
 
 
 class Bench:
@@ -212,7 +173,7 @@ def main() -> int:
     parser.add_argument("--no-pcap", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    vmcore, vmlinux = fixture_paths()
+    vmcore, vmlinux = vmcore_fixture()
     pcap = None if args.no_pcap or not args.pcap.exists() else args.pcap.resolve()
     dirs = [str(vmcore.parent), *([str(pcap.parent)] if pcap else [])]
     config = f'[daemon]\nallowed_dirs = {json.dumps(dirs)}\n[crash]\ncommand_timeout_s = 240\n'

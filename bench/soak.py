@@ -50,12 +50,12 @@ from typing import Any
 
 import trio
 from _daemon import DIAGD, BenchDaemon, _wait_for_sockets, isolated_daemon
+from _proc import children, vmcore_fixture
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tests.fixtures.vmcore import CACHE, SCRIPT, cached  # noqa: E402
 
 PCAP_DIR = Path("/work/shared/pcaps")
 CAPTURES = ("magma_gx_gy_combined_04.pcapng", "heplify_fax_call_t38_sip.pcap", "adrian_n4_upf_timeout_sbi.pcap",
@@ -82,21 +82,6 @@ def proc_status(pid: int) -> dict[str, int]:
             out[key] = int(value.split()[0])
     return out
 
-
-def children(pid: int) -> list[tuple[int, str, str]]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for kid in kids:
-            try:
-                stat = Path(f"/proc/{kid}/stat").read_text()
-            except OSError:
-                continue
-            found.append((int(kid), stat[stat.rindex(")") + 2], stat[stat.index("(") + 1:stat.rindex(")")]))
-    return found
 
 
 def sample(pid: int, t0: float, era: int, calls: int) -> dict[str, Any]:
@@ -401,14 +386,6 @@ def summarize(r: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             "children_idle": final["child_names"]}
 
 
-def fixture_paths() -> tuple[Path, Path]:
-    found = cached()
-    if found is None:
-        subprocess.run(["bash", str(SCRIPT), str(CACHE)], check=True)
-        found = cached()
-        assert found is not None
-    return found.vmcore, found.vmlinux
-
 
 def start_modem(link: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "support" / "sim_modem.py"), "--link", str(link)],
@@ -433,7 +410,7 @@ def main() -> int:
     parser.add_argument("--memory-s", type=float, default=180, help="with --tracemalloc: seconds between reports")
     parser.add_argument("--json-out", type=Path, default=Path(f"/tmp/diagd-soak-{int(time.time())}.json"))
     args = parser.parse_args()
-    vmcore, vmlinux = fixture_paths()
+    vmcore, vmlinux = vmcore_fixture()
     config = (f'[daemon]\nallowed_dirs = {json.dumps([str(PCAP_DIR), str(vmcore.parent)])}\naudit_keep = 1000\n'
               f'[crash]\ncommand_timeout_s = 240\n')
     if os.environ.get("DIAGD_LANDLOCK") in ("off", "0"):
