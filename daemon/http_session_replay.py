@@ -37,6 +37,22 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
+def body_once(body: bytes) -> Receive:
+    """A `receive` that gives `body` once and then never reports a disconnect: for requests diagd makes
+    itself, whose response machinery stops listening when done."""
+    given = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    return receive
+
+
 def replayed(body: bytes, receive: Receive) -> Receive:
     """A `receive` that gives `body` once, then whatever the client's connection says."""
     given = False
@@ -79,15 +95,7 @@ def synthetic_post(scope: MutableMapping[str, Any], sid: str, message: dict[str,
     headers += [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream"),
                 (b"content-length", str(len(body)).encode()), (b"mcp-session-id", sid.encode())]
     inner = {**scope, "method": "POST", "headers": headers, "query_string": b""}
-    given = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await trio.sleep_forever()  # no disconnect: the response machinery stops listening when done
-        raise AssertionError("unreachable")
+    receive = body_once(body)
 
     async def send(_message: dict[str, Any]) -> None:
         return None

@@ -14,6 +14,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
 
+from diagd.daemon.http_session_replay import body_once
 from diagd.daemon.http_sessions import SessionManager
 from diagd.daemon.http_settings import HttpConfig
 
@@ -33,15 +34,7 @@ async def request(manager: SessionManager, token: str, message: dict[str, Any], 
              "scheme": "http", "server": ("127.0.0.1", 8765), "client": ("127.0.0.1", 1),
              "user": AuthenticatedUser(AccessToken(token=token, client_id=f"http:{token}", scopes=[]))}
     answer: dict[str, Any] = {"body": b""}
-    given = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await trio.sleep_forever()
-        raise AssertionError
+    receive = body_once(body)
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
