@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.actors.pcap.test_ngap_fields import ue_keys
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_ngap_summaries import (
     CORPUS,
@@ -24,7 +25,6 @@ from tests.e2e.test_ngap_summaries import (
     gnb_endpoint,
     ngap_frame_count,
     ngap_sources,
-    ue_keys,
 )
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS, pcap
