@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from diagd.actors._subprocess import head, run
+from diagd.actors.pcap.tshark import TRUNCATED
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -159,7 +160,7 @@ async def probe(path: Path, identity: str, named: Sequence[int]) -> Probe:
                                   int(cells[7]) if cells[7].isdigit() else 0))
 
     done = await head(argv, None, max_line=1 << 26, on_line=take)
-    if done.returncode != 0 and not conversations:
+    if done.returncode != 0 and not conversations and TRUNCATED not in done.stderr:  # a cut-short file: what there is
         messages = [x for x in done.stderr.splitlines() if x and not x.startswith("Running as user")]
         raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "tshark could not read the conversations to check a "
                          "decode-as rule: " + "\n".join(messages)[-2000:], exit_code=done.returncode)
