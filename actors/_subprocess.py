@@ -319,10 +319,12 @@ class Head:
     stderr: str  # its last STDERR_TAIL_BYTES
 
 
-async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 20) -> Head:
+async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 20,
+               on_line: Callable[[str], None] | None = None) -> Head:
     """The first `limit` lines a command prints (every line for None), as they come: the command is
     stopped (TERM, then KILL) once they are in, so a caller needing the start of a long output does
-    not wait for its end; in every case it is reaped and its pipes closed."""
+    not wait for its end; in every case it is reaped and its pipes closed. With `on_line` every line
+    is handed to it as it comes and none is kept (a long output read in bounded memory)."""
     lines: list[str] = []
     stderr = Tail()
     proc = await open_process(argv)
@@ -335,6 +337,10 @@ async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 2
             try:
                 while chunk := await proc.stdout.receive_some(1 << 16):
                     lines += splitter.split(chunk)
+                    if on_line is not None:
+                        for line in lines:
+                            on_line(line)
+                        lines.clear()
                     if limit is not None and len(lines) >= limit:
                         stopped = True
                         break
@@ -344,6 +350,10 @@ async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 2
                 await stop_process(proc)
             else:
                 lines += splitter.rest()
+                if on_line is not None:
+                    for line in lines:
+                        on_line(line)
+                    lines.clear()
             await proc.wait()
             nursery.cancel_scope.cancel()
     finally:

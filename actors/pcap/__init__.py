@@ -33,7 +33,8 @@ pcap (5G core / RAN captures, Wireshark's dissectors):
    a string in the decoded text; pcap_extract_subcapture to share the evidence.
 6. pcap_sequence_diagram (Mermaid) for a UE, a PDU session, a flow or a filter; pcap_stats for
    Wireshark's expert info, response times, conversations, endpoints and I/O series.
-Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2"; NAS after Security
+Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2" (applied only to the
+conversations that carry HTTP/2; pcap_info's sbi_ports says which port needs it); NAS after Security
 Mode (NEA0) needs profile="5gc-lab" (nas-5gs.null_decipher); ngap_* tools enable it by default.
 Field names: pcap_list_fields / pcap_fields_search.
 """

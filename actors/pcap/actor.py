@@ -120,7 +120,9 @@ class PcapActor(Actor):
         present = None
         if not page.total and display_filter:
             present = await session.protocols(request)
-        return answers.frames(message, page, present, session.cat)
+        sbi = (await session.sbi_hint() if present is not None and message.display_filter
+               and answers.needs_sbi_hint(message.display_filter, present) else None)
+        return answers.frames(message, page, present, session.cat, sbi)
 
     async def _detail(self, request: Request, message: Detail) -> dict[str, Any]:
         trees = {n: await self.session.tree(request, n) for n in sorted(set(message.frame_numbers))}

@@ -86,7 +86,8 @@ async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[s
     return len(all_rows), all_rows[offset:offset + limit]
 
 
-def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogue | None) -> dict[str, Any]:
+def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogue | None,
+           sbi: str | None = None) -> dict[str, Any]:
     """The answer of pcap_frames_by_filter from what the actor fetched (`present`: the capture's
     protocols, fetched only when nothing matched). A first page that came before the full pass has
     a lower bound for its total: `total_exact` says which it is."""
@@ -98,16 +99,24 @@ def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogu
                           "sharkd); the exact total and the later pages come from sharkd's full pass: the same "
                           "call again returns the exact total")
     if not page.total and message.display_filter:
-        result["hint"] = protocols_hint(message.display_filter, present or [], cat)
+        result["hint"] = protocols_hint(message.display_filter, present or [], cat, sbi)
     return result
 
 
 async def absent_protocols_hint(capture: CaptureSession, request: Request, display_filter: str) -> str:
-    return protocols_hint(display_filter, list((await capture.analysed(request)).get("protocols", [])), capture.cat)
+    protocols = list((await capture.analysed(request)).get("protocols", []))
+    sbi = await capture.sbi_hint() if needs_sbi_hint(display_filter, protocols) else None
+    return protocols_hint(display_filter, protocols, capture.cat, sbi)
 
 
-def protocols_hint(display_filter: str, protocols: list[str], cat: Catalogue | None) -> str:
-    """Why a filter matched nothing: which of its protocols the capture has at all."""
+def needs_sbi_hint(display_filter: str, protocols: list[str]) -> bool:
+    """Whether an empty answer's hint needs what the TCP conversations carry (decode_check.py)."""
+    return "http2" in re.findall(r"[A-Za-z0-9_\-]+", display_filter) and "http2" not in protocols
+
+
+def protocols_hint(display_filter: str, protocols: list[str], cat: Catalogue | None, sbi: str | None = None) -> str:
+    """Why a filter matched nothing: which of its protocols the capture has at all. `sbi`: where the
+    TCP conversations carry HTTP/2 or HTTP/1.1 (decode_check.http2_hint), when HTTP/2 is wanted."""
     present = set(protocols)
     tokens = {t.split(".")[0] for t in re.findall(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*",
                                                     display_filter)}
@@ -125,7 +134,8 @@ def protocols_hint(display_filter: str, protocols: list[str], cat: Catalogue | N
         parts.append("NAS after Security Mode Command needs preferences nas-5gs.null_decipher=TRUE "
                      "(profile 5gc-lab)")
     if "http2" in missing:
-        parts.append("HTTP/2 on a non-standard port needs decode_as, e.g. tcp.port==7777,http2")
+        parts.append(sbi or "HTTP/2 on a port tshark does not know needs a decode-as rule: pcap_info's "
+                            "sbi_ports says which port carries it and which rule shows it")
     return "; ".join(parts) or "no frame matches"
 
 
@@ -186,7 +196,7 @@ async def follow(capture: CaptureSession, request: Request, message: Follow) -> 
         raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                          f"frame {frame_number} carries no HTTP/2 stream, Diameter Session-Id or SIP Call-ID",
                          protocols=tree_mod.top_protocols(answer["tree"]),
-                         hint="HTTP/2 on a non-standard port needs decode_as (e.g. tcp.port==7777,http2)")
+                         hint=await capture.sbi_hint())
     combined = f"({follow_filter}) && ({display_filter})" if display_filter else follow_filter
     page = await capture.page(request, combined, offset, limit)
     return {"follow_type": follow_type, "follow_key": key, "follow_display_filter": follow_filter,

@@ -19,6 +19,7 @@ import structlog
 import trio
 
 from diagd.actors._paths import create_new, made_stem, resolve_allowed
+from diagd.actors.pcap import decode_check
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
@@ -84,15 +85,16 @@ class PcapBackend:
             profile = settings.profiles[profile_name]
         decode_as = [*profile.get("decode_as", []), *_as_list(args.get("decode_as"))]
         cat = await catalogue()
-        for rule in decode_as:
-            parse_decode_as(rule, cat)  # refuse an unknown protocol before loading anything
+        parsed = [(rule, *parse_decode_as(rule, cat)) for rule in dict.fromkeys(decode_as)]  # refused before loading
         prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
         identity, size = await file_identity(path)
         begin_sha256(path, identity)  # every answer names it; read beside the load, not before it
         # Every tool refuses a file that is no capture before a worker is started for it.
         await _cold.capture_facts(path, identity, size)
-        spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(dict.fromkeys(decode_as)),
-                           preferences=tuple(sorted(prefs.items())), size=size)
+        # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
+        applied, checks = await decode_check.check(path, identity, parsed)
+        spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(applied),
+                           preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks))
         if force_prefs is None:
             _built.set((args, spec))
         return spec

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diagd.actors.pcap.decode_check import PortCheck
+
 
 @dataclass(frozen=True)
 class CaptureSpec:
@@ -18,6 +20,9 @@ class CaptureSpec:
     decode_as: tuple[str, ...]
     preferences: tuple[tuple[str, str], ...]
     size: int
+    # What each requested port rule became (decode_check.py): `decode_as` holds the rules applied.
+    # Derived from the file version and the requested rules, so not part of the key.
+    decode_checks: tuple[PortCheck, ...] = ()
 
     @property
     def key(self) -> str:
@@ -25,4 +30,7 @@ class CaptureSpec:
         return f"{hashlib.sha1(self.identity.encode()).hexdigest()[:16]}:{hashlib.sha1(extra.encode()).hexdigest()[:8]}"
 
     def describe(self) -> dict[str, Any]:
-        return {"decode_as": list(self.decode_as), "preferences": dict(self.preferences)}
+        out: dict[str, Any] = {"decode_as": list(self.decode_as), "preferences": dict(self.preferences)}
+        if self.decode_checks:
+            out["decode_as_checked"] = [c.describe() for c in self.decode_checks]
+        return out

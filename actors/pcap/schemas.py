@@ -50,7 +50,8 @@ def output(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, A
 
 SOURCE = output({"pcap_path": STR, "sha256": STR, "profile": nullable("string"), "decode_as": STRINGS,
                  "preferences": OBJ, "tshark_version": STR, "display_filter": STR,
-                 "equivalent_command": STRINGS, "equivalent_command_line": STR},
+                 "equivalent_command": STRINGS, "equivalent_command_line": STR,
+                 "decode_as_checked": {"type": "array", "items": OBJ}},
                 ("pcap_path", "sha256", "decode_as", "preferences", "tshark_version"))
 # Every answer of a capture's actor: where it came from, and whether it was a cached answer.
 ANSWER = {"source": SOURCE, "cached": BOOL}
@@ -62,6 +63,8 @@ INFO_OUTPUT = output({
     "file_type": nullable("string"), "file_encapsulation": nullable("string"), "served_by": STR,
     "has_protocols": {"type": "object", "additionalProperties": BOOL}, "protocols": STRINGS,
     "top_conversations": {"type": "array", "items": OBJ}, "tshark_version": STR, **WARNINGS, **ANSWER,
+    # HTTP/1.1 and HTTP/2 by server port: "HTTP/2 on tcp/7777 needs decode-as: applied" (decode_check.py)
+    "sbi_ports": {"type": "array", "items": OBJ},
 }, ("sha256", "packet_count", "protocols", "source"))
 
 FRAMES_OUTPUT = output({

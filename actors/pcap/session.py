@@ -21,7 +21,7 @@ import structlog
 import trio
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import first_page
+from diagd.actors.pcap import decode_check, first_page
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.cache import PackedLru
 from diagd.actors.pcap.capture import CaptureSpec
@@ -257,6 +257,12 @@ class CaptureSession:
         if not self.analysis:
             self.analysis = await self.sharkd_call(request, "analyse")
         return self.analysis
+
+    async def sbi_hint(self) -> str:
+        """Where this capture's TCP conversations carry HTTP/2 or HTTP/1.1, and which decode-as
+        shows HTTP/2 without hiding anything (decode_check.py; one cached tshark pass)."""
+        found = await decode_check.probe(self.spec.path, self.spec.identity, [c.port for c in self.spec.decode_checks])
+        return decode_check.http2_hint(found, self.spec.decode_checks)
 
     async def protocols(self, request: Request) -> list[str]:
         """The protocols the capture carries (sharkd's `analyse`)."""

@@ -134,7 +134,7 @@ async def _why_empty(capture: CaptureSession, request: Request, message: Stats) 
     wanted = {"conversations": message.protocol, "endpoints": message.protocol, "srt": message.protocol}.get(
         message.kind)
     if wanted is not None and wanted not in present:
-        extra = "; HTTP/2 and SBI on a non-standard port need decode_as" if wanted == "http2" else ""
+        extra = f"; {await capture.sbi_hint()}" if wanted == "http2" else ""
         return f"protocol {wanted} is not in this capture{extra}"
     if message.display_filter:
         return f"no frame matches display_filter {message.display_filter!r}"

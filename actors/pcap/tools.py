@@ -12,7 +12,10 @@ from collections.abc import Container
 from dataclasses import replace
 from typing import Any
 
+import trio
+
 from diagd.actors._user_regex import Matcher, compile_in_thread
+from diagd.actors.pcap import decode_check
 from diagd.actors.pcap import stats as _stats
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND
@@ -93,7 +96,15 @@ def register(runtime: Runtime) -> PcapBackend:
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
-    result = await backend.ask(ctx, spec, Info())
+    found: list[decode_check.Probe] = []
+
+    async def sbi() -> None:  # beside the load: what HTTP each TCP port carries, and what it needs
+        found.append(await decode_check.probe(spec.path, spec.identity, [c.port for c in spec.decode_checks]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sbi)
+        result = await backend.ask(ctx, spec, Info())
+    result["sbi_ports"] = decode_check.sbi_ports(found[0], spec.decode_checks)
     sharkd_frames = result.pop("sharkd_frames", None)
     warnings = list(result.pop("warnings", []))
     if facts.warning and facts.warning not in warnings:

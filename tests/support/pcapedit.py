@@ -3,7 +3,7 @@
 Used by tests and by bench/pcap.py. editcap/mergecap shift and merge but cannot rewrite addresses,
 ports or SCTP verification tags, and tcprewrite is not installed; so these functions edit the
 packet bytes in place and leave every other byte as it was. Only Ethernet (VLAN tags allowed) /
-IPv4 / SCTP packets are touched.
+IPv4 / SCTP packets are touched (and by remap_tcp_ports Ethernet / IPv4 / TCP ones).
 
 Why SCTP needs retagging: merged copies of one capture repeat the same SCTP associations with the
 same TSNs, so Wireshark marks every copy after the first "Retransmitted TSN" and never dissects
@@ -146,6 +146,33 @@ def readdress_sctp(data: bytearray, *, salt: int, addresses: dict[str, str], por
         struct.pack_into(">I", buf, p.sctp + 4, vtag ^ salt)
 
     return edit_sctp(data, edit)
+
+
+def remap_tcp_ports(data: bytearray, ports: dict[int, int]) -> int:
+    """In place: map the TCP ports of every Ethernet/IPv4/TCP packet (`ports`: old -> new); returns
+    how many packets changed. The TCP checksum is left as it was (Wireshark does not check it by
+    default: tcp.check_checksum FALSE), like the SCTP one."""
+    changed = 0
+    for packet in list(packets(data)):
+        if packet.linktype != LINKTYPE_ETHERNET or packet.caplen < 34:
+            continue
+        pkt, off = packet.offset, 12
+        ethertype = struct.unpack_from(">H", data, pkt + off)[0]
+        while ethertype in (0x8100, 0x88A8) and packet.caplen >= off + 6:
+            off += 4
+            ethertype = struct.unpack_from(">H", data, pkt + off)[0]
+        ip = pkt + off + 2
+        if ethertype != 0x0800 or data[ip + 9] != 6 or struct.unpack_from(">H", data, ip + 6)[0] & 0x1FFF:
+            continue  # not TCP, or a later IPv4 fragment (no TCP header in it)
+        tcp = ip + (data[ip] & 0x0F) * 4
+        if tcp + 4 > pkt + packet.caplen:
+            continue
+        old = struct.unpack_from(">HH", data, tcp)
+        new = tuple(ports.get(port, port) for port in old)
+        if new != old:
+            struct.pack_into(">HH", data, tcp, *new)
+            changed += 1
+    return changed
 
 
 def shift_pcap(data: bytearray, seconds: int) -> None:
