@@ -7,10 +7,12 @@ Nothing here imports the daemon: a back end's tools can be called by a test with
 
     tools: ToolSet[EchoBackend] = ToolSet()
 
+    class EchoReply(TypedDict):          # the reply model: its outputSchema (actors/replies.py)
+        message: str
+
     @tools.tool("echo", "Echo a message through the echo actor.",
-                {"message": {"type": "string"}, **paging(limit=20, maximum=100)},
-                required=("message",), output=object_schema({"message": {"type": "string"}}))
-    async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+                {"message": {"type": "string"}, **paging(limit=20, maximum=100)}, required=("message",))
+    async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> EchoReply:
         return {"message": args["message"][args["offset"]:][:args["limit"]]}
 
     tools.register(runtime, EchoBackend(runtime))   # in the back end's register(runtime)
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
+import typing
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
@@ -28,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import jsonschema
 
 from diagd.actors.base import ProgressFn
+from diagd.actors.replies import is_reply_model, reply_schema
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -53,7 +57,9 @@ class CallContext:
             await self.progress(progress, total, message)
 
 
-Handler = Callable[[CallContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+# What a handler returns: its reply model (a TypedDict, which mypy checks the handler against).
+Reply = Mapping[str, Any]
+Handler = Callable[[CallContext, dict[str, Any]], Awaitable[Reply]]
 
 # The call a task serves, for code below a handler that resolves paths without being handed its
 # context (set by the registry around the handler; tasks the handler starts inherit it). The
@@ -86,7 +92,10 @@ class ToolSpec:
     description: str
     input_schema: dict[str, Any]
     handler: Handler
-    output_schema: dict[str, Any] | None = None
+    # The reply's model (a TypedDict, actors/replies.py): the tool's outputSchema is generated from it.
+    reply: type | None = None
+    # A schema written by hand, for a tool whose reply has no model yet (never both).
+    declared_output: dict[str, Any] | None = None
     read_only: bool = True
     destructive: bool = False
     idempotent: bool = True
@@ -98,6 +107,11 @@ class ToolSpec:
     # clients choose the groups they see (`diagd mcp --tools pcap`).
     group: str = ""
 
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The whole JSON Schema of the tool's result (generated from `reply` on first use, then cached)."""
+        return reply_schema(self.reply) if self.reply is not None else self.declared_output
+
 
 # ---------------------------------------------------------------------------------------------
 # Declaring tools
@@ -106,7 +120,7 @@ class ToolSpec:
 B = TypeVar("B")
 # A tool's handler as declared: the back end's own object (its state: runtime, settings, records)
 # first, then the call. `ToolSet.specs(owner)` binds it into a `Handler`.
-ToolHandler = Callable[[B, CallContext, dict[str, Any]], Awaitable[dict[str, Any]]]
+ToolHandler = Callable[[B, CallContext, dict[str, Any]], Awaitable[Reply]]
 
 
 @dataclass(frozen=True)
@@ -127,12 +141,14 @@ class ToolSet(Generic[B]):
         self._declared: dict[str, _Declared[B]] = {}
 
     def tool(self, name: str, description: str, props: Mapping[str, Any] | None = None, *,
-             required: Sequence[str] = (), output: dict[str, Any], title: str | None = None,
+             required: Sequence[str] = (), output: dict[str, Any] | None = None, title: str | None = None,
              input_schema: dict[str, Any] | None = None, read_only: bool = True, destructive: bool = False,
              idempotent: bool = True, timeout_s: float | Callable[[], float] | None = None,
              ) -> Callable[[ToolHandler[B]], ToolHandler[B]]:
         """Declare a tool. `props` (and `required`) make a closed input object; `input_schema` gives a
-        whole schema instead. `output` is the result's schema: every tool states what it returns."""
+        whole schema instead. Every tool states what it returns: the handler's return annotation is
+        its reply model (a TypedDict), from which its outputSchema is generated; `output`, a schema
+        written by hand, stands in for a handler whose reply has no model yet."""
         if props is not None and input_schema is not None:
             raise ValueError(f"tool {name!r}: give props or input_schema, not both")
         schema = input_schema if input_schema is not None else object_schema(props or {}, required, closed=True)
@@ -140,8 +156,9 @@ class ToolSet(Generic[B]):
         def declare(handler: ToolHandler[B]) -> ToolHandler[B]:
             if name in self._declared:
                 raise ValueError(f"tool {name!r} declared twice")
+            reply = None if output is not None else _reply_model(name, handler)
             spec = ToolSpec(name=name, description=description, input_schema=schema, handler=_unbound,
-                            output_schema=output, read_only=read_only, destructive=destructive,
+                            reply=reply, declared_output=output, read_only=read_only, destructive=destructive,
                             idempotent=idempotent, timeout_s=timeout_s, title=title)
             self._declared[name] = _Declared(spec, handler)
             return handler
@@ -162,7 +179,16 @@ class ToolSink(Protocol):
     def register_tool(self, spec: ToolSpec) -> None: ...
 
 
-async def _unbound(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+def _reply_model(name: str, handler: Callable[..., Any]) -> type:
+    """The reply model a handler's return annotation names (resolved in the handler's module)."""
+    annotation = handler.__annotations__.get("return")
+    model = eval(annotation, handler.__globals__) if isinstance(annotation, str) else annotation
+    if not is_reply_model(model):
+        raise TypeError(f"tool {name!r}: the handler must return a reply model (a TypedDict), not {annotation!r}")
+    return typing.cast(type, model)
+
+
+async def _unbound(ctx: CallContext, args: dict[str, Any]) -> Reply:
     raise DiagdError(ErrorCode.INTERNAL_ERROR, "a declared tool was called before ToolSet.specs() bound it")
 
 

@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("tools", help="list the tools (name, group, description), or print one's input schema")
     s.add_argument("name", nargs="?", help="a tool: print its input schema (JSON)")
     s.add_argument("--json", action="store_true", help="the whole list as JSON")
+    s.add_argument("--output", action="store_true",
+                   help="with NAME: print its whole output schema (generated from its reply model; "
+                        "tools/list says only that the result is an object)")
     s.set_defaults(func=cmd_tools)
 
     s = sub.add_parser("start", help="start the daemon in the background unless it runs")
@@ -190,7 +193,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
     from diagd.daemon import toolscli
     from diagd.protocol import control
 
-    return toolscli.show(_request(control.ToolsRequest), args.name, as_json=args.json)
+    return toolscli.show(_request(control.ToolsRequest), args.name, as_json=args.json, output=args.output)
 
 
 def cmd_start(args: argparse.Namespace) -> int:

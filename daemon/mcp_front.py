@@ -71,7 +71,7 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         title=spec.title,
         description=spec.description,
         input_schema=tool_listing.input_schema(spec.input_schema),
-        output_schema=tool_listing.output_schema(spec.output_schema),
+        output_schema=tool_listing.output_schema(spec),
         annotations=types.ToolAnnotations.model_validate(hints),
     )
 

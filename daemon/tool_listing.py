@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagd.actors.tooling import ToolSpec
+
 
 def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The declared input schema as tools/list gives it (validation uses the declared one)."""
@@ -46,8 +48,12 @@ def _empty(value: Any) -> bool:
     return value is False or (value == 0 and not isinstance(value, bool)) or value in ("", [], {})
 
 
-def output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The declared result schema cut to its type (an object)."""
+def output_schema(spec: ToolSpec) -> dict[str, Any] | None:
+    """The tool's result schema cut to its type (an object). A reply model is a TypedDict, whose
+    schema is an object: said without generating it (tools/list never imports pydantic)."""
+    if spec.reply is not None:
+        return {"type": "object"}
+    schema = spec.declared_output
     if schema is None:
         return None
     return {"type": schema.get("type", "object")}

@@ -18,7 +18,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -350,8 +350,8 @@ def compact(payload: Any) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def _success(payload: dict[str, Any]) -> CallResult:
-    return CallResult(is_error=False, payload=payload, text=compact(payload))
+def _success(payload: Mapping[str, Any]) -> CallResult:
+    return CallResult(is_error=False, payload=dict(payload), text=compact(payload))
 
 
 def _failure(error: DiagdError) -> CallResult:

@@ -40,8 +40,8 @@ def options_line(text: str) -> bytes | None:
         return None
 
 
-def show(catalogue: dict[str, Any], name: str | None, *, as_json: bool = False) -> int:
-    """Print the daemon's tool list (a table, or JSON), or one tool's input schema."""
+def show(catalogue: dict[str, Any], name: str | None, *, as_json: bool = False, output: bool = False) -> int:
+    """Print the daemon's tool list (a table, or JSON), or one tool's input (or whole output) schema."""
     tools = {t["name"]: t for t in catalogue["tools"]}
     if name is not None:
         if name not in tools:
@@ -49,8 +49,12 @@ def show(catalogue: dict[str, Any], name: str | None, *, as_json: bool = False) 
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
             sys.stderr.write(f"diagd tools: {ErrorCode.INVALID_ARGUMENT}: unknown tool {name!r}{hint}\n")
             return EXIT_USAGE
-        print(json.dumps(tools[name]["input_schema"], indent=2, ensure_ascii=False))
+        schema = tools[name]["output_schema" if output else "input_schema"]
+        print(json.dumps(schema, indent=2, ensure_ascii=False))
         return EXIT_OK
+    if output:
+        sys.stderr.write(f"diagd tools: {ErrorCode.INVALID_ARGUMENT}: --output needs a tool's name\n")
+        return EXIT_USAGE
     if as_json:
         print(json.dumps(catalogue, indent=2, ensure_ascii=False))
         return EXIT_OK

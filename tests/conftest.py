@@ -113,3 +113,23 @@ def daemon(env: Env) -> Iterator[DaemonProcess]:
     d = start_daemon(env)
     yield d
     d.stop()
+
+
+@pytest.fixture(autouse=True)
+def replies_match_their_schemas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every real call through the MCP SDK's client, in every test, has its reply validated against the
+    tool's whole generated output schema (tests/support/reply_check.py)."""
+    try:
+        from mcp import Client
+    except ImportError:  # pragma: no cover - the SDK is a dependency
+        return
+    from tests.support.reply_check import check
+
+    original = Client.call_tool
+
+    async def call_tool(self: Client, name: str, *args: object, **kwargs: object) -> object:
+        result = await original(self, name, *args, **kwargs)  # type: ignore[arg-type]
+        check(name, result)
+        return result
+
+    monkeypatch.setattr(Client, "call_tool", call_tool)

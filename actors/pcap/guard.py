@@ -15,7 +15,7 @@ import trio
 
 from diagd.actors._subprocess import run
 from diagd.actors.pcap.mask import ALL_FIELDS, MAX_CAPTURES, TEXT_FIELDS, Identities, Masker, identities_from
-from diagd.actors.tooling import CallContext, Handler
+from diagd.actors.tooling import CallContext, Handler, Reply
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap.mask")
@@ -43,7 +43,7 @@ class SubscriberMask:
         return self._masker
 
     def guard(self, name: str, handler: Handler) -> Handler:
-        async def guarded(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        async def guarded(ctx: CallContext, args: dict[str, Any]) -> Reply:
             if not self._enabled():
                 return await handler(ctx, args)
             progress = ctx.progress

@@ -19,6 +19,7 @@ from diagd.actors.serial.messages import Close, Configure, ReadUrc, Send, Signal
 from diagd.actors.serial.port import PortGone, PortIO, SettingRefused, refused_error
 from diagd.actors.serial.rawlog import new_log
 from diagd.actors.serial.record import PortRecord
+from diagd.actors.serial.replies import ReadUrcReply, SendReply, SignalsReply
 from diagd.actors.serial.settings import LINE_ENDINGS, PortSettings, PortState
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -60,18 +61,18 @@ class SerialActor(Actor):
         match request.message:
             case Send() as send:
                 self._authorize(send.client)
-                return await self._send(send)
+                return dict(await self._send(send))  # the reply model is a dict
             case Configure() as configure:
                 took_over = self._authorize(configure.client, force=configure.force)
                 reopened = await self._configure(replace(rec.settings, **configure.given), configure.lines)
                 return {"reopened": reopened, "took_over_from": took_over}
             case Signals() as signals:
                 self._authorize(signals.client)
-                return await self._signals(signals)
+                return dict(await self._signals(signals))
             case ReadUrc() as read:
                 if not read.peek:
                     self._authorize(read.client)
-                return self._read_urc(read)
+                return dict(self._read_urc(read))
             case Close() as close:
                 took_over = self._authorize(close.client, force=close.force)
                 self._end_session("closed by request", PortState.CLOSED)
@@ -93,13 +94,13 @@ class SerialActor(Actor):
                          port=rec.key, state=str(PortState.OCCUPIED), owner=owner,
                          hint="configure_connection(port, action='open', force=true) takes it over")
 
-    def _read_urc(self, read: ReadUrc) -> dict[str, Any]:
+    def _read_urc(self, read: ReadUrc) -> ReadUrcReply:
         rec = self.record
         packets, dropped = rec.urc.take(read.max_packets, 4 * rec.config.max_reply_bytes, peek=read.peek)
         # pending_urc_count is what the buffer holds after this call, as in send_data and
         # connection_status: after a peek, the packets shown are still pending.
         pending = len(rec.urc)
-        return {"port": rec.key, "state": str(rec.state),
+        return {"port": rec.key, "state": rec.state,
                 "packets": [p.to_json(as_hex=read.as_hex) for p in packets],
                 "returned": len(packets), "pending_urc_count": pending,
                 "has_more": pending > (len(packets) if read.peek else 0),
@@ -207,7 +208,7 @@ class SerialActor(Actor):
 
     # -- operations ---------------------------------------------------------------------------
 
-    async def _send(self, send: Send) -> dict[str, Any]:
+    async def _send(self, send: Send) -> SendReply:
         rec = self.record
         io = self._require_connected()
         line_ending = send.line_ending or rec.settings.line_ending
@@ -241,7 +242,7 @@ class SerialActor(Actor):
         data, fmt = decode(raw, as_hex=send.as_hex, cut=truncated)
         matched = collector.matched if collector is not None else None
         timed_out = policy == "keyword" and matched is None
-        result: dict[str, Any] = {
+        result: SendReply = {
             "success": not timed_out, "port": rec.key, "wait_policy": policy, "data": data, "format": fmt,
             "is_hex": fmt == "hex", "bytes_sent": sent, "bytes_received": collector.total if collector else 0,
             "found_keyword": matched is not None, "stop_pattern_matched": patterns.get(matched) if matched else None,
@@ -323,7 +324,7 @@ class SerialActor(Actor):
             rec.log.event("settings", time.time(), settings=asdict(settings), **lines)
         return False
 
-    async def _signals(self, signals: Signals) -> dict[str, Any]:
+    async def _signals(self, signals: Signals) -> SignalsReply:
         rec = self.record
         io = self._require_connected()
         dtr, rts, break_ms = signals.dtr, signals.rts, signals.break_ms

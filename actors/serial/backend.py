@@ -21,6 +21,7 @@ from diagd.actors.serial.actor import KIND, SerialActor, not_open_error
 from diagd.actors.serial.port import BlockingRunner, Opener, open_posix_port, port_holders
 from diagd.actors.serial.rawlog import session_logs
 from diagd.actors.serial.record import PortRecord
+from diagd.actors.serial.replies import PortStatus
 from diagd.actors.serial.settings import PortState, SerialConfig
 from diagd.actors.serial.urc import UrcBuffer
 from diagd.actors.tooling import CallContext
@@ -77,7 +78,7 @@ class SerialBackend:
                              hint="only its owner stops it; configure_connection(port, action='close', force=true) "
                                   "takes it over and closes it")
 
-    def describe(self, rec: PortRecord, viewer: str) -> dict[str, Any]:
+    def describe(self, rec: PortRecord, viewer: str) -> PortStatus:
         return rec.describe(viewer, owner_connected=self.owner_connected(rec.owner))
 
     async def lookup(self, key: str) -> PortRecord | None:
@@ -187,13 +188,13 @@ def enumerate_ports(allowed: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def probe(key: str) -> dict[str, Any]:
+def probe(key: str) -> PortStatus:
     if not os.path.exists(key):
         raise DiagdError(ErrorCode.NOT_FOUND, f"no such port: {key}", port=key,
                          hint="list_ports shows the ports this machine has")
     holders = port_holders(key)
     return {"port": key, "device": os.path.realpath(key),
-            "state": str(PortState.OCCUPIED if holders else PortState.CLOSED), "owner": None, "you_own": False,
+            "state": PortState.OCCUPIED if holders else PortState.CLOSED, "owner": None, "you_own": False,
             "holders": holders}
 
 

@@ -11,8 +11,8 @@ import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from diagd.actors.serial.replies import Format, UrcPacket
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -96,7 +96,7 @@ def unescape(text: str, *, what: str) -> bytes:
     return bytes(out)
 
 
-def decode(data: bytes, *, as_hex: bool = False, cut: bool = False) -> tuple[str, str]:
+def decode(data: bytes, *, as_hex: bool = False, cut: bool = False) -> tuple[str, Format]:
     """(data, format): UTF-8 text when it is valid text without control garbage, else spaced hex.
 
     `cut`: `data` is a prefix cut at a size cap, so an incomplete last character is dropped.
@@ -121,7 +121,7 @@ class Packet:
     t_last: float  # Trio clock at the last byte
     split: bool = False  # cut at the size cap: the next packet continues it
 
-    def to_json(self, *, as_hex: bool = False) -> dict[str, Any]:
+    def to_json(self, *, as_hex: bool = False) -> UrcPacket:
         text, fmt = decode(self.data, as_hex=as_hex)
         return {"ts": round(self.ts, 6), "data": text, "format": fmt, "bytes": len(self.data), "split": self.split}
 

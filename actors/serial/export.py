@@ -17,12 +17,13 @@ from diagd.actors import statefile
 from diagd.actors._paths import create_new
 from diagd.actors.serial.pcapng import PcapngWriter
 from diagd.actors.serial.rawlog import session_logs
+from diagd.actors.serial.replies import Copied, Exported
 from diagd.actors.serial.settings import port_slug
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
-def export_session(log: Path, out: Path, *, end: int | None, port: str, application: str) -> dict[str, Any]:
+def export_session(log: Path, out: Path, *, end: int | None, port: str, application: str) -> Exported:
     """Write the Tx/Rx records of `log` (up to byte `end` of a live log) to the new file `out` (0600).
 
     Timestamps are exact: the log's decimal microseconds are read as decimals, never as floats.
@@ -59,7 +60,7 @@ def _describe(log: Path, header: dict[str, Any]) -> str:
             f"{settings.get('baudrate', '?')} baud {line}")
 
 
-def _copy(source: Any, writer: PcapngWriter, end: int | None) -> dict[str, Any]:
+def _copy(source: Any, writer: PcapngWriter, end: int | None) -> Copied:
     counts = {"tx": [0, 0], "rx": [0, 0]}  # packets, bytes
     events = 0
     unreadable = 0

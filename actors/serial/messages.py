@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagd.actors.serial.replies import WaitPolicy
+
 
 @dataclass(frozen=True)
 class Configure:
@@ -28,7 +30,7 @@ class Send:
     payload: bytes
     # A key of LINE_ENDINGS, or None for the port's own (configure_connection line_ending).
     line_ending: str | None
-    wait_policy: str  # keyword | timeout | none
+    wait_policy: WaitPolicy
     patterns: dict[bytes, str]  # stop pattern bytes -> as the caller wrote it
     text_patterns: bool  # a CR/LF right after a text pattern belongs to the reply
     timeout_s: float

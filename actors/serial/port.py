@@ -15,6 +15,7 @@ import serial
 import trio
 
 from diagd.actors.serial import ttydev
+from diagd.actors.serial.replies import ModemLines
 from diagd.actors.serial.settings import PortSettings, PortState
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -117,7 +118,7 @@ class PortIO(Protocol):
     def apply(self, settings: PortSettings) -> None: ...
     def set_lines(self, dtr: bool | None, rts: bool | None) -> None: ...
     def set_break(self, on: bool) -> None: ...
-    def modem_lines(self) -> dict[str, bool] | None: ...
+    def modem_lines(self) -> ModemLines | None: ...
     def close(self) -> None: ...
 
 
@@ -181,7 +182,7 @@ class PosixPort:
     def set_break(self, on: bool) -> None:
         self.ser.break_condition = on
 
-    def modem_lines(self) -> dict[str, bool] | None:
+    def modem_lines(self) -> ModemLines | None:
         try:
             return {"cts": self.ser.cts, "dsr": self.ser.dsr, "ri": self.ser.ri, "cd": self.ser.cd}
         except OSError:

@@ -13,6 +13,7 @@ from typing import Any
 
 from diagd.actors import statefile
 from diagd.actors.serial.codec import decode
+from diagd.actors.serial.replies import LogPage, LogRecord
 from diagd.actors.serial.settings import SerialConfig, port_slug
 from diagd.protocol import utc
 
@@ -86,14 +87,14 @@ class LogView:
 
 
 def read_log_page(view: LogView, offset: int, limit: int, byte_budget: int,
-                  *, as_hex: bool = False) -> dict[str, Any]:
+                  *, as_hex: bool = False) -> LogPage:
     """Records [offset, offset+limit) of a log, stopping early past `byte_budget` data bytes.
 
     Blocking file I/O: run it in a thread.
     """
     slot = min(offset // view.every, len(view.index) - 1) if view.index else -1
     pos, rec = (view.index[slot], slot * view.every) if slot >= 0 else (0, 0)
-    out: list[dict[str, Any]] = []
+    out: list[LogRecord] = []
     budget = byte_budget
     next_offset: int | None = None
     with open(statefile.open_file(view.path, os.O_RDONLY), "rb") as f:
@@ -122,7 +123,7 @@ def read_log_page(view: LogView, offset: int, limit: int, byte_budget: int,
             "records": out}
 
 
-def _render(index: int, record: dict[str, Any], *, as_hex: bool) -> dict[str, Any]:
+def _render(index: int, record: dict[str, Any], *, as_hex: bool) -> LogRecord:
     if record.get("dir") in ("tx", "rx"):
         raw = bytes.fromhex(record.get("hex", ""))
         text, fmt = decode(raw, as_hex=as_hex)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from diagd.actors.serial.codec import iso
 from diagd.actors.serial.port import BlockingRunner, Opener
 from diagd.actors.serial.rawlog import RawLog
+from diagd.actors.serial.replies import PortStatus
 from diagd.actors.serial.settings import PortSettings, PortState, SerialConfig
 from diagd.actors.serial.urc import UrcBuffer
 
@@ -48,12 +48,12 @@ class PortRecord:
     last_rx: float | None = None
     last_error: str | None = None
 
-    def describe(self, viewer: str | None = None, *, owner_connected: bool = False) -> dict[str, Any]:
+    def describe(self, viewer: str | None = None, *, owner_connected: bool = False) -> PortStatus:
         state = self.state
         if state == PortState.CONNECTED and viewer and self.owner not in (None, viewer) and owner_connected:
             state = PortState.OCCUPIED
         return {
-            "port": self.key, "device": self.device, "state": str(state), "owner": self.owner,
+            "port": self.key, "device": self.device, "state": state, "owner": self.owner,
             "you_own": viewer is not None and self.owner == viewer,
             "settings": asdict(self.settings),
             "opened_at": iso(self.opened_at), "last_rx_at": iso(self.last_rx),

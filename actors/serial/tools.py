@@ -6,7 +6,7 @@ the actor writes (see `PortRecord`). Schemas are in schemas.py."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from diagd import __version__
 from diagd.actors._paths import caller_stem
@@ -16,6 +16,21 @@ from diagd.actors.serial.export import EXTENSION, export_path, export_session, f
 from diagd.actors.serial.messages import Close, Configure, ReadUrc, Send, Signals
 from diagd.actors.serial.rawlog import LogView, RawLog, read_log_page
 from diagd.actors.serial.record import PortRecord
+from diagd.actors.serial.replies import (
+    ConfigureReply,
+    ConnectionStatusReply,
+    Exported,
+    ExportReply,
+    GetLogReply,
+    ListedPort,
+    ListPortsReply,
+    LogPage,
+    Outcome,
+    ReadUrcReply,
+    SendReply,
+    SignalsReply,
+    WaitPolicy,
+)
 from diagd.actors.serial.schemas import TOOLS
 from diagd.actors.serial.settings import SETTING_KEYS, PortState, port_key
 from diagd.actors.tooling import CallContext, ToolSet
@@ -25,18 +40,18 @@ tools: ToolSet[SerialBackend] = ToolSet()
 
 
 @tools.tool("list_ports", **TOOLS["list_ports"])
-async def list_ports(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def list_ports(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> ListPortsReply:
     found = await backend.run_blocking(enumerate_ports, backend.config().allowed_ports)
     records = backend.records
     for rec in records.values():
         if rec.key not in found and not any(p.get("device") == rec.device for p in found.values()):
             found[rec.key] = {"port": rec.key, "description": "open in diagd", "hwid": "n/a", "allowed": True}
-    ports = []
+    ports: list[ListedPort] = []
     for name in sorted(found):
         info = found[name]
         match = records.get(name) or next(
             (r for r in records.values() if r.device and r.device == info.get("device")), None)
-        state = backend.describe(match, ctx.client)["state"] if match else str(PortState.CLOSED)
+        state = backend.describe(match, ctx.client)["state"] if match else PortState.CLOSED
         ports.append({"port": name, "description": info["description"], "hwid": info["hwid"],
                       "label": f"{name} - {info['description']}", "allowed": info["allowed"], "state": state})
     names = {p["port"] for p in ports}
@@ -48,7 +63,7 @@ async def list_ports(backend: SerialBackend, ctx: CallContext, args: dict[str, A
 
 
 @tools.tool("configure_connection", **TOOLS["configure_connection"])
-async def configure_connection(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def configure_connection(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> ConfigureReply:
     key = port_key(args["port"])
     if args["action"] == "close":
         return await _close(backend, ctx, key, args["force"])
@@ -59,27 +74,27 @@ async def configure_connection(backend: SerialBackend, ctx: CallContext, args: d
     if rec is None:
         return _opened(backend, ctx, await backend.open(ctx, key, given, lines), "opened", None)
     done = await backend.ask(ctx, rec, Configure(ctx.client, args["force"], given, lines))
-    outcome = "reopened" if done["reopened"] else "reconfigured"
+    outcome: Outcome = "reopened" if done["reopened"] else "reconfigured"
     return _opened(backend, ctx, rec, outcome, done["took_over_from"])
 
 
-def _opened(backend: SerialBackend, ctx: CallContext, rec: PortRecord, outcome: str,
-            took_over: str | None) -> dict[str, Any]:
+def _opened(backend: SerialBackend, ctx: CallContext, rec: PortRecord, outcome: Outcome,
+            took_over: str | None) -> ConfigureReply:
     return {"success": True, "action": "open", "outcome": outcome, "took_over_from": took_over,
             "discarded_urc_packets": 0, **backend.describe(rec, ctx.client)}
 
 
-async def _close(backend: SerialBackend, ctx: CallContext, key: str, force: bool) -> dict[str, Any]:
+async def _close(backend: SerialBackend, ctx: CallContext, key: str, force: bool) -> ConfigureReply:
     rec = await backend.require(key)
     done = await backend.ask(ctx, rec, Close(ctx.client, force))  # the port is closed when this returns
     backend.closed(ctx, rec)
     return {"success": True, "action": "close", "outcome": "closed", "took_over_from": done["took_over_from"],
             "discarded_urc_packets": done["discarded_urc_packets"], **backend.describe(rec, ctx.client),
-            "state": str(PortState.CLOSED)}
+            "state": PortState.CLOSED}
 
 
 @tools.tool("connection_status", **TOOLS["connection_status"])
-async def connection_status(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def connection_status(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> ConnectionStatusReply:
     if "port" not in args:
         records = [rec for rec in list(backend.records.values()) if await backend.lookup(rec.key) is rec]
         return {"ports": [backend.describe(rec, ctx.client) for rec in records]}
@@ -91,11 +106,11 @@ async def connection_status(backend: SerialBackend, ctx: CallContext, args: dict
 
 
 @tools.tool("send_data", **TOOLS["send_data"])
-async def send_data(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def send_data(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> SendReply:
     rec = await backend.require(port_key(args["port"]))
     raw_patterns = args.get("stop_pattern")
     texts = [raw_patterns] if isinstance(raw_patterns, str) else list(raw_patterns or [])
-    policy = args.get("wait_policy") or ("keyword" if texts else "timeout")
+    policy: WaitPolicy = args.get("wait_policy") or ("keyword" if texts else "timeout")
     if policy == "keyword" and not texts:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "wait_policy=keyword needs a stop_pattern",
                          argument="stop_pattern", hint="e.g. stop_pattern=['OK\\r\\n', 'ERROR\\r\\n']")
@@ -110,9 +125,9 @@ async def send_data(backend: SerialBackend, ctx: CallContext, args: dict[str, An
         patterns = {_text(t, "stop_pattern", args["escapes"]): t for t in texts}
     if b"" in patterns:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "stop_pattern must not be empty", argument="stop_pattern")
-    return await backend.ask(ctx, rec, Send(
+    return cast(SendReply, await backend.ask(ctx, rec, Send(
         ctx.client, payload, line_ending, policy, patterns, text_patterns=pattern_encoding == "utf8",
-        timeout_s=args["timeout_ms"] / 1000, as_hex=args["as_hex"]))
+        timeout_s=args["timeout_ms"] / 1000, as_hex=args["as_hex"])))
 
 
 def _text(value: str, what: str, escapes: bool) -> bytes:
@@ -139,27 +154,29 @@ def _payload(args: dict[str, Any]) -> tuple[bytes, str | None]:
 
 
 @tools.tool("read_urc", **TOOLS["read_urc"])
-async def read_urc(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def read_urc(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> ReadUrcReply:
     rec = await backend.require(port_key(args["port"]))
-    return await backend.ask(ctx, rec, ReadUrc(ctx.client, args["max_packets"], args["peek"], args["as_hex"]))
+    return cast(ReadUrcReply, await backend.ask(ctx, rec, ReadUrc(ctx.client, args["max_packets"], args["peek"],
+                                                               args["as_hex"])))
 
 
 @tools.tool("set_signals", **TOOLS["set_signals"])
-async def set_signals(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def set_signals(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> SignalsReply:
     rec = await backend.require(port_key(args["port"]))
     if all(args.get(k) is None for k in ("dtr", "rts", "break_ms")):  # none has a schema default
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "nothing to do: give dtr, rts and/or break_ms")
-    return await backend.ask(ctx, rec, Signals(ctx.client, args.get("dtr"), args.get("rts"), args.get("break_ms")))
+    return cast(SignalsReply, await backend.ask(ctx, rec, Signals(ctx.client, args.get("dtr"), args.get("rts"),
+                                                                   args.get("break_ms"))))
 
 
 @tools.tool("get_log", **TOOLS["get_log"])
-async def get_log(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def get_log(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> GetLogReply:
     key = port_key(args["port"])
     rec = await backend.lookup(key)
     view, live = await _session_view(backend, key, rec)
     budget = max(65536, 16 * backend.config().max_reply_bytes)
     try:
-        page = await backend.run_blocking(partial(
+        page: LogPage = await backend.run_blocking(partial(
             read_log_page, view, args["offset"], args["limit"], budget, as_hex=args["as_hex"]))
     except FileNotFoundError:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the raw log {view.path} is gone", port=key) from None
@@ -178,7 +195,7 @@ async def _session_view(backend: SerialBackend, key: str, rec: PortRecord | None
 
 
 @tools.tool("export_serial_pcapng", **TOOLS["export_serial_pcapng"])
-async def export_serial_pcapng(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def export_serial_pcapng(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> ExportReply:
     key = port_key(args["port"])
     rec = await backend.lookup(key)
     view, live = await _session_view(backend, key, rec)
@@ -190,7 +207,7 @@ async def export_serial_pcapng(backend: SerialBackend, ctx: CallContext, args: d
     stem = caller_stem(args["name"], argument="name", extension=EXTENSION) if args.get("name") else None
     out = await backend.run_blocking(export_path, backend.log_dir / "exports", key, config.export_keep, stem)
     try:
-        done = await backend.run_blocking(partial(
+        done: Exported = await backend.run_blocking(partial(
             export_session, view.path, out, end=view.size, port=key, application=f"diagd {__version__}"))
     except FileNotFoundError:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the raw log {view.path} is gone", port=key) from None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
 import jsonschema
 import pytest
+from typing_extensions import TypedDict
 
 from diagd.daemon import config as config_mod
 from diagd.daemon import tool_groups, tool_listing
@@ -67,10 +68,21 @@ async def test_the_registry_lists_only_selected_groups_and_refuses_the_others_as
     assert unknown.payload["code"] == "INVALID_ARGUMENT" and unknown.payload["details"]["did_you_mean"] == ["pcap_info"]
 
 
+class _Row(TypedDict):
+    i: int
+
+
+class _Reply(TypedDict):
+    n: int
+    rows: list[_Row]
+    note: NotRequired[str]
+
+
 def test_the_listed_output_schema_says_object_and_accepts_every_valid_result() -> None:
-    declared = {"type": "object", "properties": {"n": {"type": "integer"}, "rows": {"type": "array", "items": {
-        "type": "object", "required": ["i"]}}, "note": {"type": "string"}}, "required": ["n", "rows"]}
-    wire = tool_listing.output_schema(declared)
+    spec = ToolSpec(name="t", description="t", input_schema={"type": "object"}, handler=_ok, reply=_Reply)
+    declared = spec.output_schema
+    assert declared is not None and declared["required"] == ["n", "rows"]
+    wire = tool_listing.output_schema(spec)
     assert wire == {"type": "object"}
     for valid in ({"n": 1, "rows": []}, {"n": 2, "rows": [{"i": 1}], "note": "x"}):
         jsonschema.validate(valid, declared)
