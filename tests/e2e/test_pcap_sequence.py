@@ -22,12 +22,13 @@ import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from diagd.actors.pcap.session import MAX_FILTER_CHARS
 from tests.actors.pcap.test_ngap_fields import ue_keys
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS
 from tests.support import mermaid, ngap_fields_oracle, ngap_oracle
-from tests.support.pcapedit import readdress_ipv4
+from tests.support.pcapedit import readdress_ipv4, transplant
 
 pytestmark = [
     pytest.mark.e2e,
@@ -139,7 +140,7 @@ async def call(daemon: DaemonProcess, tool: str, **args: Any) -> tuple[bool, dic
 
 async def diagram(daemon: DaemonProcess, path: Path, **args: Any) -> dict[str, Any]:
     failed, answer = await call(daemon, "pcap_sequence_diagram", pcap_path=str(path), decode_as=decode(path),
-                                max_arrows=1000, **args)
+                                **{"max_arrows": 1000, **args})
     assert not failed, answer
     return answer
 
@@ -344,6 +345,68 @@ async def test_nfs_sharing_an_address_are_told_apart_by_port_and_what_they_speak
     names = await check_lifelines(seq_daemon, path, flt, [SBI], diagrams)
     assert {"gNB 172.30.0.10:50045", "gNB 172.30.0.10:51164", "AMF 172.30.0.10:38412", "AMF 172.30.0.10:7777",
             "172.30.0.10", "172.30.10.5"} == names
+
+
+def long_contexts(root: Path, pairs: int) -> Path:
+    """adrian_sandbox_n2 with UE 1's and UE 2's PDUSessionResourceSetupResponse (frames 25, 35) sent again
+    `pairs` times each, alternately, on their association with the next uplink TSNs: two UE contexts of
+    hundreds of frames, none of them consecutive."""
+    source = PCAPS / "adrian_sandbox_n2.pcap"
+    data = bytearray(source.read_bytes())
+    last = float(tshark(source, "frame.number == 44", ["frame.time_epoch"])[0][0])
+    tsn = int(tshark(source, "frame.number == 43", ["sctp.data_tsn_raw"])[0][0])
+    for step in range(2 * pairs):
+        transplant(data, 43, data, (25, 35)[step % 2], tsn=tsn + 1 + step, time=last + (step + 1) / 1000)
+    out = root / f"long_contexts_{pairs}.pcap"
+    out.write_bytes(bytes(data))
+    return out
+
+
+async def test_a_long_ue_context_is_drawn_in_pages_never_refused_for_its_own_filter(
+        seq_daemon: DaemonProcess, diagrams: list[str]) -> None:
+    """A UE context of 500+ frames: its frame list is longer than any filter sharkd takes. The diagram is cut at
+    max_arrows and paged by next_offset; the pages, in order, are tshark's frames of the context, each arrow
+    tshark's row; a display_filter narrows the context as tshark's does."""
+    path = long_contexts(Path(seq_daemon.env.root), 500)
+    oracle = ngap_fields_oracle.answer(path)
+    _, ues = await call(seq_daemon, "ngap_ue_sessions", pcap_path=str(path))
+    keys = ue_keys(ues)
+    ue = next(u["ue"] for u in ues["ues"] if u["ue"].endswith("/ran-1"))
+    want = oracle.ues[keys[ue]]["frames"]
+    assert len(want) > 500 and len(frame_set(want)) > MAX_FILTER_CHARS  # main built this filter and refused it
+    drawn: list[int] = []
+    offset: int | None = 0
+    while offset is not None:
+        answer = await diagram(seq_daemon, path, ue=ue, max_arrows=200, offset=offset)
+        _, arrows = mermaid.read(answer["diagram"])
+        page = [a.frame for a in arrows]
+        assert page == want[offset:offset + 200] and answer["frames_matched"] == len(want)
+        assert answer["left_out"] == len(want) - len(page) and answer["offset"] == offset
+        check_page(answer, path, page, diagrams)
+        if answer["next_offset"] is not None:
+            assert "cut at max_arrows=200" in answer["warnings"][0]
+        drawn += page
+        offset = answer["next_offset"]
+    assert drawn == want
+    # All at once (max_arrows 1000): asked in parts, each under the limit; the same frames.
+    answer = await diagram(seq_daemon, path, ue=ue)
+    assert [a.frame for a in mermaid.read(answer["diagram"])[1]] == want and answer["next_offset"] is None
+    assert any("filters of at most" in w for w in answer["warnings"]), answer["warnings"]
+    # Narrowed by a display filter: tshark's frames of the context that match it.
+    flt = "ngap.procedureCode == 29"
+    narrowed = [int(r[0]) for r in tshark(path, f"({frame_set(want)}) && ({flt})", ["frame.number"])]
+    answer = await diagram(seq_daemon, path, ue=ue, display_filter=flt, max_arrows=100, offset=50)
+    assert answer["frames_matched"] == len(narrowed) > 150
+    assert [a.frame for a in mermaid.read(answer["diagram"])[1]] == narrowed[50:150]
+    assert answer["next_offset"] == 150
+
+
+def check_page(answer: dict[str, Any], path: Path, page: list[int], diagrams: list[str]) -> None:
+    """Each arrow of a page is tshark's row for its frame."""
+    diagrams.append(answer["diagram"])
+    _, arrows = mermaid.read(answer["diagram"])
+    got = [(a.frame, address_of(a.src), address_of(a.dst), a.text, a.failed) for a in arrows]
+    assert got == [(n, s, d, shown(t), f) for n, s, d, t, f in expected_arrows(path, frame_set(page))]
 
 
 async def test_a_diagram_is_cut_at_max_arrows_and_says_how_many_were_left_out(seq_daemon: DaemonProcess) -> None:
