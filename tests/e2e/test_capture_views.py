@@ -102,6 +102,7 @@ async def test_a_ring_of_files_is_read_as_one_and_a_live_capture_is_a_timeline_s
         timeline = await ok(client, "diagd_timeline", sources=[{"pcap": ref, "filter": "ngap"}], limit=2000)
         assert [r["frame"] for r in timeline["rows"]] == tshark_frames(merged["source"]["pcap_path"], "ngap")
         assert timeline["sources"][0]["source"] == f"pcap:{ref}"
+        assert "up to frame 753" in timeline["sources"][0]["note"] and "still running" in timeline["sources"][0]["note"]
 
         done = await ok(client, "stop_capture", capture_id=started["capture_id"])
         whole = await ok(client, "pcap_info", pcap_path=ref)
