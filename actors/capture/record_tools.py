@@ -43,7 +43,8 @@ def store_of(backend: CaptureBackend) -> RecordingStore:
     output=_RECORDING, read_only=False, idempotent=False, timeout_s=240,
 )
 async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
-    rec = await start(backend.runtime.call, store_of(backend), ctx.client, args)
+    rec = await start(backend.runtime.call, store_of(backend), ctx.client, args,
+                      keep=backend.settings().keep_captures)
     return {**rec.summary(), "hint": "reproduce now; diagd_record_stop returns the bundle"}
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -95,6 +96,24 @@ class RecordingStore:
         names = set(Recording.__dataclass_fields__)
         return Recording(**{k: v for k, v in data.items() if k in names})
 
+    def forget(self, rec: Recording) -> None:
+        shutil.rmtree(rec.dir, ignore_errors=True)
+        self.path(rec.id).unlink(missing_ok=True)
+
+    def prune(self, keep: int) -> list[str]:
+        """Keep the newest `keep` stopped recordings (their bundles and records); the older ones go."""
+        found = []
+        for path in self.meta_dir.glob("rec-*.json") if self.meta_dir.is_dir() else ():
+            try:
+                found.append(self.load(path.stem))
+            except (DiagdError, ValueError, TypeError):
+                continue
+        stopped = sorted((r for r in found if r.status == "stopped"), key=lambda r: r.created_at)
+        gone = stopped[:max(0, len(stopped) - keep)]
+        for rec in gone:
+            self.forget(rec)
+        return [r.id for r in gone]
+
     def write(self, rec: Recording, name: str, text: str) -> str:
         path = Path(rec.dir) / name
         with open(statefile.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
@@ -102,12 +121,14 @@ class RecordingStore:
         return str(path)
 
 
-async def start(call: Call, store: RecordingStore, owner: str, args: dict[str, Any]) -> Recording:
+async def start(call: Call, store: RecordingStore, owner: str, args: dict[str, Any], *, keep: int) -> Recording:
     """Start the parts asked for, capture first (it answers once dumpcap writes), then the program (once its
-    probes attach), then the ports; a failure stops what had started and is raised as itself."""
-    if not any(k in args for k in ("capture", "serial_ports", "bpftrace")):
+    probes attach), then the ports; a failure stops what had started, leaves no record and is raised as
+    itself. The newest `keep` stopped recordings are kept."""
+    if not any(args.get(k) for k in ("capture", "serial_ports", "bpftrace")):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "a recording needs at least one of capture, serial_ports, "
                          "bpftrace")
+    await trio.to_thread.run_sync(store.prune, keep)
     rec = await trio.to_thread.run_sync(store.new, owner)
     try:
         if "capture" in args:
@@ -122,6 +143,7 @@ async def start(call: Call, store: RecordingStore, owner: str, args: dict[str, A
     except BaseException:
         with trio.CancelScope(shield=True), trio.move_on_after(ROLLBACK_S):
             await _stop_parts(call, rec, quiet=True)
+            await trio.to_thread.run_sync(store.forget, rec)
         raise
     rec.started_at = time.time()
     await trio.to_thread.run_sync(store.save, rec)

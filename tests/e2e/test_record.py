@@ -74,6 +74,8 @@ async def test_a_recorded_reproduction_bundles_capture_serial_and_bpftrace_in_se
                               serial_ports=[port], bpftrace={"program": PROGRAM % os.getpid(), "timeout": 3000})
         assert refused["code"] == "INVALID_ARGUMENT" and "max_run_s" in refused["message"]
         assert (await ok(client, "list_captures", status="running"))["total"] == 0
+        state = record_daemon.env.state / "capture"
+        assert not list(state.glob("exports/rec-*")) and not list(state.glob("recordings/rec-*"))  # no record left
 
         started = await ok(client, "diagd_record_start", capture={"interfaces": [veth.capture], "duration_s": 300},
                            serial_ports=[port], bpftrace={"program": PROGRAM % os.getpid(), "timeout": 50})
