@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from tests.conftest import DaemonProcess, Env
-from tests.e2e.test_mcp import mcp_client
+from tests.e2e.test_mcp import mcp_client, payload
 from tests.e2e.test_serial import SimProcess, error, ok, start_sim
 from tests.pcaps import pcap
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
@@ -45,6 +45,14 @@ def record_daemon(env: Env, veth: Veth, tmp_path: Path) -> Iterator[DaemonProces
         yield daemon
     finally:
         daemon.stop()
+
+
+async def stop(client: Any, recording_id: str) -> dict[str, Any]:
+    """diagd_record_stop, bounded by the tool's own timeout only (it stops three parts, exports and merges)."""
+    result = await client.call_tool("diagd_record_stop", {"recording_id": recording_id, "timeline_rows": 2000})
+    assert not result.is_error, payload(result)
+    answer: dict[str, Any] = result.structured_content
+    return answer
 
 
 def order(rows: list[dict[str, Any]], port: str) -> list[str]:
@@ -94,7 +102,7 @@ async def test_a_recorded_reproduction_bundles_capture_serial_and_bpftrace_in_se
 
         other = await error(client, "diagd_record_stop", recording_id="rec-00000000")
         assert other["code"] == "NOT_FOUND"
-        bundle = await ok(client, "diagd_record_stop", recording_id=rid, timeline_rows=2000)
+        bundle = await stop(client, rid)
         assert bundle["status"] == "stopped" and not bundle["already_stopped"]
 
         # The capture: what was sent, frame for frame, and the recording's id reads it with the pcap tools.
@@ -123,7 +131,7 @@ async def test_a_recorded_reproduction_bundles_capture_serial_and_bpftrace_in_se
         assert sum(r["source"] == "capture" for r in timeline["rows"]) == 44
 
         # Stopped once: the same bundle again; the port the recording opened is closed.
-        again = await ok(client, "diagd_record_stop", recording_id=rid, timeline_rows=2000)
+        again = await stop(client, rid)
         assert again["already_stopped"] and again["capture"] == capture
         status = await ok(client, "connection_status", port=port)
         assert status["ports"][0]["state"] != "open", status
