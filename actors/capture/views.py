@@ -83,6 +83,11 @@ def _copy_prefix(source: Path, views: Path) -> tuple[Path, int]:
         return target, packets
 
 
+def _fresh(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.close(create_new(path))
+
+
 def _prune(views: Path, keep: set[Path]) -> None:
     """Keep the newest VIEWS_KEPT views (and `keep`): a view a call has just resolved stays readable."""
     found = sorted((p for p in views.glob("*.pcapng")), key=lambda p: p.stat().st_mtime, reverse=True)
@@ -151,6 +156,8 @@ class Views:
         if target.exists():
             return target
         tmp = views / f".{target.name}.tmp"
+        # Made here (never through a link, never over a file); mergecap then writes this regular file.
+        await trio.to_thread.run_sync(_fresh, tmp)
         done = await run(["mergecap", "-a", "-F", "pcapng", "-w", str(tmp), *map(str, parts)],
                          timeout_s=MERGE_TIMEOUT_S, fix=system.APT_HINT.format(pkg="wireshark-common"))
         if done.returncode != 0:
