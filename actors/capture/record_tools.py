@@ -9,7 +9,6 @@ import trio
 
 from diagd.actors.capture.backend import CaptureBackend
 from diagd.actors.capture.recording import RECORDING_ID, Recording, RecordingStore, start, stop
-from diagd.actors.capture.schemas import START_PROPS
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -34,12 +33,11 @@ def store_of(backend: CaptureBackend) -> RecordingStore:
     "diagd_record_start", title="Record a reproduction",
     description="Start together, under one recording_id: a live capture (start_capture's arguments), serial "
                 "sessions on ports (configure_connection), a bpftrace program (exec_program). Each optional.",
-    props={"capture": {"type": "object", "properties": START_PROPS, "required": ["interfaces"],
-                       "additionalProperties": False},
+    # Each part's arguments are checked by its own tool (Runtime.call validates them): not repeated here.
+    props={"capture": {"type": "object", "description": "start_capture's arguments"},
            "serial_ports": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 8},
-           "serial_settings": {"type": "object", "description": "configure_connection's settings for each port"},
-           "bpftrace": {"type": "object", "properties": {"program": {"type": "string"}, "timeout": {"type": "number"}},
-                        "required": ["program"], "additionalProperties": False}},
+           "serial_settings": {"type": "object", "description": "configure_connection's, for each port"},
+           "bpftrace": {"type": "object", "description": "exec_program's arguments"}},
     output=_RECORDING, read_only=False, idempotent=False, timeout_s=240,
 )
 async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:

@@ -130,13 +130,21 @@ async def start(call: Call, store: RecordingStore, owner: str, args: dict[str, A
                          "bpftrace")
     await trio.to_thread.run_sync(store.prune, keep)
     rec = await trio.to_thread.run_sync(store.new, owner)
+
+    async def part(name: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await call(tool, arguments)
+        except DiagdError as exc:  # say which part (its argument paths are its tool's: "$.interfaces")
+            raise DiagdError(exc.code, f"{name} ({tool}): {exc.message}", **{**exc.details, "part": name}) from None
+
     try:
         if "capture" in args:
-            rec.capture_id = (await call("start_capture", args["capture"]))["capture_id"]
+            rec.capture_id = (await part("capture", "start_capture", args["capture"]))["capture_id"]
         if "bpftrace" in args:
-            rec.execution_id = (await call("exec_program", args["bpftrace"]))["execution_id"]
+            rec.execution_id = (await part("bpftrace", "exec_program", args["bpftrace"]))["execution_id"]
         for port in args.get("serial_ports", []):
-            opened = await call("configure_connection", {"port": port, **args.get("serial_settings", {})})
+            opened = await part("serial_ports", "configure_connection",
+                                {"port": port, **args.get("serial_settings", {})})
             rec.ports.append(opened["port"])
             if opened["outcome"] == "opened":
                 rec.opened_ports.append(opened["port"])

@@ -81,6 +81,10 @@ async def test_a_recorded_reproduction_bundles_capture_serial_and_bpftrace_in_se
         refused = await error(client, "diagd_record_start", capture={"interfaces": [veth.capture]},
                               serial_ports=[port], bpftrace={"program": PROGRAM % os.getpid(), "timeout": 3000})
         assert refused["code"] == "INVALID_ARGUMENT" and "max_run_s" in refused["message"]
+        assert refused["details"]["part"] == "bpftrace"
+        bad = await error(client, "diagd_record_start", capture={"interfaces": "eth0"})  # checked by start_capture
+        assert bad["code"] == "INVALID_ARGUMENT" and bad["details"]["part"] == "capture"
+        assert bad["details"]["path"] == "$.interfaces" and bad["message"].startswith("capture (start_capture): ")
         assert (await ok(client, "list_captures", status="running"))["total"] == 0
         state = record_daemon.env.state / "capture"
         assert not list(state.glob("exports/rec-*")) and not list(state.glob("recordings/rec-*"))  # no record left
