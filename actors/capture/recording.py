@@ -198,7 +198,8 @@ async def stop(call: Call, store: RecordingStore, rec: Recording, timeline_limit
         sources.append({"bpftrace": rec.execution_id, "label": "bpftrace"})
     serial = []
     for port in rec.ports:
-        exported = await call("export_serial_pcapng", {"port": port, "name": made_stem(f"{rec.id}-{port}")})
+        stem = made_stem(f"{rec.id}-{Path(port).name}").replace(".", "_")  # no dot: no extension look-alike
+        exported = await call("export_serial_pcapng", {"port": port, "name": stem})
         serial.append({"port": port, "pcapng_path": exported["pcapng_path"], "packets": exported["packets"]})
         sources.append({"serial": port, "label": f"serial:{port}"})
     if serial:

@@ -119,6 +119,7 @@ async def test_a_recorded_reproduction_bundles_capture_serial_and_bpftrace_in_se
         # The serial session as pcapng (two commands out, their replies in), read by the pcap tools.
         serial = bundle["serial"][0]
         assert serial["port"] == port and serial["packets"] >= 4
+        assert Path(serial["pcapng_path"]).name.startswith(f"{rid}-modem0")
         session = await ok(client, "pcap_timeline", pcap_path=serial["pcapng_path"], fields=["frame.p2p_dir"])
         assert {r["frame.p2p_dir"] for r in session["rows"]} == {"0", "1"}
 
