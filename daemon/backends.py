@@ -22,12 +22,15 @@ from diagd.actors.runtime import (
     Deferred,
     IdleTimeout,
     ReloadHook,
+    Resolved,
+    Resolver,
     StopCheck,
 )
 from diagd.actors.timeline_source import TimelineSource
-from diagd.actors.tooling import ToolSpec
+from diagd.actors.tooling import ToolSpec, current_call, current_groups
 from diagd.daemon.config import Config
 from diagd.daemon.services import Services
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 def backend_config(config: Config, name: str, state_dir: Path | None = None, runtime_dir: Path | None = None,
@@ -80,6 +83,18 @@ class BackendRuntime:
     def on_stop_request(self, kind: str, check: StopCheck) -> None:
         self._daemon.stop_checks[kind] = check
 
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        ctx = current_call.get()
+        if ctx is None:
+            raise DiagdError(ErrorCode.INTERNAL_ERROR, f"{tool} was called outside a tool call")
+        result = await self._daemon.registry.call(tool, arguments, replace(ctx, typed=False, queue_s=0.0),
+                                                  selection=current_groups.get())
+        if result.is_error:
+            wire = result.payload
+            raise DiagdError.from_wire(wire["code"], wire["message"], wire.get("details"))
+        payload: dict[str, Any] = result.payload
+        return payload
+
     def _view(self, config: Config) -> BackendConfig:
         daemon = self._daemon
         return backend_config(config, self._name, daemon.state_dir, daemon.runtime_dir,
@@ -125,3 +140,9 @@ class BackendRuntime:
     def share_exports(self) -> None:
         if self._name not in self._daemon.declared.exporting:
             self._daemon.declared.exporting.append(self._name)
+
+    def add_reference(self, resolve: Resolver) -> None:
+        self._daemon.declared.references[self._name] = resolve
+
+    async def resolve_reference(self, text: str) -> Resolved | None:
+        return await self._daemon.declared.resolve(text)

@@ -2,8 +2,8 @@
 
 Each back end declares, in its `register(runtime)`: its paragraph of the MCP instructions, its
 diagd_timeline source, the settings a reload leaves to a reopen, whether other groups read its
-exports (`diagd.actors.runtime.Runtime`). The daemon keeps them here, by back-end name, and reads
-nothing else: it names no back end, tool or back-end setting itself.
+exports, the `<name>:<id>` references it resolves (`diagd.actors.runtime.Runtime`). The daemon keeps
+them here, by back-end name, and reads nothing else: it names no back end, tool or back-end setting.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagd.actors.runtime import Deferred
+from diagd.actors.runtime import Deferred, Resolved, Resolver
 from diagd.actors.timeline_source import TimelineSource
+from diagd.actors.tooling import caller_selects
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 @dataclass
@@ -21,6 +23,19 @@ class Declarations:
     timeline: dict[str, TimelineSource] = field(default_factory=dict)  # source kind (a back end) -> its adapter
     deferred: dict[str, list[Deferred]] = field(default_factory=dict)  # back end -> settings a reload defers
     exporting: list[str] = field(default_factory=list)  # back ends whose $state/<name>/exports others read
+    references: dict[str, Resolver] = field(default_factory=dict)  # back end -> its `<name>:<id>` resolver
+
+    async def resolve(self, text: str) -> Resolved | None:
+        """The file a `<name>:<id>` reference names (None: `text` is no reference, a path)."""
+        name, colon, ident = text.partition(":")
+        resolver = self.references.get(name) if colon else None
+        if resolver is None:
+            return None
+        if not caller_selects(name):
+            raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{text!r} names a file of the {name!r} tool group: a "
+                             f"client that selected {name!r} too reads it", reference=text, group=name,
+                             hint=f"select that group too (diagd mcp --tools ...,{name})")
+        return await resolver(ident)
 
     def exports_dirs(self, state_dir: Path | None) -> dict[str, str]:
         return {n: str(state_dir / n / "exports") for n in self.exporting} if state_dir else {}

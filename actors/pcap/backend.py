@@ -74,7 +74,10 @@ class PcapBackend:
         hints = {d: f"the exports of the {g!r} tool group: a client that selected {g!r} too reads them "
                     f"(diagd mcp --tools pcap,{g})" for g, d in config.exports_dirs.items() if not caller_selects(g)}
         readable = (*settings.allowed_dirs, *shared) if settings.allowed_dirs else ()
-        path = resolve_allowed(str(args["pcap_path"]), readable, what="capture", cwd=caller_cwd(),
+        named = str(args["pcap_path"])
+        # `capture:<id>` (a back end's declared reference): the file it names now, checked as any path.
+        resolved = await self.runtime.resolve_reference(named)
+        path = resolve_allowed(resolved.path if resolved else named, readable, what="capture", cwd=caller_cwd(),
                                private_dirs=config.private_dirs, shared_dirs=shared, hints=hints)
         profile_name = args.get("profile")
         profile: dict[str, Any] = {}
@@ -94,7 +97,8 @@ class PcapBackend:
         # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
         applied, checks = await decode_check.check(path, identity, parsed)
         spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(applied),
-                           preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks))
+                           preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks),
+                           reference=named if resolved else None, about=resolved.about if resolved else None)
         if force_prefs is None:
             _built.set((args, spec))
         return spec
@@ -153,6 +157,8 @@ class PcapBackend:
         sha256, _ = await capture_sha256(spec.path, spec.identity)
         out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": sha256, "profile": args.get("profile"),
                                **spec.describe(), "tshark_version": cat.version, **extra}
+        if spec.reference is not None:
+            out["live"] = await self.reference_extent(spec)
         if args["include_command"]:
             argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
             if command is not None:
@@ -162,6 +168,15 @@ class PcapBackend:
             out["equivalent_command"] = argv
             out["equivalent_command_line"] = shlex.join(argv)
         return out
+
+    async def reference_extent(self, spec: CaptureSpec) -> dict[str, Any]:
+        """What a `capture:<id>` answer covers: up to which frame and time, and whether it still grows."""
+        facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
+        about = dict(spec.about or {})
+        end = facts.iso(facts.end)
+        still = "the capture is still running" if about.get("running") else f"the capture has {about.get('status')}"
+        return {"reference": spec.reference, **about, "up_to_frame": facts.packets, "up_to_time": end,
+                "note": f"up to frame {facts.packets}, time {end or 'none (no frame yet)'}; {still}"}
 
     async def identity_source(self, args: dict[str, Any]) -> tuple[str, list[str]] | None:
         """(key, tshark argv) of the capture a call reads, decoded as the call decodes it."""

@@ -29,6 +29,8 @@ from diagd.actors.runtime import (
     Deferred,
     IdleTimeout,
     ReloadHook,
+    Resolved,
+    Resolver,
     StopCheck,
 )
 from diagd.actors.timeline_source import TimelineSource
@@ -56,6 +58,7 @@ class FakeRuntime:
         self.timeline_source: TimelineSource | None = None
         self.deferred: list[Deferred] = []
         self.shares_exports = False
+        self.references: dict[str, Resolver] = {}  # back end name -> resolver (the test may add others')
 
     # -- what the test does
 
@@ -137,6 +140,14 @@ class FakeRuntime:
 
     def share_exports(self) -> None:
         self.shares_exports = True
+
+    def add_reference(self, resolve: Resolver) -> None:
+        self.references[self.name] = resolve
+
+    async def resolve_reference(self, text: str) -> Resolved | None:
+        name, colon, ident = text.partition(":")
+        resolver = self.references.get(name) if colon else None
+        return None if resolver is None else await resolver(ident)
 
 
 @asynccontextmanager
