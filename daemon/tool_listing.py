@@ -6,7 +6,9 @@ property's description), less what only restates how any client reads them:
   daemon refuses an unknown name itself, before any other check, naming the close ones ("did you
   mean");
 - a default that is its type's empty value (`false`, `""`, `[]`, `0`): an absent optional argument
-  means that already. Defaults that say something (`true`, `limit: 500`) stay.
+  means that already. Defaults that say something (`true`, `limit: 500`) stay;
+- a `maximum` of 2**32 - 1 or more: a storage width (pcapng frame numbers are 32-bit), no bound a
+  caller meets in practice; the daemon still refuses a value past it, with a coded error.
 Together ~1.3 KB of the full list, which pays for a description on every property.
 The rest is cut to what a client uses:
 - `outputSchema` says the result is an object (so clients read `structuredContent`) and no more: the
@@ -33,14 +35,19 @@ def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
     if isinstance(schema.get("properties"), dict):
         wire["properties"] = {name: _property(prop) for name, prop in schema["properties"].items()}
     if isinstance(schema.get("items"), dict):
-        wire["items"] = input_schema(schema["items"])
+        wire["items"] = _property(schema["items"])
     return wire
 
 
 def _property(prop: Any) -> Any:
     if not isinstance(prop, dict):
         return prop
-    return input_schema({k: v for k, v in prop.items() if not (k == "default" and _empty(v))})
+    return input_schema({k: v for k, v in prop.items()
+                         if not (k == "default" and _empty(v)) and not (k == "maximum" and _width(v))})
+
+
+def _width(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 2**32 - 1
 
 
 def _empty(value: Any) -> bool:

@@ -158,14 +158,13 @@ async def _rows(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec, parts
 SMALL_CAPTURE = {k: v for k, v in CAPTURE.items() if k != "include_command"}
 
 
-@tools.tool("pcap_sequence_diagram", "Mermaid sequenceDiagram of a UE context, a PDU session, a frame's flow "
-            "or a filter.",
+@tools.tool("pcap_sequence_diagram", "Mermaid sequenceDiagram of a UE, PDU session, frame's flow or filter.",
             {**SMALL_CAPTURE, **FILTER, "ue": {"type": "string", "description": "from ngap_ue_sessions"},
              "pdu_session_id": {"type": "integer", "description": "of ue"},
              "frame_number": {"type": "integer", "minimum": 1, "description": "its flow"},
              "max_arrows": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100,
                             "description": "at most"},
-             "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "next_offset of the last"}},
+             "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "to skip"}},
             required=("pcap_path",), output=output({"diagram": STR}, ("diagram",)))
 async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args, force_prefs=PREFS)

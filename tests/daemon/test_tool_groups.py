@@ -100,7 +100,10 @@ def test_the_listed_input_schema_leaves_out_only_what_restates_how_a_client_read
         "items": {"type": "array", "items": {"type": "object", "additionalProperties": False}, "default": [],
                   "description": "i"},
         "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "s"},
-        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+        "limit": {"type": "integer", "default": 50, "description": "l"},
+        "frames": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 2**32 - 1},
+                   "description": "n"},
+        "count": {"type": "integer", "maximum": 1000, "description": "c"}}}
     wire = tool_listing.input_schema(declared)
     assert wire == {"type": "object", "required": ["p"], "properties": {
         "p": {"type": "string", "description": "a path"},
@@ -109,7 +112,9 @@ def test_the_listed_input_schema_leaves_out_only_what_restates_how_a_client_read
         "text": {"type": "string", "description": "t"},
         "items": {"type": "array", "items": {"type": "object"}, "description": "i"},
         "offset": {"type": "integer", "minimum": 0, "description": "s"},
-        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+        "limit": {"type": "integer", "default": 50, "description": "l"},
+        "frames": {"type": "array", "items": {"type": "integer", "minimum": 1}, "description": "n"},
+        "count": {"type": "integer", "maximum": 1000, "description": "c"}}}
     assert declared["additionalProperties"] is False and declared["properties"]["flag"]["default"] is False
     assert declared["properties"]["items"]["items"]["additionalProperties"] is False
 
