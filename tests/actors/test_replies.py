@@ -12,7 +12,7 @@ from typing_extensions import TypedDict
 
 from diagd.actors.replies import reply_schema
 from diagd.actors.tooling import CallContext, ToolSet
-from diagd.daemon import tool_listing
+from diagd.daemon.server import tool_listing
 from tests.support import reply_check
 
 

@@ -9,8 +9,9 @@ import pytest
 from typing_extensions import TypedDict
 
 from diagd.daemon import config as config_mod
-from diagd.daemon import tool_groups, tool_listing
-from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
+from diagd.daemon import tool_groups
+from diagd.daemon.server import tool_listing
+from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

@@ -35,9 +35,9 @@ from diagd.actors.runtime import (
 )
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import CallContext, ToolSpec
-from diagd.daemon.presence import Clients
-from diagd.daemon.supervisor import Supervisor
-from diagd.daemon.tools import ToolRegistry
+from diagd.daemon.server.presence import Clients
+from diagd.daemon.server.supervisor import Supervisor
+from diagd.daemon.server.tools import ToolRegistry
 from diagd.protocol.errors import DiagdError
 
 
@@ -53,7 +53,7 @@ class FakeRuntime:
         self.stop_checks: dict[str, StopCheck] = {}
         self._clients = Clients()
         self.shutting_down = False
-        # What the back end declared of itself (the daemon keeps these in daemon/declared.py).
+        # What the back end declared of itself (the daemon keeps these in daemon/server/declared.py).
         self.instructions: str | None = None
         self.timeline_source: TimelineSource | None = None
         self.deferred: list[Deferred] = []

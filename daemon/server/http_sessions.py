@@ -33,9 +33,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from diagd.daemon import http_session_file
-from diagd.daemon.http_session_book import SessionBook
-from diagd.daemon.http_session_replay import (
+from diagd.daemon.http_settings import HttpConfig
+from diagd.daemon.server import http_session_file
+from diagd.daemon.server.http_session_book import SessionBook
+from diagd.daemon.server.http_session_replay import (
     Receive,
     Send,
     error_answer,
@@ -44,7 +45,6 @@ from diagd.daemon.http_session_replay import (
     replayed,
     synthetic_post,
 )
-from diagd.daemon.http_settings import HttpConfig
 from diagd.protocol.errors import DiagdError
 
 log = structlog.get_logger("diagd.http")

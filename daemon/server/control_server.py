@@ -20,14 +20,15 @@ import trio
 
 from diagd.actors.base import ProgressFn
 from diagd.actors.runtime import Client
-from diagd.daemon import connections, memtrace, tool_listing
-from diagd.daemon.connections import ByteBudget, Connection, State, last_words
-from diagd.daemon.tools import CallContext
+from diagd.daemon import memtrace
+from diagd.daemon.server import connections, tool_listing
+from diagd.daemon.server.connections import ByteBudget, Connection, State, last_words
+from diagd.daemon.server.tools import CallContext
 from diagd.protocol import control, framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
-    from diagd.daemon.services import Services as Daemon
+    from diagd.daemon.server.services import Services as Daemon
 
 log = structlog.get_logger("diagd.control")
 

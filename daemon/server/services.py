@@ -13,15 +13,15 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from diagd.actors.runtime import StopCheck
-from diagd.daemon.audit import CallStats
 from diagd.daemon.config import Config
-from diagd.daemon.connections import ByteBudget
-from diagd.daemon.declared import Declarations
-from diagd.daemon.heap_trim import QuietTrimmer
-from diagd.daemon.presence import Clients
-from diagd.daemon.supervisor import Supervisor
+from diagd.daemon.server.audit import CallStats
+from diagd.daemon.server.connections import ByteBudget
+from diagd.daemon.server.declared import Declarations
+from diagd.daemon.server.heap_trim import QuietTrimmer
+from diagd.daemon.server.presence import Clients
+from diagd.daemon.server.supervisor import Supervisor
+from diagd.daemon.server.tools import ToolRegistry
 from diagd.daemon.tool_groups import Selection
-from diagd.daemon.tools import ToolRegistry
 
 # Called by a reload with the old and the new config: notes on changed settings that do not apply to
 # what is already open, or DiagdError to refuse the new config.

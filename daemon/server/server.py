@@ -18,32 +18,22 @@ import trio
 import diagd
 from diagd.actors import heap, system
 from diagd.actors.runtime import Client, StopCheck
-from diagd.daemon import (
-    activation,
-    builtin_tools,
-    connections,
-    control_server,
-    discovery,
-    http_start,
-    jsonrpc,
-    listeners,
-    mcp_sdk,
-    paths,
-)
 from diagd.daemon import config as config_mod
-from diagd.daemon import reload as reload_notes
-from diagd.daemon.audit import AuditLog, CallStats, log_call
-from diagd.daemon.backends import BackendRuntime
-from diagd.daemon.config_check import check_tables, refused
-from diagd.daemon.connections import ByteBudget, Connection, ConnectionTable, State, last_words
-from diagd.daemon.declared import Declarations
-from diagd.daemon.heap_trim import QuietTrimmer
-from diagd.daemon.notify import sd_notify
-from diagd.daemon.presence import Clients
-from diagd.daemon.services import ReloadNotes
-from diagd.daemon.supervisor import Supervisor
+from diagd.daemon import discovery, jsonrpc, paths
+from diagd.daemon.server import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk
+from diagd.daemon.server import reload as reload_notes
+from diagd.daemon.server.audit import AuditLog, CallStats, log_call
+from diagd.daemon.server.backends import BackendRuntime
+from diagd.daemon.server.config_check import check_tables, refused
+from diagd.daemon.server.connections import ByteBudget, Connection, ConnectionTable, State, last_words
+from diagd.daemon.server.declared import Declarations
+from diagd.daemon.server.heap_trim import QuietTrimmer
+from diagd.daemon.server.notify import sd_notify
+from diagd.daemon.server.presence import Clients
+from diagd.daemon.server.services import ReloadNotes
+from diagd.daemon.server.supervisor import Supervisor
+from diagd.daemon.server.tools import CallContext, CallResult, ToolRegistry
 from diagd.daemon.tool_groups import Selection, check
-from diagd.daemon.tools import CallContext, CallResult, ToolRegistry
 from diagd.protocol import control, utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -141,7 +131,7 @@ class Daemon:
         return builtin_tools.instructions(self)
 
     def check_config(self, new: config_mod.Config, *, running: bool) -> list[dict[str, Any]]:
-        """Refuse `new` unless all of it is right (daemon/config_check.py); returns the back ends' notes."""
+        """Refuse `new` unless all of it is right (daemon/server/config_check.py); returns the back ends' notes."""
         try:
             check_tables(new, self.registry.groups())
             self.configured_tools(new)
@@ -333,7 +323,7 @@ class LazyFront:
 
 def _import_front() -> ModuleType:
     mcp_sdk.lean()  # the SDK's server modules without its client and HTTP stacks (~12 MB)
-    return importlib.import_module("diagd.daemon.mcp_front")
+    return importlib.import_module("diagd.daemon.server.mcp_front")
 
 
 # Everything the daemon and its children create is owner-only: the audit log holds every call's

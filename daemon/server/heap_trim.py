@@ -14,7 +14,7 @@ import math
 import trio
 
 from diagd.actors import heap
-from diagd.daemon.audit import CallRecord
+from diagd.daemon.server.audit import CallRecord
 
 QUIET_S = 2.0
 

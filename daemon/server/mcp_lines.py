@@ -13,7 +13,7 @@ import math
 
 import trio
 
-from diagd.daemon.connections import ByteBudget, Connection, Share, State
+from diagd.daemon.server.connections import ByteBudget, Connection, Share, State
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # A partial line up to this size is buffered without the budget (as control frames up to

@@ -22,8 +22,9 @@ from typing import Any
 
 import structlog
 
-from diagd.daemon import eras, jsonrpc, mcp_wire
-from diagd.daemon.mcp_requests import SESSION_TOOLS_KEY
+from diagd.daemon import jsonrpc
+from diagd.daemon.server import eras, mcp_wire
+from diagd.daemon.server.mcp_requests import SESSION_TOOLS_KEY
 from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import ErrorCode
 

@@ -35,13 +35,13 @@ from diagd.actors.tooling import (
     current_call,
     current_groups,
 )
-from diagd.daemon.audit import CallRecord
+from diagd.daemon.server.audit import CallRecord
 from diagd.daemon.tool_groups import BUILTIN, Selection, selects
 from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 
 log = structlog.get_logger("diagd.tools")
 
-# Declared in diagd.actors.tooling (below the back ends) and CallRecord in diagd.daemon.audit (the
+# Declared in diagd.actors.tooling (below the back ends) and CallRecord in diagd.daemon.server.audit (the
 # record serialises itself there, so writing one never calls back into this module); re-exported.
 __all__ = ["CallContext", "CallRecord", "CallResult", "Handler", "ToolRegistry", "ToolSpec", "caller_cwd", "coerce",
            "current_call", "current_selection"]

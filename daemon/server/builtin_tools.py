@@ -8,11 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 from diagd.actors.tooling import CallContext, ToolSet, object_schema, paging
-from diagd.daemon import timeline as timeline_mod
-from diagd.daemon.audit import CallRecord
-from diagd.daemon.services import Services
+from diagd.daemon.server import timeline as timeline_mod
+from diagd.daemon.server.audit import CallRecord
+from diagd.daemon.server.services import Services
+from diagd.daemon.server.tools import current_selection
 from diagd.daemon.tool_groups import BUILTIN, selects
-from diagd.daemon.tools import current_selection
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 Daemon = Services  # what the tools see of the daemon

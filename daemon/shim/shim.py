@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diagd.daemon import launch, paths
-from diagd.daemon.shim_session import Closing, Lines, ReplayFailed, ShimSession, Verdict
+from diagd.daemon.shim.shim_session import Closing, Lines, ReplayFailed, ShimSession, Verdict
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 CHUNK = 65536

@@ -50,7 +50,7 @@ def check_config() -> Check:
 
 
 def check_daemon() -> Check:
-    from diagd.daemon.shim import connect
+    from diagd.daemon.shim.shim import connect
 
     sock = connect(paths.control_socket())
     if sock is None:
@@ -71,7 +71,7 @@ def daemon_checks() -> list[Check]:
 
 def backend_checks() -> dict[str, list[Check]]:
     """Back-end name -> its checks; a missing tool's fix is `diagd setup NAME`."""
-    from diagd.daemon import backend_needs
+    from diagd.daemon.cli import backend_needs
 
     grouped: dict[str, list[Check]] = {}
     for name, needs in backend_needs.declared().items():

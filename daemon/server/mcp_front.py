@@ -22,11 +22,12 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import connections, jsonrpc, mcp_requests, mcp_validation, mcp_wire, tool_groups, tool_listing
-from diagd.daemon.connections import ByteBudget, Connection
-from diagd.daemon.mcp_lines import LineReader
+from diagd.daemon import jsonrpc, tool_groups
+from diagd.daemon.server import connections, mcp_requests, mcp_validation, mcp_wire, tool_listing
+from diagd.daemon.server.connections import ByteBudget, Connection
+from diagd.daemon.server.mcp_lines import LineReader
+from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.daemon.tool_groups import Selection, selects
-from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.mcp")

@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    from diagd.daemon import backend_needs
+    from diagd.daemon.cli import backend_needs
 
     known = backend_needs.names()
     wanted = known if "all" in args.backends else list(dict.fromkeys(args.backends))

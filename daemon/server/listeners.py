@@ -11,7 +11,8 @@ from pathlib import Path
 import structlog
 import trio
 
-from diagd.daemon import activation, paths
+from diagd.daemon import paths
+from diagd.daemon.server import activation
 
 log = structlog.get_logger("diagd.server")
 

@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from diagd import __version__
-from diagd.daemon import clients, logtail, paths, setup_cli
+from diagd.daemon import paths
+from diagd.daemon.cli import clients, logtail, setup_cli
 from diagd.protocol.errors import DiagdError
 
 # EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
@@ -20,8 +21,8 @@ EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_NO_DAEMON = 0, 1, 2, 3
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--argv-hex"]:  # a command sent by `--ssh` from another host (daemon/remote.py)
-        from diagd.daemon import remote
+    if argv[:1] == ["--argv-hex"]:  # a command sent by `--ssh` from another host (daemon/cli/remote.py)
+        from diagd.daemon.cli import remote
 
         try:
             argv = remote.decode_argv(argv)
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"diagd: {exc.code}: {exc.message}\n")
             return EXIT_USAGE
     if any(a.startswith(("--ssh", "--remote-diagd")) for a in argv):  # the same command on another host
-        from diagd.daemon import remote
+        from diagd.daemon.cli import remote
 
         return remote.main(argv)
     parser = _parser()
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _remote_options(s: argparse.ArgumentParser) -> None:
-    """Documented here for --help; main() hands a command line holding them to daemon/remote.py."""
+    """Documented here for --help; main() hands a command line holding them to daemon/cli/remote.py."""
     s.add_argument("--ssh", metavar="[USER@]HOST[:PORT]", help="run this command on HOST through OpenSSH")
     s.add_argument("--ssh-option", metavar="OPTION", action="append", help="an extra `ssh -o OPTION` (repeatable)")
     s.add_argument("--remote-diagd", metavar="PATH", help="diagd on the remote host (default: diagd on its PATH)")
@@ -159,12 +160,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     launch.settle()  # in `/`, nothing of its start directory on sys.path, before trio or msgpack is imported
     for name in NOT_IN_DAEMON:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
-    from diagd.daemon import config, logs
+    from diagd.daemon import config
+    from diagd.daemon.server import logs
 
     logs.configure(args.log_level)
     import trio
 
-    from diagd.daemon import server
+    from diagd.daemon.server import server
 
     try:
         cfg = config.load()
@@ -181,7 +183,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from diagd.daemon import shim, toolscli
+    from diagd.daemon.cli import toolscli
+    from diagd.daemon.shim import shim
 
     first_line = toolscli.options_line(args.tools) if args.tools is not None else b""
     if first_line is None:
@@ -190,7 +193,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    from diagd.daemon import toolscli
+    from diagd.daemon.cli import toolscli
     from diagd.protocol import control
 
     return toolscli.show(_request(control.ToolsRequest), args.name, as_json=args.json, output=args.output)
@@ -204,7 +207,8 @@ def _start(command: str, *, by_systemd: bool = False) -> int:
     """Start the daemon the way the shim autostarts it (`by_systemd`: wait, bounded, for the one the
     user service started); return once its control socket answers, which it does only when every
     listener (HTTP too) accepts."""
-    from diagd.daemon import launch, shim
+    from diagd.daemon import launch
+    from diagd.daemon.shim import shim
 
     if by_systemd:
         sock = shim.wait_for_socket(paths.control_socket(), shim.AUTOSTART_WAIT_S)
@@ -263,7 +267,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
     """The user service's daemon through systemd (which would restart it on its own terms otherwise);
     any other one stopped (its pid gone) and started again as `diagd start` does. HTTP sessions are
     revived from http_sessions.json, stdio shims reconnect and replay: clients carry on."""
-    from diagd.daemon import service
+    from diagd.daemon.cli import service
 
     try:
         pid: int | None = _request("status")["daemon"]["pid"]
@@ -343,14 +347,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         print(format_report(status["memory"]))
     else:
-        from diagd.daemon.status_text import format_status
+        from diagd.daemon.cli.status_text import format_status
 
         print(format_status(status))
     return EXIT_OK
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from diagd.daemon import callcli, progressline
+    from diagd.daemon.cli import callcli, progressline
     from diagd.protocol import control
 
     try:
@@ -386,7 +390,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def _take_raw(tool: str, raw: list[str], arguments: dict[str, Any]) -> list[tuple[str, str]] | None:
     """Raw words go to the tool's required arguments not given (its schema from the daemon); None: refused."""
-    from diagd.daemon import callcli
+    from diagd.daemon.cli import callcli
     from diagd.protocol import control
 
     tools = {t["name"]: t for t in _request(control.ToolsRequest)["tools"]}
@@ -433,7 +437,7 @@ def cmd_stop_actor(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from diagd.daemon import doctor
+    from diagd.daemon.cli import doctor
 
     return int(doctor.run(as_json=args.json))
 
@@ -444,13 +448,13 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from diagd.daemon import token_cli
+    from diagd.daemon.cli import token_cli
 
     return int(token_cli.run(args.action, args.name, as_json=args.json))
 
 
 def cmd_service(args: argparse.Namespace) -> int:
-    from diagd.daemon import service
+    from diagd.daemon.cli import service
 
     return int(service.run(args.action, start=not args.no_start, socket=args.socket))
 

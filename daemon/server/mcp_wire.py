@@ -19,8 +19,8 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import eras
 from diagd.daemon.jsonrpc import error_line
+from diagd.daemon.server import eras
 from diagd.protocol.errors import ErrorCode
 
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602

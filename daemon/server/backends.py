@@ -3,7 +3,7 @@
 `Daemon.load_backends` imports each back end found (daemon/discovery.py) and calls its
 `register(runtime)` with a `BackendRuntime` of the back end's name: its config table is `[name]`,
 its state dir `$state/name`. The runtime forwards to the daemon's supervisor, registry and config,
-and keeps what the back end declares (daemon/declared.py); a back end sees nothing else of the daemon.
+and keeps what the back end declares (daemon/server/declared.py); a back end sees nothing else of the daemon.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from diagd.actors.runtime import (
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import ToolSpec, current_call, current_groups
 from diagd.daemon.config import Config
-from diagd.daemon.services import Services
+from diagd.daemon.server.services import Services
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

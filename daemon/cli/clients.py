@@ -198,7 +198,8 @@ def _groups(text: str | None) -> list[str]:
     """The groups of `--tools` (checked against the back ends this config loads), in the order given."""
     if not text:
         return []
-    from diagd.daemon import tool_groups, toolscli
+    from diagd.daemon import tool_groups
+    from diagd.daemon.cli import toolscli
 
     names = tool_groups.parse_list(text)
     tool_groups.check(names, toolscli.known_groups())
@@ -252,7 +253,7 @@ def list_(*, as_json: bool) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    """`diagd client ...` for daemon/cli.py's sub-commands."""
+    """`diagd client ...` for daemon/cli/cli.py's sub-commands."""
     s = sub.add_parser("client", help="put diagd in an MCP host's configuration (add), or show where it is (list)")
     actions = s.add_subparsers(dest="client_action", required=True)
     a = actions.add_parser("add", help="write (or --print) the diagd entry of HOST's MCP configuration file")

@@ -30,11 +30,11 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from diagd.daemon import http_auth
-from diagd.daemon.http_sessions import SessionManager
 from diagd.daemon.http_settings import HttpConfig, is_loopback, is_wildcard
-from diagd.daemon.http_wire import StrictHttp
-from diagd.daemon.mcp_front import HTTP_CLIENT_KEY
+from diagd.daemon.server import http_auth
+from diagd.daemon.server.http_sessions import SessionManager
+from diagd.daemon.server.http_wire import StrictHttp
+from diagd.daemon.server.mcp_front import HTTP_CLIENT_KEY
 from diagd.daemon.tokens import Verifier
 from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import DiagdError, ErrorCode

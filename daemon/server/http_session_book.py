@@ -24,8 +24,8 @@ from typing import Any
 
 import trio
 
-from diagd.daemon import http_session_file
-from diagd.daemon.http_session_file import Stored
+from diagd.daemon.server import http_session_file
+from diagd.daemon.server.http_session_file import Stored
 
 
 @dataclass
