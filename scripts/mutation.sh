@@ -10,19 +10,19 @@
 # the baseline is docs/testing-mutation.md. Slow on 2 cores: run one module set at a time.
 #
 # --smoke: a small fixed set (SMOKE_MODULES with SMOKE_TESTS, a few minutes) that fails (exit 1) when
-# fewer than MUTATION_MIN % (default 90 there) of its mutants are killed. MUTATION_MIN works for any run.
+# fewer than MUTATION_MIN % (default 80 there, provisional: not yet measured) of its mutants are killed. MUTATION_MIN works for any run.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-$top/.venv/bin/python}
 "$py" -c "import mutmut" 2>/dev/null || { echo "mutmut is not installed: $top/.venv/bin/pip install -e '.[test]'" >&2; exit 2; }
 SMOKE_MODULES=(actors/pcap/ngap/model.py actors/serial/urc.py)
-SMOKE_TESTS="tests/actors/pcap/test_ngap_procedures_model.py tests/actors/serial/test_codec.py"
+SMOKE_TESTS="tests/actors/pcap/test_ngap_procedures_model.py tests/actors/pcap/test_ngap_fields.py tests/actors/serial/test_codec.py tests/actors/serial/test_urc.py"
 modules=("$@")
 min=${MUTATION_MIN:-0}
 if [ "${1:-}" = --smoke ]; then
     modules=("${SMOKE_MODULES[@]}")
     MUTATION_TESTS=${MUTATION_TESTS:-$SMOKE_TESTS}
-    min=${MUTATION_MIN:-90}
+    min=${MUTATION_MIN:-80}
 fi
 [ ${#modules[@]} -gt 0 ] || modules=(actors/pcap/ngap/*.py)
 tests=${MUTATION_TESTS:-"tests/actors/pcap/test_ngap_fields.py tests/actors/pcap/test_tree.py"}
