@@ -90,13 +90,19 @@ def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogu
     """The answer of pcap_frames_by_filter from what the actor fetched (`present`: the capture's
     protocols, fetched only when nothing matched). A first page that came before the full pass has
     a lower bound for its total: `total_exact` says which it is."""
-    result: dict[str, Any] = {"total": page.total, "total_exact": page.exact, "frames": page.rows,
-                              "has_more": message.offset + len(page.rows) < page.total, "served_by": page.served_by}
+    result: dict[str, Any] = {"total": page.total, "total_exact": page.exact, "exact": page.rows_exact,
+                              "frames": page.rows, "has_more": message.offset + len(page.rows) < page.total,
+                              "served_by": page.served_by}
     if not page.exact:
         result["total_at_least"] = page.total
-        result["note"] = (f"first page found by a tshark pass stopped after {page.total} matches (rows from "
-                          "sharkd); the exact total and the later pages come from sharkd's full pass: the same "
-                          "call again returns the exact total")
+    if not page.rows_exact:
+        result["note"] = ("the capture is still loading: rows from a single tshark pass; the columns a row lists "
+                          "in `provisional` may still change with later frames (e.g. \"(reply in N)\"), the rest "
+                          "is exact; the same call again returns sharkd's exact page")
+    elif not page.exact:
+        result["note"] = (f"first page found by a tshark pass stopped after {page.total} matches; the exact total "
+                          "and the later pages come from sharkd's full pass: the same call again returns the "
+                          "exact total")
     if not page.total and message.display_filter:
         result["hint"] = protocols_hint(message.display_filter, present or [], cat)
     return result

@@ -65,7 +65,7 @@ INFO_OUTPUT = output({
 }, ("sha256", "packet_count", "protocols", "source"))
 
 FRAMES_OUTPUT = output({
-    "total": INT, "total_exact": BOOL, "total_at_least": INT, "note": STR,
+    "total": INT, "total_exact": BOOL, "total_at_least": INT, "exact": BOOL, "note": STR,
     "frames": {"type": "array", "items": OBJ}, "has_more": BOOL, "served_by": STR, "hint": STR,
     "limit": INT, "offset": INT, **ANSWER,
 }, ("total", "total_exact", "frames", "has_more", "source"))

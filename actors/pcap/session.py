@@ -26,7 +26,7 @@ from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.cache import PackedLru
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.first_page import Kinds
-from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, Page, invalid
+from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
 from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
 from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
@@ -44,13 +44,15 @@ class CaptureSession:
 
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
-                 early_numbers: EarlyNumbers = first_page.early_numbers) -> None:
+                 early_numbers: EarlyNumbers = first_page.early_numbers,
+                 early_rows: EarlyRows = first_page.early_rows) -> None:
         self.spec = spec
         self._max_workers = max_workers
         self._headroom = headroom
         self._cores = cores if cores is not None else Cores()
         self._launch = launch
         self._early_numbers = early_numbers
+        self._early_rows = early_rows
         self._config_dir: Path | None = None
         self.workers: CaptureWorkers | None = None
         self.facts = LoadFacts()  # the pool's, once started (updated in place)
@@ -83,7 +85,7 @@ class CaptureSession:
         pool = WorkerPool(nursery, self.spec, self._config_dir, max_workers=self._max_workers,
                           headroom=self._headroom, launch=self._launch, cores=self._cores.count)
         self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), cores=self._cores,
-                                      early_numbers=self._early_numbers)
+                                      early_numbers=self._early_numbers, early_rows=self._early_rows)
         self.facts = pool.facts
         self.workers.start()
 

@@ -66,13 +66,16 @@ async def frames(base: list[str], display_filter: str) -> list[dict[str, Any]]:
     """The packet list of a filter. `-T tabs` (the summary line, tab-separated) costs what a plain
     `-Y` pass costs; `-T fields -e _ws.col.*` would build columns for every frame (3x slower)."""
     argv = [*base, *(["-Y", display_filter] if display_filter else []), "-T", "tabs"]
-    rows = []
-    for line in (await _run(argv)).splitlines():
-        c = [cell.strip() for cell in line.split("\t")]
-        if len(c) >= 8 and c[0].isdigit():  # No., Time, Source, arrow, Destination, Protocol, Length, Info
-            rows.append({"number": int(c[0]), "time_relative": float(c[1] or 0), "src": c[2], "dst": c[4],
-                         "protocol": c[5], "length": int(c[6] or 0), "info": " ".join(c[7:]).strip()})
-    return rows
+    return [row for line in (await _run(argv)).splitlines() if (row := tabs_row(line)) is not None]
+
+
+def tabs_row(line: str) -> dict[str, Any] | None:
+    """One packet-list row of `tshark -T tabs` (None for a line that is none)."""
+    c = [cell.strip() for cell in line.split("\t")]
+    if len(c) < 8 or not c[0].isdigit():  # No., Time, Source, arrow, Destination, Protocol, Length, Info
+        return None
+    return {"number": int(c[0]), "time_relative": float(c[1] or 0), "src": c[2], "dst": c[4],
+            "protocol": c[5], "length": int(c[6] or 0), "info": " ".join(c[7:]).strip()}
 
 
 async def info(base: list[str], probe: Sequence[str]) -> dict[str, Any]:
