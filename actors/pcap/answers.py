@@ -33,12 +33,19 @@ INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", 
 MAX_SORTED_ROWS = 20000
 
 
-async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
-    """Protocols and conversations; the count and time span come from capinfos (the handler)."""
+async def info(capture: CaptureSession, request: Request, quick: bool = False) -> dict[str, Any]:
+    """Protocols and conversations; the count and time span come from capinfos (the handler).
+    While sharkd loads, one tshark pass beside it reads them (started once, shared by every call):
+    a quick call does not wait for it and says protocols_ready: false."""
     served_by = "sharkd"
-    if capture.state is CaptureState.LOADING:  # while sharkd loads: one tshark pass gives all of it
+    if capture.state is CaptureState.LOADING:
+        summary = capture.cold_summary(INTERESTING_PROTOCOLS)
+        if quick and not summary.done.is_set():
+            return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
+                    "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
+                    "warnings": []}
         await request.report_progress(0, 1, f"loading {capture.spec.path.name} ({capture.spec.size} bytes)")
-        cold = await _cold.info(capture.cold_argv(), INTERESTING_PROTOCOLS)
+        cold = await summary.wait()
         await request.report_progress(1, 1, "read with tshark while sharkd loads")
         protocols = list(cold["protocols"])
         conversations = cold["conversations"]
@@ -67,6 +74,7 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     return {
         "sharkd_frames": frame_count,
         "served_by": served_by,
+        "protocols_ready": True,
         "has_protocols": {p: (p in protocols) for p in INTERESTING_PROTOCOLS},
         "protocols": protocols,
         "top_conversations": conversations[:10],

@@ -23,7 +23,6 @@ two-pass row and fails on a difference not marked, and on a mark no difference n
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 from diagd.actors._subprocess import head

@@ -59,7 +59,7 @@ WARNINGS = {"warnings": STRINGS}
 INFO_OUTPUT = output({
     "sha256": STR, "file_size_bytes": INT, "packet_count": INT, "time_start": nullable("string"),
     "time_end": nullable("string"), "duration_s": nullable("number"), "duration_s_text": nullable("string"),
-    "file_type": nullable("string"), "file_encapsulation": nullable("string"), "served_by": STR,
+    "file_type": nullable("string"), "file_encapsulation": nullable("string"), "served_by": STR, "protocols_ready": BOOL,
     "has_protocols": {"type": "object", "additionalProperties": BOOL}, "protocols": STRINGS,
     "top_conversations": {"type": "array", "items": OBJ}, "tshark_version": STR, **WARNINGS, **ANSWER,
 }, ("sha256", "packet_count", "protocols", "source"))

@@ -89,11 +89,14 @@ def register(runtime: Runtime) -> PcapBackend:
 
 
 @tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols, top conversations.",
-            CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
+            {**CAPTURE, "quick": {"type": "boolean", "default": False,
+                                  "description": "fresh capture: count and time span now, protocols when "
+                                                 "protocols_ready (call again)"}},
+            required=CAPTURE_ONLY, output=INFO_OUTPUT)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
-    result = await backend.ask(ctx, spec, Info())
+    result = await backend.ask(ctx, spec, Info(args["quick"]))
     sharkd_frames = result.pop("sharkd_frames", None)
     warnings = list(result.pop("warnings", []))
     if facts.warning and facts.warning not in warnings:
