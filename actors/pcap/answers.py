@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from diagd.actors.base import Request
+from diagd.actors.pcap import first_page
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap import tshark as _cold
@@ -24,7 +25,7 @@ from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timel
 from diagd.actors.pcap.passes import Page
 from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.rows import field_value, sort_key
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.session import CaptureSession, check_length
 from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -153,6 +154,11 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
     """
     display_filter, fields, limit, offset, sort_by = (message.display_filter, message.fields, message.limit,
                                                   message.offset, message.sort_by)
+    if (capture.state is CaptureState.LOADING and not sort_by
+            and first_page.loading_safe(display_filter, offset, limit, message.kinds)):
+        early = await timeline_while_loading(capture, message)
+        if early is not None:
+            return early
     numbers = await capture.matching(request, display_filter)
     if sort_by and len(numbers) > MAX_SORTED_ROWS:
         raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
@@ -164,20 +170,45 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
         # Single pass when it prints the same: then tshark stops at the page instead of reading the
         # whole capture once before its first row.
         argv = _cold.fields_argv(capture.tshark_argv(message.kinds), display_filter, ["frame.number", *extra])
-        for cells in await _cold.field_rows(argv, None if sort_by else offset + limit):
-            cells += [""] * (len(extra) + 1 - len(cells))
-            row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}
-            for name, text in zip(extra, cells[1:], strict=False):
-                row[name] = field_value(name, text)
-            rows.append(row)
+        cells = await _cold.field_rows(argv, None if sort_by else offset + limit)
+        rows = [timeline_row(extra, row) for row in cells]
     if sort_by:
         rows.sort(key=lambda r: sort_key(r.get(sort_by)))
     rows = rows[offset:offset + limit]
-    result: dict[str, Any] = {"total": len(numbers), "rows": rows,
+    result: dict[str, Any] = {"total": len(numbers), "total_exact": True, "rows": rows,
                               "has_more": offset + len(rows) < len(numbers)}
     if not numbers and display_filter:
         result["hint"] = await absent_protocols_hint(capture, request, display_filter)
     return result
+
+
+async def timeline_while_loading(capture: CaptureSession, message: Timeline) -> dict[str, Any] | None:
+    """A fresh capture's timeline page from one early-stopping single pass beside the load (its
+    filter and fields are single-pass safe, so the values are exact; the total is a lower bound
+    until the full pass). None when nothing matched: the hint needs the loaded capture."""
+    check_length(message.display_filter)
+    extra = [f for f in message.fields if f != "frame.number"]
+    argv = _cold.fields_argv(first_page.single_pass(capture.cold_argv()), message.display_filter,
+                             ["frame.number", *extra])
+    cells, complete = await first_page.early_fields(argv, message.display_filter, message.offset + message.limit)
+    if not cells:
+        return None
+    rows = [timeline_row(extra, row) for row in cells[message.offset:]]
+    seen = len(cells) if complete else len(cells) + 1
+    result: dict[str, Any] = {"total": seen, "total_exact": complete, "rows": rows,
+                              "has_more": message.offset + len(rows) < seen,
+                              "served_by": "tshark (single pass while sharkd loads)"}
+    if not complete:
+        result["total_at_least"] = seen
+    return result
+
+
+def timeline_row(extra: list[str], cells: list[str]) -> dict[str, Any]:
+    cells = cells + [""] * (len(extra) + 1 - len(cells))
+    row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}
+    for name, text in zip(extra, cells[1:], strict=False):
+        row[name] = field_value(name, text)
+    return row
 
 
 async def follow(capture: CaptureSession, request: Request, message: Follow) -> dict[str, Any]:

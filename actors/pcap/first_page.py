@@ -116,6 +116,16 @@ async def early_rows(argv: list[str], display_filter: str, want: int) -> tuple[l
     return rows[:want], not done.stopped
 
 
+async def early_fields(argv: list[str], display_filter: str, want: int) -> tuple[list[list[str]], bool]:
+    """(cells per row, complete): `tshark -T fields` (argv: tshark.fields_argv of a single-pass-safe
+    filter and fields, so every value is exact) stopped after the first `want` rows."""
+    done = await head([argv[0], "-l", *argv[1:]], want + 1, max_line=1 << 30)
+    rows = [line.split("\t") for line in done.lines]
+    if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
+        raise _failure(done.stderr, display_filter, done.returncode)
+    return rows[:want], not done.stopped
+
+
 # What a second pass may change in a single pass's row, by the row's protocol (`row_key`: the
 # Protocol column's top protocol, without a GTP tunnel's wrapper and a version). Measured over every
 # corpus capture by tests/e2e/test_pcap_provisional.py, which fails on a difference not covered here

@@ -59,8 +59,8 @@ WARNINGS = {"warnings": STRINGS}
 INFO_OUTPUT = output({
     "sha256": STR, "file_size_bytes": INT, "packet_count": INT, "time_start": nullable("string"),
     "time_end": nullable("string"), "duration_s": nullable("number"), "duration_s_text": nullable("string"),
-    "file_type": nullable("string"), "file_encapsulation": nullable("string"), "served_by": STR, "protocols_ready": BOOL,
-    "has_protocols": {"type": "object", "additionalProperties": BOOL}, "protocols": STRINGS,
+    "file_type": nullable("string"), "file_encapsulation": nullable("string"), "served_by": STR,
+    "protocols_ready": BOOL, "has_protocols": {"type": "object", "additionalProperties": BOOL}, "protocols": STRINGS,
     "top_conversations": {"type": "array", "items": OBJ}, "tshark_version": STR, **WARNINGS, **ANSWER,
 }, ("sha256", "packet_count", "protocols", "source"))
 
@@ -71,7 +71,8 @@ FRAMES_OUTPUT = output({
 }, ("total", "total_exact", "frames", "has_more", "source"))
 
 TIMELINE_OUTPUT = output({
-    "total": INT, "rows": {"type": "array", "items": OBJ}, "has_more": BOOL, "hint": STR,
+    "total": INT, "total_exact": BOOL, "total_at_least": INT, "served_by": STR,
+    "rows": {"type": "array", "items": OBJ}, "has_more": BOOL, "hint": STR,
     "fields_resolved": {"type": "object", "additionalProperties": STR}, "limit": INT, "offset": INT,
     "sort_by": nullable("string"), **WARNINGS, **ANSWER,
 }, ("total", "rows", "has_more", "source"))

@@ -112,7 +112,8 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
             "tshark_version": (await catalogue()).version, "source": source}
 
 
-@tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames.",
+@tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames; exact=false: a row's provisional "
+            "columns may change, call again.",
             {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, output=FRAMES_OUTPUT)
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
