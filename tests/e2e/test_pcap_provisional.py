@@ -140,3 +140,27 @@ async def test_single_pass_rows_differ_from_two_pass_rows_only_where_marked(daem
     assert sack_needed, "the SACK mark is needed by no corpus row"
     assert keys == first_page.MEASURED, (sorted(first_page.MEASURED - keys), sorted(keys - first_page.MEASURED))
     assert compared > 10000
+
+
+async def test_a_fresh_capture_timeline_of_safe_fields_is_exact_from_a_single_pass(daemon: DaemonProcess) -> None:
+    path = PCAPS / "magma_gx_gy_combined_04.pcapng"  # Diameter: its values need no later frame
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    fields = ["diameter.cmd.code", "diameter.flags.request", "ip.src"]
+    args = {"pcap_path": str(path), "display_filter": "diameter", "fields": fields, "limit": 30, "offset": 3}
+    async with session(daemon) as call:
+        first = await call("pcap_timeline", **args)
+        assert not first["_is_error"], first
+        if first.get("served_by") != "tshark (single pass while sharkd loads)":
+            pytest.skip("the capture loaded before the first call was answered")
+        assert first["total_exact"] is False and first["total_at_least"] == 34 and first["has_more"]
+        # Exactly what two-pass tshark prints, run here.
+        two = [line.split("\t") for line in subprocess.run(
+            ["tshark", "-r", str(path), "-n", "-2", "-Y", "diameter", "-T", "fields", "-E", "occurrence=f",
+             "-e", "frame.number", *[a for f in fields for a in ("-e", f)]],
+            capture_output=True, text=True, check=True).stdout.splitlines()]
+        assert [[str(r["frame.number"]), *[str(r[f]) for f in fields]] for r in first["rows"]] == two[3:33]
+        with trio.fail_after(300):
+            while (again := await call("pcap_timeline", **args)).get("served_by") is not None:
+                await trio.sleep(0.2)  # still loading: the next call after the load is sharkd's
+        assert again["total_exact"] is True and again["total"] == len(two) and again["rows"] == first["rows"]
