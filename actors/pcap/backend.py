@@ -26,7 +26,14 @@ from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.messages import PcapMessage
 from diagd.actors.pcap.passes import Cores
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.wireshark import begin_sha256, capture_sha256, catalogue, file_identity, parse_decode_as
+from diagd.actors.pcap.wireshark import (
+    begin_sha256,
+    capture_sha256,
+    catalogue,
+    file_identity,
+    parse_decode_as,
+    sha256_if_ready,
+)
 from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
@@ -143,14 +150,19 @@ class PcapBackend:
         self.captures.evicted_now(evict)
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
-                     **extra: Any) -> dict[str, Any]:
+                     provisional: bool = False, **extra: Any) -> dict[str, Any]:
         """Where an answer came from. With include_command, the tshark command that prints the same
         rows: `command` is what follows the capture's own options (filter, output format), given by
-        each tool; without it the display filter alone."""
+        each tool; without it the display filter alone. A provisional answer (a fresh capture's
+        first page) does not wait for the file's hash: sha256 is null and sha256_pending true until
+        it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
         cat = await catalogue()
-        sha256, _ = await capture_sha256(spec.path, spec.identity)
+        pending = provisional and sha256_if_ready(spec.identity) is None
+        sha256 = None if pending else (await capture_sha256(spec.path, spec.identity))[0]
         out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": sha256, "profile": args.get("profile"),
                                **spec.describe(), "tshark_version": cat.version, **extra}
+        if pending:
+            out["sha256_pending"] = True
         if args["include_command"]:
             argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
             if command is not None:

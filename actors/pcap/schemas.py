@@ -48,7 +48,8 @@ def output(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, A
     return object_schema(props, required)
 
 
-SOURCE = output({"pcap_path": STR, "sha256": STR, "profile": nullable("string"), "decode_as": STRINGS,
+SOURCE = output({"pcap_path": STR, "sha256": nullable("string"), "sha256_pending": BOOL,
+                 "profile": nullable("string"), "decode_as": STRINGS,
                  "preferences": OBJ, "tshark_version": STR, "display_filter": STR,
                  "equivalent_command": STRINGS, "equivalent_command_line": STR},
                 ("pcap_path", "sha256", "decode_as", "preferences", "tshark_version"))
@@ -57,7 +58,7 @@ ANSWER = {"source": SOURCE, "cached": BOOL}
 WARNINGS = {"warnings": STRINGS}
 
 INFO_OUTPUT = output({
-    "sha256": STR, "file_size_bytes": INT, "packet_count": INT, "time_start": nullable("string"),
+    "sha256": nullable("string"), "file_size_bytes": INT, "packet_count": INT, "time_start": nullable("string"),
     "time_end": nullable("string"), "duration_s": nullable("number"), "duration_s_text": nullable("string"),
     "file_type": nullable("string"), "file_encapsulation": nullable("string"), "served_by": STR,
     "protocols_ready": BOOL, "has_protocols": {"type": "object", "additionalProperties": BOOL}, "protocols": STRINGS,

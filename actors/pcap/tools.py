@@ -65,6 +65,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 tools: ToolSet[PcapBackend] = ToolSet()
 Args = dict[str, Any]
+SINGLE_PASS = "single pass while sharkd loads"  # in served_by of a fresh capture's first page
 CAPTURE_ONLY = ("pcap_path",)
 
 
@@ -90,8 +91,8 @@ def register(runtime: Runtime) -> PcapBackend:
 
 @tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols, top conversations.",
             {**CAPTURE, "quick": {"type": "boolean", "default": False,
-                                  "description": "fresh capture: count and time span now, protocols when "
-                                                 "protocols_ready (call again)"}},
+                                  "description": "fresh capture: count and span now; protocols (and "
+                                                 "sha256) when ready: call again"}},
             required=CAPTURE_ONLY, output=INFO_OUTPUT)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
@@ -107,7 +108,8 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start), "time_end": facts.iso(facts.end),
             "duration_s": facts.duration_s, "duration_s_text": facts.duration, "file_type": facts.file_type,
             "file_encapsulation": facts.encapsulation}
-    source = await backend.source(spec, args, command=["-q", "-z", "io,phs"])
+    source = await backend.source(spec, args, command=["-q", "-z", "io,phs"],
+                                  provisional=not result.get("protocols_ready", True))
     return {"sha256": source["sha256"], "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
             "tshark_version": (await catalogue()).version, "source": source}
 
@@ -120,7 +122,8 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
     result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
     return {**result, "limit": limit, "offset": offset,
-            "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt))}
+            "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
+                                           provisional=SINGLE_PASS in result["served_by"])}
 
 
 def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -167,7 +170,8 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
     return {**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
             "sort_by": sort_by,
-            "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command)}
+            "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command,
+                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
 
 
 @tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text).",

@@ -270,7 +270,13 @@ async def test_repeated_queries_are_served_from_the_cache(pcap_daemon: DaemonPro
     warm = await call(pcap_daemon, "pcap_frames_by_filter", **args)
     again = await call(pcap_daemon, "pcap_frames_by_filter", **args)
     assert warm["served_by"] == "sharkd" and again["cached"] is True
-    assert first["frames"] == warm["frames"] == again["frames"]  # tshark beside the load agrees with sharkd
+    assert warm["frames"] == again["frames"]
+    # tshark beside the load agrees with sharkd, but for the columns a single pass's row marks provisional.
+    assert len(first["frames"]) == len(warm["frames"])
+    for early, exact in zip(first["frames"], warm["frames"], strict=True):
+        marked = early.pop("provisional", [])
+        assert {k: v for k, v in early.items() if k not in marked} == \
+            {k: v for k, v in exact.items() if k not in marked}
 
 
 async def test_packet_list_exports_have_unique_names_and_a_retention_limit(pcap_daemon: DaemonProcess) -> None:

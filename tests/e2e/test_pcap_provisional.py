@@ -75,11 +75,13 @@ async def test_pcap_info_quick_gives_capinfos_count_and_span_at_once(daemon: Dae
                              text=True, check=True, env={"PATH": "/usr/bin:/bin", "TZ": "UTC"}).stdout
         _, count, start, end = out.strip().rsplit("\t", 3)
         assert quick["packet_count"] == int(count)
+        assert (quick["sha256"] is None and quick["source"]["sha256_pending"]) or len(quick["sha256"]) == 64
         assert quick["time_start"].startswith(start.replace(" ", "T")[:19])
         assert quick["time_end"].startswith(end.replace(" ", "T")[:19])
         full = await call("pcap_info", pcap_path=str(path), decode_as=decode_as(path))  # waits for the summary
         assert full["protocols_ready"] is True and "sctp" in full["protocols"]
-        assert full["packet_count"] == quick["packet_count"]
+        assert full["packet_count"] == quick["packet_count"] and len(full["sha256"]) == 64
+        assert "sha256_pending" not in full["source"]
 
 
 async def test_a_fresh_capture_answers_marked_rows_then_sharkds_exact_rows(daemon: DaemonProcess) -> None:
