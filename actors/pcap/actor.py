@@ -131,8 +131,8 @@ class PcapActor(Actor):
     async def _answer(self, request: Request) -> dict[str, Any]:
         session = self.session
         match request.message:
-            case Info(quick=quick):
-                return await answers.info(session, request, quick)
+            case Info():
+                return await answers.info(session, request)
             case Check(display_filter=display_filter):
                 await session.check_filter(request, display_filter)
                 return {"valid": True}

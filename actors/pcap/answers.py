@@ -32,16 +32,19 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",
                          "http2", "http", "json", "dns", "tcp", "udp")
 MAX_SORTED_ROWS = 20000
+INFO_WAIT_S = 1.0  # how long pcap_info waits for a fresh capture's protocol summary before answering without it
 
 
-async def info(capture: CaptureSession, request: Request, quick: bool = False) -> dict[str, Any]:
+async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     """Protocols and conversations; the count and time span come from capinfos (the handler).
-    While sharkd loads, one tshark pass beside it reads them (started once, shared by every call):
-    a quick call does not wait for it and says protocols_ready: false."""
+    While sharkd loads, one tshark pass beside it reads them (started once, shared by every call);
+    a call waits for it at most INFO_WAIT_S, then answers without them: protocols_ready: false."""
     served_by = "sharkd"
     if capture.state is CaptureState.LOADING:
         summary = capture.cold_summary(INTERESTING_PROTOCOLS)
-        if quick and not summary.done.is_set():
+        with trio.move_on_after(INFO_WAIT_S):
+            await summary.done.wait()
+        if not summary.done.is_set():
             return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
                     "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
                     "warnings": []}

@@ -154,15 +154,15 @@ class PcapBackend:
         """Where an answer came from. With include_command, the tshark command that prints the same
         rows: `command` is what follows the capture's own options (filter, output format), given by
         each tool; without it the display filter alone. A provisional answer (a fresh capture's
-        first page) does not wait for the file's hash: sha256 is null and sha256_pending true until
-        it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
+        first page) does not wait for the file's hash: sha256 is left out and sha256_pending is true
+        until it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
         cat = await catalogue()
-        pending = provisional and sha256_if_ready(spec.identity) is None
-        sha256 = None if pending else (await capture_sha256(spec.path, spec.identity))[0]
-        out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": sha256, "profile": args.get("profile"),
-                               **spec.describe(), "tshark_version": cat.version, **extra}
-        if pending:
+        out: dict[str, Any] = {"pcap_path": str(spec.path)}
+        if provisional and sha256_if_ready(spec.identity) is None:
             out["sha256_pending"] = True
+        else:
+            out["sha256"] = (await capture_sha256(spec.path, spec.identity))[0]
+        out.update({"profile": args.get("profile"), **spec.describe(), "tshark_version": cat.version, **extra})
         if args["include_command"]:
             argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
             if command is not None:

@@ -11,10 +11,7 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Info:
-    """Protocols and conversations (the count and time span come from capinfos, in the tool);
-    quick: while the capture loads, only what is ready (protocols_ready says)."""
-
-    quick: bool = False
+    """Protocols and conversations (the count and time span come from capinfos, in the tool)."""
 
 
 @dataclass(frozen=True)

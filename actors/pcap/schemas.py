@@ -48,22 +48,22 @@ def output(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, A
     return object_schema(props, required)
 
 
-SOURCE = output({"pcap_path": STR, "sha256": nullable("string"), "sha256_pending": BOOL,
-                 "profile": nullable("string"), "decode_as": STRINGS,
+# sha256 is left out (with sha256_pending: true) by a fresh capture's provisional answer.
+SOURCE = output({"pcap_path": STR, "sha256": STR, "profile": nullable("string"), "decode_as": STRINGS,
                  "preferences": OBJ, "tshark_version": STR, "display_filter": STR,
                  "equivalent_command": STRINGS, "equivalent_command_line": STR},
-                ("pcap_path", "sha256", "decode_as", "preferences", "tshark_version"))
+                ("pcap_path", "decode_as", "preferences", "tshark_version"))
 # Every answer of a capture's actor: where it came from, and whether it was a cached answer.
 ANSWER = {"source": SOURCE, "cached": BOOL}
 WARNINGS = {"warnings": STRINGS}
 
 INFO_OUTPUT = output({
-    "sha256": nullable("string"), "file_size_bytes": INT, "packet_count": INT, "time_start": nullable("string"),
+    "sha256": STR, "file_size_bytes": INT, "packet_count": INT, "time_start": nullable("string"),
     "time_end": nullable("string"), "duration_s": nullable("number"), "duration_s_text": nullable("string"),
     "file_type": nullable("string"), "file_encapsulation": nullable("string"), "served_by": STR,
     "protocols_ready": BOOL, "has_protocols": {"type": "object", "additionalProperties": BOOL}, "protocols": STRINGS,
     "top_conversations": {"type": "array", "items": OBJ}, "tshark_version": STR, **WARNINGS, **ANSWER,
-}, ("sha256", "packet_count", "protocols", "source"))
+}, ("packet_count", "protocols", "source"))
 
 FRAMES_OUTPUT = output({
     "total": INT, "total_exact": BOOL, "total_at_least": INT, "exact": BOOL, "note": STR,

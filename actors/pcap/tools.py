@@ -90,14 +90,11 @@ def register(runtime: Runtime) -> PcapBackend:
 
 
 @tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols, top conversations.",
-            {**CAPTURE, "quick": {"type": "boolean", "default": False,
-                                  "description": "fresh capture: count and span now; protocols (and "
-                                                 "sha256) when ready: call again"}},
-            required=CAPTURE_ONLY, output=INFO_OUTPUT)
+            CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
-    result = await backend.ask(ctx, spec, Info(args["quick"]))
+    result = await backend.ask(ctx, spec, Info())
     sharkd_frames = result.pop("sharkd_frames", None)
     warnings = list(result.pop("warnings", []))
     if facts.warning and facts.warning not in warnings:
@@ -110,12 +107,12 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
             "file_encapsulation": facts.encapsulation}
     source = await backend.source(spec, args, command=["-q", "-z", "io,phs"],
                                   provisional=not result.get("protocols_ready", True))
-    return {"sha256": source["sha256"], "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
+    hashed = {"sha256": source["sha256"]} if "sha256" in source else {}  # a fresh 1 GB file: still hashing
+    return {**hashed, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
             "tshark_version": (await catalogue()).version, "source": source}
 
 
-@tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames; exact=false: a row's provisional "
-            "columns may change, call again.",
+@tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames (exact=false: call again).",
             {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, output=FRAMES_OUTPUT)
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)

@@ -67,7 +67,10 @@ async def call(daemon: DaemonProcess, tool: str, **args: Any) -> dict[str, Any]:
 
 
 async def test_info_summarises_protocols_conversations_and_identity(pcap_daemon: DaemonProcess) -> None:
-    info = await call(pcap_daemon, "pcap_info", pcap_path=pcap("adrian_registration_reject.pcap"))
+    with trio.fail_after(120):  # the protocols come with the first call, or a later one on a slow machine
+        while not (info := await call(pcap_daemon, "pcap_info",
+                                      pcap_path=pcap("adrian_registration_reject.pcap")))["protocols_ready"]:
+            await trio.sleep(0.2)
     assert info["packet_count"] == 39
     assert info["sha256"].startswith("2530783fa528b48a")
     assert info["has_protocols"]["ngap"] and info["has_protocols"]["nas-5gs"] and not info["has_protocols"]["pfcp"]
