@@ -97,7 +97,7 @@ class PcapBackend:
         identity, size = await file_identity(path)
         begin_sha256(path, identity)  # every answer names it; read beside the load, not before it
         # Every tool refuses a file that is no capture before a worker is started for it.
-        await _cold.capture_facts(path, identity, size)
+        await _cold.check_capture(path, identity, size)
         spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(dict.fromkeys(decode_as)),
                            preferences=tuple(sorted(prefs.items())), size=size)
         if force_prefs is None:
