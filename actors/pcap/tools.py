@@ -112,7 +112,7 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
             "tshark_version": (await catalogue()).version, "source": source}
 
 
-@tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames (exact=false: call again).",
+@tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames.",
             {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, output=FRAMES_OUTPUT)
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     spec = await backend.spec_for(args)
@@ -120,7 +120,7 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
     return {**result, "limit": limit, "offset": offset,
             "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
-                                           provisional=SINGLE_PASS in result["served_by"])}
+                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
 
 
 def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:
