@@ -42,13 +42,14 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     served_by = "sharkd"
     if capture.state is CaptureState.LOADING:
         summary = capture.cold_summary(INTERESTING_PROTOCOLS)
+        await request.report_progress(0, 1, f"loading {capture.spec.path.name} ({capture.spec.size} bytes)")
         with trio.move_on_after(INFO_WAIT_S):
             await summary.done.wait()
         if not summary.done.is_set():
+            await request.report_progress(1, 1, "count and time span from capinfos; protocols still being read")
             return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
                     "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
                     "warnings": []}
-        await request.report_progress(0, 1, f"loading {capture.spec.path.name} ({capture.spec.size} bytes)")
         cold = await summary.wait()
         await request.report_progress(1, 1, "read with tshark while sharkd loads")
         protocols = list(cold["protocols"])
