@@ -27,7 +27,14 @@ from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.messages import PcapMessage
 from diagd.actors.pcap.passes import Cores
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.wireshark import begin_sha256, capture_sha256, catalogue, file_identity, parse_decode_as
+from diagd.actors.pcap.wireshark import (
+    begin_sha256,
+    capture_sha256,
+    catalogue,
+    file_identity,
+    parse_decode_as,
+    sha256_if_ready,
+)
 from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
@@ -93,7 +100,7 @@ class PcapBackend:
         identity, size = await file_identity(path)
         begin_sha256(path, identity)  # every answer names it; read beside the load, not before it
         # Every tool refuses a file that is no capture before a worker is started for it.
-        await _cold.capture_facts(path, identity, size)
+        await _cold.check_capture(path, identity, size)
         # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
         applied, checks = await decode_check.check(path, identity, parsed)
         spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(applied),
@@ -149,14 +156,19 @@ class PcapBackend:
         self.captures.evicted_now(evict)
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
-                     **extra: Any) -> dict[str, Any]:
+                     provisional: bool = False, **extra: Any) -> dict[str, Any]:
         """Where an answer came from. With include_command, the tshark command that prints the same
         rows: `command` is what follows the capture's own options (filter, output format), given by
-        each tool; without it the display filter alone."""
+        each tool; without it the display filter alone. A provisional answer (a fresh capture's
+        first page) does not wait for the file's hash: sha256 is left out and sha256_pending is true
+        until it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
         cat = await catalogue()
-        sha256, _ = await capture_sha256(spec.path, spec.identity)
-        out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": sha256, "profile": args.get("profile"),
-                               **spec.describe(), "tshark_version": cat.version, **extra}
+        out: dict[str, Any] = {"pcap_path": str(spec.path)}
+        if provisional and sha256_if_ready(spec.identity) is None:
+            out["sha256_pending"] = True
+        else:
+            out["sha256"] = (await capture_sha256(spec.path, spec.identity))[0]
+        out.update({"profile": args.get("profile"), **spec.describe(), "tshark_version": cat.version, **extra})
         if spec.reference is not None:
             out["live"] = await self.reference_extent(spec)
         if args["include_command"]:
