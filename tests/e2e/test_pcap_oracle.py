@@ -229,3 +229,20 @@ async def test_field_lists_equal_tshark_glossary(daemon: DaemonProcess) -> None:
             assert [(f["name"], f["description"], f["type"]) for f in answer["fields"]] == \
                 [row[:3] for row in expected[:2000]], query
     assert all(listed(q) for q in LIST_QUERIES[:-1]) and all(searched(q) for q in SEARCH_QUERIES[:-1])
+
+
+# -- pcap_stats endpoints (TCP was compared nowhere; the others only on the first corpus)
+
+
+@pytest.mark.parametrize("protocol", ["tcp", "ip", "udp", "sctp"])
+async def test_endpoints_equal_tshark_on_every_capture(daemon: DaemonProcess, protocol: str) -> None:
+    rows = 0
+    async with session(daemon) as call:
+        for path in captures():
+            answer = await ask(call, "pcap_stats", path, kind="endpoints", protocol=protocol, limit=5000)
+            assert not answer["has_more"], path.name
+            got = {r["address"]: [r["frames"], r["bytes"], r["tx_frames"], r["tx_bytes"], r["rx_frames"],
+                                  r["rx_bytes"]] for r in answer["rows"]}
+            assert got == oracle.endpoints(path, protocol), path.name
+            rows += len(got)
+    assert rows > 20

@@ -102,7 +102,8 @@ def matching(path: Path, display_filter: str) -> list[int]:
 def columns(path: Path) -> dict[int, list[str]]:
     """{frame number: the seven default columns as tshark prints them} for every frame."""
     def compute() -> list[list[str]]:
-        out = tshark(path, "-T", "fields", "-E", "separator=\t", *[a for t in COLUMN_TITLES for a in ("-e", f"_ws.col.{t}")])
+        out = tshark(path, "-T", "fields", "-E", "separator=\t",
+                     *[a for t in COLUMN_TITLES for a in ("-e", f"_ws.col.{t}")])
         rows = [line.split("\t") for line in out.split("\n") if line]
         assert all(len(r) == len(COLUMN_TITLES) for r in rows), "a column held a tab"
         return rows
