@@ -71,64 +71,57 @@ def row_of(cells: list[str]) -> dict[str, Any]:
             "length": int(length), "info": info.strip()}
 
 
-async def test_frames_by_filter_equal_tshark_on_every_capture(daemon: DaemonProcess) -> None:
-    filters = rows = 0
-    async with session(daemon) as call:
-        for path in captures():
-            table = oracle.columns(path)
-            for flt in spread(oracle.layers(path), FILTERS_PER_CAPTURE):
-                expected = oracle.matching(path, flt)
-                got: list[dict[str, Any]] = []
-                while True:
-                    answer = await ask(call, "pcap_frames_by_filter", path, display_filter=flt, limit=PAGE,
-                                       offset=len(got))
-                    assert answer["total_exact"] and answer["total"] == len(expected), (path.name, flt)
-                    got += answer["frames"]
-                    if not answer["has_more"]:
-                        break
-                assert [f["number"] for f in got] == expected, (path.name, flt)
-                for frame in got:
-                    assert frame == row_of(table[frame["number"]]), (path.name, flt)
-                filters += 1
-                rows += len(got)
-    assert filters >= 5 * len(captures()) and rows > 50000
+async def check_frames_by_filter(call: Call, path: Path) -> int:
+    """Every page of each sampled filter: the frame set and every row; returns the filters checked."""
+    table = oracle.columns(path)
+    filters = spread(oracle.layers(path), FILTERS_PER_CAPTURE)
+    for flt in filters:
+        expected = oracle.matching(path, flt)
+        got: list[dict[str, Any]] = []
+        while True:
+            answer = await ask(call, "pcap_frames_by_filter", path, display_filter=flt, limit=PAGE, offset=len(got))
+            if not answer["total_exact"]:  # a fresh capture's provisional first page: the exact one follows
+                continue
+            assert answer["total"] == len(expected), (path.name, flt)
+            got += answer["frames"]
+            if not answer["has_more"]:
+                break
+        assert [f["number"] for f in got] == expected, (path.name, flt)
+        for frame in got:
+            assert frame == row_of(table[frame["number"]]), (path.name, flt)
+    return len(filters)
 
 
 # -- pcap_packet_list: the TSV == -T fields -e _ws.col.<title>
 
 
-async def test_packet_list_equals_tshark_columns_on_every_capture(daemon: DaemonProcess) -> None:
-    async with session(daemon) as call:
-        for path in captures():
-            table = oracle.columns(path)
-            flt = oracle.layers(path)[-1]
-            for display_filter, numbers in (("", sorted(table)), (flt, oracle.matching(path, flt))):
-                answer = await ask(call, "pcap_packet_list", path, display_filter=display_filter, preview_rows=3)
-                lines = Path(answer["output_path"]).read_text(encoding="utf-8").split("\n")
-                assert lines[0].split("\t") == list(oracle.COLUMN_TITLES) == answer["columns"]
-                assert lines[-1] == "" and answer["rows_written"] == len(numbers) == len(lines) - 2, path.name
-                expected = [[cell.strip() for cell in table[n]] for n in numbers]
-                assert [line.split("\t") for line in lines[1:-1]] == expected, (path.name, display_filter)
-                assert answer["preview_rows"] == [dict(zip(oracle.COLUMN_TITLES, r, strict=True))
-                                                  for r in expected[:3]]
+async def check_packet_list(call: Call, path: Path) -> None:
+    table = oracle.columns(path)
+    flt = oracle.layers(path)[-1]
+    for display_filter, numbers in (("", sorted(table)), (flt, oracle.matching(path, flt))):
+        answer = await ask(call, "pcap_packet_list", path, display_filter=display_filter, preview_rows=3)
+        lines = Path(answer["output_path"]).read_text(encoding="utf-8").split("\n")
+        assert lines[0].split("\t") == list(oracle.COLUMN_TITLES) == answer["columns"]
+        assert lines[-1] == "" and answer["rows_written"] == len(numbers) == len(lines) - 2, path.name
+        expected = [[cell.strip() for cell in table[n]] for n in numbers]
+        assert [line.split("\t") for line in lines[1:-1]] == expected, (path.name, display_filter)
+        assert answer["preview_rows"] == [dict(zip(oracle.COLUMN_TITLES, r, strict=True)) for r in expected[:3]]
 
 
 # -- pcap_frame_detail: the tree == tshark -V
 
 
-async def test_frame_detail_equals_tshark_verbose_on_every_capture(daemon: DaemonProcess) -> None:
-    async with session(daemon) as call:
-        for path in captures():
-            numbers = oracle.matching(path, "")
-            sample = sorted({numbers[0], numbers[len(numbers) // 2], numbers[-1]})
-            for frames, verbosity in ((sample, "summary"), ([numbers[len(numbers) // 2]], "full")):
-                expected = oracle.detail(path, frames, hex_dump=verbosity == "full")
-                answer = await ask(call, "pcap_frame_detail", path, frame_numbers=frames, verbosity=verbosity,
-                                   max_bytes=2 * 1024 * 1024)
-                assert not answer["truncated"]
-                assert [f["frame_number"] for f in answer["frames"]] == frames == sorted(expected)
-                for frame in answer["frames"]:
-                    assert frame["text"] == expected[frame["frame_number"]], (path.name, frame["frame_number"])
+async def check_frame_detail(call: Call, path: Path) -> None:
+    numbers = oracle.matching(path, "")
+    sample = sorted({numbers[0], numbers[len(numbers) // 2], numbers[-1]})
+    for frames, verbosity in ((sample, "summary"), ([numbers[len(numbers) // 2]], "full")):
+        expected = oracle.detail(path, frames, hex_dump=verbosity == "full")
+        answer = await ask(call, "pcap_frame_detail", path, frame_numbers=frames, verbosity=verbosity,
+                           max_bytes=2 * 1024 * 1024)
+        assert not answer["truncated"]
+        assert [f["frame_number"] for f in answer["frames"]] == frames == sorted(expected)
+        for frame in answer["frames"]:
+            assert frame["text"] == expected[frame["frame_number"]], (path.name, frame["frame_number"])
 
 
 # -- pcap_info: count/time span == capinfos, protocols == frame.protocols, conversations == -z conv
@@ -142,36 +135,34 @@ def expected_conversations(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return sorted(rows, key=lambda pr: (("SCTP", "TCP", "UDP", "IPv4").index(pr[0]), -pr[1]["frames"]))
 
 
-async def test_info_equals_capinfos_layers_and_conversations_on_every_capture(daemon: DaemonProcess) -> None:
-    async with session(daemon) as call:
-        for path in captures():
-            await ask(call, "pcap_stats", path, kind="expert")  # a tap: returns once sharkd has loaded it
-            info = await ask(call, "pcap_info", path)
-            assert info["served_by"] == "sharkd", path.name
-            ref = oracle.capinfos(path)
-            assert info["packet_count"] == int(ref["Number of packets"]), path.name
-            assert info["time_start"] == ref["Start time"].replace(" ", "T") + "Z", path.name
-            assert info["time_end"] == ref["End time"].replace(" ", "T") + "Z", path.name
-            assert info["duration_s_text"] == ref["Capture duration (seconds)"], path.name
-            assert info["sha256"] == ref["SHA256"] and info["file_type"] == ref["File type"], path.name
-            assert info["file_encapsulation"] == ref["File encapsulation"], path.name
-            # Every layer of frame.protocols and nothing else, but for what sharkd's `analyse` differs
-            # in: it adds "frame" (every frame), and "pkcs-1" (X.509 inside HTTP/TLS) comes and goes
-            # (listed by sharkd on 5greplay_oai.pcap where `tshark -2 -Y pkcs-1` matches nothing; a
-            # layer of tshark -2 on oaifed_cotsue_core.pcap that sharkd lists on one load, not another).
-            protocols = set(info["protocols"])
-            assert protocols - {"pkcs-1"} == {*oracle.layers(path), "frame"} - {"pkcs-1"}, path.name
-            assert {p: p in oracle.layers(path) for p in info["has_protocols"]} == info["has_protocols"], path.name
-            expected = expected_conversations(path)
-            top = info["top_conversations"]
-            assert len(top) == min(10, len(expected)), path.name
-            # Ties in frame count may come in either order: each listed one is tshark's, and the
-            # counts are the top ten's.
-            assert [c["frames"] for c in top] == [row["frames"] for _, row in expected[:10]], path.name
-            for conv in top:
-                same = [row for proto, row in expected if proto == conv["proto"] and {row["a"], row["b"]} ==
-                        {conv["a"], conv["b"]} and row["frames"] == conv["frames"]]
-                assert any(oracle.same_size(conv["bytes"], row["bytes"]) for row in same), (path.name, conv)
+async def check_info(call: Call, path: Path) -> None:
+    await ask(call, "pcap_stats", path, kind="expert")  # a tap: returns once sharkd has loaded it
+    info = await ask(call, "pcap_info", path)
+    assert info["served_by"] == "sharkd", path.name
+    ref = oracle.capinfos(path)
+    assert info["packet_count"] == int(ref["Number of packets"]), path.name
+    assert info["time_start"] == ref["Start time"].replace(" ", "T") + "Z", path.name
+    assert info["time_end"] == ref["End time"].replace(" ", "T") + "Z", path.name
+    assert info["duration_s_text"] == ref["Capture duration (seconds)"], path.name
+    assert info["sha256"] == ref["SHA256"] and info["file_type"] == ref["File type"], path.name
+    assert info["file_encapsulation"] == ref["File encapsulation"], path.name
+    # Every layer of frame.protocols and nothing else, but for what sharkd's `analyse` differs
+    # in: it adds "frame" (every frame), and "pkcs-1" (X.509 inside HTTP/TLS) comes and goes
+    # (listed by sharkd on 5greplay_oai.pcap where `tshark -2 -Y pkcs-1` matches nothing; a
+    # layer of tshark -2 on oaifed_cotsue_core.pcap that sharkd lists on one load, not another).
+    protocols = set(info["protocols"])
+    assert protocols - {"pkcs-1"} == {*oracle.layers(path), "frame"} - {"pkcs-1"}, path.name
+    assert {p: p in oracle.layers(path) for p in info["has_protocols"]} == info["has_protocols"], path.name
+    expected = expected_conversations(path)
+    top = info["top_conversations"]
+    assert len(top) == min(10, len(expected)), path.name
+    # Ties in frame count may come in either order: each listed one is tshark's, and the
+    # counts are the top ten's.
+    assert [c["frames"] for c in top] == [row["frames"] for _, row in expected[:10]], path.name
+    for conv in top:
+        same = [row for proto, row in expected if proto == conv["proto"] and {row["a"], row["b"]} ==
+                {conv["a"], conv["b"]} and row["frames"] == conv["frames"]]
+        assert any(oracle.same_size(conv["bytes"], row["bytes"]) for row in same), (path.name, conv)
 
 
 # -- pcap_list_fields / pcap_fields_search == tshark -G fields, filtered here
@@ -234,15 +225,31 @@ async def test_field_lists_equal_tshark_glossary(daemon: DaemonProcess) -> None:
 # -- pcap_stats endpoints (TCP was compared nowhere; the others only on the first corpus)
 
 
-@pytest.mark.parametrize("protocol", ["tcp", "ip", "udp", "sctp"])
-async def test_endpoints_equal_tshark_on_every_capture(daemon: DaemonProcess, protocol: str) -> None:
+async def check_endpoints(call: Call, path: Path) -> int:
     rows = 0
+    for protocol in ("tcp", "ip", "udp", "sctp"):
+        answer = await ask(call, "pcap_stats", path, kind="endpoints", protocol=protocol, limit=5000)
+        assert not answer["has_more"], (path.name, protocol)
+        got = {r["address"]: [r["frames"], r["bytes"], r["tx_frames"], r["tx_bytes"], r["rx_frames"],
+                              r["rx_bytes"]] for r in answer["rows"]}
+        assert got == oracle.endpoints(path, protocol), (path.name, protocol)
+        rows += len(got)
+    return rows
+
+
+# -- every capture once: loaded once, every packet-level answer compared
+
+
+@pytest.mark.parametrize("path", corpus() or [PCAPS / "(no corpus)"], ids=lambda p: p.name)
+async def test_every_packet_answer_equals_the_tools_on_this_capture(daemon: DaemonProcess, path: Path) -> None:
+    """One capture at a time (loaded once, not once per answer): frames by filter, the packet list,
+    frame detail, pcap_info and the endpoints of TCP, IP, UDP and SCTP, each against tshark/capinfos."""
+    if not path.exists():
+        captures()  # skips, saying where the corpus was looked for
     async with session(daemon) as call:
-        for path in captures():
-            answer = await ask(call, "pcap_stats", path, kind="endpoints", protocol=protocol, limit=5000)
-            assert not answer["has_more"], path.name
-            got = {r["address"]: [r["frames"], r["bytes"], r["tx_frames"], r["tx_bytes"], r["rx_frames"],
-                                  r["rx_bytes"]] for r in answer["rows"]}
-            assert got == oracle.endpoints(path, protocol), path.name
-            rows += len(got)
-    assert rows > 20
+        filters = await check_frames_by_filter(call, path)
+        await check_packet_list(call, path)
+        await check_frame_detail(call, path)
+        await check_info(call, path)
+        await check_endpoints(call, path)
+    assert filters >= min(FILTERS_PER_CAPTURE, len(oracle.layers(path)))
