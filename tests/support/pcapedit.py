@@ -272,7 +272,7 @@ def data_chunk(data: bytearray, packet: Packet) -> tuple[int, int]:
     raise ValueError("no SCTP DATA chunk in the packet")
 
 
-def with_payload(chunk: bytes, payload: bytes) -> bytearray:
+def with_payload(chunk: bytes | bytearray, payload: bytes) -> bytearray:
     """An SCTP DATA chunk (header as in `chunk`: flags, TSN, stream, PPID) carrying `payload` instead,
     its length field and padding to four bytes following."""
     out = bytearray(chunk[:16]) + payload
