@@ -272,14 +272,49 @@ def data_chunk(data: bytearray, packet: Packet) -> tuple[int, int]:
     raise ValueError("no SCTP DATA chunk in the packet")
 
 
+def with_payload(chunk: bytes | bytearray, payload: bytes) -> bytearray:
+    """An SCTP DATA chunk (header as in `chunk`: flags, TSN, stream, PPID) carrying `payload` instead,
+    its length field and padding to four bytes following."""
+    out = bytearray(chunk[:16]) + payload
+    struct.pack_into(">H", out, 2, len(out))
+    return out + bytes(-len(out) % 4)
+
+
+def replace_payload(data: bytearray, frame: int, payload: bytes) -> bytearray:
+    """A copy of classic pcap `data` in which frame `frame`'s first SCTP DATA chunk carries `payload`
+    (e.g. a hand-encoded NGAP PDU) instead of its own; every other byte of the file is kept.
+
+    What the new length changes follows: the chunk's length and padding, the IPv4 total length and
+    header checksum, the record's captured and original lengths (see the module docstring for the
+    SCTP checksum). The frame keeps its time, TSN, stream and any other chunk it bundles.
+    """
+    if bytes(data[:4]) not in PCAP_MAGICS:
+        raise ValueError("replace_payload reads classic pcap files only")
+    endian = PCAP_MAGICS[bytes(data[:4])]
+    packet = list(packets(data))[frame - 1]
+    found = any_sctp_in(data, packet)
+    if found is None:
+        raise ValueError(f"frame {frame} is not an IPv4/SCTP packet")
+    at, length = data_chunk(data, packet)
+    chunk = with_payload(data[at:at + length], payload)
+    delta = len(chunk) - length
+    out = bytearray(data[:at]) + chunk + data[at + length:]
+    struct.pack_into(">H", out, found.ip + 2, struct.unpack_from(">H", out, found.ip + 2)[0] + delta)
+    _ipv4_checksum(out, found.ip)
+    caplen, wirelen = struct.unpack_from(endian + "II", out, packet.header + 8)
+    struct.pack_into(endian + "II", out, packet.header + 8, caplen + delta, wirelen + delta)
+    return out
+
+
 def transplant(target: bytearray, like: int, donor: bytearray, frame: int, *, tsn: int, time: float,
-               patches: dict[int, tuple[int, int]] | None = None) -> None:
+               patches: dict[int, tuple[int, int]] | None = None, payload: bytes | None = None) -> None:
     """In place: append to classic pcap `target` the DATA chunk of `donor`'s `frame`, sent as `like` was.
 
     The new packet is target frame `like`'s Ethernet/IPv4/SCTP common header (addresses, ports,
     verification tag: its association and direction) followed by the donor's first DATA chunk with
     TSN `tsn`, stamped `time`. `patches` maps an offset into the chunk's payload (its NGAP PDU,
-    after the 16-byte DATA header) to (old byte, new byte); each old byte is checked.
+    after the 16-byte DATA header) to (old byte, new byte); each old byte is checked. `payload`, if
+    given, replaces the donor chunk's payload (before the patches), its lengths following.
     """
     if bytes(target[:4]) not in PCAP_MAGICS or bytes(donor[:4]) not in PCAP_MAGICS:
         raise ValueError("transplant reads classic pcap files only")
@@ -291,7 +326,7 @@ def transplant(target: bytearray, like: int, donor: bytearray, frame: int, *, ts
         raise ValueError(f"frame {like} is not an IPv4/SCTP packet")
     source = list(packets(donor))[frame - 1]
     at, length = data_chunk(donor, source)
-    chunk = bytearray(donor[at:at + length])
+    chunk = bytearray(donor[at:at + length]) if payload is None else with_payload(donor[at:at + length], payload)
     struct.pack_into(">I", chunk, 4, tsn)
     for offset, (old, new) in (patches or {}).items():
         if chunk[16 + offset] != old:

@@ -20,6 +20,7 @@ from diagd.actors.pcap.ngap.codes import (
     INTEGER_FIELDS,
     ITEM_KEEP,
     MESSAGE_TYPES,
+    NAS_DL_TRANSPORT,
     NAS_KEEP,
     NGAP_CAUSE_GROUPS,
     PDU_TYPES,
@@ -39,6 +40,9 @@ class NasMessage:
     cause_text: str | None = None
     values: dict[str, list[str]] = field(default_factory=dict)
     outer: str | None = None  # "5GMM 0x5e": the message whose container carries this one (None: top level)
+    # A 5GSM message the AMF handed back unforwarded, inside a DL NAS TRANSPORT with a 5GMM cause
+    # (TS 24.501 5.4.5.2.5): the UE's own earlier message, not a new one.
+    returned: bool = False
 
     def first(self, name: str) -> str | None:
         got = self.values.get(name)
@@ -319,7 +323,11 @@ def nas_messages(frame: int, nas_nodes: list[Node]) -> tuple[list[NasMessage], i
         layer, code, text = found
         message = NasMessage(frame=frame, layer=layer, code=code, message=text, outer=outer)
         out.append(message)
+        inner = len(out)
         gather(node, message)
+        if message.layer == "5GMM" and message.code == NAS_DL_TRANSPORT and message.cause is not None:
+            for carried in out[inner:]:  # its cause follows its payload container: known only now
+                carried.returned = carried.layer == "5GSM"
 
     for nas in nas_nodes:
         before = len(out)

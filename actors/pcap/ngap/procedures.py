@@ -107,13 +107,15 @@ def message_keys(pdu: NgapPdu) -> list[tuple[str, NasMessage | None]]:
 
     A 5GMM message inside another 5GMM message's container (the REGISTRATION REQUEST a SECURITY
     MODE COMPLETE carries back, TS 24.501 5.4.2.3) is not a new procedure step; 5GSM messages
-    inside UL/DL NAS TRANSPORT are.
+    inside UL/DL NAS TRANSPORT are, except one the AMF hands back unforwarded (NasMessage.returned).
     """
     keys: list[tuple[str, NasMessage | None]] = []
     if pdu.procedure_code is not None and pdu.pdu_type in PDU_TYPE_INDEX:
         keys.append((f"NGAP {pdu.procedure_code}/{PDU_TYPE_INDEX[pdu.pdu_type]}", None))
     for message in pdu.nas:
         if message.layer == "5GMM" and message.outer is not None and message.outer.startswith("5GMM"):
+            continue
+        if message.returned:  # the request handed back is not a new one: RETURNED before it answers it
             continue
         if message.layer == "5GMM" and message.code == "0x68" and message.cause is not None:
             keys.append((RETURNED, message))

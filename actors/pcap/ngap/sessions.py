@@ -191,7 +191,7 @@ class _Sessions:
             s["returned_by_amf_frame"] = pdu.frame
             s["failures"].append({"frame": pdu.frame, "kind": "5GMM", "code": message.cause,
                                   "cause": message.cause_text, "message": message.message})
-        if message.layer != "5GSM" or psi is None:
+        if message.layer != "5GSM" or psi is None or message.returned:  # handed back: not a new message
             return
         if message.code == NAS_ESTABLISHMENT_REQUEST:
             s = self.new(ctx, psi, pdu.frame)
