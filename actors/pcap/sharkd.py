@@ -78,7 +78,7 @@ SHARKD_ERRORS: dict[int, tuple[ErrorCode, str]] = {
     -13001: (ErrorCode.INVALID_ARGUMENT, "column definition"),  # frames
     -13002: (ErrorCode.INVALID_FILTER, "display filter"),
 }
-_INPUTS = ("filter", "field", "frame", "follow", "tap0", "column0", "name", "value", "token", "pref")
+_FLAGS = frozenset({"proto", "bytes", "columns", "color", "hidden"})  # what to answer with, not input
 
 
 class SharkdError(DiagdError):
@@ -90,7 +90,7 @@ class SharkdError(DiagdError):
 
     def __init__(self, code: int, message: str, method: str = "", params: dict[str, Any] | None = None) -> None:
         coded, what = SHARKD_ERRORS.get(code, (ErrorCode.INVALID_ARGUMENT, "request"))
-        inputs = {k: v for k, v in (params or {}).items() if k in _INPUTS or k.startswith("tap")}
+        inputs = {k: v for k, v in (params or {}).items() if k not in _FLAGS}
         shown = "; ".join([what, *(f"{k}={str(v)[:200]!r}" for k, v in inputs.items())])
         super().__init__(coded, f"sharkd refused {method or 'the request'} ({shown}): {message}",
                          sharkd_code=code, sharkd_message=message, sharkd_method=method, **_details(inputs))

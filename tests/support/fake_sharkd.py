@@ -77,7 +77,7 @@ class FakeSharkd:
     async def load(self, path: str) -> tuple[int, str | None]:
         await self._spend("load", "", self.script.load_s)
         if self.script.fail_load:
-            raise SharkdError(-2001, "Unable to open the file", "load", {"file": path})
+            raise SharkdError(-2001, "the file is no capture", "load", {"file": path})
         return self.script.frames, None
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
