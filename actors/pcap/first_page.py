@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from diagd.actors._subprocess import head
-from diagd.actors.pcap.tshark import TRUNCATED
+from diagd.actors.pcap.tshark import TRUNCATED, filter_refusal
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_EARLY_ROWS = 2000  # beyond this a page is far into the matches: the pass is the better way there
@@ -83,14 +83,17 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
                       want + 1, max_line=1 << 16)
     numbers = [int(line) for line in done.lines if line.strip().isdigit()]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and numbers):
-        raise _failure(done.stderr, display_filter, done.returncode)
+        raise await _failure(done.stderr, display_filter, done.returncode)
     return numbers[:want], not done.stopped
 
 
-def _failure(err: str, display_filter: str, returncode: int | None) -> DiagdError:
+async def _failure(err: str, display_filter: str, returncode: int | None) -> DiagdError:
+    """INVALID_FILTER when tshark's compiler refuses the filter (tshark.filter_refusal), else tshark
+    could not read the capture."""
     message = "\n".join(line for line in err.splitlines() if line and not line.startswith("Running as user"))
-    if "filter" in message.lower() or "unexpected" in message or "not a valid" in message:
-        return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message[-2000:]}",
+    refused = await filter_refusal(display_filter)
+    if refused is not None:
+        return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {refused}",
                           display_filter=display_filter)
     return DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark could not read the capture: {message[-2000:]}",
                       exit_code=returncode)
