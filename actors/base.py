@@ -17,7 +17,7 @@ import enum
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import trio
 
@@ -277,6 +277,16 @@ async def _serve_released(actor: Actor, request: Request, runtime: ActorRuntime,
         slots.release()
 
 
+def _crashed(actor: Actor, request: Request, runtime: ActorRuntime, exc: Exception) -> NoReturn:
+    """A handler hit a bug: its caller gets ACTOR_FAILED (naming the bug, not the group a nursery
+    wrapped it in) and the actor restarts."""
+    bug = sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc
+    runtime.last_error = f"{type(bug).__name__}: {bug}"
+    runtime.stop_reason = f"another call crashed it ({runtime.last_error}); it restarts"
+    request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor crashed: {runtime.last_error}"))
+    raise ActorCrashed(runtime.last_error) from exc
+
+
 async def _serve(actor: Actor, request: Request, runtime: ActorRuntime) -> None:
     runtime.current = request
     request.started_at = started = trio.current_time()
@@ -285,11 +295,13 @@ async def _serve(actor: Actor, request: Request, runtime: ActorRuntime) -> None:
             request.resolve(await actor.handle(request))
     except DiagdError as exc:
         request.fail(exc)
+    except ExceptionGroup as group:
+        coded = sole_exception(group)
+        if not isinstance(coded, DiagdError):
+            _crashed(actor, request, runtime, group)
+        request.fail(coded)  # one coded error a nursery wrapped: the caller's, not a crash
     except Exception as exc:
-        runtime.last_error = f"{type(exc).__name__}: {exc}"
-        runtime.stop_reason = f"another call crashed it ({runtime.last_error}); it restarts"
-        request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor crashed: {runtime.last_error}"))
-        raise ActorCrashed(runtime.last_error) from exc
+        _crashed(actor, request, runtime, exc)
     finally:
         if runtime.current is request:
             runtime.current = None

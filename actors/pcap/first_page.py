@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from diagd.actors._subprocess import head
-from diagd.actors.pcap.tshark import TRUNCATED, tabs_row
+from diagd.actors.pcap.tshark import TRUNCATED, filter_refusal, tabs_row
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_EARLY_ROWS = 2000  # beyond this a page is far into the matches: the pass is the better way there
@@ -98,7 +98,7 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
                       want + 1, max_line=1 << 16)
     numbers = [int(line) for line in done.lines if line.strip().isdigit()]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and numbers):
-        raise _failure(done.stderr, display_filter, done.returncode)
+        raise await _failure(done.stderr, display_filter, done.returncode)
     return numbers[:want], not done.stopped
 
 
@@ -109,7 +109,7 @@ async def early_rows(argv: list[str], display_filter: str, want: int) -> tuple[l
                        "-T", "tabs"], want + 1, max_line=1 << 16)
     rows = [row for line in done.lines if (row := tabs_row(line)) is not None]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
-        raise _failure(done.stderr, display_filter, done.returncode)
+        raise await _failure(done.stderr, display_filter, done.returncode)
     for row in rows[:want]:
         if marks := provisional(row):
             row["provisional"] = marks
@@ -122,7 +122,7 @@ async def early_fields(argv: list[str], display_filter: str, want: int) -> tuple
     done = await head([argv[0], "-l", *argv[1:]], want + 1, max_line=1 << 30)
     rows = [line.split("\t") for line in done.lines]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
-        raise _failure(done.stderr, display_filter, done.returncode)
+        raise await _failure(done.stderr, display_filter, done.returncode)
     return rows[:want], not done.stopped
 
 
@@ -167,10 +167,13 @@ def provisional(row: dict[str, Any]) -> list[str]:
     return sorted(marks)
 
 
-def _failure(err: str, display_filter: str, returncode: int | None) -> DiagdError:
+async def _failure(err: str, display_filter: str, returncode: int | None) -> DiagdError:
+    """INVALID_FILTER when tshark's compiler refuses the filter (tshark.filter_refusal), else tshark
+    could not read the capture."""
     message = "\n".join(line for line in err.splitlines() if line and not line.startswith("Running as user"))
-    if "filter" in message.lower() or "unexpected" in message or "not a valid" in message:
-        return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message[-2000:]}",
+    refused = await filter_refusal(display_filter)
+    if refused is not None:
+        return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {refused}",
                           display_filter=display_filter)
     return DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark could not read the capture: {message[-2000:]}",
                       exit_code=returncode)

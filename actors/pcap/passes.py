@@ -83,8 +83,13 @@ class FilterPass:
 
 
 def invalid(display_filter: str, exc: SharkdError) -> DiagdError:
-    message = exc.message.removeprefix("Filter invalid - ")
-    return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message}", display_filter=display_filter)
+    """sharkd's refusal of a request carrying `display_filter`: INVALID_FILTER with the compiler's
+    message when it is the filter sharkd refused, else its own coded error (SharkdError's table)."""
+    if exc.code is not ErrorCode.INVALID_FILTER:
+        return exc
+    message = exc.sharkd_message.removeprefix("Filter invalid - ")
+    return DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message}", display_filter=display_filter,
+                      sharkd_code=exc.sharkd_code)
 
 
 class CaptureWorkers:
@@ -334,7 +339,7 @@ class CaptureWorkers:
         for answer in answers:
             if isinstance(answer, SharkdError):
                 raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd could not give a frame's columns: "
-                                 f"{answer.message}")
+                                 f"{answer.sharkd_message}")
         return [packet_row(answer["col"]) for answer in answers]
 
     def _beside_pass(self) -> bool:

@@ -194,11 +194,12 @@ class WorkerPool:
             try:
                 await sharkd.call("setconf", {"name": name, "value": value})
             except SharkdError as exc:
-                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"preference {name}={value}: {exc.message}") from None
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                                 f"preference {name}={value}: {exc.sharkd_message}") from None
         try:
             frames, warning = await sharkd.load(str(self.spec.path))
         except SharkdError as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.message}",
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sharkd cannot read {self.spec.path}: {exc.sharkd_message}",
                              path=str(self.spec.path)) from None
         info = await sharkd.call("info")
         # Column formats are an enum whose order sharkd lists in `info`: map %m, %t, ... to indices.

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.actors.base import Request
+from diagd.actors.base import Request, sole_exception
 from diagd.actors.pcap import decode_check, first_page
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.cache import PackedLru
@@ -186,10 +186,15 @@ class CaptureSession:
         if not self.workers.loading:
             yield
             return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._report_load, request)
-            yield
-            nursery.cancel_scope.cancel(reason="the call's wait is over")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._report_load, request)
+                yield
+                nursery.cancel_scope.cancel(reason="the call's wait is over")
+        except BaseExceptionGroup as group:
+            # The nursery wraps what the call raised (INVALID_FILTER while the capture loads): the
+            # caller gets the coded error itself, not a group the actor takes for a crash.
+            raise sole_exception(group) from None
         if not self.workers.loading:
             await request.report_progress(self.spec.size, self.spec.size, "capture loaded")
 

@@ -44,13 +44,63 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 MAX_REQUEST_BYTES = 2047  # sharkd 4.0 reads each request line into a 2 KiB buffer (plus the newline)
 
 
-class SharkdError(Exception):
-    """sharkd answered a request with a JSON-RPC error."""
+# Every error code of sharkd 4.0's sharkd_session.c, as the coded error diagd answers with. A request
+# carries the caller's input (filter, field, frame number, follow spec, tap): sharkd refusing it is
+# the caller's error, never a crashed actor. Codes this table does not know are INVALID_ARGUMENT too.
+SHARKD_ERRORS: dict[int, tuple[ErrorCode, str]] = {
+    -32600: (ErrorCode.INVALID_ARGUMENT, "request"),  # member type/value checks: frame=0, unknown member
+    -32601: (ErrorCode.INTERNAL_ERROR, "method not supported"),
+    -32603: (ErrorCode.BACKEND_UNAVAILABLE, "out of memory"),  # load
+    -2001: (ErrorCode.INVALID_ARGUMENT, "capture cannot be opened"),  # load
+    -3001: (ErrorCode.INVALID_ARGUMENT, "frame number"),  # setcomment
+    -3002: (ErrorCode.INVALID_ARGUMENT, "frame number out of range"),
+    -3003: (ErrorCode.INVALID_ARGUMENT, "comment"),
+    -4001: (ErrorCode.INVALID_ARGUMENT, "preference name missing"),  # setconf
+    -4002: (ErrorCode.INVALID_ARGUMENT, "preference value missing"),
+    -4003: (ErrorCode.INVALID_ARGUMENT, "preference obsolete"),
+    -4004: (ErrorCode.INVALID_ARGUMENT, "no such preference"),
+    -4005: (ErrorCode.INVALID_ARGUMENT, "preference value refused"),
+    -5001: (ErrorCode.INVALID_FILTER, "display filter"),  # check filter
+    -5002: (ErrorCode.INVALID_FIELDS, "field"),  # check field
+    -6001: (ErrorCode.INVALID_ARGUMENT, "io graph"),  # iograph: field unit or filter
+    -7001: (ErrorCode.INVALID_FILTER, "display filter"),  # intervals
+    -8001: (ErrorCode.INVALID_ARGUMENT, "ref_frame"),  # frame
+    -8002: (ErrorCode.INVALID_ARGUMENT, "prev_frame"),
+    -8003: (ErrorCode.INVALID_ARGUMENT, "frame"),  # out of range, or a read error
+    -9001: (ErrorCode.INVALID_ARGUMENT, "preference"),  # dumpconf
+    -9002: (ErrorCode.INVALID_ARGUMENT, "preference module"),
+    -10001: (ErrorCode.INVALID_ARGUMENT, "download token"),  # download
+    -10002: (ErrorCode.INVALID_ARGUMENT, "download"),
+    **{code: (ErrorCode.INVALID_ARGUMENT, "tap") for code in range(-11012, -11000)},  # tap not found
+    -11013: (ErrorCode.INVALID_FILTER, "tap filter"),  # register_tap_listener refused the tap's filter
+    -12001: (ErrorCode.INVALID_ARGUMENT, "follower"),  # follow
+    -12002: (ErrorCode.INVALID_FILTER, "follow filter"),
+    -13001: (ErrorCode.INVALID_ARGUMENT, "column definition"),  # frames
+    -13002: (ErrorCode.INVALID_FILTER, "display filter"),
+}
+_FLAGS = frozenset({"proto", "bytes", "columns", "color", "hidden"})  # what to answer with, not input
 
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+
+class SharkdError(DiagdError):
+    """sharkd answered a request with a JSON-RPC error: a coded DiagdError (SHARKD_ERRORS) naming the
+    request's input and sharkd's message, so one that no caller maps never crashes the actor.
+
+    `sharkd_code` and `sharkd_message` are sharkd's own; `message` is what the caller is told.
+    """
+
+    def __init__(self, code: int, message: str, method: str = "", params: dict[str, Any] | None = None) -> None:
+        coded, what = SHARKD_ERRORS.get(code, (ErrorCode.INVALID_ARGUMENT, "request"))
+        inputs = {k: v for k, v in (params or {}).items() if k not in _FLAGS}
+        shown = "; ".join([what, *(f"{k}={str(v)[:200]!r}" for k, v in inputs.items())])
+        super().__init__(coded, f"sharkd refused {method or 'the request'} ({shown}): {message}",
+                         sharkd_code=code, sharkd_message=message, sharkd_method=method, **_details(inputs))
+        self.sharkd_code = code
+        self.sharkd_message = message
+
+
+def _details(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The request's inputs as error details (a filter is `display_filter`, as everywhere else)."""
+    return {"display_filter" if k == "filter" else k: str(v)[:500] for k, v in inputs.items()}
 
 
 class SharkdProcess(Protocol):
@@ -181,7 +231,8 @@ class Sharkd:
         if "error" in message:
             complaint = [line for line in self.stderr.text().splitlines() if line.startswith("sharkd: ")]
             reason = f" ({complaint[-1].removeprefix('sharkd: ')})" if complaint else ""
-            raise SharkdError(int(message["error"].get("code", 0)), str(message["error"].get("message", "")) + reason)
+            raise SharkdError(int(message["error"].get("code", 0)), str(message["error"].get("message", "")) + reason,
+                              "load", {"file": path})
         frames = int(status.get("frames", 0))
         return frames, None if frames else "the capture holds no frames"
 
@@ -231,9 +282,7 @@ class Sharkd:
                     raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd died during {method!r} ({how}); "
                                      "the next call starts a fresh one", exit=how,
                                      stderr=self.stderr.text()[-2000:]) from None
-                error = message.get("error")
-                answers.append(SharkdError(int(error.get("code", 0)), str(error.get("message", "")))
-                               if error else message.get("result"))
+                answers.append(_answer(message, method, params[len(answers)]))
         except BaseException:
             abandoned = [self._waiting.pop(request_id, None) for request_id, _ in sent]
             if any(channel is not None for channel in abandoned):
@@ -249,3 +298,17 @@ class Sharkd:
         step = await stop_process(self.proc, TERM_THEN_KILL)
         await close_pipes(self.proc)
         return step
+
+
+def _answer(message: dict[str, Any], method: str, params: dict[str, Any]) -> Any:
+    """A response's result, or the SharkdError of its JSON-RPC error (a malformed error object too)."""
+    error = message.get("error")
+    if error is None:
+        return message.get("result")
+    if not isinstance(error, dict):
+        return SharkdError(0, f"malformed error {str(error)[:200]!r}", method, params)
+    try:
+        code = int(error.get("code", 0))
+    except (TypeError, ValueError):
+        code = 0
+    return SharkdError(code, str(error.get("message", "")), method, params)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import struct
+import tempfile
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +45,26 @@ def base_argv(path: Path, decode_as: Sequence[str], preferences: Sequence[tuple[
 
 
 TRUNCATED = "cut short in the middle of a packet"
+EMPTY_PCAP = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)  # a pcap header, no packets
+
+
+async def filter_refusal(display_filter: str) -> str | None:
+    """What tshark's display-filter compiler says of `display_filter`, or None when it compiles.
+
+    tshark compiles -Y before it opens the file, so on an empty capture any failure is the filter's:
+    a failed -Y run is INVALID_FILTER by what tshark does, not by words in its message.
+    """
+    fd, name = tempfile.mkstemp(prefix="diagd-empty-", suffix=".pcap")
+    try:
+        os.write(fd, EMPTY_PCAP)
+        os.close(fd)
+        done = await run(["tshark", "-n", "-r", name, "-Y", display_filter], timeout_s=60.0)
+    finally:
+        os.unlink(name)
+    if done.returncode == 0:
+        return None
+    said = [line for line in done.stderr.splitlines() if line and not line.startswith("Running as user")]
+    return "\n".join(said)[-2000:] or f"tshark exited with status {done.returncode}"
 
 
 async def _run(argv: list[str], warnings: list[str] | None = None) -> str:
@@ -52,8 +74,9 @@ async def _run(argv: list[str], warnings: list[str] | None = None) -> str:
     if done.returncode != 0 and not (TRUNCATED in err and done.stdout):  # a cut-short file still has data
         messages = [line for line in err.splitlines() if line and not line.startswith("Running as user")]
         message = "\n".join(messages)[-2000:]
-        if "-Y" in argv and ("filter" in message.lower() or "unexpected" in message or "not a valid" in message):
-            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {message}",
+        refused = await filter_refusal(argv[argv.index("-Y") + 1]) if "-Y" in argv else None
+        if refused is not None:
+            raise DiagdError(ErrorCode.INVALID_FILTER, f"invalid display filter: {refused}",
                              display_filter=argv[argv.index("-Y") + 1])
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"cannot read the capture: {message}",
                          exit_code=done.returncode)

@@ -35,6 +35,13 @@ class Fail:
     code: ErrorCode
 
 
+@dataclass(frozen=True)
+class InNursery:
+    """Raise `error` from a task of a nursery inside the handler: trio wraps it in an ExceptionGroup."""
+
+    error: Exception
+
+
 class Scripted(Actor):
     """Sleeps on `Work`, crashes on `Crash`, answers `Ping`; counts starts and stops."""
 
@@ -52,6 +59,12 @@ class Scripted(Actor):
         match request.message:
             case Crash():
                 raise RuntimeError("boom")
+            case InNursery(error=error):
+                async def fail() -> None:
+                    raise error
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(fail)
             case Work(delay=delay):
                 await trio.sleep(delay)
         return {"op": request.label, "at": trio.current_time()}
@@ -151,6 +164,26 @@ async def test_crashing_actor_restarts_with_backoff_then_fails(autojump_clock: t
         # A later call starts a fresh actor.
         result = await call(sup, "a", Ping())
         assert result["op"] == "Ping"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_coded_error_a_nursery_wrapped_is_the_callers_error_not_a_crash(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=100)
+        refused = DiagdError(ErrorCode.INVALID_FILTER, "invalid display filter: x", display_filter="x")
+        with pytest.raises(DiagdError) as info:
+            await call(sup, "a", InNursery(refused))
+        assert info.value.code == ErrorCode.INVALID_FILTER and info.value.details == {"display_filter": "x"}
+        ref = sup.find("scripted", "a")
+        assert ref is not None and ref.restarts == 0 and ref.runtime.last_error is None
+        assert (await call(sup, "a", Ping()))["op"] == "Ping" and Scripted.starts == 1
+        # A bug inside the nursery is still a crash: ACTOR_FAILED and a restart.
+        with pytest.raises(DiagdError) as info:
+            await call(sup, "a", InNursery(RuntimeError("boom")))
+        assert info.value.code == ErrorCode.ACTOR_FAILED and "boom" in info.value.message
+        await trio.testing.wait_all_tasks_blocked()
+        assert ref.runtime.state == ActorState.RESTARTING
         nursery.cancel_scope.cancel()
 
 

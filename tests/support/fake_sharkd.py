@@ -28,6 +28,9 @@ class Script:
     frames: int = 1000
     matches: dict[str, list[int]] = field(default_factory=dict)  # filter -> matching frames ('' is all)
     invalid: set[str] = field(default_factory=set)  # filters sharkd refuses
+    # method -> (sharkd error code, message): sharkd answers that method with this JSON-RPC error, as
+    # sharkd_session.c does (-13002 for a `frames` filter, -8003 for a frame out of range, ...).
+    errors: dict[str, tuple[int, str]] = field(default_factory=dict)
     load_s: float = 5.0
     pass_s: float = 20.0  # a filter the worker does not hold yet costs a whole pass
     request_s: float = 0.01
@@ -82,7 +85,7 @@ class FakeSharkd:
     async def load(self, path: str) -> tuple[int, str | None]:
         await self._spend("load", "", self.script.load_s)
         if self.script.fail_load:
-            raise SharkdError(-1, "the file is no capture")
+            raise SharkdError(-2001, "the file is no capture", "load", {"file": path})
         return self.script.frames, None
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
@@ -105,7 +108,11 @@ class FakeSharkd:
         display_filter = str(params.get("filter", ""))
         if display_filter in self.script.invalid and method in ("check", "frames", "intervals"):
             await self._spend(method, display_filter, self.script.request_s)
-            return SharkdError(-5, f"Filter invalid - {display_filter}")
+            code = {"check": -5001, "frames": -13002, "intervals": -7001}[method]
+            return SharkdError(code, f"Filter invalid - {display_filter}", method, params)
+        if method in self.script.errors:
+            await self._spend(method, display_filter, self.script.request_s)
+            return SharkdError(*self.script.errors[method], method, params)
         cost = self.script.request_s
         if method in ("frames", "intervals") and display_filter and display_filter not in self.held:
             cost = self.script.pass_s
@@ -129,7 +136,7 @@ class FakeSharkd:
             case "frame":
                 n = int(params["frame"])
                 return {"col": [str(n), "0.0", "a", "b", "P", "60", f"frame {n}"]}
-        return SharkdError(-32601, f"method {method} is not scripted")
+        return SharkdError(-32601, f"method {method} is not scripted", method, params)
 
     async def _spend(self, method: str, display_filter: str, seconds: float) -> None:
         if not self.alive:
