@@ -60,7 +60,8 @@ cd "$work"
 # Warm the sharkd-tree and oracle caches once (a mutant's run then only re-runs the model).
 "$py" -m pytest -x -q -p no:cacheprovider $tests >/dev/null
 # mutmut's progress line is rewritten in place thousands of times: kept in run.log, its last state printed.
-"$py" -m mutmut run --max-children "${MUTATION_JOBS:-2}" > run.log 2>&1 || true
+# MUTATION_NAMES: only these mutants (mutmut names, wildcards allowed: "*x__cause__mutmut_*"), a per-function subset.
+"$py" -m mutmut run --max-children "${MUTATION_JOBS:-2}" ${MUTATION_NAMES:-} > run.log 2>&1 || true
 tr '\r' '\n' < run.log | grep -v '^\s*$' | tail -n 2
 "$py" -m mutmut results > results.txt 2>&1 || true
 # One Markdown row per module, as docs/testing-mutation.md records them, then the total against MUTATION_MIN.

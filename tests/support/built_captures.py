@@ -37,6 +37,13 @@ RECIPES: dict[str, tuple[str, tuple[str, ...], list[Graft]]] = {
     "released-before-n2-response": (SANDBOX, ("43",), RELEASE),
     # The UE answers the accept with 5GMM STATUS (no PDU session id): it ends the latest establishment.
     "5gmm-status-then-release": (SANDBOX, ("43",), [STATUS, RELEASE[0], (*RELEASE[1][:3], 22, RELEASE[1][4])]),
+    # The capture ends on the N2 setup request carrying the accept: accepted, then no N2 setup response.
+    "ends-on-n2-setup-with-accept": (SANDBOX, ("-r", "1-41"), []),
+    # No accept and no setup response: the establishment request (frame 39) is left unanswered while the
+    # UE context goes on (frame 40's downlink NAS transport).
+    "no-accept-ue-goes-on": (SANDBOX, ("41", "43"), []),
+    # The capture ends at UE 3's AUTHENTICATION REQUEST (frame 26, TSN 3935580792), then sent a second time.
+    "restarted": (SANDBOX, ("27-9999",), [(26, SANDBOX, 26, 3935580793, {})]),
 }
 
 
