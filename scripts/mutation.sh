@@ -5,7 +5,7 @@
 # MUTATION_TESTS (default: the fast NGAP tests, the in-process field oracle on cached sharkd trees).
 # The repository maps actors/, daemon/, protocol/ into diagd.* only at install time (pyproject); mutmut
 # mutates the files it copies into mutants/ and the tests must import those copies, so the run happens
-# in build/mutation/: a real diagd/ package tree (copied, not linked) plus tests/, whose mutants/ copy
+# in build/mutation/ (or MUTATION_DIR): a real diagd/ package tree (copied, not linked) plus tests/, whose mutants/ copy
 # comes first on sys.path, ahead of the editable install. Results: `mutmut results` in that folder;
 # the baseline is docs/testing-mutation.md. Slow on 2 cores: run one module set at a time.
 #
@@ -26,7 +26,10 @@ if [ "${1:-}" = --smoke ]; then
 fi
 [ ${#modules[@]} -gt 0 ] || modules=(actors/pcap/ngap/*.py)
 tests=${MUTATION_TESTS:-"tests/actors/pcap/test_ngap_fields.py tests/actors/pcap/test_tree.py"}
-work="$top/build/mutation"
+# MUTATION_DIR: the run folder (wiped first), so two runs (other module sets, other worktrees) keep apart.
+work=${MUTATION_DIR:-$top/build/mutation}
+case "$work" in /*) ;; *) work="$PWD/$work" ;; esac
+[ "$work" != / ] && [ "$work" != "$top" ] || { echo "MUTATION_DIR must be a folder of its own: $work" >&2; exit 2; }
 rm -rf "$work"
 mkdir -p "$work/diagd"
 cp "$top/diagd/__init__.py" "$work/diagd/"
@@ -57,7 +60,8 @@ cd "$work"
 # Warm the sharkd-tree and oracle caches once (a mutant's run then only re-runs the model).
 "$py" -m pytest -x -q -p no:cacheprovider $tests >/dev/null
 # mutmut's progress line is rewritten in place thousands of times: kept in run.log, its last state printed.
-"$py" -m mutmut run --max-children "${MUTATION_JOBS:-2}" > run.log 2>&1 || true
+# MUTATION_NAMES: only these mutants (mutmut names, wildcards allowed: "*x__cause__mutmut_*"), a per-function subset.
+"$py" -m mutmut run --max-children "${MUTATION_JOBS:-2}" ${MUTATION_NAMES:-} > run.log 2>&1 || true
 tr '\r' '\n' < run.log | grep -v '^\s*$' | tail -n 2
 "$py" -m mutmut results > results.txt 2>&1 || true
 # One Markdown row per module, as docs/testing-mutation.md records them, then the total against MUTATION_MIN.

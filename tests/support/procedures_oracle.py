@@ -7,12 +7,16 @@ follows the rules docs/5g.md states, written out again here by message-type numb
   COMPLETE is the REGISTRATION REQUEST in its container); its 5GSM type rides in a NAS transport.
 - A start message opens an instance per (UE context, procedure[, PDU session id]); the same
   start message again abandons the open one as incomplete, another start message of the same
-  procedure continues it. An answer closes it; 5GMM STATUS closes the context's oldest open PDU
-  session establishment. What is still open at the end is incomplete.
+  procedure continues it. An answer closes it; 5GMM STATUS (no PDU session id) closes the context's
+  establishment whose message came last. What is still open at the end is incomplete.
 - Verdicts by the spec: a switch-off DEREGISTRATION REQUEST ends itself (no accept); AUTHENTICATION
   REJECT also rejects the registration; an establishment accepted inside an N2 setup request ends
   with that request's response (set up: success, failed list: failure) or fails with a UE context
-  release; 5GMM STATUS ends the establishment whose message came last.
+  release; one accepted by a NAS transport alone stays incomplete (no N2 setup carried it).
+- Each instance names the rule row (docs/5g.md) that decided it, from the message and condition
+  seen here; a failure's cause carries the name `tshark -G values` gives its code and, for NGAP,
+  the cause field's group; an establishment its accept's PDU address; an incomplete instance the
+  frames its reason must name (the restart, the accept, the UE context's last frame).
 - Durations are last minus first frame time in ms (rounded to µs), for closed instances only;
   percentiles are nearest rank.
 """
@@ -23,124 +27,183 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
-from tests.support.ngap_oracle import CAUSE_GROUPS, OracleCannotTell, Row, UeKey, disk_cached, owned_rows
+from tests.support.ngap_oracle import (
+    CAUSE_GROUPS,
+    OracleCannotTell,
+    Row,
+    UeKey,
+    cause_name,
+    disk_cached,
+    owned_rows,
+)
 
-# event -> [(procedure, role)]; events: ("mm", type), ("sm", type), ("ngap", code, pdu type), ("returned",)
-TABLE: dict[tuple[int | str, ...], list[tuple[str, str]]] = {}
+# event -> [(procedure, role, rule id)]; events: ("mm", type), ("sm", type), ("ngap", code, pdu type), ("returned",).
+# Rule ids are the rows docs/5g.md names (one per way a procedure ends, each with its clause).
+TABLE: dict[tuple[int | str, ...], list[tuple[str, str, str]]] = {}
 
 
-def _add(name: str, role: str, *events: tuple[int | str, ...]) -> None:
+def _add(name: str, role: str, rule: str, *events: tuple[int | str, ...]) -> None:
     for event in events:
-        TABLE.setdefault(event, []).append((name, role))
+        TABLE.setdefault(event, []).append((name, role, rule))
 
 
-_add("Registration", "start", ("mm", 0x41))
-_add("Registration", "success", ("mm", 0x42))
-_add("Registration", "reject", ("mm", 0x44), ("mm", 0x58))  # TS 24.501 5.4.1.3.5: auth reject ends it
-_add("Authentication", "start", ("mm", 0x56))
-_add("Authentication", "success", ("mm", 0x57))
-_add("Authentication", "reject", ("mm", 0x58))
-_add("Authentication", "failure", ("mm", 0x59))
-_add("Security Mode", "start", ("mm", 0x5D))
-_add("Security Mode", "success", ("mm", 0x5E))
-_add("Security Mode", "failure", ("mm", 0x5F))
-_add("Service Request", "start", ("mm", 0x4C))
-_add("Service Request", "success", ("mm", 0x4E))
-_add("Service Request", "reject", ("mm", 0x4D))
-_add("Deregistration", "start", ("mm", 0x45), ("mm", 0x47))
-_add("Deregistration", "success", ("mm", 0x46), ("mm", 0x48))
-_add("PDU Session Establishment", "start", ("sm", 0xC1))
+_add("Registration", "start", "", ("mm", 0x41))
+_add("Registration", "success", "registration-accept", ("mm", 0x42))
+_add("Registration", "reject", "registration-reject", ("mm", 0x44))
+_add("Registration", "reject", "registration-auth-reject", ("mm", 0x58))  # TS 24.501 5.4.1.3.5: auth reject ends it
+_add("Authentication", "start", "", ("mm", 0x56))
+_add("Authentication", "success", "authentication-response", ("mm", 0x57))
+_add("Authentication", "reject", "authentication-reject", ("mm", 0x58))
+_add("Authentication", "failure", "authentication-failure", ("mm", 0x59))
+_add("Security Mode", "start", "", ("mm", 0x5D))
+_add("Security Mode", "success", "security-mode-complete", ("mm", 0x5E))
+_add("Security Mode", "failure", "security-mode-reject", ("mm", 0x5F))
+_add("Service Request", "start", "", ("mm", 0x4C))
+_add("Service Request", "success", "service-accept", ("mm", 0x4E))
+_add("Service Request", "reject", "service-reject", ("mm", 0x4D))
+_add("Deregistration", "start", "", ("mm", 0x45), ("mm", 0x47))
+_add("Deregistration", "success", "deregistration-accept", ("mm", 0x46), ("mm", 0x48))
+_add("PDU Session Establishment", "start", "", ("sm", 0xC1))
 # Its accept rides in the N2 setup request; the N2 setup response ends it (TS 38.413 8.2.1.2 / 8.3.1.2).
-_add("PDU Session Establishment", "accepted", ("sm", 0xC2))
-_add("PDU Session Establishment", "reject", ("sm", 0xC3), ("returned",))
-_add("PDU Session Establishment", "failure", ("mm", 0x64))
-_add("PDU Session Modification", "start", ("sm", 0xC9), ("sm", 0xCB))
-_add("PDU Session Modification", "success", ("sm", 0xCC))
-_add("PDU Session Modification", "reject", ("sm", 0xCA))
-_add("PDU Session Modification", "failure", ("sm", 0xCD))
-_add("PDU Session Release", "start", ("sm", 0xD1), ("sm", 0xD3))
-_add("PDU Session Release", "success", ("sm", 0xD4))
-_add("PDU Session Release", "reject", ("sm", 0xD2))
-for _code, _name in ((12, "Handover Preparation"), (13, "Handover Resource Allocation"), (25, "Path Switch")):
-    _add(_name, "start", ("ngap", _code, 0))
-    _add(_name, "success", ("ngap", _code, 1))
-    _add(_name, "failure", ("ngap", _code, 2))
-_add("UE Context Release", "start", ("ngap", 42, 0), ("ngap", 41, 0))
-_add("UE Context Release", "success", ("ngap", 41, 1))
+_add("PDU Session Establishment", "accepted", "", ("sm", 0xC2))
+_add("PDU Session Establishment", "reject", "pdu-reject", ("sm", 0xC3))
+_add("PDU Session Establishment", "reject", "pdu-returned", ("returned",))
+_add("PDU Session Establishment", "failure", "pdu-5gmm-status", ("mm", 0x64))
+_add("PDU Session Modification", "start", "", ("sm", 0xC9), ("sm", 0xCB))
+_add("PDU Session Modification", "success", "modification-complete", ("sm", 0xCC))
+_add("PDU Session Modification", "reject", "modification-reject", ("sm", 0xCA))
+_add("PDU Session Modification", "failure", "modification-command-reject", ("sm", 0xCD))
+_add("PDU Session Release", "start", "", ("sm", 0xD1), ("sm", 0xD3))
+_add("PDU Session Release", "success", "release-complete", ("sm", 0xD4))
+_add("PDU Session Release", "reject", "release-reject", ("sm", 0xD2))
+for _code, _name, _ok, _failed in ((12, "Handover Preparation", "handover-command", "handover-preparation-failure"),
+                                   (13, "Handover Resource Allocation", "handover-request-ack", "handover-failure"),
+                                   (25, "Path Switch", "path-switch-ack", "path-switch-failure")):
+    _add(_name, "start", "", ("ngap", _code, 0))
+    _add(_name, "success", _ok, ("ngap", _code, 1))
+    _add(_name, "failure", _failed, ("ngap", _code, 2))
+_add("UE Context Release", "start", "", ("ngap", 42, 0), ("ngap", 41, 0))
+_add("UE Context Release", "success", "ue-context-release-complete", ("ngap", 41, 1))
+# The N2 request that carried an establishment's accept names the rule its response sets the session up by.
+N2_SETUP_RULES = {29: "pdu-setup-response", 14: "pdu-initial-context-setup"}
 PER_SESSION = {"PDU Session Establishment", "PDU Session Modification", "PDU Session Release"}
 
 Found = tuple[UeKey, str, int | None, int, int, float | None, str, str | None, int | None]
+Event = tuple[int | str, ...]
+
+
+class Cause(NamedTuple):
+    """A closing message's cause: its layer, code, the name `tshark -G values` gives it and its NGAP group."""
+
+    kind: str
+    code: int | None
+    name: str | None
+    group: str | None  # NGAP: radioNetwork, transport, nas, protocol or misc (the cause field's name); NAS: None
+
+
+class Detail(NamedTuple):
+    """One instance as Found writes it, plus what Found leaves out."""
+
+    found: Found
+    cause: Cause | None
+    rule_id: str
+    ue_ipv4: str | None  # the PDU address of the establishment's accept
+    why_says: tuple[str, ...]  # what an incomplete instance's `why` must say (frames the oracle can name)
 
 
 @dataclass
 class Open:
-    start: tuple[int | str, ...]
+    start: Event
     first: Row
     last: Row
     frames: list[int] = field(default_factory=list)
+    accept: int | None = None  # establishment: the frame of its accept
+    n2_rule: str | None = None  # establishment: the rule the response to the N2 request carrying it decides by
+    ue_ipv4: str | None = None
 
 
-def _events(row: Row) -> list[tuple[tuple[int | str, ...], str | None, int | None]]:
-    """(event, cause kind, cause code) in the order diagd reads a PDU: NGAP, 5GMM, 5GSM."""
+def ngap_cause(row: Row) -> Cause | None:
+    """The first NGAP cause of a row, named as tshark names it."""
+    found = [(g, int(v)) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
+    if not found:
+        return None
+    group, code = found[0]
+    return Cause("NGAP", code, cause_name(group, code), group.removeprefix("ngap."))
+
+
+def _events(row: Row) -> list[tuple[Event, Cause | None]]:
+    """(event, cause) in the order diagd reads a PDU: NGAP, 5GMM, 5GSM."""
     mm, sm = row.ints("nas_5gs.mm.message_type"), row.ints("nas_5gs.sm.message_type")
     if len(mm) > 1 and mm[:2] != [0x5E, 0x41]:
         raise OracleCannotTell(f"frame {row.frame}: 5GMM types {mm}: which are nested is not clear from fields")
     if len(sm) > 1:
         raise OracleCannotTell(f"frame {row.frame}: several 5GSM messages")
-    ngap_codes = [int(v) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
     mm_cause, sm_cause = row.one("nas_5gs.mm.5gmm_cause"), row.one("nas_5gs.sm.5gsm_cause")
-    out: list[tuple[tuple[int | str, ...], str | None, int | None]] = [
-        (("ngap", row.proc, row.pdu_type), "NGAP" if ngap_codes else None, ngap_codes[0] if ngap_codes else None)]
+    mm_named = None if mm_cause is None else Cause("5GMM", mm_cause, cause_name("nas_5gs.mm.5gmm_cause", mm_cause),
+                                                   None)
+    out: list[tuple[Event, Cause | None]] = [(("ngap", row.proc, row.pdu_type), ngap_cause(row))]
     if mm:
-        if mm[0] == 0x68 and mm_cause is not None:
-            out.append((("returned",), "5GMM", mm_cause))
-        out.append((("mm", mm[0]), "5GMM" if mm_cause is not None else None, mm_cause))
+        if mm[0] == 0x68 and mm_named is not None:
+            out.append((("returned",), mm_named))
+        out.append((("mm", mm[0]), mm_named))
     if sm:
-        out.append((("sm", sm[0]), "5GSM" if sm_cause is not None else None, sm_cause))
+        out.append((("sm", sm[0]), None if sm_cause is None else
+                    Cause("5GSM", sm_cause, cause_name("nas_5gs.sm.5gsm_cause", sm_cause), None)))
     return out
 
 
 def answer(path: Path) -> list[Found]:
-    """Every procedure instance of the capture (kept on disk: the mutation gate asks often)."""
-    return disk_cached(path, "procedures", _answer)
+    """Every procedure instance of the capture."""
+    return [d.found for d in details(path)]
 
 
-def _answer(path: Path) -> list[Found]:
+def details(path: Path) -> list[Detail]:
+    """Every procedure instance with its cause name and group, rule, UE address and reason (kept on disk:
+    the mutation gate asks often)."""
+    return disk_cached(path, "procedure-details", _answer)
+
+
+Slot = tuple[UeKey, str, int | None]
+
+
+def _answer(path: Path) -> list[Detail]:
     rows, owners = owned_rows(path)
-    opened: dict[tuple[UeKey, str, int | None], Open] = {}
-    found: list[Found] = []
-    n2_waiting: set[tuple[UeKey, str, int | None]] = set()
-    order: dict[tuple[UeKey, str, int | None], int] = {}
+    last_of = {owner: row.frame for row, owner in zip(rows, owners, strict=True) if owner is not None}
+    opened: dict[Slot, Open] = {}
+    found: list[Detail] = []
+    order: dict[Slot, int] = {}
     tick = itertools.count()
 
     def ms(a: Row, b: Row) -> float:
         return round((b.time - a.time) * 1000, 3)
 
-    def close(owner: UeKey, name: str, psi: int | None, o: Open, outcome: str, kind: str | None,
-              code: int | None) -> None:
-        found.append((owner, name, psi, o.first.frame, o.last.frame,
-                      None if outcome == "incomplete" else ms(o.first, o.last), outcome,
-                      kind if outcome in ("reject", "failure") else None,
-                      code if outcome in ("reject", "failure") else None))
+    def close(slot: Slot, o: Open, outcome: str, cause: Cause | None, rule: str, why: tuple[str, ...] = ()) -> None:
+        failed = outcome in ("reject", "failure")
+        found.append(Detail((slot[0], slot[1], slot[2], o.first.frame, o.last.frame,
+                             None if outcome == "incomplete" else ms(o.first, o.last), outcome,
+                             cause.kind if failed and cause else None, cause.code if failed and cause else None),
+                            cause if failed else None, rule, o.ue_ipv4, why))
 
     for row, owner in zip(rows, owners, strict=True):
         if owner is None:
             continue
         psi = row.one("nas_5gs.pdu_session_id")
         if row.values.get("nas_5gs.mm.switch_off") == ["1"] and row.ints("nas_5gs.mm.message_type")[:1] == [0x45]:
-            found.append((owner, "Deregistration", None, row.frame, row.frame, 0.0, "success", None, None))
+            found.append(Detail((owner, "Deregistration", None, row.frame, row.frame, 0.0, "success", None, None),
+                                None, "deregistration-switch-off", None, ()))
             continue
-        for event, kind, code in _events(row):
-            for name, role in TABLE.get(event, []):
-                slot_psi = psi if name in PER_SESSION else None
-                slot = (owner, name, slot_psi)
+        for event, cause in _events(row):
+            for name, role, rule in TABLE.get(event, []):
+                slot: Slot = (owner, name, psi if name in PER_SESSION else None)
                 if role == "accepted":
                     if slot in opened:
-                        opened[slot].last = row
+                        o = opened[slot]
+                        o.last, o.accept = row, row.frame
+                        o.ue_ipv4 = (row.values.get("nas_5gs.sm.pdu_addr_inf_ipv4") or [None])[0]
+                        o.n2_rule = N2_SETUP_RULES.get(row.proc) if row.pdu_type == 0 else None
                         order[slot] = next(tick)
-                        if row.proc in (29, 14) and row.pdu_type == 0:
-                            n2_waiting.add(slot)
                     continue
                 if role == "start":
                     if slot in opened and opened[slot].start != event:
@@ -149,7 +212,8 @@ def _answer(path: Path) -> list[Found]:
                             opened[slot].frames.append(row.frame)
                         continue
                     if slot in opened:
-                        close(owner, name, slot_psi, opened.pop(slot), "incomplete", None, None)
+                        close(slot, opened.pop(slot), "incomplete", None, "restarted",
+                              (f"started in frame {row.frame}",))
                     opened[slot] = Open(event, row, row, [row.frame])
                     order[slot] = next(tick)
                     continue
@@ -160,39 +224,44 @@ def _answer(path: Path) -> list[Found]:
                     continue
                 o = opened.pop(slot)
                 o.last = row
-                close(owner, name, slot[2], o, role, kind, code)
-        _n2_answers(row, owner, opened, n2_waiting, close)
-    for (owner, name, psi), o in opened.items():
-        close(owner, name, psi, o, "incomplete", None, None)
+                close(slot, o, role, cause, rule)
+        _n2_answers(row, owner, opened, close)
+    for slot, o in opened.items():
+        if o.accept is not None and o.n2_rule is None:
+            close(slot, o, "incomplete", None, "pdu-accept-without-n2", (f"accepted in frame {o.accept} by a NAS",))
+            continue
+        says = (f"until frame {last_of[slot[0]]}",) if last_of[slot[0]] > o.last.frame else ()
+        if o.accept is not None:
+            says += (f"accepted in frame {o.accept}, then no N2 setup response",)
+        close(slot, o, "incomplete", None, "unanswered", says)
     return found
 
 
-def _n2_answers(row: Row, owner: UeKey, opened: dict[tuple[UeKey, str, int | None], Open],
-                n2_waiting: set[tuple[UeKey, str, int | None]], close: Callable[..., None]) -> None:
+def _n2_answers(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callable[..., None]) -> None:
     """An N2 setup response (or a UE context release) ends the establishments waiting for it."""
     if row.proc in (29, 14) and row.pdu_type != 0:
         ok = sum(row.ints("ngap.PDUSessionResourceSetupListSURes") + row.ints("ngap.PDUSessionResourceSetupListCxtRes"))
         failed = sum(row.ints("ngap.PDUSessionResourceFailedToSetupListSURes")
                      + row.ints("ngap.PDUSessionResourceFailedToSetupListCxtRes"))
         psis = sorted(set(row.ints("ngap.pDUSessionID")))
+        waiting = [p for p in psis if (o := opened.get((owner, "PDU Session Establishment", p))) and o.n2_rule]
         if len(psis) != 1 or ok + failed != 1:
-            if psis and any((owner, "PDU Session Establishment", p) in n2_waiting for p in psis):
+            if waiting:
                 raise OracleCannotTell(f"frame {row.frame}: several PDU sessions in one N2 setup response")
             return
         slot = (owner, "PDU Session Establishment", psis[0])
-        if slot in n2_waiting and slot in opened:
-            n2_waiting.discard(slot)
+        if waiting:
             o = opened.pop(slot)
             o.last = row
-            codes = [int(v) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
-            close(owner, slot[1], slot[2], o, "success" if ok else "failure", "NGAP", codes[0] if codes else None)
+            if ok:
+                close(slot, o, "success", None, o.n2_rule)
+            else:
+                close(slot, o, "failure", ngap_cause(row) or Cause("NGAP", None, None, None), "pdu-setup-failed")
     elif row.proc in (41, 42) and row.pdu_type == 0:
         for slot in [s for s in opened if s[0] == owner and s[1] == "PDU Session Establishment"]:
-            n2_waiting.discard(slot)
             o = opened.pop(slot)
             o.last = row
-            codes = [int(v) for g in CAUSE_GROUPS for v in row.values.get(g, [])]
-            close(owner, slot[1], slot[2], o, "failure", "NGAP" if codes else None, codes[0] if codes else None)
+            close(slot, o, "failure", ngap_cause(row), "pdu-context-released")
 
 
 def nearest_rank(values: list[float], p: int) -> float:

@@ -17,6 +17,7 @@ from diagd.actors.pcap import ngap
 from tests.actors.pcap.test_ngap_fields import CANNOT_TELL, CAPTURES, ue_keys
 from tests.pcaps import PCAPS
 from tests.support import ngap_oracle, procedures_oracle
+from tests.support.built_captures import RECIPES, built
 from tests.support.sharkd_trees import ngap_trees
 
 # Beyond the fields oracle's list: a capture whose NAS rows this oracle cannot split (a 5GMM type twice in one row).
@@ -42,10 +43,34 @@ def same_instances(got: list[procedures_oracle.Found], want: list[procedures_ora
     assert [g[5] for g in got] == pytest.approx([w[5] for w in want], abs=MS)
 
 
+def same_details(result: dict[str, Any], want: list[procedures_oracle.Detail]) -> None:
+    """Each instance's cause (name from `tshark -G values`, NGAP group), rule, UE address and reason."""
+    keys = ue_keys(result)
+    every = [p for u in result["ues"] for p in u["procedures"]]
+
+    def key(f: procedures_oracle.Found) -> str:
+        return repr((*f[:5], *f[6:]))
+    got = sorted(zip(as_found(result, every), every, strict=True), key=lambda pair: key(pair[0]))
+    for (found, p), w in zip(got, sorted(want, key=lambda d: key(d.found)), strict=True):
+        assert key(found) == key(w.found)
+        where = (keys[p["ue"]], p["procedure"], p["first_frame"])
+        cause = p["cause"]
+        if cause is not None:  # exactly the documented keys: NGAP causes name their group, NAS ones do not
+            assert set(cause) == ({"kind", "group", "code", "name"} if cause["kind"] == "NGAP" else
+                                  {"kind", "code", "name"}), (where, cause)
+            cause = procedures_oracle.Cause(cause["kind"], cause["code"], cause["name"], cause.get("group"))
+        assert (where, cause, p["rule_id"], p.get("ue_ipv4")) == (where, w.cause, w.rule_id, w.ue_ipv4)
+        assert p["rule"].startswith("TS ") and ": " in p["rule"], (where, p["rule"])  # "clause: what it says"
+        for says in w.why_says:
+            assert says in p["why"], (where, says, p["why"])
+
+
 def check(result: dict[str, Any], path: Path) -> list[procedures_oracle.Found]:
     """Every instance, the counts and the per-procedure statistics of a procedures answer against the oracle."""
-    want = procedures_oracle.answer(path)
+    detailed = procedures_oracle.details(path)
+    want = [d.found for d in detailed]
     same_instances(as_found(result), want)
+    same_details(result, detailed)
     assert result["procedure_count"] == len(want)
     assert result["incomplete"] == sum(1 for w in want if w[6] == "incomplete")
     # Statistics per procedure type, recomputed from the oracle's instances.
@@ -76,7 +101,8 @@ def procedures(path: Path) -> dict[str, Any]:
     return ngap.procedures(ngap.build_model(pdus))
 
 
-@pytest.mark.parametrize("path", CAPTURES or [PCAPS / "(no corpus)"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", (CAPTURES or [PCAPS / "(no corpus)"]) + [built(name) for name in RECIPES],
+                         ids=lambda p: p.name)
 def test_every_procedure_instance_agrees_with_tshark_fields(path: Path) -> None:
     if not path.exists():
         pytest.skip(f"the shared capture corpus is not in {PCAPS}")
