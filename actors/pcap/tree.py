@@ -178,13 +178,18 @@ def ns_to_seconds(ns: int) -> str:
     return f"{sign}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
 
 
+COLORING = frozenset({"frame.coloring_rule.name", "frame.coloring_rule.string"})
+
+
 def with_displayed_delta(tree: list[Node], delta_ns: int) -> list[Node]:
-    """The tree with "Time delta from previous displayed frame" set to `delta_ns`.
+    """The tree with "Time delta from previous displayed frame" set to `delta_ns`, as tshark -V prints it.
 
     sharkd dissects every frame as if all frames were displayed (its `prev_frame` parameter is
     unusable in 4.0), while tshark -Y counts only the frames the filter displays; the callers
-    know which frames are displayed and set the value tshark would print. Nodes are copied, the
-    cached tree is left alone.
+    know which frames are displayed and set the value tshark would print. The frame's
+    "[Coloring Rule Name/String]" items go: sharkd colourises frames (a GUI's list colours) and
+    tshark does not, so they are no part of the packet and tshark -V never prints them. Nodes are
+    copied, the cached tree is left alone.
     """
     seconds = ns_to_seconds(delta_ns)
 
@@ -192,6 +197,8 @@ def with_displayed_delta(tree: list[Node], delta_ns: int) -> list[Node]:
         out = []
         for node in nodes:
             name, _ = parse_f(str(node.get("f", "")))
+            if name in COLORING:
+                continue
             if name == DELTA_DISPLAYED:
                 node = {**node, "f": f"{DELTA_DISPLAYED} == {seconds}",
                         "l": f"Time delta from previous displayed frame: {seconds} seconds"}

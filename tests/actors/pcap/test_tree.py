@@ -302,3 +302,13 @@ def test_a_value_the_reader_does_not_expect_is_a_warning_not_a_traceback() -> No
     ues, sessions = summarize(frame(1, "g", pdu(*INITIAL, *ids(ran=1))), frame(2, "g", pdu(*UPLINK, odd)))
     assert ues["ue_count"] == 1 and any("read only in part" in w and "frame 2" in w for w in ues["warnings"])
     assert sessions["reason"].startswith("no PDU session establishment")
+
+
+def test_sharkds_coloring_items_are_left_out_as_tshark_v_leaves_them_out() -> None:
+    frame = {"l": "Frame 1", "f": "frame", "t": "proto", "n": [
+        {"l": "Frame Number: 1", "f": "frame.number == 1"},
+        {"l": "[Coloring Rule Name: TCP]", "f": 'frame.coloring_rule.name == "TCP"'},
+        {"l": "[Coloring Rule String: tcp]", "f": 'frame.coloring_rule.string == "tcp"'}]}
+    shown = tree.with_displayed_delta([frame], 0)
+    assert [n["l"] for n in shown[0]["n"]] == ["Frame Number: 1"]
+    assert len(frame["n"]) == 3  # the cached tree is left alone
