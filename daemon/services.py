@@ -19,6 +19,7 @@ from diagd.daemon.connections import ByteBudget
 from diagd.daemon.declared import Declarations
 from diagd.daemon.heap_trim import QuietTrimmer
 from diagd.daemon.presence import Clients
+from diagd.daemon.replies import ReloadReply, StatusReply
 from diagd.daemon.supervisor import Supervisor
 from diagd.daemon.tool_groups import Selection
 from diagd.daemon.tools import ToolRegistry
@@ -73,9 +74,9 @@ class Services(Protocol):
     @property
     def connections(self) -> dict[int, dict[str, Any]]: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> StatusReply: ...
 
-    def reload(self) -> dict[str, Any]: ...
+    def reload(self) -> ReloadReply: ...
 
     def request_shutdown(self, reason: str) -> None: ...
 
