@@ -8,13 +8,14 @@ near the module size limit; tools.register binds this ToolSet with the others.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, cast
 
 from diagd.actors.pcap import sequence
 from diagd.actors.pcap.backend import PcapBackend
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import Follow, NgapSessions, PduSessions, Timeline
-from diagd.actors.pcap.schemas import CAPTURE, FILTER, STR, output
+from diagd.actors.pcap.replies import SequenceReply
+from diagd.actors.pcap.schemas import CAPTURE, FILTER
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -100,8 +101,8 @@ SMALL_CAPTURE = {k: v for k, v in CAPTURE.items() if k != "include_command"}
              "frame_number": {"type": "integer", "minimum": 1, "description": "its flow"},
              "max_arrows": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100,
                             "description": "at most"}},
-            required=("pcap_path",), output=output({"diagram": STR}, ("diagram",)))
-async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("pcap_path",))
+async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> SequenceReply:
     spec = await backend.spec_for(args, force_prefs=PREFS)
     flt, selected = await _selection(backend, ctx, spec, args)
     limit = args["max_arrows"]
@@ -121,5 +122,5 @@ async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -
     if not total:
         result["reason"] = answer.get("hint") or "no frame matches the selection"
     command = ["-Y", flt, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
-    return {**result, "source": await backend.source(spec, {**args, "include_command": True}, display_filter=flt,
-                                                     command=command)}
+    return cast(SequenceReply, {**result, "source": await backend.source(
+        spec, {**args, "include_command": True}, display_filter=flt, command=command)})
