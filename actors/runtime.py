@@ -15,7 +15,7 @@ a test can implement it without one (tests/support/fake_runtime.py). Nothing her
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -95,6 +95,18 @@ class Deferred:
     why: str  # e.g. "an open port keeps the limits it was opened with"
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What a reference `<back end>:<id>` names, as one file of that back end's exports that the other
+    back ends' tools read in place of a path (`capture:cap-1a2b3c4d`: a live capture's packets so far)."""
+
+    path: str  # a file in the declaring back end's exports dir
+    about: dict[str, Any] = field(default_factory=dict)  # what the file holds of it, for the answers
+
+
+# A back end's resolver of its references: the part after `<name>:` -> the file (coded errors).
+Resolver = Callable[[str], Awaitable[Resolved]]
+
 # Called by a reload with the old and the new config: returns notes on changed settings that do not
 # apply to what is already open (`not_yet_applied`), or raises DiagdError to refuse the new config.
 ReloadHook = Callable[[BackendConfig, BackendConfig], list[dict[str, Any]]]
@@ -144,6 +156,13 @@ class Runtime(Protocol):
         that selected the back end's group may."""
         ...
 
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Call a tool of any group (another back end's, the daemon's) by name for the client whose call
+        this task serves, as that client would: validation, limits, the audit log and its tool groups
+        (a tool of a group it has not selected is NOT_FOUND); the tool's coded error is raised. A tool
+        that composes others (a recording) names them, not their packages."""
+        ...
+
     # -- config
 
     def config(self) -> BackendConfig: ...
@@ -180,4 +199,14 @@ class Runtime(Protocol):
     def share_exports(self) -> None:
         """Its `$state/<name>/exports` holds files other groups' tools read (for a client that selected
         both groups: `BackendConfig.exports_dirs`)."""
+        ...
+
+    def add_reference(self, resolve: Resolver) -> None:
+        """`<name>:<id>`, where another back end's tool takes a file, names what `resolve(id)` gives: one
+        file of its exports (`share_exports`), read by a client that selected its group too."""
+        ...
+
+    async def resolve_reference(self, text: str) -> Resolved | None:
+        """The file `text` names when it is `<name>:<id>` of a back end that declared references (None
+        when it is not one: a path); PERMISSION_DENIED when the client has not selected that group."""
         ...

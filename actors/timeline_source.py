@@ -1,6 +1,6 @@
 """How a back end's records are read for diagd_timeline: the adapter it declares, and what adapters share.
 
-diagd_timeline (daemon/timeline.py) merges rows of several sources by wall-clock time; a source of
+diagd_timeline (daemon/server/timeline.py) merges rows of several sources by wall-clock time; a source of
 kind K (`{"K": ref, ...}` in its `sources`) is read by the adapter the back end named K declared
 with `Runtime.add_timeline_source`. The adapter reads through the back end's own tools, by name,
 via a `Caller` (validation, limits, audit and the client's tool groups as for any call), so a tool

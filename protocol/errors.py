@@ -28,7 +28,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_FILTER = "INVALID_FILTER"
     INVALID_FIELDS = "INVALID_FIELDS"
     INTERNAL_ERROR = "INTERNAL_ERROR"
-    # `--ssh` (daemon/remote.py): why a remote diagd could not be reached.
+    # `--ssh` (daemon/cli/remote.py): why a remote diagd could not be reached.
     SSH_NOT_FOUND = "SSH_NOT_FOUND"
     SSH_UNREACHABLE = "SSH_UNREACHABLE"
     SSH_AUTH_FAILED = "SSH_AUTH_FAILED"

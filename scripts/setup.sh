@@ -59,8 +59,8 @@ if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   "$python" -m venv "$venv"
 fi
-extras=""; probe="import diagd.daemon.cli"
-if [ "$action" = test ]; then extras="[test]"; probe="import diagd.daemon.cli, pytest_trio"; fi
+extras=""; probe="import diagd.daemon.cli.cli"
+if [ "$action" = test ]; then extras="[test]"; probe="import diagd.daemon.cli.cli, pytest_trio"; fi
 if ! "$venv/bin/python" -c "$probe" 2>/dev/null || [ "$top/pyproject.toml" -nt "$venv/.diagd-installed$extras" ]; then
   log "installing diagd$extras and its dependencies into $venv"
   "$venv/bin/python" -m pip install -q --upgrade pip

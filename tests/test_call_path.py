@@ -78,7 +78,7 @@ KNOWN: set[str] = set()
 def joined_chains(records: list[dict[str, Any]]) -> tuple[list[list[str]], list[list[str]]]:
     """(chains of the call: its own task's, and those of tasks it handed work to joined at the hand-off,
     other tasks' chains as they are)."""
-    call_task = next(r["task"] for r in records if "diagd.daemon.tools" in r["chain"])
+    call_task = next(r["task"] for r in records if "diagd.daemon.server.tools" in r["chain"])
     call: list[list[str]] = []
     other: list[list[str]] = []
     handoff: dict[str, list[str] | None] = {}

@@ -1,7 +1,7 @@
 """daemon/ names no back end, none of their tools and none of their settings: back ends declare, the daemon discovers.
 
 What the daemon says of a back end (instructions, timeline sources, reload effects, exports, needs)
-the back end declared (`diagd.actors.runtime.Runtime`, daemon/declared.py), so renaming a tool, a
+the back end declared (`diagd.actors.runtime.Runtime`, daemon/server/declared.py), so renaming a tool, a
 tool argument or a setting in a back end cannot silently break the daemon. This greps every line of
 daemon/ (code, strings, comments) for the installed back ends' names, the tools they register and
 the keys of their config tables.
@@ -24,7 +24,7 @@ from diagd.daemon import config as config_mod
 from diagd.daemon import discovery
 from diagd.daemon.config import DaemonConfig, McpConfig
 from diagd.daemon.http_settings import HttpConfig
-from diagd.daemon.server import Daemon
+from diagd.daemon.server.server import Daemon
 from diagd.daemon.tool_groups import BUILTIN
 
 TOP = Path(__file__).resolve().parent.parent

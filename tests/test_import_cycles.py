@@ -107,4 +107,4 @@ def test_the_cycle_finder_sees_a_type_checking_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
     # Imports under `if TYPE_CHECKING:` and inside functions count: both are edges of the graph.
     edges = graph()
-    assert "diagd.actors.runtime" in edges["diagd.daemon.backends"]
+    assert "diagd.actors.runtime" in edges["diagd.daemon.server.backends"]

@@ -27,18 +27,25 @@ need an exec that no_new_privs forbids). The disk budget (`max_bytes` over every
 the oldest finished captures' files are removed first; when the running ones alone exceed it they
 are stopped with stop_reason "disk_budget".
 
+`capture:<id>` names a capture as one file for the pcap tools and diagd_timeline (views.py: the packets
+written so far while it runs). A recording (diagd_record_start/stop) runs a capture, serial sessions
+and a bpftrace program together and bundles them, through the other groups' tools (Runtime.call).
+
 The package: settings.py (the [capture] table, the sandbox policy), childmode.py (dumpcap's messages,
 pcapng statistics), interfaces.py, record.py (a capture's record and the store), messages.py and
 actor.py (a capture's actor), backend.py (captures, owners, budget, short dumpcap commands),
-schemas.py and tools.py (the MCP tools).
+schemas.py and tools.py (the MCP tools), views.py (`capture:<id>`), recording.py and record_tools.py
+(recorded reproductions).
 """
 
 from __future__ import annotations
 
 from diagd.actors.capture.actor import KIND
 from diagd.actors.capture.backend import CaptureBackend
+from diagd.actors.capture.record_tools import recording_tools, store_of
 from diagd.actors.capture.settings import check_reload
 from diagd.actors.capture.tools import tools
+from diagd.actors.capture.views import Views
 from diagd.actors.runtime import Deferred, Runtime
 from diagd.actors.system import Needs, Tool
 
@@ -53,8 +60,11 @@ SYSTEM_NEEDS = Needs(tools=(Tool("dumpcap", ("--version",), "wireshark-common"),
 INSTRUCTIONS = """\
 live capture (dumpcap): list_interfaces (allowed ones per [capture] allowed_interfaces), start_capture
 with a BPF filter and a ring buffer (returns a capture_id at once; a bad filter fails at once),
-capture_status (packets, drops, files: current_file is a pcap_path for the pcap tools, also while it
-grows), stop_capture, list_captures.
+capture_status (packets, drops, files), stop_capture, list_captures. pcap_path "capture:<id>" reads a
+capture with every pcap tool and diagd_timeline ({"pcap": "capture:<id>"}): while it runs, the packets
+written so far (source.live says up to which frame and time); once ended, its whole ring as one file.
+diagd_record_start starts a capture, serial sessions and a bpftrace program under one recording_id;
+diagd_record_stop returns the bundle (pcapng, serial pcapng, bpftrace output, merged timeline).
 """
 
 # What a reload leaves to a restart of the capture: a running one keeps its dumpcap command line.
@@ -68,6 +78,8 @@ DEFERRED = (
 def register(runtime: Runtime) -> CaptureBackend:
     backend = CaptureBackend(runtime)
     runtime.share_exports()  # its capture files are read by the pcap tools
+    # pcap_path "capture:<id>": the packets written so far, as one file
+    runtime.add_reference(Views(backend, store_of(backend)).resolve)
     for deferred in DEFERRED:
         runtime.defer_on_reload(deferred)
     runtime.on_reload(check_reload)  # a broken [capture] table is refused at start and by `diagd reload`
@@ -79,4 +91,5 @@ def register(runtime: Runtime) -> CaptureBackend:
     if backend.settings().allowed_interfaces:
         runtime.set_instructions(INSTRUCTIONS)  # the paragraph names the tools: only with them
         tools.register(runtime, backend)
+        recording_tools.register(runtime, backend)
     return backend

@@ -168,3 +168,43 @@ class InterfacesReply(TypedDict):
     """[capture] allowed_interfaces is set"""
     allowed_interfaces: list[str]
     """[capture] allowed_interfaces (names and patterns)"""
+
+
+class RecordingReply(TypedDict):
+    """A recording: its parts' ids, under one recording_id."""
+
+    recording_id: str
+    """name it in diagd_record_stop"""
+    status: str
+    """recording, stopping or stopped"""
+    owner: NotRequired[str]
+    """the client it belongs to"""
+    capture_id: NotRequired[str | None]
+    """its live capture"""
+    pcap_path: NotRequired[str | None]
+    """capture:<recording_id>: its capture, for the pcap tools"""
+    ports: NotRequired[list[str]]
+    """its serial ports"""
+    execution_id: NotRequired[str | None]
+    """its bpftrace execution"""
+    started_at: NotRequired[float | None]
+    """when its parts had started, epoch seconds"""
+    stopped_at: NotRequired[float | None]
+    """when it was stopped"""
+    hint: NotRequired[str]
+    """what to do next"""
+
+
+class BundleReply(RecordingReply):
+    """A stopped recording's bundle (bundle.json in its directory keeps more rows)."""
+
+    capture: NotRequired[dict[str, Any]]
+    """its capture: id, status, stop reason, packets, drops, pcap_path"""
+    serial: NotRequired[list[Any]]
+    """each serial session, exported as pcapng"""
+    bpftrace: NotRequired[dict[str, Any]]
+    """its bpftrace execution's status and output"""
+    timeline: NotRequired[dict[str, Any]]
+    """its parts' rows merged by time (diagd_timeline)"""
+    already_stopped: NotRequired[bool]
+    """it had been stopped before this call (the stored bundle)"""

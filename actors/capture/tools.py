@@ -22,8 +22,8 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 tools: ToolSet[CaptureBackend] = ToolSet()
 
-PCAP_HINT = ("the pcap tools read current_file (or any of files) as pcap_path, also while it grows: they answer "
-             "on the packets written so far (a client needs the capture group selected too)")
+PCAP_HINT = ("pcap_path \"capture:<id>\" reads it with the pcap tools (and diagd_timeline), also while it grows: "
+             "they answer on the packets written so far; each of files is a pcap_path too")
 
 
 @tools.tool(

@@ -44,7 +44,7 @@ from diagd.actors.pcap.messages import (
     Timeline,
     cache_key,
 )
-from diagd.actors.pcap.passes import Cores, EarlyNumbers, Page
+from diagd.actors.pcap.passes import Cores, EarlyNumbers, EarlyRows, Page
 from diagd.actors.pcap.pool import CaptureState, Headroom, Launch
 from diagd.actors.pcap.session import CaptureSession, check_length
 from diagd.actors.pcap.sharkd import Sharkd
@@ -65,11 +65,12 @@ class PcapActor(Actor):
 
     def __init__(self, resource: str, settings: CaptureSpec, *, max_workers: int = 2,
                  headroom: Headroom = lambda: None, cores: Cores | None = None, launch: Launch = Sharkd.start,
-                 early_numbers: EarlyNumbers = first_page.early_numbers) -> None:
+                 early_numbers: EarlyNumbers = first_page.early_numbers,
+                 early_rows: EarlyRows = first_page.early_rows) -> None:
         super().__init__(resource, settings)
         self.spec = settings
         self.session = CaptureSession(settings, max_workers=max_workers, headroom=headroom, cores=cores,
-                                      launch=launch, early_numbers=early_numbers)
+                                      launch=launch, early_numbers=early_numbers, early_rows=early_rows)
 
     async def start(self, nursery: trio.Nursery) -> None:
         await self.session.start(nursery)

@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from diagd.actors.base import Request
+from diagd.actors.pcap import first_page
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap import tshark as _cold
@@ -24,21 +25,32 @@ from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timel
 from diagd.actors.pcap.passes import Page
 from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.rows import field_value, sort_key
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.session import CaptureSession, check_length
 from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",
                          "http2", "http", "json", "dns", "tcp", "udp")
 MAX_SORTED_ROWS = 20000
+INFO_WAIT_S = 1.0  # how long pcap_info waits for a fresh capture's protocol summary before answering without it
 
 
 async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
-    """Protocols and conversations; the count and time span come from capinfos (the handler)."""
+    """Protocols and conversations; the count and time span come from capinfos (the handler).
+    While sharkd loads, one tshark pass beside it reads them (started once, shared by every call);
+    a call waits for it at most INFO_WAIT_S, then answers without them: protocols_ready: false."""
     served_by = "sharkd"
-    if capture.state is CaptureState.LOADING:  # while sharkd loads: one tshark pass gives all of it
+    if capture.state is CaptureState.LOADING:
+        summary = capture.cold_summary(INTERESTING_PROTOCOLS)
         await request.report_progress(0, 1, f"loading {capture.spec.path.name} ({capture.spec.size} bytes)")
-        cold = await _cold.info(capture.cold_argv(), INTERESTING_PROTOCOLS)
+        with trio.move_on_after(INFO_WAIT_S):
+            await summary.done.wait()
+        if not summary.done.is_set():
+            await request.report_progress(1, 1, "count and time span from capinfos; protocols still being read")
+            return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
+                    "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
+                    "warnings": []}
+        cold = await summary.wait()
         await request.report_progress(1, 1, "read with tshark while sharkd loads")
         protocols = list(cold["protocols"])
         conversations = cold["conversations"]
@@ -67,6 +79,7 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     return {
         "sharkd_frames": frame_count,
         "served_by": served_by,
+        "protocols_ready": True,
         "has_protocols": {p: (p in protocols) for p in INTERESTING_PROTOCOLS},
         "protocols": protocols,
         "top_conversations": conversations[:10],
@@ -91,13 +104,19 @@ def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogu
     """The answer of pcap_frames_by_filter from what the actor fetched (`present`: the capture's
     protocols, fetched only when nothing matched). A first page that came before the full pass has
     a lower bound for its total: `total_exact` says which it is."""
-    result: dict[str, Any] = {"total": page.total, "total_exact": page.exact, "frames": page.rows,
-                              "has_more": message.offset + len(page.rows) < page.total, "served_by": page.served_by}
+    result: dict[str, Any] = {"total": page.total, "total_exact": page.exact, "exact": page.rows_exact,
+                              "frames": page.rows, "has_more": message.offset + len(page.rows) < page.total,
+                              "served_by": page.served_by}
     if not page.exact:
         result["total_at_least"] = page.total
-        result["note"] = (f"first page found by a tshark pass stopped after {page.total} matches (rows from "
-                          "sharkd); the exact total and the later pages come from sharkd's full pass: the same "
-                          "call again returns the exact total")
+    if not page.rows_exact:
+        result["note"] = ("the capture is still loading: rows from a single tshark pass; the columns a row lists "
+                          "in `provisional` may still change with later frames (e.g. \"(reply in N)\"), the rest "
+                          "is exact; the same call again returns sharkd's exact page")
+    elif not page.exact:
+        result["note"] = (f"first page found by a tshark pass stopped after {page.total} matches; the exact total "
+                          "and the later pages come from sharkd's full pass: the same call again returns the "
+                          "exact total")
     if not page.total and message.display_filter:
         result["hint"] = protocols_hint(message.display_filter, present or [], cat, sbi)
     return result
@@ -149,6 +168,11 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
     """
     display_filter, fields, limit, offset, sort_by = (message.display_filter, message.fields, message.limit,
                                                   message.offset, message.sort_by)
+    if (capture.state is CaptureState.LOADING and not sort_by
+            and first_page.loading_safe(display_filter, offset, limit, message.kinds)):
+        early = await timeline_while_loading(capture, message)
+        if early is not None:
+            return early
     numbers = await capture.matching(request, display_filter)
     if sort_by and len(numbers) > MAX_SORTED_ROWS:
         raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
@@ -160,20 +184,45 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
         # Single pass when it prints the same: then tshark stops at the page instead of reading the
         # whole capture once before its first row.
         argv = _cold.fields_argv(capture.tshark_argv(message.kinds), display_filter, ["frame.number", *extra])
-        for cells in await _cold.field_rows(argv, None if sort_by else offset + limit):
-            cells += [""] * (len(extra) + 1 - len(cells))
-            row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}
-            for name, text in zip(extra, cells[1:], strict=False):
-                row[name] = field_value(name, text)
-            rows.append(row)
+        cells = await _cold.field_rows(argv, None if sort_by else offset + limit)
+        rows = [timeline_row(extra, row) for row in cells]
     if sort_by:
         rows.sort(key=lambda r: sort_key(r.get(sort_by)))
     rows = rows[offset:offset + limit]
-    result: dict[str, Any] = {"total": len(numbers), "rows": rows,
+    result: dict[str, Any] = {"total": len(numbers), "total_exact": True, "rows": rows,
                               "has_more": offset + len(rows) < len(numbers)}
     if not numbers and display_filter:
         result["hint"] = await absent_protocols_hint(capture, request, display_filter)
     return result
+
+
+async def timeline_while_loading(capture: CaptureSession, message: Timeline) -> dict[str, Any] | None:
+    """A fresh capture's timeline page from one early-stopping single pass beside the load (its
+    filter and fields are single-pass safe, so the values are exact; the total is a lower bound
+    until the full pass). None when nothing matched: the hint needs the loaded capture."""
+    check_length(message.display_filter)
+    extra = [f for f in message.fields if f != "frame.number"]
+    argv = _cold.fields_argv(first_page.single_pass(capture.cold_argv()), message.display_filter,
+                             ["frame.number", *extra])
+    cells, complete = await first_page.early_fields(argv, message.display_filter, message.offset + message.limit)
+    if not cells:
+        return None
+    rows = [timeline_row(extra, row) for row in cells[message.offset:]]
+    seen = len(cells) if complete else len(cells) + 1
+    result: dict[str, Any] = {"total": seen, "total_exact": complete, "rows": rows,
+                              "has_more": message.offset + len(rows) < seen,
+                              "served_by": "tshark (single pass while sharkd loads)"}
+    if not complete:
+        result["total_at_least"] = seen
+    return result
+
+
+def timeline_row(extra: list[str], cells: list[str]) -> dict[str, Any]:
+    cells = cells + [""] * (len(extra) + 1 - len(cells))
+    row: dict[str, Any] = {"frame.number": int(cells[0].split(_cold.AGGREGATOR)[0])}
+    for name, text in zip(extra, cells[1:], strict=False):
+        row[name] = field_value(name, text)
+    return row
 
 
 async def follow(capture: CaptureSession, request: Request, message: Follow) -> dict[str, Any]:

@@ -27,7 +27,14 @@ from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.messages import PcapMessage
 from diagd.actors.pcap.passes import Cores
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.wireshark import begin_sha256, capture_sha256, catalogue, file_identity, parse_decode_as
+from diagd.actors.pcap.wireshark import (
+    begin_sha256,
+    capture_sha256,
+    catalogue,
+    file_identity,
+    parse_decode_as,
+    sha256_if_ready,
+)
 from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
@@ -74,7 +81,10 @@ class PcapBackend:
         hints = {d: f"the exports of the {g!r} tool group: a client that selected {g!r} too reads them "
                     f"(diagd mcp --tools pcap,{g})" for g, d in config.exports_dirs.items() if not caller_selects(g)}
         readable = (*settings.allowed_dirs, *shared) if settings.allowed_dirs else ()
-        path = resolve_allowed(str(args["pcap_path"]), readable, what="capture", cwd=caller_cwd(),
+        named = str(args["pcap_path"])
+        # `capture:<id>` (a back end's declared reference): the file it names now, checked as any path.
+        resolved = await self.runtime.resolve_reference(named)
+        path = resolve_allowed(resolved.path if resolved else named, readable, what="capture", cwd=caller_cwd(),
                                private_dirs=config.private_dirs, shared_dirs=shared, hints=hints)
         profile_name = args.get("profile")
         profile: dict[str, Any] = {}
@@ -90,11 +100,12 @@ class PcapBackend:
         identity, size = await file_identity(path)
         begin_sha256(path, identity)  # every answer names it; read beside the load, not before it
         # Every tool refuses a file that is no capture before a worker is started for it.
-        await _cold.capture_facts(path, identity, size)
+        await _cold.check_capture(path, identity, size)
         # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
         applied, checks = await decode_check.check(path, identity, parsed)
         spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(applied),
-                           preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks))
+                           preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks),
+                           reference=named if resolved else None, about=resolved.about if resolved else None)
         if force_prefs is None:
             _built.set((args, spec))
         return spec
@@ -145,14 +156,21 @@ class PcapBackend:
         self.captures.evicted_now(evict)
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
-                     **extra: Any) -> dict[str, Any]:
+                     provisional: bool = False, **extra: Any) -> dict[str, Any]:
         """Where an answer came from. With include_command, the tshark command that prints the same
         rows: `command` is what follows the capture's own options (filter, output format), given by
-        each tool; without it the display filter alone."""
+        each tool; without it the display filter alone. A provisional answer (a fresh capture's
+        first page) does not wait for the file's hash: sha256 is left out and sha256_pending is true
+        until it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
         cat = await catalogue()
-        sha256, _ = await capture_sha256(spec.path, spec.identity)
-        out: dict[str, Any] = {"pcap_path": str(spec.path), "sha256": sha256, "profile": args.get("profile"),
-                               **spec.describe(), "tshark_version": cat.version, **extra}
+        out: dict[str, Any] = {"pcap_path": str(spec.path)}
+        if provisional and sha256_if_ready(spec.identity) is None:
+            out["sha256_pending"] = True
+        else:
+            out["sha256"] = (await capture_sha256(spec.path, spec.identity))[0]
+        out.update({"profile": args.get("profile"), **spec.describe(), "tshark_version": cat.version, **extra})
+        if spec.reference is not None:
+            out["live"] = await self.reference_extent(spec)
         if args["include_command"]:
             argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
             if command is not None:
@@ -162,6 +180,15 @@ class PcapBackend:
             out["equivalent_command"] = argv
             out["equivalent_command_line"] = shlex.join(argv)
         return out
+
+    async def reference_extent(self, spec: CaptureSpec) -> dict[str, Any]:
+        """What a `capture:<id>` answer covers: up to which frame and time, and whether it still grows."""
+        facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
+        about = dict(spec.about or {})
+        end = facts.iso(facts.end)
+        still = "the capture is still running" if about.get("running") else f"the capture has {about.get('status')}"
+        return {"reference": spec.reference, **about, "up_to_frame": facts.packets, "up_to_time": end,
+                "note": f"up to frame {facts.packets}, time {end or 'none (no frame yet)'}; {still}"}
 
     async def identity_source(self, args: dict[str, Any]) -> tuple[str, list[str]] | None:
         """(key, tshark argv) of the capture a call reads, decoded as the call decodes it."""

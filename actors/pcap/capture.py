@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,10 @@ class CaptureSpec:
     # What each requested port rule became (decode_check.py): `decode_as` holds the rules applied.
     # Derived from the file version and the requested rules, so not part of the key.
     decode_checks: tuple[PortCheck, ...] = ()
+    # The reference the call named (`capture:<id>`) and what its back end said of the file it resolved to
+    # (a live capture: running, its ring): not part of the key, the file's identity is.
+    reference: str | None = field(default=None, compare=False)
+    about: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
     def key(self) -> str:

@@ -11,14 +11,22 @@ tshark gives only the frame *numbers* of the page, the rows come from a loaded s
 `frame` request with the packet-list columns, two-pass like every sharkd answer), and a filter
 naming a field whose value depends on later frames is not raced: sharkd answers it alone. The
 differential test compares the pages with sharkd's own on every corpus capture.
+
+On a fresh capture no worker is loaded yet, and waiting for one is waiting for the whole file. Then
+the single pass gives the rows too (`early_rows`, the packet list of `tshark -T tabs`), each marked
+with the columns that a later frame may still change (`provisional`): the frame set and the other
+columns are exact. Which columns may change for which row is measured, not guessed: the differential
+test (tests/e2e/test_pcap_provisional.py) compares every row of every corpus capture with sharkd's
+two-pass row and fails on a difference not marked, and on a mark no difference needs.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from diagd.actors._subprocess import head
-from diagd.actors.pcap.tshark import TRUNCATED
+from diagd.actors.pcap.tshark import TRUNCATED, tabs_row
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_EARLY_ROWS = 2000  # beyond this a page is far into the matches: the pass is the better way there
@@ -54,6 +62,13 @@ def raceable(display_filter: str, offset: int, limit: int, kinds: Kinds | None) 
     return single_pass_safe(kinds)
 
 
+def loading_safe(display_filter: str, offset: int, limit: int, kinds: Kinds | None) -> bool:
+    """Whether a capture still loading may answer this page from a single pass (all frames too)."""
+    if offset + limit > MAX_EARLY_ROWS or limit > MAX_EARLY_PAGE:
+        return False
+    return single_pass_safe(kinds)
+
+
 def single_pass_safe(kinds: Kinds | None) -> bool:
     """Whether a single pass gives what two passes give for every name: each is a field or protocol
     of SINGLE_PASS_PROTOCOLS, and none depends on later frames. A word that is no field (an unquoted
@@ -85,6 +100,71 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and numbers):
         raise _failure(done.stderr, display_filter, done.returncode)
     return numbers[:want], not done.stopped
+
+
+async def early_rows(argv: list[str], display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
+    """(rows, complete): the packet-list rows of the first `want` matches of a single tshark pass
+    (stopped once they are in), each with its `provisional` columns; complete as early_numbers."""
+    done = await head([*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []),
+                       "-T", "tabs"], want + 1, max_line=1 << 16)
+    rows = [row for line in done.lines if (row := tabs_row(line)) is not None]
+    if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
+        raise _failure(done.stderr, display_filter, done.returncode)
+    for row in rows[:want]:
+        if marks := provisional(row):
+            row["provisional"] = marks
+    return rows[:want], not done.stopped
+
+
+async def early_fields(argv: list[str], display_filter: str, want: int) -> tuple[list[list[str]], bool]:
+    """(cells per row, complete): `tshark -T fields` (argv: tshark.fields_argv of a single-pass-safe
+    filter and fields, so every value is exact) stopped after the first `want` rows."""
+    done = await head([argv[0], "-l", *argv[1:]], want + 1, max_line=1 << 30)
+    rows = [line.split("\t") for line in done.lines]
+    if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
+        raise _failure(done.stderr, display_filter, done.returncode)
+    return rows[:want], not done.stopped
+
+
+# What a second pass may change in a single pass's row, by the row's protocol (`row_key`: the
+# Protocol column's top protocol, without a GTP tunnel's wrapper and a version). Measured over every
+# corpus capture by tests/e2e/test_pcap_provisional.py, which fails on a difference not covered here
+# and on an entry no difference needs. Number, time, addresses and length never differ.
+#   info: "(reply in 228)" (ICMP), "[Reassembled in #105]" (IP fragments), the PDU a later segment
+#   completes (TCP, MySQL), a JSON body reassembled (HTTP2);
+#   protocol: the protocol a later frame reveals (TCP -> OpenFlow, TLSv1 -> TLSv1.2, HTTP2 -> HTTP2/JSON).
+MAY_DIFFER: dict[str, frozenset[str]] = {
+    "info": frozenset({"ICMP", "IP", "TCP", "MYSQL", "HTTP2"}),
+    "protocol": frozenset({"TCP", "TLS", "HTTP2"}),
+}
+# An SCTP SACK's cumulative TSN ack is shown relative to a TSN a single pass may not have seen yet.
+_SACK = re.compile(r"\bSACK \(Ack=")
+# Row keys of protocols the corpus has (and so measured): any other row gets both columns marked.
+MEASURED = frozenset({
+    "ANSI C12.22", "ARP", "DIAMETER", "DNS", "GTP", "HTTP", "HTTP2", "ICMP", "IP", "LTP SEGMENT", "MDNS", "MEGACO",
+    "MYSQL", "NGAP", "NTP", "OPENFLOW", "OPENVPN", "PFCP", "RESP", "RTCP", "RTP", "RTP EVENT", "S1AP", "SCTP", "SIP",
+    "SSDP", "SSH", "T.38", "TCP", "TLS", "UDP",
+})
+_GTP_INNER = re.compile(r"^GTP <(.*)>$")
+_VERSION = re.compile(r"v\d[\d.]*$")
+
+
+def row_key(protocol: str) -> str:
+    """The row's protocol as MAY_DIFFER names it: "GTP <TLSv1.2>" -> "TLS", "HTTP2/JSON" -> "HTTP2"."""
+    inner = _GTP_INNER.match(protocol)
+    top = (inner.group(1) if inner else protocol).split("/")[0]
+    return _VERSION.sub("", top).upper()
+
+
+def provisional(row: dict[str, Any]) -> list[str]:
+    """The columns of a single pass's row that a second pass may change (empty: the row is exact)."""
+    key = row_key(str(row.get("protocol") or ""))
+    if key not in MEASURED:
+        return ["info", "protocol"]
+    marks = [column for column, keys in MAY_DIFFER.items() if key in keys]
+    if "info" not in marks and _SACK.search(str(row.get("info") or "")):
+        marks.append("info")
+    return sorted(marks)
 
 
 def _failure(err: str, display_filter: str, returncode: int | None) -> DiagdError:

@@ -39,6 +39,8 @@ ROWS_TIMEOUT_S = 60.0  # a page's `frame` requests take milliseconds: past this 
 # (argv, display filter, how many) -> (the first matching frame numbers, complete): first_page.early_numbers,
 # a scripted fake in the unit tests.
 EarlyNumbers = Callable[[list[str], str, int], Awaitable[tuple[list[int], bool]]]
+# (argv, display filter, how many) -> (the first matching rows, complete): first_page.early_rows.
+EarlyRows = Callable[[list[str], str, int], Awaitable[tuple[list[dict[str, Any]], bool]]]
 
 
 class Cores:
@@ -66,6 +68,7 @@ class Page:
     exact: bool
     rows: list[dict[str, Any]]
     served_by: str
+    rows_exact: bool = True  # False: some rows came from a single pass, their `provisional` columns may change
 
 
 @dataclass(eq=False)
@@ -88,13 +91,15 @@ class CaptureWorkers:
     """The pool of one capture, the exact totals known per filter and the passes running."""
 
     def __init__(self, nursery: trio.Nursery, pool: WorkerPool, cold_argv: list[str], *, cores: Cores,
-                 early_numbers: EarlyNumbers = first_page.early_numbers) -> None:
+                 early_numbers: EarlyNumbers = first_page.early_numbers,
+                 early_rows: EarlyRows = first_page.early_rows) -> None:
         self._nursery = nursery
         self.pool = pool
         self.facts = pool.facts  # updated in place by the pool when the capture loads
         self.cold_argv = cold_argv
         self.cores = cores
         self._early_numbers = early_numbers
+        self._early_rows = early_rows
         self.totals: OrderedDict[str, int] = OrderedDict()
         self.totals_bytes = 0  # about what `totals` holds: its filters' lengths and ~100 bytes an entry
         self.passes: dict[str, FilterPass] = {}
@@ -153,6 +158,9 @@ class CaptureWorkers:
 
     async def page(self, display_filter: str, offset: int, limit: int, deadline: float,
                    kinds: first_page.Kinds | None = None) -> Page:
+        if (self.pool.loading and display_filter not in self.answered_early and display_filter not in self.passes
+                and first_page.loading_safe(display_filter, offset, limit, kinds)):
+            return await self._while_loading(display_filter, offset, limit)
         if display_filter and not self.pool.holders(display_filter):
             early = await self._first(display_filter, offset, limit, deadline, kinds)
             if early is not None:
@@ -255,6 +263,28 @@ class CaptureWorkers:
         self.early_answers += 1
         return Page(seen, complete, rows, "sharkd (frames found by tshark)" if complete else
                     "sharkd (first page found by tshark; sharkd's pass gives the exact total)")
+
+    async def _while_loading(self, display_filter: str, offset: int, limit: int) -> Page:
+        """A page of a capture no worker has loaded yet: rows and all from an early-stopping single
+        pass beside the load, marked per row where a later frame may change them. The same call
+        again waits for sharkd and gets the exact page."""
+        async with self.early_slots:
+            self.cores.running += 1
+            try:
+                rows, complete = await self._early_rows(self.cold_argv, display_filter, offset + limit)
+            finally:
+                self.cores.running -= 1
+        seen = len(rows) if complete else offset + limit + 1
+        if complete and display_filter:
+            self._known(display_filter, seen)
+        page = rows[offset:offset + limit]
+        rows_exact = not any("provisional" in row for row in page)
+        if not (complete and rows_exact):
+            self.answered_early[display_filter] = None
+            if len(self.answered_early) > 256:
+                self.answered_early.popitem(last=False)
+        self.early_answers += 1
+        return Page(seen, complete, page, "tshark (single pass while sharkd loads)", rows_exact)
 
     async def _race(self, running: FilterPass, offset: int, limit: int) -> Page | None:
         page: Page | None = None

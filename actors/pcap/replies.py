@@ -18,8 +18,10 @@ class Source(TypedDict):
 
     pcap_path: str
     """the capture file"""
-    sha256: str
-    """the capture's content hash"""
+    sha256: NotRequired[str]
+    """the capture's content hash (left out of a fresh capture's provisional answer)"""
+    sha256_pending: NotRequired[bool]
+    """a provisional answer did not wait for the hash"""
     profile: str | None
     """the pcap profile used"""
     decode_as: list[str]
@@ -36,6 +38,8 @@ class Source(TypedDict):
     """include_command: the same, as a shell line"""
     decode_as_checked: NotRequired[list[dict[str, Any]]]
     """port rules checked against what each conversation carries"""
+    live: NotRequired[dict[str, Any]]
+    """a capture:<id> reference: up to which frame and time the answer covers, and whether it still grows"""
 
 
 class Answer(TypedDict):
@@ -50,8 +54,8 @@ class Answer(TypedDict):
 class InfoReply(Answer):
     """A capture's facts."""
 
-    sha256: str
-    """the capture's content hash"""
+    sha256: NotRequired[str]
+    """the capture's content hash (a fresh big file: still being hashed)"""
     packet_count: int
     """frames, as capinfos counts them"""
     protocols: list[str]
@@ -71,7 +75,9 @@ class InfoReply(Answer):
     file_encapsulation: NotRequired[str | None]
     """the link type"""
     served_by: NotRequired[str]
-    """sharkd or tshark (which answered)"""
+    """sharkd, tshark or capinfos (which answered)"""
+    protocols_ready: NotRequired[bool]
+    """false: the protocols are still being read (call again)"""
     has_protocols: NotRequired[dict[str, bool]]
     """protocol -> found (the ones the tools know)"""
     top_conversations: NotRequired[list[dict[str, Any]]]
@@ -97,6 +103,8 @@ class FramesReply(Answer):
     """rows past this page"""
     total_at_least: NotRequired[int]
     """a lower bound while the capture is still loading"""
+    exact: NotRequired[bool]
+    """false: rows of a single pass while the capture loads (their provisional columns may change)"""
     note: NotRequired[str]
     """how the total was counted"""
     served_by: NotRequired[str]
@@ -118,6 +126,12 @@ class TimelineReply(Answer):
     """field -> value (an array for a repeated field), per frame"""
     has_more: bool
     """rows past this page"""
+    total_exact: NotRequired[bool]
+    """total is the exact count (false: a fresh capture's first page)"""
+    total_at_least: NotRequired[int]
+    """a lower bound while the capture is still loading"""
+    served_by: NotRequired[str]
+    """sharkd or tshark (a single pass while sharkd loads)"""
     hint: NotRequired[str]
     """why nothing matched, and what would"""
     fields_resolved: NotRequired[dict[str, str]]
@@ -377,8 +391,12 @@ class SequenceReply(Answer):
     """the Mermaid sequenceDiagram"""
     frames_matched: NotRequired[int]
     """frames selected"""
+    offset: NotRequired[int]
+    """frames of the selection skipped"""
     left_out: NotRequired[int]
-    """frames not drawn (max_arrows)"""
+    """frames not drawn (max_arrows, offset)"""
+    next_offset: NotRequired[int | None]
+    """offset that draws the next frames (null: the end)"""
     selection: NotRequired[dict[str, Any]]
     """what was selected"""
     display_filter: NotRequired[str]

@@ -1,12 +1,15 @@
-"""A Mermaid `sequenceDiagram` from `tshark -T fields` rows: one arrow per frame, lifelines per address.
+"""A Mermaid `sequenceDiagram` from `tshark -T fields` rows: one arrow per frame, lifelines per endpoint role.
 
 Why this shape:
-- Lifelines are IP addresses (the innermost one when a frame is tunnelled: GTP-U, GRE), not ip:port,
-  because HTTP/2 clients open connections from ephemeral ports and one NF would split into many lifelines.
-- A role (gNB, AMF, SMF, UPF, NRF, ...) names an address only from protocol semantics: the SCTP side on
-  port 38412 is the AMF (the other the gNB); the PFCP session requests' sender is the SMF, their receiver
-  the UPF; the server of an SBI request is the NF its path names (`/nsmf-pdusession/...` -> SMF). An
-  address with evidence for two roles (an SCP or proxy forwards many services) keeps its plain address.
+- Each side of a frame is an end, (address, port) of the innermost IP and transport header (GTP-U, GRE
+  tunnels: the inner ones). A role (gNB, AMF, SMF, UPF, NRF, AUSF, ...) names an end only from protocol
+  semantics: the SCTP end on port 38412 is the AMF (the other the gNB); the PFCP session requests' sender
+  is the SMF, their receiver the UPF; the server end of an SBI request is the NF its path names
+  (`/nausf-auth/...` -> AUSF). The client end of a request gets no name from it (an SCP forwards others').
+- An address is one lifeline when that is unambiguous: none of its ends is named differently from another
+  and none talks to another. HTTP/2 and HTTP/1.1 clients use ephemeral ports, so one NF on its own
+  address stays one lifeline. On an all-in-one core (every NF on 127.0.0.1 or one docker address) the
+  named ends are lifelines of their own, so no arrow points to itself unless both its ends are one.
 - The message text is Wireshark's own Protocol and Info columns (NGAP procedure + NAS message, PFCP
   message, HTTP method + path / status, SIP request / status, Diameter command), minus SCTP chunk noise,
   so every arrow can be checked against `tshark -T fields -e _ws.col.Info`.
@@ -23,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FIELDS = ("frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "_ws.col.Protocol", "_ws.col.Info",
-          "sctp.srcport", "sctp.dstport", "pfcp.msg_type", "pfcp.cause", "http2.headers.path",
-          "http2.headers.status", "http.request.uri", "http.response.code", "sip.Status-Code",
-          "diameter.Result-Code", "diameter.Experimental-Result-Code", "nas_5gs.mm.5gmm_cause",
-          "nas_5gs.sm.5gsm_cause", "ngap.unsuccessfulOutcome_element")
+          "sctp.srcport", "sctp.dstport", "tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport",
+          "pfcp.msg_type", "pfcp.cause", "http2.headers.path", "http2.headers.status", "http.request.uri",
+          "http.response.code", "sip.Status-Code", "diameter.Result-Code", "diameter.Experimental-Result-Code",
+          "nas_5gs.mm.5gmm_cause", "nas_5gs.sm.5gsm_cause", "ngap.unsuccessfulOutcome_element")
 
 NGAP_PORT = "38412"
 PFCP_FROM_SMF = {"50", "52", "54", "57"}  # session establishment/modification/deletion requests, report response
@@ -35,6 +38,7 @@ SBI_ROLES = ("amf", "smf", "upf", "nrf", "ausf", "udm", "udr", "pcf", "nssf", "b
 NORMAL_5GSM_CAUSES = {"36"}  # regular deactivation: a release, not a failure
 LABEL_MAX = 90
 _SBI_PATH = re.compile(r"^/n([a-z]+)-")
+_ABSOLUTE = re.compile(r"^[a-z][a-z0-9+.-]*://[^/]*", re.IGNORECASE)  # an HTTP/1.1 absolute-form request URI
 # SCTP control chunks Wireshark writes before the payload's own Info ("SACK (Ack=1, Arwnd=1) , ...").
 _SCTP_NOISE = re.compile(r"^(?:(?:SACK|INIT|INIT_ACK|COOKIE_ECHO|COOKIE_ACK|HEARTBEAT|HEARTBEAT_ACK|SHUTDOWN"
                          r"|SHUTDOWN_ACK|SHUTDOWN_COMPLETE|ABORT|ERROR|FORWARD_TSN)(?: \([^)]*\))? ?,? ?)+")
@@ -94,63 +98,139 @@ def failure(row: dict[str, Any]) -> str | None:
     return ", ".join(dict.fromkeys(causes)) or None
 
 
-def role_votes(row: dict[str, Any], src: str, dst: str) -> Iterable[tuple[str, str]]:
-    """(address, role) evidence one frame gives."""
-    if last(row.get("sctp.dstport")) == NGAP_PORT and "NGAP" in str(row.get("_ws.col.Protocol")):
-        yield from ((src, "gNB"), (dst, "AMF"))
-    elif last(row.get("sctp.srcport")) == NGAP_PORT and "NGAP" in str(row.get("_ws.col.Protocol")):
-        yield from ((src, "AMF"), (dst, "gNB"))
+Port = str | None
+End = tuple[str, Port]  # (address, port): one side of a frame
+
+
+def end_text(end: End) -> str:
+    """'10.0.0.1:38412', '[fd00::1]:7777', or the plain address of an end without a port."""
+    address, port = end
+    if port is None:
+        return address
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def ports(row: dict[str, Any]) -> tuple[Port, Port]:
+    """(source, destination) port of the innermost transport: TCP, then SCTP, then UDP (GTP-U's outer UDP
+    comes before an inner UDP header, so the last value is the inner one)."""
+    for proto in ("tcp", "sctp", "udp"):
+        src, dst = last(row.get(f"{proto}.srcport")), last(row.get(f"{proto}.dstport"))
+        if src is not None and dst is not None:
+            return src, dst
+    return None, None
+
+
+def sbi_role(path: str) -> str | None:
+    """The NF a request's :path (or HTTP/1.1 request URI, absolute or not) names by its service."""
+    found = _SBI_PATH.match(_ABSOLUTE.sub("", path))
+    return found.group(1).upper() if found and found.group(1) in SBI_ROLES else None
+
+
+def role_votes(row: dict[str, Any], src: End, dst: End) -> Iterable[tuple[End, str]]:
+    """(end, role) evidence one frame gives: NGAP by the SCTP port 38412 (AMF) and its peer (gNB), PFCP
+    by the direction of session messages (the SMF sends the requests), SBI by the service a request's
+    path names (the server end of the stream is that NF; its client end gets no name from it)."""
+    if "NGAP" in str(row.get("_ws.col.Protocol")):
+        if last(row.get("sctp.dstport")) == NGAP_PORT:
+            yield from ((src, "gNB"), (dst, "AMF"))
+        elif last(row.get("sctp.srcport")) == NGAP_PORT:
+            yield from ((src, "AMF"), (dst, "gNB"))
     pfcp = set(values(row.get("pfcp.msg_type")))
     if pfcp & PFCP_FROM_SMF:
         yield from ((src, "SMF"), (dst, "UPF"))
     if pfcp & PFCP_FROM_UPF:
         yield from ((src, "UPF"), (dst, "SMF"))
     for path in values(row.get("http2.headers.path")) + values(row.get("http.request.uri")):
-        found = _SBI_PATH.match(path)
-        if found and found.group(1) in SBI_ROLES:
-            yield dst, found.group(1).upper()
+        if (role := sbi_role(path)) is not None:
+            yield dst, role
 
 
 @dataclass
 class Arrow:
     frame: int
     time: float
-    src: str
-    dst: str
+    src: End
+    dst: End
     text: str
     cause: str | None
+
+
+@dataclass
+class Lifeline:
+    address: str
+    port: Port  # None: every end of the address not drawn on a lifeline of its own
+    role: str | None
+
+    @property
+    def shown(self) -> str:
+        where = end_text((self.address, self.port))
+        return safe(f"{self.role} {where}" if self.role else where)
 
 
 @dataclass
 class Diagram:
     arrows: list[Arrow] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # frames without an IP source and destination
-    roles: dict[str, set[str]] = field(default_factory=dict)
+    votes: dict[End, set[str]] = field(default_factory=dict)
 
     def add(self, row: dict[str, Any]) -> None:
-        src = last(row.get("ip.src")) or last(row.get("ipv6.src"))
-        dst = last(row.get("ip.dst")) or last(row.get("ipv6.dst"))
-        if src is None or dst is None:
+        src_ip = last(row.get("ip.src")) or last(row.get("ipv6.src"))
+        dst_ip = last(row.get("ip.dst")) or last(row.get("ipv6.dst"))
+        if src_ip is None or dst_ip is None:
             self.skipped.append(int(row["frame.number"]))
             return
-        for address, role in role_votes(row, src, dst):
-            self.roles.setdefault(address, set()).add(role)
+        src_port, dst_port = ports(row)
+        src, dst = (src_ip, src_port), (dst_ip, dst_port)
+        for end, role in role_votes(row, src, dst):
+            self.votes.setdefault(end, set()).add(role)
         time = float(last(row.get("frame.time_epoch")) or 0.0)
         self.arrows.append(Arrow(int(row["frame.number"]), time, src, dst, label(row), failure(row)))
 
-    def role(self, address: str) -> str | None:
-        found = self.roles.get(address, set())
+    def end_role(self, end: End) -> str | None:
+        """The end's role when all its evidence names one."""
+        found = self.votes.get(end, set())
         return next(iter(found)) if len(found) == 1 else None
 
-    def participants(self) -> dict[str, tuple[str, str]]:
-        """address -> (Mermaid id, shown name), in first-seen order."""
-        out: dict[str, tuple[str, str]] = {}
+    def lifelines(self) -> dict[End, Lifeline]:
+        """Each end's lifeline. An address is one lifeline (named by its role when every piece of evidence
+        for any of its ends names the same one) unless its ends are told apart: two of its ends named
+        differently (an all-in-one core: AMF on 38412, SMF on 8805, AUSF by its SBI port), or two of its
+        ends talking to each other. Then each named end is a lifeline of its own, and the unnamed ends
+        (clients' ephemeral ports) share one lifeline per address unless they too talk to each other."""
+        ends = list(dict.fromkeys(e for a in self.arrows for e in (a.src, a.dst)))
+        by_address: dict[str, list[End]] = {}
+        for end in ends:
+            by_address.setdefault(end[0], []).append(end)
+        talk = {(a.src, a.dst) for a in self.arrows if a.src[0] == a.dst[0] and a.src != a.dst}
+        out: dict[End, Lifeline] = {}
+        for address, mine in by_address.items():
+            named = {e: r for e in mine if (r := self.end_role(e)) is not None}
+            if len(set(named.values())) <= 1 and not any(s[0] == address for s, _ in talk):
+                found = set().union(*(self.votes.get(e, set()) for e in mine))
+                whole = Lifeline(address, None, next(iter(found)) if len(found) == 1 else None)
+                out.update({e: whole for e in mine})
+                continue
+            unnamed = [e for e in mine if e not in named]
+            shared = not any(s in unnamed and d in unnamed for s, d in talk)
+            rest = Lifeline(address, None, None)
+            for end in mine:
+                if end in named:
+                    out[end] = Lifeline(address, end[1], named[end])
+                else:
+                    out[end] = rest if shared else Lifeline(address, end[1], None)
+        return out
+
+    def participants(self) -> dict[End, tuple[str, Lifeline]]:
+        """end -> (Mermaid id, lifeline), ids numbered in first-seen order of the lifelines."""
+        lines = self.lifelines()
+        ids: dict[int, str] = {}
+        out: dict[End, tuple[str, Lifeline]] = {}
         for arrow in self.arrows:
-            for address in (arrow.src, arrow.dst):
-                if address not in out:
-                    role = self.role(address)
-                    ident = f"{role or 'N'}_{len(out) + 1}"
-                    out[address] = (ident, safe(f"{role} {address}" if role else address))
+            for end in (arrow.src, arrow.dst):
+                line = lines[end]
+                if id(line) not in ids:
+                    ids[id(line)] = f"{line.role or 'N'}_{len(ids) + 1}"
+                out[end] = (ids[id(line)], line)
         return out
 
     def gap_threshold(self) -> float:
@@ -161,7 +241,8 @@ class Diagram:
     def mermaid(self) -> str:
         names = self.participants()
         lines = ["sequenceDiagram"]
-        lines += [f"    participant {ident} as {shown}" for ident, shown in names.values()]
+        lines += [f"    participant {ident} as {line.shown}"
+                  for ident, line in dict(names.values()).items()]
         threshold = self.gap_threshold()
         previous: Arrow | None = None
         for arrow in self.arrows:
@@ -176,9 +257,9 @@ class Diagram:
         return "\n".join(lines) + "\n"
 
     def describe(self) -> dict[str, Any]:
-        names = self.participants()
-        return {"participants": [{"id": i, "name": n, "address": a, "role": self.role(a)}
-                                 for a, (i, n) in names.items()],
+        lines = dict(self.participants().values())
+        return {"participants": [{"id": i, "name": line.shown, "address": line.address, "port": line.port,
+                                  "role": line.role} for i, line in lines.items()],
                 "arrows": len(self.arrows), "failures": [{"frame": a.frame, "cause": a.cause}
                                                          for a in self.arrows if a.cause]}
 

@@ -26,7 +26,7 @@ from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.cache import PackedLru
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.first_page import Kinds
-from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, Page, invalid
+from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
 from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
 from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
@@ -44,13 +44,15 @@ class CaptureSession:
 
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
-                 early_numbers: EarlyNumbers = first_page.early_numbers) -> None:
+                 early_numbers: EarlyNumbers = first_page.early_numbers,
+                 early_rows: EarlyRows = first_page.early_rows) -> None:
         self.spec = spec
         self._max_workers = max_workers
         self._headroom = headroom
         self._cores = cores if cores is not None else Cores()
         self._launch = launch
         self._early_numbers = early_numbers
+        self._early_rows = early_rows
         self._config_dir: Path | None = None
         self.workers: CaptureWorkers | None = None
         self.facts = LoadFacts()  # the pool's, once started (updated in place)
@@ -63,9 +65,12 @@ class CaptureSession:
         self.results: PackedLru[object, dict[str, Any]] = PackedLru(CACHE_BUDGET * 3 // 8, 256)
         self.cache_hits = 0
         self.cat: Catalogue | None = None
+        self._nursery: trio.Nursery | None = None
+        self.summary: Summary | None = None  # protocols and conversations read by tshark while sharkd loads
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Write the workers' Wireshark config and start loading the first one (in `nursery`)."""
+        self._nursery = nursery
         self._config_dir = Path(tempfile.mkdtemp(prefix="diagd-wsconf-"))
         lines = []
         cat = self.cat = await catalogue()
@@ -83,7 +88,7 @@ class CaptureSession:
         pool = WorkerPool(nursery, self.spec, self._config_dir, max_workers=self._max_workers,
                           headroom=self._headroom, launch=self._launch, cores=self._cores.count)
         self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), cores=self._cores,
-                                      early_numbers=self._early_numbers)
+                                      early_numbers=self._early_numbers, early_rows=self._early_rows)
         self.facts = pool.facts
         self.workers.start()
 
@@ -252,6 +257,15 @@ class CaptureSession:
             self.trees.put(number, answer)
         return dict(answer)
 
+    def cold_summary(self, probe: tuple[str, ...]) -> Summary:
+        """Protocols and conversations of the capture from one tshark pass beside the load, started
+        once in the background (a call may wait for it or answer without it)."""
+        if self.summary is None:
+            assert self._nursery is not None
+            self.summary = Summary()
+            self._nursery.start_soon(self.summary.read, self.cold_argv(), probe)
+        return self.summary
+
     async def analysed(self, request: Request) -> dict[str, Any]:
         """Protocols and time span of the whole capture (one dissection pass, done once)."""
         if not self.analysis:
@@ -267,6 +281,29 @@ class CaptureSession:
     async def protocols(self, request: Request) -> list[str]:
         """The protocols the capture carries (sharkd's `analyse`)."""
         return list((await self.analysed(request)).get("protocols", []))
+
+
+class Summary:
+    """One tshark pass's protocols and conversations (tshark.info), or why it failed, once done."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: dict[str, Any] = {}
+        self.error: DiagdError | None = None
+
+    async def read(self, argv: list[str], probe: tuple[str, ...]) -> None:
+        try:
+            self.result = await _cold.info(argv, probe)
+        except DiagdError as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    async def wait(self) -> dict[str, Any]:
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 def check_length(display_filter: str) -> None:

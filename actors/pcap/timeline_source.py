@@ -1,5 +1,6 @@
 """pcap's diagd_timeline adapter: a capture's frames, read through pcap_timeline, as timeline rows.
 
+The path may be a reference (`capture:<id>`, a live capture: its frames so far, the note says up to which).
 Options: `filter` (a display filter, joined with the time window), `fields` (default the protocol
 and info columns) and `decode_as`, as pcap_timeline takes them.
 """
@@ -74,6 +75,9 @@ async def read(call: Caller, source: Source, window: Window) -> Read:
     out.rows.sort(key=lambda r: r["t"])  # frames are in file order, which may not be time order
     if not out.rows:
         out.note = f"no frame matched {args['display_filter']!r}"
+    live = page.get("source", {}).get("live")
+    if live:  # a `capture:<id>` reference: how far the capture had got
+        out.note = f"{out.note}; {live['note']}" if out.note else live["note"]
     return out
 
 

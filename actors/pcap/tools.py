@@ -71,6 +71,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 tools: ToolSet[PcapBackend] = ToolSet()
 Args = dict[str, Any]
+SINGLE_PASS = "single pass while sharkd loads"  # in served_by of a fresh capture's first page
 CAPTURE_ONLY = ("pcap_path",)
 
 
@@ -118,9 +119,11 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
     span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start), "time_end": facts.iso(facts.end),
             "duration_s": facts.duration_s, "duration_s_text": facts.duration, "file_type": facts.file_type,
             "file_encapsulation": facts.encapsulation}
-    source = await backend.source(spec, args, command=["-q", "-z", "io,phs"])
-    return cast(InfoReply, {"sha256": source["sha256"], "file_size_bytes": spec.size, **span, **result,
-                            "warnings": warnings, "tshark_version": (await catalogue()).version, "source": source})
+    source = await backend.source(spec, args, command=["-q", "-z", "io,phs"],
+                                  provisional=not result.get("protocols_ready", True))
+    hashed = {"sha256": source["sha256"]} if "sha256" in source else {}  # a fresh 1 GB file: still hashing
+    return cast(InfoReply, {**hashed, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
+                            "tshark_version": (await catalogue()).version, "source": source})
 
 
 @tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames.",
@@ -131,7 +134,8 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
     return cast(FramesReply, {
         **result, "limit": limit, "offset": offset,
-        "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt))})
+        "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
+                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
 
 
 def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -179,7 +183,8 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Timeli
     return cast(TimelineReply, {
         **result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
         "sort_by": sort_by,
-        "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command)})
+        "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command,
+                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
 
 
 @tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text).",

@@ -66,13 +66,16 @@ async def frames(base: list[str], display_filter: str) -> list[dict[str, Any]]:
     """The packet list of a filter. `-T tabs` (the summary line, tab-separated) costs what a plain
     `-Y` pass costs; `-T fields -e _ws.col.*` would build columns for every frame (3x slower)."""
     argv = [*base, *(["-Y", display_filter] if display_filter else []), "-T", "tabs"]
-    rows = []
-    for line in (await _run(argv)).splitlines():
-        c = [cell.strip() for cell in line.split("\t")]
-        if len(c) >= 8 and c[0].isdigit():  # No., Time, Source, arrow, Destination, Protocol, Length, Info
-            rows.append({"number": int(c[0]), "time_relative": float(c[1] or 0), "src": c[2], "dst": c[4],
-                         "protocol": c[5], "length": int(c[6] or 0), "info": " ".join(c[7:]).strip()})
-    return rows
+    return [row for line in (await _run(argv)).splitlines() if (row := tabs_row(line)) is not None]
+
+
+def tabs_row(line: str) -> dict[str, Any] | None:
+    """One packet-list row of `tshark -T tabs` (None for a line that is none)."""
+    c = [cell.strip() for cell in line.split("\t")]
+    if len(c) < 8 or not c[0].isdigit():  # No., Time, Source, arrow, Destination, Protocol, Length, Info
+        return None
+    return {"number": int(c[0]), "time_relative": float(c[1] or 0), "src": c[2], "dst": c[4],
+            "protocol": c[5], "length": int(c[6] or 0), "info": " ".join(c[7:]).strip()}
 
 
 async def info(base: list[str], probe: Sequence[str]) -> dict[str, Any]:
@@ -142,11 +145,49 @@ class CaptureFacts:
         return stamp.replace(" ", "T", 1) + "Z" if stamp is not None else None
 
 
+BIG_FILE = 64 * 2**20  # above this, capinfos (which reads every record) is not waited for before a call
+_counting: dict[str, trio.Event] = {}  # capinfos runs going on, per file version
+
+
+async def check_capture(path: Path, identity: str, size: int) -> None:
+    """INVALID_ARGUMENT unless the file is a capture of packets, before any worker is started for it.
+    A small file gets capinfos (capture_facts, kept for pcap_info); a big one only `captype`, which
+    opens it without reading it through, and capinfos goes on in the background: counting a 1 GB
+    file's records takes seconds that a fresh capture's first page need not wait for."""
+    if size < BIG_FILE:
+        await capture_facts(path, identity, size)
+        return
+    if identity in _facts or identity in _counting:
+        return
+    done = await run(["captype", str(path)])
+    kind = done.out.strip().rsplit(": ", 1)[-1] if done.returncode == 0 else "unknown"
+    if kind == "unknown" or kind in NOT_PACKETS:
+        await capture_facts(path, identity, size)  # its own words for why not
+        return
+
+    async def count() -> None:
+        try:
+            await capture_facts(path, identity, size)
+        except DiagdError:
+            pass  # the call that needs the facts (pcap_info) runs capinfos again and says why
+    trio.lowlevel.spawn_system_task(count)
+
+
 async def capture_facts(path: Path, identity: str, size: int) -> CaptureFacts:
     """capinfos on the file (cached per file version): INVALID_ARGUMENT "not a capture file" when it is not one."""
+    while identity in _counting:  # one capinfos per file version at a time
+        await _counting[identity].wait()
     if identity in _facts:
         _facts.move_to_end(identity)
         return _facts[identity]
+    _counting[identity] = trio.Event()
+    try:
+        return await _capinfos(path, identity, size)
+    finally:
+        _counting.pop(identity).set()
+
+
+async def _capinfos(path: Path, identity: str, size: int) -> CaptureFacts:
     argv = ["capinfos", "-M", "-T", "-r", "-t", "-E", "-c", "-u", "-a", "-e", str(path)]
     done = await run(argv, env={**os.environ, "TZ": "UTC"})  # capinfos prints local times
     out = done.out.strip()

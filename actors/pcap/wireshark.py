@@ -233,6 +233,12 @@ def begin_sha256(path: Path, identity: str) -> None:
     trio.lowlevel.spawn_system_task(compute)
 
 
+def sha256_if_ready(identity: str) -> str | None:
+    """The file version's sha256 if hashed already (None: not yet, or it failed)."""
+    digest = _digests.get(identity)
+    return digest.value if digest is not None and digest.done.is_set() else None
+
+
 async def capture_sha256(path: Path, identity: str | None = None) -> tuple[str, int]:
     """sha256 of the file, cached per version (device, inode, size, mtime): hashed once."""
     if identity is None:

@@ -13,7 +13,7 @@ from typing_extensions import TypedDict
 
 from diagd.actors.replies import is_reply_model, reply_schema
 from diagd.actors.tooling import CallContext, ToolSet, ToolSpec
-from diagd.daemon import tool_listing
+from diagd.daemon.server import tool_listing
 from tests.support import reply_check
 
 
@@ -98,7 +98,7 @@ def _undescribed(schema: dict[str, Any], where: str) -> list[str]:
 def test_every_tools_output_schema_is_generated_from_its_reply_model_with_every_property_described() -> None:
     specs = _declared_specs()
     assert len(specs) >= 45 and {"send_data", "pcap_info", "exec_program", "run_crash_command", "start_capture",
-                                 "diagd_timeline", "pcap_sequence_diagram", "echo"} <= set(specs)
+                                 "diagd_timeline", "pcap_sequence_diagram", "diagd_record_stop", "echo"} <= set(specs)
     for spec in specs.values():
         assert spec.reply is not None and is_reply_model(spec.reply), spec.name
         assert spec.output_schema == reply_schema(spec.reply), spec.name

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from diagd.daemon.audit import AuditLog, CallStats, percentile
-from diagd.daemon.tools import CallRecord
+from diagd.daemon.server.audit import AuditLog, CallStats, percentile
+from diagd.daemon.server.tools import CallRecord
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -101,7 +101,7 @@ def test_a_link_planted_where_the_log_rotates_to_disables_it_instead_of_writing_
             path.symlink_to(target)
 
     log = AuditLog(path, max_bytes=500, keep=2)
-    monkeypatch.setattr("diagd.daemon.audit.os.replace", replace_then_plant)
+    monkeypatch.setattr("diagd.daemon.server.audit.os.replace", replace_then_plant)
     for _ in range(20):  # past the rotation: the writes after it are dropped, none raises
         log.write(record())
     log.close()

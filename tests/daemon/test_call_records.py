@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.daemon.audit import AuditLog, CallStats
-from diagd.daemon.tools import CallContext, CallRecord, ToolRegistry, ToolSpec
+from diagd.daemon.server.audit import AuditLog, CallStats
+from diagd.daemon.server.tools import CallContext, CallRecord, ToolRegistry, ToolSpec
 
 SCHEMA = {
     "type": "object",

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from diagd.daemon.callcli import (
+from diagd.daemon.cli.callcli import (
     RULE,
     ArgumentError,
     banner_after,

@@ -6,7 +6,7 @@ import argparse
 import subprocess
 from collections.abc import Iterator
 
-from diagd.daemon import cli
+from diagd.daemon.cli import cli
 from tests.conftest import DIAGD
 
 

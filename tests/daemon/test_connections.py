@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.daemon.connections import ByteBudget, ConnectionTable, State
-from diagd.daemon.control_server import SMALL_FRAME_BYTES, FrameStream
+from diagd.daemon.server.connections import ByteBudget, ConnectionTable, State
+from diagd.daemon.server.control_server import SMALL_FRAME_BYTES, FrameStream
 from diagd.protocol import control
 from diagd.protocol.errors import DiagdError, ErrorCode
 

@@ -9,8 +9,8 @@ from typing import Any
 import trio
 import trio.testing
 
-from diagd.daemon.control_server import PROGRESS_QUEUE, FrameStream, _dispatch
-from diagd.daemon.tools import CallContext
+from diagd.daemon.server.control_server import PROGRESS_QUEUE, FrameStream, _dispatch
+from diagd.daemon.server.tools import CallContext
 from diagd.protocol import control, framing
 
 REPORTS = 1000

@@ -1,4 +1,4 @@
-"""The protocol eras diagd speaks are pinned (daemon/eras.py) and are exactly what the installed MCP SDK
+"""The protocol eras diagd speaks are pinned (daemon/server/eras.py) and are exactly what the installed MCP SDK
 serves: an SDK upgrade that adds or drops a version fails here, so the decision and docs/mcp-protocol.md
 are revisited rather than inherited. The stdio screening lets a 2026-era request through without a
 handshake and refuses a version outside them, with the versions listed."""
@@ -11,7 +11,7 @@ import mcp_types
 from mcp.shared.message import SessionMessage
 from mcp_types import version as sdk
 
-from diagd.daemon import eras, mcp_wire
+from diagd.daemon.server import eras, mcp_wire
 
 
 def test_the_pinned_eras_are_the_sdks() -> None:

@@ -14,9 +14,9 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
 
-from diagd.daemon.http_session_replay import body_once
-from diagd.daemon.http_sessions import SessionManager
 from diagd.daemon.http_settings import HttpConfig
+from diagd.daemon.server.http_session_replay import body_once
+from diagd.daemon.server.http_sessions import SessionManager
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}

@@ -58,7 +58,7 @@ def test_an_unknown_http_setting_is_refused_with_close_matches() -> None:
 
 
 def test_a_reload_says_http_changes_wait_for_a_restart() -> None:
-    from diagd.daemon import reload
+    from diagd.daemon.server import reload
 
     notes = reload.static_notes(config.parse({}), parse({"listen": "127.0.0.1:8765"}))
     assert [n["applies_to"] for n in notes if n["setting"] == "[http] listen"] == ["the next daemon start"]

@@ -16,33 +16,33 @@ def loaded_after(code: str) -> set[str]:
 
 def test_the_daemon_and_its_back_ends_load_without_the_mcp_sdk() -> None:
     # What `diagd serve` imports before its first MCP client: the server, every back end's tools.
-    modules = loaded_after("import diagd.daemon.server\nimport importlib\nfrom diagd.daemon import discovery\n"
+    modules = loaded_after("import diagd.daemon.server.server\nimport importlib\nfrom diagd.daemon import discovery\n"
                            "for b in discovery.installed(): importlib.import_module(b.module)")
     assert not {m.split(".")[0] for m in modules} & set(HEAVY)
 
 
 def test_the_mcp_front_end_still_brings_the_sdk() -> None:
     # The check above means something: the module the daemon imports on the first MCP connection.
-    assert "mcp" in loaded_after("import diagd.daemon.mcp_front")
+    assert "mcp" in loaded_after("import diagd.daemon.server.mcp_front")
 
 
 def test_serve_keeps_rich_out() -> None:
-    # structlog imports rich when it is installed; `diagd serve` refuses it (daemon.cli.NOT_IN_DAEMON).
-    modules = loaded_after("import sys\nfrom diagd.daemon import cli\n"
+    # structlog imports rich when it is installed; `diagd serve` refuses it (daemon/cli/cli.py NOT_IN_DAEMON).
+    modules = loaded_after("import sys\nfrom diagd.daemon.cli import cli\n"
                            "for name in cli.NOT_IN_DAEMON: sys.modules.setdefault(name, None)\n"
-                           "import diagd.daemon.server")
+                           "import diagd.daemon.server.server")
     assert "rich" not in modules and "pygments" not in modules
 
 
 def test_the_mcp_front_end_leaves_the_sdks_client_and_high_level_server_out() -> None:
-    # daemon/mcp_sdk.py: the SDK's package __init__s would bring its client, httpx and MCPServer (~12 MB).
-    modules = loaded_after("from diagd.daemon import server\nserver._import_front()")
-    assert "mcp.server.lowlevel.server" in modules and "diagd.daemon.mcp_front" in modules
+    # daemon/server/mcp_sdk.py: the SDK's package __init__s would bring its client, httpx and MCPServer (~12 MB).
+    modules = loaded_after("from diagd.daemon.server import server\nserver._import_front()")
+    assert "mcp.server.lowlevel.server" in modules and "diagd.daemon.server.mcp_front" in modules
     assert not {"mcp.client", "mcp.client.streamable_http", "mcp.server.mcpserver", "httpx2", "cryptography"} & modules
 
 
 def test_the_whole_sdk_is_still_there_when_asked_for() -> None:
-    modules = loaded_after("from diagd.daemon import server\nserver._import_front()\nfrom mcp import Client\n"
+    modules = loaded_after("from diagd.daemon.server import server\nserver._import_front()\nfrom mcp import Client\n"
                            "from mcp.server import MCPServer, Server\n"
                            "from mcp.server.lowlevel.server import Server as LowLevel\n"
                            "assert Server is LowLevel and Client.__module__ == 'mcp.client.client'")
@@ -50,13 +50,13 @@ def test_the_whole_sdk_is_still_there_when_asked_for() -> None:
 
 
 def test_lean_leaves_an_sdk_already_imported_as_it_is() -> None:
-    modules = loaded_after("import mcp, sys\nfrom diagd.daemon import mcp_sdk\nmcp_sdk.lean()\n"
+    modules = loaded_after("import mcp, sys\nfrom diagd.daemon.server import mcp_sdk\nmcp_sdk.lean()\n"
                            "assert sys.modules['mcp'] is mcp")
     assert "mcp.client" in modules
 
 
 def test_the_http_stack_stays_out_of_a_daemon_without_http() -> None:
     # [http] listen unset: the MCP front end alone must not bring hypercorn and its h11/h2 stack.
-    modules = loaded_after("from diagd.daemon import server\nserver._import_front()")
+    modules = loaded_after("from diagd.daemon.server import server\nserver._import_front()")
     assert not {m.split(".")[0] for m in modules} & {"hypercorn", "h11", "h2", "wsproto"}
-    assert "hypercorn" in loaded_after("import diagd.daemon.http_front")
+    assert "hypercorn" in loaded_after("import diagd.daemon.server.http_front")

@@ -11,9 +11,9 @@ import trio
 import trio.testing
 
 from diagd.actors import heap, system
-from diagd.daemon.audit import CallRecord
-from diagd.daemon.heap_trim import QuietTrimmer
-from diagd.daemon.status_text import format_status
+from diagd.daemon.cli.status_text import format_status
+from diagd.daemon.server.audit import CallRecord
+from diagd.daemon.server.heap_trim import QuietTrimmer
 
 
 def status(actors: list[dict[str, Any]], **daemon: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diagd.daemon.connections import peer_cwd
+from diagd.daemon.server.connections import peer_cwd
 
 
 def test_the_cwd_of_a_live_process_is_read_and_resolves_to_the_same_directory(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from diagd.daemon.progressline import CLEAR, ProgressLine
+from diagd.daemon.cli.progressline import CLEAR, ProgressLine
 
 
 def test_each_report_redraws_the_line_with_its_percentage_and_elapsed_seconds() -> None:

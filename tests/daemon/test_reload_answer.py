@@ -11,8 +11,8 @@ from diagd.actors import bpftrace, capture, crash, serial
 from diagd.actors.crash.messages import SPAWN_SETTINGS
 from diagd.actors.crash.settings import CrashSettings
 from diagd.daemon import config as config_mod
-from diagd.daemon import reload as reload_notes
-from diagd.daemon.server import Daemon
+from diagd.daemon.server import reload as reload_notes
+from diagd.daemon.server.server import Daemon
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # What serial, bpftrace and capture declare through `Runtime.defer_on_reload` (crash notes its own from a hook).

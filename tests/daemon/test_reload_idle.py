@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from diagd.actors.base import Actor, ActorState, Request
-from diagd.daemon.supervisor import Supervisor
+from diagd.daemon.server.supervisor import Supervisor
 
 
 @dataclass(frozen=True)

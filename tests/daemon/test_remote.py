@@ -1,4 +1,4 @@
-"""daemon/remote.py without a network: targets, our options in a command line, quoting, ssh's verdicts."""
+"""daemon/cli/remote.py without a network: targets, our options in a command line, quoting, ssh's verdicts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from diagd import __version__
-from diagd.daemon import remote
-from diagd.daemon.remote import Request, Target
+from diagd.daemon.cli import remote
+from diagd.daemon.cli.remote import Request, Target
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.conftest import DIAGD
 
@@ -135,7 +135,7 @@ def test_a_bad_target_is_a_usage_error_before_any_ssh() -> None:
 
 def test_the_remote_path_stays_stdlib_only() -> None:
     # `diagd mcp --ssh` starts ssh from a CLI that must start fast: no trio, no mcp, not even msgpack.
-    probe = ("import sys\nfrom diagd.daemon import cli, remote\n"
+    probe = ("import sys\nfrom diagd.daemon.cli import cli, remote\n"
              "print(' '.join(n for n, m in sys.modules.items() if m is not None))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert not {m.split(".")[0] for m in done.stdout.split()} & {"trio", "mcp", "msgpack", "anyio", "structlog"}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from diagd.daemon import backend_needs, discovery, setup_cli
+from diagd.daemon import discovery
+from diagd.daemon.cli import backend_needs, setup_cli
 from tests.conftest import Env
 from tests.support.needy_backend import PACKAGE
 

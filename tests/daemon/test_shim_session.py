@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from diagd.daemon.shim_session import Closing, ReplayFailed, ShimSession, Verdict
+from diagd.daemon.shim.shim_session import Closing, ReplayFailed, ShimSession, Verdict
 
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}

@@ -11,7 +11,7 @@ import trio.testing
 
 from diagd.actors.base import Actor, ActorGone, ActorState, Request, RestartKind, SupervisionPolicy
 from diagd.actors.tooling import CallContext, current_call
-from diagd.daemon.supervisor import Supervisor
+from diagd.daemon.server.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 

@@ -15,7 +15,7 @@ from diagd.actors.bpftrace import timeline_source as bpftrace_source
 from diagd.actors.crash import timeline_source as crash_source
 from diagd.actors.pcap import timeline_source as pcap_source
 from diagd.actors.serial import timeline_source as serial_source
-from diagd.daemon import timeline
+from diagd.daemon.server import timeline
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 ADAPTERS = {"pcap": pcap_source.SOURCE, "serial": serial_source.SOURCE, "bpftrace": bpftrace_source.SOURCE,

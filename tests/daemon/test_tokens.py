@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from diagd.daemon import token_cli, tokens
+from diagd.daemon import tokens
+from diagd.daemon.cli import token_cli
 from diagd.daemon.tokens import TokenStore, Verifier
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -98,7 +99,7 @@ def test_the_listing_never_shows_a_secret_or_its_hash(tmp_path: Path, capsys: py
 
 
 def test_the_token_commands_load_neither_trio_nor_mcp() -> None:
-    probe = ("import sys\nfrom diagd.daemon import cli\nimport diagd.daemon.token_cli\n"
+    probe = ("import sys\nfrom diagd.daemon.cli import cli\nimport diagd.daemon.cli.token_cli\n"
              "print(' '.join(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert not {m.split(".")[0] for m in done.stdout.split()} & {"trio", "mcp", "anyio", "hypercorn"}

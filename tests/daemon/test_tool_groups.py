@@ -9,8 +9,9 @@ import pytest
 from typing_extensions import TypedDict
 
 from diagd.daemon import config as config_mod
-from diagd.daemon import tool_groups, tool_listing
-from diagd.daemon.tools import CallContext, ToolRegistry, ToolSpec
+from diagd.daemon import tool_groups
+from diagd.daemon.server import tool_listing
+from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -100,7 +101,10 @@ def test_the_listed_input_schema_leaves_out_only_what_restates_how_a_client_read
         "items": {"type": "array", "items": {"type": "object", "additionalProperties": False}, "default": [],
                   "description": "i"},
         "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "s"},
-        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+        "limit": {"type": "integer", "default": 50, "description": "l"},
+        "frames": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 2**32 - 1},
+                   "description": "n"},
+        "count": {"type": "integer", "maximum": 1000, "description": "c"}}}
     wire = tool_listing.input_schema(declared)
     assert wire == {"type": "object", "required": ["p"], "properties": {
         "p": {"type": "string", "description": "a path"},
@@ -109,7 +113,9 @@ def test_the_listed_input_schema_leaves_out_only_what_restates_how_a_client_read
         "text": {"type": "string", "description": "t"},
         "items": {"type": "array", "items": {"type": "object"}, "description": "i"},
         "offset": {"type": "integer", "minimum": 0, "description": "s"},
-        "limit": {"type": "integer", "default": 50, "description": "l"}}}
+        "limit": {"type": "integer", "default": 50, "description": "l"},
+        "frames": {"type": "array", "items": {"type": "integer", "minimum": 1}, "description": "n"},
+        "count": {"type": "integer", "maximum": 1000, "description": "c"}}}
     assert declared["additionalProperties"] is False and declared["properties"]["flag"]["default"] is False
     assert declared["properties"]["items"]["items"]["additionalProperties"] is False
 

@@ -12,7 +12,7 @@ import trio.testing
 from typing_extensions import TypedDict
 
 from diagd.actors.tooling import ToolSet, arguments_validator, display_filter, object_schema, paging, path
-from diagd.daemon.tools import CallContext, CallRecord, ToolRegistry, ToolSpec, coerce
+from diagd.daemon.server.tools import CallContext, CallRecord, ToolRegistry, ToolSpec, coerce
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 SCHEMA = {

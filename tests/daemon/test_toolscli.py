@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagd.daemon.toolscli import first_sentence
+from diagd.daemon.cli.toolscli import first_sentence
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from tests.pcaps import PCAPS
 
 if TYPE_CHECKING:
     from tests.e2e.test_serial import SimProcess
+    from tests.support.veth import Veth
 
 SOURCE = PCAPS / "magma_gx_gy_combined_04.pcapng"
 COPIES = 12  # ~35 MB: a filter pass takes long enough for another call to run beside it
@@ -45,6 +46,27 @@ def serial_daemon(env: Env, tmp_path: Path) -> Iterator[DaemonProcess]:
     """A daemon that may open the test's modems (`tmp_path/modem*`)."""
     env.write_config(env.config.read_text() + f'\n[serial]\nallowed_ports = ["{tmp_path}/modem*"]\n')
     daemon = start_daemon(env)
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+@pytest.fixture
+def veth() -> Iterator[Veth]:
+    """A veth pair, its sending end in a namespace of its own (tests/support/veth.py); root only."""
+    from tests.support.veth import veth_pair
+
+    with veth_pair() as pair:
+        yield pair
+
+
+@pytest.fixture
+def capture_daemon(env: Env, veth: Veth) -> Iterator[DaemonProcess]:
+    """A daemon that may capture on the veth pair's end."""
+    from tests.support.veth import start_capture_daemon
+
+    daemon = start_capture_daemon(env, veth)
     try:
         yield daemon
     finally:

@@ -7,14 +7,7 @@ and a capture that was running when the daemon stopped."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-import secrets
-import shutil
-import struct
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,80 +17,9 @@ from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_mcp import mcp_client
 from tests.e2e.test_serial import error, ok
 from tests.pcaps import pcap
+from tests.support.veth import Veth, frames, start_capture_daemon
 
 pytestmark = pytest.mark.e2e
-
-REPLAY_PPS = 500  # well below what the veth pair and dumpcap take without a drop on a 2-vCPU VM
-
-
-@dataclass(frozen=True)
-class Veth:
-    capture: str  # the end diagd captures on (in the daemon's namespace)
-    netns: str  # the namespace holding the sending end
-    send: str
-
-    def replay(self, capture: str, pps: int = REPLAY_PPS) -> None:
-        done = subprocess.run(["ip", "netns", "exec", self.netns, "tcpreplay", "-q", f"--pps={pps}", "-i", self.send,
-                               capture], capture_output=True, text=True, check=True)
-        assert "Failed packets:            0" in done.stdout, done.stdout
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
-@pytest.fixture
-def veth() -> Iterator[Veth]:
-    if os.geteuid() != 0:
-        pytest.skip("live capture tests need root (network namespaces, veth links, dumpcap in the sandbox)")
-    for tool in ("ip", "tcpreplay", "dumpcap", "editcap"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (scripts/setup.sh test installs tcpreplay)")
-    tag = secrets.token_hex(3)
-    pair = Veth(capture=f"dgc{tag}", netns=f"diagd-cap-{tag}", send=f"dgs{tag}")
-    _ip("netns", "add", pair.netns)
-    try:
-        _ip("link", "add", pair.capture, "mtu", "9000", "type", "veth", "peer", "name", pair.send, "mtu", "9000",
-            "netns", pair.netns)
-        # No IPv6 on either end: the kernel would send its own router and neighbour solicitations.
-        for ns, dev in ((None, pair.capture), (pair.netns, pair.send)):
-            prefix = ["ip", "netns", "exec", ns] if ns else []
-            subprocess.run([*prefix, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"], check=True)
-        _ip("link", "set", pair.capture, "up")
-        _ip("-n", pair.netns, "link", "set", pair.send, "up")
-        yield pair
-    finally:
-        subprocess.run(["ip", "link", "del", pair.capture], capture_output=True, check=False)
-        subprocess.run(["ip", "netns", "del", pair.netns], capture_output=True, check=False)
-
-
-def _daemon(env: Env, veth: Veth, extra: str = "") -> DaemonProcess:
-    env.write_config(env.config.read_text() + f'\n[capture]\nallowed_interfaces = ["{veth.capture}"]\n{extra}')
-    return start_daemon(env)
-
-
-@pytest.fixture
-def capture_daemon(env: Env, veth: Veth) -> Iterator[DaemonProcess]:
-    daemon = _daemon(env, veth)
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
-
-
-def frames(path: str | Path, tmp: Path) -> list[tuple[int, str]]:
-    """(original length, sha256 of the bytes) of every frame, read from the file as classic pcap."""
-    classic = tmp / f"{secrets.token_hex(4)}.pcap"
-    subprocess.run(["editcap", "-F", "pcap", str(path), str(classic)], check=True, capture_output=True)
-    data = classic.read_bytes()
-    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-    out, offset = [], 24
-    while offset + 16 <= len(data):
-        _sec, _frac, incl, orig = struct.unpack(order + "IIII", data[offset:offset + 16])
-        out.append((orig, hashlib.sha256(data[offset + 16:offset + 16 + incl]).hexdigest()))
-        offset += 16 + incl
-    return out
-
 
 async def wait_stopped(client: object, capture_id: str) -> dict[str, object]:
     status = await ok(client, "capture_status", capture_id=capture_id, wait_s=15)  # type: ignore[arg-type]
@@ -187,7 +109,7 @@ async def test_another_client_cannot_stop_a_capture_while_its_owner_is_connected
 async def test_the_disk_budget_stops_a_running_capture_saying_so_and_evicts_finished_ones_first(
         env: Env, veth: Veth) -> None:
     sent = pcap("5greplay_oai.pcap")  # about 316 kB once captured
-    daemon = _daemon(env, veth, "max_bytes = 400000\n")
+    daemon = start_capture_daemon(env, veth, "max_bytes = 400000\n")
     try:
         async with mcp_client(env) as client:
             first = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60)
@@ -211,7 +133,7 @@ async def test_the_disk_budget_stops_a_running_capture_saying_so_and_evicts_fini
 
 async def test_a_capture_survives_a_daemon_restart_as_a_stored_result(env: Env, veth: Veth, tmp_path: Path) -> None:
     sent = pcap("adrian_sandbox_n2.pcap")
-    daemon = _daemon(env, veth)
+    daemon = start_capture_daemon(env, veth)
     try:
         async with mcp_client(env) as client:
             started = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60)

@@ -67,7 +67,10 @@ async def call(daemon: DaemonProcess, tool: str, **args: Any) -> dict[str, Any]:
 
 
 async def test_info_summarises_protocols_conversations_and_identity(pcap_daemon: DaemonProcess) -> None:
-    info = await call(pcap_daemon, "pcap_info", pcap_path=pcap("adrian_registration_reject.pcap"))
+    with trio.fail_after(120):  # the protocols come with the first call, or a later one on a slow machine
+        while not (info := await call(pcap_daemon, "pcap_info",
+                                      pcap_path=pcap("adrian_registration_reject.pcap")))["protocols_ready"]:
+            await trio.sleep(0.2)
     assert info["packet_count"] == 39
     assert info["sha256"].startswith("2530783fa528b48a")
     assert info["has_protocols"]["ngap"] and info["has_protocols"]["nas-5gs"] and not info["has_protocols"]["pfcp"]
@@ -270,7 +273,13 @@ async def test_repeated_queries_are_served_from_the_cache(pcap_daemon: DaemonPro
     warm = await call(pcap_daemon, "pcap_frames_by_filter", **args)
     again = await call(pcap_daemon, "pcap_frames_by_filter", **args)
     assert warm["served_by"] == "sharkd" and again["cached"] is True
-    assert first["frames"] == warm["frames"] == again["frames"]  # tshark beside the load agrees with sharkd
+    assert warm["frames"] == again["frames"]
+    # tshark beside the load agrees with sharkd, but for the columns a single pass's row marks provisional.
+    assert len(first["frames"]) == len(warm["frames"])
+    for early, exact in zip(first["frames"], warm["frames"], strict=True):
+        marked = early.pop("provisional", [])
+        assert {k: v for k, v in early.items() if k not in marked} == \
+            {k: v for k, v in exact.items() if k not in marked}
 
 
 async def test_packet_list_exports_have_unique_names_and_a_retention_limit(pcap_daemon: DaemonProcess) -> None:
@@ -376,12 +385,16 @@ async def test_big_pages_long_frame_lists_and_overlong_filters(pcap_daemon: Daem
     assert first["total_exact"] or first["total_at_least"] == 1201
     page = first
     with trio.fail_after(30):
-        while not page["total_exact"]:
+        while not (page["total_exact"] and page["exact"]):
             await trio.sleep(0.1)
             page = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=path, display_filter="diameter",
                               limit=1000, offset=200)
     assert page["total"] == 1288 and len(page["frames"]) == 1000 and page["has_more"] is True
-    assert page["frames"] == first["frames"]
+    assert len(page["frames"]) == len(first["frames"])
+    for early, exact in zip(first["frames"], page["frames"], strict=True):  # but for the columns marked provisional
+        marked = early.pop("provisional", [])
+        assert {k: v for k, v in early.items() if k not in marked} == \
+            {k: v for k, v in exact.items() if k not in marked}
     extracted = await call(pcap_daemon, "pcap_extract_subcapture", pcap_path=path,
                            frame_numbers=list(range(1, 1501)))
     assert extracted["packet_count"] == 1500

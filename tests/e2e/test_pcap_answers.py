@@ -165,7 +165,9 @@ async def test_exports_are_readable_without_adding_the_output_dir(tmp_path: Path
         path = pcap("adrian_sandbox_n2.pcap")
         sub = await call(daemon, "pcap_extract_subcapture", pcap_path=path, frame_numbers=[9, 13, 23])
         assert Path(sub["output_path"]).parent == env.state / "pcap" / "exports"
-        info = await call(daemon, "pcap_info", pcap_path=sub["output_path"])
+        with trio.fail_after(120):  # the protocols come with the first call, or a later one on a slow machine
+            while not (info := await call(daemon, "pcap_info", pcap_path=sub["output_path"]))["protocols_ready"]:
+                await trio.sleep(0.2)
         assert info["packet_count"] == 3 and info["has_protocols"]["ngap"]
         rows = await call(daemon, "pcap_timeline", pcap_path=sub["output_path"], fields=["ngap.RAN_UE_NGAP_ID"])
         assert [r["ngap.RAN_UE_NGAP_ID"] for r in rows["rows"]] == ["1", "2", "3"]

@@ -37,7 +37,8 @@ async def test_a_capture_in_use_is_not_evicted_for_another(one_loaded: DaemonPro
     results: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     async with session(one_loaded) as call:
-        assert not (await call("pcap_info", pcap_path=str(bigger)))["_is_error"]
+        # Loaded first (a frame tree needs the worker; pcap_info answers while it loads).
+        assert not (await call("pcap_frame_detail", pcap_path=str(bigger), frame_numbers=[1]))["_is_error"]
 
         async def long_pass() -> None:
             results["A"] = await call("pcap_frames_by_filter", pcap_path=str(bigger),

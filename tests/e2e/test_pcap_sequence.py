@@ -22,11 +22,13 @@ import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from diagd.actors.pcap.session import MAX_FILTER_CHARS
 from tests.actors.pcap.test_ngap_fields import ue_keys
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS
 from tests.support import mermaid, ngap_fields_oracle, ngap_oracle
+from tests.support.pcapedit import readdress_ipv4, transplant
 
 pytestmark = [
     pytest.mark.e2e,
@@ -41,6 +43,7 @@ FAILED = ("ngap.unsuccessfulOutcome_element || nas_5gs.mm.5gmm_cause || nas_5gs.
           "nas_5gs.sm.5gsm_cause < 36 || pfcp.cause > 1 || http2.headers.status >= 400 || "
           "http.response.code >= 400 || sip.Status-Code >= 400 || diameter.Result-Code >= 3000 || "
           "diameter.Experimental-Result-Code >= 3000")
+EXTRA = PCAPS.parent / "pcaps-extra"
 SCTP_CHUNKS = ("SACK", "INIT", "INIT_ACK", "COOKIE_ECHO", "COOKIE_ACK", "HEARTBEAT", "HEARTBEAT_ACK")
 
 
@@ -91,13 +94,21 @@ def shown(text: str) -> str:
     return text if len(text) <= 90 else text[:89] + "…"
 
 
+def address_of(name: str) -> str:
+    """The address a lifeline's shown name ends in: 'AMF 10.0.0.1', 'AMF 10.0.0.1:38412', '[fd00::1]:7777'."""
+    where = name.split(" ")[-1]
+    if where.startswith("["):
+        return where[1:where.index("]")]
+    return where.rsplit(":", 1)[0] if where.count(":") == 1 else where
+
+
 def check(answer: dict[str, Any], path: Path, flt: str, diagrams: list[str]) -> list[mermaid.Arrow]:
     """The diagram's arrows are tshark's rows for `flt`, exactly and in order."""
     diagrams.append(answer["diagram"])
     _, arrows = mermaid.read(answer["diagram"])
     expected = expected_arrows(path, flt)
     assert answer["frames_matched"] == len(expected) and answer["left_out"] == 0
-    got = [(a.frame, a.src.split(" ")[-1], a.dst.split(" ")[-1], a.text, a.failed) for a in arrows]
+    got = [(a.frame, address_of(a.src), address_of(a.dst), a.text, a.failed) for a in arrows]
     assert got == [(n, s, d, shown(t), f) for n, s, d, t, f in expected], path.name
     return arrows
 
@@ -105,7 +116,7 @@ def check(answer: dict[str, Any], path: Path, flt: str, diagrams: list[str]) -> 
 @pytest.fixture(scope="module")
 def seq_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     root = tmp_path_factory.mktemp("seqd")
-    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{root}"]\n')
+    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{EXTRA}", "{root}"]\n')
     daemon = start_daemon(env)
     yield daemon
     daemon.stop()
@@ -129,7 +140,7 @@ async def call(daemon: DaemonProcess, tool: str, **args: Any) -> tuple[bool, dic
 
 async def diagram(daemon: DaemonProcess, path: Path, **args: Any) -> dict[str, Any]:
     failed, answer = await call(daemon, "pcap_sequence_diagram", pcap_path=str(path), decode_as=decode(path),
-                                max_arrows=1000, **args)
+                                **{"max_arrows": 1000, **args})
     assert not failed, answer
     return answer
 
@@ -222,6 +233,180 @@ async def test_roles_come_from_pfcp_and_sbi_and_failures_are_crossed_arrows(
     reject = PCAPS / "adrian_registration_reject.pcap"
     answer = await diagram(seq_daemon, reject, display_filter="nas_5gs.mm.5gmm_cause")
     assert all(a.failed for a in check(answer, reject, "nas_5gs.mm.5gmm_cause", diagrams))
+
+
+# An end's role by what it speaks, worked out here from tshark's fields alone: the SCTP end on 38412 of an
+# NGAP frame is the AMF and the other the gNB; a PFCP session request's sender is the SMF and its receiver
+# the UPF (responses the other way); the server end of an SBI request is the NF its :path service names.
+PFCP_REQUESTS, PFCP_RESPONSES = {"50", "52", "54", "57"}, {"51", "53", "55", "56"}
+END_FIELDS = ["frame.number", "ip.src", "ip.dst", "tcp.srcport", "tcp.dstport", "sctp.srcport", "sctp.dstport",
+              "udp.srcport", "udp.dstport", "ngap.procedureCode", "pfcp.msg_type", "http2.header.name",
+              "http2.header.value", "http.request.uri"]
+End = tuple[str, str]
+
+
+def frame_ends(path: Path, flt: str) -> tuple[dict[int, tuple[End, End]], dict[End, set[str]]]:
+    """(frame -> (source end, destination end), end -> the roles tshark's fields give it)."""
+    ends: dict[int, tuple[End, End]] = {}
+    votes: dict[End, set[str]] = {}
+    for row in tshark(path, flt, END_FIELDS):
+        cell = dict(zip(END_FIELDS, [c.split(",") if c else [] for c in row], strict=True))
+        proto = next(p for p in ("tcp", "sctp", "udp") if cell[f"{p}.srcport"])
+        src = (cell["ip.src"][-1], cell[f"{proto}.srcport"][-1])
+        dst = (cell["ip.dst"][-1], cell[f"{proto}.dstport"][-1])
+        ends[int(row[0])] = (src, dst)
+        said: list[tuple[End, str]] = []
+        if cell["ngap.procedureCode"] and proto == "sctp":
+            said += [(src, "AMF"), (dst, "gNB")] if src[1] == "38412" else [(src, "gNB"), (dst, "AMF")]
+        if set(cell["pfcp.msg_type"]) & PFCP_REQUESTS:
+            said += [(src, "SMF"), (dst, "UPF")]
+        if set(cell["pfcp.msg_type"]) & PFCP_RESPONSES:
+            said += [(src, "UPF"), (dst, "SMF")]
+        paths = [v for n, v in zip(cell["http2.header.name"], cell["http2.header.value"], strict=False)
+                 if n == ":path"] + cell["http.request.uri"]
+        said += [(dst, m.group(1).upper()) for p in paths if (m := re.match(r"/n([a-z]+)-", p))]
+        for end, role in said:
+            votes.setdefault(end, set()).add(role)
+    return ends, votes
+
+
+def expected_names(ends: dict[int, tuple[End, End]], votes: dict[End, set[str]]) -> dict[End, str]:
+    """Each end's lifeline name: its address's when the address is unambiguous (no two of its ends named
+    differently, none talking to another), else 'ROLE address:port' for a named end, the address for the rest."""
+    def role(end: End) -> str | None:
+        return next(iter(votes[end])) if len(votes.get(end, ())) == 1 else None
+
+    everyone = {e for pair in ends.values() for e in pair}
+    names: dict[End, str] = {}
+    for address in {a for a, _ in everyone}:
+        mine = {e for e in everyone if e[0] == address}
+        talking = any(s != d and s[0] == d[0] == address for s, d in ends.values())
+        roles = {r for e in mine if (r := role(e))}
+        if len(roles) <= 1 and not talking:
+            found = set().union(*(votes.get(e, set()) for e in mine))
+            names.update({e: f"{next(iter(found))} {address}" if len(found) == 1 else address for e in mine})
+        else:
+            names.update({e: f"{role(e)} {address}:{e[1]}" if role(e) else address for e in mine})
+    return names
+
+
+async def check_lifelines(daemon: DaemonProcess, path: Path, flt: str, decode_as: list[str],
+                          diagrams: list[str]) -> set[str]:
+    """Every arrow of the diagram goes between the lifelines its ends are named by, and none points to
+    itself unless tshark shows one end on both sides; returns the lifelines' names."""
+    failed, answer = await call(daemon, "pcap_sequence_diagram", pcap_path=str(path), display_filter=flt,
+                                decode_as=decode_as, max_arrows=1000)
+    assert not failed, answer
+    diagrams.append(answer["diagram"])
+    ends, votes = frame_ends(path, flt)
+    names = expected_names(ends, votes)
+    _, arrows = mermaid.read(answer["diagram"])
+    assert [a.frame for a in arrows] == sorted(ends)
+    for a in arrows:
+        src, dst = ends[a.frame]
+        assert (a.src, a.dst) == (names[src], names[dst]), (a.frame, src, dst)
+        assert a.src != a.dst or src == dst, (a.frame, src, dst)
+    return {p["name"] for p in answer["participants"]}
+
+
+def all_in_one(root: Path, source: Path, addresses: dict[str, str]) -> Path:
+    """`source` with the NFs' addresses mapped onto one: a real core's frames as an all-in-one core's."""
+    data = bytearray(source.read_bytes())
+    assert readdress_ipv4(data, addresses) > 0
+    out = root / f"all_in_one_{source.name}"
+    out.write_bytes(bytes(data))
+    return out
+
+
+async def test_nfs_sharing_an_address_are_told_apart_by_port_and_what_they_speak(
+        seq_daemon: DaemonProcess, diagrams: list[str]) -> None:
+    """An all-in-one core: NGAP, PFCP and SBI ends on one address are lifelines of their own, named by what
+    they speak; no arrow points to itself. Three captures, each checked against tshark's own fields."""
+    cotsue = EXTRA / "oaifed_cotsue_core.pcap"
+    open5gs = EXTRA / "ngtester_initue_open5gs_amf_ngap_nas_sbi.pcap"
+    if not (cotsue.exists() and open5gs.exists()):
+        pytest.skip("pcaps-extra is not there")
+    flt = "ngap || pfcp || ((http.request || http.response || http2.type == 1) && tcp.port in {7777, 8282, 8889})"
+    # Real: OAI's AMF SBI (TCP 8282) and SMF (TCP 8889, PFCP 8805) share 192.168.122.197 and call each other
+    # over HTTP/1.1 on it; the UPF (192.168.199.126) answers PFCP from 8805 and 45935.
+    names = await check_lifelines(seq_daemon, cotsue, flt, [], diagrams)
+    assert {"AMF 192.168.122.197:8282", "SMF 192.168.122.197:8889", "SMF 192.168.122.197:8805",
+            "192.168.122.197", "UPF 192.168.199.126", "AMF 192.168.199.28", "gNB 192.168.199.241"} == names
+    # The same frames with the gNB and the AMF's N2 address on 192.168.122.197 too: gNB, AMF (N2 and SBI)
+    # and SMF on one address.
+    root = Path(seq_daemon.env.root)
+    path = all_in_one(root, cotsue, {"192.168.199.28": "192.168.122.197", "192.168.199.241": "192.168.122.197"})
+    names = await check_lifelines(seq_daemon, path, flt, [], diagrams)
+    assert {"gNB 192.168.122.197:60110", "AMF 192.168.122.197:38412", "AMF 192.168.122.197:8282",
+            "SMF 192.168.122.197:8889", "SMF 192.168.122.197:8805", "192.168.122.197", "UPF 192.168.199.126"} == names
+    # Open5GS over HTTP/2 (7777): both testers' gNBs moved onto the AMF's address; the AMF serves namf-comm
+    # on 7777 there, and 172.30.10.5:7777 serves nsmf and nnrf alike (an SCP): it keeps its plain address.
+    path = all_in_one(root, open5gs, {"172.30.200.0": "172.30.0.10", "172.30.200.2": "172.30.0.10"})
+    names = await check_lifelines(seq_daemon, path, flt, [SBI], diagrams)
+    assert {"gNB 172.30.0.10:50045", "gNB 172.30.0.10:51164", "AMF 172.30.0.10:38412", "AMF 172.30.0.10:7777",
+            "172.30.0.10", "172.30.10.5"} == names
+
+
+def long_contexts(root: Path, pairs: int) -> Path:
+    """adrian_sandbox_n2 with UE 1's and UE 2's PDUSessionResourceSetupResponse (frames 25, 35) sent again
+    `pairs` times each, alternately, on their association with the next uplink TSNs: two UE contexts of
+    hundreds of frames, none of them consecutive."""
+    source = PCAPS / "adrian_sandbox_n2.pcap"
+    data = bytearray(source.read_bytes())
+    last = float(tshark(source, "frame.number == 44", ["frame.time_epoch"])[0][0])
+    tsn = int(tshark(source, "frame.number == 43", ["sctp.data_tsn_raw"])[0][0])
+    for step in range(2 * pairs):
+        transplant(data, 43, data, (25, 35)[step % 2], tsn=tsn + 1 + step, time=last + (step + 1) / 1000)
+    out = root / f"long_contexts_{pairs}.pcap"
+    out.write_bytes(bytes(data))
+    return out
+
+
+async def test_a_long_ue_context_is_drawn_in_pages_never_refused_for_its_own_filter(
+        seq_daemon: DaemonProcess, diagrams: list[str]) -> None:
+    """A UE context of 500+ frames: its frame list is longer than any filter sharkd takes. The diagram is cut at
+    max_arrows and paged by next_offset; the pages, in order, are tshark's frames of the context, each arrow
+    tshark's row; a display_filter narrows the context as tshark's does."""
+    path = long_contexts(Path(seq_daemon.env.root), 500)
+    oracle = ngap_fields_oracle.answer(path)
+    _, ues = await call(seq_daemon, "ngap_ue_sessions", pcap_path=str(path))
+    keys = ue_keys(ues)
+    ue = next(u["ue"] for u in ues["ues"] if u["ue"].endswith("/ran-1"))
+    want = oracle.ues[keys[ue]]["frames"]
+    assert len(want) > 500 and len(frame_set(want)) > MAX_FILTER_CHARS  # main built this filter and refused it
+    drawn: list[int] = []
+    offset: int | None = 0
+    while offset is not None:
+        answer = await diagram(seq_daemon, path, ue=ue, max_arrows=200, offset=offset)
+        _, arrows = mermaid.read(answer["diagram"])
+        page = [a.frame for a in arrows]
+        assert page == want[offset:offset + 200] and answer["frames_matched"] == len(want)
+        assert answer["left_out"] == len(want) - len(page) and answer["offset"] == offset
+        check_page(answer, path, page, diagrams)
+        if answer["next_offset"] is not None:
+            assert "cut at max_arrows=200" in answer["warnings"][0]
+        drawn += page
+        offset = answer["next_offset"]
+    assert drawn == want
+    # All at once (max_arrows 1000): asked in parts, each under the limit; the same frames.
+    answer = await diagram(seq_daemon, path, ue=ue)
+    assert [a.frame for a in mermaid.read(answer["diagram"])[1]] == want and answer["next_offset"] is None
+    assert any("filters of at most" in w for w in answer["warnings"]), answer["warnings"]
+    # Narrowed by a display filter: tshark's frames of the context that match it.
+    flt = "ngap.procedureCode == 29"
+    narrowed = [int(r[0]) for r in tshark(path, f"({frame_set(want)}) && ({flt})", ["frame.number"])]
+    answer = await diagram(seq_daemon, path, ue=ue, display_filter=flt, max_arrows=100, offset=50)
+    assert answer["frames_matched"] == len(narrowed) > 150
+    assert [a.frame for a in mermaid.read(answer["diagram"])[1]] == narrowed[50:150]
+    assert answer["next_offset"] == 150
+
+
+def check_page(answer: dict[str, Any], path: Path, page: list[int], diagrams: list[str]) -> None:
+    """Each arrow of a page is tshark's row for its frame."""
+    diagrams.append(answer["diagram"])
+    _, arrows = mermaid.read(answer["diagram"])
+    got = [(a.frame, address_of(a.src), address_of(a.dst), a.text, a.failed) for a in arrows]
+    assert got == [(n, s, d, shown(t), f) for n, s, d, t, f in expected_arrows(path, frame_set(page))]
 
 
 async def test_a_diagram_is_cut_at_max_arrows_and_says_how_many_were_left_out(seq_daemon: DaemonProcess) -> None:

@@ -58,7 +58,8 @@ async def capture_details(call: Call, path: Path) -> dict[str, Any]:
 async def test_a_busy_capture_gets_a_second_worker_and_trees_pass_a_filter_pass(
         pool_daemon: DaemonProcess, bigger: Path) -> None:
     async with session(pool_daemon) as call:
-        assert not (await call("pcap_info", pcap_path=str(bigger)))["_is_error"]
+        # Loaded first (a frame tree needs the worker; pcap_info answers while it loads).
+        assert not (await call("pcap_frame_detail", pcap_path=str(bigger), frame_numbers=[1]))["_is_error"]
         async with trio.open_nursery() as nursery:  # two passes at once: the second call would queue
             for n in (1, 2):
                 nursery.start_soon(new_filter, call, bigger, n)
@@ -96,7 +97,8 @@ async def test_the_memory_budget_bounds_workers_and_evicts_the_oldest_capture(
     daemon = daemon_with(tmp_path_factory, "budget", "max_memory_mb = 1\nmax_loaded = 4")
     try:
         async with session(daemon) as call:
-            assert not (await call("pcap_info", pcap_path=str(bigger)))["_is_error"]
+            # Loaded first (a frame tree needs the worker; pcap_info answers while it loads).
+            assert not (await call("pcap_frame_detail", pcap_path=str(bigger), frame_numbers=[1]))["_is_error"]
             async with trio.open_nursery() as nursery:
                 for n in (1, 2):
                     nursery.start_soon(new_filter, call, bigger, n)

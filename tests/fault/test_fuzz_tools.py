@@ -50,6 +50,7 @@ TOOLS = [
     "open_vmcore_session", "close_vmcore_session", "list_vmcore_sessions", "run_crash_command", "run_drgn_command",
     "get_command_output", "search_command_output", "get_crash_info", "load_module_debuginfo",
     "list_interfaces", "start_capture", "capture_status", "stop_capture", "list_captures",
+    "diagd_record_start", "diagd_record_stop",
 ]
 
 EXAMPLES = int(os.environ.get("DIAGD_FUZZ_EXAMPLES", "20"))
@@ -141,7 +142,7 @@ def real_inputs(rich_daemon: RichDaemon) -> RealInputs:
             "sources": [{"pcap": paths[0]}], "dir": str(fixture.vmcore.parent) if fixture else "/nonexistent",
             "kind": "expert",
             # Capture is on with a pattern no interface matches: every start is refused, nothing captured.
-            "interfaces": ["diagd-fuzz-none0"], "capture_id": "cap-00000000",
+            "interfaces": ["diagd-fuzz-none0"], "capture_id": "cap-00000000", "recording_id": "rec-00000000",
         },
         by_tool={
             # Never the shared session: closing it would end what every other crash example uses.

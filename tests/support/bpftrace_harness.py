@@ -34,7 +34,7 @@ from diagd.actors.bpftrace.backend import BpftraceBackend
 from diagd.actors.bpftrace.parse import ATTACHED_MARKER, attach_count
 from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
-from diagd.daemon.server import Daemon
+from diagd.daemon.server.server import Daemon
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 IS_ROOT = os.geteuid() == 0

@@ -29,13 +29,15 @@ from diagd.actors.runtime import (
     Deferred,
     IdleTimeout,
     ReloadHook,
+    Resolved,
+    Resolver,
     StopCheck,
 )
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import CallContext, ToolSpec
-from diagd.daemon.presence import Clients
-from diagd.daemon.supervisor import Supervisor
-from diagd.daemon.tools import ToolRegistry
+from diagd.daemon.server.presence import Clients
+from diagd.daemon.server.supervisor import Supervisor
+from diagd.daemon.server.tools import ToolRegistry
 from diagd.protocol.errors import DiagdError
 
 
@@ -51,11 +53,12 @@ class FakeRuntime:
         self.stop_checks: dict[str, StopCheck] = {}
         self._clients = Clients()
         self.shutting_down = False
-        # What the back end declared of itself (the daemon keeps these in daemon/declared.py).
+        # What the back end declared of itself (the daemon keeps these in daemon/server/declared.py).
         self.instructions: str | None = None
         self.timeline_source: TimelineSource | None = None
         self.deferred: list[Deferred] = []
         self.shares_exports = False
+        self.references: dict[str, Resolver] = {}  # back end name -> resolver (the test may add others')
 
     # -- what the test does
 
@@ -137,6 +140,14 @@ class FakeRuntime:
 
     def share_exports(self) -> None:
         self.shares_exports = True
+
+    def add_reference(self, resolve: Resolver) -> None:
+        self.references[self.name] = resolve
+
+    async def resolve_reference(self, text: str) -> Resolved | None:
+        name, colon, ident = text.partition(":")
+        resolver = self.references.get(name) if colon else None
+        return None if resolver is None else await resolver(ident)
 
 
 @asynccontextmanager

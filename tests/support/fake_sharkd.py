@@ -54,6 +54,14 @@ class Script:
         return numbers[:want], len(numbers) <= want
 
 
+    async def early_rows(self, argv: list[str], display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
+        """An early-stopping single pass's rows: odd frames say "(reply in N)" only after a second
+        pass, so they are marked provisional."""
+        numbers, complete = await self.early_numbers(argv, display_filter, want)
+        return [{"number": n, "info": "request", **({"provisional": ["info"]} if n % 2 else {})}
+                for n in numbers], complete
+
+
 class FakeSharkd:
     """One scripted worker (the SharkdProcess the pool expects)."""
 

@@ -304,3 +304,41 @@ def transplant(target: bytearray, like: int, donor: bytearray, frame: int, *, ts
     seconds = int(time)
     fraction = round((time - seconds) * (1e9 if nano else 1e6))
     target += struct.pack(endian + "IIII", seconds, fraction, len(pkt), len(pkt)) + pkt
+
+
+def ipv4_at(data: bytearray, packet: Packet) -> int | None:
+    """Absolute offset of the outer IPv4 header of an Ethernet or Linux-cooked packet, or None."""
+    if packet.linktype == LINKTYPE_ETHERNET and packet.caplen >= 34:
+        off = 12
+        while struct.unpack_from(">H", data, packet.offset + off)[0] in (0x8100, 0x88A8):
+            off += 4
+        if struct.unpack_from(">H", data, packet.offset + off)[0] != 0x0800:
+            return None
+        ip = packet.offset + off + 2
+    elif packet.linktype in (LINKTYPE_SLL, LINKTYPE_SLL2):
+        ip = packet.offset + (16 if packet.linktype == LINKTYPE_SLL else 20)
+    else:
+        return None
+    return ip if ip + 20 <= packet.offset + packet.caplen and data[ip] >> 4 == 4 else None
+
+
+def readdress_ipv4(data: bytearray, addresses: dict[str, str]) -> int:
+    """In place: map the outer IPv4 source and destination addresses of every packet (any transport);
+    returns how many packets changed. The IPv4 header checksum is recomputed; TCP and UDP checksums
+    cover the addresses and are left as they were (Wireshark does not check them by default), so are
+    SCTP's (CRC32c, which does not cover them). Tunnelled inner headers are not touched."""
+    raw = {bytes(int(x) for x in k.split(".")): bytes(int(x) for x in v.split(".")) for k, v in addresses.items()}
+    changed = 0
+    for packet in list(packets(data)):
+        ip = ipv4_at(data, packet)
+        if ip is None:
+            continue
+        hit = False
+        for field in (ip + 12, ip + 16):
+            new = raw.get(bytes(data[field:field + 4]))
+            if new is not None:
+                data[field:field + 4], hit = new, True
+        if hit:
+            _ipv4_checksum(data, ip)
+            changed += 1
+    return changed

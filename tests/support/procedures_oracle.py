@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.ngap_oracle import CAUSE_GROUPS, OracleCannotTell, Row, UeKey, owned_rows
+from tests.support.ngap_oracle import CAUSE_GROUPS, OracleCannotTell, Row, UeKey, disk_cached, owned_rows
 
 # event -> [(procedure, role)]; events: ("mm", type), ("sm", type), ("ngap", code, pdu type), ("returned",)
 TABLE: dict[tuple[int | str, ...], list[tuple[str, str]]] = {}
@@ -102,6 +102,11 @@ def _events(row: Row) -> list[tuple[tuple[int | str, ...], str | None, int | Non
 
 
 def answer(path: Path) -> list[Found]:
+    """Every procedure instance of the capture (kept on disk: the mutation gate asks often)."""
+    return disk_cached(path, "procedures", _answer)
+
+
+def _answer(path: Path) -> list[Found]:
     rows, owners = owned_rows(path)
     opened: dict[tuple[UeKey, str, int | None], Open] = {}
     found: list[Found] = []

@@ -23,7 +23,7 @@ from diagd.actors.crash.pty import CrashDriver, MemorySink
 from diagd.actors.crash.sessions import SessionRecord
 from diagd.actors.crash.settings import CrashSettings, validate_crash_args
 from diagd.actors.crash.store import OutputStore
-from diagd.daemon.supervisor import ActorEntry, Supervisor
+from diagd.daemon.server.supervisor import ActorEntry, Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 FAKE = Path(__file__).resolve().parents[2] / "fixtures" / "fake_crash.py"

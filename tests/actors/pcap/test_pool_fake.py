@@ -35,7 +35,7 @@ async def capture(script: Script, *, max_workers: int = 2, cores: int = 2,
         pool = WorkerPool(nursery, SPEC, Path("/nonexistent"), max_workers=max_workers, headroom=lambda: headroom,
                           launch=script.launch, cores=cores)
         workers = CaptureWorkers(nursery, pool, ["tshark", "-2", "-r", str(SPEC.path)], cores=Cores(cores),
-                                 early_numbers=script.early_numbers)
+                                 early_numbers=script.early_numbers, early_rows=script.early_rows)
         workers.start()
         yield workers
         await workers.close()
@@ -117,6 +117,25 @@ async def test_tshark_wins_the_first_page_and_the_pass_gives_the_exact_total(
         await trio.sleep(60)  # the pass went on (on the other worker) and left the exact total
         again = await workers.page("ngap", 0, 20, math.inf, NGAP)
         assert (again.total, again.exact, again.served_by) == (499, True, "sharkd")
+
+
+async def test_a_fresh_capture_answers_from_a_single_pass_marked_then_exact_from_sharkd(
+        autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": list(range(1, 500))}, load_s=30, pass_s=10, early_s=0.2)
+    async with capture(script) as workers:
+        page = await workers.page("ngap", 0, 20, math.inf, NGAP)  # nothing loaded: no worker waited for
+        assert trio.current_time() < 1 and workers.state is CaptureState.LOADING
+        assert (page.total, page.exact, page.rows_exact) == (21, False, False)
+        assert page.served_by == "tshark (single pass while sharkd loads)"
+        assert [r["number"] for r in page.rows] == list(range(1, 21))
+        assert [r.get("provisional") for r in page.rows[:2]] == [["info"], None]
+        everything = await workers.page("", 0, 5, math.inf, ())  # all frames: a single pass too
+        assert everything.rows_exact is False and everything.exact is False and trio.current_time() < 1
+        again = await workers.page("ngap", 0, 20, math.inf, NGAP)  # the repeat: sharkd's exact page
+        assert (again.total, again.exact, again.rows_exact, again.served_by) == (499, True, True, "sharkd")
+        assert trio.current_time() >= 30
+        unsafe = await workers.page("sip", 0, 20, math.inf, None)  # names not known safe: never a single pass
+        assert unsafe.served_by == "sharkd"
 
 
 async def test_sharkd_wins_when_tshark_is_slower_than_the_pass(autojump_clock: trio.testing.MockClock) -> None:

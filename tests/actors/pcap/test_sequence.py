@@ -77,3 +77,34 @@ def test_packet_text_stays_one_diagram_for_the_real_mermaid_parser_and_renderer(
     text = drawn.mermaid()
     assert [v["ok"] for v in mermaid.parse([text])] == [True]
     assert mermaid.render([text]) == [{"ok": True}]
+
+
+def test_an_all_in_one_core_is_told_apart_by_port_and_no_arrow_points_to_itself() -> None:
+    """Every NF on 127.0.0.1: the AMF (38412, SBI 7001) calls the AUSF (7002); the gNB's end is its own.
+    Before, one address took every vote: one lifeline, self-arrows, and the AMF shown as "AUSF"."""
+    lo = "127.0.0.1"
+    drawn = sequence.build([
+        row(1, 0.0, lo, lo, "NGAP", "InitialUEMessage", **{"sctp.srcport": "40000", "sctp.dstport": "38412"}),
+        row(2, 0.1, lo, lo, "HTTP2", "HEADERS[1]: POST /nausf-auth/v1/ue-authentications",
+            **{"tcp.srcport": "51000", "tcp.dstport": "7002", "http2.headers.path": "/nausf-auth/v1/x"}),
+        row(3, 0.2, lo, lo, "HTTP2", "HEADERS[1]: 201 Created", **{"tcp.srcport": "7002", "tcp.dstport": "51000"}),
+        row(4, 0.3, lo, lo, "HTTP2", "HEADERS[3]: POST /namf-comm/v1/x",
+            **{"tcp.srcport": "52000", "tcp.dstport": "7001", "http2.headers.path": "/namf-comm/v1/x"}),
+    ])
+    _, arrows = mermaid.read(drawn.mermaid())
+    assert [(a.src, a.dst) for a in arrows] == [
+        ("gNB 127.0.0.1:40000", "AMF 127.0.0.1:38412"), ("127.0.0.1", "AUSF 127.0.0.1:7002"),
+        ("AUSF 127.0.0.1:7002", "127.0.0.1"), ("127.0.0.1", "AMF 127.0.0.1:7001")]
+    assert {(p["address"], p["port"], p["role"]) for p in drawn.describe()["participants"]} == {
+        (lo, "40000", "gNB"), (lo, "38412", "AMF"), (lo, "7002", "AUSF"), (lo, "7001", "AMF"), (lo, None, None)}
+
+
+def test_an_address_whose_ends_all_say_one_role_stays_one_lifeline() -> None:
+    drawn = sequence.build([
+        row(1, 0.0, "10.0.0.2", "10.0.0.3", "PFCP", "PFCP Session Establishment Request",
+            **{"udp.srcport": "8805", "udp.dstport": "8805", "pfcp.msg_type": "50"}),
+        row(2, 0.1, "10.0.0.3", "10.0.0.2", "PFCP", "PFCP Heartbeat Request",
+            **{"udp.srcport": "45935", "udp.dstport": "8805", "pfcp.msg_type": "1"}),
+    ])
+    assert [(p["name"], p["port"]) for p in drawn.describe()["participants"]] == [("SMF 10.0.0.2", None),
+                                                                                 ("UPF 10.0.0.3", None)]

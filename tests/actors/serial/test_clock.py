@@ -32,7 +32,7 @@ from diagd.actors.serial.record import PortRecord
 from diagd.actors.serial.settings import PortSettings, port_slug
 from diagd.actors.tooling import CallContext
 from diagd.daemon import config as config_mod
-from diagd.daemon.server import Daemon
+from diagd.daemon.server.server import Daemon
 
 Script = Sequence[tuple[float, bytes | None]]
 

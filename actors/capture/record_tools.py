@@ -1,0 +1,63 @@
+"""The recording tools: diagd_record_start and diagd_record_stop (recording.py does the work). Listed with
+the capture tools (when [capture] allowed_interfaces is set); each part calls its own group's tools."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import trio
+
+from diagd.actors.capture.backend import CaptureBackend
+from diagd.actors.capture.recording import RECORDING_ID, Recording, RecordingStore, start, stop
+from diagd.actors.capture.replies import BundleReply, RecordingReply
+from diagd.actors.tooling import CallContext, ToolSet
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+recording_tools: ToolSet[CaptureBackend] = ToolSet()
+
+_locks: dict[str, trio.Lock] = {}
+
+
+def store_of(backend: CaptureBackend) -> RecordingStore:
+    return RecordingStore(backend.store.root)
+
+
+@recording_tools.tool(
+    "diagd_record_start", title="Record a reproduction",
+    description="Start together, under one recording_id: a live capture (start_capture's arguments), serial "
+                "sessions on ports (configure_connection), a bpftrace program (exec_program). Each optional.",
+    # Each part's arguments are checked by its own tool (Runtime.call validates them): not repeated here.
+    props={"capture": {"type": "object", "description": "start_capture's arguments"},
+           "serial_ports": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 8},
+           "serial_settings": {"type": "object", "description": "configure_connection's, for each port"},
+           "bpftrace": {"type": "object", "description": "exec_program's arguments"}},
+    read_only=False, idempotent=False, timeout_s=240,
+)
+async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> RecordingReply:
+    rec = await start(backend.runtime.call, store_of(backend), ctx.client, args,
+                      keep=backend.settings().keep_captures)
+    return cast(RecordingReply, {**rec.summary(), "hint": "reproduce now; diagd_record_stop returns the bundle"})
+
+
+@recording_tools.tool(
+    "diagd_record_stop", title="Stop a recording: its bundle",
+    description="Stop a recording's parts; the bundle: the capture (pcap_path capture:<recording_id>), each "
+                "serial session as pcapng, the bpftrace output, and their merged timeline.",
+    props={"recording_id": {"type": "string", "pattern": RECORDING_ID.pattern},
+           "timeline_rows": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 100,
+                             "description": "merged rows in the answer (bundle.json keeps more)"}},
+    required=("recording_id",), read_only=False, timeout_s=400,
+)
+async def record_stop(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> BundleReply:
+    store = store_of(backend)
+    rid = args["recording_id"]
+    async with _locks.setdefault(rid, trio.Lock()):
+        rec: Recording = await trio.to_thread.run_sync(store.load, rid)
+        if rec.bundle is not None:
+            return cast(BundleReply, {**rec.bundle, "already_stopped": True})
+        if rec.owner != ctx.client and backend.owner_connected(rec.owner):
+            raise DiagdError(ErrorCode.BUSY, f"recording {rid} belongs to another connected diagd client "
+                             f"({rec.owner})", recording_id=rid, owner=rec.owner)
+        bundle = await stop(backend.runtime.call, store, rec, args["timeline_rows"])
+    _locks.pop(rid, None)
+    return cast(BundleReply, {**bundle, "already_stopped": False})

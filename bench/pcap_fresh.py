@@ -1,0 +1,168 @@
+"""Fresh-capture bench: the first answer on a capture the daemon never saw, against `tshark | head`
+and the early-stopping peer, on the 55 MB capture and the 1 GB one of bench/pcap.py.
+
+Run from the repository root:
+
+    .venv/bin/python bench/pcap_fresh.py [--size-mb 50] [--big-mb 1024 | --no-big] [--json]
+
+The captures are bench/pcap.py's (N time-shifted, SCTP-retagged copies of magma_gx_gy_combined_04
+merged with `mergecap -a`), built once and cached outside the repository (default
+/var/tmp/diagd-bench-cache/). Each diagd figure is one call on a daemon of its own that has never
+seen the capture (isolated `diagd serve`, warmed up with a call on a small corpus capture, so the
+field catalogue is read already): what a user waits for when asking first.
+
+Rows, per capture:
+(F) pcap_frames_by_filter FILTER limit 500: diagd (a single pass beside the sharkd load, rows marked
+    provisional where a later frame may change them) vs `tshark -r F -Y FILTER | head -500` (plain
+    tshark, block-buffered pipe) vs the peer (`tshark -l -T tabs`, killed once 500 rows are in).
+(T) pcap_timeline of three Diameter fields, limit 200: diagd vs `tshark -T fields | head -200` vs the
+    peer (`-l -T fields`, killed at 200 rows).
+(I) pcap_info (count and time span from capinfos; the protocols within 1 s or on a later call) vs
+    capinfos alone.
+The ratio is the better of the other two divided by diagd (> 1: diagd is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _daemon import isolated_daemon
+from _pcap_tools import build_capture, diagd_client, log, run_peer, warm_page_cache
+
+PCAPS_DIR = Path("/work/shared/pcaps")
+SOURCE = "magma_gx_gy_combined_04.pcapng"
+WARM_UP = "adrian_registration_reject.pcap"
+CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
+FILTER = "diameter.cmd.code == 272"
+TIMELINE_FIELDS = ["diameter.Session-Id", "diameter.Result-Code", "diameter.CC-Request-Type"]
+PAGE, TIMELINE_PAGE = 500, 200
+
+
+def head_argv(path: Path, *args: str) -> list[str]:
+    return ["tshark", "-n", "-r", str(path), *args]
+
+
+def timed(fn: Callable[[], Any], n: int) -> float:
+    runs = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+async def first_call(args: argparse.Namespace, tool: str, call_args: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """One call on a daemon that never saw the capture (warmed up on a small one)."""
+    config = f"[daemon]\nallowed_dirs = {json.dumps([str(args.cache_dir), str(args.pcaps_dir)])}\n" \
+             "call_timeout_s = 600\n"
+    with isolated_daemon("pcapfresh", config=config) as daemon:
+        async with diagd_client(daemon.env) as client:
+            await client.call("pcap_info", {"pcap_path": str(args.pcaps_dir / WARM_UP)})
+            took, payload, _ = await client.call(tool, call_args)
+    return took, payload
+
+
+async def measure(args: argparse.Namespace, label: str, path: Path) -> list[dict[str, Any]]:
+    import trio
+
+    warm_page_cache(path)
+    n = args.cold_repeats
+    rows: list[dict[str, Any]] = []
+
+    def row(key: str, metric: str, head_s: float, peer_s: float | None, diagd_s: float, answer: dict[str, Any]
+            ) -> None:
+        best = min(v for v in (head_s, peer_s) if v is not None)
+        rows.append({"capture": label, "key": key, "metric": metric, "tshark_head_s": head_s, "peer_s": peer_s,
+                     "diagd_s": diagd_s, "ratio": best / diagd_s,
+                     "answer": {k: answer.get(k) for k in ("served_by", "total", "total_exact", "exact",
+                                                           "protocols_ready", "packet_count")}})
+
+    log(f"{label}: (F) frames_by_filter")
+    head_s = await trio.to_thread.run_sync(lambda: timed(lambda: run_peer(head_argv(path, "-Y", FILTER), PAGE), n))
+    peer_s = await trio.to_thread.run_sync(lambda: timed(
+        lambda: run_peer(head_argv(path, "-l", "-Y", FILTER, "-T", "tabs"), PAGE), n))
+    diagd_s, answer = await first_call(args, "pcap_frames_by_filter",
+                                       {"pcap_path": str(path), "display_filter": FILTER, "limit": PAGE})
+    if len(answer["frames"]) != PAGE:
+        raise RuntimeError(f"diagd gave {len(answer['frames'])} rows, not {PAGE}")
+    row("F", f"first frames_by_filter {FILTER!r} (limit {PAGE})", head_s, peer_s, diagd_s, answer)
+
+    log(f"{label}: (T) timeline")
+    fields = [a for f in TIMELINE_FIELDS for a in ("-e", f)]
+    head_s = await trio.to_thread.run_sync(lambda: timed(
+        lambda: run_peer(head_argv(path, "-Y", "diameter", "-T", "fields", "-e", "frame.number", *fields),
+                         TIMELINE_PAGE), n))
+    peer_s = await trio.to_thread.run_sync(lambda: timed(
+        lambda: run_peer(head_argv(path, "-l", "-Y", "diameter", "-T", "fields", "-e", "frame.number", *fields),
+                         TIMELINE_PAGE), n))
+    diagd_s, answer = await first_call(args, "pcap_timeline", {"pcap_path": str(path), "display_filter": "diameter",
+                                                               "fields": TIMELINE_FIELDS, "limit": TIMELINE_PAGE})
+    row("T", f"first timeline of 3 Diameter fields (limit {TIMELINE_PAGE})", head_s, peer_s, diagd_s, answer)
+
+    log(f"{label}: (I) pcap_info")
+    import subprocess
+
+    capinfos_s = await trio.to_thread.run_sync(lambda: timed(lambda: subprocess.run(
+        ["capinfos", "-M", "-T", "-r", "-c", "-a", "-e", str(path)], capture_output=True, check=True), n))
+    diagd_s, answer = await first_call(args, "pcap_info", {"pcap_path": str(path)})
+    row("I", "first pcap_info (capinfos count and span)", capinfos_s, None, diagd_s, answer)
+    return rows
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import trio
+
+    src = args.pcaps_dir / SOURCE
+    captures = []
+    for label, mb in (("55 MB", args.size_mb), ("1 GB", args.big_mb)):
+        if mb:
+            copies = max(1, math.ceil(mb * 1024 * 1024 / src.stat().st_size))
+            path, _ = await trio.to_thread.run_sync(lambda c=copies: build_capture(src, c, 0, args.cache_dir))
+            captures.append((f"{label} ({path.stat().st_size / 1e6:.0f} MB)", path))
+    rows = []
+    for label, path in captures:
+        rows += await measure(args, label, path)
+    return {"rows": rows, "config": {"filter": FILTER, "page": PAGE, "cold_repeats": args.cold_repeats}}
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"{'capture':<16} {'metric':<58} {'tshark|head':>11} {'peer':>7} {'diagd':>7} {'vs better':>9}  served_by"]
+    for r in report["rows"]:
+        peer = f"{r['peer_s']:.2f}s" if r["peer_s"] is not None else "-"
+        lines.append(f"{r['capture']:<16} ({r['key']}) {r['metric']:<54} {r['tshark_head_s']:>10.2f}s {peer:>7} "
+                     f"{r['diagd_s']:>6.2f}s {r['ratio']:>8.2f}x  {r['answer']['served_by']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--size-mb", type=float, default=50)
+    parser.add_argument("--big-mb", type=float, default=1024)
+    parser.add_argument("--no-big", action="store_true")
+    parser.add_argument("--cold-repeats", type=int, default=3)
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--pcaps-dir", type=Path, default=PCAPS_DIR)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.no_big:
+        args.big_mb = 0
+    repo = Path(__file__).resolve().parent.parent
+    if args.cache_dir.resolve() == repo or repo in args.cache_dir.resolve().parents:
+        parser.error("--cache-dir must be outside the repository (no captures in the repo)")
+    import trio
+
+    report = trio.run(run, args)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

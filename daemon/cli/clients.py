@@ -1,0 +1,276 @@
+"""`diagd client add HOST` / `diagd client list`: diagd in the MCP configuration of desktop and editor hosts.
+
+Each host keeps its MCP servers in a JSON file, under a key of its own:
+
+    claude-desktop  ~/.config/Claude/claude_desktop_config.json (macOS: ~/Library/Application Support/Claude/)
+                    {"mcpServers": {"diagd": {"command": ..., "args": [...]}}}
+    claude-code     user: ~/.claude.json, project: ./.mcp.json (what `claude mcp add --scope user|project`
+                    writes)   {"mcpServers": {"diagd": {"type": "stdio", "command": ..., "args": [...], "env": {}}}}
+    cursor          user: ~/.cursor/mcp.json, project: ./.cursor/mcp.json      {"mcpServers": {...}}
+    vscode          user: ~/.config/Code/User/mcp.json (macOS: ~/Library/Application Support/Code/User/),
+                    project: ./.vscode/mcp.json          {"servers": {"diagd": {"type": "stdio", ...}}}
+    windsurf        ~/.codeium/windsurf/mcp_config.json                        {"mcpServers": {...}}
+
+`add` merges one entry into the file: every other key and server is kept, the old file is copied to
+`<file>.diagd-backup` first, and the new one replaces it atomically with the old file's mode. A
+file that is not a JSON object (e.g. VS Code's mcp.json with comments) is refused and left as it is:
+the error shows the entry to add by hand. The entry runs this diagd by its absolute path (hosts
+start servers with a bare PATH) as `diagd mcp`, with `--tools GROUPS` when chosen, and the
+DIAGD_* variables set in this shell (the host would not pass them: without them its diagd would look
+for another daemon). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diagd.actors import interpreter
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+SCOPES = ("user", "project")
+PASSED_ENV = ("DIAGD_CONFIG", "DIAGD_RUNTIME_DIR", "DIAGD_STATE_DIR")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    title: str
+    key: str  # the object in the file that maps server names to their entries
+    typed: bool  # entries say "type": "stdio"
+    user: tuple[str, ...]  # the user file, relative to HOME (Linux)
+    mac: tuple[str, ...] | None = None  # ... on macOS, where it differs
+    project: tuple[str, ...] | None = None  # the project file, relative to the working directory
+
+    def path(self, scope: str, home: Path, cwd: Path) -> Path:
+        if scope == "project":
+            if self.project is None:
+                raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{self.title} has no project configuration; "
+                                 "use --scope user", host=self.name)
+            return cwd.joinpath(*self.project)
+        if sys.platform == "darwin" and self.mac is not None:
+            return home.joinpath(*self.mac)
+        if self.user[0] == ".config" and os.environ.get("XDG_CONFIG_HOME"):
+            return Path(os.environ["XDG_CONFIG_HOME"]).joinpath(*self.user[1:])
+        return home.joinpath(*self.user)
+
+
+_APP_SUPPORT = ("Library", "Application Support")
+HOSTS: dict[str, Host] = {h.name: h for h in (
+    Host("claude-desktop", "Claude Desktop", "mcpServers", False, (".config", "Claude", "claude_desktop_config.json"),
+         mac=(*_APP_SUPPORT, "Claude", "claude_desktop_config.json")),
+    Host("claude-code", "Claude Code", "mcpServers", True, (".claude.json",), project=(".mcp.json",)),
+    Host("cursor", "Cursor", "mcpServers", False, (".cursor", "mcp.json"), project=(".cursor", "mcp.json")),
+    Host("vscode", "VS Code", "servers", True, (".config", "Code", "User", "mcp.json"),
+         mac=(*_APP_SUPPORT, "Code", "User", "mcp.json"), project=(".vscode", "mcp.json")),
+    Host("windsurf", "Windsurf", "mcpServers", False, (".codeium", "windsurf", "mcp_config.json")),
+)}
+
+
+def diagd_command() -> list[str]:
+    """This diagd, by an absolute path a host can start with a bare PATH (the link a tool installer
+    made, not its target, so an upgrade keeps it valid)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "diagd" and os.path.isfile(argv0):
+        return [os.path.abspath(argv0)]
+    found = shutil.which("diagd")
+    if found:
+        return [os.path.abspath(found)]
+    return interpreter.module_argv("diagd.daemon.cli")  # -P: never the host's working directory
+
+
+def entry(host: Host, tools: list[str]) -> dict[str, Any]:
+    command, *prefix = diagd_command()
+    args = [*prefix, "mcp", *(["--tools", ",".join(tools)] if tools else [])]
+    env = {name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)}
+    out: dict[str, Any] = {"type": "stdio"} if host.typed else {}
+    out |= {"command": command, "args": args}
+    if env or host.name == "claude-code":  # `claude mcp add` always writes env
+        out["env"] = env
+    return out
+
+
+def read(path: Path, host: Host) -> dict[str, Any]:
+    """The file's JSON object ({} when there is none); DiagdError for one diagd must not rewrite."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"cannot read {path}: {exc}", path=str(path)) from None
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}); diagd leaves it as it is", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path} holds a JSON {type(data).__name__}, not an object; "
+                         "diagd leaves it as it is", path=str(path))
+    if not isinstance(data.get(host.key, {}), dict):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: \"{host.key}\" is not an object; diagd leaves "
+                         "the file as it is", path=str(path))
+    return data
+
+
+def write(path: Path, data: dict[str, Any]) -> Path | None:
+    """Replace `path` with `data` atomically, keeping its mode; returns the backup of the old file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None
+    mode = 0o600
+    if path.exists():
+        mode = path.stat().st_mode & 0o777
+        backup = path.with_name(path.name + ".diagd-backup")
+        shutil.copy2(path, backup)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return backup
+
+
+def add(host_name: str, *, tools: str | None, scope: str, name: str, print_only: bool) -> int:
+    try:
+        host = _host(host_name)
+        groups = _groups(tools)
+        path = host.path(scope, Path.home(), Path.cwd())
+        new = entry(host, groups)
+        if print_only:
+            sys.stderr.write(f"# {host.title}: put this in {path} (merged into \"{host.key}\")\n")
+            print(json.dumps({host.key: {name: new}}, indent=2, ensure_ascii=False))
+            return EXIT_OK
+        data = _readable(path, host, name, new)
+        servers = data.setdefault(host.key, {})
+        before = servers.get(name)
+        if before == new:
+            print(f"{host.title}: {path} already runs diagd as {name!r}; nothing to change")
+            return EXIT_OK
+        servers[name] = new
+        backup = write(path, data)
+    except DiagdError as exc:
+        sys.stderr.write(f"diagd client add: {exc.code}: {exc.message}\n")
+        return EXIT_USAGE if exc.details.get("usage") else EXIT_ERROR
+    except OSError as exc:
+        sys.stderr.write(f"diagd client add: cannot write {exc.filename}: {exc.strerror}\n")
+        return EXIT_ERROR
+    what = "updated" if before is not None else "added"
+    kept = f"; the old file is {backup}" if backup else ""
+    print(f"{host.title}: {what} {name!r} in {path}: {' '.join([new['command'], *new['args']])}{kept}")
+    print(f"restart {host.title} (or reload its MCP servers) to start it")
+    return EXIT_OK
+
+
+def _readable(path: Path, host: Host, name: str, new: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return read(path, host)
+    except DiagdError as exc:
+        snippet = json.dumps({host.key: {name: new}}, ensure_ascii=False)
+        raise DiagdError(exc.code, f"{exc.message}; add this by hand: {snippet} (or print it: --print)",
+                         **exc.details) from None
+
+
+def _host(name: str) -> Host:
+    if name in HOSTS:
+        return HOSTS[name]
+    import difflib
+
+    close = difflib.get_close_matches(name, list(HOSTS), n=2)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"unknown host {name!r}{hint}; the hosts are {', '.join(HOSTS)}",
+                     usage=True)
+
+
+def _groups(text: str | None) -> list[str]:
+    """The groups of `--tools` (checked against the back ends this config loads), in the order given."""
+    if not text:
+        return []
+    from diagd.daemon import tool_groups
+    from diagd.daemon.cli import toolscli
+
+    names = tool_groups.parse_list(text)
+    tool_groups.check(names, toolscli.known_groups())
+    return names
+
+
+def configured(home: Path, cwd: Path) -> list[dict[str, Any]]:
+    """Every host file (user, and project in `cwd`) and the diagd servers in it."""
+    found = []
+    for host in HOSTS.values():
+        for scope in SCOPES:
+            if scope == "project" and host.project is None:
+                continue
+            path = host.path(scope, home, cwd)
+            if scope == "project" and path == host.path("user", home, cwd):
+                continue  # run in HOME: the project file is the user's
+            row: dict[str, Any] = {"host": host.name, "scope": scope, "path": str(path), "exists": path.exists(),
+                                   "servers": {}, "error": None}
+            try:
+                servers = read(path, host).get(host.key, {})
+            except DiagdError as exc:
+                row["error"] = exc.message
+                servers = {}
+            row["servers"] = {n: e for n, e in servers.items() if _runs_diagd(n, e)}
+            found.append(row)
+    return found
+
+
+def _runs_diagd(name: str, server: Any) -> bool:
+    if not isinstance(server, dict):
+        return False
+    command = [str(server.get("command", "")), *map(str, server.get("args") or [])]
+    return name == "diagd" or os.path.basename(command[0]) == "diagd" or "diagd.daemon.cli" in command
+
+
+def list_(*, as_json: bool) -> int:
+    rows = configured(Path.home(), Path.cwd())
+    if as_json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    for row in rows:
+        title = f"{HOSTS[row['host']].title} ({row['scope']})"
+        if row["error"]:
+            print(f"{title:<26} {row['path']}: {row['error']}")
+        elif not row["servers"]:
+            print(f"{title:<26} {row['path']}: {'no diagd' if row['exists'] else 'no file'}")
+        for name, server in row["servers"].items():
+            command = " ".join([str(server.get("command")), *map(str, server.get("args") or [])])
+            print(f"{title:<26} {row['path']}: {name}: {command}")
+    return EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """`diagd client ...` for daemon/cli/cli.py's sub-commands."""
+    s = sub.add_parser("client", help="put diagd in an MCP host's configuration (add), or show where it is (list)")
+    actions = s.add_subparsers(dest="client_action", required=True)
+    a = actions.add_parser("add", help="write (or --print) the diagd entry of HOST's MCP configuration file")
+    a.add_argument("host", metavar="HOST", help="the MCP host: " + ", ".join(HOSTS))
+    a.add_argument("--print", dest="print_only", action="store_true",
+                   help="print the entry (JSON) instead of writing the file")
+    a.add_argument("--tools", metavar="GROUPS", help="tool groups the host sees, comma-separated (default: all)")
+    a.add_argument("--scope", choices=SCOPES, default="user",
+                   help="user: the host's file in HOME (default); project: the one in this directory")
+    a.add_argument("--name", default="diagd", help="the server's name in the file (default: diagd)")
+    a.set_defaults(func=cmd_client)
+    listing = actions.add_parser("list", help="show each host's configuration file and the diagd servers in it")
+    listing.add_argument("--json", action="store_true", help="as JSON")
+    listing.set_defaults(func=cmd_client)
+
+
+def cmd_client(args: Any) -> int:
+    if args.client_action == "add":
+        return add(args.host, tools=args.tools, scope=args.scope, name=args.name, print_only=args.print_only)
+    return list_(as_json=args.json)

@@ -1,0 +1,25 @@
+"""Starting MCP over HTTP inside `diagd serve` ([http] listen), without importing its stack until then."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+import trio
+
+from diagd.daemon import tokens
+
+if TYPE_CHECKING:
+    from diagd.daemon.server.services import Front, Services
+
+
+async def serve(daemon: Services, front: Front, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+                ) -> None:
+    """The same SDK server as the Unix socket, started with the daemon (an HTTP client cannot start
+    one); `started` with the endpoint's URL. hypercorn and h11/h2 are imported here, off the loop."""
+    _mcp_front, server = await front.get()
+    http_front = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.server.http_front")
+    verifier = tokens.Verifier(daemon.state_dir)
+    await http_front.serve(daemon.config.http, server, verifier, state_dir=daemon.state_dir,
+                           on_freed=daemon.trimmer.poke, default_tools=daemon.configured_tools,
+                           task_status=task_status)

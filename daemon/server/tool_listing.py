@@ -1,0 +1,69 @@
+"""What `tools/list` says about a tool, kept small: every client reads the whole list on every request.
+
+Input schemas go out as declared (they are what the daemon validates: types, constraints, every
+property's description), less what only restates how any client reads them:
+- `additionalProperties: false`: every tool's arguments (and objects in them) are closed, and the
+  daemon refuses an unknown name itself, before any other check, naming the close ones ("did you
+  mean");
+- a default that is its type's empty value (`false`, `""`, `[]`, `0`): an absent optional argument
+  means that already. Defaults that say something (`true`, `limit: 500`) stay;
+- a `maximum` of 2**32 - 1 or more: a storage width (pcapng frame numbers are 32-bit), no bound a
+  caller meets in practice; the daemon still refuses a value past it, with a coded error.
+Together ~1.3 KB of the full list, which pays for a description on every property.
+The rest is cut to what a client uses:
+- `outputSchema` says the result is an object (so clients read `structuredContent`) and no more: the
+  keys, their types and nested shapes stay in the declared schema (what the tests check results
+  against; `diagd tools --json` shows it). Hosts give a model a tool's name, description and input
+  schema, never its output schema, so naming the result's keys here (~2.5 KB over all tools) only
+  fed the client's own check; the descriptions say what a tool returns. Dropping keywords only
+  widens a schema: a result valid for the declared one is valid for this one.
+- annotations say only what a client acts on: `readOnlyHint`, and for tools that change something
+  `destructiveHint` / `idempotentHint` (the spec gives them no meaning on a read-only tool). No
+  `openWorldHint` (hints are advisory and clients do not act on it); the title is said once, on the tool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagd.actors.tooling import ToolSpec
+
+
+def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The declared input schema as tools/list gives it (validation uses the declared one)."""
+    wire = {k: v for k, v in schema.items() if not (k == "additionalProperties" and v is False)}
+    if isinstance(schema.get("properties"), dict):
+        wire["properties"] = {name: _property(prop) for name, prop in schema["properties"].items()}
+    if isinstance(schema.get("items"), dict):
+        wire["items"] = _property(schema["items"])
+    return wire
+
+
+def _property(prop: Any) -> Any:
+    if not isinstance(prop, dict):
+        return prop
+    return input_schema({k: v for k, v in prop.items()
+                         if not (k == "default" and _empty(v)) and not (k == "maximum" and _width(v))})
+
+
+def _width(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 2**32 - 1
+
+
+def _empty(value: Any) -> bool:
+    """`value` is its JSON type's empty value (not null: a null default says something)."""
+    return value is False or (value == 0 and not isinstance(value, bool)) or value in ("", [], {})
+
+
+def output_schema(spec: ToolSpec) -> dict[str, Any] | None:
+    """The tool's result schema cut to its type (an object). A reply model is a TypedDict, whose
+    schema is an object: said without generating it (tools/list never imports pydantic)."""
+    return {"type": "object"} if spec.reply is not None else None
+
+
+def hints(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
+    """The tool's hints, without the ones that restate MCP's defaults or mean nothing for it."""
+    hints = {"readOnlyHint": read_only}
+    if not read_only:
+        hints |= {"destructiveHint": destructive, "idempotentHint": idempotent}
+    return hints
