@@ -92,10 +92,9 @@ class ToolSpec:
     description: str
     input_schema: dict[str, Any]
     handler: Handler
-    # The reply's model (a TypedDict, actors/replies.py): the tool's outputSchema is generated from it.
+    # The reply's model (a TypedDict, actors/replies.py): the tool's outputSchema is generated from it,
+    # never written by hand. `ToolSet.tool` always sets it; only a bare spec of a unit test has none.
     reply: type | None = None
-    # A schema written by hand, for a tool whose reply has no model yet (never both).
-    declared_output: dict[str, Any] | None = None
     read_only: bool = True
     destructive: bool = False
     idempotent: bool = True
@@ -110,7 +109,7 @@ class ToolSpec:
     @property
     def output_schema(self) -> dict[str, Any] | None:
         """The whole JSON Schema of the tool's result (generated from `reply` on first use, then cached)."""
-        return reply_schema(self.reply) if self.reply is not None else self.declared_output
+        return reply_schema(self.reply) if self.reply is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,14 +140,13 @@ class ToolSet(Generic[B]):
         self._declared: dict[str, _Declared[B]] = {}
 
     def tool(self, name: str, description: str, props: Mapping[str, Any] | None = None, *,
-             required: Sequence[str] = (), output: dict[str, Any] | None = None, title: str | None = None,
+             required: Sequence[str] = (), title: str | None = None,
              input_schema: dict[str, Any] | None = None, read_only: bool = True, destructive: bool = False,
              idempotent: bool = True, timeout_s: float | Callable[[], float] | None = None,
              ) -> Callable[[ToolHandler[B]], ToolHandler[B]]:
         """Declare a tool. `props` (and `required`) make a closed input object; `input_schema` gives a
         whole schema instead. Every tool states what it returns: the handler's return annotation is
-        its reply model (a TypedDict), from which its outputSchema is generated; `output`, a schema
-        written by hand, stands in for a handler whose reply has no model yet."""
+        its reply model (a TypedDict), from which its outputSchema is generated."""
         if props is not None and input_schema is not None:
             raise ValueError(f"tool {name!r}: give props or input_schema, not both")
         schema = input_schema if input_schema is not None else object_schema(props or {}, required, closed=True)
@@ -156,9 +154,9 @@ class ToolSet(Generic[B]):
         def declare(handler: ToolHandler[B]) -> ToolHandler[B]:
             if name in self._declared:
                 raise ValueError(f"tool {name!r} declared twice")
-            reply = None if output is not None else _reply_model(name, handler)
+            reply = _reply_model(name, handler)
             spec = ToolSpec(name=name, description=description, input_schema=schema, handler=_unbound,
-                            reply=reply, declared_output=output, read_only=read_only, destructive=destructive,
+                            reply=reply, read_only=read_only, destructive=destructive,
                             idempotent=idempotent, timeout_s=timeout_s, title=title)
             self._declared[name] = _Declared(spec, handler)
             return handler

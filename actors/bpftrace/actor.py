@@ -15,7 +15,7 @@ import trio
 from diagd.actors import system
 from diagd.actors._subprocess import LineSplitter, Spawn, Step, Tail, drain, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, unhandled
-from diagd.actors.bpftrace.execution import STATUS_FOR_STOP, Execution, Status, StopReason
+from diagd.actors.bpftrace.execution import STATUS_FOR_STOP, Execution
 from diagd.actors.bpftrace.messages import Page, Stop
 from diagd.actors.bpftrace.parse import (
     ATTACHED_MARKER,
@@ -27,6 +27,7 @@ from diagd.actors.bpftrace.parse import (
     tracefs_fix,
 )
 from diagd.actors.bpftrace.settings import BpftraceSettings
+from diagd.actors.bpftrace.status import Status, StopReason
 from diagd.actors.bpftrace.store import ExecutionStore
 from diagd.actors.bpftrace.store import proc_starttime as _proc_starttime
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -340,10 +341,10 @@ class BpftraceExecution(Actor):
             case Page(offset=offset, limit=limit, times=times):
                 if not self._finished:
                     self._apply_diagnostics(parse_stderr(self.stderr.text()))
-                return ex.page(offset, limit, times=times)
+                return dict(ex.page(offset, limit, times=times))  # the reply model is a dict
             case Stop():
                 self.request_stop(StopReason.REQUESTED)
-                return ex.summary()
+                return dict(ex.summary())
         raise unhandled("bpftrace", request)
 
     def statistics(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from diagd.actors.bpftrace.helpers import UNKNOWN, Helper, merged_helpers, read_
 from diagd.actors.bpftrace.messages import Page, Stop
 from diagd.actors.bpftrace.parse import classify_failure, parse_stderr
 from diagd.actors.bpftrace.probes import listing_warning
+from diagd.actors.bpftrace.replies import HelpersReply
 from diagd.actors.bpftrace.settings import BpftraceSettings
 from diagd.actors.bpftrace.store import ExecutionStore
 from diagd.actors.runtime import Runtime
@@ -55,7 +56,7 @@ class BpftraceBackend:
         self.reserved = 0
         self._loaded: OrderedDict[str, Execution] = OrderedDict()
         self._listings: dict[tuple[str, str], tuple[float, list[str], list[str]]] = {}
-        self._helpers: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self._helpers: tuple[tuple[Any, ...], HelpersReply] | None = None
         self._lock = trio.Lock()
 
     def settings(self) -> BpftraceSettings:
@@ -207,7 +208,7 @@ class BpftraceBackend:
             del self._listings[next(iter(self._listings))]  # the oldest (insertion order)
         self._listings[key] = (now, probes, warnings)
 
-    async def helpers(self, settings: BpftraceSettings) -> dict[str, Any]:
+    async def helpers(self, settings: BpftraceSettings) -> HelpersReply:
         binary = shutil.which(settings.path) or settings.path
         try:
             st = os.stat(binary)
@@ -225,7 +226,7 @@ class BpftraceBackend:
             candidates = merged_helpers(man_helpers)
             unknown, verified = await self._unknown_to_binary(settings, candidates)
             helpers = [h for h in candidates if h.name not in unknown]
-            result: dict[str, Any] = {
+            result: HelpersReply = {
                 "bpftrace_version": version,
                 "source": ("table for bpftrace 0.17" + (f" + {man}" if man else "")
                            + (", every name checked against the installed binary" if verified
@@ -233,6 +234,7 @@ class BpftraceBackend:
                 "verified": verified,
                 "not_in_installed_binary": sorted(unknown),
                 "helpers": [h.to_json() for h in helpers],
+                "total": len(helpers),
             }
             if not version.startswith("bpftrace v0.17"):
                 result["warning"] = (f"the table was written for bpftrace 0.17 and the installed one is {version}: "

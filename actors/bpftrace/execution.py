@@ -5,7 +5,6 @@ meta.json form that `ExecutionStore` persists.
 
 from __future__ import annotations
 
-import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,29 +12,11 @@ from typing import Any
 import trio
 
 from diagd.actors.bpftrace.parse import LOST_TEXT, parse_json_line
+from diagd.actors.bpftrace.replies import ExecutionState, OutputFormat, PageReply, Summary, Times
+from diagd.actors.bpftrace.status import Status, StopReason
 from diagd.protocol import utc
 
 PAGE_MAX_BYTES = 4 * 1024 * 1024  # one get_result page
-
-
-class Status(enum.StrEnum):
-    RUNNING = "running"
-    COMPLETED = "completed"  # bpftrace exited by itself, or at the end of the duration it was given
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"  # only in records of older versions, which so called a run that reached its duration
-    STOPPED = "stopped"
-    INTERRUPTED = "interrupted"
-
-
-class StopReason(enum.StrEnum):
-    REQUESTED = "stop_execution"
-    # exec_program's `timeout` is how long to trace: reaching it is the normal end (END runs, maps print).
-    DURATION = "duration_reached"
-    TIMEOUT = "timeout"  # older versions' name for DURATION, read from their records
-    BUFFER_FULL = "buffer_full"
-    ACTOR_STOPPED = "actor_stopped"  # diagd_stop_actor, or the actor crashed
-    SHUTDOWN = "daemon_shutdown"
-    DAEMON_DIED = "daemon_exited"  # found in flight at the next start
 
 
 STATUS_FOR_STOP = {StopReason.DURATION: Status.COMPLETED, StopReason.TIMEOUT: Status.TIMED_OUT,
@@ -73,7 +54,7 @@ class Execution:
 
     id: str
     program: str
-    output_format: str
+    output_format: OutputFormat
     timeout_s: float
     max_lines: int = 10_000
     max_bytes: int = 16 * 1024 * 1024
@@ -170,7 +151,7 @@ class Execution:
                 self.maps[name] = {"type": kind, "data": _fix_top_log2_bucket(value) if kind == "hist" else value}
 
     def page(self, offset: int, limit: int, max_bytes: int = PAGE_MAX_BYTES, *, times: bool = False
-             ) -> dict[str, Any]:
+             ) -> PageReply:
         chosen: list[str] = []
         size = 0
         for line in self.lines[offset:offset + limit]:
@@ -181,12 +162,12 @@ class Execution:
         output: list[Any] = [parse_json_line(x) for x in chosen] if self.output_format == "json" else chosen
         end = offset + len(chosen)
         total = len(self.lines)
-        extra: dict[str, Any] = {}
+        extra: Times = {}
         if times:  # null: this run's lines were recorded without their times
             extra["line_ts"] = None if self.line_ts is None else self.line_ts[offset:end]
         return {
             "execution_id": self.id,
-            "status": str(self.status),
+            "status": self.status,
             "output_format": self.output_format,
             "offset": offset,
             "lines_total": total,
@@ -199,7 +180,7 @@ class Execution:
             **self._state(),
         }
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> ExecutionState:
         return {
             "exit_code": self.exit_code,
             "signal": self.signal,
@@ -211,7 +192,7 @@ class Execution:
             "truncated": self.buffer_full,
             "lost_events": self.lost_events,
             "attached_probes": self.attached_probes,
-            "stop_reason": None if self.stop_reason is None else str(self.stop_reason),
+            "stop_reason": self.stop_reason,
             "stopping": self.stopping,
             "timeout_s": self.timeout_s,
             "elapsed_s": self.elapsed_s(),
@@ -219,9 +200,9 @@ class Execution:
             "ended_at": _iso(self.ended_at),
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         program = self.program if len(self.program) <= 200 else self.program[:200] + "…"
-        return {"execution_id": self.id, "status": str(self.status), "program": program,
+        return {"execution_id": self.id, "status": self.status, "program": program,
                 "output_format": self.output_format, "lines_total": len(self.lines), **self._state()}
 
     # -- persistence

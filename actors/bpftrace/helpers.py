@@ -10,20 +10,21 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from diagd.actors.bpftrace.replies import HelperInfo, HelperKind
 
 
 @dataclass(frozen=True)
 class Helper:
     name: str
-    kind: str  # builtin | map_function | function
+    kind: HelperKind
     description: str
     signatures: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()  # unsafe, async, compile_time
     type: str | None = None  # builtins: the value type
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "description": self.description}
+    def to_json(self) -> HelperInfo:
+        out: HelperInfo = {"name": self.name, "kind": self.kind, "description": self.description}
         if self.signatures:
             out["signatures"] = list(self.signatures)
         if self.flags:
@@ -37,7 +38,7 @@ def _b(name: str, type_: str, description: str) -> Helper:
     return Helper(name, "builtin", description, type=type_)
 
 
-def _f(name: str, sig: str | tuple[str, ...], description: str, *flags: str, kind: str = "function") -> Helper:
+def _f(name: str, sig: str | tuple[str, ...], description: str, *flags: str, kind: HelperKind = "function") -> Helper:
     return Helper(name, kind, description, (sig,) if isinstance(sig, str) else sig, flags)
 
 
@@ -132,7 +133,8 @@ HELPERS_0_17: tuple[Helper, ...] = (
 
 MAN_PAGES = (Path("/usr/share/man/man8/bpftrace.8.gz"), Path("/usr/local/share/man/man8/bpftrace.8.gz"),
              Path("/usr/share/man/man8/bpftrace.8"), Path("/usr/local/share/man/man8/bpftrace.8"))
-_MAN_SECTIONS = {"MAP FUNCTIONS": "map_function", "FUNCTIONS": "function", "OUTPUT FORMATTING": "function"}
+_MAN_SECTIONS: dict[str, HelperKind] = {"MAP FUNCTIONS": "map_function", "FUNCTIONS": "function",
+                                        "OUTPUT FORMATTING": "function"}
 _ROFF = [(r"\(cq", "'"), (r"\(aq", "'"), (r"\*(Aq", "'"), (r"\(rs", "\\"), (r"\-", "-"), (r"\(bu", "*"),
          (r"\(lq", '"'), (r"\(rq", '"'), (r"\(em", "--"), (r"\(en", "-"), (r"\&", ""), (r"\c", "")]
 
@@ -168,7 +170,7 @@ def parse_man_page(text: str) -> list[Helper]:
     return helpers
 
 
-def _man_entry(name: str, kind: str, lines: list[str]) -> Helper:
+def _man_entry(name: str, kind: HelperKind, lines: list[str]) -> Helper:
     signatures: list[str] = []
     flags: list[str] = []
     paragraphs: list[list[str]] = [[]]

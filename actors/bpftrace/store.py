@@ -17,7 +17,8 @@ from typing import Any
 import structlog
 
 from diagd.actors import statefile
-from diagd.actors.bpftrace.execution import Execution, Status, StopReason
+from diagd.actors.bpftrace.execution import Execution
+from diagd.actors.bpftrace.status import Status, StopReason
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.bpftrace")

@@ -6,26 +6,27 @@ the reply; waiting for output reads the run's single-writer `Execution` (see `Bp
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import trio
 
 from diagd.actors import system
 from diagd.actors.bpftrace.actor import KIND, STOP_WAIT_MAX_S, BpftraceExecution
 from diagd.actors.bpftrace.backend import BpftraceBackend
-from diagd.actors.bpftrace.execution import Execution, Status
+from diagd.actors.bpftrace.execution import Execution
 from diagd.actors.bpftrace.messages import Page, Stop
 from diagd.actors.bpftrace.parse import tracefs_error, tracefs_fix
 from diagd.actors.bpftrace.probes import match_listing, normalize_filter, tracepoint_args
-from diagd.actors.bpftrace.schemas import (
-    EXEC_OUTPUT,
-    EXECUTION_ID_ARG,
-    EXECUTIONS_OUTPUT,
-    HELPERS_OUTPUT,
-    PROBES_OUTPUT,
-    RESULT_OUTPUT,
-    STOP_OUTPUT,
+from diagd.actors.bpftrace.replies import (
+    ExecReply,
+    ExecutionsReply,
+    HelpersReply,
+    PageReply,
+    ProbesReply,
+    StopReply,
+    Summary,
 )
+from diagd.actors.bpftrace.schemas import EXECUTION_ID_ARG
 from diagd.actors.bpftrace.settings import (
     MAX_KILL_WAIT_S,
     MAX_SIGINT_GRACE_S,
@@ -33,6 +34,7 @@ from diagd.actors.bpftrace.settings import (
     check_privileges,
     check_reload,
 )
+from diagd.actors.bpftrace.status import Status
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -49,9 +51,9 @@ tools: ToolSet[BpftraceBackend] = ToolSet()
         **paging(limit=200, maximum=5000),
         "with_args": {"type": "boolean", "default": False, "description": "add tracepoint fields"},
     },
-    output=PROBES_OUTPUT, timeout_s=60,
+    timeout_s=60,
 )
-async def list_probes(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def list_probes(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> ProbesReply:
     settings = backend.settings()
     check_privileges(settings)
     pattern, shown = normalize_filter(args.get("filter") or "")
@@ -70,7 +72,7 @@ async def list_probes(backend: BpftraceBackend, ctx: CallContext, args: dict[str
                     f"{tracefs_fix()}", *warnings]
     offset, limit = args["offset"], args["limit"]
     chosen = probes[offset:offset + limit]
-    result: dict[str, Any] = {
+    result: ProbesReply = {
         "probes": chosen, "total": len(probes), "offset": offset, "returned": len(chosen),
         "has_more": offset + len(chosen) < len(probes), "next_offset": min(offset + len(chosen), len(probes)),
         "filter": shown or None, "tracefs_mounted": tracefs, "warnings": warnings,
@@ -88,9 +90,9 @@ async def list_probes(backend: BpftraceBackend, ctx: CallContext, args: dict[str
         "kind": {"type": "string", "enum": ["builtin", "map_function", "function"], "description": "only these"},
         "name": {"type": "string", "description": "substring"},
     },
-    output=HELPERS_OUTPUT, timeout_s=60,
+    timeout_s=60,
 )
-async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> HelpersReply:
     found = await backend.helpers(backend.settings())
     helpers = found["helpers"]
     if kind := args.get("kind"):
@@ -112,9 +114,9 @@ async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[st
         "output_format": {"type": "string", "enum": ["text", "json"], "default": "text",
                           "description": "json: maps as data"},
     },
-    required=("program",), output=EXEC_OUTPUT, read_only=False, idempotent=False, timeout_s=60,
+    required=("program",), read_only=False, idempotent=False, timeout_s=60,
 )
-async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> ExecReply:
     settings = backend.settings()
     program = args["program"]
     if not program.strip():
@@ -141,7 +143,7 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
         slot.release()
         raise
     # `ex` is read once the actor's start() has returned: the attach (or the refusal) is decided.
-    return {"execution_id": ex.id, "status": str(ex.status), "attached_probes": ex.attached_probes,
+    return {"execution_id": ex.id, "status": ex.status, "attached_probes": ex.attached_probes,
             "timeout_s": timeout, "output_format": output_format, "pid": ex.pid, "lines_total": len(ex.lines),
             "hint": "page the output with get_result (wait_s waits for output or the end); stop_execution "
                     "stops it gracefully"}
@@ -158,9 +160,9 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
                   "description": "output past offset, or the end"},
         "times": {"type": "boolean", "default": False, "description": "each line's arrival (line_ts)"},
     },
-    required=("execution_id",), output=RESULT_OUTPUT, timeout_s=130,
+    required=("execution_id",), timeout_s=130,
 )
-async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> PageReply:
     execution_id = args["execution_id"]
     offset, limit = args["offset"], args["limit"]
     running = backend.running(execution_id)
@@ -168,18 +170,18 @@ async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str,
         await backend.wait(ctx, running, offset, args["until"], args["wait_s"])
     page = await backend.ask(ctx, execution_id, Page(offset, limit, args["times"]))
     if page is None:
-        page = (await backend.load(execution_id)).page(offset, limit, times=args["times"])
-    return page
+        return (await backend.load(execution_id)).page(offset, limit, times=args["times"])
+    return cast(PageReply, page)
 
 
 @tools.tool(
     "stop_execution", title="Stop a bpftrace execution",
     description="Stop a running execution (SIGINT: END runs; SIGKILL if it hangs). Output is kept.",
     props={"execution_id": EXECUTION_ID_ARG},
-    required=("execution_id",), output=STOP_OUTPUT, read_only=False, idempotent=True,
+    required=("execution_id",), read_only=False, idempotent=True,
     timeout_s=STOP_WAIT_MAX_S + 10,
 )
-async def stop_execution(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def stop_execution(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> StopReply:
     execution_id = args["execution_id"]
     running = backend.running(execution_id)
     if running is None or running.finished:
@@ -199,15 +201,16 @@ async def stop_execution(backend: BpftraceBackend, ctx: CallContext, args: dict[
         "status": {"type": "string", "enum": [str(s) for s in Status], "description": "only these"},
         "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50, "description": "at most"},
     },
-    output=EXECUTIONS_OUTPUT,
 )
-async def list_executions(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def list_executions(backend: BpftraceBackend, ctx: CallContext, args: dict[str, Any]) -> ExecutionsReply:
     settings = backend.settings()
     metas = await trio.to_thread.run_sync(backend.store.metas) if backend.store.root.exists() else []
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, Summary] = {}
     for meta in metas:
         with contextlib.suppress(KeyError, ValueError, TypeError):
-            rows[meta["id"]] = Execution.from_meta(meta, []).summary() | {"lines_total": meta["lines_total"]}
+            row = Execution.from_meta(meta, []).summary()
+            row["lines_total"] = meta["lines_total"]  # the lines are not loaded: the record counts them
+            rows[meta["id"]] = row
     live = backend.live_executions()
     for ex in live:
         rows[ex.id] = ex.summary()

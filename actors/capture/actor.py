@@ -20,6 +20,7 @@ from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, un
 from diagd.actors.capture.childmode import Event, SyncReader, interface_statistics, parse_drops
 from diagd.actors.capture.messages import Stop
 from diagd.actors.capture.record import Capture, CaptureStore
+from diagd.actors.capture.replies import CaptureSummary
 from diagd.actors.capture.settings import CaptureSettings
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -53,7 +54,7 @@ class Host(Protocol):
 
     def check_owner(self, cap: Capture, client: str, force: bool) -> str | None: ...
 
-    def describe(self, cap: Capture) -> dict[str, Any]: ...
+    def describe(self, cap: Capture) -> CaptureSummary: ...
 
 
 class CaptureActor(Actor):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 import trio
@@ -16,6 +16,7 @@ from diagd.actors._subprocess import Completed, Spawn, open_process, run
 from diagd.actors.capture.actor import KIND, CaptureActor
 from diagd.actors.capture.interfaces import kernel_state, parse_link_types, parse_list
 from diagd.actors.capture.record import Capture, CaptureStore
+from diagd.actors.capture.replies import CaptureSummary, InterfaceInfo
 from diagd.actors.capture.settings import CaptureSettings
 from diagd.actors.runtime import ActorRef, Runtime
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -74,7 +75,7 @@ class CaptureBackend:
         if actor is not None and actor.capture.running:
             self.check_owner(actor.capture, client, force=False)
 
-    def describe(self, cap: Capture) -> dict[str, Any]:
+    def describe(self, cap: Capture) -> CaptureSummary:
         return cap.summary(self.owner_connected(cap.owner) if cap.running else None)
 
     # -- captures
@@ -166,7 +167,7 @@ class CaptureBackend:
         return await run(settings.command(args), timeout_s=COMMAND_TIMEOUT_S, spawn=self.spawn,
                          fix=system.APT_HINT.format(pkg="wireshark-common"))
 
-    async def interfaces(self, settings: CaptureSettings, with_link_types: bool) -> list[dict[str, Any]]:
+    async def interfaces(self, settings: CaptureSettings, with_link_types: bool) -> list[InterfaceInfo]:
         done = await self.dumpcap(settings, ["-D", "-M"])
         if done.returncode != 0:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"dumpcap -D failed: {done.stderr.strip()[:500]}")
@@ -187,7 +188,8 @@ class CaptureBackend:
             async with trio.open_nursery() as nursery:
                 for entry in found:
                     nursery.start_soon(link_types, entry)
-        return found
+        # Built up by parts (parse_list, kernel_state, allowed, the link types): every key is set now.
+        return cast(list[InterfaceInfo], found)
 
     async def check_filter(self, settings: CaptureSettings, interfaces: Sequence[str], capture_filter: str,
                            snaplen: int) -> None:

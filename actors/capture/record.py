@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from diagd.actors import statefile
+from diagd.actors.capture.replies import CaptureSummary, Status
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 CAPTURE_ID = re.compile(r"^cap-[0-9a-f]{8}$")
@@ -38,7 +39,7 @@ class Capture:
     stop_on: dict[str, Any]  # duration_s, packets, bytes (those given)
     dir: str
     created_at: float = field(default_factory=time.time)
-    status: str = "starting"  # starting, running, stopped, failed, interrupted
+    status: Status = "starting"
     stop_reason: str | None = None  # duration, packets, bytes, requested, disk_budget, shutdown, exited, ...
     stopped_by: str | None = None
     error: str | None = None
@@ -92,7 +93,7 @@ class Capture:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 
-    def summary(self, owner_connected: bool | None = None) -> dict[str, Any]:
+    def summary(self, owner_connected: bool | None = None) -> CaptureSummary:
         kernel = None if self.drops_kernel is None else sum(self.drops_kernel.values())
         interface = None if self.interface_stats is None else sum(
             s.get("interface_drops", 0) for s in self.interface_stats.values())

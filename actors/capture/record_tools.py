@@ -3,25 +3,18 @@ the capture tools (when [capture] allowed_interfaces is set); each part calls it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import trio
 
 from diagd.actors.capture.backend import CaptureBackend
 from diagd.actors.capture.recording import RECORDING_ID, Recording, RecordingStore, start, stop
+from diagd.actors.capture.replies import BundleReply, RecordingReply
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 recording_tools: ToolSet[CaptureBackend] = ToolSet()
 
-_RECORDING: dict[str, Any] = {"type": "object", "properties": {
-    "recording_id": {"type": "string"}, "status": {"type": "string"}, "capture_id": {"type": ["string", "null"]},
-    "pcap_path": {"type": ["string", "null"]}, "ports": {"type": "array", "items": {"type": "string"}},
-    "execution_id": {"type": ["string", "null"]}}, "required": ["recording_id", "status"]}
-_BUNDLE: dict[str, Any] = {"type": "object", "properties": {
-    **_RECORDING["properties"], "capture": {"type": "object"}, "serial": {"type": "array"},
-    "bpftrace": {"type": "object"}, "timeline": {"type": "object"}, "already_stopped": {"type": "boolean"}},
-    "required": ["recording_id", "status"]}
 _locks: dict[str, trio.Lock] = {}
 
 
@@ -38,12 +31,12 @@ def store_of(backend: CaptureBackend) -> RecordingStore:
            "serial_ports": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 8},
            "serial_settings": {"type": "object", "description": "configure_connection's, for each port"},
            "bpftrace": {"type": "object", "description": "exec_program's arguments"}},
-    output=_RECORDING, read_only=False, idempotent=False, timeout_s=240,
+    read_only=False, idempotent=False, timeout_s=240,
 )
-async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> RecordingReply:
     rec = await start(backend.runtime.call, store_of(backend), ctx.client, args,
                       keep=backend.settings().keep_captures)
-    return {**rec.summary(), "hint": "reproduce now; diagd_record_stop returns the bundle"}
+    return cast(RecordingReply, {**rec.summary(), "hint": "reproduce now; diagd_record_stop returns the bundle"})
 
 
 @recording_tools.tool(
@@ -53,18 +46,18 @@ async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str
     props={"recording_id": {"type": "string", "pattern": RECORDING_ID.pattern},
            "timeline_rows": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 100,
                              "description": "merged rows in the answer (bundle.json keeps more)"}},
-    required=("recording_id",), output=_BUNDLE, read_only=False, timeout_s=400,
+    required=("recording_id",), read_only=False, timeout_s=400,
 )
-async def record_stop(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def record_stop(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> BundleReply:
     store = store_of(backend)
     rid = args["recording_id"]
     async with _locks.setdefault(rid, trio.Lock()):
         rec: Recording = await trio.to_thread.run_sync(store.load, rid)
         if rec.bundle is not None:
-            return {**rec.bundle, "already_stopped": True}
+            return cast(BundleReply, {**rec.bundle, "already_stopped": True})
         if rec.owner != ctx.client and backend.owner_connected(rec.owner):
             raise DiagdError(ErrorCode.BUSY, f"recording {rid} belongs to another connected diagd client "
                              f"({rec.owner})", recording_id=rid, owner=rec.owner)
         bundle = await stop(backend.runtime.call, store, rec, args["timeline_rows"])
     _locks.pop(rid, None)
-    return {**bundle, "already_stopped": False}
+    return cast(BundleReply, {**bundle, "already_stopped": False})

@@ -14,14 +14,8 @@ from diagd.actors.capture.actor import KIND, STOP_WAIT_MAX_S, CaptureActor
 from diagd.actors.capture.backend import CaptureBackend
 from diagd.actors.capture.messages import Stop
 from diagd.actors.capture.record import Capture
-from diagd.actors.capture.schemas import (
-    CAPTURE_ID_ARG,
-    CAPTURES_OUTPUT,
-    INTERFACES_OUTPUT,
-    START_PROPS,
-    STATUS_OUTPUT,
-    STATUSES,
-)
+from diagd.actors.capture.replies import CapturesReply, InterfacesReply, StatusReply, StopExtras, StopReply
+from diagd.actors.capture.schemas import CAPTURE_ID_ARG, START_PROPS, STATUSES
 from diagd.actors.capture.settings import CaptureSettings
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -38,9 +32,9 @@ PCAP_HINT = ("pcap_path \"capture:<id>\" reads it with the pcap tools (and diagd
                 "[capture] allowed_interfaces allows each.",
     props={"link_types": {"type": "boolean", "default": True, "description": "ask dumpcap for each one's link types"},
            "allowed_only": {"type": "boolean", "default": False}},
-    output=INTERFACES_OUTPUT, timeout_s=60,
+    timeout_s=60,
 )
-async def list_interfaces(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def list_interfaces(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> InterfacesReply:
     settings = backend.settings()
     found = await backend.interfaces(settings, args["link_types"])
     if args["allowed_only"]:
@@ -54,10 +48,10 @@ async def list_interfaces(backend: CaptureBackend, ctx: CallContext, args: dict[
     description="Capture on interfaces with dumpcap into a ring of pcapng files; returns a capture_id at once. "
                 "The filter is compiled first (a bad one: INVALID_FILTER). The capture belongs to this client "
                 "and runs until a stop condition, stop_capture, or [capture] max_duration_s.",
-    props=START_PROPS, required=("interfaces",), output=STATUS_OUTPUT, read_only=False, idempotent=False,
+    props=START_PROPS, required=("interfaces",), read_only=False, idempotent=False,
     timeout_s=90,
 )
-async def start_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def start_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> StatusReply:
     settings = backend.settings()
     interfaces = list(dict.fromkeys(args["interfaces"]))
     settings.check_allowed(interfaces)
@@ -128,9 +122,9 @@ def _dumpcap_args(cap: Capture, promiscuous: bool) -> list[str]:
     props={"capture_id": CAPTURE_ID_ARG,
            "wait_s": {"type": "number", "minimum": 0, "maximum": 120, "default": 0,
                       "description": "wait this long for the capture to end"}},
-    required=("capture_id",), output=STATUS_OUTPUT, timeout_s=130,
+    required=("capture_id",), timeout_s=130,
 )
-async def capture_status(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def capture_status(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> StatusReply:
     cap = await backend.capture(args["capture_id"])
     with trio.move_on_after(args["wait_s"]):
         while cap.running:
@@ -145,20 +139,21 @@ async def capture_status(backend: CaptureBackend, ctx: CallContext, args: dict[s
     description="Stop a running capture (its owner; force=true takes over another connected client's). "
                 "Files and counters are kept.",
     props={"capture_id": CAPTURE_ID_ARG, "force": {"type": "boolean", "default": False}},
-    required=("capture_id",), output=STATUS_OUTPUT, read_only=False, timeout_s=STOP_WAIT_MAX_S + 10,
+    required=("capture_id",), read_only=False, timeout_s=STOP_WAIT_MAX_S + 10,
 )
-async def stop_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def stop_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> StopReply:
     cap = await backend.capture(args["capture_id"])
     actor = backend.running(cap.id)
     ref = backend.runtime.find(KIND, cap.id)
     if actor is None or ref is None or not cap.running:
-        return {**backend.describe(cap), "already_stopped": True}
+        nothing: StopExtras = {}
+        return {**backend.describe(cap), **nothing, "already_stopped": True}
     done = await backend.runtime.ask(ref, Stop(ctx.client, args["force"]), progress=ctx.progress)
     with trio.move_on_after(STOP_WAIT_MAX_S):
         while cap.running:
             await cap.wait_changed()
-    return {**backend.describe(cap), "already_stopped": False, "took_over_from": done.get("took_over_from"),
-            "hint": PCAP_HINT}
+    extras: StopExtras = {"took_over_from": done.get("took_over_from"), "hint": PCAP_HINT}
+    return {**backend.describe(cap), "already_stopped": False, **extras}
 
 
 @tools.tool(
@@ -166,9 +161,8 @@ async def stop_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str
     description="Captures oldest first (running and stored), with counters, files and the disk budget.",
     props={"status": {"type": "string", "enum": STATUSES, "description": "only these"},
            "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
-    output=CAPTURES_OUTPUT,
 )
-async def list_captures(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def list_captures(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> CapturesReply:
     settings: CaptureSettings = backend.settings()
     captures = await backend.all()
     rows = [backend.describe(c) for c in captures if not args.get("status") or c.status == args["status"]]

@@ -305,11 +305,11 @@ class CrashSession(Commands, Actor):
         try:
             match request.message:
                 case RunCrash() as run:
-                    return await self.op_crash(run.command, run.force, run.max_lines, run.extension)
+                    return dict(await self.op_crash(run.command, run.force, run.max_lines, run.extension))
                 case RunDrgn() as run:
-                    return await self.op_drgn(run.code, run.filename, run.isolated, run.max_lines, run.label)
+                    return dict(await self.op_drgn(run.code, run.filename, run.isolated, run.max_lines, run.label))
                 case Triage():
-                    return await self.op_triage()
+                    return dict(await self.op_triage())  # the reply models are dicts
             raise unhandled("crash", request)
         except BaseException:
             if self.failure is not None:

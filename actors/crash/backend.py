@@ -44,6 +44,7 @@ from diagd.actors.crash.messages import (
     Triage,
 )
 from diagd.actors.crash.reopen import Reopener
+from diagd.actors.crash.replies import CloseReply, OpenReply
 from diagd.actors.crash.sessions import MAX_REVIVALS, OPEN_STATES, SessionRecord, SessionTable
 from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.crash.store import OutputStore
@@ -91,7 +92,7 @@ class CrashBackend:
 
     # -- sessions -------------------------------------------------------------------------------
 
-    async def open(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]) -> dict[str, Any]:
+    async def open(self, ctx: CallContext, vmcore_path: str, vmlinux_path: str, options: list[str]) -> OpenReply:
         """open_vmcore_session: join the open session of the same dump, or start one (`options`: crash_args)."""
         target = await self.check(ctx, vmcore_path, vmlinux_path, options)
         asked = (target.vmcore, target.vmlinux)
@@ -248,16 +249,17 @@ class CrashBackend:
             await ctx.report_progress(total, total, "crash ready")
 
     def _open_result(self, rec: SessionRecord, *, is_new: bool, asked: tuple[Path, Path],
-                     ephemeral: bool) -> dict[str, Any]:
+                     ephemeral: bool) -> OpenReply:
         actor = rec.view
         assert actor is not None
-        result = {"session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new, "joined": not is_new,
+        result: OpenReply = {
+                  "session_id": rec.session_id, "workdir": str(rec.workdir), "is_new": is_new, "joined": not is_new,
                   "refcount": rec.refcount, "state": rec.state, "vmcore": rec.vmcore, "vmlinux": rec.vmlinux,
                   "match": rec.match, "summary": actor.summary}
         if not is_new:
             requested = {"vmcore": str(asked[0]), "vmlinux": str(asked[1])}
             result["requested"] = requested
-            other = [k for k, path in requested.items() if path != result[k]]
+            other = [k for k, path in requested.items() if path != {"vmcore": rec.vmcore, "vmlinux": rec.vmlinux}[k]]
             result["note"] = (f"joined the open session {rec.session_id}: "
                               + (f"the same dump by content, opened as {rec.vmcore} (vmlinux {rec.vmlinux}); "
                                  "its paths are the ones the session uses" if other else "the same dump"))
@@ -366,7 +368,7 @@ class CrashBackend:
         """The session a call names; an earlier daemon's is reopened under its id first (`reopen`)."""
         return await self.reopener.resolve(ctx, session_id)
 
-    async def close(self, ctx: CallContext, session_id: str | None) -> dict[str, Any]:
+    async def close(self, ctx: CallContext, session_id: str | None) -> CloseReply:
         if session_id and self.table.get(session_id) is None and session_id not in self.reopener.pending:
             return await self.reopener.close_on_disk(ctx, session_id)
         rec = await self.resolve(ctx, session_id)

@@ -28,6 +28,7 @@ from diagd.actors.crash.pty import (
     RunOutput,
     describe_status,
 )
+from diagd.actors.crash.replies import CommandResult, TriageReply
 from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.crash.store import MAX_PAGE_LINES, Entry, OutputStore
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -191,7 +192,7 @@ class Commands:
         return entry, False
 
     async def op_crash(self, command: str, force: bool = False, max_lines: int | None = None,
-                       extension: str | None = None) -> dict[str, Any]:
+                       extension: str | None = None) -> CommandResult:
         s = self.settings_
         kind = text.classify(command, allow_shell=s.allow_shell, allow_extend=s.allow_extend)
         if text.is_gdb_passthrough(command):
@@ -207,9 +208,9 @@ class Commands:
         entry, cached = await self._crash_entry(command, force=force, kind=kind)
         return self._result(entry, cached, max_lines or s.output_lines)
 
-    def _result(self, entry: Entry, cached: bool, max_lines: int) -> dict[str, Any]:
+    def _result(self, entry: Entry, cached: bool, max_lines: int) -> CommandResult:
         shown = entry.head[:max_lines]
-        result = {"session_id": self.spec.session_id, "engine": entry.engine, "command": entry.command,
+        result: CommandResult = {"session_id": self.spec.session_id, "engine": entry.engine, "command": entry.command,
                   "command_id": entry.command_id, "output": "\n".join(shown), "lines_returned": len(shown),
                   "total_lines": entry.total_lines, "truncated": entry.total_lines > len(shown), "cached": cached,
                   "context": entry.context, "duration_ms": round(entry.duration_s * 1000, 3)}
@@ -234,7 +235,7 @@ class Commands:
         return self.drgn
 
     async def op_drgn(self, code: str, filename: str = "<drgn>", isolated: bool = False,
-                      max_lines: int | None = None, label: str | None = None) -> dict[str, Any]:
+                      max_lines: int | None = None, label: str | None = None) -> CommandResult:
         s = self.settings_
         drgn = await self._drgn_ready()
         n = self._next_number()
@@ -276,7 +277,7 @@ class Commands:
         return self._result(entry, False, max_lines or s.output_lines)
 
 
-    async def op_triage(self) -> dict[str, Any]:
+    async def op_triage(self) -> TriageReply:
         """sys, the panic task's bt, the tail of the log, kmem -i, ps (+ drgn's view of all tasks)."""
         s = self.settings_
         await self._crash_ready()

@@ -27,6 +27,7 @@ import structlog
 import trio
 
 from diagd.actors.crash import target as tgt
+from diagd.actors.crash.replies import CloseReply
 from diagd.actors.crash.sessions import SessionRecord, SessionTable
 from diagd.actors.crash.store import OutputStore
 from diagd.actors.tooling import CallContext
@@ -87,7 +88,7 @@ class Reopener:
             await self.backend.wait_ready(rec, ctx)
         return rec
 
-    async def close_on_disk(self, ctx: CallContext, session_id: str) -> dict[str, Any]:
+    async def close_on_disk(self, ctx: CallContext, session_id: str) -> CloseReply:
         """close_vmcore_session of an earlier daemon's session: it is not reopened to be closed, and never
         comes back."""
         store = self.backend.store
@@ -95,7 +96,7 @@ class Reopener:
         if meta is None:
             self.backend.table.resolve(ctx.client, session_id)  # raises its NOT_FOUND
         assert meta is not None
-        before = meta.get("state")
+        before = str(meta.get("state"))
         if before in REOPENABLE:
             await trio.to_thread.run_sync(functools.partial(store.update_session, session_id, state="closed"))
         return {"session_id": session_id, "closed": True, "state": "closed" if before in REOPENABLE else before,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagd.actors.crash import text as text
+from diagd.actors.crash.replies import TriageReply
 from diagd.actors.crash.store import Entry
 
 DRGN_TASK_SUMMARY = (
@@ -61,7 +62,7 @@ def session_summary(system: dict[str, str], *, startup_output: str, crash_versio
 
 def triage_report(session_id: str, *, sys_e: Entry, bt_e: Entry, log_e: Entry, kmem_e: Entry, ps_e: Entry,
                   log_lines: list[str], ps_lines: list[str], panic: text.Context | None,
-                  drgn_tasks: dict[str, Any] | None, limits: list[Any], log_tail_lines: int) -> dict[str, Any]:
+                  drgn_tasks: dict[str, Any] | None, limits: list[Any], log_tail_lines: int) -> TriageReply:
     """get_crash_info's report from the stored `sys`, `bt`, `log`, `kmem -i` and `ps` outputs (the log
     and ps in full) and drgn's task summary (None when drgn is not ready)."""
     system = text.parse_sys("\n".join(sys_e.head))

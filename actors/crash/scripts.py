@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
+
+from diagd.actors.crash.replies import Script
 
 PYKDUMP_DIRS = ("/usr/lib/crash/extensions", "/usr/lib64/crash/extensions", "/usr/local/lib/crash/extensions",
                 "~/.crash.d")
 
 
-def list_scripts(dirs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    scripts: dict[str, dict[str, Any]] = {}
+def list_scripts(dirs: tuple[str, ...]) -> dict[str, Script]:
+    scripts: dict[str, Script] = {}
     for d in dirs:
         root = Path(d).expanduser()
         if not root.is_dir():

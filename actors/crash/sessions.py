@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from diagd.actors.crash.replies import ListReply, SessionInfo
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -62,8 +63,8 @@ class SessionRecord:
     def refcount(self) -> int:
         return sum(self.refs.values())
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"session_id": self.session_id, "state": self.state, "refcount": self.refcount,
+    def describe(self) -> SessionInfo:
+        out: SessionInfo = {"session_id": self.session_id, "state": self.state, "refcount": self.refcount,
                                "held_by": sorted(self.refs), "vmcore": self.vmcore, "vmlinux": self.vmlinux,
                                "workdir": str(self.workdir), "crash_args": self.crash_args,
                                "created": utc.iso(self.created)}
@@ -213,7 +214,7 @@ class SessionTable:
                              hint="stored outputs of old sessions stay readable with get_command_output")
         return rec
 
-    def listing(self, client: str) -> dict[str, Any]:
+    def listing(self, client: str) -> ListReply:
         """list_vmcore_sessions' answer: newest first, and the client's default."""
         return {"sessions": [r.describe() for r in reversed(self.sessions.values())],
                 "default_for_this_client": self.default_for(client)}

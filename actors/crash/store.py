@@ -26,6 +26,7 @@ from typing import Any
 
 from diagd.actors._user_regex import Matcher
 from diagd.actors.crash.output import LineIndex, OutputWriter, StoredLines, read_lines, read_nofollow, scan
+from diagd.actors.crash.replies import Match, OutputPage, SearchReply
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -169,7 +170,7 @@ class OutputStore:
             self._indexes.popitem(last=False)
         return index
 
-    def page(self, command_id: str, offset: int, limit: int) -> dict[str, Any]:
+    def page(self, command_id: str, offset: int, limit: int) -> OutputPage:
         meta, lines = self.load(command_id)
         limit = max(1, min(limit, MAX_PAGE_LINES))
         chosen = read_lines(lines.path, lines.line_index, offset, offset + limit)
@@ -179,18 +180,18 @@ class OutputStore:
                 "limit": limit, "returned": len(chosen), "total_lines": len(lines), "output": "\n".join(chosen),
                 "has_more": end < len(lines), "next_offset": end if end < len(lines) else None}
 
-    def search(self, command_id: str, matcher: Matcher, *, context_lines: int, max_matches: int) -> dict[str, Any]:
+    def search(self, command_id: str, matcher: Matcher, *, context_lines: int, max_matches: int) -> SearchReply:
         """Lines where the caller's pattern occurs; `matcher` bounds the matching time (a TIMEOUT names the line)."""
         meta, lines = self.load(command_id)
         matcher.unit, matcher.total = "line", len(lines)
-        matches: list[dict[str, Any]] = []
+        matches: list[Match] = []
         total = 0
         for i, line in enumerate(lines):
             if matcher.search(line, i):
                 total += 1
                 if len(matches) < max_matches:
                     lo, hi = max(0, i - context_lines), min(len(lines), i + context_lines + 1)
-                    match: dict[str, Any] = {"line_number": i, "line": line}
+                    match: Match = {"line_number": i, "line": line}
                     if context_lines:
                         match["before"] = lines[lo:i]
                         match["after"] = lines[i + 1:hi]

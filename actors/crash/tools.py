@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -21,6 +21,17 @@ from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.crash import modules, schemas
 from diagd.actors.crash.backend import CrashBackend
 from diagd.actors.crash.messages import RunCrash, RunDrgn, Triage
+from diagd.actors.crash.replies import (
+    CloseReply,
+    CommandResult,
+    ListReply,
+    ModuleDirReply,
+    OpenReply,
+    OutputPage,
+    ScriptsReply,
+    SearchReply,
+    TriageReply,
+)
 from diagd.actors.crash.scripts import PYKDUMP_DIRS, find_pykdump, list_scripts
 from diagd.actors.crash.sessions import SessionRecord
 from diagd.actors.crash.settings import CrashSettings
@@ -63,30 +74,30 @@ def _limit(backend: CrashBackend, seconds: Callable[[CrashSettings], float]) -> 
 @tools.tool("open_vmcore_session",
             "Open (or join) a crash + drgn session on a vmcore and its vmlinux (checked to match); crash loads "
             "in ~10 s. The summary has the panic string and task.",
-            input_schema=schemas.OPEN_INPUT, output=schemas.OPEN_OUTPUT, read_only=False, idempotent=False)
-async def open_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            input_schema=schemas.OPEN_INPUT, read_only=False, idempotent=False)
+async def open_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> OpenReply:
     return await backend.open(ctx, args["vmcore_path"], args["vmlinux_path"], args["crash_args"])
 
 
 @tools.tool("close_vmcore_session",
             "Drop your reference to a session; the last one stops crash and drgn. Stored outputs stay readable.",
-            input_schema=schemas.SESSION_INPUT, output=schemas.CLOSE_OUTPUT, read_only=False, idempotent=False,
+            input_schema=schemas.SESSION_INPUT, read_only=False, idempotent=False,
             timeout_s=45)
-async def close_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def close_session(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> CloseReply:
     return await backend.close(ctx, args.get("session_id"))
 
 
 @tools.tool("list_vmcore_sessions", "Crash sessions of this daemon: id, state, references, dump, commands run.",
-            input_schema=schemas.NO_INPUT, output=schemas.LIST_OUTPUT)
-async def list_sessions(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            input_schema=schemas.NO_INPUT)
+async def list_sessions(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> ListReply:
     return backend.table.listing(ctx.client)
 
 
-async def _drgn(backend: CrashBackend, ctx: CallContext, rec: SessionRecord, message: RunDrgn) -> dict[str, Any]:
+async def _drgn(backend: CrashBackend, ctx: CallContext, rec: SessionRecord, message: RunDrgn) -> CommandResult:
     sandbox.require_confinement("drgn code (run_drgn_command, drgn:)",
                                  allowed_unconfined=backend.settings.allow_unconfined,
                                  setting="[crash] allow_unconfined")
-    return await backend.ask(ctx, rec, message)
+    return cast(CommandResult, await backend.ask(ctx, rec, message))
 
 
 def _pykdump(backend: CrashBackend) -> str:
@@ -103,8 +114,8 @@ def _pykdump(backend: CrashBackend) -> str:
 @tools.tool("run_crash_command",
             "Run a crash command (bt, log, kmem -i, struct, dis, set <pid>...): first lines, total_lines and a "
             "command_id to page/search.",
-            input_schema=schemas.RUN_CRASH_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
-async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            input_schema=schemas.RUN_CRASH_INPUT, read_only=False, idempotent=False)
+async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> CommandResult:
     rec = await backend.resolve(ctx, args.get("session_id"))
     command = args["command"].strip()
     prefix, sep, rest = command.partition(":")
@@ -119,14 +130,14 @@ async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[
         if prefix == "pykdump":
             extension = _pykdump(backend)
         command = rest
-    return await backend.ask(ctx, rec, RunCrash(command, force, max_lines, extension))
+    return cast(CommandResult, await backend.ask(ctx, rec, RunCrash(command, force, max_lines, extension)))
 
 
 @tools.tool("load_module_debuginfo",
             "Load modules' debug info from .ko files (crash mod -S DIR) in crash and drgn.",
-            input_schema=schemas.MODULE_DIR_INPUT, output=schemas.MODULE_DIR_OUTPUT, read_only=False,
+            input_schema=schemas.MODULE_DIR_INPUT, read_only=False,
             idempotent=False)
-async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> ModuleDirReply:
     rec = await backend.resolve(ctx, args.get("session_id"))
     # Through the allowed-dirs policy, like the dump's paths; crash reads the words of its command line
     # itself, so the path must be one plain word.
@@ -150,10 +161,10 @@ async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: d
     drgn: dict[str, Any]
     try:
         code = f"prog.load_debug_info({files!r})\nprint(len({files!r}), 'files offered')"
-        drgn = await _drgn(backend, ctx, rec, RunDrgn(code, max_lines=20))
+        drgn = dict(await _drgn(backend, ctx, rec, RunDrgn(code, max_lines=20)))
     except DiagdError as exc:  # crash has them; drgn's failure is said, not hidden
         drgn = {"error": exc.to_wire()}
-    answer: dict[str, Any] = {"session_id": rec.session_id, "dir": str(path), "drgn": drgn, "files": files,
+    answer: ModuleDirReply = {"session_id": rec.session_id, "dir": str(path), "drgn": drgn, "files": files,
                               "modules": [c["output"] for c in crash]}
     if found.skipped:
         answer["left_out"] = found.notes()
@@ -163,24 +174,24 @@ async def load_module_debuginfo(backend: CrashBackend, ctx: CallContext, args: d
 @tools.tool("run_drgn_command",
             "Run Python in the session's drgn worker: `prog` and drgn's helpers are there, variables persist, "
             "a final expression is shown.",
-            input_schema=schemas.RUN_DRGN_INPUT, output=schemas.COMMAND_RESULT, read_only=False, idempotent=False)
-async def run_drgn_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            input_schema=schemas.RUN_DRGN_INPUT, read_only=False, idempotent=False)
+async def run_drgn_command(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> CommandResult:
     rec = await backend.resolve(ctx, args.get("session_id"))
     return await _drgn(backend, ctx, rec, RunDrgn(args["code"], max_lines=args.get("max_lines")))
 
 
 @tools.tool("get_command_output",
             "A page of lines of a stored command output (also after the session closed).",
-            input_schema=schemas.GET_OUTPUT_INPUT, output=schemas.GET_OUTPUT_OUTPUT)
-async def get_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            input_schema=schemas.GET_OUTPUT_INPUT)
+async def get_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> OutputPage:
     # The store is read-only here and safe from any task: outputs are complete files once listed.
     return await trio.to_thread.run_sync(backend.store.page, args["command_id"], args["offset"], args["limit"])
 
 
 @tools.tool("search_command_output",
             "Regex search in a stored command output; matches with line_number and context.",
-            input_schema=schemas.SEARCH_INPUT, output=schemas.SEARCH_OUTPUT)
-async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            input_schema=schemas.SEARCH_INPUT)
+async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> SearchReply:
     pattern = await compile_in_thread(args["query"], case_sensitive=args["case_sensitive"])
     matcher = Matcher(pattern, backend.runtime.config().regex_budget_s, unit="line")
     return await matcher.run(functools.partial(
@@ -190,15 +201,15 @@ async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str,
 
 @tools.tool("get_crash_info",
             "Triage in one call: panic string, the panic task's backtrace, log tail, kmem -i, tasks.",
-            input_schema=schemas.SESSION_INPUT, output=schemas.TRIAGE_OUTPUT)
-async def crash_info(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            input_schema=schemas.SESSION_INPUT)
+async def crash_info(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> TriageReply:
     rec = await backend.resolve(ctx, args.get("session_id"))
-    return await backend.ask(ctx, rec, Triage())
+    return cast(TriageReply, await backend.ask(ctx, rec, Triage()))
 
 
 @script_tools.tool("list_analysis_scripts", "drgn analysis scripts from [crash] script_dirs (name, first docstring "
-                   "line).", input_schema=schemas.NO_INPUT, output=schemas.SCRIPTS_OUTPUT)
-async def list_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+                   "line).", input_schema=schemas.NO_INPUT)
+async def list_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> ScriptsReply:
     scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
     return {"scripts": list(scripts.values()), "dirs": list(backend.settings.script_dirs)}
 
@@ -206,14 +217,15 @@ async def list_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str,
 @script_tools.tool("run_analysis_script",
                    "Run one listed drgn analysis script in the session (fresh namespace with prog and the helpers, "
                    "__name__ == '__main__'); output stored like run_drgn_command.",
-                   input_schema=schemas.RUN_SCRIPT_INPUT, output=schemas.COMMAND_RESULT, read_only=False,
+                   input_schema=schemas.RUN_SCRIPT_INPUT, read_only=False,
                    idempotent=False)
-async def run_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def run_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> CommandResult:
     scripts = await trio.to_thread.run_sync(list_scripts, backend.settings.script_dirs)
     script = scripts.get(args["name"])
     if script is None:
         raise DiagdError(ErrorCode.NOT_FOUND, f"no analysis script {args['name']!r}", known=sorted(scripts))
     source = await trio.to_thread.run_sync(Path(script["path"]).read_text)
     rec = await backend.resolve(ctx, args.get("session_id"))
-    return await backend.ask(ctx, rec, RunDrgn(source, filename=script["path"], isolated=True,
-                                               max_lines=args.get("max_lines"), label=f"[script] {args['name']}"))
+    return cast(CommandResult, await backend.ask(ctx, rec, RunDrgn(
+        source, filename=script["path"], isolated=True, max_lines=args.get("max_lines"),
+        label=f"[script] {args['name']}")))

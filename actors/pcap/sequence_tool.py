@@ -11,13 +11,14 @@ near the module size limit; tools.register binds this ToolSet with the others.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, cast
 
 from diagd.actors.pcap import sequence
 from diagd.actors.pcap.backend import PcapBackend
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import Follow, NgapSessions, PduSessions, Timeline
-from diagd.actors.pcap.schemas import CAPTURE, FILTER, STR, output
+from diagd.actors.pcap.replies import SequenceReply
+from diagd.actors.pcap.schemas import CAPTURE, FILTER
 from diagd.actors.pcap.session import MAX_FILTER_CHARS
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -165,8 +166,8 @@ SMALL_CAPTURE = {k: v for k, v in CAPTURE.items() if k != "include_command"}
              "max_arrows": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100,
                             "description": "at most"},
              "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "to skip"}},
-            required=("pcap_path",), output=output({"diagram": STR}, ("diagram",)))
-async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("pcap_path",))
+async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> SequenceReply:
     spec = await backend.spec_for(args, force_prefs=PREFS)
     frames, flt, selected = await _selection(backend, ctx, spec, args)
     limit, offset = args["max_arrows"], args["offset"]
@@ -192,5 +193,5 @@ async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -
         result["reason"] = hint or "no frame matches the selection"
     fields = ("frame.number", *sequence.FIELDS)
     command = ["-Y", shown, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
-    return {**result, "source": await backend.source(spec, {**args, "include_command": True}, display_filter=shown,
-                                                     command=command)}
+    return cast(SequenceReply, {**result, "source": await backend.source(
+        spec, {**args, "include_command": True}, display_filter=shown, command=command)})

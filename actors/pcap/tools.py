@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -37,28 +37,31 @@ from diagd.actors.pcap.messages import (
     TextSearch,
     Timeline,
 )
+from diagd.actors.pcap.replies import (
+    ConfigReply,
+    DetailReply,
+    ExtractReply,
+    FieldInfo,
+    FieldsSearchReply,
+    FollowReply,
+    FramesReply,
+    InfoReply,
+    ListFieldsReply,
+    PacketListReply,
+    PduSessionsReply,
+    SearchReply,
+    StatsReply,
+    TimelineReply,
+    UeSessionsReply,
+)
 from diagd.actors.pcap.rows import packet_file_command, packet_list_command
 from diagd.actors.pcap.schemas import (
     CAPTURE,
-    CONFIG_OUTPUT,
-    DETAIL_OUTPUT,
-    EXTRACT_OUTPUT,
-    FIELDS_SEARCH_OUTPUT,
     FILTER,
-    FOLLOW_OUTPUT,
     FRAME_NUMBER,
-    FRAMES_OUTPUT,
-    INFO_OUTPUT,
     LAYERS,
-    LIST_FIELDS_OUTPUT,
     MAX_TEXT_BYTES,
-    PACKET_LIST_OUTPUT,
     PAGING,
-    PDU_SESSIONS_OUTPUT,
-    SEARCH_OUTPUT,
-    STATS_OUTPUT,
-    TIMELINE_OUTPUT,
-    UE_SESSIONS_OUTPUT,
 )
 from diagd.actors.pcap.sequence_tool import tools as sequence_tools
 from diagd.actors.pcap.wireshark import COLUMN_PREFIX, Catalogue, catalogue
@@ -93,8 +96,8 @@ def register(runtime: Runtime) -> PcapBackend:
 
 
 @tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols, top conversations.",
-            CAPTURE, required=CAPTURE_ONLY, output=INFO_OUTPUT)
-async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            CAPTURE, required=CAPTURE_ONLY)
+async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoReply:
     spec = await backend.spec_for(args)
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
     found: list[decode_check.Probe] = []
@@ -119,19 +122,20 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     source = await backend.source(spec, args, command=["-q", "-z", "io,phs"],
                                   provisional=not result.get("protocols_ready", True))
     hashed = {"sha256": source["sha256"]} if "sha256" in source else {}  # a fresh 1 GB file: still hashing
-    return {**hashed, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
-            "tshark_version": (await catalogue()).version, "source": source}
+    return cast(InfoReply, {**hashed, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
+                            "tshark_version": (await catalogue()).version, "source": source})
 
 
 @tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames.",
-            {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, output=FRAMES_OUTPUT)
-async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY)
+async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> FramesReply:
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
     result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
-    return {**result, "limit": limit, "offset": offset,
-            "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
-                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
+    return cast(FramesReply, {
+        **result, "limit": limit, "offset": offset,
+        "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
+                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
 
 
 def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -158,8 +162,8 @@ def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], li
                         "description": "e.g. ['_ws.col.Info']"},
              **paging(limit=200, maximum=5000),
              "sort_by": {"type": "string", "description": "one of fields"}},
-            required=("pcap_path", "fields"), output=TIMELINE_OUTPUT)
-async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("pcap_path", "fields"))
+async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> TimelineReply:
     resolved, warnings = resolve_fields(await catalogue(), args["fields"])
     fields = list(dict.fromkeys(resolved.values()))
     sort_by = args.get("sort_by")
@@ -176,10 +180,11 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by,
                                                    await backend.kinds(flt, *fields)))
     command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
-    return {**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
-            "sort_by": sort_by,
-            "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command,
-                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
+    return cast(TimelineReply, {
+        **result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
+        "sort_by": sort_by,
+        "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command,
+                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
 
 
 @tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text).",
@@ -190,8 +195,8 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
              "verbosity": {"type": "string", "enum": ["summary", "full"], "default": "summary",
                            "description": "full adds hex"},
              "max_bytes": MAX_TEXT_BYTES},
-            required=("pcap_path", "frame_numbers"), output=DETAIL_OUTPUT)
-async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("pcap_path", "frame_numbers"))
+async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> DetailReply:
     spec = await backend.spec_for(args)
     message = Detail(tuple(args["frame_numbers"]), tuple(args["layers"]), args["restrict_layers"],
                      args["verbosity"], args["max_bytes"])
@@ -200,7 +205,7 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> Ar
     shown = f"frame.number == {members[0]}" if len(members) == 1 else \
         f"frame.number in {{{','.join(map(str, members))}}}"
     command = ["-Y", shown, "-V", *(["-x"] if message.verbosity == "full" else [])]
-    return {**result, "source": await backend.source(spec, args, command=command)}
+    return cast(DetailReply, {**result, "source": await backend.source(spec, args, command=command)})
 
 
 @tools.tool("pcap_text_search", "Search the decoded text of matching frames; complete=false: go on from next_offset.",
@@ -217,8 +222,8 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> Ar
              "snippet_context_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240,
                                        "description": "around a match"},
              "max_bytes": MAX_TEXT_BYTES},
-            required=("pcap_path", "query"), output=SEARCH_OUTPUT)
-async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("pcap_path", "query"))
+async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> SearchReply:
     spec = await backend.spec_for(args)
     # A bad pattern fails here, before any capture loads (the actor compiles it again: a compiled
     # pattern is no part of a message, which keys the actor's answer cache).
@@ -231,21 +236,21 @@ async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
                          snippet_context_chars=args["snippet_context_chars"], max_bytes=args["max_bytes"],
                          stop_at=search_deadline())
     result = await backend.ask(ctx, spec, message)
-    return {**result, "query": args["query"],
-            "source": await backend.source(spec, args, display_filter=flt,
-                                           command=[*(["-Y", flt] if flt else []), "-V"])}
+    return cast(SearchReply, {
+        **result, "query": args["query"],
+        "source": await backend.source(spec, args, display_filter=flt, command=[*(["-Y", flt] if flt else []), "-V"])})
 
 
 @tools.tool("pcap_follow", "A frame's HTTP/2 stream, Diameter session or SIP call, with its frames.",
             {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1, "description": "a frame of it"},
              **PAGING},
-            required=("pcap_path", "frame_number"), output=FOLLOW_OUTPUT)
-async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("pcap_path", "frame_number"))
+async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> FollowReply:
     spec = await backend.spec_for(args)
     message = Follow(args["frame_number"], args["display_filter"], args["limit"], args["offset"])
     result = await backend.ask(ctx, spec, message)
-    return {**result, "source": await backend.source(spec, args, display_filter=result["display_filter"],
-                                                     command=packet_list_command(result["display_filter"]))}
+    return cast(FollowReply, {**result, "source": await backend.source(
+        spec, args, display_filter=result["display_filter"], command=packet_list_command(result["display_filter"]))})
 
 
 @tools.tool("pcap_packet_list", "Write a packet-list TSV to the output dir.",
@@ -257,8 +262,8 @@ async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
                  "required": ["field"], "additionalProperties": False}, "default": [], "description": "more columns"},
              "preview_rows": {"type": "integer", "minimum": 0, "maximum": 500, "default": 50,
                               "description": "rows inline"}},
-            required=CAPTURE_ONLY, read_only=False, output=PACKET_LIST_OUTPUT)
-async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=CAPTURE_ONLY, read_only=False)
+async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> PacketListReply:
     cat = await catalogue()
     columns = [Column(c["name"], c["field"]) for c in backend.settings.packet_list_columns]
     warnings: list[str] = []
@@ -279,15 +284,15 @@ async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
     result = await backend.ask(ctx, spec, PacketList(flt, tuple(columns), include_default, str(output),
                                                      args["preview_rows"]))
     command = packet_file_command(flt, [{"name": c.name, "field": c.field} for c in columns], include_default)
-    return {**result, "warnings": warnings,
-            "source": await backend.source(spec, args, display_filter=flt, command=command)}
+    return cast(PacketListReply, {**result, "warnings": warnings,
+                                  "source": await backend.source(spec, args, display_filter=flt, command=command)})
 
 
 @tools.tool("pcap_extract_subcapture", "Write matching frames to a new pcapng in the output dir.",
             {**CAPTURE, **FILTER, "frame_numbers": {"type": "array", "items": FRAME_NUMBER, "maxItems": 100000,
                                                     "description": "these frames (and display_filter)"}},
-            required=CAPTURE_ONLY, read_only=False, timeout_s=120, output=EXTRACT_OUTPUT)
-async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=CAPTURE_ONLY, read_only=False, timeout_s=120)
+async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> ExtractReply:
     spec = await backend.spec_for(args)
     flt = args["display_filter"]
     if args.get("frame_numbers"):
@@ -301,7 +306,7 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
     output = backend.export_path(spec.path.stem, ".pcapng")
     result = await backend.ask(ctx, spec, Export(flt, str(output)))
     tail = ["-Y", flt, "-w", str(output), "-F", "pcapng"]
-    return {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)}
+    return cast(ExtractReply, {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)})
 
 
 NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True,
@@ -323,26 +328,26 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
             "messages, failures with causes; NG associations.",
             {**NGAP_PROPS, "view": {"enum": ["contexts", "procedures"], "default": "contexts",
                                     "description": "procedures: each with latency"}},
-            required=CAPTURE_ONLY, output=UE_SESSIONS_OUTPUT)
-async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=CAPTURE_ONLY)
+async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> UeSessionsReply:
     if args["view"] == "procedures":
-        return await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"]))
-    return await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
+        return cast(UeSessionsReply, await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"])))
+    return cast(UeSessionsReply, await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"])))
 
 
 @tools.tool("ngap_pdu_session_summary", "Per PDU session establishment: NAS and N2 messages, N3 address/TEID, QFIs, "
             "S-NSSAI, DNN, UE IP, causes.",
-            NGAP_PROPS, required=CAPTURE_ONLY, output=PDU_SESSIONS_OUTPUT)
-async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
-    return await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
+            NGAP_PROPS, required=CAPTURE_ONLY)
+async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> PduSessionsReply:
+    return cast(PduSessionsReply, await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"])))
 
 
 @tools.tool("pcap_stats", "tshark -z statistics.",
             {**CAPTURE, "kind": {"enum": list(_stats.KINDS), "description": "which"},
              "protocol": {"type": "string", "description": "srt/conversations/endpoints of"}, **FILTER,
              "interval_ms": {"type": "integer", "minimum": 1, "description": "io bin"}, **PAGING},
-            required=("pcap_path", "kind"), output=STATS_OUTPUT)
-async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("pcap_path", "kind"))
+async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> StatsReply:
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
     spec = await backend.spec_for(args)
     result = await backend.ask(ctx, spec, message)
@@ -353,8 +358,8 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Args
     if rows and not page:
         answer["reason"] = f"offset {offset} is past the last of {len(rows)} rows"
     flt = message.display_filter
-    return {**answer, "source": await backend.source(spec, args, display_filter=flt,
-                                                     command=_stats.tap_command(message))}
+    return cast(StatsReply, {**answer, "source": await backend.source(spec, args, display_filter=flt,
+                                                                      command=_stats.tap_command(message))})
 
 
 @tools.tool("pcap_list_fields", "Wireshark fields whose name or description matches query.",
@@ -363,16 +368,15 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Args
              "case_sensitive": {"type": "boolean", "default": False, "description": "match case"},
              "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100, "description": "at most"},
              "include_protocols": {"type": "array", "items": {"type": "string"}, "default": [],
-                                   "description": "only of these"}},
-            output=LIST_FIELDS_OUTPUT)
-async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+                                   "description": "only of these"}})
+async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> ListFieldsReply:
     cat = await catalogue()
     pattern = await compile_in_thread(args["query"], literal=not args["is_regex"],
                                       case_sensitive=args["case_sensitive"])
     limit = args["limit"]
     matcher = Matcher(pattern, backend.runtime.config().regex_budget_s, unit="field", total=len(cat.fields))
     rows = await search_fields(cat, pattern, matcher, protocols=set(args["include_protocols"]))
-    matches = [{"name": name, "description": desc, "type": ftype, "protocol": proto}
+    matches: list[FieldInfo] = [{"name": name, "description": desc, "type": ftype, "protocol": proto}
                for name, (desc, ftype, proto) in rows[:limit]]
     return {"total": len(rows), "fields": matches, "truncated": len(rows) > limit, "tshark_version": cat.version}
 
@@ -381,12 +385,12 @@ async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> Arg
             {"prefix": {"type": "string", "minLength": 1, "description": "e.g. 'ngap.'"},
              "keyword": {"type": "string", "default": "", "description": "in name or description"},
              "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200, "description": "at most"}},
-            required=("prefix",), output=FIELDS_SEARCH_OUTPUT)
-async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+            required=("prefix",))
+async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> FieldsSearchReply:
     table = (await catalogue()).table
     prefix, keyword, limit = args["prefix"], args["keyword"].lower(), args["limit"]
     # The names with the prefix are one range of the name-sorted table, listed in catalogue order.
-    matches = [
+    matches: list[FieldInfo] = [
         {"name": name, "description": desc, "type": ftype}
         for name, (desc, ftype, _) in map(table.row, table.with_prefix(prefix))
         if not keyword or keyword in name.lower() or keyword in desc.lower()
@@ -394,9 +398,8 @@ async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> A
     return {"total": len(matches), "fields": matches[:limit], "truncated": len(matches) > limit}
 
 
-@tools.tool("pcap_config_get", "Profiles, columns, limits, output dir, loaded captures.", {},
-            output=CONFIG_OUTPUT)
-async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> Args:
+@tools.tool("pcap_config_get", "Profiles, columns, limits, output dir, loaded captures.", {})
+async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> ConfigReply:
     s, runtime = backend.settings, backend.runtime
     loaded = [ref.statistics() for ref in runtime.actors(KIND)]
     return {"profiles": s.profiles, "packet_list_columns": list(s.packet_list_columns),

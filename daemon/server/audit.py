@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import structlog
 
 from diagd.actors import statefile
+from diagd.daemon.server.replies import CallInfo
 from diagd.protocol.errors import DiagdError
 
 log = structlog.get_logger("diagd.daemon")
@@ -44,11 +45,14 @@ class CallRecord:
     call_id: str | None = None
     details: dict[str, Any] | None = None  # a refused call's: the JSON-RPC code it got, did_you_mean
 
-    def to_json(self) -> dict[str, Any]:
-        data = self.__dict__.copy()
-        for optional in ("call_id", "details"):  # records made without them keep their old shape
-            if data[optional] is None:
-                del data[optional]
+    def to_json(self) -> CallInfo:
+        data: CallInfo = {"ts": self.ts, "client": self.client, "tool": self.tool, "arguments": self.arguments,
+                          "duration_ms": self.duration_ms, "queue_ms": self.queue_ms, "outcome": self.outcome,
+                          "code": self.code, "bytes": self.bytes, "truncated": self.truncated}
+        if self.call_id is not None:  # records made without them keep their old shape
+            data["call_id"] = self.call_id
+        if self.details is not None:
+            data["details"] = self.details
         return data
 
 

@@ -116,7 +116,7 @@ class BackendRuntime:
         self._daemon.declared.deferred.setdefault(self._name, []).append(deferred)
 
     def reload(self) -> dict[str, Any]:
-        return self._daemon.reload()
+        return dict(self._daemon.reload())
 
     @property
     def shutting_down(self) -> bool:

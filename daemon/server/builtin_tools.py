@@ -7,9 +7,10 @@ import textwrap
 from dataclasses import replace
 from typing import Any
 
-from diagd.actors.tooling import CallContext, ToolSet, object_schema, paging
+from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.daemon.server import timeline as timeline_mod
 from diagd.daemon.server.audit import CallRecord
+from diagd.daemon.server.replies import CallInfo, CallsReply, ReloadReply, StatusReply, StopActorReply, TimelineReply
 from diagd.daemon.server.services import Services
 from diagd.daemon.server.tools import current_selection
 from diagd.daemon.tool_groups import BUILTIN, selects
@@ -17,27 +18,12 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 Daemon = Services  # what the tools see of the daemon
 
-_STATUS_OUTPUT = object_schema({"daemon": {"type": "object"}, "actors": {"type": "array", "items": {"type": "object"}},
-                                "tools": {"type": "object"}}, ("daemon", "actors", "tools"))
-_CALLS_OUTPUT = object_schema({"calls": {"type": "array", "items": {"type": "object"}}, "returned": {"type": "integer"},
-                               "total_calls": {"type": "integer"}}, ("calls", "returned", "total_calls"))
-_STOP_OUTPUT = object_schema({"stopped": {"type": "string"}, "kind": {"type": "string"},
-                              "resource": {"type": "string"}}, ("stopped", "kind", "resource"))
-_RELOAD_OUTPUT = object_schema({
-    "reloaded": {"type": "boolean"}, "config": {"type": "string"},
-    "actors_retimed": {"type": "array", "items": {"type": "string"}},
-    "changed": {"type": "array", "items": {"type": "string"}, "description": "every changed setting, '[table] key'"},
-    "not_yet_applied": {"type": "array", "items": {"type": "object"},
-                        "description": "changed settings that wait for a reopen or a restart, and why"},
-}, ("reloaded", "config", "changed", "not_yet_applied"))
-
-
 tools: ToolSet[Daemon] = ToolSet()
 
 
 @tools.tool("diagd_status", "Daemon, clients, actors (state, inbox, idle time, restarts), per-tool call stats.",
-            title="diagd status", output=_STATUS_OUTPUT)
-async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            title="diagd status")
+async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> StatusReply:
     # A client sees the actors and tool statistics of its own groups only (docs/security.md).
     selection = current_selection.get()
     answer = daemon.status()
@@ -53,8 +39,8 @@ async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict
             {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20, "description": "at most"},
              "tool": {"type": "string", "description": "only this tool's"},
              "errors_only": {"type": "boolean", "default": False, "description": "only failed ones"}},
-            title="Recent tool calls", output=_CALLS_OUTPUT)
-async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            title="Recent tool calls")
+async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> CallsReply:
     # Running calls count as the newest: a call that hangs is at the top, with its time so far.
     records = [*daemon.stats.recent, *daemon.stats.running()]
     # Only calls of the client's groups; the arguments of other clients' calls (payloads, scripts,
@@ -74,7 +60,7 @@ async def calls(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[
 REDACTED = "<redacted: another client's argument ([mcp] show_other_clients_arguments)>"
 
 
-def _redacted(record: CallRecord) -> dict[str, Any]:
+def _redacted(record: CallRecord) -> CallInfo:
     """Another client's call: which arguments it gave, not their values."""
     return {**record.to_json(), "arguments": dict.fromkeys(record.arguments, REDACTED)}
 
@@ -82,8 +68,8 @@ def _redacted(record: CallRecord) -> dict[str, Any]:
 @tools.tool("diagd_stop_actor", "Stop an actor of this client's groups, releasing its resource (not one "
             "another client owns).",
             {"actor_id": {"type": "string", "description": "from diagd_status"}}, required=("actor_id",),
-            title="Stop an actor", output=_STOP_OUTPUT, read_only=False, destructive=True, idempotent=False)
-async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            title="Stop an actor", read_only=False, destructive=True, idempotent=False)
+async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> StopActorReply:
     # Only an actor of the client's groups, and only as the back end's own tools would let this client
     # (a resource another client owns, or others hold: BUSY naming them).
     selection = current_selection.get()
@@ -99,14 +85,10 @@ async def stop_actor(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> 
 
 
 @tools.tool("diagd_reload", "Re-read the config file; says what waits for a reopen.",
-            title="Reload configuration", output=_RELOAD_OUTPUT,
+            title="Reload configuration",
             read_only=False, idempotent=True)
-async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+async def reload(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> ReloadReply:
     return daemon.reload()
-
-
-_TIMELINE_OUTPUT = object_schema({"rows": {"type": "array", "items": {"type": "object"}},
-                                  "sources": {"type": "array", "items": {"type": "object"}}}, ("rows", "sources"))
 
 
 # Sources, their options and the answer are in docs/timeline.md; the schema stays small (it
@@ -117,8 +99,8 @@ TIME = {"type": ["number", "string"], "description": "Unix s or ISO 8601"}
             {"sources": {"type": "array", "items": {"type": "object"},
                          "description": "{KIND: reference, offset_ms?, label?, options of its kind}"},
              "start": TIME, "end": TIME, **paging(limit=200, maximum=2000)},
-            required=("sources",), output=_TIMELINE_OUTPUT, timeout_s=120)
-async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            required=("sources",), timeout_s=120)
+async def timeline(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> TimelineReply:
     async def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         # Through the registry, like any client's call: validation, limits, coded errors, the audit log,
         # and the client's tool groups (a source of a group it has not selected is NOT_FOUND).

@@ -30,6 +30,7 @@ from diagd.daemon.server.declared import Declarations
 from diagd.daemon.server.heap_trim import QuietTrimmer
 from diagd.daemon.server.notify import sd_notify
 from diagd.daemon.server.presence import Clients
+from diagd.daemon.server.replies import ReloadReply, StatusReply
 from diagd.daemon.server.services import ReloadNotes
 from diagd.daemon.server.supervisor import Supervisor
 from diagd.daemon.server.tools import CallContext, CallResult, ToolRegistry
@@ -144,7 +145,7 @@ class Daemon:
         names = (config or self.config).mcp.tools
         return check(names, self.registry.groups(), where="[mcp] tools") if names else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusReply:
         actors = [ref.statistics() for ref in self.supervisor.actors()]
         # Each actor lists the processes it owns (its workers) under details.workers.
         workers = [w for a in actors for w in a["details"].get("workers", [])]
@@ -180,7 +181,7 @@ class Daemon:
                     "a test listener, never for real use"]
         return []
 
-    def reload(self) -> dict[str, Any]:
+    def reload(self) -> ReloadReply:
         """Swap in the config file's current content; the answer says what changed and what of it
         does not apply to what is already running (`not_yet_applied`, see `daemon.reload`). A config
         with any error is refused (DiagdError, see `check_config`): the old one stays in force."""

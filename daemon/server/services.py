@@ -19,6 +19,7 @@ from diagd.daemon.server.connections import ByteBudget
 from diagd.daemon.server.declared import Declarations
 from diagd.daemon.server.heap_trim import QuietTrimmer
 from diagd.daemon.server.presence import Clients
+from diagd.daemon.server.replies import ReloadReply, StatusReply
 from diagd.daemon.server.supervisor import Supervisor
 from diagd.daemon.server.tools import ToolRegistry
 from diagd.daemon.tool_groups import Selection
@@ -73,9 +74,9 @@ class Services(Protocol):
     @property
     def connections(self) -> dict[int, dict[str, Any]]: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> StatusReply: ...
 
-    def reload(self) -> dict[str, Any]: ...
+    def reload(self) -> ReloadReply: ...
 
     def request_shutdown(self, reason: str) -> None: ...
 

@@ -22,6 +22,7 @@ import trio
 
 from diagd.actors import timeline_source as ts
 from diagd.actors.timeline_source import MAX_EPOCH_S, Caller, Read, Source, TimelineSource, Window
+from diagd.daemon.server.replies import SourceSummary, TimelineReply
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_SOURCES = 8
@@ -102,7 +103,7 @@ def parse_sources(adapters: Adapters, raw: list[Any]) -> list[Source]:
 
 
 async def build(call: Caller, adapters: Adapters, raw_sources: list[Any], *, start: Any, end: Any, limit: int,
-                offset: int) -> dict[str, Any]:
+                offset: int) -> TimelineReply:
     """The merged answer of diagd_timeline; `adapters`: the source kinds the back ends declared."""
     sources = parse_sources(adapters, raw_sources)
     window = Window(parse_time(start, "start"), parse_time(end, "end"))
@@ -130,9 +131,9 @@ async def build(call: Caller, adapters: Adapters, raw_sources: list[Any], *, sta
         before = [row for row in merged if row["t"] < cut_at]
         merged = before or [row for row in merged if row["t"] <= cut_at]
     page = merged[offset:offset + limit]
-    summary = []
+    summary: list[SourceSummary] = []
     for source, read in zip(sources, done, strict=True):
-        entry: dict[str, Any] = {"source": source.label, "kind": source.kind, "rows": len(read.rows),
+        entry: SourceSummary = {"source": source.label, "kind": source.kind, "rows": len(read.rows),
                                  "offset_ms": source.shift_s * 1000, "cut": read.cut}
         if read.cut:
             entry["cut_at"] = read.rows[-1]["t"] if read.rows else None
@@ -140,7 +141,7 @@ async def build(call: Caller, adapters: Adapters, raw_sources: list[Any], *, sta
         if read.note:
             entry["note"] = read.note
         summary.append(entry)
-    answer: dict[str, Any] = {
+    answer: TimelineReply = {
         "rows": page, "returned": len(page), "total": len(merged), "offset": offset,
         "next_offset": offset + len(page) if offset + len(page) < len(merged) else None,
         "span": {"first": merged[0]["time"], "last": merged[-1]["time"]} if merged else None,

@@ -58,12 +58,7 @@ def _empty(value: Any) -> bool:
 def output_schema(spec: ToolSpec) -> dict[str, Any] | None:
     """The tool's result schema cut to its type (an object). A reply model is a TypedDict, whose
     schema is an object: said without generating it (tools/list never imports pydantic)."""
-    if spec.reply is not None:
-        return {"type": "object"}
-    schema = spec.declared_output
-    if schema is None:
-        return None
-    return {"type": schema.get("type", "object")}
+    return {"type": "object"} if spec.reply is not None else None
 
 
 def hints(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:

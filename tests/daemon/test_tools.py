@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from typing_extensions import TypedDict
 
 from diagd.actors.tooling import ToolSet, arguments_validator, display_filter, object_schema, paging, path
 from diagd.daemon.server.tools import CallContext, CallRecord, ToolRegistry, ToolSpec, coerce
@@ -296,22 +297,26 @@ async def test_filling_defaults_keeps_the_error_paths_and_the_audited_arguments(
     assert records[-1].arguments == {"nested": {"depth": "deep"}}  # what the client sent, not the defaults
 
 
+class XReply(TypedDict):
+    x: int
+    """x plus the back end's offset"""
+
+
 async def test_a_tool_set_declares_each_tool_once_and_binds_it_to_its_back_end() -> None:
     tools: ToolSet[dict[str, int]] = ToolSet()
 
-    @tools.tool("t1", "first", {"x": {"type": "integer", "default": 1}}, required=("x",),
-                output=object_schema({"x": {"type": "integer"}}), read_only=False)
-    async def t1(backend: dict[str, int], ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    @tools.tool("t1", "first", {"x": {"type": "integer", "default": 1}}, required=("x",), read_only=False)
+    async def t1(backend: dict[str, int], ctx: CallContext, args: dict[str, Any]) -> XReply:
         return {"x": args["x"] + backend["offset"]}
 
     with pytest.raises(ValueError, match="declared twice"):
-        tools.tool("t1", "again", output={})(t1)
+        tools.tool("t1", "again")(t1)
     registered: list[ToolSpec] = []
     tools.register(SimpleNamespace(register_tool=registered.append), {"offset": 10})  # type: ignore[arg-type]
     [spec] = registered
     assert spec.input_schema == {"type": "object", "properties": {"x": {"type": "integer", "default": 1}},
                                  "required": ["x"], "additionalProperties": False}
-    assert spec.output_schema is not None and not spec.read_only
+    assert spec.reply is XReply and spec.output_schema is not None and not spec.read_only
     assert await spec.handler(CallContext(client="t"), {"x": 5}) == {"x": 15}
 
 

@@ -11,18 +11,34 @@ results, a child process) are what those tests need.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, cast
 
 import trio
+from typing_extensions import TypedDict
 
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
 from diagd.actors.runtime import Runtime
 from diagd.actors.settings import parse_table
 from diagd.actors.timeline_source import Caller, Read, Source, TimelineSource, Window, row
-from diagd.actors.tooling import CallContext, ToolSet, object_schema
+from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "echo"
+
+
+class EchoReply(TypedDict):
+    """The message repeated by the resource's actor (the tool's reply model: its outputSchema)."""
+
+    message: str
+    """the message, after [echo_actor] prefix"""
+    resource: str
+    """the actor's resource"""
+    blob: NotRequired[str]
+    """big: that many bytes of x"""
+    truncated: NotRequired[bool]
+    """big: false (the registry cuts a reply over the limit)"""
+    child_pid: NotRequired[int]
+    """a resource named child...: the sleep child process the actor holds"""
 
 
 @dataclass(frozen=True)
@@ -70,19 +86,19 @@ class EchoActor(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         match request.message:
             case Echo() as echo:
-                return await self._echo(request, echo)
+                return dict(await self._echo(request, echo))  # the reply model is a dict
             case Crash():
                 raise RuntimeError("echo actor asked to crash")
         raise unhandled("echo", request)
 
-    async def _echo(self, request: Request, echo: Echo) -> dict[str, Any]:
+    async def _echo(self, request: Request, echo: Echo) -> EchoReply:
         for i in range(echo.progress_steps):
             await request.report_progress(i + 1, echo.progress_steps, f"step {i + 1}")
             await trio.sleep(echo.delay_s / echo.progress_steps)
         if not echo.progress_steps:
             await trio.sleep(echo.delay_s)
         self.echoed += 1
-        result: dict[str, Any] = {"message": echo.message, "resource": self.resource}
+        result: EchoReply = {"message": echo.message, "resource": self.resource}
         if echo.big:
             result |= {"blob": "x" * echo.big, "truncated": False}
         if self.child is not None:
@@ -119,13 +135,13 @@ tools: ToolSet[EchoBackend] = ToolSet()
              "progress_steps": {"type": "integer", "minimum": 0, "maximum": 100, "default": 0},
              "crash": {"type": "boolean", "default": False},
              "big": {"type": "integer", "minimum": 0, "default": 0}},
-            required=("message",), output=object_schema({"message": {"type": "string"}}, ("message",)))
-async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+            required=("message",))
+async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> EchoReply:
     resource = args["resource"]
     ref = await backend.runtime.start(KIND, resource, lambda: EchoActor(resource))
     message = Crash() if args["crash"] else Echo(backend.settings().prefix + args["message"], args["delay_s"],
                                                   args["progress_steps"], args["big"])
-    return await backend.runtime.ask(ref, message, progress=ctx.progress)
+    return cast(EchoReply, await backend.runtime.ask(ref, message, progress=ctx.progress))
 
 
 # -- what it declares: its paragraph of the instructions, and a diagd_timeline source --------------

@@ -20,7 +20,7 @@ from diagd.actors.tooling import ToolSet
 # Every module that declares tools on a ToolSet (the daemon's own, each back end's, the test back end's).
 MODULES = ("diagd.daemon.server.builtin_tools", "diagd.actors.pcap.tools", "diagd.actors.pcap.sequence_tool",
            "diagd.actors.serial.tools", "diagd.actors.bpftrace.tools", "diagd.actors.crash.tools",
-           "diagd.actors.capture.tools", "tests.support.echo_actor")
+           "diagd.actors.capture.tools", "diagd.actors.capture.record_tools", "tests.support.echo_actor")
 
 
 @functools.cache

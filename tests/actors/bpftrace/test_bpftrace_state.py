@@ -16,11 +16,12 @@ import trio.testing
 from diagd.actors import system
 from diagd.actors.bpftrace import helpers as bpftrace_helpers
 from diagd.actors.bpftrace import store as bpftrace_store
-from diagd.actors.bpftrace.execution import Execution, Status, StopReason
+from diagd.actors.bpftrace.execution import Execution
 from diagd.actors.bpftrace.helpers import parse_man_page
 from diagd.actors.bpftrace.parse import classify_failure, parse_stderr
 from diagd.actors.bpftrace.probes import match_listing, normalize_filter
 from diagd.actors.bpftrace.settings import BpftraceSettings
+from diagd.actors.bpftrace.status import Status, StopReason
 from diagd.actors.bpftrace.store import ExecutionStore
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.bpftrace_harness import ATTACH, FakeBpftrace, FakeSpawner, bpftrace_daemon

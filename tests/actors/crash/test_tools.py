@@ -13,7 +13,6 @@ import jsonschema
 import pytest
 
 from diagd.actors import crash
-from diagd.actors.crash import schemas
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.fake_runtime import fake_runtime
 
@@ -56,11 +55,11 @@ async def test_stored_outputs_are_paged_and_searched_with_the_schema_defaults(tm
         text = "\n".join(f"line {i}" + (" Kernel panic" if i == 150 else "") for i in range(300)) + "\n"
         meta = backend.store.write("abcd1234-000001", 1, text, {"engine": "crash", "command": "log"})
         page = await rt.call("get_command_output", {"command_id": meta["command_id"]})
-        jsonschema.validate(page, schemas.GET_OUTPUT_OUTPUT)
+        jsonschema.validate(page, rt.registry.get("get_command_output").output_schema)
         assert page["output"].splitlines()[0] == "line 0" and len(page["output"].splitlines()) == 100
         assert page["total_lines"] == 300 and page["has_more"]
         found = await rt.call("search_command_output", {"command_id": meta["command_id"], "query": "kernel PANIC"})
-        jsonschema.validate(found, schemas.SEARCH_OUTPUT)
+        jsonschema.validate(found, rt.registry.get("search_command_output").output_schema)
         assert found["match_count"] == 1 and found["matches"][0]["line_number"] == 150
 
 
@@ -68,7 +67,7 @@ async def test_without_a_session_calls_say_so_with_a_code(tmp_path: Path) -> Non
     async with fake_runtime(tmp_path, "crash") as rt:
         crash.register(rt)
         listing = await rt.call("list_vmcore_sessions")
-        jsonschema.validate(listing, schemas.LIST_OUTPUT)
+        jsonschema.validate(listing, rt.registry.get("list_vmcore_sessions").output_schema)
         assert listing == {"sessions": [], "default_for_this_client": None}
         for tool, args in (("run_crash_command", {"command": "bt"}), ("run_drgn_command", {"code": "1"}),
                            ("get_crash_info", {}), ("close_vmcore_session", {"session_id": "nope"})):
@@ -85,7 +84,7 @@ async def test_analysis_scripts_are_listed_and_an_unknown_one_is_refused(tmp_pat
     async with fake_runtime(tmp_path, "crash", {"script_dirs": [str(scripts)]}) as rt:
         crash.register(rt)
         listed = await rt.call("list_analysis_scripts")
-        jsonschema.validate(listed, schemas.SCRIPTS_OUTPUT)
+        jsonschema.validate(listed, rt.registry.get("list_analysis_scripts").output_schema)
         assert [(s["name"], s["description"]) for s in listed["scripts"]] == [("tasks", "Count the tasks.")]
         with pytest.raises(DiagdError) as err:
             await rt.call("run_analysis_script", {"name": "missing"})
