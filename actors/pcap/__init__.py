@@ -34,7 +34,7 @@ pcap (5G core / RAN captures, Wireshark's dissectors):
 6. pcap_sequence_diagram (Mermaid) for a UE, a PDU session, a flow or a filter; pcap_stats for
    Wireshark's expert info, response times, conversations, endpoints and I/O series.
 Quirks: HTTP/2 SBI on a non-standard port needs decode_as="tcp.port==7777,http2" (applied only to the
-conversations that carry HTTP/2; pcap_info's sbi_ports says which port needs it); NAS after Security
+conversations that carry HTTP/2; pcap_info says which port needs it); NAS after Security
 Mode (NEA0) needs profile="5gc-lab" (nas-5gs.null_decipher); ngap_* tools enable it by default.
 Field names: pcap_list_fields / pcap_fields_search.
 """
