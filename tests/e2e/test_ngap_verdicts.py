@@ -58,14 +58,15 @@ OAI = "pcaps-extra/oaifed_5gcn-basic-deployment-nrf.pcap"
 # frames dropped, the procedure and UE context label suffix the rule must decide). The bytes are searched in
 # the frame and must occur once: NGAP PDU type + procedure code after the SCTP PPID 60 (0000003c), or a NAS
 # message's header.
+ACCEPT_WITHOUT_N2 = built_captures.RECIPES["pdu-accept-without-n2"]
 FLIPPED: dict[str, tuple[str, list[tuple[int, str, str]], tuple[str, ...], str, str]] = {
     # The SECURITY MODE COMPLETE of UE 1 (frame 15) becomes a SECURITY MODE REJECT.
     "security-mode-reject": (SANDBOX, [(15, "7e005e77", "7e005f77")], (), "Security Mode", "ran-1"),
     # UE 1's AUTHENTICATION RESPONSE (frame 11) is dropped and its SECURITY MODE COMMAND becomes an
     # AUTHENTICATION REJECT: it ends the authentication (and the registration).
     "authentication-reject": (SANDBOX, [(12, "7e005d02", "7e005802")], ("11",), "Authentication", "ran-1"),
-    # UE 3's accept rides in a DownlinkNASTransport (procedure code 29 -> 4) and its setup response is dropped.
-    "pdu-accept-without-n2": (SANDBOX, [(41, "0000003c001d", "0000003c0004")], ("43",),
+    # UE 3's accept rides in a DownlinkNASTransport, its setup response dropped (the recipe the in-process test uses).
+    "pdu-accept-without-n2": (SANDBOX, list(ACCEPT_WITHOUT_N2.flips), ACCEPT_WITHOUT_N2.drop,
                               "PDU Session Establishment", "ran-3"),
     "handover-failure": (HO, [(13, "0000003c200d", "0000003c400d")], (), "Handover Resource Allocation", ""),
     "path-switch-failure": ("pcaps-extra/ngtester_chain_free5gc_pathswitch_then_release_amf_ngap_nas_sbi.pcap",

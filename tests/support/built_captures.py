@@ -105,6 +105,8 @@ RECIPES: dict[str, Recipe] = {
     "pdu-setup-failed": Recipe(SANDBOX, payloads=((25, SETUP_FAILED),)),
     # Frame 22 hands UE 1's request back unforwarded; its setup response (frame 25) is dropped.
     "pdu-returned": Recipe(SANDBOX, ("25",), payloads=((22, returned_request()),)),
+    # UE 3's accept rides in a DownlinkNASTransport (procedure code 29 -> 4) and its setup response is dropped.
+    "pdu-accept-without-n2": Recipe(SANDBOX, ("43",), flips=((41, "0000003c001d", "0000003c0004"),)),
     "handover-command": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, {}),), flips=HO_SOURCE_1),
     "handover-preparation-failure": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, HO_PREPARATION_FAILURE),),
                                            flips=HO_SOURCE_1),
