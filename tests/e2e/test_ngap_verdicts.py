@@ -185,9 +185,7 @@ async def test_switch_off_deregistration_completes_without_an_accept(daemon: Dae
     source = EXTRA / "oaifed_5gcn-basic-deployment-nrf.pcap"
     if not source.exists():
         pytest.skip("pcaps-extra is not there")
-    # Frame 721's DEREGISTRATION REQUEST (plain NAS inside an integrity-protected one): its type octet
-    # 0x21 (normal) becomes 0x29 (switch off); the DEREGISTRATION ACCEPT (frame 722) is dropped.
-    path = built(daemon, source, "switch_off.pcapng", 721, 0x60, 0x21, 0x29, drop=(722,))
+    path = from_recipe(daemon, "deregistration-switch-off")  # frame 721 made a switch-off, 722 dropped
     assert subprocess.run(["tshark", "-r", str(path), "-Y", "nas_5gs.mm.switch_off == 1", "-T", "fields", "-e",
                            "frame.number"], capture_output=True, text=True, check=True).stdout.split() == ["721"]
     contexts, procs, sessions = await views(daemon, path)

@@ -25,6 +25,7 @@ from tests.support.pcapedit import PCAP_MAGICS, packets, replace_payload, transp
 CORPORA = PCAPS.parent  # recipes name captures relative to it: "pcaps/x.pcap", "pcaps-extra/y.pcap"
 SANDBOX, SLICE = "pcaps/adrian_sandbox_n2.pcap", "pcaps/adrian_pdu_session_reject_slice.pcap"
 AUTH = "pcaps/adrian_auth_failure.pcap"
+OAI = "pcaps-extra/oaifed_5gcn-basic-deployment-nrf.pcap"
 HO = "pcaps-extra/ngtester_open5gs_ho_window_p21_p09_amf_ngap_nas_sbi.pcap"
 # (frame sent as, donor capture, donor frame, TSN, {payload offset: (old byte, new byte)} or a whole new payload)
 Graft = tuple[int, str, int, int, dict[int, tuple[int, int]] | bytes]
@@ -107,6 +108,9 @@ RECIPES: dict[str, Recipe] = {
     "pdu-returned": Recipe(SANDBOX, ("25",), payloads=((22, returned_request()),)),
     # UE 3's accept rides in a DownlinkNASTransport (procedure code 29 -> 4) and its setup response is dropped.
     "pdu-accept-without-n2": Recipe(SANDBOX, ("43",), flips=((41, "0000003c001d", "0000003c0004"),)),
+    # OAI's DEREGISTRATION REQUEST (frame 721, plain NAS inside an integrity-protected one): its type octet
+    # 0x21 (normal) becomes 0x29 (switch off); the DEREGISTRATION ACCEPT (frame 722) is dropped.
+    "deregistration-switch-off": Recipe(OAI, ("722",), flips=((721, "7e004521", "7e004529"),)),
     "handover-command": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, {}),), flips=HO_SOURCE_1),
     "handover-preparation-failure": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, HO_PREPARATION_FAILURE),),
                                            flips=HO_SOURCE_1),
