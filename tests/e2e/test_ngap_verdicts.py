@@ -22,7 +22,8 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_ngap_summaries import call, ngap_frame_count
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS
-from tests.support.pcapedit import packets, replace_payload, transplant
+from tests.support import built_captures
+from tests.support.pcapedit import packets, transplant
 
 pytestmark = [
     pytest.mark.e2e,
@@ -57,14 +58,15 @@ OAI = "pcaps-extra/oaifed_5gcn-basic-deployment-nrf.pcap"
 # frames dropped, the procedure and UE context label suffix the rule must decide). The bytes are searched in
 # the frame and must occur once: NGAP PDU type + procedure code after the SCTP PPID 60 (0000003c), or a NAS
 # message's header.
+ACCEPT_WITHOUT_N2 = built_captures.RECIPES["pdu-accept-without-n2"]
 FLIPPED: dict[str, tuple[str, list[tuple[int, str, str]], tuple[str, ...], str, str]] = {
     # The SECURITY MODE COMPLETE of UE 1 (frame 15) becomes a SECURITY MODE REJECT.
     "security-mode-reject": (SANDBOX, [(15, "7e005e77", "7e005f77")], (), "Security Mode", "ran-1"),
     # UE 1's AUTHENTICATION RESPONSE (frame 11) is dropped and its SECURITY MODE COMMAND becomes an
     # AUTHENTICATION REJECT: it ends the authentication (and the registration).
     "authentication-reject": (SANDBOX, [(12, "7e005d02", "7e005802")], ("11",), "Authentication", "ran-1"),
-    # UE 3's accept rides in a DownlinkNASTransport (procedure code 29 -> 4) and its setup response is dropped.
-    "pdu-accept-without-n2": (SANDBOX, [(41, "0000003c001d", "0000003c0004")], ("43",),
+    # UE 3's accept rides in a DownlinkNASTransport, its setup response dropped (the recipe the in-process test uses).
+    "pdu-accept-without-n2": (SANDBOX, list(ACCEPT_WITHOUT_N2.flips), ACCEPT_WITHOUT_N2.drop,
                               "PDU Session Establishment", "ran-3"),
     "handover-failure": (HO, [(13, "0000003c200d", "0000003c400d")], (), "Handover Resource Allocation", ""),
     "path-switch-failure": ("pcaps-extra/ngtester_chain_free5gc_pathswitch_then_release_amf_ngap_nas_sbi.pcap",
@@ -183,9 +185,7 @@ async def test_switch_off_deregistration_completes_without_an_accept(daemon: Dae
     source = EXTRA / "oaifed_5gcn-basic-deployment-nrf.pcap"
     if not source.exists():
         pytest.skip("pcaps-extra is not there")
-    # Frame 721's DEREGISTRATION REQUEST (plain NAS inside an integrity-protected one): its type octet
-    # 0x21 (normal) becomes 0x29 (switch off); the DEREGISTRATION ACCEPT (frame 722) is dropped.
-    path = built(daemon, source, "switch_off.pcapng", 721, 0x60, 0x21, 0x29, drop=(722,))
+    path = from_recipe(daemon, "deregistration-switch-off")  # frame 721 made a switch-off, 722 dropped
     assert subprocess.run(["tshark", "-r", str(path), "-Y", "nas_5gs.mm.switch_off == 1", "-T", "fields", "-e",
                            "frame.number"], capture_output=True, text=True, check=True).stdout.split() == ["721"]
     contexts, procs, sessions = await views(daemon, path)
@@ -248,12 +248,7 @@ async def test_accept_in_n2_setup_then_5gmm_status_then_release_fails_in_every_v
     # same association: the 5GMM STATUS of the slice-reject run (frame 37) sent uplink as an UplinkNASTransport
     # (procedure code 4 -> 46) with cause #91 -> #101, then the UEContextReleaseCommand / Complete of the
     # auth-failure run (frames 13 / 15), all with UE 3's ids. Every donor comes from the same lab (same addresses).
-    status = {1: (0x04, 0x2E), 12: (0x02, 0x03), 18: (0x02, 0x03), 34: (0x5B, 0x65)}
-    path = spliced(daemon, source, "status_then_release.pcap", (43,), [
-        (39, slice_, 37, 21, status),
-        (41, auth, 13, 16, {12: (0x01, 0x03), 14: (0x01, 0x03)}),
-        (39, auth, 15, 22, {12: (0x01, 0x03), 18: (0x01, 0x03)}),
-    ])
+    path = from_recipe(daemon, "5gmm-status-then-release")  # the steps: built_captures.RECIPES
     rows = subprocess.run(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y",
                            "ngap && frame.number > 41", "-T", "fields", "-e", "ngap.procedureCode", "-e",
                            "ngap.AMF_UE_NGAP_ID", "-e",
@@ -338,10 +333,7 @@ async def test_context_release_before_the_n2_setup_response_fails_the_establishm
         pytest.skip("the corpus is not there")
     # UE 3's accept rides in frame 41's PDUSessionResourceSetupRequest; its setup response (frame 43) is dropped
     # and the auth-failure run's UEContextReleaseCommand / Complete are sent on the association as UE 3's.
-    path = spliced(daemon, source, "released.pcap", (43,), [
-        (41, auth, 13, 16, {12: (0x01, 0x03), 14: (0x01, 0x03)}),
-        (39, auth, 15, 21, {12: (0x01, 0x03), 18: (0x01, 0x03)}),
-    ])
+    path = from_recipe(daemon, "released-before-n2-response")
     contexts, procs, sessions = await views(daemon, path)
     check_one_model(contexts, procs, sessions)
     [est] = [p for p in instances(procs) if p["procedure"] == "PDU Session Establishment" and p["ue"].endswith("ran-3")]
@@ -355,9 +347,7 @@ async def test_the_same_request_again_before_an_answer_restarts_the_procedure(da
     if not source.exists():
         pytest.skip("the corpus is not there")
     # The capture ends at UE 3's AUTHENTICATION REQUEST (frame 26), which is then sent a second time.
-    tsn = int(subprocess.run(["tshark", "-r", str(source), "-Y", "frame.number == 26", "-T", "fields", "-e",
-                              "sctp.data_tsn_raw"], capture_output=True, text=True, check=True).stdout)
-    path = spliced(daemon, source, "restarted.pcap", ("27-9999",), [(26, source, 26, tsn + 1, {})])
+    path = from_recipe(daemon, "restarted")
     contexts, procs, sessions = await views(daemon, path)
     check_one_model(contexts, procs, sessions)
     auth = [p for p in instances(procs) if p["procedure"] == "Authentication" and p["ue"].endswith("ran-3")]
@@ -405,60 +395,12 @@ async def test_plmn_identities_keep_their_digits(daemon: DaemonProcess, encoded:
     assert ue["plmn"] == {"mcc": plmn[0], "mnc": plmn[1]}, ue["plmn"]
 
 
-# Hand-encoded NGAP (APER, TS 38.413) and NAS (TS 24.501) pieces for the captures built from real frames.
-# UE 1 of the sandbox run (AMF/RAN UE NGAP ids 1/1): its PDU SESSION ESTABLISHMENT REQUEST (frame 19) as sent.
-SANDBOX_REQUEST = bytes.fromhex("2e0101c1ffff91a12801007b000780000a00000d00")
-# A PDUSessionResourceSetupResponse (procedure 29, successfulOutcome) for UE 1/1 whose only list is
-# PDUSessionResourceFailedToSetupListSURes (IE 58, ignore): one item, PDU session 1, and its
-# PDUSessionResourceSetupUnsuccessfulTransfer: preamble 000, Cause choice transport 001, enum 0 0 -> 0x04
-# (transport-resource-unavailable).
-SETUP_FAILED = bytes.fromhex("201d0018" "000003" "000a40020001" "005540020001" "003a4005" "00" "00" "01" "0104")
-# A HandoverPreparationFailure (procedure 12, unsuccessfulOutcome) for the tester's context 1/1 with its
-# Cause IE (15, ignore): choice radioNetwork 000, enum 0 + 000111 -> 01 c0
-# (ho-failure-in-target-5GC-ngran-node-or-target-system).
-HO_PREPARATION_FAILURE = bytes.fromhex("400c0015" "000003" "000a40020001" "005540020001" "000f400201c0")
-
-
-def returned_request() -> bytes:
-    """A DownlinkNASTransport (procedure 4) for UE 1/1 whose NAS-PDU (IE 38) is a DL NAS TRANSPORT handing back
-    UE 1's establishment request: payload container type 1 (N1 SM), the container, PDU session ID IE (0x12) 1,
-    5GMM cause IE (0x58) #90 payload was not forwarded; inside frame 22's security header (NEA0, MAC, SQN 3)."""
-    plain = bytes.fromhex("7e006801") + len(SANDBOX_REQUEST).to_bytes(2, "big") + SANDBOX_REQUEST
-    nas = bytes.fromhex("7e02646e446903") + plain + bytes.fromhex("1201" "585a")
-    value = bytes([len(nas)]) + nas
-    ies = bytes.fromhex("000003" "000a00020001" "005500020001" "002600") + bytes([len(value)]) + value
-    return bytes.fromhex("000440") + bytes([len(ies)]) + ies
-
-
-def built_from_frames(daemon: DaemonProcess, rule_id: str) -> Path:
-    """The capture that shows row `rule_id`, built from real corpus frames."""
-    sandbox, ho = PCAPS.parent / SANDBOX, PCAPS.parent / HO
-    root = Path(daemon.env.root)
-    if rule_id == "pdu-initial-context-setup":
-        # UE 1's accept rides in frame 22's PDUSessionResourceSetupRequest, answered by frame 25: both become
-        # InitialContextSetup (procedure code 29 -> 14), their lists the Cxt ones (74 -> 71, 75 -> 72), whose
-        # items are encoded exactly like the SU ones (PDU session id, NAS-PDU, S-NSSAI, transfer).
-        return flipped(daemon, sandbox, "ics.pcap", [
-            (22, "0000003c001d", "0000003c000e"), (22, "004a0080", "00470080"),
-            (25, "0000003c201d", "0000003c200e"), (25, "004b40", "004840")], ())
-    if rule_id == "pdu-setup-failed":  # frame 25's setup response lists session 1 as failed instead
-        out = root / "setup_failed.pcap"
-        out.write_bytes(replace_payload(bytearray(sandbox.read_bytes()), 25, SETUP_FAILED))
-        return out
-    if rule_id == "pdu-returned":  # frame 22 hands UE 1's request back unforwarded; its setup response is dropped
-        edited = root / "edited_returned.pcap"
-        edited.write_bytes(replace_payload(bytearray(sandbox.read_bytes()), 22, returned_request()))
-        out = root / "returned.pcap"
-        subprocess.run(["editcap", str(edited), str(out), "25"], check=True, capture_output=True)
-        return out
-    # The tester sent HandoverRequired (frame 11, ids 1/99) on the target gNB's association, where the target
-    # context (HandoverRequestAcknowledge, frame 13: ids 2/99) reuses RAN-UE-NGAP-ID 99, and the AMF answered
-    # with HandoverCommand (frame 14, ids 1/1) on the other association. Here the source context is 1/1 on the
-    # one association (frame 11's RAN id 99 -> 1), the capture ends after frame 13, and the AMF's answer is sent
-    # on it, downlink as frame 12 was (next TSN): frame 14 itself, or a hand-encoded HandoverPreparationFailure.
-    source = flipped(daemon, ho, f"source_{rule_id}.pcap", [(11, "005500020063", "005500020001")], ())
-    graft: dict[int, tuple[int, int]] | bytes = {} if rule_id == "handover-command" else HO_PREPARATION_FAILURE
-    return spliced(daemon, source, f"{rule_id}.pcap", ("14-9999",), [(12, ho, 14, 975375287, graft)])
+def from_recipe(daemon: DaemonProcess, name: str) -> Path:
+    """The capture of tests/support/built_captures.py's recipe `name` (shared with the in-process procedures
+    test), copied where the daemon may read it."""
+    out = Path(daemon.env.root) / f"{name}.pcap"
+    shutil.copyfile(built_captures.built(name), out)
+    return out
 
 
 def tshark_rows(path: Path, display: str, *fields: str) -> list[list[str]]:
@@ -521,7 +463,7 @@ async def test_rule_on_a_capture_built_from_real_frames_as_tshark_reads_it(daemo
                                                                          rule_id: str) -> None:
     if not ((PCAPS.parent / SANDBOX).exists() and (PCAPS.parent / HO).exists()):
         pytest.skip("the corpora are not there")
-    path = built_from_frames(daemon, rule_id)
+    path = from_recipe(daemon, rule_id)
     # The built frames dissect as the real ones do: none malformed that was not already (the tester's
     # HandoverRequired / Request / Acknowledge / Command carry one-byte placeholder transparent containers).
     source = malformed(PCAPS.parent / (HO if rule_id.startswith("handover") else SANDBOX))

@@ -1,9 +1,11 @@
 """Captures built from real corpus frames for cases the corpus never shows, written once beside the tree cache.
 
-Each recipe takes a corpus capture, drops frames with editcap and appends DATA chunks of real frames
-(tests/support/pcapedit.transplant) sent on one of its associations, with the UE ids patched byte by
-byte (each old byte is checked). The path of a built capture is stable (named by its recipe), so the
-cached sharkd trees and oracle answers of it stay valid.
+Each recipe takes a corpus capture, replaces bytes inside frames (each old byte string must occur once
+in its frame) or a frame's whole NGAP payload with a hand-encoded one (tests/support/pcapedit.replace_payload),
+drops frames with editcap and appends DATA chunks of real frames (tests/support/pcapedit.transplant) sent on
+one of its associations, with the UE ids patched byte by byte (each old byte is checked) or a hand-encoded
+payload. The path of a built capture is stable (named by its recipe), so the cached sharkd trees and oracle
+answers of it stay valid. The same recipes feed the in-process procedures test and the e2e verdict test.
 """
 
 from __future__ import annotations
@@ -14,59 +16,144 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from tests.pcaps import PCAPS
 from tests.support.ngap_oracle import CACHE
-from tests.support.pcapedit import PCAP_MAGICS, packets, transplant
+from tests.support.pcapedit import PCAP_MAGICS, packets, replace_payload, transplant
 
-SANDBOX, SLICE, AUTH = "adrian_sandbox_n2.pcap", "adrian_pdu_session_reject_slice.pcap", "adrian_auth_failure.pcap"
-# (frame sent as, donor capture, donor frame, TSN, {payload offset: (old byte, new byte)})
-Graft = tuple[int, str, int, int, dict[int, tuple[int, int]]]
+CORPORA = PCAPS.parent  # recipes name captures relative to it: "pcaps/x.pcap", "pcaps-extra/y.pcap"
+SANDBOX, SLICE = "pcaps/adrian_sandbox_n2.pcap", "pcaps/adrian_pdu_session_reject_slice.pcap"
+AUTH = "pcaps/adrian_auth_failure.pcap"
+OAI = "pcaps-extra/oaifed_5gcn-basic-deployment-nrf.pcap"
+HO = "pcaps-extra/ngtester_open5gs_ho_window_p21_p09_amf_ngap_nas_sbi.pcap"
+# (frame sent as, donor capture, donor frame, TSN, {payload offset: (old byte, new byte)} or a whole new payload)
+Graft = tuple[int, str, int, int, dict[int, tuple[int, int]] | bytes]
+
+
+class Recipe(NamedTuple):
+    """How one capture is built from `source`: flips and payloads first, then `drop` (editcap), then `grafts`
+    appended 1 ms apart after the last kept frame."""
+
+    source: str
+    drop: tuple[str, ...] = ()
+    grafts: tuple[Graft, ...] = ()
+    flips: tuple[tuple[int, str, str], ...] = ()  # (frame, old bytes, new bytes), hex
+    payloads: tuple[tuple[int, bytes], ...] = ()  # (frame, its new NGAP PDU)
+
+
 # The auth-failure run's UEContextReleaseCommand (frame 13, cause nas/authentication-failure) and Complete
 # (frame 15), its AMF/RAN UE NGAP ids 1/1 made 3/3: sent on the sandbox association as UE 3's.
-RELEASE: list[Graft] = [(41, AUTH, 13, 16, {12: (0x01, 0x03), 14: (0x01, 0x03)}),
-                        (39, AUTH, 15, 21, {12: (0x01, 0x03), 18: (0x01, 0x03)})]
+RELEASE: tuple[Graft, Graft] = ((41, AUTH, 13, 16, {12: (0x01, 0x03), 14: (0x01, 0x03)}),
+                                (39, AUTH, 15, 21, {12: (0x01, 0x03), 18: (0x01, 0x03)}))
 # The slice-reject run's 5GMM STATUS (frame 37) as an UplinkNASTransport (procedure code 4 -> 46) of UE 3,
 # cause #91 -> #101 (message not compatible with the protocol state); uplink TSN 21 (the release complete then 22).
 STATUS: Graft = (39, SLICE, 37, 21, {1: (0x04, 0x2E), 12: (0x02, 0x03), 18: (0x02, 0x03), 34: (0x5B, 0x65)})
-# name -> (source capture, frames dropped, grafts appended 1 ms apart after the source's last frame).
-# UE 3 of the sandbox run: its PDU SESSION ESTABLISHMENT ACCEPT rides in frame 41's
+
+# Hand-encoded NGAP (APER, TS 38.413) and NAS (TS 24.501) pieces.
+# UE 1 of the sandbox run (AMF/RAN UE NGAP ids 1/1): its PDU SESSION ESTABLISHMENT REQUEST (frame 19) as sent.
+SANDBOX_REQUEST = bytes.fromhex("2e0101c1ffff91a12801007b000780000a00000d00")
+# A PDUSessionResourceSetupResponse (procedure 29, successfulOutcome) for UE 1/1 whose only list is
+# PDUSessionResourceFailedToSetupListSURes (IE 58, ignore): one item, PDU session 1, and its
+# PDUSessionResourceSetupUnsuccessfulTransfer: preamble 000, Cause choice transport 001, enum 0 0 -> 0x04
+# (transport-resource-unavailable).
+SETUP_FAILED = bytes.fromhex("201d0018" "000003" "000a40020001" "005540020001" "003a4005" "00" "00" "01" "0104")
+# A HandoverPreparationFailure (procedure 12, unsuccessfulOutcome) for the tester's context 1/1 with its
+# Cause IE (15, ignore): choice radioNetwork 000, enum 0 + 000111 -> 01 c0
+# (ho-failure-in-target-5GC-ngran-node-or-target-system).
+HO_PREPARATION_FAILURE = bytes.fromhex("400c0015" "000003" "000a40020001" "005540020001" "000f400201c0")
+
+
+def returned_request() -> bytes:
+    """A DownlinkNASTransport (procedure 4) for UE 1/1 whose NAS-PDU (IE 38) is a DL NAS TRANSPORT handing back
+    UE 1's establishment request: payload container type 1 (N1 SM), the container, PDU session ID IE (0x12) 1,
+    5GMM cause IE (0x58) #90 payload was not forwarded; inside frame 22's security header (NEA0, MAC, SQN 3)."""
+    plain = bytes.fromhex("7e006801") + len(SANDBOX_REQUEST).to_bytes(2, "big") + SANDBOX_REQUEST
+    nas = bytes.fromhex("7e02646e446903") + plain + bytes.fromhex("1201" "585a")
+    value = bytes([len(nas)]) + nas
+    ies = bytes.fromhex("000003" "000a00020001" "005500020001" "002600") + bytes([len(value)]) + value
+    return bytes.fromhex("000440") + bytes([len(ies)]) + ies
+
+
+# The tester sent HandoverRequired (frame 11, ids 1/99) on the target gNB's association, where the target
+# context (HandoverRequestAcknowledge, frame 13: ids 2/99) reuses RAN-UE-NGAP-ID 99, and the AMF answered
+# with HandoverCommand (frame 14, ids 1/1) on the other association. Here the source context is 1/1 on the
+# one association (frame 11's RAN id 99 -> 1), the capture ends after frame 13, and the AMF's answer is sent
+# on it, downlink as frame 12 was (next TSN): frame 14 itself, or a hand-encoded HandoverPreparationFailure.
+HO_SOURCE_1 = ((11, "005500020063", "005500020001"),)
+
+# name -> recipe. UE 3 of the sandbox run: its PDU SESSION ESTABLISHMENT ACCEPT rides in frame 41's
 # PDUSessionResourceSetupRequest; its PDUSessionResourceSetupResponse (frame 43, uplink TSN 21) is dropped.
-RECIPES: dict[str, tuple[str, tuple[str, ...], list[Graft]]] = {
+RECIPES: dict[str, Recipe] = {
     # A UE context release command (with its NGAP cause) while the establishment still waits for N2.
-    "released-before-n2-response": (SANDBOX, ("43",), RELEASE),
+    "released-before-n2-response": Recipe(SANDBOX, ("43",), RELEASE),
     # The UE answers the accept with 5GMM STATUS (no PDU session id): it ends the latest establishment.
-    "5gmm-status-then-release": (SANDBOX, ("43",), [STATUS, RELEASE[0], (*RELEASE[1][:3], 22, RELEASE[1][4])]),
+    "5gmm-status-then-release": Recipe(SANDBOX, ("43",), (STATUS, RELEASE[0], (*RELEASE[1][:3], 22, RELEASE[1][4]))),
     # The capture ends on the N2 setup request carrying the accept: accepted, then no N2 setup response.
-    "ends-on-n2-setup-with-accept": (SANDBOX, ("-r", "1-41"), []),
+    "ends-on-n2-setup-with-accept": Recipe(SANDBOX, ("-r", "1-41")),
     # No accept and no setup response: the establishment request (frame 39) is left unanswered while the
     # UE context goes on (frame 40's downlink NAS transport).
-    "no-accept-ue-goes-on": (SANDBOX, ("41", "43"), []),
+    "no-accept-ue-goes-on": Recipe(SANDBOX, ("41", "43")),
     # The capture ends at UE 3's AUTHENTICATION REQUEST (frame 26, TSN 3935580792), then sent a second time.
-    "restarted": (SANDBOX, ("27-9999",), [(26, SANDBOX, 26, 3935580793, {})]),
+    "restarted": Recipe(SANDBOX, ("27-9999",), ((26, SANDBOX, 26, 3935580793, {}),)),
+    # UE 1's accept rides in frame 22's PDUSessionResourceSetupRequest, answered by frame 25: both become
+    # InitialContextSetup (procedure code 29 -> 14), their lists the Cxt ones (74 -> 71, 75 -> 72), whose
+    # items are encoded exactly like the SU ones (PDU session id, NAS-PDU, S-NSSAI, transfer).
+    "pdu-initial-context-setup": Recipe(SANDBOX, flips=(
+        (22, "0000003c001d", "0000003c000e"), (22, "004a0080", "00470080"),
+        (25, "0000003c201d", "0000003c200e"), (25, "004b40", "004840"))),
+    # Frame 25's setup response lists UE 1's session 1 as failed to set up instead.
+    "pdu-setup-failed": Recipe(SANDBOX, payloads=((25, SETUP_FAILED),)),
+    # Frame 22 hands UE 1's request back unforwarded; its setup response (frame 25) is dropped.
+    "pdu-returned": Recipe(SANDBOX, ("25",), payloads=((22, returned_request()),)),
+    # UE 3's accept rides in a DownlinkNASTransport (procedure code 29 -> 4) and its setup response is dropped.
+    "pdu-accept-without-n2": Recipe(SANDBOX, ("43",), flips=((41, "0000003c001d", "0000003c0004"),)),
+    # OAI's DEREGISTRATION REQUEST (frame 721, plain NAS inside an integrity-protected one): its type octet
+    # 0x21 (normal) becomes 0x29 (switch off); the DEREGISTRATION ACCEPT (frame 722) is dropped.
+    "deregistration-switch-off": Recipe(OAI, ("722",), flips=((721, "7e004521", "7e004529"),)),
+    "handover-command": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, {}),), flips=HO_SOURCE_1),
+    "handover-preparation-failure": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, HO_PREPARATION_FAILURE),),
+                                           flips=HO_SOURCE_1),
 }
+
+
+def flip(data: bytearray, frame: int, old: str, new: str) -> None:
+    """In place: the one occurrence of bytes `old` in frame `frame` replaced by `new` (hex, same length)."""
+    packet = list(packets(data))[frame - 1]
+    body = bytes(data[packet.offset:packet.offset + packet.caplen])
+    assert body.count(bytes.fromhex(old)) == 1 and len(old) == len(new), (frame, old)
+    at = packet.offset + body.index(bytes.fromhex(old))
+    data[at:at + len(new) // 2] = bytes.fromhex(new)
 
 
 def built(name: str) -> Path:
     """The capture of recipe `name` (its path even when the corpus is missing: callers check exists())."""
-    source, drop, grafts = RECIPES[name]
-    digest = hashlib.sha256(repr(RECIPES[name]).encode()).hexdigest()[:8]
+    recipe = RECIPES[name]
+    digest = hashlib.sha256(repr(recipe).encode()).hexdigest()[:8]
     out = CACHE / f"built-{name}-{digest}.pcap"
-    donors = {source, *(g[1] for g in grafts)}
-    if out.exists() or not all((PCAPS / d).exists() for d in donors) or shutil.which("editcap") is None:
+    donors = {recipe.source, *(g[1] for g in recipe.grafts)}
+    if out.exists() or not all((CORPORA / d).exists() for d in donors) or shutil.which("editcap") is None:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    subprocess.run(["editcap", "-F", "pcap", str(PCAPS / source), str(tmp), *drop], check=True, capture_output=True)
+    data = bytearray((CORPORA / recipe.source).read_bytes())
+    for frame, old, new in recipe.flips:
+        flip(data, frame, old, new)
+    for frame, payload in recipe.payloads:
+        data = replace_payload(data, frame, payload)
+    edited = out.with_suffix(f".{os.getpid()}.edited")
+    edited.write_bytes(bytes(data))
+    subprocess.run(["editcap", "-F", "pcap", str(edited), str(tmp), *recipe.drop], check=True, capture_output=True)
+    edited.unlink()
     data = bytearray(tmp.read_bytes())
     last = list(packets(data))[-1]
     endian = PCAP_MAGICS[bytes(data[:4])]
     seconds, fraction = struct.unpack_from(endian + "II", data, last.header)
     nano = bytes(data[:4]) in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
     end = seconds + fraction / (1e9 if nano else 1e6)
-    for step, (like, donor, frame, tsn, patches) in enumerate(grafts, start=1):
-        transplant(data, like, bytearray((PCAPS / donor).read_bytes()), frame, tsn=tsn, time=end + step / 1000,
-                   patches=patches)
+    for step, (like, donor, frame, tsn, patches) in enumerate(recipe.grafts, start=1):
+        transplant(data, like, bytearray((CORPORA / donor).read_bytes()), frame, tsn=tsn, time=end + step / 1000,
+                   **({"payload": patches} if isinstance(patches, bytes) else {"patches": patches}))
     tmp.write_bytes(bytes(data))
     tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
     return out

@@ -4,7 +4,8 @@ It reads the one-PDU-per-row field rows of tests/support/ngap_oracle.py (not sha
 follows the rules docs/5g.md states, written out again here by message-type numbers:
 
 - NAS: only a row's first 5GMM message type is its own (a further one after a SECURITY MODE
-  COMPLETE is the REGISTRATION REQUEST in its container); its 5GSM type rides in a NAS transport.
+  COMPLETE is the REGISTRATION REQUEST in its container); its 5GSM type rides in a NAS transport,
+  except one a DL NAS TRANSPORT with a 5GMM cause hands back (the UE's own, not a new message).
 - A start message opens an instance per (UE context, procedure[, PDU session id]); the same
   start message again abandons the open one as incomplete, another start message of the same
   procedure continues it. An answer closes it; 5GMM STATUS (no PDU session id) closes the context's
@@ -144,11 +145,12 @@ def _events(row: Row) -> list[tuple[Event, Cause | None]]:
     mm_named = None if mm_cause is None else Cause("5GMM", mm_cause, cause_name("nas_5gs.mm.5gmm_cause", mm_cause),
                                                    None)
     out: list[tuple[Event, Cause | None]] = [(("ngap", row.proc, row.pdu_type), ngap_cause(row))]
+    returned = bool(mm) and mm[0] == 0x68 and mm_named is not None
     if mm:
-        if mm[0] == 0x68 and mm_named is not None:
+        if returned:
             out.append((("returned",), mm_named))
         out.append((("mm", mm[0]), mm_named))
-    if sm:
+    if sm and not returned:  # a returned message is the UE's own, handed back (TS 24.501 5.4.5.2.5): no new event
         out.append((("sm", sm[0]), None if sm_cause is None else
                     Cause("5GSM", sm_cause, cause_name("nas_5gs.sm.5gsm_cause", sm_cause), None)))
     return out
