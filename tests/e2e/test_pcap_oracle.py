@@ -111,6 +111,17 @@ async def check_packet_list(call: Call, path: Path) -> None:
 # -- pcap_frame_detail: the tree == tshark -V
 
 
+# A request's "[Response In: N]" (PFCP, GTPv2, ...) depends on which frames a pass has dissected, in
+# tshark itself: on adrian_n4_upf_timeout_n4.pcap frame 1 says "Response In: 3" in `tshark -2 -V`, nothing
+# in `tshark -2 -V -Y "frame.number in {1,4}"`, and sharkd says 4 or nothing by when the tree was made.
+# So these link lines are compared nowhere here (the frames' other lines are, every one of them).
+_LINK = re.compile(r"\s*\[(Response|Request) In: \d+\]")
+
+
+def unlinked(text: str) -> str:
+    return "\n".join(line for line in text.split("\n") if not _LINK.fullmatch(line))
+
+
 async def check_frame_detail(call: Call, path: Path) -> None:
     numbers = oracle.matching(path, "")
     sample = sorted({numbers[0], numbers[len(numbers) // 2], numbers[-1]})
@@ -121,7 +132,8 @@ async def check_frame_detail(call: Call, path: Path) -> None:
         assert not answer["truncated"]
         assert [f["frame_number"] for f in answer["frames"]] == frames == sorted(expected)
         for frame in answer["frames"]:
-            assert frame["text"] == expected[frame["frame_number"]], (path.name, frame["frame_number"])
+            assert unlinked(frame["text"]) == unlinked(expected[frame["frame_number"]]), (path.name,
+                                                                                         frame["frame_number"])
 
 
 # -- pcap_info: count/time span == capinfos, protocols == frame.protocols, conversations == -z conv
