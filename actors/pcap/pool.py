@@ -146,6 +146,7 @@ class WorkerPool:
         self._numbers = 0
         self._changed = trio.Event()
         self._short_waiting = 0
+        self._acquiring = 0  # calls waiting for a worker now (short and long)
         self.facts = LoadFacts()
         self.loads = 0
         self.grown = 0
@@ -180,8 +181,13 @@ class WorkerPool:
             if worker.error is None:
                 self.loads += 1
             else:
-                log.info("sharkd worker failed to load", worker=worker.number, error=worker.error.message)
-                if any(w.ready for w in self.workers):  # a spare that failed: the capture is served anyway
+                log.info("sharkd worker failed to load", worker=worker.number, error=worker.error.message,
+                         calls_waiting=self._acquiring)
+                # A spare that failed: the capture is served anyway. A load no call was waiting for
+                # (a fresh capture's first page came from tshark, then sharkd was killed or crashed):
+                # nobody is told, and handing the failure to some later call would blame it for a
+                # load it never saw; that call starts a fresh worker and meets any lasting error itself.
+                if any(w.ready for w in self.workers) or not self._acquiring:
                     self.workers.remove(worker)
                     self._retire(worker)
             self._notify()
@@ -280,9 +286,11 @@ class WorkerPool:
     async def _acquire(self, doing: str, display_filter: str | None, deadline: float, long: bool) -> Worker:
         if not long:
             self._short_waiting += 1
+        self._acquiring += 1
         try:
             return await self._wait_for_worker(doing, display_filter, deadline, long)
         finally:
+            self._acquiring -= 1
             if not long:
                 self._short_waiting -= 1
 

@@ -33,10 +33,12 @@ def bigger(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def sim(tmp_path: Path) -> Iterator[SimProcess]:
-    """A simulated AT modem on a real pseudo-terminal, with a URC every 0.2 s (tests/e2e/test_serial.py)."""
+    """A simulated AT modem on a real pseudo-terminal (tests/e2e/test_serial.py). No periodic URC: a timer
+    that talks while a reply is awaited makes any reply hold a URC by chance; tests ask for URCs with
+    AT+SIMURC=<n>,<ms>, which the modem sends only after its OK."""
     from tests.e2e.test_serial import start_sim
 
-    modem = start_sim(tmp_path / "modem0", "--urc-interval", "0.2")
+    modem = start_sim(tmp_path / "modem0")
     yield modem
     modem.stop()
 

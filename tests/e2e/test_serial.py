@@ -76,9 +76,11 @@ async def test_an_agent_session_over_mcp(serial_daemon: DaemonProcess, sim: SimP
         frame = await ok(client, "send_data", port=port, payload="7E 00 FF 7E", encoding="hex",
                          stop_pattern="FF 00 7E", timeout_ms=5000)
         assert frame["data"] == "7E 00 FF 00 FF FF 00 7E" and frame["is_hex"]
+        later = await ok(client, "send_data", port=port, payload="AT+SIMURC=2,50", stop_pattern=AT_END)
+        assert later["data"].strip() == "OK"
         urcs: list[dict[str, Any]] = []
-        with trio.fail_after(10):  # the modem's timer keeps talking between calls
-            while sum("+CMTI" in p["data"] for p in urcs) < 2:
+        with trio.fail_after(10):  # the modem keeps talking between calls
+            while sum(p["data"].count("+CMTI") for p in urcs) < 2:
                 urcs += (await ok(client, "read_urc", port=port))["packets"]
                 await trio.sleep(0.05)
         page = await ok(client, "get_log", port=port, limit=5)

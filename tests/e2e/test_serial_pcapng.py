@@ -61,7 +61,8 @@ async def test_a_modem_session_exports_as_a_capture_the_pcap_tools_read(
         frame = await ok(client, "send_data", port=port, payload="AT+SIMBIN=40", stop_pattern="FF 00 7E",
                          stop_pattern_encoding="hex", timeout_ms=5000)
         assert frame["is_hex"] and frame["bytes_received"] >= 46
-        with trio.fail_after(10):  # URCs on the modem's timer, between calls
+        await ok(client, "send_data", port=port, payload="AT+SIMURC=1,50", stop_pattern=AT_END, timeout_ms=5000)
+        with trio.fail_after(10):  # the URC comes after the OK, between calls
             while not any("+CMTI" in p["data"] for p in (await ok(client, "read_urc", port=port))["packets"]):
                 await trio.sleep(0.05)
 

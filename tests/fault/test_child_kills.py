@@ -144,6 +144,12 @@ def test_sharkd_killed_during_a_filter_pass(kd: KillDaemon) -> None:
     path = pcap(BIG_PCAP)
     with kd.control() as c:
         c.ok("pcap_frames_by_filter", {"pcap_path": path, "display_filter": "diameter", "limit": 1})
+
+    def loaded() -> bool:  # a fresh capture's first page may come from tshark while sharkd still loads
+        actor = kd.actor("pcap", lambda d: d.get("path") == path)
+        return actor is not None and [w["state"] for w in actor["details"]["workers"]] == ["idle"]
+
+    wait_for(loaded, 60, "the capture's sharkd did not finish loading")
     actor = kd.actor("pcap", lambda d: d.get("path") == path)
     assert actor is not None and actor["details"]["sharkd_pid"]
     sharkd = actor["details"]["sharkd_pid"]

@@ -37,6 +37,7 @@ class Script:
     early_s: float = 0.2  # an early tshark finds the first page's matches in this long
     rss_bytes: int = 50 * 2**20
     fail_load: bool = False
+    die_in_load: bool = False  # the worker is killed while it loads (sharkd dies, no answer)
     launched: list[FakeSharkd] = field(default_factory=list)
     log: list[str] = field(default_factory=list)  # "<pid> <method> [<filter>]" as each request starts
 
@@ -84,6 +85,9 @@ class FakeSharkd:
 
     async def load(self, path: str) -> tuple[int, str | None]:
         await self._spend("load", "", self.script.load_s)
+        if self.script.die_in_load:
+            self.alive = False
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "sharkd died during 'status' (killed by SIGKILL)")
         if self.script.fail_load:
             raise SharkdError(-2001, "the file is no capture", "load", {"file": path})
         return self.script.frames, None

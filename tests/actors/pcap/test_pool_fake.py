@@ -138,6 +138,30 @@ async def test_a_fresh_capture_answers_from_a_single_pass_marked_then_exact_from
         assert unsafe.served_by == "sharkd"
 
 
+async def test_a_load_nobody_waited_for_fails_and_the_next_call_loads_anew(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The first page came from tshark while sharkd loaded; then the loading sharkd was killed (or
+    crashed, or could not read the file). No call saw that load: the next one starts a fresh worker
+    and meets any lasting error itself, rather than inheriting a failure it never caused."""
+    script = Script(matches={"ngap": list(range(1, 500))}, load_s=30, die_in_load=True)
+    async with capture(script) as workers:
+        early = await workers.page("ngap", 0, 20, math.inf, NGAP)
+        assert early.served_by == "tshark (single pass while sharkd loads)"
+        await trio.sleep(31)  # the load dies with nobody waiting
+        assert workers.pool.workers == [] and workers.state is CaptureState.STOPPED
+        script.die_in_load = False
+        again = await workers.page("ngap", 0, 20, math.inf, NGAP)
+        assert (again.total, again.exact, again.served_by) == (499, True, "sharkd") and len(script.launched) == 2
+
+        workers.pool.begin()  # a load nobody waits for fails on a lasting error ...
+        script.fail_load = True
+        await trio.sleep(31)
+        script.launched[1].alive = False
+        with pytest.raises(DiagdError) as failed:  # ... which the call that loads again is told
+            await loaded(workers)
+        assert failed.value.code is ErrorCode.INVALID_ARGUMENT and len(script.launched) == 4
+
+
 async def test_sharkd_wins_when_tshark_is_slower_than_the_pass(autojump_clock: trio.testing.MockClock) -> None:
     script = Script(matches={"ngap": [3, 4]}, pass_s=2, early_s=50)
     async with capture(script, cores=4) as workers:  # a free core: tshark races beside the pass
