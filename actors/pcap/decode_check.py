@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from diagd.actors._subprocess import head, run
 from diagd.actors.pcap.tshark import TRUNCATED
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -129,12 +131,62 @@ class Probe:
         return counts
 
 
-async def probe(path: Path, identity: str, named: Sequence[int]) -> Probe:
-    """One tshark pass, without any decode-as rule (cached per file version and ports)."""
+@dataclass(eq=False)
+class Probing:
+    """A probe pass under way or done, shared by every call that wants it. It runs as a system task:
+    a call that stops waiting (pcap_info answers a fresh capture without it) leaves it running, so the
+    next call finds it done instead of starting the pass again."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    found: Probe | None = None
+    error: DiagdError | None = None
+
+    def result(self) -> Probe:
+        if self.error is not None:
+            raise self.error
+        assert self.found is not None
+        return self.found
+
+
+_RUNNING: dict[tuple[str, tuple[int, ...]], Probing] = {}
+
+
+def begin_probe(path: Path, identity: str, named: Sequence[int]) -> Probing:
+    """The probe of this file version and ports: cached, under way, or started now."""
     key = (identity, tuple(sorted(set(named))))
     if key in _PROBES:
         _PROBES.move_to_end(key)
-        return _PROBES[key]
+        cached = Probing(found=_PROBES[key])
+        cached.done.set()
+        return cached
+    running = _RUNNING.get(key)
+    if running is None:
+        running = _RUNNING[key] = Probing()
+
+        async def work() -> None:
+            try:
+                running.found = await _probe(path, key)
+            except DiagdError as exc:
+                running.error = exc
+            except Exception as exc:  # a system task must not raise: the waiters get the error
+                running.error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                                           f"tshark could not read the conversations to check a decode-as rule: {exc}")
+            finally:
+                _RUNNING.pop(key, None)
+                running.done.set()
+
+        trio.lowlevel.spawn_system_task(work)
+    return running
+
+
+async def probe(path: Path, identity: str, named: Sequence[int]) -> Probe:
+    """One tshark pass, without any decode-as rule (cached per file version and ports)."""
+    running = begin_probe(path, identity, named)
+    await running.done.wait()
+    return running.result()
+
+
+async def _probe(path: Path, key: tuple[str, tuple[int, ...]]) -> Probe:
     wanted = "data || http || http2" + (f" || tcp.port in {{{', '.join(map(str, key[1]))}}}" if key[1] else "")
     argv = ["tshark", "-r", str(path), "-n", "-Y", f"tcp.len > 0 && ({wanted})", "-T", "fields",
             "-E", "occurrence=l", "-E", "separator=/t"]

@@ -19,6 +19,7 @@ from diagd.actors.pcap import decode_check
 from diagd.actors.pcap import stats as _stats
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND
+from diagd.actors.pcap.answers import INFO_WAIT_S
 from diagd.actors.pcap.backend import PcapBackend, search_deadline
 from diagd.actors.pcap.field_search import search_fields
 from diagd.actors.pcap.guard import SubscriberMask
@@ -99,18 +100,23 @@ def register(runtime: Runtime) -> PcapBackend:
             CAPTURE, required=CAPTURE_ONLY)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoReply:
     spec = await backend.spec_for(args)
+    # What HTTP each TCP port carries: one more tshark pass over the file, beside the load. The answer
+    # waits for it within the same second as for the protocols (a fresh 55 MB capture needs seconds
+    # on 2 cores); past that it answers without sbi_ports and the pass goes on for the next call.
+    probing = decode_check.begin_probe(spec.path, spec.identity, [c.port for c in spec.decode_checks])
+    wait_until = trio.current_time() + INFO_WAIT_S  # one wait for both: the protocols' and this pass's
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
-    found: list[decode_check.Probe] = []
-
-    async def sbi() -> None:  # beside the load: what HTTP each TCP port carries, and what it needs
-        found.append(await decode_check.probe(spec.path, spec.identity, [c.port for c in spec.decode_checks]))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sbi)
-        result = await backend.ask(ctx, spec, Info())
-    result["sbi_ports"] = decode_check.sbi_ports(found[0], spec.decode_checks)
-    sharkd_frames = result.pop("sharkd_frames", None)
+    result = await backend.ask(ctx, spec, Info())
     warnings = list(result.pop("warnings", []))
+    if not probing.done.is_set():
+        with trio.move_on_at(wait_until):
+            await probing.done.wait()
+    if probing.done.is_set():
+        result["sbi_ports"] = decode_check.sbi_ports(probing.result(), spec.decode_checks)
+    else:
+        warnings.append("sbi_ports left out: the pass that reads what HTTP each TCP port carries is still "
+                        "running; call again")
+    sharkd_frames = result.pop("sharkd_frames", None)
     if facts.warning and facts.warning not in warnings:
         warnings.append(facts.warning)
     if sharkd_frames is not None and sharkd_frames != facts.packets:
