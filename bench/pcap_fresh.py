@@ -20,6 +20,11 @@ Rows, per capture:
 (I) pcap_info (count and time span from capinfos; the protocols within 1 s or on a later call) vs
     capinfos alone.
 The ratio is the better of the other two divided by diagd (> 1: diagd is faster).
+(L) the load behind those first answers, on a daemon of its own: the first page's time, then how long
+    until sharkd has loaded the capture (diagd_status polled every 0.25 s), sharkd's RSS and the
+    daemon's own RSS (VmRSS of `diagd serve`) once loaded, next to one cold `tshark -r F -Y FILTER`
+    pass. With `--huge` a ~5 GB capture (`--huge-mb`, built the same way: ~1,850 copies, minutes to
+    build once) is measured after the 1 GB one: growth past memory-sized captures.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from _daemon import isolated_daemon
-from _pcap_tools import build_capture, diagd_client, log, run_peer, warm_page_cache
+from _pcap_tools import build_capture, diagd_client, log, run_cold, run_peer, vmrss_mb, warm_page_cache
 
 PCAPS_DIR = Path("/work/shared/pcaps")
 SOURCE = "magma_gx_gy_combined_04.pcapng"
@@ -114,7 +119,45 @@ async def measure(args: argparse.Namespace, label: str, path: Path) -> list[dict
         ["capinfos", "-M", "-T", "-r", "-c", "-a", "-e", str(path)], capture_output=True, check=True), n))
     diagd_s, answer = await first_call(args, "pcap_info", {"pcap_path": str(path)})
     row("I", "first pcap_info (capinfos count and span)", capinfos_s, None, diagd_s, answer)
+    rows.append(await load_row(args, label, path))
     return rows
+
+
+async def load_row(args: argparse.Namespace, label: str, path: Path) -> dict[str, Any]:
+    """(L): the first page, the whole load behind it, and what it holds once loaded."""
+    import trio
+
+    log(f"{label}: (L) load")
+    cold_s = await trio.to_thread.run_sync(lambda: timed(lambda: run_cold(head_argv(path, "-Y", FILTER)), 1))
+    config = f"[daemon]\nallowed_dirs = {json.dumps([str(args.cache_dir), str(args.pcaps_dir)])}\n" \
+             "call_timeout_s = 600\n"
+    with isolated_daemon("pcapload", config=config) as daemon:
+        async with diagd_client(daemon.env) as client:
+            await client.call("pcap_info", {"pcap_path": str(args.pcaps_dir / WARM_UP)})
+            start = time.perf_counter()
+            first_s, answer, _ = await client.call("pcap_frames_by_filter", {"pcap_path": str(path),
+                                                                             "display_filter": FILTER, "limit": 20})
+            details: dict[str, Any] = {}
+            while True:
+                _, status, _ = await client.call("diagd_status", {})
+                actor = next((a for a in status["actors"] if a["kind"] == "pcap"
+                              and a["details"].get("path") == str(path)), None)
+                details = actor["details"] if actor else {}
+                states = [w["state"] for w in details.get("workers", [])]
+                if states and "loading" not in states:
+                    break
+                if time.perf_counter() - start > 3600:
+                    raise RuntimeError(f"{path} did not load within an hour: {details}")
+                await trio.sleep(0.25)
+            loaded_s = time.perf_counter() - start
+            daemon_mb = vmrss_mb(daemon.proc.pid)
+    return {"capture": label, "key": "L", "metric": "load: first page / loaded / sharkd load_s",
+            "tshark_head_s": cold_s, "peer_s": None, "diagd_s": loaded_s, "ratio": cold_s / loaded_s,
+            "first_page_s": first_s,
+            "sharkd_load_s": details.get("load_s"), "sharkd_rss_mb": (details.get("sharkd_rss_bytes") or 0) / 2**20,
+            "workers": [w["state"] for w in details.get("workers", [])], "daemon_rss_mb": daemon_mb,
+            "answer": {"served_by": answer.get("served_by"), "total": answer.get("total"),
+                       "total_exact": answer.get("total_exact")}}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -122,7 +165,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     src = args.pcaps_dir / SOURCE
     captures = []
-    for label, mb in (("55 MB", args.size_mb), ("1 GB", args.big_mb)):
+    for label, mb in (("55 MB", args.size_mb), ("1 GB", args.big_mb), ("5 GB", args.huge_mb if args.huge else 0)):
         if mb:
             copies = max(1, math.ceil(mb * 1024 * 1024 / src.stat().st_size))
             path, _ = await trio.to_thread.run_sync(lambda c=copies: build_capture(src, c, 0, args.cache_dir))
@@ -136,6 +179,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def render(report: dict[str, Any]) -> str:
     lines = [f"{'capture':<16} {'metric':<58} {'tshark|head':>11} {'peer':>7} {'diagd':>7} {'vs better':>9}  served_by"]
     for r in report["rows"]:
+        if r["key"] == "L":
+            lines.append(f"{r['capture']:<16} (L) load: first page {r['first_page_s']:.2f}s, loaded after "
+                         f"{r['diagd_s']:.2f}s (sharkd load_s {r['sharkd_load_s']}), "
+                         f"cold pass {r['tshark_head_s']:.2f}s; sharkd RSS {r['sharkd_rss_mb']:.0f} MB "
+                         f"{r['workers']}, daemon RSS {r['daemon_rss_mb']:.0f} MB")
+            continue
         peer = f"{r['peer_s']:.2f}s" if r["peer_s"] is not None else "-"
         lines.append(f"{r['capture']:<16} ({r['key']}) {r['metric']:<54} {r['tshark_head_s']:>10.2f}s {peer:>7} "
                      f"{r['diagd_s']:>6.2f}s {r['ratio']:>8.2f}x  {r['answer']['served_by']}")
@@ -147,6 +196,8 @@ def main() -> int:
     parser.add_argument("--size-mb", type=float, default=50)
     parser.add_argument("--big-mb", type=float, default=1024)
     parser.add_argument("--no-big", action="store_true")
+    parser.add_argument("--huge", action="store_true", help="also a ~5 GB capture (built once, minutes)")
+    parser.add_argument("--huge-mb", type=float, default=5120)
     parser.add_argument("--cold-repeats", type=int, default=3)
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--pcaps-dir", type=Path, default=PCAPS_DIR)
