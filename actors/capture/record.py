@@ -52,6 +52,10 @@ class Capture:
     started_at: float | None = None
     ended_at: float | None = None
     evicted: bool = False  # its files were removed for the disk budget
+    # diagd's own traffic, left out whatever `filter` says: the TCP ports of its HTTP listener (bearer
+    # tokens), and the filter dumpcap runs with them ("" in a record made before: `filter` then)
+    excluded_tcp_ports: list[int] = field(default_factory=list)
+    applied_filter: str = ""
 
     def __post_init__(self) -> None:
         self._changed = trio.Event()
@@ -102,6 +106,7 @@ class Capture:
             "capture_id": self.id, "status": self.status, "running": self.running, "stop_reason": self.stop_reason,
             "stopped_by": self.stopped_by, "error": self.error, "owner": self.owner,
             "owner_connected": owner_connected, "interfaces": self.interfaces, "filter": self.filter,
+            "applied_filter": self.applied_filter or self.filter, "excluded_tcp_ports": self.excluded_tcp_ports,
             "snaplen": self.snaplen, "ring": self.ring, "stop_on": self.stop_on,
             "packets": self.packets, "bytes_written": self.bytes_written, "bytes_on_disk": self.bytes_on_disk(),
             "drops": {"kernel": kernel, "interface": interface, "by_interface": self.drops_kernel,
