@@ -132,9 +132,9 @@ class CaptureBackend:
     # -- the disk budget
 
     async def enforce_budget(self, *, room_for: int = 0) -> dict[str, Any]:
-        """Keep every capture's files within max_bytes (minus `room_for`): the oldest finished captures'
-        files go first; if the running ones alone are over, they are stopped, saying why (disk_budget).
-        Also keeps at most keep_captures finished records."""
+        """Keep every capture's files and views within max_bytes (minus `room_for`): the oldest finished
+        captures' files go first (their views with them); if the running ones alone are over, they are
+        stopped, saying why (disk_budget). Also keeps at most keep_captures finished records."""
         settings = self.settings()
         async with self._budget:
             captures = await self.all()
@@ -142,7 +142,7 @@ class CaptureBackend:
                 if not cap.running:
                     await trio.to_thread.run_sync(cap.refresh_files)
             evicted, stopped = [], []
-            total = sum(c.bytes_on_disk() for c in captures)
+            total = await self.bytes_on_disk(captures)
             for cap in captures:  # oldest first
                 if total + room_for <= settings.max_bytes:
                     break
@@ -160,6 +160,12 @@ class CaptureBackend:
             if evicted or stopped:
                 log.info("capture disk budget", max_bytes=settings.max_bytes, evicted=evicted, stopped=stopped)
             return {"evicted": evicted, "stopped": stopped, "bytes_on_disk": total, "max_bytes": settings.max_bytes}
+
+    async def bytes_on_disk(self, captures: list[Capture]) -> int:
+        """What the budget counts: every capture's ring files and the views the pcap tools read
+        (a merged ring is a whole second copy)."""
+        views = await trio.to_thread.run_sync(lambda: sum(c.views_bytes() for c in captures))
+        return sum(c.bytes_on_disk() for c in captures) + views
 
     # -- short dumpcap commands
 

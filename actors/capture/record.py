@@ -89,6 +89,23 @@ class Capture:
     def bytes_on_disk(self) -> int:
         return sum(self.file_sizes.get(p, 0) for p in self.files)
 
+    def views_bytes(self) -> int:
+        """Bytes of the views made of it for the pcap tools (views.py: copies of a running capture's
+        complete blocks, merged rings), half-written ones too (blocking: a few stat calls)."""
+        views = Path(self.dir) / "views"
+        try:
+            entries = list(os.scandir(views))
+        except OSError:
+            return 0
+        total = 0
+        for entry in entries:
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                pass  # pruned meanwhile
+        return total
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -190,8 +207,8 @@ class CaptureStore:
         return interrupted
 
     def evict_files(self, capture: Capture) -> int:
-        """Remove a finished capture's files (the record stays, marked evicted); the bytes freed."""
-        freed = capture.bytes_on_disk()
+        """Remove a finished capture's files and views (the record stays, marked evicted); the bytes freed."""
+        freed = capture.bytes_on_disk() + capture.views_bytes()
         shutil.rmtree(capture.dir, ignore_errors=True)
         capture.files = []
         capture.evicted = True

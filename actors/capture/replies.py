@@ -118,7 +118,7 @@ class CapturesReply(TypedDict):
     running: int
     """captures running now"""
     bytes_on_disk: int
-    """bytes the captures' files hold"""
+    """bytes the captures' files and their views hold (what max_bytes bounds)"""
     max_bytes: int
     """[capture] max_bytes, the disk budget"""
     max_concurrent: int

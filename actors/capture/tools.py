@@ -182,5 +182,5 @@ async def list_captures(backend: CaptureBackend, ctx: CallContext, args: dict[st
     captures = await backend.all()
     rows = [backend.describe(c) for c in captures if not args.get("status") or c.status == args["status"]]
     return {"captures": rows[-args["limit"]:], "total": len(rows), "running": sum(c.running for c in captures),
-            "bytes_on_disk": sum(c.bytes_on_disk() for c in captures), "max_bytes": settings.max_bytes,
+            "bytes_on_disk": await backend.bytes_on_disk(captures), "max_bytes": settings.max_bytes,
             "max_concurrent": settings.max_concurrent}
