@@ -179,7 +179,7 @@ async def test_a_replayed_capture_answers_as_the_file_sent(
                 await trio.sleep(0.1)
         done = await ok(client, "stop_capture", capture_id=started["capture_id"])
         # No drop: dumpcap's kernel count, and every frame sent is in the capture (below). (The interface's own
-        # count comes from the last file's statistics block, which a ring's last file has not had here.)
+        # count comes from the last file's statistics block, which dumpcap 4.0 does not write with -b.)
         assert done["drops"]["kernel"] == 0 and done["drops"]["interface"] in (0, None), done["drops"]
         ref = f"capture:{started['capture_id']}"
         view = (await ok(client, "pcap_info", pcap_path=ref))["source"]["pcap_path"]
