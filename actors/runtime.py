@@ -73,6 +73,9 @@ class BackendConfig:
     # log; the runtime dir: sockets): no tool reads a caller-named file under them, whatever
     # allowed_dirs says, except a group's exports dir above.
     private_dirs: tuple[str, ...] = ()
+    # The TCP ports diagd itself serves MCP on (the [http] listener, as bound): its requests carry bearer
+    # tokens, so a live capture must never record them, whatever interface it is allowed on.
+    own_tcp_ports: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

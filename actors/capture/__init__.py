@@ -23,7 +23,7 @@ died with the daemon through the sandbox's death link).
 Confinement (root): dumpcap runs in the sandbox: CAP_NET_RAW and CAP_NET_ADMIN only, writes only its
 capture's directory (Landlock), no execve after its own, sockets of the packet, netlink and inet
 families only. Not root: refused unless [capture] allow_unconfined (dumpcap's file capabilities
-need an exec that no_new_privs forbids). The disk budget (`max_bytes` over every capture's files):
+need an exec that no_new_privs forbids). The disk budget (`max_bytes` over every capture's files and views):
 the oldest finished captures' files are removed first; when the running ones alone exceed it they
 are stopped with stop_reason "disk_budget".
 

@@ -132,9 +132,9 @@ class CaptureBackend:
     # -- the disk budget
 
     async def enforce_budget(self, *, room_for: int = 0) -> dict[str, Any]:
-        """Keep every capture's files within max_bytes (minus `room_for`): the oldest finished captures'
-        files go first; if the running ones alone are over, they are stopped, saying why (disk_budget).
-        Also keeps at most keep_captures finished records."""
+        """Keep every capture's files and views within max_bytes (minus `room_for`): the oldest finished
+        captures' files go first (their views with them); if the running ones alone are over, they are
+        stopped, saying why (disk_budget). Also keeps at most keep_captures finished records."""
         settings = self.settings()
         async with self._budget:
             captures = await self.all()
@@ -142,7 +142,7 @@ class CaptureBackend:
                 if not cap.running:
                     await trio.to_thread.run_sync(cap.refresh_files)
             evicted, stopped = [], []
-            total = sum(c.bytes_on_disk() for c in captures)
+            total = await self.bytes_on_disk(captures)
             for cap in captures:  # oldest first
                 if total + room_for <= settings.max_bytes:
                     break
@@ -160,6 +160,12 @@ class CaptureBackend:
             if evicted or stopped:
                 log.info("capture disk budget", max_bytes=settings.max_bytes, evicted=evicted, stopped=stopped)
             return {"evicted": evicted, "stopped": stopped, "bytes_on_disk": total, "max_bytes": settings.max_bytes}
+
+    async def bytes_on_disk(self, captures: list[Capture]) -> int:
+        """What the budget counts: every capture's ring files and the views the pcap tools read
+        (a merged ring is a whole second copy)."""
+        views = await trio.to_thread.run_sync(lambda: sum(c.views_bytes() for c in captures))
+        return sum(c.bytes_on_disk() for c in captures) + views
 
     # -- short dumpcap commands
 
@@ -192,9 +198,11 @@ class CaptureBackend:
         return cast(list[InterfaceInfo], found)
 
     async def check_filter(self, settings: CaptureSettings, interfaces: Sequence[str], capture_filter: str,
-                           snaplen: int) -> None:
+                           snaplen: int, given: str | None = None) -> None:
         """Compile the filter for each interface's link type (`dumpcap -d`) before anything starts:
-        INVALID_FILTER with dumpcap's own message, NOT_FOUND for an interface that is not there."""
+        INVALID_FILTER with dumpcap's own message, NOT_FOUND for an interface that is not there.
+        `given`: the filter the caller wrote, named in the error (capture_filter adds diagd's own)."""
+        given = capture_filter if given is None else given
         for interface in interfaces:
             done = await self.dumpcap(settings, ["-d", "-i", interface, "-s", str(snaplen),
                                                  *(["-f", capture_filter] if capture_filter else [])])
@@ -202,10 +210,17 @@ class CaptureBackend:
             if "no device named" in message.lower() or "no such device" in message.lower():
                 raise DiagdError(ErrorCode.NOT_FOUND, f"no interface {interface!r}: {message}", interface=interface,
                                  hint="list_interfaces shows what there is")
-            if done.returncode != 0 or "(000)" not in done.out:
-                raise DiagdError(ErrorCode.INVALID_FILTER, f"capture filter {capture_filter!r} does not compile "
+            failed = done.returncode != 0 or "(000)" not in done.out
+            if failed and given != capture_filter and "rejects all packets" in message:
+                # libpcap refuses a filter that matches nothing: here, one that asks for diagd's own traffic only.
+                raise DiagdError(ErrorCode.INVALID_FILTER, f"capture filter {given!r} selects only traffic diagd "
+                                 f"never captures (its own, left out as {capture_filter!r}: the requests of its "
+                                 "HTTP listener carry bearer tokens)", filter=given, applied_filter=capture_filter,
+                                 interface=interface)
+            if failed:
+                raise DiagdError(ErrorCode.INVALID_FILTER, f"capture filter {given!r} does not compile "
                                  f"for {interface}: {message or 'dumpcap printed no program'}",
-                                 filter=capture_filter, interface=interface,
+                                 filter=given, applied_filter=capture_filter, interface=interface,
                                  hint="capture filters are BPF (pcap-filter(7)): 'udp port 38412', 'host 10.0.0.1 "
                                       "and sctp', not display filters")
 

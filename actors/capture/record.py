@@ -52,6 +52,10 @@ class Capture:
     started_at: float | None = None
     ended_at: float | None = None
     evicted: bool = False  # its files were removed for the disk budget
+    # diagd's own traffic, left out whatever `filter` says: the TCP ports of its HTTP listener (bearer
+    # tokens), and the filter dumpcap runs with them ("" in a record made before: `filter` then)
+    excluded_tcp_ports: list[int] = field(default_factory=list)
+    applied_filter: str = ""
 
     def __post_init__(self) -> None:
         self._changed = trio.Event()
@@ -85,6 +89,23 @@ class Capture:
     def bytes_on_disk(self) -> int:
         return sum(self.file_sizes.get(p, 0) for p in self.files)
 
+    def views_bytes(self) -> int:
+        """Bytes of the views made of it for the pcap tools (views.py: copies of a running capture's
+        complete blocks, merged rings), half-written ones too (blocking: a few stat calls)."""
+        views = Path(self.dir) / "views"
+        try:
+            entries = list(os.scandir(views))
+        except OSError:
+            return 0
+        total = 0
+        for entry in entries:
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                pass  # pruned meanwhile
+        return total
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -102,6 +123,7 @@ class Capture:
             "capture_id": self.id, "status": self.status, "running": self.running, "stop_reason": self.stop_reason,
             "stopped_by": self.stopped_by, "error": self.error, "owner": self.owner,
             "owner_connected": owner_connected, "interfaces": self.interfaces, "filter": self.filter,
+            "applied_filter": self.applied_filter or self.filter, "excluded_tcp_ports": self.excluded_tcp_ports,
             "snaplen": self.snaplen, "ring": self.ring, "stop_on": self.stop_on,
             "packets": self.packets, "bytes_written": self.bytes_written, "bytes_on_disk": self.bytes_on_disk(),
             "drops": {"kernel": kernel, "interface": interface, "by_interface": self.drops_kernel,
@@ -185,8 +207,8 @@ class CaptureStore:
         return interrupted
 
     def evict_files(self, capture: Capture) -> int:
-        """Remove a finished capture's files (the record stays, marked evicted); the bytes freed."""
-        freed = capture.bytes_on_disk()
+        """Remove a finished capture's files and views (the record stays, marked evicted); the bytes freed."""
+        freed = capture.bytes_on_disk() + capture.views_bytes()
         shutil.rmtree(capture.dir, ignore_errors=True)
         capture.files = []
         capture.evicted = True

@@ -48,7 +48,11 @@ class CaptureSummary(TypedDict):
     interfaces: list[str]
     """the interfaces captured on"""
     filter: str
-    """the capture filter"""
+    """the capture filter asked for"""
+    applied_filter: str
+    """the filter dumpcap runs: filter, and not the excluded ports"""
+    excluded_tcp_ports: list[int]
+    """never captured, whatever the filter: diagd's own MCP over HTTP port (its requests carry tokens)"""
     snaplen: int
     """bytes kept per packet"""
     ring: dict[str, Any]
@@ -114,7 +118,7 @@ class CapturesReply(TypedDict):
     running: int
     """captures running now"""
     bytes_on_disk: int
-    """bytes the captures' files hold"""
+    """bytes the captures' files and their views hold (what max_bytes bounds)"""
     max_bytes: int
     """[capture] max_bytes, the disk budget"""
     max_concurrent: int

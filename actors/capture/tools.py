@@ -63,8 +63,10 @@ async def start_capture(backend: CaptureBackend, ctx: CallContext, args: dict[st
     ring = _ring(args)
     backend.reserve(settings)
     backend.starting += 1
+    excluded = list(backend.runtime.config().own_tcp_ports)
+    applied = applied_filter(args["filter"], excluded)
     try:
-        await backend.check_filter(settings, interfaces, args["filter"], snaplen)
+        await backend.check_filter(settings, interfaces, applied, snaplen, given=args["filter"])
         budget = await backend.enforce_budget()
         if budget["bytes_on_disk"] >= settings.max_bytes:
             raise DiagdError(ErrorCode.BUSY, f"the captures' disk budget is used up by running captures "
@@ -73,7 +75,7 @@ async def start_capture(backend: CaptureBackend, ctx: CallContext, args: dict[st
         stop_on = {k: args[k] for k in ("packets", "bytes") if k in args} | {"duration_s": duration}
         cap = await trio.to_thread.run_sync(lambda: backend.new_capture(
             owner=ctx.client, interfaces=interfaces, filter=args["filter"], snaplen=snaplen, ring=ring,
-            stop_on=stop_on))
+            stop_on=stop_on, excluded_tcp_ports=excluded, applied_filter=applied))
         argv = settings.command(_dumpcap_args(cap, args["promiscuous"]), write_dir=Path(cap.dir))
         actor = CaptureActor(cap, backend, settings, argv)
         # The actor must not idle out while dumpcap runs: its idle timeout covers the whole capture.
@@ -88,6 +90,18 @@ async def start_capture(backend: CaptureBackend, ctx: CallContext, args: dict[st
     return {**backend.describe(cap), "hint": PCAP_HINT}
 
 
+def applied_filter(given: str, excluded_tcp_ports: list[int]) -> str:
+    """`given` with diagd's own traffic left out: no user filter can bring it back (it is ANDed, the
+    given one in parentheses). `tcp port N` matches IPv4 and IPv6 TCP, on any address, so a capture on
+    `lo`, `any` or the listener's interface never holds a request of diagd's HTTP listener or its
+    bearer token. (A non-first IPv4 fragment carries no TCP header and so is not matched: TCP over
+    loopback is never fragmented, and a listener other hosts reach needs TLS, [http] listen.)"""
+    if not excluded_tcp_ports:
+        return given
+    own = " or ".join(f"tcp port {port}" for port in excluded_tcp_ports)
+    return f"({given}) and not ({own})" if given else f"not ({own})"
+
+
 def _ring(args: dict[str, Any]) -> dict[str, Any]:
     ring: dict[str, Any] = {k: args[k] for k in ("ring_files", "file_size_kb", "file_duration_s") if k in args}
     if "ring_files" in ring and len(ring) == 1:
@@ -100,7 +114,8 @@ def _dumpcap_args(cap: Capture, promiscuous: bool) -> list[str]:
     """Child mode (-Z none: messages on stderr), pcapng, one -i per interface with its snaplen and filter."""
     args = ["-Z", "none", "-n", "-w", f"{cap.dir}/{cap.id}.pcapng"]
     for interface in cap.interfaces:
-        args += ["-i", interface, "-s", str(cap.snaplen), *(["-f", cap.filter] if cap.filter else []),
+        bpf = cap.applied_filter or cap.filter
+        args += ["-i", interface, "-s", str(cap.snaplen), *(["-f", bpf] if bpf else []),
                  *([] if promiscuous else ["-p"])]
     args += ["-a", f"duration:{max(1, round(cap.stop_on['duration_s']))}"]
     if "packets" in cap.stop_on:
@@ -167,5 +182,5 @@ async def list_captures(backend: CaptureBackend, ctx: CallContext, args: dict[st
     captures = await backend.all()
     rows = [backend.describe(c) for c in captures if not args.get("status") or c.status == args["status"]]
     return {"captures": rows[-args["limit"]:], "total": len(rows), "running": sum(c.running for c in captures),
-            "bytes_on_disk": sum(c.bytes_on_disk() for c in captures), "max_bytes": settings.max_bytes,
+            "bytes_on_disk": await backend.bytes_on_disk(captures), "max_bytes": settings.max_bytes,
             "max_concurrent": settings.max_concurrent}

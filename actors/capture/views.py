@@ -7,8 +7,8 @@ same frames, up to the last one written, never half a block. A ring of several f
 through `mergecap -a` (concatenated in ring order: the files follow each other in time). A finished
 capture of one file is that file itself. Views are named by what they hold (the ring's file names and
 the bytes copied), so an unchanged capture gives the same view (its loaded worker is reused); the
-newest VIEWS_KEPT of a capture stay (removed with its files by the disk budget, which does not count
-them). `capture:<recording id>` is the capture of a recording (recording.py).
+newest VIEWS_KEPT of a capture stay (counted by the disk budget, removed with the capture's files).
+`capture:<recording id>` is the capture of a recording (recording.py).
 """
 
 from __future__ import annotations

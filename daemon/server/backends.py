@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from diagd.actors.base import ProgressFn
 from diagd.actors.runtime import (
@@ -34,13 +35,24 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 def backend_config(config: Config, name: str, state_dir: Path | None = None, runtime_dir: Path | None = None,
-                   exports: dict[str, str] | None = None) -> BackendConfig:
-    """`name`'s view of `config`; `exports`: the exports dirs of the back ends that share theirs."""
+                   exports: dict[str, str] | None = None, http_url: str | None = None) -> BackendConfig:
+    """`name`'s view of `config`; `exports`: the exports dirs of the back ends that share theirs;
+    `http_url`: the HTTP listener's endpoint once bound (its port, where the config says port 0)."""
     exports = exports or {}
     private = tuple(str(d) for d in (state_dir, runtime_dir) if d is not None)
     return BackendConfig(table=config.backend(name), allowed_dirs=config.daemon.allowed_dirs,
                          regex_budget_s=config.daemon.regex_budget_s, call_timeout_s=config.daemon.call_timeout_s,
-                         exports_dirs=exports, private_dirs=private)
+                         exports_dirs=exports, private_dirs=private, own_tcp_ports=own_tcp_ports(config, http_url))
+
+
+def own_tcp_ports(config: Config, http_url: str | None) -> tuple[int, ...]:
+    """Each TCP port of diagd's HTTP listener: the bound one, and the configured one (the same, unless
+    it was 0: then only the bound one; a reload that changes `listen` applies at the next start, so
+    the bound port stays the one served)."""
+    found = {urlsplit(http_url).port} if http_url else set()
+    if config.http.enabled and config.http.port:
+        found.add(config.http.port)
+    return tuple(sorted(p for p in found if p))
 
 
 class BackendRuntime:
@@ -49,7 +61,7 @@ class BackendRuntime:
     def __init__(self, daemon: Services, name: str) -> None:
         self._daemon = daemon
         self._name = name
-        self._config: tuple[Config, int, BackendConfig] | None = None
+        self._config: tuple[Config, tuple[int, str | None], BackendConfig] | None = None
 
     @property
     def name(self) -> str:
@@ -98,11 +110,12 @@ class BackendRuntime:
     def _view(self, config: Config) -> BackendConfig:
         daemon = self._daemon
         return backend_config(config, self._name, daemon.state_dir, daemon.runtime_dir,
-                              daemon.declared.exports_dirs(daemon.state_dir))
+                              daemon.declared.exports_dirs(daemon.state_dir), daemon.sockets.get("http"))
 
     def config(self) -> BackendConfig:
-        current, sharing = self._daemon.config, len(self._daemon.declared.exporting)
-        # A new view after a reload, and after a back end loaded later declared its exports.
+        current, sharing = self._daemon.config, (len(self._daemon.declared.exporting), self._daemon.sockets.get("http"))
+        # A new view after a reload, after a back end loaded later declared its exports, and once the
+        # HTTP listener is bound (its port: own_tcp_ports).
         if self._config is None or self._config[0] is not current or self._config[1] != sharing:
             self._config = (current, sharing, self._view(current))
         return self._config[2]

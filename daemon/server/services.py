@@ -74,6 +74,9 @@ class Services(Protocol):
     @property
     def connections(self) -> dict[int, dict[str, Any]]: ...
 
+    @property
+    def sockets(self) -> dict[str, str]: ...  # where it listens, by kind ("http": the endpoint URL once bound)
+
     def status(self) -> StatusReply: ...
 
     def reload(self) -> ReloadReply: ...

@@ -3,10 +3,12 @@ has ended, with real traffic: a real corpus capture replayed with tcpreplay onto
 real dumpcap through a real daemon, and each answer compared with tshark on the very file it names
 (frame counts, the frame numbers a display filter selects, the frames' bytes against what was sent).
 Also a ring of several files read as one (mergecap), masking applied to a live capture as to a file,
-and a client that did not select the capture group refused."""
+a client that did not select the capture group refused, and the views counted in the disk budget
+(against the bytes the exports dir holds)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -142,5 +144,46 @@ async def test_masking_applies_to_a_live_capture_and_other_groups_cannot_name_it
         async with mcp_client(env, "--tools", "pcap") as pcap_only:
             refused = await error(pcap_only, "pcap_info", pcap_path=ref)
             assert refused["code"] == "PERMISSION_DENIED" and "capture" in refused["details"]["hint"], refused
+    finally:
+        daemon.stop()
+
+
+def bytes_under(folder: Path) -> int:
+    """Bytes of every regular file under `folder`, as the disk holds them."""
+    return sum((Path(d) / f).stat().st_size for d, _, names in os.walk(folder) for f in names)
+
+
+async def test_views_count_in_the_disk_budget_and_go_with_their_capture(env: Env, veth: Veth) -> None:
+    sent = pcap("5greplay_oai.pcap")  # about 316 kB in a ring of 100 kB files; its merged view as much again
+    budget = 500_000
+    daemon = start_capture_daemon(env, veth, f"max_bytes = {budget}\n")
+    exports = env.state / "capture" / "exports"
+    try:
+        async with mcp_client(env) as client:
+            first = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60, file_size_kb=100,
+                             ring_files=10)
+            await trio.to_thread.run_sync(veth.replay, sent)
+            with trio.fail_after(30):
+                while (await ok(client, "capture_status", capture_id=first["capture_id"]))["packets"] < 753:
+                    await trio.sleep(0.2)
+            stopped = await ok(client, "stop_capture", capture_id=first["capture_id"])
+            assert len(stopped["files"]) > 1
+            ring = bytes_under(exports)
+            assert ring < budget and (await ok(client, "list_captures"))["bytes_on_disk"] == ring
+
+            # Read as one file: a merged copy of the ring, on disk beside it and counted.
+            view = (await ok(client, "pcap_info", pcap_path=f"capture:{first['capture_id']}"))["source"]["pcap_path"]
+            assert Path(view).parent == Path(stopped["dir"]) / "views"
+            on_disk = bytes_under(exports)
+            assert on_disk > budget and on_disk >= ring + Path(view).stat().st_size
+            assert (await ok(client, "list_captures"))["bytes_on_disk"] == on_disk
+
+            # The next start makes room: the finished capture goes, its view with it.
+            second = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60)
+            gone = await ok(client, "capture_status", capture_id=first["capture_id"])
+            assert gone["evicted"] and not gone["files"] and not Path(view).exists()
+            assert bytes_under(exports) <= budget
+            await ok(client, "stop_capture", capture_id=second["capture_id"])  # (its size is measured as it ends)
+            assert (await ok(client, "list_captures"))["bytes_on_disk"] == bytes_under(exports)
     finally:
         daemon.stop()

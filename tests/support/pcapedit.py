@@ -377,3 +377,35 @@ def readdress_ipv4(data: bytearray, addresses: dict[str, str]) -> int:
             _ipv4_checksum(data, ip)
             changed += 1
     return changed
+
+
+def to_ethernet(src: Path, dst: Path) -> int:
+    """A Linux-cooked capture (SLL or SLL2) as classic Ethernet pcap, for replay onto a link (tcpreplay
+    sends a file's frames as they are, and tcprewrite 4.4's --dlt=enet fails on SLL and knows no SLL2):
+    each packet's cooked header becomes an Ethernet header carrying the cooked header's protocol, the
+    sender's address (when it is six bytes) as source and a fixed locally administered destination; the
+    rest of each packet and its timestamps are left as they were. Returns the packets written."""
+    data = bytearray(src.read_bytes())
+    if bytes(data[:4]) not in PCAP_MAGICS:
+        raise ValueError(f"{src} is not classic pcap (convert it with editcap -F pcap first)")
+    endian = PCAP_MAGICS[bytes(data[:4])]
+    out = bytearray(data[:24])
+    struct.pack_into(endian + "I", out, 20, LINKTYPE_ETHERNET)
+    count = 0
+    for packet in packets(data):
+        if packet.linktype == LINKTYPE_SLL:
+            cooked, proto, addr_len, addr = 16, data[packet.offset + 14:packet.offset + 16], \
+                struct.unpack_from(">H", data, packet.offset + 4)[0], packet.offset + 6
+        elif packet.linktype == LINKTYPE_SLL2:
+            cooked, proto, addr_len, addr = 20, data[packet.offset:packet.offset + 2], \
+                data[packet.offset + 11], packet.offset + 12
+        else:
+            raise ValueError(f"{src}: link type {packet.linktype} is not Linux cooked")
+        source = bytes(data[addr:addr + 6]) if addr_len == 6 else b"\x02\x00\x00\x00\x00\x01"
+        frame = b"\x02\x00\x00\x00\x00\x02" + source + bytes(proto) + \
+            bytes(data[packet.offset + cooked:packet.offset + packet.caplen])
+        ts_sec, ts_frac, _caplen, orig = struct.unpack_from(endian + "IIII", data, packet.header)
+        out += struct.pack(endian + "IIII", ts_sec, ts_frac, len(frame), orig - cooked + 14) + frame
+        count += 1
+    dst.write_bytes(out)
+    return count
