@@ -7,7 +7,7 @@ Run from the repository root, as root (network namespaces, veth, dumpcap in the 
 It creates a veth pair whose sending end lives in a network namespace of its own, and an isolated
 daemon (bench/_daemon.py) allowed to capture on the other end. For each rate, alternately:
 
-- dumpcap alone: `dumpcap -n -p -s 262144 -w FILE -i IF` (diagd's own options, no child mode), started,
+- dumpcap alone: `dumpcap -n -w FILE -i IF -p -s 262144 -B 16` (diagd's own options, no child mode), started,
   its file awaited, then the replay, a second of quiet, SIGINT; packets = capinfos of the file,
   drops from its "Packets received/dropped" line.
 - diagd: start_capture on the daemon's MCP socket (returns once dumpcap has its first file open), the
@@ -107,7 +107,7 @@ def count(path: Path) -> int:
 def dumpcap_alone(interface: str, ns: str, send: str, rate: int, packets: int, tmp: Path) -> dict[str, Any]:
     out = tmp / f"alone-{rate}.pcapng"
     started = time.perf_counter()
-    proc = subprocess.Popen(["dumpcap", "-n", "-p", "-s", "262144", "-w", str(out), "-i", interface],
+    proc = subprocess.Popen(["dumpcap", "-n", "-w", str(out), "-i", interface, "-p", "-s", "262144", "-B", "16"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while not (out.exists() and out.stat().st_size > 0):
         if proc.poll() is not None:

@@ -69,7 +69,7 @@ diagd_record_stop returns the bundle (pcapng, serial pcapng, bpftrace output, me
 
 # What a reload leaves to a restart of the capture: a running one keeps its dumpcap command line.
 DEFERRED = (
-    Deferred(("path", "max_snaplen", "start_timeout_s", "stop_grace_s", "linger_s", "allow_unconfined"),
+    Deferred(("path", "max_snaplen", "buffer_mb", "start_timeout_s", "stop_grace_s", "linger_s", "allow_unconfined"),
              "captures started after the reload",
              "a running capture keeps the dumpcap command line and stop steps of its start_capture"),
 )

@@ -29,6 +29,9 @@ class CaptureSettings:
     max_concurrent: int = setting(4, positive=True)  # captures running at once
     max_duration_s: float = setting(3600.0, positive=True)  # a capture without a duration stops here
     max_snaplen: int = setting(262144, positive=True)
+    # The kernel buffer per interface (dumpcap -B, MiB). dumpcap's default of 2 MiB holds ~60 ms of
+    # 200k small packets a second: a moment without CPU (2 busy cores) and the kernel drops packets.
+    buffer_mb: int = setting(16, positive=True)
     start_timeout_s: float = setting(10.0, positive=True)  # dumpcap must have its first file open by then
     stop_grace_s: float = setting(5.0, positive=True)  # SIGINT (dumpcap writes its statistics), then SIGKILL
     linger_s: float = setting(60.0, minimum=0)  # a finished capture's actor stays this long

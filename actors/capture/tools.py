@@ -76,7 +76,7 @@ async def start_capture(backend: CaptureBackend, ctx: CallContext, args: dict[st
         cap = await trio.to_thread.run_sync(lambda: backend.new_capture(
             owner=ctx.client, interfaces=interfaces, filter=args["filter"], snaplen=snaplen, ring=ring,
             stop_on=stop_on, excluded_tcp_ports=excluded, applied_filter=applied))
-        argv = settings.command(_dumpcap_args(cap, args["promiscuous"]), write_dir=Path(cap.dir))
+        argv = settings.command(_dumpcap_args(cap, args["promiscuous"], settings.buffer_mb), write_dir=Path(cap.dir))
         actor = CaptureActor(cap, backend, settings, argv)
         # The actor must not idle out while dumpcap runs: its idle timeout covers the whole capture.
         idle_s = duration + settings.start_timeout_s + settings.stop_grace_s + settings.linger_s + 30
@@ -110,12 +110,13 @@ def _ring(args: dict[str, Any]) -> dict[str, Any]:
     return ring
 
 
-def _dumpcap_args(cap: Capture, promiscuous: bool) -> list[str]:
-    """Child mode (-Z none: messages on stderr), pcapng, one -i per interface with its snaplen and filter."""
+def _dumpcap_args(cap: Capture, promiscuous: bool, buffer_mb: int) -> list[str]:
+    """Child mode (-Z none: messages on stderr), pcapng, one -i per interface with its snaplen, kernel
+    buffer and filter."""
     args = ["-Z", "none", "-n", "-w", f"{cap.dir}/{cap.id}.pcapng"]
     for interface in cap.interfaces:
         bpf = cap.applied_filter or cap.filter
-        args += ["-i", interface, "-s", str(cap.snaplen), *(["-f", bpf] if bpf else []),
+        args += ["-i", interface, "-s", str(cap.snaplen), "-B", str(buffer_mb), *(["-f", bpf] if bpf else []),
                  *([] if promiscuous else ["-p"])]
     args += ["-a", f"duration:{max(1, round(cap.stop_on['duration_s']))}"]
     if "packets" in cap.stop_on:
