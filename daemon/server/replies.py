@@ -145,6 +145,8 @@ class SourceSummary(TypedDict):
     """its last row's time, when cut"""
     why: NotRequired[str]
     """why it was cut"""
+    steps_back: NotRequired[int]
+    """rows stamped earlier than the row before them in this source (kept in the source's order, not moved)"""
     note: NotRequired[str]
     """what its kind says about it (e.g. no row in the window)"""
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import heapq
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -125,8 +127,10 @@ async def build(call: Caller, adapters: Adapters, raw_sources: list[Any], *, sta
         raise (first if isinstance(first, DiagdError) else DiagdError(ErrorCode.INTERNAL_ERROR, str(first))) from None
     done = [r for r in reads if r is not None]
     # Past the first cut source's last row the merge may miss its rows: stop there.
-    cut_at = min((r.rows[-1]["t"] for r in done if r.cut and r.rows), default=None)
-    merged = sorted((row for r in done for row in r.rows), key=lambda row: row["t"])  # stable: source order on ties
+    cut_at = min((max(row["t"] for row in r.rows) for r in done if r.cut and r.rows), default=None)
+    # A merge, not a sort: each source keeps the order it gives where its clock steps back (a kernel log's
+    # records are in sequence order; printk stamps them with per-CPU clocks); ties go to the earlier source.
+    merged = list(heapq.merge(*(r.rows for r in done), key=lambda row: row["t"]))
     if cut_at is not None:
         before = [row for row in merged if row["t"] < cut_at]
         merged = before or [row for row in merged if row["t"] <= cut_at]
@@ -138,13 +142,17 @@ async def build(call: Caller, adapters: Adapters, raw_sources: list[Any], *, sta
         if read.cut:
             entry["cut_at"] = read.rows[-1]["t"] if read.rows else None
             entry["why"] = f"read up to {ts.SOURCE_CAP} rows per call"
+        steps_back = sum(1 for a, b in itertools.pairwise(read.rows) if b["t"] < a["t"])
+        if steps_back:
+            entry["steps_back"] = steps_back
         if read.note:
             entry["note"] = read.note
         summary.append(entry)
     answer: TimelineReply = {
         "rows": page, "returned": len(page), "total": len(merged), "offset": offset,
         "next_offset": offset + len(page) if offset + len(page) < len(merged) else None,
-        "span": {"first": merged[0]["time"], "last": merged[-1]["time"]} if merged else None,
+        "span": {"first": min(merged, key=lambda row: row["t"])["time"],
+                 "last": max(merged, key=lambda row: row["t"])["time"]} if merged else None,
         "sources": summary,
     }
     if cut_at is not None:

@@ -124,6 +124,19 @@ async def test_kernel_log_lines_get_crash_s_boot_date_plus_their_seconds_since_b
     assert "18:54:58" in answer["sources"][0]["note"]
 
 
+async def test_a_kernel_log_whose_clock_steps_back_keeps_its_record_order_and_counts_the_steps() -> None:
+    # As on a real boot: the tsc-early clocksource line is stamped before the line logged ahead of it.
+    log = ["[    0.000000] Linux version 6.1", "[    0.048000] smpboot", "[    0.002321] clocksource: tsc-early",
+           "[    0.050000] after"]
+    ctime = [f"[Wed Nov 25 18:54:58 UTC 2026] {line[15:]}" for line in log]
+    answer = await build(Scripted(log=log, ctime=ctime, frames=1, serial=0, bpf=0),
+                         [{"crash": "s1"}, {"pcap": "a.pcap"}], start=None, end=None, limit=100, offset=0)
+    kernel = [r["text"] for r in answer["rows"] if r["source"] == "crash:s1"]
+    assert kernel == [line[15:] for line in log]
+    assert answer["sources"][0]["steps_back"] == 1 and "steps_back" not in answer["sources"][1]
+    assert answer["span"] == {"first": "1970-01-01T00:01:40.000000Z", "last": "2026-11-25T18:54:58.050000Z"}
+
+
 async def test_kernel_log_without_a_pairing_log_minus_t_says_so() -> None:
     answer = await build(Scripted(log=["[    1.000000] a"], ctime=["[Wed Nov 25 18:55:00 UTC 2026] b"]),
                                   [{"crash": "s1"}], start=None, end=None, limit=10, offset=0)
