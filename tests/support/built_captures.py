@@ -157,3 +157,26 @@ def built(name: str) -> Path:
     tmp.write_bytes(bytes(data))
     tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
     return out
+
+
+# name -> (one run's N2, N4 and SBI views, merged by mergecap; the decode_as its SBI port needs).
+MERGES: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "sandbox-n2-n4-sbi": (("pcaps/adrian_sandbox_n2.pcap", "pcaps/adrian_sandbox_n4.pcap",
+                           "pcaps/adrian_sandbox_sbi.pcap"), "tcp.port==7777,http2"),
+    "upf-timeout-n2-n4-sbi": (("pcaps/adrian_n4_upf_timeout.pcap", "pcaps/adrian_n4_upf_timeout_n4.pcap",
+                               "pcaps/adrian_n4_upf_timeout_sbi.pcap"), "tcp.port==7777,http2"),
+}
+
+
+def merged(name: str) -> Path:
+    """The merged capture `name` of MERGES (its path even when the corpus is missing: callers check exists())."""
+    parts, _ = MERGES[name]
+    out = CACHE / f"merged-{name}-{hashlib.sha256(repr(parts).encode()).hexdigest()[:8]}.pcap"
+    if out.exists() or not all((CORPORA / p).exists() for p in parts) or shutil.which("mergecap") is None:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    subprocess.run(["mergecap", "-F", "pcap", "-w", str(tmp), *(str(CORPORA / p) for p in parts)], check=True,
+                   capture_output=True)
+    tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
+    return out

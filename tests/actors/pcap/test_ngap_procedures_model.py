@@ -8,16 +8,19 @@ runs through the daemon in tests/e2e/test_ngap_procedures.py.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from diagd.actors.pcap import ngap
+from diagd.actors.pcap.ngap.core_links import CORE_FIELDS, CORE_FILTER
+from diagd.actors.pcap.ngap.procedures import PROCEDURES
 from tests.actors.pcap.test_ngap_fields import CANNOT_TELL, CAPTURES, ue_keys
 from tests.pcaps import PCAPS
 from tests.support import ngap_oracle, procedures_oracle
-from tests.support.built_captures import RECIPES, built
+from tests.support.built_captures import MERGES, RECIPES, built, merged
 from tests.support.sharkd_trees import ngap_trees
 
 # Beyond the fields oracle's list: a capture whose NAS rows this oracle cannot split (a 5GMM type twice in one row).
@@ -114,3 +117,51 @@ def test_every_procedure_instance_agrees_with_tshark_fields(path: Path) -> None:
     want = check(result, path)
     if not want:
         assert result["procedure_count"] == 0 and result["statistics"] == {} and "reason" in result
+
+
+def test_the_procedure_table_starts_each_procedure_by_the_oracle_s_start_messages() -> None:
+    """Which message starts which procedure, and which are per PDU session: diagd's table against the oracle's,
+    written separately from TS 24.501 / 38.413 message-type numbers (keys as diagd spells them)."""
+    def key(event: tuple[int | str, ...]) -> str:
+        if event[0] == "ngap":
+            return f"NGAP {event[1]}/{event[2]}"
+        return f"{'5GMM' if event[0] == 'mm' else '5GSM'} 0x{event[1]:02x}"
+    want: dict[str, tuple[set[str], bool]] = {}
+    for event, roles in procedures_oracle.TABLE.items():
+        for name, role, _ in roles:
+            if role == "start":
+                want.setdefault(name, (set(), name in procedures_oracle.PER_SESSION))[0].add(key(event))
+    assert {p.name: (set(p.start), p.per_session) for p in PROCEDURES} == want
+
+
+def core_rows(path: Path, decode_as: str | None) -> list[dict[str, str]]:
+    """The PFCP and SBI rows the pcap actor hands the procedures view (its filter and fields, two passes)."""
+    argv = ["tshark", "-r", str(path), "-n", "-2", *(["-d", decode_as] if decode_as else []), "-Y", CORE_FILTER,
+            "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,",
+            *(a for f in CORE_FIELDS for a in ("-e", f))]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return [dict(zip(CORE_FIELDS, line.split("\t"), strict=False)) for line in out.splitlines()]
+
+
+@pytest.mark.parametrize("name", [*MERGES, "5greplay_oai.pcap"])
+def test_each_establishment_carries_its_n4_and_sbi_requests_as_tshark_links_them(name: str) -> None:
+    path, decode_as = (merged(name), MERGES[name][1]) if name in MERGES else (PCAPS / name, None)
+    if not path.exists():
+        pytest.skip(f"the shared capture corpus is not in {PCAPS}")
+    pdus = [pdu for number, answer in sorted(ngap_trees(path).items())
+            for pdu in ngap.pdus_in_frame(number, answer["tree"])]
+    result = ngap.procedures(ngap.build_model(pdus), core_rows=core_rows(path, decode_as))
+    check(result, path)
+    requests, want = procedures_oracle.core_links(path, decode_as)
+    keys = ue_keys(result)
+    est = [p for u in result["ues"] for p in u["procedures"] if p["procedure"] == "PDU Session Establishment"]
+    got = {(keys[p["ue"]], p["pdu_session_id"], p["first_frame"]): sorted(
+        procedures_oracle.Link(m["interface"], m["frame"], m["response_frame"], next(
+            by for by, says in (("UE IPv4", "UE IPv4 "), ("SUPI", "SUPI "), ("window", "timing window"))
+            if m["linked_by"].startswith(says))) for m in p["n4_sbi"]) for p in est}
+    assert got == {k: sorted(v) for k, v in want.items()}
+    attached = sum(len(v) for v in want.values())
+    assert attached and result["n4_sbi"] == {"n4_sbi_messages": requests, "unattached": requests - attached}
+    # Every run reaches the SUPI and window links; the upf-timeout one has no PDU address (all rejected).
+    assert {by for v in want.values() for _, _, _, by in v} == {"SUPI", "window", *(["UE IPv4"] if "timeout" not in name
+                                                                                  else [])}
