@@ -94,6 +94,9 @@ RECIPES: dict[str, Recipe] = {
     # No accept and no setup response: the establishment request (frame 39) is left unanswered while the
     # UE context goes on (frame 40's downlink NAS transport).
     "no-accept-ue-goes-on": Recipe(SANDBOX, ("41", "43")),
+    # UE 1's setup response (frame 25) is lost: its establishment, accepted in frame 22, waits while UE 1
+    # falls silent and the association goes on with UE 2 and 3 until frame 43.
+    "n2-response-lost-association-goes-on": Recipe(SANDBOX, ("25",)),
     # The capture ends at UE 3's AUTHENTICATION REQUEST (frame 26, TSN 3935580792), then sent a second time.
     "restarted": Recipe(SANDBOX, ("27-9999",), ((26, SANDBOX, 26, 3935580793, {}),)),
     # UE 1's accept rides in frame 22's PDUSessionResourceSetupRequest, answered by frame 25: both become

@@ -216,7 +216,7 @@ def _answer(path: Path) -> list[Detail]:
                         continue
                     if slot in opened:
                         close(slot, opened.pop(slot), "incomplete", None, "restarted",
-                              (f"started in frame {row.frame}",))
+                              (f"a new {name} started in frame {row.frame} before any answer",))
                     opened[slot] = Open(event, row, row, [row.frame])
                     order[slot] = next(tick)
                     continue
@@ -229,11 +229,24 @@ def _answer(path: Path) -> list[Detail]:
                 o.last = row
                 close(slot, o, role, cause, rule)
         _n2_answers(row, owner, opened, close)
+    last_in_assoc = {row.assoc: row.frame for row in rows}
     for slot, o in opened.items():
         if o.accept is not None and o.n2_rule is None:
-            close(slot, o, "incomplete", None, "pdu-accept-without-n2", (f"accepted in frame {o.accept} by a NAS",))
+            close(slot, o, "incomplete", None, "pdu-accept-without-n2",
+                  (f"accepted in frame {o.accept} by a NAS transport; no N2 PDU session resource setup carried "
+                   "the accept",))
             continue
-        says = (f"until frame {last_of[slot[0]]}",) if last_of[slot[0]] > o.last.frame else ()
+        # Why no answer, from what came after the instance's last message: more of its UE context, more of
+        # its association, or nothing (the capture ends). (diagd also names a context closed in that last
+        # frame, by an NGReset or a reused id: no capture here has one.)
+        owner = slot[0]
+        if last_of[owner] > o.last.frame:
+            says: tuple[str, ...] = (f"no answer: the UE context carried NGAP until frame {last_of[owner]} (",)
+        elif last_in_assoc[owner[:3]] > o.last.frame:
+            says = ("no answer: this UE context fell silent while its association carried NGAP until frame "
+                    f"{last_in_assoc[owner[:3]]}",)
+        else:
+            says = ("the capture ends before any answer",)
         if o.accept is not None:
             says += (f"accepted in frame {o.accept}, then no N2 setup response",)
         close(slot, o, "incomplete", None, "unanswered", says)
