@@ -97,6 +97,14 @@ RECIPES: dict[str, Recipe] = {
     # UE 1's setup response (frame 25) is lost: its establishment, accepted in frame 22, waits while UE 1
     # falls silent and the association goes on with UE 2 and 3 until frame 43.
     "n2-response-lost-association-goes-on": Recipe(SANDBOX, ("25",)),
+    # No Authentication is answered: UE 1's and UE 2's AUTHENTICATION RESPONSEs (frames 11, 17) are dropped and the
+    # capture ends at UE 3's request (frame 26): the procedure's statistics row has no closed instance.
+    "authentication-never-answered": Recipe(SANDBOX, ("11", "17", "27-9999")),
+    # 5GMM STATUS twice: the first ends UE 3's waiting establishment, the second finds none (an orphan answer).
+    "5gmm-status-twice": Recipe(SANDBOX, ("43",), (STATUS, (*STATUS[:3], 22, STATUS[4]))),
+    # UE 3's accept rides in a DownlinkNASTransport, and its setup response (frame 43) still comes: the response
+    # answers no N2 request that carried an accept, so it does not end the establishment.
+    "pdu-accept-without-n2-then-response": Recipe(SANDBOX, flips=((41, "0000003c001d", "0000003c0004"),)),
     # The capture ends at UE 3's AUTHENTICATION REQUEST (frame 26, TSN 3935580792), then sent a second time.
     "restarted": Recipe(SANDBOX, ("27-9999",), ((26, SANDBOX, 26, 3935580793, {}),)),
     # UE 1's accept rides in frame 22's PDUSessionResourceSetupRequest, answered by frame 25: both become

@@ -17,6 +17,7 @@ import pytest
 from diagd.actors.pcap import ngap
 from diagd.actors.pcap.ngap.core_links import CORE_FIELDS, CORE_FILTER
 from diagd.actors.pcap.ngap.procedures import PROCEDURES
+from diagd.actors.pcap.ngap.procedures import percentile as ngap_procedures_percentile
 from tests.actors.pcap.test_ngap_fields import CANNOT_TELL, CAPTURES, ue_keys
 from tests.pcaps import PCAPS
 from tests.support import ngap_oracle, procedures_oracle
@@ -68,7 +69,7 @@ def same_details(result: dict[str, Any], want: list[procedures_oracle.Detail]) -
             assert says in p["why"], (where, says, p["why"])
 
 
-def check(result: dict[str, Any], path: Path) -> list[procedures_oracle.Found]:
+def check(result: dict[str, Any], path: Path, core: bool = False) -> list[procedures_oracle.Found]:
     """Every instance, the counts and the per-procedure statistics of a procedures answer against the oracle."""
     detailed = procedures_oracle.details(path)
     want = [d.found for d in detailed]
@@ -95,6 +96,16 @@ def check(result: dict[str, Any], path: Path) -> list[procedures_oracle.Found]:
             assert p["start"].endswith("Z")
             assert p["frames"][0] == p["first_frame"] and p["frames"][-1] == p["last_frame"]
             assert (p["outcome"] == "incomplete") == (p["duration_ms"] is None) == ("why" in p), p
+            assert p["duration_ms"] is None or round(p["duration_ms"], 3) == p["duration_ms"], p  # to the µs
+            # Exactly the documented keys: a PDU session id for per-session procedures, a reason when incomplete,
+            # the PDU address of an accepted establishment, an establishment's N4/SBI links (none without core rows).
+            assert set(p) == {"procedure", "ue", "first_frame", "last_frame", "start", "duration_ms", "outcome",
+                              "cause", "frames", "rule", "rule_id",
+                              *(["pdu_session_id"] if p["procedure"] in procedures_oracle.PER_SESSION else []),
+                              *(["why"] if p["outcome"] == "incomplete" else []), *(["ue_ipv4"] if "ue_ipv4" in p
+                                                                                    else []),
+                              *(["n4_sbi"] if p["procedure"] == "PDU Session Establishment" else [])}, p
+            assert core or p.get("n4_sbi", []) == [], p  # no core rows given: nothing linked
     return want
 
 
@@ -151,7 +162,7 @@ def test_each_establishment_carries_its_n4_and_sbi_requests_as_tshark_links_them
     pdus = [pdu for number, answer in sorted(ngap_trees(path).items())
             for pdu in ngap.pdus_in_frame(number, answer["tree"])]
     result = ngap.procedures(ngap.build_model(pdus), core_rows=core_rows(path, decode_as))
-    check(result, path)
+    check(result, path, core=True)
     requests, want = procedures_oracle.core_links(path, decode_as)
     keys = ue_keys(result)
     est = [p for u in result["ues"] for p in u["procedures"] if p["procedure"] == "PDU Session Establishment"]
@@ -165,3 +176,10 @@ def test_each_establishment_carries_its_n4_and_sbi_requests_as_tshark_links_them
     # Every run reaches the SUPI and window links; the upf-timeout one has no PDU address (all rejected).
     assert {by for v in want.values() for _, _, _, by in v} == {"SUPI", "window", *(["UE IPv4"] if "timeout" not in name
                                                                                   else [])}
+
+
+def test_percentiles_are_the_oracle_s_nearest_rank() -> None:
+    values = [float((7919 * i) % 1009) for i in range(1, 302)]  # fixed, unordered, with repeats past 1009
+    for n in range(1, len(values) + 1):
+        for p in (50, 95):
+            assert ngap_procedures_percentile(values[:n], p) == procedures_oracle.nearest_rank(values[:n], p), (n, p)
