@@ -170,24 +170,32 @@ def built(name: str) -> Path:
     return out
 
 
-# name -> (one run's N2, N4 and SBI views, merged by mergecap; the decode_as its SBI port needs).
-MERGES: dict[str, tuple[tuple[str, ...], str | None]] = {
-    "sandbox-n2-n4-sbi": (("pcaps/adrian_sandbox_n2.pcap", "pcaps/adrian_sandbox_n4.pcap",
-                           "pcaps/adrian_sandbox_sbi.pcap"), "tcp.port==7777,http2"),
+SANDBOX_RUN = ("pcaps/adrian_sandbox_n2.pcap", "pcaps/adrian_sandbox_n4.pcap", "pcaps/adrian_sandbox_sbi.pcap")
+# name -> (one run's N2, N4 and SBI views, merged by mergecap; the decode_as its SBI port needs; frames then
+# dropped by editcap, numbered as in the merged capture).
+MERGES: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...]]] = {
+    "sandbox-n2-n4-sbi": (SANDBOX_RUN, "tcp.port==7777,http2", ()),
     "upf-timeout-n2-n4-sbi": (("pcaps/adrian_n4_upf_timeout.pcap", "pcaps/adrian_n4_upf_timeout_n4.pcap",
-                               "pcaps/adrian_n4_upf_timeout_sbi.pcap"), "tcp.port==7777,http2"),
+                               "pcaps/adrian_n4_upf_timeout_sbi.pcap"), "tcp.port==7777,http2", ()),
+    # UE 2's PDUSessionResourceSetupResponse (frame 1052) is lost: its establishment, accepted in frame 1047,
+    # stays unanswered and its window runs to the last NGAP frame (1234), over UE 3's whole establishment, so
+    # UE 3's CreateSMContext (1143, 1146) falls in two windows and links to neither.
+    "sandbox-n2-n4-sbi-ue2-response-lost": (SANDBOX_RUN, "tcp.port==7777,http2", ("1052",)),
 }
 
 
 def merged(name: str) -> Path:
     """The merged capture `name` of MERGES (its path even when the corpus is missing: callers check exists())."""
-    parts, _ = MERGES[name]
-    out = CACHE / f"merged-{name}-{hashlib.sha256(repr(parts).encode()).hexdigest()[:8]}.pcap"
+    parts, _, drop = MERGES[name]
+    out = CACHE / f"merged-{name}-{hashlib.sha256(repr((parts, drop)).encode()).hexdigest()[:8]}.pcap"
     if out.exists() or not all((CORPORA / p).exists() for p in parts) or shutil.which("mergecap") is None:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    subprocess.run(["mergecap", "-F", "pcap", "-w", str(tmp), *(str(CORPORA / p) for p in parts)], check=True,
+    whole = out.with_suffix(f".{os.getpid()}.merged")
+    subprocess.run(["mergecap", "-F", "pcap", "-w", str(whole), *(str(CORPORA / p) for p in parts)], check=True,
                    capture_output=True)
+    subprocess.run(["editcap", "-F", "pcap", str(whole), str(tmp), *drop], check=True, capture_output=True)
+    whole.unlink()
     tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
     return out
