@@ -165,17 +165,23 @@ def answer(path: Path) -> list[Found]:
 def details(path: Path) -> list[Detail]:
     """Every procedure instance with its cause name and group, rule, UE address and reason (kept on disk:
     the mutation gate asks often)."""
-    return disk_cached(path, "procedure-details", _answer)
+    return disk_cached(path, "procedure-details", lambda p: _answer(p)[0])
+
+
+def orphans(path: Path) -> list[tuple[UeKey, str, str]]:
+    """(UE, procedure, rule id) of each answer whose request is not in the capture, in capture order."""
+    return disk_cached(path, "procedure-orphans", lambda p: _answer(p)[1])
 
 
 Slot = tuple[UeKey, str, int | None]
 
 
-def _answer(path: Path) -> list[Detail]:
+def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
     rows, owners = owned_rows(path)
     last_of = {owner: row.frame for row, owner in zip(rows, owners, strict=True) if owner is not None}
     opened: dict[Slot, Open] = {}
     found: list[Detail] = []
+    orphaned: list[tuple[UeKey, str, str]] = []
     order: dict[Slot, int] = {}
     tick = itertools.count()
 
@@ -224,6 +230,7 @@ def _answer(path: Path) -> list[Detail]:
                     mine = sorted((s for s in opened if s[0] == owner and s[1] == name), key=lambda s: order[s])
                     slot = mine[-1] if mine else slot
                 if slot not in opened:
+                    orphaned.append((owner, name, rule))
                     continue
                 o = opened.pop(slot)
                 o.last = row
@@ -250,7 +257,7 @@ def _answer(path: Path) -> list[Detail]:
         if o.accept is not None:
             says += (f"accepted in frame {o.accept}, then no N2 setup response",)
         close(slot, o, "incomplete", None, "unanswered", says)
-    return found
+    return found, orphaned
 
 
 def _n2_answers(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callable[..., None]) -> None:

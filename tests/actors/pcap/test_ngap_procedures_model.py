@@ -110,9 +110,16 @@ def check(result: dict[str, Any], path: Path, core: bool = False) -> list[proced
 
 
 def procedures(path: Path) -> dict[str, Any]:
+    return procedures_and_orphans(path)[0]
+
+
+def procedures_and_orphans(path: Path) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """The procedures view and the model's (UE label, procedure, rule id) of answers with no request captured."""
     pdus = [pdu for number, answer in sorted(ngap_trees(path).items())
             for pdu in ngap.pdus_in_frame(number, answer["tree"])]
-    return ngap.procedures(ngap.build_model(pdus))
+    model = ngap.build_model(pdus)
+    return ngap.procedures(model), [(ctx.label, *o) for (ctx, _), found in zip(model.by_context, model.orphans,
+                                                                                strict=True) for o in found]
 
 
 @pytest.mark.parametrize("path", (CAPTURES or [PCAPS / "(no corpus)"]) + [built(name) for name in RECIPES],
@@ -124,8 +131,10 @@ def test_every_procedure_instance_agrees_with_tshark_fields(path: Path) -> None:
         with pytest.raises(ngap_oracle.OracleCannotTell, match=PROCEDURES_CANNOT_TELL[path.name]):
             procedures_oracle.answer(path)
         return
-    result = procedures(path)
+    result, orphans = procedures_and_orphans(path)
     want = check(result, path)
+    keys = ue_keys(result)  # answers to requests outside the capture: they count for the sessions view
+    assert sorted((keys[u], *o) for u, *o in orphans) == sorted(procedures_oracle.orphans(path))
     if not want:
         assert result["procedure_count"] == 0 and result["statistics"] == {} and "reason" in result
 
