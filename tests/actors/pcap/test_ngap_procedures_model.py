@@ -16,7 +16,7 @@ import pytest
 
 from diagd.actors.pcap import ngap
 from diagd.actors.pcap.ngap.core_links import CORE_FIELDS, CORE_FILTER
-from diagd.actors.pcap.ngap.procedures import PROCEDURES
+from diagd.actors.pcap.ngap.procedures import PROCEDURES, _p
 from diagd.actors.pcap.ngap.procedures import percentile as ngap_procedures_percentile
 from tests.actors.pcap.test_ngap_fields import CANNOT_TELL, CAPTURES, ue_keys
 from tests.pcaps import PCAPS
@@ -152,6 +152,10 @@ def test_the_procedure_table_starts_each_procedure_by_the_oracle_s_start_message
             if role == "start":
                 want.setdefault(name, (set(), name in procedures_oracle.PER_SESSION))[0].add(key(event))
     assert {p.name: (set(p.start), p.per_session) for p in PROCEDURES} == want
+    # The table is written as "key, key" strings, per session only when said so: the same notation gives the
+    # same rows. (The table is built at import: mutmut's mutants of its helper only act when called here.)
+    for p in PROCEDURES:
+        assert _p(p.name, ", ".join(sorted(p.start)), *([True] if p.per_session else [])) == p
 
 
 def core_rows(path: Path, decode_as: str | None) -> list[dict[str, str]]:
