@@ -112,7 +112,9 @@ class Detail(NamedTuple):
     cause: Cause | None
     rule_id: str
     ue_ipv4: str | None  # the PDU address of the establishment's accept
-    why_says: tuple[str, ...]  # what an incomplete instance's `why` must say (frames the oracle can name)
+    # What an incomplete instance's `why` says, in order: it starts with the first part and ends with the last,
+    # unless that ends with "(" (a figure the oracle does not give follows: the ms since the last message).
+    why_says: tuple[str, ...]
 
 
 @dataclass
@@ -255,7 +257,7 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
         else:
             says = ("the capture ends before any answer",)
         if o.accept is not None:
-            says += (f"accepted in frame {o.accept}, then no N2 setup response",)
+            says = (f"accepted in frame {o.accept}, then no N2 setup response: ", *says)
         close(slot, o, "incomplete", None, "unanswered", says)
     return found, orphaned
 

@@ -65,8 +65,12 @@ def same_details(result: dict[str, Any], want: list[procedures_oracle.Detail]) -
             cause = procedures_oracle.Cause(cause["kind"], cause["code"], cause["name"], cause.get("group"))
         assert (where, cause, p["rule_id"], p.get("ue_ipv4")) == (where, w.cause, w.rule_id, w.ue_ipv4)
         assert p["rule"].startswith("TS ") and ": " in p["rule"], (where, p["rule"])  # "clause: what it says"
+        why = p.get("why", "")
         for says in w.why_says:
-            assert says in p["why"], (where, says, p["why"])
+            assert says in why, (where, says, why)
+        if w.why_says:
+            assert why.startswith(w.why_says[0]), (where, why)
+            assert w.why_says[-1].endswith("(") or why.endswith(w.why_says[-1]), (where, why)
 
 
 def check(result: dict[str, Any], path: Path, core: bool = False) -> list[procedures_oracle.Found]:
