@@ -94,6 +94,17 @@ RECIPES: dict[str, Recipe] = {
     # No accept and no setup response: the establishment request (frame 39) is left unanswered while the
     # UE context goes on (frame 40's downlink NAS transport).
     "no-accept-ue-goes-on": Recipe(SANDBOX, ("41", "43")),
+    # UE 1's setup response (frame 25) is lost: its establishment, accepted in frame 22, waits while UE 1
+    # falls silent and the association goes on with UE 2 and 3 until frame 43.
+    "n2-response-lost-association-goes-on": Recipe(SANDBOX, ("25",)),
+    # No Authentication is answered: UE 1's and UE 2's AUTHENTICATION RESPONSEs (frames 11, 17) are dropped and the
+    # capture ends at UE 3's request (frame 26): the procedure's statistics row has no closed instance.
+    "authentication-never-answered": Recipe(SANDBOX, ("11", "17", "27-9999")),
+    # 5GMM STATUS twice: the first ends UE 3's waiting establishment, the second finds none (an orphan answer).
+    "5gmm-status-twice": Recipe(SANDBOX, ("43",), (STATUS, (*STATUS[:3], 22, STATUS[4]))),
+    # UE 3's accept rides in a DownlinkNASTransport, and its setup response (frame 43) still comes: the response
+    # answers no N2 request that carried an accept, so it does not end the establishment.
+    "pdu-accept-without-n2-then-response": Recipe(SANDBOX, flips=((41, "0000003c001d", "0000003c0004"),)),
     # The capture ends at UE 3's AUTHENTICATION REQUEST (frame 26, TSN 3935580792), then sent a second time.
     "restarted": Recipe(SANDBOX, ("27-9999",), ((26, SANDBOX, 26, 3935580793, {}),)),
     # UE 1's accept rides in frame 22's PDUSessionResourceSetupRequest, answered by frame 25: both become
@@ -155,5 +166,36 @@ def built(name: str) -> Path:
         transplant(data, like, bytearray((CORPORA / donor).read_bytes()), frame, tsn=tsn, time=end + step / 1000,
                    **({"payload": patches} if isinstance(patches, bytes) else {"patches": patches}))
     tmp.write_bytes(bytes(data))
+    tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
+    return out
+
+
+SANDBOX_RUN = ("pcaps/adrian_sandbox_n2.pcap", "pcaps/adrian_sandbox_n4.pcap", "pcaps/adrian_sandbox_sbi.pcap")
+# name -> (one run's N2, N4 and SBI views, merged by mergecap; the decode_as its SBI port needs; frames then
+# dropped by editcap, numbered as in the merged capture).
+MERGES: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...]]] = {
+    "sandbox-n2-n4-sbi": (SANDBOX_RUN, "tcp.port==7777,http2", ()),
+    "upf-timeout-n2-n4-sbi": (("pcaps/adrian_n4_upf_timeout.pcap", "pcaps/adrian_n4_upf_timeout_n4.pcap",
+                               "pcaps/adrian_n4_upf_timeout_sbi.pcap"), "tcp.port==7777,http2", ()),
+    # UE 2's PDUSessionResourceSetupResponse (frame 1052) is lost: its establishment, accepted in frame 1047,
+    # stays unanswered and its window runs to the last NGAP frame (1234), over UE 3's whole establishment, so
+    # UE 3's CreateSMContext (1143, 1146) falls in two windows and links to neither.
+    "sandbox-n2-n4-sbi-ue2-response-lost": (SANDBOX_RUN, "tcp.port==7777,http2", ("1052",)),
+}
+
+
+def merged(name: str) -> Path:
+    """The merged capture `name` of MERGES (its path even when the corpus is missing: callers check exists())."""
+    parts, _, drop = MERGES[name]
+    out = CACHE / f"merged-{name}-{hashlib.sha256(repr((parts, drop)).encode()).hexdigest()[:8]}.pcap"
+    if out.exists() or not all((CORPORA / p).exists() for p in parts) or shutil.which("mergecap") is None:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    whole = out.with_suffix(f".{os.getpid()}.merged")
+    subprocess.run(["mergecap", "-F", "pcap", "-w", str(whole), *(str(CORPORA / p) for p in parts)], check=True,
+                   capture_output=True)
+    subprocess.run(["editcap", "-F", "pcap", str(whole), str(tmp), *drop], check=True, capture_output=True)
+    whole.unlink()
     tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
     return out

@@ -25,6 +25,7 @@ follows the rules docs/5g.md states, written out again here by message-type numb
 from __future__ import annotations
 
 import itertools
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,7 +112,9 @@ class Detail(NamedTuple):
     cause: Cause | None
     rule_id: str
     ue_ipv4: str | None  # the PDU address of the establishment's accept
-    why_says: tuple[str, ...]  # what an incomplete instance's `why` must say (frames the oracle can name)
+    # What an incomplete instance's `why` says, in order: it starts with the first part and ends with the last,
+    # unless that ends with "(" (a figure the oracle does not give follows: the ms since the last message).
+    why_says: tuple[str, ...]
 
 
 @dataclass
@@ -164,17 +167,23 @@ def answer(path: Path) -> list[Found]:
 def details(path: Path) -> list[Detail]:
     """Every procedure instance with its cause name and group, rule, UE address and reason (kept on disk:
     the mutation gate asks often)."""
-    return disk_cached(path, "procedure-details", _answer)
+    return disk_cached(path, "procedure-details", lambda p: _answer(p)[0])
+
+
+def orphans(path: Path) -> list[tuple[UeKey, str, str]]:
+    """(UE, procedure, rule id) of each answer whose request is not in the capture, in capture order."""
+    return disk_cached(path, "procedure-orphans", lambda p: _answer(p)[1])
 
 
 Slot = tuple[UeKey, str, int | None]
 
 
-def _answer(path: Path) -> list[Detail]:
+def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
     rows, owners = owned_rows(path)
     last_of = {owner: row.frame for row, owner in zip(rows, owners, strict=True) if owner is not None}
     opened: dict[Slot, Open] = {}
     found: list[Detail] = []
+    orphaned: list[tuple[UeKey, str, str]] = []
     order: dict[Slot, int] = {}
     tick = itertools.count()
 
@@ -215,7 +224,7 @@ def _answer(path: Path) -> list[Detail]:
                         continue
                     if slot in opened:
                         close(slot, opened.pop(slot), "incomplete", None, "restarted",
-                              (f"started in frame {row.frame}",))
+                              (f"a new {name} started in frame {row.frame} before any answer",))
                     opened[slot] = Open(event, row, row, [row.frame])
                     order[slot] = next(tick)
                     continue
@@ -223,20 +232,34 @@ def _answer(path: Path) -> list[Detail]:
                     mine = sorted((s for s in opened if s[0] == owner and s[1] == name), key=lambda s: order[s])
                     slot = mine[-1] if mine else slot
                 if slot not in opened:
+                    orphaned.append((owner, name, rule))
                     continue
                 o = opened.pop(slot)
                 o.last = row
                 close(slot, o, role, cause, rule)
         _n2_answers(row, owner, opened, close)
+    last_in_assoc = {row.assoc: row.frame for row in rows}
     for slot, o in opened.items():
         if o.accept is not None and o.n2_rule is None:
-            close(slot, o, "incomplete", None, "pdu-accept-without-n2", (f"accepted in frame {o.accept} by a NAS",))
+            close(slot, o, "incomplete", None, "pdu-accept-without-n2",
+                  (f"accepted in frame {o.accept} by a NAS transport; no N2 PDU session resource setup carried "
+                   "the accept",))
             continue
-        says = (f"until frame {last_of[slot[0]]}",) if last_of[slot[0]] > o.last.frame else ()
+        # Why no answer, from what came after the instance's last message: more of its UE context, more of
+        # its association, or nothing (the capture ends). (diagd also names a context closed in that last
+        # frame, by an NGReset or a reused id: no capture here has one.)
+        owner = slot[0]
+        if last_of[owner] > o.last.frame:
+            says: tuple[str, ...] = (f"no answer: the UE context carried NGAP until frame {last_of[owner]} (",)
+        elif last_in_assoc[owner[:3]] > o.last.frame:
+            says = ("no answer: this UE context fell silent while its association carried NGAP until frame "
+                    f"{last_in_assoc[owner[:3]]}",)
+        else:
+            says = ("the capture ends before any answer",)
         if o.accept is not None:
-            says += (f"accepted in frame {o.accept}, then no N2 setup response",)
+            says = (f"accepted in frame {o.accept}, then no N2 setup response: ", *says)
         close(slot, o, "incomplete", None, "unanswered", says)
-    return found
+    return found, orphaned
 
 
 def _n2_answers(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callable[..., None]) -> None:
@@ -269,3 +292,72 @@ def _n2_answers(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callabl
 def nearest_rank(values: list[float], p: int) -> float:
     n = len(values)
     return sorted(values)[-(-n * p // 100) - 1]
+
+
+class Link(NamedTuple):
+    """One N4/SBI request of a PDU session establishment, and what links it to the establishment."""
+
+    interface: str  # N4 | SBI
+    frame: int
+    response_frame: int | None
+    by: str  # "UE IPv4" (PFCP PDI = the accept's PDU address), "SUPI" (in the path = the UE's SUCI), "window"
+
+
+SBI_PATH = r"^/(nsmf-pdusession/v1/sm-contexts|namf-comm/v1/ue-contexts/[^/]+/n1-n2-messages)$"
+
+
+def _lines(path: Path, *args: str) -> list[list[str]]:
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-2", *args, "-T", "fields", "-E", "occurrence=f"],
+                         check=True, capture_output=True, text=True).stdout
+    return [line.split("\t") for line in out.splitlines()]
+
+
+def core_links(path: Path, decode_as: str | None) -> tuple[int, dict[tuple[UeKey, int, int], list[Link]]]:
+    """The N4 (PFCP session establishment) and SBI (CreateSMContext, N1N2MessageTransfer) requests of a
+    capture holding one run's N2, N4 and SBI views, and the establishment instance (UE, PDU session id, first
+    frame) each belongs to, strongest evidence first: the PFCP UE IP equals one establishment's accept PDU
+    address; the N1N2 path's SUPI is imsi-<MCC><MNC><MSIN> of one UE's null-scheme SUCI whose establishment
+    is under way then; else the only establishment under way (first frame to last, to the last NGAP frame
+    if unanswered). Returns (requests, links)."""
+    return disk_cached(path, f"core-links-{decode_as}", lambda p: _core_links(p, decode_as))
+
+
+def _core_links(path: Path, decode_as: str | None) -> tuple[int, dict[tuple[UeKey, int, int], list[Link]]]:
+    dec = ["-d", decode_as] if decode_as else []
+    requests: list[tuple[str, int, float, int | None, str | None, str | None]] = []  # (if, frame, time, resp, ip, supi)
+    times = {int(r[0]): float(r[1]) for r in _lines(path, *dec, "-e", "frame.number", "-e", "frame.time_epoch")}
+    for r in _lines(path, "-Y", "pfcp.msg_type == 50", "-e", "frame.number", "-e", "pfcp.response_in",
+                    "-e", "pfcp.ue_ip_addr_ipv4"):
+        requests.append(("N4", int(r[0]), times[int(r[0])], int(r[1]) if r[1] else None, r[2] or None, None))
+    h2 = _lines(path, *dec, "-Y", f'http2.headers.path matches "{SBI_PATH}"', "-e", "frame.number",
+                "-e", "tcp.stream", "-e", "http2.streamid", "-e", "http2.headers.path")
+    answers = _lines(path, *dec, "-Y", "http2.headers.status", "-e", "frame.number", "-e", "tcp.stream",
+                     "-e", "http2.streamid")
+    for frame, stream, sid, uri in ((int(r[0]), r[1], r[2], r[3]) for r in h2):
+        later = [int(a[0]) for a in answers if (a[1], a[2]) == (stream, sid) and int(a[0]) > frame]
+        supi = uri.split("/ue-contexts/")[1].split("/")[0] if "/ue-contexts/imsi-" in uri else None
+        requests.append(("SBI", frame, times[frame], min(later, default=None), None, supi))
+    for r in _lines(path, "-Y", f'http.request.method == "POST" && !gtp && http.request.uri matches "{SBI_PATH}"',
+                    "-e", "frame.number", "-e", "http.response_in", "-e", "http.request.uri"):
+        supi = r[2].split("/ue-contexts/")[1].split("/")[0] if "/ue-contexts/imsi-" in r[2] else None
+        requests.append(("SBI", int(r[0]), times[int(r[0])], int(r[1]) if r[1] else None, None, supi))
+    rows, owners = owned_rows(path)
+    suci: dict[UeKey, str] = {}
+    for row, owner in zip(rows, owners, strict=True):
+        parts = [row.values.get(f, [""])[0] for f in ("e212.mcc", "e212.mnc", "nas_5gs.mm.suci.msin")]
+        if owner is not None and all(parts):
+            suci.setdefault(owner, "imsi-" + "".join(parts))
+    end = max(row.time for row in rows)
+    est = [d for d in details(path) if d.found[1] == "PDU Session Establishment"]
+    window = {d.found: (times[d.found[3]], end if d.found[6] == "incomplete" else times[d.found[4]]) for d in est}
+    links: dict[tuple[UeKey, int, int], list[Link]] = {(d.found[0], d.found[2] or 0, d.found[3]): [] for d in est}
+    for kind, frame, time, response, ip, supi in sorted(requests, key=lambda r: r[1]):
+        under_way = [d for d in est if window[d.found][0] <= time <= window[d.found][1]]
+        by_ip = [d for d in est if ip and d.ue_ipv4 == ip]
+        by_supi = [d for d in under_way if supi and suci.get(d.found[0]) == supi]
+        for hits, by in ((by_ip, "UE IPv4"), (by_supi, "SUPI"), (under_way, "window")):
+            if len(hits) == 1:
+                links[(hits[0].found[0], hits[0].found[2] or 0, hits[0].found[3])].append(
+                    Link(kind, frame, response, by))
+                break
+    return len(requests), links

@@ -305,10 +305,6 @@ def link_core(instances: list[Instance], rows: list[dict[str, str]], capture_end
     return attach([i.core for i in establishments if i.core is not None], core_messages(rows))
 
 
-def track(ctx: Context, analysis: Analysis) -> list[Instance]:
-    return track_all(ctx, analysis)[0]
-
-
 def track_all(ctx: Context, analysis: Analysis) -> tuple[list[Instance], list[tuple[str, str]]]:
     """Every procedure instance of one UE context, closed by a rule of rules.TABLE, and the
     (procedure, rule id) of answers whose request is not in the capture."""
