@@ -113,8 +113,7 @@ class PcapActor(Actor):
                 display_filter, message.offset, message.limit, message.kinds):
             # A filter only a two-pass read answers, asked while sharkd loads: one tshark pass beside it.
             check_length(display_filter)
-            total, rows = await answers.frames_while_loading(request, self.spec, session.cold_argv(),
-                                                             session.filters, message)
+            total, rows = await answers.frames_while_loading(session, request, message)
             page = Page(total, True, rows, "tshark (capture still loading)")
         else:
             page = await session.page(request, display_filter, message.offset, message.limit, message.kinds)

@@ -19,8 +19,6 @@ from diagd.actors.pcap import first_page
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap import tshark as _cold
-from diagd.actors.pcap.cache import PackedLru
-from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timeline
 from diagd.actors.pcap.passes import Page
 from diagd.actors.pcap.pool import CaptureState
@@ -42,16 +40,14 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     served_by = "sharkd"
     if capture.state is CaptureState.LOADING:
         summary = capture.cold_summary(INTERESTING_PROTOCOLS)
-        await request.report_progress(0, 1, f"loading {capture.spec.path.name} ({capture.spec.size} bytes)")
-        with trio.move_on_after(INFO_WAIT_S):
-            await summary.done.wait()
+        async with capture.load_progress(request):  # how far sharkd is, in the same units as every wait
+            with trio.move_on_after(INFO_WAIT_S):
+                await summary.done.wait()
         if not summary.done.is_set():
-            await request.report_progress(1, 1, "count and time span from capinfos; protocols still being read")
             return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
                     "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
                     "warnings": []}
         cold = await summary.wait()
-        await request.report_progress(1, 1, "read with tshark while sharkd loads")
         protocols = list(cold["protocols"])
         conversations = cold["conversations"]
         frame_count = None
@@ -87,14 +83,13 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     }
 
 
-async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[str], filters: PackedLru[str, list[int]],
-                               message: Frames) -> tuple[int, list[dict[str, Any]]]:
+async def frames_while_loading(capture: CaptureSession, request: Request, message: Frames
+                               ) -> tuple[int, list[dict[str, Any]]]:
     """(total, page) of the first question while sharkd loads: one tshark pass beside it (its
-    frame numbers kept in `filters`, the session's cache)."""
-    display_filter, limit, offset = message.display_filter, message.limit, message.offset
-    await request.report_progress(0, 1, f"loading {spec.path.name} ({spec.size} bytes)")
-    all_rows = await _cold.frames(argv, display_filter)
-    await request.report_progress(1, 1, "read with tshark while sharkd loads")
+    frame numbers kept in the session's filter cache); progress is the load's meanwhile."""
+    display_filter, limit, offset, filters = message.display_filter, message.limit, message.offset, capture.filters
+    async with capture.load_progress(request):
+        all_rows = await _cold.frames(capture.cold_argv(), display_filter)
     filters[display_filter] = [r["number"] for r in all_rows]
     return len(all_rows), all_rows[offset:offset + limit]
 

@@ -10,12 +10,15 @@ stats.py, text.py, http2_srt.py) never see the session or the actor, only what w
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import structlog
 import trio
@@ -67,6 +70,7 @@ class CaptureSession:
         self.cat: Catalogue | None = None
         self._nursery: trio.Nursery | None = None
         self.summary: Summary | None = None  # protocols and conversations read by tshark while sharkd loads
+        self._told: WeakKeyDictionary[Request, Told] = WeakKeyDictionary()  # per call: load_progress
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Write the workers' Wireshark config and start loading the first one (in `nursery`)."""
@@ -181,7 +185,9 @@ class CaptureSession:
 
     @asynccontextmanager
     async def load_progress(self, request: Request) -> AsyncIterator[None]:
-        """While the capture loads: progress every LOAD_PROGRESS_S, in bytes sharkd has read of the file."""
+        """While the capture loads: progress at most every LOAD_PROGRESS_S, in bytes sharkd has read
+        of the file (total: its size), and "capture loaded" once it is. A call may wait several times
+        (a filter check, then its page): the reports of one request stay increasing and spaced."""
         assert self.workers is not None
         if not self.workers.loading:
             yield
@@ -195,19 +201,37 @@ class CaptureSession:
             # The nursery wraps what the call raised (INVALID_FILTER while the capture loads): the
             # caller gets the coded error itself, not a group the actor takes for a crash.
             raise sole_exception(group) from None
-        if not self.workers.loading:
-            await request.report_progress(self.spec.size, self.spec.size, "capture loaded")
+        if self.loaded:  # not after a failed load: the call's error says what happened
+            await self._tell(request, self.spec.size, "capture loaded")
 
     async def _report_load(self, request: Request) -> None:
         assert self.workers is not None
-        size, name, told = self.spec.size, self.spec.path.name, -1
-        while self.workers.loading:
-            read = await trio.to_thread.run_sync(self.workers.load_position)  # /proc reads: off the loop
+        size, name = self.spec.size, self.spec.path.name
+        checked = -math.inf
+        while True:
+            # Spaced from this request's last report (an earlier wait of the same call) and last look.
+            await trio.sleep_until(max(self._told.get(request, Told()).at, checked) + LOAD_PROGRESS_S)
+            if not self.workers.loading:
+                return
+            read = await self.read_position()
+            checked = trio.current_time()
             done = min(read or 0, size - 1)  # "all read" is said once loaded
-            if done > told:  # MCP: each notification's progress is higher than the last
-                await request.report_progress(done, size, f"loading {name}: {_mb(done)} of {_mb(size)} MB read")
-                told = done
-            await trio.sleep(LOAD_PROGRESS_S)
+            message = (f"loading {name}: {_mb(done)} of {_mb(size)} MB read" if done < size - 1 else
+                       f"loading {name}: all {_mb(size)} MB read, sharkd finishing")
+            await self._tell(request, done, message)
+
+    async def read_position(self) -> int | None:
+        """Bytes of the file the loading sharkd has read (pool.load_position)."""
+        assert self.workers is not None
+        return await trio.to_thread.run_sync(self.workers.load_position)  # /proc reads: off the loop
+
+    async def _tell(self, request: Request, done: int, message: str) -> None:
+        """One report, if it is higher than the request's last (MCP: each notification's progress
+        is higher than the one before)."""
+        told = self._told.setdefault(request, Told())
+        if done > told.done:
+            told.done, told.at = done, trio.current_time()
+            await request.report_progress(done, self.spec.size, message)
 
     async def check_filter(self, request: Request, display_filter: str) -> None:
         if not display_filter:
@@ -286,6 +310,14 @@ class CaptureSession:
     async def protocols(self, request: Request) -> list[str]:
         """The protocols the capture carries (sharkd's `analyse`)."""
         return list((await self.analysed(request)).get("protocols", []))
+
+
+@dataclass
+class Told:
+    """A request's last load report: bytes and when (progress only goes up, at a bounded rate)."""
+
+    done: int = -1
+    at: float = -math.inf
 
 
 class Summary:
