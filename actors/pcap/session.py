@@ -286,13 +286,13 @@ class CaptureSession:
             self.trees.put(number, answer)
         return dict(answer)
 
-    def cold_summary(self, probe: tuple[str, ...]) -> Summary:
+    def cold_summary(self) -> Summary:
         """Protocols and conversations of the capture from one tshark pass beside the load, started
         once in the background (a call may wait for it or answer without it)."""
         if self.summary is None:
             assert self._nursery is not None
             self.summary = Summary()
-            self._nursery.start_soon(self.summary.read, self.cold_argv(), probe)
+            self._nursery.start_soon(self.summary.read, self.cold_argv())
         return self.summary
 
     async def analysed(self, request: Request) -> dict[str, Any]:
@@ -328,9 +328,9 @@ class Summary:
         self.result: dict[str, Any] = {}
         self.error: DiagdError | None = None
 
-    async def read(self, argv: list[str], probe: tuple[str, ...]) -> None:
+    async def read(self, argv: list[str]) -> None:
         try:
-            self.result = await _cold.info(argv, probe)
+            self.result = await _cold.info(argv)
         except DiagdError as exc:
             self.error = exc
         finally:
