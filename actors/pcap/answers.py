@@ -46,13 +46,16 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
         if not summary.done.is_set():
             return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
                     "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
-                    "warnings": []}
+                    "warnings": [capture.tshark_only.message] if capture.tshark_only is not None else []}
         cold = await summary.wait()
         protocols = list(cold["protocols"])
         conversations = cold["conversations"]
         frame_count = None
         warnings = cold["warnings"]
         served_by = "tshark (capture still loading)"
+        if capture.tshark_only is not None:
+            served_by = "tshark (sharkd not started: over max_memory_mb)"
+            warnings = [*warnings, capture.tshark_only.message]
     else:
         analysis = await capture.analysed(request)
         protocols = list(analysis.get("protocols", []))
@@ -82,7 +85,8 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
         "warnings": warnings,
     }
     if served_by != "sharkd":
-        result |= {"provisional": ["protocols", "top_conversations"], "note": PROVISIONAL_INFO}
+        note = PROVISIONAL_INFO if capture.tshark_only is None else PROVISIONAL_INFO.split("; the same call")[0]
+        result |= {"provisional": ["protocols", "top_conversations"], "note": note}
     return result
 
 

@@ -30,7 +30,7 @@ from diagd.actors.pcap.cache import PackedLru
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.first_page import Kinds
 from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
-from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool
+from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool, estimated_rss
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
 from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -48,8 +48,9 @@ class CaptureSession:
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers = first_page.early_numbers,
-                 early_rows: EarlyRows = first_page.early_rows) -> None:
+                 early_rows: EarlyRows = first_page.early_rows, memory_budget: int | None = None) -> None:
         self.spec = spec
+        self._memory_budget = memory_budget  # bytes of sharkd RSS all captures may hold ([pcap] max_memory_mb)
         self._max_workers = max_workers
         self._headroom = headroom
         self._cores = cores if cores is not None else Cores()
@@ -94,7 +95,27 @@ class CaptureSession:
         self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), cores=self._cores,
                                       early_numbers=self._early_numbers, early_rows=self._early_rows)
         self.facts = pool.facts
+        pool.refused = self.too_big()
+        if pool.refused is not None:
+            log.info("capture answered from tshark only", capture=self.spec.path.name, why=pool.refused.message)
         self.workers.start()
+
+    def too_big(self) -> DiagdError | None:
+        """Why sharkd is not started for this capture: its estimated RSS is over the whole budget."""
+        need = estimated_rss(self.spec.size)
+        if self._memory_budget is None or need <= self._memory_budget:
+            return None
+        return DiagdError(
+            ErrorCode.OUTPUT_TOO_LARGE,
+            f"{self.spec.path.name} would not fit [pcap] max_memory_mb={self._memory_budget // 2**20}: sharkd "
+            f"needs about {need // 2**20} MB for it, so it is not loaded; pcap_info, pcap_frames_by_filter "
+            "(first pages), pcap_timeline and pcap_extract_subcapture answer from tshark passes; this tool needs "
+            "sharkd: raise max_memory_mb, or cut the capture with pcap_extract_subcapture",
+            max_memory_mb=self._memory_budget // 2**20, estimated_mb=need // 2**20)
+
+    @property
+    def tshark_only(self) -> DiagdError | None:
+        return self.workers.pool.refused if self.workers is not None else None
 
     async def close(self) -> None:
         if self.workers is not None:
@@ -189,7 +210,7 @@ class CaptureSession:
         of the file (total: its size), and "capture loaded" once it is. A call may wait several times
         (a filter check, then its page): the reports of one request stay increasing and spaced."""
         assert self.workers is not None
-        if not self.workers.loading:
+        if not self.workers.loading or self.tshark_only is not None:  # no load to report
             yield
             return
         try:
