@@ -237,7 +237,10 @@ class CaptureSession:
             read = await self.read_position()
             checked = trio.current_time()
             done = min(read or 0, size - 1)  # "all read" is said once loaded
-            message = (f"loading {name}: {_mb(done)} of {_mb(size)} MB read" if done < size - 1 else
+            facts = _cold.known_facts(self.spec.identity)
+            # Frames by the share of bytes read (an estimate: "~"), when capinfos has counted them.
+            frames = f"~{facts.packets * done // size:,} of {facts.packets:,} frames, " if facts and size else ""
+            message = (f"loading {name}: {frames}{_mb(done)} of {_mb(size)} MB read" if done < size - 1 else
                        f"loading {name}: all {_mb(size)} MB read, sharkd finishing")
             await self._tell(request, done, message)
 

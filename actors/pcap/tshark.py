@@ -155,6 +155,11 @@ NOT_PACKETS = frozenset({"json", "mime", "rfc7468", "rubymarshal", "ruby_marshal
 _facts: OrderedDict[str, CaptureFacts] = OrderedDict()
 
 
+def known_facts(identity: str) -> CaptureFacts | None:
+    """What capinfos said of this file version, if it has been asked already (nothing is run)."""
+    return _facts.get(identity)
+
+
 @dataclass(frozen=True)
 class CaptureFacts:
     """capinfos' own words (TZ=UTC), kept as text: the times and duration carry the capture's

@@ -4,6 +4,7 @@ file, every half second), not 0 % until it is done: a real daemon, sharkd and MC
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,14 @@ async def test_a_call_waiting_for_the_load_reports_bytes_read(bigger: Path, tmp_
     between = [(p, m) for p, _, m in seen if 0 < p < size]
     assert between, f"no report between 0 and {size} bytes: {seen}"
     assert all(m and m.startswith(f"loading {bigger.name}: ") and m.endswith(" MB read") for _, m in between)
+    # capinfos has counted the file (it is checked before loading): frames by the share of bytes read.
+    count = int(subprocess.run(["capinfos", "-M", "-T", "-r", "-c", str(bigger)], capture_output=True, text=True,
+                               check=True).stdout.split()[-1])
+    for done, m in between:
+        found = re.search(r": ~([\d,]+) of ([\d,]+) frames, ", m or "")
+        assert found, m
+        assert int(found.group(2).replace(",", "")) == count
+        assert int(found.group(1).replace(",", "")) == count * int(done) // size
 
 
 # (tool, arguments, fewest reports): a call that answers before the load is done (pcap_info after at

@@ -14,8 +14,10 @@ import trio
 import trio.testing
 
 from diagd.actors.base import Request
+from diagd.actors.pcap import tshark
 from diagd.actors.pcap.passes import CaptureWorkers
 from diagd.actors.pcap.session import LOAD_PROGRESS_S, CaptureSession
+from diagd.actors.pcap.tshark import CaptureFacts
 from diagd.protocol.errors import DiagdError
 from tests.actors.pcap.test_pool_fake import SPEC, capture
 from tests.support.fake_sharkd import Script
@@ -113,3 +115,19 @@ async def test_a_failed_load_is_not_reported_as_loaded(
                 await workers.call("status", None, display_filter=None, deadline=math.inf)
     check_reports(seen)
     assert seen and all(m != "capture loaded" for *_, m in seen)
+
+
+async def test_the_frames_read_are_estimated_from_the_bytes_once_capinfos_has_counted_them(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = CaptureFacts("pcapng", "ether", 81_400, "38.2", None, None)
+    monkeypatch.setattr(tshark, "known_facts", lambda identity: counted if identity == SPEC.identity else None)
+    positions = iter([250_000, 500_000])
+    async with capture(Script(load_s=1)) as workers:
+        session = session_on(workers, monkeypatch, lambda: next(positions, 500_000))
+        request, seen = recording()
+        async with session.load_progress(request):
+            await workers.call("status", None, display_filter=None, deadline=math.inf)
+    check_reports(seen)
+    assert [m for *_, m in seen] == ["loading fake.pcap: ~20,350 of 81,400 frames, 0.2 of 1.0 MB read",
+                                     "loading fake.pcap: ~40,700 of 81,400 frames, 0.5 of 1.0 MB read",
+                                     "capture loaded"]
