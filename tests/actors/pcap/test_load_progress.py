@@ -1,6 +1,7 @@
 """A call waiting for a capture to load reports how far sharkd has read the file: in bytes of the file's
 size, increasing, at most every LOAD_PROGRESS_S on the Trio clock (MockClock here, the scripted sharkd
-of tests/support/fake_sharkd.py), and "capture loaded" only when it did. The real daemon, sharkd and
+of tests/support/fake_sharkd.py), and "capture loaded" only when it did; a capture over the memory
+budget starts no sharkd. The real daemon, sharkd and
 MCP client: tests/e2e/test_pcap_load_progress.py."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import trio
@@ -15,7 +17,8 @@ import trio.testing
 
 from diagd.actors.base import Request
 from diagd.actors.pcap import tshark
-from diagd.actors.pcap.passes import CaptureWorkers
+from diagd.actors.pcap.passes import CaptureWorkers, Cores
+from diagd.actors.pcap.pool import WorkerPool, estimated_rss
 from diagd.actors.pcap.session import LOAD_PROGRESS_S, CaptureSession
 from diagd.actors.pcap.tshark import CaptureFacts
 from diagd.protocol.errors import DiagdError
@@ -131,3 +134,27 @@ async def test_the_frames_read_are_estimated_from_the_bytes_once_capinfos_has_co
     assert [m for *_, m in seen] == ["loading fake.pcap: ~20,350 of 81,400 frames, 0.2 of 1.0 MB read",
                                      "loading fake.pcap: ~40,700 of 81,400 frames, 0.5 of 1.0 MB read",
                                      "capture loaded"]
+
+
+async def test_a_capture_over_the_budget_starts_no_sharkd_and_a_call_needing_one_is_told_at_once(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = Script(load_s=5)
+    session = CaptureSession(SPEC, memory_budget=estimated_rss(SPEC.size) - 1)
+    refusal = session.too_big()
+    assert refusal is not None and "would not fit [pcap] max_memory_mb=" in refusal.message
+    assert CaptureSession(SPEC, memory_budget=estimated_rss(SPEC.size)).too_big() is None  # it fits: loaded
+    async with trio.open_nursery() as nursery:
+        pool = WorkerPool(nursery, SPEC, Path("/nonexistent"), max_workers=2, headroom=lambda: None,
+                          launch=script.launch, cores=2)
+        pool.refused = refusal
+        workers = CaptureWorkers(nursery, pool, ["tshark", "-2", "-r", str(SPEC.path)], cores=Cores(2),
+                                 early_numbers=script.early_numbers, early_rows=script.early_rows)
+        workers.start()
+        session.workers = workers
+        request, seen = recording()
+        with pytest.raises(DiagdError) as told:
+            async with session.load_progress(request):
+                await workers.call("status", None, display_filter=None, deadline=math.inf)
+        assert told.value is refusal and trio.current_time() == 0  # not after a wait
+        assert workers.loading and session.tshark_only is refusal and script.launched == [] and seen == []
+        nursery.cancel_scope.cancel()
