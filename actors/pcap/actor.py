@@ -19,6 +19,7 @@ it, the time span is capinfos' own text.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import structlog
@@ -66,11 +67,12 @@ class PcapActor(Actor):
     def __init__(self, resource: str, settings: CaptureSpec, *, max_workers: int = 2,
                  headroom: Headroom = lambda: None, cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers = first_page.early_numbers,
-                 early_rows: EarlyRows = first_page.early_rows) -> None:
+                 early_rows: EarlyRows = first_page.early_rows, memory_budget: int | None = None) -> None:
         super().__init__(resource, settings)
         self.spec = settings
         self.session = CaptureSession(settings, max_workers=max_workers, headroom=headroom, cores=cores,
-                                      launch=launch, early_numbers=early_numbers, early_rows=early_rows)
+                                      launch=launch, early_numbers=early_numbers, early_rows=early_rows,
+                                      memory_budget=memory_budget)
 
     async def start(self, nursery: trio.Nursery) -> None:
         await self.session.start(nursery)
@@ -113,17 +115,20 @@ class PcapActor(Actor):
                 display_filter, message.offset, message.limit, message.kinds):
             # A filter only a two-pass read answers, asked while sharkd loads: one tshark pass beside it.
             check_length(display_filter)
-            total, rows = await answers.frames_while_loading(request, self.spec, session.cold_argv(),
-                                                             session.filters, message)
+            total, rows = await answers.frames_while_loading(session, request, message)
             page = Page(total, True, rows, "tshark (capture still loading)")
         else:
             page = await session.page(request, display_filter, message.offset, message.limit, message.kinds)
         present = None
-        if not page.total and display_filter:
+        if not page.total and display_filter and session.tshark_only is None:  # the protocols are sharkd's
             present = await session.protocols(request)
         sbi = (await session.sbi_hint() if present is not None and message.display_filter
                and answers.needs_sbi_hint(message.display_filter, present) else None)
-        return answers.frames(message, page, present, session.cat, sbi)
+        result = answers.frames(message, page, present, session.cat, sbi)
+        if session.tshark_only is not None and "note" in result:  # no sharkd page will come: say why
+            kept = re.split(r"[;:] the same call again", result["note"])[0]
+            result["note"] = f"{kept}; {session.tshark_only.message}"
+        return result
 
     async def _detail(self, request: Request, message: Detail) -> dict[str, Any]:
         trees = {n: await self.session.tree(request, n) for n in sorted(set(message.frame_numbers))}

@@ -19,8 +19,6 @@ from diagd.actors.pcap import first_page
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap import tshark as _cold
-from diagd.actors.pcap.cache import PackedLru
-from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timeline
 from diagd.actors.pcap.passes import Page
 from diagd.actors.pcap.pool import CaptureState
@@ -41,22 +39,23 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     a call waits for it at most INFO_WAIT_S, then answers without them: protocols_ready: false."""
     served_by = "sharkd"
     if capture.state is CaptureState.LOADING:
-        summary = capture.cold_summary(INTERESTING_PROTOCOLS)
-        await request.report_progress(0, 1, f"loading {capture.spec.path.name} ({capture.spec.size} bytes)")
-        with trio.move_on_after(INFO_WAIT_S):
-            await summary.done.wait()
+        summary = capture.cold_summary()
+        async with capture.load_progress(request):  # how far sharkd is, in the same units as every wait
+            with trio.move_on_after(INFO_WAIT_S):
+                await summary.done.wait()
         if not summary.done.is_set():
-            await request.report_progress(1, 1, "count and time span from capinfos; protocols still being read")
             return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
                     "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
-                    "warnings": []}
+                    "warnings": [capture.tshark_only.message] if capture.tshark_only is not None else []}
         cold = await summary.wait()
-        await request.report_progress(1, 1, "read with tshark while sharkd loads")
         protocols = list(cold["protocols"])
         conversations = cold["conversations"]
         frame_count = None
         warnings = cold["warnings"]
         served_by = "tshark (capture still loading)"
+        if capture.tshark_only is not None:
+            served_by = "tshark (sharkd not started: over max_memory_mb)"
+            warnings = [*warnings, capture.tshark_only.message]
     else:
         analysis = await capture.analysed(request)
         protocols = list(analysis.get("protocols", []))
@@ -76,7 +75,7 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
                 })
     order = {"SCTP": 0, "TCP": 1, "UDP": 2, "IPv4": 3}
     conversations.sort(key=lambda c: (order.get(str(c["proto"]), 9), -c["frames"]))
-    return {
+    result = {
         "sharkd_frames": frame_count,
         "served_by": served_by,
         "protocols_ready": True,
@@ -85,16 +84,27 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
         "top_conversations": conversations[:10],
         "warnings": warnings,
     }
+    if served_by != "sharkd":
+        note = PROVISIONAL_INFO if capture.tshark_only is None else PROVISIONAL_INFO.split("; the same call")[0]
+        result |= {"provisional": ["protocols", "top_conversations"], "note": note}
+    return result
 
 
-async def frames_while_loading(request: Request, spec: CaptureSpec, argv: list[str], filters: PackedLru[str, list[int]],
-                               message: Frames) -> tuple[int, list[dict[str, Any]]]:
+# What a loaded capture's answer may change of one read while sharkd loads; has_protocols, the count
+# and the time span do not (tests/e2e/test_pcap_info_loading.py compares both on every capture).
+PROVISIONAL_INFO = ("read by tshark while sharkd loads: sharkd's protocol list may differ in order or in "
+                    "pkcs-1 (X.509); conversation bytes are cut to whole kB/MB as tshark prints them, and "
+                    "a conversation set up by signalling (SDP) may count other frames; the same call after "
+                    "the load gives sharkd's")
+
+
+async def frames_while_loading(capture: CaptureSession, request: Request, message: Frames
+                               ) -> tuple[int, list[dict[str, Any]]]:
     """(total, page) of the first question while sharkd loads: one tshark pass beside it (its
-    frame numbers kept in `filters`, the session's cache)."""
-    display_filter, limit, offset = message.display_filter, message.limit, message.offset
-    await request.report_progress(0, 1, f"loading {spec.path.name} ({spec.size} bytes)")
-    all_rows = await _cold.frames(argv, display_filter)
-    await request.report_progress(1, 1, "read with tshark while sharkd loads")
+    frame numbers kept in the session's filter cache); progress is the load's meanwhile."""
+    display_filter, limit, offset, filters = message.display_filter, message.limit, message.offset, capture.filters
+    async with capture.load_progress(request):
+        all_rows = await _cold.frames(capture.cold_argv(), display_filter)
     filters[display_filter] = [r["number"] for r in all_rows]
     return len(all_rows), all_rows[offset:offset + limit]
 

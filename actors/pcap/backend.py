@@ -123,7 +123,8 @@ class PcapBackend:
         with self.captures.in_call(spec.key):
             ref = await self.runtime.start(
                 KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
-                                                  headroom=self.headroom, cores=self.cores),
+                                                  headroom=self.headroom, cores=self.cores,
+                                                  memory_budget=self.settings.max_memory_mb * 2**20),
                 idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)

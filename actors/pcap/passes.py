@@ -147,8 +147,10 @@ class CaptureWorkers:
                 "filter_passes_running": len(self.passes), "second_workers_started": self.pool.grown}
 
     def start(self) -> None:
-        """Load the first worker, and stop spares that stay idle."""
-        self.pool.begin()
+        """Load the first worker (unless the pool refused to: over the memory budget), and stop spares
+        that stay idle."""
+        if self.pool.refused is None:
+            self.pool.begin()
         self._nursery.start_soon(self._retire_spares)
 
     async def _retire_spares(self) -> None:
@@ -163,7 +165,9 @@ class CaptureWorkers:
 
     async def page(self, display_filter: str, offset: int, limit: int, deadline: float,
                    kinds: first_page.Kinds | None = None) -> Page:
-        if (self.pool.loading and display_filter not in self.answered_early and display_filter not in self.passes
+        # A page answered early is answered by sharkd the next time, unless no sharkd will ever load.
+        again = display_filter in self.answered_early and self.pool.refused is None
+        if (self.pool.loading and not again and display_filter not in self.passes
                 and first_page.loading_safe(display_filter, offset, limit, kinds)):
             return await self._while_loading(display_filter, offset, limit)
         if display_filter and not self.pool.holders(display_filter):

@@ -39,6 +39,16 @@ log = structlog.get_logger("diagd.pcap")
 SPARE_IDLE_S = 120.0  # a spare worker unused this long is stopped (its memory is a whole capture's)
 BUSY_MARGIN_S = 1.0  # a call waiting for a worker gives up this long before its deadline, with BUSY
 
+# sharkd's RSS for a capture, estimated before loading it (docs/benchmarks.md: 159 MB with nothing
+# loaded, 195 MB with a 55 MB capture): over the memory budget, no worker is started at all.
+SHARKD_BASE_BYTES = 160 * 2**20
+SHARKD_BYTES_PER_FILE_BYTE = 0.66
+
+
+def estimated_rss(size: int) -> int:
+    return SHARKD_BASE_BYTES + int(size * SHARKD_BYTES_PER_FILE_BYTE)
+
+
 Headroom = Callable[[], int | None]  # bytes the pcap memory budget still allows (None: no limit)
 # How a worker's sharkd is started (Sharkd.start; a scripted fake in the unit tests).
 Launch = Callable[[trio.Nursery, Path], Awaitable[SharkdProcess]]
@@ -150,6 +160,10 @@ class WorkerPool:
         self.facts = LoadFacts()
         self.loads = 0
         self.grown = 0
+        # Why no worker is ever started (the capture would not fit the memory budget): the capture stays
+        # LOADING, so every answer that tshark gives while sharkd loads is given, and a call that needs
+        # sharkd gets this error instead of waiting.
+        self.refused: DiagdError | None = None
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -229,7 +243,10 @@ class WorkerPool:
 
     @property
     def loading(self) -> bool:
-        """The capture is still loading: no worker has ever been ready and one is on its way."""
+        """The capture is still loading: no worker has ever been ready and one is on its way (or none
+        ever will be: `refused`)."""
+        if self.refused is not None:
+            return True
         return not any(w.ready for w in self.workers) and any(not w.loaded.is_set() for w in self.workers)
 
     @property
@@ -296,6 +313,8 @@ class WorkerPool:
 
     async def _wait_for_worker(self, doing: str, display_filter: str | None, deadline: float, long: bool
                                ) -> Worker:
+        if self.refused is not None:
+            raise self.refused
         while True:
             self._drop_dead()
             error = self.first_error()

@@ -59,7 +59,7 @@ class InfoReply(Answer):
     packet_count: int
     """frames, as capinfos counts them"""
     protocols: list[str]
-    """the protocols found (io,phs)"""
+    """the protocols found"""
     file_size_bytes: NotRequired[int]
     """the file's size"""
     time_start: NotRequired[str | None]

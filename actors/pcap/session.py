@@ -10,12 +10,15 @@ stats.py, text.py, http2_srt.py) never see the session or the actor, only what w
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import structlog
 import trio
@@ -27,7 +30,7 @@ from diagd.actors.pcap.cache import PackedLru
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.first_page import Kinds
 from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
-from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool
+from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool, estimated_rss
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
 from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -45,8 +48,9 @@ class CaptureSession:
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers = first_page.early_numbers,
-                 early_rows: EarlyRows = first_page.early_rows) -> None:
+                 early_rows: EarlyRows = first_page.early_rows, memory_budget: int | None = None) -> None:
         self.spec = spec
+        self._memory_budget = memory_budget  # bytes of sharkd RSS all captures may hold ([pcap] max_memory_mb)
         self._max_workers = max_workers
         self._headroom = headroom
         self._cores = cores if cores is not None else Cores()
@@ -67,6 +71,7 @@ class CaptureSession:
         self.cat: Catalogue | None = None
         self._nursery: trio.Nursery | None = None
         self.summary: Summary | None = None  # protocols and conversations read by tshark while sharkd loads
+        self._told: WeakKeyDictionary[Request, Told] = WeakKeyDictionary()  # per call: load_progress
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Write the workers' Wireshark config and start loading the first one (in `nursery`)."""
@@ -90,7 +95,27 @@ class CaptureSession:
         self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), cores=self._cores,
                                       early_numbers=self._early_numbers, early_rows=self._early_rows)
         self.facts = pool.facts
+        pool.refused = self.too_big()
+        if pool.refused is not None:
+            log.info("capture answered from tshark only", capture=self.spec.path.name, why=pool.refused.message)
         self.workers.start()
+
+    def too_big(self) -> DiagdError | None:
+        """Why sharkd is not started for this capture: its estimated RSS is over the whole budget."""
+        need = estimated_rss(self.spec.size)
+        if self._memory_budget is None or need <= self._memory_budget:
+            return None
+        return DiagdError(
+            ErrorCode.OUTPUT_TOO_LARGE,
+            f"{self.spec.path.name} would not fit [pcap] max_memory_mb={self._memory_budget // 2**20}: sharkd "
+            f"needs about {need // 2**20} MB for it, so it is not loaded; pcap_info, pcap_frames_by_filter "
+            "(first pages), pcap_timeline and pcap_extract_subcapture answer from tshark passes; this tool needs "
+            "sharkd: raise max_memory_mb, or cut the capture with pcap_extract_subcapture",
+            max_memory_mb=self._memory_budget // 2**20, estimated_mb=need // 2**20)
+
+    @property
+    def tshark_only(self) -> DiagdError | None:
+        return self.workers.pool.refused if self.workers is not None else None
 
     async def close(self) -> None:
         if self.workers is not None:
@@ -181,9 +206,11 @@ class CaptureSession:
 
     @asynccontextmanager
     async def load_progress(self, request: Request) -> AsyncIterator[None]:
-        """While the capture loads: progress every LOAD_PROGRESS_S, in bytes sharkd has read of the file."""
+        """While the capture loads: progress at most every LOAD_PROGRESS_S, in bytes sharkd has read
+        of the file (total: its size), and "capture loaded" once it is. A call may wait several times
+        (a filter check, then its page): the reports of one request stay increasing and spaced."""
         assert self.workers is not None
-        if not self.workers.loading:
+        if not self.workers.loading or self.tshark_only is not None:  # no load to report
             yield
             return
         try:
@@ -195,19 +222,40 @@ class CaptureSession:
             # The nursery wraps what the call raised (INVALID_FILTER while the capture loads): the
             # caller gets the coded error itself, not a group the actor takes for a crash.
             raise sole_exception(group) from None
-        if not self.workers.loading:
-            await request.report_progress(self.spec.size, self.spec.size, "capture loaded")
+        if self.loaded:  # not after a failed load: the call's error says what happened
+            await self._tell(request, self.spec.size, "capture loaded")
 
     async def _report_load(self, request: Request) -> None:
         assert self.workers is not None
-        size, name, told = self.spec.size, self.spec.path.name, -1
-        while self.workers.loading:
-            read = await trio.to_thread.run_sync(self.workers.load_position)  # /proc reads: off the loop
+        size, name = self.spec.size, self.spec.path.name
+        checked = -math.inf
+        while True:
+            # Spaced from this request's last report (an earlier wait of the same call) and last look.
+            await trio.sleep_until(max(self._told.get(request, Told()).at, checked) + LOAD_PROGRESS_S)
+            if not self.workers.loading:
+                return
+            read = await self.read_position()
+            checked = trio.current_time()
             done = min(read or 0, size - 1)  # "all read" is said once loaded
-            if done > told:  # MCP: each notification's progress is higher than the last
-                await request.report_progress(done, size, f"loading {name}: {_mb(done)} of {_mb(size)} MB read")
-                told = done
-            await trio.sleep(LOAD_PROGRESS_S)
+            facts = _cold.known_facts(self.spec.identity)
+            # Frames by the share of bytes read (an estimate: "~"), when capinfos has counted them.
+            frames = f"~{facts.packets * done // size:,} of {facts.packets:,} frames, " if facts and size else ""
+            message = (f"loading {name}: {frames}{_mb(done)} of {_mb(size)} MB read" if done < size - 1 else
+                       f"loading {name}: all {_mb(size)} MB read, sharkd finishing")
+            await self._tell(request, done, message)
+
+    async def read_position(self) -> int | None:
+        """Bytes of the file the loading sharkd has read (pool.load_position)."""
+        assert self.workers is not None
+        return await trio.to_thread.run_sync(self.workers.load_position)  # /proc reads: off the loop
+
+    async def _tell(self, request: Request, done: int, message: str) -> None:
+        """One report, if it is higher than the request's last (MCP: each notification's progress
+        is higher than the one before)."""
+        told = self._told.setdefault(request, Told())
+        if done > told.done:
+            told.done, told.at = done, trio.current_time()
+            await request.report_progress(done, self.spec.size, message)
 
     async def check_filter(self, request: Request, display_filter: str) -> None:
         if not display_filter:
@@ -262,13 +310,13 @@ class CaptureSession:
             self.trees.put(number, answer)
         return dict(answer)
 
-    def cold_summary(self, probe: tuple[str, ...]) -> Summary:
+    def cold_summary(self) -> Summary:
         """Protocols and conversations of the capture from one tshark pass beside the load, started
         once in the background (a call may wait for it or answer without it)."""
         if self.summary is None:
             assert self._nursery is not None
             self.summary = Summary()
-            self._nursery.start_soon(self.summary.read, self.cold_argv(), probe)
+            self._nursery.start_soon(self.summary.read, self.cold_argv())
         return self.summary
 
     async def analysed(self, request: Request) -> dict[str, Any]:
@@ -288,6 +336,14 @@ class CaptureSession:
         return list((await self.analysed(request)).get("protocols", []))
 
 
+@dataclass
+class Told:
+    """A request's last load report: bytes and when (progress only goes up, at a bounded rate)."""
+
+    done: int = -1
+    at: float = -math.inf
+
+
 class Summary:
     """One tshark pass's protocols and conversations (tshark.info), or why it failed, once done."""
 
@@ -296,9 +352,9 @@ class Summary:
         self.result: dict[str, Any] = {}
         self.error: DiagdError | None = None
 
-    async def read(self, argv: list[str], probe: tuple[str, ...]) -> None:
+    async def read(self, argv: list[str]) -> None:
         try:
-            self.result = await _cold.info(argv, probe)
+            self.result = await _cold.info(argv)
         except DiagdError as exc:
             self.error = exc
         finally:

@@ -125,7 +125,7 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
     span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start), "time_end": facts.iso(facts.end),
             "duration_s": facts.duration_s, "duration_s_text": facts.duration, "file_type": facts.file_type,
             "file_encapsulation": facts.encapsulation}
-    source = await backend.source(spec, args, command=["-q", "-z", "io,phs"],
+    source = await backend.source(spec, args, command=["-T", "fields", "-e", "frame.protocols"],
                                   provisional=not result.get("protocols_ready", True))
     hashed = {"sha256": source["sha256"]} if "sha256" in source else {}  # a fresh 1 GB file: still hashing
     return cast(InfoReply, {**hashed, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,

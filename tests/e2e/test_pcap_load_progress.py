@@ -4,6 +4,7 @@ file, every half second), not 0 % until it is done: a real daemon, sharkd and MC
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,3 +64,47 @@ async def test_a_call_waiting_for_the_load_reports_bytes_read(bigger: Path, tmp_
     between = [(p, m) for p, _, m in seen if 0 < p < size]
     assert between, f"no report between 0 and {size} bytes: {seen}"
     assert all(m and m.startswith(f"loading {bigger.name}: ") and m.endswith(" MB read") for _, m in between)
+    # capinfos has counted the file (it is checked before loading): frames by the share of bytes read.
+    count = int(subprocess.run(["capinfos", "-M", "-T", "-r", "-c", str(bigger)], capture_output=True, text=True,
+                               check=True).stdout.split()[-1])
+    for done, m in between:
+        found = re.search(r": ~([\d,]+) of ([\d,]+) frames, ", m or "")
+        assert found, m
+        assert int(found.group(2).replace(",", "")) == count
+        assert int(found.group(1).replace(",", "")) == count * int(done) // size
+
+
+# (tool, arguments, fewest reports): a call that answers before the load is done (pcap_info after at
+# most INFO_WAIT_S, a two-pass filter from one tshark pass) still reports the load, in the same units.
+ANSWERED_WHILE_LOADING = [
+    ("pcap_info", {}, 1),
+    ("pcap_frames_by_filter", {"display_filter": "diameter.answer_in", "limit": 5}, 2),  # FT_FRAMENUM: two passes
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "fewest"), ANSWERED_WHILE_LOADING,
+                         ids=[t[0] for t in ANSWERED_WHILE_LOADING])
+async def test_a_call_answered_while_loading_reports_the_load_in_bytes_of_the_file(
+        bigger: Path, tmp_path: Path, tool: str, arguments: dict[str, object], fewest: int) -> None:
+    env = make_env(tmp_path / "d", f'[daemon]\nallowed_dirs = ["{bigger.parent}"]\ncall_timeout_s = 300\n')
+    daemon: DaemonProcess = start_daemon(env)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    try:
+        async with mcp_client(env) as client:
+            with trio.fail_after(300):
+                result = await client.call_tool(tool, {"pcap_path": str(bigger), **arguments},
+                                                progress_callback=on_progress)
+            assert not result.is_error, payload(result)
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+    size = os.stat(bigger).st_size
+    assert len(seen) >= fewest, seen
+    assert all(total == size for _, total, _ in seen), (size, seen)  # not 0 of 1, then 1 of 1
+    done = [progress for progress, _, _ in seen]
+    assert done == sorted(set(done)) and done[-1] <= size, seen
+    assert all((m and m.startswith(f"loading {bigger.name}: ")) or m == "capture loaded" for _, _, m in seen), seen

@@ -94,7 +94,9 @@ async def test_a_busy_capture_gets_a_second_worker_and_trees_pass_a_filter_pass(
 
 async def test_the_memory_budget_bounds_workers_and_evicts_the_oldest_capture(
         tmp_path_factory: pytest.TempPathFactory, bigger: Path) -> None:
-    daemon = daemon_with(tmp_path_factory, "budget", "max_memory_mb = 1\nmax_loaded = 4")
+    # Room for one capture's sharkd (~160 MB with nothing loaded, ~180 MB with `bigger`: a capture whose
+    # estimate is over the whole budget gets no worker at all, test_pcap_over_memory.py), not for two.
+    daemon = daemon_with(tmp_path_factory, "budget", "max_memory_mb = 250\nmax_loaded = 4")
     try:
         async with session(daemon) as call:
             # Loaded first (a frame tree needs the worker; pcap_info answers while it loads).
@@ -108,7 +110,7 @@ async def test_the_memory_budget_bounds_workers_and_evicts_the_oldest_capture(
             await call("pcap_info", pcap_path=str(other))  # the call after a load sees the budget exceeded
             config = await call("pcap_config_get")
             assert [c["details"]["path"] for c in config["loaded_captures"]] == [str(other)]
-            assert config["max_memory_mb"] == 1
+            assert config["max_memory_mb"] == 250
     finally:
         daemon.stop()
         shutil.rmtree(daemon.env.runtime, ignore_errors=True)
