@@ -147,7 +147,7 @@ class PcapBackend:
 
     def _held(self) -> dict[str, int]:
         """Bytes each loaded capture's sharkd workers hold now."""
-        return {key: actor.session.facts.held_bytes for key, actor in self._sessions().items()}
+        return {key: actor.session.held_bytes() for key, actor in self._sessions().items()}
 
     def _evict(self, evict: Evict) -> None:
         ref = self.runtime.find(KIND, evict.key)

@@ -407,7 +407,8 @@ async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> F
 @tools.tool("pcap_config_get", "Profiles, columns, limits, output dir, loaded captures.", {})
 async def config_get(backend: PcapBackend, ctx: CallContext, args: Args) -> ConfigReply:
     s, runtime = backend.settings, backend.runtime
-    loaded = [ref.statistics() for ref in runtime.actors(KIND)]
+    # An evicted capture's actor is stopping (its workers already gone): it is not loaded any more.
+    loaded = [ref.statistics() for ref in runtime.actors(KIND) if ref.accepting]
     return {"profiles": s.profiles, "packet_list_columns": list(s.packet_list_columns),
             "allowed_dirs": list(s.allowed_dirs), "output_dir": str(s.output_dir), "max_loaded": s.max_loaded,
             "max_memory_mb": s.max_memory_mb, "workers_per_capture": s.workers_per_capture,

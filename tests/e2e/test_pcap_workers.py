@@ -5,6 +5,7 @@ used evicted). Order of completion is asserted, never wall-clock bounds (bench/p
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,9 +108,13 @@ async def test_the_memory_budget_bounds_workers_and_evicts_the_oldest_capture(
             assert len((await capture_details(call, bigger))["workers"]) == 1  # a second would not fit
             other = PCAPS / "adrian_sandbox_n2.pcap"
             assert not (await call("pcap_info", pcap_path=str(other)))["_is_error"]
+            with trio.fail_after(60):  # pcap_info may answer while sharkd still loads (a busy machine)
+                while not all(w["state"] == "idle" for w in (await capture_details(call, other))["workers"]):
+                    await trio.sleep(0.1)
             await call("pcap_info", pcap_path=str(other))  # the call after a load sees the budget exceeded
             config = await call("pcap_config_get")
-            assert [c["details"]["path"] for c in config["loaded_captures"]] == [str(other)]
+            loaded = [c["details"] for c in config["loaded_captures"]]
+            assert [d["path"] for d in loaded] == [str(other)], json.dumps(loaded)
             assert config["max_memory_mb"] == 250
     finally:
         daemon.stop()
