@@ -31,18 +31,30 @@ INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", 
                          "http2", "http", "json", "dns", "tcp", "udp")
 MAX_SORTED_ROWS = 20000
 INFO_WAIT_S = 1.0  # how long pcap_info waits for a fresh capture's protocol summary before answering without it
+# Above this the summary's pass cannot end within INFO_WAIT_S (it builds every frame's tree: 55 MB takes
+# 3-7 s on 2 cores), so pcap_info answers at once, not a second later without it all the same.
+QUICK_INFO_BYTES = 8 * 2**20
+
+
+def info_wait_s(size: int) -> float:
+    """How long pcap_info waits for a fresh capture's protocol summary (and SBI port probe)."""
+    return INFO_WAIT_S if size <= QUICK_INFO_BYTES else 0.0
 
 
 async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
     """Protocols and conversations; the count and time span come from capinfos (the handler).
     While sharkd loads, one tshark pass beside it reads them (started once, shared by every call);
-    a call waits for it at most INFO_WAIT_S, then answers without them: protocols_ready: false."""
+    a call waits for it at most INFO_WAIT_S (not at all above QUICK_INFO_BYTES), then answers without
+    them: protocols_ready: false."""
     served_by = "sharkd"
     if capture.state is CaptureState.LOADING:
         summary = capture.cold_summary()
         async with capture.load_progress(request):  # how far sharkd is, in the same units as every wait
-            with trio.move_on_after(INFO_WAIT_S):
-                await summary.done.wait()
+            if wait_s := info_wait_s(capture.spec.size):
+                with trio.move_on_after(wait_s):
+                    await summary.done.wait()
+            else:
+                await capture.tell_load(request)  # answered at once: the load's progress said once
         if not summary.done.is_set():
             return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
                     "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],

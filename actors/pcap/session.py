@@ -232,7 +232,6 @@ class CaptureSession:
 
     async def _report_load(self, request: Request) -> None:
         assert self.workers is not None
-        size, name = self.spec.size, self.spec.path.name
         checked = -math.inf
         while True:
             # Spaced from this request's last report (an earlier wait of the same call) and last look.
@@ -241,13 +240,21 @@ class CaptureSession:
                 return
             read = await self.read_position()
             checked = trio.current_time()
-            done = min(read or 0, size - 1)  # "all read" is said once loaded
-            facts = _cold.known_facts(self.spec.identity)
-            # Frames by the share of bytes read (an estimate: "~"), when capinfos has counted them.
-            frames = f"~{facts.packets * done // size:,} of {facts.packets:,} frames, " if facts and size else ""
-            message = (f"loading {name}: {frames}{_mb(done)} of {_mb(size)} MB read" if done < size - 1 else
-                       f"loading {name}: all {_mb(size)} MB read, sharkd finishing")
-            await self._tell(request, done, message)
+            await self._tell(request, *self._load_report(read))
+
+    async def tell_load(self, request: Request) -> None:
+        """One report of how far the load is, now: a call that answers at once still says it."""
+        if self.workers is not None and self.workers.loading and self.tshark_only is None:
+            await self._tell(request, *self._load_report(await self.read_position()))
+
+    def _load_report(self, read: int | None) -> tuple[int, str]:
+        size, name = self.spec.size, self.spec.path.name
+        done = min(read or 0, size - 1)  # "all read" is said once loaded
+        facts = _cold.known_facts(self.spec.identity)
+        # Frames by the share of bytes read (an estimate: "~"), when capinfos has counted them.
+        frames = f"~{facts.packets * done // size:,} of {facts.packets:,} frames, " if facts and size else ""
+        return done, (f"loading {name}: {frames}{_mb(done)} of {_mb(size)} MB read" if done < size - 1 else
+                      f"loading {name}: all {_mb(size)} MB read, sharkd finishing")
 
     async def read_position(self) -> int | None:
         """Bytes of the file the loading sharkd has read (pool.load_position)."""

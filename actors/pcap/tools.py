@@ -19,7 +19,7 @@ from diagd.actors.pcap import decode_check
 from diagd.actors.pcap import stats as _stats
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND
-from diagd.actors.pcap.answers import INFO_WAIT_S
+from diagd.actors.pcap.answers import info_wait_s
 from diagd.actors.pcap.backend import PcapBackend, search_deadline
 from diagd.actors.pcap.field_search import search_fields
 from diagd.actors.pcap.guard import SubscriberMask
@@ -104,7 +104,7 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
     # waits for it within the same second as for the protocols (a fresh 55 MB capture needs seconds
     # on 2 cores); past that it answers without sbi_ports and the pass goes on for the next call.
     probing = decode_check.begin_probe(spec.path, spec.identity, [c.port for c in spec.decode_checks])
-    wait_until = trio.current_time() + INFO_WAIT_S  # one wait for both: the protocols' and this pass's
+    wait_until = trio.current_time() + info_wait_s(spec.size)  # one wait for both: the protocols' and this pass's
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
     result = await backend.ask(ctx, spec, Info())
     warnings = list(result.pop("warnings", []))
