@@ -308,6 +308,7 @@ def test_associations_contexts_and_links_agree_with_tshark_fields(path: Path) ->
         "gnb": a["gnb"], "procedures": [(p["frame"], p["procedure"], p["code"], p["type"]) for p in a["procedures"]]}
         for a in ues["associations"]}
     assert got_assocs == want.associations
+    assert all(a["endpoints"] == sorted(a["endpoints"]) and len(a["endpoints"]) == 2 for a in ues["associations"])
     assert [a["association"] for a in ues["associations"]] == [f"A{n}" for n in range(1, len(want.associations) + 1)]
     keys = ue_keys(ues)
     got_ues = {keys[u["ue"]]: {"label": u["ue"], "ended": u["ended"], "procedures": [
