@@ -27,6 +27,7 @@ SANDBOX, SLICE = "pcaps/adrian_sandbox_n2.pcap", "pcaps/adrian_pdu_session_rejec
 AUTH = "pcaps/adrian_auth_failure.pcap"
 OAI = "pcaps-extra/oaifed_5gcn-basic-deployment-nrf.pcap"
 HO = "pcaps-extra/ngtester_open5gs_ho_window_p21_p09_amf_ngap_nas_sbi.pcap"
+INITUE = "pcaps-extra/ngtester_initue_open5gs_amf_ngap_nas_sbi.pcap"
 # (frame sent as, donor capture, donor frame, TSN, {payload offset: (old byte, new byte)} or a whole new payload)
 Graft = tuple[int, str, int, int, dict[int, tuple[int, int]] | bytes]
 
@@ -121,6 +122,12 @@ RECIPES: dict[str, Recipe] = {
     "pdu-accept-without-n2": Recipe(SANDBOX, ("43",), flips=((41, "0000003c001d", "0000003c0004"),)),
     # OAI's DEREGISTRATION REQUEST (frame 721, plain NAS inside an integrity-protected one): its type octet
     # 0x21 (normal) becomes 0x29 (switch off); the DEREGISTRATION ACCEPT (frame 722) is dropped.
+    # A 5G-TMSI assigned in one context and presented in another: frame 31's REGISTRATION REQUEST (5G-GUTI,
+    # inside an UplinkNASTransport of AMF/RAN UE NGAP ids 11/8, released in frame 33) sent again after frame 49
+    # (uplink TSN 554122764) as ids 14/10, its 5G-TMSI 0xc000061a made 0xc0000621, the one the
+    # CONFIGURATION UPDATE COMMAND of context 13/9 assigned in frame 45.
+    "tmsi-assigned-then-presented": Recipe(INITUE, grafts=(
+        (49, INITUE, 31, 554122764, {12: (0x0B, 0x0E), 18: (0x08, 0x0A), 47: (0x1A, 0x21)}),)),
     "deregistration-switch-off": Recipe(OAI, ("722",), flips=((721, "7e004521", "7e004529"),)),
     "handover-command": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, {}),), flips=HO_SOURCE_1),
     "handover-preparation-failure": Recipe(HO, ("14-9999",), ((12, HO, 14, 975375287, HO_PREPARATION_FAILURE),),

@@ -36,9 +36,10 @@ FIELDS = [
     "ngap.PDUSessionResourceSetupListCxtRes", "ngap.PDUSessionResourceFailedToSetupListSURes",
     "ngap.PDUSessionResourceFailedToSetupListCxtRes", "nas_5gs.mm.suci.msin", "e212.mcc", "e212.mnc",
     "nas_5gs.mm.switch_off",
-    # read by the field-level oracle (tests/support/ngap_fields_oracle.py)
-    "nas_5gs.5g_tmsi", "ngap.sST", "ngap.sD", "nas_5gs.mm.sst", "nas_5gs.mm.mm_sd", "ngap.TransportLayerAddressIPv4",
-    "ngap.gTP_TEID", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4", "ngap.qosFlowIdentifier",
+    # read by the field-level and links oracles (tests/support/ngap_fields_oracle.py, ngap_links_oracle.py)
+    "nas_5gs.5g_tmsi", "ngap.fiveG_TMSI", "ngap.sST", "ngap.sD", "nas_5gs.mm.sst", "nas_5gs.mm.mm_sd",
+    "ngap.TransportLayerAddressIPv4", "ngap.gTP_TEID", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4",
+    "ngap.qosFlowIdentifier", "ngap.SourceToTarget_TransparentContainer",
 ]
 CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
 # TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).

@@ -21,7 +21,8 @@ import pytest
 
 from diagd.actors.pcap import ngap
 from tests.pcaps import PCAPS, corpus
-from tests.support import ngap_fields_oracle, ngap_oracle
+from tests.support import ngap_fields_oracle, ngap_links_oracle, ngap_oracle
+from tests.support.built_captures import RECIPES, built
 from tests.support.sharkd_trees import ngap_trees
 
 # Real captures with frames taken out (editcap), for what the corpus never shows: a class-1 request whose
@@ -283,6 +284,45 @@ def test_failures_and_outcomes_agree_with_tshark_fields(path: Path) -> None:
     ues, sessions = model(path)
     assert_shape(ues, sessions)
     compare_answer(ues, sessions, ngap_oracle.answer(path))
+
+
+HEADLESS = ("UE contexts have no InitialUEMessage in the capture (it started after them, or the display filter "
+            "left it out)")
+
+
+@pytest.mark.parametrize("path", (CAPTURES or [PCAPS / "(no corpus)"]) + [built(name) for name in RECIPES],
+                         ids=lambda p: p.name)
+def test_associations_contexts_and_links_agree_with_tshark_fields(path: Path) -> None:
+    """Association sides, labels, PDU lists and counts, how each context ended, the InitialUEMessage
+    warning and the 5G-TMSI and handover links and refusals, in-process, against tests/support/ngap_links_oracle.py."""
+    if not path.exists():
+        pytest.skip(f"the shared capture corpus is not in {PCAPS}")
+    if path.name in CANNOT_TELL:
+        with pytest.raises(ngap_oracle.OracleCannotTell, match=CANNOT_TELL[path.name]):
+            ngap_links_oracle.answer(path)
+        return
+    ues, _ = model(path)
+    want = ngap_links_oracle.answer(path)
+    got_assocs = {(a["endpoints"][0], a["endpoints"][1], a["sctp_assoc_index"]): {
+        "label": a["association"], "first_frame": a["first_frame"], "ngap_pdus": a["ngap_pdus"], "amf": a["amf"],
+        "gnb": a["gnb"], "procedures": [(p["frame"], p["procedure"], p["code"], p["type"]) for p in a["procedures"]]}
+        for a in ues["associations"]}
+    assert got_assocs == want.associations
+    assert all(a["endpoints"] == sorted(a["endpoints"]) and len(a["endpoints"]) == 2 for a in ues["associations"])
+    assert [a["association"] for a in ues["associations"]] == [f"A{n}" for n in range(1, len(want.associations) + 1)]
+    keys = ue_keys(ues)
+    got_ues = {keys[u["ue"]]: {"label": u["ue"], "ended": u["ended"], "procedures": [
+        (p["frame"], p["procedure"], p["code"], p["type"]) for p in u["procedures"]]} for u in ues["ues"]}
+    assert got_ues == want.ues
+    assert [w for w in ues["warnings"] if HEADLESS in w] == ([f"{want.headless} {HEADLESS}"] if want.headless else [])
+    assert ues["warnings"] == [w for w in ues["warnings"] if HEADLESS in w]  # the oracle's rows all decode
+    evidence = [(e["ue"], e["linked_to"], e["evidence"], tuple(e["frames"]))
+                for g in ues["linked_ue_groups"] for e in g["evidence"]]
+    assert {e[2] for e in evidence} <= {"same SUCI"} | {e[2] for e in want.links}
+    assert {e for e in evidence if e[2] != "same SUCI"} <= want.links
+    assert sorted(map(sorted, (set(g["ues"]) for g in ues["linked_ue_groups"]))) == sorted(map(sorted, want.groups))
+    refused = {(r["ue"], r["not_linked_to"], r["evidence"], tuple(r["frames"]), r["why"]) for r in ues["not_linked"]}
+    assert refused == want.refused
 
 
 def test_the_corpus_exercises_every_field() -> None:

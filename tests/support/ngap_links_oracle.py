@@ -1,0 +1,157 @@
+"""The NG associations, UE contexts and 5G-TMSI links of `ngap_ue_sessions`, a second time from `tshark -T fields`.
+
+It builds on the rows and context keys of tests/support/ngap_oracle.py (one row per NGAP PDU,
+bundles split) and never imports diagd. What it computes is what docs/5g.md states:
+
+- per association (numbered A1, A2, ... in the order their first PDU comes): its first frame, its
+  NGAP PDU count, the AMF side (the endpoint on SCTP port 38412, TS 38.412) and the gNB side, and the
+  PDUs of no UE context (frame, procedure, code, PDU type) in capture order;
+- per UE context: its label `A<n>/amf-<AMF-UE-NGAP-ID>/ran-<RAN-UE-NGAP-ID>`, its PDUs (same four
+  values) and how it ended: UEContextReleaseComplete (an NGReset or a reused id pair also end one:
+  the oracle raises on those, as ngap_oracle does on reused ids);
+- the number of contexts without an InitialUEMessage (the warning that says so);
+- 5G-TMSI evidence, in capture order: a value assigned in one context (Registration Accept or
+  Configuration Update Command) and presented later in another (any other NAS message with a
+  5G-TMSI, or the NGAP FiveG-S-TMSI of a UE-associated PDU) links them; a value presented twice and
+  never assigned before is refused;
+- handover evidence: the same SourceToTarget-TransparentContainer in a HandoverRequired and a later
+  HandoverRequest links their contexts. Contexts that identified with different SUCIs are never linked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.ngap_oracle import Assoc, OracleCannotTell, UeKey, disk_cached, owned_rows, procedure, value_names
+
+NGAP_PORT = ":38412"
+TMSI_ASSIGNERS = {0x42, 0x54}  # Registration Accept, Configuration Update Command
+INITIAL_UE_MESSAGE, NG_RESET, UE_CONTEXT_RELEASE = 15, 20, 41
+HANDOVER_REQUIRED, HANDOVER_REQUEST = 12, 13  # procedure codes: HandoverPreparation, HandoverResourceAllocation
+HANDOVER = "handover: the same SourceToTarget-TransparentContainer in HandoverRequired and HandoverRequest"
+
+
+Link = tuple[str, str, str, tuple[int, ...]]  # UE label, label of the context it is linked to, evidence, frames
+Refusal = tuple[str, str, str, tuple[int, ...], str]  # UE label, label it is not linked to, evidence, frames, why
+
+
+@dataclass
+class Structure:
+    associations: dict[Assoc, dict[str, Any]]
+    ues: dict[UeKey, dict[str, Any]]
+    headless: int  # contexts with no InitialUEMessage
+    links: set[Link] = field(default_factory=set)  # every pair the 5G-TMSI and handover rules link
+    groups: list[set[str]] = field(default_factory=list)  # labels joined by the same SUCI or a link
+    refused: set[Refusal] = field(default_factory=set)  # evidence refused, between contexts not joined
+
+
+def answer(path: Path) -> Structure:
+    return disk_cached(path, "links", _answer)
+
+
+def _answer(path: Path) -> Structure:
+    rows, owners = owned_rows(path)
+    types = value_names("ngap.NGAP_PDU")
+    associations: dict[Assoc, dict[str, Any]] = {}
+    ues: dict[UeKey, dict[str, Any]] = {}
+    sucis: dict[UeKey, set[str]] = {}
+    for row, owner in zip(rows, owners, strict=True):
+        a = associations.get(row.assoc)
+        if a is None:
+            amf_side = [end for end in row.assoc[:2] if end.endswith(NGAP_PORT)]
+            if len(amf_side) != 1:
+                raise OracleCannotTell(f"association {row.assoc}: not exactly one endpoint on port 38412")
+            gnb = next(end for end in row.assoc[:2] if end != amf_side[0])
+            a = associations[row.assoc] = {"label": f"A{len(associations) + 1}", "first_frame": row.frame,
+                                           "ngap_pdus": 0, "amf": amf_side[0], "gnb": gnb, "procedures": []}
+        a["ngap_pdus"] += 1
+        step = (row.frame, procedure(row.proc), row.proc, types[row.pdu_type])
+        if owner is None:
+            a["procedures"].append(step)
+            if row.proc == NG_RESET and row.pdu_type == 0 and any(u[:3] == row.assoc for u in ues):
+                raise OracleCannotTell(f"frame {row.frame}: an NGReset on an association with UE contexts")
+            continue
+        ue = ues.setdefault(owner, {"label": f"{a['label']}/amf-{_show(owner[3])}/ran-{_show(owner[4])}",
+                                    "procedures": [], "ended": None, "initial": False})
+        ue["procedures"].append(step)
+        ue["initial"] = ue["initial"] or row.proc == INITIAL_UE_MESSAGE
+        if row.proc == UE_CONTEXT_RELEASE and row.pdu_type == 1 and ue["ended"] is None:
+            ue["ended"] = f"UEContextReleaseComplete in frame {row.frame}"
+        sucis.setdefault(owner, set()).update(
+            f"{msin}/{row.values.get('e212.mcc', [''])[0]}/{row.values.get('e212.mnc', [''])[0]}"
+            for msin in row.values.get("nas_5gs.mm.suci.msin", []))
+    headless = sum(1 for u in ues.values() if not u.pop("initial"))
+    label = {k: u["label"] for k, u in ues.items()}
+    links, refused = _evidence(rows, owners, sucis, label)
+    edges = [(label[x], label[y]) for x in ues for y in ues if x != y and sucis.get(x, set()) & sucis.get(y, set())]
+    groups = _components(edges + [(x, y) for y, x, _, _ in links])
+    joined = {x: n for n, g in enumerate(groups) for x in g}
+    kept = {r for r in refused if joined.get(r[0], -1) != joined.get(r[1], -2)}
+    return Structure(associations, ues, headless, links, groups, kept)
+
+
+def _show(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _components(edges: list[tuple[str, str]]) -> list[set[str]]:
+    groups: list[set[str]] = []
+    for x, y in edges:
+        joined = [g for g in groups if g & {x, y}]
+        groups = [g for g in groups if not g & {x, y}] + [{x, y}.union(*joined)]
+    return groups
+
+
+def _evidence(rows: list[Any], owners: list[UeKey | None], sucis: dict[UeKey, set[str]], label: dict[UeKey, str]
+          ) -> tuple[set[Link], set[Refusal]]:
+    assigned: dict[int, tuple[UeKey, int]] = {}  # value -> latest assigning context and frame
+    presented: dict[int, tuple[UeKey, int]] = {}  # value -> first presenting context, while never assigned
+    containers: dict[str, tuple[UeKey, int]] = {}  # SourceToTarget container -> HandoverRequired's context, frame
+    links: set[Link] = set()
+    refused: set[Refusal] = set()
+    two = "the two contexts identified with different SUCIs: two subscribers"
+    for row, owner in zip(rows, owners, strict=True):
+        if owner is None:
+            continue
+        nas = row.ints("nas_5gs.5g_tmsi")
+        assigning = bool(TMSI_ASSIGNERS & set(row.ints("nas_5gs.mm.message_type")))
+        for value in [*([] if assigning else nas), *row.ints("ngap.fiveG_TMSI")]:
+            if value in assigned:
+                other, frame = assigned[value]
+                evidence = f"5G-TMSI assigned in frame {frame}, presented in frame {row.frame}"
+                if other == owner:
+                    continue
+                if _two_subscribers(sucis, other, owner):
+                    refused.add((label[owner], label[other], evidence, (frame, row.frame), two))
+                else:
+                    links.add((label[owner], label[other], evidence, (frame, row.frame)))
+            elif value in presented:
+                other, frame = presented[value]
+                if other == owner:
+                    continue
+                why = ("the 5G-TMSI was presented by both and never assigned in this capture: a presentation alone "
+                       "is no evidence") + ("; and " + two if _two_subscribers(sucis, other, owner) else "")
+                refused.add((label[owner], label[other], f"5G-TMSI {value} presented in frames {frame} and {row.frame}",
+                             (frame, row.frame), why))
+            else:
+                presented[value] = (owner, row.frame)
+        for value in nas if assigning else []:
+            assigned[value] = (owner, row.frame)
+        container = row.values.get("ngap.SourceToTarget_TransparentContainer", [None])[0]
+        if container is not None and row.pdu_type == 0 and row.proc == HANDOVER_REQUIRED:
+            containers[container] = (owner, row.frame)
+        elif container in containers and row.pdu_type == 0 and row.proc == HANDOVER_REQUEST:
+            other, frame = containers[container]
+            if other != owner:
+                entry = (label[owner], label[other], HANDOVER, (frame, row.frame))
+                if _two_subscribers(sucis, other, owner):
+                    refused.add((*entry, two))
+                else:
+                    links.add(entry)
+    return links, refused
+
+
+def _two_subscribers(sucis: dict[UeKey, set[str]], a: UeKey, b: UeKey) -> bool:
+    return bool(sucis.get(a) and sucis.get(b) and not sucis[a] & sucis[b])
