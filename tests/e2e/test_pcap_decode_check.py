@@ -133,14 +133,14 @@ async def test_the_profile_decodes_http2_only_where_tshark_finds_it(daemon: Daem
 
 
 async def info_with_sbi_ports(daemon: DaemonProcess, **args: Any) -> dict[str, Any]:
-    """pcap_info until it carries sbi_ports: a first call may answer before the pass that reads them is
-    done, and then says so (the contract: call again)."""
+    """pcap_info until it carries sbi_ports and the protocols: a first call may answer before the passes
+    that read them are done, and then says so (the contract: call again)."""
     with trio.fail_after(HANG_GUARD_S):
         while True:
             info = await call(daemon, "pcap_info", **args)
-            if "sbi_ports" in info:
+            if "sbi_ports" in info and info["protocols_ready"]:
                 return info
-            assert any(w.startswith("sbi_ports left out") for w in info["warnings"]), info["warnings"]
+            assert "sbi_ports" in info or any(w.startswith("sbi_ports left out") for w in info["warnings"]), info
             await trio.sleep(0.2)
 
 
