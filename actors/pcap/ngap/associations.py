@@ -266,7 +266,9 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
             return
         if two_subscribers(a, b):
             why += "; and the two contexts identified with different SUCIs: two subscribers"
-        refused.append({"ue": b.label, "not_linked_to": a.label, "evidence": evidence, "frames": frames, "why": why})
+        entry = {"ue": b.label, "not_linked_to": a.label, "evidence": evidence, "frames": frames, "why": why}
+        if entry not in refused:  # one frame may show the 5G-TMSI twice (NGAP's 5G-S-TMSI and the NAS)
+            refused.append(entry)
 
     def link(a: Context, b: Context, evidence: str, frames: list[int]) -> None:
         if a is b or groups.find(a.number) == groups.find(b.number):
