@@ -147,7 +147,9 @@ class PcapBackend:
 
     def _held(self) -> dict[str, int]:
         """Bytes each loaded capture's sharkd workers hold now."""
-        return {key: actor.session.held_bytes() for key, actor in self._sessions().items()}
+        # Refreshed by each capture's pool after every request and load (pool._notify), read here without
+        # calling into the session: the call path enters each module from one place (tests/test_call_path.py).
+        return {key: actor.session.facts.held_bytes for key, actor in self._sessions().items()}
 
     def _evict(self, evict: Evict) -> None:
         ref = self.runtime.find(KIND, evict.key)

@@ -113,11 +113,6 @@ class CaptureSession:
             "sharkd: raise max_memory_mb, or cut the capture with pcap_extract_subcapture",
             max_memory_mb=self._memory_budget // 2**20, estimated_mb=need // 2**20)
 
-    def held_bytes(self) -> int:
-        """The RSS of this capture's sharkd workers now: read live, as a worker grows after its load
-        (filter bitmaps, frame trees; a snapshot taken when the load ended undercounted the budget)."""
-        return self.workers.pool.rss_bytes() if self.workers is not None else 0
-
     @property
     def tshark_only(self) -> DiagdError | None:
         return self.workers.pool.refused if self.workers is not None else None
