@@ -37,6 +37,17 @@ def tshark_count(path: str) -> int:
     return len(tshark_frames(path, "frame"))
 
 
+
+async def ring_with_replay(client: Any, veth: Any, sent: Any, *, duration_s: int) -> dict[str, Any]:
+    """A ring capture of 100 kB files on the veth's capture end, once all 753 replayed frames are in."""
+    started = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=duration_s,
+                       file_size_kb=100, ring_files=10)
+    await trio.to_thread.run_sync(veth.replay, sent)
+    with trio.fail_after(30):
+        while (await ok(client, "capture_status", capture_id=started["capture_id"]))["packets"] < 753:
+            await trio.sleep(0.2)
+    return started
+
 async def filter_matches(client: Any, ref: str, display_filter: str) -> tuple[list[int], dict[str, Any]]:
     answer = await ok(client, "pcap_frames_by_filter", pcap_path=ref, display_filter=display_filter, limit=1000)
     assert not answer["has_more"]
@@ -88,13 +99,8 @@ async def test_a_ring_of_files_is_read_as_one_and_a_live_capture_is_a_timeline_s
         capture_daemon: DaemonProcess, veth: Veth, tmp_path: Path) -> None:
     sent = pcap("5greplay_oai.pcap")
     async with mcp_client(capture_daemon.env) as client:
-        started = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=120, file_size_kb=100,
-                           ring_files=10)
+        started = await ring_with_replay(client, veth, sent, duration_s=120)
         ref = f"capture:{started['capture_id']}"
-        await trio.to_thread.run_sync(veth.replay, sent)
-        with trio.fail_after(30):
-            while (await ok(client, "capture_status", capture_id=started["capture_id"]))["packets"] < 753:
-                await trio.sleep(0.2)
 
         # Running, several files: the closed ones and the current one's complete blocks, merged in ring order.
         running = await ok(client, "capture_status", capture_id=started["capture_id"])
@@ -160,12 +166,7 @@ async def test_views_count_in_the_disk_budget_and_go_with_their_capture(env: Env
     exports = env.state / "capture" / "exports"
     try:
         async with mcp_client(env) as client:
-            first = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60, file_size_kb=100,
-                             ring_files=10)
-            await trio.to_thread.run_sync(veth.replay, sent)
-            with trio.fail_after(30):
-                while (await ok(client, "capture_status", capture_id=first["capture_id"]))["packets"] < 753:
-                    await trio.sleep(0.2)
+            first = await ring_with_replay(client, veth, sent, duration_s=60)
             stopped = await ok(client, "stop_capture", capture_id=first["capture_id"])
             assert len(stopped["files"]) > 1
             ring = bytes_under(exports)
