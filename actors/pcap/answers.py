@@ -55,6 +55,7 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
                     await summary.done.wait()
             else:
                 await capture.tell_load(request)  # answered at once: the load's progress said once
+                capture.end_head_start()
         if not summary.done.is_set():
             return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
                     "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
@@ -227,6 +228,7 @@ async def timeline_while_loading(capture: CaptureSession, message: Timeline) -> 
     argv = _cold.fields_argv(first_page.single_pass(capture.cold_argv()), message.display_filter,
                              ["frame.number", *extra])
     cells, complete = await first_page.early_fields(argv, message.display_filter, message.offset + message.limit)
+    capture.end_head_start()
     if not cells:
         return None
     rows = [timeline_row(extra, row) for row in cells[message.offset:]]

@@ -98,7 +98,8 @@ class PcapBackend:
         parsed = [(rule, *parse_decode_as(rule, cat)) for rule in dict.fromkeys(decode_as)]  # refused before loading
         prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
         identity, size = await file_identity(path)
-        begin_sha256(path, identity)  # every answer names it; read beside the load, not before it
+        if size < _cold.BIG_FILE:  # every answer names it; a big file's is read after its first answer's head start
+            begin_sha256(path, identity)
         # Every tool refuses a file that is no capture before a worker is started for it.
         await _cold.check_capture(path, identity, size)
         # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).

@@ -35,6 +35,10 @@ WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts 
 # How long an early tshark is worth it beside a pass (matches in the first few % of a capture come
 # within it), and the head start it gets when the pass would take the capture's only worker.
 EARLY_BUDGET_S = 0.5
+# How long a fresh big capture's background reads (sharkd's load, the file's sha256, capinfos' count)
+# wait for the first answer's early pass: on 2 cores, four readers beside that pass left it half a
+# core; a first page early in a file takes a single pass about this long (tshark's start is 0.3 s of it).
+HEAD_START_S = 0.5
 ROWS_TIMEOUT_S = 60.0  # a page's `frame` requests take milliseconds: past this sharkd is hung
 # (argv, display filter, how many) -> (the first matching frame numbers, complete): first_page.early_numbers,
 # a scripted fake in the unit tests.
@@ -97,9 +101,15 @@ class CaptureWorkers:
 
     def __init__(self, nursery: trio.Nursery, pool: WorkerPool, cold_argv: list[str], *, cores: Cores,
                  early_numbers: EarlyNumbers = first_page.early_numbers,
-                 early_rows: EarlyRows = first_page.early_rows) -> None:
+                 early_rows: EarlyRows = first_page.early_rows, head_start_s: float = 0.0,
+                 after_head_start: Callable[[], None] = lambda: None) -> None:
         self._nursery = nursery
         self.pool = pool
+        # Over when the first call's early pass has its page, a call needs sharkd, or head_start_s has
+        # passed; then the pool's first load reads the file and after_head_start starts the rest.
+        self.head_start = pool.hold = trio.Event()
+        self._head_start_s = head_start_s
+        self._after_head_start = after_head_start
         self.facts = pool.facts  # updated in place by the pool when the capture loads
         self.cold_argv = cold_argv
         self.cores = cores
@@ -147,11 +157,23 @@ class CaptureWorkers:
                 "filter_passes_running": len(self.passes), "second_workers_started": self.pool.grown}
 
     def start(self) -> None:
-        """Load the first worker (unless the pool refused to: over the memory budget), and stop spares
-        that stay idle."""
+        """Load the first worker (unless the pool refused to: over the memory budget) once the head start
+        is over, and stop spares that stay idle."""
         if self.pool.refused is None:
             self.pool.begin()
+        self._nursery.start_soon(self._end_head_start_in_time)
         self._nursery.start_soon(self._retire_spares)
+
+    def end_head_start(self) -> None:
+        """The first answer no longer needs the cores to itself: background reads may begin (the pool
+        ends it too when a call asks for a worker: then the load is what the call waits for)."""
+        self.head_start.set()
+
+    async def _end_head_start_in_time(self) -> None:
+        with trio.move_on_after(self._head_start_s):
+            await self.head_start.wait()
+        self.head_start.set()
+        self._after_head_start()
 
     async def _retire_spares(self) -> None:
         while True:
@@ -170,6 +192,7 @@ class CaptureWorkers:
         if (self.pool.loading and not again and display_filter not in self.passes
                 and first_page.loading_safe(display_filter, offset, limit, kinds)):
             return await self._while_loading(display_filter, offset, limit)
+        self.end_head_start()  # the page needs sharkd (or its pass) either way
         if display_filter and not self.pool.holders(display_filter):
             early = await self._first(display_filter, offset, limit, deadline, kinds)
             if early is not None:
@@ -258,6 +281,7 @@ class CaptureWorkers:
                     found = await self._early_numbers(self.cold_argv, display_filter, offset + limit)
                 finally:
                     self.cores.running -= 1
+                    self.end_head_start()
         if found is None:
             return None
         numbers, complete = found
@@ -283,6 +307,7 @@ class CaptureWorkers:
                 rows, complete = await self._early_rows(self.cold_argv, display_filter, offset + limit)
             finally:
                 self.cores.running -= 1
+                self.end_head_start()
         seen = len(rows) if complete else offset + limit + 1
         if complete and display_filter:
             self._known(display_filter, seen)

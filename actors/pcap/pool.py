@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import math
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -86,7 +85,8 @@ class Worker:
     busy_since: float = 0.0
     filters: set[str] = field(default_factory=set)
     last_used: float = 0.0
-    load_s: float = 0.0
+    load_s: float = 0.0  # from the start to loaded, less the time its load was held (WorkerPool.hold)
+    held_s: float = 0.0
 
     @property
     def ready(self) -> bool:
@@ -164,6 +164,9 @@ class WorkerPool:
         # LOADING, so every answer that tshark gives while sharkd loads is given, and a call that needs
         # sharkd gets this error instead of waiting.
         self.refused: DiagdError | None = None
+        # Set when a worker may read the file: a fresh big capture's first load waits for the first
+        # answer's early pass (passes.CaptureWorkers.head_start); its sharkd is started meanwhile.
+        self.hold: trio.Event | None = None
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -176,7 +179,7 @@ class WorkerPool:
         return worker
 
     async def _load(self, worker: Worker) -> None:
-        started = time.monotonic()
+        started = trio.current_time()
         try:
             facts = await self._load_sharkd(worker)
             if not any(w.ready for w in self.workers if w is not worker):
@@ -189,7 +192,7 @@ class WorkerPool:
         except Exception as exc:
             worker.error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd failed to load: {exc}")
         finally:
-            worker.load_s = time.monotonic() - started
+            worker.load_s = trio.current_time() - started - worker.held_s
             worker.last_used = trio.current_time()
             worker.loaded.set()
             if worker.error is None:
@@ -216,6 +219,10 @@ class WorkerPool:
             except SharkdError as exc:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                                  f"preference {name}={value}: {exc.sharkd_message}") from None
+        if self.hold is not None and not self.hold.is_set():
+            held = trio.current_time()
+            await self.hold.wait()
+            worker.held_s = trio.current_time() - held
         try:
             frames, warning = await sharkd.load(str(self.spec.path))
         except SharkdError as exc:
@@ -290,6 +297,8 @@ class WorkerPool:
         holding `display_filter`'s bitmap. Waits for one to be free; starts another when calls would
         queue and the budget allows; BUSY (with when to retry) rather than waiting past `deadline`.
         A `long` request (a filter pass) lets waiting short ones go first."""
+        if self.hold is not None:
+            self.hold.set()  # a call waits for a worker: the held load is what it waits for now
         worker = await self._acquire(doing, display_filter, deadline, long)
         try:
             yield Lease(worker)

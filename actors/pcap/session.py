@@ -29,10 +29,10 @@ from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.cache import PackedLru
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.first_page import Kinds
-from diagd.actors.pcap.passes import CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
+from diagd.actors.pcap.passes import HEAD_START_S, CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
 from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool, estimated_rss
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
-from diagd.actors.pcap.wireshark import Catalogue, catalogue, parse_decode_as
+from diagd.actors.pcap.wireshark import Catalogue, begin_sha256, catalogue, parse_decode_as
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -92,13 +92,28 @@ class CaptureSession:
         # or (frames, info) is answered by one cold tshark pass on the other core meanwhile.
         pool = WorkerPool(nursery, self.spec, self._config_dir, max_workers=self._max_workers,
                           headroom=self._headroom, launch=self._launch, cores=self._cores.count)
+        # A big file's first answer gets a head start (passes.HEAD_START_S) before the load and the
+        # other background reads take the cores; a small one loads in less than that anyway.
+        big = self.spec.size >= _cold.BIG_FILE
         self.workers = CaptureWorkers(nursery, pool, self.cold_argv(), cores=self._cores,
-                                      early_numbers=self._early_numbers, early_rows=self._early_rows)
+                                      early_numbers=self._early_numbers, early_rows=self._early_rows,
+                                      head_start_s=HEAD_START_S if big else 0.0, after_head_start=self._read_beside)
         self.facts = pool.facts
         pool.refused = self.too_big()
         if pool.refused is not None:
             log.info("capture answered from tshark only", capture=self.spec.path.name, why=pool.refused.message)
         self.workers.start()
+
+    def _read_beside(self) -> None:
+        """What every answer names later (the file's sha256) or reports (capinfos' count, in the load's
+        progress), read once the head start is over."""
+        begin_sha256(self.spec.path, self.spec.identity)
+        _cold.begin_count(self.spec.path, self.spec.identity, self.spec.size)
+
+    def end_head_start(self) -> None:
+        """The call that had the head start has its answer (answers.py: a timeline's or pcap_info's)."""
+        if self.workers is not None:
+            self.workers.end_head_start()
 
     def too_big(self) -> DiagdError | None:
         """Why sharkd is not started for this capture: its estimated RSS is over the whole budget."""

@@ -100,12 +100,13 @@ def register(runtime: Runtime) -> PcapBackend:
             CAPTURE, required=CAPTURE_ONLY)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoReply:
     spec = await backend.spec_for(args)
+    wait_until = trio.current_time() + info_wait_s(spec.size)  # one wait for both: the protocols' and the probe's
+    # The count and span first, on cores of their own: capinfos is the quick part of the answer.
+    facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
     # What HTTP each TCP port carries: one more tshark pass over the file, beside the load. The answer
     # waits for it within the same second as for the protocols (a fresh 55 MB capture needs seconds
     # on 2 cores); past that it answers without sbi_ports and the pass goes on for the next call.
     probing = decode_check.begin_probe(spec.path, spec.identity, [c.port for c in spec.decode_checks])
-    wait_until = trio.current_time() + info_wait_s(spec.size)  # one wait for both: the protocols' and this pass's
-    facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
     result = await backend.ask(ctx, spec, Info())
     warnings = list(result.pop("warnings", []))
     if not probing.done.is_set():

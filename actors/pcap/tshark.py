@@ -193,8 +193,8 @@ _counting: dict[str, trio.Event] = {}  # capinfos runs going on, per file versio
 async def check_capture(path: Path, identity: str, size: int) -> None:
     """INVALID_ARGUMENT unless the file is a capture of packets, before any worker is started for it.
     A small file gets capinfos (capture_facts, kept for pcap_info); a big one only `captype`, which
-    opens it without reading it through, and capinfos goes on in the background: counting a 1 GB
-    file's records takes seconds that a fresh capture's first page need not wait for."""
+    opens it without reading it through: counting a 1 GB file's records takes seconds that a fresh
+    capture's first page need not wait for (`begin_count` runs capinfos after the first answer)."""
     if size < BIG_FILE:
         await capture_facts(path, identity, size)
         return
@@ -204,6 +204,12 @@ async def check_capture(path: Path, identity: str, size: int) -> None:
     kind = done.out.strip().rsplit(": ", 1)[-1] if done.returncode == 0 else "unknown"
     if kind == "unknown" or kind in NOT_PACKETS:
         await capture_facts(path, identity, size)  # its own words for why not
+
+
+def begin_count(path: Path, identity: str, size: int) -> None:
+    """capinfos on the file in the background (once per file version), for the load's progress in
+    frames and the next pcap_info."""
+    if identity in _facts or identity in _counting:
         return
 
     async def count() -> None:

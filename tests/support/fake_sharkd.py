@@ -40,6 +40,7 @@ class Script:
     die_in_load: bool = False  # the worker is killed while it loads (sharkd dies, no answer)
     launched: list[FakeSharkd] = field(default_factory=list)
     log: list[str] = field(default_factory=list)  # "<pid> <method> [<filter>]" as each request starts
+    started_at: list[float] = field(default_factory=list)  # the Trio clock at each request of `log`
 
     def matching(self, display_filter: str) -> list[int]:
         return list(range(1, self.frames + 1)) if not display_filter else self.matches.get(display_filter, [])
@@ -149,6 +150,7 @@ class FakeSharkd:
         self._serving = True
         self.requests += 1
         self.script.log.append(f"{self.pid} {method} {display_filter}".rstrip())
+        self.script.started_at.append(trio.current_time())
         try:
             await trio.sleep(seconds)
         except BaseException:

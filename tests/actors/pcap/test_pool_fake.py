@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -28,14 +28,16 @@ SPEC = CaptureSpec(path=Path("/captures/fake.pcap"), identity="1:2:3:4", decode_
 
 
 @asynccontextmanager
-async def capture(script: Script, *, max_workers: int = 2, cores: int = 2,
-                  headroom: int | None = None) -> AsyncIterator[CaptureWorkers]:
+async def capture(script: Script, *, max_workers: int = 2, cores: int = 2, headroom: int | None = None,
+                  head_start_s: float = 0.0, after_head_start: Callable[[], None] = lambda: None
+                  ) -> AsyncIterator[CaptureWorkers]:
     """One capture's pool and passes on the fake, loading its first worker."""
     async with trio.open_nursery() as nursery:
         pool = WorkerPool(nursery, SPEC, Path("/nonexistent"), max_workers=max_workers, headroom=lambda: headroom,
                           launch=script.launch, cores=cores)
         workers = CaptureWorkers(nursery, pool, ["tshark", "-2", "-r", str(SPEC.path)], cores=Cores(cores),
-                                 early_numbers=script.early_numbers, early_rows=script.early_rows)
+                                 early_numbers=script.early_numbers, early_rows=script.early_rows,
+                                 head_start_s=head_start_s, after_head_start=after_head_start)
         workers.start()
         yield workers
         await workers.close()
@@ -136,6 +138,48 @@ async def test_a_fresh_capture_answers_from_a_single_pass_marked_then_exact_from
         assert trio.current_time() >= 30
         unsafe = await workers.page("sip", 0, 20, math.inf, None)  # names not known safe: never a single pass
         assert unsafe.served_by == "sharkd"
+
+
+def load_started_at(script: Script) -> list[float]:
+    """When each worker began reading the file (its `load` request)."""
+    return [t for line, t in zip(script.log, script.started_at, strict=True) if line.endswith(" load")]
+
+
+async def test_a_big_fresh_capture_loads_once_the_first_page_is_found(autojump_clock: trio.testing.MockClock) -> None:
+    """The head start: sharkd is started at once but reads the file only when the early pass has its
+    page, and the background reads (after_head_start) begin then, once."""
+    script = Script(matches={"ngap": list(range(1, 500))}, load_s=30, early_s=0.2)
+    began: list[float] = []
+    async with capture(script, head_start_s=0.5, after_head_start=lambda: began.append(trio.current_time())) as workers:
+        await trio.sleep(0.1)
+        assert len(script.launched) == 1 and load_started_at(script) == []  # started, not reading
+        page = await workers.page("ngap", 0, 20, math.inf, NGAP)  # its early pass: 0.1 s to 0.3 s
+        assert page.served_by == "tshark (single pass while sharkd loads)"
+        await trio.sleep(0.01)
+        assert load_started_at(script) == [pytest.approx(0.3)] and began == [pytest.approx(0.3)]
+        await loaded(workers)
+        assert trio.current_time() == pytest.approx(30.3, abs=0.05)
+        assert workers.statistics()["workers"][0]["load_s"] == pytest.approx(30, abs=0.05)  # the hold left out
+        assert began == [pytest.approx(0.3)]
+
+
+async def test_the_head_start_ends_in_time_or_when_a_call_needs_sharkd(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": list(range(1, 500))}, load_s=30, early_s=5)
+    async with capture(script, head_start_s=0.5) as workers:
+        page = await workers.page("ngap", 0, 20, math.inf, NGAP)  # a slow early pass: the load begins at 0.5 s
+        assert trio.current_time() == pytest.approx(5) and page.exact is False
+        assert load_started_at(script) == [pytest.approx(0.5)]
+    script = Script(load_s=30)
+    async with capture(script, head_start_s=0.5) as workers:
+        opened = trio.current_time()
+        await trio.sleep(0.1)
+        await loaded(workers)  # a call that needs sharkd ends it at once
+        assert load_started_at(script) == [pytest.approx(opened + 0.1)]
+    script = Script(load_s=30)
+    async with capture(script) as workers:  # a small capture: no head start
+        opened = trio.current_time()
+        await loaded(workers)
+        assert load_started_at(script) == [opened]
 
 
 async def test_a_load_nobody_waited_for_fails_and_the_next_call_loads_anew(
