@@ -18,15 +18,22 @@ from tests.support.ngap_oracle import CACHE
 from tests.support.pcapedit import keep_sctp_only, readdress_sctp, shift_pcap, to_ethernet
 
 PATH_SWITCH = "pcaps-extra/ngtester_chain_free5gc_pathswitch_then_release_amf_ngap_nas_sbi.pcap"
+OAI_INITUE = "pcaps-extra/ngtester_chain_oai_initue_then_release_amf_ngap_nas_sbi.pcap"
 DAY = 86400
 
 # name -> recipe. The path switch capture's uplink TSNs run 0-3 and downlink 0-2 (frame 33 retransmits TSN 1).
 RECIPES: dict[str, Recipe] = {
-    # After the release (frame 58), the PathSwitchRequest (frame 13) and its Acknowledge (frame 30) again, with
-    # RAN-UE-NGAP-ID 99 -> 100 (payload offsets 12 and 18): a new context whose SourceAMF-UE-NGAP-ID 4 names
-    # the released context of the same association, which is not a source (a path switch comes from another gNB).
-    "path-switch-again-same-gnb": Recipe(PATH_SWITCH, grafts=(
-        (13, PATH_SWITCH, 13, 4, {12: (0x63, 0x64)}), (30, PATH_SWITCH, 30, 3, {18: (0x63, 0x64)}))),
+    # After the release (frame 58), the PathSwitchRequest (frame 13) and its Acknowledge (frame 30) again: the ids
+    # 4/99 of a released context, so a new one (#2), whose SourceAMF-UE-NGAP-ID 4 names the released context of
+    # the same association, which is not a source (a path switch comes from another gNB).
+    "path-switch-again-same-gnb": Recipe(PATH_SWITCH, grafts=((13, PATH_SWITCH, 13, 4, {}),
+                                                              (30, PATH_SWITCH, 30, 3, {}))),
+    # The handover run ends with context 2/99 (#2) live on the target gNB's association (A1; uplink TSNs 0-4,
+    # downlink 0-2). Then, on it: its HandoverNotify (frame 20) with RAN-UE-NGAP-ID 99 -> 98 (offset 18): AMF id 2
+    # in another pair, a new context 2/98 ending 2/99; OAI's InitialUEMessage (frame 9 of its run) with RAN id
+    # 99 -> 98 (offset 12), ending 2/98; and the HandoverRequest (frame 12: AMF id 2 alone), a new context 2/?.
+    "ids-reused-then-initial-ue-and-handover-request": Recipe(HO, grafts=(
+        (20, HO, 20, 5, {18: (0x63, 0x62)}), (20, OAI_INITUE, 9, 6, {12: (0x63, 0x62)}), (18, HO, 12, 3, {}))),
 }
 
 

@@ -6,8 +6,9 @@ bundles split) and never imports diagd. What it computes is what docs/5g.md stat
 - per association (numbered A1, A2, ... in the order their first PDU comes): its first frame, its
   NGAP PDU count, the AMF side (the endpoint on SCTP port 38412, TS 38.412) and the gNB side, and the
   PDUs of no UE context (frame, procedure, code, PDU type) in capture order;
-- per UE context: its label `A<n>/amf-<AMF-UE-NGAP-ID>/ran-<RAN-UE-NGAP-ID>`, with `#<n>` for the n-th
-  context of one association and id pair (n > 1), its PDUs (same four values) and how it ended, as
+- per UE context: its AMF ids (one at most: the oracle raises on a row with two), its label
+  `A<n>/amf-<AMF-UE-NGAP-ID>/ran-<RAN-UE-NGAP-ID>`, with `#<n>` for the n-th context of one association
+  and id pair (n > 1), its PDUs (same four values) and how it ended, as
   tests/support/ngap_oracle.contexts decides: UEContextReleaseComplete, its RAN id reused by an
   InitialUEMessage, or its ids reused in another pair (an NGReset also ends one: the oracle raises on those);
 - the number of contexts without an InitialUEMessage (the warning that says so);
@@ -81,8 +82,9 @@ def _answer(path: Path) -> Structure:
             continue
         reused = f"#{owner[5]}" if owner[5] > 1 else ""
         ue = ues.setdefault(owner, {"label": f"{a['label']}/amf-{_show(owner[3])}/ran-{_show(owner[4])}{reused}",
-                                    "procedures": [], "ended": ended[owner], "initial": False})
+                                    "procedures": [], "ended": ended[owner], "amf_ids": [], "initial": False})
         ue["procedures"].append(step)
+        ue["amf_ids"] += [] if row.amf is None or row.amf in ue["amf_ids"] else [row.amf]
         ue["initial"] = ue["initial"] or row.proc == INITIAL_UE_MESSAGE
         sucis.setdefault(owner, set()).update(
             f"{msin}/{row.values.get('e212.mcc', [''])[0]}/{row.values.get('e212.mnc', [''])[0]}"

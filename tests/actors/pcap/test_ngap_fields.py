@@ -319,7 +319,9 @@ def test_associations_contexts_and_links_agree_with_tshark_fields(path: Path) ->
     assert [a["association"] for a in ues["associations"]] == [f"A{n}" for n in range(1, len(want.associations) + 1)]
     keys = ue_keys(ues)
     got_ues = {keys[u["ue"]]: {"label": u["ue"], "ended": u["ended"], "procedures": [
-        (p["frame"], p["procedure"], p["code"], p["type"]) for p in u["procedures"]]} for u in ues["ues"]}
+        (p["frame"], p["procedure"], p["code"], p["type"]) for p in u["procedures"]],
+        "amf_ids": u.get("amf_ue_ngap_ids") or [u["amf_ue_ngap_id"]] * (u["amf_ue_ngap_id"] is not None)}
+        for u in ues["ues"]}
     assert got_ues == want.ues
     assert [w for w in ues["warnings"] if HEADLESS in w] == ([f"{want.headless} {HEADLESS}"] if want.headless else [])
     assert ues["warnings"] == [w for w in ues["warnings"] if HEADLESS in w]  # the oracle's rows all decode
