@@ -21,6 +21,10 @@ PATH_SWITCH = "pcaps-extra/ngtester_chain_free5gc_pathswitch_then_release_amf_ng
 OAI_INITUE = "pcaps-extra/ngtester_chain_oai_initue_then_release_amf_ngap_nas_sbi.pcap"
 DAY = 86400
 
+# A UEContextModificationRequest (procedure 40, initiating, reject) for AMF/RAN UE NGAP ids 2/98 whose New AMF UE
+# NGAP ID (IE 40, reject) is 5 (TS 38.413 9.2.2.7): APER, each id one octet after its length octet.
+NEW_AMF_ID = bytes.fromhex("00280015" "000003" "000a00020002" "005500020062" "002800020005")
+
 # name -> recipe. The path switch capture's uplink TSNs run 0-3 and downlink 0-2 (frame 33 retransmits TSN 1).
 RECIPES: dict[str, Recipe] = {
     # After the release (frame 58), the PathSwitchRequest (frame 13) and its Acknowledge (frame 30) again: the ids
@@ -30,10 +34,14 @@ RECIPES: dict[str, Recipe] = {
                                                               (30, PATH_SWITCH, 30, 3, {}))),
     # The handover run ends with context 2/99 (#2) live on the target gNB's association (A1; uplink TSNs 0-4,
     # downlink 0-2). Then, on it: its HandoverNotify (frame 20) with RAN-UE-NGAP-ID 99 -> 98 (offset 18): AMF id 2
-    # in another pair, a new context 2/98 ending 2/99; OAI's InitialUEMessage (frame 9 of its run) with RAN id
-    # 99 -> 98 (offset 12), ending 2/98; and the HandoverRequest (frame 12: AMF id 2 alone), a new context 2/?.
+    # in another pair, a new context 2/98 ending 2/99; a UEContextModificationRequest giving it AMF id 5; the
+    # HandoverNotify again as 5/98 (offsets 12, 18), the same context; OAI's InitialUEMessage (frame 9 of its run)
+    # with RAN id 99 -> 98 (offset 12), ending it; and the HandoverRequest (frame 12: AMF id 2 alone), a new
+    # context 2/?.
     "ids-reused-then-initial-ue-and-handover-request": Recipe(HO, grafts=(
-        (20, HO, 20, 5, {18: (0x63, 0x62)}), (20, OAI_INITUE, 9, 6, {12: (0x63, 0x62)}), (18, HO, 12, 3, {}))),
+        (20, HO, 20, 5, {18: (0x63, 0x62)}), (18, HO, 18, 3, NEW_AMF_ID),
+        (20, HO, 20, 6, {12: (2, 5), 18: (0x63, 0x62)}), (20, OAI_INITUE, 9, 7, {12: (0x63, 0x62)}),
+        (18, HO, 12, 4, {}))),
 }
 
 

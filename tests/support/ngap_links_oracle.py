@@ -6,7 +6,7 @@ bundles split) and never imports diagd. What it computes is what docs/5g.md stat
 - per association (numbered A1, A2, ... in the order their first PDU comes): its first frame, its
   NGAP PDU count, the AMF side (the endpoint on SCTP port 38412, TS 38.412) and the gNB side, and the
   PDUs of no UE context (frame, procedure, code, PDU type) in capture order;
-- per UE context: its AMF ids (one at most: the oracle raises on a row with two), its label
+- per UE context: its AMF ids (a New AMF UE NGAP ID adds one), its label
   `A<n>/amf-<AMF-UE-NGAP-ID>/ran-<RAN-UE-NGAP-ID>`, with `#<n>` for the n-th context of one association
   and id pair (n > 1), its PDUs (same four values) and how it ended, as
   tests/support/ngap_oracle.contexts decides: UEContextReleaseComplete, its RAN id reused by an
@@ -84,7 +84,7 @@ def _answer(path: Path) -> Structure:
         ue = ues.setdefault(owner, {"label": f"{a['label']}/amf-{_show(owner[3])}/ran-{_show(owner[4])}{reused}",
                                     "procedures": [], "ended": ended[owner], "amf_ids": [], "initial": False})
         ue["procedures"].append(step)
-        ue["amf_ids"] += [] if row.amf is None or row.amf in ue["amf_ids"] else [row.amf]
+        ue["amf_ids"] += [i for i in (row.amf, row.new_amf) if i is not None and i not in ue["amf_ids"]]
         ue["initial"] = ue["initial"] or row.proc == INITIAL_UE_MESSAGE
         sucis.setdefault(owner, set()).update(
             f"{msin}/{row.values.get('e212.mcc', [''])[0]}/{row.values.get('e212.mnc', [''])[0]}"
@@ -92,7 +92,8 @@ def _answer(path: Path) -> Structure:
     headless = sum(1 for u in ues.values() if not u.pop("initial"))
     label = {k: u["label"] for k, u in ues.items()}
     links, refused = _evidence(rows, owners, sucis, label)
-    for source, target, frames in _path_switches(rows, owners, {a: x["amf"] for a, x in associations.items()}):
+    amf_sides = {a: x["amf"] for a, x in associations.items()}
+    for source, target, frames in _path_switches(rows, owners, amf_sides, {k: u["amf_ids"] for k, u in ues.items()}):
         entry = (label[target], label[source], PATH_SWITCH, frames)
         if _two_subscribers(sucis, source, target):
             refused.add((*entry, "the two contexts identified with different SUCIs: two subscribers"))
@@ -170,8 +171,8 @@ def _two_subscribers(sucis: dict[UeKey, set[str]], a: UeKey, b: UeKey) -> bool:
     return bool(sucis.get(a) and sucis.get(b) and not sucis[a] & sucis[b])
 
 
-def _path_switches(rows: list[Any], owners: list[UeKey | None], amf_side: dict[Assoc, str]
-                   ) -> list[tuple[UeKey, UeKey, tuple[int, ...]]]:
+def _path_switches(rows: list[Any], owners: list[UeKey | None], amf_side: dict[Assoc, str],
+                   amf_ids: dict[UeKey, list[int]]) -> list[tuple[UeKey, UeKey, tuple[int, ...]]]:
     """(source context, switched context, (frame,)) of each PathSwitchRequest whose source is in the capture."""
     first: dict[UeKey, int] = {}  # in the order the contexts started
     for row, owner in zip(rows, owners, strict=True):
@@ -183,7 +184,7 @@ def _path_switches(rows: list[Any], owners: list[UeKey | None], amf_side: dict[A
             continue
         ip = amf_side[owner[:3]].rsplit(":", 1)[0]
         sources = [u for u in first if u[:3] != owner[:3] and amf_side[u[:3]].rsplit(":", 1)[0] == ip
-                   and u[3] == row.source_amf and first[u] <= row.frame]
+                   and row.source_amf in amf_ids[u] and first[u] <= row.frame]
         if sources:
             found.append((sources[-1], owner, (row.frame,)))
     return found

@@ -55,8 +55,8 @@ SM_RELEASES = {0xD1, 0xD3}
 NORMAL_5GSM = {36, 39}
 
 # TS 38.413 procedure codes and IE ids the context rule reads.
-INITIAL_UE_MESSAGE, NG_RESET, PATH_SWITCH, UE_CONTEXT_RELEASE = 15, 20, 25, 41
-IE_AMF_UE_NGAP_ID, IE_SOURCE_AMF_UE_NGAP_ID = 10, 100
+INITIAL_UE_MESSAGE, NG_RESET, PATH_SWITCH, UE_CONTEXT_MODIFICATION, UE_CONTEXT_RELEASE = 15, 20, 25, 40, 41
+IE_AMF_UE_NGAP_ID, IE_NEW_AMF_UE_NGAP_ID, IE_SOURCE_AMF_UE_NGAP_ID = 10, 40, 100
 MM_DL_NAS_TRANSPORT, MM_REGISTRATION_REQUEST = 0x68, 0x41
 MM_REGISTRATION_ENDS = {0x42, 0x44}  # Registration Accept / Reject
 CACHE = Path(os.environ.get("DIAGD_TEST_TREE_CACHE", Path(tempfile.gettempdir()) / f"diagd-trees-{os.getuid()}"))
@@ -93,6 +93,7 @@ class Row:
     amf: int | None
     values: dict[str, list[str]]
     source_amf: int | None = None  # PathSwitchRequest: the SourceAMF-UE-NGAP-ID (the source context's)
+    new_amf: int | None = None  # UEContextModificationRequest: the New AMF UE NGAP ID its context takes on
 
     def ints(self, name: str) -> list[int]:
         return [int(v, 0) for v in self.values.get(name, [])]
@@ -199,6 +200,15 @@ def tshark_rows(path: Path, tmp: Path) -> list[Row]:
                 raise OracleCannotTell(f"frame {row.frame}: SourceAMF-UE-NGAP-ID (IE 100) in procedure {row.proc} "
                                        f"with IEs {ies} and AMF-UE-NGAP-ID values {amf_values}: which is which")
             row.ran, row.source_amf = row.one("ngap.RAN_UE_NGAP_ID"), amf_values[0]
+        elif IE_NEW_AMF_UE_NGAP_ID in ies:
+            # TS 38.413 9.2.2.7: AMF-UE-NGAP-ID (IE 10), then New AMF UE NGAP ID (IE 40): tshark lists both values
+            # under the one field, in the order of their IEs.
+            amf_values = row.ints("ngap.AMF_UE_NGAP_ID")
+            order = [i for i in ies if i in (IE_AMF_UE_NGAP_ID, IE_NEW_AMF_UE_NGAP_ID)]
+            if (row.proc, row.pdu_type) != (UE_CONTEXT_MODIFICATION, 0) or order != [10, 40] or len(amf_values) != 2:
+                raise OracleCannotTell(f"frame {row.frame}: New AMF UE NGAP ID (IE 40) in procedure {row.proc} "
+                                       f"with IEs {ies} and AMF-UE-NGAP-ID values {amf_values}: which is which")
+            row.ran, (row.amf, row.new_amf) = row.one("ngap.RAN_UE_NGAP_ID"), amf_values
         else:
             row.ran, row.amf = row.one("ngap.RAN_UE_NGAP_ID"), row.one("ngap.AMF_UE_NGAP_ID")
         rows.append(row)
@@ -213,11 +223,12 @@ def owned_rows(path: Path) -> tuple[list[Row], list[UeKey | None]]:
 
 @dataclass
 class _Context:
-    """One UE context while the rows are read: the ids it has shown so far, and what ended it."""
+    """One UE context while the rows are read: the ids it has shown so far (AMF ids in the order it took them on),
+    and what ended it."""
 
     assoc: Assoc
     ran: int | None
-    amf: int | None
+    amfs: list[int]
     ended: str | None = None
 
 
@@ -226,8 +237,9 @@ def contexts(path: Path) -> tuple[list[Row], list[UeKey | None], dict[UeKey, str
 
     docs/5g.md: a context is (association, AMF id, RAN id) and ends with UEContextReleaseComplete, a new
     InitialUEMessage with its RAN id, or a PDU pairing one of its ids with another id than its own; later
-    PDUs with those ids start a new context, keyed as the n-th of its pair. A PDU carrying one id, or an id
-    its context has not shown yet, joins the live context showing the other. (An NGReset also ends the
+    PDUs with those ids start a new context, keyed as the n-th of its pair (by its first AMF id). A PDU carrying
+    one id, or an id its context has not shown yet, joins the live context showing the other; a New AMF UE NGAP
+    ID (UEContextModificationRequest) is one more AMF id of the context it names. (An NGReset also ends the
     contexts it covers: not applied here; tests/support/ngap_links_oracle.py refuses such captures.)
     """
     with tempfile.TemporaryDirectory(prefix="ngap-oracle-") as tmp:
@@ -252,9 +264,9 @@ def contexts(path: Path) -> tuple[list[Row], list[UeKey | None], dict[UeKey, str
                 end(old, f"RAN-UE-NGAP-ID reused by InitialUEMessage in frame {row.frame}")
             owner = None
         else:
-            named = [c for c in here if (row.ran is not None and c.ran == row.ran)
-                     or (row.amf is not None and c.amf == row.amf)]
-            fitting = [c for c in named if _agree(row.ran, c.ran) and _agree(row.amf, c.amf)]
+            named = [c for c in here if (row.ran is not None and c.ran == row.ran) or row.amf in c.amfs]
+            fitting = [c for c in named if _agree(row.ran, c.ran) and (row.amf is None or row.amf in c.amfs
+                                                                          or not c.amfs)]
             if len(fitting) > 1:
                 raise OracleCannotTell(f"frame {row.frame}: its RAN id {row.ran} and AMF id {row.amf} each fit "
                                        "another live context (one without an AMF id, one without a RAN id)")
@@ -263,20 +275,24 @@ def contexts(path: Path) -> tuple[list[Row], list[UeKey | None], dict[UeKey, str
                 if old is not owner:
                     end(old, f"ids reused by a different UE in frame {row.frame}")
         if owner is None:
-            owner = _Context(row.assoc, row.ran, row.amf)
+            owner = _Context(row.assoc, row.ran, [])
             made.append(owner)
             here.append(owner)
         owner.ran = owner.ran if owner.ran is not None else row.ran
-        owner.amf = owner.amf if owner.amf is not None else row.amf
+        for amf in (row.amf, row.new_amf):
+            if amf is not None and amf not in owner.amfs:
+                if any(amf in c.amfs for c in here):
+                    raise OracleCannotTell(f"frame {row.frame}: New AMF UE NGAP ID {amf} is another live context's")
+                owner.amfs.append(amf)
         mine.append(owner)
         if row.proc == UE_CONTEXT_RELEASE and row.pdu_type == 1:
             end(owner, f"UEContextReleaseComplete in frame {row.frame}")
     keys: dict[int, UeKey] = {}
     uses: dict[tuple[Assoc, int | None, int | None], int] = {}
     for ctx in made:  # numbered in the order they started
-        pair = (ctx.assoc, ctx.amf, ctx.ran)
+        pair = (ctx.assoc, ctx.amfs[0] if ctx.amfs else None, ctx.ran)
         uses[pair] = uses.get(pair, 0) + 1
-        keys[id(ctx)] = (*ctx.assoc, ctx.amf, ctx.ran, uses[pair])
+        keys[id(ctx)] = (*pair[0], pair[1], pair[2], uses[pair])
     return rows, [None if c is None else keys[id(c)] for c in mine], {keys[id(c)]: c.ended for c in made}
 
 
