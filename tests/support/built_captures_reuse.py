@@ -57,14 +57,17 @@ class Part(NamedTuple):
     flips: tuple[tuple[int, str, str], ...] = ()
 
 
-# The Open5GS handover run (2026-07-22; AMF 172.30.0.10: contexts with AMF-UE-NGAP-ID 1 on both its gNBs, the
-# last one A1/amf-1/ran-99#2 in its frame 17), a copy of it three days later at another AMF address
-# (172.30.0.11, port 38412 still), the free5GC path switch (2026-07-30) with its SourceAMF-UE-NGAP-ID 4 made 1
-# (frame 13, IE 100), and a copy of the handover run nine days later at the first AMF, after the switch.
-# The source is the latest context with AMF id 1 at 172.30.0.10 started before the switch: the first copy's are
-# at another AMF, the second's start after it.
+# A copy of the Open5GS handover run three days earlier at another AMF address (172.30.0.12, port 38412 still),
+# the run itself (2026-07-22; AMF 172.30.0.10: contexts with AMF-UE-NGAP-ID 1 on both its gNBs, the last one
+# amf-1/ran-99#2 on the target gNB), a copy of it three days later at another AMF address (172.30.0.11), the
+# free5GC path switch (2026-07-30) with its SourceAMF-UE-NGAP-ID 4 made 1 (frame 13, IE 100), and a copy of
+# the handover run nine days later at the first AMF, after the switch. The source is the latest context with
+# AMF id 1 at 172.30.0.10 started before the switch: the copies' are at other AMFs (before and after the run's),
+# or start after it.
 MERGES: dict[str, tuple[Part, ...]] = {
     "path-switch-from-other-gnb": (
+        Part(HO, -3, (("172.30.0.10", "172.30.0.12"), ("172.30.200.4", "172.30.203.4"),
+                      ("172.30.200.2", "172.30.203.2")), ((44533, 44536), (53621, 53624)), 0x33333333),
         Part(HO),
         Part(HO, 3, (("172.30.0.10", "172.30.0.11"), ("172.30.200.4", "172.30.201.4"),
                      ("172.30.200.2", "172.30.201.2")), ((44533, 44534), (53621, 53622)), 0x11111111),
