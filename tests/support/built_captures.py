@@ -144,9 +144,10 @@ def flip(data: bytearray, frame: int, old: str, new: str) -> None:
     data[at:at + len(new) // 2] = bytes.fromhex(new)
 
 
-def built(name: str) -> Path:
-    """The capture of recipe `name` (its path even when the corpus is missing: callers check exists())."""
-    recipe = RECIPES[name]
+def built(name: str, recipes: dict[str, Recipe] | None = None) -> Path:
+    """The capture of recipe `name` of `recipes` (default RECIPES), its path even when the corpus is missing:
+    callers check exists()."""
+    recipe = (RECIPES if recipes is None else recipes)[name]
     digest = hashlib.sha256(repr(recipe).encode()).hexdigest()[:8]
     out = CACHE / f"built-{name}-{digest}.pcap"
     donors = {recipe.source, *(g[1] for g in recipe.grafts)}

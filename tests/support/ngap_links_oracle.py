@@ -6,16 +6,22 @@ bundles split) and never imports diagd. What it computes is what docs/5g.md stat
 - per association (numbered A1, A2, ... in the order their first PDU comes): its first frame, its
   NGAP PDU count, the AMF side (the endpoint on SCTP port 38412, TS 38.412) and the gNB side, and the
   PDUs of no UE context (frame, procedure, code, PDU type) in capture order;
-- per UE context: its label `A<n>/amf-<AMF-UE-NGAP-ID>/ran-<RAN-UE-NGAP-ID>`, its PDUs (same four
-  values) and how it ended: UEContextReleaseComplete (an NGReset or a reused id pair also end one:
-  the oracle raises on those, as ngap_oracle does on reused ids);
+- per UE context: its AMF ids (a New AMF UE NGAP ID adds one), its label
+  `A<n>/amf-<AMF-UE-NGAP-ID>/ran-<RAN-UE-NGAP-ID>`, with `#<n>` for the n-th context of one association
+  and id pair (n > 1), its PDUs (same four values) and how it ended, as
+  tests/support/ngap_oracle.contexts decides: UEContextReleaseComplete, its RAN id reused by an
+  InitialUEMessage, or its ids reused in another pair (an NGReset also ends one: the oracle raises on those);
 - the number of contexts without an InitialUEMessage (the warning that says so);
 - 5G-TMSI evidence, in capture order: a value assigned in one context (Registration Accept or
   Configuration Update Command) and presented later in another (any other NAS message with a
   5G-TMSI, or the NGAP FiveG-S-TMSI of a UE-associated PDU) links them; a value presented twice and
   never assigned before is refused;
 - handover evidence: the same SourceToTarget-TransparentContainer in a HandoverRequired and a later
-  HandoverRequest links their contexts. Contexts that identified with different SUCIs are never linked.
+  HandoverRequest links their contexts;
+- path switch evidence: a PathSwitchRequest's SourceAMF-UE-NGAP-ID links its context to the source: the
+  context, on another association whose AMF side has the same IP address, that showed that AMF id and
+  started last at or before the request's frame.
+Contexts that identified with different SUCIs are never linked.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.ngap_oracle import Assoc, OracleCannotTell, UeKey, disk_cached, owned_rows, procedure, value_names
+from tests.support.ngap_oracle import Assoc, OracleCannotTell, UeKey, contexts, disk_cached, procedure, value_names
 
 NGAP_PORT = ":38412"
 TMSI_ASSIGNERS = {0x42, 0x54}  # Registration Accept, Configuration Update Command
-INITIAL_UE_MESSAGE, NG_RESET, UE_CONTEXT_RELEASE = 15, 20, 41
+INITIAL_UE_MESSAGE, NG_RESET, PATH_SWITCH_REQUEST = 15, 20, 25
 HANDOVER_REQUIRED, HANDOVER_REQUEST = 12, 13  # procedure codes: HandoverPreparation, HandoverResourceAllocation
 HANDOVER = "handover: the same SourceToTarget-TransparentContainer in HandoverRequired and HandoverRequest"
+PATH_SWITCH = "path switch: SourceAMF-UE-NGAP-ID names the source context"
 
 
 Link = tuple[str, str, str, tuple[int, ...]]  # UE label, label of the context it is linked to, evidence, frames
@@ -52,7 +59,7 @@ def answer(path: Path) -> Structure:
 
 
 def _answer(path: Path) -> Structure:
-    rows, owners = owned_rows(path)
+    rows, owners, ended = contexts(path)
     types = value_names("ngap.NGAP_PDU")
     associations: dict[Assoc, dict[str, Any]] = {}
     ues: dict[UeKey, dict[str, Any]] = {}
@@ -73,18 +80,25 @@ def _answer(path: Path) -> Structure:
             if row.proc == NG_RESET and row.pdu_type == 0 and any(u[:3] == row.assoc for u in ues):
                 raise OracleCannotTell(f"frame {row.frame}: an NGReset on an association with UE contexts")
             continue
-        ue = ues.setdefault(owner, {"label": f"{a['label']}/amf-{_show(owner[3])}/ran-{_show(owner[4])}",
-                                    "procedures": [], "ended": None, "initial": False})
+        reused = f"#{owner[5]}" if owner[5] > 1 else ""
+        ue = ues.setdefault(owner, {"label": f"{a['label']}/amf-{_show(owner[3])}/ran-{_show(owner[4])}{reused}",
+                                    "procedures": [], "ended": ended[owner], "amf_ids": [], "initial": False})
         ue["procedures"].append(step)
+        ue["amf_ids"] += [i for i in (row.amf, row.new_amf) if i is not None and i not in ue["amf_ids"]]
         ue["initial"] = ue["initial"] or row.proc == INITIAL_UE_MESSAGE
-        if row.proc == UE_CONTEXT_RELEASE and row.pdu_type == 1 and ue["ended"] is None:
-            ue["ended"] = f"UEContextReleaseComplete in frame {row.frame}"
         sucis.setdefault(owner, set()).update(
             f"{msin}/{row.values.get('e212.mcc', [''])[0]}/{row.values.get('e212.mnc', [''])[0]}"
             for msin in row.values.get("nas_5gs.mm.suci.msin", []))
     headless = sum(1 for u in ues.values() if not u.pop("initial"))
     label = {k: u["label"] for k, u in ues.items()}
     links, refused = _evidence(rows, owners, sucis, label)
+    amf_sides = {a: x["amf"] for a, x in associations.items()}
+    for source, target, frames in _path_switches(rows, owners, amf_sides, {k: u["amf_ids"] for k, u in ues.items()}):
+        entry = (label[target], label[source], PATH_SWITCH, frames)
+        if _two_subscribers(sucis, source, target):
+            refused.add((*entry, "the two contexts identified with different SUCIs: two subscribers"))
+        else:
+            links.add(entry)
     edges = [(label[x], label[y]) for x in ues for y in ues if x != y and sucis.get(x, set()) & sucis.get(y, set())]
     groups = _components(edges + [(x, y) for y, x, _, _ in links])
     joined = {x: n for n, g in enumerate(groups) for x in g}
@@ -155,3 +169,22 @@ def _evidence(rows: list[Any], owners: list[UeKey | None], sucis: dict[UeKey, se
 
 def _two_subscribers(sucis: dict[UeKey, set[str]], a: UeKey, b: UeKey) -> bool:
     return bool(sucis.get(a) and sucis.get(b) and not sucis[a] & sucis[b])
+
+
+def _path_switches(rows: list[Any], owners: list[UeKey | None], amf_side: dict[Assoc, str],
+                   amf_ids: dict[UeKey, list[int]]) -> list[tuple[UeKey, UeKey, tuple[int, ...]]]:
+    """(source context, switched context, (frame,)) of each PathSwitchRequest whose source is in the capture."""
+    first: dict[UeKey, int] = {}  # in the order the contexts started
+    for row, owner in zip(rows, owners, strict=True):
+        if owner is not None:
+            first.setdefault(owner, row.frame)
+    found = []
+    for row, owner in zip(rows, owners, strict=True):
+        if owner is None or row.proc != PATH_SWITCH_REQUEST or row.pdu_type != 0 or row.source_amf is None:
+            continue
+        ip = amf_side[owner[:3]].rsplit(":", 1)[0]
+        sources = [u for u in first if u[:3] != owner[:3] and amf_side[u[:3]].rsplit(":", 1)[0] == ip
+                   and row.source_amf in amf_ids[u] and first[u] <= row.frame]
+        if sources:
+            found.append((sources[-1], owner, (row.frame,)))
+    return found

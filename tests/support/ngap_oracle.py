@@ -7,7 +7,10 @@ one NGAP PDU; frame numbers are mapped back to the original capture's. Whatever 
 unambiguously from one row (two RAN ids, two 5GSM messages, ...) makes it raise instead of guess.
 
 The rules it applies are the ones docs/5g.md states for the tools: a UE context is (SCTP
-association, AMF-UE-NGAP-ID, RAN-UE-NGAP-ID); failures are reject/failure/status NAS messages,
+association, AMF-UE-NGAP-ID, RAN-UE-NGAP-ID), live from its first PDU until UEContextReleaseComplete,
+an InitialUEMessage with its RAN id, or a PDU pairing one of its ids with another (later PDUs with
+those ids are a new context, the n-th of that pair); a PathSwitchRequest's SourceAMF-UE-NGAP-ID
+(told by its IE id) names the source context, not its own; failures are reject/failure/status NAS messages,
 NGAP unsuccessful outcomes, ErrorIndication / NAS non-delivery, failed PDU session setups,
 releases with an abnormal cause, and class-1 requests unanswered although the association went on.
 """
@@ -40,6 +43,7 @@ FIELDS = [
     "nas_5gs.5g_tmsi", "ngap.fiveG_TMSI", "ngap.sST", "ngap.sD", "nas_5gs.mm.sst", "nas_5gs.mm.mm_sd",
     "ngap.TransportLayerAddressIPv4", "ngap.gTP_TEID", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4",
     "ngap.qosFlowIdentifier", "ngap.SourceToTarget_TransparentContainer",
+    "ngap.id",  # the IE ids in order: which AMF-UE-NGAP-ID is a PathSwitchRequest's SourceAMF-UE-NGAP-ID
 ]
 CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
 # TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).
@@ -50,12 +54,16 @@ SM_FAILURES = {0xC3, 0xCA, 0xCD, 0xD2, 0xD6}
 SM_RELEASES = {0xD1, 0xD3}
 NORMAL_5GSM = {36, 39}
 
+# TS 38.413 procedure codes and IE ids the context rule reads.
+INITIAL_UE_MESSAGE, NG_RESET, PATH_SWITCH, UE_CONTEXT_MODIFICATION, UE_CONTEXT_RELEASE = 15, 20, 25, 40, 41
+IE_AMF_UE_NGAP_ID, IE_NEW_AMF_UE_NGAP_ID, IE_SOURCE_AMF_UE_NGAP_ID = 10, 40, 100
 MM_DL_NAS_TRANSPORT, MM_REGISTRATION_REQUEST = 0x68, 0x41
 MM_REGISTRATION_ENDS = {0x42, 0x44}  # Registration Accept / Reject
 CACHE = Path(os.environ.get("DIAGD_TEST_TREE_CACHE", Path(tempfile.gettempdir()) / f"diagd-trees-{os.getuid()}"))
 
 Assoc = tuple[str, str, int]
-UeKey = tuple[str, str, int, int | None, int | None]  # endpoints, assoc index, AMF id, RAN id
+# endpoints, assoc index, AMF id, RAN id, n: the n-th context of that association and id pair (ids reused)
+UeKey = tuple[str, str, int, int | None, int | None, int]
 T = TypeVar("T")
 
 
@@ -84,6 +92,8 @@ class Row:
     ran: int | None
     amf: int | None
     values: dict[str, list[str]]
+    source_amf: int | None = None  # PathSwitchRequest: the SourceAMF-UE-NGAP-ID (the source context's)
+    new_amf: int | None = None  # UEContextModificationRequest: the New AMF UE NGAP ID its context takes on
 
     def ints(self, name: str) -> list[int]:
         return [int(v, 0) for v in self.values.get(name, [])]
@@ -178,9 +188,28 @@ def tshark_rows(path: Path, tmp: Path) -> list[Row]:
                   assoc=(ends[0], ends[1], int(cells["sctp.assoc_index"])),
                   proc=int(cells["ngap.procedureCode"]), pdu_type=int(cells["ngap.NGAP_PDU"]),
                   ran=None, amf=None, values=values)
-        if row.proc == 25:  # PathSwitchRequest: its AMF id field is the source context's
-            raise OracleCannotTell(f"frame {row.frame}: a path switch; its AMF ids need the IE ids")
-        if row.proc != 20:  # NGReset is not UE-associated: its ids are the items of the list it resets
+        if row.proc == NG_RESET:  # not UE-associated: its ids are the items of the list it resets
+            rows.append(row)
+            continue
+        ies = row.ints("ngap.id")
+        if IE_SOURCE_AMF_UE_NGAP_ID in ies:
+            # TS 38.413 9.2.3.8: a PathSwitchRequest carries RAN-UE-NGAP-ID and SourceAMF-UE-NGAP-ID, whose type
+            # is AMF-UE-NGAP-ID (tshark's one field for both); with no other AMF id IE, the one value is the source's.
+            amf_values = row.ints("ngap.AMF_UE_NGAP_ID")
+            if (row.proc, row.pdu_type) != (PATH_SWITCH, 0) or IE_AMF_UE_NGAP_ID in ies or len(amf_values) != 1:
+                raise OracleCannotTell(f"frame {row.frame}: SourceAMF-UE-NGAP-ID (IE 100) in procedure {row.proc} "
+                                       f"with IEs {ies} and AMF-UE-NGAP-ID values {amf_values}: which is which")
+            row.ran, row.source_amf = row.one("ngap.RAN_UE_NGAP_ID"), amf_values[0]
+        elif IE_NEW_AMF_UE_NGAP_ID in ies:
+            # TS 38.413 9.2.2.7: AMF-UE-NGAP-ID (IE 10), then New AMF UE NGAP ID (IE 40): tshark lists both values
+            # under the one field, in the order of their IEs.
+            amf_values = row.ints("ngap.AMF_UE_NGAP_ID")
+            order = [i for i in ies if i in (IE_AMF_UE_NGAP_ID, IE_NEW_AMF_UE_NGAP_ID)]
+            if (row.proc, row.pdu_type) != (UE_CONTEXT_MODIFICATION, 0) or order != [10, 40] or len(amf_values) != 2:
+                raise OracleCannotTell(f"frame {row.frame}: New AMF UE NGAP ID (IE 40) in procedure {row.proc} "
+                                       f"with IEs {ies} and AMF-UE-NGAP-ID values {amf_values}: which is which")
+            row.ran, (row.amf, row.new_amf) = row.one("ngap.RAN_UE_NGAP_ID"), amf_values
+        else:
             row.ran, row.amf = row.one("ngap.RAN_UE_NGAP_ID"), row.one("ngap.AMF_UE_NGAP_ID")
         rows.append(row)
     return rows
@@ -188,25 +217,88 @@ def tshark_rows(path: Path, tmp: Path) -> list[Row]:
 
 def owned_rows(path: Path) -> tuple[list[Row], list[UeKey | None]]:
     """Every NGAP PDU's row, and the UE context each belongs to (None: not UE-associated)."""
+    rows, owners, _ = contexts(path)
+    return rows, owners
+
+
+@dataclass
+class _Context:
+    """One UE context while the rows are read: the ids it has shown so far (AMF ids in the order it took them on),
+    and what ended it."""
+
+    assoc: Assoc
+    ran: int | None
+    amfs: list[int]
+    ended: str | None = None
+
+
+def contexts(path: Path) -> tuple[list[Row], list[UeKey | None], dict[UeKey, str | None]]:
+    """The rows, each row's UE context, and how each context ended (None: still live at the capture's end).
+
+    docs/5g.md: a context is (association, AMF id, RAN id) and ends with UEContextReleaseComplete, a new
+    InitialUEMessage with its RAN id, or a PDU pairing one of its ids with another id than its own; later
+    PDUs with those ids start a new context, keyed as the n-th of its pair (by its first AMF id). A PDU carrying
+    one id, or an id its context has not shown yet, joins the live context showing the other; a New AMF UE NGAP
+    ID (UEContextModificationRequest) is one more AMF id of the context it names. (An NGReset also ends the
+    contexts it covers: not applied here; tests/support/ngap_links_oracle.py refuses such captures.)
+    """
     with tempfile.TemporaryDirectory(prefix="ngap-oracle-") as tmp:
         rows = tshark_rows(path, Path(tmp))
-    # Contexts: a RAN id names one context per association until an AMF id joins it.
-    amf_of: dict[tuple[Assoc, int], int] = {}
-    ran_of: dict[tuple[Assoc, int], int] = {}
+    made: list[_Context] = []
+    live: dict[Assoc, list[_Context]] = {}
+    mine: list[_Context | None] = []
+
+    def end(ctx: _Context, why: str) -> None:
+        ctx.ended = ctx.ended or why
+        live[ctx.assoc].remove(ctx)
+
     for row in rows:
-        if row.ran is not None and row.amf is not None:
-            if amf_of.setdefault((row.assoc, row.ran), row.amf) != row.amf:
-                raise OracleCannotTell(f"frame {row.frame}: RAN id {row.ran} reused in one association")
-            ran_of.setdefault((row.assoc, row.amf), row.ran)
+        if row.ran is None and row.amf is None:
+            mine.append(None)
+            continue
+        here = live.setdefault(row.assoc, [])
+        if row.proc == INITIAL_UE_MESSAGE and row.pdu_type == 0:
+            if row.amf is not None:
+                raise OracleCannotTell(f"frame {row.frame}: an InitialUEMessage with an AMF-UE-NGAP-ID")
+            for old in [c for c in here if c.ran == row.ran]:
+                end(old, f"RAN-UE-NGAP-ID reused by InitialUEMessage in frame {row.frame}")
+            owner = None
+        else:
+            named = [c for c in here if (row.ran is not None and c.ran == row.ran) or row.amf in c.amfs]
+            fitting = [c for c in named if _agree(row.ran, c.ran) and (row.amf is None or row.amf in c.amfs
+                                                                          or not c.amfs)]
+            if len(fitting) > 1:
+                raise OracleCannotTell(f"frame {row.frame}: its RAN id {row.ran} and AMF id {row.amf} each fit "
+                                       "another live context (one without an AMF id, one without a RAN id)")
+            owner = fitting[0] if fitting else None
+            for old in named:
+                if old is not owner:
+                    end(old, f"ids reused by a different UE in frame {row.frame}")
+        if owner is None:
+            owner = _Context(row.assoc, row.ran, [])
+            made.append(owner)
+            here.append(owner)
+        owner.ran = owner.ran if owner.ran is not None else row.ran
+        for amf in (row.amf, row.new_amf):
+            if amf is not None and amf not in owner.amfs:
+                if any(amf in c.amfs for c in here):
+                    raise OracleCannotTell(f"frame {row.frame}: New AMF UE NGAP ID {amf} is another live context's")
+                owner.amfs.append(amf)
+        mine.append(owner)
+        if row.proc == UE_CONTEXT_RELEASE and row.pdu_type == 1:
+            end(owner, f"UEContextReleaseComplete in frame {row.frame}")
+    keys: dict[int, UeKey] = {}
+    uses: dict[tuple[Assoc, int | None, int | None], int] = {}
+    for ctx in made:  # numbered in the order they started
+        pair = (ctx.assoc, ctx.amfs[0] if ctx.amfs else None, ctx.ran)
+        uses[pair] = uses.get(pair, 0) + 1
+        keys[id(ctx)] = (*pair[0], pair[1], pair[2], uses[pair])
+    return rows, [None if c is None else keys[id(c)] for c in mine], {keys[id(c)]: c.ended for c in made}
 
-    def ue(row: Row) -> UeKey | None:
-        ran = row.ran if row.ran is not None else ran_of.get((row.assoc, row.amf)) if row.amf is not None else None
-        amf = row.amf if row.amf is not None else amf_of.get((row.assoc, row.ran)) if row.ran is not None else None
-        if ran is None and amf is None:
-            return None
-        return (*row.assoc, amf, ran)
 
-    return rows, [ue(row) for row in rows]
+def _agree(shown: int | None, known: int | None) -> bool:
+    """A PDU's id agrees with a context's when either is absent or they are equal."""
+    return shown is None or known is None or shown == known
 
 
 def answer(path: Path) -> Answer:

@@ -37,6 +37,7 @@ from tests.support.ngap_oracle import (
     Row,
     UeKey,
     cause_name,
+    contexts,
     disk_cached,
     owned_rows,
 )
@@ -179,7 +180,7 @@ Slot = tuple[UeKey, str, int | None]
 
 
 def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
-    rows, owners = owned_rows(path)
+    rows, owners, ended = contexts(path)
     last_of = {owner: row.frame for row, owner in zip(rows, owners, strict=True) if owner is not None}
     opened: dict[Slot, Open] = {}
     found: list[Detail] = []
@@ -245,12 +246,13 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                   (f"accepted in frame {o.accept} by a NAS transport; no N2 PDU session resource setup carried "
                    "the accept",))
             continue
-        # Why no answer, from what came after the instance's last message: more of its UE context, more of
-        # its association, or nothing (the capture ends). (diagd also names a context closed in that last
-        # frame, by an NGReset or a reused id: no capture here has one.)
+        # Why no answer, from what came after the instance's last message: more of its UE context, the context's
+        # end (a reused id ended it: ngap_oracle.contexts), more of its association, or nothing (the capture ends).
         owner = slot[0]
         if last_of[owner] > o.last.frame:
             says: tuple[str, ...] = (f"no answer: the UE context carried NGAP until frame {last_of[owner]} (",)
+        elif ended[owner] is not None:
+            says = (f"no answer before the UE context ended ({ended[owner]})",)
         elif last_in_assoc[owner[:3]] > o.last.frame:
             says = ("no answer: this UE context fell silent while its association carried NGAP until frame "
                     f"{last_in_assoc[owner[:3]]}",)

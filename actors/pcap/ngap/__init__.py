@@ -8,10 +8,12 @@ What is counted (docs/5g.md, "What the NGAP summaries count", says the same for 
 - A UE context is one UE-associated logical NG connection: (association, AMF-UE-NGAP-ID,
   RAN-UE-NGAP-ID). The ids are only unique inside one association, so contexts of different
   gNBs that reuse the same small numbers stay apart, and a context ends with
-  UEContextReleaseComplete, an NGReset that covers it, or a new InitialUEMessage reusing its
-  RAN id. Contexts are never merged; they are *linked* only on evidence (same SUCI, a 5G-TMSI
-  assigned in one and presented in another, a path switch naming the source AMF-UE-NGAP-ID, or a
-  handover carrying the same source-to-target container), and each link names its evidence.
+  UEContextReleaseComplete, an NGReset that covers it, a new InitialUEMessage reusing its
+  RAN id, or a PDU pairing one of its ids with another (later PDUs with those ids are a new
+  context, labelled #2, #3 ...). Contexts are never merged; they are *linked* only on evidence
+  (same SUCI, a 5G-TMSI assigned in one and presented in another, a path switch naming the
+  source AMF-UE-NGAP-ID, or a handover carrying the same source-to-target container), and each
+  link names its evidence.
 - A failure is a reject or failure NAS message, a 5GMM/5GSM status, an NGAP unsuccessfulOutcome,
   ErrorIndication or NAS non-delivery, a PDU session that failed to set up, a release with an
   abnormal cause, or a class-1 request never answered although the association carried later

@@ -24,6 +24,8 @@ from diagd.actors.pcap import ngap
 from tests.pcaps import PCAPS, corpus
 from tests.support import ngap_fields_oracle, ngap_links_oracle, ngap_oracle
 from tests.support.built_captures import RECIPES, built
+from tests.support.built_captures_reuse import NAMES as REUSE_NAMES
+from tests.support.built_captures_reuse import built_reuse
 from tests.support.sharkd_trees import ngap_trees
 
 # Real captures with frames taken out (editcap), for what the corpus never shows: a class-1 request whose
@@ -52,11 +54,7 @@ def edited(name: str) -> Path:
 CAPTURES = corpus() + ([edited(name) for name in EDITS] if shutil.which("editcap") else [])
 # Captures this oracle cannot read unambiguously, and why: it says so (raises) instead of guessing,
 # and the test checks it still does, so an oracle that learns them has this list shortened.
-CANNOT_TELL = {
-    "ngtester_chain_free5gc_pathswitch_then_release_amf_ngap_nas_sbi.pcap": "a path switch",
-    "ngtester_open5gs_ho_window_p21_p09_amf_ngap_nas_sbi.pcap": "RAN id 99 reused",
-    "ngtester_chain_oai_initue_then_release_amf_ngap_nas_sbi.pcap": "RAN id 99 reused",
-}
+CANNOT_TELL: dict[str, str] = {}
 UE_FIELDS = ("frames", "5g_tmsi", "plmn", "suci_msin", "registration", "first_time", "last_time", "duration_s")
 SESSION_FIELDS = ("dnn", "ue_ipv4", "s_nssai", "n3_uplink", "n3_downlink", "qfis", "release", "first_frame",
                   "establishment_request_frame", "establishment_accept_frame", "accept_in_n2_setup",
@@ -84,10 +82,12 @@ SESSION_OPTIONAL_KEYS = {"hint", "why", "rule_id"}  # rule_id with a rule; why w
 
 
 def ue_keys(result: dict[str, Any]) -> dict[str, ngap_oracle.UeKey]:
-    """{UE label: (endpoint, endpoint, association index, AMF id, RAN id)} of an ngap_ue_sessions answer."""
+    """{UE label: (endpoint, endpoint, association index, AMF id, RAN id, n)} of an ngap_ue_sessions answer: n is
+    the label's `#n` (the n-th context of that association and id pair), 1 without one."""
     assoc = {a["association"]: (a["endpoints"][0], a["endpoints"][1], a["sctp_assoc_index"])
              for a in result["associations"]}
-    return {u["ue"]: (*assoc[u["association"]], u["amf_ue_ngap_id"], u["ran_ue_ngap_id"]) for u in result["ues"]}
+    return {u["ue"]: (*assoc[u["association"]], u["amf_ue_ngap_id"], u["ran_ue_ngap_id"],
+                      int(u["ue"].partition("#")[2] or 1)) for u in result["ues"]}
 
 
 def octets(value: Any) -> Any:
@@ -141,8 +141,9 @@ def compare_answer(ues: dict[str, Any], sessions: dict[str, Any], want: ngap_ora
                   for a in ues["associations"]}
     assert ues["ngap_pdus"] == want.ngap_pdus
     assert set(assoc_keys.values()) == want.associations
-    # One UE context per (association, AMF id, RAN id), however many gNBs reuse the numbers.
-    assert ues["ue_count"] == len(ues["ues"]) == len(want.ues) == len({(k[:3], k[3]) for k in want.ues})
+    # One UE context per (association, AMF id, RAN id), however many gNBs reuse the numbers; a pair reused in one
+    # association is the n-th context of that pair.
+    assert ues["ue_count"] == len(ues["ues"]) == len(want.ues) == len({(k[:3], k[3], k[5]) for k in want.ues})
     assert sorted(keys.values(), key=repr) == sorted(want.ues, key=repr)
     # Each failure under the UE whose ids its PDU carries, only real failures, with its cause name and reason.
     assert {keys[u["ue"]]: failure_rows(u["failures"]) for u in ues["ues"]} == want.failures
@@ -301,8 +302,8 @@ HEADLESS = ("UE contexts have no InitialUEMessage in the capture (it started aft
             "left it out)")
 
 
-@pytest.mark.parametrize("path", (CAPTURES or [PCAPS / "(no corpus)"]) + [built(name) for name in RECIPES],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", (CAPTURES or [PCAPS / "(no corpus)"]) + [built(name) for name in RECIPES]
+                         + [built_reuse(name) for name in REUSE_NAMES], ids=lambda p: p.name)
 def test_associations_contexts_and_links_agree_with_tshark_fields(path: Path) -> None:
     """Association sides, labels, PDU lists and counts, how each context ended, the InitialUEMessage
     warning and the 5G-TMSI and handover links and refusals, in-process, against tests/support/ngap_links_oracle.py."""
@@ -318,7 +319,9 @@ def test_associations_contexts_and_links_agree_with_tshark_fields(path: Path) ->
     assert [a["association"] for a in ues["associations"]] == [f"A{n}" for n in range(1, len(want.associations) + 1)]
     keys = ue_keys(ues)
     got_ues = {keys[u["ue"]]: {"label": u["ue"], "ended": u["ended"], "procedures": [
-        (p["frame"], p["procedure"], p["code"], p["type"]) for p in u["procedures"]]} for u in ues["ues"]}
+        (p["frame"], p["procedure"], p["code"], p["type"]) for p in u["procedures"]],
+        "amf_ids": u.get("amf_ue_ngap_ids") or [u["amf_ue_ngap_id"]] * (u["amf_ue_ngap_id"] is not None)}
+        for u in ues["ues"]}
     assert got_ues == want.ues
     assert [w for w in ues["warnings"] if HEADLESS in w] == ([f"{want.headless} {HEADLESS}"] if want.headless else [])
     assert ues["warnings"] == [w for w in ues["warnings"] if HEADLESS in w]  # the oracle's rows all decode
