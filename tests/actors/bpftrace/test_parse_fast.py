@@ -126,6 +126,7 @@ def test_stderr_diagnostics_agree_with_a_line_reading(runs: dict[str, dict[str, 
             stderr = runs[name][fmt]["stderr"]
             report = parse.parse_stderr(stderr)
             theirs = read_stderr(stderr)
+            assert parse.parse_stderr(stderr.rstrip("\n")) == report, name  # the last newline changes nothing
             assert [d.to_json() for d in report.errors] == [diagnostic("error", e) for e in theirs["errors"]], name
             assert [d.to_json() for d in report.warnings] == \
                 [diagnostic("warning", w) for w in theirs["warnings"]], name
@@ -217,6 +218,9 @@ def test_a_run_that_ends_without_a_reason_says_how() -> None:
         "bpftrace was killed by signal 99 while running"
     assert parse.classify_failure(empty, 1, before_attach=True).message == \
         "bpftrace failed before attaching its probes: exit status 1"
+    assert parse.classify_failure(empty, 0, before_attach=True).message == \
+        "bpftrace failed before attaching its probes: exit status 0"
     assert parse.classify_failure(empty, None, before_attach=True).details == {"exit_code": None, "stderr": ""}
     sudo = parse.classify_failure(parse.parse_stderr("sudo: a password is required\n"), 1, before_attach=True)
     assert sudo.code == ErrorCode.PERMISSION_DENIED and "NOPASSWD" in sudo.message
+    assert sudo.details == {"exit_code": 1, "stderr": "sudo: a password is required"}
