@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import stats
+from diagd.actors.pcap import http2_srt, stats
 from diagd.actors.pcap.messages import Stats
 from diagd.actors.pcap.session import CaptureSession
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -296,12 +296,20 @@ def test_resolve_canonical_forms_and_refusals() -> None:
     assert stats.resolve("expert", "tcp", "", 10) == Stats("expert", None, "", None)
     assert stats.resolve("io", "tcp", "udp", None) == Stats("io", None, "udp", 1000)
     assert stats.resolve("io", None, "", 250) == Stats("io", None, "", 250)
-    refusals = [(("srt", "diamter", "", None), "diameter"), (("conversations", "ipx", "", None), "ip"),
-                (("expret", None, "", None), "expert"), (("srt", None, "", None), None)]
-    for args, close in refusals:
+    srt = ["diameter", "gtpv2", "pfcp", "sip", "http2"]
+    refusals = [(("srt", "diamter", "", None), "diameter", srt, "no service response time for protocol 'diamter' "
+                 "in this Wireshark (4.0.17)"),
+                (("conversations", "ipx", "", None), "ip", list(stats.CONV_TABLES),
+                 "no conversations table for protocol 'ipx'"),
+                (("expret", None, "", None), "expert", ["expert", "srt", "conversations", "endpoints", "io"],
+                 "unknown kind 'expret'"),
+                (("srt", None, "", None), None, srt, "no service response time for protocol None in this "
+                 "Wireshark (4.0.17)")]
+    for args, close, supported, message in refusals:
         with pytest.raises(DiagdError) as err:
             stats.resolve(*args)
         assert err.value.code == ErrorCode.INVALID_ARGUMENT
+        assert err.value.details["supported"] == supported and err.value.message == message
         if close is not None:
             assert close in next(iter(err.value.details["did_you_mean"].values())), err.value.details
     with pytest.raises(DiagdError) as err:
@@ -311,7 +319,10 @@ def test_resolve_canonical_forms_and_refusals() -> None:
         with pytest.raises(DiagdError) as err:
             stats.resolve(kind, protocol, "tcp", None)
         assert err.value.code == ErrorCode.INVALID_ARGUMENT
-        assert "pcap_extract_subcapture" in err.value.details["hint"]
+        assert err.value.details == {"hint": "pcap_extract_subcapture with the filter, then pcap_stats on the file "
+                                             "it writes"}
+        assert err.value.message == f"kind={kind} takes no display_filter: sharkd 4.0 runs its taps over the " \
+                                    "whole capture"
     assert stats.resolve("srt", "sip", "sip", None).display_filter == "sip"
 
 
@@ -331,5 +342,8 @@ def test_tap_command_is_what_the_oracle_runs() -> None:
     }
     for message, argv in cases.items():
         assert stats.tap_command(message) == argv, message
-    http2 = stats.tap_command(Stats("srt", "http2", "tcp.port == 80", None))
-    assert http2[:2] == ["-Y", "http2.type == 1 && (tcp.port == 80)"] and "occurrence=a" in http2
+    fields = [a for f in http2_srt.FIELDS for a in ("-e", f)]
+    assert stats.tap_command(Stats("srt", "http2", "tcp.port == 80", None)) == \
+        ["-Y", "http2.type == 1 && (tcp.port == 80)", "-T", "fields", "-E", "occurrence=a", *fields]
+    assert stats.tap_command(Stats("srt", "http2", "", None)) == \
+        ["-Y", "http2.type == 1", "-T", "fields", "-E", "occurrence=a", *fields]
