@@ -18,6 +18,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import Call, captures, decode_as, session
 from tests.pcaps import PCAPS
+from tests.support import stats_oracle as oracle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -74,25 +75,11 @@ def carrying(wsconf: Path, protocol: str) -> list[Path]:
 
 # -- expert info == tshark -q -z expert
 
-SECTIONS = {"Errors": "Error", "Warns": "Warning", "Notes": "Note", "Chats": "Chat", "Comments": "Comment"}
-
-
-def tshark_expert(text: str) -> Counter[tuple[str, str, str, str]]:
-    counts: Counter[tuple[str, str, str, str]] = Counter()
-    severity = None
-    for line in text.splitlines():
-        if head := re.match(r"^(\w+) \((\d+)\)$", line):
-            severity = SECTIONS[head.group(1)]
-        elif severity and (row := re.match(r"^\s*(\d+)\s+(\S+)\s+(.+?)  (.*)$", line)):
-            counts[(severity, row.group(2), row.group(3).strip(), row.group(4))] += int(row.group(1))
-    return counts
-
-
 async def test_expert_counts_match_tshark_on_every_capture(stats_daemon: DaemonProcess, wsconf: Path) -> None:
     async with session(stats_daemon) as call:
         for path in captures():
             ours = await all_rows(call, path, kind="expert")
-            theirs = tshark_expert(tshark(wsconf, path, "-q", "-z", "expert"))
+            theirs = oracle.expert(tshark(wsconf, path, "-q", "-z", "expert"))
             got = Counter({(r["severity"], r["group"], r["protocol"], r["summary"]): r["count"] for r in ours["rows"]})
             assert got == theirs, path.name
             assert sum(ours["by_severity"].values()) == ours["items"] == sum(theirs.values()), path.name
@@ -102,42 +89,22 @@ async def test_expert_counts_match_tshark_on_every_capture(stats_daemon: DaemonP
 
 # -- conversations and endpoints == tshark -q -z conv,P / endpoints,P
 
-UNITS = {"bytes": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
-
-
-def same_bytes(ours: int, number: str, unit: str) -> bool:
-    """tshark prints sizes of 10 kB and more in kB, cut to whole units."""
-    return ours == int(number) if unit == "bytes" else ours // UNITS[unit] == int(number)
-
-
-def tshark_conversations(text: str) -> dict[tuple[str, str, str], tuple[Any, ...]]:
-    """Rows by (A, B, relative start): one address pair can hold several conversations (UDPTL, RTP)."""
-    rows = {}
-    size = r"(\d+) (bytes|kB|MB|GB)"
-    for line in text.splitlines():
-        m = re.match(rf"^(\S+)\s+<->\s+(\S+)\s+(\d+) {size}\s+(\d+) {size}\s+(\d+) {size}\s+([\d.]+)\s", line)
-        if m:
-            g = m.groups()
-            rows[(g[0], g[1], g[11])] = (int(g[2]), g[3], g[4], int(g[5]), g[6], g[7], int(g[8]), g[9], g[10])
-    return rows
-
-
 @pytest.mark.parametrize("protocol", ["ip", "tcp", "udp", "sctp"])
 async def test_conversations_match_tshark_on_every_capture(stats_daemon: DaemonProcess, wsconf: Path,
                                                            protocol: str) -> None:
     async with session(stats_daemon) as call:
         for path in captures():
             ours = await all_rows(call, path, kind="conversations", protocol=protocol)
-            theirs = tshark_conversations(tshark(wsconf, path, "-q", "-z", f"conv,{protocol}"))
+            theirs = oracle.conversations(tshark(wsconf, path, "-q", "-z", f"conv,{protocol}"))
             assert len(ours["rows"]) == len(theirs), path.name
             for row in ours["rows"]:
-                left_f, left_n, left_u, right_f, right_n, right_u, total_f, total_n, total_u = \
+                left_f, left_n, left_u, right_f, right_n, right_u, total_f, total_n, total_u, _ = \
                     theirs[(row["a"], row["b"], f"{row['rel_start_s']:.9f}")]
                 # tshark's "<-" column is B to A, "->" is A to B (A: the conversation's first address).
                 assert (row["b_to_a_frames"], row["a_to_b_frames"], row["frames"]) == (left_f, right_f, total_f)
-                assert same_bytes(row["b_to_a_bytes"], left_n, left_u), (path.name, row)
-                assert same_bytes(row["a_to_b_bytes"], right_n, right_u), (path.name, row)
-                assert same_bytes(row["bytes"], total_n, total_u), (path.name, row)
+                assert oracle.same_bytes(row["b_to_a_bytes"], left_n, left_u), (path.name, row)
+                assert oracle.same_bytes(row["a_to_b_bytes"], right_n, right_u), (path.name, row)
+                assert oracle.same_bytes(row["bytes"], total_n, total_u), (path.name, row)
             if not ours["rows"]:
                 assert ours["reason"].startswith(f"protocol {protocol} is not in this capture"), ours
 
@@ -148,23 +115,13 @@ async def test_endpoints_match_tshark_on_every_capture(stats_daemon: DaemonProce
     async with session(stats_daemon) as call:
         for path in captures():
             ours = await all_rows(call, path, kind="endpoints", protocol=protocol)
-            theirs = {}
-            for line in tshark(wsconf, path, "-q", "-z", f"endpoints,{protocol}").splitlines():
-                cells = line.split()
-                if cells and re.match(r"^\d+(\.\d+){3}$", cells[0]) and all(c.isdigit() for c in cells[1:]):
-                    address = cells[0] if protocol == "ip" else f"{cells[0]}:{cells[1]}"
-                    theirs[address] = [int(c) for c in cells[-6:]]
+            theirs = oracle.endpoints(tshark(wsconf, path, "-q", "-z", f"endpoints,{protocol}"), protocol)
             got = {r["address"]: [r["frames"], r["bytes"], r["tx_frames"], r["tx_bytes"], r["rx_frames"],
                                   r["rx_bytes"]] for r in ours["rows"]}
             assert got == theirs, path.name
 
 
 # -- I/O intervals == tshark -q -z io,stat
-
-def tshark_io(text: str) -> list[tuple[int, int]]:
-    return [(int(m.group(1)), int(m.group(2)))
-            for m in re.finditer(r"^\|\s*[\d.]+ <> \s*(?:[\d.]+|Dur)\s*\|\s*(\d+) \|\s*(\d+) \|$", text, re.M)]
-
 
 @pytest.mark.parametrize(("interval_ms", "display_filter"), [(1000, ""), (500, "sctp || udp"), (10000, "tcp")])
 async def test_io_intervals_match_tshark_on_every_capture(stats_daemon: DaemonProcess, wsconf: Path,
@@ -173,8 +130,8 @@ async def test_io_intervals_match_tshark_on_every_capture(stats_daemon: DaemonPr
         for path in captures():
             ours = await all_rows(call, path, kind="io", interval_ms=interval_ms, display_filter=display_filter)
             seconds = f"{interval_ms / 1000:g}"
-            theirs = tshark_io(tshark(wsconf, path, "-q", "-z",
-                                      f"io,stat,{seconds}" + (f",{display_filter}" if display_filter else "")))
+            theirs = [(frames, size) for _, frames, size in oracle.io(tshark(
+                wsconf, path, "-q", "-z", f"io,stat,{seconds}" + (f",{display_filter}" if display_filter else "")))]
             assert [(r["frames"], r["bytes"]) for r in ours["rows"]] == theirs, path.name
             assert ours["frames"] == sum(f for f, _ in theirs)
             if not ours["frames"]:
@@ -190,8 +147,7 @@ async def test_diameter_srt_matches_tshark_diameter_srt(stats_daemon: DaemonProc
             assert ours["method"].startswith("sharkd tap srt:diameter")
             assert ours["source"]["equivalent_command"][-3:] == ["-q", "-z", "diameter,srt"]
             text = tshark(wsconf, path, "-q", "-z", "diameter,srt")
-            theirs = {m.group(1): (int(m.group(2)), *m.group(3, 4, 5, 6)) for m in re.finditer(
-                r"^\s+\d+\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", text, re.M)}
+            theirs = oracle.diameter_srt(text)
             got = {r["procedure"]: (r["count"], f"{r['min_s']:.6f}", f"{r['max_s']:.6f}", f"{r['avg_s']:.6f}",
                                     f"{r['sum_s']:.6f}") for r in ours["rows"]}
             assert got == theirs and got, path.name

@@ -50,9 +50,12 @@ def _ask(path: Path) -> dict[str, Any]:
     return {str(n): answer for n, answer in zip(numbers, frames[len(requests) - 1:], strict=True)}
 
 
-def _run(requests: list[dict[str, Any]]) -> list[Any]:
+def _run(requests: list[dict[str, Any]], preferences: str = "") -> list[Any]:
+    """Each request's result from one `sharkd -` (a fresh Wireshark config dir, `preferences` its file)."""
     lines = "".join(json.dumps({"jsonrpc": "2.0", "id": i + 1, **r}) + "\n" for i, r in enumerate(requests))
     with tempfile.TemporaryDirectory(prefix="sharkd-conf-") as conf:
+        if preferences:
+            Path(conf, "preferences").write_text(preferences)
         out = subprocess.run(["sharkd", "-"], input=lines, capture_output=True, text=True, timeout=HANG_GUARD_S,
                              env={**os.environ, "WIRESHARK_CONFIG_DIR": conf}, check=True)
     answers = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

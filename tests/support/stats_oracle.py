@@ -1,0 +1,161 @@
+"""Wireshark's own statistics, read from `tshark -q -z <tap>` and `tshark -T fields` output: the oracle
+pcap_stats is compared with (tests/e2e/test_pcap_stats.py through the daemon, tests/actors/pcap/
+test_stats_fast.py in-process). Never imports diagd."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import subprocess
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.ngap_oracle import disk_cached
+
+SECTIONS = {"Errors": "Error", "Warns": "Warning", "Notes": "Note", "Chats": "Chat", "Comments": "Comment"}
+UNITS = {"bytes": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
+HANG_GUARD_S = 300  # not a measurement: only stops a tshark that hangs
+
+
+@functools.cache
+def _version() -> str:
+    return subprocess.run(["tshark", "-v"], capture_output=True, text=True, timeout=60).stdout.splitlines()[0]
+
+
+def tshark(path: Path, *args: str) -> str:
+    """`tshark -r path -n -2 args` with an empty Wireshark config (default preferences), kept on disk."""
+    kind = "stats-" + hashlib.sha256(repr((_version(), args)).encode()).hexdigest()[:16]
+
+    def run(p: Path) -> str:
+        with tempfile.TemporaryDirectory(prefix="tshark-conf-") as conf:
+            done = subprocess.run(["tshark", "-r", str(p), "-n", "-2", *args], capture_output=True, text=True,
+                                  check=False, timeout=HANG_GUARD_S,
+                                  env={"PATH": "/usr/bin:/bin", "TZ": "UTC", "WIRESHARK_CONFIG_DIR": conf,
+                                       "HOME": conf})
+        assert done.returncode == 0, (p, args, done.stderr[-2000:])
+        return done.stdout
+
+    return disk_cached(path, kind, run)
+
+
+def expert(text: str) -> Counter[tuple[str, str, str, str]]:
+    """`-z expert`: {(severity, group, protocol, summary): count}."""
+    counts: Counter[tuple[str, str, str, str]] = Counter()
+    severity = None
+    for line in text.splitlines():
+        if head := re.match(r"^(\w+) \((\d+)\)$", line):
+            severity = SECTIONS[head.group(1)]
+        elif severity and (row := re.match(r"^\s*(\d+)\s+(\S+)\s+(.+?)  (.*)$", line)):
+            counts[(severity, row.group(2), row.group(3).strip(), row.group(4))] += int(row.group(1))
+    return counts
+
+
+def same_bytes(ours: int, number: str, unit: str) -> bool:
+    """tshark prints sizes of 10 kB and more in kB, cut to whole units."""
+    return ours == int(number) if unit == "bytes" else ours // UNITS[unit] == int(number)
+
+
+def conversations(text: str) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+    """`-z conv,P` rows by (A, B, relative start): one address pair can hold several conversations (UDPTL,
+    RTP). Each: (<- frames, number, unit, -> frames, number, unit, total frames, number, unit, duration)."""
+    rows = {}
+    size = r"(\d+) (bytes|kB|MB|GB)"
+    for line in text.splitlines():
+        m = re.match(rf"^(\S+)\s+<->\s+(\S+)\s+(\d+) {size}\s+(\d+) {size}\s+(\d+) {size}\s+([\d.]+)\s+([\d.]+)\s*$",
+                     line)
+        if m:
+            g = m.groups()
+            rows[(g[0], g[1], g[11])] = (int(g[2]), g[3], g[4], int(g[5]), g[6], g[7], int(g[8]), g[9], g[10], g[12])
+    return rows
+
+
+def endpoints(text: str, protocol: str) -> dict[str, list[int]]:
+    """`-z endpoints,P`: {address (address:port for a transport): [frames, bytes, tx frames, tx bytes,
+    rx frames, rx bytes]}."""
+    found = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if cells and re.match(r"^\d+(\.\d+){3}$", cells[0]) and all(c.isdigit() for c in cells[1:]):
+            address = cells[0] if protocol == "ip" else f"{cells[0]}:{cells[1]}"
+            found[address] = [int(c) for c in cells[-6:]]
+    return found
+
+
+def io(text: str) -> list[tuple[float, int, int]]:
+    """`-z io,stat,S[,F]`: (interval start in s, frames, bytes) per interval (a filter longer than the
+    table leaves a `  |` after each row)."""
+    return [(float(m.group(1)), int(m.group(2)), int(m.group(3))) for m in re.finditer(
+        r"^\|\s*([\d.]+) <> \s*(?:[\d.]+|Dur)\s*\|\s*(\d+) \|\s*(\d+) \|(?:\s*\|)?$", text, re.M)]
+
+
+def diameter_srt(text: str) -> dict[str, tuple[int, str, str, str, str]]:
+    """`-z diameter,srt`: {procedure: (calls, min, max, avg, sum as printed, 6 decimals)}."""
+    return {m.group(1): (int(m.group(2)), *m.group(3, 4, 5, 6)) for m in re.finditer(
+        r"^\s+\d+\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", text, re.M)}
+
+
+@dataclass(frozen=True)
+class LinkedFields:
+    """A protocol whose dissector links a response to its request (`tshark -T fields` of both)."""
+
+    filter: str
+    message: str      # the message type field (numbers in -T fields; names come from the Info column)
+    response_to: str
+    time: str
+    unit_s: float     # the time field's unit
+    response_in: str | None
+    by_method: bool   # SIP: a request is named by its method; others by the Info column less " Request"
+
+
+LINKED = {
+    "pfcp": LinkedFields("pfcp", "pfcp.msg_type", "pfcp.response_to", "pfcp.response_time", 1.0, "pfcp.response_in",
+                         False),
+    "gtpv2": LinkedFields("gtpv2", "gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time", 1.0,
+                          "gtpv2.response_in", False),
+    "sip": LinkedFields("sip", "sip.Method", "sip.response-request", "sip.response-time", 0.001, None, True),
+}
+
+
+def linked_fields(path: Path, protocol: str, display_filter: str = "") -> str:
+    linked = LINKED[protocol]
+    flt = f"({linked.filter}) && ({display_filter})" if display_filter else linked.filter
+    # Each field once: tshark 4.0 leaves the first of two equal -e fields empty.
+    fields = ["frame.number", linked.message, linked.response_to, linked.time, "_ws.col.Info",
+              *([linked.response_in] if linked.response_in else [])]
+    return tshark(path, "-Y", flt, "-T", "fields", "-E", "occurrence=f", *[a for f in fields for a in ("-e", f)])
+
+
+@dataclass
+class LinkedSrt:
+    times: dict[str, list[float]]  # procedure: response times (s)
+    unanswered: Counter[str]       # procedure: requests no response names in its response_to
+    requests: int
+    responses: int
+
+
+def linked_srt(lines: str, protocol: str) -> LinkedSrt:
+    """Response times per procedure from `linked_fields` output: a response names its request's frame;
+    the procedure is the request's Info (first message) less " Request", or its SIP method; a request
+    outside the lines is named "(request frame N not shown)"."""
+    linked = LINKED[protocol]
+    names: dict[str, str] = {}
+    pairs: list[tuple[str, float]] = []
+    requests: list[tuple[str, str]] = []
+    for line in lines.splitlines():
+        number, method, request, seconds, info, *_ = line.split("\t")
+        name = method if linked.by_method else info.split(",")[0].strip().removesuffix(" Request")
+        names[number] = name
+        if request and seconds:
+            pairs.append((request, float(seconds) * linked.unit_s))
+        elif linked.response_in and info.split(",")[0].strip().endswith(" Request"):
+            requests.append((number, name))
+    times: dict[str, list[float]] = defaultdict(list)
+    for request, seconds in pairs:
+        times[names.get(request, f"(request frame {request} not shown)")].append(seconds)
+    answered = {request for request, _ in pairs}
+    unanswered = Counter(name for number, name in requests if number not in answered)
+    return LinkedSrt(dict(times), unanswered, len(requests), len(pairs))
