@@ -7,8 +7,9 @@ bundles split) and never imports diagd. What it computes is what docs/5g.md stat
   NGAP PDU count, the AMF side (the endpoint on SCTP port 38412, TS 38.412) and the gNB side, and the
   PDUs of no UE context (frame, procedure, code, PDU type) in capture order;
 - per UE context: its label `A<n>/amf-<AMF-UE-NGAP-ID>/ran-<RAN-UE-NGAP-ID>`, its PDUs (same four
-  values) and how it ended: UEContextReleaseComplete (an NGReset or a reused id pair also end one:
-  the oracle raises on those, as ngap_oracle does on reused ids);
+  values) and how it ended: UEContextReleaseComplete, or an NGReset of its association naming its AMF or
+  RAN id, or of the whole interface (a reused id pair also ends one: the oracle raises on those, as
+  ngap_oracle does on reused ids, and on ids used again after an NGReset ended their context);
 - the number of contexts without an InitialUEMessage (the warning that says so);
 - 5G-TMSI evidence, in capture order: a value assigned in one context (Registration Accept or
   Configuration Update Command) and presented later in another (any other NAS message with a
@@ -20,6 +21,7 @@ bundles split) and never imports diagd. What it computes is what docs/5g.md stat
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,7 @@ class Structure:
     links: set[Link] = field(default_factory=set)  # every pair the 5G-TMSI and handover rules link
     groups: list[set[str]] = field(default_factory=list)  # labels joined by the same SUCI or a link
     refused: set[Refusal] = field(default_factory=set)  # evidence refused, between contexts not joined
+    listed: list[Link] = field(default_factory=list)  # the links listed: those joining contexts not yet joined
 
 
 def answer(path: Path) -> Structure:
@@ -70,26 +73,51 @@ def _answer(path: Path) -> Structure:
         step = (row.frame, procedure(row.proc), row.proc, types[row.pdu_type])
         if owner is None:
             a["procedures"].append(step)
-            if row.proc == NG_RESET and row.pdu_type == 0 and any(u[:3] == row.assoc for u in ues):
-                raise OracleCannotTell(f"frame {row.frame}: an NGReset on an association with UE contexts")
+            if row.proc == NG_RESET and row.pdu_type == 0:
+                _reset(path, row, ues)
             continue
         ue = ues.setdefault(owner, {"label": f"{a['label']}/amf-{_show(owner[3])}/ran-{_show(owner[4])}",
                                     "procedures": [], "ended": None, "initial": False})
+        if (ue["ended"] or "").startswith("NGReset"):
+            raise OracleCannotTell(f"frame {row.frame}: ids of a context an NGReset ended are used again")
         ue["procedures"].append(step)
         ue["initial"] = ue["initial"] or row.proc == INITIAL_UE_MESSAGE
         if row.proc == UE_CONTEXT_RELEASE and row.pdu_type == 1 and ue["ended"] is None:
             ue["ended"] = f"UEContextReleaseComplete in frame {row.frame}"
-        sucis.setdefault(owner, set()).update(
-            f"{msin}/{row.values.get('e212.mcc', [''])[0]}/{row.values.get('e212.mnc', [''])[0]}"
-            for msin in row.values.get("nas_5gs.mm.suci.msin", []))
+        sucis.setdefault(owner, set()).update(_sucis(row))
     headless = sum(1 for u in ues.values() if not u.pop("initial"))
     label = {k: u["label"] for k, u in ues.items()}
-    links, refused = _evidence(rows, owners, sucis, label)
+    links, refused, listed = _evidence(rows, owners, sucis, label)
     edges = [(label[x], label[y]) for x in ues for y in ues if x != y and sucis.get(x, set()) & sucis.get(y, set())]
     groups = _components(edges + [(x, y) for y, x, _, _ in links])
     joined = {x: n for n, g in enumerate(groups) for x in g}
     kept = {r for r in refused if joined.get(r[0], -1) != joined.get(r[1], -2)}
-    return Structure(associations, ues, headless, links, groups, kept)
+    return Structure(associations, ues, headless, links, groups, kept, listed)
+
+
+def _reset(path: Path, row: Any, ues: dict[UeKey, dict[str, Any]]) -> None:
+    """An NGReset ends the contexts it covers on its association (TS 38.413 8.7.4): all of them (ResetType
+    nG-Interface), or those whose AMF-UE-NGAP-ID or RAN-UE-NGAP-ID its partOfNG-Interface list names."""
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", f"frame.number == {row.frame}", "-T", "fields",
+                          "-E", "occurrence=a", "-E", "aggregator=,", "-e", "ngap.ResetType"],
+                         check=True, capture_output=True, text=True).stdout.split()
+    if len(out) != 1 or out[0] not in ("0", "1"):
+        raise OracleCannotTell(f"frame {row.frame}: not one NGReset with one ResetType ({out})")
+    whole = out[0] == "0"
+    amfs = {int(v) for v in row.values.get("ngap.AMF_UE_NGAP_ID", [])}
+    rans = {int(v) for v in row.values.get("ngap.RAN_UE_NGAP_ID", [])}
+    for key, ue in ues.items():
+        if key[:3] != row.assoc or ue["ended"] is not None:
+            continue
+        if whole:
+            ue["ended"] = f"NGReset (whole interface) in frame {row.frame}"
+        elif key[3] in amfs or key[4] in rans:
+            ue["ended"] = f"NGReset in frame {row.frame}"
+
+
+def _sucis(row: Any) -> set[str]:
+    return {f"{msin}/{row.values.get('e212.mcc', [''])[0]}/{row.values.get('e212.mnc', [''])[0]}"
+            for msin in row.values.get("nas_5gs.mm.suci.msin", [])}
 
 
 def _show(value: int | None) -> str:
@@ -105,16 +133,35 @@ def _components(edges: list[tuple[str, str]]) -> list[set[str]]:
 
 
 def _evidence(rows: list[Any], owners: list[UeKey | None], sucis: dict[UeKey, set[str]], label: dict[UeKey, str]
-          ) -> tuple[set[Link], set[Refusal]]:
+          ) -> tuple[set[Link], set[Refusal], list[Link]]:
     assigned: dict[int, tuple[UeKey, int]] = {}  # value -> latest assigning context and frame
     presented: dict[int, tuple[UeKey, int]] = {}  # value -> first presenting context, while never assigned
     containers: dict[str, tuple[UeKey, int]] = {}  # SourceToTarget container -> HandoverRequired's context, frame
     links: set[Link] = set()
     refused: set[Refusal] = set()
     two = "the two contexts identified with different SUCIs: two subscribers"
+    # Contexts joined so far, in capture order (a SUCI seen again, or a link listed): evidence between two
+    # contexts already joined adds no link to the list (and its refusal is dropped with the rest, at the end).
+    parent: dict[UeKey, UeKey] = {}
+    first_suci: dict[str, UeKey] = {}
+    listed: list[Link] = []
+
+    def root(x: UeKey) -> UeKey:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    def join(a: UeKey, b: UeKey, entry: Link | None) -> None:
+        if root(a) != root(b):
+            parent[root(b)] = root(a)
+            if entry is not None:
+                listed.append(entry)
+
     for row, owner in zip(rows, owners, strict=True):
         if owner is None:
             continue
+        for suci in sorted(_sucis(row)):
+            join(first_suci.setdefault(suci, owner), owner, None)
         nas = row.ints("nas_5gs.5g_tmsi")
         assigning = bool(TMSI_ASSIGNERS & set(row.ints("nas_5gs.mm.message_type")))
         for value in [*([] if assigning else nas), *row.ints("ngap.fiveG_TMSI")]:
@@ -127,6 +174,7 @@ def _evidence(rows: list[Any], owners: list[UeKey | None], sucis: dict[UeKey, se
                     refused.add((label[owner], label[other], evidence, (frame, row.frame), two))
                 else:
                     links.add((label[owner], label[other], evidence, (frame, row.frame)))
+                    join(other, owner, (label[owner], label[other], evidence, (frame, row.frame)))
             elif value in presented:
                 other, frame = presented[value]
                 if other == owner:
@@ -150,7 +198,8 @@ def _evidence(rows: list[Any], owners: list[UeKey | None], sucis: dict[UeKey, se
                     refused.add((*entry, two))
                 else:
                     links.add(entry)
-    return links, refused
+                    join(other, owner, entry)
+    return links, refused, listed
 
 
 def _two_subscribers(sucis: dict[UeKey, set[str]], a: UeKey, b: UeKey) -> bool:

@@ -326,6 +326,8 @@ def test_associations_contexts_and_links_agree_with_tshark_fields(path: Path) ->
                 for g in ues["linked_ue_groups"] for e in g["evidence"]]
     assert {e[2] for e in evidence} <= {"same SUCI"} | {e[2] for e in want.links}
     assert {e for e in evidence if e[2] != "same SUCI"} <= want.links
+    # each link listed once, and only while its two contexts were not yet joined (no duplicate evidence)
+    assert sorted(e for e in evidence if e[2] != "same SUCI") == sorted(want.listed)
     assert sorted(map(sorted, (set(g["ues"]) for g in ues["linked_ue_groups"]))) == sorted(map(sorted, want.groups))
     refused = [(r["ue"], r["not_linked_to"], r["evidence"], tuple(r["frames"]), r["why"]) for r in ues["not_linked"]]
     assert set(refused) == want.refused and len(refused) == len(want.refused)  # each refusal once
