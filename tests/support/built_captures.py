@@ -247,3 +247,8 @@ RECIPES.update({
     # The capture ends on UE 3's InitialUEMessage (frame 23): a context with no AMF-UE-NGAP-ID yet.
     "ends-on-initial-ue-message": Recipe(SANDBOX, ("24-9999",)),
 })
+
+# NAS left ciphered: UE 1's CONFIGURATION UPDATE COMMAND (frame 20, security header 2: integrity protected and
+# ciphered, NEA0) has the inner message's protocol discriminator 0x7e made 0x00, so with null_decipher the
+# protected NAS still decodes into no plain message, as one ciphered with a real algorithm does.
+RECIPES["nas-left-ciphered"] = Recipe(SANDBOX, flips=((20, "7e02cdd2404c027e0054", "7e02cdd2404c02000054"),))

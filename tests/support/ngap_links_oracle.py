@@ -10,7 +10,8 @@ bundles split) and never imports diagd. What it computes is what docs/5g.md stat
   values) and how it ended: UEContextReleaseComplete, or an NGReset of its association naming its AMF or
   RAN id, or of the whole interface (a reused id pair also ends one: the oracle raises on those, as
   ngap_oracle does on reused ids, and on ids used again after an NGReset ended their context);
-- the number of contexts without an InitialUEMessage (the warning that says so);
+- the number of contexts without an InitialUEMessage, and of security-protected NAS PDUs that did not
+  decode into a plain message (the warnings that say so);
 - 5G-TMSI evidence, in capture order: a value assigned in one context (Registration Accept or
   Configuration Update Command) and presented later in another (any other NAS message with a
   5G-TMSI, or the NGAP FiveG-S-TMSI of a UE-associated PDU) links them; a value presented twice and
@@ -48,6 +49,7 @@ class Structure:
     groups: list[set[str]] = field(default_factory=list)  # labels joined by the same SUCI or a link
     refused: set[Refusal] = field(default_factory=set)  # evidence refused, between contexts not joined
     listed: list[Link] = field(default_factory=list)  # the links listed: those joining contexts not yet joined
+    undecoded: int = 0  # security-protected NAS PDUs with no plain message inside
 
 
 def answer(path: Path) -> Structure:
@@ -92,7 +94,23 @@ def _answer(path: Path) -> Structure:
     groups = _components(edges + [(x, y) for y, x, _, _ in links])
     joined = {x: n for n, g in enumerate(groups) for x in g}
     kept = {r for r in refused if joined.get(r[0], -1) != joined.get(r[1], -2)}
-    return Structure(associations, ues, headless, links, groups, kept, listed)
+    return Structure(associations, ues, headless, links, groups, kept, listed, _undecoded(path))
+
+
+def _undecoded(path: Path) -> int:
+    """Security-protected NAS PDUs that did not decode into a plain message (null_decipher on, as diagd reads).
+
+    tshark lists each NAS-PDU's security header type, the protected one's outer value (1-4) and then its
+    plain message's own (0): a non-zero value not followed by a 0 is a protected PDU with nothing decoded
+    inside. (5GSM messages nested in a NAS transport have no security header type.)"""
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-o", "nas-5gs.null_decipher:TRUE", "-Y", "ngap && nas-5gs",
+                          "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
+                          "-e", "nas_5gs.security_header_type"], check=True, capture_output=True, text=True).stdout
+    count = 0
+    for line in out.split():
+        types = line.split(",")
+        count += sum(1 for n, t in enumerate(types) if t != "0" and types[n + 1:n + 2] != ["0"])
+    return count
 
 
 def _reset(path: Path, row: Any, ues: dict[UeKey, dict[str, Any]]) -> None:
