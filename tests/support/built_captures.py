@@ -252,3 +252,7 @@ RECIPES.update({
 # ciphered, NEA0) has the inner message's protocol discriminator 0x7e made 0x00, so with null_decipher the
 # protected NAS still decodes into no plain message, as one ciphered with a real algorithm does.
 RECIPES["nas-left-ciphered"] = Recipe(SANDBOX, flips=((20, "7e02cdd2404c027e0054", "7e02cdd2404c02000054"),))
+
+# Only what the AMF sent (the sandbox's SCTP handshake, its NGSetupResponse and two DownlinkNASTransports): no
+# message only a gNB sends, so the sides come from the endpoint on port 38412 alone.
+RECIPES["amf-sends-only"] = Recipe(SANDBOX, ("-r", "1-4", "7", "10", "12"))
