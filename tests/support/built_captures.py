@@ -207,3 +207,53 @@ def merged(name: str) -> Path:
     whole.unlink()
     tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
     return out
+
+
+# 5G-TMSI evidence between contexts of different subscribers, and evidence joining contexts already linked:
+# the tester's REGISTRATION REQUEST (INITUE frame 31: an UplinkNASTransport with a 5G-GUTI, ids 11/8 at payload
+# offsets 12 and 18, its 5G-TMSI 0xc000061a at 44-47) sent on the sandbox association as another context's.
+# The sandbox's Registration Accepts assign UE 1 (SUCI msin 0000000002) 0xc00003e4 in frame 16, UE 2 (msin
+# 0000000003) 0xc00004b5 in frame 24, UE 3 (msin 0000000001) 0xc0000626 in frame 36; uplink TSNs go on from 22,
+# grafts are frames 45 on (the run ends on frame 44, an SCTP SACK).
+def registration_as(ue: int, tsn: int, tmsi: tuple[int, int] = (0x06, 0x1A)) -> Graft:
+    """INITUE frame 31 sent after the sandbox's frame 43 as UE `ue`'s (AMF and RAN ids `ue`), its 5G-TMSI's last
+    two octets made `tmsi`."""
+    return 43, INITUE, 31, tsn, {12: (0x0B, ue), 18: (0x08, ue), 46: (0x06, tmsi[0]), 47: (0x1A, tmsi[1])}
+
+
+# T04's NGReset (frame 16, gNB to AMF): partOfNG-Interface, one item with AMF-UE-NGAP-ID 3 (payload offsets 18, 19:
+# the item's preamble 0x40 = AMF id present, then the id). Preamble 0x20 is an item with the RAN-UE-NGAP-ID alone.
+RESET = "pcaps-extra/ngtester_open5gs_T04_ng_reset_amf_ngap_nas_sbi.pcap"
+# An NGReset (procedure 20, reject) with its Cause IE (misc om-intervention, as in T04) and ResetType (IE 88)
+# nG-Interface (choice 0) reset-all (enum 0): one octet 0x00.
+RESET_ALL = bytes.fromhex("0014000d" "000002" "000f400186" "0058000100")
+
+RECIPES.update({
+    # UE 2 presents UE 1's assigned 5G-TMSI (frame 45): refused, the two identified with different SUCIs; UE 3
+    # (frame 46) and UE 2 (frame 47) present 0xc000061a, never assigned: refused, and two subscribers. UE 2's
+    # context comes before UE 3's, so this also checks that the evidence is read in capture order.
+    "tmsi-two-subscribers": Recipe(SANDBOX, grafts=(
+        registration_as(2, 22, (0x03, 0xE4)), registration_as(3, 23), registration_as(2, 24))),
+    # UE 2's 5G-TMSI (frame 24) made UE 1's (0xc00003e4): assigned twice; a new context 4/4 presents it (frame 45:
+    # linked to UE 2, the latest assigner) and again (frame 46: already linked); 4/4 presents 0xc000061a first
+    # (frame 47) and UE 2 after it (frame 48): a presentation between contexts already linked is no refusal.
+    "tmsi-assigned-twice": Recipe(SANDBOX, grafts=(
+        registration_as(4, 22, (0x03, 0xE4)), registration_as(4, 23, (0x03, 0xE4)), registration_as(4, 24),
+        registration_as(2, 25)), flips=((24, "c00004b5", "c00003e4"),)),
+    # NGReset of part of the interface: UE 3's context by its AMF id (frame 45), UE 2's by its RAN id (frame 46).
+    "ng-reset-part": Recipe(SANDBOX, grafts=(
+        (43, RESET, 16, 22, {}), (43, RESET, 16, 23, {18: (0x40, 0x20), 19: (0x03, 0x02)}))),
+    # NGReset of the whole interface (frame 45): every live context of the association ends.
+    "ng-reset-whole": Recipe(SANDBOX, grafts=((43, RESET, 16, 22, RESET_ALL),)),
+    # The capture ends on UE 3's InitialUEMessage (frame 23): a context with no AMF-UE-NGAP-ID yet.
+    "ends-on-initial-ue-message": Recipe(SANDBOX, ("24-9999",)),
+})
+
+# NAS left ciphered: UE 1's CONFIGURATION UPDATE COMMAND (frame 20, security header 2: integrity protected and
+# ciphered, NEA0) has the inner message's protocol discriminator 0x7e made 0x00, so with null_decipher the
+# protected NAS still decodes into no plain message, as one ciphered with a real algorithm does.
+RECIPES["nas-left-ciphered"] = Recipe(SANDBOX, flips=((20, "7e02cdd2404c027e0054", "7e02cdd2404c02000054"),))
+
+# Only what the AMF sent (the sandbox's SCTP handshake, its NGSetupResponse and two DownlinkNASTransports): no
+# message only a gNB sends, so the sides come from the endpoint on port 38412 alone.
+RECIPES["amf-sends-only"] = Recipe(SANDBOX, ("-r", "1-4", "7", "10", "12"))

@@ -128,7 +128,7 @@ def analyse(pdus: list[NgapPdu]) -> Analysis:
         if pdu.procedure_code == PROC_UE_CONTEXT_RELEASE and pdu.pdu_type == "successfulOutcome":
             ctx.close(f"UEContextReleaseComplete in frame {pdu.frame}")
     _label(contexts)  # before linking: a refused link is reported by its contexts' labels
-    links, groups, unlinked = _link(contexts)
+    links, groups, unlinked = _link(contexts, [(p, c) for p in pdus if (c := owner[id(p)]) is not None])
     warnings = _warnings(list(associations.values()), contexts, pdus)
     return Analysis(list(associations.values()), contexts, owner, pdus, links, groups, warnings, unlinked)
 
@@ -247,8 +247,13 @@ class _Groups:
         self.parent[self.find(b)] = self.find(a)
 
 
-def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int], list[dict[str, Any]]]:
-    """Links between contexts of the same UE, each with its evidence; never a merge."""
+def _link(contexts: list[Context], owned: list[tuple[NgapPdu, Context]]
+          ) -> tuple[list[dict[str, Any]], dict[int, int], list[dict[str, Any]]]:
+    """Links between contexts of the same UE, each with its evidence; never a merge.
+
+    The evidence is read in capture order (`owned`: each UE-associated PDU with its context), not context by
+    context: a 5G-TMSI links only when assigned before it is presented, and a refusal names its frames in order.
+    """
     links: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     groups = _Groups()
@@ -280,33 +285,32 @@ def _link(contexts: list[Context]) -> tuple[list[dict[str, Any]], dict[int, int]
         groups.union(a.number, b.number)
         links.append({"from": a, "to": b, "evidence": evidence, "frames": frames})
 
-    for ctx in contexts:
-        for pdu in ctx.pdus:
-            for message in pdu.nas:
-                suci = message.suci()
-                if suci is not None:
-                    if suci in first_suci:
-                        other, frame = first_suci[suci]
-                        link(other, ctx, "same SUCI", [frame, pdu.frame])
-                    else:
-                        first_suci[suci] = (ctx, pdu.frame)
-                tmsi = message.first("nas_5gs.5g_tmsi")
-                if tmsi is not None:
-                    how = "assigned" if message.code in NAS_TMSI_ASSIGNERS else "presented"
-                    _tmsi(as_int(tmsi), ctx, pdu.frame, how, tmsi_seen, link, refuse)
-            for value in pdu.tmsi:
-                _tmsi(value, ctx, pdu.frame, "presented", tmsi_seen, link, refuse)
-            if pdu.s2t_container is not None and pdu.initiating:
-                if pdu.procedure_code == PROC_HANDOVER_PREPARATION:
-                    containers[pdu.s2t_container] = (ctx, pdu.frame)
-                elif pdu.procedure_code == PROC_HANDOVER_RESOURCE_ALLOCATION and pdu.s2t_container in containers:
-                    source, frame = containers[pdu.s2t_container]
-                    link(source, ctx, "handover: the same SourceToTarget-TransparentContainer in HandoverRequired "
-                         "and HandoverRequest", [frame, pdu.frame])
-            if pdu.procedure_code == PROC_PATH_SWITCH and pdu.initiating and pdu.source_amf_ue_id is not None:
-                switched = _path_switch_source(contexts, ctx, int(pdu.source_amf_ue_id), pdu.frame)
-                if switched is not None:
-                    link(switched, ctx, "path switch: SourceAMF-UE-NGAP-ID names the source context", [pdu.frame])
+    for pdu, ctx in owned:
+        for message in pdu.nas:
+            suci = message.suci()
+            if suci is not None:
+                if suci in first_suci:
+                    other, frame = first_suci[suci]
+                    link(other, ctx, "same SUCI", [frame, pdu.frame])
+                else:
+                    first_suci[suci] = (ctx, pdu.frame)
+            tmsi = message.first("nas_5gs.5g_tmsi")
+            if tmsi is not None:
+                how = "assigned" if message.code in NAS_TMSI_ASSIGNERS else "presented"
+                _tmsi(as_int(tmsi), ctx, pdu.frame, how, tmsi_seen, link, refuse)
+        for value in pdu.tmsi:
+            _tmsi(value, ctx, pdu.frame, "presented", tmsi_seen, link, refuse)
+        if pdu.s2t_container is not None and pdu.initiating:
+            if pdu.procedure_code == PROC_HANDOVER_PREPARATION:
+                containers[pdu.s2t_container] = (ctx, pdu.frame)
+            elif pdu.procedure_code == PROC_HANDOVER_RESOURCE_ALLOCATION and pdu.s2t_container in containers:
+                source, frame = containers[pdu.s2t_container]
+                link(source, ctx, "handover: the same SourceToTarget-TransparentContainer in HandoverRequired "
+                     "and HandoverRequest", [frame, pdu.frame])
+        if pdu.procedure_code == PROC_PATH_SWITCH and pdu.initiating and pdu.source_amf_ue_id is not None:
+            switched = _path_switch_source(contexts, ctx, int(pdu.source_amf_ue_id), pdu.frame)
+            if switched is not None:
+                link(switched, ctx, "path switch: SourceAMF-UE-NGAP-ID names the source context", [pdu.frame])
     members: dict[int, list[int]] = {}
     for ctx in contexts:
         members.setdefault(groups.find(ctx.number), []).append(ctx.number)
