@@ -42,6 +42,9 @@ RECIPES: dict[str, Recipe] = {
     # ... and that accept rides in a DownlinkNASTransport (procedure code 29 -> 4), its setup response (frame 43)
     # dropped: the session is known from the accept alone.
     "accept-alone": Recipe(SANDBOX, ("39", "43"), flips=((41, "0000003c001d", "0000003c0004"),)),
+    # UE 3's InitialUEMessage (frame 23, its REGISTRATION REQUEST) is not in the capture: the REGISTRATION ACCEPT
+    # (frame 36) answers a request made before it, and still tells the context's registration state.
+    "registration-request-outside": Recipe(SANDBOX, ("23",)),
 }
 
 

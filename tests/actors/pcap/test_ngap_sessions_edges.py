@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from diagd.actors.pcap.ngap.rules import RULES
 from tests.actors.pcap.test_ngap_fields import (
     CAPTURES,
     assert_shape,
@@ -88,3 +90,20 @@ def test_each_session_has_its_establishment_s_outcome_rule_cause_and_reason(path
         if w.why_says:
             assert why.startswith(w.why_says[0]), (where, why)
             assert w.why_says[-1].endswith("(") or why.endswith(w.why_says[-1]), (where, why)
+
+
+@pytest.mark.parametrize("path", (CAPTURES or [PCAPS / "(no corpus)"]) + BUILT, ids=lambda p: p.name)
+def test_each_ue_lists_the_outcomes_of_its_procedures(path: Path) -> None:
+    """A UE context's `outcomes`: each procedure instance procedures_oracle finds in it (procedure, PDU session
+    id for the per-session ones only, first frame, outcome) with the text of the rule the oracle decided on."""
+    if oracle_answer(path, procedures_oracle.answer, PROCEDURES_CANNOT_TELL) is None:
+        return
+    ues, _ = model(path)
+    keys = ue_keys(ues)
+    want: dict[ngap_oracle.UeKey, list[dict[str, Any]]] = {keys[u["ue"]]: [] for u in ues["ues"]}
+    for d in procedures_oracle.details(path):
+        per_session = d.found[1] in procedures_oracle.PER_SESSION
+        want[d.found[0]].append({"procedure": d.found[1], **({"pdu_session_id": d.found[2]} if per_session else {}),
+                                 "first_frame": d.found[3], "outcome": d.found[6], "rule": RULES[d.rule_id].text})
+    got = {keys[u["ue"]]: u["outcomes"] for u in ues["ues"]}
+    assert {k: sorted(v, key=repr) for k, v in got.items()} == {k: sorted(v, key=repr) for k, v in want.items()}
