@@ -45,6 +45,10 @@ RECIPES: dict[str, Recipe] = {
     # UE 3's InitialUEMessage (frame 23, its REGISTRATION REQUEST) is not in the capture: the REGISTRATION ACCEPT
     # (frame 36) answers a request made before it, and still tells the context's registration state.
     "registration-request-outside": Recipe(SANDBOX, ("23",)),
+    # The capture ends on UE 3's REGISTRATION REQUEST (frame 23): nothing after it could answer, not a failure;
+    # and one PDU later (frame 24, UE 2's InitialContextSetupRequest): the association went on, a failure.
+    "ends-on-registration-request": Recipe(SANDBOX, ("-r", "1-23")),
+    "ends-after-registration-request": Recipe(SANDBOX, ("-r", "1-24")),
 }
 
 
