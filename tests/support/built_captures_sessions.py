@@ -15,7 +15,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from tests.support.built_captures import CORPORA, SANDBOX, Recipe, flip
+from tests.support.built_captures import CORPORA, SANDBOX, SETUP_FAILED, Recipe, flip, returned_request
 from tests.support.ngap_oracle import CACHE
 from tests.support.pcapedit import PCAP_MAGICS, packets, replace_payload, transplant
 
@@ -49,6 +49,12 @@ RECIPES: dict[str, Recipe] = {
     # and one PDU later (frame 24, UE 2's InitialContextSetupRequest): the association went on, a failure.
     "ends-on-registration-request": Recipe(SANDBOX, ("-r", "1-23")),
     "ends-after-registration-request": Recipe(SANDBOX, ("-r", "1-24")),
+    # UE 1's establishment request (frame 19, with its InitialContextSetupResponse) is not in the capture, and
+    # then: its N2 setup failed (frame 25 as in built_captures' pdu-setup-failed), its setup response is lost,
+    # or the AMF hands the request back unforwarded (frame 22 as in pdu-returned): each status from what is seen.
+    "setup-failed-without-request": Recipe(SANDBOX, ("19",), payloads=((25, SETUP_FAILED),)),
+    "no-setup-response-without-request": Recipe(SANDBOX, ("19", "25")),
+    "returned-without-request": Recipe(SANDBOX, ("19", "25"), payloads=((22, returned_request()),)),
 }
 
 
