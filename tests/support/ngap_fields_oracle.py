@@ -242,12 +242,15 @@ def _nas(book: _Book, row: Row, owner: UeKey) -> None:
     sm = row.ints("nas_5gs.sm.message_type")
     psi = row.one("nas_5gs.pdu_session_id")
     mm_cause = row.one("nas_5gs.mm.5gmm_cause")
-    if DL_NAS_TRANSPORT in row.ints("nas_5gs.mm.message_type") and mm_cause is not None and psi is not None:
+    returned = DL_NAS_TRANSPORT in row.ints("nas_5gs.mm.message_type") and mm_cause is not None
+    if returned and psi is not None:
         s = book.get(owner, psi, row.frame)  # a 5GSM message returned unforwarded by the AMF
         s.returned_by_amf_frame = row.frame
         book.answered(owner, s)
         s.failures.append((row.frame, "5GMM", mm_cause, cause_name("nas_5gs.mm.5gmm_cause", mm_cause)))
-    if not sm or psi is None:
+    # The 5GSM message a DL NAS TRANSPORT with a 5GMM cause carries is the UE's own, handed back unforwarded
+    # (TS 24.501 5.4.5.2.5): no new message of the session.
+    if not sm or psi is None or returned:
         return
     if len(sm) > 1:
         raise OracleCannotTell(f"frame {row.frame}: several 5GSM messages in one PDU")

@@ -420,7 +420,10 @@ def _sessions(rows: list[Row], owners: list[UeKey | None]
             continue
         sm, mm = row.ints("nas_5gs.sm.message_type"), row.ints("nas_5gs.mm.message_type")
         psi = row.one("nas_5gs.pdu_session_id")
-        if sm and psi is not None:
+        if 0x68 in mm and row.one("nas_5gs.mm.5gmm_cause") is not None and psi is not None:
+            # Returned unforwarded by the AMF: the 5GSM message it carries is the UE's own (TS 24.501 5.4.5.2.5).
+            get(owner, psi, new=False)["reject"] = row.frame
+        elif sm and psi is not None:
             s = get(owner, psi, new=0xC1 in sm)
             if 0xC2 in sm:
                 s["accept"] = row.frame
@@ -429,8 +432,6 @@ def _sessions(rows: list[Row], owners: list[UeKey | None]
                     accepts_in_n2 += 1
             if 0xC3 in sm:
                 s["reject"] = row.frame
-        elif 0x68 in mm and row.one("nas_5gs.mm.5gmm_cause") is not None and psi is not None:
-            get(owner, psi, new=False)["reject"] = row.frame  # returned unforwarded by the AMF
         n2_psis = sorted(set(row.ints("ngap.pDUSessionID")))
         if row.proc in (29, 14) and n2_psis:
             if len(n2_psis) > 1:

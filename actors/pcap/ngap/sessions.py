@@ -201,8 +201,7 @@ class _Sessions:
             s = self.session(ctx, psi, pdu.frame)
         if message.code == NAS_ESTABLISHMENT_ACCEPT:
             s["establishment_accept_frame"] = pdu.frame
-            s["accept_in_n2_setup"] = pdu.initiating and pdu.procedure_code in (
-                PROC_PDU_SESSION_SETUP, PROC_INITIAL_CONTEXT_SETUP)
+            s["accept_in_n2_setup"] = pdu.initiating and pdu.procedure_code in N2_SETUPS
             s["ue_ipv4"] = message.first("nas_5gs.sm.pdu_addr_inf_ipv4")
             s["dnn"] = message.first("nas_5gs.cmn.dnn") or s["dnn"]  # the DNN granted, else the one requested
         elif message.code == NAS_ESTABLISHMENT_REJECT:
@@ -269,6 +268,10 @@ def pdu_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
             if message.layer == "5GMM" and message.code in NAS_TRANSPORTS:
                 carrier = message
             found.nas(ctx, pdu, message, carrier if message.layer == "5GSM" else None)
+        if pdu.procedure_code not in N2_SETUPS:
+            # The setup lists belong to these two procedures (TS 38.413 9.2.1.1-2, 9.2.2.1-3); in another
+            # message they are IEs it does not define (not comprehended, clause 10): nothing is set up.
+            continue
         for item in pdu.items:
             found.item(ctx, pdu, item)
     return _sessions_result(model, found.sessions, found.unmatched, filtered)
@@ -297,7 +300,7 @@ def _sessions_result(model: Model, sessions: list[dict[str, Any]], unmatched: li
         "failed_count": sum(1 for s in sessions if s["status"] == "failed"),
         "sessions": sessions, "rejected": rejected,
         "incomplete": [{"ue": s["ue"], "pdu_session_id": s["pdu_session_id"], "status": s["status"]}
-                       for s in sessions if s["outcome"] in (None, "incomplete")],
+                       for s in sessions if s["status"] not in FINISHED],
         "warnings": list(analysis.warnings) + (
             ["display_filter given: sessions are built from the filtered NGAP frames only"] if filtered else []) + (
             [f"N2 PDU session setup responses without a request in the capture (frames {unmatched[:20]}): ignored"]
@@ -317,8 +320,9 @@ def _verdict(s: dict[str, Any], model: Model, ctx: Context) -> None:
     request = s["establishment_request_frame"]
     instance = model.establishment(ctx, s["pdu_session_id"], request) if request is not None else None
     if instance is None:
-        s.update(outcome=None, rule=None, cause=None,
-                 status="n2_setup_without_nas" if s["setup_request_frame"] is not None else "unknown")
+        # Its request is not in the capture (it started later): no instance, so the status is read from what
+        # the capture shows of the session, by the same definitions (docs/5g.md).
+        s.update(outcome=None, rule=None, cause=None, status=_seen_status(s))
         return
     s.update(outcome=instance.outcome, rule=instance.rule.text if instance.rule else None,
              rule_id=instance.rule.id if instance.rule else None, cause=instance.cause)
@@ -329,7 +333,22 @@ def _verdict(s: dict[str, Any], model: Model, ctx: Context) -> None:
         s["status"] = "no_setup_response"
 
 
+def _seen_status(s: dict[str, Any]) -> str:
+    """The status of a session with no establishment instance, from its own frames."""
+    if s["establishment_reject_frame"] is not None or s["returned_by_amf_frame"] is not None:
+        return "rejected"
+    if s["setup_result"] == "failed":
+        return "setup_failed"
+    if s["establishment_accept_frame"] is not None:
+        if not s["accept_in_n2_setup"]:
+            return "accepted_without_n2_setup"
+        return "established" if s["setup_result"] == "setup" else "no_setup_response"
+    return "n2_setup_without_nas" if s["setup_request_frame"] is not None else "unknown"
+
+
 NAS_TRANSPORTS = {"0x67", "0x68"}  # UL / DL NAS TRANSPORT
+FINISHED = {"established", "rejected", "setup_failed", "failed"}  # the rest are `incomplete`
+N2_SETUPS = (PROC_PDU_SESSION_SETUP, PROC_INITIAL_CONTEXT_SETUP)
 # Each establishment rule (rules.TABLE) as this summary's status word.
 STATUS_BY_RULE = {
     "pdu-setup-response": "established", "pdu-initial-context-setup": "established",

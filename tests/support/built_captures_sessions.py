@@ -1,0 +1,91 @@
+"""More captures built from real corpus frames, for PDU-session paths the corpus and built_captures.py lack.
+
+The recipes and the way they are built are those of tests/support/built_captures.py (its Recipe, flips,
+hand-encoded payloads, editcap drops and grafted DATA chunks); they live here so that module keeps its own
+list. Each capture's path is stable (named by its recipe), so the cached sharkd trees and oracle answers stay
+valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+from tests.support.built_captures import CORPORA, SANDBOX, SETUP_FAILED, Recipe, flip, returned_request
+from tests.support.ngap_oracle import CACHE
+from tests.support.pcapedit import PCAP_MAGICS, packets, replace_payload, transplant
+
+# Frame 25's PDUSessionResourceSetupResponse made one whose only list is the failed-to-setup one
+# (PDUSessionResourceFailedToSetupListSURes, IE 58) with an empty PDUSessionResourceSetupUnsuccessfulTransfer
+# (an octet string of length 0): the item names PDU session 1 and no cause at all.
+SETUP_FAILED_NO_CAUSE = bytes.fromhex("201d0017" "000003" "000a40020001" "005540020001" "003a4004" "00" "00" "01" "00")
+# UE 1's PDUSessionResourceSetupRequest (frame 22, downlink TSN 7) sent again after the capture's last frame, as
+# the next downlink chunk after frame 41 (TSN 3935580798): the same session asked to be set up a second time.
+# (`like` numbers the frame after the drops: frame 41 is 40 once frame 25 is gone.)
+AGAIN = (41, SANDBOX, 22, 3935580799, {})
+AGAIN_AFTER_DROP = (40, *AGAIN[1:])
+
+RECIPES: dict[str, Recipe] = {
+    "pdu-setup-failed-no-cause": Recipe(SANDBOX, payloads=((25, SETUP_FAILED_NO_CAUSE),)),
+    # The session was set up (frame 25 answered frame 22): the later request is a user-plane (re)activation,
+    # not its establishment (TS 23.502 4.2.3.2); its tunnel and QoS flows leave the establishment's as they were.
+    "setup-request-after-setup": Recipe(SANDBOX, grafts=(AGAIN,)),
+    # The answer (frame 25) is lost and the AMF asks again: the second request is the one the session waits on.
+    "setup-request-again-unanswered": Recipe(SANDBOX, ("25",), (AGAIN_AFTER_DROP,)),
+    # UE 3's PDU SESSION ESTABLISHMENT REQUEST (frame 39, with its REGISTRATION COMPLETE) is not in the capture:
+    # its session is first seen in the N2 setup request carrying the accept (frame 41).
+    "n2-setup-without-request": Recipe(SANDBOX, ("39",)),
+    # ... and that accept rides in a DownlinkNASTransport (procedure code 29 -> 4), its setup response (frame 43)
+    # dropped: the session is known from the accept alone.
+    "accept-alone": Recipe(SANDBOX, ("39", "43"), flips=((41, "0000003c001d", "0000003c0004"),)),
+    # UE 3's InitialUEMessage (frame 23, its REGISTRATION REQUEST) is not in the capture: the REGISTRATION ACCEPT
+    # (frame 36) answers a request made before it, and still tells the context's registration state.
+    "registration-request-outside": Recipe(SANDBOX, ("23",)),
+    # The capture ends on UE 3's REGISTRATION REQUEST (frame 23): nothing after it could answer, not a failure;
+    # and one PDU later (frame 24, UE 2's InitialContextSetupRequest): the association went on, a failure.
+    "ends-on-registration-request": Recipe(SANDBOX, ("-r", "1-23")),
+    "ends-after-registration-request": Recipe(SANDBOX, ("-r", "1-24")),
+    # UE 1's establishment request (frame 19, with its InitialContextSetupResponse) is not in the capture, and
+    # then: its N2 setup failed (frame 25 as in built_captures' pdu-setup-failed), its setup response is lost,
+    # or the AMF hands the request back unforwarded (frame 22 as in pdu-returned): each status from what is seen.
+    "setup-failed-without-request": Recipe(SANDBOX, ("19",), payloads=((25, SETUP_FAILED),)),
+    "no-setup-response-without-request": Recipe(SANDBOX, ("19", "25")),
+    "returned-without-request": Recipe(SANDBOX, ("19", "25"), payloads=((22, returned_request()),)),
+}
+
+
+def built(name: str) -> Path:
+    """The capture of recipe `name` (its path even when the corpus is missing: callers check exists())."""
+    recipe = RECIPES[name]
+    digest = hashlib.sha256(repr(recipe).encode()).hexdigest()[:8]
+    out = CACHE / f"built-sessions-{name}-{digest}.pcap"
+    donors = {recipe.source, *(g[1] for g in recipe.grafts)}
+    if out.exists() or not all((CORPORA / d).exists() for d in donors) or shutil.which("editcap") is None:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    data = bytearray((CORPORA / recipe.source).read_bytes())
+    for frame, old, new in recipe.flips:
+        flip(data, frame, old, new)
+    for frame, payload in recipe.payloads:
+        data = replace_payload(data, frame, payload)
+    edited = out.with_suffix(f".{os.getpid()}.edited")
+    edited.write_bytes(bytes(data))
+    subprocess.run(["editcap", "-F", "pcap", str(edited), str(tmp), *recipe.drop], check=True, capture_output=True)
+    edited.unlink()
+    data = bytearray(tmp.read_bytes())
+    last = list(packets(data))[-1]
+    endian = PCAP_MAGICS[bytes(data[:4])]
+    seconds, fraction = struct.unpack_from(endian + "II", data, last.header)
+    nano = bytes(data[:4]) in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    end = seconds + fraction / (1e9 if nano else 1e6)
+    for step, (like, donor, frame, tsn, patches) in enumerate(recipe.grafts, start=1):
+        transplant(data, like, bytearray((CORPORA / donor).read_bytes()), frame, tsn=tsn, time=end + step / 1000,
+                   **({"payload": patches} if isinstance(patches, bytes) else {"patches": patches}))
+    tmp.write_bytes(bytes(data))
+    tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
+    return out
