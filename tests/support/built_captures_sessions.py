@@ -8,16 +8,10 @@ valid.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import struct
-import subprocess
 from pathlib import Path
 
-from tests.support.built_captures import CORPORA, SANDBOX, SETUP_FAILED, Recipe, flip, returned_request
-from tests.support.ngap_oracle import CACHE
-from tests.support.pcapedit import PCAP_MAGICS, packets, replace_payload, transplant
+from tests.support import built_captures
+from tests.support.built_captures import SANDBOX, SETUP_FAILED, Recipe, returned_request
 
 # Frame 25's PDUSessionResourceSetupResponse made one whose only list is the failed-to-setup one
 # (PDUSessionResourceFailedToSetupListSURes, IE 58) with an empty PDUSessionResourceSetupUnsuccessfulTransfer
@@ -60,32 +54,4 @@ RECIPES: dict[str, Recipe] = {
 
 def built(name: str) -> Path:
     """The capture of recipe `name` (its path even when the corpus is missing: callers check exists())."""
-    recipe = RECIPES[name]
-    digest = hashlib.sha256(repr(recipe).encode()).hexdigest()[:8]
-    out = CACHE / f"built-sessions-{name}-{digest}.pcap"
-    donors = {recipe.source, *(g[1] for g in recipe.grafts)}
-    if out.exists() or not all((CORPORA / d).exists() for d in donors) or shutil.which("editcap") is None:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    data = bytearray((CORPORA / recipe.source).read_bytes())
-    for frame, old, new in recipe.flips:
-        flip(data, frame, old, new)
-    for frame, payload in recipe.payloads:
-        data = replace_payload(data, frame, payload)
-    edited = out.with_suffix(f".{os.getpid()}.edited")
-    edited.write_bytes(bytes(data))
-    subprocess.run(["editcap", "-F", "pcap", str(edited), str(tmp), *recipe.drop], check=True, capture_output=True)
-    edited.unlink()
-    data = bytearray(tmp.read_bytes())
-    last = list(packets(data))[-1]
-    endian = PCAP_MAGICS[bytes(data[:4])]
-    seconds, fraction = struct.unpack_from(endian + "II", data, last.header)
-    nano = bytes(data[:4]) in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
-    end = seconds + fraction / (1e9 if nano else 1e6)
-    for step, (like, donor, frame, tsn, patches) in enumerate(recipe.grafts, start=1):
-        transplant(data, like, bytearray((CORPORA / donor).read_bytes()), frame, tsn=tsn, time=end + step / 1000,
-                   **({"payload": patches} if isinstance(patches, bytes) else {"patches": patches}))
-    tmp.write_bytes(bytes(data))
-    tmp.replace(out)  # a stable path and mtime: the sharkd trees and oracle answers stay cached
-    return out
+    return built_captures.built(name, RECIPES)
