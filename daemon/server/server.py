@@ -364,6 +364,9 @@ async def serve(config: config_mod.Config) -> None:
             async def handle_control(stream: trio.SocketStream, conn: Connection) -> None:
                 await control_server.serve_connection(stream, daemon, client=conn.client, conn=conn)
 
+            # Before any socket: a client (or a test) that sees the sockets may signal at once, and a
+            # SIGHUP before the receiver is open would end the daemon (its default action).
+            await nursery.start(_handle_signals, daemon)
             if config.http.enabled:  # first: once the control socket answers, every listener accepts
                 daemon.sockets["http"] = await nursery.start(http_start.serve, daemon, front)
             for kind, handle in (("mcp", handle_mcp), ("control", handle_control)):
@@ -374,7 +377,6 @@ async def serve(config: config_mod.Config) -> None:
                     bound.append(socket_names[kind])
                 await nursery.start(daemon.accept, listener, kind, handle)
                 daemon.sockets[kind] = str(where)
-            nursery.start_soon(_handle_signals, daemon)
             nursery.start_soon(daemon.trimmer.run)
             sd_notify("READY=1\nSTATUS=listening")
             log.info("diagd ready", pid=os.getpid(), sockets=daemon.sockets, tools=len(daemon.registry.specs()))
@@ -426,8 +428,9 @@ def _single_coded(group: BaseExceptionGroup[BaseException]) -> DiagdError | None
     return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], DiagdError) else None
 
 
-async def _handle_signals(daemon: Daemon) -> None:
+async def _handle_signals(daemon: Daemon, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 try:

@@ -356,6 +356,28 @@ def test_sighup_reloads_the_config(daemon: DaemonProcess) -> None:
     assert json.loads(slow.stdout)["code"] == "TIMEOUT"
 
 
+def test_a_sighup_as_soon_as_a_socket_exists_reloads_and_does_not_end_the_daemon(env: Env) -> None:
+    """The signal receiver is open before any socket is bound: whoever sees a socket may signal at once.
+    (It was opened after both: a SIGHUP in between ended the daemon, SIGHUP's default action, and
+    test_sighup_reloads_the_config failed under load in CI.)"""
+    with open(env.root / "daemon.log", "wb") as logfile:
+        proc = subprocess.Popen([DIAGD, "serve"], env=env.vars, stdout=logfile, stderr=subprocess.STDOUT)
+        daemon = DaemonProcess(proc, env)
+        try:
+            while not daemon.mcp_socket.exists():  # the first socket bound: signalled the moment it appears
+                assert proc.poll() is None, daemon.log()
+            proc.send_signal(signal.SIGHUP)
+            wait_for_path(daemon.control_socket, proc)
+            deadline = time.monotonic() + 20
+            while '"config reloaded"' not in daemon.log():
+                assert proc.poll() is None, f"the daemon ended on SIGHUP: {daemon.log()[-2000:]}"
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            assert proc.poll() is None
+        finally:
+            daemon.stop()
+
+
 def test_stop_actor_from_the_cli(daemon: DaemonProcess) -> None:
     daemon.env.run("call", "echo", "message=x", "resource=r")
     actor_id = json.loads(daemon.env.run("status", "--json").stdout)["actors"][0]["id"]
