@@ -35,8 +35,8 @@ WHOLE = 2**31 - 1  # one interval spanning the capture: `intervals` then counts 
 # How long an early tshark is worth it beside a pass (matches in the first few % of a capture come
 # within it), and the head start it gets when the pass would take the capture's only worker.
 EARLY_BUDGET_S = 0.5
-# How long a fresh big capture's background reads (sharkd's load, the file's sha256, capinfos' count)
-# wait for the first answer's early pass: on 2 cores, four readers beside that pass left it half a
+# How long a fresh big capture's background work (starting and loading sharkd, the file's sha256,
+# capinfos' count) waits for the first answer's early pass: on 2 cores, four readers beside that pass left it half a
 # core; a first page early in a file takes a single pass about this long (tshark's start is 0.3 s of it).
 HEAD_START_S = 0.5
 ROWS_TIMEOUT_S = 60.0  # a page's `frame` requests take milliseconds: past this sharkd is hung
@@ -106,7 +106,7 @@ class CaptureWorkers:
         self._nursery = nursery
         self.pool = pool
         # Over when the first call's early pass has its page, a call needs sharkd, or head_start_s has
-        # passed; then the pool's first load reads the file and after_head_start starts the rest.
+        # passed; then the pool starts its first worker and after_head_start starts the rest.
         self.head_start = pool.hold = trio.Event()
         self._head_start_s = head_start_s
         self._after_head_start = after_head_start

@@ -85,8 +85,7 @@ class Worker:
     busy_since: float = 0.0
     filters: set[str] = field(default_factory=set)
     last_used: float = 0.0
-    load_s: float = 0.0  # from the start to loaded, less the time its load was held (WorkerPool.hold)
-    held_s: float = 0.0
+    load_s: float = 0.0  # from the start to loaded (a held start, WorkerPool.hold, not counted)
 
     @property
     def ready(self) -> bool:
@@ -179,6 +178,10 @@ class WorkerPool:
         return worker
 
     async def _load(self, worker: Worker) -> None:
+        if self.hold is not None:
+            # Not even started: sharkd's own start (dissector registration, 0.25 s of CPU) beside the
+            # early tshark's made that pass 0.34-0.46 s instead of 0.29 s on the 55 MB bench capture.
+            await self.hold.wait()
         started = trio.current_time()
         try:
             facts = await self._load_sharkd(worker)
@@ -192,7 +195,7 @@ class WorkerPool:
         except Exception as exc:
             worker.error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd failed to load: {exc}")
         finally:
-            worker.load_s = trio.current_time() - started - worker.held_s
+            worker.load_s = trio.current_time() - started
             worker.last_used = trio.current_time()
             worker.loaded.set()
             if worker.error is None:
@@ -210,12 +213,6 @@ class WorkerPool:
             self._notify()
 
     async def _load_sharkd(self, worker: Worker) -> LoadFacts:
-        if self.hold is not None and not self.hold.is_set():
-            # Not even started: sharkd's own start (dissector registration, 0.25 s of CPU) beside the
-            # early tshark's made that pass 0.34-0.46 s instead of 0.29 s on the 55 MB bench capture.
-            held = trio.current_time()
-            await self.hold.wait()
-            worker.held_s = trio.current_time() - held
         sharkd = worker.sharkd = await self._launch(self._nursery, self.config_dir)
         # Preferences go in before the file is read: some act only in the first, sequential pass
         # (sctp.association_index numbers associations there; set after `load` every frame says 65535).
