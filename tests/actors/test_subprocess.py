@@ -116,12 +116,14 @@ def _fds() -> set[str]:
     return fd_names(os.getpid())
 
 
-def _zombies() -> list[int]:
-    return [p.pid for p in zombies(os.getpid())]
+def _zombies() -> set[tuple[int, str]]:
+    return {(p.pid, p.comm) for p in zombies(os.getpid())}
 
 
 async def test_the_waiter_reaps_a_child_the_moment_it_exits_and_closes_its_pipes() -> None:
-    before = _fds()
+    # Zombies an earlier test left (its Popen collected before the child ended) are not this test's; a
+    # child of this test that is not reaped shows as a new one.
+    before, zombies_before = _fds(), _zombies()
     async with trio.open_nursery() as nursery:
         proc = await open_process(["sh", "-c", "echo out; echo err >&2; exit 3"], stdin=subprocess.PIPE)
         out, err = bytearray(), bytearray()
@@ -131,7 +133,8 @@ async def test_the_waiter_reaps_a_child_the_moment_it_exits_and_closes_its_pipes
         with trio.fail_after(10):
             assert await reap(proc, readers_done=(out_done, err_done)) == 3
     assert (out, err) == (b"out\n", b"err\n")  # the readers got everything before the pipes closed
-    assert _zombies() == [] and _fds() == before
+    assert _zombies() - zombies_before == set() and _fds() == before
+    assert proc.returncode == 3 and not any(pid == proc.pid for pid, _ in _zombies())
 
 
 async def test_a_grandchild_holding_the_pipe_does_not_keep_it_open_past_the_grace() -> None:
