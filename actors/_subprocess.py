@@ -325,9 +325,15 @@ async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 2
     stopped (TERM, then KILL) once they are in, so a caller needing the start of a long output does
     not wait for its end; in every case it is reaped and its pipes closed. With `on_line` every line
     is handed to it as it comes and none is kept (a long output read in bounded memory)."""
+    return await head_of(await open_process(argv), limit, max_line=max_line, on_line=on_line)
+
+
+async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 << 20,
+                  on_line: Callable[[str], None] | None = None) -> Head:
+    """`head` of a child started already (its stdout and stderr piped, neither read yet): it is
+    stopped once `limit` lines are in, and in every case reaped with its pipes closed."""
     lines: list[str] = []
     stderr = Tail()
-    proc = await open_process(argv)
     splitter = LineSplitter(max_line=max_line)  # lines taken here: the splitter never calls back
     stopped = False
     try:

@@ -19,7 +19,8 @@ import structlog
 import trio
 
 from diagd.actors._paths import create_new, made_stem, resolve_allowed
-from diagd.actors.pcap import decode_check
+from diagd.actors._subprocess import Head
+from diagd.actors.pcap import decode_check, first_page, standby
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
@@ -35,7 +36,7 @@ from diagd.actors.pcap.wireshark import (
     parse_decode_as,
     sha256_if_ready,
 )
-from diagd.actors.runtime import BackendConfig, Runtime
+from diagd.actors.runtime import ActorRef, BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -122,14 +123,40 @@ class PcapBackend:
             else:
                 await self.captures.wait_for_change(spec.key, settings.max_loaded, deadline)
         with self.captures.in_call(spec.key):
+            if settings.warm_tshark and self.runtime.find(KIND, spec.key) is None:
+                await self._standby(standby.shape_of(_cold.base_argv(spec.path, spec.decode_as, spec.preferences)))
             ref = await self.runtime.start(
                 KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
-                                                  headroom=self.headroom, cores=self.cores,
+                                                  headroom=self.headroom, cores=self.cores, early_rows=self.early_rows,
                                                   memory_budget=self.settings.max_memory_mb * 2**20),
                 idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)
             return await self.runtime.ask(ref, message, progress=ctx.progress)
+
+    async def early_rows(self, argv: list[str], display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
+        """first_page.early_rows of a capture's cold argv, by a warm tshark when one of its shape waits
+        (standby.py), else by a cold one (which a standby's failure also falls back to)."""
+        found = standby.shape_of(argv)
+        if self.settings.warm_tshark and found is not None and standby.can_serve(display_filter):
+            ref = await self._standby(found)
+            try:
+                reply = await self.runtime.ask(ref, standby.StandbyPage(found[1], display_filter, want + 1))
+            except DiagdError as exc:  # the standby actor stopped or is busy: the page runs cold
+                log.info("warm tshark not used", why=exc.message)
+            else:
+                if reply["served"]:
+                    done = Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
+                    return await first_page.rows_of(done, display_filter, want)
+        return await first_page.early_rows(argv, display_filter, want)
+
+    async def _standby(self, found: tuple[tuple[str, ...], str] | None) -> ActorRef:
+        """The standby actor of a capture argv's shape, started (its first standby launches) if need be."""
+        assert found is not None  # tshark.base_argv's form
+        shape = found[0]
+        key = standby.shape_key(shape)
+        return await self.runtime.start(standby.KIND, key, lambda: standby.StandbyActor(key, shape),
+                                        idle_timeout_s=lambda: self.settings.idle_timeout_s)
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""

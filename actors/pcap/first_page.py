@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from diagd.actors._subprocess import head
+from diagd.actors._subprocess import Head, head
 from diagd.actors.pcap.tshark import TRUNCATED, filter_refusal, tabs_row
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -105,8 +105,20 @@ async def early_numbers(argv: list[str], display_filter: str, want: int) -> tupl
 async def early_rows(argv: list[str], display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
     """(rows, complete): the packet-list rows of the first `want` matches of a single tshark pass
     (stopped once they are in), each with its `provisional` columns; complete as early_numbers."""
-    done = await head([*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []),
-                       "-T", "tabs"], want + 1, max_line=1 << 16)
+    done = await head(tabs_argv(argv, display_filter), want + 1, max_line=TABS_MAX_LINE)
+    return await rows_of(done, display_filter, want)
+
+
+TABS_MAX_LINE = 1 << 16
+
+
+def tabs_argv(argv: list[str], display_filter: str) -> list[str]:
+    """The early pass of early_rows: the packet list of a single pass, a line per match as it is found."""
+    return [*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []), "-T", "tabs"]
+
+
+async def rows_of(done: Head, display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
+    """early_rows' answer from its tshark's first `want + 1` lines (run cold, or by a warm standby)."""
     rows = [row for line in done.lines if (row := tabs_row(line)) is not None]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
         raise await _failure(done.stderr, display_filter, done.returncode)

@@ -26,6 +26,9 @@ class PcapSettings:
     max_memory_mb: int = setting(4096, positive=True)
     workers_per_capture: int = setting(2, positive=True)  # at most; also never more than the cores
     idle_timeout_s: float = setting(900.0, positive=True)
+    # A tshark started ahead of need answers a fresh capture's first page without tshark's start-up
+    # (standby.py): ~66 MB while it waits, per decoding shape in use, gone after idle_timeout_s unused.
+    warm_tshark: bool = True
     max_exports: int = setting(50, positive=True)
     mask_subscriber_ids: bool = False
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # [pcap.profiles.<name>], + BUILTIN_PROFILES

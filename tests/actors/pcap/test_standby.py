@@ -1,0 +1,196 @@
+"""The warm tshark (standby.py): its page is the cold early pass's page, line for line, on every corpus
+capture and shape; what it cannot carry runs cold; its timers run on the Trio clock; nothing is left
+behind (process, zombie, directory)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from diagd.actors._subprocess import Head, head
+from diagd.actors.base import Request
+from diagd.actors.pcap import first_page, standby
+from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.settings import BUILTIN_PROFILES
+from tests.pcaps import PCAPS, corpus
+from tests.support.procs import children, zombies
+
+LAB = BUILTIN_PROFILES["5gc-lab"]
+LAB_SHAPE = (*(a for rule in LAB["decode_as"] for a in ("-d", rule)),
+             *(a for k, v in sorted(LAB["preferences"].items()) for a in ("-o", f"{k}:{v}")))
+
+
+def every_capture() -> list[Path]:
+    found = corpus()
+    if not found:
+        pytest.skip(f"no real captures in {PCAPS}")
+    return found
+
+
+async def warm_and_cold(path: Path, shape: tuple[str, ...], display_filter: str, limit: int) -> tuple[Head, Head]:
+    argv = [*_cold.base_argv(path, (), ()), *shape]
+    assert standby.shape_of(argv) == (shape, str(path))
+    waiting = await standby.Standby.start(shape)
+    try:
+        warm = await waiting.page(str(path), display_filter, limit)
+    finally:
+        await waiting.close()
+    assert not waiting.directory.exists()
+    cold = await head(first_page.tabs_argv(argv, display_filter), limit, max_line=first_page.TABS_MAX_LINE)
+    return warm, cold
+
+
+@pytest.mark.parametrize("shape", [(), LAB_SHAPE], ids=["default", "5gc-lab"])
+async def test_a_standby_page_is_the_cold_early_pass_line_for_line_on_every_corpus_capture(
+        shape: tuple[str, ...]) -> None:
+    before = {p.pid for p in children(os.getpid())}
+    compared = 0
+    for path in every_capture():
+        warm, cold = await warm_and_cold(path, shape, "frame.len > 0", 201)
+        assert warm.lines == cold.lines, path.name
+        assert warm.stopped == cold.stopped, path.name  # stopped at the limit: its exit status is the stop's
+        assert warm.stopped or warm.returncode == cold.returncode, path.name
+        compared += len(warm.lines)
+    assert compared > 1000
+    assert {p.pid for p in children(os.getpid())} <= before and not zombies(os.getpid())
+
+
+@pytest.mark.parametrize("display_filter", [
+    'sip.Method == "INVITE"', r'frame contains "\x22" || sip.Method == "BYE"', r'sip matches "^\\S+ sip:"',
+    'sip.Method in {"INVITE" "ACK"} && !(udp.port == 5060)', "tcp.flags.syn == 1 and tcp.flags.ack == 0",
+])
+async def test_quotes_backslashes_and_set_syntax_reach_the_compiler_unchanged(display_filter: str) -> None:
+    path = PCAPS / "heplify_sip_ipv4_tcp.pcap"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    assert standby.can_serve(display_filter)
+    warm, cold = await warm_and_cold(path, (), display_filter, 50)
+    assert warm.lines == cold.lines and warm.returncode == cold.returncode
+
+
+def test_what_a_macro_would_not_carry_unchanged_runs_cold() -> None:
+    for refused in ("", "frame contains \"caf\u00e9\"", 'frame contains "a\nb"', "frame contains \"\t\"",
+                    "${other}", 'frame contains "$1"'):
+        assert not standby.can_serve(refused), refused
+    assert standby.uat_string('a\\b"c') == '"a\\x5cb\\x22c"'
+    # Only tshark.base_argv's form has an equivalent standby.
+    assert standby.shape_of(["tshark", "-r", "/x.pcap", "-n"]) is None
+    assert standby.shape_of(["tshark", "-r", "/x.pcap", "-n", "-2", "-d", "r"]) == (("-d", "r"), "/x.pcap")
+    assert standby.shape_key(()) == "default" and standby.shape_key(LAB_SHAPE) != "default"
+
+
+async def test_a_filter_tshark_refuses_gives_no_page_and_leaves_nothing(tmp_path: Path) -> None:
+    path = PCAPS / "5greplay_oai.pcap"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    before = {p.pid for p in children(os.getpid())}
+    warm, cold = await warm_and_cold(path, (), "ngap ==", 10)
+    assert warm.lines == [] and warm.returncode not in (0, None) and cold.returncode not in (0, None)
+    assert {p.pid for p in children(os.getpid())} <= before and not zombies(os.getpid())
+
+
+# -- the actor, with a scripted standby on the Trio clock -------------------------------------------
+
+
+class FakeProc:
+    def __init__(self) -> None:
+        self.ended = trio.Event()
+
+    async def wait(self) -> int:
+        await self.ended.wait()
+        return 1
+
+
+class FakeStandby:
+    def __init__(self, log: list[tuple[str, float]]) -> None:
+        self.proc = FakeProc()
+        self.log = log
+        log.append(("launch", trio.current_time()))
+
+    @property
+    def alive(self) -> bool:
+        return not self.proc.ended.is_set()
+
+    async def page(self, path: str, display_filter: str, limit: int) -> Head:
+        return Head([f"{path} {display_filter} {limit}"], True, None, "")
+
+    async def close(self) -> None:
+        self.proc.ended.set()
+
+
+def page(actor: standby.StandbyActor) -> Any:
+    return actor.handle(Request(standby.StandbyPage("/c.pcap", "ip", 11)))
+
+
+async def test_the_next_standby_starts_after_the_page_not_during_it(
+        autojump_clock: trio.testing.MockClock) -> None:
+    log: list[tuple[str, float]] = []
+    launched: list[FakeStandby] = []
+
+    async def launch(shape: tuple[str, ...]) -> Any:
+        launched.append(FakeStandby(log))
+        return launched[-1]
+
+    actor = standby.StandbyActor("default", (), launch=launch)
+    async with trio.open_nursery() as nursery:
+        await actor.start(nursery)
+        await trio.sleep(0.01)
+        assert [at for _, at in log] == [0.0]
+        assert await page(actor) == {"served": True, "lines": ["/c.pcap ip 11"], "stopped": True,
+                                     "returncode": None, "stderr": ""}
+        assert await page(actor) == {"served": False}  # the next one is not started yet: cold
+        await trio.sleep(standby.REPLACE_AFTER_S - 0.001)
+        assert len(log) == 1
+        await trio.sleep(0.002)
+        assert len(log) == 2 and log[1][1] == pytest.approx(0.01 + standby.REPLACE_AFTER_S)
+        assert (await page(actor))["served"] is True
+        assert actor.statistics() == {"waiting": False, "served": 2, "missed": 1, "off_because": None}
+        nursery.cancel_scope.cancel()
+    await actor.stop()
+
+
+async def test_standbys_that_end_while_waiting_are_replaced_then_given_up(
+        autojump_clock: trio.testing.MockClock) -> None:
+    log: list[tuple[str, float]] = []
+    launched: list[FakeStandby] = []
+
+    async def launch(shape: tuple[str, ...]) -> Any:
+        launched.append(FakeStandby(log))
+        return launched[-1]
+
+    actor = standby.StandbyActor("default", (), launch=launch)
+    async with trio.open_nursery() as nursery:
+        await actor.start(nursery)
+        for _ in range(standby.MAX_FAILURES):
+            await trio.sleep(0.01)
+            launched[-1].proc.ended.set()  # a tshark without Lua: it ends at once
+            await trio.sleep(standby.REPLACE_AFTER_S)
+        assert len(launched) == standby.MAX_FAILURES
+        assert actor.off_because is not None and "ended before their page" in actor.off_because
+        await trio.sleep(60)
+        assert len(launched) == standby.MAX_FAILURES and await page(actor) == {"served": False}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_real_standby_killed_while_waiting_is_reaped_and_replaced() -> None:
+    actor = standby.StandbyActor("default", ())
+    async with trio.open_nursery() as nursery:
+        await actor.start(nursery)
+        with trio.fail_after(30):
+            while actor._standby is None:
+                await trio.sleep(0.01)
+            first = actor._standby
+            os.killpg(first.proc.pid, signal.SIGKILL)
+            while actor._standby is None or actor._standby is first:
+                await trio.sleep(0.01)
+        assert first.proc.returncode == -signal.SIGKILL and not first.directory.exists()
+        assert actor.failures == 1 and not any(p.pid == first.proc.pid for p in zombies(os.getpid()))
+        nursery.cancel_scope.cancel()
+    await actor.stop()
+    assert not any(p.comm == "tshark" for p in children(os.getpid()))
