@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 import trio
 
+from diagd.actors._subprocess import head
 from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy, unhandled
 from diagd.actors.pcap import answers, first_page, stats, text
 from diagd.actors.pcap import ngap as ngap_summary
@@ -66,13 +67,13 @@ class PcapActor(Actor):
 
     def __init__(self, resource: str, settings: CaptureSpec, *, max_workers: int = 2,
                  headroom: Headroom = lambda: None, cores: Cores | None = None, launch: Launch = Sharkd.start,
-                 early_numbers: EarlyNumbers = first_page.early_numbers,
-                 early_rows: EarlyRows = first_page.early_rows, memory_budget: int | None = None) -> None:
+                 early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
+                 run_head: first_page.RunHead = head, memory_budget: int | None = None) -> None:
         super().__init__(resource, settings)
         self.spec = settings
         self.session = CaptureSession(settings, max_workers=max_workers, headroom=headroom, cores=cores,
                                       launch=launch, early_numbers=early_numbers, early_rows=early_rows,
-                                      memory_budget=memory_budget)
+                                      run_head=run_head, memory_budget=memory_budget)
 
     async def start(self, nursery: trio.Nursery) -> None:
         await self.session.start(nursery)

@@ -227,7 +227,8 @@ async def timeline_while_loading(capture: CaptureSession, message: Timeline) -> 
     extra = [f for f in message.fields if f != "frame.number"]
     argv = _cold.fields_argv(first_page.single_pass(capture.cold_argv()), message.display_filter,
                              ["frame.number", *extra])
-    cells, complete = await first_page.early_fields(argv, message.display_filter, message.offset + message.limit)
+    cells, complete = await first_page.early_fields(argv, message.display_filter, message.offset + message.limit,
+                                                    run=capture.run_head)
     capture.end_head_start()
     if not cells:
         return None

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shlex
+from collections import OrderedDict
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import structlog
 import trio
 
 from diagd.actors._paths import create_new, made_stem, resolve_allowed
-from diagd.actors._subprocess import Head
+from diagd.actors._subprocess import Head, head
 from diagd.actors.pcap import decode_check, first_page, standby
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND, PcapActor
@@ -56,6 +57,7 @@ class PcapBackend:
         self.captures = LoadedCaptures()
         self.cores = Cores()  # the daemon's cores, shared by every capture's passes and early tshark runs
         self._parsed: tuple[BackendConfig, PcapSettings] | None = None
+        self._warm: OrderedDict[str, None] = OrderedDict()  # standby templates in use, least recent first
 
     @property
     def settings(self) -> PcapSettings:
@@ -124,38 +126,47 @@ class PcapBackend:
                 await self.captures.wait_for_change(spec.key, settings.max_loaded, deadline)
         with self.captures.in_call(spec.key):
             if settings.warm_tshark and self.runtime.find(KIND, spec.key) is None:
-                await self._standby(standby.shape_of(_cold.base_argv(spec.path, spec.decode_as, spec.preferences)))
+                # A new capture: its first page is an early pass (first_page.early_rows) a standby may run.
+                argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
+                found = standby.template_of(first_page.tabs_argv(argv, "frame"))
+                if found is not None:
+                    await self._standby(found[0])
             ref = await self.runtime.start(
                 KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
-                                                  headroom=self.headroom, cores=self.cores, early_rows=self.early_rows,
+                                                  headroom=self.headroom, cores=self.cores, run_head=self.run_head,
                                                   memory_budget=self.settings.max_memory_mb * 2**20),
                 idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)
             return await self.runtime.ask(ref, message, progress=ctx.progress)
 
-    async def early_rows(self, argv: list[str], display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
-        """first_page.early_rows of a capture's cold argv, by a warm tshark when one of its shape waits
-        (standby.py), else by a cold one (which a standby's failure also falls back to)."""
-        found = standby.shape_of(argv)
-        if self.settings.warm_tshark and found is not None and standby.can_serve(display_filter):
-            ref = await self._standby(found)
+    async def run_head(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20) -> Head:
+        """`head` of an early pass's tshark argv (first_page.RunHead), by a warm tshark of the same argv
+        where one waits (standby.py); a run that finds none, or that gives nothing, runs cold (whose
+        failure is the one reported: a refused filter, an unreadable file)."""
+        found = standby.template_of(argv) if self.settings.warm_tshark else None
+        if found is not None:
+            template, path, display_filter = found
+            ref = await self._standby(template)
             try:
-                reply = await self.runtime.ask(ref, standby.StandbyPage(found[1], display_filter, want + 1))
-            except DiagdError as exc:  # the standby actor stopped or is busy: the page runs cold
+                reply = await self.runtime.ask(ref, standby.StandbyRun(path, display_filter, limit, max_line))
+            except DiagdError as exc:  # the standby actor stopped or is busy: cold
                 log.info("warm tshark not used", why=exc.message)
             else:
                 if reply["served"]:
-                    done = Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
-                    return await first_page.rows_of(done, display_filter, want)
-        return await first_page.early_rows(argv, display_filter, want)
+                    return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
+        return await head(argv, limit, max_line=max_line)
 
-    async def _standby(self, found: tuple[tuple[str, ...], str] | None) -> ActorRef:
-        """The standby actor of a capture argv's shape, started (its first standby launches) if need be."""
-        assert found is not None  # tshark.base_argv's form
-        shape = found[0]
-        key = standby.shape_key(shape)
-        return await self.runtime.start(standby.KIND, key, lambda: standby.StandbyActor(key, shape),
+    async def _standby(self, template: standby.Template) -> ActorRef:
+        """The standby actor of `template` (started if need be: its first standby launches at once); the
+        least recently used one beyond MAX_STANDBYS is stopped."""
+        self._warm.pop(template.key, None)
+        self._warm[template.key] = None
+        while len(self._warm) > standby.MAX_STANDBYS:
+            old = self.runtime.find(standby.KIND, self._warm.popitem(last=False)[0])
+            if old is not None:
+                self.runtime.stop(old, "another tshark argv needed a standby (MAX_STANDBYS)")
+        return await self.runtime.start(standby.KIND, template.key, lambda: standby.StandbyActor(template),
                                         idle_timeout_s=lambda: self.settings.idle_timeout_s)
 
     def headroom(self) -> int:

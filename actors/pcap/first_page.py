@@ -23,6 +23,7 @@ two-pass row and fails on a difference not marked, and on a mark no difference n
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from diagd.actors._subprocess import Head, head
@@ -52,6 +53,9 @@ LATER_FIELDS = frozenset({
     "udp.stream", "udp.time_relative", "icmp.resp_in", "ip.reassembled_in", "megaco.context",
 })
 Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
+# How an early pass runs its argv: `head` (a cold tshark), or the back end's, which hands it to a warm
+# tshark where one of the same argv waits (standby.py). (argv, limit, max_line) -> Head.
+RunHead = Callable[..., Awaitable[Head]]
 
 
 def raceable(display_filter: str, offset: int, limit: int, kinds: Kinds | None) -> bool:
@@ -88,37 +92,26 @@ def single_pass(argv: list[str]) -> list[str]:
     return [a for a in argv if a != "-2"]
 
 
-async def early_numbers(argv: list[str], display_filter: str, want: int) -> tuple[list[int], bool]:
+async def early_numbers(argv: list[str], display_filter: str, want: int, *,
+                        run: RunHead = head) -> tuple[list[int], bool]:
     """(numbers, complete): the first `want` matching frame numbers of a single tshark pass, which is
     stopped once they are in; complete is True when tshark read the whole capture (fewer matches, or
     exactly `want`), so their count is then the exact total."""
     # -l: a line per match as it is found (a pipe is block-buffered: 20 matches would wait for 4 KiB);
     # one line more than asked says the page is not the last.
-    done = await head([*single_pass(argv), "-l", "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
-                      want + 1, max_line=1 << 16)
+    done = await run([*single_pass(argv), "-l", "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
+                     want + 1, max_line=1 << 16)
     numbers = [int(line) for line in done.lines if line.strip().isdigit()]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and numbers):
         raise await _failure(done.stderr, display_filter, done.returncode)
     return numbers[:want], not done.stopped
 
 
-async def early_rows(argv: list[str], display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
+async def early_rows(argv: list[str], display_filter: str, want: int, *,
+                     run: RunHead = head) -> tuple[list[dict[str, Any]], bool]:
     """(rows, complete): the packet-list rows of the first `want` matches of a single tshark pass
     (stopped once they are in), each with its `provisional` columns; complete as early_numbers."""
-    done = await head(tabs_argv(argv, display_filter), want + 1, max_line=TABS_MAX_LINE)
-    return await rows_of(done, display_filter, want)
-
-
-TABS_MAX_LINE = 1 << 16
-
-
-def tabs_argv(argv: list[str], display_filter: str) -> list[str]:
-    """The early pass of early_rows: the packet list of a single pass, a line per match as it is found."""
-    return [*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []), "-T", "tabs"]
-
-
-async def rows_of(done: Head, display_filter: str, want: int) -> tuple[list[dict[str, Any]], bool]:
-    """early_rows' answer from its tshark's first `want + 1` lines (run cold, or by a warm standby)."""
+    done = await run(tabs_argv(argv, display_filter), want + 1, max_line=1 << 16)
     rows = [row for line in done.lines if (row := tabs_row(line)) is not None]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
         raise await _failure(done.stderr, display_filter, done.returncode)
@@ -128,10 +121,16 @@ async def rows_of(done: Head, display_filter: str, want: int) -> tuple[list[dict
     return rows[:want], not done.stopped
 
 
-async def early_fields(argv: list[str], display_filter: str, want: int) -> tuple[list[list[str]], bool]:
+def tabs_argv(argv: list[str], display_filter: str) -> list[str]:
+    """early_rows' tshark: the packet list of a single pass, a line per match as it is found."""
+    return [*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []), "-T", "tabs"]
+
+
+async def early_fields(argv: list[str], display_filter: str, want: int, *,
+                       run: RunHead = head) -> tuple[list[list[str]], bool]:
     """(cells per row, complete): `tshark -T fields` (argv: tshark.fields_argv of a single-pass-safe
     filter and fields, so every value is exact) stopped after the first `want` rows."""
-    done = await head([argv[0], "-l", *argv[1:]], want + 1, max_line=1 << 30)
+    done = await run([argv[0], "-l", *argv[1:]], want + 1, max_line=1 << 30)
     rows = [line.split("\t") for line in done.lines]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
         raise await _failure(done.stderr, display_filter, done.returncode)

@@ -10,6 +10,7 @@ stats.py, text.py, http2_srt.py) never see the session or the actor, only what w
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import tempfile
@@ -23,6 +24,7 @@ from weakref import WeakKeyDictionary
 import structlog
 import trio
 
+from diagd.actors._subprocess import head
 from diagd.actors.base import Request, sole_exception
 from diagd.actors.pcap import decode_check, first_page
 from diagd.actors.pcap import tshark as _cold
@@ -47,16 +49,18 @@ class CaptureSession:
 
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
-                 early_numbers: EarlyNumbers = first_page.early_numbers,
-                 early_rows: EarlyRows = first_page.early_rows, memory_budget: int | None = None) -> None:
+                 early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
+                 run_head: first_page.RunHead = head, memory_budget: int | None = None) -> None:
         self.spec = spec
         self._memory_budget = memory_budget  # bytes of sharkd RSS all captures may hold ([pcap] max_memory_mb)
         self._max_workers = max_workers
         self._headroom = headroom
         self._cores = cores if cores is not None else Cores()
         self._launch = launch
-        self._early_numbers = early_numbers
-        self._early_rows = early_rows
+        # Early passes run their tshark with run_head: the back end's hands it to a warm one (standby.py).
+        self.run_head = run_head
+        self._early_numbers = early_numbers or functools.partial(first_page.early_numbers, run=run_head)
+        self._early_rows = early_rows or functools.partial(first_page.early_rows, run=run_head)
         self._config_dir: Path | None = None
         self.workers: CaptureWorkers | None = None
         self.facts = LoadFacts()  # the pool's, once started (updated in place)

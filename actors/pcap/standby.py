@@ -1,10 +1,11 @@
-"""A warm tshark: a fresh capture's first page without tshark's start-up on its path.
+"""A warm tshark: an early-stopping pass (a fresh capture's first page, a new filter's first matches, a
+timeline's first rows) without tshark's start-up on its path.
 
 tshark spends 0.15-0.25 s of CPU starting (registering every dissector, reading its configuration)
-before it reads a frame; on a fresh capture's first page (first_page.early_rows) that start is most
-of the wait. A standby is that tshark started ahead of need. It stops, initialised, inside a Lua
-script of diagd's (`-X lua_script:`) that waits for a line on stdin. What the page needs is not known
-when it starts, so its argv names two stand-ins that tshark reads only after the script returns:
+before it reads a frame; on a first page that start is most of the wait. A standby is that tshark
+started ahead of need. It stops, initialised, inside a Lua script of diagd's (`-X lua_script:`) that
+waits for a line on stdin. The two things a run needs that are not known when it starts reach it
+through stand-ins that tshark reads only after the script returns:
 
 - `-Y ${diagd_page}`: a display-filter macro, defined in the `dfilter_macros` file of the standby's
   own WIRESHARK_CONFIG_DIR, written just before the go (tshark loads its settings after the Lua
@@ -12,16 +13,19 @@ when it starts, so its argv names two stand-ins that tshark reads only after the
 - `-r <dir>/capture`: a symbolic link, made to point at the capture before the go (tshark opens its
   file after compiling the filter).
 
-Everything else is the cold early pass's own argv (first_page.tabs_argv): `-n`, the capture's
-decode-as rules and preferences (the standby's *shape*: a capture with another shape gets a standby
-of its own, started by its first page, which runs cold), `-l -T tabs`; the differential test holds a
-standby's lines to the cold tshark's on every corpus capture. Filters with a `$` (macro syntax: the
-text would not reach the compiler as written) and pages without a filter run cold.
+Every other word of the argv is the cold run's own (`template_of`: the argv with its file and filter
+taken out is the standby's *template*, its actor's key): a run is warm only where a standby of the
+very same template waits, so its output is the cold run's by construction, and the differential
+test holds it to the cold run's line for line on every corpus capture. What stays cold: a filter the
+macro cannot carry unchanged (can_serve), an argv without exactly one file and one filter, a template
+whose first run started its standby (the next run of it is warm). The field list of a timeline is part
+of its template (tshark takes `-e` only on its command line), so a field list's first timeline is cold.
 
-A standby serves one page and ends (stopped once the page is in, reaped, its directory removed). The
-actor (one per shape) then starts the next one REPLACE_AFTER_S later, on the Trio clock, so its
-start-up does not take the core the just-opened capture's load needs. An idle standby holds ~66 MB of
-its own (and maps libwireshark, shared with sharkd); `[pcap] warm_tshark = false` turns them off.
+A standby serves one run and ends (stopped once the lines are in, reaped, its directory removed). Its
+actor (one per template) starts the next one REPLACE_AFTER_S later, on the Trio clock, so its start-up
+does not take the core the just-opened capture's load needs. An idle standby holds ~66 MB of its own
+(and maps libwireshark, shared with sharkd); the back end keeps MAX_STANDBYS templates warm at most
+(the least recently used one stops) and `[pcap] warm_tshark = false` turns them off.
 """
 
 from __future__ import annotations
@@ -41,13 +45,13 @@ import trio
 
 from diagd.actors._subprocess import Head, close_pipes, head_of, open_process, stop_process
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap.first_page import TABS_MAX_LINE
 
 log = structlog.get_logger("diagd.pcap")
 
 KIND = "tshark-standby"
-REPLACE_AFTER_S = 1.0  # after a page, before the next standby starts
-MAX_FAILURES = 3  # standbys in a row that ended before their page: then no more (a tshark without Lua)
+MAX_STANDBYS = 3  # templates kept warm at once (the back end stops the least recently used)
+REPLACE_AFTER_S = 1.0  # after a run, before the next standby starts
+MAX_FAILURES = 3  # standbys in a row that ended before their run: then no more (a tshark without Lua)
 MACRO = "diagd_page"
 # Waits for diagd's go; at EOF (diagd went away) the standby ends instead of reading a capture.
 _LUA = 'if io.read("*l") == nil then os.exit(1) end\n'
@@ -55,17 +59,35 @@ _LUA = 'if io.read("*l") == nil then os.exit(1) end\n'
 _PREFERENCES = "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.network_name: FALSE\n"
 
 
-def shape_of(argv: list[str]) -> tuple[tuple[str, ...], str] | None:
-    """(shape, capture path) of a capture's cold argv (tshark.base_argv: `tshark -r PATH -n -2`, then
-    its -d and -o pairs), or None for another form: only that form has a standby equivalent."""
-    if len(argv) < 5 or argv[0] != "tshark" or argv[1] != "-r" or argv[3:5] != ["-n", "-2"]:
+FILE, FILTER = "\0capture", "\0filter"  # the stand-ins' places in a template
+
+
+@dataclass(frozen=True)
+class Template:
+    """A cold argv without its file and its filter (FILE and FILTER stand where they were)."""
+
+    argv: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """Its standby actor's resource name."""
+        return hashlib.sha256("\0".join(self.argv).encode()).hexdigest()[:12]
+
+    def shown(self) -> str:
+        return " ".join({FILE: "<capture>", FILTER: "<filter>"}.get(a, a) for a in self.argv)
+
+
+def template_of(argv: list[str]) -> tuple[Template, str, str] | None:
+    """(template, file, filter) of a tshark argv a standby can run, else None: exactly one `-r FILE` and
+    one `-Y FILTER` (can_serve's), no Lua script of its own."""
+    if not argv or argv[0] != "tshark" or "-X" in argv or argv.count("-r") != 1 or argv.count("-Y") != 1:
         return None
-    return tuple(argv[5:]), argv[2]
-
-
-def shape_key(shape: tuple[str, ...]) -> str:
-    """The standby actor's resource name: "default", or a digest of the decode-as rules and preferences."""
-    return hashlib.sha256("\0".join(shape).encode()).hexdigest()[:12] if shape else "default"
+    at_file, at_filter = argv.index("-r") + 1, argv.index("-Y") + 1
+    if at_file >= len(argv) or at_filter >= len(argv) or not can_serve(argv[at_filter]):
+        return None
+    template = list(argv)
+    template[at_file], template[at_filter] = FILE, FILTER
+    return Template(tuple(template)), argv[at_file], argv[at_filter]
 
 
 def can_serve(display_filter: str) -> bool:
@@ -89,13 +111,14 @@ class Standby:
         self.directory = directory
 
     @classmethod
-    async def start(cls, shape: tuple[str, ...]) -> Standby:
+    async def start(cls, template: Template) -> Standby:
         directory = Path(tempfile.mkdtemp(prefix="diagd-standby-"))  # 0700: only this user reaches the link
         try:
             (directory / "standby.lua").write_text(_LUA)
             (directory / "preferences").write_text(_PREFERENCES)
-            argv = ["tshark", "-X", f"lua_script:{directory / 'standby.lua'}", "-r", str(directory / "capture"),
-                    "-n", *shape, "-l", "-Y", f"${{{MACRO}}}", "-T", "tabs"]
+            stand_ins = {FILE: str(directory / "capture"), FILTER: f"${{{MACRO}}}"}
+            argv = [template.argv[0], "-X", f"lua_script:{directory / 'standby.lua'}",
+                    *(stand_ins.get(a, a) for a in template.argv[1:])]
             proc = await open_process(argv, stdin=subprocess.PIPE,
                                       env={**os.environ, "WIRESHARK_CONFIG_DIR": str(directory)})
         except BaseException:
@@ -107,8 +130,8 @@ class Standby:
     def alive(self) -> bool:
         return self.proc.returncode is None and self.proc.poll() is None
 
-    async def page(self, path: str, display_filter: str, limit: int) -> Head:
-        """The first `limit` lines of the tabs packet list of `path` filtered by `display_filter`."""
+    async def run(self, path: str, display_filter: str, limit: int | None, max_line: int) -> Head:
+        """The first `limit` lines its template prints for `path` and `display_filter` (as `head`)."""
         (self.directory / "dfilter_macros").write_text(f'"{MACRO}",{uat_string(display_filter)}\n')
         (self.directory / "capture").symlink_to(path)
         assert self.proc.stdin is not None
@@ -117,7 +140,7 @@ class Standby:
             await self.proc.stdin.aclose()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # it ended already: its exit status and stderr say why
-        done = await head_of(self.proc, limit, max_line=TABS_MAX_LINE)
+        done = await head_of(self.proc, limit, max_line=max_line)
         # Its messages name the capture by the link; say the file's own name.
         return Head(done.lines, done.stopped, done.returncode,
                     done.stderr.replace(str(self.directory / "capture"), path))
@@ -129,33 +152,34 @@ class Standby:
 
 
 @dataclass(frozen=True)
-class StandbyPage:
-    """The first `limit` lines of a single pass's tabs packet list of `path` (first_page.tabs_argv)."""
+class StandbyRun:
+    """The first `limit` lines of the actor's template run on `path` with `display_filter`."""
 
     path: str
     display_filter: str
-    limit: int
+    limit: int | None
+    max_line: int
 
 
-Launch = Callable[[tuple[str, ...]], Awaitable[Standby]]
+Launch = Callable[[Template], Awaitable[Standby]]
 
 
 class StandbyActor(Actor):
-    """The warm tshark of one shape: at most one waits at a time; a page that finds none runs cold."""
+    """The warm tshark of one template: at most one waits at a time; a run that finds none runs cold."""
 
     kind = KIND
     policy = SupervisionPolicy(max_restarts=3, window_s=60, backoff_s=0.5)
-    concurrency = 4  # a page that finds the standby taken answers at once (not served): it never queues
+    concurrency = 4  # a run that finds the standby taken answers at once (not served): it never queues
 
-    def __init__(self, resource: str, shape: tuple[str, ...], *, launch: Launch = Standby.start) -> None:
-        super().__init__(resource, shape)
-        self.shape = shape
+    def __init__(self, template: Template, *, launch: Launch = Standby.start) -> None:
+        super().__init__(template.key, template)
+        self.template = template
         self._launch = launch
         self._standby: Standby | None = None
         self._nursery: trio.Nursery | None = None
         self.served = 0
-        self.missed = 0  # pages that found no standby waiting
-        self.failures = 0  # standbys in a row that ended before their page
+        self.missed = 0  # runs that found no standby waiting
+        self.failures = 0  # standbys in a row that ended before their run
         self.off_because: str | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -172,10 +196,10 @@ class StandbyActor(Actor):
         if self._standby is not None or self.off_because is not None:
             return
         try:
-            standby = self._standby = await self._launch(self.shape)
+            standby = self._standby = await self._launch(self.template)
         except OSError as exc:
             self.off_because = f"tshark could not be started: {exc}"
-            log.warning("no warm tshark", shape=self.resource, why=self.off_because)
+            log.warning("no warm tshark", template=self.resource, why=self.off_because)
             return
         assert self._nursery is not None
         self._nursery.start_soon(self._watch, standby)
@@ -189,12 +213,12 @@ class StandbyActor(Actor):
 
     async def handle(self, request: Request) -> dict[str, Any]:
         match request.message:
-            case StandbyPage() as m:
-                return await self._page(m)
+            case StandbyRun() as m:
+                return await self._run(m)
             case _:
                 raise unhandled("tshark standby", request)
 
-    async def _page(self, m: StandbyPage) -> dict[str, Any]:
+    async def _run(self, m: StandbyRun) -> dict[str, Any]:
         standby, self._standby = self._standby, None
         if standby is None or not standby.alive:
             self.missed += 1
@@ -202,13 +226,13 @@ class StandbyActor(Actor):
                 await self._failed(standby)
             return {"served": False}
         try:
-            done = await standby.page(m.path, m.display_filter, m.limit)
+            done = await standby.run(m.path, m.display_filter, m.limit, m.max_line)
         finally:
             await standby.close()
             assert self._nursery is not None
             self._nursery.start_soon(self._replace, REPLACE_AFTER_S)
         if not done.lines and done.returncode not in (0, None) and not done.stopped:
-            # No page (a filter tshark refuses, a file it cannot read): the caller runs it cold, whose
+            # No output (a filter tshark refuses, a file it cannot read): the caller runs it cold, whose
             # failure says which, coded as every cold early pass's is.
             return {"served": False}
         self.failures = 0
@@ -220,11 +244,11 @@ class StandbyActor(Actor):
         await standby.close()
         self.failures += 1
         if self.failures >= MAX_FAILURES:
-            self.off_because = f"{MAX_FAILURES} standbys in a row ended before their page"
-            log.warning("no warm tshark", shape=self.resource, why=self.off_because)
+            self.off_because = f"{MAX_FAILURES} standbys in a row ended before their run"
+            log.warning("no warm tshark", template=self.resource, why=self.off_because)
         elif self._nursery is not None:
             self._nursery.start_soon(self._replace, REPLACE_AFTER_S)
 
     def statistics(self) -> dict[str, Any]:
-        return {"waiting": self._standby is not None, "served": self.served, "missed": self.missed,
-                "off_because": self.off_because}
+        return {"argv": self.template.shown(), "waiting": self._standby is not None, "served": self.served,
+                "missed": self.missed, "off_because": self.off_because}

@@ -18,12 +18,14 @@ from diagd.actors.base import Request
 from diagd.actors.pcap import first_page, standby
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.settings import BUILTIN_PROFILES
+from diagd.protocol.errors import DiagdError
 from tests.pcaps import PCAPS, corpus
 from tests.support.procs import children, zombies
 
 LAB = BUILTIN_PROFILES["5gc-lab"]
 LAB_SHAPE = (*(a for rule in LAB["decode_as"] for a in ("-d", rule)),
              *(a for k, v in sorted(LAB["preferences"].items()) for a in ("-o", f"{k}:{v}")))
+TIMELINE_FIELDS = ["frame.number", "ip.src", "frame.time", "_ws.col.Info", "udp.srcport"]
 
 
 def every_capture() -> list[Path]:
@@ -33,45 +35,83 @@ def every_capture() -> list[Path]:
     return found
 
 
-async def warm_and_cold(path: Path, shape: tuple[str, ...], display_filter: str, limit: int) -> tuple[Head, Head]:
-    argv = [*_cold.base_argv(path, (), ()), *shape]
-    assert standby.shape_of(argv) == (shape, str(path))
-    waiting = await standby.Standby.start(shape)
+async def warm(argv: list[str], limit: int | None, max_line: int) -> Head:
+    """The run of a standby started for `argv`'s template (then stopped: nothing is left)."""
+    found = standby.template_of(argv)
+    assert found is not None, argv
+    template, path, display_filter = found
+    waiting = await standby.Standby.start(template)
     try:
-        warm = await waiting.page(str(path), display_filter, limit)
+        return await waiting.run(path, display_filter, limit, max_line)
     finally:
         await waiting.close()
-    assert not waiting.directory.exists()
-    cold = await head(first_page.tabs_argv(argv, display_filter), limit, max_line=first_page.TABS_MAX_LINE)
-    return warm, cold
+        assert not waiting.directory.exists()
 
 
-@pytest.mark.parametrize("shape", [(), LAB_SHAPE], ids=["default", "5gc-lab"])
-async def test_a_standby_page_is_the_cold_early_pass_line_for_line_on_every_corpus_capture(
-        shape: tuple[str, ...]) -> None:
+class Both:
+    """A first_page RunHead that runs the argv warm and cold and keeps both (it answers with the cold one)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[list[str], Head, Head]] = []
+
+    async def __call__(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20) -> Head:
+        cold = await head(argv, limit, max_line=max_line)
+        self.runs.append((argv, await warm(argv, limit, max_line), cold))
+        return cold
+
+    def compare(self) -> int:
+        lines = 0
+        for argv, warm_run, cold in self.runs:
+            assert warm_run.lines == cold.lines, argv
+            assert warm_run.stopped == cold.stopped, argv  # stopped at the limit: its exit status is the stop's
+            assert warm_run.stopped or warm_run.returncode == cold.returncode, argv
+            lines += len(cold.lines)
+        return lines
+
+
+async def early_pass(kind: str, argv: list[str], display_filter: str, run: Both) -> None:
+    if kind == "rows":
+        await first_page.early_rows(argv, display_filter, 200, run=run)
+    elif kind == "numbers":
+        await first_page.early_numbers(argv, display_filter, 200, run=run)
+    else:  # a fresh capture's timeline (answers.timeline_while_loading's argv)
+        fields = _cold.fields_argv(first_page.single_pass(argv), display_filter, TIMELINE_FIELDS)
+        await first_page.early_fields(fields, display_filter, 200, run=run)
+
+
+@pytest.mark.parametrize(("kind", "shape"), [("rows", ()), ("rows", LAB_SHAPE), ("numbers", ()), ("fields", ())],
+                         ids=["rows", "rows-5gc-lab", "numbers", "timeline-fields"])
+async def test_a_standby_run_is_the_cold_run_line_for_line_on_every_corpus_capture(
+        kind: str, shape: tuple[str, ...]) -> None:
     before = {p.pid for p in children(os.getpid())}
-    compared = 0
+    run = Both()
     for path in every_capture():
-        warm, cold = await warm_and_cold(path, shape, "frame.len > 0", 201)
-        assert warm.lines == cold.lines, path.name
-        assert warm.stopped == cold.stopped, path.name  # stopped at the limit: its exit status is the stop's
-        assert warm.stopped or warm.returncode == cold.returncode, path.name
-        compared += len(warm.lines)
-    assert compared > 1000
+        await early_pass(kind, [*_cold.base_argv(path, (), ()), *shape], "frame.len > 0", run)
+    assert len(run.runs) == len(every_capture()) and run.compare() > 1000
     assert {p.pid for p in children(os.getpid())} <= before and not zombies(os.getpid())
+
+
+async def warm_and_cold(path: Path, display_filter: str, limit: int) -> tuple[Head, Head]:
+    run = Both()
+    try:
+        await first_page.early_rows(_cold.base_argv(path, (), ()), display_filter, limit, run=run)
+    except DiagdError:
+        pass  # a refused filter: both runs are kept
+    [(_, warm_run, cold)] = run.runs
+    return warm_run, cold
 
 
 @pytest.mark.parametrize("display_filter", [
     'sip.Method == "INVITE"', r'frame contains "\x22" || sip.Method == "BYE"', r'sip matches "^\\S+ sip:"',
-    'sip.Method in {"INVITE" "ACK"} && !(udp.port == 5060)', "tcp.flags.syn == 1 and tcp.flags.ack == 0",
+    'sip.Method in {"INVITE", "ACK"} && !(udp.port == 5060)', "tcp.flags.syn == 1 and tcp.flags.ack == 0",
 ])
 async def test_quotes_backslashes_and_set_syntax_reach_the_compiler_unchanged(display_filter: str) -> None:
     path = PCAPS / "heplify_sip_ipv4_tcp.pcap"
     if not path.exists():
         pytest.skip(f"{path} is absent")
     assert standby.can_serve(display_filter)
-    warm, cold = await warm_and_cold(path, (), display_filter, 50)
-    assert warm.lines == cold.lines and warm.returncode == cold.returncode
+    warm_run, cold = await warm_and_cold(path, display_filter, 50)
+    assert warm_run.lines == cold.lines and len(cold.lines) > 0 and warm_run.returncode == cold.returncode
 
 
 def test_what_a_macro_would_not_carry_unchanged_runs_cold() -> None:
@@ -79,10 +119,16 @@ def test_what_a_macro_would_not_carry_unchanged_runs_cold() -> None:
                     "${other}", 'frame contains "$1"'):
         assert not standby.can_serve(refused), refused
     assert standby.uat_string('a\\b"c') == '"a\\x5cb\\x22c"'
-    # Only tshark.base_argv's form has an equivalent standby.
-    assert standby.shape_of(["tshark", "-r", "/x.pcap", "-n"]) is None
-    assert standby.shape_of(["tshark", "-r", "/x.pcap", "-n", "-2", "-d", "r"]) == (("-d", "r"), "/x.pcap")
-    assert standby.shape_key(()) == "default" and standby.shape_key(LAB_SHAPE) != "default"
+    # A template is the argv less its one file and one filter; anything else stays cold.
+    found = standby.template_of(["tshark", "-r", "/x.pcap", "-n", "-Y", "ip", "-T", "tabs"])
+    assert found is not None and found[1:] == ("/x.pcap", "ip")
+    assert found[0].shown() == "tshark -r <capture> -n -Y <filter> -T tabs"
+    other = standby.template_of(["tshark", "-r", "/y.pcap", "-n", "-Y", "udp", "-T", "tabs"])
+    assert other is not None and other[0] == found[0] and other[0].key == found[0].key
+    for refused in (["tshark", "-r", "/x.pcap", "-T", "tabs"], ["tshark", "-r", "/x", "-Y", "ip", "-Y", "udp"],
+                    ["tshark", "-X", "lua_script:x", "-r", "/x", "-Y", "ip"], ["capinfos", "-r", "/x", "-Y", "ip"],
+                    ["tshark", "-r", "/x", "-Y", "frame contains \"$1\""], ["tshark", "-r", "/x", "-Y"]):
+        assert standby.template_of(refused) is None, refused
 
 
 async def test_a_filter_tshark_refuses_gives_no_page_and_leaves_nothing(tmp_path: Path) -> None:
@@ -90,8 +136,8 @@ async def test_a_filter_tshark_refuses_gives_no_page_and_leaves_nothing(tmp_path
     if not path.exists():
         pytest.skip(f"{path} is absent")
     before = {p.pid for p in children(os.getpid())}
-    warm, cold = await warm_and_cold(path, (), "ngap ==", 10)
-    assert warm.lines == [] and warm.returncode not in (0, None) and cold.returncode not in (0, None)
+    warm_run, cold = await warm_and_cold(path, "ngap ==", 10)
+    assert warm_run.lines == [] and warm_run.returncode not in (0, None) and cold.returncode not in (0, None)
     assert {p.pid for p in children(os.getpid())} <= before and not zombies(os.getpid())
 
 
@@ -117,15 +163,18 @@ class FakeStandby:
     def alive(self) -> bool:
         return not self.proc.ended.is_set()
 
-    async def page(self, path: str, display_filter: str, limit: int) -> Head:
+    async def run(self, path: str, display_filter: str, limit: int | None, max_line: int) -> Head:
         return Head([f"{path} {display_filter} {limit}"], True, None, "")
 
     async def close(self) -> None:
         self.proc.ended.set()
 
 
+TEMPLATE = standby.Template(("tshark", "-r", standby.FILE, "-Y", standby.FILTER, "-T", "tabs"))
+
+
 def page(actor: standby.StandbyActor) -> Any:
-    return actor.handle(Request(standby.StandbyPage("/c.pcap", "ip", 11)))
+    return actor.handle(Request(standby.StandbyRun("/c.pcap", "ip", 11, 1 << 16)))
 
 
 async def test_the_next_standby_starts_after_the_page_not_during_it(
@@ -133,11 +182,11 @@ async def test_the_next_standby_starts_after_the_page_not_during_it(
     log: list[tuple[str, float]] = []
     launched: list[FakeStandby] = []
 
-    async def launch(shape: tuple[str, ...]) -> Any:
+    async def launch(template: standby.Template) -> Any:
         launched.append(FakeStandby(log))
         return launched[-1]
 
-    actor = standby.StandbyActor("default", (), launch=launch)
+    actor = standby.StandbyActor(TEMPLATE, launch=launch)
     async with trio.open_nursery() as nursery:
         await actor.start(nursery)
         await trio.sleep(0.01)
@@ -150,7 +199,8 @@ async def test_the_next_standby_starts_after_the_page_not_during_it(
         await trio.sleep(0.002)
         assert len(log) == 2 and log[1][1] == pytest.approx(0.01 + standby.REPLACE_AFTER_S)
         assert (await page(actor))["served"] is True
-        assert actor.statistics() == {"waiting": False, "served": 2, "missed": 1, "off_because": None}
+        assert actor.statistics() == {"argv": "tshark -r <capture> -Y <filter> -T tabs", "waiting": False,
+                                      "served": 2, "missed": 1, "off_because": None}
         nursery.cancel_scope.cancel()
     await actor.stop()
 
@@ -160,11 +210,11 @@ async def test_standbys_that_end_while_waiting_are_replaced_then_given_up(
     log: list[tuple[str, float]] = []
     launched: list[FakeStandby] = []
 
-    async def launch(shape: tuple[str, ...]) -> Any:
+    async def launch(template: standby.Template) -> Any:
         launched.append(FakeStandby(log))
         return launched[-1]
 
-    actor = standby.StandbyActor("default", (), launch=launch)
+    actor = standby.StandbyActor(TEMPLATE, launch=launch)
     async with trio.open_nursery() as nursery:
         await actor.start(nursery)
         for _ in range(standby.MAX_FAILURES):
@@ -172,14 +222,14 @@ async def test_standbys_that_end_while_waiting_are_replaced_then_given_up(
             launched[-1].proc.ended.set()  # a tshark without Lua: it ends at once
             await trio.sleep(standby.REPLACE_AFTER_S)
         assert len(launched) == standby.MAX_FAILURES
-        assert actor.off_because is not None and "ended before their page" in actor.off_because
+        assert actor.off_because is not None and "ended before their run" in actor.off_because
         await trio.sleep(60)
         assert len(launched) == standby.MAX_FAILURES and await page(actor) == {"served": False}
         nursery.cancel_scope.cancel()
 
 
 async def test_a_real_standby_killed_while_waiting_is_reaped_and_replaced() -> None:
-    actor = standby.StandbyActor("default", ())
+    actor = standby.StandbyActor(TEMPLATE)
     async with trio.open_nursery() as nursery:
         await actor.start(nursery)
         with trio.fail_after(30):
