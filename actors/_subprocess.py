@@ -319,6 +319,11 @@ class Head:
     stderr: str  # its last STDERR_TAIL_BYTES
 
 
+# What runs a command for `head`'s answer: `head` itself, or one that hands it to a process started
+# ahead of need (the pcap back end's warm tshark). (argv, limit, *, max_line) -> Head.
+RunHead = Callable[..., Awaitable[Head]]
+
+
 async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 20,
                on_line: Callable[[str], None] | None = None) -> Head:
     """The first `limit` lines a command prints (every line for None), as they come: the command is

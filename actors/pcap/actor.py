@@ -25,9 +25,9 @@ from typing import Any
 import structlog
 import trio
 
-from diagd.actors._subprocess import head
+from diagd.actors._subprocess import RunHead, head
 from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap import answers, first_page, stats, text
+from diagd.actors.pcap import answers, stats, text
 from diagd.actors.pcap import ngap as ngap_summary
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import (
@@ -68,7 +68,7 @@ class PcapActor(Actor):
     def __init__(self, resource: str, settings: CaptureSpec, *, max_workers: int = 2,
                  headroom: Headroom = lambda: None, cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
-                 run_head: first_page.RunHead = head, memory_budget: int | None = None) -> None:
+                 run_head: RunHead = head, memory_budget: int | None = None) -> None:
         super().__init__(resource, settings)
         self.spec = settings
         self.session = CaptureSession(settings, max_workers=max_workers, headroom=headroom, cores=cores,

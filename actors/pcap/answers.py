@@ -191,9 +191,15 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
     """
     display_filter, fields, limit, offset, sort_by = (message.display_filter, message.fields, message.limit,
                                                   message.offset, message.sort_by)
-    if (capture.state is CaptureState.LOADING and not sort_by
-            and first_page.loading_safe(display_filter, offset, limit, message.kinds)):
+    single_pass = not sort_by and first_page.loading_safe(display_filter, offset, limit, message.kinds)
+    if single_pass and capture.state is CaptureState.LOADING:
         early = await timeline_while_loading(capture, message)
+        if early is not None:
+            return early
+    elif single_pass and capture.first_timeline(display_filter):
+        # A filter whose frame set sharkd has not counted: its full pass is not waited for (the
+        # values are exact; the total is a lower bound), the same call again counts it.
+        early = await timeline_while_loading(capture, message, loaded=True)
         if early is not None:
             return early
     numbers = await capture.matching(request, display_filter)
@@ -207,7 +213,7 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
         # Single pass when it prints the same: then tshark stops at the page instead of reading the
         # whole capture once before its first row.
         argv = _cold.fields_argv(capture.tshark_argv(message.kinds), display_filter, ["frame.number", *extra])
-        cells = await _cold.field_rows(argv, None if sort_by else offset + limit)
+        cells = await _cold.field_rows(argv, None if sort_by else offset + limit, run=capture.run_head)
         rows = [timeline_row(extra, row) for row in cells]
     if sort_by:
         rows.sort(key=lambda r: sort_key(r.get(sort_by)))
@@ -219,10 +225,12 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
     return result
 
 
-async def timeline_while_loading(capture: CaptureSession, message: Timeline) -> dict[str, Any] | None:
-    """A fresh capture's timeline page from one early-stopping single pass beside the load (its
-    filter and fields are single-pass safe, so the values are exact; the total is a lower bound
-    until the full pass). None when nothing matched: the hint needs the loaded capture."""
+async def timeline_while_loading(capture: CaptureSession, message: Timeline, *,
+                                 loaded: bool = False) -> dict[str, Any] | None:
+    """A timeline page from one early-stopping single pass: beside the load of a fresh capture, or
+    (`loaded`) before sharkd's pass over a filter it has not counted. Its filter and fields are
+    single-pass safe, so the values are exact; the total is a lower bound until the full pass. None
+    when nothing matched: the hint needs the loaded capture."""
     check_length(message.display_filter)
     extra = [f for f in message.fields if f != "frame.number"]
     argv = _cold.fields_argv(first_page.single_pass(capture.cold_argv()), message.display_filter,
@@ -236,7 +244,9 @@ async def timeline_while_loading(capture: CaptureSession, message: Timeline) -> 
     seen = len(cells) if complete else len(cells) + 1
     result: dict[str, Any] = {"total": seen, "total_exact": complete, "rows": rows,
                               "has_more": message.offset + len(rows) < seen,
-                              "served_by": "tshark (single pass while sharkd loads)"}
+                              "served_by": "tshark (single pass before sharkd's count; the same call again "
+                                           "counts every match)" if loaded else
+                              "tshark (single pass while sharkd loads)"}
     if not complete:
         result["total_at_least"] = seen
     return result

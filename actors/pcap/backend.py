@@ -141,7 +141,7 @@ class PcapBackend:
             return await self.runtime.ask(ref, message, progress=ctx.progress)
 
     async def run_head(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20) -> Head:
-        """`head` of an early pass's tshark argv (first_page.RunHead), by a warm tshark of the same argv
+        """`head` of an early pass's tshark argv (_subprocess.RunHead), by a warm tshark of the same argv
         where one waits (standby.py); a run that finds none, or that gives nothing, runs cold (whose
         failure is the one reported: a refused filter, an unreadable file)."""
         found = standby.template_of(argv) if self.settings.warm_tshark else None

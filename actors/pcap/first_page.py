@@ -23,10 +23,9 @@ two-pass row and fails on a difference not marked, and on a mark no difference n
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from diagd.actors._subprocess import Head, head
+from diagd.actors._subprocess import RunHead, head
 from diagd.actors.pcap.tshark import TRUNCATED, filter_refusal, tabs_row
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -53,9 +52,6 @@ LATER_FIELDS = frozenset({
     "udp.stream", "udp.time_relative", "icmp.resp_in", "ip.reassembled_in", "megaco.context",
 })
 Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
-# How an early pass runs its argv: `head` (a cold tshark), or the back end's, which hands it to a warm
-# tshark where one of the same argv waits (standby.py). (argv, limit, max_line) -> Head.
-RunHead = Callable[..., Awaitable[Head]]
 
 
 def raceable(display_filter: str, offset: int, limit: int, kinds: Kinds | None) -> bool:

@@ -14,6 +14,7 @@ import functools
 import math
 import shutil
 import tempfile
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from weakref import WeakKeyDictionary
 import structlog
 import trio
 
-from diagd.actors._subprocess import head
+from diagd.actors._subprocess import RunHead, head
 from diagd.actors.base import Request, sole_exception
 from diagd.actors.pcap import decode_check, first_page
 from diagd.actors.pcap import tshark as _cold
@@ -50,14 +51,14 @@ class CaptureSession:
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
-                 run_head: first_page.RunHead = head, memory_budget: int | None = None) -> None:
+                 run_head: RunHead = head, memory_budget: int | None = None) -> None:
         self.spec = spec
         self._memory_budget = memory_budget  # bytes of sharkd RSS all captures may hold ([pcap] max_memory_mb)
         self._max_workers = max_workers
         self._headroom = headroom
         self._cores = cores if cores is not None else Cores()
         self._launch = launch
-        # Early passes run their tshark with run_head: the back end's hands it to a warm one (standby.py).
+        # Early passes and timelines run their tshark with run_head: the back end's hands it to a warm one (standby.py).
         self.run_head = run_head
         self._early_numbers = early_numbers or functools.partial(first_page.early_numbers, run=run_head)
         self._early_rows = early_rows or functools.partial(first_page.early_rows, run=run_head)
@@ -72,6 +73,7 @@ class CaptureSession:
         self.trees: PackedLru[int, dict[str, Any]] = PackedLru(CACHE_BUDGET // 4, 4096)
         self.results: PackedLru[object, dict[str, Any]] = PackedLru(CACHE_BUDGET * 3 // 8, 256)
         self.cache_hits = 0
+        self._timelined: OrderedDict[str, None] = OrderedDict()  # filters a timeline answered by a single pass
         self.cat: Catalogue | None = None
         self._nursery: trio.Nursery | None = None
         self.summary: Summary | None = None  # protocols and conversations read by tshark while sharkd loads
@@ -291,6 +293,18 @@ class CaptureSession:
             await self.sharkd_call(request, "check", {"filter": display_filter})
         except SharkdError as exc:
             raise invalid(display_filter, exc) from None
+
+    def first_timeline(self, display_filter: str) -> bool:
+        """Whether a timeline of this filter is the first since its frame set was last counted (then
+        its page may come from a single pass; the next one counts): True once per uncounted filter."""
+        counted = self.filters.get(display_filter) is not None or (self.workers is not None and (
+            display_filter in self.workers.totals or bool(self.workers.pool.holders(display_filter))))
+        if counted or display_filter in self._timelined:
+            return False
+        self._timelined[display_filter] = None
+        while len(self._timelined) > 256:
+            self._timelined.popitem(last=False)
+        return True
 
     async def matching(self, request: Request, display_filter: str) -> list[int]:
         """Frame numbers matching a filter (all frames for ''), cached per filter."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors._subprocess import head, run
+from diagd.actors._subprocess import RunHead, head, run
 from diagd.actors.pcap.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -288,12 +288,12 @@ def fields_argv(base: list[str], display_filter: str, fields: Sequence[str]) -> 
     return argv
 
 
-async def field_rows(argv: list[str], want: int | None) -> list[list[str]]:
+async def field_rows(argv: list[str], want: int | None, *, run: RunHead = head) -> list[list[str]]:
     """Rows of `tshark -T fields` (one list of cells per frame), reading at most `want` rows: tshark
     is stopped once they are in, so an early page does not wait for the end of a big capture."""
     if want is not None:  # rows as they come (-l), not when a pipe buffer of them is full
         argv = [argv[0], "-l", *argv[1:]]
-    done = await head(argv, want, max_line=1 << 30)
+    done = await run(argv, want, max_line=1 << 30)
     rows = [line.split("\t") for line in done.lines]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
         messages = [line for line in done.stderr.splitlines() if line and not line.startswith("Running as user")]

@@ -168,3 +168,38 @@ async def test_a_fresh_capture_timeline_of_safe_fields_is_exact_from_a_single_pa
             while (again := await call("pcap_timeline", **args)).get("served_by") is not None:
                 await trio.sleep(0.2)  # still loading: the next call after the load is sharkd's
         assert again["total_exact"] is True and again["total"] == len(two) and again["rows"] == first["rows"]
+
+
+async def test_a_loaded_capture_answers_an_uncounted_filters_timeline_from_a_single_pass_then_counts_it(
+        daemon: DaemonProcess) -> None:
+    path = PCAPS / "magma_gx_gy_combined_04.pcapng"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    fields = ["diameter.cmd.code", "diameter.flags.request", "ip.src"]
+    async with session(daemon) as call:
+        with trio.fail_after(300):  # loaded first: pcap_info until sharkd answers it
+            while (await call("pcap_info", pcap_path=str(path)))["served_by"] != "sharkd":
+                await trio.sleep(0.2)
+        two = [line.split("\t") for line in subprocess.run(
+            ["tshark", "-r", str(path), "-n", "-2", "-Y", "diameter.flags.request == 1", "-T", "fields", "-E",
+             "occurrence=f", "-e", "frame.number", *[a for f in fields for a in ("-e", f)]],
+            capture_output=True, text=True, check=True).stdout.splitlines()]
+        args = {"pcap_path": str(path), "display_filter": "diameter.flags.request == 1", "fields": fields,
+                "limit": 10}
+        first = await call("pcap_timeline", **args)
+        assert not first["_is_error"], first
+        # The frame set is not counted yet: a single pass gives the page (values exact), the total is a floor.
+        assert first["served_by"].startswith("tshark (single pass before sharkd's count")
+        assert first["total_exact"] is False and first["total_at_least"] == 11 and first["has_more"]
+        assert [[str(r["frame.number"]), *[str(r[f]) for f in fields]] for r in first["rows"]] == two[:10]
+        again = await call("pcap_timeline", **args)  # the same call again counts every match
+        assert again["total_exact"] is True and again["total"] == len(two) > 11 and again["rows"] == first["rows"]
+        assert "served_by" not in again
+        # A filter counted already (by pcap_frames_by_filter's pass) is answered exactly at once.
+        counted = {**args, "display_filter": "diameter.flags.request == 0"}
+        with trio.fail_after(300):
+            while not (await call("pcap_frames_by_filter", pcap_path=str(path),
+                                  display_filter=counted["display_filter"], limit=1))["total_exact"]:
+                await trio.sleep(0.2)
+        exact = await call("pcap_timeline", **counted)
+        assert exact["total_exact"] is True and "served_by" not in exact
