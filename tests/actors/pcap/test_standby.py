@@ -177,16 +177,23 @@ def page(actor: standby.StandbyActor) -> Any:
     return actor.handle(Request(standby.StandbyRun("/c.pcap", "ip", 11, 1 << 16)))
 
 
+class Scripted:
+    """A StandbyActor whose standbys are FakeStandby: when each was launched, on the Trio clock."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, float]] = []
+        self.launched: list[FakeStandby] = []
+        self.actor = standby.StandbyActor(TEMPLATE, launch=self.launch)
+
+    async def launch(self, template: standby.Template) -> Any:
+        self.launched.append(FakeStandby(self.log))
+        return self.launched[-1]
+
+
 async def test_the_next_standby_starts_after_the_page_not_during_it(
         autojump_clock: trio.testing.MockClock) -> None:
-    log: list[tuple[str, float]] = []
-    launched: list[FakeStandby] = []
-
-    async def launch(template: standby.Template) -> Any:
-        launched.append(FakeStandby(log))
-        return launched[-1]
-
-    actor = standby.StandbyActor(TEMPLATE, launch=launch)
+    scripted = Scripted()
+    actor, log = scripted.actor, scripted.log
     async with trio.open_nursery() as nursery:
         await actor.start(nursery)
         await trio.sleep(0.01)
@@ -207,14 +214,8 @@ async def test_the_next_standby_starts_after_the_page_not_during_it(
 
 async def test_standbys_that_end_while_waiting_are_replaced_then_given_up(
         autojump_clock: trio.testing.MockClock) -> None:
-    log: list[tuple[str, float]] = []
-    launched: list[FakeStandby] = []
-
-    async def launch(template: standby.Template) -> Any:
-        launched.append(FakeStandby(log))
-        return launched[-1]
-
-    actor = standby.StandbyActor(TEMPLATE, launch=launch)
+    scripted = Scripted()
+    actor, launched = scripted.actor, scripted.launched
     async with trio.open_nursery() as nursery:
         await actor.start(nursery)
         for _ in range(standby.MAX_FAILURES):
