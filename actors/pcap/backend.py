@@ -147,6 +147,12 @@ class PcapBackend:
         found = standby.template_of(argv) if self.settings.warm_tshark else None
         if found is not None:
             template, path, display_filter = found
+            if self.runtime.find(standby.KIND, template.key) is None:
+                # Its first run: cold, and its standby starts after it (started now, its start-up would
+                # take the core this run needs).
+                done = await head(argv, limit, max_line=max_line)
+                await self._standby(template)
+                return done
             ref = await self._standby(template)
             try:
                 reply = await self.runtime.ask(ref, standby.StandbyRun(path, display_filter, limit, max_line))
