@@ -3,7 +3,8 @@
 `register(runtime)` declares its tools (tools.py); the actor (actor.py) owns one loaded capture.
 Helpers: sharkd.py (the worker protocol), tshark.py (cold tshark/capinfos passes), wireshark.py (the
 field catalogue, decode-as rules), tree.py (protocol trees as tshark -V text), ngap (N2 summaries),
-mask.py (subscriber-identity masking at the tool boundary), field_search.py (pcap_list_fields).
+mask.py (subscriber-identity masking at the tool boundary), field_search.py (pcap_list_fields),
+standby.py (the warm tshark that early passes run on: an actor per tshark argv).
 """
 
 from diagd.actors.pcap import timeline_source, tools
