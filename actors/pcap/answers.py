@@ -202,7 +202,11 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
         early = await timeline_while_loading(capture, message, loaded=True)
         if early is not None:
             return early
-    numbers = await capture.matching(request, display_filter)
+    counted = capture.counted(display_filter) if not sort_by else None
+    if counted:  # the total is known (a page's pass counted it): the rows need no frame list
+        numbers: list[int] | range = range(counted)  # only its length and emptiness are read below
+    else:
+        numbers = await capture.matching(request, display_filter)
     if sort_by and len(numbers) > MAX_SORTED_ROWS:
         raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
                          f"sort_by needs every matching frame: {len(numbers)} match, the limit is "

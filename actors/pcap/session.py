@@ -294,6 +294,13 @@ class CaptureSession:
         except SharkdError as exc:
             raise invalid(display_filter, exc) from None
 
+    def counted(self, display_filter: str) -> int | None:
+        """How many frames match, when a pass or a cached frame list has counted them (nothing is run)."""
+        cached = self.filters.get(display_filter)
+        if cached is not None:
+            return len(cached)
+        return self.workers.totals.get(display_filter) if self.workers is not None else None
+
     def first_timeline(self, display_filter: str) -> bool:
         """Whether a timeline of this filter is the first since its frame set was last counted (then
         its page may come from a single pass; the next one counts): True once per uncounted filter."""

@@ -203,3 +203,9 @@ async def test_a_loaded_capture_answers_an_uncounted_filters_timeline_from_a_sin
                 await trio.sleep(0.2)
         exact = await call("pcap_timeline", **counted)
         assert exact["total_exact"] is True and "served_by" not in exact
+        answers = [line.split("\t") for line in subprocess.run(
+            ["tshark", "-r", str(path), "-n", "-2", "-Y", counted["display_filter"], "-T", "fields", "-E",
+             "occurrence=f", "-e", "frame.number", *[a for f in fields for a in ("-e", f)]],
+            capture_output=True, text=True, check=True).stdout.splitlines()]
+        assert exact["total"] == len(answers) and exact["has_more"] is (len(answers) > 10)
+        assert [[str(r["frame.number"]), *[str(r[f]) for f in fields]] for r in exact["rows"]] == answers[:10]
