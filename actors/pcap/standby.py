@@ -43,6 +43,7 @@ from typing import Any
 import structlog
 import trio
 
+from diagd.actors import system
 from diagd.actors._subprocess import Head, close_pipes, head_of, open_process, stop_process
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
 
@@ -250,5 +251,7 @@ class StandbyActor(Actor):
             self._nursery.start_soon(self._replace, REPLACE_AFTER_S)
 
     def statistics(self) -> dict[str, Any]:
-        return {"argv": self.template.shown(), "waiting": self._standby is not None, "served": self.served,
-                "missed": self.missed, "off_because": self.off_because}
+        waiting = self._standby
+        return {"argv": self.template.shown(), "waiting": waiting is not None, "served": self.served,
+                "missed": self.missed, "off_because": self.off_because,
+                "workers": system.workers((waiting.proc.pid if waiting is not None else None, "tshark standby"))}

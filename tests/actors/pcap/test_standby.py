@@ -207,7 +207,7 @@ async def test_the_next_standby_starts_after_the_page_not_during_it(
         assert len(log) == 2 and log[1][1] == pytest.approx(0.01 + standby.REPLACE_AFTER_S)
         assert (await page(actor))["served"] is True
         assert actor.statistics() == {"argv": "tshark -r <capture> -Y <filter> -T tabs", "waiting": False,
-                                      "served": 2, "missed": 1, "off_because": None}
+                                      "served": 2, "missed": 1, "off_because": None, "workers": []}
         nursery.cancel_scope.cancel()
     await actor.stop()
 
@@ -241,6 +241,8 @@ async def test_a_real_standby_killed_while_waiting_is_reaped_and_replaced() -> N
             while actor._standby is None or actor._standby is first:
                 await trio.sleep(0.01)
         assert first.proc.returncode == -signal.SIGKILL and not first.directory.exists()
+        [worker] = actor.statistics()["workers"]  # what `diagd status` lists: the waiting one, with its RSS
+        assert worker["pid"] == actor._standby.proc.pid and worker["role"] == "tshark standby"
         assert actor.failures == 1 and not any(p.pid == first.proc.pid for p in zombies(os.getpid()))
         nursery.cancel_scope.cancel()
     await actor.stop()
