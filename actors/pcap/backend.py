@@ -11,7 +11,6 @@ import json
 import math
 import os
 import shlex
-from collections import OrderedDict
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ import structlog
 import trio
 
 from diagd.actors._paths import create_new, made_stem, resolve_allowed
-from diagd.actors._subprocess import Head, head
 from diagd.actors.pcap import decode_check, first_page, standby
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND, PcapActor
@@ -37,7 +35,7 @@ from diagd.actors.pcap.wireshark import (
     parse_decode_as,
     sha256_if_ready,
 )
-from diagd.actors.runtime import ActorRef, BackendConfig, Runtime
+from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -57,7 +55,8 @@ class PcapBackend:
         self.captures = LoadedCaptures()
         self.cores = Cores()  # the daemon's cores, shared by every capture's passes and early tshark runs
         self._parsed: tuple[BackendConfig, PcapSettings] | None = None
-        self._warm: OrderedDict[str, None] = OrderedDict()  # standby templates in use, least recent first
+        # The warm tshark each capture's early passes run on (standby.py): the actors ask it directly.
+        self.warm = standby.WarmTsharks(runtime)
 
     @property
     def settings(self) -> PcapSettings:
@@ -130,50 +129,17 @@ class PcapBackend:
                 argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
                 found = standby.template_of(first_page.tabs_argv(argv, "frame"))
                 if found is not None:
-                    await self._standby(found[0])
+                    await self.warm.start(found[0], settings.idle_timeout_s)
             ref = await self.runtime.start(
                 KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
-                                                  headroom=self.headroom, cores=self.cores, run_head=self.run_head,
+                                                  headroom=self.headroom, cores=self.cores,
+                                                  run_head=self.warm.runner(enabled=settings.warm_tshark,
+                                                                            idle_timeout_s=settings.idle_timeout_s),
                                                   memory_budget=self.settings.max_memory_mb * 2**20),
                 idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)
             return await self.runtime.ask(ref, message, progress=ctx.progress)
-
-    async def run_head(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20) -> Head:
-        """`head` of an early pass's tshark argv (_subprocess.RunHead), by a warm tshark of the same argv
-        where one waits (standby.py); a run that finds none, or that gives nothing, runs cold (whose
-        failure is the one reported: a refused filter, an unreadable file)."""
-        found = standby.template_of(argv) if self.settings.warm_tshark else None
-        if found is not None:
-            template, path, display_filter = found
-            if self.runtime.find(standby.KIND, template.key) is None:
-                # Its first run: cold, and its standby starts after it (started now, its start-up would
-                # take the core this run needs).
-                done = await head(argv, limit, max_line=max_line)
-                await self._standby(template)
-                return done
-            ref = await self._standby(template)
-            try:
-                reply = await self.runtime.ask(ref, standby.StandbyRun(path, display_filter, limit, max_line))
-            except DiagdError as exc:  # the standby actor stopped or is busy: cold
-                log.info("warm tshark not used", why=exc.message)
-            else:
-                if reply["served"]:
-                    return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
-        return await head(argv, limit, max_line=max_line)
-
-    async def _standby(self, template: standby.Template) -> ActorRef:
-        """The standby actor of `template` (started if need be: its first standby launches at once); the
-        least recently used one beyond MAX_STANDBYS is stopped."""
-        self._warm.pop(template.key, None)
-        self._warm[template.key] = None
-        while len(self._warm) > standby.MAX_STANDBYS:
-            old = self.runtime.find(standby.KIND, self._warm.popitem(last=False)[0])
-            if old is not None:
-                self.runtime.stop(old, "another tshark argv needed a standby (MAX_STANDBYS)")
-        return await self.runtime.start(standby.KIND, template.key, lambda: standby.StandbyActor(template),
-                                        idle_timeout_s=lambda: self.settings.idle_timeout_s)
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""

@@ -30,11 +30,14 @@ does not take the core the just-opened capture's load needs. An idle standby hol
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
 import os
 import shutil
 import subprocess
 import tempfile
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +47,10 @@ import structlog
 import trio
 
 from diagd.actors import system
-from diagd.actors._subprocess import Head, close_pipes, head_of, open_process, stop_process
+from diagd.actors._subprocess import Head, RunHead, close_pipes, head, head_of, open_process, stop_process
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
+from diagd.actors.runtime import ActorRef, Runtime
+from diagd.protocol.errors import DiagdError
 
 log = structlog.get_logger("diagd.pcap")
 
@@ -255,3 +260,54 @@ class StandbyActor(Actor):
         return {"argv": self.template.shown(), "waiting": waiting is not None, "served": self.served,
                 "missed": self.missed, "off_because": self.off_because,
                 "workers": system.workers((waiting.proc.pid if waiting is not None else None, "tshark standby"))}
+
+
+class WarmTsharks:
+    """The back end's side of the standbys: which templates are warm (MAX_STANDBYS at most, least
+    recently used stopped) and `run_head`, the RunHead every capture actor's early passes use: a run is
+    asked of its template's actor, else run cold. The capture actors call it directly (not through the
+    back end, which called them)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._recent: OrderedDict[str, None] = OrderedDict()  # template keys in use, least recent first
+
+    def runner(self, *, enabled: bool, idle_timeout_s: float) -> RunHead:
+        """The RunHead of one capture's actor, with [pcap] warm_tshark and idle_timeout_s as they were
+        when it started: values, so that a run never calls back into the back end that called the actor."""
+        return functools.partial(self.run_head, enabled=enabled, idle_timeout_s=idle_timeout_s)
+
+    async def run_head(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20, enabled: bool = True,
+                       idle_timeout_s: float = math.inf) -> Head:
+        """`head` of an early pass's tshark argv (_subprocess.RunHead), by a warm tshark of the same argv
+        where one waits; a run that finds none, or that gives nothing, runs cold (whose failure is the
+        one reported: a refused filter, an unreadable file)."""
+        found = template_of(argv) if enabled else None
+        if found is not None:
+            template, path, display_filter = found
+            if self.runtime.find(KIND, template.key) is None:
+                # Its first run: cold, and its standby starts after it (started now, its start-up would
+                # take the core this run needs).
+                done = await head(argv, limit, max_line=max_line)
+                await self.start(template, idle_timeout_s)
+                return done
+            ref = await self.start(template, idle_timeout_s)
+            try:
+                reply = await self.runtime.ask(ref, StandbyRun(path, display_filter, limit, max_line))
+            except DiagdError as exc:  # the standby actor stopped or is busy: cold
+                log.info("warm tshark not used", why=exc.message)
+            else:
+                if reply["served"]:
+                    return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
+        return await head(argv, limit, max_line=max_line)
+
+    async def start(self, template: Template, idle_timeout_s: float) -> ActorRef:
+        """The standby actor of `template` (started if need be: its first standby launches at once)."""
+        self._recent.pop(template.key, None)
+        self._recent[template.key] = None
+        while len(self._recent) > MAX_STANDBYS:
+            old = self.runtime.find(KIND, self._recent.popitem(last=False)[0])
+            if old is not None:
+                self.runtime.stop(old, "another tshark argv needed a standby (MAX_STANDBYS)")
+        return await self.runtime.start(KIND, template.key, lambda: StandbyActor(template),
+                                        idle_timeout_s=idle_timeout_s)

@@ -20,12 +20,18 @@ from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.settings import BUILTIN_PROFILES
 from diagd.protocol.errors import DiagdError
 from tests.pcaps import PCAPS, corpus
-from tests.support.procs import children, zombies
+from tests.support.procs import alive, children, zombies
 
 LAB = BUILTIN_PROFILES["5gc-lab"]
 LAB_SHAPE = (*(a for rule in LAB["decode_as"] for a in ("-d", rule)),
              *(a for k, v in sorted(LAB["preferences"].items()) for a in ("-o", f"{k}:{v}")))
 TIMELINE_FIELDS = ["frame.number", "ip.src", "frame.time", "_ws.col.Info", "udp.srcport"]
+
+
+def left_behind() -> set[tuple[int, str]]:
+    """This process's children and zombies (the suite's other tests may have left some: a test compares
+    what it finds after with what was there before)."""
+    return {(p.pid, p.state) for p in children(os.getpid())} | {(p.pid, "Z") for p in zombies(os.getpid())}
 
 
 def every_capture() -> list[Path]:
@@ -83,12 +89,12 @@ async def early_pass(kind: str, argv: list[str], display_filter: str, run: Both)
                          ids=["rows", "rows-5gc-lab", "numbers", "timeline-fields"])
 async def test_a_standby_run_is_the_cold_run_line_for_line_on_every_corpus_capture(
         kind: str, shape: tuple[str, ...]) -> None:
-    before = {p.pid for p in children(os.getpid())}
+    before = left_behind()
     run = Both()
     for path in every_capture():
         await early_pass(kind, [*_cold.base_argv(path, (), ()), *shape], "frame.len > 0", run)
     assert len(run.runs) == len(every_capture()) and run.compare() > 1000
-    assert {p.pid for p in children(os.getpid())} <= before and not zombies(os.getpid())
+    assert left_behind() <= before
 
 
 async def warm_and_cold(path: Path, display_filter: str, limit: int) -> tuple[Head, Head]:
@@ -135,10 +141,10 @@ async def test_a_filter_tshark_refuses_gives_no_page_and_leaves_nothing(tmp_path
     path = PCAPS / "5greplay_oai.pcap"
     if not path.exists():
         pytest.skip(f"{path} is absent")
-    before = {p.pid for p in children(os.getpid())}
+    before = left_behind()
     warm_run, cold = await warm_and_cold(path, "ngap ==", 10)
     assert warm_run.lines == [] and warm_run.returncode not in (0, None) and cold.returncode not in (0, None)
-    assert {p.pid for p in children(os.getpid())} <= before and not zombies(os.getpid())
+    assert left_behind() <= before
 
 
 # -- the actor, with a scripted standby on the Trio clock -------------------------------------------
@@ -244,6 +250,8 @@ async def test_a_real_standby_killed_while_waiting_is_reaped_and_replaced() -> N
         [worker] = actor.statistics()["workers"]  # what `diagd status` lists: the waiting one, with its RSS
         assert worker["pid"] == actor._standby.proc.pid and worker["role"] == "tshark standby"
         assert actor.failures == 1 and not any(p.pid == first.proc.pid for p in zombies(os.getpid()))
+        second = actor._standby
         nursery.cancel_scope.cancel()
     await actor.stop()
-    assert not any(p.comm == "tshark" for p in children(os.getpid()))
+    assert second is not None and not alive(second.proc.pid) and not second.directory.exists()
+    assert not any(p.pid in (first.proc.pid, second.proc.pid) for p in children(os.getpid()))
