@@ -60,9 +60,12 @@ def kd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KillDaemon]:
     if shutil.which("crash"):
         allowed.append(str(build().dir))
     # One sharkd per capture: these tests kill the worker a call runs on (a second worker, which a
-    # busy capture gets by default, would answer instead: tests/e2e/test_pcap_workers.py).
-    env = fault_env(root, f"[daemon]\nallowed_dirs = {json.dumps(allowed)}\n[pcap]\nworkers_per_capture = 1\n",
-                    "kill")
+    # busy capture gets by default, would answer instead: tests/e2e/test_pcap_workers.py). No warm
+    # tshark: these tests count the daemon's children and fds before and after a kill, and standbys
+    # start on their own schedule (1 s after each use); their own reaping and replacement after a kill
+    # is tested in tests/actors/pcap/test_standby.py.
+    env = fault_env(root, f"[daemon]\nallowed_dirs = {json.dumps(allowed)}\n[pcap]\nworkers_per_capture = 1\n"
+                          "warm_tshark = false\n", "kill")
     daemon = start_daemon(env)
     try:
         yield KillDaemon(daemon, root)
@@ -244,3 +247,35 @@ def test_crash_killed_during_a_command(kd: KillDaemon, fixture: VmcoreFixture) -
 
 def test_no_child_of_the_daemon_is_left_a_zombie_after_the_kills(kd: KillDaemon) -> None:
     wait_for(lambda: not zombies(kd.pid), 10, lambda: f"zombie children of the daemon: {zombies(kd.pid)}")
+
+
+@needs_sharkd
+def test_a_warm_tshark_killed_while_it_waits_is_reaped_and_replaced(tmp_path: Path) -> None:
+    env = fault_env(tmp_path / "warm", f"[daemon]\nallowed_dirs = {json.dumps([str(PCAPS)])}\n", "warm")
+    daemon = start_daemon(env)
+    kd = KillDaemon(daemon, tmp_path)
+    try:
+        with kd.control() as c:  # a capture opened: its first page's warm tshark is started
+            c.ok("pcap_frames_by_filter", {"pcap_path": pcap("adrian_registration_reject.pcap"),
+                                           "display_filter": "ngap", "limit": 1})
+
+        def waiting(not_pid: int = 0) -> int | None:
+            actor = kd.actor("tshark-standby", lambda d: bool(d["waiting"] and d["workers"]))
+            pid = actor["details"]["workers"][0]["pid"] if actor else None
+            return pid if pid and pid != not_pid else None
+
+        wait_for(lambda: waiting() is not None and not zombies(kd.pid), 30, "no warm tshark waited")
+        victim = waiting()
+        assert victim is not None
+        baseline, before, kids = fd_count(kd.pid), fd_targets(kd.pid), len(children(kd.pid))
+        kill(victim)
+        wait_for(lambda: waiting(victim) is not None, 30, "the killed warm tshark was not replaced")
+        assert not alive(victim)
+        assert_clean_after(kd, baseline, before, kids)  # its replacement holds what it held, no more
+        with kd.control() as c:  # and pages still come
+            again = c.ok("pcap_frames_by_filter", {"pcap_path": pcap("adrian_auth_failure.pcap"),
+                                                   "display_filter": "ngap", "limit": 2})
+        assert len(again["frames"]) == 2
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
