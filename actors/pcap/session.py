@@ -304,8 +304,8 @@ class CaptureSession:
     def first_timeline(self, display_filter: str) -> bool:
         """Whether a timeline of this filter is the first since its frame set was last counted (then
         its page may come from a single pass; the next one counts): True once per uncounted filter."""
-        counted = self.filters.get(display_filter) is not None or (self.workers is not None and (
-            display_filter in self.workers.totals or bool(self.workers.pool.holders(display_filter))))
+        counted = self.counted(display_filter) is not None or (
+            self.workers is not None and bool(self.workers.pool.holders(display_filter)))
         if counted or display_filter in self._timelined:
             return False
         self._timelined[display_filter] = None

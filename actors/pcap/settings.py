@@ -27,7 +27,8 @@ class PcapSettings:
     workers_per_capture: int = setting(2, positive=True)  # at most; also never more than the cores
     idle_timeout_s: float = setting(900.0, positive=True)
     # A tshark started ahead of need answers a fresh capture's first page without tshark's start-up
-    # (standby.py): ~66 MB while it waits, per decoding shape in use, gone after idle_timeout_s unused.
+    # (standby.py): ~66 MB while it waits, per early-pass argv in use (3 at most), gone after
+    # idle_timeout_s unused.
     warm_tshark: bool = True
     max_exports: int = setting(50, positive=True)
     mask_subscriber_ids: bool = False

@@ -134,7 +134,7 @@ class Standby:
 
     @property
     def alive(self) -> bool:
-        return self.proc.returncode is None and self.proc.poll() is None
+        return self.proc.poll() is None
 
     async def run(self, path: str, display_filter: str, limit: int | None, max_line: int) -> Head:
         """The first `limit` lines its template prints for `path` and `display_filter` (as `head`)."""
