@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -320,26 +321,32 @@ class Head:
 
 
 # What runs a command for `head`'s answer: `head` itself, or one that hands it to a process started
-# ahead of need (the pcap back end's warm tshark). (argv, limit, *, max_line) -> Head.
+# ahead of need (the pcap back end's warm tshark). (argv, limit, *, max_line, records) -> Head.
 RunHead = Callable[..., Awaitable[Head]]
 
 
 async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 20,
-               on_line: Callable[[str], None] | None = None) -> Head:
+               on_line: Callable[[str], None] | None = None, records: str | None = None) -> Head:
     """The first `limit` lines a command prints (every line for None), as they come: the command is
     stopped (TERM, then KILL) once they are in, so a caller needing the start of a long output does
     not wait for its end; in every case it is reaped and its pipes closed. With `on_line` every line
-    is handed to it as it comes and none is kept (a long output read in bounded memory)."""
-    return await head_of(await open_process(argv), limit, max_line=max_line, on_line=on_line)
+    is handed to it as it comes and none is kept (a long output read in bounded memory).
+
+    With `records` (a regex matched at a line's start: where a record begins, as "Frame 12: " begins
+    a frame of `tshark -V`), `limit` counts records of many lines: the command is stopped when the
+    record after the `limit`-th begins, and the lines are those of the first `limit` records."""
+    return await head_of(await open_process(argv), limit, max_line=max_line, on_line=on_line, records=records)
 
 
 async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 << 20,
-                  on_line: Callable[[str], None] | None = None) -> Head:
+                  on_line: Callable[[str], None] | None = None, records: str | None = None) -> Head:
     """`head` of a child started already (its stdout and stderr piped, neither read yet): it is
-    stopped once `limit` lines are in, and in every case reaped with its pipes closed."""
+    stopped once `limit` lines (or records) are in, and in every case reaped with its pipes closed."""
     lines: list[str] = []
     stderr = Tail()
     splitter = LineSplitter(max_line=max_line)  # lines taken here: the splitter never calls back
+    starts = re.compile(records) if records is not None else None
+    begun = 0  # records begun so far
     stopped = False
     try:
         async with trio.open_nursery() as nursery:
@@ -347,12 +354,23 @@ async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 <<
             assert proc.stdout is not None
             try:
                 while chunk := await proc.stdout.receive_some(1 << 16):
-                    lines += splitter.split(chunk)
+                    new = splitter.split(chunk)
+                    if starts is not None and limit is not None:
+                        for index, line in enumerate(new):
+                            if starts.match(line):
+                                begun += 1
+                                if begun > limit:
+                                    del new[index:]
+                                    stopped = True
+                                    break
+                    lines += new
                     if on_line is not None:
                         for line in lines:
                             on_line(line)
                         lines.clear()
-                    if limit is not None and len(lines) >= limit:
+                    if stopped:
+                        break
+                    if starts is None and limit is not None and len(lines) >= limit:
                         stopped = True
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -370,4 +388,5 @@ async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 <<
     finally:
         await stop_process(proc)  # cancelled or failed: never leave it running
         await close_pipes(proc)
-    return Head(lines[:limit] if limit is not None else lines, stopped, proc.returncode, stderr.text())
+    return Head(lines[:limit] if limit is not None and starts is None else lines, stopped, proc.returncode,
+                stderr.text())

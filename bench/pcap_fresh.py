@@ -20,6 +20,10 @@ Rows, per capture:
     peer (`-l -T fields`, killed at 200 rows). (T2) the same on a daemon that has run a timeline of
     these fields before (on another small capture): tshark takes its field list only on its command
     line, so a warm tshark waits for a field list once it has been asked for (standby.py).
+(S) pcap_text_search of a word over 200 Diameter answers: diagd (the `tshark -V` text of a single pass
+    beside the load, matches marked provisional where a second pass may read otherwise) vs
+    `tshark -V | head` and the peer (`-l -V`, killed once 200 frames are in). (S2) the same on a daemon
+    that has run a text search before (its warm tshark for `-V` waits).
 (I) pcap_info (count and time span from capinfos; the protocols within 1 s or on a later call) vs
     capinfos alone.
 The ratio is the better of the other two divided by diagd (> 1: diagd is faster).
@@ -53,6 +57,7 @@ CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 FILTER = "diameter.cmd.code == 272"
 TIMELINE_FIELDS = ["diameter.Session-Id", "diameter.Result-Code", "diameter.CC-Request-Type"]
 PAGE, TIMELINE_PAGE = 500, 200
+SEARCH_FILTER, SEARCH_QUERY, SEARCH_FRAMES = "diameter.flags.request == 0", "Result-Code", 200
 
 
 def head_argv(path: Path, *args: str) -> list[str]:
@@ -69,10 +74,10 @@ def timed(fn: Callable[[], Any], n: int) -> float:
 
 
 async def first_call(args: argparse.Namespace, tool: str, call_args: dict[str, Any], *,
-                     seen_fields: bool = False) -> tuple[float, dict[str, Any]]:
+                     seen_fields: bool = False, seen_search: bool = False) -> tuple[float, dict[str, Any]]:
     """The median over --diagd-repeats daemons of one call on a capture the daemon never saw (each daemon
     warmed up on a small one; with seen_fields, also by a timeline of the same fields on another small
-    capture: a daemon in use that has run this field list before)."""
+    capture: a daemon in use that has run this field list before; seen_search, the same for a text search)."""
     import trio
 
     config = f"[daemon]\nallowed_dirs = {json.dumps([str(args.cache_dir), str(args.pcaps_dir)])}\n" \
@@ -85,6 +90,10 @@ async def first_call(args: argparse.Namespace, tool: str, call_args: dict[str, A
                 if seen_fields:
                     await client.call("pcap_timeline", {"pcap_path": str(args.pcaps_dir / SEEN_FIELDS_ON),
                                                         "display_filter": "diameter", "fields": TIMELINE_FIELDS})
+                if seen_search:
+                    await client.call("pcap_text_search", {"pcap_path": str(args.pcaps_dir / SEEN_FIELDS_ON),
+                                                           "display_filter": "diameter", "query": SEARCH_QUERY,
+                                                           "limit": 20})
                 await trio.sleep(2)  # what a daemon in use has done: its background starts are over
                 took, payload, _ = await client.call(tool, call_args)
                 runs.append((took, payload))
@@ -132,6 +141,20 @@ async def measure(args: argparse.Namespace, label: str, path: Path) -> list[dict
                                                                "fields": TIMELINE_FIELDS, "limit": TIMELINE_PAGE},
                                        seen_fields=True)
     row("T2", "the same, fields timelined before on another capture", head_s, peer_s, diagd_s, answer)
+
+    log(f"{label}: (S) text search")
+    head_s = await trio.to_thread.run_sync(lambda: timed(
+        lambda: run_peer(head_argv(path, "-Y", SEARCH_FILTER, "-V"), SEARCH_FRAMES, frames=True), n))
+    peer_s = await trio.to_thread.run_sync(lambda: timed(
+        lambda: run_peer(head_argv(path, "-l", "-Y", SEARCH_FILTER, "-V"), SEARCH_FRAMES, frames=True), n))
+    search = {"pcap_path": str(path), "display_filter": SEARCH_FILTER, "query": SEARCH_QUERY,
+              "limit": SEARCH_FRAMES, "max_matches": 1000, "snippet_context_chars": 0, "max_bytes": 2 << 20}
+    diagd_s, answer = await first_call(args, "pcap_text_search", search)
+    if answer.get("frames_scanned") != SEARCH_FRAMES:
+        raise RuntimeError(f"diagd searched {answer.get('frames_scanned')} frames, not {SEARCH_FRAMES}")
+    row("S", f"first text_search {SEARCH_QUERY!r} over {SEARCH_FRAMES} frames", head_s, peer_s, diagd_s, answer)
+    diagd_s, answer = await first_call(args, "pcap_text_search", search, seen_search=True)
+    row("S2", "the same, a text search run before on another capture", head_s, peer_s, diagd_s, answer)
 
     log(f"{label}: (I) pcap_info")
     import subprocess

@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from diagd.actors._subprocess import RunHead, head
+from diagd.actors.pcap.single_pass_text import FRAME_START, FrameText, frames_of
 from diagd.actors.pcap.tshark import TRUNCATED, filter_refusal, tabs_row
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -131,6 +132,18 @@ async def early_fields(argv: list[str], display_filter: str, want: int, *,
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and rows):
         raise await _failure(done.stderr, display_filter, done.returncode)
     return rows[:want], not done.stopped
+
+
+async def early_text(argv: list[str], display_filter: str, want: int, *,
+                     run: RunHead = head) -> tuple[list[FrameText], bool]:
+    """(frames, complete): the `tshark -V` text of the first `want` frames a single pass displays
+    (stopped once the frame after them begins); complete as early_numbers."""
+    done = await run([*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []), "-V"], want,
+                     max_line=1 << 20, records=FRAME_START)
+    frames = frames_of(done.lines)
+    if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and frames):
+        raise await _failure(done.stderr, display_filter, done.returncode)
+    return frames[:want], not done.stopped
 
 
 # What a second pass may change in a single pass's row, by the row's protocol (`row_key`: the

@@ -66,6 +66,7 @@ class TextSearch:
     # When the scan stops to answer in time (trio time, inside the call's timeout). A moment, not
     # part of the question: it is left out of the cache key.
     stop_at: float | None = None
+    kinds: tuple[tuple[str, str | None, str | None], ...] | None = None  # of the filter's names
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,11 @@ class CaptureWorkers:
         async with self.pool.use(method, display_filter=display_filter, deadline=deadline) as worker:
             return await worker.call(method, params)
 
+    async def call_many(self, method: str, params: list[dict[str, Any]], *, deadline: float) -> list[Any]:
+        """`method` for each parameter set, pipelined on one free worker (answers or SharkdErrors)."""
+        async with self.pool.use(method, deadline=deadline) as worker:
+            return await worker.call_many(method, params)
+
     @property
     def loading(self) -> bool:
         return self.pool.loading

@@ -177,6 +177,8 @@ class SearchMatch(TypedDict, total=False):
     """the decoded line it is on"""
     snippet: str
     """the text around it"""
+    provisional: list[str]
+    """of a single pass while the capture loads: line/snippet may read otherwise after the full pass"""
 
 
 class SearchReply(Answer):
@@ -208,6 +210,14 @@ class SearchReply(Answer):
     """frames past those searched"""
     frames_without_layers: NotRequired[int]
     """frames that have none of the asked layers"""
+    total_exact: NotRequired[bool]
+    """frames_total is the exact count (false: at least, the capture is still loading)"""
+    total_at_least: NotRequired[int]
+    """a lower bound while the capture is still loading"""
+    exact: NotRequired[bool]
+    """false: the text of a single pass while the capture loads (see each match's provisional)"""
+    served_by: NotRequired[str]
+    """sharkd or tshark (a single pass while sharkd loads)"""
     note: NotRequired[str]
     """how the search went"""
 

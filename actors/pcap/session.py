@@ -15,7 +15,7 @@ import math
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +225,13 @@ class CaptureSession:
         async with self.load_progress(request):
             return await self.workers.call(method, params, display_filter=display_filter, deadline=request.deadline)
 
+    async def sharkd_call_many(self, request: Request, method: str, params: list[dict[str, Any]]) -> list[Any]:
+        """`method` for each parameter set, pipelined on one free worker (sharkd.Sharkd.call_many):
+        each answer is the result or that request's SharkdError."""
+        assert self.workers is not None
+        async with self.load_progress(request):
+            return await self.workers.call_many(method, params, deadline=request.deadline)
+
     @asynccontextmanager
     async def load_progress(self, request: Request) -> AsyncIterator[None]:
         """While the capture loads: progress at most every LOAD_PROGRESS_S, in bytes sharkd has read
@@ -343,19 +350,34 @@ class CaptureSession:
         """A frame's protocol tree with its bytes (tshark -V dumps `data` items in hex), cached:
         the bytes always come along, so one frame is one cache entry whatever the caller renders.
         A scan over a whole capture passes keep=False: thousands of trees would hold hundreds of MB."""
-        cached = self.trees.get(number)
-        if cached is not None:
-            return cached
-        if not self.loaded:
-            await self.sharkd_call(request, "status")  # loads the capture first, so frame_count is known
-        if not 1 <= number <= self.frame_count:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
-                             f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
-                             frame=number, frame_count=self.frame_count)
-        answer = await self.sharkd_call(request, "frame", {"frame": number, "proto": True, "bytes": True})
-        if keep:
-            self.trees.put(number, answer)
-        return dict(answer)
+        return (await self.trees_of(request, [number], keep=keep))[0]
+
+    async def trees_of(self, request: Request, numbers: Sequence[int], *, keep: bool = True) -> list[dict[str, Any]]:
+        """`tree` of each of `numbers`, in order: the ones not cached are fetched from one worker in
+        one pipelined batch (sharkd dissects the next frame while this process decodes the last)."""
+        found: dict[int, dict[str, Any]] = {}
+        for number in numbers:
+            cached = self.trees.get(number)
+            if cached is not None:
+                found[number] = cached
+        missing = [n for n in dict.fromkeys(numbers) if n not in found]
+        if missing:
+            if not self.loaded:
+                await self.sharkd_call(request, "status")  # loads the capture first, so frame_count is known
+            for number in missing:
+                if not 1 <= number <= self.frame_count:
+                    raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                                     f"frame {number} does not exist: the capture has frames 1..{self.frame_count}",
+                                     frame=number, frame_count=self.frame_count)
+            answers = await self.sharkd_call_many(request, "frame", [{"frame": n, "proto": True, "bytes": True}
+                                                                     for n in missing])
+            for number, answer in zip(missing, answers, strict=True):
+                if isinstance(answer, SharkdError):
+                    raise answer
+                found[number] = answer
+                if keep:
+                    self.trees.put(number, answer)
+        return [dict(found[n]) for n in numbers]
 
     def cold_summary(self) -> Summary:
         """Protocols and conversations of the capture from one tshark pass beside the load, started

@@ -136,8 +136,9 @@ class Standby:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    async def run(self, path: str, display_filter: str, limit: int | None, max_line: int) -> Head:
-        """The first `limit` lines its template prints for `path` and `display_filter` (as `head`)."""
+    async def run(self, path: str, display_filter: str, limit: int | None, max_line: int,
+                  records: str | None = None) -> Head:
+        """The first `limit` lines (or records) its template prints for `path` and `display_filter` (as `head`)."""
         (self.directory / "dfilter_macros").write_text(f'"{MACRO}",{uat_string(display_filter)}\n')
         (self.directory / "capture").symlink_to(path)
         assert self.proc.stdin is not None
@@ -146,7 +147,7 @@ class Standby:
             await self.proc.stdin.aclose()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # it ended already: its exit status and stderr say why
-        done = await head_of(self.proc, limit, max_line=max_line)
+        done = await head_of(self.proc, limit, max_line=max_line, records=records)
         # Its messages name the capture by the link; say the file's own name.
         return Head(done.lines, done.stopped, done.returncode,
                     done.stderr.replace(str(self.directory / "capture"), path))
@@ -159,12 +160,14 @@ class Standby:
 
 @dataclass(frozen=True)
 class StandbyRun:
-    """The first `limit` lines of the actor's template run on `path` with `display_filter`."""
+    """The first `limit` lines (or records: _subprocess.head) of the actor's template run on `path`
+    with `display_filter`."""
 
     path: str
     display_filter: str
     limit: int | None
     max_line: int
+    records: str | None = None
 
 
 Launch = Callable[[Template], Awaitable[Standby]]
@@ -232,7 +235,7 @@ class StandbyActor(Actor):
                 await self._failed(standby)
             return {"served": False}
         try:
-            done = await standby.run(m.path, m.display_filter, m.limit, m.max_line)
+            done = await standby.run(m.path, m.display_filter, m.limit, m.max_line, m.records)
         finally:
             await standby.close()
             assert self._nursery is not None
@@ -277,8 +280,8 @@ class WarmTsharks:
         when it started: values, so that a run never calls back into the back end that called the actor."""
         return functools.partial(self.run_head, enabled=enabled, idle_timeout_s=idle_timeout_s)
 
-    async def run_head(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20, enabled: bool = True,
-                       idle_timeout_s: float = math.inf) -> Head:
+    async def run_head(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
+                       records: str | None = None, enabled: bool = True, idle_timeout_s: float = math.inf) -> Head:
         """`head` of an early pass's tshark argv (_subprocess.RunHead), by a warm tshark of the same argv
         where one waits; a run that finds none, or that gives nothing, runs cold (whose failure is the
         one reported: a refused filter, an unreadable file)."""
@@ -288,18 +291,18 @@ class WarmTsharks:
             if self.runtime.find(KIND, template.key) is None:
                 # Its first run: cold, and its standby starts after it (started now, its start-up would
                 # take the core this run needs).
-                done = await head(argv, limit, max_line=max_line)
+                done = await head(argv, limit, max_line=max_line, records=records)
                 await self.start(template, idle_timeout_s)
                 return done
             ref = await self.start(template, idle_timeout_s)
             try:
-                reply = await self.runtime.ask(ref, StandbyRun(path, display_filter, limit, max_line))
+                reply = await self.runtime.ask(ref, StandbyRun(path, display_filter, limit, max_line, records))
             except DiagdError as exc:  # the standby actor stopped or is busy: cold
                 log.info("warm tshark not used", why=exc.message)
             else:
                 if reply["served"]:
                     return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
-        return await head(argv, limit, max_line=max_line)
+        return await head(argv, limit, max_line=max_line, records=records)
 
     async def start(self, template: Template, idle_timeout_s: float) -> ActorRef:
         """The standby actor of `template` (started if need be: its first standby launches at once)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +17,11 @@ import trio
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Request
+from diagd.actors.pcap import first_page, single_pass_text
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.messages import Detail, TextSearch
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.pool import CaptureState
+from diagd.actors.pcap.session import CaptureSession, check_length
 from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -97,6 +100,13 @@ def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) 
             "layers_resolved": {k: v for k, v in wanted.items() if v != k} or None}
 
 
+# Frames a search without `limit` covers on a capture still loading (then it says where to go on).
+EARLY_SEARCH_FRAMES = 500
+# Frames fetched per sharkd batch at most: pipelined, so sharkd dissects while this process decodes,
+# and few enough that the call's time budget is checked every few tens of milliseconds.
+SCAN_BATCH = 25
+
+
 @dataclass
 class _Scan:
     """How far a text search got."""
@@ -114,6 +124,9 @@ async def text_search(capture: CaptureSession, request: Request, message: TextSe
     handler inside the call's timeout). A search cut short says how far it got and why."""
     m = message
     pattern = await compile_in_thread(m.query, literal=not m.is_regex, case_sensitive=m.case_sensitive)
+    if not m.layers and capture.state is CaptureState.LOADING and first_page.loading_safe(
+            m.display_filter, m.offset, m.limit or EARLY_SEARCH_FRAMES, m.kinds):
+        return await _search_while_loading(capture, m, Matcher(pattern, m.budget_s, unit="frame"))
     numbers = await capture.matching(request, m.display_filter)
     wanted: dict[str, str | None] = {}
     if m.layers:
@@ -136,26 +149,98 @@ async def _scan(capture: CaptureSession, request: Request, m: TextSearch, number
     previous_ns = None
     if m.offset and candidates:  # the frame displayed before the first one searched
         previous_ns = tree_mod.epoch_ns((await capture.tree(request, numbers[m.offset - 1], keep=False))["tree"])
-    for number in candidates:
-        if m.stop_at is not None and trio.current_time() >= m.stop_at:
+    start, per_frame_s = 0, math.inf
+    while start < len(candidates):
+        now = trio.current_time()
+        if m.stop_at is not None and now >= m.stop_at:
             scan.stopped = "time_budget"
             break
-        answer = await capture.tree(request, number, keep=False)
-        nodes = displayed(answer["tree"], previous_ns)
-        previous_ns = tree_mod.epoch_ns(answer["tree"])
-        if canonical and m.restrict_layers:
-            nodes = tree_mod.protocol_nodes(nodes, canonical)
-            if not nodes:
-                scan.without_layers += 1
-        text = tree_mod.render(nodes, sources=tree_mod.frame_sources(answer))
-        spans = await matcher.run(functools.partial(matcher.spans, text, number, m.max_matches - len(scan.matches)))
-        _take_matches(m, scan, number, text, spans)
+        # As many frames as the time left is expected to fetch (one before any was timed), so the
+        # budget is kept as closely as frame by frame.
+        size = SCAN_BATCH
+        if m.stop_at is not None and per_frame_s > 0:
+            size = max(1, min(SCAN_BATCH, int((m.stop_at - now) / per_frame_s)))
+        batch = candidates[start:start + size]
+        start += len(batch)
+        fetched = await capture.trees_of(request, batch, keep=False)
+        per_frame_s = (trio.current_time() - now) / len(batch)
+        texts = []
+        for answer in fetched:
+            nodes = displayed(answer["tree"], previous_ns)
+            previous_ns = tree_mod.epoch_ns(answer["tree"])
+            if canonical and m.restrict_layers:
+                nodes = tree_mod.protocol_nodes(nodes, canonical)
+                if not nodes:
+                    scan.without_layers += 1
+            texts.append(tree_mod.render(nodes, sources=tree_mod.frame_sources(answer)))
+        left = m.max_matches - len(scan.matches)
+        found = await matcher.run(functools.partial(_spans_of, matcher, batch, texts, left))
+        for number, text, spans in zip(batch, texts, found, strict=True):
+            _take_matches(m, scan, number, text, spans)
+            if scan.stopped:
+                break  # this frame may hold more matches: it does not count as searched
+            scan.scanned += 1
         if scan.stopped:
-            break  # this frame may hold more matches: it does not count as searched
-        scan.scanned += 1
+            break
     if scan.stopped is None and m.offset + scan.scanned < len(numbers):
         scan.stopped = "limit"
     return scan
+
+
+async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher: Matcher) -> dict[str, Any]:
+    """The search over the text of a single early-stopping tshark pass, beside the load of a fresh
+    capture (the filter is single-pass safe, so the frames are the two-pass ones). Lines a second
+    pass may print otherwise (single_pass_text) are marked where a match is on one; a search
+    without `limit` covers the first EARLY_SEARCH_FRAMES frames and says where to go on."""
+    check_length(m.display_filter)
+    limit = m.limit if m.limit is not None else EARLY_SEARCH_FRAMES
+    frames, complete = await first_page.early_text(capture.cold_argv(), m.display_filter, m.offset + limit,
+                                                   run=capture.run_head)
+    capture.end_head_start()
+    scan = _Scan()
+    wanted = frames[m.offset:]
+    texts = [frame.text for frame in wanted]
+    numbers = [frame.number for frame in wanted]
+    found = await matcher.run(functools.partial(_spans_of, matcher, numbers, texts, m.max_matches))
+    for number, text, spans in zip(numbers, texts, found, strict=True):
+        before = len(scan.matches)
+        _take_matches(m, scan, number, text, spans)
+        lines = single_pass_text.provisional_spans(text)
+        for match, (start, end) in zip(scan.matches[before:], spans, strict=False):
+            on_line = any(a <= start <= b or a <= end <= b for a, b in lines)
+            match["provisional"] = ["line", "snippet"] if on_line else ["snippet"]
+        if scan.stopped:
+            break
+        scan.scanned += 1
+    seen = len(frames) if complete else len(frames) + 1
+    if scan.stopped is None and not (complete and m.offset + scan.scanned >= len(frames)):
+        scan.stopped = "limit"
+    result = _search_result(m, list(range(seen)), scan, False)
+    searched = numbers[:scan.scanned]
+    result["searched_frames"] = [searched[0], searched[-1]] if searched else None
+    result.update({"total_exact": complete, "exact": False, "served_by": "tshark (single pass while sharkd loads)"})
+    if not complete:
+        result["total_at_least"] = seen
+        result.pop("note", None)
+        if scan.stopped:
+            why = (f"limit={m.limit} frames were searched" if m.limit is not None and scan.stopped == "limit" else
+                   f"a search without limit covers the first {limit} frames while the capture loads"
+                   if scan.stopped == "limit" else _WHY[scan.stopped].format(m=m))
+            result["note"] = (f"INCOMPLETE: searched {scan.scanned} frames matching the filter from offset "
+                              f"{m.offset} (at least {seen} match; the capture is still loading), then stopped "
+                              f"because {why}; frames not searched may match. Continue with "
+                              f"offset={m.offset + scan.scanned}")
+    result["note"] = (f"{result['note']}. " if "note" in result else "") + (
+        "Searched the text a single tshark pass prints while sharkd loads the capture: the frames are exact; "
+        "a line marked provisional (and any snippet) may read otherwise after the full pass, which also adds "
+        "lines that link to later frames ([Answer In: N], [Reassembled PDU in frame: N], ...); the same call "
+        "once the capture is loaded searches the two-pass text.")
+    return result
+
+
+def _spans_of(matcher: Matcher, numbers: list[int], texts: list[str], limit: int) -> list[list[tuple[int, int]]]:
+    """Each text's first `limit` matches (one thread hop for a whole batch)."""
+    return [matcher.spans(text, number, limit) for number, text in zip(numbers, texts, strict=True)]
 
 
 def _take_matches(m: TextSearch, scan: _Scan, number: int, text: str, spans: list[tuple[int, int]]) -> None:
@@ -171,6 +256,12 @@ def _take_matches(m: TextSearch, scan: _Scan, number: int, text: str, spans: lis
         if len(scan.matches) >= m.max_matches or scan.used >= m.max_bytes:
             scan.stopped = "max_matches" if len(scan.matches) >= m.max_matches else "max_bytes"
             return
+
+
+_WHY = {"time_budget": "the call's time budget was spent",
+        "limit": "limit={m.limit} frames were searched",
+        "max_matches": "max_matches={m.max_matches} matches were found",
+        "max_bytes": "the snippets reached max_bytes={m.max_bytes}"}
 
 
 def _search_result(m: TextSearch, numbers: list[int], scan: _Scan, by_layers: bool) -> dict[str, Any]:
@@ -189,10 +280,7 @@ def _search_result(m: TextSearch, numbers: list[int], scan: _Scan, by_layers: bo
     if by_layers:
         result["frames_without_layers"] = scan.without_layers
     if stopped:
-        why = {"time_budget": "the call's time budget was spent",
-               "limit": f"limit={m.limit} frames were searched",
-               "max_matches": f"max_matches={m.max_matches} matches were found",
-               "max_bytes": f"the snippets reached max_bytes={m.max_bytes}"}[stopped]
+        why = _WHY[stopped].format(m=m)
         result["note"] = (f"INCOMPLETE: searched {scanned} of the {len(numbers) - offset} frames matching the "
                           f"filter from offset {offset} ({len(numbers)} in all), then stopped because {why}; "
                           f"frames not searched may match. Continue with offset={offset + scanned}.")

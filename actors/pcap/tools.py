@@ -215,7 +215,8 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> De
     return cast(DetailReply, {**result, "source": await backend.source(spec, args, command=command)})
 
 
-@tools.tool("pcap_text_search", "Search the decoded text of matching frames; complete=false: go on from next_offset.",
+@tools.tool("pcap_text_search", "Search the decoded text of matching frames; complete=false: go on from next_offset; "
+            "exact=false: a single pass while loading (matches' provisional parts may change).",
             {**CAPTURE, **FILTER,
              "query": {"type": "string", "minLength": 1, "description": "text or regex"},
              "is_regex": {"type": "boolean", "default": False, "description": "query is a regex"},
@@ -241,11 +242,12 @@ async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Sea
                          layers=tuple(args["layers"]), restrict_layers=args["restrict_layers"],
                          limit=args.get("limit"), offset=args["offset"], max_matches=args["max_matches"],
                          snippet_context_chars=args["snippet_context_chars"], max_bytes=args["max_bytes"],
-                         stop_at=search_deadline())
+                         stop_at=search_deadline(), kinds=await backend.kinds(flt))
     result = await backend.ask(ctx, spec, message)
     return cast(SearchReply, {
         **result, "query": args["query"],
-        "source": await backend.source(spec, args, display_filter=flt, command=[*(["-Y", flt] if flt else []), "-V"])})
+        "source": await backend.source(spec, args, display_filter=flt, command=[*(["-Y", flt] if flt else []), "-V"],
+                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
 
 
 @tools.tool("pcap_follow", "A frame's HTTP/2 stream, Diameter session or SIP call, with its frames.",

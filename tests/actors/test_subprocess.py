@@ -206,6 +206,15 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+async def test_head_counts_records_of_many_lines_and_stops_when_the_next_one_begins() -> None:
+    script = "for i in 1 2 3 4 5; do printf 'Frame %s: x\\n  a\\n  b\\n\\n' $i; done; sleep 30"
+    two = await head(["sh", "-c", script], 2, records=r"Frame \d+: ")
+    assert two.stopped and two.returncode is not None  # the third record began: stopped, reaped
+    assert two.lines == ["Frame 1: x", "  a", "  b", "", "Frame 2: x", "  a", "  b", ""]
+    every = await head(["sh", "-c", "printf 'Frame 1: x\\n  a\\n'"], 5, records=r"Frame \d+: ")
+    assert every.lines == ["Frame 1: x", "  a"] and not every.stopped  # fewer records: all, ended by itself
+
+
 async def test_head_stops_a_long_output_at_its_first_lines_and_reaps_it() -> None:
     first = await head(["seq", "1", "10000000"], 3)
     assert first.lines == ["1", "2", "3"] and first.stopped

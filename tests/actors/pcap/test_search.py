@@ -4,6 +4,7 @@ No sharkd: the capture session's frame source is replaced by synthetic trees tha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +45,13 @@ class FakeCapture(CaptureSession):
     async def matching(self, request: Request, display_filter: str) -> list[int]:
         return list(range(1, FRAMES + 1))
 
-    async def tree(self, request: Request, number: int, *, keep: bool = True) -> dict[str, Any]:
-        if number not in self.trees:
-            await trio.sleep(1)
-            self.fetched.append(number)
-            self.trees[number] = {"tree": frame_tree(number), "bytes": ""}
-        return self.trees[number]
+    async def trees_of(self, request: Request, numbers: Sequence[int], *, keep: bool = True) -> list[dict[str, Any]]:
+        for number in numbers:
+            if number not in self.trees:
+                await trio.sleep(1)
+                self.fetched.append(number)
+                self.trees[number] = {"tree": frame_tree(number), "bytes": ""}
+        return [self.trees[number] for number in numbers]
 
 
 def search_args(**extra: Any) -> dict[str, Any]:

@@ -41,14 +41,14 @@ def every_capture() -> list[Path]:
     return found
 
 
-async def warm(argv: list[str], limit: int | None, max_line: int) -> Head:
+async def warm(argv: list[str], limit: int | None, max_line: int, records: str | None = None) -> Head:
     """The run of a standby started for `argv`'s template (then stopped: nothing is left)."""
     found = standby.template_of(argv)
     assert found is not None, argv
     template, path, display_filter = found
     waiting = await standby.Standby.start(template)
     try:
-        return await waiting.run(path, display_filter, limit, max_line)
+        return await waiting.run(path, display_filter, limit, max_line, records)
     finally:
         await waiting.close()
         assert not waiting.directory.exists()
@@ -60,9 +60,10 @@ class Both:
     def __init__(self) -> None:
         self.runs: list[tuple[list[str], Head, Head]] = []
 
-    async def __call__(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20) -> Head:
-        cold = await head(argv, limit, max_line=max_line)
-        self.runs.append((argv, await warm(argv, limit, max_line), cold))
+    async def __call__(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
+                       records: str | None = None) -> Head:
+        cold = await head(argv, limit, max_line=max_line, records=records)
+        self.runs.append((argv, await warm(argv, limit, max_line, records), cold))
         return cold
 
     def compare(self) -> int:
@@ -80,13 +81,16 @@ async def early_pass(kind: str, argv: list[str], display_filter: str, run: Both)
         await first_page.early_rows(argv, display_filter, 200, run=run)
     elif kind == "numbers":
         await first_page.early_numbers(argv, display_filter, 200, run=run)
+    elif kind == "text":  # a fresh capture's text search (text._search_while_loading's)
+        await first_page.early_text(argv, display_filter, 20, run=run)
     else:  # a fresh capture's timeline (answers.timeline_while_loading's argv)
         fields = _cold.fields_argv(first_page.single_pass(argv), display_filter, TIMELINE_FIELDS)
         await first_page.early_fields(fields, display_filter, 200, run=run)
 
 
-@pytest.mark.parametrize(("kind", "shape"), [("rows", ()), ("rows", LAB_SHAPE), ("numbers", ()), ("fields", ())],
-                         ids=["rows", "rows-5gc-lab", "numbers", "timeline-fields"])
+@pytest.mark.parametrize(("kind", "shape"), [("rows", ()), ("rows", LAB_SHAPE), ("numbers", ()), ("fields", ()),
+                                             ("text", ())],
+                         ids=["rows", "rows-5gc-lab", "numbers", "timeline-fields", "text"])
 async def test_a_standby_run_is_the_cold_run_line_for_line_on_every_corpus_capture(
         kind: str, shape: tuple[str, ...]) -> None:
     before = left_behind()
