@@ -132,7 +132,8 @@ class PcapActor(Actor):
         return result
 
     async def _detail(self, request: Request, message: Detail) -> dict[str, Any]:
-        trees = {n: await self.session.tree(request, n) for n in sorted(set(message.frame_numbers))}
+        numbers = sorted(set(message.frame_numbers))
+        trees = dict(zip(numbers, await self.session.trees_of(request, numbers), strict=True))
         assert self.session.cat is not None  # loaded when the session started
         return text.detail(self.session.cat, message, trees)
 

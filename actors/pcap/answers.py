@@ -35,6 +35,8 @@ INFO_WAIT_S = 1.0  # how long pcap_info waits for a fresh capture's protocol sum
 # 3-7 s on 2 cores), so pcap_info answers at once, not a second later without it all the same.
 QUICK_INFO_BYTES = 8 * 2**20
 
+TREE_BATCH = 100  # frame trees fetched per pipelined sharkd batch (sharkd dissects while this process decodes)
+
 
 def info_wait_s(size: int) -> float:
     """How long pcap_info waits for a fresh capture's protocol summary (and SBI port probe)."""
@@ -360,7 +362,8 @@ async def ngap_pdus(capture: CaptureSession, request: Request, display_filter: s
     base = "ngap && sctp"
     numbers = await capture.matching(request, f"({base}) && ({display_filter})" if display_filter else base)
     pdus: list[ngap_summary.NgapPdu] = []
-    for number in numbers:
-        answer = await capture.tree(request, number)
-        pdus.extend(ngap_summary.pdus_in_frame(number, answer["tree"]))
+    for start in range(0, len(numbers), TREE_BATCH):
+        batch = numbers[start:start + TREE_BATCH]
+        for number, answer in zip(batch, await capture.trees_of(request, batch), strict=True):
+            pdus.extend(ngap_summary.pdus_in_frame(number, answer["tree"]))
     return pdus

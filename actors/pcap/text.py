@@ -100,8 +100,11 @@ def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) 
             "layers_resolved": {k: v for k, v in wanted.items() if v != k} or None}
 
 
-# Frames a search without `limit` covers on a capture still loading (then it says where to go on).
+# A search without `limit` asks for every frame: on a capture still loading it waits for sharkd's
+# load (a fraction of a second up to a few MB), except on a bigger one, where it searches the first
+# EARLY_SEARCH_FRAMES frames of a single pass first and says where to go on.
 EARLY_SEARCH_FRAMES = 500
+EARLY_SEARCH_MIN_BYTES = 8 * 2**20
 # Frames fetched per sharkd batch at most: pipelined, so sharkd dissects while this process decodes,
 # and few enough that the call's time budget is checked every few tens of milliseconds.
 SCAN_BATCH = 25
@@ -124,7 +127,8 @@ async def text_search(capture: CaptureSession, request: Request, message: TextSe
     handler inside the call's timeout). A search cut short says how far it got and why."""
     m = message
     pattern = await compile_in_thread(m.query, literal=not m.is_regex, case_sensitive=m.case_sensitive)
-    if not m.layers and capture.state is CaptureState.LOADING and first_page.loading_safe(
+    if not m.layers and capture.state is CaptureState.LOADING and (
+            m.limit is not None or capture.spec.size > EARLY_SEARCH_MIN_BYTES) and first_page.loading_safe(
             m.display_filter, m.offset, m.limit or EARLY_SEARCH_FRAMES, m.kinds):
         return await _search_while_loading(capture, m, Matcher(pattern, m.budget_s, unit="frame"))
     numbers = await capture.matching(request, m.display_filter)
@@ -191,7 +195,7 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
     """The search over the text of a single early-stopping tshark pass, beside the load of a fresh
     capture (the filter is single-pass safe, so the frames are the two-pass ones). Lines a second
     pass may print otherwise (single_pass_text) are marked where a match is on one; a search
-    without `limit` covers the first EARLY_SEARCH_FRAMES frames and says where to go on."""
+    without `limit` (of a capture over 8 MiB) covers the first EARLY_SEARCH_FRAMES frames and says where to go on."""
     check_length(m.display_filter)
     limit = m.limit if m.limit is not None else EARLY_SEARCH_FRAMES
     frames, complete = await first_page.early_text(capture.cold_argv(), m.display_filter, m.offset + limit,

@@ -173,7 +173,8 @@ class FakeStandby:
     def alive(self) -> bool:
         return not self.proc.ended.is_set()
 
-    async def run(self, path: str, display_filter: str, limit: int | None, max_line: int) -> Head:
+    async def run(self, path: str, display_filter: str, limit: int | None, max_line: int,
+                  records: str | None = None) -> Head:
         return Head([f"{path} {display_filter} {limit}"], True, None, "")
 
     async def close(self) -> None:
