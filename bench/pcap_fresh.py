@@ -57,7 +57,7 @@ CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 FILTER = "diameter.cmd.code == 272"
 TIMELINE_FIELDS = ["diameter.Session-Id", "diameter.Result-Code", "diameter.CC-Request-Type"]
 PAGE, TIMELINE_PAGE = 500, 200
-SEARCH_FILTER, SEARCH_QUERY, SEARCH_FRAMES = "diameter.flags.request == 0", "Result-Code", 200
+SEARCH_FILTER, SEARCH_QUERY, SEARCH_FRAMES = "diameter.flags.request == 0", "Origin-Realm", 200
 
 
 def head_argv(path: Path, *args: str) -> list[str]:
