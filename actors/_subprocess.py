@@ -220,10 +220,14 @@ class LineSplitter:
         """The lines `data` completes (a runaway line longer than max_line: what there is of it)."""
         self._buffer += data
         lines: list[str] = []
-        while (nl := self._buffer.find(b"\n")) >= 0:
-            line = bytes(self._buffer[:nl])
-            del self._buffer[: nl + 1]
-            lines.append(line.decode(errors="replace").rstrip("\r"))
+        end = self._buffer.rfind(b"\n")
+        if end >= 0:
+            # All complete lines at once (not a cut of the buffer's head per line: that moves the rest
+            # of a 64 KiB chunk for every line of it). Decoding them together gives what decoding each
+            # would: a newline is never part of a UTF-8 sequence.
+            complete = bytes(self._buffer[:end])
+            del self._buffer[:end + 1]
+            lines = [line.rstrip("\r") for line in complete.decode(errors="replace").split("\n")]
         if len(self._buffer) > self._max_line:  # a runaway line: emit what we have
             lines.append(self._take())
         return lines

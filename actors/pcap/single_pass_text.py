@@ -15,6 +15,7 @@ difference these rules do not cover, and on a rule no difference needs.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -126,12 +127,23 @@ def may_differ(layer: str, line: str) -> bool:
     return _MAY_DIFFER_LINE.match(line.strip()) is not None
 
 
-def provisional_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) offsets in `text` of its lines that may differ after a second pass."""
-    spans = []
-    offset = 0
-    for layer, line in layered(text):
-        if may_differ(layer, line):
-            spans.append((offset, offset + len(line)))
-        offset += len(line) + 1
-    return spans
+class Lines:
+    """One frame's text, asked at offsets whether the line there may differ after a second pass (the
+    layers found once by a scan for top-level lines, not line by line)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        tops = [(m.start(), m.group()) for m in _TOP_LEVEL.finditer(text)]
+        self._starts = [start for start, _ in tops]
+        self._layers = [layer_of(line) for _, line in tops]
+
+    def may_differ(self, offset: int) -> bool:
+        text = self.text
+        start = text.rfind("\n", 0, offset) + 1
+        end = text.find("\n", offset)
+        line = text[start:end if end >= 0 else None]
+        index = bisect.bisect_right(self._starts, start) - 1
+        return may_differ(self._layers[index] if index >= 0 else "", line)
+
+
+_TOP_LEVEL = re.compile(r"^\S[^\n]*", re.MULTILINE)

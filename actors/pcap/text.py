@@ -209,10 +209,11 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
     for number, text, spans in zip(numbers, texts, found, strict=True):
         before = len(scan.matches)
         _take_matches(m, scan, number, text, spans)
-        lines = single_pass_text.provisional_spans(text)
-        for match, (start, end) in zip(scan.matches[before:], spans, strict=False):
-            on_line = any(a <= start <= b or a <= end <= b for a, b in lines)
-            match["provisional"] = ["line", "snippet"] if on_line else ["snippet"]
+        if len(scan.matches) > before:
+            lines = single_pass_text.Lines(text)
+            for match, (start, end) in zip(scan.matches[before:], spans, strict=False):
+                on_line = lines.may_differ(start) or lines.may_differ(max(start, end - 1))
+                match["provisional"] = ["line", "snippet"] if on_line else ["snippet"]
         if scan.stopped:
             break
         scan.scanned += 1

@@ -103,6 +103,22 @@ def test_every_rule_is_needed_by_a_difference(differences: Differences) -> None:
         f"not measured: {sorted(differences.layers - spt.MEASURED_LAYERS)}")
 
 
+def test_the_mark_at_an_offset_is_the_mark_of_its_line_in_its_layer(tmp_path: Path) -> None:
+    """single_pass_text.Lines (what a search asks per match) against layered + may_differ, every line."""
+    checked = 0
+    for path in [p for p in corpus() if p.name in ("5greplay_oai.pcap", "tempo_MAGMA-MASTER-DSTESTER.pcap")]:
+        for text in list(frames(tmp_path, path).values())[:400]:
+            lines = spt.Lines(text)
+            offset = 0
+            for layer, line in spt.layered(text):
+                for at in {offset, offset + len(line) // 2, offset + max(len(line) - 1, 0)}:
+                    assert lines.may_differ(at) == spt.may_differ(layer, line), (path.name, line)
+                offset += len(line) + 1
+                checked += 1
+    if not checked:
+        pytest.skip("5greplay_oai.pcap and tempo_MAGMA-MASTER-DSTESTER.pcap are not in the corpus")
+
+
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     env = make_env(tmp_path, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}", "/tmp"]\ncall_timeout_s = 300\n'
