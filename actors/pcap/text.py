@@ -130,7 +130,10 @@ async def text_search(capture: CaptureSession, request: Request, message: TextSe
     if not m.layers and capture.state is CaptureState.LOADING and (
             m.limit is not None or capture.spec.size > EARLY_SEARCH_MIN_BYTES) and first_page.loading_safe(
             m.display_filter, m.offset, m.limit or EARLY_SEARCH_FRAMES, m.kinds):
-        return await _search_while_loading(capture, m, Matcher(pattern, m.budget_s, unit="frame"))
+        # Bounded by the call's time: a filter matching only far into a big file reads it to there;
+        # past the time, the search goes sharkd's way, which says how far it got.
+        with trio.move_on_at(m.stop_at if m.stop_at is not None else math.inf):
+            return await _search_while_loading(capture, m, Matcher(pattern, m.budget_s, unit="frame"))
     numbers = await capture.matching(request, m.display_filter)
     wanted: dict[str, str | None] = {}
     if m.layers:

@@ -11,7 +11,9 @@ from typing import Any
 import trio
 import trio.testing
 
+from diagd.actors._subprocess import Head
 from diagd.actors.base import Request
+from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.actor import PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import TextSearch
@@ -119,3 +121,43 @@ async def test_the_displayed_delta_is_the_one_tshark_prints_for_the_filtered_fra
     assert [m["frame_number"] for m in found["matches"]][:1] == [3]
     first = await ask(actor, query="previous displayed frame: 0.000000000")
     assert [m["frame_number"] for m in first["matches"]] == [1]  # nothing is displayed before frame 1
+
+
+class LoadingCapture(FakeCapture):
+    """A capture still loading whose single-pass tshark prints the frames' `-V` text after `pass_s`
+    virtual seconds (the text search's early pass); sharkd's way is FakeCapture's."""
+
+    def __init__(self, pass_s: float) -> None:
+        super().__init__()
+        self.passes: list[list[str]] = []
+
+        async def run_head(argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
+                           records: str | None = None) -> Head:
+            self.passes.append(argv)
+            await trio.sleep(pass_s)
+            assert records is not None and limit is not None
+            shown = range(1, min(limit, FRAMES) + 1)
+            lines = [line for n in shown for line in (*tree_mod.render(frame_tree(n), sources=None).split("\n"), "")]
+            return Head(lines, limit < FRAMES, None, "")
+
+        self.run_head = run_head
+
+
+async def test_a_capture_still_loading_is_searched_in_a_single_pass_with_marks(
+        autojump_clock: trio.testing.MockClock) -> None:
+    actor = LoadingCapture(pass_s=2)
+    result = await ask(actor, limit=10, kinds=(), stop_at=trio.current_time() + 60)
+    assert actor.passes and "-V" in actor.passes[0] and actor.fetched == []  # no sharkd tree was read
+    assert result["served_by"] == "tshark (single pass while sharkd loads)" and result["exact"] is False
+    assert result["frames_scanned"] == 10 and result["total_exact"] is False and result["total_at_least"] == 11
+    assert [m["frame_number"] for m in result["matches"]] == [3]
+    assert result["matches"][0]["provisional"] == ["line", "snippet"]  # "Some Protocol" was never measured
+    assert result["cached"] is False and "next_offset" in result and result["next_offset"] == 10
+
+
+async def test_a_single_pass_past_the_calls_time_gives_way_to_sharkds_search(
+        autojump_clock: trio.testing.MockClock) -> None:
+    actor = LoadingCapture(pass_s=100)
+    result = await ask(actor, limit=10, kinds=(), stop_at=trio.current_time() + 5.5)
+    assert actor.passes  # started, then stopped at the call's time
+    assert "served_by" not in result and result["stopped_because"] == "time_budget"
