@@ -24,9 +24,9 @@ import pytest
 import trio
 
 from diagd.actors.pcap import single_pass_text as spt
-from tests.conftest import DaemonProcess, start_daemon
-from tests.e2e.test_pcap import make_env
+from tests.conftest import DaemonProcess
 from tests.e2e.test_pcap_differential import decode_as, session
+from tests.e2e.test_pcap_provisional import daemon as _daemon  # noqa: F401 (the `daemon` fixture: a daemon of its own)
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
 
 pytestmark = [
@@ -117,16 +117,6 @@ def test_the_mark_at_an_offset_is_the_mark_of_its_line_in_its_layer(tmp_path: Pa
                 checked += 1
     if not checked:
         pytest.skip("5greplay_oai.pcap and tempo_MAGMA-MASTER-DSTESTER.pcap are not in the corpus")
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    env = make_env(tmp_path, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}", "/tmp"]\ncall_timeout_s = 300\n'
-                             "[pcap]\nmax_loaded = 2\n")
-    daemon = start_daemon(env)
-    yield daemon
-    daemon.stop()
-    shutil.rmtree(env.runtime, ignore_errors=True)
 
 
 SEARCHES = [  # (capture, filter, query): a Diameter, an NGAP, a SIP-over-TCP and a PFCP search
