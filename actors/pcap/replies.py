@@ -178,7 +178,7 @@ class SearchMatch(TypedDict, total=False):
     snippet: str
     """the text around it"""
     provisional: list[str]
-    """of a single pass while the capture loads: line/snippet may read otherwise after the full pass"""
+    """line/snippet may change after the full pass"""
 
 
 class SearchReply(Answer):
@@ -211,13 +211,13 @@ class SearchReply(Answer):
     frames_without_layers: NotRequired[int]
     """frames that have none of the asked layers"""
     total_exact: NotRequired[bool]
-    """frames_total is the exact count (false: at least, the capture is still loading)"""
+    """frames_total is exact"""
     total_at_least: NotRequired[int]
-    """a lower bound while the capture is still loading"""
+    """a lower bound while loading"""
     exact: NotRequired[bool]
-    """false: the text of a single pass while the capture loads (see each match's provisional)"""
+    """false: a single pass's text"""
     served_by: NotRequired[str]
-    """sharkd or tshark (a single pass while sharkd loads)"""
+    """sharkd or tshark"""
     note: NotRequired[str]
     """how the search went"""
 

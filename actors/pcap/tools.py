@@ -215,8 +215,8 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> De
     return cast(DetailReply, {**result, "source": await backend.source(spec, args, command=command)})
 
 
-@tools.tool("pcap_text_search", "Search the decoded text of matching frames; complete=false: go on from next_offset; "
-            "exact=false: a single pass while loading (matches' provisional parts may change).",
+@tools.tool("pcap_text_search", "Search frames' decoded text; complete=false: go on from next_offset; "
+            "exact=false: single pass.",
             {**CAPTURE, **FILTER,
              "query": {"type": "string", "minLength": 1, "description": "text or regex"},
              "is_regex": {"type": "boolean", "default": False, "description": "query is a regex"},
