@@ -125,11 +125,12 @@ class PcapBackend:
                 await self.captures.wait_for_change(spec.key, settings.max_loaded, deadline)
         with self.captures.in_call(spec.key):
             if settings.warm_tshark and self.runtime.find(KIND, spec.key) is None:
-                # A new capture: its first page is an early pass (first_page.early_rows) a standby may run.
+                # A new capture: its first page or text search is an early pass (first_page.early_rows,
+                # early_text) a standby may run (a template already warm is only marked as used).
                 argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
-                found = standby.template_of(first_page.tabs_argv(argv, "frame"))
-                if found is not None:
-                    await self.warm.start(found[0], settings.idle_timeout_s)
+                for early in (first_page.tabs_argv(argv, "frame"), first_page.text_argv(argv, "frame")):
+                    if (found := standby.template_of(early)) is not None:
+                        await self.warm.start(found[0], settings.idle_timeout_s)
             ref = await self.runtime.start(
                 KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
                                                   headroom=self.headroom, cores=self.cores,

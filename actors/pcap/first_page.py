@@ -123,6 +123,11 @@ def tabs_argv(argv: list[str], display_filter: str) -> list[str]:
     return [*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []), "-T", "tabs"]
 
 
+def text_argv(argv: list[str], display_filter: str) -> list[str]:
+    """early_text's tshark: the `-V` text of a single pass, flushed frame by frame."""
+    return [*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []), "-V"]
+
+
 async def early_fields(argv: list[str], display_filter: str, want: int, *,
                        run: RunHead = head) -> tuple[list[list[str]], bool]:
     """(cells per row, complete): `tshark -T fields` (argv: tshark.fields_argv of a single-pass-safe
@@ -138,8 +143,7 @@ async def early_text(argv: list[str], display_filter: str, want: int, *,
                      run: RunHead = head) -> tuple[list[FrameText], bool]:
     """(frames, complete): the `tshark -V` text of the first `want` frames a single pass displays
     (stopped once the frame after them begins); complete as early_numbers."""
-    done = await run([*single_pass(argv), "-l", *(["-Y", display_filter] if display_filter else []), "-V"], want,
-                     max_line=1 << 20, records=FRAME_START)
+    done = await run(text_argv(argv, display_filter), want, max_line=1 << 20, records=FRAME_START)
     frames = frames_of(done.lines)
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and frames):
         raise await _failure(done.stderr, display_filter, done.returncode)

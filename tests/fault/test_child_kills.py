@@ -259,12 +259,17 @@ def test_a_warm_tshark_killed_while_it_waits_is_reaped_and_replaced(tmp_path: Pa
             c.ok("pcap_frames_by_filter", {"pcap_path": pcap("adrian_registration_reject.pcap"),
                                            "display_filter": "ngap", "limit": 1})
 
-        def waiting(not_pid: int = 0) -> int | None:
-            actor = kd.actor("tshark-standby", lambda d: bool(d["waiting"] and d["workers"]))
+        def waiting(not_pid: int = 0) -> int | None:  # the first page's warm tshark (a text search's waits too)
+            actor = kd.actor("tshark-standby", lambda d: bool(d["waiting"] and d["workers"] and "tabs" in d["argv"]))
             pid = actor["details"]["workers"][0]["pid"] if actor else None
             return pid if pid and pid != not_pid else None
 
-        wait_for(lambda: waiting() is not None and not zombies(kd.pid), 30, "no warm tshark waited")
+        def all_waiting() -> bool:  # every warm tshark the capture started (its children are the baseline)
+            with kd.control(client="watch", timeout=15) as c:
+                standbys = [a for a in c.status()["actors"] if a["kind"] == "tshark-standby"]
+            return bool(standbys) and all(a["details"]["waiting"] and a["details"]["workers"] for a in standbys)
+
+        wait_for(lambda: waiting() is not None and all_waiting() and not zombies(kd.pid), 30, "no warm tshark waited")
         victim = waiting()
         assert victim is not None
         baseline, before, kids = fd_count(kd.pid), fd_targets(kd.pid), len(children(kd.pid))
