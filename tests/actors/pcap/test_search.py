@@ -145,6 +145,10 @@ class LoadingCapture(FakeCapture):
 
 async def test_a_capture_still_loading_is_searched_in_a_single_pass_with_marks(
         autojump_clock: trio.testing.MockClock) -> None:
+    # The search's matching runs in a worker thread: with a threshold of 0 the clock would jump to the
+    # call's deadline (the single pass's bound) while the loop waits for that thread, a race with real
+    # time. A second of real idleness before a jump keeps the virtual timeline the test's.
+    autojump_clock.autojump_threshold = 1.0
     actor = LoadingCapture(pass_s=2)
     result = await ask(actor, limit=10, kinds=(), stop_at=trio.current_time() + 60)
     assert actor.passes and "-V" in actor.passes[0] and actor.fetched == []  # no sharkd tree was read
