@@ -182,12 +182,7 @@ async def _scan(capture: CaptureSession, request: Request, m: TextSearch, number
             texts.append(tree_mod.render(nodes, sources=tree_mod.frame_sources(answer)))
         left = m.max_matches - len(scan.matches)
         found = await matcher.run(functools.partial(_spans_of, matcher, batch, texts, left))
-        for number, text, spans in zip(batch, texts, found, strict=True):
-            _take_matches(m, scan, number, text, spans)
-            if scan.stopped:
-                break  # this frame may hold more matches: it does not count as searched
-            scan.scanned += 1
-        if scan.stopped:
+        if not _take_frames(m, scan, batch, texts, found):
             break
     if scan.stopped is None and m.offset + scan.scanned < len(numbers):
         scan.stopped = "limit"
@@ -209,17 +204,7 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
     texts = [frame.text for frame in wanted]
     numbers = [frame.number for frame in wanted]
     found = await matcher.run(functools.partial(_spans_of, matcher, numbers, texts, m.max_matches))
-    for number, text, spans in zip(numbers, texts, found, strict=True):
-        before = len(scan.matches)
-        _take_matches(m, scan, number, text, spans)
-        if len(scan.matches) > before:
-            lines = single_pass_text.Lines(text)
-            for match, (start, end) in zip(scan.matches[before:], spans, strict=False):
-                on_line = lines.may_differ(start) or lines.may_differ(max(start, end - 1))
-                match["provisional"] = ["line", "snippet"] if on_line else ["snippet"]
-        if scan.stopped:
-            break
-        scan.scanned += 1
+    _take_frames(m, scan, numbers, texts, found, marked=True)
     seen = len(frames) if complete else len(frames) + 1
     if scan.stopped is None and not (complete and m.offset + scan.scanned >= len(frames)):
         scan.stopped = "limit"
@@ -231,9 +216,9 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
         result["total_at_least"] = seen
         result.pop("note", None)
         if scan.stopped:
-            why = (f"limit={m.limit} frames were searched" if m.limit is not None and scan.stopped == "limit" else
-                   f"a search without limit covers the first {limit} frames while the capture loads"
-                   if scan.stopped == "limit" else _WHY[scan.stopped].format(m=m))
+            why = _WHY[scan.stopped].format(m=m)
+            if scan.stopped == "limit" and m.limit is None:
+                why = f"a search without limit covers the first {limit} frames while the capture loads"
             result["note"] = (f"INCOMPLETE: searched {scan.scanned} frames matching the filter from offset "
                               f"{m.offset} (at least {seen} match; the capture is still loading), then stopped "
                               f"because {why}; frames not searched may match. Continue with "
@@ -244,6 +229,25 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
         "lines that link to later frames ([Answer In: N], [Reassembled PDU in frame: N], ...); the same call "
         "once the capture is loaded searches the two-pass text.")
     return result
+
+
+def _take_frames(m: TextSearch, scan: _Scan, numbers: list[int], texts: list[str],
+                 found: list[list[tuple[int, int]]], *, marked: bool = False) -> bool:
+    """Take the frames' matches in order; False once the scan stopped (max_matches, max_bytes: that
+    frame may hold more matches, so it does not count as searched). `marked`: text of a single pass,
+    each match marked with what a second pass may change (single_pass_text)."""
+    for number, text, spans in zip(numbers, texts, found, strict=True):
+        before = len(scan.matches)
+        _take_matches(m, scan, number, text, spans)
+        if marked and len(scan.matches) > before:
+            lines = single_pass_text.Lines(text)
+            for match, (start, end) in zip(scan.matches[before:], spans, strict=False):
+                on_line = lines.may_differ(start) or lines.may_differ(max(start, end - 1))
+                match["provisional"] = ["line", "snippet"] if on_line else ["snippet"]
+        if scan.stopped:
+            return False
+        scan.scanned += 1
+    return True
 
 
 def _spans_of(matcher: Matcher, numbers: list[int], texts: list[str], limit: int) -> list[list[tuple[int, int]]]:
