@@ -4,11 +4,13 @@ No sharkd: the capture session's frame source is replaced by synthetic trees tha
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import trio
+import trio.lowlevel
 import trio.testing
 
 from diagd.actors._subprocess import Head
@@ -22,7 +24,7 @@ from diagd.actors.pcap.session import CaptureSession
 FRAMES = 20
 
 
-def frame_tree(number: int) -> list[dict[str, Any]]:
+def frame_tree(number: int, protocol: str = "Some Protocol") -> list[dict[str, Any]]:
     epoch = f"{1000 + number}.000000{number:03d}"
     return [
         {"l": f"Frame {number}: 60 bytes on wire", "t": "proto", "f": "frame", "n": [
@@ -30,7 +32,7 @@ def frame_tree(number: int) -> list[dict[str, Any]]:
             {"l": "Time delta from previous displayed frame: 1.000000001 seconds",
              "f": "frame.time_delta_displayed == 1.000000001", "g": True},
         ]},
-        {"l": "Some Protocol", "t": "proto", "f": "someproto", "n": [
+        {"l": protocol, "t": "proto", "f": "someproto", "n": [
             {"l": "needle here" if number in (3, 17) else "hay", "f": "someproto.text == \"x\""},
         ]},
     ]
@@ -39,10 +41,33 @@ def frame_tree(number: int) -> list[dict[str, Any]]:
 class FakeCapture(CaptureSession):
     """A capture session with its sharkd calls replaced: frame trees arrive one virtual second apart."""
 
+    protocol = "Some Protocol"  # a layer single_pass_text never measured: no frame is ruled out
+
     def __init__(self) -> None:
         spec = CaptureSpec(path=Path("/nonexistent.pcap"), identity="0:0:0:0", decode_as=(), preferences=(), size=0)
         super().__init__(spec)
         self.fetched: list[int] = []
+        self.passes: list[list[str]] = []
+
+        async def run_head(argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
+                           records: str | None = None) -> Head:
+            """A single pass (the rule-out's of a loaded capture): the -V text of the frame set asked, at
+            once (these tests time sharkd's trees)."""
+            self.passes.append(argv)
+            await trio.lowlevel.checkpoint()
+            numbers = re.search(r"frame\.number in \{([^}]*)\}", argv[argv.index("-Y") + 1])
+            assert numbers is not None and limit is not None
+            shown = [n for part in numbers.group(1).split(",")
+                     for n in (range(int(part.split("..")[0]), int(part.split("..")[-1]) + 1))][:limit]
+            lines = [line for n in shown
+                     for line in (*tree_mod.render(frame_tree(n, self.protocol), sources=None).split("\n"), "")]
+            return Head(lines, False, 0, "")
+
+        self.run_head = run_head
+
+    @property
+    def frame_count(self) -> int:
+        return FRAMES
 
     async def matching(self, request: Request, display_filter: str) -> list[int]:
         return list(range(1, FRAMES + 1))
@@ -52,7 +77,7 @@ class FakeCapture(CaptureSession):
             if number not in self.trees:
                 await trio.sleep(1)
                 self.fetched.append(number)
-                self.trees[number] = {"tree": frame_tree(number), "bytes": ""}
+                self.trees[number] = {"tree": frame_tree(number, self.protocol), "bytes": ""}
         return [self.trees[number] for number in numbers]
 
 
@@ -123,13 +148,44 @@ async def test_the_displayed_delta_is_the_one_tshark_prints_for_the_filtered_fra
     assert [m["frame_number"] for m in first["matches"]] == [1]  # nothing is displayed before frame 1
 
 
+class PlainCapture(FakeCapture):
+    """Frames of a layer the rules measured, with no line that may differ after a second pass."""
+
+    protocol = "Domain Name System"
+
+
+async def test_a_loaded_capture_reads_from_sharkd_only_frames_a_single_pass_does_not_rule_out(
+        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 1.0  # the matching runs in a worker thread (see below)
+    ruled = PlainCapture()
+    result = await ask(ruled, limit=FRAMES, stop_at=trio.current_time() + 3600)
+    assert ruled.passes and ruled.fetched == [3, 17]  # only the frames whose text holds the needle
+    assert result["frames_ruled_out"] == FRAMES - 2 and result["complete"] is True
+    # The same answer as reading every frame from sharkd (a fake never rules out "Some Protocol").
+    everything = FakeCapture()
+    plain = await ask(everything, limit=FRAMES, stop_at=trio.current_time() + 3600)
+    assert everything.fetched == list(range(1, FRAMES + 1)) and "frames_ruled_out" not in plain
+    assert [m["frame_number"] for m in result["matches"]] == [m["frame_number"] for m in plain["matches"]] == [3, 17]
+    # Frame 3's "previous displayed" delta comes from frame 2's arrival time, read from the single pass.
+    delta = await ask(PlainCapture(), query="previous displayed frame: 1.000000001", limit=FRAMES, offset=0)
+    assert [m["frame_number"] for m in delta["matches"]][:2] == [2, 3]
+
+
+async def test_a_literal_a_second_pass_could_add_is_read_from_sharkd_in_every_frame(
+        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 1.0
+    capture = PlainCapture()
+    result = await ask(capture, query="Answer In: 1", limit=FRAMES, stop_at=trio.current_time() + 3600)
+    assert len(capture.fetched) == FRAMES  # a DNS line "[Answer In: 12]" may be added in any frame
+    assert "frames_ruled_out" not in result
+
+
 class LoadingCapture(FakeCapture):
     """A capture still loading whose single-pass tshark prints the frames' `-V` text after `pass_s`
     virtual seconds (the text search's early pass); sharkd's way is FakeCapture's."""
 
     def __init__(self, pass_s: float) -> None:
         super().__init__()
-        self.passes: list[list[str]] = []
 
         async def run_head(argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
                            records: str | None = None) -> Head:
