@@ -51,20 +51,29 @@ class Differences:
     def __init__(self, wsconf: Path) -> None:
         self.by_capture: dict[str, tuple[Lines, Lines, Lines]] = {}  # name -> (gone, added, exact lines gone)
         self.layers: set[str] = set()
+        # Plain frames (no single-pass line in a layer that may differ): their differing lines, and
+        # the layers only their second pass has.
+        self.plain: dict[str, Lines] = {}
+        self.plain_new_layers: dict[str, set[str]] = {}
         captures = corpus()
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             done = pool.map(lambda p: (p, frames(wsconf, p), frames(wsconf, p, "-2")), captures)
             for path, one, two in done:
                 assert one.keys() == two.keys(), path.name
                 gone, added, wrong = Counter[tuple[str, str]](), Counter[tuple[str, str]](), Counter[tuple[str, str]]()
+                plain, new_layers = Counter[tuple[str, str]](), set()
                 for number, text in one.items():
                     single, double = Counter(spt.layered(text)), Counter(spt.layered(two[number]))
+                    if spt.is_plain(spt.layers_of(text)):
+                        plain += (single - double) + (double - single)
+                        new_layers |= spt.layers_of(two[number]) - spt.layers_of(text)
                     self.layers.update(layer for layer, _ in single)
                     gone += single - double
                     added += double - single
                     exact = Counter({k: v for k, v in single.items() if not spt.may_differ(*k)})
                     wrong += exact - double
                 self.by_capture[path.name] = (gone, added, wrong)
+                self.plain[path.name], self.plain_new_layers[path.name] = plain, new_layers
 
     def all(self) -> Iterator[tuple[str, str]]:
         for gone, added, _ in self.by_capture.values():
@@ -101,6 +110,50 @@ def test_every_rule_is_needed_by_a_difference(differences: Differences) -> None:
     assert differences.layers == spt.MEASURED_LAYERS, (
         f"measured layers not in the corpus: {sorted(spt.MEASURED_LAYERS - differences.layers)}; corpus layers "
         f"not measured: {sorted(differences.layers - spt.MEASURED_LAYERS)}")
+
+
+def test_a_plain_frames_second_pass_differs_only_in_lines_of_the_shapes_named_for_its_layers(
+        differences: Differences) -> None:
+    """What pcap_text_search's rule-out stands on (single_pass_text.PLAIN_FRAME_LINES): in a frame
+    whose single-pass text has no line in a layer that may differ, the second pass opens no layer
+    and every line it changes, drops or adds is whole one of the shapes of its layer."""
+    new_layers = {name: layers for name, layers in differences.plain_new_layers.items() if layers}
+    assert not new_layers, f"a second pass opened layers in plain frames: {new_layers}"
+    unshaped = {name: sorted(k for k in lines if not any(
+        re.fullmatch(shape, k[1].strip()) for shape in spt.PLAIN_FRAME_LINES.get(k[0], ())))[:5]
+        for name, lines in differences.plain.items()}
+    assert not {k: v for k, v in unshaped.items() if v}, f"plain-frame differences no shape names: {unshaped}"
+    used = {(layer, shape) for lines in differences.plain.values() for layer, line in lines
+            for shape in spt.PLAIN_FRAME_LINES.get(layer, ()) if re.fullmatch(shape, line.strip())}
+    unneeded = sorted((layer, shape) for layer, shapes in spt.PLAIN_FRAME_LINES.items() for shape in shapes
+                      if (layer, shape) not in used)
+    assert not unneeded, f"PLAIN_FRAME_LINES shapes no plain-frame difference needs: {unneeded}"
+
+
+def test_a_literal_no_shape_can_hold_is_ruled_out_and_one_a_shape_can_hold_is_not() -> None:
+    """single_pass_text.may_contain against the shapes' own strings: every differing line of a
+    plain frame contains each of its substrings by the model, and a few literals no shape holds."""
+    assert spt.layers_that_may_gain("IMSI999991234567810", False) == {"Session Initiation Protocol", "MEGACO"}
+    assert "Diameter Protocol" in spt.layers_that_may_gain("Answer In: 12", True)
+    assert "Diameter Protocol" in spt.layers_that_may_gain("answer in: 12", False)
+    assert "Diameter Protocol" not in spt.layers_that_may_gain("answer in: 12", True)
+    assert "Transmission Control Protocol" in spt.layers_that_may_gain("    [Conversation completeness: Comp", True)
+    # TCP flags are upper case
+    assert "Transmission Control Protocol" not in spt.layers_that_may_gain("Complete, data", True)
+    assert spt.may_contain("a(bc)+d", "cbcb", True) and not spt.may_contain("a(bc)+d", "cc", True)
+    assert spt.may_contain("x{2,3}", "xxx", True) and not spt.may_contain("x{2,3}", "xxxx", True)
+
+
+def test_every_shape_holds_every_part_of_the_lines_it_names(differences: Differences) -> None:
+    checked = 0
+    for lines in differences.plain.values():
+        for layer, line in lines:
+            stripped = line.strip()
+            for start in range(0, len(line), 7):
+                part = line[start:start + 9]
+                assert layer in spt.layers_that_may_gain(part, True), (layer, stripped, part)
+                checked += 1
+    assert checked
 
 
 def test_the_mark_at_an_offset_is_the_mark_of_its_line_in_its_layer(tmp_path: Path) -> None:
@@ -164,3 +217,58 @@ async def test_a_fresh_capture_searches_the_single_pass_then_sharkds_text(daemon
                 assert layers and any(spt.may_differ(layer, line) for layer in layers), (name, number, line)
             compared += 1
     assert compared >= 2, "fewer than two fresh searches were answered from a single pass"
+
+
+def _tokens(texts: list[str]) -> list[tuple[int, str]]:
+    """(frames holding it, token) for each word of the frames' text, fewest frames first."""
+    holding = Counter[str]()
+    for text in texts:
+        holding.update({word.lower() for word in re.findall(r"[A-Za-z][A-Za-z0-9_-]{5,}", text)})
+    return sorted((n, word) for word, n in holding.items())
+
+
+async def test_a_loaded_captures_search_rules_out_frames_and_equals_the_two_pass_text(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    """pcap_text_search on a loaded capture reads from sharkd only the frames a single pass does not
+    rule out: its matches are, on every corpus capture, exactly the lines of `tshark -2 -V` (the
+    two-pass text, computed here independently) that hold the query, for the rarest word of the
+    page, a common one and a digit string; two pages (offset 0 and 100)."""
+    captures = corpus()
+    if not captures:
+        pytest.skip(f"no real captures in {PCAPS} or {PCAPS_EXTRA}")
+    ruled_out = searched = 0
+    async with session(daemon) as call:
+        for path in captures:
+            two = frames(tmp_path, path, "-2")
+            numbers = sorted(two)
+            if len(numbers) < 40:
+                continue
+            args = {"pcap_path": str(path), "decode_as": decode_as(path)}
+            with trio.fail_after(300):
+                while True:  # loaded: the answer is sharkd's, exact
+                    page = await call("pcap_frames_by_filter", **args, display_filter="", limit=1)
+                    assert not page["_is_error"], page
+                    if page.get("exact", True) and page.get("total_exact", True):
+                        break
+                    await trio.sleep(0.2)
+            for offset in (0, 100):
+                window = numbers[offset:offset + 200]
+                if len(window) < 20:
+                    continue
+                tokens = _tokens([two[n] for n in window])
+                for query in {tokens[0][1], tokens[-1][1], "1"}:
+                    found = await call("pcap_text_search", **args, display_filter="", query=query, limit=200,
+                                       offset=offset, max_matches=1000, snippet_context_chars=0,
+                                       max_bytes=2 * 2**20)
+                    assert not found["_is_error"], found
+                    expected = [(n, line.strip()) for n in window for line in two[n].split("\n")
+                                for _ in range(line.lower().count(query))]
+                    got = [(m["frame_number"], m["line"]) for m in found["matches"]]
+                    if found["truncated"]:  # max_matches or max_bytes: the first matches, in order
+                        expected = expected[:len(got)]
+                    else:
+                        assert found["frames_scanned"] == len(window), (path.name, found.get("note"))
+                    assert got == expected, (path.name, offset, query, found.get("frames_ruled_out"))
+                    ruled_out += found.get("frames_ruled_out", 0)
+                    searched += len(window)
+    assert searched and ruled_out, f"no frame was ruled out in {searched} frames searched"
