@@ -210,6 +210,8 @@ class SearchReply(Answer):
     """frames past those searched"""
     frames_without_layers: NotRequired[int]
     """frames that have none of the asked layers"""
+    frames_ruled_out: NotRequired[int]
+    """frames a single pass showed cannot hold the literal (not read from sharkd)"""
     total_exact: NotRequired[bool]
     """frames_total is exact"""
     total_at_least: NotRequired[int]
