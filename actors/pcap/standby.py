@@ -180,9 +180,10 @@ class StandbyActor(Actor):
     policy = SupervisionPolicy(max_restarts=3, window_s=60, backoff_s=0.5)
     concurrency = 4  # a run that finds the standby taken answers at once (not served): it never queues
 
-    def __init__(self, template: Template, *, launch: Launch = Standby.start) -> None:
+    def __init__(self, template: Template, *, launch: Launch = Standby.start, first_after_s: float = 0.0) -> None:
         super().__init__(template.key, template)
         self.template = template
+        self.first_after_s = first_after_s  # before its first standby launches
         self._launch = launch
         self._standby: Standby | None = None
         self._nursery: trio.Nursery | None = None
@@ -193,7 +194,7 @@ class StandbyActor(Actor):
 
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
-        nursery.start_soon(self._replace, 0.0)
+        nursery.start_soon(self._replace, self.first_after_s)
 
     async def stop(self) -> None:
         standby, self._standby = self._standby, None
@@ -290,9 +291,11 @@ class WarmTsharks:
             template, path, display_filter = found
             if self.runtime.find(KIND, template.key) is None:
                 # Its first run: cold, and its standby starts after it (started now, its start-up would
-                # take the core this run needs).
+                # take the core this run needs), as a replacement does, REPLACE_AFTER_S later: launched
+                # at once, the fork and the new tshark's start-up delayed this call's answer by 15-65 ms
+                # (a timeline of a new field list, measured through the MCP client).
                 done = await head(argv, limit, max_line=max_line, records=records)
-                await self.start(template, idle_timeout_s)
+                await self.start(template, idle_timeout_s, after_s=REPLACE_AFTER_S)
                 return done
             ref = await self.start(template, idle_timeout_s)
             try:
@@ -304,13 +307,13 @@ class WarmTsharks:
                     return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
         return await head(argv, limit, max_line=max_line, records=records)
 
-    async def start(self, template: Template, idle_timeout_s: float) -> ActorRef:
-        """The standby actor of `template` (started if need be: its first standby launches at once)."""
+    async def start(self, template: Template, idle_timeout_s: float, *, after_s: float = 0.0) -> ActorRef:
+        """The standby actor of `template` (started if need be: its first standby launches `after_s` later)."""
         self._recent.pop(template.key, None)
         self._recent[template.key] = None
         while len(self._recent) > MAX_STANDBYS:
             old = self.runtime.find(KIND, self._recent.popitem(last=False)[0])
             if old is not None:
                 self.runtime.stop(old, "another tshark argv needed a standby (MAX_STANDBYS)")
-        return await self.runtime.start(KIND, template.key, lambda: StandbyActor(template),
+        return await self.runtime.start(KIND, template.key, lambda: StandbyActor(template, first_after_s=after_s),
                                         idle_timeout_s=idle_timeout_s)
