@@ -144,7 +144,7 @@ async def early_text(argv: list[str], display_filter: str, want: int, *,
     """(frames, complete): the `tshark -V` text of the first `want` frames a single pass displays
     (stopped once the frame after them begins); complete as early_numbers."""
     done = await run(text_argv(argv, display_filter), want, max_line=1 << 20, records=FRAME_START)
-    frames = frames_of(done.lines)
+    frames = frames_of(done.text)
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and frames):
         raise await _failure(done.stderr, display_filter, done.returncode)
     return frames[:want], not done.stopped

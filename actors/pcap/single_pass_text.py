@@ -26,7 +26,7 @@ from typing import Any, cast
 
 # A frame of `tshark -V` begins with this line (its number), at the start of a line.
 FRAME_START = r"Frame \d+: "
-_FRAME = re.compile(r"Frame (\d+): ")
+_FRAME = re.compile(r"\nFrame (\d+): ")
 _HEX_DUMP = re.compile(r"[0-9a-f]{4,8}  ")
 
 # Layers (top-level lines of `tshark -V`, digits as N) whose every line a second pass may change:
@@ -91,7 +91,7 @@ MEASURED_LAYERS = frozenset({
 # layers can hold, is not in the two-pass text either (pcap_text_search rules such frames out).
 _LINK = r"\[(Answer|Response|Request) In: \d+\]"
 _SECONDS = r"-?\d+\.\d+ seconds"
-PLAIN_FRAME_LINES: dict[str, tuple[str, ...]] = {
+PLAIN_FRAMES: dict[str, tuple[str, ...]] = {
     "Diameter Protocol": (_LINK,),
     "Domain Name System": (_LINK,),
     "GPRS Tunneling Protocol VN": (_LINK,),
@@ -124,9 +124,9 @@ def is_plain(layers: set[str]) -> bool:
 @functools.lru_cache(maxsize=64)
 def layers_that_may_gain(literal: str, case_sensitive: bool) -> frozenset[str]:
     """The layers in which a second pass may add or change a line of a plain frame so that it holds
-    `literal` (no newline): those with a PLAIN_FRAME_LINES shape some line of which, indented, could
+    `literal` (no newline): those with a PLAIN_FRAMES shape some line of which, indented, could
     contain it."""
-    return frozenset(layer for layer, shapes in PLAIN_FRAME_LINES.items()
+    return frozenset(layer for layer, shapes in PLAIN_FRAMES.items()
                      if any(may_contain(rf"[ ]*(?:{shape})", literal, case_sensitive) for shape in shapes))
 
 
@@ -222,22 +222,13 @@ class FrameText:
     text: str
 
 
-def frames_of(lines: list[str]) -> list[FrameText]:
+def frames_of(text: str) -> list[FrameText]:
     """`tshark -V` output split into frames (the blank line that ends each one dropped)."""
-    frames: list[FrameText] = []
-    number: int | None = None
-    body: list[str] = []
-    for line in [*lines, "Frame 0: "]:
-        found = _FRAME.match(line)
-        if found:
-            if number is not None:
-                while body and not body[-1]:
-                    body.pop()
-                frames.append(FrameText(number, "\n".join(body)))
-            number, body = int(found.group(1)), []
-        if number is not None:
-            body.append(line)
-    return frames
+    # One scan for the frame starts (a literal prefix after a newline), not a match per line.
+    starts = list(_FRAME.finditer("\n" + text))
+    ends = [start.start() for start in starts[1:]] + [len(text)]
+    return [FrameText(int(start.group(1)), text[start.start():end].rstrip("\n"))
+            for start, end in zip(starts, ends, strict=True)]
 
 
 def layer_of(line: str) -> str:

@@ -150,7 +150,7 @@ class Standby:
         done = await head_of(self.proc, limit, max_line=max_line, records=records)
         # Its messages name the capture by the link; say the file's own name.
         return Head(done.lines, done.stopped, done.returncode,
-                    done.stderr.replace(str(self.directory / "capture"), path))
+                    done.stderr.replace(str(self.directory / "capture"), path), done.text)
 
     async def close(self) -> None:
         await stop_process(self.proc)
@@ -241,14 +241,14 @@ class StandbyActor(Actor):
             await standby.close()
             assert self._nursery is not None
             self._nursery.start_soon(self._replace, REPLACE_AFTER_S)
-        if not done.lines and done.returncode not in (0, None) and not done.stopped:
+        if not (done.lines or done.text) and done.returncode not in (0, None) and not done.stopped:
             # No output (a filter tshark refuses, a file it cannot read): the caller runs it cold, whose
             # failure says which, coded as every cold early pass's is.
             return {"served": False}
         self.failures = 0
         self.served += 1
         return {"served": True, "lines": done.lines, "stopped": done.stopped, "returncode": done.returncode,
-                "stderr": done.stderr}
+                "stderr": done.stderr, "text": done.text}
 
     async def _failed(self, standby: Standby) -> None:
         await standby.close()
@@ -304,7 +304,7 @@ class WarmTsharks:
                 log.info("warm tshark not used", why=exc.message)
             else:
                 if reply["served"]:
-                    return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"])
+                    return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"], reply["text"])
         return await head(argv, limit, max_line=max_line, records=records)
 
     async def start(self, template: Template, idle_timeout_s: float, *, after_s: float = 0.0) -> ActorRef:

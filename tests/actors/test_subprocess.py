@@ -206,13 +206,31 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _records_model(text: str, limit: int) -> str:
+    """The first `limit` records of `text`'s complete lines, found line by line (head's rule)."""
+    lines = text.split("\n")[:-1]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Frame ")]
+    return "\n".join(lines[:starts[limit]] if len(starts) > limit else lines)
+
+
+@pytest.mark.parametrize("cut", [1, 9, 11, 12, 13, 24, 25, 26])  # in a line, at its newline, at a record's start
+@pytest.mark.parametrize("limit", [1, 2, 3])
+async def test_head_records_cut_at_the_same_line_wherever_the_chunks_end(cut: int, limit: int) -> None:
+    text = "Frame 1: x\n  a\n\nFrame 2: y\n\n  b\nFrame 3: z\nFrame 4: w\n  c\n"
+    # The child writes the text in two pieces, a pause between, so they arrive as two chunks.
+    script = ("import sys, time; t = sys.argv[1]; sys.stdout.write(t[:int(sys.argv[2])]); sys.stdout.flush(); "
+              "time.sleep(0.05); sys.stdout.write(t[int(sys.argv[2]):]); sys.stdout.flush(); time.sleep(30)")
+    done = await head([sys.executable, "-c", script, text, str(cut)], limit, records=r"Frame \d+: ")
+    assert done.stopped and done.text == _records_model(text, limit)
+
+
 async def test_head_counts_records_of_many_lines_and_stops_when_the_next_one_begins() -> None:
     script = "for i in 1 2 3 4 5; do printf 'Frame %s: x\\n  a\\n  b\\n\\n' $i; done; sleep 30"
     two = await head(["sh", "-c", script], 2, records=r"Frame \d+: ")
     assert two.stopped and two.returncode is not None  # the third record began: stopped, reaped
-    assert two.lines == ["Frame 1: x", "  a", "  b", "", "Frame 2: x", "  a", "  b", ""]
+    assert two.text == "Frame 1: x\n  a\n  b\n\nFrame 2: x\n  a\n  b\n" and two.lines == []
     every = await head(["sh", "-c", "printf 'Frame 1: x\\n  a\\n'"], 5, records=r"Frame \d+: ")
-    assert every.lines == ["Frame 1: x", "  a"] and not every.stopped  # fewer records: all, ended by itself
+    assert every.text == "Frame 1: x\n  a" and not every.stopped  # fewer records: all, ended by itself
 
 
 async def test_head_stops_a_long_output_at_its_first_lines_and_reaps_it() -> None:

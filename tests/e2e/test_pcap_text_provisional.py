@@ -41,7 +41,7 @@ def frames(wsconf: Path, path: Path, *extra: str) -> dict[int, str]:
     argv = ["tshark", "-n", "-r", str(path), *[a for r in decode_as(path) for a in ("-d", r)], *extra, "-V"]
     out = subprocess.run(argv, capture_output=True, check=False, timeout=600,
                          env={**os.environ, "WIRESHARK_CONFIG_DIR": str(wsconf)}).stdout
-    return {f.number: f.text for f in spt.frames_of(out.decode(errors="replace").split("\n"))}
+    return {f.number: f.text for f in spt.frames_of(out.decode(errors="replace"))}
 
 
 class Differences:

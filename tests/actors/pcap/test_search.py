@@ -61,7 +61,7 @@ class FakeCapture(CaptureSession):
                      for n in (range(int(part.split("..")[0]), int(part.split("..")[-1]) + 1))][:limit]
             lines = [line for n in shown
                      for line in (*tree_mod.render(frame_tree(n, self.protocol), sources=None).split("\n"), "")]
-            return Head(lines, False, 0, "")
+            return Head([], False, 0, "", "\n".join(lines))
 
         self.run_head = run_head
 
@@ -194,7 +194,7 @@ class LoadingCapture(FakeCapture):
             assert records is not None and limit is not None
             shown = range(1, min(limit, FRAMES) + 1)
             lines = [line for n in shown for line in (*tree_mod.render(frame_tree(n), sources=None).split("\n"), "")]
-            return Head(lines, limit < FRAMES, None, "")
+            return Head([], limit < FRAMES, None, "", "\n".join(lines))
 
         self.run_head = run_head
 

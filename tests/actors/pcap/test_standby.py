@@ -69,10 +69,10 @@ class Both:
     def compare(self) -> int:
         lines = 0
         for argv, warm_run, cold in self.runs:
-            assert warm_run.lines == cold.lines, argv
+            assert warm_run.lines == cold.lines and warm_run.text == cold.text, argv
             assert warm_run.stopped == cold.stopped, argv  # stopped at the limit: its exit status is the stop's
             assert warm_run.stopped or warm_run.returncode == cold.returncode, argv
-            lines += len(cold.lines)
+            lines += len(cold.lines) + cold.text.count("\n") + bool(cold.text)
         return lines
 
 
@@ -210,7 +210,7 @@ async def test_the_next_standby_starts_after_the_page_not_during_it(
         await trio.sleep(0.01)
         assert [at for _, at in log] == [0.0]
         assert await page(actor) == {"served": True, "lines": ["/c.pcap ip 11"], "stopped": True,
-                                     "returncode": None, "stderr": ""}
+                                     "returncode": None, "stderr": "", "text": ""}
         assert await page(actor) == {"served": False}  # the next one is not started yet: cold
         await trio.sleep(standby.REPLACE_AFTER_S - 0.001)
         assert len(log) == 1
