@@ -198,7 +198,7 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
         early = await timeline_while_loading(capture, message)
         if early is not None:
             return early
-    elif single_pass and capture.first_timeline(display_filter):
+    elif single_pass and capture.first_before_count("timeline", display_filter):
         # A filter whose frame set sharkd has not counted: its full pass is not waited for (the
         # values are exact; the total is a lower bound), the same call again counts it.
         early = await timeline_while_loading(capture, message, loaded=True)

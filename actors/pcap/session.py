@@ -73,7 +73,8 @@ class CaptureSession:
         self.trees: PackedLru[int, dict[str, Any]] = PackedLru(CACHE_BUDGET // 4, 4096)
         self.results: PackedLru[object, dict[str, Any]] = PackedLru(CACHE_BUDGET * 3 // 8, 256)
         self.cache_hits = 0
-        self._timelined: OrderedDict[str, None] = OrderedDict()  # filters a timeline answered by a single pass
+        # (kind, filter) a call answered by a single pass before sharkd counted the filter
+        self._before_count: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.cat: Catalogue | None = None
         self._nursery: trio.Nursery | None = None
         self.summary: Summary | None = None  # protocols and conversations read by tshark while sharkd loads
@@ -308,16 +309,18 @@ class CaptureSession:
             return len(cached)
         return self.workers.totals.get(display_filter) if self.workers is not None else None
 
-    def first_timeline(self, display_filter: str) -> bool:
-        """Whether a timeline of this filter is the first since its frame set was last counted (then
-        its page may come from a single pass; the next one counts): True once per uncounted filter."""
+    def first_before_count(self, kind: str, display_filter: str) -> bool:
+        """Whether a call of this `kind` ("timeline", "search") on this filter is the first since its
+        frame set was last counted (then its page may come from a single pass; the next one counts):
+        True once per uncounted filter and kind."""
         counted = self.counted(display_filter) is not None or (
             self.workers is not None and bool(self.workers.pool.holders(display_filter)))
-        if counted or display_filter in self._timelined:
+        key = (kind, display_filter)
+        if counted or key in self._before_count:
             return False
-        self._timelined[display_filter] = None
-        while len(self._timelined) > 256:
-            self._timelined.popitem(last=False)
+        self._before_count[key] = None
+        while len(self._before_count) > 256:
+            self._before_count.popitem(last=False)
         return True
 
     async def matching(self, request: Request, display_filter: str) -> list[int]:

@@ -91,7 +91,7 @@ MEASURED_LAYERS = frozenset({
 # layers can hold, is not in the two-pass text either (pcap_text_search rules such frames out).
 _LINK = r"\[(Answer|Response|Request) In: \d+\]"
 _SECONDS = r"-?\d+\.\d+ seconds"
-PLAIN_FRAMES: dict[str, tuple[str, ...]] = {
+PLAIN_FRAME_LINES: dict[str, tuple[str, ...]] = {
     "Diameter Protocol": (_LINK,),
     "Domain Name System": (_LINK,),
     "GPRS Tunneling Protocol VN": (_LINK,),
@@ -124,9 +124,9 @@ def is_plain(layers: set[str]) -> bool:
 @functools.lru_cache(maxsize=64)
 def layers_that_may_gain(literal: str, case_sensitive: bool) -> frozenset[str]:
     """The layers in which a second pass may add or change a line of a plain frame so that it holds
-    `literal` (no newline): those with a PLAIN_FRAMES shape some line of which, indented, could
+    `literal` (no newline): those with a PLAIN_FRAME_LINES shape some line of which, indented, could
     contain it."""
-    return frozenset(layer for layer, shapes in PLAIN_FRAMES.items()
+    return frozenset(layer for layer, shapes in PLAIN_FRAME_LINES.items()
                      if any(may_contain(rf"[ ]*(?:{shape})", literal, case_sensitive) for shape in shapes))
 
 

@@ -24,6 +24,7 @@ from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.messages import Detail, TextSearch
 from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.session import MAX_FILTER_CHARS, CaptureSession, check_length
+from diagd.actors.pcap.single_pass_text import FrameText
 from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -138,6 +139,16 @@ async def text_search(capture: CaptureSession, request: Request, message: TextSe
         # past the time, the search goes sharkd's way, which says how far it got.
         with trio.move_on_at(m.stop_at if m.stop_at is not None else math.inf):
             return await _search_while_loading(capture, m, Matcher(pattern, m.budget_s, unit="frame"))
+    if (not m.layers and m.limit is not None and capture.state is not CaptureState.LOADING
+            and first_page.loading_safe(m.display_filter, m.offset, m.limit, m.kinds)
+            and capture.first_before_count("search", m.display_filter)):
+        # A filter sharkd has not counted (a new filter's first page came from a single pass; its
+        # sharkd pass may still run): the page's frames come from a single pass too, within half the
+        # call's time (past it, or with no frame there, sharkd's way).
+        with trio.move_on_at(_half_left(m)):
+            before_count = await _search_before_count(capture, request, m, Matcher(pattern, m.budget_s, unit="frame"))
+            if before_count is not None:
+                return before_count
     numbers = await _numbers(capture, request, m)
     wanted: dict[str, str | None] = {}
     if m.layers:
@@ -185,8 +196,7 @@ async def _rule_out(capture: CaptureSession, m: TextSearch, numbers: Sequence[in
     frame_set = f"frame.number in {{{_ranges(shown + after)}}}"
     if len(frame_set) > MAX_FILTER_CHARS:
         return {}
-    deadline = math.inf if m.stop_at is None else trio.current_time() + (m.stop_at - trio.current_time()) / 2
-    with trio.move_on_at(deadline):
+    with trio.move_on_at(_half_left(m)):
         try:
             frames, _ = await first_page.early_text(capture.cold_argv(), frame_set, len(shown), run=capture.run_head)
         except DiagdError as exc:  # the pass failed (tshark killed, the file replaced): sharkd's way
@@ -195,20 +205,69 @@ async def _rule_out(capture: CaptureSession, m: TextSearch, numbers: Sequence[in
         if [frame.number for frame in frames] != shown:  # the frames sharkd's filter matched, or not at all
             log.warning("single pass printed other frames than sharkd's page", filter=m.display_filter)
             return {}
-        # Frames that could be ruled out (plain, no layer that may gain the literal, arrival time read),
-        # then searched: those without the literal are.
-        times: dict[int, int] = {}
-        for number, frame in zip(page, frames[len(shown) - len(page):], strict=True):
-            epoch = _EPOCH.search(frame.text)
-            if epoch and single_pass_text.cannot_gain(frame.text, m.query, m.case_sensitive):
-                times[number] = tree_mod.seconds_to_ns(epoch.group(1))
-        if not times:
-            return {}
-        texts = {frame.number: frame.text for frame in frames}
-        candidates = list(times)
-        found = await matcher.run(functools.partial(_spans_of, matcher, candidates, [texts[n] for n in candidates], 1))
-        return {number: times[number] for number, spans in zip(candidates, found, strict=True) if not spans}
+        return await _ruled_out(m, frames[len(shown) - len(page):], matcher)
     return {}
+
+
+async def _ruled_out(m: TextSearch, page: list[FrameText], matcher: Matcher) -> dict[int, int]:
+    """Of the page's frames (their single-pass text), those ruled out: plain, no layer that may gain
+    the literal, arrival time read, and without the literal; each with its arrival time (ns)."""
+    if m.is_regex or "\n" in m.query:
+        return {}
+    times: dict[int, int] = {}
+    for frame in page:
+        epoch = _EPOCH.search(frame.text)
+        if epoch and single_pass_text.cannot_gain(frame.text, m.query, m.case_sensitive):
+            times[frame.number] = tree_mod.seconds_to_ns(epoch.group(1))
+    if not times:
+        return {}
+    texts = {frame.number: frame.text for frame in page}
+    candidates = list(times)
+    found = await matcher.run(functools.partial(_spans_of, matcher, candidates, [texts[n] for n in candidates], 1))
+    return {number: times[number] for number, spans in zip(candidates, found, strict=True) if not spans}
+
+
+def _half_left(m: TextSearch) -> float:
+    """Half the call's time left (trio time): a single pass that may pay is bounded by it."""
+    return math.inf if m.stop_at is None else trio.current_time() + (m.stop_at - trio.current_time()) / 2
+
+
+async def _search_before_count(capture: CaptureSession, request: Request, m: TextSearch,
+                               matcher: Matcher) -> dict[str, Any] | None:
+    """A page of a filter sharkd has not counted: its frames (and the one before it) from one
+    early-stopping single pass of the filter (single-pass safe: the frames are the two-pass ones),
+    those that cannot hold the literal ruled out by their text, the rest searched in sharkd's
+    two-pass trees, so every match is exact; the total is a lower bound until sharkd counts the
+    filter (the same call again). None when the pass shows no frame at the offset: sharkd's way."""
+    assert m.limit is not None
+    check_length(m.display_filter)
+    frames, complete = await first_page.early_text(capture.cold_argv(), m.display_filter, m.offset + m.limit,
+                                                   run=capture.run_head)
+    if len(frames) <= m.offset:
+        return None
+    seen = len(frames) if complete else len(frames) + 1
+    numbers = Window(seen, 0, [frame.number for frame in frames])
+    ruled_out = await _ruled_out(m, frames[m.offset:], matcher)
+    scan = await _scan(capture, request, m, numbers, set(), matcher, ruled_out)
+    result = _search_result(m, numbers, scan, False)
+    result.update({"total_exact": complete,
+                   "served_by": "tshark and sharkd (the page's frames from a single pass before sharkd's count, "
+                                "their text from sharkd's two passes)"})
+    if ruled_out:
+        result["frames_ruled_out"] = sum(1 for n in numbers[m.offset:m.offset + scan.scanned] if n in ruled_out)
+    if not complete:
+        result["total_at_least"] = seen
+        if scan.stopped:
+            result["note"] = _lower_bound_note(m, scan, seen, "sharkd has not counted them yet")
+    return result
+
+
+def _lower_bound_note(m: TextSearch, scan: _Scan, seen: int, why_bound: str, why_stopped: str | None = None) -> str:
+    """The note of a search stopped before the end when the filter's total is a lower bound."""
+    why_stopped = why_stopped or _WHY[scan.stopped or "limit"].format(m=m)
+    return (f"INCOMPLETE: searched {scan.scanned} frames matching the filter from offset {m.offset} (at least "
+            f"{seen} match; {why_bound}), then stopped because {why_stopped}; "
+            f"frames not searched may match. Continue with offset={m.offset + scan.scanned}")
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -343,13 +402,10 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
         result["total_at_least"] = seen
         result.pop("note", None)
         if scan.stopped:
-            why = _WHY[scan.stopped].format(m=m)
+            why = None
             if scan.stopped == "limit" and m.limit is None:
                 why = f"a search without limit covers the first {limit} frames while the capture loads"
-            result["note"] = (f"INCOMPLETE: searched {scan.scanned} frames matching the filter from offset "
-                              f"{m.offset} (at least {seen} match; the capture is still loading), then stopped "
-                              f"because {why}; frames not searched may match. Continue with "
-                              f"offset={m.offset + scan.scanned}")
+            result["note"] = _lower_bound_note(m, scan, seen, "the capture is still loading", why)
     result["note"] = (f"{result['note']}. " if "note" in result else "") + (
         "Searched the text a single tshark pass prints while sharkd loads the capture: the frames are exact; "
         "a line marked provisional (and any snippet) may read otherwise after the full pass, which also adds "

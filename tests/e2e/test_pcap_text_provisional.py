@@ -11,6 +11,7 @@ rules name."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -232,11 +233,14 @@ async def test_a_loaded_captures_search_rules_out_frames_and_equals_the_two_pass
     """pcap_text_search on a loaded capture reads from sharkd only the frames a single pass does not
     rule out: its matches are, on every corpus capture, exactly the lines of `tshark -2 -V` (the
     two-pass text, computed here independently) that hold the query, for the rarest word of the
-    page, a common one and a digit string; two pages (offset 0 and 100)."""
+    page, a common one and a digit string; two pages (offset 0 and 100). Each search runs twice: with
+    the filter sharkd counted, and with a new filter matching the same frames (`frame.len != N`, N
+    new each time), whose page comes from a single pass before sharkd counts it."""
     captures = corpus()
     if not captures:
         pytest.skip(f"no real captures in {PCAPS} or {PCAPS_EXTRA}")
-    ruled_out = searched = 0
+    ruled_out = searched = before_count = 0
+    new_values = itertools.count(100000)  # a filter sharkd never counted, each time
     async with session(daemon) as call:
         for path in captures:
             two = frames(tmp_path, path, "-2")
@@ -256,11 +260,18 @@ async def test_a_loaded_captures_search_rules_out_frames_and_equals_the_two_pass
                 if len(window) < 20:
                     continue
                 tokens = _tokens([two[n] for n in window])
-                for query in {tokens[0][1], tokens[-1][1], "1"}:
-                    found = await call("pcap_text_search", **args, display_filter="", query=query, limit=200,
-                                       offset=offset, max_matches=1000, snippet_context_chars=0,
+                for query, display_filter in [(query, display_filter) for query in {tokens[0][1], tokens[-1][1], "1"}
+                                              for display_filter in ("", f"frame.len != {next(new_values)}")]:
+                    found = await call("pcap_text_search", **args, display_filter=display_filter, query=query,
+                                       limit=200, offset=offset, max_matches=1000, snippet_context_chars=0,
                                        max_bytes=2 * 2**20)
                     assert not found["_is_error"], found
+                    if display_filter:  # its frames from a single pass: the total a lower bound or exact
+                        assert found["served_by"].startswith("tshark and sharkd"), (path.name, found["served_by"])
+                        assert found["frames_total"] == (len(numbers) if found["total_exact"]
+                                                         else found["total_at_least"]), path.name
+                        assert found["frames_total"] <= len(numbers), path.name
+                        before_count += 1
                     expected = [(n, line.strip()) for n in window for line in two[n].split("\n")
                                 for _ in range(line.lower().count(query))]
                     got = [(m["frame_number"], m["line"]) for m in found["matches"]]
@@ -272,3 +283,4 @@ async def test_a_loaded_captures_search_rules_out_frames_and_equals_the_two_pass
                     ruled_out += found.get("frames_ruled_out", 0)
                     searched += len(window)
     assert searched and ruled_out, f"no frame was ruled out in {searched} frames searched"
+    assert before_count, "no search of a new filter came from a single pass"
