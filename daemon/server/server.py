@@ -319,6 +319,7 @@ class LazyFront:
                 module = await trio.to_thread.run_sync(_import_front)
                 self._front = module, module.build_server(self._registry, version=diagd.__version__,
                                                           default_tools=self._default_tools, guides=self._guides)
+                heap.settle()  # the SDK is here for good: out of the cyclic collector's walks
         return self._front
 
 
@@ -357,6 +358,7 @@ async def serve(config: config_mod.Config) -> None:
             daemon = Daemon(config, nursery, runtime_dir=rundir.path, state_dir=state_dir)
             daemon.load_backends()
             daemon.check_config(config, running=False)  # a typo anywhere stops the start, with its close matches
+            heap.settle()  # the back ends' modules are here for good: out of the cyclic collector's walks
             front = LazyFront(daemon.registry, daemon.configured_tools, daemon.instructions())
 
             handle_mcp = _mcp_handler(daemon, front)

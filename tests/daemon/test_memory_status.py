@@ -3,6 +3,7 @@ once the daemon goes quiet after calls (issue 12)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 from typing import Any
@@ -96,3 +97,20 @@ def test_heap_helpers_take_effect_on_glibc_and_report_nothing_elsewhere() -> Non
     del blocks
     assert heap.trim() is True
     assert len(keep) == 100 * 1024
+
+
+def test_settle_takes_what_lives_out_of_the_collectors_full_walks() -> None:
+    """heap.settle() after the daemon's imports: a full collection then walks only what came after
+    (measured in the daemon: 82 ms for one in the middle of a text search before, ~20 ms after)."""
+    kept = [[n] for n in range(1000)]  # lists: always tracked (a dict of ints may not be)
+    try:
+        heap.settle()
+        assert gc.get_freeze_count() >= len(kept)
+        in_oldest = {id(o) for o in gc.get_objects(generation=2)}
+        assert not any(id(o) in in_oldest for o in kept)
+        after = [[n] for n in range(10)]
+        gc.collect(1)
+        gc.collect(1)  # survivors of two collections reach the oldest generation
+        assert any(id(o) in {id(x) for x in gc.get_objects(generation=2)} for o in after)
+    finally:
+        gc.unfreeze()
