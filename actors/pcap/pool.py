@@ -38,6 +38,10 @@ log = structlog.get_logger("diagd.pcap")
 SPARE_IDLE_S = 120.0  # a spare worker unused this long is stopped (its memory is a whole capture's)
 HELD_REFRESH_S = 0.25  # the held bytes (eviction's figure) are re-read after requests at most this often
 BUSY_MARGIN_S = 1.0  # a call waiting for a worker gives up this long before its deadline, with BUSY
+# A filter pass reads every frame, as the load did: a worker freed later than this many loads before
+# the deadline could not end it in time (a burst of new filters timed out one that way: it got its
+# worker 1.0 s before its deadline for a 1.3 s pass), so the waiting call says BUSY then instead.
+PASS_MARGIN_LOADS = 1.5
 
 # sharkd's RSS for a capture, estimated before loading it (docs/benchmarks.md: 159 MB with nothing
 # loaded, 195 MB with a 55 MB capture): over the memory budget, no worker is started at all.
@@ -347,10 +351,16 @@ class WorkerPool:
             if not self.workers:
                 self.begin()  # every worker died: a fresh one for this call
                 continue
-            with trio.move_on_at(deadline - BUSY_MARGIN_S):
+            with trio.move_on_at(deadline - self._margin(long)):
                 await self._changed.wait()
                 continue
             raise self._busy()
+
+    def _margin(self, long: bool) -> float:
+        """How long before its deadline a call waiting for a worker gives up (BUSY)."""
+        if not long:
+            return BUSY_MARGIN_S
+        return max(BUSY_MARGIN_S, PASS_MARGIN_LOADS * max((w.load_s for w in self.workers if w.ready), default=0.0))
 
     def _free(self, display_filter: str | None) -> Worker | None:
         free = [w for w in self.workers if w.ready and w.busy is None]

@@ -215,11 +215,11 @@ class SearchReply(Answer):
     total_exact: NotRequired[bool]
     """frames_total is exact"""
     total_at_least: NotRequired[int]
-    """a lower bound while loading"""
+    """a lower bound (loading, or a filter not counted yet)"""
     exact: NotRequired[bool]
     """false: a single pass's text"""
     served_by: NotRequired[str]
-    """sharkd or tshark"""
+    """what read the frames and their text"""
     note: NotRequired[str]
     """how the search went"""
 

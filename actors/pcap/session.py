@@ -312,7 +312,9 @@ class CaptureSession:
     def first_before_count(self, kind: str, display_filter: str) -> bool:
         """Whether a call of this `kind` ("timeline", "search") on this filter is the first since its
         frame set was last counted (then its page may come from a single pass; the next one counts):
-        True once per uncounted filter and kind."""
+        True once per uncounted filter and kind; never for all frames (""), whose count is the capture's."""
+        if not display_filter:
+            return False
         counted = self.counted(display_filter) is not None or (
             self.workers is not None and bool(self.workers.pool.holders(display_filter)))
         key = (kind, display_filter)

@@ -143,12 +143,10 @@ async def text_search(capture: CaptureSession, request: Request, message: TextSe
             and first_page.loading_safe(m.display_filter, m.offset, m.limit, m.kinds)
             and capture.first_before_count("search", m.display_filter)):
         # A filter sharkd has not counted (a new filter's first page came from a single pass; its
-        # sharkd pass may still run): the page's frames come from a single pass too, within half the
-        # call's time (past it, or with no frame there, sharkd's way).
-        with trio.move_on_at(_half_left(m)):
-            before_count = await _search_before_count(capture, request, m, Matcher(pattern, m.budget_s, unit="frame"))
-            if before_count is not None:
-                return before_count
+        # sharkd pass may still run): the page's frames come from a single pass too.
+        before_count = await _search_before_count(capture, request, m, Matcher(pattern, m.budget_s, unit="frame"))
+        if before_count is not None:
+            return before_count
     numbers = await _numbers(capture, request, m)
     wanted: dict[str, str | None] = {}
     if m.layers:
@@ -238,16 +236,32 @@ async def _search_before_count(capture: CaptureSession, request: Request, m: Tex
     early-stopping single pass of the filter (single-pass safe: the frames are the two-pass ones),
     those that cannot hold the literal ruled out by their text, the rest searched in sharkd's
     two-pass trees, so every match is exact; the total is a lower bound until sharkd counts the
-    filter (the same call again). None when the pass shows no frame at the offset: sharkd's way."""
+    filter (the same call again). None when the pass shows no frame at the offset, fails or runs past
+    half the call's time: sharkd's way."""
     assert m.limit is not None
     check_length(m.display_filter)
-    frames, complete = await first_page.early_text(capture.cold_argv(), m.display_filter, m.offset + m.limit,
-                                                   run=capture.run_head)
-    if len(frames) <= m.offset:
+    numbers: Window | None = None
+    ruled_out: dict[int, int] = {}
+    complete = False
+    # The pass within half the call's time (past it, or failing, sharkd's way: it also says why a
+    # filter is wrong); sharkd's reads after it are bounded by the call's own time, as always.
+    with trio.move_on_at(_half_left(m)):
+        try:
+            if m.is_regex or "\n" in m.query:  # nothing to rule out: the frame numbers are enough
+                found, complete = await first_page.early_numbers(capture.cold_argv(), m.display_filter,
+                                                                 m.offset + m.limit, run=capture.run_head)
+            else:
+                frames, complete = await first_page.early_text(capture.cold_argv(), m.display_filter,
+                                                               m.offset + m.limit, run=capture.run_head)
+                found = [frame.number for frame in frames]
+                ruled_out = await _ruled_out(m, frames[m.offset:], matcher)
+        except DiagdError as exc:
+            log.warning("single pass of a filter not counted yet failed", why=exc.message)
+            return None
+        numbers = Window(len(found) if complete else len(found) + 1, 0, found)
+    if numbers is None or len(numbers.numbers) <= m.offset:
         return None
-    seen = len(frames) if complete else len(frames) + 1
-    numbers = Window(seen, 0, [frame.number for frame in frames])
-    ruled_out = await _ruled_out(m, frames[m.offset:], matcher)
+    seen = len(numbers)
     scan = await _scan(capture, request, m, numbers, set(), matcher, ruled_out)
     result = _search_result(m, numbers, scan, False)
     result.update({"total_exact": complete,

@@ -19,7 +19,7 @@ import trio.testing
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.passes import CaptureWorkers, Cores
-from diagd.actors.pcap.pool import CaptureState, WorkerPool, WorkerState
+from diagd.actors.pcap.pool import BUSY_MARGIN_S, PASS_MARGIN_LOADS, CaptureState, WorkerPool, WorkerState
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.fake_sharkd import Script
 
@@ -360,3 +360,23 @@ async def test_over_memory_only_idle_captures_are_named(autojump_clock: trio.tes
     with table.in_call("A"):
         assert [e.key for e in table.over_memory(held, 150, keep="C")] == ["B"]  # A in use, C is the caller's
     assert [e.key for e in table.over_memory(held, 50, keep="C")] == ["B", "A"]  # least recently used first
+
+
+async def test_a_filter_pass_that_could_not_end_in_time_is_refused_busy_earlier(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A new filter waiting for the worker gives up PASS_MARGIN_LOADS loads before its deadline (its
+    pass reads every frame, as the load did), not BUSY_MARGIN_S: it could not end in time."""
+    script = Script(matches={"sip": [1], "dns": [2]}, pass_s=100)
+    async with capture(script, max_workers=1) as workers:
+        await loaded(workers)
+        load_s = workers.pool.workers[0].load_s
+        assert load_s > BUSY_MARGIN_S
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(workers.page, "sip", 0, 20, math.inf)
+            await trio.sleep(10)
+            deadline = trio.current_time() + 30
+            with pytest.raises(DiagdError) as busy:
+                await workers.page("dns", 0, 20, deadline)
+            assert busy.value.code is ErrorCode.BUSY
+            assert trio.current_time() == pytest.approx(deadline - PASS_MARGIN_LOADS * load_s)
+            nursery.cancel_scope.cancel()
