@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import trio
 import trio.lowlevel
 import trio.testing
@@ -19,6 +21,7 @@ from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.actor import PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import TextSearch
+from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.session import CaptureSession
 
 FRAMES = 20
@@ -221,3 +224,74 @@ async def test_a_single_pass_past_the_calls_time_gives_way_to_sharkds_search(
     result = await ask(actor, limit=10, kinds=(), stop_at=trio.current_time() + 5.5)
     assert actor.passes  # started, then stopped at the call's time
     assert "served_by" not in result and result["stopped_because"] == "time_budget"
+
+
+class UncountedCapture(PlainCapture):
+    """A loaded capture whose filter sharkd has not counted: its single pass prints the first frames
+    of the filter (every frame matches) after `pass_s` virtual seconds, as `-V` text or as numbers."""
+
+    def __init__(self, pass_s: float = 0.5) -> None:
+        super().__init__()
+
+        async def run_head(argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
+                           records: str | None = None) -> Head:
+            self.passes.append(argv)
+            await trio.sleep(pass_s)
+            assert limit is not None
+            if records is None:  # `-T fields -e frame.number`: `limit` lines (one more than the page)
+                return Head([str(n) for n in range(1, min(limit, FRAMES) + 1)], limit <= FRAMES, None, "")
+            shown = range(1, min(limit, FRAMES) + 1)
+            lines = [line for n in shown
+                     for line in (*tree_mod.render(frame_tree(n, self.protocol), sources=None).split("\n"), "")]
+            return Head([], limit < FRAMES, None, "", "\n".join(lines))
+
+        self.run_head = run_head
+
+    @property
+    def state(self) -> CaptureState:
+        return CaptureState.READY  # loaded (a capture still loading searches the single pass's text)
+
+    def counted(self, display_filter: str) -> int | None:
+        return None  # sharkd has not counted it (matching() and page() still answer: sharkd's way, when taken)
+
+    async def page(self, request: Request, display_filter: str, offset: int, limit: int,
+                   kinds: Any = None) -> Any:
+        rows = [{"number": n} for n in range(1, FRAMES + 1)][offset:offset + limit]
+        return SimpleNamespace(exact=True, rows_exact=True, total=FRAMES, rows=rows)
+
+
+async def test_a_filter_not_counted_takes_its_page_from_a_single_pass_and_rules_out_by_text(
+        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 1.0  # the matching runs in a worker thread
+    capture = UncountedCapture()
+    first = await ask(capture, display_filter="someproto", kinds=(), limit=10, stop_at=trio.current_time() + 60)
+    assert first["served_by"].startswith("tshark and sharkd") and capture.fetched == [3]  # the rest ruled out
+    assert first["frames_ruled_out"] == 9 and first["frames_scanned"] == 10
+    assert first["total_exact"] is False and first["total_at_least"] == first["frames_total"] == 11
+    assert first["next_offset"] == 10 and "at least 11 match" in first["note"]
+    # The same call again counts the filter (sharkd's way): the same matches, the exact total.
+    again = await ask(capture, display_filter="someproto", kinds=(), limit=10, stop_at=trio.current_time() + 60)
+    assert "served_by" not in again and again["frames_total"] == FRAMES
+    assert [m["frame_number"] for m in again["matches"]] == [m["frame_number"] for m in first["matches"]] == [3]
+
+
+async def test_a_regex_on_a_filter_not_counted_takes_only_frame_numbers_from_the_pass(
+        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 1.0
+    capture = UncountedCapture()
+    found = await ask(capture, display_filter="someproto", kinds=(), query="nee+dle", is_regex=True, limit=5,
+                      stop_at=trio.current_time() + 60)
+    assert "-V" not in capture.passes[0] and "frame.number" in capture.passes[0]
+    assert capture.fetched == [1, 2, 3, 4, 5] and "frames_ruled_out" not in found
+    assert [m["frame_number"] for m in found["matches"]] == [3] and found["total_at_least"] == 6
+
+
+async def test_a_single_pass_slower_than_half_the_call_gives_way_to_sharkd(
+        autojump_clock: trio.testing.MockClock) -> None:
+    autojump_clock.autojump_threshold = 1.0
+    capture = UncountedCapture(pass_s=40)
+    start = trio.current_time()
+    found = await ask(capture, display_filter="someproto", kinds=(), limit=10, stop_at=start + 60)
+    assert trio.current_time() - start == pytest.approx(30 + 10)  # half the time, then 10 trees of 1 s
+    assert "served_by" not in found and found["frames_total"] == FRAMES and capture.fetched == list(range(1, 11))
+    assert [m["frame_number"] for m in found["matches"]] == [3]
