@@ -30,6 +30,7 @@ does not take the core the just-opened capture's load needs. An idle standby hol
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
@@ -149,8 +150,7 @@ class Standby:
             pass  # it ended already: its exit status and stderr say why
         done = await head_of(self.proc, limit, max_line=max_line, records=records)
         # Its messages name the capture by the link; say the file's own name.
-        return Head(done.lines, done.stopped, done.returncode,
-                    done.stderr.replace(str(self.directory / "capture"), path), done.text)
+        return dataclasses.replace(done, stderr=done.stderr.replace(str(self.directory / "capture"), path))
 
     async def close(self) -> None:
         await stop_process(self.proc)

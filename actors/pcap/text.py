@@ -163,7 +163,7 @@ async def text_search(capture: CaptureSession, request: Request, message: TextSe
     scan = await _scan(capture, request, m, numbers, canonical, matcher, ruled_out)
     result = _search_result(m, numbers, scan, bool(canonical))
     if ruled_out:
-        result["frames_ruled_out"] = sum(1 for n in numbers[m.offset:m.offset + scan.scanned] if n in ruled_out)
+        result["frames_ruled_out"] = _count_ruled_out(m, numbers, scan, ruled_out)
     return result
 
 
@@ -184,7 +184,7 @@ async def _rule_out(capture: CaptureSession, m: TextSearch, numbers: Sequence[in
     """Frames of the page that cannot hold the query (a literal), each with its arrival time (ns,
     the next frame's "previous displayed" time): {} where the way does not apply or does not pay."""
     page = list(numbers[m.offset:] if m.limit is None else numbers[m.offset:m.offset + m.limit])
-    if (m.is_regex or "\n" in m.query or not RULE_OUT_MIN_FRAMES <= len(page) <= RULE_OUT_MAX_FRAMES
+    if (not _literal(m) or not RULE_OUT_MIN_FRAMES <= len(page) <= RULE_OUT_MAX_FRAMES
             or page[-1] > RULE_OUT_REACH_PER_FRAME * len(page)):
         return {}
     # The frame shown before the page too, so that each page frame's "previous displayed" is sharkd's.
@@ -210,7 +210,7 @@ async def _rule_out(capture: CaptureSession, m: TextSearch, numbers: Sequence[in
 async def _ruled_out(m: TextSearch, page: list[FrameText], matcher: Matcher) -> dict[int, int]:
     """Of the page's frames (their single-pass text), those ruled out: plain, no layer that may gain
     the literal, arrival time read, and without the literal; each with its arrival time (ns)."""
-    if m.is_regex or "\n" in m.query:
+    if not _literal(m):
         return {}
     times: dict[int, int] = {}
     for frame in page:
@@ -223,6 +223,16 @@ async def _ruled_out(m: TextSearch, page: list[FrameText], matcher: Matcher) -> 
     candidates = list(times)
     found = await matcher.run(functools.partial(_spans_of, matcher, candidates, [texts[n] for n in candidates], 1))
     return {number: times[number] for number, spans in zip(candidates, found, strict=True) if not spans}
+
+
+def _literal(m: TextSearch) -> bool:
+    """A query frames can be ruled out for: a literal within one line."""
+    return not m.is_regex and "\n" not in m.query
+
+
+def _count_ruled_out(m: TextSearch, numbers: Sequence[int], scan: _Scan, ruled_out: dict[int, int]) -> int:
+    """How many of the frames searched were ruled out (the reply's frames_ruled_out)."""
+    return sum(1 for n in numbers[m.offset:m.offset + scan.scanned] if n in ruled_out)
 
 
 def _half_left(m: TextSearch) -> float:
@@ -247,7 +257,7 @@ async def _search_before_count(capture: CaptureSession, request: Request, m: Tex
     # filter is wrong); sharkd's reads after it are bounded by the call's own time, as always.
     with trio.move_on_at(_half_left(m)):
         try:
-            if m.is_regex or "\n" in m.query:  # nothing to rule out: the frame numbers are enough
+            if not _literal(m):  # nothing to rule out: the frame numbers are enough
                 found, complete = await first_page.early_numbers(capture.cold_argv(), m.display_filter,
                                                                  m.offset + m.limit, run=capture.run_head)
             else:
@@ -268,7 +278,7 @@ async def _search_before_count(capture: CaptureSession, request: Request, m: Tex
                    "served_by": "tshark and sharkd (the page's frames from a single pass before sharkd's count, "
                                 "their text from sharkd's two passes)"})
     if ruled_out:
-        result["frames_ruled_out"] = sum(1 for n in numbers[m.offset:m.offset + scan.scanned] if n in ruled_out)
+        result["frames_ruled_out"] = _count_ruled_out(m, numbers, scan, ruled_out)
     if not complete:
         result["total_at_least"] = seen
         if scan.stopped:
