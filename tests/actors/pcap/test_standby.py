@@ -157,6 +157,7 @@ async def test_a_filter_tshark_refuses_gives_no_page_and_leaves_nothing(tmp_path
 class FakeProc:
     def __init__(self) -> None:
         self.ended = trio.Event()
+        self.pid: int | None = None  # no process: diagd status lists none
 
     async def wait(self) -> int:
         await self.ended.wait()
@@ -221,6 +222,37 @@ async def test_the_next_standby_starts_after_the_page_not_during_it(
                                       "served": 2, "missed": 1, "off_because": None, "workers": []}
         nursery.cancel_scope.cancel()
     await actor.stop()
+
+
+TEXT_TEMPLATE = standby.Template(("tshark", "-r", standby.FILE, "-l", "-Y", standby.FILTER, "-V"))
+
+
+async def test_a_text_template_keeps_two_waiting_so_the_next_page_is_warm_too(
+        autojump_clock: trio.testing.MockClock) -> None:
+    assert TEXT_TEMPLATE.depth == standby.TEXT_DEPTH == 2 and TEMPLATE.depth == 1
+    scripted = Scripted()
+    actor = scripted.actor = standby.StandbyActor(TEXT_TEMPLATE, launch=scripted.launch)
+    log = scripted.log
+    async with trio.open_nursery() as nursery:
+        await actor.start(nursery)
+        # The second starts a replacement's delay after the first: never two start-ups at once.
+        await trio.sleep(standby.REPLACE_AFTER_S + 0.01)
+        assert [at for _, at in log] == [0.0, pytest.approx(standby.REPLACE_AFTER_S)]
+        assert len(actor._waiting) == 2
+        # Two pages one right after the other: both warm, the older standby first.
+        first, second = scripted.launched
+        assert (await page(actor))["served"] is True and first.proc.ended.is_set() and not second.proc.ended.is_set()
+        assert (await page(actor))["served"] is True and second.proc.ended.is_set()
+        assert await page(actor) == {"served": False}  # a third before any replacement: cold
+        now = trio.current_time()
+        await trio.sleep(standby.REPLACE_AFTER_S + 0.01)
+        assert [at for _, at in log[2:]] == [pytest.approx(now + standby.REPLACE_AFTER_S)] * 2
+        assert len(actor._waiting) == 2 and actor.statistics()["waiting"] is True
+        await trio.sleep(60)
+        assert len(scripted.launched) == 4  # two waiting at most, however long it stays idle
+        nursery.cancel_scope.cancel()
+    await actor.stop()
+    assert all(s.proc.ended.is_set() for s in scripted.launched)
 
 
 async def test_standbys_that_end_while_waiting_are_replaced_then_given_up(
