@@ -45,6 +45,9 @@ log = structlog.get_logger("diagd.pcap")
 # The capture spec the running call's handler built from its arguments (a call is one Trio task):
 # the masking guard reads the identities of that very capture without hashing and probing it again.
 _built: ContextVar[tuple[dict[str, Any], CaptureSpec] | None] = ContextVar("pcap_spec_built", default=None)
+# When a new capture's standby of a template only a loaded capture runs starts: after the text
+# template's second one (standby.REPLACE_AFTER_S), so that no two tshark start-ups overlap.
+LATER_STANDBY_S = 2 * standby.REPLACE_AFTER_S
 
 
 class PcapBackend:
@@ -125,12 +128,16 @@ class PcapBackend:
                 await self.captures.wait_for_change(spec.key, settings.max_loaded, deadline)
         with self.captures.in_call(spec.key):
             if settings.warm_tshark and self.runtime.find(KIND, spec.key) is None:
-                # A new capture: its first page or text search is an early pass (first_page.early_rows,
-                # early_text) a standby may run (a template already warm is only marked as used).
+                # A new capture: its first page, a new filter's first matches and a text search are
+                # early passes (first_page.early_rows, early_numbers, early_text) a standby may run (a
+                # template already warm is only marked as used).
                 argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
-                for early in (first_page.tabs_argv(argv, "frame"), first_page.text_argv(argv, "frame")):
+                # One only a loaded capture needs starts later: three tshark start-ups at once would
+                # slow the one the first call waits for (on 2 cores).
+                for early, first_call in first_page.early_argvs(argv):
                     if (found := standby.template_of(early)) is not None:
-                        await self.warm.start(found[0], settings.idle_timeout_s)
+                        await self.warm.start(found[0], settings.idle_timeout_s, capture_own=True,
+                                              after_s=0.0 if first_call else LATER_STANDBY_S)
             ref = await self.runtime.start(
                 KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
                                                   headroom=self.headroom, cores=self.cores,

@@ -96,8 +96,7 @@ async def early_numbers(argv: list[str], display_filter: str, want: int, *,
     exactly `want`), so their count is then the exact total."""
     # -l: a line per match as it is found (a pipe is block-buffered: 20 matches would wait for 4 KiB);
     # one line more than asked says the page is not the last.
-    done = await run([*single_pass(argv), "-l", "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
-                     want + 1, max_line=1 << 16)
+    done = await run(numbers_argv(argv, display_filter), want + 1, max_line=1 << 16)
     numbers = [int(line) for line in done.lines if line.strip().isdigit()]
     if not done.stopped and done.returncode != 0 and not (TRUNCATED in done.stderr and numbers):
         raise await _failure(done.stderr, display_filter, done.returncode)
@@ -116,6 +115,18 @@ async def early_rows(argv: list[str], display_filter: str, want: int, *,
         if marks := provisional(row):
             row["provisional"] = marks
     return rows[:want], not done.stopped
+
+
+def numbers_argv(argv: list[str], display_filter: str) -> list[str]:
+    """early_numbers' tshark: the frame numbers of a single pass, a line per match as it is found."""
+    return [*single_pass(argv), "-l", "-Y", display_filter, "-T", "fields", "-e", "frame.number"]
+
+
+def early_argvs(argv: list[str]) -> list[tuple[list[str], bool]]:
+    """The early passes' tsharks of a capture's cold `argv` (with a stand-in filter): what its standbys
+    run, each with whether a first call may need it (a fresh capture's first page or text search) or
+    only a loaded capture does (a new filter's first frame numbers)."""
+    return [(tabs_argv(argv, "frame"), True), (text_argv(argv, "frame"), True), (numbers_argv(argv, "frame"), False)]
 
 
 def tabs_argv(argv: list[str], display_filter: str) -> list[str]:

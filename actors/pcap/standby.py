@@ -28,8 +28,10 @@ which page through a capture by offset, one call right after the other) keeps TE
 waiting, so that the next page's run finds one while the last one's replacement is not started yet
 (measured: the search of offset 200 right after offset 0 took 0.33-0.36 s cold, 0.25 s warm). An
 idle standby holds ~66 MB of its own (and maps libwireshark, shared with sharkd); the back end keeps
-MAX_STANDBYS templates warm at most (the least recently used one stops) and `[pcap] warm_tshark =
-false` turns them off.
+MAX_STANDBYS templates warm at most and `[pcap] warm_tshark = false` turns them off. Over it, the least
+recently used one stops, a timeline's field list before a capture's own three (started when a capture
+opens: its first pages' rows, a new filter's frame numbers, its text): an agent trying field lists
+must not push the text template out, as a bench run showed (its next search ran cold, 0.35 s for 0.22).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from diagd.protocol.errors import DiagdError
 log = structlog.get_logger("diagd.pcap")
 
 KIND = "tshark-standby"
-MAX_STANDBYS = 3  # templates kept warm at once (the back end stops the least recently used)
+MAX_STANDBYS = 4  # templates kept warm at once: a capture's three and one field list
 REPLACE_AFTER_S = 1.0  # after a run, before the next standby starts
 TEXT_DEPTH = 2  # standbys a text template keeps waiting (one otherwise)
 MAX_FAILURES = 3  # standbys in a row that ended before their run: then no more (a tshark without Lua)
@@ -293,6 +295,7 @@ class WarmTsharks:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self._recent: OrderedDict[str, None] = OrderedDict()  # template keys in use, least recent first
+        self._own: set[str] = set()  # of those, the keys of templates every capture runs (start's capture_own)
 
     def runner(self, *, enabled: bool, idle_timeout_s: float) -> RunHead:
         """The RunHead of one capture's actor, with [pcap] warm_tshark and idle_timeout_s as they were
@@ -325,12 +328,21 @@ class WarmTsharks:
                     return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"], reply["text"])
         return await head(argv, limit, max_line=max_line, records=records)
 
-    async def start(self, template: Template, idle_timeout_s: float, *, after_s: float = 0.0) -> ActorRef:
-        """The standby actor of `template` (started if need be: its first standby launches `after_s` later)."""
+    async def start(self, template: Template, idle_timeout_s: float, *, after_s: float = 0.0,
+                    capture_own: bool = False) -> ActorRef:
+        """The standby actor of `template` (started if need be: its first standby launches `after_s`
+        later). `capture_own`: one of the templates every capture runs (the back end's, at its open),
+        stopped for another only when no field list's is left to stop."""
+        if capture_own:
+            self._own.add(template.key)
         self._recent.pop(template.key, None)
         self._recent[template.key] = None
         while len(self._recent) > MAX_STANDBYS:
-            old = self.runtime.find(KIND, self._recent.popitem(last=False)[0])
+            others = [key for key in self._recent if key not in self._own]
+            victim = others[0] if others else next(iter(self._recent))
+            del self._recent[victim]
+            self._own.discard(victim)
+            old = self.runtime.find(KIND, victim)
             if old is not None:
                 self.runtime.stop(old, "another tshark argv needed a standby (MAX_STANDBYS)")
         return await self.runtime.start(KIND, template.key, lambda: StandbyActor(template, first_after_s=after_s),

@@ -292,3 +292,38 @@ async def test_a_real_standby_killed_while_waiting_is_reaped_and_replaced() -> N
     await actor.stop()
     assert second is not None and not alive(second.proc.pid) and not second.directory.exists()
     assert not any(p.pid in (first.proc.pid, second.proc.pid) for p in children(os.getpid()))
+
+
+# -- which templates stay warm -----------------------------------------------------------------------
+
+
+async def test_a_field_list_gives_way_before_a_capture_own_template(tmp_path: Path) -> None:
+    """Over MAX_STANDBYS the least recently used template stops, a timeline's field list before any of
+    the templates every capture runs (first_page.early_argvs): trying field lists never pushes the text
+    template out (its next search would run cold)."""
+    from tests.support.fake_runtime import fake_runtime
+
+    argv = _cold.base_argv(Path("/c.pcap"), (), {})
+    own = [standby.template_of(early)[0] for early, _ in first_page.early_argvs(argv)]  # type: ignore[index]
+    fields = [standby.template_of(_cold.fields_argv(argv, "frame", ["frame.number", name]))[0]  # type: ignore[index]
+              for name in ("ip.src", "ip.dst", "udp.srcport")]
+    assert len({t.key for t in own + fields}) == 6 and standby.MAX_STANDBYS == 4
+    async with fake_runtime(tmp_path, "pcap") as rt:
+        warm = standby.WarmTsharks(rt)  # type: ignore[arg-type]
+
+        async def start(template: standby.Template, *, capture_own: bool = False) -> None:
+            await warm.start(template, 600, after_s=3600, capture_own=capture_own)  # no tshark starts
+            await trio.sleep(0.05)  # a stopped actor is gone
+
+        def running() -> set[str]:
+            return {t.key for t in own + fields if rt.find(standby.KIND, t.key) is not None}
+
+        for template in own:
+            await start(template, capture_own=True)
+        await start(fields[0])
+        assert running() == {t.key for t in (*own, fields[0])}
+        await start(fields[1])  # the field list used before goes, not the least recent of the capture's
+        assert running() == {t.key for t in (*own, fields[1])}
+        await start(own[0], capture_own=True)  # marked as used: still one of the capture's
+        await start(fields[2])
+        assert running() == {t.key for t in (*own, fields[2])}
