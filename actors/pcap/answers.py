@@ -72,12 +72,10 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
             served_by = "tshark (sharkd not started: over max_memory_mb)"
             warnings = [*warnings, capture.tshark_only.message]
     else:
-        analysis = await capture.analysed(request)
+        analysis, taps = await capture.analysed_and_conversations(request)
         protocols = list(analysis.get("protocols", []))
         frame_count = capture.frame_count
         warnings = [capture.load_warning] if capture.load_warning else []
-        taps = await capture.sharkd_call(request, "tap", {"tap0": "conv:SCTP", "tap1": "conv:IPv4", "tap2": "conv:UDP",
-                                                        "tap3": "conv:TCP"})
         conversations = []
         for tap in taps.get("taps", []):
             for conv in tap.get("convs", []):

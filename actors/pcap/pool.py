@@ -342,7 +342,7 @@ class WorkerPool:
                 self.forget_failed()  # reported to the calls waiting now; the next call loads anew
                 raise error
             worker = self._free(display_filter)
-            if worker is not None and long and self._short_waiting and self._free_count() <= self._short_waiting:
+            if worker is not None and long and self._short_waiting and self.free_count() <= self._short_waiting:
                 worker = None  # a pass would hold it for long: the short requests waiting go first
             if worker is not None:
                 worker.busy, worker.busy_since = doing, trio.current_time()
@@ -372,7 +372,8 @@ class WorkerPool:
                 return None  # the holder is busy: its next free moment costs less than a pass elsewhere
         return free[0] if free else None
 
-    def _free_count(self) -> int:
+    def free_count(self) -> int:
+        """Workers loaded and free now."""
         return sum(1 for w in self.workers if w.ready and w.busy is None)
 
     def grow(self) -> None:

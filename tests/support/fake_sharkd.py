@@ -121,6 +121,8 @@ class FakeSharkd:
         cost = self.script.request_s
         if method in ("frames", "intervals") and display_filter and display_filter not in self.held:
             cost = self.script.pass_s
+        if method in ("analyse", "tap"):  # read the whole capture, as a filter pass does
+            cost = self.script.pass_s
         await self._spend(method, display_filter, cost)
         if display_filter and method in ("frames", "intervals"):
             self.held.add(display_filter)
@@ -141,6 +143,11 @@ class FakeSharkd:
             case "frame":
                 n = int(params["frame"])
                 return {"col": [str(n), "0.0", "a", "b", "P", "60", f"frame {n}"]}
+            case "analyse":
+                return {"frames": self.script.frames, "protocols": ["frame", "eth", "ip"]}
+            case "tap":
+                return {"taps": [{"tap": name, "proto": name.split(":")[-1], "convs": []}
+                                 for _, name in sorted(params.items())]}
         return SharkdError(-32601, f"method {method} is not scripted", method, params)
 
     async def _spend(self, method: str, display_filter: str, seconds: float) -> None:

@@ -16,10 +16,12 @@ import pytest
 import trio
 import trio.testing
 
+from diagd.actors.base import Request
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.passes import CaptureWorkers, Cores
 from diagd.actors.pcap.pool import BUSY_MARGIN_S, PASS_MARGIN_LOADS, CaptureState, WorkerPool, WorkerState
+from diagd.actors.pcap.session import CONVERSATION_TAPS, CaptureSession
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.fake_sharkd import Script
 
@@ -380,3 +382,38 @@ async def test_a_filter_pass_that_could_not_end_in_time_is_refused_busy_earlier(
             assert busy.value.code is ErrorCode.BUSY
             assert trio.current_time() == pytest.approx(deadline - PASS_MARGIN_LOADS * load_s)
             nursery.cancel_scope.cancel()
+
+
+async def test_pcap_info_passes_run_side_by_side_on_two_free_workers_and_once(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A loaded capture's first pcap_info reads it twice (sharkd's `analyse`, then the conversation
+    taps): on two workers free at that moment the two passes run at once; with one, one after the
+    other, and no worker is started for them; either way each runs once per capture."""
+    script = Script(pass_s=10)
+    async with capture(script) as workers:
+        await loaded(workers)
+        one = CaptureSession(SPEC)
+        one.workers = workers
+        started = trio.current_time()
+        analysis, taps = await one.analysed_and_conversations(Request("pcap_info"))
+        assert trio.current_time() - started == pytest.approx(20, abs=0.1)  # one worker: one, then the other
+        assert len(workers.pool.workers) == 1 and workers.pool.grown == 0
+        assert analysis["protocols"] == ["frame", "eth", "ip"]
+        assert [t["tap"] for t in taps["taps"]] == [name for _, name in CONVERSATION_TAPS]
+        again = trio.current_time()
+        assert await one.analysed_and_conversations(Request("pcap_info")) == (analysis, taps)
+        assert trio.current_time() == again  # done once per capture
+
+        # A second worker (a filter pass while a tree was asked for grew one), both free now.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(workers.page, "sip", 0, 20, math.inf)
+            await trio.sleep(1)
+            await workers.call("frame", {"frame": 7}, display_filter=None, deadline=math.inf)
+        assert workers.pool.free_count() == 2
+        two = CaptureSession(SPEC)
+        two.workers = workers
+        started = trio.current_time()
+        assert await two.analysed_and_conversations(Request("pcap_info")) == (analysis, taps)
+        assert trio.current_time() - started == pytest.approx(10, abs=0.1)  # side by side
+        ran = [entry.split()[1] for entry in script.log[-2:]]
+        assert sorted(ran) == ["analyse", "tap"] and script.started_at[-1] == script.started_at[-2]
