@@ -15,7 +15,7 @@ import math
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -412,13 +412,25 @@ class CaptureSession:
     async def analysed_and_conversations(self, request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
         """`analysed` and `conversations`: two passes over the whole capture, side by side on two
         workers when two are free now (each pass ~0.6 s on 55 MB: pcap_info's first call on a loaded
-        capture took their sum, as long as a cold tshark doing both), else one after the other (a
-        worker is not started for them: its load would cost more than the pass it saves)."""
+        capture took their sum, as long as a cold tshark doing both), else one after the other (not
+        worth a worker's load: it would cost more than the pass it saves). Side by side, a pass that
+        fails does not cancel the other (a sharkd left mid-request is killed, its load lost): the
+        other's answer is kept, and the first failure is the call's error."""
         assert self.workers is not None
         if not self.analysis and not self.conversation_taps and self.workers.pool.free_count() >= 2:
+            failed: list[DiagdError] = []
+
+            async def keeping_errors(read: Callable[[Request], Awaitable[dict[str, Any]]]) -> None:
+                try:
+                    await read(request)
+                except DiagdError as exc:
+                    failed.append(exc)
+
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.analysed, request)
-                nursery.start_soon(self.conversations, request)
+                nursery.start_soon(keeping_errors, self.analysed)
+                nursery.start_soon(keeping_errors, self.conversations)
+            if failed:
+                raise failed[0]
         return await self.analysed(request), await self.conversations(request)
 
     async def sbi_hint(self) -> str:

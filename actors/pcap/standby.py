@@ -267,11 +267,14 @@ class StandbyActor(Actor):
                 raise unhandled("tshark standby", request)
 
     async def _run(self, m: StandbyRun) -> dict[str, Any]:
-        standby = self._waiting.pop(0) if self._waiting else None
-        if standby is None or not standby.alive:
-            self.missed += 1
-            if standby is not None:
+        standby = None
+        while self._waiting and standby is None:
+            standby = self._waiting.pop(0)
+            if not standby.alive:  # ended while waiting, not reaped yet: the next one, if any
                 await self._failed(standby)
+                standby = None
+        if standby is None:
+            self.missed += 1
             return {"served": False}
         try:
             done = await standby.run(m.path, m.display_filter, m.limit, m.max_line, m.records)
@@ -348,17 +351,19 @@ class WarmTsharks:
     async def start(self, template: Template, idle_timeout_s: float, *, after_s: float = 0.0,
                     capture_own: bool = False) -> ActorRef:
         """The standby actor of `template` (started if need be: its first standby launches `after_s`
-        later). `capture_own`: one of the templates every capture runs (the back end's, at its open),
-        stopped for another only when no field list's is left to stop."""
+        later). `capture_own`: one of the templates every capture runs (the back end's, at its open;
+        it stays one when a run restarts it), stopped for another only when no field list's is left."""
         if capture_own:
-            self._own.add(template.key)
+            self._own.add(template.key)  # kept for good: a handful of keys, one per capture decoding
         self._recent.pop(template.key, None)
+        # Templates whose actor ended (idle timeout) hold no standby: they take no place.
+        for key in [k for k in self._recent if self.runtime.find(KIND, k) is None]:
+            del self._recent[key]
         self._recent[template.key] = None
         while len(self._recent) > MAX_STANDBYS:
-            others = [key for key in self._recent if key not in self._own]
-            victim = others[0] if others else next(iter(self._recent))
+            others = [key for key in self._recent if key != template.key]
+            victim = next((key for key in others if key not in self._own), others[0])
             del self._recent[victim]
-            self._own.discard(victim)
             old = self.runtime.find(KIND, victim)
             if old is not None:
                 self.runtime.stop(old, "another tshark argv needed a standby (MAX_STANDBYS)")

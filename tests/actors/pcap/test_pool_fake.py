@@ -22,6 +22,7 @@ from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.passes import CaptureWorkers, Cores
 from diagd.actors.pcap.pool import BUSY_MARGIN_S, PASS_MARGIN_LOADS, CaptureState, WorkerPool, WorkerState
 from diagd.actors.pcap.session import CONVERSATION_TAPS, CaptureSession
+from diagd.actors.pcap.sharkd import SharkdError
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.fake_sharkd import Script
 
@@ -400,9 +401,9 @@ async def test_pcap_info_passes_run_side_by_side_on_two_free_workers_and_once(
         assert len(workers.pool.workers) == 1 and workers.pool.grown == 0
         assert analysis["protocols"] == ["frame", "eth", "ip"]
         assert [t["tap"] for t in taps["taps"]] == [name for _, name in CONVERSATION_TAPS]
-        again = trio.current_time()
+        again, asked = trio.current_time(), len(script.log)
         assert await one.analysed_and_conversations(Request("pcap_info")) == (analysis, taps)
-        assert trio.current_time() == again  # done once per capture
+        assert trio.current_time() == again and len(script.log) == asked  # done once per capture
 
         # A second worker (a filter pass while a tree was asked for grew one), both free now.
         async with trio.open_nursery() as nursery:
@@ -417,3 +418,25 @@ async def test_pcap_info_passes_run_side_by_side_on_two_free_workers_and_once(
         assert trio.current_time() - started == pytest.approx(10, abs=0.1)  # side by side
         ran = [entry.split()[1] for entry in script.log[-2:]]
         assert sorted(ran) == ["analyse", "tap"] and script.started_at[-1] == script.started_at[-2]
+
+
+async def test_a_pcap_info_pass_that_fails_leaves_the_other_and_its_worker_alone(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """Side by side, the conversation pass failing does not cancel `analyse` (a sharkd left mid-request
+    is killed): its answer is kept, both workers stay, and the call gets the coded error itself."""
+    script = Script(pass_s=10)
+    async with capture(script) as workers:
+        await loaded(workers)
+        async with trio.open_nursery() as nursery:  # a second worker, as in the test above
+            nursery.start_soon(workers.page, "sip", 0, 20, math.inf)
+            await trio.sleep(1)
+            await workers.call("frame", {"frame": 7}, display_filter=None, deadline=math.inf)
+        assert workers.pool.free_count() == 2
+        script.errors["tap"] = (-11002, "tap failed")
+        session = CaptureSession(SPEC)
+        session.workers = workers
+        with pytest.raises(SharkdError) as failed:
+            await session.analysed_and_conversations(Request("pcap_info"))
+        assert failed.value.details["sharkd_method"] == "tap"
+        assert session.analysis["protocols"] == ["frame", "eth", "ip"]
+        assert all(w.alive for w in script.launched) and workers.pool.free_count() == 2

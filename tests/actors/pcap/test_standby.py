@@ -254,6 +254,11 @@ async def test_a_text_template_keeps_two_waiting_so_the_next_page_is_warm_too(
         assert len(actor._waiting) == 2 and actor.statistics()["waiting"] is True
         await trio.sleep(60)
         assert len(scripted.launched) == 4  # two waiting at most, however long it stays idle
+        # The older one ends while waiting (killed) and is not reaped yet: the run takes the other.
+        older, newer = actor._waiting
+        older.proc.ended.set()
+        assert (await page(actor))["served"] is True and newer.proc.ended.is_set()
+        assert actor._waiting == [] and actor.missed == 1 and actor.failures == 0  # served: the count restarts
         nursery.cancel_scope.cancel()
     await actor.stop()
     assert all(s.proc.ended.is_set() for s in scripted.launched)
@@ -331,3 +336,48 @@ async def test_a_field_list_gives_way_before_a_capture_own_template(tmp_path: Pa
         await start(own[0], capture_own=True)  # marked as used: still one of the capture's
         await start(fields[2])
         assert running() == {t.key for t in (*own, fields[2])}
+
+
+async def test_own_templates_stay_own_and_ended_ones_take_no_place(tmp_path: Path) -> None:
+    """A capture's own template pushed out by another capture's (another decoding) is still one of
+    the capture's when a run restarts it; a field list started when every other template is a
+    capture's own evicts one of them, never itself; a template whose actor ended (idle timeout)
+    takes no place."""
+    from tests.support.fake_runtime import fake_runtime
+
+    def own_of(argv: list[str]) -> list[standby.Template]:
+        return [standby.template_of(early)[0] for early, _ in first_page.early_argvs(argv)]  # type: ignore[index]
+
+    plain = _cold.base_argv(Path("/c.pcap"), (), {})
+    lab = _cold.base_argv(Path("/c.pcap"), LAB["decode_as"], sorted(LAB["preferences"].items()))
+    a, b = own_of(plain), own_of(lab)
+    field = standby.template_of(_cold.fields_argv(plain, "frame", ["frame.number", "ip.src"]))[0]  # type: ignore[index]
+    assert len({t.key for t in (*a, *b, field)}) == 7
+    async with fake_runtime(tmp_path, "pcap") as rt:
+        warm = standby.WarmTsharks(rt)  # type: ignore[arg-type]
+
+        async def start(template: standby.Template, *, capture_own: bool = False) -> None:
+            await warm.start(template, 600, after_s=3600, capture_own=capture_own)
+            await trio.sleep(0.05)
+
+        def running() -> set[str]:
+            return {t.key for t in (*a, *b, field) if rt.find(standby.KIND, t.key) is not None}
+
+        for template in a + b:  # the lab capture's three push two of the plain capture's out
+            await start(template, capture_own=True)
+        assert running() == {a[2].key, *(t.key for t in b)}
+        await start(a[1])  # a run restarts the plain capture's text template: still its own
+        await start(field)  # every other one is own: one of them goes, the field list runs
+        assert field.key in running() and len(running()) == standby.MAX_STANDBYS
+        await start(b[0])  # the field list goes first, not the text template a run restarted
+        assert a[1].key in running() and field.key not in running()
+
+        for template in list(a + b):  # every actor ends (as an idle timeout stops them)
+            ref = rt.find(standby.KIND, template.key)
+            if ref is not None:
+                rt.stop(ref, "idle")
+        await trio.sleep(0.05)
+        assert running() == set()
+        for template in (field, *a):  # four places free again: nothing is stopped
+            await start(template, capture_own=template is not field)
+        assert running() == {field.key, *(t.key for t in a)}
