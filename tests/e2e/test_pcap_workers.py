@@ -56,20 +56,25 @@ async def capture_details(call: Call, path: Path) -> dict[str, Any]:
     return found[0]
 
 
+async def two_idle_workers(call: Call, path: Path, first: int) -> list[dict[str, Any]]:
+    """The capture loaded, with a second worker (grown for two filter passes at once), both idle."""
+    # Loaded first (a frame tree needs the worker; pcap_info answers while it loads).
+    assert not (await call("pcap_frame_detail", pcap_path=str(path), frame_numbers=[1]))["_is_error"]
+    async with trio.open_nursery() as nursery:  # two passes at once: the second call would queue
+        for n in (first, first + 1):
+            nursery.start_soon(new_filter, call, path, n)
+    with trio.fail_after(60):
+        while True:
+            workers: list[dict[str, Any]] = (await capture_details(call, path))["workers"]
+            if len(workers) == 2 and all(w["state"] == "idle" for w in workers):
+                return workers
+            await trio.sleep(0.1)
+
+
 async def test_a_busy_capture_gets_a_second_worker_and_trees_pass_a_filter_pass(
         pool_daemon: DaemonProcess, bigger: Path) -> None:
     async with session(pool_daemon) as call:
-        # Loaded first (a frame tree needs the worker; pcap_info answers while it loads).
-        assert not (await call("pcap_frame_detail", pcap_path=str(bigger), frame_numbers=[1]))["_is_error"]
-        async with trio.open_nursery() as nursery:  # two passes at once: the second call would queue
-            for n in (1, 2):
-                nursery.start_soon(new_filter, call, bigger, n)
-        with trio.fail_after(60):
-            while True:
-                workers = (await capture_details(call, bigger))["workers"]
-                if len(workers) == 2 and all(w["state"] == "idle" for w in workers):
-                    break
-                await trio.sleep(0.1)
+        workers = await two_idle_workers(call, bigger, 1)
         assert all(w["pid"] and w["rss_bytes"] for w in workers)
 
         finished: list[str] = []
@@ -92,6 +97,22 @@ async def test_a_busy_capture_gets_a_second_worker_and_trees_pass_a_filter_pass(
             nursery.start_soon(frame_tree)
         assert finished == ["tree", "filter"]
 
+
+
+async def test_pcap_info_reads_the_capture_on_both_free_workers_and_equals_the_tools(
+        pool_daemon: DaemonProcess, bigger: Path) -> None:
+    """A loaded capture's first pcap_info: sharkd's `analyse` and the conversation taps run on the two
+    free workers side by side, and the answer is tshark's and capinfos' (test_pcap_oracle's check)."""
+    from tests.e2e.test_pcap_oracle import check_info
+
+    async with session(pool_daemon) as call:
+        before = {w["worker"]: w["requests"] for w in await two_idle_workers(call, bigger, 11)}
+        await check_info(call, bigger)  # an expert tap first (on one worker), then pcap_info
+        after = {w["worker"]: w["requests"] for w in (await capture_details(call, bigger))["workers"]}
+        assert after.keys() == before.keys() and all(after[k] > before[k] for k in before), (before, after)
+        again = await call("pcap_info", pcap_path=str(bigger))  # kept: no pass again
+        assert not again["_is_error"] and again["top_conversations"]
+        assert {w["worker"]: w["requests"] for w in (await capture_details(call, bigger))["workers"]} == after
 
 async def test_the_memory_budget_bounds_workers_and_evicts_the_oldest_capture(
         tmp_path_factory: pytest.TempPathFactory, bigger: Path) -> None:
