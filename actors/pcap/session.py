@@ -48,6 +48,7 @@ LOAD_PROGRESS_S = 0.5  # how often a call waiting for the capture to load report
 # pcap_info's conversations: one sharkd `tap` request, one pass for the four tables.
 CONVERSATION_TAPS = (("tap0", "conv:SCTP"), ("tap1", "conv:IPv4"), ("tap2", "conv:UDP"), ("tap3", "conv:TCP"))
 
+
 class CaptureSession:
     """One capture as its workers load and serve it (state: `state`, a CaptureState)."""
 

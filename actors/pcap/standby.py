@@ -27,12 +27,14 @@ does not take the core the just-opened capture's load needs. A text template (`-
 which page through a capture by offset, one call right after the other) keeps TEXT_DEPTH standbys
 waiting, so that the next page's run finds one while the last one's replacement is not started yet
 (measured: the search of offset 200 right after offset 0 took 0.33-0.36 s cold, 0.25 s warm), and
-replaces them sooner (TEXT_REPLACE_AFTER_S). An
-idle standby holds ~66 MB of its own (and maps libwireshark, shared with sharkd); the back end keeps
-MAX_STANDBYS templates warm at most and `[pcap] warm_tshark = false` turns them off. Over it, the least
-recently used one stops, a timeline's field list before a capture's own three (started when a capture
-opens: its first pages' rows, a new filter's frame numbers, its text): an agent trying field lists
-must not push the text template out, as a bench run showed (its next search ran cold, 0.35 s for 0.22).
+replaces them sooner (TEXT_REPLACE_AFTER_S).
+
+An idle standby holds ~66 MB of its own (and maps libwireshark, shared with sharkd); the back end
+keeps MAX_STANDBYS templates warm at most and `[pcap] warm_tshark = false` turns them off. Over it,
+the least recently used one stops, a timeline's field list before a capture's own three (started when
+a capture opens: its first pages' rows, a new filter's frame numbers, its text): an agent trying field
+lists must not push the text template out, as a bench run showed (its next search ran cold, 0.35 s
+for 0.22).
 """
 
 from __future__ import annotations
