@@ -138,6 +138,12 @@ class PcapBackend:
                     if (found := standby.template_of(early)) is not None:
                         await self.warm.start(found[0], settings.idle_timeout_s, capture_own=True,
                                               after_s=0.0 if first_call else LATER_STANDBY_S)
+                # A first timeline (of any field list) is rarer than a first page: its standby starts
+                # between the first call's two and the loaded capture's one.
+                if (found := standby.template_of(first_page.timeline_argv(argv))) is not None and (
+                        any_list := standby.any_fields_of(found[0])) is not None:
+                    await self.warm.start(any_list[0], settings.idle_timeout_s, capture_own=True,
+                                          after_s=standby.REPLACE_AFTER_S)
             ref = await self.runtime.start(
                 KIND, spec.key, lambda: PcapActor(spec.key, spec, max_workers=self.settings.workers_per_capture,
                                                   headroom=self.headroom, cores=self.cores,

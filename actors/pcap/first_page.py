@@ -27,7 +27,7 @@ from typing import Any
 
 from diagd.actors._subprocess import RunHead, head
 from diagd.actors.pcap.single_pass_text import FRAME_START, FrameText, frames_of
-from diagd.actors.pcap.tshark import TRUNCATED, filter_refusal, tabs_row
+from diagd.actors.pcap.tshark import TRUNCATED, fields_argv, filter_refusal, tabs_row
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_EARLY_ROWS = 2000  # beyond this a page is far into the matches: the pass is the better way there
@@ -125,8 +125,15 @@ def numbers_argv(argv: list[str], display_filter: str) -> list[str]:
 def early_argvs(argv: list[str]) -> list[tuple[list[str], bool]]:
     """The early passes' tsharks of a capture's cold `argv` (with a stand-in filter): what its standbys
     run, each with whether a first call may need it (a fresh capture's first page or text search) or
-    only a loaded capture does (a new filter's first frame numbers)."""
+    only a loaded capture does (a new filter's first frame numbers). The timeline's (any field list:
+    fields_standby.py) is started by itself, after those two."""
     return [(tabs_argv(argv, "frame"), True), (text_argv(argv, "frame"), True), (numbers_argv(argv, "frame"), False)]
+
+
+def timeline_argv(argv: list[str]) -> list[str]:
+    """early_fields' tshark of a capture's cold `argv` (a stand-in filter and field)."""
+    fields = fields_argv(single_pass(argv), "frame", ["frame.number"])
+    return [fields[0], "-l", *fields[1:]]
 
 
 def tabs_argv(argv: list[str], display_filter: str) -> list[str]:

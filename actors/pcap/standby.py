@@ -18,8 +18,10 @@ taken out is the standby's *template*, its actor's key): a run is warm only wher
 very same template waits, so its output is the cold run's by construction, and the differential
 test holds it to the cold run's line for line on every corpus capture. What stays cold: a filter the
 macro cannot carry unchanged (can_serve), an argv without exactly one file and one filter, a template
-whose first run started its standby (the next run of it is warm). The field list of a timeline is part
-of its template (tshark takes `-e` only on its command line), so a field list's first timeline is cold.
+whose first run started its standby (the next run of it is warm). tshark takes `-e` only on its command
+line, so a timeline's field list would be part of its template and its first timeline cold; instead a
+list of fields whose text a Lua script can make (fields_standby.py) runs on the template of any field
+list (FIELDS stands for the list; the run brings it: any_fields_of), one of a capture's own.
 
 A standby serves one run and ends (stopped once the lines are in, reaped, its directory removed). Its
 actor (one per template) starts the next one REPLACE_AFTER_S later, on the Trio clock, so its start-up
@@ -31,10 +33,10 @@ replaces them sooner (TEXT_REPLACE_AFTER_S).
 
 An idle standby holds ~66 MB of its own (and maps libwireshark, shared with sharkd); the back end
 keeps MAX_STANDBYS templates warm at most and `[pcap] warm_tshark = false` turns them off. Over it,
-the least recently used one stops, a timeline's field list before a capture's own three (started when
-a capture opens: its first pages' rows, a new filter's frame numbers, its text): an agent trying field
-lists must not push the text template out, as a bench run showed (its next search ran cold, 0.35 s
-for 0.22).
+the least recently used one stops, a timeline's field list before a capture's own four (started when
+a capture opens: its first pages' rows, a new filter's frame numbers, its text, any field list's): an
+agent trying field lists must not push the text template out, as a bench run showed (its next search ran
+cold, 0.35 s for 0.22).
 """
 
 from __future__ import annotations
@@ -59,13 +61,16 @@ import trio
 from diagd.actors import system
 from diagd.actors._subprocess import Head, RunHead, close_pipes, head, head_of, open_process, stop_process
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
+from diagd.actors.pcap import fields_standby
+from diagd.actors.pcap.tshark import AGGREGATOR
+from diagd.actors.pcap.wireshark import catalogue
 from diagd.actors.runtime import ActorRef, Runtime
 from diagd.protocol.errors import DiagdError
 
 log = structlog.get_logger("diagd.pcap")
 
 KIND = "tshark-standby"
-MAX_STANDBYS = 4  # templates kept warm at once: a capture's three and one field list
+MAX_STANDBYS = 5  # templates kept warm at once: a capture's four and one field list
 REPLACE_AFTER_S = 1.0  # after a run, before the next standby starts
 TEXT_DEPTH = 2  # standbys a text template keeps waiting (one otherwise)
 # A text template's replacement starts sooner: its runs come in bursts (a search's pages, a search
@@ -83,6 +88,10 @@ _PREFERENCES = "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.
 
 
 FILE, FILTER = "\0capture", "\0filter"  # the stand-ins' places in a template
+FIELDS = "\0fields"  # where a template of any field list (fields_standby.py) takes its `-e` list
+# tshark.fields_argv's options before its `-e` list: a template of any list replaces what follows them.
+FIELDS_OPTIONS = ("-T", "fields", "-E", "header=n", "-E", "separator=/t", "-E", "occurrence=a", "-E",
+                  f"aggregator={AGGREGATOR}")
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ class Template:
         return hashlib.sha256("\0".join(self.argv).encode()).hexdigest()[:12]
 
     def shown(self) -> str:
-        return " ".join({FILE: "<capture>", FILTER: "<filter>"}.get(a, a) for a in self.argv)
+        return " ".join({FILE: "<capture>", FILTER: "<filter>", FIELDS: "<fields>"}.get(a, a) for a in self.argv)
 
     @property
     def is_text(self) -> bool:
@@ -113,6 +122,25 @@ class Template:
     def replace_after_s(self) -> float:
         """How long after a run its replacement starts."""
         return TEXT_REPLACE_AFTER_S if self.is_text else REPLACE_AFTER_S
+
+    @property
+    def any_fields(self) -> bool:
+        """A template of any field list: its run gets the list (fields_standby.py)."""
+        return FIELDS in self.argv
+
+
+def any_fields_of(template: Template) -> tuple[Template, tuple[str, ...]] | None:
+    """(the template of any field list, the field names) of a `tshark -T fields` template whose options
+    are tshark.fields_argv's without a column preference, in a single pass (the script writes what the
+    one pass sees); None for any other."""
+    argv = template.argv
+    if "-T" not in argv or "-2" in argv:
+        return None
+    at = argv.index("-T")
+    options, rest = argv[at:at + len(FIELDS_OPTIONS)], argv[at + len(FIELDS_OPTIONS):]
+    if options != FIELDS_OPTIONS or not rest or len(rest) % 2 or set(rest[::2]) != {"-e"}:
+        return None
+    return Template((*argv[:at], "-T", "fields", FIELDS)), rest[1::2]
 
 
 def template_of(argv: list[str]) -> tuple[Template, str, str] | None:
@@ -152,11 +180,12 @@ class Standby:
     async def start(cls, template: Template) -> Standby:
         directory = Path(tempfile.mkdtemp(prefix="diagd-standby-"))  # 0700: only this user reaches the link
         try:
-            (directory / "standby.lua").write_text(_LUA)
+            (directory / "standby.lua").write_text(fields_standby.LUA if template.any_fields else _LUA)
             (directory / "preferences").write_text(_PREFERENCES)
-            stand_ins = {FILE: str(directory / "capture"), FILTER: f"${{{MACRO}}}"}
+            stand_ins = {FILE: [str(directory / "capture")], FILTER: [f"${{{MACRO}}}"],
+                         FIELDS: ["-E", "header=n", "-e", fields_standby.NONE_FIELD]}
             argv = [template.argv[0], "-X", f"lua_script:{directory / 'standby.lua'}",
-                    *(stand_ins.get(a, a) for a in template.argv[1:])]
+                    *(word for a in template.argv[1:] for word in stand_ins.get(a, [a]))]
             proc = await open_process(argv, stdin=subprocess.PIPE,
                                       env={**os.environ, "WIRESHARK_CONFIG_DIR": str(directory)})
         except BaseException:
@@ -169,13 +198,14 @@ class Standby:
         return self.proc.poll() is None
 
     async def run(self, path: str, display_filter: str, limit: int | None, max_line: int,
-                  records: str | None = None) -> Head:
-        """The first `limit` lines (or records) its template prints for `path` and `display_filter` (as `head`)."""
+                  records: str | None = None, fields: tuple[str, ...] = ()) -> Head:
+        """The first `limit` lines (or records) its template prints for `path` and `display_filter` (as
+        `head`); `fields`: the field list of a template of any list."""
         (self.directory / "dfilter_macros").write_text(f'"{MACRO}",{uat_string(display_filter)}\n')
         (self.directory / "capture").symlink_to(path)
         assert self.proc.stdin is not None
         try:
-            await self.proc.stdin.send_all(b"go\n")
+            await self.proc.stdin.send_all(fields_standby.go_line(display_filter, fields) if fields else b"go\n")
             await self.proc.stdin.aclose()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # it ended already: its exit status and stderr say why
@@ -199,6 +229,7 @@ class StandbyRun:
     limit: int | None
     max_line: int
     records: str | None = None
+    fields: tuple[str, ...] = ()  # a template of any field list: this run's
 
 
 Launch = Callable[[Template], Awaitable[Standby]]
@@ -279,7 +310,7 @@ class StandbyActor(Actor):
             self.missed += 1
             return {"served": False}
         try:
-            done = await standby.run(m.path, m.display_filter, m.limit, m.max_line, m.records)
+            done = await standby.run(m.path, m.display_filter, m.limit, m.max_line, m.records, m.fields)
         finally:
             await standby.close()
             assert self._nursery is not None
@@ -332,6 +363,10 @@ class WarmTsharks:
         found = template_of(argv) if enabled else None
         if found is not None:
             template, path, display_filter = found
+            fields: tuple[str, ...] = ()
+            if (any_list := any_fields_of(template)) is not None and fields_standby.servable(
+                    any_list[1], await catalogue()):
+                template, fields = any_list  # one standby for every field list of its types
             if self.runtime.find(KIND, template.key) is None:
                 # Its first run: cold, and its standby starts after it (started now, its start-up would
                 # take the core this run needs), as a replacement does, REPLACE_AFTER_S later: launched
@@ -342,11 +377,13 @@ class WarmTsharks:
                 return done
             ref = await self.start(template, idle_timeout_s)
             try:
-                reply = await self.runtime.ask(ref, StandbyRun(path, display_filter, limit, max_line, records))
+                reply = await self.runtime.ask(ref, StandbyRun(path, display_filter, limit, max_line, records, fields))
             except DiagdError as exc:  # the standby actor stopped or is busy: cold
                 log.info("warm tshark not used", why=exc.message)
             else:
-                if reply["served"]:
+                if fields and reply["served"] and reply["returncode"] == fields_standby.UNSURE_EXIT:
+                    log.info("warm tshark not used", why="a field's text is not its FieldInfo's", fields=fields)
+                elif reply["served"]:
                     return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"], reply["text"])
         return await head(argv, limit, max_line=max_line, records=records)
 

@@ -34,6 +34,14 @@ def left_behind() -> set[tuple[int, str]]:
     return {(p.pid, p.state) for p in children(os.getpid())} | {(p.pid, "Z") for p in zombies(os.getpid())}
 
 
+def own_templates(argv: list[str]) -> list[standby.Template]:
+    """The templates a capture starts at its open (backend.py): its early passes', then any field list's."""
+    timeline = standby.any_fields_of(standby.template_of(first_page.timeline_argv(argv))[0])  # type: ignore[index]
+    assert timeline is not None
+    return [*(standby.template_of(early)[0] for early, _ in first_page.early_argvs(argv)),  # type: ignore[index]
+            timeline[0]]
+
+
 def every_capture() -> list[Path]:
     found = corpus()
     if not found:
@@ -175,7 +183,7 @@ class FakeStandby:
         return not self.proc.ended.is_set()
 
     async def run(self, path: str, display_filter: str, limit: int | None, max_line: int,
-                  records: str | None = None) -> Head:
+                  records: str | None = None, fields: tuple[str, ...] = ()) -> Head:
         return Head([f"{path} {display_filter} {limit}"], True, None, "")
 
     async def close(self) -> None:
@@ -313,10 +321,10 @@ async def test_a_field_list_gives_way_before_a_capture_own_template(tmp_path: Pa
     from tests.support.fake_runtime import fake_runtime
 
     argv = _cold.base_argv(Path("/c.pcap"), (), {})
-    own = [standby.template_of(early)[0] for early, _ in first_page.early_argvs(argv)]  # type: ignore[index]
+    own = own_templates(argv)
     fields = [standby.template_of(_cold.fields_argv(argv, "frame", ["frame.number", name]))[0]  # type: ignore[index]
               for name in ("ip.src", "ip.dst", "udp.srcport")]
-    assert len({t.key for t in own + fields}) == 6 and standby.MAX_STANDBYS == 4
+    assert len({t.key for t in own + fields}) == 7 and standby.MAX_STANDBYS == 5
     async with fake_runtime(tmp_path, "pcap") as rt:
         warm = standby.WarmTsharks(rt)  # type: ignore[arg-type]
 
@@ -345,14 +353,12 @@ async def test_own_templates_stay_own_and_ended_ones_take_no_place(tmp_path: Pat
     takes no place."""
     from tests.support.fake_runtime import fake_runtime
 
-    def own_of(argv: list[str]) -> list[standby.Template]:
-        return [standby.template_of(early)[0] for early, _ in first_page.early_argvs(argv)]  # type: ignore[index]
-
+    own_of = own_templates
     plain = _cold.base_argv(Path("/c.pcap"), (), {})
     lab = _cold.base_argv(Path("/c.pcap"), LAB["decode_as"], sorted(LAB["preferences"].items()))
     a, b = own_of(plain), own_of(lab)
     field = standby.template_of(_cold.fields_argv(plain, "frame", ["frame.number", "ip.src"]))[0]  # type: ignore[index]
-    assert len({t.key for t in (*a, *b, field)}) == 7
+    assert len({t.key for t in (*a, *b, field)}) == 9
     async with fake_runtime(tmp_path, "pcap") as rt:
         warm = standby.WarmTsharks(rt)  # type: ignore[arg-type]
 
@@ -363,9 +369,9 @@ async def test_own_templates_stay_own_and_ended_ones_take_no_place(tmp_path: Pat
         def running() -> set[str]:
             return {t.key for t in (*a, *b, field) if rt.find(standby.KIND, t.key) is not None}
 
-        for template in a + b:  # the lab capture's three push two of the plain capture's out
+        for template in a + b:  # the lab capture's four push three of the plain capture's out
             await start(template, capture_own=True)
-        assert running() == {a[2].key, *(t.key for t in b)}
+        assert running() == {a[3].key, *(t.key for t in b)}
         await start(a[1])  # a run restarts the plain capture's text template: still its own
         await start(field)  # every other one is own: one of them goes, the field list runs
         assert field.key in running() and len(running()) == standby.MAX_STANDBYS

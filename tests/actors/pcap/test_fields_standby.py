@@ -1,0 +1,132 @@
+"""The standby of any field list (fields_standby.py): its lines are the cold `tshark -T fields` run's, for
+every field of its types that a corpus capture has, frame by frame; what it cannot print runs cold."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import trio
+
+from diagd.actors._subprocess import Head, head, run
+from diagd.actors.pcap import fields_standby, first_page, standby
+from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.wireshark import Catalogue, catalogue
+from tests.pcaps import PCAPS, corpus
+
+FRAMES = "frame.number <= 120"  # the first frames of each capture: every field they have
+PER_RUN = 150  # fields per run (one tshark each way)
+
+
+def fields_argv(path: Path, display_filter: str, names: list[str]) -> list[str]:
+    """The argv of a timeline's early pass (answers.timeline_while_loading, first_page.early_fields)."""
+    argv = _cold.fields_argv(first_page.single_pass(_cold.base_argv(path, (), ())), display_filter,
+                             ["frame.number", *names])
+    return [argv[0], "-l", *argv[1:]]
+
+
+async def warm(argv: list[str], limit: int | None = None) -> Head:
+    """The run of a standby of any field list for `argv` (started, run once, stopped)."""
+    found = standby.template_of(argv)
+    assert found is not None, argv
+    template, path, display_filter = found
+    any_list = standby.any_fields_of(template)
+    assert any_list is not None, argv
+    waiting = await standby.Standby.start(any_list[0])
+    try:
+        return await waiting.run(path, display_filter, limit, 1 << 30, None, any_list[1])
+    finally:
+        await waiting.close()
+        assert not waiting.directory.exists()
+
+
+async def names_in(path: Path, cat: Catalogue) -> list[str]:
+    """The fields the first frames of `path` have that the standby serves."""
+    done = await run(["tshark", "-n", "-r", str(path), "-Y", FRAMES, "-T", "pdml"], timeout_s=60,
+                     max_output_bytes=1 << 28)
+    found = sorted(set(re.findall(r'<field name="([^"]+)"', done.out)))
+    return [name for name in found if fields_standby.servable([name], cat)]
+
+
+async def test_its_lines_are_the_cold_runs_for_every_field_of_its_types_on_every_corpus_capture() -> None:
+    captures = corpus()
+    if not captures:
+        pytest.skip(f"no real captures in {PCAPS}")
+    cat = await catalogue()
+    checked: set[str] = set()
+    unsure: list[tuple[str, list[str]]] = []
+    lines = 0
+
+    async def compare(path: Path) -> None:
+        nonlocal lines
+        names = await names_in(path, cat)
+        for at in range(0, len(names), PER_RUN):
+            chunk = names[at:at + PER_RUN]
+            argv = fields_argv(path, FRAMES, chunk)
+            warm_run, cold = await warm(argv), await head(argv, None, max_line=1 << 30)
+            if warm_run.returncode == fields_standby.UNSURE_EXIT:  # then the call runs cold
+                unsure.append((path.name, chunk))
+                assert warm_run.lines == cold.lines[:len(warm_run.lines)], (path.name, chunk)
+                continue
+            assert warm_run.returncode == cold.returncode == 0, (path.name, warm_run.stderr)
+            for number, (one, two) in enumerate(zip(warm_run.lines, cold.lines, strict=True)):
+                assert one == two, (path.name, number, [
+                    (name, a, b) for name, a, b in zip(["frame.number", *chunk], one.split("\t"), two.split("\t"),
+                                                       strict=True) if a != b])
+            checked.update(chunk)
+            lines += len(cold.lines)
+
+    limiter = trio.CapacityLimiter(2)
+
+    async def limited(path: Path) -> None:
+        async with limiter:
+            await compare(path)
+
+    async with trio.open_nursery() as nursery:
+        for path in captures:
+            nursery.start_soon(limited, path)
+    kinds = {cat.fields[name][1] for name in checked}
+    assert len(checked) > 1500 and lines > 1000, (len(checked), lines)
+    assert {"FT_NONE", "FT_STRING", "FT_UINT32", "FT_BOOLEAN", "FT_IPv4", "FT_ABSOLUTE_TIME"} <= kinds
+    assert len(unsure) <= math.ceil(len(captures) / 10), unsure  # a name registered twice with two types
+
+
+async def test_a_name_registered_with_bytes_too_stops_the_run_before_its_frame() -> None:
+    """nr-rrc.scs_30kHz is registered twice (FT_UINT32 and a BIT STRING's bytes): the bytes' text is
+    hex per the field's display, which the script cannot read, so it stops (the call runs cold)."""
+    path = next((p for p in corpus() if p.name == "oaifed_cotsue_core.pcap"), None)
+    if path is None:
+        pytest.skip(f"oaifed_cotsue_core.pcap not in {PCAPS}")
+    argv = fields_argv(path, "nr-rrc.scs_30kHz", ["nr-rrc.scs_30kHz"])
+    warm_run = await warm(argv)
+    assert warm_run.returncode == fields_standby.UNSURE_EXIT and not warm_run.stopped
+    assert "no text for nr-rrc.scs_30kHz" in warm_run.stderr
+
+
+def test_which_field_lists_it_serves() -> None:
+    cat = Catalogue({"ip.src": ("", "FT_IPv4", "ip"), "diameter.avp": ("", "FT_BYTES", "diameter"),
+                     "ngap.NGAP_PDU": ("", "FT_UINT32", "ngap"), "tcp.analysis": ("", "FT_NONE", "tcp"),
+                     "_ws.expert.message": ("", "FT_STRING", "_ws.expert")},
+                    {"ip": "IP", "diameter": "Diameter", "ngap": "NGAP", "tcp": "TCP"}, "4.0")
+    assert fields_standby.servable(["ip.src", "ngap.NGAP_PDU", "tcp.analysis"], cat)
+    for refused in (["diameter.avp"], ["ip"], ["_ws.expert.message"], ["_ws.col.Info"], ["no.such"]):
+        assert not fields_standby.servable(["ip.src", *refused], cat), refused
+
+
+def test_only_the_timeline_options_make_a_template_of_any_list() -> None:
+    argv = fields_argv(Path("/c.pcap"), "ip", ["ip.src", "udp.srcport"])
+    template = standby.template_of(argv)
+    assert template is not None
+    any_list = standby.any_fields_of(template[0])
+    assert any_list is not None and any_list[1] == ("frame.number", "ip.src", "udp.srcport")
+    assert any_list[0].any_fields and "<fields>" in any_list[0].shown()
+    other = standby.any_fields_of(standby.template_of(fields_argv(Path("/d.pcap"), "udp", ["ip.dst"]))[0])  # type: ignore[index]
+    assert other is not None and other[0].key == any_list[0].key  # one template for every list
+    with_column = standby.template_of(fields_argv(Path("/c.pcap"), "ip", ["_ws.col.Info"]))
+    assert with_column is not None and standby.any_fields_of(with_column[0]) is None  # a column preference
+    two_pass = standby.template_of(_cold.fields_argv(_cold.base_argv(Path("/c.pcap"), (), ()), "ip", ["ip.src"]))
+    assert two_pass is not None and "-2" in two_pass[0].argv and standby.any_fields_of(two_pass[0]) is None
+    rows = standby.template_of(first_page.tabs_argv(_cold.base_argv(Path("/c.pcap"), (), ()), "ip"))
+    assert rows is not None and standby.any_fields_of(rows[0]) is None
