@@ -28,6 +28,7 @@ corpus capture has to the cold run's text, frame by frame.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Sequence
 
@@ -37,8 +38,8 @@ from diagd.actors.pcap.wireshark import COLUMN_PREFIX, Catalogue
 NONE_FIELD = "diagd.none"  # the script's field that no frame has: tshark's empty line end
 UNSURE_EXIT = 4  # the script met an item whose text it cannot make: the run goes cold
 # The types whose -T fields text is a FieldInfo's tostring (or "1"). Not here: FT_BYTES, FT_UINT_BYTES
-# (hex, separated per the field's display), FT_PROTOCOL (its representation), FT_FRAMENUM (a later frame:
-# never single pass anyway), and types the corpus does not show.
+# (hex, separated per the field's display), FT_PROTOCOL (its representation), FT_FRAMENUM (never single
+# pass: first_page.single_pass_safe), and types the corpus does not show (FT_GUID, FT_EUI64, ...).
 SAFE_TYPES = frozenset({
     "FT_NONE", "FT_BOOLEAN", "FT_CHAR",
     "FT_UINT8", "FT_UINT16", "FT_UINT24", "FT_UINT32", "FT_UINT40", "FT_UINT48", "FT_UINT56", "FT_UINT64",
@@ -82,7 +83,7 @@ local function text_of(fi)
 end
 
 local tap = made(pcall(Listener.new, nil, display_filter))
-function tap.packet()
+local function write_row()
   local row = {}
   local several = false
   for i = 1, #extractors do
@@ -101,12 +102,20 @@ function tap.packet()
   end
   out:write(table.concat(row, "\t"))  -- tshark's own empty field and newline end the line
 end
+-- An error in a tap is reported by tshark, which goes on: its frame's line would be empty.
+function tap.packet()
+  local ok, why = pcall(write_row)
+  if not ok then io.stderr:write("diagd: ", tostring(why), "\n"); os.exit(UNSURE) end
+end
 """).substitute(none=NONE_FIELD, aggregator=AGGREGATOR, unsure=UNSURE_EXIT)
 
 
 def servable(names: Sequence[str], cat: Catalogue) -> bool:
     """Whether this standby makes every field's -T fields text: each of SAFE_TYPES, none a column
-    (those need a column preference) nor one of Wireshark's own `_ws.` items (expert info)."""
+    (those need a column preference) nor one of Wireshark's own `_ws.` items (expert info), and the
+    tshark is the 4.0 the differential test holds it to (later ones build -T fields' tree otherwise)."""
+    if not re.search(r"\b4\.0\b", cat.version):
+        return False
     for name in names:
         if name.startswith(("_ws.", COLUMN_PREFIX)) or "\t" in name or "\n" in name:
             return False
@@ -114,6 +123,12 @@ def servable(names: Sequence[str], cat: Catalogue) -> bool:
         if entry is None or entry[1] not in SAFE_TYPES:
             return False
     return True
+
+
+def whole_rows(lines: Sequence[str], fields: int) -> bool:
+    """Whether every line is a whole row of `fields` cells (values escape their tabs): a frame the tap
+    missed (tshark's tap queue was full) prints tshark's newline alone."""
+    return all(line and line.count("\t") == fields - 1 for line in lines)
 
 
 def go_line(display_filter: str, names: Sequence[str]) -> bytes:

@@ -79,6 +79,7 @@ TEXT_DEPTH = 2  # standbys a text template keeps waiting (one otherwise)
 # the third search 0.37 s on a cold tshark with REPLACE_AFTER_S, 0.24-0.27 s with this (the pages
 # 0.20-0.24 s either way; 0.05 s slowed the second page by its replacement's start-up).
 TEXT_REPLACE_AFTER_S = 0.3
+MAX_UNSURE_LISTS = 64  # field lists remembered as not printable by the standby of any list
 MAX_FAILURES = 3  # standbys in a row that ended before their run: then no more (a tshark without Lua)
 MACRO = "diagd_page"
 # Waits for diagd's go; at EOF (diagd went away) the standby ends instead of reading a capture.
@@ -253,6 +254,7 @@ class StandbyActor(Actor):
         self.served = 0
         self.missed = 0  # runs that found no standby waiting
         self.failures = 0  # standbys in a row that ended before their run
+        self.unsure = 0  # runs of a field list whose text the script could not make (then cold)
         self.off_because: str | None = None
 
     @property
@@ -315,6 +317,13 @@ class StandbyActor(Actor):
             await standby.close()
             assert self._nursery is not None
             self._nursery.start_soon(self._replace, self.template.replace_after_s)
+        if m.fields and (done.returncode == fields_standby.UNSURE_EXIT
+                         or not fields_standby.whole_rows(done.lines, len(m.fields))):
+            # A text the script cannot make, or a frame it missed: the caller runs it cold.
+            self.unsure += 1
+            log.info("warm tshark not used", why="a field's text is not its FieldInfo's", fields=m.fields,
+                     stderr=done.stderr[-300:])
+            return {"served": False, "unsure": True}
         if not (done.lines or done.text) and done.returncode not in (0, None) and not done.stopped:
             # No output (a filter tshark refuses, a file it cannot read): the caller runs it cold, whose
             # failure says which, coded as every cold early pass's is.
@@ -335,7 +344,8 @@ class StandbyActor(Actor):
 
     def statistics(self) -> dict[str, Any]:
         return {"argv": self.template.shown(), "waiting": bool(self._waiting), "served": self.served,
-                "missed": self.missed, "off_because": self.off_because,
+                "missed": self.missed, **({"unsure": self.unsure} if self.template.any_fields else {}),
+                "off_because": self.off_because,
                 "workers": system.workers(*((w.proc.pid, "tshark standby") for w in self._waiting))}
 
 
@@ -349,6 +359,8 @@ class WarmTsharks:
         self.runtime = runtime
         self._recent: OrderedDict[str, None] = OrderedDict()  # template keys in use, least recent first
         self._own: set[str] = set()  # of those, the keys of templates every capture runs (start's capture_own)
+        # Field lists the standby of any list could not print: they run on their own list's template.
+        self._unsure: OrderedDict[tuple[str, ...], None] = OrderedDict()
 
     def runner(self, *, enabled: bool, idle_timeout_s: float) -> RunHead:
         """The RunHead of one capture's actor, with [pcap] warm_tshark and idle_timeout_s as they were
@@ -364,8 +376,8 @@ class WarmTsharks:
         if found is not None:
             template, path, display_filter = found
             fields: tuple[str, ...] = ()
-            if (any_list := any_fields_of(template)) is not None and fields_standby.servable(
-                    any_list[1], await catalogue()):
+            if (any_list := any_fields_of(template)) is not None and any_list[1] not in self._unsure \
+                    and fields_standby.servable(any_list[1], await catalogue()):
                 template, fields = any_list  # one standby for every field list of its types
             if self.runtime.find(KIND, template.key) is None:
                 # Its first run: cold, and its standby starts after it (started now, its start-up would
@@ -381,8 +393,10 @@ class WarmTsharks:
             except DiagdError as exc:  # the standby actor stopped or is busy: cold
                 log.info("warm tshark not used", why=exc.message)
             else:
-                if fields and reply["served"] and reply["returncode"] == fields_standby.UNSURE_EXIT:
-                    log.info("warm tshark not used", why="a field's text is not its FieldInfo's", fields=fields)
+                if reply.get("unsure"):
+                    self._unsure[fields] = None
+                    while len(self._unsure) > MAX_UNSURE_LISTS:
+                        self._unsure.popitem(last=False)
                 elif reply["served"]:
                     return Head(reply["lines"], reply["stopped"], reply["returncode"], reply["stderr"], reply["text"])
         return await head(argv, limit, max_line=max_line, records=records)
