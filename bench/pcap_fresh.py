@@ -17,9 +17,9 @@ Rows, per capture:
     provisional where a later frame may change them) vs `tshark -r F -Y FILTER | head -500` (plain
     tshark, block-buffered pipe) vs the peer (`tshark -l -T tabs`, killed once 500 rows are in).
 (T) pcap_timeline of three Diameter fields, limit 200: diagd vs `tshark -T fields | head -200` vs the
-    peer (`-l -T fields`, killed at 200 rows). (T2) the same on a daemon that has run a timeline of
-    these fields before (on another small capture): tshark takes its field list only on its command
-    line, so a warm tshark waits for a field list once it has been asked for (standby.py).
+    peer (`-l -T fields`, killed at 200 rows): the daemon has never run these fields (their timeline
+    runs on the standby of any field list, fields_standby.py). (T2) the same on a daemon that has run
+    a timeline of these fields before (on another small capture).
 (S) pcap_text_search of a word over 200 Diameter answers: diagd (the `tshark -V` text of a single pass
     beside the load, matches marked provisional where a second pass may read otherwise) vs
     `tshark -V | head` and the peer (`-l -V`, killed once 200 frames are in). (S2) the same on a daemon
