@@ -62,7 +62,7 @@ from diagd.actors import system
 from diagd.actors._subprocess import Head, RunHead, close_pipes, head, head_of, open_process, stop_process
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
 from diagd.actors.pcap import fields_standby
-from diagd.actors.pcap.tshark import AGGREGATOR
+from diagd.actors.pcap.tshark import FIELDS_OPTIONS
 from diagd.actors.pcap.wireshark import catalogue
 from diagd.actors.runtime import ActorRef, Runtime
 from diagd.protocol.errors import DiagdError
@@ -90,9 +90,6 @@ _PREFERENCES = "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.
 
 FILE, FILTER = "\0capture", "\0filter"  # the stand-ins' places in a template
 FIELDS = "\0fields"  # where a template of any field list (fields_standby.py) takes its `-e` list
-# tshark.fields_argv's options before its `-e` list: a template of any list replaces what follows them.
-FIELDS_OPTIONS = ("-T", "fields", "-E", "header=n", "-E", "separator=/t", "-E", "occurrence=a", "-E",
-                  f"aggregator={AGGREGATOR}")
 
 
 @dataclass(frozen=True)

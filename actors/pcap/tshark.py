@@ -278,9 +278,13 @@ async def _capinfos(path: Path, identity: str, size: int) -> CaptureFacts:
 AGGREGATOR = "\x1f"  # between occurrences of one field; tshark escapes control characters in values
 
 
+# `-T fields` as every timeline asks it (the standby of any field list takes a list after these).
+FIELDS_OPTIONS = ("-T", "fields", "-E", "header=n", "-E", "separator=/t", "-E", "occurrence=a", "-E",
+                  f"aggregator={AGGREGATOR}")
+
+
 def fields_argv(base: list[str], display_filter: str, fields: Sequence[str]) -> list[str]:
-    argv = [*base, *(["-Y", display_filter] if display_filter else []), "-T", "fields", "-E", "header=n",
-            "-E", "separator=/t", "-E", "occurrence=a", "-E", f"aggregator={AGGREGATOR}"]
+    argv = [*base, *(["-Y", display_filter] if display_filter else []), *FIELDS_OPTIONS]
     if any(f.startswith(COLUMN_PREFIX) for f in fields):
         argv += ["-o", column_format_pref()]
     for name in fields:
