@@ -136,13 +136,24 @@ class CrashSession(Commands, Actor):
     def _crash_policy(self) -> sandbox.Policy:
         s = self.spec.settings
         extensions = [os.path.expanduser(d) for d in (*PYKDUMP_DIRS, *([s.pykdump_path] if s.pykdump_path else []))]
-        return sandbox.crash_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                     allowed_dirs=s.allowed_dirs, extra_read=extensions,
-                                     private_dirs=self.spec.private_dirs)
+        return self._jail("crash", sandbox.crash_policy(
+            vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
+            allowed_dirs=s.allowed_dirs, extra_read=extensions, private_dirs=self.spec.private_dirs))
 
     def _drgn_policy(self) -> sandbox.Policy:
-        return sandbox.drgn_policy(vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
-                                    allowed_dirs=self.spec.settings.allowed_dirs, private_dirs=self.spec.private_dirs)
+        return self._jail("the drgn worker", sandbox.drgn_policy(
+            vmcore=self.spec.vmcore, vmlinux=self.spec.vmlinux, workdir=self.spec.workdir,
+            allowed_dirs=self.spec.settings.allowed_dirs, private_dirs=self.spec.private_dirs))
+
+    def _jail(self, what: str, policy: sandbox.Policy) -> sandbox.Policy:
+        """The policy in namespaces of its own: the barrier that holds whatever the command check lets
+        through. Without bubblewrap only `[crash] allow_unconfined = true` starts the tool as before."""
+        s = self.spec.settings
+        if not sandbox.require_namespaces(what, allowed_unconfined=s.allow_unconfined,
+                                          setting="[crash] allow_unconfined"):
+            return policy
+        inputs = [p for p in policy.read if p not in sandbox.SYSTEM_READ]
+        return sandbox.jailed(policy, inputs=inputs, scratch_bytes=s.scratch_mb * 1024 * 1024)
 
     async def stop(self) -> None:
         self.closing = True

@@ -5,7 +5,8 @@ reply to an abandoned request is skipped instead of being taken for the next one
 its timeout gets SIGINT (the worker turns it into KeyboardInterrupt inside the user's code); if
 the worker does not answer within the grace period it is declared stuck.
 
-The worker writes each output to the file the request names (in the session directory); the reply
+The worker sends each output back in Output frames, which the daemon writes to the file the request
+names (in the session directory: the worker, in namespaces of its own, cannot see it); the reply
 carries only its first bytes and counts. A waiter reaps the worker as soon as it exits and closes
 its pipes; `death()` says how it ended.
 """
@@ -13,6 +14,7 @@ its pipes; `death()` says how it ended.
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -23,6 +25,8 @@ import trio
 from diagd.actors import interpreter, sandbox
 from diagd.actors._subprocess import Step, Tail, close_pipes, describe_exit, drain, open_process, reap, stop_process
 from diagd.actors.crash import proto as proto
+from diagd.actors.crash.output import OutputWriter
+from diagd.actors.sandbox import namespaces
 from diagd.protocol import framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -48,6 +52,7 @@ class DrgnClient:
         self.exited = trio.Event()  # reaped; `exit_code` is set
         self.exit_code: int | None = None
         self._stderr_eof = trio.Event()
+        self.jailed = False  # runs inside namespaces of its own (bubblewrap in front)
 
     @classmethod
     async def spawn(cls, nursery: trio.Nursery, *, cwd: Path | None = None,
@@ -57,6 +62,7 @@ class DrgnClient:
         proc = await open_process(sandbox.wrap(argv, policy) if policy else argv, stdin=subprocess.PIPE,
                                   cwd=str(cwd) if cwd else None)
         client = cls(proc)
+        client.jailed = bool(policy and policy.namespaces)
         nursery.start_soon(drain, proc.stderr, client.stderr.feed, client._stderr_eof)
         nursery.start_soon(client._wait)
         return client
@@ -129,21 +135,37 @@ class DrgnClient:
         timeout_s + grace_s DrgnStuck."""
         request_id = next(self._ids)
         self.requests += 1
-        await self.send(proto.Exec(id=request_id, code=code, filename=filename, max_output_bytes=max_output_bytes,
-                                   output_path=output_path, isolated=isolated))
+        # The worker bounds the output at max_output_bytes plus its traceback; the daemon holds it to that
+        # too (user code could write frames of its own on the worker's stdout).
+        writer = OutputWriter(output_path, max_output_bytes + 4 * proto.MAX_ERROR_CHARS)
         try:
-            with trio.move_on_after(timeout_s):
-                return await self._exec_reply(request_id)
-            self.interrupt()
-            with trio.move_on_after(grace_s):
-                return await self._exec_reply(request_id)
-        except trio.Cancelled:
-            self.interrupt()  # abandoned: stop the user's code; its reply is skipped later
-            raise
-        raise DrgnStuck(f"drgn code ignored SIGINT for {grace_s:g} s after its {timeout_s:g} s timeout")
+            await self.send(proto.Exec(id=request_id, code=code, filename=filename, max_output_bytes=max_output_bytes,
+                                       isolated=isolated))
+            try:
+                with trio.move_on_after(timeout_s):
+                    return await self._exec_reply(request_id, writer)
+                self.interrupt()
+                with trio.move_on_after(grace_s):
+                    return await self._exec_reply(request_id, writer)
+            except trio.Cancelled:
+                self.interrupt()  # abandoned: stop the user's code; its reply is skipped later
+                raise
+            raise DrgnStuck(f"drgn code ignored SIGINT for {grace_s:g} s after its {timeout_s:g} s timeout")
+        finally:
+            writer.close()
 
-    async def _exec_reply(self, request_id: int) -> proto.ExecResult:
-        return await self._expect(request_id, proto.ExecResult, "exec")
+    async def _exec_reply(self, request_id: int, writer: OutputWriter) -> proto.ExecResult:
+        """The Exec's result, its Output frames written to the output file on the way."""
+        while True:
+            reply = await self._reply(request_id)
+            if not isinstance(reply, proto.Output):
+                break
+            writer.write(reply.data)
+        if isinstance(reply, proto.Error):
+            raise DiagdError.from_wire(reply.code, reply.message)
+        if not isinstance(reply, proto.ExecResult):
+            raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"drgn worker answered exec with {reply.tag!r}")
+        return reply
 
     async def _expect(self, request_id: int, kind: type[_Reply], what: str) -> _Reply:
         """The reply to one request, as the expected type; a worker error keeps its code."""
@@ -155,11 +177,17 @@ class DrgnClient:
         return reply
 
     def interrupt(self) -> None:
-        if self.proc.returncode is None:
-            try:
-                self.proc.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
+        """SIGINT to the worker itself: inside namespaces that is bubblewrap's grandchild (a signal to
+        bubblewrap would end the sandbox), found by its host pid."""
+        if self.proc.returncode is not None:
+            return
+        pid = namespaces.tool_pid(self.proc.pid) if self.jailed else self.proc.pid
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
 
     async def close(self) -> str:
         self.expected_exit = True

@@ -48,6 +48,39 @@ class _Capture(io.TextIOBase):
         return len(text)
 
 
+class _OutputFrames(io.RawIOBase):
+    """The output file of one Exec as it goes back: Output frames of at most FRAME_DATA bytes."""
+
+    FRAME_DATA = 1 << 20
+
+    def __init__(self, worker: Worker, request_id: int) -> None:
+        self.worker = worker
+        self.request_id = request_id
+        self._pending = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any, /) -> int:
+        self._pending += bytes(data)
+        while len(self._pending) >= self.FRAME_DATA:
+            self._send(self.FRAME_DATA)
+        return len(data)
+
+    def _send(self, size: int) -> None:
+        chunk, self._pending = bytes(self._pending[:size]), self._pending[size:]
+        self.worker.send(proto.Output(id=self.request_id, data=chunk))
+
+    def flush(self) -> None:
+        if self._pending and not self.closed:
+            self._send(len(self._pending))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.flush()
+        super().close()
+
+
 class Worker:
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
@@ -118,11 +151,7 @@ class Worker:
                             crashed_pid=pid, crashed_comm=comm)
 
     def execute(self, msg: proto.Exec) -> proto.Message:
-        try:
-            writer = OutputWriter(msg.output_path, msg.max_output_bytes)
-        except OSError as exc:
-            return proto.Error(id=msg.id, code=str(ErrorCode.INTERNAL_ERROR),
-                               message=f"the drgn worker cannot create its output file: {exc}")
+        writer = OutputWriter(None, msg.max_output_bytes, stream=_OutputFrames(self, msg.id))
         try:
             return self._execute(msg, writer)
         finally:

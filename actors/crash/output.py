@@ -25,13 +25,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import BinaryIO, overload
+from typing import BinaryIO, Protocol, overload
 
 HEAD_BYTES = 64 * 1024  # what the daemon keeps of an output for the reply (and its cache)
 INDEX_STRIDE = 1024
 MAX_LINE_BYTES = 256 * 1024  # a longer line is cut when read back (a page stays a page)
 _SCAN_CHUNK = 1 << 20
 _CUT_MARK = " [... line cut]"
+
+
+class ByteSink(Protocol):
+    """Where an output's bytes go: its file, or (the drgn worker) the frames that carry it to the daemon."""
+
+    def write(self, data: bytes, /) -> int | None: ...
+
+    def close(self) -> None: ...
 
 
 class OutputWriter:
@@ -41,10 +49,16 @@ class OutputWriter:
     that drgn code may write to).
     """
 
-    def __init__(self, path: str | Path, limit: int, head_bytes: int = HEAD_BYTES) -> None:
-        Path(path).unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        self.path = Path(path)
+    def __init__(self, path: str | Path | None, limit: int, head_bytes: int = HEAD_BYTES, *,
+                 stream: ByteSink | None = None) -> None:
+        """Onto a fresh file at `path`, or, with `stream` (and no path), onto that stream."""
+        if stream is None:
+            if path is None:
+                raise ValueError("OutputWriter needs a path or a stream")
+            Path(path).unlink(missing_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            stream = os.fdopen(fd, "wb", buffering=_SCAN_CHUNK)
+        self.path = None if path is None else Path(path)
         self.limit = max(0, limit)
         self.head_bytes = head_bytes
         self.size = 0
@@ -52,7 +66,7 @@ class OutputWriter:
         self.truncated = False
         self._head = bytearray()
         self.ends_with_newline = True
-        self._file: BinaryIO | None = os.fdopen(fd, "wb", buffering=_SCAN_CHUNK)
+        self._file: ByteSink | None = stream
 
     def write(self, data: bytes | bytearray) -> None:
         """Append what fits under the limit; the rest is dropped and `truncated` set."""

@@ -19,7 +19,7 @@ from typing import BinaryIO, ClassVar
 from diagd.protocol import framing
 from diagd.protocol.framing import Message as Message
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: outputs come back as Output frames (the worker writes no host file)
 MAX_FRAME_BYTES = 8 * 1024 * 1024  # requests carry code (scripts), replies a bounded head and traceback
 MAX_ERROR_CHARS = 64 * 1024  # a traceback longer than this keeps its start and its end
 HEADER = framing.HEADER
@@ -64,17 +64,26 @@ class Exec(Message):
     tag: ClassVar[str] = "exec"
     id: int
     code: str
-    output_path: str  # the worker creates it (in the session directory) and writes the output there
     filename: str = "<drgn>"
     max_output_bytes: int = 16 * 1024 * 1024
     isolated: bool = False  # a fresh copy of the initial namespace (analysis scripts), run as __main__
 
 
 @dataclass(frozen=True)
+class Output(Message):
+    """Worker -> daemon, during an Exec: the next piece of its output, which the daemon stores. The worker
+    runs where it can write nothing of the host's (its namespaces), so the output comes back this way."""
+
+    tag: ClassVar[str] = "output"
+    id: int
+    data: bytes
+
+
+@dataclass(frozen=True)
 class ExecResult(Message):
     tag: ClassVar[str] = "exec_result"
     id: int
-    head: str  # the first HEAD_BYTES of the output (the whole of it is in the file)
+    head: str  # the first HEAD_BYTES of the output (the whole of it came in Output frames)
     head_complete: bool = True  # the head is the whole output
     output_bytes: int = 0
     lines: int = 0
@@ -111,7 +120,7 @@ class Error(Message):
     message: str
 
 
-CODEC = framing.Codec((Hello, Load, Loaded, Exec, ExecResult, Ping, Pong, Quit, Error), MAX_FRAME_BYTES)
+CODEC = framing.Codec((Hello, Load, Loaded, Exec, Output, ExecResult, Ping, Pong, Quit, Error), MAX_FRAME_BYTES)
 encode = CODEC.encode
 decode = CODEC.decode
 frame_length = CODEC.frame_length

@@ -45,6 +45,9 @@ class CrashSettings:
     # Where Landlock is unavailable, gdb passthrough and drgn code are refused (they would run as the
     # daemon's user with no sandbox); true accepts that risk.
     allow_unconfined: bool = False
+    # crash and drgn run in namespaces of their own (bubblewrap) where they can write only a tmpfs of
+    # this size (crash's temporary files, what drgn code writes); outputs are stored by the daemon.
+    scratch_mb: int = setting(256, minimum=1, maximum=65536)
     pykdump_path: str = ""
     drgn: bool = True
 

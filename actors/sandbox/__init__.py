@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from diagd.actors.sandbox import kernel
+from diagd.actors.sandbox import kernel, namespaces
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # Run by path (never imported): see the top of launcher.py for how it finds kernel.py.
@@ -74,6 +74,17 @@ class Policy:
     exec_once: bool = False  # seccomp: the launcher's execve of the tool is the last one (any kernel)
     env_keep: tuple[str, ...] = BASE_ENV  # the variables passed on (`LC_*`: a prefix)
     env_set: tuple[tuple[str, str], ...] = NO_HOME  # set after the allow-list
+    # Namespaces of its own (bubblewrap, see `namespaces`): only `read`, `exec` and the scratch tmpfs
+    # exist for the tool; `write` must then lie in the scratch. A root daemon's tool runs as `run_as` in a
+    # user namespace of its own, `idmap` (inputs root may own) shown to it read-only as its own files.
+    namespaces: bool = False
+    scratch: str = "/tmp"
+    scratch_bytes: int = 256 * 1024 * 1024
+    run_as: tuple[int, int] | None = None
+    idmap: tuple[str, ...] = ()
+    # On a terminal, the tool takes a process group of its own and makes it the terminal's foreground: a
+    # ^C diagd types reaches the tool alone, never bubblewrap's processes (which would end the sandbox).
+    foreground: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -164,7 +175,44 @@ def wrap(argv: Sequence[str], policy: Policy) -> list[str]:
     full = Policy(**{**asdict(policy), "exec": tuple(dict.fromkeys(execs))})
     doc = json.loads(full.to_json())
     doc["executable"] = executable
-    return [sys.executable, "-I", "-S", LAUNCHER, json.dumps(doc, separators=(",", ":")), "--", *argv]
+    launcher = [sys.executable, "-I", "-S", LAUNCHER, json.dumps(doc, separators=(",", ":")), "--", *argv]
+    if not full.namespaces:
+        return launcher
+    # The launcher itself runs inside: the interpreter and its standard library, and its own directory.
+    # The base interpreter by its real path: a venv's python is a link into it, and needs only the stdlib.
+    python = os.path.realpath(sys.executable)
+    own = (sys.base_prefix, python, str(Path(LAUNCHER).parent))
+    jail = namespaces.bwrap_argv(read=(*full.read, *full.exec, *own), scratch=full.scratch,
+                                 scratch_bytes=full.scratch_bytes)
+    supervisor = json.dumps({"supervise": True, "die_with": os.getpid()}, separators=(",", ":"))
+    return [python, "-I", "-S", LAUNCHER, supervisor, "--", *jail, python, *launcher[1:]]
+
+
+def require_namespaces(feature: str, *, allowed_unconfined: bool, setting: str) -> bool:
+    """True when `feature` can run in namespaces of its own (see `namespaces`); False when it cannot but
+    the config accepts that; else refused with the reason."""
+    ok, why = namespaces.available()
+    if ok:
+        return True
+    if allowed_unconfined:
+        return False
+    raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                     f"{feature} is refused: it runs only in namespaces of its own, and {why}",
+                     setting=setting,
+                     hint=f"install bubblewrap (`diagd setup crash`), or set {setting} = true to run it with "
+                          "Landlock and seccomp alone")
+
+
+def jailed(policy: Policy, *, inputs: Sequence[str], scratch_bytes: int) -> Policy:
+    """`policy` moved into namespaces of its own (see `namespaces`): it writes only its scratch tmpfs, and
+    a root daemon's tool runs as the sandbox user, `inputs` shown to it as readable."""
+    # die_with: a daemon pid means nothing in the tool's PID namespace; bubblewrap ends the sandbox
+    # with the daemon instead (`--die-with-parent`, and its outer process dies with the daemon's).
+    return Policy(**{**asdict(policy), "namespaces": True, "write": (policy.scratch,), "private_tmp": None,
+                     "die_with": None, "foreground": True,
+                     "scratch_bytes": scratch_bytes,
+                     "run_as": namespaces.sandbox_ids() if os.geteuid() == 0 else None,
+                     "idmap": tuple(inputs) if os.geteuid() == 0 else ()})
 
 
 def readable_beside(allowed_dirs: Sequence[str], private_dirs: Sequence[str]) -> tuple[str, ...]:

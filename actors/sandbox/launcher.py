@@ -5,6 +5,9 @@ without site-packages (stdlib + ctypes, and its sibling `kernel.py` for the Land
 the launcher starts with `-I -S`.
 
 Order of the steps (each is best-effort up to what the kernel offers; `report` says what applied):
+0. identity (root, inside bubblewrap's namespaces only, see `sandbox.namespaces`): idmapped read-only
+   views of the inputs the sandbox uid could not read, then that uid for good, in a user namespace of
+   its own (`identity.py`); a step that fails stops the launch;
 1. private /tmp (root only: a mount namespace where /tmp is the session's own tmp directory);
 2. capabilities: everything not kept leaves the bounding set, so the tool gets none after execve;
 3. PR_SET_NO_NEW_PRIVS: no setuid/file capabilities ever again (also what Landlock and seccomp need);
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 # its sibling `kernel.py` by appending that directory (after the standard library, so no name there
 # can shadow a stdlib module). Type checkers and an import as part of diagd take the package route.
 if TYPE_CHECKING or __package__:
+    from diagd.actors.sandbox import identity
     from diagd.actors.sandbox.kernel import (
         CAP_NAMES,
         CLONE_NEWNS,
@@ -64,6 +68,7 @@ if TYPE_CHECKING or __package__:
     )
 else:
     sys.path.append(os.path.dirname(os.path.realpath(__file__)))
+    import identity  # type: ignore[no-redef]
     from kernel import (
         CAP_NAMES,
         CLONE_NEWNS,
@@ -254,9 +259,42 @@ def _watch(tool: int, pidfd: int | None, deadline_s: float | None, grace_s: floa
 
 # -- the launcher ------------------------------------------------------------------------------------
 
+def take_identity(policy: dict[str, Any]) -> dict[str, Any]:
+    """Step 0: the inputs the sandbox uid cannot read shown to it through idmapped views, then that uid
+    in a user namespace of its own. Only inside the namespaces bubblewrap made (the views must stay in
+    the tool's mount namespace); only as root (otherwise bubblewrap's user namespace already is the
+    daemon user's)."""
+    if not policy.get("namespaces") or not policy.get("run_as") or os.geteuid() != 0:
+        return {}
+    uid, gid = (int(v) for v in policy["run_as"])
+    mapped: list[str] = []
+    userns = None
+    try:
+        for path in sorted(policy.get("idmap") or (), key=lambda p: (p.count("/"), p)):
+            if identity.readable_by(path, uid, gid):
+                continue
+            if userns is None:
+                userns = identity.mapping_namespace(uid, gid)
+            identity.idmapped_view(path, userns)
+            mapped.append(path)
+    finally:
+        if userns is not None:
+            os.close(userns)
+    identity.become(uid, gid)
+    return {"uid": uid, "gid": gid, "user_namespace": True, "idmapped": mapped}
+
+
 def apply(policy: dict[str, Any]) -> dict[str, Any]:
     """Apply every step the policy asks for; returns what was applied (the tool sees it as DIAGD_SANDBOX)."""
     report: dict[str, Any] = {"landlock": 0, "seccomp": False}
+    try:
+        who = take_identity(policy)
+    except identity.IdentityError as exc:
+        raise ConfineError(str(exc)) from None
+    if who:
+        report["identity"] = who
+    if policy.get("foreground"):
+        report["foreground"] = take_foreground()
     tmp = policy.get("private_tmp")
     keep = [p for key in ("read", "write", "exec", "devices") for p in policy.get(key, ())]
     if tmp and private_tmp(tmp, keep):
@@ -284,6 +322,22 @@ def apply(policy: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def take_foreground() -> bool:
+    """A process group of its own, made the foreground of the terminal on stdin (as a shell does for a
+    job): the terminal's SIGINT then reaches the tool, not the processes around it. False: no terminal."""
+    if not os.isatty(0):
+        return False
+    os.setpgid(0, 0)
+    # A background group changing the foreground gets SIGTTOU: ignored for that call only (an ignored
+    # signal would stay ignored across execve).
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(0, os.getpgrp())
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
+    return True
+
+
 def tool_env(policy: dict[str, Any], environ: dict[str, str]) -> dict[str, str]:
     """The tool's environment: the variables `env_keep` names (`LC_*`: a prefix), then `env_set`."""
     keep = list(policy.get("env_keep", ()))
@@ -294,12 +348,67 @@ def tool_env(policy: dict[str, Any], environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# -- the supervisor in front of bubblewrap -----------------------------------------------------------
+
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+def supervise(daemon_pid: int, argv: list[str]) -> int:
+    """Run bubblewrap (`argv`) as a child and stand in for it: its exit status is ours, the signals we get
+    are passed on, and when the daemon exits it is killed. bubblewrap's --die-with-parent is a parent-death
+    signal, which the kernel sends when the *thread* that forked it exits: the daemon forks from worker
+    threads that end after idling, so bubblewrap's parent must be this single-threaded process; it
+    watches the daemon through a pidfd (a PID, not a thread). Killing bubblewrap ends every process of
+    its PID namespace (its init dies with it)."""
+    import select
+
+    try:
+        daemon = os.pidfd_open(daemon_pid)
+    except OSError:
+        print("diagd sandbox: the daemon is gone", file=sys.stderr)
+        return 125
+    if os.getppid() != daemon_pid:
+        print("diagd sandbox: the daemon is gone", file=sys.stderr)
+        return 125
+    child = os.fork()
+    if child == 0:
+        os.close(daemon)
+        try:
+            os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    bwrap = os.pidfd_open(child)
+    poller = select.poll()
+    poller.register(daemon, select.POLLIN)
+    poller.register(bwrap, select.POLLIN)
+    while True:
+        try:
+            ready = {fd for fd, _ in poller.poll()}
+        except InterruptedError:
+            continue
+        if bwrap in ready:
+            break
+        if daemon in ready:
+            os.kill(child, signal.SIGKILL)
+            break
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)  # end the way bubblewrap ended, so the daemon reads the same status
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         print("usage: launcher.py POLICY_JSON -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
     policy = json.loads(argv[1])
     tool = argv[3:]
+    if policy.get("supervise"):
+        return supervise(int(policy["die_with"]), tool)
     executable = os.fsencode(policy.get("executable") or tool[0])
     try:
         # Mapped before the filters go in, so the address is ours before anything else could take it.
