@@ -37,7 +37,6 @@ MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
-MOUNT_ATTR_NOEXEC = 0x8
 MOUNT_ATTR_IDMAP = 0x100000
 
 
@@ -98,14 +97,15 @@ def mapping_namespace(uid: int, gid: int) -> int:
 
 
 def idmapped_view(path: str, userns_fd: int) -> None:
-    """Cover `path` (a file or directory, already in this mount namespace) with a read-only,
-    nosuid/nodev/noexec bind of itself whose owner ids are mapped through `userns_fd`."""
+    """Cover `path` (a file or directory, already in this mount namespace) with a read-only, nosuid/nodev
+    bind of itself whose owner ids are mapped through `userns_fd`. Not noexec: a directory shown this way
+    may hold the tool itself (what runs is seccomp's and Landlock's to decide)."""
     tree = _check(libc.syscall(SYS_OPEN_TREE, ctypes.c_int(AT_FDCWD), os.fsencode(path),
                                ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)), f"open_tree {path}")
     try:
         # struct mount_attr { u64 attr_set, attr_clr, propagation, userns_fd; }
         attr = ctypes.create_string_buffer(struct.pack(
-            "=QQQQ", MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+            "=QQQQ", MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
             0, 0, userns_fd), 32)
         _check(libc.syscall(SYS_MOUNT_SETATTR, ctypes.c_int(tree), b"", ctypes.c_uint(AT_EMPTY_PATH), attr,
                             ctypes.c_size_t(32)), f"mount_setattr(MOUNT_ATTR_IDMAP) {path}")

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import trio
 
+from diagd.actors.sandbox import namespaces
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_crash import call, make_env, session_details, status
 from tests.fixtures.vmcore import VmcoreFixture, build
@@ -63,14 +64,21 @@ def pipe_fds(pid: int) -> int:
 
 
 def pipe_workers(pid: int) -> int:
-    """Live children that talk over pipes (sharkd, drgn workers; crash has a pty)."""
+    """Live children that talk over pipes (sharkd, drgn workers; crash has a pty): their stdin is a pipe
+    (crash's sandbox supervisor, a Python process, has the pty)."""
     count = 0
     for kid, state in children(pid).items():
         try:
-            count += state != "Z" and Path(f"/proc/{kid}/comm").read_text().strip() != "crash"
+            count += state != "Z" and os.readlink(f"/proc/{kid}/fd/0").startswith("pipe:")
         except OSError:
             pass
     return count
+
+
+def in_scratch(supervisor: int, name: str) -> bool:
+    """Whether the sandboxed worker under `supervisor` has `name` in its scratch (its /tmp)."""
+    tool = namespaces.tool_pid(supervisor)
+    return tool is not None and os.path.exists(f"/proc/{tool}/root/tmp/{name}")
 
 
 async def settled(setup: Setup, gone: list[int]) -> None:
@@ -210,17 +218,17 @@ async def test_a_killed_drgn_worker_is_restarted_by_the_next_call_and_crash_carr
 
     second = (session_details(daemon, sid) or {})["drgn_pid"]
     assert second != first
-    marker = setup.workdir / "in-flight"
     answer: dict[str, Any] = {}
 
     async def ask() -> None:
         answer.update(await call(daemon, "run_drgn_command", session_id=sid,
-                                 code=f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)"))
+                                 code="import time\nopen('in-flight', 'w').close()\ntime.sleep(60)"))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ask)
         with trio.fail_after(30):
-            while not marker.exists():
+            # The marker is in the worker's scratch, seen from the host through the worker's own root.
+            while not in_scratch(second, "in-flight"):
                 await trio.sleep(0.02)
         os.kill(second, signal.SIGKILL)
     assert answer["_is_error"] and answer["code"] == "BACKEND_UNAVAILABLE", answer

@@ -15,10 +15,10 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 
 def test_messages_round_trip_and_malformed_frames_are_protocol_errors() -> None:
-    msg = proto.Exec(id=3, code="print(1)", output_path="/x/cmd-000001.out", filename="<t>")
-    frame = proto.encode(msg)
-    assert proto.frame_length(frame[:4]) == len(frame) - 4
-    assert proto.decode(frame[4:]) == msg
+    for msg in (proto.Exec(id=3, code="print(1)", filename="<t>"), proto.Output(id=3, data=b"\x00\xffbytes\n")):
+        frame = proto.encode(msg)
+        assert proto.frame_length(frame[:4]) == len(frame) - 4
+        assert proto.decode(frame[4:]) == msg
     for body in (b"\xc1", proto.encode(proto.Ping(id=1))[4:].replace(b"ping", b"pong2"),
                  b"\x82\xa1t\xa4exec\xa2id\xa1x"):
         with pytest.raises(DiagdError) as err:
