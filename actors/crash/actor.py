@@ -146,14 +146,9 @@ class CrashSession(Commands, Actor):
             allowed_dirs=self.spec.settings.allowed_dirs, private_dirs=self.spec.private_dirs))
 
     def _jail(self, what: str, policy: sandbox.Policy) -> sandbox.Policy:
-        """The policy in namespaces of its own: the barrier that holds whatever the command check lets
-        through. Without bubblewrap only `[crash] allow_unconfined = true` starts the tool as before."""
         s = self.spec.settings
-        if not sandbox.require_namespaces(what, allowed_unconfined=s.allow_unconfined,
-                                          setting="[crash] allow_unconfined"):
-            return policy
-        inputs = [p for p in policy.read if p not in sandbox.SYSTEM_READ]
-        return sandbox.jailed(policy, inputs=inputs, scratch_bytes=s.scratch_mb * 1024 * 1024)
+        return sandbox.confine(what, policy, allowed_unconfined=s.allow_unconfined, setting="[crash] allow_unconfined",
+                               scratch_bytes=s.scratch_mb * 1024 * 1024)
 
     async def stop(self) -> None:
         self.closing = True

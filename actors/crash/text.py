@@ -59,6 +59,21 @@ class Kind(enum.StrEnum):
     STATE = "state"  # changes how later commands answer
 
 
+def as_crash_reads(command: str) -> str:
+    """The command as crash 8.0.2 runs it, so every check judges what runs: surrounding whitespace gone;
+    a first word with a leading backslash (quotes around it dropped, as crash's parser drops them) loses
+    that one backslash and is not alias-expanded (crash's exec_command: `\\gdb` is `gdb`, `\\g` is `g`,
+    no alias); otherwise a builtin alias in first position spelled out (`expand_alias`)."""
+    stripped = command.strip()
+    parts = stripped.split(None, 1)
+    if not parts:
+        return stripped
+    word = parts[0].strip("\"'")
+    if word.startswith("\\") and len(word) > 1:
+        return word[1:] + (" " + parts[1] if len(parts) > 1 else "")
+    return expand_alias(stripped)
+
+
 def expand_alias(command: str) -> str:
     """The command with crash's builtin alias in first position spelled out (quotes around the word
     dropped, as crash's parser drops them)."""
@@ -70,8 +85,8 @@ def expand_alias(command: str) -> str:
 
 def is_gdb_passthrough(command: str) -> bool:
     """`gdb ...` (or `g ...`): gated where Landlock is unavailable, see `sandbox.require_confinement`."""
-    tokens = expand_alias(command.strip()).split()
-    return bool(tokens) and gdb_text.command_word(tokens[0]) == "gdb"
+    tokens = as_crash_reads(command).split()
+    return bool(tokens) and gdb_text.command_word(tokens[0].strip("\"'")) == "gdb"
 
 
 def classify(command: str, *, allow_shell: bool = False, allow_extend: bool = False) -> Kind:
@@ -82,9 +97,12 @@ def classify(command: str, *, allow_shell: bool = False, allow_extend: bool = Fa
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"crash command longer than {MAX_COMMAND_CHARS} characters")
     if any(ord(c) < 32 and c != "\t" for c in command):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "one crash command per call: no newlines or control characters")
-    command = expand_alias(command.strip())
+    command = as_crash_reads(command)
     tokens = command.split()
-    verb = tokens[0]
+    verb = tokens[0].strip("\"'")
+    if verb.startswith("\\"):
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, "a command word may start with one backslash only "
+                         "(crash takes one off, to skip alias expansion)", hint="type the command itself")
     if verb in EXIT_VERBS:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{verb!r} would end the shared crash session",
                          hint="use close_vmcore_session")

@@ -334,3 +334,13 @@ def bpftrace_policy(*, unsafe: bool = False, deadline_s: float | None = None) ->
         landlock=landlock_abi() > 0,
         env_keep=(*BASE_ENV, "BPFTRACE_*", "__BPFTRACE_*"),  # its own settings, and diagd's attach marker
     )
+
+
+def confine(what: str, policy: Policy, *, allowed_unconfined: bool, setting: str, scratch_bytes: int) -> Policy:
+    """`policy` in namespaces of its own, the inputs being what it reads beyond the system's files: the
+    barrier that holds whatever a command check lets through. Without bubblewrap, refused unless the
+    config accepts the tool with Landlock and seccomp alone (then `policy` as it is)."""
+    if not require_namespaces(what, allowed_unconfined=allowed_unconfined, setting=setting):
+        return policy
+    inputs = [p for p in policy.read if p not in SYSTEM_READ]
+    return jailed(policy, inputs=inputs, scratch_bytes=scratch_bytes)

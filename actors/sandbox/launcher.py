@@ -395,9 +395,9 @@ def supervise(daemon_pid: int, argv: list[str]) -> int:
             break
     _, status = os.waitpid(child, 0)
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)  # end the way bubblewrap ended, so the daemon reads the same status
+        ended_by = os.WTERMSIG(status)
+        signal.signal(ended_by, signal.SIG_DFL)
+        os.kill(os.getpid(), ended_by)  # end the way bubblewrap ended, so the daemon reads the same status
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 

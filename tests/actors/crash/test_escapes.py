@@ -135,3 +135,37 @@ def test_with_the_filter_bypassed_the_sandbox_still_stops_a_shell_and_file_write
     finally:
         driver.request_quit()
         driver.close()
+
+
+def _verdict(command: str) -> str:
+    try:
+        return str(text.classify(command))
+    except DiagdError as refused:
+        assert refused.code == ErrorCode.INVALID_ARGUMENT
+        return "refused"
+
+
+@pytest.mark.parametrize("command", ESCAPES + READ_ONLY)
+def test_a_leading_backslash_is_read_as_crash_reads_it(command: str) -> None:
+    """crash takes one backslash off the first word (quotes around it dropped) and skips alias expansion
+    for it: the check does the same, so a backslash never turns a refusal into a pass, and never changes
+    what a pass means."""
+    parts = command.strip().split(None, 1)
+    word, rest = parts[0].strip("\"'"), (" " + parts[1] if len(parts) > 1 else "")
+    plain = _verdict(command)
+    for backslashed in (f"\\{word}{rest}", f'"\\{word}"{rest}'):
+        if word in text.CRASH_ALIASES:
+            # `\sn` is the word `sn` itself, no alias: crash hands it to gdb, and it is judged as such.
+            assert text.as_crash_reads(backslashed) == f"{word}{rest}"
+            continue
+        verdict = _verdict(backslashed)
+        assert verdict == plain or (plain != "refused" and verdict == "refused"), (command, backslashed)
+
+
+def test_backslash_forms_from_the_third_attack_round() -> None:
+    assert text.is_gdb_passthrough("\\gdb p 1") and text.is_gdb_passthrough('"\\gdb" p 1')
+    for command in ("\\gdb she id", "\\alias zz gdb", "\\set gdb on", "\\q", "\\quit", "\\extend /tmp/x.so",
+                    "\\gdb dump binary value /root/.ssh/authorized_keys \"x\"", "\\\\gdb p 1", "\\!id",
+                    "\\g she id", "p 1\rgdb shell id", "p 1\ngdb she id", "\\p 1\r"):
+        assert _verdict(command) == "refused", command
+    assert _verdict("\\bt") == _verdict("bt") and _verdict("\\sys") == "plain"
