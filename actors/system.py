@@ -196,7 +196,14 @@ def check_sandbox() -> list[Check]:
     seccomp = Check("seccomp", bool(info["seccomp"]),
                     "socket() limited per tool, io_uring refused" if info["seccomp"]
                     else "not available (needs x86-64 with seccomp): sockets are not filtered")
-    return [landlock, seccomp]
+    ok, why = sandbox.namespaces.available()
+    user = (f"as uid {sandbox.namespaces.sandbox_ids()[0]} ({sandbox.namespaces.SANDBOX_USER})"
+            if os.geteuid() == 0 else "as you")
+    spaces = Check("namespaces", ok,
+                   f"crash and drgn run in namespaces of their own (bubblewrap), {user}" if ok
+                   else f"{why}: crash sessions are refused unless [crash] allow_unconfined = true",
+                   "" if ok else APT_HINT.format(pkg="bubblewrap"))
+    return [landlock, seccomp, spaces]
 
 
 # -- processes --------------------------------------------------------------------------------------

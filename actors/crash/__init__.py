@@ -16,7 +16,9 @@ from diagd.actors.runtime import Runtime
 from diagd.actors.system import Needs, Tool, check_crash_version
 
 # What `diagd setup crash` installs and `diagd doctor` checks (drgn and pexpect come with diagd).
-SYSTEM_NEEDS = Needs(tools=(Tool("crash", ("--version",), "crash"),), modules=("pexpect", "drgn"),
+# bubblewrap builds the namespaces crash and drgn run in (`sandbox.namespaces`).
+SYSTEM_NEEDS = Needs(tools=(Tool("crash", ("--version",), "crash"), Tool("bwrap", ("--version",), "bubblewrap")),
+                     modules=("pexpect", "drgn"),
                      checks=(check_crash_version,))
 
 

@@ -43,7 +43,7 @@ def test_every_builtin_back_end_declares_its_needs() -> None:
     assert list(declared) == [b.name for b in discovery.installed()]
     packages = {name: needs.packages for name, needs in declared.items()}
     assert packages == {"pcap": ("tshark", "wireshark-common"), "serial": (), "bpftrace": ("bpftrace",),
-                        "crash": ("crash",), "capture": ("wireshark-common",)}
+                        "crash": ("crash", "bubblewrap"), "capture": ("wireshark-common",)}
 
 
 def test_dry_run_prints_the_apt_commands_for_what_is_missing_only(needy: Env) -> None:
