@@ -268,6 +268,11 @@ class CaptureActor(Actor):
         packets = self.capture.stop_on.get("packets")
         if packets is not None and self.capture.packets >= packets:
             return "packets"
+        cap = self.capture
+        # dumpcap's kB is 1000 bytes (the reservation counts 1024: it only over-reserves).
+        if cap.autostop_kb is not None and cap.bytes_written >= cap.autostop_kb * 1000:
+            stop_bytes = cap.stop_on.get("bytes")
+            return "bytes" if stop_bytes is not None and cap.bytes_written >= stop_bytes else "disk_budget"
         return "duration"
 
     # -- requests

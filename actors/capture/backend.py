@@ -131,7 +131,7 @@ class CaptureBackend:
 
     # -- the disk budget
 
-    async def enforce_budget(self, *, room_for: int = 0) -> dict[str, Any]:
+    async def enforce_budget(self, *, room_for: int = 0, keep: str | None = None) -> dict[str, Any]:
         """Keep every capture's files and views within max_bytes (minus `room_for`): the oldest finished
         captures' files go first (their views with them); if the running ones alone are over, they are
         stopped, saying why (disk_budget). Also keeps at most keep_captures finished records."""
@@ -143,10 +143,12 @@ class CaptureBackend:
                     await trio.to_thread.run_sync(cap.refresh_files)
             evicted, stopped = [], []
             total = await self.bytes_on_disk(captures)
+            # What running captures reserved and have not written yet is theirs: room_for comes after it.
+            pending = sum(max(0, c.reserved_bytes - c.bytes_on_disk()) for c in captures if c.running)
             for cap in captures:  # oldest first
-                if total + room_for <= settings.max_bytes:
+                if total + pending + room_for <= settings.max_bytes:
                     break
-                if not cap.running and cap.files:
+                if not cap.running and cap.files and cap.id != keep:
                     total -= await trio.to_thread.run_sync(self.store.evict_files, cap)
                     evicted.append(cap.id)
             if total > settings.max_bytes:
@@ -160,6 +162,25 @@ class CaptureBackend:
             if evicted or stopped:
                 log.info("capture disk budget", max_bytes=settings.max_bytes, evicted=evicted, stopped=stopped)
             return {"evicted": evicted, "stopped": stopped, "bytes_on_disk": total, "max_bytes": settings.max_bytes}
+
+    async def room(self) -> int:
+        """What a new capture or view may still take of the budget: max_bytes less every capture's files
+        and views and what the running captures have reserved but not yet written."""
+        settings = self.settings()
+        captures = await self.all()
+        pending = sum(max(0, c.reserved_bytes - c.bytes_on_disk()) for c in captures if c.running)
+        return settings.max_bytes - await self.bytes_on_disk(captures) - pending
+
+    async def make_room(self, size: int, what: str, *, keep: str) -> None:
+        """Evict the oldest finished captures' files (never `keep`'s, the capture a view is made of) until
+        `size` more bytes fit, else BUSY: a view is made only when it fits (a merged ring is a second copy
+        of the files)."""
+        await self.enforce_budget(room_for=size, keep=keep)
+        free = await self.room()
+        if size > free:
+            raise DiagdError(ErrorCode.BUSY, f"{what} needs {size} bytes and the captures' disk budget has {free} free",
+                             needed_bytes=size, free_bytes=free,
+                             hint="stop the capture first (a finished one needs no copy), or raise [capture] max_bytes")
 
     async def bytes_on_disk(self, captures: list[Capture]) -> int:
         """What the budget counts: every capture's ring files and the views the pcap tools read

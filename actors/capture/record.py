@@ -56,6 +56,10 @@ class Capture:
     # tokens), and the filter dumpcap runs with them ("" in a record made before: `filter` then)
     excluded_tcp_ports: list[int] = field(default_factory=list)
     applied_filter: str = ""
+    # Its share of the disk budget, which dumpcap's own bound keeps it within (budget.py), and, for one
+    # file, the size at which dumpcap stops by itself.
+    reserved_bytes: int = 0
+    autostop_kb: int | None = None
 
     def __post_init__(self) -> None:
         self._changed = trio.Event()

@@ -56,7 +56,8 @@ class CaptureSummary(TypedDict):
     snaplen: int
     """bytes kept per packet"""
     ring: dict[str, Any]
-    """ring_files, file_size_kb, file_duration_s (those given)"""
+    """ring_files, file_size_kb, file_duration_s: those given, and those derived from the capture's share of the
+    disk budget ([capture] max_bytes): dumpcap keeps the files within it"""
     stop_on: dict[str, Any]
     """duration_s, packets, bytes (those given)"""
     packets: int

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from diagd.actors.capture import budget
 from diagd.actors.capture.actor import KIND, STOP_WAIT_MAX_S, CaptureActor
 from diagd.actors.capture.backend import CaptureBackend
 from diagd.actors.capture.messages import Stop
@@ -67,16 +68,21 @@ async def start_capture(backend: CaptureBackend, ctx: CallContext, args: dict[st
     applied = applied_filter(args["filter"], excluded)
     try:
         await backend.check_filter(settings, interfaces, applied, snaplen, given=args["filter"])
-        budget = await backend.enforce_budget()
-        if budget["bytes_on_disk"] >= settings.max_bytes:
-            raise DiagdError(ErrorCode.BUSY, f"the captures' disk budget is used up by running captures "
-                             f"({budget['bytes_on_disk']} of [capture] max_bytes = {settings.max_bytes})",
-                             hint="stop a running capture, or raise [capture] max_bytes")
+        # The budget is held before it is crossed: the capture's share, which dumpcap's own arguments bound.
+        # Finished captures' files go first (oldest first) to make room for what it asks, or an equal share.
+        await backend.enforce_budget(room_for=budget.wanted(ring=ring, stop_bytes=args.get("bytes"), snaplen=snaplen,
+                                                            share=settings.max_bytes // settings.max_concurrent))
+        room = await backend.room()
+        running = sum(1 for a in backend.live.values() if a.capture.running)
+        bound = budget.plan(ring=ring, stop_bytes=args.get("bytes"), snaplen=snaplen, room=room,
+                            share=room // max(1, settings.max_concurrent - running))
         stop_on = {k: args[k] for k in ("packets", "bytes") if k in args} | {"duration_s": duration}
         cap = await trio.to_thread.run_sync(lambda: backend.new_capture(
-            owner=ctx.client, interfaces=interfaces, filter=args["filter"], snaplen=snaplen, ring=ring,
-            stop_on=stop_on, excluded_tcp_ports=excluded, applied_filter=applied))
-        argv = settings.command(_dumpcap_args(cap, args["promiscuous"], settings.buffer_mb), write_dir=Path(cap.dir))
+            owner=ctx.client, interfaces=interfaces, filter=args["filter"], snaplen=snaplen, ring=bound.ring,
+            stop_on=stop_on, excluded_tcp_ports=excluded, applied_filter=applied,
+            reserved_bytes=bound.reserved_bytes, autostop_kb=bound.autostop_kb))
+        argv = settings.command(_dumpcap_args(cap, args["promiscuous"], settings.buffer_mb, bound.args),
+                                write_dir=Path(cap.dir))
         actor = CaptureActor(cap, backend, settings, argv)
         # The actor must not idle out while dumpcap runs: its idle timeout covers the whole capture.
         idle_s = duration + settings.start_timeout_s + settings.stop_grace_s + settings.linger_s + 30
@@ -110,9 +116,10 @@ def _ring(args: dict[str, Any]) -> dict[str, Any]:
     return ring
 
 
-def _dumpcap_args(cap: Capture, promiscuous: bool, buffer_mb: int) -> list[str]:
+def _dumpcap_args(cap: Capture, promiscuous: bool, buffer_mb: int, bound: list[str]) -> list[str]:
     """Child mode (-Z none: messages on stderr), pcapng, one -i per interface with its snaplen, kernel
-    buffer and filter."""
+    buffer and filter; the stop conditions, and `bound` (the ring or file size that holds it to its share
+    of the disk budget, `budget.plan`)."""
     args = ["-Z", "none", "-n", "-w", f"{cap.dir}/{cap.id}.pcapng"]
     for interface in cap.interfaces:
         bpf = cap.applied_filter or cap.filter
@@ -121,14 +128,7 @@ def _dumpcap_args(cap: Capture, promiscuous: bool, buffer_mb: int) -> list[str]:
     args += ["-a", f"duration:{max(1, round(cap.stop_on['duration_s']))}"]
     if "packets" in cap.stop_on:
         args += ["-c", str(cap.stop_on["packets"])]
-    ring = cap.ring
-    if "file_size_kb" in ring:
-        args += ["-b", f"filesize:{ring['file_size_kb']}"]
-    if "file_duration_s" in ring:
-        args += ["-b", f"duration:{max(1, round(ring['file_duration_s']))}"]
-    if "ring_files" in ring:
-        args += ["-b", f"files:{ring['ring_files']}"]
-    return args
+    return [*args, *bound]
 
 
 @tools.tool(

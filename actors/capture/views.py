@@ -25,8 +25,9 @@ from diagd.actors import statefile, system
 from diagd.actors._paths import create_new
 from diagd.actors._subprocess import run
 from diagd.actors.capture.record import Capture
-from diagd.actors.capture.recording import RECORDING_ID, RecordingStore
+from diagd.actors.capture.recording import RECORDING_ID, RecordingStore, not_found
 from diagd.actors.runtime import Resolved
+from diagd.actors.tooling import current_call, current_groups
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 SECTION_HEADER = 0x0A0D0D0A
@@ -83,6 +84,13 @@ def _copy_prefix(source: Path, views: Path) -> tuple[Path, int]:
         return target, packets
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _fresh(path: Path) -> None:
     path.unlink(missing_ok=True)
     os.close(create_new(path))
@@ -97,9 +105,14 @@ def _prune(views: Path, keep: set[Path]) -> None:
 
 
 class Captures(Protocol):
-    """What views need of the back end (backend.CaptureBackend): a capture's record by id."""
+    """What views need of the back end (backend.CaptureBackend): a capture's record by id, whether a client
+    is still connected (who sees a recording)."""
 
     async def capture(self, capture_id: str) -> Capture: ...
+
+    def owner_connected(self, owner: str | None) -> bool: ...
+
+    async def make_room(self, size: int, what: str, *, keep: str) -> None: ...
 
 
 class Views:
@@ -111,9 +124,13 @@ class Views:
         self._locks: dict[str, trio.Lock] = {}
 
     async def resolve(self, ident: str) -> Resolved:
-        """`capture:<capture id>`, or `capture:<recording id>` (that recording's capture)."""
+        """`capture:<capture id>`, or `capture:<recording id>` (that recording's capture, for a client that may
+        see the recording: recording.py; else NOT_FOUND, as for an id never made)."""
         if RECORDING_ID.match(ident):
             rec = await trio.to_thread.run_sync(self._recordings.load, ident)
+            ctx, connected = current_call.get(), self._captures.owner_connected(rec.owner)
+            if ctx is None or not rec.visible_to(ctx.client, current_groups.get(), connected):
+                raise not_found(ident)
             if rec.capture_id is None:
                 raise DiagdError(ErrorCode.NOT_FOUND, f"recording {ident} has no capture", recording_id=ident)
             ident = rec.capture_id
@@ -132,6 +149,9 @@ class Views:
             raise DiagdError(ErrorCode.NOT_FOUND, f"capture {cap.id} has no file on disk", capture_id=cap.id)
         views = Path(cap.dir) / "views"
         if running:
+            # A copy of the last file's complete blocks, and (below) a merge of the ring: both counted by
+            # the disk budget, and made only when they fit.
+            await self._captures.make_room(_size(files[-1]), f"a view of running capture {cap.id}", keep=cap.id)
             await trio.to_thread.run_sync(lambda: statefile.ensure_dir(views))
             current, packets = await trio.to_thread.run_sync(_copy_prefix, files[-1], views)
             parts = [*files[:-1], current]
@@ -155,6 +175,7 @@ class Views:
         target = views / f"{cap.id}-ring-{digest[:12]}.pcapng"
         if target.exists():
             return target
+        await self._captures.make_room(sum(sizes), f"the merged ring of capture {cap.id}", keep=cap.id)
         tmp = views / f".{target.name}.tmp"
         # Made here (never through a link, never over a file); mergecap then writes this regular file.
         await trio.to_thread.run_sync(_fresh, tmp)

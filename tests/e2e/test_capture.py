@@ -17,7 +17,7 @@ from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_mcp import mcp_client
 from tests.e2e.test_serial import error, ok
 from tests.pcaps import pcap
-from tests.support.veth import Veth, frames, start_capture_daemon
+from tests.support.veth import Veth, bytes_under, frames, start_capture_daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -106,27 +106,63 @@ async def test_another_client_cannot_stop_a_capture_while_its_owner_is_connected
         assert stopped["status"] == "stopped" and stopped["took_over_from"] is None
 
 
-async def test_the_disk_budget_stops_a_running_capture_saying_so_and_evicts_finished_ones_first(
+async def test_the_disk_budget_is_never_crossed_on_disk_and_finished_captures_make_room_first(
         env: Env, veth: Veth) -> None:
-    sent = pcap("5greplay_oai.pcap")  # about 316 kB once captured
-    daemon = start_capture_daemon(env, veth, "max_bytes = 400000\n")
+    """Each capture's share of [capture] max_bytes is bound by dumpcap's own ring: the files on disk never
+    pass the budget, sampled all along; a ring that needs more than is free is refused saying so."""
+    sent = pcap("5greplay_oai.pcap")  # about 316 kB once captured; frames up to 7306 bytes
+    budget = 1_000_000
+    daemon = start_capture_daemon(env, veth, f"max_bytes = {budget}\n")
+    exports = env.state / "capture" / "exports"
+    peaks: list[int] = []
+
+    async def replay_watching() -> None:
+        async with trio.open_nursery() as nursery:
+            done = trio.Event()
+
+            async def sample() -> None:
+                while not done.is_set():
+                    peaks.append(bytes_under(exports))
+                    await trio.sleep(0.01)
+
+            nursery.start_soon(sample)
+            await trio.to_thread.run_sync(veth.replay, sent)
+            done.set()
+
     try:
         async with mcp_client(env) as client:
-            first = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60)
-            await trio.to_thread.run_sync(veth.replay, sent)
-            await ok(client, "stop_capture", capture_id=first["capture_id"])
-            second = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60)
-            await trio.to_thread.run_sync(veth.replay, sent)
-            with trio.fail_after(15):
-                while (await ok(client, "capture_status", capture_id=first["capture_id"]))["files"]:
+            # No ring asked: one file, which dumpcap ends at the capture's share (a quarter: four may run).
+            first = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60, snaplen=8192)
+            await replay_watching()
+            ended = await wait_stopped(client, first["capture_id"])
+            assert ended["stop_reason"] == "disk_budget" and 0 < ended["packets"] < 753
+            assert ended["bytes_on_disk"] <= budget // 4
+            # With a ring derived from the share: the newest traffic kept, the oldest files dropped.
+            ringed = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60, snaplen=8192,
+                              file_size_kb=64)
+            assert ringed["ring"]["file_size_kb"] == 64 and ringed["ring"]["ring_files"] >= 1
+            share = ringed["ring"]["ring_files"] * (ringed["ring"]["file_size_kb"] * 1024 + 8192 + 16384)
+            await replay_watching()
+            with trio.fail_after(30):
+                while (await ok(client, "capture_status", capture_id=ringed["capture_id"]))["packets"] < 753:
                     await trio.sleep(0.1)
+            status = await ok(client, "capture_status", capture_id=ringed["capture_id"])
+            assert status["bytes_on_disk"] <= share and status["bytes_on_disk"] < status["bytes_written"]  # dropped
+            await ok(client, "stop_capture", capture_id=ringed["capture_id"])
+            # A ring that needs more than is free: the finished capture's files go first to make room.
+            big = {"file_size_kb": 100, "ring_files": 6}
+            second = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60, snaplen=8192, **big)
             gone = await ok(client, "capture_status", capture_id=first["capture_id"])
-            assert gone["evicted"] and gone["packets"] > 0  # the record stays, its files went first
-            running = await ok(client, "capture_status", capture_id=second["capture_id"])
-            assert running["running"] and not running["evicted"]
-            await trio.to_thread.run_sync(veth.replay, sent)  # alone over the budget now: stopped, saying so
-            ended = await wait_stopped(client, second["capture_id"])
-            assert ended["stop_reason"] == "disk_budget"
+            assert gone["evicted"] and gone["packets"] > 0  # the record stays, its files went
+            kept = await ok(client, "capture_status", capture_id=ringed["capture_id"])
+            assert not kept["evicted"] and kept["files"]  # the oldest went first, and only what was needed
+            # While it runs, its reservation is its own: another such ring does not fit, and says why.
+            refused = await error(client, "start_capture", interfaces=[veth.capture], duration_s=60, snaplen=8192,
+                                  **big)
+            assert refused["code"] == "INVALID_ARGUMENT" and refused["details"]["free_bytes"] < 6 * 102400
+            await replay_watching()
+            await ok(client, "stop_capture", capture_id=second["capture_id"])
+            assert peaks and max(peaks) <= budget, max(peaks)
     finally:
         daemon.stop()
 

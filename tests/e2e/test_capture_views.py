@@ -8,7 +8,6 @@ a client that did not select the capture group refused, and the views counted in
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from tests.conftest import DaemonProcess, Env
 from tests.e2e.test_mcp import mcp_client
 from tests.e2e.test_serial import error, ok
 from tests.pcaps import pcap
-from tests.support.veth import Veth, frames, start_capture_daemon
+from tests.support.veth import Veth, bytes_under, frames, start_capture_daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -154,37 +153,44 @@ async def test_masking_applies_to_a_live_capture_and_other_groups_cannot_name_it
         daemon.stop()
 
 
-def bytes_under(folder: Path) -> int:
-    """Bytes of every regular file under `folder`, as the disk holds them."""
-    return sum((Path(d) / f).stat().st_size for d, _, names in os.walk(folder) for f in names)
-
-
-async def test_views_count_in_the_disk_budget_and_go_with_their_capture(env: Env, veth: Veth) -> None:
-    sent = pcap("5greplay_oai.pcap")  # about 316 kB in a ring of 100 kB files; its merged view as much again
+async def test_views_count_in_the_disk_budget_and_are_made_only_when_they_fit(env: Env, veth: Veth) -> None:
+    sent = pcap("5greplay_oai.pcap")  # about 316 kB; a ring of four 64 kB files keeps the newest ~260 kB
     budget = 500_000
     daemon = start_capture_daemon(env, veth, f"max_bytes = {budget}\n")
     exports = env.state / "capture" / "exports"
     try:
         async with mcp_client(env) as client:
-            first = await ring_with_replay(client, veth, sent, duration_s=60)
+            first = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60, snaplen=8192,
+                             file_size_kb=64, ring_files=4)
+            await trio.to_thread.run_sync(veth.replay, sent)
+            with trio.fail_after(30):
+                while (await ok(client, "capture_status", capture_id=first["capture_id"]))["packets"] < 753:
+                    await trio.sleep(0.2)
             stopped = await ok(client, "stop_capture", capture_id=first["capture_id"])
             assert len(stopped["files"]) > 1
             ring = bytes_under(exports)
             assert ring < budget and (await ok(client, "list_captures"))["bytes_on_disk"] == ring
 
-            # Read as one file: a merged copy of the ring, on disk beside it and counted.
+            # Read as one file, the ring needs a merged copy as big again: it does not fit, and nothing is made.
+            refused = await error(client, "pcap_info", pcap_path=f"capture:{first['capture_id']}")
+            assert refused["code"] == "BUSY" and refused["details"]["needed_bytes"] > refused["details"]["free_bytes"]
+            assert bytes_under(exports) == ring and bytes_under(exports) <= budget
+
+            # With room, the view is made beside the ring and counted.
+            env.write_config(env.config.read_text().replace(f"max_bytes = {budget}", "max_bytes = 2000000"))
+            assert env.run("reload").returncode == 0
             view = (await ok(client, "pcap_info", pcap_path=f"capture:{first['capture_id']}"))["source"]["pcap_path"]
             assert Path(view).parent == Path(stopped["dir"]) / "views"
             on_disk = bytes_under(exports)
-            assert on_disk > budget and on_disk >= ring + Path(view).stat().st_size
+            assert on_disk >= ring + Path(view).stat().st_size and on_disk <= 2_000_000
             assert (await ok(client, "list_captures"))["bytes_on_disk"] == on_disk
 
-            # The next start makes room: the finished capture goes, its view with it.
-            second = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60)
+            # A start that needs the room: the finished capture goes, its view with it.
+            second = await ok(client, "start_capture", interfaces=[veth.capture], duration_s=60, snaplen=8192,
+                              file_size_kb=100, ring_files=14)
             gone = await ok(client, "capture_status", capture_id=first["capture_id"])
             assert gone["evicted"] and not gone["files"] and not Path(view).exists()
-            assert bytes_under(exports) <= budget
             await ok(client, "stop_capture", capture_id=second["capture_id"])  # (its size is measured as it ends)
-            assert (await ok(client, "list_captures"))["bytes_on_disk"] == bytes_under(exports)
+            assert (await ok(client, "list_captures"))["bytes_on_disk"] == bytes_under(exports) <= 2_000_000
     finally:
         daemon.stop()

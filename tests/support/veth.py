@@ -81,3 +81,16 @@ def frames(path: str | Path, tmp: Path) -> list[tuple[int, str]]:
         out.append((orig, hashlib.sha256(data[offset + 16:offset + 16 + incl]).hexdigest()))
         offset += 16 + incl
     return out
+
+
+def bytes_under(folder: Path) -> int:
+    """Bytes of every regular file under `folder`, as the disk holds them (a file going while it is read,
+    as a ring drops its oldest, counts nothing)."""
+    total = 0
+    for d, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += (Path(d) / name).stat().st_size
+            except OSError:
+                pass
+    return total
