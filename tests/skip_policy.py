@@ -46,6 +46,23 @@ def skip_reason(report: pytest.TestReport) -> str | None:
     return str(longrepr)
 
 
+def async_skip_reason(call: pytest.CallInfo[None]) -> str | None:
+    """The reason an async test gave `pytest.skip`: pytest-trio 0.8 catches the Skipped inside the Trio
+    run's exception group and raises a fresh `pytest.skip()` without it; the original stays in that
+    fresh exception's context (the group it was handling), whose single leaf is the real Skipped."""
+    excinfo = call.excinfo
+    if excinfo is None or not isinstance(excinfo.value, pytest.skip.Exception) or excinfo.value.msg:
+        return None
+    queue: list[BaseException] = [c] if (c := excinfo.value.__context__) is not None else []
+    while queue:
+        exc = queue.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            queue.extend(exc.exceptions)
+        elif isinstance(exc, pytest.skip.Exception) and exc.msg:
+            return exc.msg
+    return None
+
+
 class SkipPolicy:
     """The pytest plugin: counts skips by reason and, when strict, fails the ones not allowed."""
 
@@ -61,6 +78,10 @@ class SkipPolicy:
         reason = skip_reason(report)
         if reason is None:
             return
+        if (recovered := async_skip_reason(call)) is not None:
+            reason = recovered
+            if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+                report.longrepr = (report.longrepr[0], report.longrepr[1], f"Skipped: {reason}")
         self.reasons[reason] += 1
         if self.strict and not allowed(reason):
             self.refused[reason] += 1
