@@ -144,7 +144,7 @@ def _admin_parsers(sub: Any) -> None:
                    help="also diagd.socket: systemd listens and starts the daemon on the first client")
     s.set_defaults(func=cmd_service)
 
-    clients.add_parser(sub)  # diagd client add HOST | list
+    clients.add_parser(sub)  # diagd client add HOST | remove HOST | list
 
 
 # What `diagd serve` never needs but a library would import if it is installed: structlog imports

@@ -1,4 +1,4 @@
-"""`diagd client add HOST` / `diagd client list`: diagd in the MCP configuration of desktop and editor hosts.
+"""`diagd client add|remove HOST` / `diagd client list`: diagd in the MCP configuration of desktop and editor hosts.
 
 Each host keeps its MCP servers in a JSON file, under a key of its own:
 
@@ -9,15 +9,18 @@ Each host keeps its MCP servers in a JSON file, under a key of its own:
     cursor          user: ~/.cursor/mcp.json, project: ./.cursor/mcp.json      {"mcpServers": {...}}
     vscode          user: ~/.config/Code/User/mcp.json (macOS: ~/Library/Application Support/Code/User/),
                     project: ./.vscode/mcp.json          {"servers": {"diagd": {"type": "stdio", ...}}}
+                    (JSONC: comments and trailing commas allowed)
     windsurf        ~/.codeium/windsurf/mcp_config.json                        {"mcpServers": {...}}
 
-`add` merges one entry into the file: every other key and server is kept, the old file is copied to
-`<file>.diagd-backup` first, and the new one replaces it atomically with the old file's mode. A
-file that is not a JSON object (e.g. VS Code's mcp.json with comments) is refused and left as it is:
-the error shows the entry to add by hand. The entry runs this diagd by its absolute path (hosts
-start servers with a bare PATH) as `diagd mcp`, with `--tools GROUPS` when chosen, and the
-DIAGD_* variables set in this shell (the host would not pass them: without them its diagd would look
-for another daemon). Stdlib only.
+`add` sets one entry in the file and `remove` takes one out (only an entry that runs diagd): only that
+member's text changes (daemon/cli/jsonedit.py), so every other key, server, comment and the layout stay
+as they were. Every read and write goes through daemon/cli/hostfile.py: regular files only, a link
+followed once (never out of the project in project scope), strict JSON, a fresh backup
+(`<file>.diagd-backup-<time>-<random>`), an atomic replacement with the old file's mode. A file diagd
+will not edit is left as it is, and the error shows the entry to add by hand. The entry runs this diagd
+by its absolute path (hosts start servers with a bare PATH) as `diagd mcp`, with `--tools GROUPS` when
+chosen, and the DIAGD_* variables set in this shell (the host would not pass them: without them its
+diagd would look for another daemon). Stdlib only.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from diagd.actors import interpreter
+from diagd.daemon.cli import hostfile, jsonedit
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -48,6 +52,7 @@ class Host:
     user: tuple[str, ...]  # the user file, relative to HOME (Linux)
     mac: tuple[str, ...] | None = None  # ... on macOS, where it differs
     project: tuple[str, ...] | None = None  # the project file, relative to the working directory
+    jsonc: bool = False  # the file may hold comments and trailing commas
 
     def path(self, scope: str, home: Path, cwd: Path) -> Path:
         if scope == "project":
@@ -69,7 +74,7 @@ HOSTS: dict[str, Host] = {h.name: h for h in (
     Host("claude-code", "Claude Code", "mcpServers", True, (".claude.json",), project=(".mcp.json",)),
     Host("cursor", "Cursor", "mcpServers", False, (".cursor", "mcp.json"), project=(".cursor", "mcp.json")),
     Host("vscode", "VS Code", "servers", True, (".config", "Code", "User", "mcp.json"),
-         mac=(*_APP_SUPPORT, "Code", "User", "mcp.json"), project=(".vscode", "mcp.json")),
+         mac=(*_APP_SUPPORT, "Code", "User", "mcp.json"), project=(".vscode", "mcp.json"), jsonc=True),
     Host("windsurf", "Windsurf", "mcpServers", False, (".codeium", "windsurf", "mcp_config.json")),
 )}
 
@@ -97,50 +102,42 @@ def entry(host: Host, tools: list[str]) -> dict[str, Any]:
     return out
 
 
-def read(path: Path, host: Host) -> dict[str, Any]:
-    """The file's JSON object ({} when there is none); DiagdError for one diagd must not rewrite."""
+def read(path: Path, host: Host, inside: Path | None = None) -> tuple[hostfile.Snapshot, dict[str, Any]]:
+    """The file and its JSON object ({} when there is none); DiagdError for one diagd must not rewrite.
+    `inside`: the project directory, for a project's file (no link out of it is followed)."""
+    snap = hostfile.read(path, inside=inside)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"cannot read {path}: {exc}", path=str(path)) from None
-    if not text.strip():
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} "
-                         f"column {exc.colno}); diagd leaves it as it is", path=str(path)) from None
+        data = jsonedit.loads(snap.text, comments=host.jsonc)
+    except jsonedit.JsonError as exc:
+        kind = "JSON, comments and trailing commas allowed" if host.jsonc else "JSON"
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path} is not valid {kind} ({exc}); diagd leaves it as it is",
+                         path=str(path)) from None
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path} holds a JSON {type(data).__name__}, not an object; "
                          "diagd leaves it as it is", path=str(path))
     if not isinstance(data.get(host.key, {}), dict):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{path}: \"{host.key}\" is not an object; diagd leaves "
                          "the file as it is", path=str(path))
-    return data
+    return snap, data
 
 
-def write(path: Path, data: dict[str, Any]) -> Path | None:
-    """Replace `path` with `data` atomically, keeping its mode; returns the backup of the old file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    backup = None
-    mode = 0o600
-    if path.exists():
-        mode = path.stat().st_mode & 0o777
-        backup = path.with_name(path.name + ".diagd-backup")
-        shutil.copy2(path, backup)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return backup
+def write(snap: hostfile.Snapshot, host: Host, data: dict[str, Any],
+          edit: Callable[[str], str | None]) -> tuple[Path | None, str]:
+    """Replace the file with `edit` of its text (or, when that cannot be done in place, `data` as plain
+    JSON); returns the backup of the old file and a note for the user ("" or what was not kept)."""
+    text = edit(snap.text) if snap.text.strip() else None
+    note = ""
+    if text is None:
+        text = jsonedit.dumps(data) + "\n"
+        if host.jsonc and jsonedit.has_comments(snap.text):
+            note = "; its comments were not kept (the old file has them)"
+    return hostfile.replace(snap, text), note
+
+
+def _inside(scope: str) -> Path | None:
+    return Path.cwd() if scope == "project" else None
 
 
 def add(host_name: str, *, tools: str | None, scope: str, name: str, print_only: bool) -> int:
@@ -151,32 +148,67 @@ def add(host_name: str, *, tools: str | None, scope: str, name: str, print_only:
         new = entry(host, groups)
         if print_only:
             sys.stderr.write(f"# {host.title}: put this in {path} (merged into \"{host.key}\")\n")
-            print(json.dumps({host.key: {name: new}}, indent=2, ensure_ascii=False))
+            print(jsonedit.dumps({host.key: {name: new}}))
             return EXIT_OK
-        data = _readable(path, host, name, new)
+        snap, data = _readable(path, host, name, new, _inside(scope))
         servers = data.setdefault(host.key, {})
         before = servers.get(name)
         if before == new:
             print(f"{host.title}: {path} already runs diagd as {name!r}; nothing to change")
             return EXIT_OK
         servers[name] = new
-        backup = write(path, data)
+        backup, note = write(snap, host, data,
+                             lambda text: jsonedit.set_member(text, (host.key, name), new, comments=host.jsonc))
     except DiagdError as exc:
-        sys.stderr.write(f"diagd client add: {exc.code}: {exc.message}\n")
-        return EXIT_USAGE if exc.details.get("usage") else EXIT_ERROR
-    except OSError as exc:
-        sys.stderr.write(f"diagd client add: cannot write {exc.filename}: {exc.strerror}\n")
-        return EXIT_ERROR
+        return _failed("add", exc)
     what = "updated" if before is not None else "added"
     kept = f"; the old file is {backup}" if backup else ""
-    print(f"{host.title}: {what} {name!r} in {path}: {' '.join([new['command'], *new['args']])}{kept}")
+    print(f"{host.title}: {what} {name!r} in {_shown(snap)}: {' '.join([new['command'], *new['args']])}{kept}{note}")
     print(f"restart {host.title} (or reload its MCP servers) to start it")
     return EXIT_OK
 
 
-def _readable(path: Path, host: Host, name: str, new: dict[str, Any]) -> dict[str, Any]:
+def remove(host_name: str, *, scope: str, name: str, print_only: bool) -> int:
     try:
-        return read(path, host)
+        host = _host(host_name)
+        path = host.path(scope, Path.home(), Path.cwd())
+        snap, data = read(path, host, _inside(scope))
+        servers = data.get(host.key, {})
+        if name not in servers:
+            there = "no file" if snap.data is None else f"no {name!r} in \"{host.key}\""
+            print(f"{host.title}: {path}: {there}; nothing to remove")
+            return EXIT_OK
+        old = servers[name]
+        if not _runs_diagd(name, old):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{name!r} in {path} does not run diagd; diagd leaves it "
+                             "(remove it by hand if you mean to)", path=str(path))
+        if print_only:
+            sys.stderr.write(f"# {host.title}: this would be taken out of {path} (\"{host.key}\")\n")
+            print(jsonedit.dumps({host.key: {name: old}}))
+            return EXIT_OK
+        del servers[name]
+        backup, note = write(snap, host, data,
+                             lambda text: jsonedit.remove_member(text, (host.key, name), comments=host.jsonc))
+    except DiagdError as exc:
+        return _failed("remove", exc)
+    print(f"{host.title}: removed {name!r} from {_shown(snap)}; the old file is {backup}{note}")
+    print(f"restart {host.title} (or reload its MCP servers) to stop it")
+    return EXIT_OK
+
+
+def _shown(snap: hostfile.Snapshot) -> str:
+    return f"{snap.path} (a link: written to {snap.target})" if snap.link is not None else str(snap.path)
+
+
+def _failed(action: str, exc: DiagdError) -> int:
+    sys.stderr.write(f"diagd client {action}: {exc.code}: {exc.message}\n")
+    return EXIT_USAGE if exc.details.get("usage") else EXIT_ERROR
+
+
+def _readable(path: Path, host: Host, name: str, new: dict[str, Any],
+              inside: Path | None) -> tuple[hostfile.Snapshot, dict[str, Any]]:
+    try:
+        return read(path, host, inside)
     except DiagdError as exc:
         snippet = json.dumps({host.key: {name: new}}, ensure_ascii=False)
         raise DiagdError(exc.code, f"{exc.message}; add this by hand: {snippet} (or print it: --print)",
@@ -216,10 +248,11 @@ def configured(home: Path, cwd: Path) -> list[dict[str, Any]]:
             path = host.path(scope, home, cwd)
             if scope == "project" and path == host.path("user", home, cwd):
                 continue  # run in HOME: the project file is the user's
-            row: dict[str, Any] = {"host": host.name, "scope": scope, "path": str(path), "exists": path.exists(),
+            row: dict[str, Any] = {"host": host.name, "scope": scope, "path": str(path), "exists": path.is_symlink()
+                                   or path.exists(),
                                    "servers": {}, "error": None}
             try:
-                servers = read(path, host).get(host.key, {})
+                servers = read(path, host, cwd if scope == "project" else None)[1].get(host.key, {})
             except DiagdError as exc:
                 row["error"] = exc.message
                 servers = {}
@@ -254,23 +287,32 @@ def list_(*, as_json: bool) -> int:
 
 def add_parser(sub: Any) -> None:
     """`diagd client ...` for daemon/cli/cli.py's sub-commands."""
-    s = sub.add_parser("client", help="put diagd in an MCP host's configuration (add), or show where it is (list)")
+    s = sub.add_parser("client", help="put diagd in an MCP host's configuration (add), take it out (remove), "
+                       "or show where it is (list)")
     actions = s.add_subparsers(dest="client_action", required=True)
     a = actions.add_parser("add", help="write (or --print) the diagd entry of HOST's MCP configuration file")
-    a.add_argument("host", metavar="HOST", help="the MCP host: " + ", ".join(HOSTS))
-    a.add_argument("--print", dest="print_only", action="store_true",
-                   help="print the entry (JSON) instead of writing the file")
     a.add_argument("--tools", metavar="GROUPS", help="tool groups the host sees, comma-separated (default: all)")
-    a.add_argument("--scope", choices=SCOPES, default="user",
-                   help="user: the host's file in HOME (default); project: the one in this directory")
-    a.add_argument("--name", default="diagd", help="the server's name in the file (default: diagd)")
-    a.set_defaults(func=cmd_client)
+    r = actions.add_parser("remove", help="take the diagd entry out of HOST's MCP configuration file (or --print it)")
+    for parser, printed in ((a, "the entry (JSON)"), (r, "the entry (JSON) it would take out")):
+        parser.add_argument("host", metavar="HOST", help="the MCP host: " + ", ".join(HOSTS))
+        parser.add_argument("--print", "--dry-run", dest="print_only", action="store_true",
+                            help=f"print {printed} instead of writing the file")
+        parser.add_argument("--scope", choices=SCOPES, default="user",
+                            help="user: the host's file in HOME (default); project: the one in this directory")
+        parser.add_argument("--name", default="diagd", help="the server's name in the file (default: diagd)")
+        parser.set_defaults(func=cmd_client)
     listing = actions.add_parser("list", help="show each host's configuration file and the diagd servers in it")
     listing.add_argument("--json", action="store_true", help="as JSON")
     listing.set_defaults(func=cmd_client)
 
 
 def cmd_client(args: Any) -> int:
-    if args.client_action == "add":
-        return add(args.host, tools=args.tools, scope=args.scope, name=args.name, print_only=args.print_only)
-    return list_(as_json=args.json)
+    try:
+        if args.client_action == "add":
+            return add(args.host, tools=args.tools, scope=args.scope, name=args.name, print_only=args.print_only)
+        if args.client_action == "remove":
+            return remove(args.host, scope=args.scope, name=args.name, print_only=args.print_only)
+        return list_(as_json=args.json)
+    except OSError as exc:  # hostfile turns the files' own errors into DiagdError; this is the rest (no cwd, ...)
+        sys.stderr.write(f"diagd client {args.client_action}: {exc}\n")
+        return EXIT_ERROR
