@@ -121,9 +121,26 @@ def check_bpf_privileges() -> Check:
                  "sudoers rule for bpftrace (diagd never waits on a password prompt)")
 
 
+def _tracefs_mounts() -> list[Path]:
+    """Where tracefs is mounted, from /proc/self/mounts (readable by anyone, unlike tracefs itself)."""
+    try:
+        with open("/proc/self/mounts") as f:
+            return [Path(fields[1]) for line in f if len(fields := line.split()) > 2 and fields[2] == "tracefs"]
+    except OSError:
+        return []
+
+
 def tracefs_dir() -> Path | None:
+    """The mounted tracefs bpftrace will use. Debian mounts it 0700 root: a user who may not look inside
+    still learns where it is (from the mount table), never an error."""
+    mounted = _tracefs_mounts()
     for candidate in (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")):
-        if (candidate / "available_events").exists():
+        try:
+            if (candidate / "available_events").exists():
+                return candidate
+        except PermissionError:
+            pass
+        if candidate in mounted:
             return candidate
     return None
 
@@ -131,7 +148,9 @@ def tracefs_dir() -> Path | None:
 def check_tracefs() -> Check:
     found = tracefs_dir()
     if found is not None:
-        return Check("tracefs", True, f"mounted at {found}")
+        readable = os.access(found, os.R_OK | os.X_OK)
+        return Check("tracefs", True, f"mounted at {found}" + ("" if readable else
+                     " (readable by root only: bpftrace runs as root, or through [bpftrace] privileged_helper)"))
     return Check("tracefs", False, "not mounted: every bpftrace tracepoint would be 'not found'",
                  "sudo mount -t tracefs nodev /sys/kernel/tracing")
 
