@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio.testing
 
+from tests.module_times import ModuleTimes
 from tests.skip_policy import SkipPolicy, strict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,6 +24,7 @@ DIAGD = shutil.which("diagd", path=str(Path(sys.executable).parent)) or "diagd"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipPolicy(strict()), "diagd-skip-policy")
+    config.pluginmanager.register(ModuleTimes(), "diagd-module-times")
 
 
 @pytest.fixture
