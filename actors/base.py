@@ -8,6 +8,13 @@ Each actor kind subclasses `Actor` and implements the same small surface: `start
 resource; the actor only counts as ready once this returns), `handle()` (serve one request),
 `stop()` (release the resource, bounded), `statistics()`. Requests carry a message: a frozen
 dataclass of the actor kind, dispatched with `match request.message`.
+
+What a request's handler raises is that request's answer, never the actor's end: a `DiagdError` as
+it is, any other exception (a bug some input met: an empty page, a value not foreseen) as
+INTERNAL_ERROR naming it in one line (its traceback goes to the daemon's log), and the actor serves
+its other requests on. Only a fault of the back end itself restarts the actor by its policy: an
+exception from the actor's own tasks (a reader of its child's pipe), a failed restart, or a handler
+raising `BackendFault` (its child died under the call, its device broke beyond this request).
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn
 
+import structlog
 import trio
 
-from diagd.protocol.errors import DiagdError, ErrorCode
+from diagd.protocol.errors import DiagdError, ErrorCode, as_error
+
+log = structlog.get_logger("diagd.actor")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -192,7 +202,17 @@ class ActorGone(DiagdError):
 
 
 class ActorCrashed(Exception):
-    """An actor's handler raised something that is not a DiagdError: restart it."""
+    """The actor's back end failed (`BackendFault`, or one of the actor's own tasks raised): restart it."""
+
+
+class BackendFault(Exception):
+    """Raised by a handler when the back end's process (or device) is broken beyond the request it
+    serves (the child died, its pipe closed under it): the request fails with ACTOR_FAILED and the
+    supervisor restarts the actor by its policy. Not for anything a caller's input can cause."""
+
+
+# An INTERNAL_ERROR names the exception in one line: at most this many characters of its text.
+BUG_TEXT_CHARS = 300
 
 
 async def run_actor(
@@ -205,9 +225,10 @@ async def run_actor(
 ) -> None:
     """Start `actor`, then serve its inbox until it idles out or is cancelled.
 
-    Returns normally on idle expiry; raises ActorCrashed when a handler hits a bug (the
-    request that triggered it gets ACTOR_FAILED; queued ones stay in the inbox for the
-    restarted actor). `runtime.expire_now()` is asked before expiring, synchronously, so the
+    Returns normally on idle expiry; raises ActorCrashed when a handler finds the back end broken
+    (`BackendFault`: the request that found it gets ACTOR_FAILED; queued ones stay in the inbox for
+    the restarted actor), and what the actor's own tasks raise. A handler's bug fails only its
+    request (INTERNAL_ERROR). `runtime.expire_now()` is asked before expiring, synchronously, so the
     supervisor can deregister the actor with no checkpoint in between (no request is lost to
     the race between expiry and a new call).
     """
@@ -278,13 +299,33 @@ async def _serve_released(actor: Actor, request: Request, runtime: ActorRuntime,
 
 
 def _crashed(actor: Actor, request: Request, runtime: ActorRuntime, exc: Exception) -> NoReturn:
-    """A handler hit a bug: its caller gets ACTOR_FAILED (naming the bug, not the group a nursery
-    wrapped it in) and the actor restarts."""
-    bug = sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc
-    runtime.last_error = f"{type(bug).__name__}: {bug}"
-    runtime.stop_reason = f"another call crashed it ({runtime.last_error}); it restarts"
-    request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor crashed: {runtime.last_error}"))
+    """A handler found the back end broken (BackendFault): its caller gets ACTOR_FAILED (naming the
+    fault, not the group a nursery wrapped it in) and the actor restarts."""
+    fault = sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc
+    runtime.last_error = _one_line(fault)
+    runtime.stop_reason = f"its back end failed under another call ({runtime.last_error}); it restarts"
+    request.fail(DiagdError(ErrorCode.ACTOR_FAILED, f"{actor.kind} actor failed: {runtime.last_error}"))
     raise ActorCrashed(runtime.last_error) from exc
+
+
+def _internal_error(actor: Actor, request: Request, runtime: ActorRuntime, exc: Exception) -> None:
+    """A handler hit a bug (not a fault of the back end): that request gets INTERNAL_ERROR in one line,
+    the traceback goes to the log, and the actor stays up for its other requests."""
+    bug = sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc
+    runtime.last_error = _one_line(bug)
+    log.error("actor request failed", actor=actor.kind, resource=actor.resource, request=request.label,
+              error=runtime.last_error, exc_info=exc)
+    coded = as_error(bug, f"the {actor.kind} actor's {request.label}")
+    request.fail(DiagdError(ErrorCode.INTERNAL_ERROR, _cut(coded.message), request=request.label))
+
+
+def _one_line(exc: BaseException) -> str:
+    return _cut(f"{type(exc).__name__}: {exc}")
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= BUG_TEXT_CHARS else text[:BUG_TEXT_CHARS - 3] + "..."
 
 
 async def _serve(actor: Actor, request: Request, runtime: ActorRuntime) -> None:
@@ -295,13 +336,18 @@ async def _serve(actor: Actor, request: Request, runtime: ActorRuntime) -> None:
             request.resolve(await actor.handle(request))
     except DiagdError as exc:
         request.fail(exc)
+    except BackendFault as exc:
+        _crashed(actor, request, runtime, exc)
     except ExceptionGroup as group:
         coded = sole_exception(group)
-        if not isinstance(coded, DiagdError):
+        if isinstance(coded, DiagdError):
+            request.fail(coded)  # one coded error a nursery wrapped: the caller's, not a crash
+        elif group.subgroup(BackendFault) is not None:
             _crashed(actor, request, runtime, group)
-        request.fail(coded)  # one coded error a nursery wrapped: the caller's, not a crash
+        else:
+            _internal_error(actor, request, runtime, group)
     except Exception as exc:
-        _crashed(actor, request, runtime, exc)
+        _internal_error(actor, request, runtime, exc)
     finally:
         if runtime.current is request:
             runtime.current = None

@@ -8,10 +8,9 @@ from typing import Any, cast
 import trio
 
 from diagd.actors.capture.backend import CaptureBackend
-from diagd.actors.capture.recording import RECORDING_ID, Recording, RecordingStore, start, stop
+from diagd.actors.capture.recording import RECORDING_ID, Recording, RecordingStore, not_found, start, stop
 from diagd.actors.capture.replies import BundleReply, RecordingReply
-from diagd.actors.tooling import CallContext, ToolSet
-from diagd.protocol.errors import DiagdError, ErrorCode
+from diagd.actors.tooling import CallContext, ToolSet, current_groups
 
 recording_tools: ToolSet[CaptureBackend] = ToolSet()
 
@@ -20,6 +19,15 @@ _locks: dict[str, trio.Lock] = {}
 
 def store_of(backend: CaptureBackend) -> RecordingStore:
     return RecordingStore(backend.store.root)
+
+
+async def load_visible(backend: CaptureBackend, store: RecordingStore, recording_id: str, client: str) -> Recording:
+    """The recording, if `client` (of the current call's tool groups) may see it (recording.py); else NOT_FOUND,
+    as for an id never made."""
+    rec: Recording = await trio.to_thread.run_sync(store.load, recording_id)
+    if not rec.visible_to(client, current_groups.get(), backend.owner_connected(rec.owner)):
+        raise not_found(recording_id)
+    return rec
 
 
 @recording_tools.tool(
@@ -35,7 +43,7 @@ def store_of(backend: CaptureBackend) -> RecordingStore:
 )
 async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> RecordingReply:
     rec = await start(backend.runtime.call, store_of(backend), ctx.client, args,
-                      keep=backend.settings().keep_captures)
+                      keep=backend.settings().keep_captures, groups=current_groups.get())
     return cast(RecordingReply, {**rec.summary(), "hint": "reproduce now; diagd_record_stop returns the bundle"})
 
 
@@ -51,13 +59,13 @@ async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str
 async def record_stop(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> BundleReply:
     store = store_of(backend)
     rid = args["recording_id"]
+    # Only a client that may see it (its owner; once the owner has gone, a client of the same user), of the groups
+    # its parts are read with: anyone else is told there is no such recording (and no lock is made for it).
+    await load_visible(backend, store, rid, ctx.client)
     async with _locks.setdefault(rid, trio.Lock()):
-        rec: Recording = await trio.to_thread.run_sync(store.load, rid)
+        rec = await load_visible(backend, store, rid, ctx.client)  # as it is now (a stop may have just ended)
         if rec.bundle is not None:
             return cast(BundleReply, {**rec.bundle, "already_stopped": True})
-        if rec.owner != ctx.client and backend.owner_connected(rec.owner):
-            raise DiagdError(ErrorCode.BUSY, f"recording {rid} belongs to another connected diagd client "
-                             f"({rec.owner})", recording_id=rid, owner=rec.owner)
         bundle = await stop(backend.runtime.call, store, rec, args["timeline_rows"])
     _locks.pop(rid, None)
     return cast(BundleReply, {**bundle, "already_stopped": False})

@@ -8,6 +8,13 @@ whose group the client has not selected fails as that tool would. A start that f
 parts already started. The record is `<state>/capture/recordings/<id>.json`; the bundle's own files
 (the bpftrace output, bundle.json) are `<state>/capture/exports/<id>/`, beside the capture's. The
 capture reads as `capture:<recording id>` too (views.py), so the one id reaches every pcap tool.
+
+Who sees a recording (its stop, its bundle, `capture:<recording id>`): a client whose tool groups hold
+every group its parts are read with (`groups_for`: the capture and its frames, serial, bpftrace), and
+that is its owner (the client that started it), or, once the owner has gone (as a port or a capture is
+taken over, backend.owner_connected), a client of the same user. Anyone else is told there is no such
+recording (NOT_FOUND, as for an id never made): ids are not disclosed. A client starts only a recording
+it could see (PERMISSION_DENIED naming the groups it lacks), so it can always stop what it started.
 """
 
 from __future__ import annotations
@@ -38,6 +45,25 @@ ROLLBACK_S = 60.0
 TIMELINE_ROWS = 2000  # merged rows kept in bundle.json (diagd_timeline's page maximum)
 BPFTRACE_LINES = 10000  # get_result's page maximum
 
+# The groups a part is read with, besides the recording tools' own (the capture group): a capture's
+# frames through the pcap tools (the bundle's timeline, `capture:<recording id>`), a serial session
+# through the serial tools (export_serial_pcapng, get_log), a program's output through bpftrace's.
+CAPTURE_GROUP, PCAP_GROUP, SERIAL_GROUP, BPFTRACE_GROUP = "capture", "pcap", "serial", "bpftrace"
+# A selection of tool groups, as tooling.current_groups holds it: None is every group.
+Groups = frozenset[str] | None
+
+
+def groups_for(*, capture: bool, serial: bool, bpftrace: bool) -> frozenset[str]:
+    """The tool groups a client needs to stop a recording of these parts and read its bundle."""
+    return frozenset({CAPTURE_GROUP, *((PCAP_GROUP,) if capture else ()), *((SERIAL_GROUP,) if serial else ()),
+                      *((BPFTRACE_GROUP,) if bpftrace else ())})
+
+
+def user_of(client: str) -> str:
+    """The user a client acts for: an HTTP client's token (`http:<name>`); every client of the local sockets
+    (`mcp:<pid>`, `cli:<pid>`) is the daemon's own user, the only one they admit (SO_PEERCRED)."""
+    return client if client.startswith("http:") else "local"
+
 
 @dataclass
 class Recording:
@@ -53,6 +79,17 @@ class Recording:
     started_at: float | None = None
     stopped_at: float | None = None
     bundle: dict[str, Any] | None = None
+
+    def groups(self) -> frozenset[str]:
+        """The tool groups its parts are read with (groups_for)."""
+        return groups_for(capture=self.capture_id is not None, serial=bool(self.ports),
+                          bpftrace=self.execution_id is not None)
+
+    def visible_to(self, client: str, groups: Groups, owner_connected: bool) -> bool:
+        """Whether `client` (of these tool groups) may stop it and read its bundle: see the module docstring."""
+        if groups is not None and not self.groups() <= groups:
+            return False
+        return client == self.owner or (not owner_connected and user_of(client) == user_of(self.owner))
 
     def summary(self) -> dict[str, Any]:
         return {"recording_id": self.id, "status": self.status, "owner": self.owner,
@@ -92,7 +129,7 @@ class RecordingStore:
         try:
             data = json.loads(statefile.read_text(self.path(recording_id)))
         except FileNotFoundError:
-            raise DiagdError(ErrorCode.NOT_FOUND, f"no recording {recording_id!r}") from None
+            raise not_found(recording_id) from None
         names = set(Recording.__dataclass_fields__)
         return Recording(**{k: v for k, v in data.items() if k in names})
 
@@ -121,13 +158,36 @@ class RecordingStore:
         return str(path)
 
 
-async def start(call: Call, store: RecordingStore, owner: str, args: dict[str, Any], *, keep: int) -> Recording:
+def not_found(recording_id: str) -> DiagdError:
+    """The answer for an id never made, and for a recording the caller may not see (the same words)."""
+    return DiagdError(ErrorCode.NOT_FOUND, f"no recording {recording_id!r}",
+                      hint="diagd_record_start returns the recording_id (a recording is seen by its owner)")
+
+
+def check_groups(args: dict[str, Any], groups: Groups) -> None:
+    """A client starts only a recording it could stop and read: PERMISSION_DENIED naming the groups its parts
+    are read with that it has not selected."""
+    if groups is None:  # every group
+        return
+    needed = groups_for(capture="capture" in args, serial=bool(args.get("serial_ports")), bpftrace="bpftrace" in args)
+    missing = sorted(needed - groups)
+    if missing:
+        raise DiagdError(ErrorCode.PERMISSION_DENIED, f"this recording is read with the tool groups "
+                         f"{', '.join(sorted(needed))}; this client has not selected {', '.join(missing)}, so it "
+                         "could not stop it nor read its bundle", needed=sorted(needed), missing=missing,
+                         selected=sorted(groups),
+                         hint=f"select them too (diagd mcp --tools {','.join(sorted((groups | needed) - {'diagd'}))})")
+
+
+async def start(call: Call, store: RecordingStore, owner: str, args: dict[str, Any], *, keep: int,
+                groups: Groups = None) -> Recording:
     """Start the parts asked for, capture first (it answers once dumpcap writes), then the program (once its
     probes attach), then the ports; a failure stops what had started, leaves no record and is raised as
-    itself. The newest `keep` stopped recordings are kept."""
+    itself. The newest `keep` stopped recordings are kept. `groups`: the client's (check_groups)."""
     if not any(args.get(k) for k in ("capture", "serial_ports", "bpftrace")):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "a recording needs at least one of capture, serial_ports, "
                          "bpftrace")
+    check_groups(args, groups)
     await trio.to_thread.run_sync(store.prune, keep)
     rec = await trio.to_thread.run_sync(store.new, owner)
 

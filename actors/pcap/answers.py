@@ -142,7 +142,21 @@ def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogu
                           "exact total")
     if not page.total and message.display_filter:
         result["hint"] = protocols_hint(message.display_filter, present or [], cat, sbi)
+    elif not page.rows and (why := empty_page(message.display_filter, page.total, message.offset, page.exact)):
+        result["hint"] = why
     return result
+
+
+def empty_page(display_filter: str, total: int, offset: int, exact: bool = True) -> str | None:
+    """Why a page holds no row, when it is not a filter that matched nothing (protocols_hint says why
+    then): a capture without frames, or an offset past the last match. None: the page is not empty."""
+    if not total and not display_filter:
+        return "the capture holds no frames"
+    if total and offset >= total:
+        matching = "frames matching the filter" if display_filter else "frames"
+        counted = f"{total} {matching}" + ("" if exact else " found so far (the same call again counts them)")
+        return f"offset {offset} is past the last of the {counted}: a page starts at an offset below {total}"
+    return None
 
 
 async def absent_protocols_hint(capture: CaptureSession, request: Request, display_filter: str) -> str:
@@ -226,6 +240,8 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
                               "has_more": offset + len(rows) < len(numbers)}
     if not numbers and display_filter:
         result["hint"] = await absent_protocols_hint(capture, request, display_filter)
+    elif not rows and (why := empty_page(display_filter, len(numbers), offset)):
+        result["hint"] = why
     return result
 
 
@@ -253,6 +269,8 @@ async def timeline_while_loading(capture: CaptureSession, message: Timeline, *,
                               "tshark (single pass while sharkd loads)"}
     if not complete:
         result["total_at_least"] = seen
+    if not rows and (why := empty_page(message.display_filter, seen, message.offset, complete)):
+        result["hint"] = why
     return result
 
 

@@ -234,9 +234,12 @@ class FrameText:
 
 
 def frames_of(text: str) -> list[FrameText]:
-    """`tshark -V` output split into frames (the blank line that ends each one dropped)."""
+    """`tshark -V` output split into frames (the blank line that ends each one dropped); none in an
+    output without a frame (a filter that matched nothing, a capture without packets)."""
     # One scan for the frame starts (a literal prefix after a newline), not a match per line.
     starts = list(_FRAME.finditer("\n" + text))
+    if not starts:
+        return []
     ends = [start.start() for start in starts[1:]] + [len(text)]
     return [FrameText(int(start.group(1)), text[start.start():end].rstrip("\n"))
             for start, end in zip(starts, ends, strict=True)]

@@ -503,6 +503,13 @@ def _search_result(m: TextSearch, numbers: Sequence[int], scan: _Scan, by_layers
         result["note"] = (f"INCOMPLETE: searched {scanned} of the {len(numbers) - offset} frames matching the "
                           f"filter from offset {offset} ({len(numbers)} in all), then stopped because {why}; "
                           f"frames not searched may match. Continue with offset={offset + scanned}.")
+    elif not len(numbers):
+        result["note"] = ("no frame matches the filter: nothing to search (pcap_frames_by_filter with it says which "
+                          "of its protocols the capture has)" if m.display_filter else
+                          "the capture holds no frames: nothing to search")
+    elif offset >= len(numbers):
+        result["note"] = (f"offset {offset} is past the last of the {len(numbers)} frames matching the filter: "
+                          f"nothing to search (a search starts at an offset below {len(numbers)})")
     elif offset:
         result["note"] = f"searched every frame from offset {offset}; the {offset} frames before it were skipped"
     return result

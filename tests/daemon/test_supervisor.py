@@ -9,7 +9,15 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.actors.base import Actor, ActorGone, ActorState, Request, RestartKind, SupervisionPolicy
+from diagd.actors.base import (
+    Actor,
+    ActorGone,
+    ActorState,
+    BackendFault,
+    Request,
+    RestartKind,
+    SupervisionPolicy,
+)
 from diagd.actors.tooling import CallContext, current_call
 from diagd.daemon.server.supervisor import Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -27,7 +35,12 @@ class Work:
 
 @dataclass(frozen=True)
 class Crash:
-    pass
+    """The actor's back end fails under the call (BackendFault): a restart by policy."""
+
+
+@dataclass(frozen=True)
+class Bug:
+    """The handler meets a bug (any other exception): the call's INTERNAL_ERROR, the actor goes on."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,7 @@ class InNursery:
 
 
 class Scripted(Actor):
-    """Sleeps on `Work`, crashes on `Crash`, answers `Ping`; counts starts and stops."""
+    """Sleeps on `Work`, its back end fails on `Crash`, a bug on `Bug`, answers `Ping`; counts starts and stops."""
 
     kind = "scripted"
     policy = SupervisionPolicy(max_restarts=2, window_s=10, backoff_s=1, backoff_max_s=4)
@@ -58,7 +71,9 @@ class Scripted(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         match request.message:
             case Crash():
-                raise RuntimeError("boom")
+                raise BackendFault("boom")
+            case Bug():
+                raise ValueError("zip() argument 2 is longer than argument 1\n" + "x" * 1000)
             case InNursery(error=error):
                 async def fail() -> None:
                     raise error
@@ -178,12 +193,50 @@ async def test_a_coded_error_a_nursery_wrapped_is_the_callers_error_not_a_crash(
         ref = sup.find("scripted", "a")
         assert ref is not None and ref.restarts == 0 and ref.runtime.last_error is None
         assert (await call(sup, "a", Ping()))["op"] == "Ping" and Scripted.starts == 1
-        # A bug inside the nursery is still a crash: ACTOR_FAILED and a restart.
+        # A bug inside the nursery is the call's INTERNAL_ERROR: the actor goes on.
         with pytest.raises(DiagdError) as info:
             await call(sup, "a", InNursery(RuntimeError("boom")))
+        assert info.value.code == ErrorCode.INTERNAL_ERROR and "RuntimeError: boom" in info.value.message
+        await trio.testing.wait_all_tasks_blocked()
+        assert ref.runtime.state == ActorState.IDLE and ref.restarts == 0
+        # The back end failing inside the nursery is still a crash: ACTOR_FAILED and a restart.
+        with pytest.raises(DiagdError) as info:
+            await call(sup, "a", InNursery(BackendFault("boom")))
         assert info.value.code == ErrorCode.ACTOR_FAILED and "boom" in info.value.message
         await trio.testing.wait_all_tasks_blocked()
         assert ref.runtime.state == ActorState.RESTARTING
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_handlers_bug_is_its_callers_internal_error_and_the_actor_serves_on(
+        autojump_clock: trio.testing.MockClock) -> None:
+    outcomes: dict[str, Any] = {}
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=1000)
+
+        async def slow() -> None:
+            outcomes["slow"] = await call(sup, "a", Work(5), make=lambda: Shared("a"))
+
+        nursery.start_soon(slow)  # in flight on the same actor (Shared: three at once) while the bugs happen
+        await trio.testing.wait_all_tasks_blocked()
+        ref = sup.find("scripted", "a")
+        assert ref is not None
+        actor = ref.actor
+        # More bugs in a row than max_restarts (2) allows crashes: each is one call's coded error.
+        for _ in range(5):
+            with pytest.raises(DiagdError) as info:
+                await call(sup, "a", Bug(), make=lambda: Shared("a"))
+            error = info.value
+            assert error.code == ErrorCode.INTERNAL_ERROR and error.details == {"request": "Bug"}
+            assert error.message.startswith("the scripted actor's Bug failed: ValueError: zip() argument 2")
+            assert "\n" not in error.message and "Traceback" not in error.message and len(error.message) <= 300
+        assert sup.find("scripted", "a") is ref and ref.accepting and ref.restarts == 0 and ref.actor is actor
+        assert ref.runtime.last_error is not None and ref.runtime.last_error.startswith("ValueError: zip()")
+        assert (await call(sup, "a", Ping()))["op"] == "Ping"  # the next call works
+        await trio.sleep(5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert outcomes["slow"]["op"] == "Work"  # the call beside the bugs was not cancelled
+        assert ref.runtime.state == ActorState.IDLE and ref.actor is actor
         nursery.cancel_scope.cancel()
 
 

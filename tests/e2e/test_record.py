@@ -7,6 +7,7 @@ session as pcapng, the program's output and a merged timeline whose order is the
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from tests.pcaps import pcap
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
 from tests.support.veth import Veth, frames, start_capture_daemon
 
-pytestmark = [pytest.mark.e2e, needs_bpftrace]
+pytestmark = [pytest.mark.e2e]
 
 # The program prints one line when this test's own process sends signal 0 to itself (os.kill(pid, 0)).
 PROGRAM = ('tracepoint:syscalls:sys_enter_kill /args->pid == %d && args->sig == 0/ '
@@ -72,6 +73,7 @@ def order(rows: list[dict[str, Any]], port: str) -> list[str]:
     return steps
 
 
+@needs_bpftrace
 async def test_a_recorded_reproduction_bundles_capture_serial_and_bpftrace_in_send_order(
         record_daemon: DaemonProcess, veth: Veth, modem: SimProcess, tmp_path: Path) -> None:
     sent = pcap("adrian_sandbox_n2.pcap")  # 44 Ethernet frames (NGAP over SCTP)
@@ -140,3 +142,65 @@ async def test_a_recorded_reproduction_bundles_capture_serial_and_bpftrace_in_se
         assert again["already_stopped"] and again["capture"] == capture
         status = await ok(client, "connection_status", port=port)
         assert status["ports"][0]["state"] != "open", status
+
+
+async def test_a_recording_is_seen_by_its_owner_only_and_started_only_with_the_groups_it_is_read_with(
+        env: Env, veth: Veth, tmp_path: Path) -> None:
+    sent = pcap("adrian_sandbox_n2.pcap")
+    state = env.state / "capture"
+    daemon = start_capture_daemon(env, veth)
+    try:
+        # A capture's recording is stopped and read with the pcap tools (its timeline, capture:<id>): a client
+        # without the pcap group could never stop it. Refused before anything starts; so is a serial part
+        # for a client without the serial group.
+        async with mcp_client(env, "--tools", "capture") as capture_only:
+            refused = await error(capture_only, "diagd_record_start", capture={"interfaces": [veth.capture]})
+            assert refused["code"] == "PERMISSION_DENIED" and refused["details"]["missing"] == ["pcap"], refused
+            assert "pcap" in refused["details"]["hint"]
+        async with mcp_client(env, "--tools", "capture,pcap") as no_serial:
+            refused = await error(no_serial, "diagd_record_start", capture={"interfaces": [veth.capture]},
+                                  serial_ports=[str(tmp_path / "modem0")])
+            assert refused["code"] == "PERMISSION_DENIED" and refused["details"]["missing"] == ["serial"], refused
+        assert not list(state.glob("recordings/rec-*")) and not list(state.glob("captures/cap-*"))
+
+        async with mcp_client(env) as owner, mcp_client(env) as other:
+            started = await ok(owner, "diagd_record_start",
+                               capture={"interfaces": [veth.capture], "duration_s": 300})
+            rid = started["recording_id"]
+            await trio.to_thread.run_sync(veth.replay, sent)
+            never = await error(other, "diagd_record_stop", recording_id="rec-00000000")
+
+            async def hidden() -> None:
+                """`other` is told what it is told of an id never made, by every tool that names the id."""
+                refused = await error(other, "diagd_record_stop", recording_id=rid)
+                assert refused == {**never, "message": f"no recording {rid!r}"}, refused
+                named = await error(other, "pcap_info", pcap_path=f"capture:{rid}")
+                assert named["code"] == "NOT_FOUND" and named["message"] == f"no recording {rid!r}", named
+                assert "packet_count" not in named
+
+            await hidden()  # running: it stays running
+            assert (await ok(owner, "capture_status", capture_id=started["capture_id"]))["running"]
+            live = await ok(owner, "pcap_info", pcap_path=f"capture:{rid}")
+            assert live["source"]["live"]["running"]
+
+            bundle = await stop(owner, rid)
+            assert not bundle["already_stopped"] and bundle["capture"]["packets"] == 44
+            await hidden()  # stopped: its bundle does not go to another client either
+            again = await stop(owner, rid)  # the owner reads it still
+            assert again["already_stopped"] and again["capture"] == bundle["capture"]
+            assert (await ok(owner, "pcap_info", pcap_path=f"capture:{rid}"))["packet_count"] == 44
+
+        # Its owner has gone: a client of the same user may take it over, as a capture or a port, if it has the
+        # groups its parts are read with (a `diagd call` command has every group).
+        async with mcp_client(env, "--tools", "capture") as capture_only:
+            refused = await error(capture_only, "diagd_record_stop", recording_id=rid)
+            assert refused["code"] == "NOT_FOUND" and refused["message"] == f"no recording {rid!r}", refused
+        with trio.fail_after(15):  # until the daemon has seen the owner's connection close
+            while (out := env.run("call", "diagd_record_stop", f"recording_id={rid}", "--visibility", "off")
+                   ).returncode != 0:
+                assert "NOT_FOUND" in out.stdout + out.stderr, out
+                await trio.sleep(0.2)
+        taken = json.loads(out.stdout)
+        assert taken["already_stopped"] and taken["capture"] == bundle["capture"]
+    finally:
+        daemon.stop()

@@ -16,7 +16,7 @@ from typing import Any, NotRequired, cast
 import trio
 from typing_extensions import TypedDict
 
-from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
+from diagd.actors.base import Actor, BackendFault, Request, SupervisionPolicy, unhandled
 from diagd.actors.runtime import Runtime
 from diagd.actors.settings import parse_table
 from diagd.actors.timeline_source import Caller, Read, Source, TimelineSource, Window, row
@@ -61,7 +61,8 @@ class Echo:
 
 @dataclass(frozen=True)
 class Crash:
-    """A bug in the actor: it is restarted by its policy."""
+    """Its back end fails under the call (BackendFault, as a child's death): the actor is restarted by its
+    policy. (A bug in a handler would only fail its call, with INTERNAL_ERROR.)"""
 
 
 # -- the actor: one per resource ----------------------------------------------------------------
@@ -88,7 +89,7 @@ class EchoActor(Actor):
             case Echo() as echo:
                 return dict(await self._echo(request, echo))  # the reply model is a dict
             case Crash():
-                raise RuntimeError("echo actor asked to crash")
+                raise BackendFault("echo actor asked to crash")
         raise unhandled("echo", request)
 
     async def _echo(self, request: Request, echo: Echo) -> EchoReply:
