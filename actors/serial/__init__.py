@@ -34,17 +34,18 @@ logging data past [serial] log_max_bytes (recorded as a "log_limit" event, count
 connection_status); the newest [serial] log_keep sessions per port are kept.
 
 Config ([serial], all optional): allowed_ports (paths or globs, compared after resolving
-symlinks; empty = any), baudrate, idle_ms, line_ending (default cr, as AT modems expect),
-max_reply_bytes, urc_max_packets, urc_max_bytes, write_timeout_ms, log_max_bytes, log_keep,
+symlinks; empty = any serial line; a pseudo-terminal only when named there, and never one diagd
+itself holds, such as a crash session's: access.py), baudrate, idle_ms, line_ending (default cr,
+as AT modems expect), max_reply_bytes, urc_max_packets, urc_max_bytes, write_timeout_ms, log_max_bytes, log_keep,
 export_keep, and per port `[serial.ports."<port or glob>"]` tables of line settings (baudrate,
 bytesize, parity, stopbits, rtscts, xonxoff, dsrdtr, idle_ms, line_ending). Read when a port is
 opened (reload applies to ports opened afterwards); a reload with an error in [serial] is refused.
 
 The package: settings.py (the [serial] table, line settings, port names), port.py (pyserial on
 Trio), codec.py (hex, escapes, slicer, reply matching), urc.py, rawlog.py, record.py (a port's
-state), messages.py and actor.py (the port's actor), backend.py (the open ports, hot-plug,
-probes), pcapng.py and export.py (a session's log as pcapng: export_serial_pcapng), schemas.py and
-tools.py (the MCP tools).
+state), messages.py and actor.py (the port's actor), access.py (which ports may be opened),
+backend.py (the open ports, hot-plug, probes), pcapng.py and export.py (a session's log as pcapng:
+export_serial_pcapng), schemas.py and tools.py (the MCP tools).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import trio
 
 from diagd.actors.base import ActorGone
 from diagd.actors.runtime import ActorRef, Runtime
+from diagd.actors.serial.access import PortAccess, PtyScan, held_ptys
 from diagd.actors.serial.actor import KIND, SerialActor, not_open_error
 from diagd.actors.serial.port import BlockingRunner, Opener, open_posix_port, port_holders
 from diagd.actors.serial.rawlog import session_logs
@@ -37,6 +38,7 @@ class SerialBackend:
         self.last_logs: dict[str, Path] = {}
         self.opener: Opener = open_posix_port
         self.run_blocking: BlockingRunner = trio.to_thread.run_sync
+        self.held_ptys: PtyScan = held_ptys  # the ptys diagd holds (a seam: in-process tests hold their modems')
         self._raw_config: Mapping[str, Any] | None = None
         self._config = SerialConfig()
         self._seen: OrderedDict[str, set[str]] = OrderedDict()
@@ -152,39 +154,31 @@ class SerialBackend:
         return previous, since
 
     async def check_allowed(self, key: str) -> None:
-        allowed = self.config().allowed_ports
-        if allowed:
-            devices, real = await self.run_blocking(_allowed_devices, allowed, key)
-            if real not in devices:
-                raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{key} is not in [serial] allowed_ports",
-                                 port=key, device=real, allowed_ports=list(allowed))
+        """Refuse `key` unless a client may open it: [serial] allowed_ports, and pseudo-terminals only
+        when allowed_ports names them and never one diagd itself holds (access.py)."""
+        await self.run_blocking(self.access().check, key)
+
+    def access(self) -> PortAccess:
+        """The rules ports are opened (and listed as allowed) by, as of now."""
+        own = tuple(rec.device for rec in self.records.values()
+                    if rec.device is not None and rec.state == PortState.CONNECTED)
+        return PortAccess(self.config().allowed_ports, self.held_ptys, own)
 
 
-
-def _allowed_devices(patterns: tuple[str, ...], key: str) -> tuple[set[str], str]:
-    devices = set()
-    for entry in patterns:
-        entry = os.path.expanduser(entry)
-        for path in glob.glob(entry) if glob.has_magic(entry) else [entry]:
-            devices.add(os.path.realpath(path))
-    return devices, os.path.realpath(key)
-
-
-def enumerate_ports(allowed: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+def enumerate_ports(access: PortAccess) -> dict[str, dict[str, Any]]:
     from serial.tools import list_ports
 
     found: dict[str, dict[str, Any]] = {}
     for info in list_ports.comports():
         found[info.device] = {"description": info.description or "n/a", "hwid": info.hwid or "n/a"}
-    for entry in allowed:  # configured ports the kernel does not enumerate (ptys, by-id links)
+    for entry in access.allowed:  # configured ports the kernel does not enumerate (ptys, by-id links)
         entry = os.path.expanduser(entry)
         for path in glob.glob(entry) if glob.has_magic(entry) else [entry]:
             if path not in found and os.path.exists(path):
                 found[path] = {"description": "configured in [serial] allowed_ports", "hwid": "n/a"}
-    devices = _allowed_devices(allowed, "/")[0] if allowed else set()
     for path, info in found.items():
         info["device"] = os.path.realpath(path)
-        info["allowed"] = not allowed or info["device"] in devices
+        info["allowed"] = access.refusal(path) is None
     return found
 
 

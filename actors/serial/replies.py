@@ -70,7 +70,7 @@ class ListedPort(TypedDict):
     label: str
     """port - description"""
     allowed: bool
-    """[serial] allowed_ports allows it"""
+    """configure_connection may open it: [serial] allowed_ports allows it (a pty only if named there)"""
     state: State
     """its state in diagd"""
 

@@ -41,7 +41,7 @@ tools: ToolSet[SerialBackend] = ToolSet()
 
 @tools.tool("list_ports", **TOOLS["list_ports"])
 async def list_ports(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> ListPortsReply:
-    found = await backend.run_blocking(enumerate_ports, backend.config().allowed_ports)
+    found = await backend.run_blocking(enumerate_ports, backend.access())
     records = backend.records
     for rec in records.values():
         if rec.key not in found and not any(p.get("device") == rec.device for p in found.values()):

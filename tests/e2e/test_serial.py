@@ -4,7 +4,9 @@ other end is a simulated modem in its own process (tests/support/sim_modem.py)."
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,8 +17,9 @@ import pytest
 import trio
 from mcp import Client
 
-from tests.conftest import SUPPORT, DaemonProcess
+from tests.conftest import SUPPORT, DaemonProcess, Env, start_daemon
 from tests.e2e.test_mcp import call, mcp_client, payload
+from tests.fixtures.vmcore import build
 
 pytestmark = pytest.mark.e2e
 
@@ -191,3 +194,55 @@ async def test_escapes_through_mcp_name_the_same_bytes_as_real_control_character
         assert literal["found_keyword"] and as_is["found_keyword"]
         log = await ok(client, "get_log", port=port, limit=1000)
         assert written(log["records"]) == ["AT\r", "AT\r", "AT+X\\y\r", "AT+X\\y\r"]
+
+
+@pytest.mark.skipif(shutil.which("crash") is None, reason="crash is not installed (scripts/setup.sh installs it)")
+async def test_the_daemons_own_crash_pty_is_refused_even_when_allowed_ports_names_every_pty(
+        env: Env, sim: SimProcess, tmp_path: Path) -> None:
+    """A client that opened the pty crash runs on would read what diagd sends crash and make another
+    client's crash commands time out: a pty diagd holds is never a port, whatever allowed_ports says."""
+    fixture = build()
+    config = env.config.read_text().replace("[daemon]\n", f'[daemon]\nallowed_dirs = ["{fixture.dir}"]\n')
+    env.write_config(config + '\n[serial]\nallowed_ports = ["/dev/pts/*"]\n')
+    daemon = start_daemon(env)
+    try:
+        async with mcp_client(env) as client:
+            with trio.fail_after(300):  # crash loads the dump in 5-10 s
+                opened = payload(await client.call_tool("open_vmcore_session", {
+                    "vmcore_path": str(fixture.vmcore), "vmlinux_path": str(fixture.vmlinux)}))
+            session = opened["session_id"]
+            status = payload(await call(client, "diagd_status"))
+            crash = next(a for a in status["actors"] if a["kind"] == "crash")["details"]
+            crash_pty = os.readlink(f"/proc/{crash['crash_pid']}/fd/0")  # crash's terminal: pexpect's pty
+            assert crash_pty.startswith("/dev/pts/"), crash_pty
+            link = tmp_path / "ttyUSB0"
+            link.symlink_to(crash_pty)
+            for port in (crash_pty, str(link)):
+                refused = await error(client, "configure_connection", port=port)
+                assert refused["code"] == "PERMISSION_DENIED" and refused["details"]["reason"] == "daemon_pty", refused
+                assert refused["details"]["device"] == crash_pty and "Traceback" not in json.dumps(refused)
+            with trio.fail_after(60):  # crash's terminal is untouched: it answers at once
+                answer = payload(await client.call_tool("run_crash_command", {
+                    "session_id": session, "command": "sys", "force_execute": True}))
+            assert "PANIC" in answer["output"], answer
+            # Another program's pty, named by the same glob, is a port.
+            mine = await ok(client, "configure_connection", port=sim.path, line_ending="cr")
+            assert mine["state"] == "Connected" and mine["device"] == sim.path
+            at = await ok(client, "send_data", port=sim.path, payload="AT", stop_pattern=AT_END, timeout_ms=5000)
+            assert at["found_keyword"]
+    finally:
+        daemon.stop()
+
+
+def test_with_the_shipped_config_a_pty_is_refused_with_a_coded_error(env: Env, sim: SimProcess) -> None:
+    daemon = start_daemon(env)  # no [serial] table: allowed_ports = [], any serial line and no pty
+    try:
+        for port in (sim.path, str(sim.link)):
+            done = env.run("call", "configure_connection", f"port={port}", "--visibility", "off")
+            refused = json.loads(done.stdout)
+            assert done.returncode == 1 and refused["code"] == "PERMISSION_DENIED", done.stdout
+            assert refused["details"]["reason"] == "pty_not_allowed" and refused["details"]["device"] == sim.path
+            assert "[serial] allowed_ports" in refused["details"]["hint"]
+            assert "Traceback" not in done.stdout + done.stderr
+    finally:
+        daemon.stop()

@@ -2,6 +2,7 @@
 device before finding it was no terminal (opening /dev/watchdog would arm it). Now a device is known
 to be a serial line before anything opens it: the open itself is watched with inotify on a device
 node of our own (a copy of /dev/null made with mknod), which sees every open(2) but not O_PATH.
+A pty slave is a terminal too, but some program's: it opens only when [serial] allowed_ports names it.
 """
 
 from __future__ import annotations
@@ -94,11 +95,40 @@ def test_what_is_no_serial_line_is_refused_with_a_coded_error(default_daemon: Da
     assert_not_a_terminal(configure(default_daemon, target))
 
 
-def test_a_pty_slave_still_opens(default_daemon: DaemonProcess) -> None:
+def test_a_pty_slave_still_opens_once_allowed_ports_names_it(env: Env) -> None:
     master, slave = os.openpty()
     try:
-        is_error, payload = configure(default_daemon, os.ttyname(slave))
-        assert not is_error and payload["state"] == "Connected", payload
+        pty = os.ttyname(slave)
+        env.write_config(env.config.read_text() + f'\n[serial]\nallowed_ports = ["{pty}"]\n')  # a pty: named
+        daemon = start_daemon(env)
+        try:
+            is_error, payload = configure(daemon, pty)
+            assert not is_error and payload["state"] == "Connected", payload
+        finally:
+            daemon.stop()
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def test_a_pty_slave_allowed_ports_does_not_name_is_refused_without_being_opened(default_daemon: DaemonProcess,
+                                                                                 tmp_path: Path) -> None:
+    master, slave = os.openpty()
+    try:
+        pty = os.ttyname(slave)
+        watch = OpenWatch(Path(pty))
+        try:
+            for port in (pty, str(tmp_path / "ttyUSB0")):
+                if port != pty:
+                    os.symlink(pty, port)  # a serial port's name in front of it changes nothing
+                is_error, payload = configure(default_daemon, port)
+                assert is_error and payload["code"] == "PERMISSION_DENIED", payload
+                assert payload["details"]["reason"] == "pty_not_allowed" and payload["details"]["device"] == pty
+            assert not watch.opened(), "the daemon opened a pty allowed_ports does not name"
+            os.close(os.open(pty, os.O_RDWR | os.O_NOCTTY))
+            assert watch.opened()  # the watch does see an open of a pty
+        finally:
+            watch.close()
     finally:
         os.close(slave)
         os.close(master)

@@ -1,5 +1,10 @@
 """The serial tools against a simulated AT modem on a real pseudo-terminal (pyserial opens the
-slave path like any port); the daemon object runs in-process, on the real clock."""
+slave path like any port); the daemon object runs in-process, on the real clock.
+
+A pty opens only when [serial] allowed_ports names it, so each test names its modems (their links in
+tmp_path, resolved to the ptys). The modems run in this process, which is also the daemon's: the
+harness's scan of the ptys diagd holds leaves them out (`held_ptys` below), except in the tests of
+that rule, which put the real scan back."""
 
 from __future__ import annotations
 
@@ -14,16 +19,34 @@ import pytest
 import serial as pyserial
 import trio
 
+from diagd.actors.serial.access import PtyId, held_ptys, pty_id
 from tests.actors.serial.test_clock import Harness, MakeHarness, harnesses
 from tests.support.sim_modem import SimModem, binary_frame, flood_bytes
 
 OK_OR_ERROR = ["OK\r\n", "ERROR\r\n"]
 
 
+def no_ptys_held() -> set[PtyId]:
+    """The harness's scan of the ptys diagd holds: none. The daemon object shares this process with
+    the simulated modems, whose masters and slaves it would otherwise count as its own."""
+    return set()
+
+
+def modems(tmp_path: Path, *names: str) -> list[str]:
+    """[serial] allowed_ports naming the test's modems: their links in tmp_path, which reach their ptys
+    (a modem that comes back on the same link is named too; one that is gone is NOT_FOUND, not refused)."""
+    return [str(tmp_path / name) for name in names or ("modem", "other")]
+
+
 @pytest.fixture
 def make_harness(nursery: trio.Nursery, tmp_path: Path) -> Iterator[MakeHarness]:
     with harnesses(nursery, tmp_path) as make:
-        yield make
+        def make_beside_modems(**serial_config: Any) -> Harness:
+            harness = make(**serial_config)
+            harness.backend.held_ptys = no_ptys_held
+            return harness
+
+        yield make_beside_modems
 
 
 @pytest.fixture
@@ -33,8 +56,8 @@ def sim(tmp_path: Path) -> Iterator[SimModem]:
 
 
 @pytest.fixture
-async def h(make_harness: MakeHarness, sim: SimModem) -> Harness:
-    harness = make_harness()
+async def h(make_harness: MakeHarness, sim: SimModem, tmp_path: Path) -> Harness:
+    harness = make_harness(allowed_ports=modems(tmp_path))
     harness.connect(harness.client)
     await harness.call("configure_connection", port=sim.port, line_ending="cr")
     return harness
@@ -103,7 +126,7 @@ async def test_urcs_between_calls_wait_in_the_buffer_as_separate_packets(h: Harn
 
 
 async def test_urcs_on_a_timer_are_kept_while_nobody_asks(make_harness: MakeHarness, tmp_path: Path) -> None:
-    h = make_harness()
+    h = make_harness(allowed_ports=modems(tmp_path, "beeper"))
     with SimModem(link=tmp_path / "beeper", urc_interval=0.1) as beeper:
         await h.call("configure_connection", port=beeper.port)
         packets = await urcs_until(h, beeper, 3)
@@ -175,7 +198,7 @@ async def test_the_raw_log_has_every_byte_both_ways(h: Harness, sim: SimModem) -
 
 async def test_a_flood_nobody_reads_overflows_the_buffer_visibly_and_the_log_keeps_it(
         make_harness: MakeHarness, sim: SimModem) -> None:
-    h = make_harness(urc_max_packets=4, max_reply_bytes=512, idle_ms=20)
+    h = make_harness(urc_max_packets=4, max_reply_bytes=512, idle_ms=20, allowed_ports=[sim.port])
     await h.call("configure_connection", port=sim.port, line_ending="cr")
     await h.call("send_data", port=sim.port, payload="AT+SIMFLOOD=30000", wait_policy="none")
     path = (await h.call("connection_status", port=sim.port))["ports"][0]["log_file"]
@@ -271,7 +294,7 @@ async def test_a_port_whose_owner_went_away_passes_to_the_next_client(h: Harness
 
 
 async def test_a_port_locked_by_another_program_is_occupied(make_harness: MakeHarness, sim: SimModem) -> None:
-    h = make_harness()
+    h = make_harness(allowed_ports=[sim.port])
     with pyserial.Serial(sim.path, exclusive=True):
         err = await h.error("configure_connection", port=sim.port)
         assert err["code"] == "BUSY" and err["details"]["state"] == "Occupied"
@@ -323,6 +346,53 @@ async def test_ports_outside_the_allow_list_are_refused(make_harness: MakeHarnes
     assert err["code"] == "PERMISSION_DENIED" and err["details"]["device"] == sim.path
     os.symlink(sim.path, tmp_path / "allowed0")
     assert (await h.call("configure_connection", port=str(tmp_path / "allowed0")))["state"] == "Connected"
+
+
+async def test_a_pty_opens_only_when_allowed_ports_names_it(make_harness: MakeHarness, sim: SimModem,
+                                                            tmp_path: Path) -> None:
+    shipped = make_harness()  # allowed_ports = []: any serial line, no pty
+    disguised = tmp_path / "ttyUSB0"  # a link is judged by the pty it reaches, not by its name
+    disguised.symlink_to(sim.path)
+    for port in (sim.path, sim.port, str(disguised)):
+        err = await shipped.error("configure_connection", port=port)
+        assert err["code"] == "PERMISSION_DENIED" and err["details"]["reason"] == "pty_not_allowed", err
+        assert err["details"]["device"] == sim.path and "[serial] allowed_ports" in err["details"]["hint"]
+        assert "pseudo-terminal" in err["message"] and "Traceback" not in json.dumps(err)
+    assert not shipped.backend.records and not list(shipped.backend.log_dir.glob("*.jsonl"))  # nothing opened
+    listed = await make_harness(allowed_ports=["/dev/pts/*"]).call("list_ports")
+    assert next(p for p in listed["ports"] if p["port"] == sim.path)["allowed"]
+    for port in (sim.path, str(disguised)):
+        named = make_harness(allowed_ports=["/dev/pts/*"])  # a glob naming the pty itself
+        opened = await named.call("configure_connection", port=port, line_ending="cr")
+        assert opened["state"] == "Connected" and opened["device"] == sim.path
+        assert (await named.call("send_data", port=port, payload="AT", stop_pattern=OK_OR_ERROR))["found_keyword"]
+        await named.call("configure_connection", port=port, action="close")
+
+
+async def test_a_pty_diagd_itself_holds_is_refused_even_when_allowed_ports_names_every_pty(
+        make_harness: MakeHarness, sim: SimModem, tmp_path: Path) -> None:
+    h = make_harness(allowed_ports=["/dev/pts/*", *modems(tmp_path)])
+    h.backend.held_ptys = held_ptys  # the real scan: this process, the daemon here, holds the modem's pty
+    for port in (sim.path, sim.port):
+        err = await h.error("configure_connection", port=port)
+        assert err["code"] == "PERMISSION_DENIED" and err["details"]["reason"] == "daemon_pty", err
+        assert err["details"]["device"] == sim.path and "diagd itself holds" in err["message"]
+        assert "Traceback" not in json.dumps(err)
+    assert not h.backend.records
+    listed = (await h.call("list_ports"))["ports"]
+    assert not next(p for p in listed if p["port"] == sim.port)["allowed"]  # listed as configure_connection judges
+
+
+async def test_a_pty_port_diagd_holds_because_it_is_open_can_be_configured_again(
+        make_harness: MakeHarness, sim: SimModem) -> None:
+    h = make_harness(allowed_ports=[sim.port])
+    h.backend.held_ptys = lambda: {pty_id(os.stat(sim.path))} if h.backend.records else set()  # held while open
+    await h.call("configure_connection", port=sim.port)
+    again = await h.call("configure_connection", port=sim.port, baudrate=9600)
+    assert again["outcome"] == "reconfigured" and again["settings"]["baudrate"] == 9600
+    assert (await h.call("configure_connection", port=sim.path))["outcome"] == "reconfigured"  # its other name too
+    await h.call("configure_connection", port=sim.port, action="close")
+    assert (await h.call("configure_connection", port=sim.port))["outcome"] == "opened"
 
 
 async def test_a_bad_serial_config_table_is_a_coded_error_at_open(make_harness: MakeHarness, sim: SimModem) -> None:
@@ -435,7 +505,7 @@ async def test_a_setting_the_device_refuses_leaves_the_open_port_as_it_was(
 
 async def test_a_setting_the_device_refuses_at_open_leaves_it_closed(make_harness: MakeHarness,
                                                                      sim: SimModem) -> None:
-    h = make_harness()
+    h = make_harness(allowed_ports=[sim.port])
     err = await h.error("configure_connection", port=sim.port, parity="O")
     assert err["code"] == "INVALID_ARGUMENT" and err["details"]["argument"] == "parity"
     status = (await h.call("connection_status", port=sim.port))["ports"][0]
@@ -547,7 +617,7 @@ async def test_a_diagd_call_whose_process_has_exited_no_longer_holds_the_port(h:
 
 
 async def test_an_at_command_goes_out_with_cr_by_default(make_harness: MakeHarness, sim: SimModem) -> None:
-    h = make_harness()
+    h = make_harness(allowed_ports=[sim.port])
     h.connect(h.client)
     opened = await h.call("configure_connection", port=sim.port)  # no line_ending given, none configured
     assert opened["settings"]["line_ending"] == "cr"
@@ -560,7 +630,7 @@ async def test_a_port_table_sets_its_line_ending_and_the_first_matching_table_wi
         make_harness: MakeHarness, sim: SimModem) -> None:
     h = make_harness(line_ending="lf", ports={"/nowhere/*": {"line_ending": "none"},
                                               str(sim.link.parent / "mod*"): {"line_ending": "crlf", "idle_ms": 20},
-                                              sim.port: {"line_ending": "none"}})
+                                              sim.port: {"line_ending": "none"}}, allowed_ports=[sim.port])
     h.connect(h.client)
     opened = await h.call("configure_connection", port=sim.port)
     assert opened["settings"]["line_ending"] == "crlf" and opened["settings"]["idle_ms"] == 20
