@@ -2,8 +2,11 @@
 
 Stdlib only: the token commands run without a daemon and must start fast. A token is shown once,
 when it is made; the file keeps only its sha256 (a 32-byte random secret needs no slow hash: there
-is nothing to guess). The file lives in the checked owner-only state directory, is written whole
-(temporary file, then rename, under a lock) with mode 0600 and never through a symlink, and is
+is nothing to guess). Each token also has an id of its own, random, made with it: HTTP sessions are
+bound to that id, never to the name, so a revoked token's sessions stay refused when the name is
+added again (issue 39); entries written before ids existed (version 1) get one derived from their
+hash, the same on every read. The file lives in the checked owner-only state directory, is written
+whole (temporary file, then rename, under a lock) with mode 0600 and never through a symlink, and is
 refused when anyone else could read it. The daemon re-reads it when it changes, so a revoke
 applies to the next request without a restart.
 """
@@ -32,7 +35,8 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 FILE = "http_tokens.json"
 LOCK = "http_tokens.lock"
 PREFIX = "diagd_"  # makes a leaked token recognisable (secret scanners, logs)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: each entry has its "id" (version 1 entries, without one, get a derived id)
+_ID_BYTES = 12
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 
 
@@ -41,10 +45,16 @@ class Token:
     name: str
     sha256: str
     created: str
+    id: str  # immutable: made with the secret, never reused; what HTTP sessions are bound to
 
 
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def derived_id(sha256: str) -> str:
+    """The id of a token stored before ids existed: fixed by its hash (one-way, and apart from it)."""
+    return hashlib.sha256(b"diagd token id\0" + sha256.encode()).hexdigest()[:2 * _ID_BYTES]
 
 
 def check_name(name: str) -> str:
@@ -77,7 +87,11 @@ class TokenStore:
             if name in tokens:
                 raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"a token named {name!r} exists; revoke it first "
                                  f"(`diagd token revoke {name}`) or pick another name", name=name)
-            tokens[name] = Token(name, digest(secret), utc.iso())
+            taken = {t.id for t in tokens.values()}
+            token_id = secrets.token_hex(_ID_BYTES)
+            while token_id in taken:  # 96 random bits: never in practice
+                token_id = secrets.token_hex(_ID_BYTES)
+            tokens[name] = Token(name, digest(secret), utc.iso(), token_id)
             _write(d, tokens)
         return secret
 
@@ -112,15 +126,19 @@ class Verifier:
         self._seen: tuple[int, int, int, int] | None = None
         self._tokens: list[Token] = []
 
-    def name_of(self, secret: str) -> str | None:
-        """The name of the token `secret` is, or None. Compares every stored hash in constant time."""
+    def find(self, secret: str) -> Token | None:
+        """The token `secret` is, or None. Compares every stored hash in constant time."""
         self._refresh()
         presented = digest(secret)
         found = None
         for token in self._tokens:  # no early exit: the time taken does not say which entry matched
             if hmac.compare_digest(presented, token.sha256):
-                found = token.name
+                found = token
         return found
+
+    def name_of(self, secret: str) -> str | None:
+        token = self.find(secret)
+        return None if token is None else token.name
 
     def _refresh(self) -> None:
         try:
@@ -167,15 +185,23 @@ def _read(d: paths.PrivateDir) -> dict[str, Token]:
     try:
         data = json.loads(raw)
         entries: list[dict[str, Any]] = data["tokens"]
-        return {e["name"]: Token(e["name"], e["sha256"], e["created"]) for e in entries}
+        return {e["name"]: _entry(e) for e in entries}
     except (ValueError, KeyError, TypeError) as exc:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"token file {d.path / FILE} is damaged ({exc!r}); "
                          "remove it and add the tokens again", path=str(d.path / FILE)) from None
 
 
+def _entry(e: dict[str, Any]) -> Token:
+    sha256, token_id = e["sha256"], e.get("id")  # no id: written by a version before ids (format 1)
+    if not isinstance(sha256, str) or not isinstance(token_id, str | None) or token_id == "":
+        raise TypeError("a token's sha256 or id is not a string")
+    return Token(e["name"], sha256, e["created"], token_id or derived_id(sha256))
+
+
 def _write(d: paths.PrivateDir, tokens: dict[str, Token]) -> None:
     data = {"version": FORMAT_VERSION,
-            "tokens": [{"name": t.name, "sha256": t.sha256, "created": t.created} for t in tokens.values()]}
+            "tokens": [{"name": t.name, "sha256": t.sha256, "created": t.created, "id": t.id}
+                       for t in tokens.values()]}
     tmp = FILE + ".tmp"
     fd = d.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

@@ -5,7 +5,6 @@ imply, and the early privilege check; parsed on every tool call, so `diagd reloa
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ from typing import Any
 
 from diagd.actors import sandbox, system
 from diagd.actors._subprocess import Step
+from diagd.actors.bpftrace import directives
 from diagd.actors.runtime import BackendConfig
 from diagd.actors.settings import parse_table, refuse, setting
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -110,18 +110,23 @@ def check_privileges(settings: BpftraceSettings) -> None:
                          "runs only as root (euid 0)", fix=check.fix)
 
 
-# -- running a program: what is refused where it cannot be confined ----------------------------------
+# -- running a program: what is refused everywhere, and where it cannot be confined --------------------
 
 SELF_STOP_MARGIN_S = 5.0
 
-_COMMENTS_AND_STRINGS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', re.S)
-_FILE_HELPERS = re.compile(r"\bcat\s*\(|^\s*#\s*include\b", re.M)
-
-
 def file_helpers(program: str) -> list[str]:
-    """The file-reading features a program uses: cat() at run time, #include at compile time."""
-    code = _COMMENTS_AND_STRINGS.sub(lambda m: '""' if m.group(0).startswith('"') else " ", program)
-    return sorted({"#include" if "include" in m.group(0) else "cat()" for m in _FILE_HELPERS.finditer(code)})
+    """The file-reading features a program uses: cat() at run time, #include at compile time (read as the
+    C preprocessor reads it: see `directives`)."""
+    reading = directives.read(program)
+    return sorted({*(["#include"] if reading.includes else []), *(["cat()"] if reading.cat else [])})
+
+
+def check_program(settings: BpftraceSettings, program: str) -> None:
+    """What exec_program refuses before bpftrace sees the program: preprocessor directives outside the
+    allow-list and the operators that reach files (everywhere, Landlock or not), then the file helpers
+    where the run would not be confined."""
+    directives.check(program)
+    check_confinement(settings, program)
 
 
 def check_confinement(settings: BpftraceSettings, program: str) -> None:

@@ -30,8 +30,8 @@ from diagd.actors.bpftrace.schemas import EXECUTION_ID_ARG
 from diagd.actors.bpftrace.settings import (
     MAX_KILL_WAIT_S,
     MAX_SIGINT_GRACE_S,
-    check_confinement,
     check_privileges,
+    check_program,
     check_reload,
 )
 from diagd.actors.bpftrace.status import Status
@@ -127,8 +127,8 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout:g} s exceeds [bpftrace] max_run_s = "
                          f"{settings.max_run_s:g}", max_run_s=settings.max_run_s)
     output_format = args["output_format"]
+    check_program(settings, program)
     check_privileges(settings)
-    check_confinement(settings, program)
     slot = backend.reserve(settings)
     try:
         ex = Execution(id=backend.new_id(), program=program, output_format=output_format, timeout_s=timeout,

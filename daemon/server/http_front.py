@@ -7,7 +7,9 @@ that does not serve HTTP (issue 12's idle RSS). Every request to /mcp must carry
 the SDK sees it (with what clients need to skip OAuth: http_auth.py), and sessions are bounded and
 survive restarts (http_sessions.py). The SDK then checks Host/Origin (DNS rebinding: a web page that makes a browser
 talk to 127.0.0.1 under its own host name is refused) and binds each MCP session to the token that
-opened it. Calls are identified as `http:<token name>` in the audit log and statistics.
+opened it: to its id, not its name, so after `diagd token revoke X` and `diagd token add X` the old
+sessions answer only as unknown. Calls are identified as `http:<token name>` in the audit log and
+statistics.
 """
 
 from __future__ import annotations
@@ -84,26 +86,32 @@ class App:
             return
         if await http_auth.public(scope, send, ENDPOINT):  # discovery documents, 404 off the endpoint
             return
-        name = self._token_name(scope)
-        if name is None:
+        token = self._token(scope)
+        if token is None:
             await http_auth.unauthorized(scope, send, ENDPOINT, presented=b"authorization" in dict(scope["headers"]))
             return
-        scope["user"] = AuthenticatedUser(AccessToken(token=name, client_id=f"http:{name}", scopes=[]))
+        name, token_id = token
+        # Sessions belong to the token's id (http_sessions.py's book, and the SDK's owner check, which
+        # compares client_id and subject): a name given to a new token does not inherit them.
+        scope["user"] = AuthenticatedUser(AccessToken(token=token_id, client_id=f"http:{name}", scopes=[],
+                                                      subject=token_id))
         scope[HTTP_CLIENT_KEY] = f"http:{name}"
         await self.strict(scope, receive, send)
 
-    def _token_name(self, scope: Scope) -> str | None:
+    def _token(self, scope: Scope) -> tuple[str, str] | None:
+        """(name, id) of the request's token, or None."""
         if self.no_auth:
-            return NO_AUTH_CLIENT
+            return NO_AUTH_CLIENT, NO_AUTH_CLIENT
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         kind, _, secret = header.partition(" ")
         if kind.lower() != "bearer" or not secret.strip():
             return None
         try:
-            return self.verifier.name_of(secret.strip())
+            token = self.verifier.find(secret.strip())
         except DiagdError as exc:  # an unsafe or damaged token file accepts no one
             log.error("token file refused", error=exc.message)
             return None
+        return None if token is None else (token.name, token.id)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

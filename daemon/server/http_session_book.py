@@ -31,7 +31,7 @@ from diagd.daemon.server.http_session_file import Stored
 @dataclass
 class Record:
     sid: str
-    token: str
+    token: str  # the id of the token that opened it (tokens.Token.id), never its name
     last_used: float  # Trio time
     initialize: dict[str, Any] = field(default_factory=dict)  # empty until the opening request succeeded
     live: bool = True

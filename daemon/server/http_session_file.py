@@ -1,8 +1,10 @@
 """The HTTP session records on disk: `http_sessions.json` in the state directory, owner-only.
 
 Stdlib only. Each record is what a restarted daemon needs to bring a client's session back: its id,
-the name of the token that opened it, the client's `initialize` params and when it was last used
-(wall-clock seconds). The file is written whole (temporary file, then rename) with mode 0600 and
+the id of the token that opened it (never its name: a name revoked and added again is another token),
+the client's `initialize` params and when it was last used (wall-clock seconds). A file of another
+format version yields no records: version 1 bound sessions to token names, so its records are dropped
+rather than trusted. The file is written whole (temporary file, then rename) with mode 0600 and
 opened only through the checked state directory's fd with O_NOFOLLOW, so a planted symlink is
 refused, never followed. A file that cannot be read (refused, damaged) yields no records: the
 daemon then starts with no revivable session, which costs clients a new `initialize`, nothing more.
@@ -21,7 +23,7 @@ from diagd.daemon import paths
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 FILE = "http_sessions.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: "token_id" (1 had the token's name in "token")
 MAX_FILE_BYTES = 8 * 1024 * 1024  # far above max_sessions x MAX_PARAMS_BYTES at any sane setting
 MAX_PARAMS_BYTES = 8 * 1024  # a client's initialize params larger than this are not kept (not revivable)
 
@@ -29,7 +31,7 @@ MAX_PARAMS_BYTES = 8 * 1024  # a client's initialize params larger than this are
 @dataclass(frozen=True)
 class Stored:
     sid: str
-    token: str
+    token: str  # the token's id (tokens.Token.id)
     initialize: dict[str, Any]
     last_used_wall: float
 
@@ -59,7 +61,7 @@ def load(directory: Path) -> list[Stored]:
         data = json.loads(raw)
         if data["version"] != FORMAT_VERSION:
             return []
-        return [Stored(str(e["id"]), str(e["token"]), dict(e["initialize"]), float(e["last_used"]))
+        return [Stored(str(e["id"]), str(e["token_id"]), dict(e["initialize"]), float(e["last_used"]))
                 for e in data["sessions"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{directory / FILE} is damaged ({exc!r})",
@@ -69,8 +71,8 @@ def load(directory: Path) -> list[Stored]:
 def save(directory: Path, records: list[Stored]) -> None:
     """Replace the file with `records` (readers see the old file or the new, never half)."""
     data = {"version": FORMAT_VERSION,
-            "sessions": [{"id": r.sid, "token": r.token, "initialize": r.initialize, "last_used": r.last_used_wall}
-                         for r in records]}
+            "sessions": [{"id": r.sid, "token_id": r.token, "initialize": r.initialize,
+                          "last_used": r.last_used_wall} for r in records]}
     encoded = (json.dumps(data, separators=(",", ":")) + "\n").encode()
     d = paths.open_private_dir(directory, what="state directory")
     try:

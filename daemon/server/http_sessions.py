@@ -12,6 +12,9 @@ http_session_book.py, user-facing text in docs/http.md):
   that opened it is revived on its request: `initialize` is replayed inside with the client's
   original params, then the request is served as if nothing happened.
 
+"The token" is always the token's id (`scope['user'].access_token.token`, set by http_front.py), never
+its name: a token revoked and added again under the same name is a new token, with no session.
+
 The SDK's private hooks used (`_admit_session`, `_discard_session`, `_serve_opening_request`,
 `_server_instances`, `_session_owners`) are pinned by tests/e2e/test_http_sessions.py.
 """
@@ -52,7 +55,8 @@ log = structlog.get_logger("diagd.http")
 _SID = MCP_SESSION_ID_HEADER.encode()
 _VERSION = MCP_PROTOCOL_VERSION_HEADER.encode()
 FLUSH_INTERVAL_S = 1.0
-_token: contextvars.ContextVar[str] = contextvars.ContextVar("http_token", default="")
+_token: contextvars.ContextVar[str] = contextvars.ContextVar("http_token", default="")  # the token's id
+_client: contextvars.ContextVar[str] = contextvars.ContextVar("http_client", default="")  # http:<token name>
 
 
 class SessionManager(StreamableHTTPSessionManager):
@@ -82,6 +86,7 @@ class SessionManager(StreamableHTTPSessionManager):
         """One request on /mcp of token `scope['user']` (the front checked it)."""
         token = scope["user"].access_token.token
         _token.set(token)
+        _client.set(scope["user"].access_token.client_id)
         headers = dict(scope["headers"])
         era = headers.get(_VERSION)
         if era is not None and era.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
@@ -93,7 +98,7 @@ class SessionManager(StreamableHTTPSessionManager):
             return
         record = self.book.get(sid)
         if record is not None and record.token != token:
-            record = None  # another token's session is answered as unknown, by the SDK
+            record = None  # another token's session (a revoked one's too) is answered as unknown, by the SDK
         if record is not None and sid not in self._server_instances:
             await self._revive(sid, scope)
         if record is None:
@@ -139,14 +144,15 @@ class SessionManager(StreamableHTTPSessionManager):
         """The SDK's admission, behind the book's caps (called under the SDK's creation lock)."""
         admission = self.book.admit(_token.get())
         if not admission.admitted:
-            log.warning("http session refused", token=_token.get(), reason=admission.reason)
+            log.warning("http session refused", client=_client.get(), token_id=_token.get()[:8],
+                        reason=admission.reason)
             return None  # the SDK answers 503
         for record in admission.evict:
             transport = self._server_instances.pop(record.sid, None)
             self._session_owners.pop(record.sid, None)
             if transport is not None and transport.idle_scope is not None:
                 transport.idle_scope.cancel()  # its server task ends and terminates the transport
-            log.info("http session evicted", token=record.token, session=record.sid[:8])
+            log.info("http session evicted", token_id=record.token[:8], session=record.sid[:8])
         transport = super()._admit_session(requestor)
         if transport is not None and transport.mcp_session_id is not None:
             self.book.add(transport.mcp_session_id, _token.get())
@@ -186,7 +192,7 @@ class SessionManager(StreamableHTTPSessionManager):
         if sid in self._server_instances:
             note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
             await transport.handle_request(*synthetic_post(scope, sid, note))
-            log.info("http session revived", token=record.token, session=sid[:8])
+            log.info("http session revived", client=_client.get(), token_id=record.token[:8], session=sid[:8])
 
     def _load(self) -> None:
         if self.state_dir is None:

@@ -4,6 +4,7 @@ restarted daemon restores (wall-clock ages, caps, staleness)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,14 @@ def test_the_file_round_trips_owner_only_and_refuses_a_symlink_or_loose_mode(tmp
     (state / http_session_file.FILE).chmod(0o600)
     with pytest.raises(DiagdError, match="damaged"):
         http_session_file.load(state)
+
+
+def test_a_file_of_sessions_bound_to_token_names_is_dropped(tmp_path: Path) -> None:
+    # Version 1 kept the token's name: a name revoked and added again would inherit those sessions.
+    state = tmp_path / "state"
+    http_session_file.save(state, [Stored("s1", "0123abcd" * 3, PARAMS, 1234.5)])
+    path = state / http_session_file.FILE
+    assert '"token_id":"0123abcd' in path.read_text()
+    path.write_text(json.dumps({"version": 1, "sessions": [
+        {"id": "s1", "token": "laptop", "initialize": PARAMS, "last_used": 1234.5}]}))
+    assert http_session_file.load(state) == []

@@ -103,3 +103,47 @@ def test_the_token_commands_load_neither_trio_nor_mcp() -> None:
              "print(' '.join(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert not {m.split(".")[0] for m in done.stdout.split()} & {"trio", "mcp", "anyio", "hypercorn"}
+
+
+def test_each_token_has_an_id_of_its_own_and_a_name_added_again_is_a_new_token(tmp_path: Path) -> None:
+    # Issue 39: HTTP sessions are bound to the id, so a revoked token's sessions never pass to its successor.
+    store = TokenStore(tmp_path / "state")
+    first = store.add("laptop")
+    verifier = Verifier(store.directory)
+    old = verifier.find(first)
+    assert old is not None and old.name == "laptop" and len(old.id) == 24
+    assert Verifier(store.directory).find(first) == old  # the same on every read
+    store.revoke("laptop")
+    second = store.add("laptop")
+    new = verifier.find(second)
+    assert verifier.find(first) is None
+    assert new is not None and new.name == "laptop" and new.id != old.id
+    assert json.loads(store.path.read_text())["version"] == tokens.FORMAT_VERSION == 2
+
+
+def test_a_token_file_written_before_ids_is_read_with_a_derived_id_that_a_rewrite_keeps(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path / "state")
+    secret = store.add("old")
+    data = json.loads(store.path.read_text())
+    data = {"version": 1, "tokens": [{k: v for k, v in e.items() if k != "id"} for e in data["tokens"]]}
+    store.path.write_text(json.dumps(data))
+    store.path.chmod(0o600)
+    legacy = Verifier(store.directory).find(secret)
+    assert legacy is not None and legacy.id == tokens.derived_id(tokens.digest(secret)) != tokens.digest(secret)
+    assert Verifier(store.directory).find(secret) == legacy
+    store.add("new")  # the next write stores every id, the derived one as it was read
+    stored = {e["name"]: e["id"] for e in json.loads(store.path.read_text())["tokens"]}
+    assert stored["old"] == legacy.id and stored["new"] != legacy.id
+    assert Verifier(store.directory).find(secret) == legacy
+
+
+@pytest.mark.parametrize("entry", [{"id": 7}, {"id": ""}, {"sha256": 5}])
+def test_a_token_entry_with_a_bad_id_or_hash_is_a_damaged_file(tmp_path: Path, entry: dict[str, object]) -> None:
+    store = TokenStore(tmp_path / "state")
+    store.add("a")
+    data = json.loads(store.path.read_text())
+    data["tokens"][0].update(entry)
+    store.path.write_text(json.dumps(data))
+    with pytest.raises(DiagdError) as caught:
+        store.tokens()
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT and "damaged" in caught.value.message

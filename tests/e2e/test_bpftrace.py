@@ -194,3 +194,31 @@ async def test_a_bpftrace_left_by_a_killed_daemon_is_reaped_at_the_next_start(en
         daemon.stop()
     assert result["status"] == "interrupted" and result["stop_reason"] == "daemon_exited"
     assert "has been killed" in result["error"] and result["output"] == ["started"]
+
+
+async def test_without_landlock_directives_outside_the_allow_list_are_refused(env: Env) -> None:
+    # The worst case (issue 39): no Landlock and [bpftrace] allow_unconfined = true, so cat() and #include
+    # may read any file as root; #import, #include_next and __has_include are refused all the same, before
+    # any bpftrace starts, and #include still works.
+    env.write_config(env.config.read_text() + "[bpftrace]\nallow_unconfined = true\n")
+    daemon = start_daemon(env, {"DIAGD_LANDLOCK": "off"})
+    try:
+        async with mcp_client(env) as client:
+            refused = [error(await call(client, "exec_program", {"program": program})) for program in (
+                '#import "/etc/shadow"\nBEGIN { exit(); }',
+                'struct S { int a; } %:/**/include_next "/etc/shadow"\nBEGIN { exit(); }',
+                '#if __has_include("/etc/shadow")\n#endif\nBEGIN { exit(); }')]
+            ran = ok(await call(client, "exec_program", {
+                "program": '#include <linux/types.h>\nBEGIN { printf("ok\\n"); exit(); }'}))
+            done = ok(await call(client, "get_result", {"execution_id": ran["execution_id"], "wait_s": 10,
+                                                        "until": "done"}))
+            listing = ok(await call(client, "list_executions", {}))
+    finally:
+        daemon.stop()
+    assert [(r["code"], r["details"]["refused"], r["details"]["line"]) for r in refused] == [
+        ("INVALID_ARGUMENT", "#import", 1), ("INVALID_ARGUMENT", "#include_next", 1),
+        ("INVALID_ARGUMENT", "__has_include", 1)]
+    assert all("#define, #undef, #if" in r["message"] for r in refused)
+    assert done["status"] == "completed" and done["output"][0] == "ok"
+    assert [e["execution_id"] for e in listing["executions"]] == [ran["execution_id"]]  # nothing else ran
+    assert "root:" not in (env.root / "daemon.log").read_text(errors="replace")

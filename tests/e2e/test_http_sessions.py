@@ -146,6 +146,47 @@ def test_another_token_cannot_revive_a_session(http_env: tuple[Env, int, str]) -
     assert listed(url, token, sid).status_code == 200
 
 
+def test_a_token_revoked_and_added_again_under_its_name_has_none_of_the_old_sessions(
+        http_env: tuple[Env, int, str]) -> None:
+    # Issue 39: sessions belong to the token's id, not its name.
+    env, port, token = http_env
+    url = f"http://127.0.0.1:{port}/mcp"
+    sid = initialize(url, token).headers["mcp-session-id"]
+    assert listed(url, token, sid).status_code == 200
+    assert env.run("token", "revoke", "laptop").returncode == 0
+    assert listed(url, token, sid).status_code == 401  # the revoked secret itself
+    again = add_token(env, "laptop")
+    unknown = listed(url, again, "f" * 32)
+    assert unknown.status_code == 404
+    live = listed(url, again, sid)  # its transport is still live in the daemon
+    assert (live.status_code, live.json()) == (404, unknown.json())  # answered as an unknown session
+    fresh = initialize(url, again)
+    assert fresh.status_code == 200 and fresh.headers["mcp-session-id"] != sid
+    assert listed(url, again, fresh.headers["mcp-session-id"]).status_code == 200
+
+
+def test_a_dormant_session_of_a_revoked_token_is_not_revived_for_its_successor(env: Env) -> None:
+    port = free_port()
+    env.write_config(config(port, "session_idle_s = 0.2\n"))
+    token = add_token(env, "laptop")
+    started(env)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        sid = initialize(url, token).headers["mcp-session-id"]
+        log = env.state / "daemon.log"
+        _wait_for(lambda: "http session freed while idle" in log.read_text(errors="replace"), log)
+        assert env.run("token", "revoke", "laptop").returncode == 0
+        again = add_token(env, "laptop")
+        unknown = listed(url, again, "f" * 32)
+        dormant = listed(url, again, sid)  # its record is kept, revivable, but for the old token's id only
+        assert (dormant.status_code, dormant.json()) == (404, unknown.json())
+        assert "http session revived" not in log.read_text(errors="replace")
+        fresh = initialize(url, again)
+        assert fresh.status_code == 200 and listed(url, again, fresh.headers["mcp-session-id"]).status_code == 200
+    finally:
+        env.run("stop", timeout=60)
+
+
 def test_an_idle_session_is_freed_and_revived_on_its_next_request(env: Env) -> None:
     port = free_port()
     env.write_config(config(port, "session_idle_s = 0.2\n"))
