@@ -22,16 +22,6 @@ def nothing_held() -> set[PtyId]:
     return set()
 
 
-@pytest.fixture
-def pty_slave() -> Iterator[str]:
-    master, slave = os.openpty()
-    try:
-        yield os.ttyname(slave)
-    finally:
-        os.close(slave)
-        os.close(master)
-
-
 def char_device(major: int, minor: int) -> os.stat_result:
     return os.stat_result((0o020600, 1, 1, 1, 0, 0, 0, 0, 0, 0), {"st_rdev": os.makedev(major, minor)})
 

@@ -5,7 +5,6 @@ device files: a pty slave is, /dev/null, /dev/zero, a regular file, a link to /d
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,6 @@ pty_slave            /dev/pts      136 0-1048575 pty:slave
 pty_master           /dev/ptm      128 0-1048575 pty:master
 unknown              /dev/tty        4 1-63 console
 """
-
-
-@pytest.fixture
-def pty_slave() -> Iterator[str]:
-    master, slave = os.openpty()
-    try:
-        yield os.ttyname(slave)
-    finally:
-        os.close(slave)
-        os.close(master)
 
 
 def test_the_drivers_table_is_parsed_and_only_serial_and_pty_slave_drivers_count() -> None:
