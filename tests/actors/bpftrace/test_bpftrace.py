@@ -137,7 +137,9 @@ async def test_the_sixth_concurrent_execution_is_busy(tmp_path: Path) -> None:
     async with bpftrace_daemon(tmp_path) as h:
         ids = [(await h.call("exec_program", {"program": "interval:s:1 { }", "timeout": 30}))["execution_id"]
                for _ in range(5)]
-        with trio.fail_after(1):
+        # Refused, not queued: a queued call would wait for one of the five 30 s runs (a hang guard, not a
+        # speed bound: how fast the refusal comes is bench/'s business).
+        with trio.fail_after(20):
             err = await h.error("exec_program", {"program": "interval:s:1 { }"})
         assert err.code == ErrorCode.BUSY and sorted(err.details["running"]) == sorted(ids)
         listing = await h.call("list_executions", {"status": "running"})
@@ -152,7 +154,8 @@ async def test_the_buffer_limit_stops_the_program_and_flags_it(tmp_path: Path) -
     async with bpftrace_daemon(tmp_path, {"max_lines": 50}) as h:
         result = await h.run('interval:ms:1 { printf("line %d\\n", @n++); }', timeout=20)
     assert result["status"] == "stopped" and result["stop_reason"] == "buffer_full"
-    assert result["buffer_full"] is True and result["lines_total"] == 50 and result["elapsed_s"] < 10
+    # stop_reason says the buffer ended it, not its 20 s timeout (no wall-clock bound needed for that).
+    assert result["buffer_full"] is True and result["lines_total"] == 50
     assert result["output"][:2] == ["line 0", "line 1"]
 
 
