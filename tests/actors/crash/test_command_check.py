@@ -99,6 +99,12 @@ def test_what_a_passed_command_means_to_the_session(command: str, kind: text.Kin
     assert text.classify(command) == kind
 
 
+def test_the_limits_are_where_they_say() -> None:
+    assert text.classify("p " + "1" * 1498) == text.Kind.PLAIN  # 1500 characters: the longest that passes
+    assert text.classify("bt\t-a") == text.Kind.PLAIN  # a tab separates words, it is not a control character
+    assert gdb.gdb_refusal(["set", "var"]) is None  # `set var` is read from its second word
+
+
 def test_crash_reads_a_backslash_once_and_skips_the_alias_for_it() -> None:
     assert text.as_crash_reads("  \\gdb p 1 ") == "gdb p 1"
     assert text.as_crash_reads('"\\gdb" p 1') == "gdb p 1" and text.as_crash_reads("'\\bt'") == "bt"
