@@ -11,6 +11,7 @@ and five in a row stopped it)."""
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +144,68 @@ async def test_a_capture_still_loading_answers_empty_pages_with_a_reason(
                         else "no frame matches the whole filter: sctp") in why, (tool, why)
             await alive(daemon, call, fresh)
     assert loading >= 3, "fewer than three pages were answered while their capture loaded"
+
+
+def no_bug_met(daemon: DaemonProcess, actors: list[dict[str, Any]]) -> None:
+    assert actors and all(a["restarts"] == 0 and a["last_error"] is None for a in actors), actors
+    log = (daemon.env.root / "daemon.log").read_text()
+    for sign in ("ACTOR_FAILED", "INTERNAL_ERROR", "actor restarting", "actor failed", "actor request failed"):
+        assert sign not in log, sign
+
+
+async def test_a_capture_removed_under_its_calls_answers_or_says_so_and_breaks_nothing(
+        daemon: DaemonProcess, bigger: Path, tmp_path: Path) -> None:
+    """The file goes while it loads: each later page is a clean answer (what was read) or a coded error
+    naming the file, never a bug; the actor serves the next capture."""
+    async with session(daemon) as call:
+        for i, (tool, args) in enumerate(pages("frame.number < 5")):
+            doomed = tmp_path / f"doomed-{i}.pcapng"
+            shutil.copyfile(bigger, doomed)
+            first = await call(tool, pcap_path=str(doomed), **args)
+            assert not first["_is_error"], (tool, first)
+            doomed.unlink()
+            for _ in range(3):
+                later = await call(tool, pcap_path=str(doomed), **args)
+                if later["_is_error"]:
+                    assert later["code"] in ("FILE_NOT_FOUND", "NOT_FOUND", "BACKEND_UNAVAILABLE"), later
+                    assert str(doomed.name) in later["message"] or "removed" in later["message"], later
+        status = await call("diagd_status")
+        no_bug_met(daemon, [a for a in status["actors"] if a["kind"] == "pcap"])
+        kept = tmp_path / "kept.pcapng"
+        shutil.copyfile(bigger, kept)
+        after = await call("pcap_info", pcap_path=str(kept))
+        assert not after["_is_error"], after
+
+
+def records_of(classic: Path) -> tuple[bytes, bytes]:
+    """A classic pcap's records (its 24-byte header left out), cut in two at a record's boundary."""
+    data = classic.read_bytes()
+    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    offset, boundaries = 24, []
+    while offset < len(data):
+        boundaries.append(offset)
+        offset += 16 + struct.unpack_from(f"{order}I", data, offset + 8)[0]
+    middle = boundaries[len(boundaries) // 2]
+    return data[24:middle], data[middle:]
+
+
+async def test_a_capture_growing_between_calls_answers_each_page_cleanly(
+        daemon: DaemonProcess, tmp_path: Path) -> None:
+    """Frames appended to the same file between calls (as a capture being written): every page is a clean
+    answer, empty ones with a reason, and no bug is met."""
+    source = pcap("adrian_sandbox_n2.pcap")
+    growing, rest = tmp_path / "growing.pcap", tmp_path / "rest.pcap"
+    subprocess.run(["editcap", "-F", "pcap", "-r", source, str(growing), "1-20"], check=True, capture_output=True)
+    subprocess.run(["editcap", "-F", "pcap", "-r", source, str(rest), "21-400"], check=True, capture_output=True)
+    async with session(daemon) as call:
+        for step in range(3):
+            for tool, args in [*pages(NOTHING), *pages("", offset=10)]:
+                answer = await call(tool, pcap_path=str(growing), **args)
+                assert not answer["_is_error"], (step, tool, answer)
+                if not rows_of(tool, answer):
+                    assert reason(tool, answer), (step, tool, answer)
+            if step < 2:  # append whole records, as a writer does (the file header stays the first one)
+                with growing.open("ab") as f:
+                    f.write(records_of(rest)[step])
+        status = await call("diagd_status")
+        no_bug_met(daemon, [a for a in status["actors"] if a["kind"] == "pcap"])
