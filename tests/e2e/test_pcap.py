@@ -20,6 +20,10 @@ from mcp.client.stdio import StdioServerParameters
 from tests.conftest import DIAGD, SUPPORT, DaemonProcess, Env, start_daemon
 from tests.pcaps import PCAPS, pcap
 
+# An exact page whose rows came from the loaded worker; tshark may still win the race to find which frames
+# match (both answers are exact; "tshark (single pass while sharkd loads)" is not one of them).
+LOADED_WORKER = ("sharkd", "sharkd (frames found by tshark)")
+
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(shutil.which("sharkd") is None, reason="sharkd (wireshark-common) is not installed"),
@@ -226,7 +230,8 @@ async def test_a_truncated_capture_loads_with_a_warning(pcap_daemon: DaemonProce
     await wait_loaded(pcap_daemon, str(truncated))
     warm = await call(pcap_daemon, "pcap_frames_by_filter", pcap_path=str(truncated), display_filter="ngap",
                       offset=1)
-    assert warm["served_by"] == "sharkd"
+    # The loaded worker gives the rows; tshark may still win the race to find which frames match.
+    assert warm["served_by"] in LOADED_WORKER
     assert warm["total"] == 10 and warm["frames"][0]["number"] == cold["frames"][1]["number"]
 
 
@@ -272,7 +277,7 @@ async def test_repeated_queries_are_served_from_the_cache(pcap_daemon: DaemonPro
     await wait_loaded(pcap_daemon, args["pcap_path"])
     warm = await call(pcap_daemon, "pcap_frames_by_filter", **args)
     again = await call(pcap_daemon, "pcap_frames_by_filter", **args)
-    assert warm["served_by"] == "sharkd" and again["cached"] is True
+    assert warm["served_by"] in LOADED_WORKER and again["cached"] is True
     assert warm["frames"] == again["frames"]
     # tshark beside the load agrees with sharkd, but for the columns a single pass's row marks provisional.
     assert len(first["frames"]) == len(warm["frames"])
