@@ -86,7 +86,8 @@ _MEMLOCK = re.compile(r"ERROR: Unknown error -?\d+: couldn't set RLIMIT_MEMLOCK 
 # Printed without a trailing newline, so it runs into the next message.
 _TRACEABLE = re.compile(r"Error while reading traceable functions from (\S+): (.*?)(?=ERROR:|WARNING:|\n|$)")
 _UNSAFE = re.compile(r"(\w+)\(\) is an unsafe function being used in safe mode")
-_ATTACH_FAILED = re.compile(r"Error attaching probe: '([^']*)'")
+# bpftrace 0.17 quotes a kprobe's name (`'kprobe:f'`), not a hardware probe's (`hardware:cpu-cycles:1000000`).
+_ATTACH_FAILED = re.compile(r"Error attaching probe: (?:'([^']*)'|([^'\s]\S*))")
 
 
 def _kernel_at_least(major: int, minor: int) -> bool:
@@ -177,7 +178,7 @@ def classify_failure(report: StderrReport, returncode: int | None, *, before_att
     if failed_probe:
         # Announced ("Attaching N probes...") but refused by the kernel: bpftrace's lines before its
         # ERROR (e.g. `create_probe_event: open(.../kprobe_events): No such file or directory`) say why.
-        probe = failed_probe[1]
+        probe = failed_probe[1] if failed_probe[1] is not None else failed_probe[2]
         why = "; ".join(line for line in report.other if line.strip()) or failed_probe[0]
         message = f"bpftrace could not attach {probe}: {why}"
         if "kprobe_events" in why and not os.path.exists("/sys/kernel/tracing/kprobe_events"):

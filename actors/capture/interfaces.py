@@ -57,4 +57,5 @@ def kernel_state(name: str, sys_class_net: Path = Path("/sys/class/net")) -> dic
 
 
 def exists(name: str) -> bool:
-    return os.path.isdir(f"/sys/class/net/{name}") if "/" not in name else False
+    """A kernel interface of that whole name ("", "." and ".." name /sys/class/net itself or its parent)."""
+    return os.path.isdir(f"/sys/class/net/{name}") if "/" not in name and name not in ("", ".", "..") else False

@@ -142,7 +142,8 @@ class Capture:
 def _iso(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}Z"
+    seconds, micros = divmod(round(ts * 1e6), 1_000_000)  # rounded to the microsecond (x.000001 % 1 is below 1e-6)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
 
 
 class CaptureStore:
@@ -160,7 +161,7 @@ class CaptureStore:
                 return candidate
 
     def meta_path(self, capture_id: str) -> Path:
-        if not CAPTURE_ID.match(capture_id):
+        if not CAPTURE_ID.fullmatch(capture_id):  # fullmatch: `$` alone passes a trailing newline
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"not a capture id: {capture_id!r}",
                              hint="capture ids look like cap-1a2b3c4d (start_capture, list_captures)")
         return self.meta_dir / f"{capture_id}.json"

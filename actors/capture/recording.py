@@ -104,7 +104,7 @@ class RecordingStore:
         self.data_dir = state_dir / "exports"
 
     def path(self, recording_id: str) -> Path:
-        if not RECORDING_ID.match(recording_id):
+        if not RECORDING_ID.fullmatch(recording_id):  # fullmatch: `$` alone passes a trailing newline
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"not a recording id: {recording_id!r}",
                              hint="recording ids look like rec-1a2b3c4d (diagd_record_start)")
         return self.meta_dir / f"{recording_id}.json"

@@ -5,7 +5,7 @@ No sharkd: the capture session's frame source is replaced by synthetic trees tha
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +15,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from diagd.actors import _user_regex
 from diagd.actors._subprocess import Head
 from diagd.actors.base import Request
 from diagd.actors.pcap import tree as tree_mod
@@ -25,6 +26,18 @@ from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.session import CaptureSession
 
 FRAMES = 20
+
+
+@pytest.fixture(autouse=True)
+def matching_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search's regex work runs on the event loop here, not in a worker thread: with a thread the
+    autojump clock (threshold 0) would jump to the call's deadline while the loop waits for it, a race
+    with real time. The matching itself is the same code; only the hop is gone."""
+    async def inline(fn: Callable[[], Any]) -> Any:
+        await trio.lowlevel.checkpoint()
+        return fn()
+
+    monkeypatch.setattr(_user_regex, "in_thread", inline)
 
 
 def frame_tree(number: int, protocol: str = "Some Protocol") -> list[dict[str, Any]]:
@@ -159,7 +172,6 @@ class PlainCapture(FakeCapture):
 
 async def test_a_loaded_capture_reads_from_sharkd_only_frames_a_single_pass_does_not_rule_out(
         autojump_clock: trio.testing.MockClock) -> None:
-    autojump_clock.autojump_threshold = 1.0  # the matching runs in a worker thread (see below)
     ruled = PlainCapture()
     result = await ask(ruled, limit=FRAMES, stop_at=trio.current_time() + 3600)
     assert ruled.passes and ruled.fetched == [3, 17]  # only the frames whose text holds the needle
@@ -176,7 +188,6 @@ async def test_a_loaded_capture_reads_from_sharkd_only_frames_a_single_pass_does
 
 async def test_a_literal_a_second_pass_could_add_is_read_from_sharkd_in_every_frame(
         autojump_clock: trio.testing.MockClock) -> None:
-    autojump_clock.autojump_threshold = 1.0
     capture = PlainCapture()
     result = await ask(capture, query="Answer In: 1", limit=FRAMES, stop_at=trio.current_time() + 3600)
     assert len(capture.fetched) == FRAMES  # a DNS line "[Answer In: 12]" may be added in any frame
@@ -204,10 +215,6 @@ class LoadingCapture(FakeCapture):
 
 async def test_a_capture_still_loading_is_searched_in_a_single_pass_with_marks(
         autojump_clock: trio.testing.MockClock) -> None:
-    # The search's matching runs in a worker thread: with a threshold of 0 the clock would jump to the
-    # call's deadline (the single pass's bound) while the loop waits for that thread, a race with real
-    # time. A second of real idleness before a jump keeps the virtual timeline the test's.
-    autojump_clock.autojump_threshold = 1.0
     actor = LoadingCapture(pass_s=2)
     result = await ask(actor, limit=10, kinds=(), stop_at=trio.current_time() + 60)
     assert actor.passes and "-V" in actor.passes[0] and actor.fetched == []  # no sharkd tree was read
@@ -262,7 +269,6 @@ class UncountedCapture(PlainCapture):
 
 async def test_a_filter_not_counted_takes_its_page_from_a_single_pass_and_rules_out_by_text(
         autojump_clock: trio.testing.MockClock) -> None:
-    autojump_clock.autojump_threshold = 1.0  # the matching runs in a worker thread
     capture = UncountedCapture()
     first = await ask(capture, display_filter="someproto", kinds=(), limit=10, stop_at=trio.current_time() + 60)
     assert first["served_by"].startswith("tshark and sharkd") and capture.fetched == [3]  # the rest ruled out
@@ -277,7 +283,6 @@ async def test_a_filter_not_counted_takes_its_page_from_a_single_pass_and_rules_
 
 async def test_a_regex_on_a_filter_not_counted_takes_only_frame_numbers_from_the_pass(
         autojump_clock: trio.testing.MockClock) -> None:
-    autojump_clock.autojump_threshold = 1.0
     capture = UncountedCapture()
     found = await ask(capture, display_filter="someproto", kinds=(), query="nee+dle", is_regex=True, limit=5,
                       stop_at=trio.current_time() + 60)
@@ -288,7 +293,6 @@ async def test_a_regex_on_a_filter_not_counted_takes_only_frame_numbers_from_the
 
 async def test_a_single_pass_slower_than_half_the_call_gives_way_to_sharkd(
         autojump_clock: trio.testing.MockClock) -> None:
-    autojump_clock.autojump_threshold = 1.0
     capture = UncountedCapture(pass_s=40)
     start = trio.current_time()
     found = await ask(capture, display_filter="someproto", kinds=(), limit=10, stop_at=start + 60)
