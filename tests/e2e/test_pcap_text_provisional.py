@@ -29,6 +29,7 @@ from tests.conftest import DaemonProcess
 from tests.e2e.test_pcap_differential import decode_as, session
 from tests.e2e.test_pcap_provisional import daemon as _daemon  # noqa: F401 (the `daemon` fixture: a daemon of its own)
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
+from tests.support import pcap_oracle as oracle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -40,9 +41,11 @@ Lines = Counter[tuple[str, str]]
 
 def frames(wsconf: Path, path: Path, *extra: str) -> dict[int, str]:
     argv = ["tshark", "-n", "-r", str(path), *[a for r in decode_as(path) for a in ("-d", r)], *extra, "-V"]
-    out = subprocess.run(argv, capture_output=True, check=False, timeout=600,
-                         env={**os.environ, "WIRESHARK_CONFIG_DIR": str(wsconf)}).stdout
-    return {f.number: f.text for f in spt.frames_of(out.decode(errors="replace"))}
+
+    def run() -> str:  # tshark's text, kept on disk: this module compares the rules with it, not diagd
+        return subprocess.run(argv, capture_output=True, check=False, timeout=600,
+                              env={**os.environ, "WIRESHARK_CONFIG_DIR": str(wsconf)}).stdout.decode(errors="replace")
+    return {f.number: f.text for f in spt.frames_of(oracle.cached_text(path, argv, run))}
 
 
 class Differences:

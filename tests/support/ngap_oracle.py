@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from tests.support.capture_identity import content_id
 from tests.support.pcapedit import PCAP_MAGICS, split_sctp_bundles
 
 FIELDS = [
@@ -148,7 +149,7 @@ def cause_name(field_name: str, code: int | None) -> str | None:
 def disk_cached(path: Path, kind: str, compute: Callable[[Path], T]) -> T:
     """compute(path), kept on disk per capture and oracle source (the mutation gate asks it often)."""
     support = Path(__file__).parent
-    key = hashlib.sha256(repr((str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns,
+    key = hashlib.sha256(repr((content_id(path),
                                *(f.read_bytes() for f in sorted(support.glob("*oracle.py"))),
                                (support / "pcapedit.py").read_bytes())).encode()).hexdigest()[:24]
     cached = CACHE / f"{path.name}.{key}.{kind}.pickle"

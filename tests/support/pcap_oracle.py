@@ -25,8 +25,11 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.support.capture_identity import content_id
 
 CACHE = Path(os.environ.get("DIAGD_TEST_TREE_CACHE", Path(tempfile.gettempdir()) / f"diagd-trees-{os.getuid()}"))
 HANG_GUARD_S = 600  # not a measurement: only stops a tshark that hangs
@@ -76,7 +79,7 @@ def tshark_version() -> str:
 
 def _cached(path: Path | None, kind: str, args: Any, compute: Any) -> Any:
     """compute(), kept on disk as JSON per capture, tshark version, this file and the arguments."""
-    identity = "" if path is None else f"{path.resolve()}|{path.stat().st_size}|{path.stat().st_mtime_ns}"
+    identity = "" if path is None else content_id(path)
     key = hashlib.sha256(repr((identity, tshark_version(), kind, json.dumps(args),
                                Path(__file__).read_bytes())).encode()).hexdigest()[:24]
     cached = CACHE / f"{path.name if path else 'tshark'}.{key}.{kind}.oracle.json"
@@ -88,6 +91,13 @@ def _cached(path: Path | None, kind: str, args: Any, compute: Any) -> Any:
     tmp.write_text(json.dumps(found))
     tmp.replace(cached)
     return found
+
+
+def cached_text(path: Path, argv: list[str], compute: Callable[[], str]) -> str:
+    """What a reference tool run printed for this capture (compute()), kept on disk by the capture's
+    identity, the tshark version and the argv (the capture's own path in it does not count)."""
+    text: str = _cached(path, "text", ["<capture>" if a == str(path) else a for a in argv], compute)
+    return text
 
 
 def matching(path: Path, display_filter: str) -> list[int]:

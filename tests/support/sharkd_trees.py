@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.support.capture_identity import content_id
+
 PREFS = {"sctp.association_index": "TRUE", "nas-5gs.null_decipher": "TRUE"}
 NGAP_FILTER = "ngap && sctp"
 CACHE = Path(os.environ.get("DIAGD_TEST_TREE_CACHE", Path(tempfile.gettempdir()) / f"diagd-trees-{os.getuid()}"))
@@ -31,8 +33,7 @@ def _version() -> str:
 
 
 def _key(path: Path) -> str:
-    st = path.stat()
-    return hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{_version()}".encode()).hexdigest()[:24]
+    return hashlib.sha256(f"{content_id(path)}|{_version()}".encode()).hexdigest()[:24]
 
 
 def _ask(path: Path) -> dict[str, Any]:
