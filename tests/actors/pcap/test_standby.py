@@ -4,6 +4,8 @@ behind (process, zombie, directory)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 from pathlib import Path
@@ -20,6 +22,7 @@ from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.settings import BUILTIN_PROFILES
 from diagd.protocol.errors import DiagdError
 from tests.pcaps import PCAPS, corpus
+from tests.support import pcap_oracle as oracle
 from tests.support.procs import alive, children, zombies
 
 LAB = BUILTIN_PROFILES["5gc-lab"]
@@ -62,6 +65,24 @@ async def warm(argv: list[str], limit: int | None, max_line: int, records: str |
         assert not waiting.directory.exists()
 
 
+async def cold_head(argv: list[str], limit: int | None, max_line: int, records: str | None) -> Head:
+    """The cold run's Head (the reference each warm run is held to), kept on disk by the capture's bytes,
+    the tshark version and the whole call: a rerun compares the warm runs with what tshark printed then."""
+    path = Path(argv[argv.index("-r") + 1])
+    ran: list[Head] = []
+
+    async def run() -> None:
+        ran.append(await head(argv, limit, max_line=max_line, records=records))
+
+    def compute() -> str:
+        trio.from_thread.run(run)
+        return json.dumps(dataclasses.asdict(ran[0]))
+
+    key = [*argv, f"limit={limit}", f"max_line={max_line}", f"records={records}"]
+    text = await trio.to_thread.run_sync(oracle.cached_text, path, key, compute)
+    return Head(**json.loads(text))
+
+
 class Both:
     """A first_page RunHead that runs the argv warm and cold and keeps both (it answers with the cold one)."""
 
@@ -70,7 +91,7 @@ class Both:
 
     async def __call__(self, argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
                        records: str | None = None) -> Head:
-        cold = await head(argv, limit, max_line=max_line, records=records)
+        cold = await cold_head(argv, limit, max_line, records)
         self.runs.append((argv, await warm(argv, limit, max_line, records), cold))
         return cold
 
