@@ -23,6 +23,7 @@ ALLOWED: tuple[tuple[str, str], ...] = (
     (r"the kernel has no Landlock", "a property of the running kernel; the tests without Landlock run anyway"),
 )
 _ALLOWED = [re.compile(pattern) for pattern, _why in ALLOWED]
+REFUSED = "skipped under CI, which needs this check to run: "
 
 
 def strict() -> bool:
@@ -82,13 +83,21 @@ class SkipPolicy:
             reason = recovered
             if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
                 report.longrepr = (report.longrepr[0], report.longrepr[1], f"Skipped: {reason}")
-        self.reasons[reason] += 1
         if self.strict and not allowed(reason):
-            self.refused[reason] += 1
             report.outcome = "failed"
-            report.longrepr = (f"skipped under CI, which needs this check to run: {reason}\n"
+            report.longrepr = (f"{REFUSED}{reason}\n"
                                "(install what it needs — ./scripts/setup.sh test — or, if this machine can "
                                "never have it, add the reason to ALLOWED in tests/skip_policy.py with why)")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Counted from the reports, which under pytest-xdist are the ones its controller receives (the
+        workers mark the reports; the controller prints the summary)."""
+        if (reason := skip_reason(report)) is not None:
+            self.reasons[reason] += 1
+        elif report.failed and isinstance(report.longrepr, str) and report.longrepr.startswith(REFUSED):
+            reason = report.longrepr.removeprefix(REFUSED).split("\n", 1)[0]
+            self.reasons[reason] += 1
+            self.refused[reason] += 1
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         total = sum(self.reasons.values())
