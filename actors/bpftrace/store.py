@@ -47,7 +47,7 @@ class ExecutionStore:
         self.root = root
 
     def path(self, execution_id: str) -> Path:
-        if not EXECUTION_ID.match(execution_id):
+        if not EXECUTION_ID.fullmatch(execution_id):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"not an execution id: {execution_id!r}")
         return self.root / execution_id
 

@@ -126,7 +126,7 @@ class Views:
     async def resolve(self, ident: str) -> Resolved:
         """`capture:<capture id>`, or `capture:<recording id>` (that recording's capture, for a client that may
         see the recording: recording.py; else NOT_FOUND, as for an id never made)."""
-        if RECORDING_ID.match(ident):
+        if RECORDING_ID.fullmatch(ident):
             rec = await trio.to_thread.run_sync(self._recordings.load, ident)
             ctx, connected = current_call.get(), self._captures.owner_connected(rec.owner)
             if ctx is None or not rec.visible_to(ctx.client, current_groups.get(), connected):

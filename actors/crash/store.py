@@ -66,7 +66,7 @@ class OutputStore:
         self._cache_entries = cache_entries
 
     def session_dir(self, session_id: str) -> Path:
-        if not SESSION_ID.match(session_id):
+        if not SESSION_ID.fullmatch(session_id):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"malformed session id {session_id!r}")
         return self.root / session_id
 
@@ -139,7 +139,7 @@ class OutputStore:
     # -- reading ----------------------------------------------------------------------------------
 
     def _paths(self, command_id: str) -> tuple[Path, Path]:
-        m = COMMAND_ID.match(command_id or "")
+        m = COMMAND_ID.fullmatch(command_id or "")
         if not m:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"malformed command id {command_id!r}",
                              expected="<session_id>:<number>, as returned by run_crash_command")
@@ -206,7 +206,7 @@ class OutputStore:
         """Remove the oldest session dirs beyond `keep` (never a live session's)."""
         if not self.root.is_dir():
             return []
-        dirs = [p for p in self.root.iterdir() if p.is_dir() and SESSION_ID.match(p.name) and p.name not in live]
+        dirs = [p for p in self.root.iterdir() if p.is_dir() and SESSION_ID.fullmatch(p.name) and p.name not in live]
         dirs.sort(key=lambda p: p.stat().st_mtime)
         removed = []
         for old in dirs[: max(0, len(dirs) - keep)]:
