@@ -29,6 +29,7 @@ def test_the_owner_sees_it_with_the_groups_another_client_only_once_the_owner_ha
     mine = frozenset({"diagd", "capture", "pcap", "serial"})
     assert rec.visible_to("mcp:100", mine, owner_connected=True)
     assert rec.visible_to("mcp:100", ALL, owner_connected=True)
+    assert rec.visible_to("mcp:100", frozenset({"capture", "pcap", "serial"}), owner_connected=True)  # exactly its own
     # another local client: not while the owner is connected; once it has gone, with the groups
     assert not rec.visible_to("mcp:200", ALL, owner_connected=True)
     assert not rec.visible_to("cli:300", ALL, owner_connected=True)
@@ -63,6 +64,12 @@ def test_a_client_without_the_groups_of_a_part_cannot_start_it(args: dict[str, o
     with pytest.raises(DiagdError) as refused:
         check_groups(args, frozenset(groups))
     assert refused.value.code == ErrorCode.PERMISSION_DENIED and refused.value.details["missing"] == missing
+    needed = sorted({*missing, *(set(groups) - {"diagd"})})
+    assert refused.value.details["needed"] == needed and refused.value.details["selected"] == sorted(groups)
+    assert refused.value.message == (f"this recording is read with the tool groups {', '.join(needed)}; this client "
+                                     f"has not selected {', '.join(missing)}, so it could not stop it nor read its "
+                                     "bundle")
+    assert refused.value.details["hint"] == f"select them too (diagd mcp --tools {','.join(needed)})"
     assert "diagd," not in refused.value.details["hint"] and all(g in refused.value.details["hint"] for g in missing)
 
 
