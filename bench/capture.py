@@ -45,7 +45,10 @@ from _daemon import isolated_daemon
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-PCAPS = Path(os.environ.get("DIAGD_TEST_PCAPS", "/work/shared/pcaps"))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from tests.pcaps import PCAPS  # noqa: E402  (the test corpus' cache, as the tests read it)
+
 SOURCE = "adrian_n4_upf_timeout_sbi.pcap"
 TARGET_RATIO = 0.99
 

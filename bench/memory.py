@@ -40,11 +40,13 @@ from _proc import children, fd_count, rss_mb, vmcore_fixture
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests.pcaps import PCAPS  # the test corpus' cache (_proc put the repository on sys.path)
+
 TARGET_MB = 50.0  # settled growth over the crash baseline
 IDLE_TARGET_MB = 60.0
 SESSION_TARGET_MB = 90.0  # after a pcap session; and where big outputs must come back to within 60 s
 BENCH_PCAP = Path("/tmp/diagd-bench-cache/magma_gx_gy_combined_04-x19-day0-r1.pcapng")  # bench/pcap.py builds it
-SHARED_PCAP = Path("/work/shared/pcaps/magma_gx_gy_combined_04.pcapng")
+SHARED_PCAP = PCAPS / "magma_gx_gy_combined_04.pcapng"
 RD_BYTES_PER_QWORD = 36.5  # `rd -64` prints 2 qwords per ~73-byte line
 
 

@@ -6,9 +6,9 @@ Run from the repository root:
     .venv/bin/python bench/pcap.py [--size-mb 50] [--big-mb 1024 | --no-big] [--json]
 
 The captures. Built once from the real file magma_gx_gy_combined_04.pcapng (Diameter Gx/Gy/S6a,
-S1AP, GTP-U; 2.9 MB) in the shared corpus and cached outside the repository (default
+S1AP, GTP-U; 2.9 MB) in the test corpus (tests/corpus.toml) and cached outside the repository (default
 /tmp/diagd-bench-cache/, reused when present): N copies time-shifted with `editcap -t i*40` and
-appended with `mergecap -a`, as shared/pcaps/MANIFEST.md shows. One change to that recipe: each
+appended with `mergecap -a`, as the corpus' MANIFEST.md shows. One change to that recipe: each
 copy's SCTP verification tag is XORed with a per-copy value (copy 0 is untouched). Without it every
 copy after the first repeats the first one's SCTP associations with the same TSNs, tshark marks
 them "Retransmitted TSN" and never dissects their Diameter or S1AP (1288 Diameter frames in the
@@ -117,8 +117,10 @@ from _pcap_tools import (
     warm_page_cache,
 )
 
+from tests.pcaps import PCAPS  # the test corpus' cache (_pcap_tools put the repository on sys.path)
+
 T = TypeVar("T")
-PCAPS_DIR = Path("/work/shared/pcaps")
+PCAPS_DIR = PCAPS
 SOURCE = "magma_gx_gy_combined_04.pcapng"
 WARMUP_SOURCE = "magma_gx_gy_combined_03.pcapng"
 CACHE_DIR = Path("/tmp/diagd-bench-cache")

@@ -49,7 +49,9 @@ from typing import Any
 from _daemon import isolated_daemon
 from _pcap_tools import build_capture, diagd_client, log, run_cold, run_peer, vmrss_mb, warm_page_cache
 
-PCAPS_DIR = Path("/work/shared/pcaps")
+from tests.pcaps import PCAPS  # the test corpus' cache (_pcap_tools put the repository on sys.path)
+
+PCAPS_DIR = PCAPS
 SOURCE = "magma_gx_gy_combined_04.pcapng"
 WARM_UP = "adrian_registration_reject.pcap"
 SEEN_FIELDS_ON = "magma_gx_gy_combined_03.pcapng"  # (T2): another capture the timeline's fields were read from

@@ -9,7 +9,7 @@ Run from the repository root, as root (bpftrace needs it):
 It starts an isolated daemon (bench/_daemon.py), two simulated modems (tests/support/sim_modem.py on
 real ptys) and --clients MCP SDK clients, each through its own `diagd mcp --no-autostart` shim. Together
 they send about --rate calls/s, mixed: pcap (info, filters, timelines, frame details, text search) on
-six real captures from /work/shared/pcaps, send_data on the modems (the first two clients own one each:
+six real captures of the test corpus, send_data on the modems (the first two clients own one each:
 a port belongs to the client that opened it), bpftrace programs (exec_program + get_result), crash
 and drgn commands on the vmcore fixture (/var/tmp/diagd-fixtures), diagd_status and diagd_calls.
 At --restart-at of the run the daemon gets SIGTERM and is started again in the same directories;
@@ -56,8 +56,9 @@ from mcp.client.stdio import StdioServerParameters
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from tests.pcaps import PCAPS  # noqa: E402  (the test corpus' cache, as the tests read it)
 
-PCAP_DIR = Path("/work/shared/pcaps")
+PCAP_DIR = PCAPS
 CAPTURES = ("magma_gx_gy_combined_04.pcapng", "heplify_fax_call_t38_sip.pcap", "adrian_n4_upf_timeout_sbi.pcap",
             "5greplay_oai.pcap", "adrian_sandbox_sbi.pcap", "magma_gx_gy_combined_03.pcapng")
 FILTERS = ("", "ip", "udp", "tcp", "sctp", "frame.len > 200", "http2", "diameter", "sip", "ip.ttl < 64")

@@ -154,6 +154,14 @@ case "$action" in
     npm_tool "${DIAGD_INSPECTOR_DIR:-$HOME/.cache/diagd/inspector}" @modelcontextprotocol/inspector 2.12.0 \
       tests/e2e/test_inspector.py
     cd "$top"
+    # The test corpus (tests/corpus.toml) in its cache, every sha256 checked: copied from the folder
+    # DIAGD_TEST_CAPTURES names (it holds pcaps/ and pcaps-extra/; by default ../shared beside this
+    # checkout when there is one), else fetched from each file's pinned source. A capture missing there
+    # makes its tests skip (fail under CI).
+    captures=${DIAGD_TEST_CAPTURES:-}
+    if [ -z "$captures" ] && [ -d "$top/../shared/pcaps" ]; then captures=$top/../shared; fi
+    "$venv/bin/python" -m tests.support.corpus_cache fill ${captures:+--from "$captures"} \
+      || log "some test captures could not be cached: the tests that need them will skip"
     "$venv/bin/ruff" check .
     scripts/typecheck.sh
     scripts/lint-imports.sh

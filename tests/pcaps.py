@@ -1,4 +1,6 @@
-"""Where the shared real captures live; tests skip with a clear reason when they are absent."""
+"""Where the real captures of the test corpus are: the cache tests/support/corpus_cache.py fills (from
+tests/corpus.toml, every sha256 checked; `scripts/setup.sh test` runs it). Tests skip with a clear
+reason when a capture is absent. DIAGD_TEST_PCAPS (and DIAGD_TEST_PCAPS_EXTRA) name other folders."""
 
 from __future__ import annotations
 
@@ -7,20 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.corpus_cache import cache_dir
 
-def _find() -> Path:
-    if override := os.environ.get("DIAGD_TEST_PCAPS"):
-        return Path(override)
-    beside_checkout = Path(__file__).resolve().parents[2] / "shared" / "pcaps"
-    for candidate in (beside_checkout, Path("/work/shared/pcaps")):
-        if candidate.is_dir():
-            return candidate
-    return beside_checkout
-
-
-PCAPS = _find()
+PCAPS = Path(os.environ.get("DIAGD_TEST_PCAPS") or cache_dir() / "pcaps")
 # The second corpus (more 5GC captures), beside the first: tests over "every capture" read both.
 PCAPS_EXTRA = Path(os.environ.get("DIAGD_TEST_PCAPS_EXTRA") or PCAPS.with_name("pcaps-extra"))
+FILL = "scripts/setup.sh test, or python -m tests.support.corpus_cache fill --from DIR"
 
 
 def corpus() -> list[Path]:
@@ -31,6 +25,5 @@ def corpus() -> list[Path]:
 def pcap(name: str) -> str:
     path = PCAPS / name
     if not path.exists():
-        pytest.skip(f"real capture {name} not found in {PCAPS} (set DIAGD_TEST_PCAPS to the folder of "
-                    "shared/pcaps)")
+        pytest.skip(f"real capture {name} not found in {PCAPS} (fill the cache: {FILL})")
     return str(path)

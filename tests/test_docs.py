@@ -31,6 +31,7 @@ KNOWN_HOSTS = frozenset({
     "docs.astral.sh", "www.rfc-editor.org", "datatracker.ietf.org", "mermaid.js.org",
     "drgn.readthedocs.io", "crash-utility.github.io", "systemd.io", "www.freedesktop.org",
     "man7.org", "docs.kernel.org", "www.kernel.org", "www.3gpp.org", "jsonrpc.org", "www.jsonrpc.org",
+    "raw.githubusercontent.com",  # the test corpus' pinned sources (tests/support/corpus_cache.py)
 })
 NEVER_REAL = re.compile(r"^(localhost|127\.0\.0\.1|\[::1\]|::1|0\.0\.0\.0|([\w-]+\.)*(example|test|invalid)"
                         r"|example\.(com|org|net))$")

@@ -12,7 +12,7 @@ from typing import Any
 
 from diagd import __version__
 from diagd.daemon import paths
-from diagd.daemon.cli import clients, logtail, setup_cli
+from diagd.daemon.cli import clients, examples, logtail, setup_cli
 from diagd.protocol.errors import DiagdError
 
 # EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _admin_parsers(sub: Any) -> None:
-    """Commands that need no daemon: the version, HTTP tokens, the systemd units."""
+    """Commands that need no daemon: the version, HTTP tokens, the systemd units, MCP hosts, samples."""
     s = sub.add_parser("version", help="print diagd's version (what `--ssh` compares)")
     s.set_defaults(func=cmd_version)
 
@@ -145,6 +145,7 @@ def _admin_parsers(sub: Any) -> None:
     s.set_defaults(func=cmd_service)
 
     clients.add_parser(sub)  # diagd client add HOST | remove HOST | list
+    examples.add_parser(sub)  # diagd examples [--copy DIR]: the sample captures shipped with diagd
 
 
 # What `diagd serve` never needs but a library would import if it is installed: structlog imports

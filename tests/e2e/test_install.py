@@ -79,6 +79,27 @@ def test_installed_diagd_starts_and_answers_from_a_directory_with_a_diagd_folder
         run(installed_diagd, user_env, workdir, "stop")
 
 
+def test_the_installed_samples_are_listed_copied_and_read_by_the_daemon(
+        installed_diagd: Path, user_env: dict[str, str], workdir: Path) -> None:
+    """README's first prompts for a user who installed the wheel and nothing else: the samples are in the
+    tool's venv, `diagd examples --copy` puts them in a folder of the user's, the daemon reads both."""
+    listed = run(installed_diagd, user_env, workdir, "examples", "--json")
+    assert listed.returncode == 0, listed.stderr
+    samples = json.loads(listed.stdout)["samples"]
+    assert len(samples) >= 3 and all(s["path"].startswith(str(installed_diagd.parent.parent)) for s in samples)
+    copied = run(installed_diagd, user_env, workdir, "examples", "--copy", "mine")
+    assert copied.returncode == 0 and (workdir / "mine" / "NOTICE").is_file(), copied.stderr
+    started = run(installed_diagd, user_env, workdir, "start")
+    try:
+        assert started.returncode == 0, started.stderr
+        for path in (samples[0]["path"], f"mine/{samples[-1]['name']}"):  # installed; copied, relative to cwd
+            called = run(installed_diagd, user_env, workdir, "call", "pcap_info", f"pcap_path={path}",
+                         "--visibility=off")
+            assert called.returncode == 0 and json.loads(called.stdout)["packet_count"] > 0, called.stderr
+    finally:
+        run(installed_diagd, user_env, workdir, "stop")
+
+
 def test_client_add_prints_a_configuration_from_the_installed_diagd(
         installed_diagd: Path, user_env: dict[str, str], workdir: Path) -> None:
     if run(installed_diagd, user_env, workdir, "client", "--help").returncode != 0:
