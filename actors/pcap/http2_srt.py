@@ -4,10 +4,10 @@ no request/response link in its HTTP/2 dissector, so requests and responses are 
 Each HTTP/2 HEADERS frame is read from the frame's decode tree (sharkd `frame`), because one TCP segment
 often carries several HTTP/2 frames and flat field columns cannot say which :method belongs to which
 stream id. A request is a HEADERS frame with :method or :path (a connection opened before the capture
-loses HPACK state, and :method can be missing while :path is not: the method is then `?`); its response
-is the first later HEADERS frame on the same TCP stream and HTTP/2 stream id sent from the other end (by
-TCP source port), whose :status is `?` when HPACK state was lost. The response time is the difference of
-the two frames' relative times, in whole nanoseconds.
+loses HPACK state, and :method can be missing while :path is not: the method is then `?`; the path is `?`
+the other way round); its response is the first later HEADERS frame on the same TCP stream and HTTP/2
+stream id sent from the other end (by TCP source port), whose :status is `?` when HPACK state was lost.
+The response time is the difference of the two frames' relative times, in whole nanoseconds.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ async def srt(capture: CaptureSession, request: Request, display_filter: str) ->
             key = (tcp, message.stream)
             if "method" in message.pseudo or "path" in message.pseudo:
                 requests += 1
-                name = f"{message.pseudo.get('method', '?')} {template(message.pseudo.get('path', '?'))}"
+                path = message.pseudo.get("path")
+                name = f"{message.pseudo.get('method', '?')} {'?' if path is None else template(path)}"
                 open_requests[key] = (name, at, port)
             elif key in open_requests and open_requests[key][2] != port:
                 responses += 1
