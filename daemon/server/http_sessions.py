@@ -69,6 +69,7 @@ class SessionManager(StreamableHTTPSessionManager):
         self.state_dir = state_dir
         self.on_freed = on_freed
         self._closing = False
+        self._reviving: dict[str, trio.Event] = {}  # sessions being revived: set once they answer
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -99,7 +100,7 @@ class SessionManager(StreamableHTTPSessionManager):
         record = self.book.get(sid)
         if record is not None and record.token != token:
             record = None  # another token's session (a revoked one's too) is answered as unknown, by the SDK
-        if record is not None and sid not in self._server_instances:
+        if record is not None and (sid not in self._server_instances or sid in self._reviving):
             await self._revive(sid, scope)
         if record is None:
             await super().handle_request(scope, receive, send)
@@ -162,7 +163,10 @@ class SessionManager(StreamableHTTPSessionManager):
         # Idle: its deadline passed (a request that raced the deadline may have terminated it already).
         expired = transport.idle_scope is not None and transport.idle_scope.cancel_called
         record = self.book.get(session_id)
-        if record is not None and (self._closing or expired) and self._server_instances.get(session_id) is transport:
+        current = self._server_instances.get(session_id) is transport
+        # Closing: the SDK has already cleared its table when the server tasks end, so no transport is
+        # current any more; every session still in the book stays revivable.
+        if record is not None and (self._closing or (expired and current)):
             self.book.went_dormant(session_id)
             if expired:
                 log.info("http session freed while idle", session=session_id[:8])
@@ -173,7 +177,21 @@ class SessionManager(StreamableHTTPSessionManager):
             self.on_freed()
 
     async def _revive(self, sid: str, scope: MutableMapping[str, Any]) -> None:
-        """Bring a dormant session back: its transport under the old id, then `initialize` replayed."""
+        """Bring a dormant session back; a request for it meanwhile waits until it is back (its transport
+        is listed before it is connected and initialized, and answers nothing until then)."""
+        pending = self._reviving.get(sid)
+        if pending is not None:
+            await pending.wait()
+            return
+        self._reviving[sid] = done = trio.Event()
+        try:
+            await self._bring_back(sid, scope)
+        finally:
+            del self._reviving[sid]
+            done.set()
+
+    async def _bring_back(self, sid: str, scope: MutableMapping[str, Any]) -> None:
+        """A dormant session's transport under the old id, then `initialize` replayed."""
         async with self._session_creation_lock:
             record = self.book.get(sid)
             if sid in self._server_instances or record is None or not record.revivable:
