@@ -165,7 +165,9 @@ case "$action" in
     "$venv/bin/ruff" check .
     scripts/typecheck.sh
     scripts/lint-imports.sh
-    exec "$venv/bin/python" -m pytest -q ;;
+    # Two workers (the machine has 2 cores; tests wait on tools and daemons): a module and its fixtures
+    # stay on one worker (loadfile), so a module-scoped daemon is started once.
+    exec "$venv/bin/python" -m pytest -q -n "${DIAGD_TEST_WORKERS:-2}" --dist loadfile ;;
   *)
     echo "usage: $0 [setup|start|test]" >&2; exit 2 ;;
 esac

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,15 @@ def install(env: Env, *flags: str) -> tuple[subprocess.CompletedProcess[str], Pa
     done = env.run("service", "install", "--no-start", *flags)
     assert done.returncode == 0, done.stderr
     return done, config_home / "systemd" / "user"
+
+
+@pytest.fixture
+def short_runtime() -> Iterator[Path]:
+    """A runtime dir with a short path: the user units systemd-analyze also loads (gpg-agent's) put
+    sockets in it, and a socket path over 107 bytes is refused (pytest-xdist's tmp paths are longer)."""
+    runtime = Path(tempfile.mkdtemp(prefix="xdg-"))
+    yield runtime
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def verify(*units: Path, runtime: Path) -> subprocess.CompletedProcess[str]:
@@ -48,19 +59,19 @@ def test_install_without_socket_writes_the_service_only(env: Env) -> None:
 
 
 @pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is absent (package systemd)")
-def test_the_installed_units_pass_systemd_analyze_verify(env: Env) -> None:
+def test_the_installed_units_pass_systemd_analyze_verify(env: Env, short_runtime: Path) -> None:
     _done, units = install(env, "--socket")
-    done = verify(units / "diagd.socket", units / "diagd.service", runtime=env.root / "xdg-runtime")
+    done = verify(units / "diagd.socket", units / "diagd.service", runtime=short_runtime)
     assert done.returncode == 0 and done.stdout + done.stderr == "", done.stdout + done.stderr
 
 
 @pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is absent (package systemd)")
-def test_verify_would_catch_a_broken_socket_unit(env: Env) -> None:
+def test_verify_would_catch_a_broken_socket_unit(env: Env, short_runtime: Path) -> None:
     # The check above means something: the same verification fails on a unit systemd cannot use.
     _done, units = install(env, "--socket")
     broken = units / "diagd.socket"
     broken.write_text(broken.read_text().replace("ListenStream=%t/diagd/mcp.sock", "ListenStream=not-a-path"))
-    done = verify(broken, units / "diagd.service", runtime=env.root / "xdg-runtime")
+    done = verify(broken, units / "diagd.service", runtime=short_runtime)
     assert "not-a-path" in done.stderr
 
 
