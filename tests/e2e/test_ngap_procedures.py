@@ -25,6 +25,7 @@ from tests.e2e.test_ngap_summaries import (
     gnb_endpoint,
     ngap_frame_count,
     ngap_sources,
+    tshark_text,
 )
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS, PCAPS_EXTRA, pcap
@@ -150,8 +151,7 @@ async def test_several_gnbs_reusing_ue_ids_keep_their_procedures_apart(
 
 
 def tshark_lines(path: Path, *args: str) -> list[list[str]]:
-    out = subprocess.run(["tshark", "-r", str(path), "-n", "-2", *args, "-T", "fields", "-E", "occurrence=f"],
-                         check=True, capture_output=True, text=True).stdout
+    out = tshark_text(path, ["tshark", "-r", str(path), "-n", "-2", *args, "-T", "fields", "-E", "occurrence=f"])
     return [line.split("\t") for line in out.splitlines()]
 
 

@@ -30,7 +30,7 @@ from tests.actors.pcap.test_ngap_fields import CANNOT_TELL, assert_shape, compar
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus, pcap
-from tests.support import ngap_fields_oracle, ngap_oracle
+from tests.support import ngap_fields_oracle, ngap_oracle, pcap_oracle
 from tests.support.pcapedit import PCAP_MAGICS, keep_sctp_only, packets, readdress_sctp, shift_pcap
 
 pytestmark = [
@@ -66,9 +66,17 @@ async def call(daemon: DaemonProcess, tool: str, **args: Any) -> dict[str, Any]:
     return payload
 
 
+def tshark_text(path: Path, argv: list[str]) -> str:
+    """What a reference tool run prints for this capture (this process's environment), kept on disk by the
+    capture's bytes, the tshark version, the argv and the Wireshark configuration (tests/support/pcap_oracle)."""
+    def run() -> str:
+        return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return pcap_oracle.cached_text(path, [*argv, pcap_oracle.config_key()], run)
+
+
 def ngap_frame_count(path: Path) -> int:
-    out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", "ngap && sctp", "-T", "fields", "-e", "frame.number"],
-                         check=True, capture_output=True, text=True).stdout
+    out = tshark_text(path, ["tshark", "-r", str(path), "-n", "-Y", "ngap && sctp", "-T", "fields", "-e",
+                             "frame.number"])
     return len(out.split())
 
 
@@ -96,8 +104,8 @@ class Copy:
 def gnb_endpoint(path: Path) -> tuple[str, int]:
     """The gNB's address and port: the sender of NGSetupRequest, else the side not on 38412."""
     for flt in ("ngap.procedureCode == 21 && ngap.NGAP_PDU == 0", "ngap && sctp.dstport == 38412"):
-        out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", flt, "-T", "fields", "-e", "ip.src",
-                              "-e", "sctp.srcport"], check=True, capture_output=True, text=True).stdout.split()
+        out = tshark_text(path, ["tshark", "-r", str(path), "-n", "-Y", flt, "-T", "fields", "-e", "ip.src",
+                                 "-e", "sctp.srcport"]).split()
         if out:
             return out[0], int(out[1])
     raise AssertionError(f"{path.name}: no gNB side found")

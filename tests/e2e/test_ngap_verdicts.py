@@ -22,7 +22,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_ngap_summaries import call, ngap_frame_count
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS
-from tests.support import built_captures
+from tests.support import built_captures, pcap_oracle
 from tests.support.pcapedit import packets, transplant
 
 pytestmark = [
@@ -167,6 +167,14 @@ async def test_rule_on_a_real_capture(daemon: DaemonProcess, rule_id: str) -> No
         assert first in [p["first_frame"] for p in decided]
 
 
+def tshark_out(argv: list[str]) -> str:
+    """What tshark prints for the capture after -r (this process's environment), kept on disk by its bytes,
+    the tshark version, the argv and the Wireshark configuration (tests/support/pcap_oracle.cached_text)."""
+    def run() -> str:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return pcap_oracle.cached_text(Path(argv[argv.index("-r") + 1]), [*argv, pcap_oracle.config_key()], run)
+
+
 def built(daemon: DaemonProcess, source: Path, name: str, frame: int, at: int, old: int, new: int,
           drop: tuple[int, ...] = ()) -> Path:
     """`source` with byte `at` of frame `frame` changed from `old` to `new`, and frames `drop` removed."""
@@ -186,8 +194,8 @@ async def test_switch_off_deregistration_completes_without_an_accept(daemon: Dae
     if not source.exists():
         pytest.skip("pcaps-extra is not there")
     path = from_recipe(daemon, "deregistration-switch-off")  # frame 721 made a switch-off, 722 dropped
-    assert subprocess.run(["tshark", "-r", str(path), "-Y", "nas_5gs.mm.switch_off == 1", "-T", "fields", "-e",
-                           "frame.number"], capture_output=True, text=True, check=True).stdout.split() == ["721"]
+    assert tshark_out(["tshark", "-r", str(path), "-Y", "nas_5gs.mm.switch_off == 1", "-T", "fields", "-e",
+                       "frame.number"]).split() == ["721"]
     contexts, procs, sessions = await views(daemon, path)
     check_one_model(contexts, procs, sessions)
     [dereg] = [p for p in instances(procs) if p["procedure"] == "Deregistration"]
@@ -213,8 +221,8 @@ async def test_authentication_reject_ends_the_registration(daemon: DaemonProcess
 
 
 def frame_time(path: Path, frame: int) -> float:
-    out = subprocess.run(["tshark", "-r", str(path), "-Y", f"frame.number == {frame}", "-T", "fields", "-e",
-                          "frame.time_epoch"], capture_output=True, text=True, check=True).stdout
+    out = tshark_out(["tshark", "-r", str(path), "-Y", f"frame.number == {frame}", "-T", "fields", "-e",
+                      "frame.time_epoch"])
     return float(out)
 
 
@@ -249,11 +257,10 @@ async def test_accept_in_n2_setup_then_5gmm_status_then_release_fails_in_every_v
     # (procedure code 4 -> 46) with cause #91 -> #101, then the UEContextReleaseCommand / Complete of the
     # auth-failure run (frames 13 / 15), all with UE 3's ids. Every donor comes from the same lab (same addresses).
     path = from_recipe(daemon, "5gmm-status-then-release")  # the steps: built_captures.RECIPES
-    rows = subprocess.run(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y",
-                           "ngap && frame.number > 41", "-T", "fields", "-e", "ngap.procedureCode", "-e",
-                           "ngap.AMF_UE_NGAP_ID", "-e",
-                           "ngap.RAN_UE_NGAP_ID", "-e", "nas_5gs.mm.5gmm_cause"],
-                          capture_output=True, text=True, check=True).stdout.splitlines()
+    rows = tshark_out(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y",
+                       "ngap && frame.number > 41", "-T", "fields", "-e", "ngap.procedureCode", "-e",
+                       "ngap.AMF_UE_NGAP_ID", "-e",
+                       "ngap.RAN_UE_NGAP_ID", "-e", "nas_5gs.mm.5gmm_cause"]).splitlines()
     assert [r.split("\t") for r in rows] == [["46", "3", "3", "101"], ["41", "3", "3", ""], ["41", "3", "3", ""]]
     contexts, procs, sessions = await views(daemon, path)
     check_one_model(contexts, procs, sessions)
@@ -282,9 +289,8 @@ async def test_two_subscribers_presenting_one_5g_tmsi_stay_apart_and_the_answer_
         (43, donor, 31, 22, {12: (0x0B, 0x02), 18: (0x08, 0x02)}),
         (43, donor, 31, 23, {12: (0x0B, 0x03), 18: (0x08, 0x03)}),
     ])
-    out = subprocess.run(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y",
-                          "nas_5gs.5g_tmsi == 0xc000061a", "-T", "fields", "-e", "ngap.RAN_UE_NGAP_ID"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = tshark_out(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y",
+                      "nas_5gs.5g_tmsi == 0xc000061a", "-T", "fields", "-e", "ngap.RAN_UE_NGAP_ID"]).split()
     assert out == ["2", "3"]
     contexts = await call(daemon, "ngap_ue_sessions", pcap_path=str(path))
     ue2, ue3 = (next(u for u in contexts["ues"] if u["ue"].endswith(f"/ran-{n}")) for n in (2, 3))
@@ -357,9 +363,9 @@ async def test_the_same_request_again_before_an_answer_restarts_the_procedure(da
 
 
 def frame_values(path: Path, field: str) -> dict[int, set[str]]:
-    out = subprocess.run(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y", f"sctp && {field}",
-                          "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", "-e", "frame.number", "-e",
-                          field], capture_output=True, text=True, check=True).stdout
+    out = tshark_out(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y", f"sctp && {field}",
+                      "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", "-e", "frame.number", "-e",
+                      field])
     return {int(n): set(v.split("|")) for n, v in (line.split("\t") for line in out.splitlines())}
 
 
@@ -405,9 +411,8 @@ def from_recipe(daemon: DaemonProcess, name: str) -> Path:
 
 def tshark_rows(path: Path, display: str, *fields: str) -> list[list[str]]:
     columns = [a for f in fields for a in ("-e", f)]
-    out = subprocess.run(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y", display, "-T",
-                          "fields", "-E", "occurrence=a", "-E", "aggregator=,", *columns],
-                         capture_output=True, text=True, check=True).stdout
+    out = tshark_out(["tshark", "-r", str(path), "-o", "nas-5gs.null_decipher:TRUE", "-Y", display, "-T",
+                      "fields", "-E", "occurrence=a", "-E", "aggregator=,", *columns])
     return [line.split("\t") for line in out.splitlines()]
 
 

@@ -18,6 +18,7 @@ from mcp import Client
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import call, client_for, make_env
 from tests.pcaps import PCAPS, pcap
+from tests.support import pcap_oracle as oracle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -81,8 +82,11 @@ async def test_an_unknown_or_absent_layer_names_the_layers_there(answers_daemon:
 
 def tshark_lines(path: str, query: str) -> list[tuple[int, str]]:
     """(frame, line) for every line of `tshark -V` holding `query` (case-insensitive)."""
-    text = subprocess.run(["tshark", "-r", path, "-n", "-2", "-V"], capture_output=True, text=True,
-                          check=True).stdout
+    argv = ["tshark", "-r", path, "-n", "-2", "-V"]
+
+    def run() -> str:  # tshark's text, kept on disk (tests/support/pcap_oracle.cached_text)
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    text = oracle.cached_text(Path(path), [*argv, oracle.config_key()], run)
     found, frame = [], 0
     for line in text.split("\n"):
         if line.startswith("Frame ") and line.split(" ")[1].rstrip(":").isdigit():

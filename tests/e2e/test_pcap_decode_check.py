@@ -25,6 +25,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_ngap_summaries import HANG_GUARD_S, call
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS, PCAPS_EXTRA, pcap
+from tests.support import pcap_oracle as oracle
 from tests.support.pcapedit import remap_tcp_ports
 
 pytestmark = [
@@ -62,7 +63,9 @@ def per_stream(path: Path, display_filter: str, rules: tuple[str, ...] | list[st
     """Frames matching `display_filter` per tcp.stream, by tshark with exactly these rules."""
     argv = ["tshark", "-r", str(path), "-n", *(a for r in rules for a in ("-d", r)), "-Y", display_filter,
             "-T", "fields", "-E", "occurrence=l", "-e", "tcp.stream"]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    def run() -> str:  # kept on disk (tests/support/pcap_oracle.cached_text): asked again per rule set and test
+        return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    out = oracle.cached_text(path, [*argv, oracle.config_key()], run)
     return Counter(int(x) for x in out.split())
 
 

@@ -21,6 +21,7 @@ import trio
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import client_for, make_env
 from tests.pcaps import PCAPS
+from tests.support import pcap_oracle as oracle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -49,14 +50,18 @@ def wsconf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tshark(wsconf: Path, path: Path, *args: str) -> str:
+    """The reference tshark's output, kept on disk by the capture's bytes, the tshark version, the argv and
+    the configuration (tests/support/pcap_oracle.cached_text): many modules compare with the same runs."""
     argv = ["tshark", "-r", str(path), "-n", "-2", *[a for r in decode_as(path) for a in ("-d", r)], *args]
-    return run(wsconf, argv)
+    return oracle.cached_text(path, [*argv, oracle.config_key(tool_env(wsconf))], lambda: run(wsconf, argv))
+
+
+def tool_env(wsconf: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "TZ": "UTC", "WIRESHARK_CONFIG_DIR": str(wsconf), "HOME": str(wsconf)}
 
 
 def run(wsconf: Path, argv: list[str]) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "TZ": "UTC", "WIRESHARK_CONFIG_DIR": str(wsconf),
-                               "HOME": str(wsconf)})
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, env=tool_env(wsconf))
     assert done.returncode == 0, (argv, done.stderr[-2000:])
     return done.stdout
 
@@ -112,11 +117,18 @@ async def session(daemon: DaemonProcess) -> AsyncIterator[Call]:
 # 1. pcap_info == capinfos
 
 
+CAPTURE_PATH = "\x00capture path\x00"  # stands for the capture's path in a kept output (its File name line)
+
+
 def capinfos(path: Path) -> dict[str, str]:
-    done = subprocess.run(["capinfos", "-M", str(path)], capture_output=True, text=True, check=False,
-                          env={"PATH": "/usr/bin:/bin", "TZ": "UTC"})
+    argv, env = ["capinfos", "-M", str(path)], {"PATH": "/usr/bin:/bin", "TZ": "UTC"}
+
+    def compute() -> str:  # kept on disk by the capture's bytes (tests/support/pcap_oracle.cached_text)
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+        return done.stdout.replace(str(path), CAPTURE_PATH)
+    stdout = oracle.cached_text(path, [*argv, oracle.config_key(env)], compute).replace(CAPTURE_PATH, str(path))
     facts = {}
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         key, sep, value = line.partition(":")
         if sep and not line.startswith(" "):
             facts[key.strip()] = value.strip()

@@ -7,7 +7,12 @@ naming fields that depend on later frames are never raced."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import shutil
+import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import Call, captures, decode_as, session
 from tests.pcaps import PCAPS
+from tests.support import pcap_oracle as oracle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -141,23 +147,20 @@ def layer_values(layers: Any, out: list[tuple[str, str]], key: str = "") -> None
             layer_values(value, out, key) if isinstance(value, dict | list) else out.append((key, str(value)))
 
 
-def test_fields_a_single_pass_gives_differently_are_never_raced() -> None:
-    """Both passes of tshark on every corpus capture, field by field: whatever differs between a
-    single pass and `-2` must be refused by single_pass_safe (a field, or a protocol that appears
-    in one and not the other)."""
-    import json
-    import subprocess
-    from collections import Counter
+def passes_differ(path: Path) -> set[str]:
+    """The fields and protocols tshark's single pass gives differently from its `-2` on one capture, from
+    both `tshark -T json` outputs compared field by field. Kept on disk as that set (tshark's side alone;
+    the raw JSON would be hundreds of MB), keyed by both runs and this comparison's code."""
+    def argv(two_pass: bool) -> list[str]:
+        return ["tshark", "-r", str(path), "-n", *(["-2"] if two_pass else []),
+                *[a for r in decode_as(path) for a in ("-d", r)], "-T", "json", "--no-duplicate-keys"]
 
-    cat = trio.run(catalogue)
-    differing: set[str] = set()
-    for path in captures():
-        def frames(two_pass: bool, path: Path = path) -> list[Any]:
-            argv = ["tshark", "-r", str(path), "-n", *(["-2"] if two_pass else []),
-                    *[a for r in decode_as(path) for a in ("-d", r)], "-T", "json", "--no-duplicate-keys"]
-            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
-            return list(json.loads(done.stdout or "[]"))
+    def frames(two_pass: bool) -> list[Any]:
+        done = subprocess.run(argv(two_pass), capture_output=True, text=True, check=False, timeout=300)
+        return list(json.loads(done.stdout or "[]"))
 
+    def compute() -> str:
+        differing: set[str] = set()
         for one, two in zip(frames(False), frames(True), strict=True):
             a: list[tuple[str, str]] = []
             b: list[tuple[str, str]] = []
@@ -168,5 +171,20 @@ def test_fields_a_single_pass_gives_differently_are_never_raced() -> None:
             pa = set(dict(a)["frame.protocols"].split(":"))
             pb = set(dict(b)["frame.protocols"].split(":"))
             differing |= pa ^ pb
+        return json.dumps(sorted(differing))
+
+    code = hashlib.sha256((inspect.getsource(layer_values) + inspect.getsource(passes_differ)).encode()).hexdigest()
+    key = [*argv(False), "|", *argv(True), oracle.config_key(), f"compared by {code[:16]}"]
+    return set(json.loads(oracle.cached_text(path, key, compute)))
+
+
+def test_fields_a_single_pass_gives_differently_are_never_raced() -> None:
+    """Both passes of tshark on every corpus capture, field by field: whatever differs between a
+    single pass and `-2` must be refused by single_pass_safe (a field, or a protocol that appears
+    in one and not the other)."""
+    cat = trio.run(catalogue)
+    differing: set[str] = set()
+    for path in captures():
+        differing |= passes_differ(path)
     unsafe_but_raced = sorted(n for n in differing if first_page.single_pass_safe(cat.kinds(n)))
     assert unsafe_but_raced == [], unsafe_but_raced

@@ -25,6 +25,7 @@ import trio
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import client_for, make_env
 from tests.pcaps import PCAPS, pcap
+from tests.support import pcap_oracle as oracle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -59,7 +60,9 @@ def find_identities(path: str, decode_as: str | None) -> Case:
             "-E", "aggregator=,", "-e", "frame.number", *[a for f in FIELDS for a in ("-e", f)]]
     if decode_as:
         argv[3:3] = ["-d", decode_as]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+    def run() -> str:  # tshark's fields, kept on disk: the identities to look for, not diagd's answer
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+    out = oracle.cached_text(Path(path), [*argv, oracle.config_key()], run)
     case = Case(path, decode_as)
     for line in out.splitlines():
         number, *cells = line.split("\t")

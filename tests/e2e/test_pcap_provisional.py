@@ -20,6 +20,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import LOADED_WORKER, make_env
 from tests.e2e.test_pcap_differential import Call, decode_as, session
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
+from tests.support import pcap_oracle as oracle
 
 pytestmark = [
     pytest.mark.e2e,
@@ -54,6 +55,15 @@ def grown(path: Path, tmp_path: Path) -> Path:
     return out
 
 
+def reference(path: Path, argv: list[str], env: dict[str, str] | None = None) -> str:
+    """What a reference tool prints for the capture `path` (argv reads it), kept on disk by its bytes, the tshark
+    version, the argv and the configuration (tests/support/pcap_oracle). The captures grown here have the same
+    bytes every run."""
+    def run() -> str:
+        return subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+    return oracle.cached_text(path, [*argv, oracle.config_key(env)], run)
+
+
 def every_capture() -> list[Path]:
     found = corpus()
     if not found:
@@ -84,8 +94,8 @@ async def test_pcap_info_gives_capinfos_count_and_span_at_once_and_protocols_whe
         quick = await call("pcap_info", pcap_path=str(path))
         assert not quick["_is_error"], quick
         assert quick["protocols_ready"] is False and quick["protocols"] == [] and "call again" in quick["served_by"]
-        out = subprocess.run(["capinfos", "-M", "-T", "-r", "-c", "-a", "-e", str(path)], capture_output=True,
-                             text=True, check=True, env={"PATH": "/usr/bin:/bin", "TZ": "UTC"}).stdout
+        out = reference(path, ["capinfos", "-M", "-T", "-r", "-c", "-a", "-e", str(path)],
+                        {"PATH": "/usr/bin:/bin", "TZ": "UTC"})
         _, count, start, end = out.strip().rsplit("\t", 3)
         assert quick["packet_count"] == int(count)
         assert quick["source"].get("sha256_pending") is True or len(quick["sha256"]) == 64
@@ -174,10 +184,9 @@ async def test_a_fresh_capture_timeline_of_safe_fields_is_exact_from_a_single_pa
         assert first.get("served_by") == "tshark (single pass while sharkd loads)", first.get("served_by")
         assert first["total_exact"] is False and first["total_at_least"] == 34 and first["has_more"]
         # Exactly what two-pass tshark prints, run here.
-        two = [line.split("\t") for line in subprocess.run(
-            ["tshark", "-r", str(path), "-n", "-2", "-Y", "diameter", "-T", "fields", "-E", "occurrence=f",
-             "-e", "frame.number", *[a for f in fields for a in ("-e", f)]],
-            capture_output=True, text=True, check=True).stdout.splitlines()]
+        two = [line.split("\t") for line in reference(path, [
+            "tshark", "-r", str(path), "-n", "-2", "-Y", "diameter", "-T", "fields", "-E", "occurrence=f",
+            "-e", "frame.number", *[a for f in fields for a in ("-e", f)]]).splitlines()]
         assert [[str(r["frame.number"]), *[str(r[f]) for f in fields]] for r in first["rows"]] == two[3:33]
         with trio.fail_after(300):
             while (again := await call("pcap_timeline", **args)).get("served_by") is not None:
@@ -195,10 +204,9 @@ async def test_a_loaded_capture_answers_an_uncounted_filters_timeline_from_a_sin
         with trio.fail_after(300):  # loaded first: pcap_info until sharkd answers it
             while (await call("pcap_info", pcap_path=str(path)))["served_by"] != "sharkd":
                 await trio.sleep(0.2)
-        two = [line.split("\t") for line in subprocess.run(
-            ["tshark", "-r", str(path), "-n", "-2", "-Y", "diameter.flags.request == 1", "-T", "fields", "-E",
-             "occurrence=f", "-e", "frame.number", *[a for f in fields for a in ("-e", f)]],
-            capture_output=True, text=True, check=True).stdout.splitlines()]
+        two = [line.split("\t") for line in reference(path, [
+            "tshark", "-r", str(path), "-n", "-2", "-Y", "diameter.flags.request == 1", "-T", "fields", "-E",
+            "occurrence=f", "-e", "frame.number", *[a for f in fields for a in ("-e", f)]]).splitlines()]
         args = {"pcap_path": str(path), "display_filter": "diameter.flags.request == 1", "fields": fields,
                 "limit": 10}
         first = await call("pcap_timeline", **args)
@@ -218,9 +226,8 @@ async def test_a_loaded_capture_answers_an_uncounted_filters_timeline_from_a_sin
                 await trio.sleep(0.2)
         exact = await call("pcap_timeline", **counted)
         assert exact["total_exact"] is True and "served_by" not in exact
-        answers = [line.split("\t") for line in subprocess.run(
-            ["tshark", "-r", str(path), "-n", "-2", "-Y", counted["display_filter"], "-T", "fields", "-E",
-             "occurrence=f", "-e", "frame.number", *[a for f in fields for a in ("-e", f)]],
-            capture_output=True, text=True, check=True).stdout.splitlines()]
+        answers = [line.split("\t") for line in reference(path, [
+            "tshark", "-r", str(path), "-n", "-2", "-Y", counted["display_filter"], "-T", "fields", "-E",
+            "occurrence=f", "-e", "frame.number", *[a for f in fields for a in ("-e", f)]]).splitlines()]
         assert exact["total"] == len(answers) and exact["has_more"] is (len(answers) > 10)
         assert [[str(r["frame.number"]), *[str(r[f]) for f in fields]] for r in exact["rows"]] == answers[:10]

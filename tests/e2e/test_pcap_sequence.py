@@ -27,7 +27,7 @@ from tests.actors.pcap.test_ngap_fields import ue_keys
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS
-from tests.support import mermaid, ngap_fields_oracle, ngap_oracle
+from tests.support import mermaid, ngap_fields_oracle, ngap_oracle, pcap_oracle
 from tests.support.pcapedit import readdress_ipv4, transplant
 
 pytestmark = [
@@ -60,7 +60,9 @@ def decode(path: Path) -> list[str]:
 def tshark(path: Path, flt: str, fields: list[str]) -> list[list[str]]:
     argv = ["tshark", "-r", str(path), "-n", "-2", *PREFS, *[a for d in decode(path) for a in ("-d", d)],
             "-Y", flt, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    def run() -> str:  # kept on disk (tests/support/pcap_oracle.cached_text): the same frames are asked often
+        return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    out = pcap_oracle.cached_text(path, [*argv, pcap_oracle.config_key()], run)
     return [line.split("\t") for line in out.splitlines() if line]
 
 

@@ -18,6 +18,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import Call, captures, decode_as, session
 from tests.pcaps import PCAPS
+from tests.support import pcap_oracle
 from tests.support import stats_oracle as oracle
 
 pytestmark = [
@@ -43,12 +44,16 @@ def wsconf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tshark(wsconf: Path, path: Path, *args: str) -> str:
+    """Wireshark's own answer, kept on disk by the capture's bytes, the tshark version, the argv and the
+    configuration (tests/support/pcap_oracle.cached_text)."""
     argv = ["tshark", "-r", str(path), "-n", "-2", *[a for r in decode_as(path) for a in ("-d", r)], *args]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "TZ": "UTC", "WIRESHARK_CONFIG_DIR": str(wsconf),
-                               "HOME": str(wsconf)})
-    assert done.returncode == 0, (argv, done.stderr[-2000:])
-    return done.stdout
+    env = {"PATH": "/usr/bin:/bin", "TZ": "UTC", "WIRESHARK_CONFIG_DIR": str(wsconf), "HOME": str(wsconf)}
+
+    def run() -> str:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, env=env)
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+        return done.stdout
+    return pcap_oracle.cached_text(path, [*argv, pcap_oracle.config_key(env)], run)
 
 
 async def all_rows(call: Call, path: Path, **args: Any) -> dict[str, Any]:

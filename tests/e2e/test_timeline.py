@@ -28,6 +28,7 @@ from tests.fixtures.vmcore import (
     vmcore_fixture,  # noqa: F401 - the fixture
 )
 from tests.pcaps import PCAPS, pcap
+from tests.support import pcap_oracle as oracle
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
 
 pytestmark = pytest.mark.e2e
@@ -60,10 +61,13 @@ def tshark_rows(path: str, display_filter: str = "") -> list[tuple[int, float, s
     """(frame, epoch, Info) as tshark prints them (two passes, default preferences), in time order."""
     argv = ["tshark", "-n", "-2", "-r", path, *[a for r in decode_as(path) for a in ("-d", r)], "-T", "fields",
             "-E", "separator=\t", "-e", "frame.number", "-e", "frame.time_epoch", "-e", "_ws.col.Info"]
+    argv += ["-Y", display_filter] if display_filter else []
     with tempfile.TemporaryDirectory() as wsconf:  # an empty config dir: nobody's profile changes the columns
-        out = subprocess.run([*argv, *(["-Y", display_filter] if display_filter else [])], capture_output=True,
-                             text=True, check=True, env={"PATH": "/usr/bin:/bin", "TZ": "UTC",
-                                                         "WIRESHARK_CONFIG_DIR": wsconf, "HOME": wsconf}).stdout
+        env = {"PATH": "/usr/bin:/bin", "TZ": "UTC", "WIRESHARK_CONFIG_DIR": wsconf, "HOME": wsconf}
+
+        def run() -> str:  # kept on disk (tests/support/pcap_oracle.cached_text): the same rows are asked again
+            return subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+        out = oracle.cached_text(Path(path), [*argv, oracle.config_key(env)], run)
     rows = []
     for line in out.splitlines():
         number, epoch, info = line.split("\t", 2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import pickle
 import subprocess
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from tests.support import pcap_oracle
 from tests.support.capture_identity import content_id
 from tests.support.pcapedit import PCAP_MAGICS, split_sctp_bundles
 
@@ -123,13 +125,16 @@ class Answer:
 @functools.cache
 def value_names(name: str) -> dict[int, str]:
     """{value: name} of a field's value string, as `tshark -G values` lists it."""
-    out = subprocess.run(["tshark", "-G", "values"], check=True, capture_output=True, text=True).stdout
-    names = {}
-    for line in out.splitlines():
-        cells = line.split("\t")
-        if len(cells) == 4 and cells[0] == "V" and cells[1] == name:
-            names[int(cells[2], 0)] = cells[3]
-    return names
+    def compute() -> str:  # the whole glossary is 90 MB: only this field's pairs are kept, in tshark's order
+        out = subprocess.run(["tshark", "-G", "values"], check=True, capture_output=True, text=True).stdout
+        names = {}
+        for line in out.splitlines():
+            cells = line.split("\t")
+            if len(cells) == 4 and cells[0] == "V" and cells[1] == name:
+                names[int(cells[2], 0)] = cells[3]
+        return json.dumps(list(names.items()))
+    key = ["tshark", "-G", "values", f"V lines of {name}", pcap_oracle.config_key()]
+    return {value: label for value, label in json.loads(pcap_oracle.cached_tool_text(key, compute))}
 
 
 def procedure(code: int) -> str:
@@ -165,19 +170,27 @@ def disk_cached(path: Path, kind: str, compute: Callable[[Path], T]) -> T:
 
 
 def tshark_rows(path: Path, tmp: Path) -> list[Row]:
-    pcap = path
-    if path.read_bytes()[:4] not in PCAP_MAGICS:
-        pcap = tmp / f"{path.stem}.classic.pcap"
-        subprocess.run(["editcap", "-F", "pcap", str(path), str(pcap)], check=True, capture_output=True)
-    split, origin = split_sctp_bundles(bytearray(pcap.read_bytes()))
-    split_path = tmp / f"{path.stem}.split.pcap"
-    split_path.write_bytes(bytes(split))
-    argv = ["tshark", "-r", str(split_path), "-n", "-o", "nas-5gs.null_decipher:TRUE",
-            "-o", "sctp.association_index:TRUE", "-Y", "ngap && sctp", "-T", "fields",
-            "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    options = ["-n", "-o", "nas-5gs.null_decipher:TRUE", "-o", "sctp.association_index:TRUE", "-Y", "ngap && sctp",
+               "-T", "fields", "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=,"]
     for name in FIELDS:
-        argv += ["-e", name]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        options += ["-e", name]
+
+    def run() -> str:  # tshark's rows of the split capture and the split's frame map, kept on disk
+        pcap = path
+        if path.read_bytes()[:4] not in PCAP_MAGICS:
+            pcap = tmp / f"{path.stem}.classic.pcap"
+            subprocess.run(["editcap", "-F", "pcap", str(path), str(pcap)], check=True, capture_output=True)
+        split, origin = split_sctp_bundles(bytearray(pcap.read_bytes()))
+        split_path = tmp / f"{path.stem}.split.pcap"
+        split_path.write_bytes(bytes(split))
+        out = subprocess.run(["tshark", "-r", str(split_path), *options], check=True, capture_output=True,
+                             text=True).stdout
+        return json.dumps([out, origin])
+    # The key: the capture, how it is split (editcap to classic pcap if need be, then pcapedit's code), the options.
+    split_by = hashlib.sha256((Path(__file__).parent / "pcapedit.py").read_bytes()).hexdigest()[:16]
+    key = ["editcap", "-F", "pcap", str(path), "|", f"split_sctp_bundles {split_by}", "|", "tshark", "-r", "<split>",
+           *options, pcap_oracle.config_key()]
+    out, origin = json.loads(pcap_oracle.cached_text(path, key, run))
     rows = []
     for line in out.splitlines():
         cells = dict(zip(FIELDS, line.split("\t"), strict=True))

@@ -25,7 +25,7 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +93,38 @@ def _cached(path: Path | None, kind: str, args: Any, compute: Any) -> Any:
     return found
 
 
+def config_key(env: Mapping[str, str] | None = None) -> str:
+    """What of a Wireshark tool's environment its output depends on, for a cache key (with argv and version):
+    TZ, the locale, and the contents (not the path) of the personal configuration and plugin directories it
+    reads. `env`: the environment it runs with (None: this process's, which a subprocess inherits)."""
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    if env.get("WIRESHARK_CONFIG_DIR"):
+        conf = Path(env["WIRESHARK_CONFIG_DIR"])
+    elif (home / ".wireshark").is_dir():
+        conf = home / ".wireshark"
+    else:
+        conf = Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "wireshark"
+    digest = hashlib.sha256()
+    for root in (conf, home / ".local" / "lib" / "wireshark"):
+        for f in sorted(root.rglob("*")) if root.is_dir() else []:
+            if f.is_file():
+                digest.update(repr((root == conf, str(f.relative_to(root)), f.read_bytes())).encode())
+    locale = ",".join(f"{k}={env[k]}" for k in ("TZ", "LC_ALL", "LC_TIME", "LC_NUMERIC", "LANG") if k in env)
+    return f"env:{locale};config:{digest.hexdigest()[:16]}"
+
+
 def cached_text(path: Path, argv: list[str], compute: Callable[[], str]) -> str:
     """What a reference tool run printed for this capture (compute()), kept on disk by the capture's
     identity, the tshark version and the argv (the capture's own path in it does not count)."""
     text: str = _cached(path, "text", ["<capture>" if a == str(path) else a for a in argv], compute)
+    return text
+
+
+def cached_tool_text(argv: list[str], compute: Callable[[], str]) -> str:
+    """What a reference tool run that reads no capture printed (`tshark -G ...`: compute()), kept on disk by
+    the tshark version and the argv (with config_key() in it when the configuration matters)."""
+    text: str = _cached(None, "text", argv, compute)
     return text
 
 

@@ -4,7 +4,8 @@ What the daemon's pcap actor asks sharkd for a `ngap_*` call (the same preferenc
 load, then `frames` with the filter and `frame` with proto and bytes), asked directly of a
 `sharkd -` here, so the NGAP model can be run in-process against the real dissector's trees
 without starting a daemon (the mutation gate runs the NGAP model hundreds of times). The cache is
-keyed by the capture's path, size and mtime and by the sharkd version; it only avoids re-asking.
+keyed by the capture's bytes, the sharkd version, the preferences and filter asked and the environment; it
+only avoids re-asking.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.support import pcap_oracle
 from tests.support.capture_identity import content_id
 
 PREFS = {"sctp.association_index": "TRUE", "nas-5gs.null_decipher": "TRUE"}
@@ -33,7 +35,11 @@ def _version() -> str:
 
 
 def _key(path: Path) -> str:
-    return hashlib.sha256(f"{content_id(path)}|{_version()}".encode()).hexdigest()[:24]
+    """The capture's bytes, the sharkd version, what is asked (preferences, filter) and the environment it runs in
+    (a fresh, empty configuration directory: only TZ, the locale and personal plugins count)."""
+    asked = json.dumps([PREFS, NGAP_FILTER, "frame proto bytes"])
+    where = pcap_oracle.config_key({**os.environ, "WIRESHARK_CONFIG_DIR": str(Path(__file__).parent / "no-such-dir")})
+    return hashlib.sha256(f"{content_id(path)}|{_version()}|{asked}|{where}".encode()).hexdigest()[:24]
 
 
 def _ask(path: Path) -> dict[str, Any]:

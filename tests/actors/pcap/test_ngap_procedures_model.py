@@ -20,7 +20,7 @@ from diagd.actors.pcap.ngap.procedures import PROCEDURES, _p
 from diagd.actors.pcap.ngap.procedures import percentile as ngap_procedures_percentile
 from tests.actors.pcap.test_ngap_fields import CANNOT_TELL, CAPTURES, oracle_answer, ue_keys
 from tests.pcaps import PCAPS
-from tests.support import procedures_oracle
+from tests.support import pcap_oracle, procedures_oracle
 from tests.support.built_captures import MERGES, RECIPES, built, merged
 from tests.support.sharkd_trees import ngap_trees
 
@@ -166,7 +166,9 @@ def core_rows(path: Path, decode_as: str | None) -> list[dict[str, str]]:
     argv = ["tshark", "-r", str(path), "-n", "-2", *(["-d", decode_as] if decode_as else []), "-Y", CORE_FILTER,
             "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,",
             *(a for f in CORE_FIELDS for a in ("-e", f))]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    def run() -> str:  # tshark's rows, kept on disk like the sharkd trees (tests/support/pcap_oracle.cached_text)
+        return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    out = pcap_oracle.cached_text(path, [*argv, pcap_oracle.config_key()], run)
     return [dict(zip(CORE_FIELDS, line.split("\t"), strict=False)) for line in out.splitlines()]
 
 
