@@ -21,6 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import DIAGD, DaemonProcess, Env, start_daemon
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
+from tests.support.progress import delivered
 
 pytestmark = [pytest.mark.e2e, needs_bpftrace]
 
@@ -87,6 +88,7 @@ async def test_tools_are_listed_and_a_run_reports_progress_until_it_times_out(da
         assert started["status"] == "running" and started["attached_probes"] == 1
         done = ok(await call(client, "get_result", {"execution_id": started["execution_id"], "wait_s": 20,
                                                     "until": "done"}, progress_callback=on_progress))
+        await delivered()
         helpers = ok(await call(client, "list_helpers", {"name": "hist"}))
         probes = ok(await call(client, "list_probes", {"filter": "tracepoint:sched:sched_switch"}))
     assert done["status"] == "completed" and done["stop_reason"] == "duration_reached" and "tick" in done["output"]

@@ -29,6 +29,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import DIAGD, SUPPORT, DaemonProcess, Env, start_daemon
 from tests.fixtures.vmcore import VmcoreFixture, build, fake_vmlinux
+from tests.support.progress import delivered
 
 pytestmark = [
     pytest.mark.e2e,
@@ -70,6 +71,8 @@ async def client_for(daemon: DaemonProcess) -> AsyncIterator[Client]:
 async def call_on(client: Client, tool: str, progress: Any = None, **args: Any) -> dict[str, Any]:
     with trio.fail_after(120):
         result = await client.call_tool(tool, args, progress_callback=progress)
+    if progress is not None:
+        await delivered()
     payload: dict[str, Any] = json.loads(result.content[0].text)
     if not result.is_error:
         assert result.structured_content == payload

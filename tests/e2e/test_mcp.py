@@ -15,6 +15,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import DIAGD, DaemonProcess, Env
+from tests.support.progress import delivered
 from tests.support.raw import RawMCP
 
 pytestmark = pytest.mark.e2e
@@ -127,6 +128,7 @@ async def test_progress_notifications_reach_a_client_that_asked(daemon: DaemonPr
     async with mcp_client(daemon.env) as client:
         result = await call(client, "echo", {"message": "p", "progress_steps": 3, "delay_s": 0.03},
                             progress_callback=on_progress)
+        await delivered()
         assert not result.is_error
     assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
 

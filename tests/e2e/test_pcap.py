@@ -19,6 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import DIAGD, SUPPORT, DaemonProcess, Env, start_daemon
 from tests.pcaps import PCAPS, pcap
+from tests.support.progress import delivered
 
 # An exact page whose rows came from the loaded worker; tshark may still win the race to find which frames
 # match (both answers are exact; "tshark (single pass while sharkd loads)" is not one of them).
@@ -376,6 +377,7 @@ async def test_loading_a_capture_reports_progress(pcap_daemon: DaemonProcess) ->
         with trio.fail_after(60):
             result = await client.call_tool("pcap_info", {"pcap_path": pcap("heplify_fax_call_t38_sip.pcap")},
                                             progress_callback=on_progress)
+        await delivered()
     assert not result.is_error
     # In bytes of the file sharkd has read (its size from the file system, not from diagd), increasing;
     # "capture loaded" at all of it when the load ended within the call (else tshark answered first).

@@ -17,6 +17,7 @@ from diagd.actors import system
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_mcp import mcp_client, payload
 from tests.e2e.test_pcap import make_env
+from tests.support.progress import delivered
 
 pytestmark = [
     pytest.mark.e2e,
@@ -64,6 +65,7 @@ async def test_a_call_waiting_for_the_load_reports_bytes_read(slow_load: Path, t
             with trio.fail_after(300):
                 result = await client.call_tool("pcap_frame_detail", {"pcap_path": str(bigger), "frame_numbers": [1]},
                                                 progress_callback=on_progress)
+                await delivered()
             assert not result.is_error, payload(result)
     finally:
         daemon.stop()
@@ -113,12 +115,14 @@ async def test_a_call_answered_while_loading_reports_the_load_in_bytes_of_the_fi
             with trio.fail_after(300):
                 result = await client.call_tool(tool, {"pcap_path": str(bigger), **arguments},
                                                 progress_callback=on_progress)
+                await delivered()
             assert not result.is_error, payload(result)
     finally:
         daemon.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)
     size = os.stat(bigger).st_size
-    assert len(seen) >= fewest, seen
+    answer = payload(result)
+    assert len(seen) >= fewest, (seen, {k: answer.get(k) for k in ("served_by", "protocols_ready", "warnings")})
     assert all(total == size for _, total, _ in seen), (size, seen)  # not 0 of 1, then 1 of 1
     done = [progress for progress, _, _ in seen]
     assert done == sorted(set(done)) and done[-1] <= size, seen
