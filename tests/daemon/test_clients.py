@@ -134,6 +134,19 @@ def test_unknown_hosts_and_tool_groups_are_refused_with_close_matches(home: Path
     assert list(home.iterdir()) == []
 
 
+def test_the_capture_group_is_refused_while_capture_is_off_and_taken_once_on(home: Path) -> None:
+    off = run(home, "add", "cursor", "--tools", "pcap,capture")
+    assert off.returncode == 1 and "the capture tools are off: [capture] allowed_interfaces is empty" in off.stderr
+    assert "docs/capture.md" in off.stderr and list(home.iterdir()) == []
+    config = home / ".config" / "diagd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[capture]\nallowed_interfaces = ["veth*"]\n')
+    on = run(home, "add", "cursor", "--tools", "pcap,capture")
+    assert on.returncode == 0, on.stderr
+    written = json.loads((home / ".cursor" / "mcp.json").read_text())
+    assert written["mcpServers"]["diagd"]["args"][-2:] == ["--tools", "pcap,capture"]
+
+
 def test_list_shows_where_diagd_is_configured(home: Path) -> None:
     assert run(home, "add", "cursor").returncode == 0
     assert run(home, "add", "vscode", "--scope", "project", "--tools", "pcap").returncode == 0
