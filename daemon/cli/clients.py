@@ -91,6 +91,26 @@ def diagd_command() -> list[str]:
     return interpreter.module_argv("diagd.daemon.cli")  # -P: never the host's working directory
 
 
+# Where one-off runners keep what they run (`uvx diagd`, `pipx run diagd`): gone after a cache clean.
+_CACHES = (("uv", "uv's cache (uvx)"), ("pipx", "pipx's cache (pipx run)"))
+
+
+def in_a_cache(command: str) -> str | None:
+    """Which tool's cache the diagd command lives in (None: not in one), by the cache folders uv and pipx
+    use: `$XDG_CACHE_HOME` or `~/.cache`, `UV_CACHE_DIR`, and pipx's `.cache` under its home."""
+    path = os.path.realpath(command)
+    roots = [os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")]
+    found = []
+    for tool, what in _CACHES:
+        dirs = [os.path.join(root, tool) for root in roots]
+        if tool == "uv" and os.environ.get("UV_CACHE_DIR"):
+            dirs.append(os.environ["UV_CACHE_DIR"])
+        if tool == "pipx":
+            dirs.append(os.path.join(os.environ.get("PIPX_HOME") or os.path.expanduser("~/.local/pipx"), ".cache"))
+        found += [what for d in dirs if path.startswith(os.path.realpath(d) + os.sep)]
+    return found[0] if found else None
+
+
 def entry(host: Host, tools: list[str]) -> dict[str, Any]:
     command, *prefix = diagd_command()
     args = [*prefix, "mcp", *(["--tools", ",".join(tools)] if tools else [])]
@@ -146,6 +166,10 @@ def add(host_name: str, *, tools: str | None, scope: str, name: str, print_only:
         groups = _groups(tools)
         path = host.path(scope, Path.home(), Path.cwd())
         new = entry(host, groups)
+        if (cache := in_a_cache(new["command"])) is not None:
+            sys.stderr.write(f"diagd client add: warning: {new['command']} is inside {cache}; the entry stops working "
+                             "when that cache is cleaned. Install diagd for good (`uv tool install diagd` or "
+                             "`pipx install diagd`) and run `diagd client add` from there\n")
         if print_only:
             sys.stderr.write(f"# {host.title}: put this in {path} (merged into \"{host.key}\")\n")
             print(jsonedit.dumps({host.key: {name: new}}))

@@ -147,6 +147,25 @@ def test_the_capture_group_is_refused_while_capture_is_off_and_taken_once_on(hom
     assert written["mcpServers"]["diagd"]["args"][-2:] == ["--tools", "pcap,capture"]
 
 
+def test_a_diagd_inside_uvx_or_pipx_run_caches_is_named_and_one_installed_is_not(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagd.daemon.cli import clients
+
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("UV_CACHE_DIR", raising=False)
+    monkeypatch.delenv("PIPX_HOME", raising=False)
+    uvx = home / ".cache" / "uv" / "archive-v0" / "abc" / "bin" / "diagd"
+    pipx_run = home / ".local" / "pipx" / ".cache" / "0123" / "bin" / "diagd"
+    installed = home / ".local" / "bin" / "diagd"
+    assert clients.in_a_cache(str(uvx)) == "uv's cache (uvx)"
+    assert clients.in_a_cache(str(pipx_run)) == "pipx's cache (pipx run)"
+    assert clients.in_a_cache(str(installed)) is None
+    assert clients.in_a_cache(str(home / ".cache" / "uvx-not-uv" / "diagd")) is None  # a folder, not a prefix
+    monkeypatch.setenv("UV_CACHE_DIR", str(home / "elsewhere"))
+    assert clients.in_a_cache(str(home / "elsewhere" / "x" / "diagd")) == "uv's cache (uvx)"
+
+
 def test_list_shows_where_diagd_is_configured(home: Path) -> None:
     assert run(home, "add", "cursor").returncode == 0
     assert run(home, "add", "vscode", "--scope", "project", "--tools", "pcap").returncode == 0
