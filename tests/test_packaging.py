@@ -35,3 +35,16 @@ def test_every_file_that_is_not_python_is_package_data() -> None:
                     fnmatch.fnmatch(path.name, pattern) for pattern in data.get(name, ())):
                 missing.append(str(path.relative_to(TOP)))
     assert not missing, f"not in [tool.setuptools.package-data]: {missing}"
+
+
+def test_a_mac_installs_diagd_as_a_client_without_the_linux_only_drgn() -> None:
+    # drgn has no macOS wheel: the laptop that reaches a lab with `diagd mcp --ssh` must still install diagd.
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(r) for r in project["dependencies"]]
+    on_a_mac = {"sys_platform": "darwin", "platform_system": "Darwin"}
+    on_linux = {"sys_platform": "linux", "platform_system": "Linux"}
+    drgn = [r for r in requirements if r.name == "drgn"]
+    assert len(drgn) == 1 and drgn[0].marker is not None
+    assert not drgn[0].marker.evaluate(on_a_mac) and drgn[0].marker.evaluate(on_linux)
