@@ -53,14 +53,26 @@ def unit_dir() -> Path:
     return Path(base) / "systemd" / "user"
 
 
+# What systemctl says when there is no user manager to talk to (a container, a session without
+# lingering): the caller's own line says what to do instead, so these are not repeated.
+_NO_MANAGER = ("Failed to connect to bus", "No medium found", "System has not been booted with systemd",
+               "$DBUS_SESSION_BUS_ADDRESS and $XDG_RUNTIME_DIR not defined")
+
+
 def _systemctl(*args: str, timeout_s: float = 30) -> bool:
+    """`systemctl --user ARGS`; its failure said in one line of diagd's (none without a user manager)."""
+    shown = " ".join(["systemctl", "--user", *args])
     try:
         done = subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, timeout=timeout_s,
                               check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
+        return False  # no systemctl: as no user manager
+    except subprocess.TimeoutExpired:
+        sys.stderr.write(f"diagd service: {shown} did not answer within {timeout_s:g} s\n")
         return False
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr)
+    if done.returncode != 0 and not any(marker in done.stderr for marker in _NO_MANAGER):
+        said = done.stderr.strip().splitlines()
+        sys.stderr.write(f"diagd service: {shown}: {said[0] if said else f'exit status {done.returncode}'}\n")
     return done.returncode == 0
 
 
@@ -92,7 +104,9 @@ def run(action: str, *, start: bool = True, socket: bool = False) -> int:
         return 0
     service, socket_unit = unit_dir() / "diagd.service", unit_dir() / "diagd.socket"
     if action == "uninstall":  # both, whichever way it was installed
-        _systemctl("disable", "--now", "diagd.socket", "diagd.service")
+        installed = [unit.name for unit in (socket_unit, service) if unit.exists()]
+        if installed:
+            _systemctl("disable", "--now", *installed)
         for target in (socket_unit, service):
             if target.exists():
                 target.unlink()

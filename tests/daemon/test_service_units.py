@@ -89,3 +89,31 @@ def test_the_service_carries_the_config_and_state_dir_of_the_shell_that_installe
     text = (units / "diagd.service").read_text()
     assert f'Environment="DIAGD_CONFIG={env.root}/my 100%%/config.toml"' in text
     assert f'Environment="DIAGD_STATE_DIR={env.state}"' in text
+
+
+def fake_systemctl(env: Env, tmp_path: Path, stderr: str) -> None:
+    """A `systemctl` first on PATH that fails every call with `stderr` (as systemctl does without a user
+    manager, or on a unit it refuses)."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "systemctl"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' {stderr!r} >&2\nexit 1\n")
+    script.chmod(0o755)
+    env.vars["PATH"] = f"{bin_dir}{os.pathsep}{env.vars.get('PATH', '')}"
+    env.vars["XDG_CONFIG_HOME"] = str(env.root / "xdg-config")
+
+
+def test_without_a_user_manager_service_says_what_to_do_and_no_raw_systemctl_error(env: Env, tmp_path: Path) -> None:
+    fake_systemctl(env, tmp_path, "Failed to connect to bus: No medium found")
+    done = env.run("service", "install")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "no systemd user manager here; start the daemon with `diagd start`" in done.stdout
+    gone = env.run("service", "uninstall")
+    assert gone.returncode == 0 and gone.stderr == "" and "removed" in gone.stdout, gone.stderr
+
+
+def test_a_systemctl_refusal_is_one_line_naming_the_command(env: Env, tmp_path: Path) -> None:
+    fake_systemctl(env, tmp_path, "Failed to enable unit: Unit file diagd.service is masked.")
+    done = env.run("service", "install")
+    assert done.stderr == ("diagd service: systemctl --user daemon-reload: Failed to enable unit: Unit file "
+                           "diagd.service is masked.\n"), done.stderr
