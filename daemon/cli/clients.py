@@ -259,24 +259,7 @@ def _groups(text: str | None) -> list[str]:
 
     names = tool_groups.parse_list(text)
     tool_groups.check(names, toolscli.known_groups())
-    if "capture" in names:
-        _capture_served()
     return names
-
-
-def _capture_served() -> None:
-    """Refuse the capture group while [capture] allowed_interfaces is empty: the daemon then lists none of
-    its tools (actors/capture), and a host given only that group could not start the entry."""
-    from diagd.daemon import config, paths
-
-    if not config.load().backends.get("capture", {}).get("allowed_interfaces"):
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
-                         f"the capture tools are off: [capture] allowed_interfaces is empty in {paths.config_file()}, "
-                         "so the daemon serves none of them; name the interfaces it may capture there "
-                         "(docs/capture.md) and `diagd restart` first",
-                         hint="name the interfaces diagd may capture (allowed_interfaces = [\"veth*\"], "
-                              "docs/capture.md), `diagd restart`, then add the client again",
-                         setting="[capture] allowed_interfaces")
 
 
 def configured(home: Path, cwd: Path) -> list[dict[str, Any]]:

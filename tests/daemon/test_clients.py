@@ -134,19 +134,6 @@ def test_unknown_hosts_and_tool_groups_are_refused_with_close_matches(home: Path
     assert list(home.iterdir()) == []
 
 
-def test_the_capture_group_is_refused_while_capture_is_off_and_taken_once_on(home: Path) -> None:
-    off = run(home, "add", "cursor", "--tools", "pcap,capture")
-    assert off.returncode == 1 and "the capture tools are off: [capture] allowed_interfaces is empty" in off.stderr
-    assert "docs/capture.md" in off.stderr and list(home.iterdir()) == []
-    config = home / ".config" / "diagd" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text('[capture]\nallowed_interfaces = ["veth*"]\n')
-    on = run(home, "add", "cursor", "--tools", "pcap,capture")
-    assert on.returncode == 0, on.stderr
-    written = json.loads((home / ".cursor" / "mcp.json").read_text())
-    assert written["mcpServers"]["diagd"]["args"][-2:] == ["--tools", "pcap,capture"]
-
-
 def test_a_diagd_inside_uvx_or_pipx_run_caches_is_named_and_one_installed_is_not(
         home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from diagd.daemon.cli import clients
