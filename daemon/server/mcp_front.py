@@ -23,7 +23,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
 from diagd.daemon import jsonrpc, tool_groups
-from diagd.daemon.server import connections, mcp_requests, mcp_validation, mcp_wire, tool_listing
+from diagd.daemon.server import connections, eras, mcp_requests, mcp_validation, mcp_wire, tool_listing
 from diagd.daemon.server.connections import ByteBudget, Connection
 from diagd.daemon.server.mcp_lines import LineReader
 from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
@@ -130,7 +130,23 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
                                  instructions=instructions(guides or {}), on_list_tools=list_tools,
                                  on_call_tool=call_tool)
     server.middleware.append(mcp_validation.short_validation_errors)
+    _discover_lists_advertised(server)
     return server
+
+
+def _discover_lists_advertised(server: Server[Any]) -> None:
+    """`server/discover` as the SDK answers it, but its `supportedVersions` from eras.ADVERTISED: the
+    list an UnsupportedProtocolVersion error gives as `data.supported` (mcp_wire), so they cannot
+    disagree."""
+    sdk = server.get_request_handler("server/discover")
+    assert sdk is not None, "the SDK serves server/discover"
+
+    async def discover(ctx: ServerRequestContext[Any], params: types.RequestParams) -> types.DiscoverResult:
+        result = await sdk.handler(ctx, params)
+        assert isinstance(result, types.DiscoverResult), result
+        return result.model_copy(update={"supported_versions": list(eras.ADVERTISED)})
+
+    server.add_request_handler("server/discover", types.RequestParams, discover)
 
 
 class _InFlight:

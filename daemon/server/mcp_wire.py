@@ -29,8 +29,14 @@ INIT_EXEMPT = frozenset({"initialize", "ping"})  # what a client may send before
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def parse(line: bytes) -> SessionMessage | bytes:
-    """A message for the SDK, or the error line that answers it."""
+def parse(line: bytes, *, http: bool = False, version_header: str | None = None) -> SessionMessage | bytes:
+    """A message for the SDK, or the error line that answers it.
+
+    Over HTTP (`http`: `version_header` is the request's `MCP-Protocol-Version`, None when absent) a
+    request naming its version in the envelope must name the same in the header, else HEADER_MISMATCH,
+    checked before the version itself as the draft's server validation and the SDK do: a client that
+    disagrees with itself is told so, not that one of its two versions is unsupported.
+    """
     try:
         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:  # pydantic's ValidationError
@@ -42,7 +48,9 @@ def parse(line: bytes) -> SessionMessage | bytes:
             return _bad_id(raw["id"])
     if isinstance(message, types.JSONRPCRequest):
         requested = envelope_version(message.params)
-        if requested is not None and requested not in eras.SUPPORTED:
+        if requested is not None and http and version_header != requested:
+            return header_mismatch(version_header, requested, message.id)
+        if requested is not None and requested not in eras.ENVELOPE:
             return unsupported_version(requested, message.id)
     return SessionMessage(message)
 
@@ -54,11 +62,22 @@ def envelope_version(params: dict[str, Any] | None) -> Any:
 
 
 def unsupported_version(requested: Any, ident: Any = None) -> bytes:
-    """The answer to a protocol version diagd does not speak, named in an envelope or an HTTP header."""
+    """The answer to a protocol version diagd does not speak, named in an envelope or an HTTP header:
+    `data.supported` is what `server/discover` lists (eras.ADVERTISED), the message names every era."""
     return error_line(eras.UNSUPPORTED_PROTOCOL_VERSION,
                       f"Unsupported protocol version {json.dumps(requested)[:60]}: diagd speaks {eras.describe()}",
-                      ident, data={"code": str(ErrorCode.PROTOCOL_ERROR), "supported": list(eras.SUPPORTED),
+                      ident, data={"code": str(ErrorCode.PROTOCOL_ERROR), "supported": list(eras.ADVERTISED),
                                    "requested": requested})
+
+
+def header_mismatch(header: str | None, requested: Any, ident: Any = None) -> bytes:
+    """The answer to an HTTP request whose `MCP-Protocol-Version` header (None: absent) is not the
+    version its envelope names."""
+    said = "is missing" if header is None else f"says {json.dumps(header)[:60]}"
+    return error_line(eras.HEADER_MISMATCH,
+                      f"Header mismatch: the MCP-Protocol-Version header {said}, the request's "
+                      f"params._meta names {json.dumps(requested)[:60]}; send the same version in both",
+                      ident, data={"code": str(ErrorCode.PROTOCOL_ERROR), "header": "MCP-Protocol-Version"})
 
 
 def _loads(line: bytes) -> Any:

@@ -126,8 +126,9 @@ def bad_id(shown: str, echoed: Any) -> dict[str, Any]:
     return error(echoed, -32600, f"Invalid Request: id must be a string or an integer, not {shown}", PROTOCOL)
 
 
-UNSUPPORTED = {"code": "PROTOCOL_ERROR", "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25",
-                                                      "2026-07-28"], "requested": "1999-01-01"}
+# data.supported: what server/discover lists (the versions an envelope may name), as the 2026-07-28 draft's
+# UnsupportedProtocolVersionError; the message names every era, for a handshake-era client.
+UNSUPPORTED = {"code": "PROTOCOL_ERROR", "supported": ["2026-07-28"], "requested": "1999-01-01"}
 UNSUPPORTED_MESSAGE = ('Unsupported protocol version "1999-01-01": diagd speaks 2024-11-05, 2025-03-26, 2025-06-18, '
                        "2025-11-25 (initialize handshake) and 2026-07-28 (per-request envelope)")
 
@@ -146,9 +147,6 @@ PROBES: list[tuple[str, bytes, dict[str, Any]]] = [
     ("missing name", call(8, {"arguments": {}}),
      error(8, -32602, "Invalid params for tools/call: $.params.name: required, missing",
            {"code": "INVALID_ARGUMENT", "path": "$.params.name"})),
-    ("unsupported version in the envelope",
-     call(9, {"_meta": {**ENVELOPE, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}}, "tools/list"),
-     error(9, -32022, UNSUPPORTED_MESSAGE, UNSUPPORTED)),
 ]
 
 
@@ -190,6 +188,34 @@ def test_http_refusals_are_short_json_rpc_errors_and_never_a_500(both: tuple[Std
         assert refused["error"]["code"] == -32600 and refused["error"]["data"]["http_status"] == status, refused
         assert len(answer.content) < 400
     assert daemon.daemon.proc.poll() is None
+
+
+def test_an_unsupported_version_lists_what_server_discover_lists_and_over_http_a_header_mismatch_comes_first(
+        both: tuple[Stdio, Http, HttpDaemon]) -> None:
+    stdio, http, _ = both
+    unknown = call(9, {"_meta": {**ENVELOPE, "io.modelcontextprotocol/protocolVersion": "1999-01-01"}}, "tools/list")
+    refused = error(9, -32022, UNSUPPORTED_MESSAGE, UNSUPPORTED)
+    assert stdio.ask(unknown) == refused
+    bare = Http(http.url, http.token)
+    answer = bare.post(unknown, **{"MCP-Protocol-Version": "1999-01-01", "Mcp-Method": "tools/list"})
+    assert (answer.status_code, message(answer)) == (400, refused)
+    # The header is not the envelope's version, either way round: HeaderMismatch (-32020), never -32022.
+    served = call(9, {"_meta": ENVELOPE}, "tools/list")
+    for body, version in ((unknown, "2026-07-28"), (served, "1999-01-01"), (served, "2025-11-25")):
+        answer = bare.post(body, **{"MCP-Protocol-Version": version, "Mcp-Method": "tools/list"})
+        mismatch = message(answer)
+        assert (answer.status_code, mismatch["id"], mismatch["error"]["code"]) == (400, 9, -32020), mismatch
+        assert mismatch["error"]["data"] == {**PROTOCOL, "header": "MCP-Protocol-Version"}
+    # server/discover lists exactly what the refusal lists, on both transports.
+    discover = call(10, {"_meta": ENVELOPE}, "server/discover")
+    over_http = bare.ask(discover, **{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"})
+    fresh = Stdio(stdio.env)
+    try:
+        over_stdio = fresh.ask(discover)
+    finally:
+        fresh.close()
+    assert over_http["result"]["supportedVersions"] == over_stdio["result"]["supportedVersions"] == \
+        UNSUPPORTED["supported"]
 
 
 def test_both_transports_speak_the_same_eras(both: tuple[Stdio, Http, HttpDaemon]) -> None:
