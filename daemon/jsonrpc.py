@@ -27,3 +27,12 @@ def error_line(code: int, message: str, ident: Any = None, *, data: dict[str, An
 def coded_error(code: ErrorCode, message: str, ident: Any = None, **data: Any) -> bytes:
     """A coded diagd error as a JSON-RPC server error (`closing=True` in `data`: the daemon closes next)."""
     return error_line(SERVER_ERROR, f"{code}: {message}", ident, data={"code": str(code), **data})
+
+
+def restart_error(ident: Any, method: str, *, stopping: str | None = None) -> bytes:
+    """The answer to a request that was in flight when the daemon went away (the shim's, after the
+    connection dropped) or as it goes (`stopping`: why; HTTP's, written by the stopping daemon)."""
+    what = "restarted" if stopping is None else f"stopped ({stopping})"
+    message = (f"the daemon {what} while {method} was in flight; it may or may not have run. The session goes "
+               "on: the call may be retried" + ("" if stopping is None else " once the daemon is back"))
+    return coded_error(ErrorCode.DAEMON_RESTARTED, message, ident, method=method)

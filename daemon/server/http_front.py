@@ -34,6 +34,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from diagd.daemon.http_settings import HttpConfig, is_loopback, is_wildcard
 from diagd.daemon.server import http_auth
+from diagd.daemon.server.http_inflight import InFlight
 from diagd.daemon.server.http_sessions import SessionManager
 from diagd.daemon.server.http_wire import StrictHttp
 from diagd.daemon.server.mcp_front import HTTP_CLIENT_KEY
@@ -71,12 +72,14 @@ class App:
     `http_wire`'s request checks)."""
 
     def __init__(self, manager: StreamableHTTPSessionManager, verifier: Verifier, *,
-                 default_tools: Callable[[], Selection] = lambda: None, no_auth: bool = False) -> None:
+                 default_tools: Callable[[], Selection] = lambda: None, no_auth: bool = False,
+                 in_flight: InFlight | None = None) -> None:
         self.manager = manager
         self.verifier = verifier
         self.no_auth = no_auth  # [http] test_no_auth: every request is the "test-no-auth" client
         self.strict = StrictHttp(manager.handle_request, default_tools, max_body_bytes=manager.max_request_body_size,
-                                 live_sessions=lambda: getattr(manager, "_server_instances", None))
+                                 live_sessions=lambda: getattr(manager, "_server_instances", None),
+                                 in_flight=in_flight)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -139,7 +142,7 @@ def hypercorn_config(http: HttpConfig) -> HypercornConfig:
 
 async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, state_dir: Path | None = None,
                 on_freed: Callable[[], None] = lambda: None,
-                default_tools: Callable[[], Selection] = lambda: None,
+                default_tools: Callable[[], Selection] = lambda: None, in_flight: InFlight | None = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `started` with the endpoint's URL once the port is bound.
 
@@ -160,7 +163,8 @@ async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, st
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[http] tls_cert/tls_key cannot be used: {exc}",
                          tls_cert=http.tls_cert, tls_key=http.tls_key) from None
     failure: DiagdError | None = None
-    app = cast(ASGIFramework, App(manager, verifier, default_tools=default_tools, no_auth=http.test_no_auth))
+    app = cast(ASGIFramework, App(manager, verifier, default_tools=default_tools, no_auth=http.test_no_auth,
+                                          in_flight=in_flight))
     async with manager.run(), trio.open_nursery() as nursery:
         try:
             binds: list[str] = await nursery.start(partial(hypercorn_serve, app, cfg))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from diagd.daemon import tokens
+from diagd.daemon.server.http_inflight import InFlight
 
 if TYPE_CHECKING:
     from diagd.daemon.server.services import Front, Services
@@ -20,6 +21,8 @@ async def serve(daemon: Services, front: Front, *, task_status: trio.TaskStatus[
     _mcp_front, server = await front.get()
     http_front = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.server.http_front")
     verifier = tokens.Verifier(daemon.state_dir)
+    in_flight = InFlight()
+    daemon.before_stop.append(in_flight.answer_all)  # each request in flight is answered before the stop
     await http_front.serve(daemon.config.http, server, verifier, state_dir=daemon.state_dir,
                            on_freed=daemon.trimmer.poke, default_tools=daemon.configured_tools,
-                           task_status=task_status)
+                           in_flight=in_flight, task_status=task_status)

@@ -5,11 +5,14 @@ validates as a notification), answered a wrong `jsonrpc` or a batch with a 1.3 K
 an unknown `MCP-Protocol-Version` with a message about envelope keys, `GET` with `Last-Event-ID`
 with an empty 500, and Host/Origin refusals in plain text. `StrictHttp` wraps the session manager:
 - a POST body goes through `mcp_wire.parse`, the stdio screening, and gets its error the same
-  (HTTP 400 with the JSON-RPC error as body), or is replayed to the SDK unchanged;
-- an `MCP-Protocol-Version` outside `eras.SUPPORTED` gets 400 with the versions diagd speaks;
+  (HTTP 400 with the JSON-RPC error as body), or is replayed to the SDK unchanged; a 2026-era
+  request whose `MCP-Protocol-Version` is not its envelope's version gets HeaderMismatch (-32020);
+- an `MCP-Protocol-Version` outside `eras.SUPPORTED` gets 400 and UnsupportedProtocolVersion (-32022);
 - `Last-Event-ID` gets 400: diagd keeps no event store, streams are not resumable;
 - every other error status the SDK answers without a JSON body gets a JSON-RPC-shaped one, and an
   error answering a request without a session never carries a fresh `Mcp-Session-Id`;
+- a request is answered even when the daemon stops before the SDK answers it: the same
+  DAEMON_RESTARTED error the shim gives over the socket (http_inflight.py);
 - each session keeps the tool groups of `[mcp] tools` as they were when it opened (a reload
   applies to sessions opened after it), passed to the handlers on the request's scope.
 """
@@ -24,6 +27,7 @@ import structlog
 
 from diagd.daemon import jsonrpc
 from diagd.daemon.server import eras, mcp_wire
+from diagd.daemon.server.http_inflight import InFlight
 from diagd.daemon.server.mcp_requests import SESSION_TOOLS_KEY
 from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import ErrorCode
@@ -49,10 +53,12 @@ class StrictHttp:
     """The ASGI app in front of the SDK's session manager (`sdk`: its `handle_request`)."""
 
     def __init__(self, sdk: App, default_tools: Callable[[], Selection], *, max_body_bytes: int,
-                 live_sessions: Callable[[], Any] = lambda: None) -> None:
+                 live_sessions: Callable[[], Any] = lambda: None, in_flight: InFlight | None = None) -> None:
         self.sdk, self.default_tools, self.max_body_bytes = sdk, default_tools, max_body_bytes
         self.live_sessions = live_sessions  # the session ids the SDK still serves (None: unknown)
         self.session_tools: dict[str, Selection] = {}
+        # The requests the daemon answers itself if it stops first (http_inflight.py).
+        self.in_flight = InFlight() if in_flight is None else in_flight
 
     def __repr__(self) -> str:
         return f"<StrictHttp [{len(self.session_tools)} sessions]>"
@@ -61,7 +67,7 @@ class StrictHttp:
         if scope["method"] == "GET" and header(scope, b"last-event-id") is not None:
             await respond(send, 400, jsonrpc.error_line(mcp_wire.INVALID_REQUEST, NOT_RESUMABLE, data=PROTOCOL))
             return
-        ident = None
+        ident, method = None, None
         if scope["method"] == "POST":
             body = await read_body(receive, self.max_body_bytes)
             if body is None:
@@ -69,11 +75,13 @@ class StrictHttp:
                 await respond(send, 413, jsonrpc.error_line(mcp_wire.INVALID_REQUEST, too_big,
                                                              data={**PROTOCOL, "limit": self.max_body_bytes}))
                 return
-            parsed = mcp_wire.parse(body)
+            # A 2026-era request whose header is not its envelope's version: HeaderMismatch (mcp_wire).
+            parsed = mcp_wire.parse(body, http=True, version_header=header(scope, eras.HEADER.encode()))
             if isinstance(parsed, bytes):
                 await respond(send, 400, parsed)
                 return
             ident = getattr(parsed.message, "id", None)
+            method = getattr(parsed.message, "method", None)
             receive = replay(body, receive)
         version = header(scope, eras.HEADER.encode())
         if version is not None and version not in eras.SUPPORTED:  # answered as stdio answers it in an envelope
@@ -85,7 +93,11 @@ class StrictHttp:
             if session not in self.session_tools:  # opened before this daemon knew it (e.g. restored)
                 self.session_tools[session] = self.default_tools()
             scope[SESSION_TOOLS_KEY] = self.session_tools[session]
-        await self.sdk(scope, receive, self._replies(send, session, self.default_tools() if opening else None))
+        replies = self._replies(send, session, self.default_tools() if opening else None)
+        if ident is not None and method is not None:  # a request: answered even if the daemon stops first
+            await self.in_flight.serve(ident, method, replies, lambda sent: self.sdk(scope, receive, sent))
+        else:
+            await self.sdk(scope, receive, replies)
         if session is not None and scope["method"] == "DELETE":
             self.session_tools.pop(session, None)
 

@@ -6,6 +6,7 @@ import fcntl
 import importlib
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,7 +21,17 @@ from diagd.actors import heap, system
 from diagd.actors.runtime import Client, StopCheck
 from diagd.daemon import config as config_mod
 from diagd.daemon import discovery, jsonrpc, paths
-from diagd.daemon.server import activation, builtin_tools, connections, control_server, http_start, listeners, mcp_sdk
+from diagd.daemon.server import (
+    activation,
+    builtin_tools,
+    connections,
+    control_server,
+    http_start,
+    listeners,
+    logs,
+    mcp_sdk,
+    tool_listing,
+)
 from diagd.daemon.server import reload as reload_notes
 from diagd.daemon.server.audit import AuditLog, CallStats, log_call
 from diagd.daemon.server.backends import BackendRuntime
@@ -89,6 +100,8 @@ class Daemon:
         self.started_wall = time.time()
         self.started_clock = trio.current_time()
         self.shutdown_reason: str | None = None
+        # Run (together, each bounding itself) when a stop is requested, before anything is cancelled.
+        self.before_stop: list[Callable[[str], Awaitable[object]]] = []
         # The connected clients; back ends are told when one comes or goes (a `diagd call` command's
         # references to a back end's sessions end with it).
         self.clients = Clients()
@@ -134,7 +147,7 @@ class Daemon:
     def check_config(self, new: config_mod.Config, *, running: bool) -> list[dict[str, Any]]:
         """Refuse `new` unless all of it is right (daemon/server/config_check.py); returns the back ends' notes."""
         try:
-            check_tables(new, self.registry.groups())
+            check_tables(new, [*self.registry.groups(), *self.declared.off])  # an off back end reads its table
             self.configured_tools(new)
             return [note for hook in self.reload_hooks for note in hook(self.config, new)]
         except DiagdError as exc:
@@ -212,9 +225,25 @@ class Daemon:
                       f"the daemon is stopping ({self.shutdown_reason}); a new one may take over the session")
 
     def request_shutdown(self, reason: str) -> None:
+        """Stop: first what must be said before the listeners go (`before_stop`: e.g. HTTP answers each
+        request in flight), then cancel everything. A second request (a second SIGTERM) cancels at once."""
+        first = self.shutdown_reason is None
         self.shutdown_reason = reason
         log.info("shutting down", reason=reason)
-        self._nursery.cancel_scope.cancel(reason=reason)
+        if first and self.before_stop:
+            self._nursery.start_soon(self._say_then_stop, reason)
+        else:
+            self._nursery.cancel_scope.cancel(reason=reason)
+
+    async def _say_then_stop(self, reason: str) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                for hook in self.before_stop:
+                    nursery.start_soon(hook, reason)
+        except Exception:  # what it could not say is not said; the stop goes on
+            log.exception("a step before stopping failed")
+        finally:
+            self._nursery.cancel_scope.cancel(reason=reason)
 
     async def accept(self, listener: trio.SocketListener, kind: str, handle: ConnectionHandler, *,
                      task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
@@ -326,6 +355,31 @@ class LazyFront:
 def _import_front() -> ModuleType:
     mcp_sdk.lean()  # the SDK's server modules without its client and HTTP stacks (~12 MB)
     return importlib.import_module("diagd.daemon.server.mcp_front")
+
+
+def offline_catalogue(config: config_mod.Config) -> dict[str, Any]:
+    """The catalogue a daemon started now with `config` would serve (tool_listing.catalogue), built
+    without one: `diagd tools` (and `client add`'s check) when no daemon runs.
+
+    The back ends are loaded into a throwaway Daemon whose runtime and state dirs are a fresh private
+    temporary directory, removed afterwards, so nothing of the user's state or runtime dirs is read or
+    written (a back end's `register` may recover its stored records: it finds none). Nothing is
+    served or started: no socket is bound and `register` is synchronous, so it cannot await an
+    actor's start (nor does any back end run a process there); the config is checked as at a start."""
+
+    async def build(tmp: Path) -> dict[str, Any]:
+        async with trio.open_nursery() as nursery:
+            daemon = Daemon(config, nursery, runtime_dir=tmp, state_dir=tmp / "state")
+            try:
+                daemon.load_backends()
+                daemon.check_config(config, running=False)
+                return tool_listing.catalogue(daemon)
+            finally:
+                daemon.audit.close()
+                nursery.cancel_scope.cancel()
+
+    with tempfile.TemporaryDirectory(prefix="diagd-tools-") as tmp, logs.quiet():
+        return trio.run(build, Path(tmp))
 
 
 # Everything the daemon and its children create is owner-only: the audit log holds every call's

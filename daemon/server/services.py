@@ -83,6 +83,9 @@ class Services(Protocol):
 
     def request_shutdown(self, reason: str) -> None: ...
 
+    @property
+    def before_stop(self) -> list[Callable[[str], Awaitable[object]]]: ...
+
     def configured_tools(self, config: Config | None = None) -> Selection: ...
 
 

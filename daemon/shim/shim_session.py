@@ -159,7 +159,7 @@ class ShimSession:
         for key, method in list(self.in_flight.items()):
             if key == self.initialize_key and self.initialized is None:
                 continue  # replayed under the client's own id: its answer is the client's
-            failed.append(restart_error(json.loads(key), method))
+            failed.append(jsonrpc.restart_error(json.loads(key), method))
             del self.in_flight[key]
         self.replay_key = None
         self.notice = None
@@ -181,13 +181,6 @@ class ShimSession:
         if self.initialized is not None:
             lines.append(self.initialized)
         return lines
-
-
-def restart_error(ident: Any, method: str) -> bytes:
-    """The answer to a request that was in flight when the daemon went away."""
-    message = (f"the daemon restarted while {method} was in flight; it may or may not have run. The session goes "
-               "on: the call may be retried")
-    return jsonrpc.coded_error(ErrorCode.DAEMON_RESTARTED, message, ident, method=method)
 
 
 class Lines:
