@@ -5,8 +5,9 @@ asking, finding and stopping its actors, its own config table (re-read on `diagd
 hook to refuse a broken table or say what waits for a reopen), its state directory, the
 clients that connect and go, and what the daemon tells about it: its paragraph of the MCP
 instructions, its diagd_timeline source, the settings a reload leaves to a reopen, the exports
-other groups read. The daemon knows no back end by name: whatever it says of one, the back end
-declared here (its `SYSTEM_NEEDS`, read without starting it, is the one declaration outside).
+other groups read, and why it serves nothing when a setting leaves it off. The daemon knows no
+back end by name: whatever it says of one, the back end declared here (its `SYSTEM_NEEDS`, read
+without starting it, is the one declaration outside).
 
 The daemon implements it: one runtime per back end, of the back end's name (its `diagd.backends`
 entry point's, daemon/discovery.py: `pcap`, its table `[pcap]`, its state dir `$state/pcap`);
@@ -212,4 +213,11 @@ class Runtime(Protocol):
     async def resolve_reference(self, text: str) -> Resolved | None:
         """The file `text` names when it is `<name>:<id>` of a back end that declared references (None
         when it is not one: a path); PERMISSION_DENIED when the client has not selected that group."""
+        ...
+
+    def declare_off(self, reason: str, hint: str) -> None:
+        """Under this config the back end serves nothing (it registers no tool): `reason` says why, `hint`
+        what turns it on, as the exact setting to put in config.toml and what applies it (`diagd restart`
+        or `diagd reload`). `diagd tools` shows both, and `diagd client add --tools <name>` is refused
+        with them (a client that selected only this group could not start)."""
         ...

@@ -130,12 +130,20 @@ REQUESTS = Codec(_TYPES, MAX_REQUEST_BYTES)
 REPLIES = Codec(_TYPES, MAX_REPLY_BYTES)
 
 
+class NotServed(DiagdError):
+    """The daemon did not serve this client: it refused the connection (BUSY), the socket is another
+    user's, or the connection closed, reset or timed out before an answer. A refusal of the request
+    itself is a plain DiagdError: the CLI says "no daemon" for this one (daemon/exits.py), "refused"
+    for that."""
+
+
 class BlockingClient:
     """A synchronous control-socket client for the CLI (no event loop: start-up time matters).
 
     Connecting raises FileNotFoundError / ConnectionRefusedError when no daemon listens; every
-    later failure (refused by a busy daemon, connection closed or reset, timeout) is a DiagdError,
-    so the CLI can print one line instead of a traceback.
+    later failure is a DiagdError, so the CLI can print one line instead of a traceback: NotServed
+    when the connection failed (refused by a busy daemon, closed or reset, timeout), a plain one for
+    an error reply to the request.
     """
 
     def __init__(self, path: str, *, client: str, timeout: float | None = None) -> None:
@@ -148,12 +156,15 @@ class BlockingClient:
             self._next_id = 0
             self._send(Hello(version=PROTOCOL_VERSION, client=client))
             reply = self._recv()
+        except DiagdError as exc:  # not our daemon's socket, or closed before its hello
+            self._sock.close()
+            raise exc if isinstance(exc, NotServed) else NotServed(exc.code, exc.message, **exc.details) from None
         except BaseException:
             self._sock.close()
             raise
-        if isinstance(reply, ErrorReply):
+        if isinstance(reply, ErrorReply):  # refused at the door (BUSY)
             self._sock.close()
-            raise DiagdError.from_wire(reply.code, reply.message, reply.details)
+            raise NotServed.from_wire(reply.code, reply.message, reply.details)
 
     def close(self) -> None:
         self._sock.close()
@@ -198,7 +209,7 @@ class BlockingClient:
         except DiagdError:
             return None
         if isinstance(reply, ErrorReply):
-            return DiagdError.from_wire(reply.code, reply.message, reply.details)
+            return NotServed.from_wire(reply.code, reply.message, reply.details)
         return None
 
     def _recv(self) -> Message:
@@ -209,15 +220,15 @@ class BlockingClient:
         except StreamEnded:
             body = None
         if body is None:
-            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
-                             f"the daemon closed the control connection ({self._path}) without answering")
+            raise NotServed(ErrorCode.BACKEND_UNAVAILABLE,
+                            f"the daemon closed the control connection ({self._path}) without answering")
         return REPLIES.decode(body)
 
     def _lost(self, exc: OSError) -> DiagdError:
         if isinstance(exc, TimeoutError):
-            return DiagdError(ErrorCode.TIMEOUT, f"no answer from the daemon on {self._path} in time")
+            return NotServed(ErrorCode.TIMEOUT, f"no answer from the daemon on {self._path} in time")
         why = exc.strerror or type(exc).__name__
-        return DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"lost the control connection ({self._path}): {why}")
+        return NotServed(ErrorCode.BACKEND_UNAVAILABLE, f"lost the control connection ({self._path}): {why}")
 
 
 def check_peer_is_us(sock: socket.socket, path: str) -> None:

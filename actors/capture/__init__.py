@@ -49,7 +49,7 @@ from diagd.actors.capture.views import Views
 from diagd.actors.runtime import Deferred, Runtime
 from diagd.actors.system import Needs, Tool
 
-__all__ = ["DEFERRED", "INSTRUCTIONS", "SYSTEM_NEEDS", "register"]
+__all__ = ["DEFERRED", "INSTRUCTIONS", "OFF_HINT", "OFF_REASON", "SYSTEM_NEEDS", "register"]
 
 # dumpcap comes with Wireshark's common files; tcpreplay is the test suite's traffic source.
 SYSTEM_NEEDS = Needs(tools=(Tool("dumpcap", ("--version",), "wireshark-common"),),
@@ -66,6 +66,11 @@ written so far (source.live says up to which frame and time); once ended, its wh
 diagd_record_start starts a capture, serial sessions and a bpftrace program under one recording_id;
 diagd_record_stop returns the bundle (pcapng, serial pcapng, bpftrace output, merged timeline).
 """
+
+# Why the group serves nothing, and what turns it on: the tools are listed from the next start only.
+OFF_REASON = "live capture is off: [capture] allowed_interfaces is empty"
+OFF_HINT = ('add allowed_interfaces = ["eth1", "veth*"] (the interfaces diagd may capture on, globs) under '
+            '[capture] in config.toml, then `diagd restart` (a reload does not list the tools; docs/capture.md)')
 
 # What a reload leaves to a restart of the capture: a running one keeps its dumpcap command line.
 DEFERRED = (
@@ -92,4 +97,6 @@ def register(runtime: Runtime) -> CaptureBackend:
         runtime.set_instructions(INSTRUCTIONS)  # the paragraph names the tools: only with them
         tools.register(runtime, backend)
         recording_tools.register(runtime, backend)
+    else:  # `diagd tools` says so, and `diagd client add --tools capture` is refused with this
+        runtime.declare_off(OFF_REASON, OFF_HINT)
     return backend

@@ -13,10 +13,8 @@ from typing import Any
 from diagd import __version__
 from diagd.daemon import paths
 from diagd.daemon.cli import clients, examples, logtail, setup_cli
+from diagd.daemon.exits import EXIT_FAILED, EXIT_NO_DAEMON, EXIT_OK, EXIT_USAGE
 from diagd.protocol.errors import DiagdError
-
-# EXIT_NO_DAEMON also covers a daemon that refused us (busy) or closed the connection early.
-EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_NO_DAEMON = 0, 1, 2, 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,13 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     name = args.func.__name__.removeprefix("cmd_").replace("_", "-")
     try:
         return int(args.func(args))
-    except _NoDaemon as exc:  # one line, never a traceback, whatever the command
-        sys.stderr.write(f"diagd {name}: {exc}\n")
-    except DiagdError as exc:
-        sys.stderr.write(f"diagd {name}: {_describe(exc)}\n")
+    except (_NoDaemon, DiagdError) as exc:  # one line, never a traceback, whatever the command
+        return _fail(name, exc)
     except BrokenPipeError:  # `diagd logs | head`
         return EXIT_OK
-    return EXIT_NO_DAEMON
 
 
 def _remote_options(s: argparse.ArgumentParser) -> None:
@@ -144,7 +139,7 @@ def _admin_parsers(sub: Any) -> None:
                    help="also diagd.socket: systemd listens and starts the daemon on the first client")
     s.set_defaults(func=cmd_service)
 
-    clients.add_parser(sub)  # diagd client add HOST | remove HOST | list
+    clients.add_parser(sub, served=served_catalogue)  # diagd client add HOST | remove HOST | list
     examples.add_parser(sub)  # diagd examples [--copy DIR]: the sample captures shipped with diagd
 
 
@@ -174,13 +169,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         trio.run(server.serve, cfg)
     except server.AlreadyRunning as exc:
         sys.stderr.write(f"diagd: {exc}\n")
-        return 0 if os.environ.get("DIAGD_AUTOSTARTED") else 1
+        return EXIT_OK if os.environ.get("DIAGD_AUTOSTARTED") else EXIT_FAILED
     except DiagdError as exc:
         sys.stderr.write(f"diagd: {exc.code}: {exc.message}\n")
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
         pass
-    return 0
+    return EXIT_OK
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -194,10 +189,41 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
+    """The running daemon's tools; with none running, the installed back ends' under this config (as
+    `diagd start` would serve them), built here: no daemon is started for a listing (see _client)."""
     from diagd.daemon.cli import toolscli
     from diagd.protocol import control
 
-    return toolscli.show(_request(control.ToolsRequest), args.name, as_json=args.json, output=args.output)
+    try:
+        catalogue = _request(control.ToolsRequest)
+    except _NoDaemon:
+        catalogue, source = _offline_catalogue()
+        sys.stderr.write(f"diagd tools: no daemon runs: the installed back ends' tools under {source}, as a "
+                         "daemon started now would serve them\n")
+    return toolscli.show(catalogue, args.name, as_json=args.json, output=args.output)
+
+
+def _offline_catalogue() -> tuple[dict[str, Any], str]:
+    """The catalogue a daemon started now with this config would serve, and that config's source: built in
+    this process by the daemon's own code (server.offline_catalogue), in a throwaway temporary state and
+    runtime dir; no socket, actor or process is started."""
+    from diagd.daemon import config
+    from diagd.daemon.server import server
+
+    cfg = config.load()
+    where = f"the defaults (no {paths.config_file()})" if cfg.source.startswith("<") else cfg.source
+    return server.offline_catalogue(cfg), where
+
+
+def served_catalogue() -> dict[str, Any]:
+    """What the running daemon serves, else (none runs, or it refused us) what one started now would:
+    `diagd client add` checks its groups against it (daemon/cli/clients.py cannot import the server)."""
+    from diagd.protocol import control
+
+    try:
+        return dict(_request(control.ToolsRequest))
+    except (_NoDaemon, DiagdError):
+        return _offline_catalogue()[0]
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -261,7 +287,7 @@ def _stop(pid: int, command: str) -> int:
         time.sleep(0.1)
     sys.stderr.write(f"diagd {command}: pid {pid} still running after {STOP_WAIT_S:g} s; see "
                      f"{paths.state_dir()}/daemon.log\n")
-    return EXIT_TOOL_ERROR
+    return EXIT_FAILED
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
@@ -278,7 +304,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         if not service.restart():
             sys.stderr.write("diagd restart: systemctl --user restart diagd failed; see "
                              "`journalctl --user -u diagd`\n")
-            return EXIT_TOOL_ERROR
+            return EXIT_FAILED
         return _start("restart", by_systemd=True)  # Type=notify: back once READY, every listener accepting
     if pid is not None and (done := _stop(pid, "restart")) != EXIT_OK:
         return done
@@ -295,8 +321,13 @@ def _describe(exc: Exception) -> str:
 
 
 def _fail(command: str, exc: Exception) -> int:
+    """One line on stderr, and the status: NO_DAEMON when no daemon served the command (none runs, or it
+    refused the connection as busy, hung up or did not answer), else FAILED: the daemon, or this command,
+    refused what was asked (daemon/exits.py)."""
+    from diagd.protocol.control import NotServed
+
     sys.stderr.write(f"diagd {command}: {_describe(exc)}\n")
-    return EXIT_NO_DAEMON
+    return EXIT_NO_DAEMON if isinstance(exc, (_NoDaemon, NotServed)) else EXIT_FAILED
 
 
 def _client() -> Any:
@@ -307,7 +338,7 @@ def _client() -> Any:
     config that shell had, outside systemd, unnoticed. Starting is explicit (`diagd start`, the
     systemd unit); only the MCP shim autostarts, because an MCP client cannot run a command first.
     """
-    from diagd.protocol.control import BlockingClient
+    from diagd.protocol.control import BlockingClient, NotServed
     from diagd.protocol.errors import ErrorCode
 
     path = paths.control_socket()
@@ -316,8 +347,8 @@ def _client() -> Any:
     except (FileNotFoundError, ConnectionRefusedError):
         raise _NoDaemon(f"diagd is not running (no socket at {path}); start it with `diagd start`") from None
     except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
-        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
-                         ) from None
+        raise NotServed(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
+                        ) from None
 
 
 def _request(kind: Any, **fields: Any) -> Any:
@@ -380,13 +411,24 @@ def cmd_call(args: argparse.Namespace) -> int:
     except (_NoDaemon, DiagdError) as exc:  # no result: no result banner
         if line:
             line.clear()
-        sys.stderr.write(f"diagd call: {_describe(exc)}\n")
-        return EXIT_NO_DAEMON
+        return _fail("call", exc)
     if line:
         line.clear()
     callcli.banner_after(args.tool, arguments, time.monotonic() - started, visibility)
     sys.stdout.write(json.dumps(reply["result"], separators=(",", ":"), ensure_ascii=False) + "\n")
-    return EXIT_TOOL_ERROR if reply["is_error"] else EXIT_OK
+    if reply["is_error"]:  # on stdout, as any result; an unknown tool is a usage error, as in `diagd tools NAME`
+        return EXIT_USAGE if _unknown_tool(args.tool) else EXIT_FAILED
+    return EXIT_OK
+
+
+def _unknown_tool(name: str) -> bool:
+    """Whether the running daemon has no tool `name` (False when it cannot be asked)."""
+    from diagd.protocol import control
+
+    try:
+        return name not in {t["name"] for t in _request(control.ToolsRequest)["tools"]}
+    except (_NoDaemon, DiagdError):
+        return False
 
 
 def _take_raw(tool: str, raw: list[str], arguments: dict[str, Any]) -> list[tuple[str, str]] | None:
@@ -421,8 +463,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(_request("reload")))
     except (_NoDaemon, DiagdError) as exc:
-        sys.stderr.write(f"diagd reload: {_describe(exc)}\n")
-        return EXIT_TOOL_ERROR
+        return _fail("reload", exc)
     return EXIT_OK
 
 
@@ -432,8 +473,7 @@ def cmd_stop_actor(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(_request(control.StopActorRequest, actor_id=args.actor_id)))
     except (_NoDaemon, DiagdError) as exc:
-        sys.stderr.write(f"diagd stop-actor: {_describe(exc)}\n")
-        return EXIT_TOOL_ERROR
+        return _fail("stop-actor", exc)
     return EXIT_OK
 
 

@@ -20,7 +20,10 @@ followed once (never out of the project in project scope), strict JSON, a fresh 
 will not edit is left as it is, and the error shows the entry to add by hand. The entry runs this diagd
 by its absolute path (hosts start servers with a bare PATH) as `diagd mcp`, with `--tools GROUPS` when
 chosen, and the DIAGD_* variables set in this shell (the host would not pass them: without them its
-diagd would look for another daemon). Stdlib only.
+diagd would look for another daemon). A group the daemon serves nothing of is refused, with why and what
+turns it on as its back end declared them (`Runtime.declare_off`): the host could not start that entry.
+The served groups come from the running daemon, else from the catalogue a daemon started now would
+serve (cli.py's `served_catalogue`, handed in: this module does not import the server). Stdlib only.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ from typing import Any
 
 from diagd.actors import interpreter
 from diagd.daemon.cli import hostfile, jsonedit
+from diagd.daemon.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from diagd.protocol.errors import DiagdError, ErrorCode
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 SCOPES = ("user", "project")
 PASSED_ENV = ("DIAGD_CONFIG", "DIAGD_RUNTIME_DIR", "DIAGD_STATE_DIR")
 
@@ -160,11 +163,28 @@ def _inside(scope: str) -> Path | None:
     return Path.cwd() if scope == "project" else None
 
 
-def add(host_name: str, *, tools: str | None, scope: str, name: str, print_only: bool) -> int:
+# What the daemon serves: cli.py's served_catalogue (the running daemon's `diagd tools --json`, else the
+# one a daemon started now with this config would serve).
+Served = Callable[[], dict[str, Any]]
+
+
+def add(host_name: str, *, tools: str | None, scope: str, name: str, print_only: bool, served: Served) -> int:
+    off: list[str] = []  # the groups the host will not get (every group asked for): said once it is done
+    done = _add(host_name, tools=tools, scope=scope, name=name, print_only=print_only, served=served, off=off)
+    if done == EXIT_OK:
+        for note in off:
+            sys.stderr.write(f"diagd client add: note: {note}\n")
+    return done
+
+
+def _add(host_name: str, *, tools: str | None, scope: str, name: str, print_only: bool, served: Served,
+         off: list[str]) -> int:
     try:
         host = _host(host_name)
         groups = _groups(tools)
         path = host.path(scope, Path.home(), Path.cwd())
+        if (off_note := _served(groups, served())) is not None:
+            off.append(off_note)
         new = entry(host, groups)
         if (cache := in_a_cache(new["command"])) is not None:
             sys.stderr.write(f"diagd client add: warning: {new['command']} is inside {cache}; the entry stops working "
@@ -226,7 +246,7 @@ def _shown(snap: hostfile.Snapshot) -> str:
 
 def _failed(action: str, exc: DiagdError) -> int:
     sys.stderr.write(f"diagd client {action}: {exc.code}: {exc.message}\n")
-    return EXIT_USAGE if exc.details.get("usage") else EXIT_ERROR
+    return EXIT_USAGE if exc.details.get("usage") or "group" in exc.details else EXIT_FAILED  # unknown host, group
 
 
 def _readable(path: Path, host: Host, name: str, new: dict[str, Any],
@@ -260,6 +280,25 @@ def _groups(text: str | None) -> list[str]:
     names = tool_groups.parse_list(text)
     tool_groups.check(names, toolscli.known_groups())
     return names
+
+
+def _served(groups: list[str], catalogue: dict[str, Any]) -> str | None:
+    """Refuse a chosen group that serves no tool under the daemon's config (INVALID_ARGUMENT, a usage
+    error): its back end's reason and the setting that turns it on. Without --tools (every group), the
+    note naming the groups the host will not get (None: every group serves)."""
+    from diagd.daemon.cli import toolscli
+
+    off = toolscli.off_groups(catalogue)
+    for group in groups:
+        if group in off:
+            why = off[group]
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"--tools: the {group!r} group serves no tool, so the host "
+                             f"could not start this entry: {why['reason']}; to turn it on: {why['hint']}; then "
+                             "add the client again", usage=True, group=group, reason=why["reason"], hint=why["hint"])
+    if groups or not off:
+        return None
+    return f"the host gets every group but {', '.join(off)}, off under this config: " + " | ".join(
+        f"{group}: {why['reason']}; to turn it on: {why['hint']}" for group, why in off.items())
 
 
 def configured(home: Path, cwd: Path) -> list[dict[str, Any]]:
@@ -309,13 +348,14 @@ def list_(*, as_json: bool) -> int:
     return EXIT_OK
 
 
-def add_parser(sub: Any) -> None:
-    """`diagd client ...` for daemon/cli/cli.py's sub-commands."""
+def add_parser(sub: Any, *, served: Served) -> None:
+    """`diagd client ...` for daemon/cli/cli.py's sub-commands; `served`: what the daemon serves (cli.py)."""
     s = sub.add_parser("client", help="put diagd in an MCP host's configuration (add), take it out (remove), "
                        "or show where it is (list)")
     actions = s.add_subparsers(dest="client_action", required=True)
     a = actions.add_parser("add", help="write (or --print) the diagd entry of HOST's MCP configuration file")
     a.add_argument("--tools", metavar="GROUPS", help="tool groups the host sees, comma-separated (default: all)")
+    a.set_defaults(served=served)
     r = actions.add_parser("remove", help="take the diagd entry out of HOST's MCP configuration file (or --print it)")
     for parser, printed in ((a, "the entry (JSON)"), (r, "the entry (JSON) it would take out")):
         parser.add_argument("host", metavar="HOST", help="the MCP host: " + ", ".join(HOSTS))
@@ -333,10 +373,11 @@ def add_parser(sub: Any) -> None:
 def cmd_client(args: Any) -> int:
     try:
         if args.client_action == "add":
-            return add(args.host, tools=args.tools, scope=args.scope, name=args.name, print_only=args.print_only)
+            return add(args.host, tools=args.tools, scope=args.scope, name=args.name, print_only=args.print_only,
+                       served=args.served)
         if args.client_action == "remove":
             return remove(args.host, scope=args.scope, name=args.name, print_only=args.print_only)
         return list_(as_json=args.json)
     except OSError as exc:  # hostfile turns the files' own errors into DiagdError; this is the rest (no cwd, ...)
         sys.stderr.write(f"diagd client {args.client_action}: {exc}\n")
-        return EXIT_ERROR
+        return EXIT_FAILED

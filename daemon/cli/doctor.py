@@ -16,6 +16,7 @@ from dataclasses import asdict, replace
 from diagd.actors import system
 from diagd.actors.system import Check
 from diagd.daemon import paths
+from diagd.daemon.exits import EXIT_FAILED, EXIT_OK
 
 
 def check_runtime_dir() -> Check:
@@ -102,4 +103,4 @@ def run(*, as_json: bool = False) -> int:
             print(f"  [{mark}] {c.name:<22} {c.detail}")
             if not c.ok and c.fix:
                 print(f"         fix: {c.fix}")
-    return 1 if any(c.required and not c.ok for _, c in checks) else 0
+    return EXIT_FAILED if any(c.required and not c.ok for _, c in checks) else EXIT_OK

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from diagd.daemon.exits import EXIT_FAILED, EXIT_OK
 from diagd.protocol.errors import DiagdError, ErrorCode
 from diagd.samples import FOLDER, NOTICE, SAMPLES, files
-
-EXIT_OK, EXIT_ERROR = 0, 1
 
 
 def add_parser(sub: Any) -> None:
@@ -36,7 +35,7 @@ def cmd_examples(args: argparse.Namespace) -> int:
             listing(as_json=args.json)
     except DiagdError as exc:
         sys.stderr.write(f"diagd examples: {exc.code}: {exc.message}\n")
-        return EXIT_ERROR
+        return EXIT_FAILED
     return EXIT_OK
 
 

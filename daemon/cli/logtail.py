@@ -10,9 +10,8 @@ from pathlib import Path
 
 from diagd.actors import statefile
 from diagd.daemon import paths
+from diagd.daemon.exits import EXIT_FAILED, EXIT_OK
 from diagd.protocol.errors import DiagdError
-
-EXIT_OK, EXIT_ERROR = 0, 1
 
 
 def run(*, lines: int, follow_on: bool, raw: bool) -> int:
@@ -20,7 +19,7 @@ def run(*, lines: int, follow_on: bool, raw: bool) -> int:
     state = paths.state_dir()
     if problem := paths.private_dir_problem(state):  # records from a dir someone else controls prove nothing
         sys.stderr.write(f"diagd logs: refusing state directory {state}: {problem}\n")
-        return EXIT_ERROR
+        return EXIT_FAILED
     path = state / "audit.jsonl"
     try:
         last = tail(path, lines)  # never through a link: PERMISSION_DENIED, one line
@@ -29,10 +28,10 @@ def run(*, lines: int, follow_on: bool, raw: bool) -> int:
         return follow(path, raw=raw) if follow_on else EXIT_OK
     except DiagdError as exc:
         sys.stderr.write(f"diagd logs: {exc.code}: {exc.message}\n")
-        return EXIT_ERROR
+        return EXIT_FAILED
     except OSError as exc:
         sys.stderr.write(f"diagd logs: cannot read {path}: {exc.strerror or exc}\n")
-        return EXIT_ERROR
+        return EXIT_FAILED
     for line in last:
         print_record(line, raw=raw)
     return follow(path, raw=raw) if follow_on else EXIT_OK
@@ -55,7 +54,7 @@ def follow(path: Path, *, raw: bool) -> int:
                     f = open(statefile.open_file(path, os.O_RDONLY), encoding="utf-8")  # noqa: SIM115
                 except DiagdError as exc:
                     sys.stderr.write(f"diagd logs: {exc.code}: {exc.message}\n")
-                    return 1
+                    return EXIT_FAILED
                 except FileNotFoundError:
                     pass  # gone again between the two looks: the next round sees
                 if f is not None and inode is None:
@@ -75,7 +74,7 @@ def follow(path: Path, *, raw: bool) -> int:
             sys.stdout.flush()
             time.sleep(0.25)
     except KeyboardInterrupt:
-        return 0
+        return EXIT_OK
 
 
 def print_record(line: str, *, raw: bool) -> None:

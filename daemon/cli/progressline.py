@@ -18,6 +18,7 @@ import time
 from typing import Protocol, TextIO
 
 CLEAR = "\r\x1b[K"
+DEFAULT_COLUMNS = 80  # when the terminal does not say its width
 
 
 class Report(Protocol):
@@ -82,9 +83,9 @@ class ProgressLine:
 
     def _columns(self) -> int:
         try:
-            return os.get_terminal_size(self._out.fileno()).columns or 80
+            return os.get_terminal_size(self._out.fileno()).columns or DEFAULT_COLUMNS
         except (OSError, ValueError):
-            return 80
+            return DEFAULT_COLUMNS
 
 
 def for_stderr(visibility: str) -> ProgressLine | None:

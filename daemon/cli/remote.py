@@ -33,6 +33,16 @@ from dataclasses import dataclass, field
 from diagd import __version__
 from diagd.actors import statefile
 from diagd.daemon import paths
+from diagd.daemon.exits import (
+    EXIT_AUTH,
+    EXIT_FAILED,
+    EXIT_NO_REMOTE_DIAGD,
+    EXIT_SSH_FAILED,
+    EXIT_SSH_MISSING,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    EXIT_VERSION,
+)
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 COMMANDS = ("mcp", "status", "call", "logs", "doctor")
@@ -41,9 +51,6 @@ CONTROL_PERSIST_S = 60
 PROBE_TIMEOUT_S = CONNECT_TIMEOUT_S + 20  # connect, authenticate, start a Python on the remote host
 
 # Exit statuses of a failed remote start (the remote command's own status passes through).
-EXIT_SSH_MISSING, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_VERSION, EXIT_SSH_FAILED = 4, 5, 6, 7, 255
-EXIT_NO_REMOTE_DIAGD = 127  # what the remote shell itself says for "command not found"
-
 EXIT_BY_CODE = {
     ErrorCode.SSH_NOT_FOUND: EXIT_SSH_MISSING,
     ErrorCode.SSH_UNREACHABLE: EXIT_UNREACHABLE,
@@ -51,7 +58,7 @@ EXIT_BY_CODE = {
     ErrorCode.REMOTE_DIAGD_NOT_FOUND: EXIT_NO_REMOTE_DIAGD,
     ErrorCode.VERSION_MISMATCH: EXIT_VERSION,
     ErrorCode.SSH_FAILED: EXIT_SSH_FAILED,
-    ErrorCode.INVALID_ARGUMENT: 2,  # a malformed --ssh target: usage
+    ErrorCode.INVALID_ARGUMENT: EXIT_USAGE,  # a malformed --ssh target
 }
 
 # Our own options, taken out of the argument list before the rest is forwarded unchanged (so an
@@ -332,7 +339,7 @@ def run(request: Request) -> int:
         argv = [*ssh_argv(request), remote_command(request.remote_diagd, request.command)]
     except DiagdError as exc:
         sys.stderr.write(f"diagd {name}: {exc.code}: {exc.message}\n")
-        return EXIT_BY_CODE.get(exc.code, 1)
+        return EXIT_BY_CODE.get(exc.code, EXIT_FAILED)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
@@ -340,7 +347,7 @@ def run(request: Request) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`diagd ... --ssh HOST ...`: the exit status of the remote command, or 2 for a bad command line."""
+    """`diagd ... --ssh HOST ...`: the exit status of the remote command, or USAGE for a bad command line."""
     try:
         request = split_argv(argv)
     except DiagdError as exc:

@@ -13,6 +13,8 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from diagd.daemon.exits import EXIT_OK
+
 TEMPLATE_EXEC = "ExecStart=%h/.local/bin/diagd serve"
 TEMPLATE_DOCS = "Documentation=file:@UNITS@/README.md"
 # Set in the shell that installs the unit: the daemon systemd starts must use the same (a client whose
@@ -101,7 +103,7 @@ def restart() -> bool:
 def run(action: str, *, start: bool = True, socket: bool = False) -> int:
     if action == "print":
         sys.stdout.write(render_socket() if socket else render_unit())
-        return 0
+        return EXIT_OK
     service, socket_unit = unit_dir() / "diagd.service", unit_dir() / "diagd.socket"
     if action == "uninstall":  # both, whichever way it was installed
         installed = [unit.name for unit in (socket_unit, service) if unit.exists()]
@@ -112,7 +114,7 @@ def run(action: str, *, start: bool = True, socket: bool = False) -> int:
                 target.unlink()
                 print(f"removed {target}")
         _systemctl("daemon-reload")
-        return 0
+        return EXIT_OK
     service.parent.mkdir(parents=True, exist_ok=True)
     service.write_text(render_unit())
     print(f"wrote {service}")
@@ -120,16 +122,16 @@ def run(action: str, *, start: bool = True, socket: bool = False) -> int:
         socket_unit.write_text(render_socket())
         print(f"wrote {socket_unit}")
     if not start:
-        return 0
+        return EXIT_OK
     if socket and _start_socket():
         print("socket enabled and listening; the first client starts the daemon: systemctl --user status diagd.socket")
-        return 0
+        return EXIT_OK
     if not socket and _systemctl("daemon-reload") and _systemctl("enable", "--now", "diagd.service"):
         print("enabled and started: systemctl --user status diagd")
-        return 0
+        return EXIT_OK
     print("no systemd user manager here; start the daemon with `diagd start` instead "
           "(or `loginctl enable-linger $USER` and log in again)")
-    return 0
+    return EXIT_OK
 
 
 def _start_socket() -> bool:

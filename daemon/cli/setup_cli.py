@@ -15,9 +15,9 @@ import shlex
 import sys
 from typing import Any
 
-# shutil and subprocess are imported where used: `diagd mcp` builds this parser too, and starts fast.
+from diagd.daemon.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# shutil and subprocess are imported where used: `diagd mcp` builds this parser too, and starts fast.
 APT_TIMEOUT_S = 3600.0  # a slow mirror; apt prints its own progress meanwhile
 # tshark asks whether non-root users may capture: "no", without a prompt (diagd reads files, never captures).
 DEBCONF = "wireshark-common wireshark-common/install-setuid boolean false\n"
@@ -84,7 +84,7 @@ def install(packages: list[str], *, yes: bool, dry_run: bool) -> int:
     if "wireshark-common" in packages or "tshark" in packages:
         _run([*prefix, "debconf-set-selections"], stdin=DEBCONF)
     for cmd in commands:
-        if _run(cmd) != 0:
+        if not _run(cmd):
             sys.stderr.write(f"diagd setup: failed: {shlex.join(cmd)}\n")
             return EXIT_FAILED
     print("installed; `diagd doctor` checks the rest")
@@ -108,12 +108,12 @@ def _confirm(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _run(cmd: list[str], stdin: str | None = None) -> int:
-    """Run one apt step on our terminal (apt shows its own progress), bounded."""
+def _run(cmd: list[str], stdin: str | None = None) -> bool:
+    """Run one apt step on our terminal (apt shows its own progress), bounded; whether it succeeded."""
     import subprocess
 
     try:
-        return subprocess.run(cmd, input=stdin, text=True, timeout=APT_TIMEOUT_S, check=False).returncode
+        return subprocess.run(cmd, input=stdin, text=True, timeout=APT_TIMEOUT_S, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired) as exc:
         sys.stderr.write(f"diagd setup: {shlex.join(cmd)}: {exc}\n")
-        return 1
+        return False

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
+from diagd.daemon.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from diagd.daemon.tokens import TokenStore
 from diagd.protocol.errors import DiagdError
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 def run(action: str, name: str | None, *, as_json: bool = False, store: TokenStore | None = None) -> int:
@@ -30,7 +29,7 @@ def run(action: str, name: str | None, *, as_json: bool = False, store: TokenSto
             listing(store, as_json=as_json)
     except DiagdError as exc:
         sys.stderr.write(f"diagd token: {exc.code}: {exc.message}\n")
-        return EXIT_ERROR
+        return EXIT_FAILED
     return EXIT_OK
 
 

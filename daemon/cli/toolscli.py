@@ -1,9 +1,10 @@
 """`diagd tools [NAME]`, and the tool groups `diagd mcp --tools` may name: stdlib only (start-up time).
 
 `diagd tools` asks the running daemon (a control request), like `diagd call`: the list is what that
-daemon serves (its version, its extra back ends, its [mcp] tools), and the command stays fast.
-Building the registry here would import every back end (trio, jsonschema, ...) and could show
-another checkout's tools than the running daemon's.
+daemon serves (its version, its extra back ends, its [mcp] tools), and the command stays fast. When
+no daemon runs, cli.py builds the same catalogue from the installed back ends and this config, as a
+daemon started now would serve it (daemon/server/server.py `offline_catalogue`: one code path with
+the daemon's answer), and says so in one line; nothing is started for it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import re
 import sys
 from typing import Any
 
+from diagd.daemon.exits import EXIT_OK, EXIT_USAGE
 from diagd.protocol.errors import ErrorCode
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def known_groups() -> list[str]:
@@ -64,9 +64,17 @@ def show(catalogue: dict[str, Any], name: str | None, *, as_json: bool = False, 
     rows = [("TOOL", "GROUP", "DESCRIPTION")] + [(t["name"], t["group"], first_sentence(t["description"]))
                                                   for t in catalogue["tools"]]
     widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for group, why in off_groups(catalogue).items():
+        print(f"off: {group}: {why['reason']}; to turn it on: {why['hint']}")
     for tool, group, text in rows:
         print(f"  {tool.ljust(widths[0])}  {group.ljust(widths[1])}  {text}".rstrip())
     return EXIT_OK
+
+
+def off_groups(catalogue: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The groups that serve no tool under the catalogue's config, as their back ends declared it:
+    {group: {"reason", "hint"}} (an older daemon's catalogue has none)."""
+    return dict(catalogue.get("off") or {})
 
 
 # Words whose period ends no sentence ("e.g. 'ngap.'", "tshark, sharkd etc. read it").

@@ -159,3 +159,6 @@ class BackendRuntime:
 
     async def resolve_reference(self, text: str) -> Resolved | None:
         return await self._daemon.declared.resolve(text)
+
+    def declare_off(self, reason: str, hint: str) -> None:
+        self._daemon.declared.off[self._name] = {"reason": reason, "hint": hint}

@@ -232,13 +232,7 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
     if isinstance(msg, control.ReloadRequest):
         return daemon.reload()
     if isinstance(msg, control.ToolsRequest):
-        configured = daemon.configured_tools()
-        return {"groups": daemon.registry.groups(), "configured": sorted(configured) if configured else None,
-                "tools": [{"name": s.name, "group": s.group, "title": s.title, "description": s.description,
-                           # as tools/list gives it; the output schema whole (the fuzz tests check results)
-                           "input_schema": tool_listing.input_schema(s.input_schema),
-                           "output_schema": s.output_schema}
-                          for s in daemon.registry.specs()]}
+        return tool_listing.catalogue(daemon)
     if isinstance(msg, control.ShutdownRequest):
         daemon.request_shutdown(f"shutdown requested by {who}")
         return {"stopping": True}

@@ -2,7 +2,8 @@
 
 Each back end declares, in its `register(runtime)`: its paragraph of the MCP instructions, its
 diagd_timeline source, the settings a reload leaves to a reopen, whether other groups read its
-exports, the `<name>:<id>` references it resolves (`diagd.actors.runtime.Runtime`). The daemon keeps
+exports, the `<name>:<id>` references it resolves, why it serves nothing when its config leaves it off
+(`diagd.actors.runtime.Runtime`). The daemon keeps
 them here, by back-end name, and reads nothing else: it names no back end, tool or back-end setting.
 """
 
@@ -24,6 +25,8 @@ class Declarations:
     deferred: dict[str, list[Deferred]] = field(default_factory=dict)  # back end -> settings a reload defers
     exporting: list[str] = field(default_factory=list)  # back ends whose $state/<name>/exports others read
     references: dict[str, Resolver] = field(default_factory=dict)  # back end -> its `<name>:<id>` resolver
+    # back end -> {"reason": ..., "hint": ...}: it serves nothing under this config (`diagd tools`, `client add`)
+    off: dict[str, dict[str, str]] = field(default_factory=dict)
 
     async def resolve(self, text: str) -> Resolved | None:
         """The file a `<name>:<id>` reference names (None: `text` is no reference, a path)."""

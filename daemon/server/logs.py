@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import structlog
 
@@ -26,3 +28,23 @@ def configure(level: str = "info") -> None:
     # Libraries (the MCP SDK among them) log through stdlib logging: keep it on stderr, quiet.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format='{"level":"%(levelname)s","logger":"%(name)s","event":"%(message)s"}')
+
+
+@contextmanager
+def quiet(level: str = "warning") -> Iterator[None]:
+    """Within: only `level` and worse, as JSON lines on stderr; then the process's own logging config again.
+
+    For the daemon's code run in another command (`diagd tools` with no daemon: server.offline_catalogue),
+    whose stdout is its answer and whose stderr is a person's: structlog's unconfigured default prints
+    every line on stdout."""
+    configured, saved = structlog.is_configured(), structlog.get_config()
+    structlog.configure(processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+                        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+                        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr), cache_logger_on_first_use=False)
+    try:
+        yield
+    finally:
+        if configured:
+            structlog.configure(**saved)
+        else:
+            structlog.reset_defaults()

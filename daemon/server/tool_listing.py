@@ -24,9 +24,12 @@ The rest is cut to what a client uses:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagd.actors.tooling import ToolSpec
+
+if TYPE_CHECKING:
+    from diagd.daemon.server.services import Services
 
 
 def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -67,3 +70,17 @@ def hints(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, 
     if not read_only:
         hints |= {"destructiveHint": destructive, "idempotentHint": idempotent}
     return hints
+
+
+def catalogue(daemon: Services) -> dict[str, Any]:
+    """What `diagd tools` shows: the running daemon's answer to the control request, and the same built
+    without a daemon (server.offline_catalogue), one code path. The groups served, `[mcp] tools`, every
+    tool with its input schema as tools/list gives it and its whole output schema (the fuzz tests check
+    results), and the back ends that serve nothing under this config, as they declared it
+    (`Runtime.declare_off`): {group: {"reason", "hint"}}."""
+    configured = daemon.configured_tools()
+    return {"groups": daemon.registry.groups(), "configured": sorted(configured) if configured else None,
+            "tools": [{"name": s.name, "group": s.group, "title": s.title, "description": s.description,
+                       "input_schema": input_schema(s.input_schema), "output_schema": s.output_schema}
+                      for s in daemon.registry.specs()],
+            "off": {group: dict(why) for group, why in daemon.declared.off.items()}}

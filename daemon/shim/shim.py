@@ -11,10 +11,12 @@ diagnostics go to stderr. When no daemon runs it starts one (detached) unless --
 Stdlib only, for start-up time.
 
 It exits 0 only when the client ended the session (stdin EOF) and every request it sent was answered,
-by the daemon or with DAEMON_RESTARTED (a restart is no failure: the session went on); a daemon that
-refuses it (busy, a line too long: its last words are a JSON-RPC error with `id: null` and
+by the daemon or with DAEMON_RESTARTED (a restart is no failure: the session went on). Otherwise one
+line on stderr, never a silent 0, and the statuses of daemon/exits.py: NO_DAEMON for no daemon, one
+that refuses the connection (busy: its last words are a JSON-RPC error with `id: null` and
 `data.closing: true`, which the shim quotes), one that does not come back within the bound, or a
-request left with no answer at all get one line on stderr and exit status 1, never a silent 0.
+request left with no answer at all; FAILED for a daemon that refuses what the client sent (a line too
+long) or the replayed session.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diagd.daemon import launch, paths
+from diagd.daemon.exits import EXIT_FAILED, EXIT_NO_DAEMON, EXIT_OK
 from diagd.daemon.shim.shim_session import Closing, Lines, ReplayFailed, ShimSession, Verdict
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -261,9 +264,10 @@ def _reconnect(path: Path, link: _Link, *, autostart: bool, deadline: float, pau
         delay = min(delay * 2, BACKOFF_MAX_S)
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, status: int = EXIT_NO_DAEMON) -> int:
+    """One line on stderr; NO_DAEMON unless said otherwise: the shim ends when no daemon serves it."""
     sys.stderr.write(f"diagd mcp: {message}\n")
-    return 1
+    return status
 
 
 def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
@@ -288,18 +292,18 @@ def run(*, autostart: bool = True, prelude: Sequence[bytes] = ()) -> int:
         try:
             delivered = _serve(link, sock)
         except BrokenPipeError:
-            return 0  # the client closed its end of stdout: it is gone, nobody is left to tell
+            return EXIT_OK  # the client closed its end of stdout: it is gone, nobody is left to tell
         except ReplayFailed as exc:
-            return _fail(f"the restarted daemon refused the replayed session: {exc}")
+            return _fail(f"the restarted daemon refused the replayed session: {exc}", EXIT_FAILED)
         finally:
             _close(sock)
         closing, notice, failed, stdin_closed = link.detach()
         try:
             _write_out(b"".join(failed))
         except BrokenPipeError:
-            return 0
+            return EXIT_OK
         if closing is Closing.REFUSED:
-            return _fail(f"the daemon closed the connection: {notice}")
+            return _fail(f"the daemon closed the connection: {notice}", _refusal_status(link))
         if stdin_closed:
             return _verdict_after_input(link)
         if delivered or episode is None:
@@ -348,14 +352,22 @@ def _replay(link: _Link, sock: socket.socket) -> None:
 
 def _verdict_after_input(link: _Link) -> int:
     """The client closed stdin: 0 when each of its requests got an answer, the daemon's or a coded
-    DAEMON_RESTARTED one (the session went on, as promised); 1 when one got none."""
+    DAEMON_RESTARTED one (the session went on, as promised); NO_DAEMON when one got none."""
     with link.cond:
         unanswered = len(link.session.in_flight)  # what dropped() left: an initialize no daemon answered
     if unanswered:
         return _fail(f"the daemon went away before answering {unanswered} request(s)")
     if link.sent and not link.received:
         return _fail("the daemon closed the connection without answering")
-    return 0
+    return EXIT_OK
+
+
+def _refusal_status(link: _Link) -> int:
+    """NO_DAEMON when the daemon refused the connection itself (every one busy), as `diagd status` and
+    `call` say it; FAILED when it refused what the client sent (a line over its limit, say)."""
+    with link.cond:
+        notice = link.session.notice or {}
+    return EXIT_NO_DAEMON if (notice.get("data") or {}).get("code") == ErrorCode.BUSY else EXIT_FAILED
 
 
 def _close(sock: socket.socket) -> None:

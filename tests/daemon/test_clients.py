@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DIAGD
+from tests.conftest import DIAGD, Env, start_daemon
 
 # host -> (its user file under HOME, the key holding servers, whether entries say "type": "stdio")
 HOSTS = {
@@ -33,10 +33,12 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
-def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`diagd client ARGS` in the project directory; a command that hangs (on a FIFO, say) fails the test."""
+def run(home: Path, *args: str, runtime: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`diagd client ARGS` in the project directory; a command that hangs (on a FIFO, say) fails the test.
+    `runtime`: a DIAGD_RUNTIME_DIR (where no daemon runs: the served groups are what one would serve)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIAGD_", "XDG_"))}
-    return subprocess.run([DIAGD, "client", *args], env={**env, "HOME": str(home)}, cwd=home.parent / "project",
+    env |= {"HOME": str(home)} | ({"DIAGD_RUNTIME_DIR": str(runtime)} if runtime else {})
+    return subprocess.run([DIAGD, "client", *args], env=env, cwd=home.parent / "project",
                           capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -130,8 +132,56 @@ def test_unknown_hosts_and_tool_groups_are_refused_with_close_matches(home: Path
     host = run(home, "add", "claude")
     assert host.returncode == 2 and "unknown host 'claude' (did you mean" in host.stderr
     groups = run(home, "add", "cursor", "--tools", "pcap,crsh")
-    assert groups.returncode == 1 and "unknown tool group 'crsh' (did you mean crash?)" in groups.stderr
+    assert groups.returncode == 2 and "unknown tool group 'crsh' (did you mean crash?)" in groups.stderr
     assert list(home.iterdir()) == []
+
+
+def test_a_group_the_daemon_serves_nothing_of_is_refused_with_its_hint_and_taken_once_on(home: Path) -> None:
+    from diagd.actors.capture import OFF_HINT, OFF_REASON
+
+    runtime = home.parent / "run"  # no daemon there: the groups are what a daemon started now would serve
+    for print_only in ([], ["--print"]):
+        off = run(home, "add", "cursor", *print_only, "--tools", "pcap,capture", runtime=runtime)
+        assert off.returncode == 2 and off.stdout == ""  # a usage error, like an unknown host
+        assert off.stderr == (f"diagd client add: INVALID_ARGUMENT: --tools: the 'capture' group serves no tool, so "
+                              f"the host could not start this entry: {OFF_REASON}; to turn it on: {OFF_HINT}; "
+                              "then add the client again\n")
+    assert 'add allowed_interfaces = ["eth1", "veth*"]' in OFF_HINT and "`diagd restart`" in OFF_HINT
+    assert list(home.iterdir()) == [] and not runtime.exists()
+    every = run(home, "add", "cursor", "--print", runtime=runtime)  # every group: taken, the off one named
+    assert every.returncode == 0, every.stderr
+    [note] = [line for line in every.stderr.splitlines() if "note:" in line]
+    assert note == ("diagd client add: note: the host gets every group but capture, off under this config: "
+                    f"capture: {OFF_REASON}; to turn it on: {OFF_HINT}")
+    config = home / ".config" / "diagd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[capture]\nallowed_interfaces = ["veth*"]\n')
+    on = run(home, "add", "cursor", "--tools", "pcap,capture", runtime=runtime)
+    assert on.returncode == 0, on.stderr
+    assert "note:" not in on.stderr
+    written = json.loads((home / ".cursor" / "mcp.json").read_text())
+    assert written["mcpServers"]["diagd"]["args"][-2:] == ["--tools", "pcap,capture"]
+
+
+@pytest.mark.e2e
+def test_the_running_daemon_decides_which_groups_are_served(env: Env, home: Path) -> None:
+    """The host's entry reaches the running daemon: until a restart, its groups count, not the config file's."""
+    def add() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([DIAGD, "client", "add", "cursor", "--print", "--tools", "capture"],
+                              env={**env.vars, "HOME": str(home)}, capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    daemon = start_daemon(env)
+    try:
+        assert add().returncode == 2
+        env.write_config('[capture]\nallowed_interfaces = ["veth*"]\n')  # not applied: the daemon still runs
+        refused = add()
+        assert refused.returncode == 2 and "then `diagd restart`" in refused.stderr
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    accepted = add()  # no daemon: what one started now, with this config, would serve
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads(accepted.stdout)["mcpServers"]["diagd"]["args"][-2:] == ["--tools", "capture"]
 
 
 def test_a_diagd_inside_uvx_or_pipx_run_caches_is_named_and_one_installed_is_not(

@@ -228,7 +228,7 @@ def test_a_refusal_ends_the_shim_with_one_line_and_no_reconnect(env: Env) -> Non
         refusal = client.read()
         assert refusal is not None and refusal["id"] is None and refusal["error"]["data"]["closing"] is True
         code, stderr = client.wait()
-        assert code == 1
+        assert code == 1  # FAILED: the daemon refused what the client sent, not the connection
         assert stderr.splitlines() == ["diagd mcp: the daemon closed the connection: message exceeds 4096 bytes"]
         assert client.read() is None  # nothing after the refusal: no replayed session, no reconnect
 
@@ -255,7 +255,7 @@ def test_a_daemon_that_does_not_come_back_within_the_bound_ends_the_shim_with_on
         failed = client.read()  # the call in flight is answered before the shim waits for a daemon
         assert failed is not None and failed["id"] == 1 and failed["error"]["data"]["code"] == "DAEMON_RESTARTED"
         code, stderr = client.wait()
-        assert code == 1 and client.read() is None
+        assert code == 3 and client.read() is None  # NO_DAEMON
         lines = stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in stderr, stderr
         assert lines[0].startswith("diagd mcp: the daemon went away (it is stopping) and did not come back within 1 s"
@@ -331,7 +331,7 @@ def test_a_daemon_that_keeps_hanging_up_ends_the_shim_within_the_bound_not_in_a_
         with shim(env, "--no-autostart", DIAGD_SHIM_RECONNECT_S="1") as client:
             client.initialize()
             code, stderr = client.wait()
-            assert code == 1, stderr
+            assert code == 3, stderr  # NO_DAEMON
             assert stderr.strip().splitlines()[-1].startswith(
                 "diagd mcp: the daemon went away (it keeps closing the connection without a word) and did not "
                 "come back within 1 s"), stderr
@@ -371,7 +371,7 @@ def test_after_a_restart_the_shim_exits_0_at_eof_when_every_request_was_answered
         assert [line for line in stderr.splitlines() if "reconnected after" not in line] == [], stderr
 
 
-def test_a_request_the_daemon_never_answers_at_eof_still_ends_the_shim_with_status_1(env: Env) -> None:
+def test_a_request_the_daemon_never_answers_at_eof_still_ends_the_shim_with_no_daemon_status(env: Env) -> None:
     """The initialize, sent to a daemon that accepts and closes without a word, and stdin closed."""
     env.runtime.mkdir(mode=0o700, exist_ok=True)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -392,6 +392,6 @@ def test_a_request_the_daemon_never_answers_at_eof_still_ends_the_shim_with_stat
             assert client.proc.stdin is not None
             client.proc.stdin.close()
             code, stderr = client.wait()
-            assert code == 1 and "Traceback" not in stderr, stderr
+            assert code == 3 and "Traceback" not in stderr, stderr  # NO_DAEMON: no answer
     finally:
         server.close()

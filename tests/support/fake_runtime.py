@@ -59,6 +59,7 @@ class FakeRuntime:
         self.deferred: list[Deferred] = []
         self.shares_exports = False
         self.references: dict[str, Resolver] = {}  # back end name -> resolver (the test may add others')
+        self.off: dict[str, str] | None = None  # {"reason", "hint"} once it declared itself off
 
     # -- what the test does
 
@@ -148,6 +149,9 @@ class FakeRuntime:
         name, colon, ident = text.partition(":")
         resolver = self.references.get(name) if colon else None
         return None if resolver is None else await resolver(ident)
+
+    def declare_off(self, reason: str, hint: str) -> None:
+        self.off = {"reason": reason, "hint": hint}
 
 
 @asynccontextmanager
