@@ -200,7 +200,7 @@ def test_shim_autostarts_a_daemon_and_speaks_mcp(env: Env) -> None:
 
 def test_shim_without_autostart_fails_cleanly_with_nothing_on_stdout(env: Env) -> None:
     proc = env.run("mcp", "--no-autostart", input=json.dumps(INITIALIZE).encode() + b"\n")
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # NO_DAEMON
     assert proc.stdout == ""
     assert "no daemon listening" in proc.stderr
 

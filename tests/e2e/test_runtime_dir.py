@@ -77,7 +77,7 @@ def test_the_shim_reports_why_an_autostarted_daemon_refused_its_runtime_dir(env:
     target.mkdir()
     env.runtime.symlink_to(target)
     out = env.run("mcp", input=json.dumps(INITIALIZE).encode() + b"\n", timeout=60)
-    assert out.returncode == 1 and out.stdout == ""
+    assert out.returncode == 3 and out.stdout == ""  # NO_DAEMON, as `diagd start` says it
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "refusing runtime directory" in lines[0] and "symlink" in lines[0]
 
@@ -116,7 +116,7 @@ def test_clients_refuse_a_socket_served_by_another_uid(env: Env) -> None:
         assert status.returncode == 3 and "Traceback" not in status.stderr
         assert f"served by uid {NOBODY}" in status.stderr and len(status.stderr.strip().splitlines()) == 1
         shim = env.run("mcp", "--no-autostart", input=json.dumps(INITIALIZE).encode() + b"\n")
-        assert shim.returncode == 1 and shim.stdout == ""
+        assert shim.returncode == 3 and shim.stdout == ""  # NO_DAEMON, as `status` says it
         assert f"served by uid {NOBODY}" in shim.stderr
     finally:
         os.close(stop_w)
