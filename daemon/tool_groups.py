@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -35,11 +35,18 @@ def parse_list(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def check(names: Iterable[str], known: Iterable[str], *, where: str = "--tools") -> frozenset[str]:
-    """`names` as a selection (the built-in group added), or INVALID_ARGUMENT naming close matches."""
+def check(names: Iterable[str], known: Iterable[str], *, where: str = "--tools",
+          off: Mapping[str, Mapping[str, str]] | None = None) -> frozenset[str]:
+    """`names` as a selection (the built-in group added), or INVALID_ARGUMENT naming close matches;
+    `off`: groups whose back end declared it serves nothing under this config ({reason, hint}): named as such."""
     known = sorted(set(known) | {BUILTIN})
     chosen = set()
     for name in names:
+        if off and name in off and name not in known:
+            why = off[name]
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{where}: the tool group {name!r} serves no tool here: "
+                             f"{why.get('reason', '')}; to turn it on: {why.get('hint', '')}", group=name,
+                             reason=why.get("reason", ""), hint=why.get("hint", ""))
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""

@@ -203,6 +203,8 @@ def _add(host_name: str, *, tools: str | None, scope: str, name: str, print_only
         servers[name] = new
         backup, note = write(snap, host, data,
                              lambda text: jsonedit.set_member(text, (host.key, name), new, comments=host.jsonc))
+        if (twin := _other_scope_entry(host, scope, name)) is not None:
+            off.append(twin)
     except DiagdError as exc:
         return _failed("add", exc)
     what = "updated" if before is not None else "added"
@@ -210,6 +212,26 @@ def _add(host_name: str, *, tools: str | None, scope: str, name: str, print_only
     print(f"{host.title}: {what} {name!r} in {_shown(snap)}: {' '.join([new['command'], *new['args']])}{kept}{note}")
     print(f"restart {host.title} (or reload its MCP servers) to start it")
     return EXIT_OK
+
+
+def _other_scope_entry(host: Host, scope: str, name: str) -> str | None:
+    """A note when the host's other scope has an entry of the same name: the host then sees two servers
+    called `name` (which one wins is the host's rule), so the user should keep one."""
+    home, cwd = Path.home(), Path.cwd()
+    for other in SCOPES:
+        if other == scope or (other == "project" and host.project is None):
+            continue
+        try:
+            path = host.path(other, home, cwd)
+            if path == host.path(scope, home, cwd):
+                continue
+            servers = read(path, host, cwd if other == "project" else None)[1].get(host.key, {})
+        except DiagdError:
+            continue  # an unreadable other file is that scope's problem, not this add's
+        if name in servers:
+            return (f"{host.title}'s {other} scope ({path}) also has a server named {name!r}; the host sees both "
+                    f"and picks one by its own rule: keep one (`diagd client remove {host.name} --scope {other}`)")
+    return None
 
 
 def remove(host_name: str, *, scope: str, name: str, print_only: bool) -> int:

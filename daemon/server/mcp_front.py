@@ -277,7 +277,8 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
                            budget: ByteBudget | None = None, conn: Connection | None = None,
                            stopping: Callable[[], bytes | None] | None = None,
                            tools: Selection = None, groups: Sequence[str] = (),
-                           guides: Mapping[str, str] | None = None) -> None:
+                           guides: Mapping[str, str] | None = None,
+                           off: Mapping[str, Mapping[str, str]] | None = None) -> None:
     """Serve MCP on one accepted connection until either side closes.
 
     A client that half-closes (EOF after its last request, as `echo ... | diagd mcp` does) still
@@ -301,7 +302,7 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
     def on_options(options: dict[str, Any] | None) -> None:
         # Before the first MCP message reaches the server: its initialize answer gets these instructions.
         if options is not None and options.get("tools") is not None:
-            chosen.selection = tool_groups.check(options["tools"], groups)
+            chosen.selection = tool_groups.check(options["tools"], groups, off=off)
         init_options.instructions = instructions(guides or {}, chosen.selection)
 
     pipes = _Pipes(stream, server, lines, client, on_options)

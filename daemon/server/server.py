@@ -463,7 +463,8 @@ def _mcp_handler(daemon: Daemon, front: LazyFront) -> ConnectionHandler:
                                              frame_timeout_s=daemon.config.daemon.frame_timeout_s,
                                              budget=daemon.frame_budget, conn=conn,
                                              stopping=daemon.stopping_notice, tools=daemon.configured_tools(),
-                                             groups=daemon.registry.groups(), guides=daemon.instructions())
+                                             groups=daemon.registry.groups(), guides=daemon.instructions(),
+                                             off=daemon.declared.off)
         finally:
             daemon.clients.gone(client)
 

@@ -108,6 +108,20 @@ def test_project_scope_writes_in_the_working_directory(home: Path, host: str) ->
     assert list(home.iterdir()) == []
 
 
+@pytest.mark.parametrize("host", list(PROJECT))
+def test_an_entry_of_the_same_name_in_the_other_scope_is_said(home: Path, host: str) -> None:
+    assert run(home, "add", host).returncode == 0
+    done = run(home, "add", host, "--scope", "project")
+    assert done.returncode == 0, done.stderr
+    user_file = home / HOSTS[host][0]
+    assert ("note: " in done.stderr and f"user scope ({user_file}) also has a server named "
+            "'diagd'" in done.stderr and f"diagd client remove {host} --scope user" in done.stderr), done.stderr
+    back = run(home, "add", host, "--name", "other")  # another name: no note
+    assert back.returncode == 0 and "also has a server" not in back.stderr, back.stderr
+    again = run(home, "add", host, "--name", "diagd", "--tools", "pcap")  # the user one, the project one there
+    assert "project scope" in again.stderr and "--scope project" in again.stderr, again.stderr
+
+
 def test_a_file_that_is_not_json_is_refused_and_left_as_it_is(home: Path) -> None:
     file = home / ".cursor/mcp.json"
     file.parent.mkdir(parents=True)

@@ -104,6 +104,21 @@ def test_an_unknown_group_on_the_socket_closes_the_connection_with_a_coded_error
     assert reply["error"]["data"]["did_you_mean"] == ["pcap"]
 
 
+def test_a_group_whose_back_end_is_off_is_refused_with_its_reason_and_how_to_turn_it_on(
+        daemon: DaemonProcess) -> None:
+    """`diagd mcp --tools capture` while [capture] is off: the daemon says why, not "unknown group"."""
+    raw = RawMCP(daemon.mcp_socket)
+    try:
+        raw.send_bytes(b'{"diagd":{"v":1,"tools":["capture"]}}\n')
+        reply = raw.read()
+    finally:
+        raw.close()
+    assert reply is not None and reply["error"]["data"]["code"] == "INVALID_ARGUMENT"
+    data = reply["error"]["data"]
+    assert data["group"] == "capture" and data["reason"] and "allowed_interfaces" in data["hint"], reply
+    assert "serves no tool here" in reply["error"]["message"] and "unknown" not in reply["error"]["message"]
+
+
 def test_a_deeply_nested_first_line_gets_a_parse_error_and_the_connection_goes_on(daemon: DaemonProcess) -> None:
     """A first line that mentions "diagd" is read as options first; nesting deep enough to exhaust
     Python's recursion (it fits in the 4 KB options limit) once killed the connection handler silently."""
