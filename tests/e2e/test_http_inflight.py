@@ -9,9 +9,7 @@ the Python SDK's session dies (daemon/server/http_inflight.py)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Env
 from tests.e2e.test_http import ACCEPT, add_token, free_port, mcp_over_http
-from tests.e2e.test_http_sessions import SUPPORT, _wait_for, config, http_env, initialize, node_sdk, restarted, started
+from tests.e2e.test_http_sessions import _wait_for, config, http_env, initialize, node_client, restarted, started
 
 pytestmark = pytest.mark.e2e
 __all__ = ["http_env"]  # the fixture, used by name
@@ -86,10 +84,7 @@ async def test_calls_in_flight_at_a_restart_get_daemon_restarted_and_the_session
                     reason="node and npm are needed for the TypeScript SDK client")
 def test_the_typescript_sdk_gets_daemon_restarted_for_its_call_in_flight(http_env: tuple[Env, int, str]) -> None:
     env, port, token = http_env
-    sdk = node_sdk()
-    client = subprocess.Popen(["node", str(SUPPORT / "http_inflight_client.mjs"), f"http://127.0.0.1:{port}/mcp"],
-                              env={**os.environ, "DIAGD_NODE_SDK": str(sdk), "DIAGD_TOKEN": token},
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = node_client("http_inflight_client.mjs", port, token)
     try:
         assert client.stdout is not None and client.stdin is not None
         assert client.stdout.readline().strip() == "in flight", client.stderr

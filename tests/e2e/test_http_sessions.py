@@ -228,10 +228,7 @@ def test_a_planted_symlink_is_not_followed(env: Env) -> None:
                     reason="node and npm are needed for the TypeScript SDK client")
 def test_the_typescript_sdk_keeps_its_session_across_a_restart(http_env: tuple[Env, int, str]) -> None:
     env, port, token = http_env
-    sdk = node_sdk()
-    client = subprocess.Popen(["node", str(SUPPORT / "http_session_client.mjs"), f"http://127.0.0.1:{port}/mcp"],
-                              env={**os.environ, "DIAGD_NODE_SDK": str(sdk), "DIAGD_TOKEN": token},
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = node_client("http_session_client.mjs", port, token)
     try:
         assert client.stdout is not None and client.stdin is not None
         assert client.stdout.readline().strip() == "before: before", client.stderr
@@ -245,6 +242,14 @@ def test_the_typescript_sdk_keeps_its_session_across_a_restart(http_env: tuple[E
         if client.poll() is None:
             client.kill()
             client.wait()
+
+
+def node_client(script: str, port: int, token: str) -> subprocess.Popen[str]:
+    """tests/support/`script` run by node against the daemon's HTTP port, with the SDK and the token;
+    its stdin, stdout and stderr are pipes."""
+    return subprocess.Popen(["node", str(SUPPORT / script), f"http://127.0.0.1:{port}/mcp"],
+                            env={**os.environ, "DIAGD_NODE_SDK": str(node_sdk()), "DIAGD_TOKEN": token},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def node_sdk() -> Path:

@@ -92,13 +92,18 @@ def test_an_unknown_group_is_refused_by_the_shim_with_close_matches_before_any_d
     assert not (env.runtime / "mcp.sock").exists()
 
 
-def test_an_unknown_group_on_the_socket_closes_the_connection_with_a_coded_error(daemon: DaemonProcess) -> None:
+def first_reply(daemon: DaemonProcess, line: bytes) -> dict[str, Any] | None:
+    """The daemon's answer to one first line on a new MCP connection."""
     raw = RawMCP(daemon.mcp_socket)
     try:
-        raw.send_bytes(b'{"diagd":{"v":1,"tools":["pcapp"]}}\n')
-        reply = raw.read()
+        raw.send_bytes(line)
+        return raw.read()
     finally:
         raw.close()
+
+
+def test_an_unknown_group_on_the_socket_closes_the_connection_with_a_coded_error(daemon: DaemonProcess) -> None:
+    reply = first_reply(daemon, b'{"diagd":{"v":1,"tools":["pcapp"]}}\n')
     assert reply is not None and reply["id"] is None
     assert reply["error"]["data"]["code"] == "INVALID_ARGUMENT" and reply["error"]["data"]["closing"] is True
     assert reply["error"]["data"]["did_you_mean"] == ["pcap"]
@@ -107,12 +112,7 @@ def test_an_unknown_group_on_the_socket_closes_the_connection_with_a_coded_error
 def test_a_group_whose_back_end_is_off_is_refused_with_its_reason_and_how_to_turn_it_on(
         daemon: DaemonProcess) -> None:
     """`diagd mcp --tools capture` while [capture] is off: the daemon says why, not "unknown group"."""
-    raw = RawMCP(daemon.mcp_socket)
-    try:
-        raw.send_bytes(b'{"diagd":{"v":1,"tools":["capture"]}}\n')
-        reply = raw.read()
-    finally:
-        raw.close()
+    reply = first_reply(daemon, b'{"diagd":{"v":1,"tools":["capture"]}}\n')
     assert reply is not None and reply["error"]["data"]["code"] == "INVALID_ARGUMENT"
     data = reply["error"]["data"]
     assert data["group"] == "capture" and data["reason"] and "allowed_interfaces" in data["hint"], reply
