@@ -7,7 +7,6 @@ take only what was fetched. None of them sees the actor.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any
@@ -16,8 +15,8 @@ import trio
 
 from diagd.actors.base import Request
 from diagd.actors.pcap import first_page
+from diagd.actors.pcap import follow as _follow
 from diagd.actors.pcap import ngap as ngap_summary
-from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timeline
 from diagd.actors.pcap.passes import Page
@@ -283,31 +282,7 @@ def timeline_row(extra: list[str], cells: list[str]) -> dict[str, Any]:
 
 
 async def follow(capture: CaptureSession, request: Request, message: Follow) -> dict[str, Any]:
-    frame_number, display_filter, limit, offset = (message.frame_number, message.display_filter, message.limit,
-                                               message.offset)
-    answer = await capture.tree(request, frame_number)
-    values = tree_mod.field_values(answer["tree"], {"http2.streamid", "tcp.stream", "diameter.Session-Id",
-                                                    "sip.Call-ID"})
-    if values.get("http2.streamid") and values.get("tcp.stream"):
-        streams = [s for s in values["http2.streamid"] if s != "0"] or values["http2.streamid"]
-        follow_type, key = "http2.streamid", {"tcp.stream": values["tcp.stream"][0], "http2.streamid": streams[0]}
-        follow_filter = f"tcp.stream == {key['tcp.stream']} && http2.streamid == {key['http2.streamid']}"
-    elif values.get("diameter.Session-Id"):
-        follow_type, key = "diameter.Session-Id", {"diameter.Session-Id": values["diameter.Session-Id"][0]}
-        follow_filter = f"diameter.Session-Id == {json.dumps(key['diameter.Session-Id'])}"
-    elif values.get("sip.Call-ID"):
-        follow_type, key = "sip.Call-ID", {"sip.Call-ID": values["sip.Call-ID"][0]}
-        follow_filter = f"sip.Call-ID == {json.dumps(key['sip.Call-ID'])}"
-    else:
-        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
-                         f"frame {frame_number} carries no HTTP/2 stream, Diameter Session-Id or SIP Call-ID",
-                         protocols=tree_mod.top_protocols(answer["tree"]),
-                         hint=await capture.sbi_hint())
-    combined = f"({follow_filter}) && ({display_filter})" if display_filter else follow_filter
-    page = await capture.page(request, combined, offset, limit)
-    return {"follow_type": follow_type, "follow_key": key, "follow_display_filter": follow_filter,
-            "display_filter": combined, "total": page.total, "total_exact": page.exact, "frames": page.rows,
-            "has_more": offset + len(page.rows) < page.total}
+    return await _follow.answer(capture, request, message)
 
 
 async def packet_list(capture: CaptureSession, request: Request, message: PacketList) -> dict[str, Any]:

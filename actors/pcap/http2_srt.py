@@ -76,12 +76,12 @@ def nanoseconds(seconds: str) -> int:
     return sign * (abs(int(whole or "0")) * 1_000_000_000 + int((fraction + "000000000")[:9]))
 
 
-def _row(procedure: str, times: list[int], unanswered: int, statuses: Counter[str]) -> dict[str, Any]:
+def _row(procedure: str, times: list[int], not_paired: int, why: str, statuses: Counter[str]) -> dict[str, Any]:
     row: dict[str, Any] = {"procedure": procedure, "count": len(times)}
     if times:
         row.update(min_s=min(times) / 1e9, max_s=max(times) / 1e9, avg_s=round(sum(times) / len(times) / 1e9, 9),
                    sum_s=sum(times) / 1e9)
-    row["unanswered"] = unanswered
+    row["not_paired"] = {why: not_paired} if not_paired else {}
     row["statuses"] = dict(sorted(statuses.items()))
     return row
 
@@ -118,8 +118,9 @@ async def srt(capture: CaptureSession, request: Request, display_filter: str) ->
             elif "status" in message.pseudo:
                 responses += 1
                 orphans += 1  # its request was before the capture or not decoded
-    unanswered = Counter(name for name, _, _ in open_requests.values())
-    rows = [_row(p, times[p], unanswered[p], statuses[p]) for p in sorted(set(times) | set(unanswered))]
+    unpaired = Counter(name for name, _, _ in open_requests.values())
+    why = "no response among the frames display_filter keeps" if display_filter else "no response in the capture"
+    rows = [_row(p, times[p], unpaired[p], why, statuses[p]) for p in sorted(set(times) | set(unpaired))]
     return {"method": "computed: HEADERS with :method/:path paired with the next HEADERS from the other end on "
                       "the same tcp.stream and http2.streamid (status '?': HPACK state lost), from sharkd's "
                       "decode tree of each frame (Wireshark 4.0.17 has no HTTP/2 SRT tap); ids in paths as {id}",

@@ -75,6 +75,7 @@ class Follow:
     display_filter: str
     limit: int
     offset: int
+    text_bytes: int = 0  # > 0: follow the frame's TCP or UDP stream, with its payload text (at most this many bytes)
 
 
 @dataclass(frozen=True)

@@ -225,16 +225,26 @@ class SearchReply(Answer):
 
 
 class FollowReply(Answer):
-    """A frame's stream, session or call."""
+    """A frame's stream, session, call or GTPv2-C tunnel, and its frames."""
 
     follow_type: str
-    """http2, diameter or sip"""
+    """the key followed: http2.streamid, diameter.Session-Id, sip.Call-ID, gtpv2.teid, gtpv2.seq, tcp.stream or
+    udp.stream"""
     follow_display_filter: str
     """the filter that selects it"""
     frames: list[dict[str, Any]]
     """its frames (packet-list rows)"""
     follow_key: NotRequired[dict[str, Any]]
-    """what identifies it (stream id, session id, call id)"""
+    """what identifies it (stream id, session id, call id, the tunnel's address and TEID ends, sequence number)"""
+    followed: NotRequired[str]
+    """what was followed, by what key, in words"""
+    transaction: NotRequired[dict[str, Any]]
+    """GTPv2-C: the frame's request/response exchange (sequence number, frames)"""
+    text: NotRequired[dict[str, Any]]
+    """text > 0: the TCP/UDP stream's payload as tshark -z follow,tcp|udp,ascii prints it, per chunk, and
+    where it was cut"""
+    hint: NotRequired[str]
+    """followed as TCP although the frame carries no protocol above it: where HTTP/2 may need a decode-as"""
     display_filter: NotRequired[str]
     """the filter applied (with the caller's)"""
     total: NotRequired[int]
@@ -340,6 +350,18 @@ class StatsReply(Answer):
     """rows past this page"""
     reason: NotRequired[str]
     """why the page is empty"""
+    method: NotRequired[str]
+    """how the rows were computed"""
+    requests: NotRequired[int]
+    """srt: requests (retransmissions not counted)"""
+    responses: NotRequired[int]
+    """srt: responses"""
+    responses_without_request: NotRequired[Any]
+    """srt: responses no request in view answers (per message; http2: a count)"""
+    retransmissions: NotRequired[int]
+    """srt: requests sent again"""
+    icmp_errors: NotRequired[int]
+    """srt: ICMP errors quoting a message"""
 
 
 class FieldInfo(TypedDict):
@@ -413,6 +435,10 @@ class SequenceReply(Answer):
     """what was selected"""
     display_filter: NotRequired[str]
     """the filter that selected the frames"""
+    failures: NotRequired[list[dict[str, Any]]]
+    """the frames drawn as -x: their cause, and the verdicts they decided with the rule of each"""
+    n4_sbi: NotRequired[list[dict[str, Any]]]
+    """a PDU session's PFCP and SBI messages (drawn with their responses)"""
     warnings: NotRequired[list[str]]
     """what was cut or not drawn"""
     reason: NotRequired[str]

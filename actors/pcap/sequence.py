@@ -13,8 +13,12 @@ Why this shape:
 - The message text is Wireshark's own Protocol and Info columns (NGAP procedure + NAS message, PFCP
   message, HTTP method + path / status, SIP request / status, Diameter command), minus SCTP chunk noise,
   so every arrow can be checked against `tshark -T fields -e _ws.col.Info`.
-- Failures (NGAP unsuccessful outcome, 5GMM/5GSM cause, PFCP cause != 1, HTTP/SIP status >= 400,
-  Diameter result >= 3000) are `-x` arrows with a Note naming the cause.
+- Failures are `-x` arrows with a Note naming the cause: a message that reports a failure by its type,
+  whatever cause it carries (the 5GMM/5GSM rejects, AUTHENTICATION FAILURE and the STATUS messages of
+  TS 24.501 8.2/8.3; NGAP NASNonDeliveryIndication and ErrorIndication, TS 38.413 8.6.4 / 8.7.5), an
+  NGAP unsuccessful outcome, a 5GMM cause, a 5GSM cause other than 36, PFCP cause != 1, HTTP/SIP status
+  >= 400, Diameter result >= 3000. The message whose rule (ngap/rules.py) decided a procedure's reject
+  or failure verdict is a `-x` arrow too, with a Note naming the rule id, its clause and what it says.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagd.actors.pcap.ngap.codes import PROC_ERROR_INDICATION, PROC_NAS_NON_DELIVERY
+
 FIELDS = ("frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "_ws.col.Protocol", "_ws.col.Info",
           "sctp.srcport", "sctp.dstport", "tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport",
           "pfcp.msg_type", "pfcp.cause", "http2.headers.path", "http2.headers.status", "http.request.uri",
           "http.response.code", "sip.Status-Code", "diameter.Result-Code", "diameter.Experimental-Result-Code",
-          "nas_5gs.mm.5gmm_cause", "nas_5gs.sm.5gsm_cause", "ngap.unsuccessfulOutcome_element")
+          "nas_5gs.mm.5gmm_cause", "nas_5gs.sm.5gsm_cause", "ngap.unsuccessfulOutcome_element",
+          "nas_5gs.mm.message_type", "nas_5gs.sm.message_type", "ngap.procedureCode")
 
 NGAP_PORT = "38412"
 PFCP_FROM_SMF = {"50", "52", "54", "57"}  # session establishment/modification/deletion requests, report response
@@ -37,6 +44,19 @@ PFCP_FROM_UPF = {"51", "53", "55", "56"}
 SBI_ROLES = ("amf", "smf", "upf", "nrf", "ausf", "udm", "udr", "pcf", "nssf", "bsf", "chf", "nef", "smsf", "scp")
 NORMAL_5GSM_CAUSES = {"36"}  # regular deactivation: a release, not a failure
 LABEL_MAX = 90
+NOTE_MAX = 200  # a verdict's Note names a rule, its clause and what the clause says
+# Messages that report a failure by what they are, whatever cause IE they carry (an AUTHENTICATION
+# REJECT has none): field -> value as `tshark -T fields` prints it -> name.
+FAILURE_MESSAGES = {
+    "nas_5gs.mm.message_type": {"0x44": "REGISTRATION REJECT", "0x4d": "SERVICE REJECT",
+                                "0x58": "AUTHENTICATION REJECT", "0x59": "AUTHENTICATION FAILURE",
+                                "0x5f": "SECURITY MODE REJECT", "0x64": "5GMM STATUS"},
+    "nas_5gs.sm.message_type": {"0xc3": "PDU SESSION ESTABLISHMENT REJECT", "0xca": "PDU SESSION MODIFICATION REJECT",
+                                "0xcd": "PDU SESSION MODIFICATION COMMAND REJECT",
+                                "0xd2": "PDU SESSION RELEASE REJECT", "0xd6": "5GSM STATUS"},
+    "ngap.procedureCode": {str(PROC_NAS_NON_DELIVERY): "NGAP NASNonDeliveryIndication",
+                           str(PROC_ERROR_INDICATION): "NGAP ErrorIndication"},
+}
 _SBI_PATH = re.compile(r"^/n([a-z]+)-")
 _ABSOLUTE = re.compile(r"^[a-z][a-z0-9+.-]*://[^/]*", re.IGNORECASE)  # an HTTP/1.1 absolute-form request URI
 # SCTP control chunks Wireshark writes before the payload's own Info ("SACK (Ack=1, Arwnd=1) , ...").
@@ -70,11 +90,11 @@ def clean_info(protocol: str, info: str) -> str:
     return re.sub(r"[\s|]+$", "", text)
 
 
-def safe(text: str) -> str:
+def safe(text: str, limit: int = LABEL_MAX) -> str:
     """Text that Mermaid shows as written, never as syntax."""
     text = " ".join(text.translate(_UNSAFE).split())
     text = text.replace("--", "-").replace("->", "-›")
-    return text if len(text) <= LABEL_MAX else text[:LABEL_MAX - 1] + "…"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def label(row: dict[str, Any]) -> str:
@@ -84,7 +104,7 @@ def label(row: dict[str, Any]) -> str:
 
 def failure(row: dict[str, Any]) -> str | None:
     """The cause when the frame reports a failure, else None."""
-    causes: list[str] = []
+    causes = [names[v] for name, names in FAILURE_MESSAGES.items() for v in values(row.get(name)) if v in names]
     if row.get("ngap.unsuccessfulOutcome_element") is not None:
         causes.append("NGAP unsuccessful outcome")
     causes += [f"5GMM cause {c}" for c in values(row.get("nas_5gs.mm.5gmm_cause"))]
@@ -153,6 +173,11 @@ class Arrow:
     dst: End
     text: str
     cause: str | None
+    verdicts: list[str] = field(default_factory=list)  # the procedure verdicts it decided, each with its rule
+
+    @property
+    def failed(self) -> bool:
+        return self.cause is not None or bool(self.verdicts)
 
 
 @dataclass
@@ -172,6 +197,8 @@ class Diagram:
     arrows: list[Arrow] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # frames without an IP source and destination
     votes: dict[End, set[str]] = field(default_factory=dict)
+    # frame -> what it decided: ["PDU Session Establishment failure: rule pdu-5gmm-status, TS ...: ..."]
+    verdicts: dict[int, list[str]] = field(default_factory=dict)
 
     def add(self, row: dict[str, Any]) -> None:
         src_ip = last(row.get("ip.src")) or last(row.get("ipv6.src"))
@@ -184,7 +211,8 @@ class Diagram:
         for end, role in role_votes(row, src, dst):
             self.votes.setdefault(end, set()).add(role)
         time = float(last(row.get("frame.time_epoch")) or 0.0)
-        self.arrows.append(Arrow(int(row["frame.number"]), time, src, dst, label(row), failure(row)))
+        frame = int(row["frame.number"])
+        self.arrows.append(Arrow(frame, time, src, dst, label(row), failure(row), self.verdicts.get(frame, [])))
 
     def end_role(self, end: End) -> str | None:
         """The end's role when all its evidence names one."""
@@ -250,9 +278,9 @@ class Diagram:
             if previous is not None and arrow.time - previous.time > threshold:
                 span = src if src == dst else f"{src},{dst}"
                 lines.append(f"    Note over {span}: +{arrow.time - previous.time:.3f} s")
-            lines.append(f"    {src}{'-x' if arrow.cause else '->>'}{dst}: {arrow.text}")
-            if arrow.cause:
-                lines.append(f"    Note right of {dst}: {safe(arrow.cause)}")
+            lines.append(f"    {src}{'-x' if arrow.failed else '->>'}{dst}: {arrow.text}")
+            notes = ([arrow.cause] if arrow.cause else []) + arrow.verdicts
+            lines += [f"    Note right of {dst}: {safe(note, NOTE_MAX)}" for note in notes]
             previous = arrow
         return "\n".join(lines) + "\n"
 
@@ -260,12 +288,15 @@ class Diagram:
         lines = dict(self.participants().values())
         return {"participants": [{"id": i, "name": line.shown, "address": line.address, "port": line.port,
                                   "role": line.role} for i, line in lines.items()],
-                "arrows": len(self.arrows), "failures": [{"frame": a.frame, "cause": a.cause}
-                                                         for a in self.arrows if a.cause]}
+                "arrows": len(self.arrows),
+                "failures": [{"frame": a.frame, "cause": a.cause, **({"verdicts": a.verdicts} if a.verdicts else {})}
+                             for a in self.arrows if a.failed]}
 
 
-def build(rows: list[dict[str, Any]]) -> Diagram:
-    diagram = Diagram()
+def build(rows: list[dict[str, Any]], verdicts: dict[int, list[str]] | None = None) -> Diagram:
+    """The diagram of `rows`; `verdicts`: the frames that decided a procedure's reject or failure, with
+    the rule that did (each one's arrow is `-x` with a Note naming the rule)."""
+    diagram = Diagram(verdicts=dict(verdicts or {}))
     for row in rows:
         diagram.add(row)
     return diagram

@@ -16,7 +16,7 @@ from typing import Any, cast
 from diagd.actors.pcap import sequence
 from diagd.actors.pcap.backend import PcapBackend
 from diagd.actors.pcap.capture import CaptureSpec
-from diagd.actors.pcap.messages import Follow, NgapSessions, PduSessions, Timeline
+from diagd.actors.pcap.messages import Follow, NgapProcedures, NgapSessions, PduSessions, Timeline
 from diagd.actors.pcap.replies import SequenceReply
 from diagd.actors.pcap.schemas import CAPTURE, FILTER
 from diagd.actors.pcap.session import MAX_FILTER_CHARS
@@ -28,8 +28,9 @@ Args = dict[str, Any]
 # NGAP UE ids are unique per SCTP association (Wireshark numbers them), and NAS after Security Mode
 # Command only names its messages when deciphered with NEA0: the same preferences as ngap_ue_sessions.
 PREFS = {"sctp.association_index": "TRUE", "nas-5gs.null_decipher": "TRUE"}
-HINT = ("give ue (a UE context from ngap_ue_sessions, optionally with pdu_session_id), frame_number (follow "
-        "its HTTP/2 stream, Diameter Session-Id or SIP Call-ID) or display_filter")
+HINT = ("give ue (a UE context from ngap_ue_sessions, optionally with pdu_session_id), frame_number (its flow as "
+        "pcap_follow picks it: HTTP/2 stream, Diameter Session-Id, SIP Call-ID, GTPv2-C tunnel, TCP or UDP stream) "
+        "or display_filter")
 
 
 def _runs(frames: list[int]) -> list[str]:
@@ -88,8 +89,26 @@ def _session_frames(value: Any) -> list[int]:
     return found
 
 
+def decided(procedures: list[Args]) -> dict[int, list[str]]:
+    """frame -> the reject and failure verdicts it decided (an instance's last message closed it by its rule),
+    each with its rule id, clause and text. An incomplete one rests on a message that never came."""
+    found: dict[int, list[str]] = {}
+    for p in procedures:
+        if p.get("outcome") in ("reject", "failure"):
+            found.setdefault(p["last_frame"], []).append(
+                f"{p['procedure']} {p['outcome']}: rule {p['rule_id']}, {p['rule']}")
+    return found
+
+
+def core_frames(procedures: list[Args]) -> list[int]:
+    """The PFCP and SBI request and response frames linked to the procedures (their `n4_sbi`)."""
+    return [f for p in procedures for m in p.get("n4_sbi", [])
+            for f in (m.get("frame"), m.get("response_frame")) if isinstance(f, int)]
+
+
 async def _ue_frames(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec,
-                    args: Args) -> tuple[list[int], Args]:
+                    args: Args) -> tuple[list[int], Args, list[Args]]:
+    """(the frames, what was selected, the procedure instances drawn: their verdicts and N4/SBI links)."""
     ue, psi = args["ue"], args.get("pdu_session_id")
     contexts = (await backend.ask(ctx, spec, NgapSessions("")))["ues"]
     labels = [u["ue"] for u in contexts]
@@ -97,38 +116,46 @@ async def _ue_frames(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec,
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"no UE context {ue!r} in this capture",
                          did_you_mean=difflib.get_close_matches(ue, labels, n=5, cutoff=0.3) or labels[:10],
                          hint="UE contexts are the 'ue' values of ngap_ue_sessions")
+    # The one procedure model's instances (as ngap_ue_sessions view=procedures gives them, N4/SBI linked).
+    viewed = (await backend.ask(ctx, spec, NgapProcedures("")))["ues"]
+    procedures = [p for u in viewed if u["ue"] == ue for p in u["procedures"]]
     if psi is None:
-        return list(next(u["frames"] for u in contexts if u["ue"] == ue)), {"ue": ue}
+        return list(next(u["frames"] for u in contexts if u["ue"] == ue)), {"ue": ue}, procedures
     sessions = [s for s in (await backend.ask(ctx, spec, PduSessions("")))["sessions"] if s["ue"] == ue]
     mine = [s for s in sessions if s["pdu_session_id"] == psi]
     if not mine:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"UE context {ue!r} has no PDU session {psi}",
                          pdu_session_ids=sorted({s["pdu_session_id"] for s in sessions}))
     # The session's verdict is the one procedure model's (as in ngap_pdu_session_summary): its latest
-    # establishment's outcome and the rule that decided it.
+    # establishment's outcome and the rule that decided it. Its diagram draws every message a verdict of
+    # the session's procedures rests on (a 5GMM STATUS names no session: the model gave it to this one)
+    # and the PFCP and SBI messages linked to them.
     verdict = {k: mine[-1].get(k) for k in ("outcome", "rule", "status")}
-    return _session_frames(mine), {"ue": ue, "pdu_session_id": psi, **verdict}
+    procedures = [p for p in procedures if p.get("pdu_session_id") == psi]
+    frames = _session_frames(mine) + [f for p in procedures for f in p["frames"]] + core_frames(procedures)
+    return frames, {"ue": ue, "pdu_session_id": psi, **verdict}, procedures
 
 
 async def _selection(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec,
-                     args: Args) -> tuple[list[int] | None, str, Args]:
-    """(the chosen frames, or None for every frame, the display filter they must also match, what was chosen)."""
+                     args: Args) -> tuple[list[int] | None, str, Args, list[Args]]:
+    """(the chosen frames, or None for every frame, the display filter they must also match, what was chosen,
+    the procedure instances of a UE or PDU session selection)."""
     flt = args["display_filter"]
     if "pdu_session_id" in args and "ue" not in args:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "pdu_session_id needs ue", hint=HINT)
     if "ue" in args and "frame_number" in args:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "give ue or frame_number, not both", hint=HINT)
     if "ue" in args:
-        frames, what = await _ue_frames(backend, ctx, spec, args)
-        return frames, flt, {**what, "display_filter": flt} if flt else what
+        frames, what, procedures = await _ue_frames(backend, ctx, spec, args)
+        return frames, flt, {**what, "display_filter": flt} if flt else what, procedures
     if "frame_number" in args:
         followed = await backend.ask(ctx, spec, Follow(args["frame_number"], "", 1, 0))
         chosen, what = followed["follow_display_filter"], {"follow": followed["follow_key"]}
         if flt:
-            return None, f"({chosen}) && ({flt})", {**what, "display_filter": flt}
-        return None, chosen, what
+            return None, f"({chosen}) && ({flt})", {**what, "display_filter": flt}, []
+        return None, chosen, what, []
     if flt:
-        return None, flt, {"display_filter": flt}
+        return None, flt, {"display_filter": flt}, []
     raise DiagdError(ErrorCode.INVALID_ARGUMENT, "nothing selected", hint=HINT)
 
 
@@ -159,7 +186,7 @@ async def _rows(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec, parts
 SMALL_CAPTURE = {k: v for k, v in CAPTURE.items() if k != "include_command"}
 
 
-@tools.tool("pcap_sequence_diagram", "Mermaid sequenceDiagram of a UE, PDU session, frame's flow or filter.",
+@tools.tool("pcap_sequence_diagram", "Mermaid diagram of a UE, PDU session, frame's flow or filter.",
             {**SMALL_CAPTURE, **FILTER, "ue": {"type": "string", "description": "from ngap_ue_sessions"},
              "pdu_session_id": {"type": "integer", "description": "of ue"},
              "frame_number": {"type": "integer", "minimum": 1, "description": "its flow"},
@@ -169,17 +196,19 @@ SMALL_CAPTURE = {k: v for k, v in CAPTURE.items() if k != "include_command"}
             required=("pcap_path",))
 async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> SequenceReply:
     spec = await backend.spec_for(args, force_prefs=PREFS)
-    frames, flt, selected = await _selection(backend, ctx, spec, args)
+    frames, flt, selected, procedures = await _selection(backend, ctx, spec, args)
     limit, offset = args["max_arrows"], args["offset"]
     parts = frame_parts(frames, flt) if frames is not None else [(flt, 0)]
     rows, total, hint = await _rows(backend, ctx, spec, parts, frames is not None and not flt, limit, offset)
     shown = _frames_filter(_runs(frames), flt) if frames is not None else flt
-    drawn = sequence.build(rows)
+    drawn = sequence.build(rows, decided(procedures))
     verdict: Args = {k: selected.pop(k) for k in ("outcome", "rule", "status") if k in selected}
     after = offset + len(rows)
     result: Args = {"diagram": drawn.mermaid(), **drawn.describe(), **verdict, "frames_matched": total,
                     "offset": offset, "left_out": total - len(rows), "next_offset": after if after < total else None,
                     "selection": selected, "display_filter": shown, "warnings": []}
+    if "pdu_session_id" in selected:
+        result["n4_sbi"] = [m for p in procedures for m in p.get("n4_sbi", [])]
     if after < total:
         result["warnings"].append(f"cut at max_arrows={limit}: {total} frames match, frames {offset + 1}..{after} "
                                   f"of them are drawn; offset={after} draws the next ones, or narrow display_filter")

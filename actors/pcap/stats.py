@@ -3,21 +3,22 @@ endpoints and I/O intervals, from the warm sharkd worker of a capture.
 
 Each kind is what `tshark -q -z <tap>` prints for the same capture (`tap_command` names it):
 sharkd's own taps (`expert`, `srt:diameter`, `conv:*`, `endpt:*`) and its `intervals` method.
-Wireshark 4.0.17 has no SRT tap for GTPv2, PFCP or SIP (`srt:gtp` is GTPv1 only), so their
-response times are computed here from the request/response links Wireshark's dissectors set
-(`*.response_to` + `*.response_time`, `sip.response-request` + `sip.response-time`), read as
-packet-list columns of the loaded capture; each answer says which method gave it.
+Diameter's SRT tap pairs an answer with its request by hop-by-hop and end-to-end identifier on the
+transport connection, as the protocol does, and is kept. Wireshark 4.0.17 has no SRT tap for GTPv2, PFCP,
+SIP or HTTP, and its request/response links there are not the protocols' own pairing (4.0 does not link
+some GTPv2 message types, links SIP ACKs, takes ICMP errors for requests), so those are paired here from
+each message's fields (pairing.py; HTTP/2 by stream: http2_srt.py); each answer says which method gave it.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 from diagd.actors.base import Request
 from diagd.actors.pcap import http2_srt as http2
+from diagd.actors.pcap import pairing
 from diagd.actors.pcap.messages import Stats
 from diagd.actors.pcap.session import CaptureSession
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -27,29 +28,8 @@ KINDS = ("expert", "srt", "conversations", "endpoints", "io")
 CONV_TABLES = {"eth": "Ethernet", "ip": "IPv4", "ipv6": "IPv6", "tcp": "TCP", "udp": "UDP", "sctp": "SCTP"}
 CONV_ALIASES = {"ipv4": "ip", "ethernet": "eth"}
 SEVERITIES = ("Error", "Warning", "Note", "Chat", "Comment")  # the order tshark -z expert prints them in
-
-
-@dataclass(frozen=True)
-class Linked:
-    """A protocol whose dissector links each response to its request frame and times it."""
-
-    filter: str       # frames carrying the protocol
-    name: str         # the message type (shown resolved, as the packet list shows it)
-    response_to: str  # on a response: its request's frame number
-    time: str         # on a response: seconds (or ms, `time_unit_s`) since its request
-    response_in: str | None = None  # set: requests are linked to responses, so unanswered ones are counted
-    time_unit_s: float = 1.0
-    procedure_suffix: str = " Request"  # cut from the request's name: "Create Session Request" -> "Create Session"
-
-
-LINKED = {
-    "gtpv2": Linked("gtpv2", "gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time", "gtpv2.response_in"),
-    "pfcp": Linked("pfcp", "pfcp.msg_type", "pfcp.response_to", "pfcp.response_time", "pfcp.response_in"),
-    # sip.response-time is an integer of milliseconds; the request is named by its method.
-    "sip": Linked("sip", "sip.Method", "sip.response-request", "sip.response-time", None, 0.001, ""),
-}
 NATIVE_SRT = {"diameter": "srt:diameter"}
-SRT_PROTOCOLS = (*NATIVE_SRT, *LINKED, "http2")
+SRT_PROTOCOLS = (*NATIVE_SRT, *pairing.RULES, "http2")
 
 
 def _close(name: str, known: list[str]) -> dict[str, list[str]]:
@@ -104,10 +84,10 @@ def tap_command(message: Stats) -> list[str]:
     if message.protocol == "http2":
         flt = http2.HEADERS + (f" && ({message.display_filter})" if message.display_filter else "")
         return ["-Y", flt, "-T", "fields", "-E", "occurrence=a", *[a for f in http2.FIELDS for a in ("-e", f)]]
-    linked = LINKED[message.protocol or ""]
-    flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
-    fields = ["frame.number", linked.name, linked.response_to, linked.time]
-    return ["-Y", flt, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
+    rules = pairing.RULES[message.protocol or ""]
+    flt = f"({rules.filter}) && ({message.display_filter})" if message.display_filter else rules.filter
+    fields = [c.rsplit(":", 1)[0] for c in pairing.columns(rules)]
+    return ["-Y", flt, "-T", "fields", "-E", "occurrence=a", *[a for f in fields for a in ("-e", f)]]
 
 
 async def answer(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
@@ -123,7 +103,8 @@ async def answer(capture: CaptureSession, request: Request, message: Stats) -> d
             result = await http2.srt(capture, request, message.display_filter)
         case _:
             result = await (_native_srt(capture, request, message) if message.protocol in NATIVE_SRT
-                            else _linked_srt(capture, request, message))
+                            else pairing.srt(capture, request, pairing.RULES[message.protocol or ""],
+                                             message.display_filter))
     if not result["rows"] and "reason" not in result:
         result["reason"] = await _why_empty(capture, request, message)
     return result
@@ -250,16 +231,6 @@ def _nanoseconds(seconds: str) -> int:
     return sign * (abs(int(whole or "0")) * 1_000_000_000 + int((fraction + "000000000")[:9]))
 
 
-def _stats_row(procedure: str, times: list[float], unanswered: int | None = None) -> dict[str, Any]:
-    row: dict[str, Any] = {"procedure": procedure, "count": len(times)}
-    if times:
-        row.update(min_s=round(min(times), 9), max_s=round(max(times), 9), avg_s=round(sum(times) / len(times), 9),
-                   sum_s=round(sum(times), 9))
-    if unanswered is not None:
-        row["unanswered"] = unanswered
-    return row
-
-
 async def _native_srt(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
     name = NATIVE_SRT[message.protocol or ""]
     rows = []
@@ -269,47 +240,5 @@ async def _native_srt(capture: CaptureSession, request: Request, message: Stats)
             rows.append({"procedure": r["n"], "count": num, "min_s": r["min"], "max_s": r["max"],
                          "avg_s": round(r["tot"] / num, 9) if num else None, "sum_s": r["tot"],
                          "table": table.get("n")})
-    return {"method": f"sharkd tap {name} (Wireshark's SRT)", "rows": rows}
-
-
-async def _linked_srt(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
-    linked = LINKED[message.protocol or ""]
-    flt = f"({linked.filter}) && ({message.display_filter})" if message.display_filter else linked.filter
-    await capture.check_filter(request, flt)
-    columns = ["frame.number", linked.name, linked.response_to, linked.time]
-    params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(columns)}
-    params["filter"] = flt
-    frames = await capture.sharkd_call(request, "frames", params, display_filter=flt)
-    names: dict[int, str] = {}
-    answered_by: dict[str, list[float]] = defaultdict(list)
-    unanswered: Counter[str] = Counter()
-    requests: list[tuple[int, str]] = []
-    responses: list[tuple[int, float]] = []
-    for frame in frames:
-        number, name, to, time = ([str(c) for c in frame["c"]] + [""] * 4)[:4]
-        names[int(number)] = name
-        if to and time:  # first occurrence: one message per frame on these protocols' ports
-            responses.append((int(to.split(",")[0]), float(time.split(",")[0]) * linked.time_unit_s))
-        elif linked.response_in is not None and name.endswith(linked.procedure_suffix.strip() or name):
-            requests.append((int(number), name))
-    # A request is answered when a response names it in response_to, the link the response times are
-    # taken from; the request's own response_in can disagree: two requests with one sequence number at
-    # once (adrian_n4_upf_timeout_n4 frames 1 and 2) leave one without response_in in tshark -2 although
-    # frame 4 names it, and with it in sharkd. Counting from response_to keeps answered + unanswered whole.
-    named = {request_frame for request_frame, _ in responses}
-    for request_frame, name in requests:
-        if request_frame not in named:
-            unanswered[_procedure(name, linked)] += 1
-    for request_frame, seconds in responses:
-        shown = names.get(request_frame, f"(request frame {request_frame} not shown)")
-        answered_by[_procedure(shown, linked)].append(seconds)
-    procedures = sorted(set(answered_by) | set(unanswered))
-    rows = [_stats_row(p, answered_by[p], unanswered[p] if linked.response_in else None) for p in procedures]
-    return {"method": f"computed from {linked.response_to} and {linked.time} (Wireshark 4.0.17 has no "
-                      f"{message.protocol} SRT tap)", "rows": rows, "requests": len(requests),
-            "responses": len(responses)}
-
-
-def _procedure(name: str, linked: Linked) -> str:
-    first = name.split(",")[0]
-    return first.removesuffix(linked.procedure_suffix) if linked.procedure_suffix else first
+    return {"method": f"sharkd tap {name} (Wireshark's SRT: answers paired with requests by hop-by-hop and "
+                      "end-to-end identifier on the connection)", "rows": rows}

@@ -22,7 +22,9 @@ from diagd.actors.pcap.actor import KIND
 from diagd.actors.pcap.answers import info_wait_s
 from diagd.actors.pcap.backend import PcapBackend, search_deadline
 from diagd.actors.pcap.field_search import search_fields
+from diagd.actors.pcap.follow import MAX_FOLLOW_TEXT
 from diagd.actors.pcap.guard import SubscriberMask
+from diagd.actors.pcap.left_out import sbi_warning
 from diagd.actors.pcap.messages import (
     Check,
     Column,
@@ -250,13 +252,14 @@ async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Sea
                                        provisional=SINGLE_PASS in result.get("served_by", ""))})
 
 
-@tools.tool("pcap_follow", "A frame's HTTP/2 stream, Diameter session or SIP call, with its frames.",
-            {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1, "description": "a frame of it"},
-             **PAGING},
+@tools.tool("pcap_follow", "Frames of a frame's stream, session, call or GTPv2 tunnel.",
+            {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1, "description": "in it"},
+             "text": {"type": "integer", "description": "tcp/udp bytes"}, **PAGING},
             required=("pcap_path", "frame_number"))
 async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> FollowReply:
     spec = await backend.spec_for(args)
-    message = Follow(args["frame_number"], args["display_filter"], args["limit"], args["offset"])
+    text = min(max(0, args.get("text", 0)), MAX_FOLLOW_TEXT)
+    message = Follow(args["frame_number"], args["display_filter"], args["limit"], args["offset"], text)
     result = await backend.ask(ctx, spec, message)
     return cast(FollowReply, {**result, "source": await backend.source(
         spec, args, display_filter=result["display_filter"], command=packet_list_command(result["display_filter"]))})
@@ -329,7 +332,17 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     if args["null_decipher"]:
         prefs["nas-5gs.null_decipher"] = "TRUE"
     spec = await backend.spec_for(args, force_prefs=prefs)
+    # What HTTP each TCP conversation carries (decode_check's one cached tshark pass, beside the load): SBI no
+    # applied rule decodes is named in every summary's warnings, with the rule that includes it (left_out.py).
+    probing = decode_check.begin_probe(spec.path, spec.identity, [c.port for c in spec.decode_checks])
     result = await backend.ask(ctx, spec, message)
+    await probing.done.wait()
+    try:
+        sbi = sbi_warning(probing.result(), spec.decode_as)
+    except DiagdError as exc:
+        sbi = f"whether SBI (HTTP/2) was left undecoded is unknown: {exc.message}"
+    if sbi is not None:
+        result = {**result, "warnings": [*result.get("warnings", []), sbi]}
     return {**result, "source": await backend.source(spec, args)}
 
 

@@ -27,10 +27,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.actors.pcap.test_ngap_fields import CANNOT_TELL, assert_shape, compare_answer, compare_fields
+from tests.actors.pcap.test_ngap_left_out import undecoded
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus, pcap
 from tests.support import ngap_fields_oracle, ngap_oracle, pcap_oracle
+from tests.support.built_captures import MERGES, merged
 from tests.support.pcapedit import PCAP_MAGICS, keep_sctp_only, packets, readdress_sctp, shift_pcap
 
 pytestmark = [
@@ -224,3 +226,37 @@ async def test_a_release_is_a_failure_only_with_an_abnormal_cause(ngap_daemon: D
     assert release == ([(21, "NGAP", 1, cause, "abnormal release cause in UEContextRelease")] if abnormal else [])
     assert [(f["frame"], f["code"]) for f in ue["failures"] if f["frame"] != 21] == [(19, 7)]  # the reject stays
     assert [u["ran_ue_ngap_id"] for u in ues["failed_ues"]] == [2]
+
+
+async def test_every_summary_names_the_sbi_it_left_undecoded(ngap_daemon: DaemonProcess) -> None:
+    """One run's N2, N4 and SBI views merged (Open5GS: SBI is HTTP/2 on tcp/7777, a port Wireshark does not know).
+    Without decode_as each NGAP summary says how many conversations it could not read, where, and the rule that
+    includes them (the conversations and ports: tests/actors/pcap/test_ngap_left_out.py's tshark-fields reading);
+    with that rule nothing is left out and the procedures view links the SBI calls."""
+    source = merged("sandbox-n2-n4-sbi")
+    if not source.exists():
+        pytest.skip(f"the shared capture corpus is not in {PCAPS}")
+    path = Path(ngap_daemon.env.root) / "sandbox_n2_n4_sbi.pcap"
+    shutil.copyfile(source, path)
+    left = undecoded(source, [])  # with and without the preface (MANIFEST's rule for the merged capture)
+    assert left and {port for _, port in left} == {7777}
+    warning = (f"SBI left out: {len(left)} TCP conversations carry HTTP/2 that tshark did not decode (a port it "
+               f"does not know), by port: tcp/7777 ({len(left)}); the SBI calls among them (CreateSMContext, "
+               "N1N2MessageTransfer, Nsmf_PDUSession Create) are missing from n4_sbi (view=procedures). To include "
+               "them: tcp/7777: decode_as=tcp.port==7777,http2")
+    answers = [await call(ngap_daemon, "ngap_ue_sessions", pcap_path=str(path)),
+               await call(ngap_daemon, "ngap_ue_sessions", pcap_path=str(path), view="procedures"),
+               await call(ngap_daemon, "ngap_pdu_session_summary", pcap_path=str(path))]
+    assert [a["warnings"][-1:] for a in answers] == [[warning]] * 3
+    assert all(a["warnings"].count(warning) == 1 for a in answers)
+    assert not [m for p in ues_procedures(answers[1]) for m in p.get("n4_sbi", []) if m["interface"] == "SBI"]
+    rule = MERGES["sandbox-n2-n4-sbi"][1]
+    decoded = [await call(ngap_daemon, "ngap_ue_sessions", pcap_path=str(path), decode_as=rule),
+               await call(ngap_daemon, "ngap_ue_sessions", pcap_path=str(path), view="procedures", decode_as=rule),
+               await call(ngap_daemon, "ngap_pdu_session_summary", pcap_path=str(path), decode_as=rule)]
+    assert not [w for a in decoded for w in a["warnings"] if w.startswith("SBI left out")]
+    assert [m for p in ues_procedures(decoded[1]) for m in p.get("n4_sbi", []) if m["interface"] == "SBI"]
+
+
+def ues_procedures(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for u in answer["ues"] for p in u["procedures"]]

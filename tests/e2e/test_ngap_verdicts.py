@@ -18,11 +18,13 @@ import pytest
 
 from diagd.actors.pcap.ngap.rules import RULES
 from diagd.actors.pcap.ngap.sessions import STATUS_BY_RULE
+from tests.actors.pcap.test_ngap_fields import ue_keys
+from tests.actors.pcap.test_ngap_procedures_model import check
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_ngap_summaries import call, ngap_frame_count
 from tests.e2e.test_pcap import make_env
 from tests.pcaps import PCAPS
-from tests.support import built_captures, pcap_oracle
+from tests.support import built_captures, built_captures_n2, pcap_oracle, procedures_oracle
 from tests.support.pcapedit import packets, transplant
 
 pytestmark = [
@@ -35,7 +37,13 @@ CAPTURES = sorted(p for d in FOLDERS for p in d.glob("*.pcap*"))
 
 # Rule row -> a corpus capture that has the case (and the instance's first frame).
 IN_CORPUS = {
-    "registration-accept": ("pcaps/adrian_sandbox_n2.pcap", 9),
+    # Every REGISTRATION ACCEPT of the corpus gives a new 5G-GUTI: the UE's REGISTRATION COMPLETE ends it.
+    "registration-complete": ("pcaps/adrian_sandbox_n2.pcap", 9),
+    "initial-context-setup-response": ("pcaps/adrian_sandbox_n2.pcap", 16),
+    "pdu-resource-setup-response": ("pcaps/adrian_sandbox_n2.pcap", 22),
+    # The tester's Service Request (frame 35): frame 43's InitialContextSetupRequest sets PDU session 1 up again.
+    "reactivation-setup": ("pcaps-extra/ngtester_initue_open5gs_amf_ngap_nas_sbi.pcap", 43),
+    "ng-reset-acknowledge": ("pcaps-extra/ngtester_open5gs_T04_ng_reset_amf_ngap_nas_sbi.pcap", 16),
     "registration-reject": ("pcaps-extra/aaronshi_n2.pcap", 26),
     "authentication-response": ("pcaps/adrian_sandbox_n2.pcap", None),
     "authentication-failure": ("pcaps/adrian_auth_failure.pcap", 10),
@@ -86,8 +94,11 @@ FLIPPED: dict[str, tuple[str, list[tuple[int, str, str]], tuple[str, ...], str, 
 FROM_FRAMES = ("pdu-initial-context-setup", "pdu-returned", "pdu-setup-failed", "handover-command",
                "handover-preparation-failure")
 # Rows shown on a capture built from real frames by their own test below.
+# Rows shown on the N2 captures of tests/support/built_captures_n2.py (issue 42), each checked against
+# procedures_oracle's reading of the built capture.
+N2_BUILT = {rule for rules in built_captures_n2.SHOWS.values() for rule in rules}
 BUILT = {"deregistration-switch-off", "registration-auth-reject", "pdu-context-released", "restarted", *FLIPPED,
-         *FROM_FRAMES}
+         *FROM_FRAMES, *N2_BUILT}
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +119,8 @@ async def views(daemon: DaemonProcess, path: Path) -> tuple[dict[str, Any], dict
 
 
 def instances(procs: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for u in procs["ues"] for p in u["procedures"]]
+    """Each UE context's instances, then the non-UE-associated ones (NG Reset)."""
+    return [*(p for u in procs["ues"] for p in u["procedures"]), *procs["non_ue_procedures"]]
 
 
 def check_one_model(contexts: dict[str, Any], procs: dict[str, Any], sessions: dict[str, Any]) -> None:
@@ -117,11 +129,15 @@ def check_one_model(contexts: dict[str, Any], procs: dict[str, Any], sessions: d
         rule = RULES[p["rule_id"]]
         assert p["rule"] == rule.text and p["outcome"] == rule.outcome, p
         assert rule.procedure in (p["procedure"], "*"), p
-    # The contexts view shows the same instances with the same outcome and rule.
+    # The contexts view shows the same instances of UE contexts with the same outcome and rule.
     got = sorted((u["ue"], o["procedure"], o.get("pdu_session_id"), o["first_frame"], o["outcome"], o["rule"])
                  for u in contexts["ues"] for o in u["outcomes"])
     assert got == sorted((p["ue"], p["procedure"], p.get("pdu_session_id"), p["first_frame"], p["outcome"],
-                          p["rule"]) for p in every)
+                          p["rule"]) for p in every if p["ue"] is not None)
+    # failed / statistics: every instance of the model, UE-associated or not.
+    assert sorted((p["procedure"], p["first_frame"]) for p in procs["failed"]) == sorted(
+        (p["procedure"], p["first_frame"]) for p in every if p["outcome"] in ("reject", "failure"))
+    assert sum(row["count"] for row in procs["statistics"].values()) == len(every) == procs["procedure_count"]
     # The session summary: each establishment the same outcome, rule and cause; its status follows the rule.
     est = {(p["ue"], p["pdu_session_id"], p["first_frame"]): p for p in every
            if p["procedure"] == "PDU Session Establishment"}
@@ -132,11 +148,22 @@ def check_one_model(contexts: dict[str, Any], procs: dict[str, Any], sessions: d
         assert (s["outcome"], s["rule"], s["cause"]) == (p["outcome"], p["rule"], p["cause"]), (s, p)
         assert s["status"] in (STATUS_BY_RULE[p["rule_id"]], "no_setup_response")
     assert sessions["established_count"] == sum(1 for p in est.values() if p["outcome"] == "success")
+    # Re-activations: each under its session, with the model's outcome and rule; none is an incomplete establishment.
+    again = {(p["ue"], p["pdu_session_id"], p["first_frame"]): p for p in every
+             if p["procedure"] == "PDU Session Re-activation"}
+    listed = {(s["ue"], s["pdu_session_id"], r["setup_request_frame"]): r for s in sessions["sessions"]
+              for r in s["reactivations"]}
+    assert sorted(listed) == sorted(again) and sessions["reactivation_count"] == len(again)
+    for key, r in listed.items():
+        assert (r["outcome"], r["rule_id"], r["last_frame"]) == (again[key]["outcome"], again[key]["rule_id"],
+                                                                   again[key]["last_frame"]), key
+    assert not [s for s in sessions["incomplete"] if s["status"].startswith("reactivated")]
     assert procs["statistics"].get("PDU Session Establishment", {}).get("success", 0) == sessions["established_count"]
     for u in contexts["ues"]:  # the registration state is the model's last registration outcome
         regs = [o["outcome"] for o in u["outcomes"] if o["procedure"] == "Registration"]
         if regs and u["registration"] != "deregistered":
-            assert u["registration"] == {"success": "accepted", "reject": "rejected"}.get(regs[-1], "pending")
+            assert u["registration"] == {"success": "accepted", "reject": "rejected", "failure": "failed"}.get(
+                regs[-1], "pending")
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -328,9 +355,45 @@ async def test_rule_on_a_capture_built_by_byte_flips(daemon: DaemonProcess, rule
     path = flipped(daemon, source, f"{rule_id}.pcap", edits, drop)
     contexts, procs, sessions = await views(daemon, path)
     check_one_model(contexts, procs, sessions)
-    decided = [p for p in instances(procs) if p["rule_id"] == rule_id]
-    assert decided, [(p["procedure"], p["ue"], p["rule_id"]) for p in instances(procs)]
-    assert any(p["procedure"] == procedure and p["ue"].endswith(ue) for p in decided), decided
+    shows_the_row(procs, path, rule_id, procedure, ue)
+
+
+def shows_the_row(procs: dict[str, Any], path: Path, rule_id: str, procedure: str, ue: str) -> None:
+    """Every instance of the answer is the one tests/support/procedures_oracle.py reads from the built capture with
+    tshark (same frames, outcome, cause, rule), and that independent reading decides `procedure` of the UE context
+    labelled ...`ue` by `rule_id`: the row is shown because the capture shows it, not because rules.TABLE says so."""
+    check(procs, path)
+    labels = {key: label for label, key in ue_keys(procs).items()}
+    shown = [(d.found[1], labels.get(d.found[0], "")) for d in procedures_oracle.details(path) if d.rule_id == rule_id]
+    assert any(name == procedure and label.endswith(ue) for name, label in shown), (rule_id, shown)
+
+
+@pytest.mark.parametrize("name", sorted(built_captures_n2.RECIPES))
+async def test_n2_rules_on_captures_built_from_real_frames(daemon: DaemonProcess, name: str) -> None:
+    """Issue 42: an accept lost with its InitialContextSetup, a REGISTRATION COMPLETE that never came, a release
+    answered by an ERROR INDICATION, a failed re-activation, N2 resource modify / release: each through the daemon,
+    against procedures_oracle's reading of the built capture."""
+    source = built_captures_n2.built(name)
+    if not source.exists():
+        pytest.skip("the corpora are not there")
+    path = Path(daemon.env.root) / f"n2_{name}.pcap"
+    shutil.copyfile(source, path)
+    contexts, procs, sessions = await views(daemon, path)
+    check_one_model(contexts, procs, sessions)
+    want = {d.rule_id for d in procedures_oracle.details(path)}
+    assert set(built_captures_n2.SHOWS[name]) <= want, (name, want)
+    check(procs, path)
+    if name == "registration-accept-undelivered":  # issue 42 item 1, in every view
+        [reg] = [p for p in instances(procs) if p["procedure"] == "Registration" and p["ue"].endswith("ran-2")]
+        assert reg["cause"]["name"] == "radio-connection-with-ue-lost", reg
+        assert reg in procs["failed"] and procs["statistics"]["Registration"]["failure"] == 1
+        assert procs["statistics"]["Initial Context Setup"]["failure"] == 1
+        [ue] = [u for u in contexts["ues"] if u["ue"] == reg["ue"]]
+        assert ue["registration"] == "failed"
+    if name == "service-accept-undelivered":  # the re-activation failed with its carrier: no incomplete establishment
+        [s] = sessions["sessions"]
+        assert (s["status"], s["outcome"], s["rule_id"]) == ("reactivation_failed", "failure", "reactivation-failed")
+        assert sessions["incomplete"] == [] and sessions["reactivation_count"] == 1
 
 
 async def test_context_release_before_the_n2_setup_response_fails_the_establishment(daemon: DaemonProcess) -> None:

@@ -181,9 +181,11 @@ async def test_follow_http2_is_one_stream_of_one_connection(pcap_daemon: DaemonP
     assert result["follow_type"] == "http2.streamid"
     assert result["follow_key"] == {"tcp.stream": "14", "http2.streamid": "3"}
     assert [f["number"] for f in result["frames"]] == [604, 605, 677, 681]
+    # Without the decode-as rule the frame is plain TCP: its TCP stream is followed, and the hint says why
+    # no HTTP/2 shows (tests/e2e/test_pcap_follow.py compares TCP follows with tshark).
     undecoded = await call(pcap_daemon, "pcap_follow", pcap_path=path, frame_number=604)
-    assert undecoded["_is_error"] and undecoded["code"] == "INVALID_ARGUMENT"
-    assert "decode_as" in undecoded["details"]["hint"]
+    assert not undecoded["_is_error"] and undecoded["follow_key"] == {"tcp.stream": "14"}
+    assert "decode_as=tcp.port==7777,http2" in undecoded["hint"]
 
 
 async def test_follow_diameter_session_and_sip_call(pcap_daemon: DaemonProcess) -> None:

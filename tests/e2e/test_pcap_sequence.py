@@ -39,7 +39,11 @@ HANG_GUARD_S = 600  # not a measurement: only stops a test that hangs
 PREFS = ["-o", "sctp.association_index:TRUE", "-o", "nas-5gs.null_decipher:TRUE"]
 SBI = "tcp.port==7777,http2"  # MANIFEST: HTTP/2 SBI on 7777 is never auto-detected by tshark 4.0
 ORACLE_FIELDS = ["frame.number", "ip.src", "ipv6.src", "ip.dst", "ipv6.dst", "_ws.col.Protocol", "_ws.col.Info"]
-FAILED = ("ngap.unsuccessfulOutcome_element || nas_5gs.mm.5gmm_cause || nas_5gs.sm.5gsm_cause > 36 || "
+# A failure by its own content: a reject, failure or status message by its type (TS 24.501 8.2/8.3), NGAP
+# NASNonDeliveryIndication (19) and ErrorIndication (9), an unsuccessful outcome, or a failure cause or status.
+FAILED = ("nas_5gs.mm.message_type in {0x44, 0x4d, 0x58, 0x59, 0x5f, 0x64} || "
+          "nas_5gs.sm.message_type in {0xc3, 0xca, 0xcd, 0xd2, 0xd6} || ngap.procedureCode in {9, 19} || "
+          "ngap.unsuccessfulOutcome_element || nas_5gs.mm.5gmm_cause || nas_5gs.sm.5gsm_cause > 36 || "
           "nas_5gs.sm.5gsm_cause < 36 || pfcp.cause > 1 || http2.headers.status >= 400 || "
           "http.response.code >= 400 || sip.Status-Code >= 400 || diameter.Result-Code >= 3000 || "
           "diameter.Experimental-Result-Code >= 3000")
@@ -79,8 +83,10 @@ def info_text(info: str) -> str:
     return text.rstrip(" |")
 
 
-def expected_arrows(path: Path, flt: str) -> list[tuple[int, str, str, str, bool]]:
-    failed = {int(r[0]) for r in tshark(path, f"({flt}) && ({FAILED})", ["frame.number"])}
+def expected_arrows(path: Path, flt: str, decided: frozenset[int] = frozenset()
+                    ) -> list[tuple[int, str, str, str, bool]]:
+    """tshark's row for each frame of `flt`; failed: by its own content, or it `decided` a failed verdict."""
+    failed = {int(r[0]) for r in tshark(path, f"({flt}) && ({FAILED})", ["frame.number"])} | decided
     rows = []
     for number, ip_src, ip6_src, ip_dst, ip6_dst, proto, info in tshark(path, flt, ORACLE_FIELDS):
         src, dst = (ip_src or ip6_src).split(",")[-1], (ip_dst or ip6_dst).split(",")[-1]
@@ -104,11 +110,12 @@ def address_of(name: str) -> str:
     return where.rsplit(":", 1)[0] if where.count(":") == 1 else where
 
 
-def check(answer: dict[str, Any], path: Path, flt: str, diagrams: list[str]) -> list[mermaid.Arrow]:
+def check(answer: dict[str, Any], path: Path, flt: str, diagrams: list[str],
+          decided: frozenset[int] = frozenset()) -> list[mermaid.Arrow]:
     """The diagram's arrows are tshark's rows for `flt`, exactly and in order."""
     diagrams.append(answer["diagram"])
     _, arrows = mermaid.read(answer["diagram"])
-    expected = expected_arrows(path, flt)
+    expected = expected_arrows(path, flt, decided)
     assert answer["frames_matched"] == len(expected) and answer["left_out"] == 0
     got = [(a.frame, address_of(a.src), address_of(a.dst), a.text, a.failed) for a in arrows]
     assert got == [(n, s, d, shown(t), f) for n, s, d, t, f in expected], path.name
@@ -151,25 +158,56 @@ def frame_set(frames: list[int] | set[int]) -> str:
     return f"frame.number in {{{','.join(map(str, sorted(frames)))}}}"
 
 
+def failed_verdicts(procedures: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """frame -> the reject and failure verdicts of ngap_ue_sessions(view=procedures) it decided."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for p in procedures:
+        if p["outcome"] in ("reject", "failure"):
+            found.setdefault(p["last_frame"], []).append(p)
+    return found
+
+
+def check_verdicts(arrows: list[mermaid.Arrow], verdicts: dict[int, list[dict[str, Any]]]) -> set[str]:
+    """Each deciding message is a crossed arrow with a Note per verdict naming its rule id and clause (the
+    procedures view's, which the diagram must not contradict); returns the rule ids."""
+    by_frame = {a.frame: a for a in arrows}
+    for frame, procedures in verdicts.items():
+        arrow = by_frame[frame]
+        assert arrow.failed, frame
+        for p in procedures:
+            clause = p["rule"].split(":")[0]
+            assert any(f"rule {p['rule_id']}, {clause}" in note and note.startswith(f"{p['procedure']} {p['outcome']}")
+                       for note in arrow.notes), (frame, p["rule_id"], arrow.notes)
+    return {p["rule_id"] for procedures in verdicts.values() for p in procedures}
+
+
 async def test_every_ue_context_and_pdu_session_is_drawn_as_tshark_shows_its_frames(
         seq_daemon: DaemonProcess, diagrams: list[str]) -> None:
     """The frames of each drawing are chosen by tshark, not by diagd: a UE context's are the frames whose
     NGAP PDU carries its association and AMF/RAN UE NGAP ids (tests/support/ngap_fields_oracle); a PDU
     session's lie within the frames of that UE's PDUs carrying its PDU session id (NAS or N2; bundled
-    SCTP chunks split first) and include every one carrying its 5GSM establishment messages or N2 setup."""
-    checked = 0
+    SCTP chunks split first) and include every one carrying its 5GSM establishment messages or N2 setup.
+    A PDU session's also holds every message its procedures' verdicts rest on (a 5GMM STATUS names no
+    session) and the PFCP and SBI messages linked to them (`n4_sbi`), and nothing else. The message that
+    decided a reject or failure is `-x` with a Note naming the rule."""
+    checked, noted, linked = 0, set(), 0
     for path in corpus():
         if not tshark(path, "ngap && sctp", ["frame.number"]):
             continue
         oracle = ngap_fields_oracle.answer(path)
         rows, owners = ngap_oracle.owned_rows(path)  # one row per NGAP PDU (bundles split), with its UE
         _, ues = await call(seq_daemon, "ngap_ue_sessions", pcap_path=str(path), decode_as=decode(path))
+        _, viewed = await call(seq_daemon, "ngap_ue_sessions", pcap_path=str(path), decode_as=decode(path),
+                               view="procedures")
+        procedures = {u["ue"]: u["procedures"] for u in viewed["ues"]}
         keys = ue_keys(ues)
         for ue in ues["ues"]:
             want = oracle.ues[keys[ue["ue"]]]["frames"]
+            verdicts = failed_verdicts(procedures[ue["ue"]])
             answer = await diagram(seq_daemon, path, ue=ue["ue"])
-            arrows = check(answer, path, frame_set(want), diagrams)
+            arrows = check(answer, path, frame_set(want), diagrams, frozenset(verdicts))
             assert [a.frame for a in arrows] == want
+            noted |= check_verdicts(arrows, verdicts)
             roles = {p["address"]: p["role"] for p in answer["participants"]}
             assert roles[ue["gnb"].rsplit(":", 1)[0]] == "gNB" and roles[ue["amf"].rsplit(":", 1)[0]] == "AMF"
             checked += 1
@@ -182,13 +220,28 @@ async def test_every_ue_context_and_pdu_session_is_drawn_as_tshark_shows_its_fra
             carrying = {r.frame for r in mine}
             establishing = {r.frame for r in mine if {0xC1, 0xC2, 0xC3} & set(r.ints("nas_5gs.sm.message_type"))
                             or (r.proc in (14, 29) and psi in r.ints("ngap.pDUSessionID"))}
+            session_procedures = [p for p in procedures[s["ue"]] if p.get("pdu_session_id") == psi]
+            verdict_frames = {f for p in session_procedures for f in p["frames"]}
+            core = {f for p in session_procedures for m in p.get("n4_sbi", [])
+                    for f in (m["frame"], m["response_frame"]) if f is not None}
             answer = await diagram(seq_daemon, path, ue=s["ue"], pdu_session_id=psi)
             drawn = {a.frame for a in mermaid.read(answer["diagram"])[1]}
-            assert establishing and establishing <= drawn <= carrying, (path.name, s["ue"], psi)
-            check(answer, path, frame_set(drawn), diagrams)  # and each arrow is tshark's row for its frame
+            assert establishing and establishing | verdict_frames | core <= drawn, (path.name, s["ue"], psi)
+            assert drawn <= carrying | verdict_frames | core, (path.name, s["ue"], psi)
+            verdicts = failed_verdicts(session_procedures)
+            # each arrow is tshark's row for its frame
+            arrows = check(answer, path, frame_set(drawn), diagrams, frozenset(verdicts))
+            noted |= check_verdicts(arrows, verdicts)
+            assert sorted(m["frame"] for m in answer["n4_sbi"]) == sorted(
+                m["frame"] for p in session_procedures for m in p.get("n4_sbi", []))
+            linked += bool(core)
             checked += 1
     if not checked:
         pytest.skip("no corpus capture carries NGAP")
+    # The corpus's failed verdicts are all named on their deciding message, among them the 5GMM STATUS a PDU
+    # session's failure rests on; and PDU sessions of captures merged with N4/SBI draw their PFCP and SBI.
+    assert {"pdu-5gmm-status", "pdu-reject", "registration-reject", "authentication-failure"} <= noted, noted
+    assert linked >= 1
 
 
 FOLLOWS = {  # the key a flow is followed by, and the tshark filter that gives its frames

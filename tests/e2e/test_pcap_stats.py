@@ -1,6 +1,7 @@
 """pcap_stats compared exactly with Wireshark's own `tshark -q -z <tap>` output (and, for the response
-times Wireshark 4.0.17 has no tap for, with `tshark -T fields` sums made here), on every shared capture
-carrying the protocol, through the real daemon, shim and MCP client."""
+times Wireshark 4.0.17 has no tap for, with requests and responses paired from `tshark -T fields` by each
+protocol's rules), on every shared capture carrying the protocol, through the real daemon, shim and MCP
+client."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import Call, captures, decode_as, session
 from tests.pcaps import PCAPS
-from tests.support import pcap_oracle
+from tests.support import pcap_oracle, srt_pairs
 from tests.support import stats_oracle as oracle
 
 pytestmark = [
@@ -158,65 +159,35 @@ async def test_diameter_srt_matches_tshark_diameter_srt(stats_daemon: DaemonProc
             assert got == theirs and got, path.name
 
 
-LINKED = {  # protocol: (filter, type field, response_to, response time, its unit in s, response_in)
-    "pfcp": ("pfcp", "pfcp.msg_type", "pfcp.response_to", "pfcp.response_time", 1.0, "pfcp.response_in"),
-    "gtpv2": ("gtpv2", "gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time", 1.0, "gtpv2.response_in"),
-    "sip": ("sip", "sip.Method", "sip.response-request", "sip.response-time", 0.001, None),
-}
-
-
-@pytest.mark.parametrize("protocol", list(LINKED))
-async def test_computed_srt_matches_tshark_fields_on_every_capture(stats_daemon: DaemonProcess, wsconf: Path,
-                                                                   protocol: str) -> None:
-    flt, kind, to, time, unit, response_in = LINKED[protocol]
+@pytest.mark.parametrize("protocol", ["gtpv2", "pfcp", "sip", "http"])
+async def test_paired_srt_matches_tshark_fields_on_every_capture(stats_daemon: DaemonProcess, wsconf: Path,
+                                                                 protocol: str) -> None:
+    """Requests paired with responses by each protocol's own rules: the same pairing made from `tshark -T
+    fields` alone (tests/support/srt_pairs.py), exactly, rows and totals; never 'unanswered'."""
     async with session(stats_daemon) as call:
-        for path in carrying(wsconf, protocol):
-            ours = await all_rows(call, path, kind="srt", protocol=protocol)
-            assert ours["method"].startswith(f"computed from {to}")
-            # Each field once: tshark 4.0 leaves the first of two equal -e fields empty.
-            fields = ["frame.number", kind, to, time, "_ws.col.Info", *([response_in] if response_in else [])]
-            lines = tshark(wsconf, path, "-Y", flt, "-T", "fields", "-E", "occurrence=f",
-                           *[a for f in fields for a in ("-e", f)])
-            kinds: dict[str, str] = {}
-            times: dict[str, list[float]] = defaultdict(list)
-            for line in lines.splitlines():
-                number, message, request, seconds, *_ = line.split("\t")
-                kinds[number] = message
-                if request and seconds:
-                    times[request].append(float(seconds) * unit)
-            by_type: dict[str, list[float]] = defaultdict(list)
-            for request, values in times.items():
-                by_type[kinds.get(request, "?")] += values
-            theirs = sorted((len(v), round(min(v), 9), round(max(v), 9), round(sum(v), 6))
-                            for v in by_type.values())
-            got = sorted((r["count"], r["min_s"], r["max_s"], round(r["sum_s"], 6)) for r in ours["rows"]
-                         if r["count"])
-            assert got == theirs, path.name
-            if not got:
-                assert ours["reason"] == f"{protocol} is present but carries no request/response pair"
-            assert ours["responses"] == sum(len(v) for v in times.values())
-            if response_in:  # unanswered requests per type: no response names them in its response_to
-                unanswered: Counter[str] = Counter()
-                for line in lines.splitlines():
-                    number, _, request, _, info, *_ = line.split("\t")
-                    name = info.split(",")[0].strip()
-                    if not request and name.endswith(" Request") and number not in times:
-                        unanswered[name.removesuffix(" Request")] += 1
-                assert {r["procedure"]: r["unanswered"] for r in ours["rows"] if r["unanswered"]} == \
-                    dict(unanswered), path.name
+        for path in carrying(wsconf, srt_pairs.PROTOCOLS[protocol][0]):
+            ours = await all_rows(call, path, kind="srt", protocol=protocol, include_command=True)
+            assert ours["method"].startswith("computed: "), ours["method"]
+            assert ours["source"]["equivalent_command"][-2:] == ["-e", srt_pairs.PROTOCOLS[protocol][1][-1]]
+            theirs = srt_pairs.pairing(path, protocol).answer
+            assert ours["rows"] == theirs["rows"], path.name
+            for key, value in theirs.items():
+                assert ours[key] == value, (path.name, key)
+            assert not any("unanswered" in row for row in ours["rows"])
 
 
-async def test_unanswered_pfcp_requests_are_counted(stats_daemon: DaemonProcess) -> None:
+async def test_unpaired_pfcp_requests_say_why(stats_daemon: DaemonProcess) -> None:
     async with session(stats_daemon) as call:
         ours = await all_rows(call, PCAPS / "adrian_n4_upf_timeout_n4.pcap", kind="srt", protocol="pfcp")
     rows = {r["procedure"]: r for r in ours["rows"]}
-    assert rows["PFCP Session Establishment"]["unanswered"] == 15  # MANIFEST: 15 requests, no response
+    # MANIFEST: 15 Session Establishment Requests, no response: 5 sequence numbers, each sent 3 times.
+    assert rows["PFCP Session Establishment"]["not_paired"] == {"no response in the capture": 5}
+    assert rows["PFCP Session Establishment"]["retransmissions"] == 10
     assert rows["PFCP Session Establishment"]["count"] == 0
-    # Frames 1 and 2 are Heartbeat Requests with one sequence number at the same instant; responses 3 and 4
-    # name them (pfcp.response_to), so both are answered, although tshark -2 leaves frame 1 without
-    # pfcp.response_in: 13 heartbeats without response_in, 12 that no response answers.
-    assert rows["PFCP Heartbeat"]["unanswered"] == 12 and rows["PFCP Heartbeat"]["count"] == 5
-
+    # Frames 1 and 2 are Heartbeat Requests with one sequence number at the same instant, one each way;
+    # responses 3 and 4 answer them (each carries it back the other way).
+    assert rows["PFCP Heartbeat"]["count"] == 5 and rows["PFCP Heartbeat"]["not_paired"] == {
+        "no response in the capture": 4}
 
 
 # -- HTTP/2 (SBI) response times, paired here from flat tshark fields: each HEADERS frame's headers are
@@ -281,7 +252,7 @@ async def test_http2_srt_matches_tshark_fields_on_every_sbi_capture(stats_daemon
             theirs, requests, responses, orphans = tshark_http2_srt(wsconf, path)
             ns = lambda s: None if s is None else round(s * 1e9)  # noqa: E731  seconds (exact ns / 1e9) -> ns
             got = {r["procedure"]: (r["count"], ns(r.get("min_s")), ns(r.get("max_s")), ns(r.get("sum_s", 0.0)),
-                                    r["unanswered"], r["statuses"]) for r in ours["rows"]}
+                                    sum(r["not_paired"].values()), r["statuses"]) for r in ours["rows"]}
             assert got == theirs and got, path.name
             assert (ours["requests"], ours["responses"], ours["responses_without_request"]) == \
                 (requests, responses, orphans), path.name
@@ -298,7 +269,7 @@ async def test_unsupported_and_empty_answers_say_why(stats_daemon: DaemonProcess
         bad = await call("pcap_stats", pcap_path=n2, kind="srt", protocol="diamter")
         assert bad["_is_error"] and bad["code"] == "INVALID_ARGUMENT"
         assert "diameter" in bad["details"]["did_you_mean"]["diamter"]
-        assert set(bad["details"]["supported"]) == {"diameter", "gtpv2", "pfcp", "sip", "http2"}
+        assert set(bad["details"]["supported"]) == {"diameter", "gtpv2", "pfcp", "sip", "http", "http2"}
         conv = await call("pcap_stats", pcap_path=n2, kind="conversations", protocol="ipx")
         assert conv["_is_error"] and "sctp" in conv["details"]["supported"]
         filtered = await call("pcap_stats", pcap_path=n2, kind="expert", display_filter="ngap")

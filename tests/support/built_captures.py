@@ -187,7 +187,7 @@ MERGES: dict[str, tuple[tuple[str, ...], str | None, tuple[str, ...]]] = {
                                "pcaps/adrian_n4_upf_timeout_sbi.pcap"), "tcp.port==7777,http2", ()),
     # UE 2's PDUSessionResourceSetupResponse (frame 1052) is lost: its establishment, accepted in frame 1047,
     # stays unanswered and its window runs to the last NGAP frame (1234), over UE 3's whole establishment, so
-    # UE 3's CreateSMContext (1143, 1146) falls in two windows and links to neither.
+    # UE 3's CreateSMContext (1143, 1146) falls in two windows: only the SUPI in its JSON body links it.
     "sandbox-n2-n4-sbi-ue2-response-lost": (SANDBOX_RUN, "tcp.port==7777,http2", ("1052",)),
 }
 

@@ -23,7 +23,32 @@ SETUP_FAILED_NO_CAUSE = bytes.fromhex("201d0017" "000003" "000a40020001" "005540
 AGAIN = (41, SANDBOX, 22, 3935580799, {})
 AGAIN_AFTER_DROP = (40, *AGAIN[1:])
 
+# N3 tunnels the corpus never shows (TS 38.413 9.3.2.2: a TransportLayerAddress is a BIT STRING of 32, 128 or 160
+# bits; 160 is an IPv4 then an IPv6 address, TS 38.414 5.1). UE 1's PDUSessionResourceSetupRequest (frame 22) with
+# its PDUSessionResourceSetupRequestTransfer (5 IEs instead of 4) made: UL-NGU-UP-TNLInformation (IE 139, APER:
+# choice, extension and bit-string-extension bits, then the length 160 - 1 in 8 bits -> 09 f0; the 20 octets;
+# TEID) dual stack 10.53.0.13 + 2001:db8:53::13, and AdditionalUL-NGU-UP-TNLInformation (IE 126) added: a
+# one-item UPTransportLayerInformationList with an IPv6-only end (length 128 - 1 -> 00 7f) 2001:db8:53::14, TEID
+# 0000dc51. The transfer's, IE 74's and the PDU's lengths follow (+42 octets); every other octet is frame 22's.
+_FRAME_22_HEAD = ("001d0080d8" "000004" "000a00020001" "005500020001" "004a0080b6" "00" "40" "01"
+                  "56" "7e02646e4469037e00680100472e0101c211000901000631310101ff010603f42403f424290501c0a8640e220101"
+                  "7900060120410101097b000f80000d0408080808000d0408080404250908696e7465726e6574120100" "20")
+DUAL_STACK_REQUEST = bytes.fromhex(
+    _FRAME_22_HEAD + "59" "000005" "0082000a0c3b9aca00303b9aca00"
+    "008b001a" "09f0" "0a35000d" "20010db8005300000000000000000013" "0000dc50"
+    "007e0016" "007f" "20010db8005300000000000000000014" "0000dc51"
+    "0086000100" "0088000700010000091c40" "006e400a0c3b9aca00303b9aca00")
+# Its PDUSessionResourceSetupResponse (frame 25) made: dLQosFlowPerTNLInformation dual stack 10.53.0.20 +
+# 2001:db8:53::20 (TEID 00000001), and additionalDLQosFlowPerTNLInformation (its presence bit: 40 13 e0) one item,
+# IPv4 10.53.0.21, TEID 00000002, QoS flow 1.
+DUAL_STACK_RESPONSE = bytes.fromhex(
+    "201d0041" "000003" "000a40020001" "005540020001" "004b402e" "00" "0001" "2a"
+    "4013e0" "0a350014" "20010db8005300000000000000000020" "00000001" "0001"
+    "0007c0" "0a350015" "00000002" "0001")
+
 RECIPES: dict[str, Recipe] = {
+    "n3-dual-stack-and-additional-tunnels": Recipe(SANDBOX, payloads=((22, DUAL_STACK_REQUEST),
+                                                                      (25, DUAL_STACK_RESPONSE))),
     "pdu-setup-failed-no-cause": Recipe(SANDBOX, payloads=((25, SETUP_FAILED_NO_CAUSE),)),
     # The session was set up (frame 25 answered frame 22): the later request is a user-plane (re)activation,
     # not its establishment (TS 23.502 4.2.3.2); its tunnel and QoS flows leave the establishment's as they were.

@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("mermaid_parse.mjs")
@@ -16,6 +16,7 @@ RENDER = Path(__file__).with_name("mermaid_render.mjs")
 PARTICIPANT = re.compile(r"^    participant ([A-Za-z]+_\d+) as ([^;#\n]+)$")
 ARROW = re.compile(r"^    ([A-Za-z]+_\d+)(->>|-x)([A-Za-z]+_\d+): \[(\d+)\] ([^;#\n]*)$")
 NOTE = re.compile(r"^    Note (?:over [A-Za-z]+_\d+(?:,[A-Za-z]+_\d+)?|right of [A-Za-z]+_\d+): [^;#\n]+$")
+BESIDE = "    Note right of "  # a Note on the arrow before it (cause, verdict); `Note over`: a pause before the next
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Arrow:
     dst: str
     text: str  # the whole message text, "[frame] ..."
     failed: bool
+    notes: tuple[str, ...] = ()  # the Notes written right after it (cause, verdict and rule)
 
 
 def read(diagram: str) -> tuple[dict[str, str], list[Arrow]]:
@@ -44,6 +46,8 @@ def read(diagram: str) -> tuple[dict[str, str], list[Arrow]]:
             arrows.append(Arrow(int(frame), names[src], names[dst], text, kind == "-x"))
         else:
             assert NOTE.match(line), f"not a line of the expected grammar: {line!r}"
+            if line.startswith(BESIDE) and arrows:
+                arrows[-1] = replace(arrows[-1], notes=(*arrows[-1].notes, line.split(": ", 1)[1]))
     return names, arrows
 
 

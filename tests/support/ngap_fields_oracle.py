@@ -12,7 +12,9 @@ descriptions':
   of the N2 setup request (SST and SD, hex octets), else the first one a 5GSM message or the UL NAS
   Transport carrying it named (requested or accepted); `n3_uplink`
   (gNB-bound tunnel the N2 setup request gives) and `n3_downlink` (the one the setup response
-  gives), each an IPv4 address and a TEID; `qfis` the QoS flows of the setup request; `release`,
+  gives), each an address and a TEID (a dual-stack address: its IPv4 as `address`, its IPv6 as `ipv6`),
+  `n3_uplink_additional` / `n3_downlink_additional` the tunnels of AdditionalUL-NGU-UP-TNLInformation /
+  additionalDLQosFlowPerTNLInformation (absent: none); `qfis` the QoS flows of the setup request; `release`,
   the frames of 5GSM release request/command/complete and the last cause with its name and
   whether it is a normal one (#36, #39).
 - `status`: rejected (5GSM reject, or the request returned unforwarded), setup_failed (the N2 answer
@@ -26,6 +28,7 @@ Cause names come from `tshark -G values`. Where a row holds two values the field
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +56,9 @@ N2_SETUP = {29, 14}  # PDUSessionResourceSetup, InitialContextSetup
 UE_CONTEXT_RELEASES = {41, 42}  # UEContextRelease (command), UEContextReleaseRequest: initiating messages
 MM_STATUS = 0x64
 REGISTRATION_REQUEST = 0x41
-REGISTRATION_ENDS = {0x42: "accepted", 0x44: "rejected", 0x58: "rejected"}  # 0x58: AUTHENTICATION REJECT
+# 0x42 REGISTRATION ACCEPT (once delivered and, with a new 5G-GUTI, acknowledged), 0x43 REGISTRATION COMPLETE,
+# 0x44 REGISTRATION REJECT, 0x58 AUTHENTICATION REJECT.
+REGISTRATION_ENDS = {0x42: "accepted", 0x43: "accepted", 0x44: "rejected", 0x58: "rejected"}
 DEREGISTRATION_STARTS = {0x45, 0x47}  # UE / network originating deregistration request
 SETUP_OK_LISTS = ("ngap.PDUSessionResourceSetupListSURes", "ngap.PDUSessionResourceSetupListCxtRes")
 
@@ -66,6 +71,8 @@ class Session:
     s_nssai: dict[str, str | None] | None = None
     n3_uplink: dict[str, str | None] | None = None
     n3_downlink: dict[str, str | None] | None = None
+    n3_uplink_additional: list[dict[str, str | None]] | None = None
+    n3_downlink_additional: list[dict[str, str | None]] | None = None
     qfis: list[int] = field(default_factory=list)
     release: dict[str, Any] | None = None
     establishment_request_frame: int | None = None
@@ -78,15 +85,25 @@ class Session:
     setup_result: str | None = None  # setup, failed
     failures: list[tuple[int, str, int | None, str | None]] = field(default_factory=list)  # frame, kind, code, cause
     ended_unanswered: bool = False  # a 5GMM STATUS or a UE context release ended the wait for an answer
+    setup_in_ics: bool = False  # its N2 setup request was an InitialContextSetupRequest
+    carrier_failed: bool = False  # ... answered by an InitialContextSetupFailure (TS 38.413 8.3.1.3): nothing set up
 
     @property
     def status(self) -> str:
         """docs/5g.md's outcome: established, rejected, setup_failed, or how far it got."""
         if self.establishment_reject_frame is not None or self.returned_by_amf_frame is not None:
             return "rejected"
+        if self.establishment_request_frame is None and self.establishment_accept_frame is None \
+                and self.setup_request_frame is not None:
+            # An N2 setup with no establishment in the capture: the user plane of a session established before is
+            # set up again (TS 24.501 5.6.1.4, the Service Request path): a re-activation, not an establishment.
+            if self.setup_result == "setup":
+                return "reactivated"
+            return "reactivation_failed" if self.setup_result == "failed" or self.carrier_failed else \
+                "reactivation_no_response"
         if self.setup_result == "failed":
             return "setup_failed"
-        if self.ended_unanswered:
+        if self.ended_unanswered or (self.carrier_failed and self.establishment_accept_frame is not None):
             return "failed"
         if self.establishment_accept_frame is not None:
             if not self.accept_in_n2_setup:
@@ -94,7 +111,7 @@ class Session:
             return "established" if self.setup_result == "setup" else "no_setup_response"
         if self.establishment_request_frame is not None:
             return "no_answer"
-        return "n2_setup_without_nas" if self.setup_request_frame is not None else "unknown"
+        return "unknown"
 
 
 @dataclass
@@ -111,8 +128,52 @@ def single(row: Row, name: str) -> str | None:
     return got[0] if got else None
 
 
-def tunnel(row: Row) -> dict[str, str | None]:
-    return {"address": single(row, "ngap.TransportLayerAddressIPv4"), "teid": single(row, "ngap.gTP_TEID")}
+IE_UL_TUNNEL, IE_ADDITIONAL_UL_TUNNELS = 139, 126  # TS 38.413 9.3.4.1: UL-NGU-UP-TNLInformation, AdditionalUL-...
+# IEs of a setup request transfer that hold tunnels this oracle does not place (redundant, forwarding ...)
+OTHER_TUNNEL_IES = {128, 152, 153, 154, 155, 164, 172, 183, 184, 185, 186, 192, 195}
+
+
+def address(bits: str) -> dict[str, str]:
+    """A TransportLayerAddress's raw octets (hex) as the summaries show it: 4 octets IPv4, 16 IPv6, 20 IPv4 then
+    IPv6 (TS 38.414 5.1: dual stack, the IPv4 address first)."""
+    raw = bytes.fromhex(bits.replace(":", ""))
+    if len(raw) == 4:
+        return {"address": str(ipaddress.IPv4Address(raw))}
+    if len(raw) == 16:
+        return {"address": str(ipaddress.IPv6Address(raw))}
+    if len(raw) == 20:
+        return {"address": str(ipaddress.IPv4Address(raw[:4])), "ipv6": str(ipaddress.IPv6Address(raw[4:]))}
+    raise OracleCannotTell(f"a transport layer address of {len(raw) * 8} bits: {bits}")
+
+
+def tunnels(row: Row, request: bool) -> tuple[dict[str, str | None], list[dict[str, str | None]]]:
+    """(the main tunnel, the additional ones) of one N2 setup request or response row.
+
+    Each GTPTunnel is one transportLayerAddress followed by its gTP-TEID, so the n-th address goes with the
+    n-th TEID; in PDU order, a request transfer's IEs come in ngap.id order (UL-NGU-UP-TNLInformation holds one
+    tunnel, AdditionalUL-NGU-UP-TNLInformation as many as its list counts), a response transfer holds
+    dLQosFlowPerTNLInformation's tunnel, then those additionalDLQosFlowPerTNLInformation counts."""
+    bits, teids = row.values.get("ngap.transportLayerAddress", []), row.values.get("ngap.gTP_TEID", [])
+    if len(bits) != len(teids):
+        raise OracleCannotTell(f"frame {row.frame}: {len(bits)} addresses, {len(teids)} TEIDs")
+    found = [{**address(b), "teid": t} for b, t in zip(bits, teids, strict=True)]
+    if request:
+        ies = [i for i in row.ints("ngap.id") if i in (IE_UL_TUNNEL, IE_ADDITIONAL_UL_TUNNELS, *OTHER_TUNNEL_IES)]
+        lists = iter(row.ints("ngap.UPTransportLayerInformationList"))
+        held = [(i, 1 if i == IE_UL_TUNNEL else next(lists, -1)) for i in ies]
+        if any(i in OTHER_TUNNEL_IES for i in ies) or sum(n for _, n in held) != len(found):
+            raise OracleCannotTell(f"frame {row.frame}: tunnels in IEs {ies}")
+        where = [i for i, n in held for _ in range(n)]
+        main = [t for t, i in zip(found, where, strict=True) if i == IE_UL_TUNNEL]
+        extra = [t for t, i in zip(found, where, strict=True) if i == IE_ADDITIONAL_UL_TUNNELS]
+    else:
+        count = sum(row.ints("ngap.additionalDLQosFlowPerTNLInformation"))
+        if found and len(found) != 1 + count:
+            raise OracleCannotTell(f"frame {row.frame}: {len(found)} tunnels, 1 + {count} expected")
+        main, extra = found[:1], found[1:]
+    if len(main) > 1:
+        raise OracleCannotTell(f"frame {row.frame}: several main tunnels")
+    return (main[0] if main else {"address": None, "teid": None}), extra
 
 
 def answer(path: Path) -> Fields:
@@ -135,7 +196,7 @@ def _answer(path: Path) -> Fields:
         ue["nas_messages"] += [(row.frame, "5GSM", t, message_name("5GSM", t))
                                for t in row.ints("nas_5gs.sm.message_type")]
         ue["suci_msin"] = ue["suci_msin"] or single(row, "nas_5gs.mm.suci.msin")
-        _registration_steps(ue, row.frame, mm)
+        _registration_steps(ue, row, mm)
         if TMSI_ASSIGNERS & set(row.ints("nas_5gs.mm.message_type")) and (tmsi := row.one("nas_5gs.5g_tmsi")):
             ue["5g_tmsi"] = str(tmsi)
         if ue["plmn"] is None and single(row, "nas_5gs.mm.suci.msin") is not None:
@@ -150,38 +211,52 @@ def _answer(path: Path) -> Fields:
     return Fields(ues=ues, sessions=_sessions(rows, owners))
 
 
-def _registration_steps(ue: dict[str, Any], frame: int, mm: list[int]) -> None:
+def _registration_steps(ue: dict[str, Any], row: Row, mm: list[int]) -> None:
     """Registration and deregistration instances of one UE context (TS 24.501 5.5.1, 5.5.2).
 
     A REGISTRATION REQUEST starts one only as the PDU's outer 5GMM message (the one a SECURITY MODE
-    COMPLETE carries back in its container, 5.4.2.3, is no new request); ACCEPT, REJECT or
+    COMPLETE carries back in its container, 5.4.2.3, is no new request); COMPLETE, REJECT or
     AUTHENTICATION REJECT (5.4.1.3.5) end the open one, or, with none open, answer a request made
-    before the capture.
+    before the capture. An ACCEPT ends it only once it reached the UE: one inside an
+    InitialContextSetupRequest waits for the InitialContextSetupResponse (its Failure: the accept is lost,
+    TS 38.413 8.3.1.3), and one giving a new 5G-GUTI (a 5G-TMSI in it) for the UE's COMPLETE (5.5.1.2.4).
     """
-    instances = ue.setdefault("reg_instances", [])  # [first frame, kind, state], in start order
-    open_ = [i for i in instances if i[1] == "registration" and i[2] == "pending"]
+    frame = row.frame
+    instances = ue.setdefault("reg_instances", [])  # [first frame, kind, state, in ICS, new GUTI], in start order
+    open_ = [i for i in instances if i[1] == "registration" and i[2] in ("pending", "awaiting")]
+    if row.proc == 14 and row.pdu_type in (1, 2):
+        for i in open_:
+            if i[2] == "awaiting" and i[3]:
+                i[3] = False
+                if row.pdu_type == 2:
+                    i[2] = "failed"
+                elif not i[4]:
+                    i[2] = "accepted"
     for position, t in enumerate(mm):
         if t == REGISTRATION_REQUEST and position == 0:
             if open_:
                 open_[-1][2] = "abandoned"  # the same request again before an answer
-            instances.append(instance := [frame, "registration", "pending"])
+            instances.append(instance := [frame, "registration", "pending", False, False])
             open_ = [instance]
+        elif t == 0x42 and open_ and ((row.proc, row.pdu_type) == (14, 0) or row.one("nas_5gs.5g_tmsi")):
+            open_[-1][2:] = ["awaiting", (row.proc, row.pdu_type) == (14, 0), bool(row.one("nas_5gs.5g_tmsi"))]
         elif t in REGISTRATION_ENDS:
             if open_:
                 open_.pop()[2] = REGISTRATION_ENDS[t]
             else:
                 ue["reg_orphan"] = REGISTRATION_ENDS[t]
         elif t in DEREGISTRATION_STARTS:
-            instances.append([frame, "deregistration", "deregistered"])
+            instances.append([frame, "deregistration", "deregistered", False, False])
 
 
 def _registration_state(orphan: str, instances: list[list[Any]]) -> str:
-    """accepted / rejected / pending (request unanswered) by the latest registration; deregistered after
-    a deregistration unless rejected; with no request in the capture, what a lone answer said."""
+    """accepted / rejected / failed (its accept lost with the InitialContextSetup) / pending (not answered, or
+    not acknowledged) by the latest registration; deregistered after a deregistration unless rejected; with no
+    request in the capture, what a lone answer said."""
     state = orphan
-    for _, kind, outcome in sorted(instances, key=lambda i: (i[0], i[1] != "registration")):
+    for _, kind, outcome, *_ in sorted(instances, key=lambda i: (i[0], i[1] != "registration")):
         if kind == "registration":
-            state = outcome if outcome in ("accepted", "rejected") else "pending"
+            state = outcome if outcome in ("accepted", "rejected", "failed") else "pending"
         elif state != "rejected":
             state = "deregistered"
     return state
@@ -230,6 +305,10 @@ def _sessions(rows: list[Row], owners: list[UeKey | None]) -> dict[tuple[UeKey, 
         if row.proc in UE_CONTEXT_RELEASES and row.pdu_type == 0:
             for waiting in book.waiting.pop(owner, []):
                 waiting.ended_unanswered = True
+        if (row.proc, row.pdu_type) == (14, 2):
+            for waiting in [x for (o, _, _), x in book.sessions.items() if o == owner and x.setup_in_ics
+                            and x.setup_response_frame is None]:
+                waiting.carrier_failed = True
         psis = sorted(set(row.ints("ngap.pDUSessionID")))
         if row.proc in N2_SETUP and psis:
             if len(psis) > 1:
@@ -288,7 +367,9 @@ def _n2(book: _Book, row: Row, owner: UeKey, psi: int) -> None:
         if s.setup_request_frame is not None and s.setup_result is not None:
             return  # a later user-plane activation of an established session
         s.setup_request_frame = row.frame
-        s.n3_uplink = tunnel(row)
+        s.setup_in_ics = row.proc == 14
+        s.n3_uplink, extra = tunnels(row, request=True)
+        s.n3_uplink_additional = extra or None
         s.qfis = sorted(set(row.ints("ngap.qosFlowIdentifier")))
         if single(row, "ngap.sST") is not None:
             s.s_nssai = {"sst": single(row, "ngap.sST"), "sd": single(row, "ngap.sD")}
@@ -300,7 +381,8 @@ def _n2(book: _Book, row: Row, owner: UeKey, psi: int) -> None:
     book.answered(owner, found)
     if any(row.ints(name) for name in SETUP_OK_LISTS):
         found.setup_result = "setup"
-        found.n3_downlink = tunnel(row)
+        found.n3_downlink, extra = tunnels(row, request=False)
+        found.n3_downlink_additional = extra or None
     else:
         found.setup_result = "failed"
         codes = [(g, int(v)) for g in CAUSE_GROUPS for v in row.values.get(g, [])]

@@ -47,6 +47,8 @@ FIELDS = [
     "ngap.TransportLayerAddressIPv4", "ngap.gTP_TEID", "nas_5gs.cmn.dnn", "nas_5gs.sm.pdu_addr_inf_ipv4",
     "ngap.qosFlowIdentifier", "ngap.SourceToTarget_TransparentContainer",
     "ngap.id",  # the IE ids in order: which AMF-UE-NGAP-ID is a PathSwitchRequest's SourceAMF-UE-NGAP-ID
+    # N3 tunnels: each address's raw bits (32, 128 or 160), and how many tunnels each tunnel list holds
+    "ngap.transportLayerAddress", "ngap.UPTransportLayerInformationList", "ngap.additionalDLQosFlowPerTNLInformation",
 ]
 CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
 # TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).

@@ -14,6 +14,18 @@ follows the rules docs/5g.md states, written out again here by message-type numb
   REJECT also rejects the registration; an establishment accepted inside an N2 setup request ends
   with that request's response (set up: success, failed list: failure) or fails with a UE context
   release; one accepted by a NAS transport alone stays incomplete (no N2 setup carried it).
+- An accept reaches the UE only if its carrier did: a REGISTRATION / SERVICE / PDU SESSION ESTABLISHMENT
+  ACCEPT inside an InitialContextSetupRequest (TS 38.413 8.3.1) is delivered by the InitialContextSetupResponse
+  and lost with the InitialContextSetupFailure (8.3.1.3: failure). A REGISTRATION ACCEPT giving a new 5G-GUTI
+  (a 5G-TMSI in it) is done only when the UE's REGISTRATION COMPLETE acknowledges it (TS 24.501 5.5.1.2.4);
+  none in the capture: incomplete.
+- NGAP class-1 procedures of a UE context (TS 38.413 8.2.1-8.2.3, 8.3.1, 8.3.3, 8.4.*) end with their
+  successful / unsuccessful outcome; a UE context release also with an ERROR INDICATION from the peer of its
+  last request (8.7.5, 10.6: the peer does not know the ids). NG Reset (8.7.4) is not UE-associated: one
+  instance per association, keyed (association, None, None, 0). An N2 PDU session resource setup request item
+  of a session whose establishment accept is not in that PDU re-activates the user plane of a session
+  established before (TS 24.501 5.6.1.4): its own instance, set up or failed by the response's lists (or lost
+  with an InitialContextSetupFailure).
 - Each instance names the rule row (docs/5g.md) that decided it, from the message and condition
   seen here; a failure's cause carries the name `tshark -G values` gives its code and, for NGAP,
   the cause field's group; an establishment its accept's PDU address; an incomplete instance the
@@ -53,7 +65,8 @@ def _add(name: str, role: str, rule: str, *events: tuple[int | str, ...]) -> Non
 
 
 _add("Registration", "start", "", ("mm", 0x41))
-_add("Registration", "success", "registration-accept", ("mm", 0x42))
+_add("Registration", "nas-accept", "registration-accept", ("mm", 0x42))  # once delivered (and acknowledged)
+_add("Registration", "success", "registration-complete", ("mm", 0x43))
 _add("Registration", "reject", "registration-reject", ("mm", 0x44))
 _add("Registration", "reject", "registration-auth-reject", ("mm", 0x58))  # TS 24.501 5.4.1.3.5: auth reject ends it
 _add("Authentication", "start", "", ("mm", 0x56))
@@ -64,7 +77,7 @@ _add("Security Mode", "start", "", ("mm", 0x5D))
 _add("Security Mode", "success", "security-mode-complete", ("mm", 0x5E))
 _add("Security Mode", "failure", "security-mode-reject", ("mm", 0x5F))
 _add("Service Request", "start", "", ("mm", 0x4C))
-_add("Service Request", "success", "service-accept", ("mm", 0x4E))
+_add("Service Request", "nas-accept", "service-accept", ("mm", 0x4E))  # once delivered
 _add("Service Request", "reject", "service-reject", ("mm", 0x4D))
 _add("Deregistration", "start", "", ("mm", 0x45), ("mm", 0x47))
 _add("Deregistration", "success", "deregistration-accept", ("mm", 0x46), ("mm", 0x48))
@@ -89,9 +102,23 @@ for _code, _name, _ok, _failed in ((12, "Handover Preparation", "handover-comman
     _add(_name, "failure", _failed, ("ngap", _code, 2))
 _add("UE Context Release", "start", "", ("ngap", 42, 0), ("ngap", 41, 0))
 _add("UE Context Release", "success", "ue-context-release-complete", ("ngap", 41, 1))
+_add("UE Context Release", "error-indication", "ue-context-release-error-indication", ("ngap", 9, 0))
+_add("Initial Context Setup", "start", "", ("ngap", 14, 0))
+_add("Initial Context Setup", "success", "initial-context-setup-response", ("ngap", 14, 1))
+_add("Initial Context Setup", "failure", "initial-context-setup-failure", ("ngap", 14, 2))
+for _code, _name, _ok in ((29, "PDU Session Resource Setup", "pdu-resource-setup-response"),
+                          (26, "PDU Session Resource Modify", "pdu-resource-modify-response"),
+                          (28, "PDU Session Resource Release", "pdu-resource-release-response")):
+    _add(_name, "start", "", ("ngap", _code, 0))
+    _add(_name, "success", _ok, ("ngap", _code, 1))
+# Started per N2 setup request item (not by the message itself): handled by _reactivations.
+_add("PDU Session Re-activation", "start", "", ("ngap", 29, 0), ("ngap", 14, 0))
+_add("NG Reset", "start", "", ("ngap", 20, 0))
+_add("NG Reset", "success", "ng-reset-acknowledge", ("ngap", 20, 1))
+REACTIVATION, NG_RESET = "PDU Session Re-activation", "NG Reset"
 # The N2 request that carried an establishment's accept names the rule its response sets the session up by.
 N2_SETUP_RULES = {29: "pdu-setup-response", 14: "pdu-initial-context-setup"}
-PER_SESSION = {"PDU Session Establishment", "PDU Session Modification", "PDU Session Release"}
+PER_SESSION = {"PDU Session Establishment", "PDU Session Modification", "PDU Session Release", REACTIVATION}
 
 Found = tuple[UeKey, str, int | None, int, int, float | None, str, str | None, int | None]
 Event = tuple[int | str, ...]
@@ -127,6 +154,17 @@ class Open:
     accept: int | None = None  # establishment: the frame of its accept
     n2_rule: str | None = None  # establishment: the rule the response to the N2 request carrying it decides by
     ue_ipv4: str | None = None
+    carrier: int | None = None  # the InitialContextSetupRequest frame whose outcome delivers its accept
+    guti_tmsi: int | None = None  # registration: the 5G-TMSI of the new 5G-GUTI its accept gave
+
+
+def non_ue_key(assoc: tuple[str, str, int]) -> UeKey:
+    """How an instance of no UE context (NG Reset) is keyed: its association, no ids."""
+    return (*assoc, None, None, 0)
+
+
+def sender(row: Row) -> str:
+    return f"{row.values.get('ip.src', ['?'])[0]}:{row.values.get('sctp.srcport', ['?'])[0]}"
 
 
 def ngap_cause(row: Row) -> Cause | None:
@@ -141,7 +179,9 @@ def ngap_cause(row: Row) -> Cause | None:
 def _events(row: Row) -> list[tuple[Event, Cause | None]]:
     """(event, cause) in the order diagd reads a PDU: NGAP, 5GMM, 5GSM."""
     mm, sm = row.ints("nas_5gs.mm.message_type"), row.ints("nas_5gs.sm.message_type")
-    if len(mm) > 1 and mm[:2] != [0x5E, 0x41]:
+    # A further 5GMM type is the message a container carries: the REGISTRATION REQUEST in a SECURITY MODE COMPLETE
+    # (24.501 5.4.2.3), or an initial message again, whole, in its own NAS message container (4.4.6).
+    if len(mm) > 1 and mm[:2] not in ([0x5E, 0x41], [0x4C, 0x4C], [0x41, 0x41]):
         raise OracleCannotTell(f"frame {row.frame}: 5GMM types {mm}: which are nested is not clear from fields")
     if len(sm) > 1:
         raise OracleCannotTell(f"frame {row.frame}: several 5GSM messages")
@@ -198,8 +238,10 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                              cause.kind if failed and cause else None, cause.code if failed and cause else None),
                             cause if failed else None, rule, o.ue_ipv4, why))
 
+    resets: dict[tuple[str, str, int], Open] = {}
     for row, owner in zip(rows, owners, strict=True):
         if owner is None:
+            _ng_reset(row, resets, close)
             continue
         psi = row.one("nas_5gs.pdu_session_id")
         if row.values.get("nas_5gs.mm.switch_off") == ["1"] and row.ints("nas_5gs.mm.message_type")[:1] == [0x45]:
@@ -208,13 +250,35 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
             continue
         for event, cause in _events(row):
             for name, role, rule in TABLE.get(event, []):
+                if name in (REACTIVATION, NG_RESET):
+                    continue
                 slot: Slot = (owner, name, psi if name in PER_SESSION else None)
+                if role == "nas-accept":
+                    if slot not in opened:
+                        orphaned.append((owner, name, rule))
+                        continue
+                    o = opened[slot]
+                    o.last, o.accept = row, row.frame
+                    if o.frames[-1] != row.frame:
+                        o.frames.append(row.frame)
+                    o.carrier = row.frame if (row.proc, row.pdu_type) == (14, 0) else None
+                    o.guti_tmsi = row.one("nas_5gs.5g_tmsi") if event == ("mm", 0x42) else None
+                    if o.carrier is None and o.guti_tmsi is None:
+                        close(slot, opened.pop(slot), "success", None, rule)
+                    continue
+                if role == "error-indication":
+                    if slot in opened and sender(opened[slot].last) != sender(row):
+                        o = opened.pop(slot)
+                        o.last = row
+                        close(slot, o, "failure", cause, rule)
+                    continue
                 if role == "accepted":
                     if slot in opened:
                         o = opened[slot]
                         o.last, o.accept = row, row.frame
                         o.ue_ipv4 = (row.values.get("nas_5gs.sm.pdu_addr_inf_ipv4") or [None])[0]
                         o.n2_rule = N2_SETUP_RULES.get(row.proc) if row.pdu_type == 0 else None
+                        o.carrier = row.frame if (row.proc, row.pdu_type) == (14, 0) else None
                         order[slot] = next(tick)
                     continue
                 if role == "start":
@@ -238,30 +302,102 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                 o = opened.pop(slot)
                 o.last = row
                 close(slot, o, role, cause, rule)
+        _reactivations(row, owner, opened, order, tick, close)
         _n2_answers(row, owner, opened, close)
+        if row.proc == 14 and row.pdu_type in (1, 2):
+            _carried(row, owner, opened, close)
     last_in_assoc = {row.assoc: row.frame for row in rows}
+    for assoc, o in resets.items():
+        close((non_ue_key(assoc), NG_RESET, None), o, "incomplete", None, "unanswered", (
+            f"no answer: the association carried NGAP until frame {last_in_assoc[assoc]}",)
+              if last_in_assoc[assoc] > o.last.frame else ("the capture ends before any answer",))
+
+    def _silence(owner: UeKey, o: Open) -> tuple[str, ...]:
+        """Why no answer, from what came after the instance's last message: more of its UE context, the context's
+        end (a reused id ended it: ngap_oracle.contexts), more of its association, or nothing (the capture ends)."""
+        if last_of[owner] > o.last.frame:
+            return (f"no answer: the UE context carried NGAP until frame {last_of[owner]} (",)
+        if ended[owner] is not None:
+            return (f"no answer before the UE context ended ({ended[owner]})",)
+        if last_in_assoc[owner[:3]] > o.last.frame:
+            return ("no answer: this UE context fell silent while its association carried NGAP until frame "
+                    f"{last_in_assoc[owner[:3]]}",)
+        return ("the capture ends before any answer",)
+
     for slot, o in opened.items():
-        if o.accept is not None and o.n2_rule is None:
+        if slot[1] == "Registration" and o.accept is not None and o.carrier is None:
+            close(slot, o, "incomplete", None, "registration-complete-missing", (
+                f"accepted in frame {o.accept} with a new 5G-GUTI (5G-TMSI {o.guti_tmsi}), then no REGISTRATION "
+                "COMPLETE: ", *_silence(slot[0], o)))
+            continue
+        if slot[1] == "PDU Session Establishment" and o.accept is not None and o.n2_rule is None:
             close(slot, o, "incomplete", None, "pdu-accept-without-n2",
                   (f"accepted in frame {o.accept} by a NAS transport; no N2 PDU session resource setup carried "
                    "the accept",))
             continue
-        # Why no answer, from what came after the instance's last message: more of its UE context, the context's
-        # end (a reused id ended it: ngap_oracle.contexts), more of its association, or nothing (the capture ends).
-        owner = slot[0]
-        if last_of[owner] > o.last.frame:
-            says: tuple[str, ...] = (f"no answer: the UE context carried NGAP until frame {last_of[owner]} (",)
-        elif ended[owner] is not None:
-            says = (f"no answer before the UE context ended ({ended[owner]})",)
-        elif last_in_assoc[owner[:3]] > o.last.frame:
-            says = ("no answer: this UE context fell silent while its association carried NGAP until frame "
-                    f"{last_in_assoc[owner[:3]]}",)
-        else:
-            says = ("the capture ends before any answer",)
+        says = _silence(slot[0], o)
         if o.accept is not None:
-            says = (f"accepted in frame {o.accept}, then no N2 setup response: ", *says)
+            carrier = "InitialContextSetup" if slot[1] in ("Registration", "Service Request") else "N2 setup"
+            says = (f"accepted in frame {o.accept}, then no {carrier} response: ", *says)
         close(slot, o, "incomplete", None, "unanswered", says)
     return found, orphaned
+
+
+def _ng_reset(row: Row, resets: dict[tuple[str, str, int], Open], close: Callable[..., None]) -> None:
+    """NG RESET (either side) and its NG RESET ACKNOWLEDGE on one association (TS 38.413 8.7.4)."""
+    slot = (non_ue_key(row.assoc), NG_RESET, None)
+    if (row.proc, row.pdu_type) == (20, 0):
+        if row.assoc in resets:
+            close(slot, resets.pop(row.assoc), "incomplete", None, "restarted",
+                  (f"a new NG Reset started in frame {row.frame} before any answer",))
+        resets[row.assoc] = Open(("ngap", 20, 0), row, row, [row.frame])
+    elif (row.proc, row.pdu_type) == (20, 1) and row.assoc in resets:
+        o = resets.pop(row.assoc)
+        o.last = row
+        close(slot, o, "success", None, "ng-reset-acknowledge")
+
+
+def _reactivations(row: Row, owner: UeKey, opened: dict[Slot, Open], order: dict[Slot, int],
+                   tick: itertools.count[int], close: Callable[..., None]) -> None:
+    """Each session an N2 setup request sets up without its establishment accept beside it: a re-activation."""
+    if row.proc not in (29, 14) or row.pdu_type != 0:
+        return
+    accepted = row.one("nas_5gs.pdu_session_id") if 0xC2 in row.ints("nas_5gs.sm.message_type") else None
+    for psi in sorted(set(row.ints("ngap.pDUSessionID")) - {accepted}):
+        slot = (owner, REACTIVATION, psi)
+        event = ("ngap", row.proc, 0)
+        if slot in opened and opened[slot].start != event:
+            opened[slot].last = row
+            if opened[slot].frames[-1] != row.frame:
+                opened[slot].frames.append(row.frame)
+        else:
+            if slot in opened:
+                close(slot, opened.pop(slot), "incomplete", None, "restarted",
+                      (f"a new {REACTIVATION} started in frame {row.frame} before any answer",))
+            opened[slot] = Open(event, row, row, [row.frame])
+        opened[slot].carrier = row.frame if row.proc == 14 else None
+        order[slot] = next(tick)
+
+
+def _carried(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callable[..., None]) -> None:
+    """An InitialContextSetupResponse (1) / Failure (2): what its request carried reached the UE / did not."""
+    delivered = row.pdu_type == 1
+    for slot in [s for s in opened if s[0] == owner and opened[s].carrier is not None]:
+        o = opened[slot]
+        o.carrier = None
+        o.last = row
+        if o.frames[-1] != row.frame:
+            o.frames.append(row.frame)
+        cause = None if delivered else ngap_cause(row)
+        if slot[1] == "Registration" and (not delivered or o.guti_tmsi is None):
+            close(slot, opened.pop(slot), "success" if delivered else "failure", cause,
+                  "registration-accept" if delivered else "registration-accept-undelivered")
+        elif slot[1] == "Service Request":
+            close(slot, opened.pop(slot), "success" if delivered else "failure", cause,
+                  "service-accept" if delivered else "service-accept-undelivered")
+        elif not delivered and slot[1] in ("PDU Session Establishment", REACTIVATION):
+            close(slot, opened.pop(slot), "failure", cause,
+                  "pdu-accept-undelivered" if slot[1] == "PDU Session Establishment" else "reactivation-failed")
 
 
 def _n2_answers(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callable[..., None]) -> None:
@@ -272,6 +408,8 @@ def _n2_answers(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callabl
                      + row.ints("ngap.PDUSessionResourceFailedToSetupListCxtRes"))
         psis = sorted(set(row.ints("ngap.pDUSessionID")))
         waiting = [p for p in psis if (o := opened.get((owner, "PDU Session Establishment", p))) and o.n2_rule]
+        if (len(psis) != 1 or ok + failed != 1) and any((owner, REACTIVATION, p) in opened for p in psis):
+            raise OracleCannotTell(f"frame {row.frame}: several PDU sessions in one N2 setup response")
         if len(psis) != 1 or ok + failed != 1:
             if waiting:
                 raise OracleCannotTell(f"frame {row.frame}: several PDU sessions in one N2 setup response")
@@ -284,6 +422,13 @@ def _n2_answers(row: Row, owner: UeKey, opened: dict[Slot, Open], close: Callabl
                 close(slot, o, "success", None, o.n2_rule)
             else:
                 close(slot, o, "failure", ngap_cause(row) or Cause("NGAP", None, None, None), "pdu-setup-failed")
+        elif (again := (owner, REACTIVATION, psis[0])) in opened:
+            o = opened.pop(again)
+            o.last = row
+            if ok:
+                close(again, o, "success", None, "reactivation-setup")
+            else:
+                close(again, o, "failure", ngap_cause(row) or Cause("NGAP", None, None, None), "reactivation-failed")
     elif row.proc in (41, 42) and row.pdu_type == 0:
         for slot in [s for s in opened if s[0] == owner and s[1] == "PDU Session Establishment"]:
             o = opened.pop(slot)
@@ -302,10 +447,10 @@ class Link(NamedTuple):
     interface: str  # N4 | SBI
     frame: int
     response_frame: int | None
-    by: str  # "UE IPv4" (PFCP PDI = the accept's PDU address), "SUPI" (in the path = the UE's SUCI), "window"
+    by: str  # "UE IPv4" (PFCP PDI or JSON ueIpv4Address = the accept's PDU address), "SUPI" (path or JSON), "window"
 
 
-SBI_PATH = r"^/(nsmf-pdusession/v1/sm-contexts|namf-comm/v1/ue-contexts/[^/]+/n1-n2-messages)$"
+SBI_PATH = r"^/(nsmf-pdusession/v1/(sm-contexts|pdu-sessions)|namf-comm/v1/ue-contexts/[^/]+/n1-n2-messages)$"
 
 
 def _lines(path: Path, *args: str) -> list[list[str]]:
@@ -314,35 +459,86 @@ def _lines(path: Path, *args: str) -> list[list[str]]:
     return [line.split("\t") for line in out.splitlines()]
 
 
+def _headers(path: Path, dec: list[str]) -> list[tuple[str, str, str, str]]:
+    """(frame, tcp.stream, stream id, path) of each HTTP/2 request of SBI_PATH: the stream id of the frame's HEADERS
+    (the HTTP/2 frame of type 1: a segment may carry a SETTINGS ACK on stream 0 before it)."""
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-2", *dec, "-Y", f'http2.headers.path matches "{SBI_PATH}"',
+                          "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=\x1f", "-e", "frame.number", "-e",
+                          "tcp.stream", "-e", "http2.streamid", "-e", "http2.type", "-e", "http2.headers.path"],
+                         check=True, capture_output=True, text=True).stdout
+    found = []
+    for frame, stream, sids, kinds, uri in (line.split("\t") for line in out.split("\n") if line):
+        found.append((frame, stream, sids.split("\x1f")[kinds.split("\x1f").index("1")], uri.split("\x1f")[0]))
+    return found
+
+
+def _bodies(path: Path, dec: list[str]) -> list[tuple[int, tuple[str, str] | None, list[str]]]:
+    """(frame, (tcp.stream, HTTP/2 stream id) or None, every JSON path_with_value) of each frame whose JSON has a
+    supi or ueIpv4Address member; the HTTP/2 key only when the frame carries one stream (besides stream 0)."""
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-2", *dec, "-Y", 'json.key == "supi" || json.key == '
+                          '"ueIpv4Address"', "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=\x1f",
+                          "-e", "frame.number", "-e", "tcp.stream", "-e", "http2.streamid", "-e",
+                          "json.path_with_value"], check=True, capture_output=True, text=True).stdout
+    found: list[tuple[int, tuple[str, str] | None, list[str]]] = []
+    for frame, stream, sids, members in (line.split("\t") for line in out.split("\n") if line):
+        streams = set(sids.split("\x1f")) - {"", "0"}
+        found.append((int(frame), (stream, streams.pop()) if len(streams) == 1 else None, members.split("\x1f")))
+    return found
+
+
+def member(bodies: list[list[str]], name: str) -> str | None:
+    """The value of the top-level JSON member `name` in the first of these bodies that has one."""
+    for members in bodies:
+        for m in members:
+            if m.startswith(f"/{name}:") and m[len(name) + 2:]:
+                return m[len(name) + 2:]
+    return None
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
 def core_links(path: Path, decode_as: str | None) -> tuple[int, dict[tuple[UeKey, int, int], list[Link]]]:
-    """The N4 (PFCP session establishment) and SBI (CreateSMContext, N1N2MessageTransfer) requests of a
-    capture holding one run's N2, N4 and SBI views, and the establishment instance (UE, PDU session id, first
-    frame) each belongs to, strongest evidence first: the PFCP UE IP equals one establishment's accept PDU
-    address; the N1N2 path's SUPI is imsi-<MCC><MNC><MSIN> of one UE's null-scheme SUCI whose establishment
-    is under way then; else the only establishment under way (first frame to last, to the last NGAP frame
-    if unanswered). Returns (requests, links)."""
+    """The N4 (PFCP session establishment) and SBI (CreateSMContext, N1N2MessageTransfer, a V-SMF's
+    Nsmf_PDUSession Create) requests of a capture holding one run's N2, N4 and SBI views, and the establishment
+    instance (UE, PDU session id, first frame) each belongs to, strongest evidence first: the PFCP UE IP, or
+    the ueIpv4Address of the JSON answering a request, equals one establishment's accept PDU address; the
+    N1N2 path's SUPI, or the top-level `supi` of the request's JSON, is imsi-<MCC><MNC><MSIN> of one UE's
+    null-scheme SUCI whose establishment is under way then (of the JSON's pduSessionId, when it has one);
+    else the only establishment under way (first frame to last, to the last NGAP frame if unanswered).
+    Returns (requests, links)."""
     return disk_cached(path, f"core-links-{decode_as}", lambda p: _core_links(p, decode_as))
 
 
 def _core_links(path: Path, decode_as: str | None) -> tuple[int, dict[tuple[UeKey, int, int], list[Link]]]:
     dec = ["-d", decode_as] if decode_as else []
-    requests: list[tuple[str, int, float, int | None, str | None, str | None]] = []  # (if, frame, time, resp, ip, supi)
+    # (interface, frame, time, response, UE IP, SUPI, PDU session id)
+    requests: list[tuple[str, int, float, int | None, str | None, str | None, int | None]] = []
     times = {int(r[0]): float(r[1]) for r in _lines(path, *dec, "-e", "frame.number", "-e", "frame.time_epoch")}
     for r in _lines(path, "-Y", "pfcp.msg_type == 50", "-e", "frame.number", "-e", "pfcp.response_in",
                     "-e", "pfcp.ue_ip_addr_ipv4"):
-        requests.append(("N4", int(r[0]), times[int(r[0])], int(r[1]) if r[1] else None, r[2] or None, None))
-    h2 = _lines(path, *dec, "-Y", f'http2.headers.path matches "{SBI_PATH}"', "-e", "frame.number",
-                "-e", "tcp.stream", "-e", "http2.streamid", "-e", "http2.headers.path")
+        requests.append(("N4", int(r[0]), times[int(r[0])], int(r[1]) if r[1] else None, r[2] or None, None, None))
+    bodies = _bodies(path, dec)
+    h2 = _headers(path, dec)
     answers = _lines(path, *dec, "-Y", "http2.headers.status", "-e", "frame.number", "-e", "tcp.stream",
                      "-e", "http2.streamid")
     for frame, stream, sid, uri in ((int(r[0]), r[1], r[2], r[3]) for r in h2):
         later = [int(a[0]) for a in answers if (a[1], a[2]) == (stream, sid) and int(a[0]) > frame]
         supi = uri.split("/ue-contexts/")[1].split("/")[0] if "/ue-contexts/imsi-" in uri else None
-        requests.append(("SBI", frame, times[frame], min(later, default=None), None, supi))
+        answer = min(later, default=None)
+        sent = [m for f, key, m in bodies if key == (stream, sid) and frame <= f < (answer or 1 << 40)]
+        got = [m for f, key, m in bodies if key == (stream, sid) and answer is not None and f >= answer]
+        requests.append(("SBI", frame, times[frame], answer, member(got, "ueIpv4Address"),
+                         supi or member(sent, "supi"), _int(member(sent, "pduSessionId"))))
     for r in _lines(path, "-Y", f'http.request.method == "POST" && !gtp && http.request.uri matches "{SBI_PATH}"',
                     "-e", "frame.number", "-e", "http.response_in", "-e", "http.request.uri"):
         supi = r[2].split("/ue-contexts/")[1].split("/")[0] if "/ue-contexts/imsi-" in r[2] else None
-        requests.append(("SBI", int(r[0]), times[int(r[0])], int(r[1]) if r[1] else None, None, supi))
+        sent = [m for f, _, m in bodies if f == int(r[0])]
+        got = [m for f, _, m in bodies if r[1] and f == int(r[1])]
+        requests.append(("SBI", int(r[0]), times[int(r[0])], int(r[1]) if r[1] else None,
+                         member(got, "ueIpv4Address"), supi or member(sent, "supi"),
+                         _int(member(sent, "pduSessionId"))))
     rows, owners = owned_rows(path)
     suci: dict[UeKey, str] = {}
     for row, owner in zip(rows, owners, strict=True):
@@ -353,10 +549,11 @@ def _core_links(path: Path, decode_as: str | None) -> tuple[int, dict[tuple[UeKe
     est = [d for d in details(path) if d.found[1] == "PDU Session Establishment"]
     window = {d.found: (times[d.found[3]], end if d.found[6] == "incomplete" else times[d.found[4]]) for d in est}
     links: dict[tuple[UeKey, int, int], list[Link]] = {(d.found[0], d.found[2] or 0, d.found[3]): [] for d in est}
-    for kind, frame, time, response, ip, supi in sorted(requests, key=lambda r: r[1]):
+    for kind, frame, time, response, ip, supi, psi in sorted(requests, key=lambda r: r[1]):
         under_way = [d for d in est if window[d.found][0] <= time <= window[d.found][1]]
         by_ip = [d for d in est if ip and d.ue_ipv4 == ip]
-        by_supi = [d for d in under_way if supi and suci.get(d.found[0]) == supi]
+        by_supi = [d for d in under_way if supi and suci.get(d.found[0]) == supi
+                   and (psi is None or d.found[2] is None or d.found[2] == psi)]
         for hits, by in ((by_ip, "UE IPv4"), (by_supi, "SUPI"), (under_way, "window")):
             if len(hits) == 1:
                 links[(hits[0].found[0], hits[0].found[2] or 0, hits[0].found[3])].append(

@@ -133,6 +133,11 @@ def analyse(pdus: list[NgapPdu]) -> Analysis:
     return Analysis(list(associations.values()), contexts, owner, pdus, links, groups, warnings, unlinked)
 
 
+# How to include ciphered NAS: Wireshark deciphers NEA0 only (nas-5gs.null_decipher), it holds no NAS keys.
+NAS_HOW = ("To include them: null_decipher=true (the default) reads NAS under NEA0; NAS ciphered with NEA1/2/3 "
+           "needs a capture taken with the AMF's ciphering set to NEA0")
+
+
 def _warnings(associations: list[Association], contexts: list[Context], pdus: list[NgapPdu]) -> list[str]:
     """What the reader of a summary must know about what it could not see."""
     warnings: list[str] = []
@@ -146,7 +151,7 @@ def _warnings(associations: list[Association], contexts: list[Context], pdus: li
     if undecoded:
         warnings.append(f"{undecoded} security-protected NAS PDUs did not decode into a plain message (ciphered "
                         "with a real algorithm, or null_decipher=false): their registrations, rejects and "
-                        "PDU sessions are invisible")
+                        f"PDU sessions are invisible. {NAS_HOW}")
     headless = [c for c in contexts if not any(p.procedure_code == PROC_INITIAL_UE_MESSAGE for p in c.pdus)]
     if headless:
         warnings.append(f"{len(headless)} UE contexts have no InitialUEMessage in the capture (it started "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from diagd.actors.pcap.ngap.associations import Analysis, Context, analyse
 from diagd.actors.pcap.ngap.pdus import NgapPdu
-from diagd.actors.pcap.ngap.procedures import ESTABLISHMENT, Instance, track_all
+from diagd.actors.pcap.ngap.procedures import ESTABLISHMENT, REACTIVATION, Instance, track_all, track_association
 
 
 @dataclass
@@ -21,10 +21,13 @@ class Model:
     by_context: list[tuple[Context, list[Instance]]] = field(default_factory=list)
     # Beside by_context, per context: (procedure, rule id) of answers whose request is outside the capture.
     orphans: list[list[tuple[str, str]]] = field(default_factory=list)
+    # Non-UE-associated procedure instances (NG Reset), per association, in capture order.
+    non_ue: list[Instance] = field(default_factory=list)
 
     @property
     def instances(self) -> list[Instance]:
-        return [i for _, found in self.by_context for i in found]
+        """Every instance: each UE context's, then the non-UE-associated ones."""
+        return [*(i for _, found in self.by_context for i in found), *self.non_ue]
 
     def establishment(self, ctx: Context, psi: int, request_frame: int) -> Instance | None:
         """The PDU session establishment instance a request opened."""
@@ -34,9 +37,16 @@ class Model:
                              and i.first.frame == request_frame), None)
         return None
 
+    def reactivations(self, ctx: Context, psi: int) -> list[Instance]:
+        """The user-plane re-activations of one PDU session of a context, in capture order."""
+        return [i for owner, found in self.by_context if owner is ctx for i in found
+                if i.procedure.name == REACTIVATION and i.psi == psi]
+
 
 def build(pdus: list[NgapPdu]) -> Model:
     analysis = analyse(pdus)
     tracked = [(ctx, *track_all(ctx, analysis)) for ctx in analysis.contexts]
+    non_ue = [i for assoc in analysis.associations
+              for i in track_association(assoc, [p for p in assoc.pdus if analysis.owner.get(id(p)) is None])]
     return Model(pdus, analysis, [(ctx, found) for ctx, found, _ in tracked],
-                 [orphans for _, _, orphans in tracked])
+                 [orphans for _, _, orphans in tracked], sorted(non_ue, key=lambda i: i.first.frame))

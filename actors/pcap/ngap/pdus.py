@@ -62,6 +62,31 @@ class NasMessage:
         return repr((plmn, parts))
 
 
+# Where a session item's GTP tunnels sit (TS 38.413 9.3.4.1 PDU Session Resource Setup Request Transfer,
+# 9.3.4.2 ... Response Transfer): the IE of the transfer by its id, or the response transfer's member.
+UL_TUNNEL, ADDITIONAL_UL_TUNNEL = "UL-NGU-UP-TNLInformation", "AdditionalUL-NGU-UP-TNLInformation"
+DL_TUNNEL, ADDITIONAL_DL_TUNNEL = "dLQosFlowPerTNLInformation", "additionalDLQosFlowPerTNLInformation"
+TUNNEL_IES = {139: UL_TUNNEL, 126: ADDITIONAL_UL_TUNNEL}
+TUNNEL_MEMBERS = {DL_TUNNEL, ADDITIONAL_DL_TUNNEL}
+
+
+@dataclass
+class Tunnel:
+    """One GTP-U tunnel end (UP Transport Layer Information, TS 38.413 9.3.2.2): its transport layer address,
+    a BIT STRING of 32 bits (IPv4), 128 (IPv6) or 160 (IPv4 then IPv6: a dual-stack end, TS 38.414 5.1),
+    whose parts Wireshark shows under it, and its GTP-TEID."""
+
+    where: str  # the transfer's IE or member holding it (UL_TUNNEL, ADDITIONAL_UL_TUNNEL, DL_TUNNEL, ...)
+    ipv4: str | None = None
+    ipv6: str | None = None
+    teid: str | None = None
+
+    def describe(self) -> dict[str, str | None]:
+        """`address` (the IPv4, or the IPv6 of an IPv6-only end), the IPv6 half of a dual-stack one, `teid`."""
+        return {"address": self.ipv4 or self.ipv6, **({"ipv6": self.ipv6} if self.ipv4 and self.ipv6 else {}),
+                "teid": self.teid}
+
+
 @dataclass
 class SessionItem:
     """One item of a PDU session resource list (setup request/response, failed list, release)."""
@@ -70,10 +95,19 @@ class SessionItem:
     psi: int
     cause: dict[str, Any] | None = None
     values: dict[str, list[str]] = field(default_factory=dict)
+    tunnels: list[Tunnel] = field(default_factory=list)
 
     def first(self, name: str) -> str | None:
         got = self.values.get(name)
         return got[0] if got else None
+
+    def tunnel(self, where: str) -> dict[str, str | None]:
+        """The first tunnel held where said, as the summaries show it (address and TEID None: there is none)."""
+        found = next((t for t in self.tunnels if t.where == where), None)
+        return found.describe() if found is not None else {"address": None, "teid": None}
+
+    def tunnels_at(self, where: str) -> list[dict[str, str | None]]:
+        return [t.describe() for t in self.tunnels if t.where == where]
 
 
 @dataclass
@@ -211,6 +245,7 @@ def _cause(frame: int, name: str, value: str, label: str, procedure: str | None)
 def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
     role = SESSION_LIST_ROLES.get(ie_id) if ie_id is not None else None
     item: SessionItem | None = None
+    first_item = len(pdu.items)
     pairs: list[list[str | None]] = []
     for name, value, label in labelled([ie]):
         if name == "ngap.nG_Interface" and ie_id == IE_RESET_TYPE:
@@ -255,6 +290,46 @@ def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
         elif name in ("ngap.gNB_ID", "ngap.ngENB_ID", "ngap.n3IWF_ID") and ie_id == IE_GLOBAL_RAN_NODE_ID:
             pdu.ran_node["ran_node_id"] = f"{name.removeprefix('ngap.')} {value}"
     pdu.reset_pairs.extend((p[0], p[1]) for p in pairs)
+    if role is not None:
+        _read_tunnels(ie, pdu.items[first_item:])
+
+
+def _read_tunnels(ie: Node, items: list[SessionItem]) -> None:
+    """Each GTP tunnel of this list IE's session items, by the tree's structure: a transportLayerAddress
+    (with Wireshark's IPv4 / IPv6 parts under it) and the gTP-TEID after it are one tunnel, held by the
+    nearest IE (a ProtocolIE-Field: its `id` child) or TUNNEL_MEMBERS member above them. Items come in the
+    order of their pDUSessionID fields, as _read_ie made them."""
+    queue = iter(items)
+    item: SessionItem | None = None
+
+    def holder(node: Node) -> str | None:
+        for child in _children(node):
+            name, value = _name_value(child)
+            if name == "ngap.id" and value is not None:
+                return TUNNEL_IES.get(int(value), f"IE {value}")
+        name, _ = _name_value(node)
+        member = name.removeprefix("ngap.") if name and not name.startswith("frame[") else \
+            str(node.get("l", "")).partition(":")[0]
+        return member if member in TUNNEL_MEMBERS else None
+
+    def visit(nodes: list[Node], where: str) -> None:
+        nonlocal item
+        for node in nodes:
+            name, value = _name_value(node)
+            if name == "ngap.pDUSessionID":
+                item = next(queue, None)
+            elif item is not None and value is not None:
+                if name == "ngap.transportLayerAddress":
+                    item.tunnels.append(Tunnel(where))
+                elif item.tunnels and name == "ngap.TransportLayerAddressIPv4":
+                    item.tunnels[-1].ipv4 = value
+                elif item.tunnels and name == "ngap.TransportLayerAddressIPv6":
+                    item.tunnels[-1].ipv6 = value
+                elif item.tunnels and name == "ngap.gTP_TEID" and item.tunnels[-1].teid is None:
+                    item.tunnels[-1].teid = value
+            visit(_children(node), holder(node) or where)
+
+    visit([ie], "")
 
 
 def as_int(value: str) -> int:

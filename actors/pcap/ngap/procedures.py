@@ -2,7 +2,11 @@
 outcome and cause, and latency statistics per procedure type for the whole capture.
 
 Which messages start and end a procedure is data (`PROCEDURES`), not code: message names are
-TS 24.501 (5GMM/5GSM, clause 8) and TS 38.413 (NGAP class-1 procedures, clause 8) names.
+TS 24.501 (5GMM/5GSM, clause 8) and TS 38.413 (NGAP class-1 procedures, clause 8) names. Every N2 step
+that can decide an outcome is a procedure of its own (Initial Context Setup, PDU Session Resource
+Setup / Modify / Release, handovers, path switch, UE context release, NG Reset), and a NAS accept is
+judged by its N2 carrier: inside an InitialContextSetupRequest it reached the UE only if the response
+came (docs/5g-verdicts.md, "What the N2 procedures decide").
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from diagd.actors.pcap.ngap.associations import Analysis, Context
+from diagd.actors.pcap.ngap.associations import Analysis, Association, Context
 from diagd.actors.pcap.ngap.core_links import Establishment, attach, core_messages
 from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
 from diagd.actors.pcap.ngap.rules import RULES, Rule, ending
@@ -24,6 +28,9 @@ RETURNED = "5GMM 0x68 returned"
 PDU_TYPE_INDEX = {"initiatingMessage": 0, "successfulOutcome": 1, "unsuccessfulOutcome": 2}
 N2_SETUP_REQUESTS = {"NGAP 29/0": "pdu-setup-response", "NGAP 14/0": "pdu-initial-context-setup"}
 CONTEXT_RELEASES = {"NGAP 41/0", "NGAP 42/0"}
+ICS_REQUEST, ICS_RESPONSE, ICS_FAILURE = "NGAP 14/0", "NGAP 14/1", "NGAP 14/2"
+ERROR_INDICATION = "NGAP 9/0"
+REGISTRATION_ACCEPT, SERVICE_ACCEPT = "5GMM 0x42", "5GMM 0x4e"
 
 
 @dataclass(frozen=True)
@@ -51,15 +58,24 @@ PROCEDURES: tuple[Procedure, ...] = (
     _p("Handover Resource Allocation", "NGAP 13/0"),  # 8.4.2
     _p("Path Switch", "NGAP 25/0"),  # 8.4.4
     _p("UE Context Release", "NGAP 42/0, NGAP 41/0"),  # 8.3.2 (gNB request) / 8.3.3
+    _p("Initial Context Setup", "NGAP 14/0"),  # 8.3.1
+    _p("PDU Session Resource Setup", "NGAP 29/0"),  # 8.2.1
+    _p("PDU Session Resource Modify", "NGAP 26/0"),  # 8.2.3
+    _p("PDU Session Resource Release", "NGAP 28/0"),  # 8.2.2
+    # An N2 setup request item of a session with no establishment accept beside it (TS 24.501 5.6.1.4: the
+    # Service Request path): started by the item, not by a message (_Tracker._reactivations).
+    _p("PDU Session Re-activation", "NGAP 29/0, NGAP 14/0", per_session=True),
+    _p("NG Reset", "NGAP 20/0"),  # 8.7.4: not UE-associated, one instance per association (track_association)
 )
 NAMES = tuple(p.name for p in PROCEDURES)
-ESTABLISHMENT = "PDU Session Establishment"
+ESTABLISHMENT, REACTIVATION, NG_RESET = "PDU Session Establishment", "PDU Session Re-activation", "NG Reset"
+BY_ITEM_OR_ASSOCIATION = {REACTIVATION, NG_RESET}  # not opened by _step
 
 
 @dataclass
 class Instance:
     procedure: Procedure
-    ue: Context
+    ue: Context | None  # None: a non-UE-associated procedure (NG Reset) of `association`
     psi: int | None
     start_key: str
     first: NgapPdu
@@ -74,11 +90,17 @@ class Instance:
     n2_rule: str | None = None  # establishment: the rule its N2 setup response will close it by
     seq: int = 0  # order of the last message, for answers that name no PDU session
     core: Establishment | None = None  # its N4 / SBI messages, when the capture has them
+    # A NAS accept (registration, service, establishment) or a re-activation riding in an InitialContextSetupRequest
+    # whose outcome is not known yet: delivered only by its response (TS 38.413 8.3.1.2 / 8.3.1.3).
+    carrier: NgapPdu | None = None
+    guti_tmsi: str | None = None  # registration: the 5G-TMSI of the new 5G-GUTI its accept assigned
+    association: Association | None = None  # a non-UE-associated instance's association
 
     def describe(self) -> dict[str, Any]:
         done = self.outcome is not None and self.outcome != "incomplete"
         out: dict[str, Any] = {
-            "procedure": self.procedure.name, "ue": self.ue.label,
+            "procedure": self.procedure.name, "ue": self.ue.label if self.ue is not None else None,
+            **({"association": self.association.label} if self.ue is None and self.association else {}),
             **({"pdu_session_id": self.psi} if self.procedure.per_session else {}),
             "first_frame": self.first.frame, "last_frame": self.last.frame, "start": iso(self.first.time),
             "duration_ms": duration_ms(self.first.time, self.last.time) if done else None,
@@ -123,6 +145,10 @@ def message_keys(pdu: NgapPdu) -> list[tuple[str, NasMessage | None]]:
     return keys
 
 
+def _ngap_key(pdu: NgapPdu) -> str:
+    return f"NGAP {pdu.procedure_code}/{PDU_TYPE_INDEX.get(pdu.pdu_type or '', -1)}"
+
+
 def _cause(pdu: NgapPdu, message: NasMessage | None) -> dict[str, Any] | None:
     if message is not None:
         if message.cause is None:
@@ -148,7 +174,8 @@ class _Tracker:
         self.orphans: list[tuple[str, str]] = []  # (procedure, rule id)
 
     def feed(self, pdu: NgapPdu) -> None:
-        for key, message in message_keys(pdu):
+        keys = message_keys(pdu)
+        for key, message in keys:
             self.seq += 1
             psi = message.psi if message is not None else None
             if key == "5GMM 0x45" and message is not None and message.first("nas_5gs.mm.switch_off") == "1":
@@ -156,11 +183,15 @@ class _Tracker:
                 self._end(self.open.pop(("Deregistration", None)), "deregistration-switch-off")
                 continue
             for proc in PROCEDURES:
-                self._step(proc, key, pdu, message, psi)
+                if proc.name not in BY_ITEM_OR_ASSOCIATION:
+                    self._step(proc, key, pdu, message, psi)
             if key in CONTEXT_RELEASES:
                 self._released(pdu)
+        self._reactivations(pdu, keys)
         for item in pdu.items:
             self._n2_answer(pdu, item)
+        if keys and keys[0][0] in (ICS_RESPONSE, ICS_FAILURE):
+            self._carried(pdu, keys[0][0] == ICS_RESPONSE)
 
     def _start(self, proc: Procedure, key: str, pdu: NgapPdu, psi: int | None) -> None:
         slot = (proc.name, psi if proc.per_session else None)
@@ -181,8 +212,16 @@ class _Tracker:
         if proc.name == ESTABLISHMENT and key == "5GSM 0xc2" and current is not None:
             self._accepted(current, pdu, message, key)
             return
+        if key in (REGISTRATION_ACCEPT, SERVICE_ACCEPT) and proc.name in ("Registration", "Service Request"):
+            if ending(proc.name, key) is not None:
+                self._nas_accept(proc, current, key, pdu, message)
+            return
         rule = ending(proc.name, key)
         if rule is None:
+            return
+        # An ERROR INDICATION answers the release only from the peer of the release's last request; else it
+        # reports something else (it stays a failure of the context), and is no orphan answer either.
+        if key == ERROR_INDICATION and (current is None or (pdu.src is not None and pdu.src == current.last.src)):
             return
         if current is None and proc.per_session and psi is None:
             # An answer naming no PDU session (5GMM STATUS) answers the context's latest NAS exchange.
@@ -201,23 +240,82 @@ class _Tracker:
         self._touch(current, pdu)
         current.accept = pdu
         current.ue_ipv4 = message.first("nas_5gs.sm.pdu_addr_inf_ipv4") if message is not None else None
-        ngap = f"NGAP {pdu.procedure_code}/{PDU_TYPE_INDEX.get(pdu.pdu_type or '', -1)}"
+        ngap = _ngap_key(pdu)
         current.n2_rule = N2_SETUP_REQUESTS.get(ngap)
+        current.carrier = pdu if ngap == ICS_REQUEST else None
+
+    def _nas_accept(self, proc: Procedure, current: Instance | None, key: str, pdu: NgapPdu,
+                    message: NasMessage | None) -> None:
+        """A REGISTRATION / SERVICE ACCEPT: it ends the procedure once it reached the UE (TS 24.501 5.5.1.2.4,
+        5.6.1.4). Inside an InitialContextSetupRequest it is delivered by the response, lost with the failure
+        (TS 38.413 8.3.1); a new 5G-GUTI in a registration accept is acknowledged by REGISTRATION COMPLETE."""
+        rule = RULES["registration-accept" if key == REGISTRATION_ACCEPT else "service-accept"]
+        if current is None:
+            self.orphans.append((proc.name, rule.id))  # an answer to a request outside the capture
+            return
+        self._touch(current, pdu)
+        current.accept = pdu
+        current.carrier = pdu if _ngap_key(pdu) == ICS_REQUEST else None
+        if key == REGISTRATION_ACCEPT and message is not None:
+            current.guti_tmsi = message.first("nas_5gs.5g_tmsi")
+        if current.carrier is None and current.guti_tmsi is None:
+            del self.open[(proc.name, None)]
+            self._end(current, rule.id)
+
+    def _carried(self, pdu: NgapPdu, delivered: bool) -> None:
+        """An InitialContextSetupResponse / Failure: what its request carried was delivered / was not."""
+        for slot, current in list(self.open.items()):
+            if current.carrier is None or current.carrier.frame > pdu.frame:
+                continue
+            current.carrier = None
+            self._touch(current, pdu)
+            name = current.procedure.name
+            cause = None if delivered else _cause(pdu, None)
+            if name == "Registration" and (not delivered or current.guti_tmsi is None):
+                del self.open[slot]
+                self._end(current, "registration-accept" if delivered else "registration-accept-undelivered",
+                          cause=cause)
+            elif name == "Service Request":
+                del self.open[slot]
+                self._end(current, "service-accept" if delivered else "service-accept-undelivered", cause=cause)
+            elif not delivered and name in (ESTABLISHMENT, REACTIVATION):
+                del self.open[slot]  # not listed as failed (that item ended it already): lost with its carrier
+                self._end(current, "pdu-accept-undelivered" if name == ESTABLISHMENT else "reactivation-failed",
+                          cause=cause)
+
+    def _reactivations(self, pdu: NgapPdu, keys: list[tuple[str, NasMessage | None]]) -> None:
+        """Each N2 setup request item of a session whose establishment accept is not beside it: the user plane of a
+        session established before is set up again (TS 24.501 5.6.1.4, TS 38.413 8.2.1 / 8.3.1)."""
+        if not keys or keys[0][0] not in N2_SETUP_REQUESTS:
+            return
+        accepted = {m.psi for _, m in keys if m is not None and m.layer == "5GSM" and m.code == "0xc2"}
+        proc = PROCEDURES[NAMES.index(REACTIVATION)]
+        for item in pdu.items:
+            if item.role == "setup-request" and item.psi not in accepted:
+                self._start(proc, keys[0][0], pdu, item.psi)
+                self.open[(REACTIVATION, item.psi)].carrier = pdu if keys[0][0] == ICS_REQUEST else None
 
     def _n2_answer(self, pdu: NgapPdu, item: SessionItem) -> None:
         if item.role not in ("setup-ok", "setup-failed"):
             return
         current = self.open.get((ESTABLISHMENT, item.psi))
+        ok, slot = item.role == "setup-ok", (ESTABLISHMENT, item.psi)
         if current is None or current.n2_rule is None:
-            return  # a (re)activation of a session established before, or outside the capture
+            current, slot = self.open.get((REACTIVATION, item.psi)), (REACTIVATION, item.psi)
+            if current is None:
+                return  # answers a request outside the capture
+            rule_id = "reactivation-setup" if ok else "reactivation-failed"
+        else:
+            rule_id = current.n2_rule if ok else "pdu-setup-failed"
         self._touch(current, pdu)
-        del self.open[(ESTABLISHMENT, item.psi)]
-        if item.role == "setup-ok":
-            self._end(current, current.n2_rule)
+        current.carrier = None
+        del self.open[slot]
+        if ok:
+            self._end(current, rule_id)
             return
         cause = item.cause or {}
-        self._end(current, "pdu-setup-failed", cause={"kind": "NGAP", "group": cause.get("group"),
-                                                      "code": cause.get("code"), "name": cause.get("cause")})
+        self._end(current, rule_id, cause={"kind": "NGAP", "group": cause.get("group"), "code": cause.get("code"),
+                                           "name": cause.get("cause")})
 
     def _released(self, pdu: NgapPdu) -> None:
         """A UE context release ends every establishment still waiting: it failed, it is not pending."""
@@ -241,29 +339,39 @@ class _Tracker:
         self.done.append(instance)
 
     def finish(self, analysis: Analysis) -> list[Instance]:
-        last_in_assoc = self.ctx.assoc.pdus[-1]
-        last_in_ctx = self.ctx.pdus[-1]
         for instance in self.open.values():
-            if instance.accept is not None and instance.n2_rule is None:
+            name = instance.procedure.name
+            if name == "Registration" and instance.accept is not None and instance.carrier is None:
+                why = (f"accepted in frame {instance.accept.frame} with a new 5G-GUTI (5G-TMSI {instance.guti_tmsi}), "
+                       f"then no REGISTRATION COMPLETE: {self._silence(instance)}")
+                self._end(instance, "registration-complete-missing", why=why)
+                continue
+            if name == ESTABLISHMENT and instance.accept is not None and instance.n2_rule is None:
                 why = (f"accepted in frame {instance.accept.frame} by a NAS transport; no N2 PDU session resource "
                        "setup carried the accept")
                 self._end(instance, "pdu-accept-without-n2", why=why)
                 continue
-            if last_in_ctx.frame > instance.last.frame:
-                why = (f"no answer: the UE context carried NGAP until frame {last_in_ctx.frame} "
-                       f"({duration_ms(instance.last.time, last_in_ctx.time)} ms later)")
-            elif self.ctx.closed:
-                why = f"no answer before the UE context ended ({self.ctx.closed})"
-            elif last_in_assoc.frame > instance.last.frame:
-                why = (f"no answer: this UE context fell silent while its association carried NGAP until frame "
-                       f"{last_in_assoc.frame}")
-            else:
-                why = "the capture ends before any answer"
-            if instance.accept is not None:
+            why = self._silence(instance)
+            if instance.accept is not None and name in ("Registration", "Service Request"):
+                why = f"accepted in frame {instance.accept.frame}, then no InitialContextSetup response: " + why
+            elif instance.accept is not None:
                 why = f"accepted in frame {instance.accept.frame}, then no N2 setup response: " + why
             self._end(instance, "unanswered", why=why)
         self.open.clear()
         return sorted(self.done, key=lambda i: (i.first.frame, NAMES.index(i.procedure.name)))
+
+    def _silence(self, instance: Instance) -> str:
+        """Why no answer came: what followed the instance's last message in its context and association."""
+        last_in_assoc, last_in_ctx = self.ctx.assoc.pdus[-1], self.ctx.pdus[-1]
+        if last_in_ctx.frame > instance.last.frame:
+            return (f"no answer: the UE context carried NGAP until frame {last_in_ctx.frame} "
+                    f"({duration_ms(instance.last.time, last_in_ctx.time)} ms later)")
+        if self.ctx.closed:
+            return f"no answer before the UE context ended ({self.ctx.closed})"
+        if last_in_assoc.frame > instance.last.frame:
+            return (f"no answer: this UE context fell silent while its association carried NGAP until frame "
+                    f"{last_in_assoc.frame}")
+        return "the capture ends before any answer"
 
 
 def percentile(values: list[float], p: int) -> float:
@@ -297,11 +405,12 @@ def _suci_parts(ctx: Context) -> tuple[str, str, str] | None:
 
 
 def link_core(instances: list[Instance], rows: list[dict[str, str]], capture_end: float) -> dict[str, Any]:
-    establishments = [i for i in instances if i.procedure.name == "PDU Session Establishment"]
+    establishments = [i for i in instances if i.procedure.name == "PDU Session Establishment" and i.ue is not None]
     for i in establishments:
+        assert i.ue is not None
         # An unanswered request's window runs to the end of the capture: the core may still be at work.
         end = capture_end if i.outcome == "incomplete" else i.last.time
-        i.core = Establishment(i.first.time, end, i.ue_ipv4, _suci_parts(i.ue))
+        i.core = Establishment(i.first.time, end, i.ue_ipv4, _suci_parts(i.ue), psi=i.psi)
     return attach([i.core for i in establishments if i.core is not None], core_messages(rows))
 
 
@@ -314,3 +423,33 @@ def track_all(ctx: Context, analysis: Analysis) -> tuple[list[Instance], list[tu
     return tracker.finish(analysis), tracker.orphans
 
 
+
+
+def track_association(assoc: Association, pdus: list[NgapPdu]) -> list[Instance]:
+    """The NG Reset instances of one association (TS 38.413 8.7.4: not UE-associated, either side starts it),
+    fed its PDUs that belong to no UE context: NG RESET ACKNOWLEDGE ends the open one."""
+    proc = PROCEDURES[NAMES.index(NG_RESET)]
+    done: list[Instance] = []
+    current: Instance | None = None
+    for pdu in pdus:
+        key = _ngap_key(pdu)
+        if key in proc.start:
+            if current is not None:
+                current.outcome, current.rule = "incomplete", RULES["restarted"]
+                current.why = f"a new {NG_RESET} started in frame {pdu.frame} before any answer"
+                done.append(current)
+            current = Instance(proc, None, None, key, pdu, pdu, frames=[pdu.frame], association=assoc)
+        elif (rule := ending(NG_RESET, key)) is not None and current is not None:
+            current.last = pdu
+            if current.frames[-1] != pdu.frame:
+                current.frames.append(pdu.frame)
+            current.outcome, current.rule = rule.outcome, rule
+            done.append(current)
+            current = None
+    if current is not None:
+        last = assoc.pdus[-1]
+        current.outcome, current.rule = "incomplete", RULES["unanswered"]
+        current.why = (f"no answer: the association carried NGAP until frame {last.frame}" if last.frame >
+                       current.last.frame else "the capture ends before any answer")
+        done.append(current)
+    return done

@@ -16,12 +16,15 @@ def procedures(model: Model, filtered: bool = False, core_rows: list[dict[str, s
     ues = [{"ue": ctx.label, "association": ctx.assoc.label, "gnb": ctx.assoc.gnb, "ran_ue_ngap_id": ctx.ran,
             "amf_ue_ngap_id": ctx.amf, "procedures": [i.describe() for i in found]}
            for ctx, found in model.by_context]
+    # Not UE-associated (NG Reset): under the association that carried them.
+    non_ue = [i.describe() for i in model.non_ue]
     failed = [i.describe() for i in everything if i.outcome in ("reject", "failure")]
     warnings = list(analysis.warnings)
     if filtered:
         warnings.append("display_filter given: procedures are built from the filtered NGAP frames only")
     result: dict[str, Any] = {
-        "ue_count": len(ues), "procedure_count": len(everything), "ues": ues, "statistics": statistics(everything),
+        "ue_count": len(ues), "procedure_count": len(everything), "ues": ues, "non_ue_procedures": non_ue,
+        "statistics": statistics(everything),
         "failed": failed, "incomplete": sum(1 for i in everything if i.outcome == "incomplete"),
         "associations": [a.describe() for a in analysis.associations], "ngap_pdus": len(pdus),
         "percentiles": "nearest rank over completed instances (success, reject, failure)", "warnings": warnings,

@@ -7,8 +7,10 @@ capture built from real frames where the shared corpus has no case.
 
 Message keys are those of procedures.message_keys: "5GMM 0x42" (NAS message type), "NGAP 41/1"
 (procedure code / 0 initiating, 1 successful, 2 unsuccessful outcome). Rows whose condition is
-not one message (switch-off, the N2 setup response, a context release, no answer) have no key and
-are applied by procedures.py by their id.
+not one message (switch-off, the N2 setup response, a context release, an N2 carrier that failed, no
+answer) have no key and are applied by procedures.py by their id. Rows whose message ends the procedure
+only under a condition (an accept is delivered when its N2 carrier succeeded; an ERROR INDICATION answers
+a release only from the peer) have the key and procedures.py checks the condition.
 """
 
 from __future__ import annotations
@@ -39,9 +41,19 @@ def _r(id_: str, procedure: str, outcome: str, clause: str, says: str, *keys: st
 
 REG, AUTH, SMC, SR, DEREG = "Registration", "Authentication", "Security Mode", "Service Request", "Deregistration"
 EST, MOD, REL = "PDU Session Establishment", "PDU Session Modification", "PDU Session Release"
+ICS, REACT = "Initial Context Setup", "PDU Session Re-activation"
 
 TABLE: tuple[Rule, ...] = (
-    _r("registration-accept", REG, "success", "TS 24.501 5.5.1.2.4", "REGISTRATION ACCEPT", "5GMM 0x42"),
+    # The accept counts once it reached the UE: its N2 carrier (InitialContextSetupRequest) answered by the response,
+    # and, when it assigned a new 5G-GUTI, acknowledged by the UE's REGISTRATION COMPLETE (5.5.1.2.4).
+    _r("registration-accept", REG, "success", "TS 24.501 5.5.1.2.4",
+       "REGISTRATION ACCEPT delivered (no new 5G-GUTI: no REGISTRATION COMPLETE due)", "5GMM 0x42"),
+    _r("registration-complete", REG, "success", "TS 24.501 5.5.1.2.4",
+       "REGISTRATION COMPLETE acknowledged the accept", "5GMM 0x43"),
+    _r("registration-accept-undelivered", REG, "failure", "TS 38.413 8.3.1.3 / TS 24.501 5.5.1.2.4",
+       "InitialContextSetupFailure: the REGISTRATION ACCEPT it carried never reached the UE"),
+    _r("registration-complete-missing", REG, "incomplete", "TS 24.501 5.5.1.2.4",
+       "REGISTRATION ACCEPT assigned a new 5G-GUTI, but no REGISTRATION COMPLETE followed"),
     _r("registration-reject", REG, "reject", "TS 24.501 5.5.1.2.5", "REGISTRATION REJECT", "5GMM 0x44"),
     _r("registration-auth-reject", REG, "reject", "TS 24.501 5.4.1.3.5",
        "AUTHENTICATION REJECT ends the registration", "5GMM 0x58"),
@@ -51,7 +63,11 @@ TABLE: tuple[Rule, ...] = (
        "5GMM 0x59"),
     _r("security-mode-complete", SMC, "success", "TS 24.501 5.4.2.3", "SECURITY MODE COMPLETE", "5GMM 0x5e"),
     _r("security-mode-reject", SMC, "failure", "TS 24.501 5.4.2.5", "SECURITY MODE REJECT", "5GMM 0x5f"),
-    _r("service-accept", SR, "success", "TS 24.501 5.6.1.4", "SERVICE ACCEPT", "5GMM 0x4e"),
+    _r("service-accept", SR, "success", "TS 24.501 5.6.1.4",
+       "SERVICE ACCEPT delivered (by a NAS transport, or its InitialContextSetupRequest answered by the response)",
+       "5GMM 0x4e"),
+    _r("service-accept-undelivered", SR, "failure", "TS 38.413 8.3.1.3 / TS 24.501 5.6.1.4",
+       "InitialContextSetupFailure: the SERVICE ACCEPT it carried never reached the UE"),
     _r("service-reject", SR, "reject", "TS 24.501 5.6.1.5", "SERVICE REJECT", "5GMM 0x4d"),
     _r("deregistration-accept", DEREG, "success", "TS 24.501 5.5.2.2.2 / 5.5.2.3.2", "DEREGISTRATION ACCEPT",
        "5GMM 0x46", "5GMM 0x48"),
@@ -69,6 +85,8 @@ TABLE: tuple[Rule, ...] = (
        "the N2 setup response lists the session as failed to set up"),
     _r("pdu-context-released", EST, "failure", "TS 38.413 8.3.2 / 8.3.3",
        "UE context release before the N2 setup response"),
+    _r("pdu-accept-undelivered", EST, "failure", "TS 38.413 8.3.1.3",
+       "InitialContextSetupFailure: the accept it carried never reached the UE"),
     _r("pdu-accept-without-n2", EST, "incomplete", "TS 24.501 6.4.1.3",
        "accepted, but no N2 PDU session resource setup carried the accept"),
     _r("modification-complete", MOD, "success", "TS 24.501 6.3.2.3", "PDU SESSION MODIFICATION COMPLETE",
@@ -91,6 +109,28 @@ TABLE: tuple[Rule, ...] = (
        "NGAP 25/2"),
     _r("ue-context-release-complete", "UE Context Release", "success", "TS 38.413 8.3.3.2",
        "UE CONTEXT RELEASE COMPLETE", "NGAP 41/1"),
+    # The peer does not know the id pair (unknown local UE NGAP ID ...): it answers with ERROR INDICATION.
+    _r("ue-context-release-error-indication", "UE Context Release", "failure", "TS 38.413 8.7.5 / 10.6",
+       "ERROR INDICATION from the peer, with the same UE NGAP ids, answered the release", "NGAP 9/0"),
+    _r("initial-context-setup-response", ICS, "success", "TS 38.413 8.3.1.2", "INITIAL CONTEXT SETUP RESPONSE",
+       "NGAP 14/1"),
+    _r("initial-context-setup-failure", ICS, "failure", "TS 38.413 8.3.1.3", "INITIAL CONTEXT SETUP FAILURE",
+       "NGAP 14/2"),
+    # N2 PDU session resource procedures: class 1 with a successful outcome only; a session the gNB could not set up,
+    # modify or release is an item of the response, judged in the PDU session's own procedure.
+    _r("pdu-resource-setup-response", "PDU Session Resource Setup", "success", "TS 38.413 8.2.1.2",
+       "PDU SESSION RESOURCE SETUP RESPONSE", "NGAP 29/1"),
+    _r("pdu-resource-modify-response", "PDU Session Resource Modify", "success", "TS 38.413 8.2.3.2",
+       "PDU SESSION RESOURCE MODIFY RESPONSE", "NGAP 26/1"),
+    _r("pdu-resource-release-response", "PDU Session Resource Release", "success", "TS 38.413 8.2.2.2",
+       "PDU SESSION RESOURCE RELEASE RESPONSE", "NGAP 28/1"),
+    # A user-plane re-activation: N2 resources set up again for a session established before (Service Request path,
+    # no 5GSM establishment in the request): TS 24.501 5.6.1.4 / TS 38.413 8.2.1 or 8.3.1.
+    _r("reactivation-setup", REACT, "success", "TS 38.413 8.2.1.2 / 8.3.1.2",
+       "the N2 response set the session's user-plane resources up again"),
+    _r("reactivation-failed", REACT, "failure", "TS 38.413 8.2.1.2 / 8.3.1.3",
+       "the N2 response lists the session as failed to set up, or the InitialContextSetup carrying it failed"),
+    _r("ng-reset-acknowledge", "NG Reset", "success", "TS 38.413 8.7.4.2", "NG RESET ACKNOWLEDGE", "NGAP 20/1"),
     # No terminal message: the procedure's own clause defines the answer that never came.
     _r("restarted", "*", "incomplete", "TS 24.501 / TS 38.413",
        "the same request again before any answer (the first one is abandoned)"),

@@ -22,7 +22,15 @@ from diagd.actors.pcap.ngap.codes import (
 )
 from diagd.actors.pcap.ngap.failures import pdu_failures
 from diagd.actors.pcap.ngap.model import Model
-from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
+from diagd.actors.pcap.ngap.pdus import (
+    ADDITIONAL_DL_TUNNEL,
+    ADDITIONAL_UL_TUNNEL,
+    DL_TUNNEL,
+    UL_TUNNEL,
+    NasMessage,
+    NgapPdu,
+    SessionItem,
+)
 from diagd.actors.pcap.ngap.procedures import Instance
 from diagd.actors.pcap.ngap.rules import RULES
 
@@ -102,7 +110,7 @@ def _registration(found: list[Instance], orphans: list[tuple[str, str]]) -> str:
             state = {"success": "accepted", "reject": "rejected"}.get(RULES[rule_id].outcome, state)
     for i in found:
         if i.procedure.name == "Registration":
-            state = {"success": "accepted", "reject": "rejected"}.get(i.outcome or "", "pending")
+            state = {"success": "accepted", "reject": "rejected", "failure": "failed"}.get(i.outcome or "", "pending")
         elif i.procedure.name == "Deregistration" and state != "rejected":
             state = "deregistered"
     return state
@@ -221,13 +229,13 @@ class _Sessions:
                                   "cause": message.cause_text, "message": message.message})
 
     def item(self, ctx: Context, pdu: NgapPdu, item: SessionItem) -> None:
-        tunnel = {"address": item.first("ngap.TransportLayerAddressIPv4"), "teid": item.first("ngap.gTP_TEID")}
         if item.role == "setup-request":
             s = self.session(ctx, item.psi, pdu.frame)
             if s["setup_request_frame"] is not None and s["setup_result"] is not None:
                 return  # a later user-plane (re)activation of an established session, not its establishment
             s["setup_request_frame"] = pdu.frame
-            s["n3_uplink"] = tunnel
+            s["n3_uplink"] = item.tunnel(UL_TUNNEL)
+            _additional(s, "n3_uplink_additional", item.tunnels_at(ADDITIONAL_UL_TUNNEL))
             s["qfis"] = sorted({int(q) for q in item.values.get("ngap.qosFlowIdentifier", [])})
             if item.first("ngap.sST"):
                 s["s_nssai"] = {"sst": item.first("ngap.sST"), "sd": item.first("ngap.sD")}
@@ -240,11 +248,21 @@ class _Sessions:
             s["setup_response_frame"] = pdu.frame
             s["setup_result"] = "setup" if item.role == "setup-ok" else "failed"
             if item.role == "setup-ok":
-                s["n3_downlink"] = tunnel
+                s["n3_downlink"] = item.tunnel(DL_TUNNEL)
+                _additional(s, "n3_downlink_additional", item.tunnels_at(ADDITIONAL_DL_TUNNEL))
             else:
                 s["failures"].append({k: v for k, v in (item.cause or {"frame": pdu.frame, "kind": "NGAP",
                                                                        "code": None, "cause": None}).items()
                                       if k != "pdu_session_id"})
+
+
+def _additional(s: dict[str, Any], key: str, tunnels: list[dict[str, str | None]]) -> None:
+    """A session's additional N3 tunnels (multi-connectivity: AdditionalUL-NGU-UP-TNLInformation,
+    additionalDLQosFlowPerTNLInformation), under `key` only when its N2 setup listed some."""
+    if tunnels:
+        s[key] = tunnels
+    else:
+        s.pop(key, None)
 
 
 def _nas_s_nssai(message: NasMessage, carrier: NasMessage | None) -> dict[str, str | None] | None:
@@ -282,8 +300,13 @@ def _sessions_result(model: Model, sessions: list[dict[str, Any]], unmatched: li
     analysis, pdus = model.analysis, model.pdus
     context_failures = {c.number: [f for p in c.pdus for f in pdu_failures(p)] for c in analysis.contexts}
     by_label = {c.label: c for c in analysis.contexts}
+    until: dict[int, int | None] = {}  # each entry's re-activations: up to the next entry of its session
+    next_entry: dict[tuple[str, int], int] = {}
+    for s in sorted(sessions, key=lambda s: -int(s["first_frame"])):
+        until[id(s)] = next_entry.get((s["ue"], s["pdu_session_id"]))
+        next_entry[(s["ue"], s["pdu_session_id"])] = int(s["first_frame"])
     for s in sessions:
-        _verdict(s, model, by_label[s["ue"]])
+        _verdict(s, model, by_label[s["ue"]], until[id(s)])
         if s["status"] == "no_answer":
             # No 5GSM answer; what the UE context reported next is the likely reason (e.g. a 5GMM status).
             later = [f for f in context_failures[by_label[s["ue"]].number]
@@ -297,6 +320,7 @@ def _sessions_result(model: Model, sessions: list[dict[str, Any]], unmatched: li
     rejected = [s for s in sessions if s["status"] in ("rejected", "setup_failed")]
     result: dict[str, Any] = {
         "session_count": len(sessions), "established_count": len(established), "rejected_count": len(rejected),
+        "reactivation_count": sum(len(s["reactivations"]) for s in sessions),
         "failed_count": sum(1 for s in sessions if s["status"] == "failed"),
         "sessions": sessions, "rejected": rejected,
         "incomplete": [{"ue": s["ue"], "pdu_session_id": s["pdu_session_id"], "status": s["status"]}
@@ -315,10 +339,25 @@ def _sessions_result(model: Model, sessions: list[dict[str, Any]], unmatched: li
     return result
 
 
-def _verdict(s: dict[str, Any], model: Model, ctx: Context) -> None:
-    """The session's outcome, rule and status: those of its establishment instance in the model."""
+def _verdict(s: dict[str, Any], model: Model, ctx: Context, until: int | None) -> None:
+    """The session's outcome, rule and status: those of its establishment instance in the model (or, for a session
+    seen only re-activated, of its re-activation); `reactivations`: the model's re-activations of it before `until`."""
     request = s["establishment_request_frame"]
     instance = model.establishment(ctx, s["pdu_session_id"], request) if request is not None else None
+    again = model.reactivations(ctx, s["pdu_session_id"])
+    s["reactivations"] = [_reactivation(i) for i in again
+                          if s["first_frame"] <= i.first.frame and (until is None or i.first.frame < until)]
+    opened_by = next((i for i in again if i.first.frame == s["setup_request_frame"]), None)
+    if instance is None and request is None and s["establishment_accept_frame"] is None and opened_by is not None:
+        # Seen only as an N2 setup of a session established before the capture: a user-plane re-activation
+        # (TS 24.501 5.6.1.4), judged by its own instance, never an establishment left incomplete.
+        rule_id = opened_by.rule.id if opened_by.rule else ""
+        s.update(outcome=opened_by.outcome, rule=opened_by.rule.text if opened_by.rule else None,
+                 rule_id=rule_id or None, cause=opened_by.cause,
+                 status=REACTIVATION_STATUS.get(rule_id, "reactivation_no_response"))
+        if opened_by.why:
+            s["why"] = opened_by.why
+        return
     if instance is None:
         # Its request is not in the capture (it started later): no instance, so the status is read from what
         # the capture shows of the session, by the same definitions (docs/5g.md).
@@ -331,6 +370,13 @@ def _verdict(s: dict[str, Any], model: Model, ctx: Context) -> None:
     s["status"] = STATUS_BY_RULE.get(instance.rule.id if instance.rule else "", "unknown")
     if s["status"] == "no_answer" and s["establishment_accept_frame"] is not None:
         s["status"] = "no_setup_response"
+
+
+def _reactivation(i: Instance) -> dict[str, Any]:
+    """One user-plane re-activation of a session, as the model decided it."""
+    return {"setup_request_frame": i.first.frame, "last_frame": i.last.frame, "outcome": i.outcome,
+            "rule": i.rule.text if i.rule else None, "rule_id": i.rule.id if i.rule else None, "cause": i.cause,
+            **({"why": i.why} if i.why else {})}
 
 
 def _seen_status(s: dict[str, Any]) -> str:
@@ -347,12 +393,14 @@ def _seen_status(s: dict[str, Any]) -> str:
 
 
 NAS_TRANSPORTS = {"0x67", "0x68"}  # UL / DL NAS TRANSPORT
-FINISHED = {"established", "rejected", "setup_failed", "failed"}  # the rest are `incomplete`
+# The rest are `incomplete`. A session seen only re-activated is never an incomplete establishment.
+FINISHED = {"established", "rejected", "setup_failed", "failed", "reactivated", "reactivation_failed"}
+REACTIVATION_STATUS = {"reactivation-setup": "reactivated", "reactivation-failed": "reactivation_failed"}
 N2_SETUPS = (PROC_PDU_SESSION_SETUP, PROC_INITIAL_CONTEXT_SETUP)
 # Each establishment rule (rules.TABLE) as this summary's status word.
 STATUS_BY_RULE = {
     "pdu-setup-response": "established", "pdu-initial-context-setup": "established",
     "pdu-reject": "rejected", "pdu-returned": "rejected", "pdu-setup-failed": "setup_failed",
-    "pdu-5gmm-status": "failed", "pdu-context-released": "failed",
+    "pdu-5gmm-status": "failed", "pdu-context-released": "failed", "pdu-accept-undelivered": "failed",
     "pdu-accept-without-n2": "accepted_without_n2_setup", "restarted": "no_answer", "unanswered": "no_answer",
 }

@@ -4,10 +4,13 @@ The rows are what `tshark -T fields -E occurrence=a -E aggregator=,` prints for 
 value; several values joined by commas). What must come out is the module's documented behaviour, written out
 again here: PFCP Session Establishment Requests (PFCP message type 50, TS 29.244 table 7.3-1) with the cause of
 their response (type 51); Nsmf_PDUSession CreateSMContext (TS 29.502: POST .../sm-contexts) and
-Namf_Communication N1N2MessageTransfer (TS 29.518: POST .../ue-contexts/{ueContextId}/n1-n2-messages) over
-HTTP/2 (answered on the same TCP stream and stream id, later) or HTTP/1.1 (http.response_in); each linked to one
-establishment by the strongest evidence: UE IPv4 = the NAS accept's PDU address, SUPI = the UE's null-scheme
-SUCI inside its window, else the only establishment whose window (first to last frame) holds the request.
+Namf_Communication N1N2MessageTransfer (TS 29.518: POST .../ue-contexts/{ueContextId}/n1-n2-messages) and, in
+home-routed roaming, the V-SMF's Nsmf_PDUSession Create at the H-SMF (TS 29.502: POST .../pdu-sessions) over
+HTTP/2 (answered on the same TCP stream and stream id, later; the JSON of DATA frames of that stream alone) or
+HTTP/1.1 (http.response_in); each linked to one establishment by the strongest evidence: UE IPv4 (PFCP PDI, or
+the answer's JSON ueIpv4Address) = the NAS accept's PDU address, SUPI (path, or the request JSON's `supi`, with
+its `pduSessionId`) = the UE's null-scheme SUCI inside its window, else the only establishment whose window
+(first to last frame) holds the request.
 """
 
 from __future__ import annotations
@@ -93,8 +96,9 @@ def message(frame: int, time: float, ue_ipv4: str | None = None, supi: str | Non
     return CoreMessage("N4" if ue_ipv4 else "SBI", "m", frame, time, ue_ipv4=ue_ipv4, supi=supi)
 
 
-def est(start: float, end: float, ue_ipv4: str | None = None, supi: bool = False) -> Establishment:
-    return Establishment(start, end, ue_ipv4, ("001", "01", "0000000001") if supi else None)
+def est(start: float, end: float, ue_ipv4: str | None = None, supi: bool = False, psi: int | None = None
+        ) -> Establishment:
+    return Establishment(start, end, ue_ipv4, ("001", "01", "0000000001") if supi else None, psi=psi)
 
 
 def linked(e: Establishment) -> list[tuple[int, str]]:
@@ -153,3 +157,70 @@ def test_no_establishment_leaves_everything_unattached() -> None:
     assert attach([], [message(1, T, "10.45.0.2"), message(2, T, supi="imsi-001010000000001")]) == {
         "n4_sbi_messages": 2, "unattached": 2}
     assert attach([est(T, T + 1)], []) == {"n4_sbi_messages": 0, "unattached": 0}
+
+
+CREATE = "/nsmf-pdusession/v1/pdu-sessions"
+# PduSessionCreateData (TS 29.502 6.1.6.2.9) as json.path_with_value lists it: top-level members only count.
+CREATE_DATA = "/supi:imsi-001010000000001,/pei:imeisv-1,/pduSessionId:5,/dnn:internet,/sNssai/sst:1,/vsmf/supi:imsi-9"
+
+
+def test_a_v_smf_create_at_the_h_smf_is_an_sbi_call_with_what_its_json_names() -> None:
+    """Home-routed roaming: the V-SMF's POST .../pdu-sessions, its JSON (a DATA frame of its stream) naming the SUPI
+    and PDU session id, the H-SMF's answer naming the UE's address (PduSessionCreatedData.ueIpv4Address)."""
+    rows = [  # the request's HEADERS after a SETTINGS ACK and DATA of stream 1, in one segment
+        row(30, T, tcp_stream="7", http2_streamid="0,1,3", http2_type="4,0,1", http2_headers_method="POST",
+            http2_headers_path=CREATE),
+        row(31, T + 0.001, tcp_stream="7", http2_streamid="0,3", json_path_with_value=CREATE_DATA),  # + WINDOW_UPDATE
+        row(32, T + 0.002, tcp_stream="7", http2_streamid="5", json_path_with_value="/supi:imsi-001010000000009"),
+        # DATA of two streams in one frame: its JSON is neither's for sure
+        row(33, T + 0.003, tcp_stream="7", http2_streamid="3,5", json_path_with_value="/pduSessionId:9"),
+        row(34, T + 0.02, tcp_stream="7", http2_streamid="3", http2_headers_status="201"),
+        row(35, T + 0.021, tcp_stream="7", http2_streamid="3",
+            json_path_with_value="/pduType:IPV4,/hcnTunnelInfo/ipv4Addr:10.0.0.1,/ueIpv4Address:10.45.0.7"),
+        # The same call over HTTP/1.1, its JSON in the request's and the response's own frames
+        row(40, T + 1, http_request_method="POST", http_request_uri=CREATE, http_response_in="41",
+            json_path_with_value="/pduSessionId:x,/supi:nai-a@b"),  # no imsi SUPI, no number: neither counts
+        row(41, T + 1.01, http_response_code="201", json_path_with_value="/ueIpv4Address:10.45.0.8"),
+        # A JSON before the request on its stream is not its body
+        row(50, T + 2, tcp_stream="8", http2_streamid="1", json_path_with_value="/supi:imsi-001010000000001"),
+        row(51, T + 2.1, tcp_stream="8", http2_streamid="1", http2_headers_method="POST", http2_headers_path=SMF),
+        # Without http2.type the first stream but 0 is the request's (a SETTINGS ACK before its HEADERS)
+        row(52, T + 3, tcp_stream="9", http2_streamid="0,5,5", http2_headers_method="POST", http2_headers_path=SMF),
+        row(53, T + 3.01, tcp_stream="9", http2_streamid="5", http2_headers_status="201"),
+    ]
+    assert core_messages(rows) == [
+        CoreMessage("SBI", "Nsmf_PDUSession Create", 30, T, 34, T + 0.02, "HTTP 201", ue_ipv4="10.45.0.7",
+                    supi="imsi-001010000000001", supi_in="body", psi=5),
+        CoreMessage("SBI", "Nsmf_PDUSession Create", 40, T + 1, 41, T + 1.01, "HTTP 201", ue_ipv4="10.45.0.8"),
+        CoreMessage("SBI", "Nsmf_PDUSession CreateSMContext", 51, T + 2.1),
+        CoreMessage("SBI", "Nsmf_PDUSession CreateSMContext", 52, T + 3, 53, T + 3.01, "HTTP 201")]
+
+
+def create(frame: int, time: float, *, ue_ipv4: str | None = None, supi: str | None = None, supi_in: str = "path",
+           psi: int | None = None) -> CoreMessage:
+    return CoreMessage("SBI", "Nsmf_PDUSession Create", frame, time, ue_ipv4=ue_ipv4, supi=supi, supi_in=supi_in,
+                       psi=psi)
+
+
+def test_the_json_s_supi_and_pdu_session_id_pick_the_establishment() -> None:
+    """One UE with two establishments under way at once: its SUPI fits both, the PDU session id one."""
+    a, b = est(T, T + 1, supi=True, psi=1), est(T, T + 1, supi=True, psi=5)
+    assert attach([a, b], [create(1, T + 0.5, supi="imsi-001010000000001", supi_in="body", psi=5)]) == {
+        "n4_sbi_messages": 1, "unattached": 0}
+    assert linked(a) == [] and linked(b) == [(1, "SUPI imsi-001010000000001 and PDU session id 5 in the body = the "
+                                                 "UE's SUCI (null scheme) and its session, in its time window")]
+    # Without a PDU session id the SUPI fits both: unattached; an establishment whose id is unknown still fits.
+    a, b = est(T, T + 1, supi=True, psi=1), est(T, T + 1, supi=True, psi=5)
+    assert attach([a, b], [create(2, T + 0.5, supi="imsi-001010000000001", supi_in="body")])["unattached"] == 1
+    a, b = est(T, T + 1, supi=True), est(T - 1, T + 2)
+    assert attach([a, b], [create(3, T + 0.5, supi="imsi-001010000000001", supi_in="body", psi=7)])["unattached"] == 0
+    assert linked(a) == [(3, "SUPI imsi-001010000000001 and PDU session id 7 in the body = the UE's SUCI (null "
+                             "scheme) and its session, in its time window")]
+
+
+def test_the_h_smf_s_ue_address_links_a_create_wherever_it_falls() -> None:
+    a, b = est(T, T + 1, "10.45.0.7"), est(T, T + 1, "10.45.0.8", supi=True, psi=1)
+    assert attach([a, b], [create(1, T + 5, ue_ipv4="10.45.0.8", supi="imsi-001010000000001", psi=2)]) == {
+        "n4_sbi_messages": 1, "unattached": 0}
+    assert linked(a) == [] and linked(b) == [
+        (1, "UE IPv4 10.45.0.8 in the answer's ueIpv4Address = PDU address in the NAS accept")]

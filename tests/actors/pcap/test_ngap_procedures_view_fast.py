@@ -111,8 +111,9 @@ def test_a_registration_s_procedures_counts_failures_and_association() -> None:
     (est,) = [p for p in ue["procedures"] if p["procedure"] == "PDU Session Establishment"]
     assert est["n4_sbi"] == [] and est["pdu_session_id"] == 5
     assert "reason" not in result
-    assert set(result) == {"ue_count", "procedure_count", "ues", "statistics", "failed", "incomplete",
-                           "associations", "ngap_pdus", "percentiles", "warnings", "n4_sbi"}
+    assert set(result) == {"ue_count", "procedure_count", "ues", "non_ue_procedures", "statistics", "failed",
+                           "incomplete", "associations", "ngap_pdus", "percentiles", "warnings", "n4_sbi"}
+    assert result["non_ue_procedures"] == []
 
 
 def test_a_display_filter_is_said_before_the_missing_core() -> None:

@@ -29,8 +29,12 @@ REG, AUTH, SMC, SR, DEREG = "Registration", "Authentication", "Security Mode", "
 EST, MOD, REL = "PDU Session Establishment", "PDU Session Modification", "PDU Session Release"
 HO_PREP, HO_ALLOC, PATH, UE_REL = ("Handover Preparation", "Handover Resource Allocation", "Path Switch",
                                    "UE Context Release")
+ICS, RES_SETUP, RES_MODIFY, RES_RELEASE = ("Initial Context Setup", "PDU Session Resource Setup",
+                                           "PDU Session Resource Modify", "PDU Session Resource Release")
+REACT, RESET = "PDU Session Re-activation", "NG Reset"
 # Every procedure diagd models (docs/5g.md), plus the wildcard of the "no terminal message" rows.
-PROCEDURES = (REG, AUTH, SMC, SR, DEREG, EST, MOD, REL, HO_PREP, HO_ALLOC, PATH, UE_REL)
+PROCEDURES = (REG, AUTH, SMC, SR, DEREG, EST, MOD, REL, HO_PREP, HO_ALLOC, PATH, UE_REL, ICS, RES_SETUP, RES_MODIFY,
+              RES_RELEASE, REACT, RESET)
 
 
 class Nas:
@@ -64,8 +68,15 @@ class Ngap:
 # rule id: (procedure, outcome, clause, the messages that end it this way, words its text says when no message does)
 SPEC: dict[str, tuple[str, str, str, tuple[Nas | Ngap, ...], str]] = {
     # TS 24.501 5.5.1.2: initial registration, accepted (5.5.1.2.4) or not (5.5.1.2.5); an AUTHENTICATION REJECT
-    # (5.4.1.3.5) aborts it too.
-    "registration-accept": (REG, "success", "TS 24.501 5.5.1.2.4", (Nas(MM, "Registration accept"),), ""),
+    # (5.4.1.3.5) aborts it too. The accept must reach the UE: inside an InitialContextSetupRequest it is lost with
+    # the InitialContextSetupFailure (TS 38.413 8.3.1.3); one that assigns a new 5G-GUTI is acknowledged by the UE's
+    # REGISTRATION COMPLETE (5.5.1.2.4), and without one the procedure is not complete.
+    "registration-accept": (REG, "success", "TS 24.501 5.5.1.2.4", (Nas(MM, "Registration accept"),),
+                            "no new 5G-GUTI"),
+    "registration-complete": (REG, "success", "TS 24.501 5.5.1.2.4", (Nas(MM, "Registration complete"),), ""),
+    "registration-accept-undelivered": (REG, "failure", "TS 38.413 8.3.1.3 / TS 24.501 5.5.1.2.4", (),
+                                        "InitialContextSetupFailure"),
+    "registration-complete-missing": (REG, "incomplete", "TS 24.501 5.5.1.2.4", (), "no REGISTRATION COMPLETE"),
     "registration-reject": (REG, "reject", "TS 24.501 5.5.1.2.5", (Nas(MM, "Registration reject"),), ""),
     "registration-auth-reject": (REG, "reject", "TS 24.501 5.4.1.3.5", (Nas(MM, "Authentication reject"),), ""),
     # 5.4.1.3: 5G AKA. Response by the UE (5.4.1.3.3), not accepted by the network (5.4.1.3.5) or by the UE (5.4.1.3.6).
@@ -76,7 +87,9 @@ SPEC: dict[str, tuple[str, str, str, tuple[Nas | Ngap, ...], str]] = {
     "security-mode-complete": (SMC, "success", "TS 24.501 5.4.2.3", (Nas(MM, "Security mode complete"),), ""),
     "security-mode-reject": (SMC, "failure", "TS 24.501 5.4.2.5", (Nas(MM, "Security mode reject"),), ""),
     # 5.6.1: service request accepted (5.6.1.4) or not accepted (5.6.1.5) by the network.
-    "service-accept": (SR, "success", "TS 24.501 5.6.1.4", (Nas(MM, "Service accept"),), ""),
+    "service-accept": (SR, "success", "TS 24.501 5.6.1.4", (Nas(MM, "Service accept"),), "delivered"),
+    "service-accept-undelivered": (SR, "failure", "TS 38.413 8.3.1.3 / TS 24.501 5.6.1.4", (),
+                                   "InitialContextSetupFailure"),
     "service-reject": (SR, "reject", "TS 24.501 5.6.1.5", (Nas(MM, "Service reject"),), ""),
     # 5.5.2: UE-initiated de-registration completion (5.5.2.2.2), network-initiated completion by the UE (5.5.2.3.2);
     # a switch-off de-registration gets no accept (5.5.2.2.1).
@@ -96,6 +109,7 @@ SPEC: dict[str, tuple[str, str, str, tuple[Nas | Ngap, ...], str]] = {
     "pdu-5gmm-status": (EST, "failure", "TS 24.501 8.2.29", (Nas(MM, "5GMM status"),), ""),
     "pdu-setup-failed": (EST, "failure", "TS 38.413 8.2.1.2 / 8.3.1.3", (), "failed to set up"),
     "pdu-context-released": (EST, "failure", "TS 38.413 8.3.2 / 8.3.3", (), "UE context release"),
+    "pdu-accept-undelivered": (EST, "failure", "TS 38.413 8.3.1.3", (), "InitialContextSetupFailure"),
     "pdu-accept-without-n2": (EST, "incomplete", "TS 24.501 6.4.1.3", (), "no N2 PDU session resource setup"),
     # 6.3.2 network-requested modification accepted (6.3.2.3) / not accepted (6.3.2.4) by the UE; 6.4.2 the UE's
     # request not accepted by the network (6.4.2.4).
@@ -125,6 +139,34 @@ SPEC: dict[str, tuple[str, str, str, tuple[Nas | Ngap, ...], str]] = {
     "ue-context-release-complete": (UE_REL, "success", "TS 38.413 8.3.3.2",
                                     (Ngap("id-UEContextRelease", "successfulOutcome", "UE CONTEXT RELEASE COMPLETE"),),
                                     ""),
+    # 10.6 / 8.7.5: a peer that does not know the UE NGAP ids of a message answers with ERROR INDICATION (class 2).
+    "ue-context-release-error-indication": (UE_REL, "failure", "TS 38.413 8.7.5 / 10.6",
+                                            (Ngap("id-ErrorIndication", "initiatingMessage", "ERROR INDICATION"),),
+                                            "same UE NGAP ids"),
+    # 8.3.1 Initial Context Setup: successful (8.3.1.2) and unsuccessful (8.3.1.3) operation.
+    "initial-context-setup-response": (ICS, "success", "TS 38.413 8.3.1.2",
+                                       (Ngap("id-InitialContextSetup", "successfulOutcome",
+                                             "INITIAL CONTEXT SETUP RESPONSE"),), ""),
+    "initial-context-setup-failure": (ICS, "failure", "TS 38.413 8.3.1.3",
+                                      (Ngap("id-InitialContextSetup", "unsuccessfulOutcome",
+                                            "INITIAL CONTEXT SETUP FAILURE"),), ""),
+    # 8.2.1 / 8.2.3 / 8.2.2: PDU Session Resource Setup / Modify / Release have a successful outcome only.
+    "pdu-resource-setup-response": (RES_SETUP, "success", "TS 38.413 8.2.1.2",
+                                    (Ngap("id-PDUSessionResourceSetup", "successfulOutcome",
+                                          "PDU SESSION RESOURCE SETUP RESPONSE"),), ""),
+    "pdu-resource-modify-response": (RES_MODIFY, "success", "TS 38.413 8.2.3.2",
+                                     (Ngap("id-PDUSessionResourceModify", "successfulOutcome",
+                                           "PDU SESSION RESOURCE MODIFY RESPONSE"),), ""),
+    "pdu-resource-release-response": (RES_RELEASE, "success", "TS 38.413 8.2.2.2",
+                                      (Ngap("id-PDUSessionResourceRelease", "successfulOutcome",
+                                            "PDU SESSION RESOURCE RELEASE RESPONSE"),), ""),
+    # A session established before gets its user plane back (24.501 5.6.1.4): the N2 setup answers (8.2.1.2 /
+    # 8.3.1.2) set it up, or list it failed / fail the InitialContextSetup carrying it (8.3.1.3).
+    "reactivation-setup": (REACT, "success", "TS 38.413 8.2.1.2 / 8.3.1.2", (), "set the session's user-plane"),
+    "reactivation-failed": (REACT, "failure", "TS 38.413 8.2.1.2 / 8.3.1.3", (), "failed to set up"),
+    # 8.7.4 NG Reset (either side): NG RESET ACKNOWLEDGE.
+    "ng-reset-acknowledge": (RESET, "success", "TS 38.413 8.7.4.2",
+                             (Ngap("id-NGReset", "successfulOutcome", "NG RESET ACKNOWLEDGE"),), ""),
     # No terminal message: any procedure.
     "restarted": ("*", "incomplete", "TS 24.501 / TS 38.413", (), "the same request again"),
     "unanswered": ("*", "incomplete", "TS 24.501 / TS 38.413", (), "no terminal message"),
@@ -169,8 +211,12 @@ def test_every_ngap_ending_is_an_outcome_wireshark_knows_the_procedure_has() -> 
         for m in messages:
             if isinstance(m, Ngap):
                 code = wireshark_names.code("ngap.procedureCode", m.procedure)
-                table = {"successfulOutcome": "ngap.proc.sout", "unsuccessfulOutcome": "ngap.proc.uout"}[m.outcome]
+                table = {"successfulOutcome": "ngap.proc.sout", "unsuccessfulOutcome": "ngap.proc.uout",
+                         "initiatingMessage": "ngap.proc.imsg"}[m.outcome]
                 assert code in tables[table], (rule_id, m.procedure, m.outcome)
+                if m.outcome == "initiatingMessage":  # a class-2 message that answers (ERROR INDICATION)
+                    assert code not in tables["ngap.proc.sout"] and outcome == "failure", rule_id
+                    continue
                 assert (m.outcome == "successfulOutcome") == (outcome == "success"), rule_id
     # The N2 setup answers: PDU Session Resource Setup has no unsuccessful outcome (a session that failed to set up
     # is an item of its response), Initial Context Setup has one.
@@ -195,6 +241,9 @@ def test_ending_finds_the_spec_s_rule_for_every_procedure_and_every_message() ->
 
 @pytest.mark.parametrize(("procedure", "key", "rule_id"), [
     (REG, "5GMM 0x42", "registration-accept"),  # TS 24.501 9.7: REGISTRATION ACCEPT is 0100 0010
+    (REG, "5GMM 0x43", "registration-complete"), (UE_REL, "NGAP 9/0", "ue-context-release-error-indication"),
+    (ICS, "NGAP 14/2", "initial-context-setup-failure"), (RESET, "NGAP 20/1", "ng-reset-acknowledge"),
+    (REG, "NGAP 14/2", None), (SR, "NGAP 14/1", None), (REACT, "NGAP 29/1", None), (EST, "NGAP 9/0", None),
     (REG, "5GMM 0x58", "registration-auth-reject"), (AUTH, "5GMM 0x58", "authentication-reject"),
     (DEREG, "5GMM 0x46", "deregistration-accept"), (DEREG, "5GMM 0x48", "deregistration-accept"),
     (EST, "5GMM 0x68 returned", "pdu-returned"), (EST, "5GMM 0x64", "pdu-5gmm-status"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagd.actors.pcap import sequence
+from diagd.actors.pcap import sequence, sequence_tool
 from tests.support import mermaid
 
 
@@ -108,3 +108,58 @@ def test_an_address_whose_ends_all_say_one_role_stays_one_lifeline() -> None:
     ])
     assert [(p["name"], p["port"]) for p in drawn.describe()["participants"]] == [("SMF 10.0.0.2", None),
                                                                                  ("UPF 10.0.0.3", None)]
+
+
+def test_rejects_failures_and_error_indications_are_crossed_arrows_by_their_message_type() -> None:
+    """Messages that report a failure by what they are, even without a cause IE (an AUTHENTICATION REJECT
+    has none, TS 24.501 8.2.5): each is `-x` with a Note naming it. A normal message stays `->>`."""
+    gnb, amf = "10.0.0.5", "10.0.0.1"
+    drawn = sequence.build([
+        row(1, 0.0, amf, gnb, "NGAP/NAS-5GS", "DownlinkNASTransport, Authentication request",
+            **{"nas_5gs.mm.message_type": "0x56"}),
+        row(2, 0.1, amf, gnb, "NGAP/NAS-5GS", "DownlinkNASTransport, Authentication reject",
+            **{"nas_5gs.mm.message_type": "0x58"}),
+        row(3, 0.2, gnb, amf, "NGAP", "ErrorIndication", **{"ngap.procedureCode": "9"}),
+        row(4, 0.3, gnb, amf, "NGAP", "NASNonDeliveryIndication", **{"ngap.procedureCode": ["46", "19"]}),
+        row(5, 0.4, amf, gnb, "NGAP/NAS-5GS", "DownlinkNASTransport, 5GSM status",
+            **{"nas_5gs.mm.message_type": "0x68", "nas_5gs.sm.message_type": "0xd6"}),
+    ])
+    _, arrows = mermaid.read(drawn.mermaid())
+    assert [a.failed for a in arrows] == [False, True, True, True, True]
+    assert [a.notes for a in arrows] == [(), ("AUTHENTICATION REJECT",), ("NGAP ErrorIndication",),
+                                         ("NGAP NASNonDeliveryIndication",), ("5GSM STATUS",)]
+
+
+def test_the_message_that_decided_a_failed_verdict_is_crossed_and_its_note_names_the_rule() -> None:
+    """A PDUSessionResourceSetupResponse is a successful outcome carrying no cause field of its own: when it
+    lists the session as failed (rule pdu-setup-failed) the verdict makes it `-x`, with the rule's Note."""
+    procedures = [
+        {"procedure": "PDU Session Establishment", "outcome": "failure", "rule_id": "pdu-setup-failed",
+         "rule": "TS 38.413 8.2.1.2 / 8.3.1.3: the N2 setup response lists the session as failed to set up",
+         "first_frame": 1, "last_frame": 3, "frames": [1, 2, 3]},
+        {"procedure": "Registration", "outcome": "incomplete", "rule_id": "unanswered", "rule": "x",
+         "first_frame": 1, "last_frame": 1, "frames": [1]},
+        {"procedure": "Authentication", "outcome": "success", "rule_id": "authentication-response", "rule": "y",
+         "first_frame": 1, "last_frame": 2, "frames": [1, 2]},
+    ]
+    verdicts = sequence_tool.decided(procedures)
+    assert verdicts == {3: ["PDU Session Establishment failure: rule pdu-setup-failed, TS 38.413 8.2.1.2 / 8.3.1.3: "
+                            "the N2 setup response lists the session as failed to set up"]}
+    gnb, amf = "10.0.0.5", "10.0.0.1"
+    drawn = sequence.build([
+        row(1, 0.0, gnb, amf, "NGAP/NAS-5GS", "UplinkNASTransport, PDU session establishment request"),
+        row(2, 0.1, amf, gnb, "NGAP/NAS-5GS", "PDUSessionResourceSetupRequest"),
+        row(3, 0.2, gnb, amf, "NGAP", "PDUSessionResourceSetupResponse"),
+    ], verdicts)
+    text = drawn.mermaid()
+    _, arrows = mermaid.read(text)
+    assert [a.failed for a in arrows] == [False, False, True]
+    assert arrows[2].notes == tuple(verdicts[3]) and "N_1-xN_2: [3]" in text
+    assert drawn.describe()["failures"] == [{"frame": 3, "cause": None, "verdicts": verdicts[3]}]
+
+
+def test_a_pdu_session_diagram_takes_the_pfcp_and_sbi_frames_its_procedures_link() -> None:
+    procedures = [{"procedure": "PDU Session Establishment", "n4_sbi": [
+        {"interface": "SBI", "frame": 163, "response_frame": 166},
+        {"interface": "N4", "frame": 165, "response_frame": None, "why": "no response seen"}]}]
+    assert sequence_tool.core_frames(procedures) == [163, 166, 165]

@@ -1,6 +1,6 @@
 """pcap_stats (actors/pcap/stats.py) on captures no corpus file is: a response whose request was cut out
 (editcap), an empty capture; and the refusals' hints. Run in-process on what real sharkd answered
-(tests/support/sharkd_stats.py), compared with tshark (tests/support/stats_oracle.py)."""
+(tests/support/sharkd_stats.py), the paired response times compared with tshark (tests/support/srt_pairs.py)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,22 @@ from diagd.actors.pcap.session import CaptureSession
 from diagd.protocol.errors import DiagdError
 from tests.actors.pcap.test_stats_io_boundaries import REQUEST, Strict
 from tests.pcaps import PCAPS
-from tests.support import stats_oracle as oracle
+from tests.support import srt_pairs
 from tests.support.io_captures import build, without_frames
 from tests.support.sharkd_stats import record
 
 pytestmark = pytest.mark.skipif(shutil.which("sharkd") is None or shutil.which("tshark") is None,
                                 reason="sharkd and tshark (wireshark-common, tshark) are not installed")
 
-LINKED_COLUMNS = {"gtpv2": ("gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time"),
-                  "pfcp": ("pfcp.msg_type", "pfcp.response_to", "pfcp.response_time")}
-# A request deleted, its response kept: Wireshark links that response to nothing (no response_to).
-CUT = [("adrian_n4_upf_timeout_n4.pcap", "pfcp", [2]), ("magma_inbound_roaming_01.pcapng", "gtpv2", [39])]
+# What pairing.py reads for these two (written out here): the frame's times, innermost addresses and
+# ports, the outer ICMP error, and each message's type and sequence number.
+COMMON = ["frame.time_relative:0", "frame.time_epoch:0", "ip.src:-1", "ip.dst:-1", "ipv6.src:-1", "ipv6.dst:-1",
+          "udp.srcport:-1", "udp.dstport:-1", "tcp.srcport:-1", "tcp.dstport:-1", "icmp.type:1", "icmp.code:1",
+          "icmpv6.type:1", "icmpv6.code:1"]
+SEQUENCED = {"gtpv2": ["gtpv2.message_type:0", "gtpv2.seq:0"], "pfcp": ["pfcp.msg_type:0", "pfcp.seqno:0"]}
+# A request deleted, its response kept: a response without request, never a request of its own.
+CUT = [("adrian_n4_upf_timeout_n4.pcap", "pfcp", [2], {"PFCP Heartbeat Response": 1}),
+       ("magma_inbound_roaming_01.pcapng", "gtpv2", [39], {"Create Session Response": 1})]
 
 
 def corpus(name: str) -> Path:
@@ -35,33 +40,20 @@ def corpus(name: str) -> Path:
     return path
 
 
-def linked_requests(protocol: str) -> list[tuple[str, dict[str, Any] | None]]:
-    params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in
-                              enumerate(("frame.number", *LINKED_COLUMNS[protocol]))}
+def paired_requests(protocol: str) -> list[tuple[str, dict[str, Any] | None]]:
+    params: dict[str, Any] = {f"column{i}": c for i, c in enumerate(COMMON + SEQUENCED[protocol])}
     return [("analyse", None), ("check", {"filter": protocol}), ("frames", {**params, "filter": protocol})]
 
 
-@pytest.mark.parametrize(("name", "protocol", "cut"), CUT)
-async def test_a_response_whose_request_was_cut_is_no_request(name: str, protocol: str, cut: list[int]) -> None:
+@pytest.mark.parametrize(("name", "protocol", "cut", "orphans"), CUT)
+async def test_a_response_whose_request_was_cut_is_no_request(name: str, protocol: str, cut: list[int],
+                                                              orphans: dict[str, int]) -> None:
     path = without_frames(corpus(name), cut)
-    ours = await stats.answer(cast(CaptureSession, Strict(record(path, linked_requests(protocol)))), REQUEST,
+    ours = await stats.answer(cast(CaptureSession, Strict(record(path, paired_requests(protocol)))), REQUEST,
                               stats.resolve("srt", protocol, "", None))
-    lines = oracle.linked_fields(path, protocol)
-    unlinked = [line for line in lines.splitlines()
-                if line.split("\t")[4].split(",")[0].strip().endswith(" Response") and not line.split("\t")[2]]
-    assert unlinked, "the cut left no response without its request"
-    theirs = oracle.linked_srt(lines, protocol)
-    expected = {}
-    for procedure in set(theirs.times) | set(theirs.unanswered):
-        values = theirs.times.get(procedure, [])
-        row: dict[str, Any] = {"procedure": procedure, "count": len(values)}
-        if values:
-            row.update(min_s=round(min(values), 9), max_s=round(max(values), 9),
-                       avg_s=round(sum(values) / len(values), 9), sum_s=round(sum(values), 9))
-        row["unanswered"] = theirs.unanswered[procedure]
-        expected[procedure] = row
-    assert {r["procedure"]: r for r in ours["rows"]} == expected
-    assert (ours["requests"], ours["responses"]) == (theirs.requests, theirs.responses)
+    theirs = srt_pairs.pairing(path, protocol).answer
+    assert {k: v for k, v in ours.items() if k != "method"} == theirs
+    assert ours["responses_without_request"] == orphans
 
 
 async def test_an_empty_capture_has_no_interval() -> None:

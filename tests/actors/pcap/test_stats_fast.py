@@ -24,8 +24,8 @@ from tests.support.sharkd_stats import Recorded, record
 pytestmark = pytest.mark.skipif(shutil.which("sharkd") is None or shutil.which("tshark") is None,
                                 reason="sharkd and tshark (wireshark-common, tshark) are not installed")
 
-# Small captures carrying what each kind reads: Diameter (srt), GTPv2, PFCP (with unanswered requests),
-# SIP over UDP, TCP and WebSocket, SCTP, TCP; no HTTP/2 (its SRT is http2_srt.py, with decode-as).
+# Small captures carrying what each kind reads: Diameter (srt), SCTP, TCP, UDP; the paired response times
+# (GTPv2, PFCP, SIP, HTTP/1.1) are test_stats_pairing.py's, HTTP/2's test_http2_srt_sharkd.py's.
 NAMES = [
     "magma_gx_gy_combined_03.pcapng", "magma_inbound_roaming_01.pcapng", "adrian_n4_upf_timeout_n4.pcap",
     "adrian_sandbox_n4.pcap", "adrian_sandbox_n2.pcap", "heplify_sip_ipv4_tcp.pcap",
@@ -34,11 +34,6 @@ NAMES = [
 ]
 TABLES = {"ip": "IPv4", "tcp": "TCP", "udp": "UDP", "sctp": "SCTP"}
 IO = [(1000, ""), (500, "sctp || udp"), (10000, "tcp"), (100, "diameter"), (1000, "frame.number > 100000")]
-# Linked SRT with a display filter: only the responses, so every request is "not shown".
-LINKED_FILTERS = {"gtpv2": "gtpv2.response_to", "pfcp": "pfcp.response_to", "sip": "sip.Status-Code"}
-LINKED_COLUMNS = {"gtpv2": ("gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time"),
-                  "pfcp": ("pfcp.msg_type", "pfcp.response_to", "pfcp.response_time"),
-                  "sip": ("sip.Method", "sip.response-request", "sip.response-time")}
 REQUEST = cast(Request, object())  # stats.py only hands it back to the capture
 
 
@@ -47,10 +42,6 @@ def path_of(name: str) -> Path:
         if (folder / name).exists():
             return folder / name
     pytest.skip(f"real capture {name} not found in {PCAPS} or {PCAPS_EXTRA}")
-
-
-def linked_flt(protocol: str, display_filter: str) -> str:
-    return f"({protocol}) && ({display_filter})" if display_filter else protocol
 
 
 def requests() -> list[tuple[str, dict[str, Any] | None]]:
@@ -62,11 +53,6 @@ def requests() -> list[tuple[str, dict[str, Any] | None]]:
     for _, flt in IO:
         if flt:
             asked += [("check", {"filter": flt}), ("frames", {"column0": "frame.number:0", "filter": flt})]
-    for protocol, columns in LINKED_COLUMNS.items():
-        for display_filter in ("", LINKED_FILTERS[protocol]):
-            flt = linked_flt(protocol, display_filter)
-            params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(("frame.number", *columns))}
-            asked += [("check", {"filter": flt}), ("frames", {**params, "filter": flt})]
     return asked
 
 
@@ -234,7 +220,8 @@ async def test_diameter_srt_matches_tshark() -> None:
     for name in NAMES:
         ours = await ask(name, "srt", "diameter")
         theirs = oracle.diameter_srt(oracle.tshark(path_of(name), "-q", "-z", "diameter,srt"))
-        assert ours["method"] == "sharkd tap srt:diameter (Wireshark's SRT)"
+        assert ours["method"] == ("sharkd tap srt:diameter (Wireshark's SRT: answers paired with requests by "
+                                  "hop-by-hop and end-to-end identifier on the connection)")
         got = {r["procedure"]: (r["count"], f"{r['min_s']:.6f}", f"{r['max_s']:.6f}", f"{r['avg_s']:.6f}",
                                 f"{r['sum_s']:.6f}") for r in ours["rows"]}
         assert got == theirs, name
@@ -251,41 +238,6 @@ async def test_diameter_srt_matches_tshark() -> None:
     assert seen >= 3
 
 
-@pytest.mark.parametrize("protocol", list(LINKED_COLUMNS))
-@pytest.mark.parametrize("only_responses", [False, True])
-async def test_linked_srt_matches_tshark_fields(protocol: str, only_responses: bool) -> None:
-    display_filter = LINKED_FILTERS[protocol] if only_responses else ""
-    seen = 0
-    for name in NAMES:
-        ours = await ask(name, "srt", protocol, display_filter=display_filter)
-        theirs = oracle.linked_srt(oracle.linked_fields(path_of(name), protocol, display_filter), protocol)
-        to, time = LINKED_COLUMNS[protocol][1:]
-        assert ours["method"] == f"computed from {to} and {time} (Wireshark 4.0.17 has no {protocol} SRT tap)"
-        expected = {}
-        for procedure in set(theirs.times) | set(theirs.unanswered):
-            values = theirs.times.get(procedure, [])
-            row: dict[str, Any] = {"procedure": procedure, "count": len(values)}
-            if values:
-                row.update(min_s=round(min(values), 9), max_s=round(max(values), 9),
-                           avg_s=round(sum(values) / len(values), 9), sum_s=round(sum(values), 9))
-            if protocol != "sip":
-                row["unanswered"] = theirs.unanswered[procedure]
-            expected[procedure] = row
-        assert {r["procedure"]: r for r in ours["rows"]} == expected, name
-        assert [r["procedure"] for r in ours["rows"]] == sorted(expected), name
-        assert (ours["requests"], ours["responses"]) == (theirs.requests, theirs.responses), name
-        if ours["rows"]:
-            seen += 1
-            assert "reason" not in ours
-        elif not carries(name, protocol):
-            assert ours["reason"] == f"protocol {protocol} is not in this capture"
-        elif display_filter:
-            assert ours["reason"] == f"no frame matches display_filter {display_filter!r}"
-        else:
-            assert ours["reason"] == f"{protocol} is present but carries no request/response pair"
-    assert seen >= 2
-
-
 # -- the question in canonical form, and the tshark arguments an answer names
 
 def test_resolve_canonical_forms_and_refusals() -> None:
@@ -296,7 +248,7 @@ def test_resolve_canonical_forms_and_refusals() -> None:
     assert stats.resolve("expert", "tcp", "", 10) == Stats("expert", None, "", None)
     assert stats.resolve("io", "tcp", "udp", None) == Stats("io", None, "udp", 1000)
     assert stats.resolve("io", None, "", 250) == Stats("io", None, "", 250)
-    srt = ["diameter", "gtpv2", "pfcp", "sip", "http2"]
+    srt = ["diameter", "gtpv2", "pfcp", "sip", "http", "http2"]
     refusals = [(("srt", "diamter", "", None), "diameter", srt, "no service response time for protocol 'diamter' "
                  "in this Wireshark (4.0.17)"),
                 (("conversations", "ipx", "", None), "ip", list(stats.CONV_TABLES),
@@ -314,7 +266,7 @@ def test_resolve_canonical_forms_and_refusals() -> None:
             assert close in next(iter(err.value.details["did_you_mean"].values())), err.value.details
     with pytest.raises(DiagdError) as err:
         stats.resolve("srt", "diamter", "", None)
-    assert set(err.value.details["supported"]) == {"diameter", "gtpv2", "pfcp", "sip", "http2"}
+    assert set(err.value.details["supported"]) == {"diameter", "gtpv2", "pfcp", "sip", "http", "http2"}
     for kind, protocol in [("expert", None), ("conversations", "tcp"), ("endpoints", None), ("srt", "diameter")]:
         with pytest.raises(DiagdError) as err:
             stats.resolve(kind, protocol, "tcp", None)
@@ -335,10 +287,6 @@ def test_tap_command_is_what_the_oracle_runs() -> None:
         Stats("io", None, "tcp", 10000): ["-q", "-z", "io,stat,10,tcp"],
         Stats("io", None, "", None): ["-q", "-z", "io,stat,1"],
         Stats("srt", "diameter", "", None): ["-q", "-z", "diameter,srt"],
-        Stats("srt", "pfcp", "", None): ["-Y", "pfcp", "-T", "fields", "-e", "frame.number", "-e", "pfcp.msg_type",
-                                         "-e", "pfcp.response_to", "-e", "pfcp.response_time"],
-        Stats("srt", "sip", "udp", None): ["-Y", "(sip) && (udp)", "-T", "fields", "-e", "frame.number", "-e",
-                                           "sip.Method", "-e", "sip.response-request", "-e", "sip.response-time"],
     }
     for message, argv in cases.items():
         assert stats.tap_command(message) == argv, message

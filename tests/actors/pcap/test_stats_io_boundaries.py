@@ -146,10 +146,18 @@ def test_relative_time_to_microseconds_as_the_tap_computes_it(text: str) -> None
 # -- every sharkd call hands the request on; filtered frames name their filter
 
 CORPUS = ["magma_gx_gy_combined_03.pcapng", "adrian_n4_upf_timeout_n4.pcap", "heplify_sip_ipv4_tcp.pcap"]
-SRT_FILTERS = {"gtpv2": "gtpv2.response_to", "pfcp": "pfcp.response_to", "sip": "sip.Status-Code"}
-LINKED_COLUMNS = {"gtpv2": ("gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time"),
-                  "pfcp": ("pfcp.msg_type", "pfcp.response_to", "pfcp.response_time"),
-                  "sip": ("sip.Method", "sip.response-request", "sip.response-time")}
+SRT_FILTERS = {"gtpv2": "gtpv2.response_to", "pfcp": "pfcp.response_to", "sip": "sip.Status-Code",
+               "http": "http.response"}
+# What the paired response times read (actors/pcap/pairing.py; test_stats_pairing.py checks what they make).
+PAIRED_COMMON = ("frame.time_relative:0", "frame.time_epoch:0", "ip.src:-1", "ip.dst:-1", "ipv6.src:-1",
+                 "ipv6.dst:-1", "udp.srcport:-1", "udp.dstport:-1", "tcp.srcport:-1", "tcp.dstport:-1",
+                 "icmp.type:1", "icmp.code:1", "icmpv6.type:1", "icmpv6.code:1")
+PAIRED = {"gtpv2": ("gtpv2", ("gtpv2.message_type:0", "gtpv2.seq:0")),
+          "pfcp": ("pfcp", ("pfcp.msg_type:0", "pfcp.seqno:0")),
+          "sip": ("sip", ("sip.Method:0", "sip.Status-Code:0", "sip.Call-ID:0", "sip.CSeq.seq:0",
+                          "sip.CSeq.method:0")),
+          "http": ("http.request || http.response", ("http.request.method:0", "http.request.uri:0",
+                                                    "http.response.code:0", "tcp.stream:-1"))}
 
 
 def corpus_requests() -> list[tuple[str, dict[str, Any] | None]]:
@@ -158,10 +166,10 @@ def corpus_requests() -> list[tuple[str, dict[str, Any] | None]]:
         ("tap", {"tap0": "conv:UDP"}), ("tap", {"tap0": "endpt:TCP"}),
         ("frames", {"column0": "frame.time_relative:0", "column1": "frame.len:0"}),
         ("check", {"filter": "udp"}), ("frames", {"column0": "frame.number:0", "filter": "udp"})]
-    for protocol, columns in LINKED_COLUMNS.items():
+    for protocol, (base, columns) in PAIRED.items():
         for display_filter in ("", SRT_FILTERS[protocol]):
-            flt = f"({protocol}) && ({display_filter})" if display_filter else protocol
-            params: dict[str, Any] = {f"column{i}": f"{c}:0" for i, c in enumerate(("frame.number", *columns))}
+            flt = f"({base}) && ({display_filter})" if display_filter else base
+            params: dict[str, Any] = {f"column{i}": c for i, c in enumerate((*PAIRED_COMMON, *columns))}
             asked += [("check", {"filter": flt}), ("frames", {**params, "filter": flt})]
     return asked
 
@@ -174,7 +182,7 @@ async def test_every_sharkd_call_hands_the_request_on(name: str) -> None:
     answers = record(path, corpus_requests())
     questions = [("expert", None, ""), ("srt", "diameter", ""), ("conversations", "udp", ""),
                  ("endpoints", "tcp", ""), ("io", None, ""), ("io", None, "udp"),
-                 *(("srt", p, "") for p in LINKED_COLUMNS), *(("srt", p, f) for p, f in SRT_FILTERS.items())]
+                 *(("srt", p, "") for p in PAIRED), *(("srt", p, f) for p, f in SRT_FILTERS.items())]
     for kind, protocol, display_filter in questions:
         capture = Strict(answers)
         ours = await stats.answer(cast(CaptureSession, capture), REQUEST,
