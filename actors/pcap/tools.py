@@ -221,11 +221,11 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> De
             "exact=false: single pass.",
             {**CAPTURE, **FILTER,
              "query": {"type": "string", "minLength": 1, "description": "text or regex"},
-             "is_regex": {"type": "boolean", "default": False, "description": "query is a regex"},
+             "is_regex": {"type": "boolean", "default": False, "description": "regex query"},
              "case_sensitive": {"type": "boolean", "default": False, "description": "match case"},
              **LAYERS,
              "limit": {"type": "integer", "minimum": 1, "maximum": 2**32 - 1,
-                       "description": "frames to search (default: all)"},
+                       "description": "frames to search (default all)"},
              "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "frames to skip"},
              "max_matches": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50,
                              "description": "stop after"},
@@ -252,7 +252,7 @@ async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Sea
                                        provisional=SINGLE_PASS in result.get("served_by", ""))})
 
 
-@tools.tool("pcap_follow", "Frames of a frame's stream, session, call or GTPv2 tunnel.",
+@tools.tool("pcap_follow", "Frames of a frame's stream/session/call/GTPv2 tunnel.",
             {**CAPTURE, **FILTER, "frame_number": {"type": "integer", "minimum": 1, "description": "in it"},
              "text": {"type": "integer", "description": "tcp/udp bytes"}, **PAGING},
             required=("pcap_path", "frame_number"))
@@ -386,7 +386,7 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Stat
 
 @tools.tool("pcap_list_fields", "Wireshark fields whose name or description matches query.",
             {"query": {"type": "string", "default": "", "description": "text or regex"},
-             "is_regex": {"type": "boolean", "default": False, "description": "query is a regex"},
+             "is_regex": {"type": "boolean", "default": False, "description": "regex query"},
              "case_sensitive": {"type": "boolean", "default": False, "description": "match case"},
              "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 100, "description": "at most"},
              "include_protocols": {"type": "array", "items": {"type": "string"}, "default": [],

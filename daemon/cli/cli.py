@@ -237,10 +237,14 @@ def _start(command: str, *, by_systemd: bool = False) -> int:
     from diagd.daemon import launch
     from diagd.daemon.shim import shim
 
-    if by_systemd:
-        sock = shim.wait_for_socket(paths.control_socket(), shim.AUTOSTART_WAIT_S)
-    else:
-        sock = shim.connect_or_start(paths.control_socket(), autostart=True)
+    try:
+        if by_systemd:
+            sock = shim.wait_for_socket(paths.control_socket(), shim.AUTOSTART_WAIT_S)
+        else:
+            sock = shim.connect_or_start(paths.control_socket(), autostart=True)
+    except DiagdError as exc:  # e.g. a planted link where its log would go: no daemon was started
+        sys.stderr.write(f"diagd {command}: {_describe(exc)}\n")
+        return EXIT_NO_DAEMON
     if sock is None and by_systemd:
         sys.stderr.write(f"diagd {command}: the user service did not come back within {shim.AUTOSTART_WAIT_S:g} s;"
                          " see `journalctl --user -u diagd`\n")

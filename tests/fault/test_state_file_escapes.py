@@ -71,7 +71,7 @@ def test_a_planted_daemon_log_link_ends_diagd_start_and_the_shim_with_one_coded_
     assert_one_coded_line(env.run("start"), env.state / "daemon.log", status=3)
     shim = env.run("mcp", input=json.dumps(INITIALIZE).encode() + b"\n")
     assert shim.stdout == ""
-    assert_one_coded_line(shim, env.state / "daemon.log")
+    assert_one_coded_line(shim, env.state / "daemon.log", status=3)  # NO_DAEMON: it could not start one, as start
 
 
 def test_diagd_logs_refuses_a_planted_audit_log_link_with_one_coded_line(env: Env, target: Path) -> None:
