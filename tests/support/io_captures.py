@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 import subprocess
 from pathlib import Path
 
-from tests.support.pcapedit import PCAP_MAGICS, packets
+from tests.support.pcapedit import PCAP_MAGICS, packets, write_ns_pcap
 from tests.support.sharkd_trees import CACHE
 
 BASE_S = 1_700_000_000  # 2023-11-14T22:13:20Z, any whole second
-NSEC_MAGIC = 0xA1B23C4D
 
 
 def build(name: str, source: Path, times_ns: list[int]) -> Path:
@@ -33,18 +31,10 @@ def build(name: str, source: Path, times_ns: list[int]) -> Path:
     out = CACHE / f"io-{name}-{key}.pcap"
     if out.exists():
         return out
-    linktype = found[0].linktype
-    body = bytearray(struct.pack("<IHHiIII", NSEC_MAGIC, 2, 4, 0, 0, 262144, linktype))
-    for i, at in enumerate(times_ns):
-        packet = found[i % len(found)]
-        sec, nsec = divmod(BASE_S * 10**9 + at, 10**9)
-        frame = data[packet.offset:packet.offset + packet.caplen]
-        body += struct.pack("<IIII", sec, nsec, len(frame), len(frame)) + frame
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(bytes(body))
-    tmp.replace(out)
-    return out
+    cycled = [found[i % len(found)] for i in range(len(times_ns))]
+    records = [(BASE_S * 10**9 + at, data[p.offset:p.offset + p.caplen])
+               for at, p in zip(times_ns, cycled, strict=True)]
+    return write_ns_pcap(out, found[0].linktype, records)
 
 
 def without_frames(source: Path, frames: list[int]) -> Path:

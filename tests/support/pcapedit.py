@@ -14,8 +14,9 @@ association. The SCTP CRC32c is not recomputed: Wireshark does not check it by d
 
 from __future__ import annotations
 
+import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -409,3 +410,21 @@ def to_ethernet(src: Path, dst: Path) -> int:
         count += 1
     dst.write_bytes(out)
     return count
+
+
+NSEC_MAGIC = 0xA1B23C4D  # a pcap file of nanosecond timestamps
+
+
+def write_ns_pcap(out: Path, linktype: int, records: Iterable[tuple[int, bytes | bytearray]]) -> Path:
+    """A nanosecond pcap of `records` ((epoch ns, frame) in file order) at `out`, written whole through a
+    temporary file and a rename (two test workers may build the same cached file at once)."""
+    body = bytearray(struct.pack("<IHHiIII", NSEC_MAGIC, 2, 4, 0, 0, 262144, linktype))
+    for at_ns, frame in records:
+        sec, nsec = divmod(at_ns, 10**9)
+        body += struct.pack("<IIII", sec, nsec, len(frame), len(frame)) + frame
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(bytes(body))
+    tmp.replace(out)
+    return out
+

@@ -10,16 +10,14 @@ Linux quotes, 576 bytes in all), written in order into a classic pcap with nanos
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.pcapedit import Packet, ipv4_at, packets
+from tests.support.pcapedit import Packet, ipv4_at, packets, write_ns_pcap
 from tests.support.sharkd_trees import CACHE
 
 BASE_S = 1_700_000_000
-NSEC_MAGIC = 0xA1B23C4D
 ICMP_QUOTE = 576 - 20 - 8  # RFC 1812: the error datagram is at most 576 bytes
 
 
@@ -90,7 +88,7 @@ def build(name: str, source: Path, steps: list[Step]) -> Path:
     if out.exists():
         return out
     found: list[Packet] = list(packets(data))
-    body = bytearray(struct.pack("<IHHiIII", NSEC_MAGIC, 2, 4, 0, 0, 262144, found[0].linktype))
+    records: list[tuple[int, bytes | bytearray]] = []
     for step in steps:
         packet = found[step.frame - 1]
         frame = bytearray(data[packet.offset:packet.offset + packet.caplen])
@@ -103,12 +101,8 @@ def build(name: str, source: Path, steps: list[Step]) -> Path:
             frame = _udp_text(frame, ip, step.text)
         if step.icmp is not None:
             frame = _icmp_error(frame, ip, step.icmp)
-        sec, nsec = divmod(BASE_S * 10**9 + step.at_ns, 10**9)
-        body += struct.pack("<IIII", sec, nsec, len(frame), len(frame)) + frame
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(bytes(body))
-    tmp.replace(out)
+        records.append((BASE_S * 10**9 + step.at_ns, frame))
+    write_ns_pcap(out, found[0].linktype, records)
     return out
 
 
