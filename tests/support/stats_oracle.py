@@ -9,8 +9,7 @@ import hashlib
 import re
 import subprocess
 import tempfile
-from collections import Counter, defaultdict
-from dataclasses import dataclass
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -96,66 +95,3 @@ def diameter_srt(text: str) -> dict[str, tuple[int, str, str, str, str]]:
     """`-z diameter,srt`: {procedure: (calls, min, max, avg, sum as printed, 6 decimals)}."""
     return {m.group(1): (int(m.group(2)), *m.group(3, 4, 5, 6)) for m in re.finditer(
         r"^\s+\d+\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", text, re.M)}
-
-
-@dataclass(frozen=True)
-class LinkedFields:
-    """A protocol whose dissector links a response to its request (`tshark -T fields` of both)."""
-
-    filter: str
-    message: str      # the message type field (numbers in -T fields; names come from the Info column)
-    response_to: str
-    time: str
-    unit_s: float     # the time field's unit
-    response_in: str | None
-    by_method: bool   # SIP: a request is named by its method; others by the Info column less " Request"
-
-
-LINKED = {
-    "pfcp": LinkedFields("pfcp", "pfcp.msg_type", "pfcp.response_to", "pfcp.response_time", 1.0, "pfcp.response_in",
-                         False),
-    "gtpv2": LinkedFields("gtpv2", "gtpv2.message_type", "gtpv2.response_to", "gtpv2.response_time", 1.0,
-                          "gtpv2.response_in", False),
-    "sip": LinkedFields("sip", "sip.Method", "sip.response-request", "sip.response-time", 0.001, None, True),
-}
-
-
-def linked_fields(path: Path, protocol: str, display_filter: str = "") -> str:
-    linked = LINKED[protocol]
-    flt = f"({linked.filter}) && ({display_filter})" if display_filter else linked.filter
-    # Each field once: tshark 4.0 leaves the first of two equal -e fields empty.
-    fields = ["frame.number", linked.message, linked.response_to, linked.time, "_ws.col.Info",
-              *([linked.response_in] if linked.response_in else [])]
-    return tshark(path, "-Y", flt, "-T", "fields", "-E", "occurrence=f", *[a for f in fields for a in ("-e", f)])
-
-
-@dataclass
-class LinkedSrt:
-    times: dict[str, list[float]]  # procedure: response times (s)
-    unanswered: Counter[str]       # procedure: requests no response names in its response_to
-    requests: int
-    responses: int
-
-
-def linked_srt(lines: str, protocol: str) -> LinkedSrt:
-    """Response times per procedure from `linked_fields` output: a response names its request's frame;
-    the procedure is the request's Info (first message) less " Request", or its SIP method; a request
-    outside the lines is named "(request frame N not shown)"."""
-    linked = LINKED[protocol]
-    names: dict[str, str] = {}
-    pairs: list[tuple[str, float]] = []
-    requests: list[tuple[str, str]] = []
-    for line in lines.splitlines():
-        number, method, request, seconds, info, *_ = line.split("\t")
-        name = method if linked.by_method else info.split(",")[0].strip().removesuffix(" Request")
-        names[number] = name
-        if request and seconds:
-            pairs.append((request, float(seconds) * linked.unit_s))
-        elif linked.response_in and info.split(",")[0].strip().endswith(" Request"):
-            requests.append((number, name))
-    times: dict[str, list[float]] = defaultdict(list)
-    for request, seconds in pairs:
-        times[names.get(request, f"(request frame {request} not shown)")].append(seconds)
-    answered = {request for request, _ in pairs}
-    unanswered = Counter(name for number, name in requests if number not in answered)
-    return LinkedSrt(dict(times), unanswered, len(requests), len(pairs))
