@@ -15,7 +15,8 @@ stream whatever it carries above):
   with no end (Echo) is followed as its request/response exchange (`gtpv2.seq`, Wireshark's pairing).
 - TCP / UDP: `tcp.stream` / `udp.stream` (the innermost one of a tunnelled frame); with `text` (bytes),
   the stream's payload as `tshark -q -z follow,tcp,ascii,N` prints it (bytes other than printable
-  ASCII, CR and LF as '.'), read from sharkd's own follow, cut at `text` bytes with the cut said.
+  ASCII, CR and LF as '.'), read from sharkd's own follow, cut at `text` bytes with the cut said; of
+  sharkd's answer (the whole stream, in one line) only answer_budget(text) bytes are ever held.
 
 Candidates for a GTPv2 tunnel are asked of sharkd by filter (`gtpv2.teid in {...}`), and only their
 trees read: the capture's other GTPv2 frames are never decoded for it.
@@ -32,6 +33,7 @@ from diagd.actors.base import Request
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.messages import Follow
 from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.sharkd import Cut
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # kind -> the fields a frame must carry to be followed so, in the order they are tried.
@@ -43,6 +45,10 @@ WANTED = {f for fields in KEYS.values() for f in fields}
 TRANSPORTS = ("tcp", "udp")
 MAX_ROUNDS = 32  # GTPv2 tunnel closure: each round adds the ends the last one found (2 or 3 in practice)
 MAX_FOLLOW_TEXT = 1 << 20
+# sharkd 4.0's follow has no size option: it answers with every payload of the stream (base64) in one JSON line, its
+# totals (sbytes, cbytes) first. Of that line only answer_budget(text) bytes are kept, room for the base64 of `text`
+# bytes and each chunk's JSON around it; the rest is read off the pipe and dropped as it arrives (sharkd.Cut).
+READ_SLACK = 64 * 1024
 
 
 async def answer(capture: CaptureSession, request: Request, message: Follow) -> dict[str, Any]:
@@ -111,18 +117,29 @@ def keyed(kind: str, values: dict[str, list[str]]) -> Found:
     return Found(name, {name: stream}, f"{name} == {stream}", f"{kind.upper()} stream {stream}")
 
 
+def answer_budget(most: int) -> int:
+    """The bytes of sharkd's follow answer kept to show `most` bytes of text."""
+    return 4 * most + READ_SLACK
+
+
 async def stream_text(capture: CaptureSession, request: Request, kind: str, stream: str, most: int) -> dict[str, Any]:
     """A TCP or UDP stream's payload from sharkd's follow (the tap `tshark -z follow` reads), as its ascii
-    mode prints it: one chunk per segment or datagram, cut at `most` bytes."""
-    got = await capture.sharkd_call(request, "follow", {"follow": kind.upper(), "filter": f"{kind}.stream eq {stream}"})
-    client, server = _end(got.get("chost"), got.get("cport")), _end(got.get("shost"), got.get("sport"))
+    mode prints it: one chunk per segment or datagram, cut at `most` bytes. At most answer_budget(most) bytes of
+    sharkd's answer are held: the rest of it is read off the pipe and dropped, never decoded."""
+    budget = answer_budget(most)
+    got = await capture.sharkd_call(request, "follow", {"follow": kind.upper(), "filter": f"{kind}.stream eq {stream}"},
+                                    keep=budget)
+    header, payloads = _follow_parts(got)
+    client, server = _end(header.get("chost"), header.get("cport")), _end(header.get("shost"), header.get("sport"))
+    # Payload bytes each end sent: sharkd's own sbytes / cbytes name them the other way (sbytes is the client's).
+    client_bytes, server_bytes = int(header.get("sbytes") or 0), int(header.get("cbytes") or 0)
     chunks: list[dict[str, Any]] = []
     shown = 0
-    sent = {client: 0, server: 0}  # payload bytes each end sent (sharkd's own sbytes/cbytes name them the other way)
-    for payload in got.get("payloads") or []:
+    for payload in payloads:
+        if shown >= most:
+            break
         data = base64.b64decode(payload.get("d") or "")
-        sent[server if payload.get("s") else client] += len(data)
-        if shown >= most or not data:
+        if not data:
             continue
         room = most - shown
         chunk: dict[str, Any] = {"frame": payload.get("n"), "from": server if payload.get("s") else client,
@@ -131,14 +148,40 @@ async def stream_text(capture: CaptureSession, request: Request, kind: str, stre
             chunk["cut"] = True
         shown += min(len(data), room)
         chunks.append(chunk)
-    total = sum(sent.values())
+    total = client_bytes + server_bytes
     out: dict[str, Any] = {"follow": f"{kind},ascii", "client": client, "server": server,
-                           "client_bytes": sent[client], "server_bytes": sent[server], "payload_bytes": total,
+                           "client_bytes": client_bytes, "server_bytes": server_bytes, "payload_bytes": total,
                            "shown_bytes": shown, "chunks": chunks}
     if shown < total:
         out["cut"] = (f"cut at text={most}: {shown} of the stream's {total} payload bytes are shown, the rest "
                       "left out; a larger text shows more")
+        if isinstance(got, Cut) and shown < most:
+            out["cut"] += (f"; fewer than text: sharkd's follow answer is {got.answer_bytes} bytes and only its first "
+                           f"{budget} (4 x text + {READ_SLACK // 1024} KiB) are kept, the rest skipped undecoded")
     return out
+
+
+def _follow_parts(got: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the answer's header: ends and byte counts, its payloads) of a whole follow answer, or of the kept head of
+    one (sharkd.Cut: the payload objects complete in it)."""
+    if not isinstance(got, Cut):
+        return got, got.get("payloads") or []
+    text = got.text
+    result, listed = text.find('"result":'), text.find('"payloads":[')
+    if result < 0 or listed < 0:
+        return {}, []
+    header = json.loads(text[result + len('"result":'):listed].rstrip(",") + "}")
+    decoder, at, payloads = json.JSONDecoder(), listed + len('"payloads":['), []
+    while True:
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError:
+            break
+        payloads.append(item)
+        if not text.startswith(",", at):
+            break
+        at += 1
+    return header, payloads
 
 
 def _end(host: Any, port: Any) -> str:

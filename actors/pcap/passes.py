@@ -126,10 +126,11 @@ class CaptureWorkers:
     # -- the pool, as the actor sees it ----------------------------------------------------------
 
     async def call(self, method: str, params: dict[str, Any] | None, *, display_filter: str | None,
-                   deadline: float) -> Any:
-        """One sharkd request on a free worker (the holder of `display_filter` if one does)."""
+                   deadline: float, keep: int | None = None) -> Any:
+        """One sharkd request on a free worker (the holder of `display_filter` if one does); `keep`: read at most
+        that many bytes of its answer (sharkd.Cut)."""
         async with self.pool.use(method, display_filter=display_filter, deadline=deadline) as worker:
-            return await worker.call(method, params)
+            return await worker.call(method, params, keep=keep)
 
     async def call_many(self, method: str, params: list[dict[str, Any]], *, deadline: float) -> list[Any]:
         """`method` for each parameter set, pipelined on one free worker (answers or SharkdErrors)."""

@@ -124,9 +124,9 @@ class Lease:
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: dict[str, Any] | None = None, *, keep: int | None = None) -> Any:
         assert self._worker.sharkd is not None
-        return await self._worker.sharkd.call(method, params)
+        return await self._worker.sharkd.call(method, params, keep=keep)
 
     async def call_many(self, method: str, params: list[dict[str, Any]]) -> list[Any]:
         assert self._worker.sharkd is not None

@@ -224,12 +224,14 @@ class CaptureSession:
     # -- sharkd primitives ------------------------------------------------------------------
 
     async def sharkd_call(self, request: Request, method: str, params: dict[str, Any] | None = None, *,
-                          display_filter: str | None = None) -> Any:
+                          display_filter: str | None = None, keep: int | None = None) -> Any:
         """One sharkd request on whichever worker is free (the one holding `display_filter`'s bitmap
-        if one does); progress is reported while the capture loads."""
+        if one does); progress is reported while the capture loads. `keep`: an answer longer than that many
+        bytes is read only that far (sharkd.Cut)."""
         assert self.workers is not None
         async with self.load_progress(request):
-            return await self.workers.call(method, params, display_filter=display_filter, deadline=request.deadline)
+            return await self.workers.call(method, params, display_filter=display_filter, deadline=request.deadline,
+                                           keep=keep)
 
     async def sharkd_call_many(self, request: Request, method: str, params: list[dict[str, Any]]) -> list[Any]:
         """`method` for each parameter set, pipelined on one free worker (sharkd.Sharkd.call_many):

@@ -16,9 +16,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 from contextlib import aclosing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +29,6 @@ import trio
 from diagd.actors import system
 from diagd.actors._subprocess import (
     TERM_THEN_KILL,
-    LineSplitter,
     Tail,
     chunks,
     close_pipes,
@@ -81,6 +82,63 @@ SHARKD_ERRORS: dict[int, tuple[ErrorCode, str]] = {
 _FLAGS = frozenset({"proto", "bytes", "columns", "color", "hidden"})  # what to answer with, not input
 
 
+@dataclass(frozen=True)
+class Cut:
+    """An answer read in part, as its call's `keep` asked: the first bytes of its JSON line (as text) and the size of
+    the whole line, whose rest was read off the pipe and dropped as it came, never kept or parsed."""
+
+    text: str
+    answer_bytes: int
+
+
+_ID = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+)')
+_HEAD = 64  # bytes enough to read a response line's id
+
+
+class ResponseLines:
+    """sharkd's stdout cut into lines (without the newline). A line answering a request that asked to keep part of
+    its answer (`caps`: request id -> bytes) keeps its first bytes only: the rest is counted and dropped as it
+    arrives, so a large answer never sits in memory whole; any other line keeps at most `max_line` bytes so."""
+
+    def __init__(self, caps: dict[int, int], max_line: int) -> None:
+        self._caps = caps
+        self._max_line = max_line
+        self._buffer = bytearray()
+        self._cap: int | None = None  # the current line's, once its head is read
+        self._dropped = 0
+
+    def split(self, data: bytes | bytearray) -> list[tuple[bytes, int]]:
+        """(its kept bytes, the whole line's size) of each line `data` completes."""
+        lines = []
+        start = 0
+        while start < len(data):
+            end = data.find(b"\n", start)
+            self._add(data[start:] if end < 0 else data[start:end])
+            if end < 0:
+                break
+            lines.append((bytes(self._buffer), len(self._buffer) + self._dropped))
+            self._buffer.clear()
+            self._cap, self._dropped = None, 0
+            start = end + 1
+        return lines
+
+    def _add(self, piece: bytes | bytearray) -> None:
+        if self._cap is None:
+            self._buffer += piece
+            if len(self._buffer) < _HEAD:
+                return
+            found = _ID.match(self._buffer)
+            self._cap = self._caps.get(int(found.group(1)), self._max_line) if found else self._max_line
+            over = len(self._buffer) - self._cap
+            if over > 0:
+                del self._buffer[self._cap:]
+                self._dropped += over
+            return
+        room = max(0, self._cap - len(self._buffer))
+        self._buffer += piece[:room]
+        self._dropped += len(piece) - min(room, len(piece))
+
+
 class SharkdError(DiagdError):
     """sharkd answered a request with a JSON-RPC error: a coded DiagdError (SHARKD_ERRORS) naming the
     request's input and sharkd's message, so one that no caller maps never crashes the actor.
@@ -119,7 +177,7 @@ class SharkdProcess(Protocol):
 
     async def load(self, path: str) -> tuple[int, str | None]: ...
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any: ...
+    async def call(self, method: str, params: dict[str, Any] | None = None, *, keep: int | None = None) -> Any: ...
 
     async def call_many(self, method: str, params: list[dict[str, Any]]) -> list[Any]: ...
 
@@ -135,6 +193,7 @@ class Sharkd:
         self.stderr = Tail()
         self._ids = itertools.count(1)
         self._waiting: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._caps: dict[int, int] = {}  # request id -> the bytes of its answer to keep (a Cut past them)
         self._dead = trio.Event()
         self.exited = trio.Event()  # reaped; `exit_code` is set
         self.exit_code: int | None = None
@@ -181,13 +240,13 @@ class Sharkd:
     async def _read_responses(self) -> None:
         # Read here, not through a callback: an answer goes from the reader to its waiter without
         # this module being called back from the subprocess helpers.
-        splitter = LineSplitter(max_line=MAX_RESPONSE_BYTES)
+        lines = ResponseLines(self._caps, MAX_RESPONSE_BYTES)
         try:
             try:
                 async with aclosing(chunks(self.proc.stdout)) as received:
                     async for chunk in received:
-                        for line in splitter.split(chunk):
-                            self._on_line(line)
+                        for line, size in lines.split(chunk):
+                            self._on_line(line, size)
             finally:
                 self._stdout_eof.set()
         finally:
@@ -196,14 +255,26 @@ class Sharkd:
                 channel.close()
             self._waiting.clear()
 
-    def _on_line(self, line: str) -> None:
-        """Route one line of sharkd's stdout to the request waiting for it (other lines are noise)."""
-        if not line.startswith("{"):
+    def _on_line(self, line: bytes, size: int) -> None:
+        """Route one line of sharkd's stdout to the request waiting for it (other lines are noise). A line cut at
+        its request's `keep` is its Cut; one cut at MAX_RESPONSE_BYTES unasked, an error of that request."""
+        if not line.startswith(b"{"):
+            return
+        if size > len(line):
+            found = _ID.match(line)
+            request_id = int(found.group(1)) if found else None
+            kept = self._caps.pop(request_id, None) if request_id is not None else None
+            cut = self._waiting.pop(request_id, None) if request_id is not None else None
+            if cut is not None:
+                cut.send_nowait({"id": request_id, "cut": Cut(line.decode(errors="replace"), size)} if kept else
+                                {"id": request_id, "error": {"code": -32603, "message": (
+                                    f"an answer of {size} bytes, over the {MAX_RESPONSE_BYTES} diagd reads")}})
             return
         try:
             message = json.loads(line)
         except ValueError:
             return
+        self._caps.pop(message.get("id"), None)
         channel = self._waiting.pop(message.get("id"), None)
         if channel is None and "error" in message and len(self._waiting) == 1:
             # sharkd answers a request it could not parse under a stale id; it handles one
@@ -236,7 +307,7 @@ class Sharkd:
         frames = int(status.get("frames", 0))
         return frames, None if frames else "the capture holds no frames"
 
-    async def _send(self, method: str, params: dict[str, Any] | None
+    async def _send(self, method: str, params: dict[str, Any] | None, keep: int | None = None
                     ) -> tuple[int, trio.MemoryReceiveChannel[dict[str, Any]]]:
         if not self.alive:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd is not running ({await self.death()})",
@@ -245,8 +316,11 @@ class Sharkd:
         send, receive = trio.open_memory_channel[dict[str, Any]](1)
         self._waiting[request_id] = send
         line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
+        if keep is not None:
+            self._caps[request_id] = keep
         if len(line) >= MAX_REQUEST_BYTES:
             del self._waiting[request_id]
+            self._caps.pop(request_id, None)
             raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                              f"request of {len(line)} bytes: sharkd 4.0 reads at most {MAX_REQUEST_BYTES} per request",
                              method=method)
@@ -258,22 +332,24 @@ class Sharkd:
             pass  # it died: the reader closes the reply channel and call() says how
         return request_id, receive
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        """One request; its result, or SharkdError when sharkd answered with an error."""
-        answer = (await self.call_many(method, [params or {}]))[0]
+    async def call(self, method: str, params: dict[str, Any] | None = None, *, keep: int | None = None) -> Any:
+        """One request; its result, or SharkdError when sharkd answered with an error. With `keep`, an answer
+        longer than `keep` bytes is its Cut: only its first `keep` bytes are read into memory."""
+        answer = (await self.call_many(method, [params or {}], keep=keep))[0]
         if isinstance(answer, SharkdError):
             raise answer
         return answer
 
-    async def call_many(self, method: str, params: list[dict[str, Any]]) -> list[Any]:
+    async def call_many(self, method: str, params: list[dict[str, Any]], *, keep: int | None = None) -> list[Any]:
         """The same request for many parameter sets, pipelined: all are written before the first
         answer is read (sharkd answers them in order), so a page of 500 frames costs 500 dissections,
-        not 500 round trips. Each answer is the result, or the SharkdError of that request."""
+        not 500 round trips. Each answer is the result (a Cut past `keep` bytes), or the SharkdError of
+        that request."""
         sent: list[tuple[int, trio.MemoryReceiveChannel[dict[str, Any]]]] = []
         answers: list[Any] = []
         try:
             for one in params:
-                sent.append(await self._send(method, one))
+                sent.append(await self._send(method, one, keep))
             for _, receive in sent:
                 try:
                     message = await receive.receive()
@@ -285,6 +361,8 @@ class Sharkd:
                 answers.append(_answer(message, method, params[len(answers)]))
         except BaseException:
             abandoned = [self._waiting.pop(request_id, None) for request_id, _ in sent]
+            for request_id, _ in sent:
+                self._caps.pop(request_id, None)
             if any(channel is not None for channel in abandoned):
                 await self.kill()  # abandoned mid-request: sharkd cannot be interrupted otherwise
             raise
@@ -302,6 +380,8 @@ class Sharkd:
 
 def _answer(message: dict[str, Any], method: str, params: dict[str, Any]) -> Any:
     """A response's result, or the SharkdError of its JSON-RPC error (a malformed error object too)."""
+    if "cut" in message:
+        return message["cut"]
     error = message.get("error")
     if error is None:
         return message.get("result")

@@ -59,6 +59,8 @@ IN_CORPUS = {
     "path-switch-ack": ("pcaps-extra/ngtester_chain_free5gc_pathswitch_then_release_amf_ngap_nas_sbi.pcap", 13),
     "ue-context-release-complete": ("pcaps-extra/aaronshi_n2.pcap", 28),
     "unanswered": ("pcaps-extra/ngtester_initue_open5gs_amf_ngap_nas_sbi.pcap", 31),
+    # The tester's PAGING (frame 28) is answered by the REGISTRATION REQUEST presenting its 5G-S-TMSI (frame 31).
+    "paging-answered": ("pcaps-extra/ngtester_initue_open5gs_amf_ngap_nas_sbi.pcap", 28),
 }
 SANDBOX, HO = "pcaps/adrian_sandbox_n2.pcap", "pcaps-extra/ngtester_open5gs_ho_window_p21_p09_amf_ngap_nas_sbi.pcap"
 OAI = "pcaps-extra/oaifed_5gcn-basic-deployment-nrf.pcap"
@@ -394,6 +396,59 @@ async def test_n2_rules_on_captures_built_from_real_frames(daemon: DaemonProcess
         [s] = sessions["sessions"]
         assert (s["status"], s["outcome"], s["rule_id"]) == ("reactivation_failed", "failure", "reactivation-failed")
         assert sessions["incomplete"] == [] and sessions["reactivation_count"] == 1
+    round_two(name, contexts, procs, sessions)
+
+
+def round_two(name: str, contexts: dict[str, Any], procs: dict[str, Any], sessions: dict[str, Any]) -> None:
+    """Issue 42 round 2, in every view: an accept a NAS NON DELIVERY INDICATION returned, a class-1 request an
+    ERROR INDICATION ended, a PAGING nobody answered, a registration restarted after its accept."""
+    if name == "registration-accept-non-delivery":  # UE 3's registration failed: the contexts view says so
+        [reg] = [p for p in instances(procs) if p["procedure"] == "Registration" and p["ue"].endswith("ran-3")]
+        assert (reg["rule_id"], reg["cause"]["name"]) == (name, "radio-connection-with-ue-lost"), reg
+        [ue] = [u for u in contexts["ues"] if u["ue"] == reg["ue"]]
+        assert ue["registration"] == "failed"
+    if name == "service-accept-non-delivery":  # ended by its accept first, then decided again by the indication
+        [sr] = [p for p in instances(procs) if p["procedure"] == "Service Request" and p["first_frame"] == 35]
+        assert (sr["rule_id"], sr["last_frame"]) == (name, 44) and sr in procs["failed"]
+    if name == "pdu-accept-non-delivery":
+        [s] = [s for s in sessions["sessions"] if s["ue"].endswith("ran-3")]
+        assert (s["status"], s["rule_id"]) == ("failed", name)
+    if name == "n2-error-indication":
+        [mod] = [p for p in instances(procs) if p["procedure"] == "PDU Session Resource Modify"]
+        assert (mod["rule_id"], mod["last_frame"], mod["cause"]["name"]) == (name, 46, "unknown-local-UE-NGAP-ID")
+        assert procs["statistics"]["PDU Session Resource Modify"]["failure"] == 1
+    if name == "paging-no-response":  # not UE-associated, no answer: how long the capture went on
+        [paging] = procs["non_ue_procedures"]
+        assert (paging["procedure"], paging["rule_id"], paging["paged"]["5g_tmsi"]) == ("Paging", name, 0xC000061B)
+        assert "answered_by" not in paging and "the capture's NGAP went on until frame 49 (" in paging["why"]
+        assert all(u["pagings"] == [] for u in contexts["ues"])
+    if name == "registration-restarted-after-accept":  # the why names the accept and the missing complete
+        [reg, again] = [p for p in instances(procs) if p["procedure"] == "Registration" and p["ue"].endswith("ran-1")]
+        assert (reg["rule_id"], again["rule_id"]) == ("restarted", "unanswered")
+        assert reg["why"] == ("a new Registration started in frame 45, after its accept (frame 16) and before its "
+                              "REGISTRATION COMPLETE: the accept gave a new 5G-GUTI (5G-TMSI 3221226468), never "
+                              "acknowledged"), reg
+
+
+async def test_a_paging_is_answered_by_the_ue_context_presenting_its_5g_s_tmsi(daemon: DaemonProcess) -> None:
+    """TS 38.413 8.5.1: the tester's PAGING (frame 28, 5G-S-TMSI 1/0/0xc000061a) is answered by the REGISTRATION
+    REQUEST presenting it (frame 31): under non_ue_procedures with the UE context and the evidence, and that
+    context lists it under `pagings`."""
+    path = EXTRA / "ngtester_initue_open5gs_amf_ngap_nas_sbi.pcap"
+    if not path.exists():
+        pytest.skip("pcaps-extra is not there")
+    contexts, procs, sessions = await views(daemon, path)
+    check_one_model(contexts, procs, sessions)
+    [paging] = procs["non_ue_procedures"]
+    assert (paging["procedure"], paging["first_frame"], paging["last_frame"], paging["rule_id"]) == (
+        "Paging", 28, 31, "paging-answered")
+    assert paging["paged"] == {"amf_set_id": 1, "amf_pointer": 0, "5g_tmsi": 0xC000061A}
+    by = paging["answered_by"]
+    assert by["ue"].endswith("/amf-11/ran-8") and by["frame"] == 31 and "REGISTRATION REQUEST" in by["evidence"]
+    [ue] = [u for u in contexts["ues"] if u["ue"] == by["ue"]]
+    assert ue["pagings"] == [{"paging_frame": 28, "association": paging["association"], "answered_in_frame": 31,
+                              "evidence": by["evidence"]}]
+    assert procs["statistics"]["Paging"]["success"] == 1
 
 
 async def test_context_release_before_the_n2_setup_response_fails_the_establishment(daemon: DaemonProcess) -> None:

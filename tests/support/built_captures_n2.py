@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support import built_captures
-from tests.support.built_captures import AUTH, INITUE, SANDBOX, Recipe
+from tests.support.built_captures import AUTH, INITUE, SANDBOX, Recipe, registration_as
 
 CHAIN_OAI = "pcaps-extra/ngtester_chain_oai_initue_then_release_amf_ngap_nas_sbi.pcap"
 
@@ -49,6 +49,44 @@ MODIFY_RESPONSE = bytes.fromhex("201a000f" "000002" + ids(1, 1, "40"))
 RELEASE_COMMAND = bytes.fromhex("001c0018" "000003" + ids(1, 1, "00") + "004f00050000010110")
 RELEASE_RESPONSE = bytes.fromhex("201c0018" "000003" + ids(1, 1, "40") + "004640050000010100")
 
+
+
+def length(n: int) -> bytes:
+    """An APER length determinant: one octet below 128, else two (10 then 14 bits)."""
+    return bytes([n]) if n < 128 else bytes([0x80 | n >> 8, n & 0xFF])
+
+
+def nas_pdu_ie(nas: bytes, criticality: str) -> bytes:
+    """The NAS-PDU IE (38 = 0026): its open type holds the OCTET STRING, a length determinant then the octets."""
+    value = length(len(nas)) + nas
+    return bytes.fromhex("0026" + criticality) + length(len(value)) + value
+
+
+def downlink_nas_transport(amf: int, ran: int, nas: bytes) -> bytes:
+    """DOWNLINK NAS TRANSPORT (initiatingMessage 00, procedure 4, criticality ignore 40; TS 38.413 9.2.5.2): the
+    two ids and the NAS-PDU (reject)."""
+    value = bytes.fromhex("000003" + ids(amf, ran, "00")) + nas_pdu_ie(nas, "00")
+    return bytes.fromhex("000440") + length(len(value)) + value
+
+
+def nas_non_delivery_indication(amf: int, ran: int, nas: bytes) -> bytes:
+    """NAS NON DELIVERY INDICATION (procedure 19 = 13, ignore; TS 38.413 9.2.5.5): the two ids, the NAS-PDU it
+    could not deliver (ignore) and Cause radioNetwork radio-connection-with-ue-lost (0540, ignore)."""
+    value = bytes.fromhex("000004" + ids(amf, ran, "00")) + nas_pdu_ie(nas, "40") + bytes.fromhex("000f40020540")
+    return bytes.fromhex("001340") + length(len(value)) + value
+
+
+# The NAS-PDUs of real frames, as the AMF sent them: UE 3's REGISTRATION ACCEPT (sandbox frame 36, inside an
+# InitialContextSetupRequest, a new 5G-GUTI), the tester's SERVICE ACCEPT (INITUE frame 43, same), and UE 3's DL NAS
+# TRANSPORT with its PDU SESSION ESTABLISHMENT ACCEPT (sandbox frame 41, the item's NAS-PDU of a
+# PDUSessionResourceSetupRequest); each integrity protected, NEA0.
+REGISTRATION_ACCEPT_3 = bytes.fromhex(
+    "7e028afbed71017e0042010177000bf299f907020040c000062654074099f90700000115020101210201005e0192")
+SERVICE_ACCEPT = bytes.fromhex("7e02bc5554dc047e004e5002020026020000")
+ESTABLISHMENT_ACCEPT_3 = bytes.fromhex(
+    "7e02966b5f0b037e00680100472e0101c211000901000631310101ff010603f42403f424290501c0a864102201017900060120410101"
+    "097b000f80000d0408080808000d0408080404250908696e7465726e65741201")
+
 RECIPES: dict[str, Recipe] = {
     # Issue 42 item 1. The sandbox run up to frame 26: UE 2's REGISTRATION ACCEPT (with a new 5G-GUTI) rides in
     # frame 24's InitialContextSetupRequest. Its response (frame 27) is replaced by an INITIAL CONTEXT SETUP FAILURE
@@ -84,6 +122,32 @@ RECIPES: dict[str, Recipe] = {
         (41, SANDBOX, 41, 16, MODIFY_REQUEST), (43, SANDBOX, 43, 22, MODIFY_RESPONSE))),
     "pdu-resource-release": Recipe(SANDBOX, grafts=(
         (41, SANDBOX, 41, 16, RELEASE_COMMAND), (43, SANDBOX, 43, 22, RELEASE_RESPONSE))),
+    # Issue 42 round 2. The modify request of "pdu-resource-modify" answered by the gNB's ERROR INDICATION for ids 1/1
+    # (sent as frame 43 was: uplink, TSN 22) instead of the response: the class-1 request fails.
+    "n2-error-indication": Recipe(SANDBOX, grafts=(
+        (41, SANDBOX, 41, 16, MODIFY_REQUEST), (43, SANDBOX, 43, 22, error_indication(1, 1)))),
+    # UE 3's REGISTRATION ACCEPT sent in a DownlinkNASTransport (frame 36's payload) and returned by the gNB's NAS NON
+    # DELIVERY INDICATION (sent as frame 35 was: uplink, TSN 18, frame 37 on dropped).
+    "registration-accept-non-delivery": Recipe(SANDBOX, ("37-9999",), (
+        (35, SANDBOX, 37, 18, nas_non_delivery_indication(3, 3, REGISTRATION_ACCEPT_3)),),
+        payloads=((36, downlink_nas_transport(3, 3, REGISTRATION_ACCEPT_3)),)),
+    # The tester's SERVICE ACCEPT sent in a DownlinkNASTransport (frame 43's payload, ids 13/9): it ends the service
+    # request as delivered, until the NAS NON DELIVERY INDICATION returning it (sent as frame 35 was: uplink, TSN 3).
+    "service-accept-non-delivery": Recipe(INITUE, ("44-9999",), (
+        (35, INITUE, 44, 3, nas_non_delivery_indication(13, 9, SERVICE_ACCEPT)),),
+        payloads=((43, downlink_nas_transport(13, 9, SERVICE_ACCEPT)),)),
+    # UE 3's establishment accept sent in a DownlinkNASTransport (frame 41's payload), its setup response (frame 43)
+    # dropped, and returned by a NAS NON DELIVERY INDICATION (sent as frame 39 was: uplink, TSN 21).
+    "pdu-accept-non-delivery": Recipe(SANDBOX, ("43",), (
+        (39, SANDBOX, 43, 21, nas_non_delivery_indication(3, 3, ESTABLISHMENT_ACCEPT_3)),),
+        payloads=((41, downlink_nas_transport(3, 3, ESTABLISHMENT_ACCEPT_3)),)),
+    # The tester's PAGING (frame 28) pages 5G-TMSI 0xc000061b instead of 0xc000061a: no UE presents it after.
+    "paging-no-response": Recipe(INITUE, flips=((28, "00c000061a", "00c000061b"),)),
+    # UE 1's REGISTRATION COMPLETE (frame 19) made a CONFIGURATION UPDATE COMPLETE (as "registration-complete-missing"),
+    # then a new REGISTRATION REQUEST of UE 1 (the tester's, frame 31, as UE 1's): the first registration is
+    # restarted after its accept (frame 16), its REGISTRATION COMPLETE missing.
+    "registration-restarted-after-accept": Recipe(SANDBOX, grafts=(registration_as(1, 22),),
+                                                  flips=((19, "7e0043", "7e0055"),)),
 }
 # The row of rules.TABLE each recipe was built to show (the test finds it with procedures_oracle, never with
 # rules.TABLE), and the rows the same capture shows beside it.
@@ -96,6 +160,12 @@ SHOWS: dict[str, tuple[str, ...]] = {
     "ue-context-release-error-indication": ("ue-context-release-error-indication",),
     "pdu-resource-modify": ("pdu-resource-modify-response",),
     "pdu-resource-release": ("pdu-resource-release-response",),
+    "n2-error-indication": ("n2-error-indication",),
+    "registration-accept-non-delivery": ("registration-accept-non-delivery",),
+    "service-accept-non-delivery": ("service-accept-non-delivery",),
+    "pdu-accept-non-delivery": ("pdu-accept-non-delivery",),
+    "paging-no-response": ("paging-no-response",),
+    "registration-restarted-after-accept": ("restarted",),
 }
 
 

@@ -93,7 +93,7 @@ class FakeSharkd:
             raise SharkdError(-2001, "the file is no capture", "load", {"file": path})
         return self.script.frames, None
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: dict[str, Any] | None = None, *, keep: int | None = None) -> Any:
         answer = (await self.call_many(method, [params or {}]))[0]
         if isinstance(answer, SharkdError):
             raise answer

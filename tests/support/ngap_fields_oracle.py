@@ -85,6 +85,8 @@ class Session:
     setup_result: str | None = None  # setup, failed
     failures: list[tuple[int, str, int | None, str | None]] = field(default_factory=list)  # frame, kind, code, cause
     ended_unanswered: bool = False  # a 5GMM STATUS or a UE context release ended the wait for an answer
+    # its accept, sent in a DownlinkNASTransport, came back in a NAS NON DELIVERY INDICATION (TS 38.413 8.6.4)
+    not_delivered: bool = False
     setup_in_ics: bool = False  # its N2 setup request was an InitialContextSetupRequest
     carrier_failed: bool = False  # ... answered by an InitialContextSetupFailure (TS 38.413 8.3.1.3): nothing set up
 
@@ -103,7 +105,8 @@ class Session:
                 "reactivation_no_response"
         if self.setup_result == "failed":
             return "setup_failed"
-        if self.ended_unanswered or (self.carrier_failed and self.establishment_accept_frame is not None):
+        if self.ended_unanswered or self.not_delivered or (self.carrier_failed and
+                                                            self.establishment_accept_frame is not None):
             return "failed"
         if self.establishment_accept_frame is not None:
             if not self.accept_in_n2_setup:
@@ -205,6 +208,7 @@ def _answer(path: Path) -> Fields:
                 ue["plmn"] = {"mcc": str(int(mcc)), "mnc": str(int(mnc)) if mnc is not None else None}
     for ue in ues.values():
         ue["registration"] = _registration_state(ue.pop("reg_orphan", "unknown"), ue.pop("reg_instances", []))
+        ue.pop("reg_downlink", None)
         first, last = ue.pop("first_time"), ue.pop("last_time")
         ue.update(first_time=round(first, 6), last_time=round(last, 6), duration_s=round(last - first, 6))
         ue["nas_messages"].sort()
@@ -223,6 +227,14 @@ def _registration_steps(ue: dict[str, Any], row: Row, mm: list[int]) -> None:
     """
     frame = row.frame
     instances = ue.setdefault("reg_instances", [])  # [first frame, kind, state, in ICS, new GUTI], in start order
+    downlink = ue.setdefault("reg_downlink", {})  # DownlinkNASTransport NAS-PDU (hex) -> the registration accepted
+    nas_pdu = (row.values.get("ngap.NAS_PDU") or [None])[0]
+    if (row.proc, row.pdu_type) == (19, 0) and nas_pdu in downlink:
+        # A NAS NON DELIVERY INDICATION returns it (TS 38.413 8.6.4): the accept never reached the UE, whether the
+        # registration still waited for its COMPLETE or the accept had ended it.
+        returned = downlink.pop(nas_pdu)
+        if returned[2] == "awaiting" or returned[5:] == ["by its accept"]:
+            returned[2] = "failed"
     open_ = [i for i in instances if i[1] == "registration" and i[2] in ("pending", "awaiting")]
     if row.proc == 14 and row.pdu_type in (1, 2):
         for i in open_:
@@ -240,9 +252,15 @@ def _registration_steps(ue: dict[str, Any], row: Row, mm: list[int]) -> None:
             open_ = [instance]
         elif t == 0x42 and open_ and ((row.proc, row.pdu_type) == (14, 0) or row.one("nas_5gs.5g_tmsi")):
             open_[-1][2:] = ["awaiting", (row.proc, row.pdu_type) == (14, 0), bool(row.one("nas_5gs.5g_tmsi"))]
+            if (row.proc, row.pdu_type) == (4, 0) and nas_pdu:
+                downlink[nas_pdu] = open_[-1]
         elif t in REGISTRATION_ENDS:
             if open_:
-                open_.pop()[2] = REGISTRATION_ENDS[t]
+                ended = open_.pop()
+                ended[2] = REGISTRATION_ENDS[t]
+                if t == 0x42 and (row.proc, row.pdu_type) == (4, 0) and nas_pdu:
+                    ended.append("by its accept")
+                    downlink[nas_pdu] = ended
             else:
                 ue["reg_orphan"] = REGISTRATION_ENDS[t]
         elif t in DEREGISTRATION_STARTS:
@@ -271,6 +289,8 @@ class _Book:
         self.sessions: dict[tuple[UeKey, int, int], Session] = {}
         # Establishments still waiting for their answer, per UE, in the order they were last touched.
         self.waiting: dict[UeKey, list[Session]] = {}
+        # The establishment whose accept each DownlinkNASTransport NAS-PDU (hex) carried.
+        self.downlink: dict[str, Session] = {}
 
     def touch(self, owner: UeKey, s: Session) -> None:
         queue = self.waiting.setdefault(owner, [])
@@ -300,6 +320,13 @@ def _sessions(rows: list[Row], owners: list[UeKey | None]) -> dict[tuple[UeKey, 
         if owner is None:
             continue
         _nas(book, row, owner)
+        nas_pdu = (row.values.get("ngap.NAS_PDU") or [None])[0]
+        accepted = book.existing(owner, row.one("nas_5gs.pdu_session_id") or 0) if (row.proc, row.pdu_type) == (
+            4, 0) and nas_pdu and SM_ACCEPT in row.ints("nas_5gs.sm.message_type") else None
+        if accepted is not None and nas_pdu:
+            book.downlink[nas_pdu] = accepted
+        if (row.proc, row.pdu_type) == (19, 0) and nas_pdu in book.downlink:  # returned: never delivered
+            book.downlink.pop(nas_pdu).not_delivered = True
         if MM_STATUS in row.ints("nas_5gs.mm.message_type") and book.waiting.get(owner):
             book.waiting[owner].pop().ended_unanswered = True  # it answers the UE's latest NAS exchange
         if row.proc in UE_CONTEXT_RELEASES and row.pdu_type == 0:

@@ -49,6 +49,9 @@ FIELDS = [
     "ngap.id",  # the IE ids in order: which AMF-UE-NGAP-ID is a PathSwitchRequest's SourceAMF-UE-NGAP-ID
     # N3 tunnels: each address's raw bits (32, 128 or 160), and how many tunnels each tunnel list holds
     "ngap.transportLayerAddress", "ngap.UPTransportLayerInformationList", "ngap.additionalDLQosFlowPerTNLInformation",
+    # read by the procedures oracle: 5G-S-TMSIs (a PAGING's, an InitialUEMessage's, a NAS 5GS mobile identity's) and
+    # the NAS-PDU IE (a NAS NON DELIVERY INDICATION returns a DownlinkNASTransport's)
+    "ngap.aMFSetID", "ngap.aMFPointer", "nas_5gs.amf_set_id", "nas_5gs.amf_pointer", "ngap.NAS_PDU",
 ]
 CAUSE_GROUPS = ["ngap.radioNetwork", "ngap.transport", "ngap.nas", "ngap.protocol", "ngap.misc"]
 # TS 38.413 cause values that end things normally, by ASN.1 enumeration index (group: values).
@@ -61,6 +64,7 @@ NORMAL_5GSM = {36, 39}
 
 # TS 38.413 procedure codes and IE ids the context rule reads.
 INITIAL_UE_MESSAGE, NG_RESET, PATH_SWITCH, UE_CONTEXT_MODIFICATION, UE_CONTEXT_RELEASE = 15, 20, 25, 40, 41
+NAS_NON_DELIVERY = 19
 IE_AMF_UE_NGAP_ID, IE_NEW_AMF_UE_NGAP_ID, IE_SOURCE_AMF_UE_NGAP_ID = 10, 40, 100
 MM_DL_NAS_TRANSPORT, MM_REGISTRATION_REQUEST = 0x68, 0x41
 MM_REGISTRATION_ENDS = {0x42, 0x44}  # Registration Accept / Reject
@@ -204,6 +208,10 @@ def tshark_rows(path: Path, tmp: Path) -> list[Row]:
                   assoc=(ends[0], ends[1], int(cells["sctp.assoc_index"])),
                   proc=int(cells["ngap.procedureCode"]), pdu_type=int(cells["ngap.NGAP_PDU"]),
                   ran=None, amf=None, values=values)
+        if row.proc == NAS_NON_DELIVERY:
+            # TS 38.413 8.6.4 / 9.2.5.5: its NAS-PDU is the downlink one the NG-RAN node could not deliver, returned
+            # as it was sent: none of its NAS is a message of this PDU.
+            row.values = {k: v for k, v in values.items() if not k.startswith(("nas_5gs.", "e212."))}
         if row.proc == NG_RESET:  # not UE-associated: its ids are the items of the list it resets
             rows.append(row)
             continue

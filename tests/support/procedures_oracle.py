@@ -20,8 +20,15 @@ follows the rules docs/5g.md states, written out again here by message-type numb
   (a 5G-TMSI in it) is done only when the UE's REGISTRATION COMPLETE acknowledges it (TS 24.501 5.5.1.2.4);
   none in the capture: incomplete.
 - NGAP class-1 procedures of a UE context (TS 38.413 8.2.1-8.2.3, 8.3.1, 8.3.3, 8.4.*) end with their
-  successful / unsuccessful outcome; a UE context release also with an ERROR INDICATION from the peer of its
-  last request (8.7.5, 10.6: the peer does not know the ids). NG Reset (8.7.4) is not UE-associated: one
+  successful / unsuccessful outcome, or fail with an ERROR INDICATION of the context from the peer of the
+  latest one in flight (8.7.5, 10: the peer could not process it; a UE context release by its own rule).
+- An accept a DownlinkNASTransport carried did not reach the UE when a NAS NON DELIVERY INDICATION returns the
+  same NAS-PDU octets (8.6.4): the registration / service request / establishment fails, even one the accept had
+  ended. A PAGING (8.5.1, class 2, not UE-associated) is answered by the first later row presenting its
+  5G-S-TMSI (AMF Set ID, AMF Pointer, 5G-TMSI) as a paged UE does (TS 24.501 5.6.2.2.1): a SERVICE REQUEST or
+  REGISTRATION REQUEST whose mobile identity holds it, an InitialUEMessage's 5G-S-TMSI IE; else no response.
+- The same request again after an accept names the accept and what did not follow it (a REGISTRATION
+  COMPLETE for a new 5G-GUTI, the N2 response delivering it). NG Reset (8.7.4) is not UE-associated: one
   instance per association, keyed (association, None, None, 0). An N2 PDU session resource setup request item
   of a session whose establishment accept is not in that PDU re-activates the user plane of a session
   established before (TS 24.501 5.6.1.4): its own instance, set up or failed by the response's lists (or lost
@@ -45,6 +52,7 @@ from typing import NamedTuple
 
 from tests.support.ngap_oracle import (
     CAUSE_GROUPS,
+    CLASS1,
     OracleCannotTell,
     Row,
     UeKey,
@@ -102,7 +110,6 @@ for _code, _name, _ok, _failed in ((12, "Handover Preparation", "handover-comman
     _add(_name, "failure", _failed, ("ngap", _code, 2))
 _add("UE Context Release", "start", "", ("ngap", 42, 0), ("ngap", 41, 0))
 _add("UE Context Release", "success", "ue-context-release-complete", ("ngap", 41, 1))
-_add("UE Context Release", "error-indication", "ue-context-release-error-indication", ("ngap", 9, 0))
 _add("Initial Context Setup", "start", "", ("ngap", 14, 0))
 _add("Initial Context Setup", "success", "initial-context-setup-response", ("ngap", 14, 1))
 _add("Initial Context Setup", "failure", "initial-context-setup-failure", ("ngap", 14, 2))
@@ -115,7 +122,14 @@ for _code, _name, _ok in ((29, "PDU Session Resource Setup", "pdu-resource-setup
 _add("PDU Session Re-activation", "start", "", ("ngap", 29, 0), ("ngap", 14, 0))
 _add("NG Reset", "start", "", ("ngap", 20, 0))
 _add("NG Reset", "success", "ng-reset-acknowledge", ("ngap", 20, 1))
-REACTIVATION, NG_RESET = "PDU Session Re-activation", "NG Reset"
+_add("Paging", "start", "", ("ngap", 24, 0))  # class 2: answered by the paged UE showing up (_pagings)
+REACTIVATION, NG_RESET, PAGING = "PDU Session Re-activation", "NG Reset", "Paging"
+# TS 38.413 table 8.1-1: the class-1 procedures of a UE context (started by an NGAP initiating message of CLASS1).
+N2_CLASS1 = {name for event, roles in TABLE.items() if event[0] == "ngap" and event[2] == 0 and event[1] in CLASS1
+             for name, role, _ in roles if role == "start"} - {REACTIVATION, NG_RESET}
+# An accept sent in a DownlinkNASTransport and returned by a NAS NON DELIVERY INDICATION (TS 38.413 8.6.4).
+NOT_DELIVERED = {"Registration": "registration-accept-non-delivery", "Service Request": "service-accept-non-delivery",
+                 "PDU Session Establishment": "pdu-accept-non-delivery"}
 # The N2 request that carried an establishment's accept names the rule its response sets the session up by.
 N2_SETUP_RULES = {29: "pdu-setup-response", 14: "pdu-initial-context-setup"}
 PER_SESSION = {"PDU Session Establishment", "PDU Session Modification", "PDU Session Release", REACTIVATION}
@@ -143,6 +157,7 @@ class Detail(NamedTuple):
     # What an incomplete instance's `why` says, in order: it starts with the first part and ends with the last,
     # unless that ends with "(" (a figure the oracle does not give follows: the ms since the last message).
     why_says: tuple[str, ...]
+    by: UeKey | None = None  # a PAGING: the UE context that answered it
 
 
 @dataclass
@@ -239,16 +254,29 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                             cause if failed else None, rule, o.ue_ipv4, why))
 
     resets: dict[tuple[str, str, int], Open] = {}
+    position = {id(row): n for n, row in enumerate(rows)}
+    pagings: list[Paged] = []
+    downlink: dict[str, tuple[Slot, Open, int | None]] = {}  # NAS-PDU of a DL NAS transport with an accept
     for row, owner in zip(rows, owners, strict=True):
         if owner is None:
+            if (row.proc, row.pdu_type) == (24, 0):
+                pagings.append(Paged(row, paging_identity(row)))
             _ng_reset(row, resets, close)
             continue
+        if any(p.answer is None for p in pagings):
+            shown = presented(row)
+            for p in pagings:
+                if p.answer is None and p.identity in shown:
+                    p.answer, p.by = row, owner
         psi = row.one("nas_5gs.pdu_session_id")
         if row.values.get("nas_5gs.mm.switch_off") == ["1"] and row.ints("nas_5gs.mm.message_type")[:1] == [0x45]:
             found.append(Detail((owner, "Deregistration", None, row.frame, row.frame, 0.0, "success", None, None),
                                 None, "deregistration-switch-off", None, ()))
             continue
         for event, cause in _events(row):
+            if event == ("ngap", 9, 0):
+                _error_indication(row, owner, opened, position, close)
+                continue
             for name, role, rule in TABLE.get(event, []):
                 if name in (REACTIVATION, NG_RESET):
                     continue
@@ -263,14 +291,12 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                         o.frames.append(row.frame)
                     o.carrier = row.frame if (row.proc, row.pdu_type) == (14, 0) else None
                     o.guti_tmsi = row.one("nas_5gs.5g_tmsi") if event == ("mm", 0x42) else None
+                    closed = None
                     if o.carrier is None and o.guti_tmsi is None:
                         close(slot, opened.pop(slot), "success", None, rule)
-                    continue
-                if role == "error-indication":
-                    if slot in opened and sender(opened[slot].last) != sender(row):
-                        o = opened.pop(slot)
-                        o.last = row
-                        close(slot, o, "failure", cause, rule)
+                        closed = len(found) - 1
+                    if (row.proc, row.pdu_type) == (4, 0) and row.values.get("ngap.NAS_PDU"):
+                        downlink[row.values["ngap.NAS_PDU"][0]] = (slot, o, closed)
                     continue
                 if role == "accepted":
                     if slot in opened:
@@ -280,6 +306,8 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                         o.n2_rule = N2_SETUP_RULES.get(row.proc) if row.pdu_type == 0 else None
                         o.carrier = row.frame if (row.proc, row.pdu_type) == (14, 0) else None
                         order[slot] = next(tick)
+                        if (row.proc, row.pdu_type) == (4, 0) and row.values.get("ngap.NAS_PDU"):
+                            downlink[row.values["ngap.NAS_PDU"][0]] = (slot, o, None)
                     continue
                 if role == "start":
                     if slot in opened and opened[slot].start != event:
@@ -288,8 +316,8 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                             opened[slot].frames.append(row.frame)
                         continue
                     if slot in opened:
-                        close(slot, opened.pop(slot), "incomplete", None, "restarted",
-                              (f"a new {name} started in frame {row.frame} before any answer",))
+                        o = opened.pop(slot)
+                        close(slot, o, "incomplete", None, "restarted", (restarted(name, row, o),))
                     opened[slot] = Open(event, row, row, [row.frame])
                     order[slot] = next(tick)
                     continue
@@ -302,11 +330,23 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
                 o = opened.pop(slot)
                 o.last = row
                 close(slot, o, role, cause, rule)
+        if (row.proc, row.pdu_type) == (19, 0) and row.values.get("ngap.NAS_PDU"):
+            _not_delivered(row, downlink.pop(row.values["ngap.NAS_PDU"][0], None), opened, found, close)
         _reactivations(row, owner, opened, order, tick, close)
         _n2_answers(row, owner, opened, close)
         if row.proc == 14 and row.pdu_type in (1, 2):
             _carried(row, owner, opened, close)
     last_in_assoc = {row.assoc: row.frame for row in rows}
+    for p in pagings:  # TS 38.413 8.5.1 (class 2): answered when the paged UE showed up, else no response
+        slot = (non_ue_key(p.row.assoc), PAGING, None)
+        if p.answer is not None:
+            close(slot, Open(("ngap", 24, 0), p.row, p.answer), "success", None, "paging-answered")
+            found[-1] = found[-1]._replace(by=p.by)
+            continue
+        says = f"no UE presented the paged 5G-S-TMSI ({words(p.identity)}) after it: "
+        close(slot, Open(("ngap", 24, 0), p.row, p.row), "incomplete", None, "paging-no-response",
+              (says + f"the capture's NGAP went on until frame {rows[-1].frame} (",) if rows[-1].frame > p.row.frame
+              else (says + "the capture ends with the PAGING",))
     for assoc, o in resets.items():
         close((non_ue_key(assoc), NG_RESET, None), o, "incomplete", None, "unanswered", (
             f"no answer: the association carried NGAP until frame {last_in_assoc[assoc]}",)
@@ -341,6 +381,103 @@ def _answer(path: Path) -> tuple[list[Detail], list[tuple[UeKey, str, str]]]:
             says = (f"accepted in frame {o.accept}, then no {carrier} response: ", *says)
         close(slot, o, "incomplete", None, "unanswered", says)
     return found, orphaned
+
+
+# TS 38.413 9.3.3.20 / TS 23.003 2.10.1: a 5G-S-TMSI is AMF Set ID (BIT STRING of 10), AMF Pointer (BIT STRING of 6)
+# and 5G-TMSI (4 octets); tshark prints an NGAP bit string as its octets, the bits left-aligned (0040: set 1).
+STmsi = tuple[int, int, int]
+
+
+@dataclass
+class Paged:
+    """A PAGING (not UE-associated), its 5G-S-TMSI, and the first row presenting it after it, with that row's UE."""
+
+    row: Row
+    identity: STmsi
+    answer: Row | None = None
+    by: UeKey | None = None
+
+
+def _bits(octets: str, size: int) -> int:
+    return int(octets, 16) >> (len(octets) * 4 - size)
+
+
+def paging_identity(row: Row) -> STmsi:
+    """The one 5G-S-TMSI of a row's NGAP: a PAGING's UEPagingIdentity (IE 115), an InitialUEMessage's 5G-S-TMSI."""
+    sets, pointers, tmsis = (row.values.get(f, []) for f in ("ngap.aMFSetID", "ngap.aMFPointer", "ngap.fiveG_TMSI"))
+    if (len(sets), len(pointers), len(tmsis)) != (1, 1, 1):
+        raise OracleCannotTell(f"frame {row.frame}: {len(tmsis)} NGAP 5G-TMSIs, not one")
+    return _bits(sets[0], 10), _bits(pointers[0], 6), int(tmsis[0], 0)
+
+
+def presented(row: Row) -> set[STmsi]:
+    """The 5G-S-TMSIs a row presents as a paged UE answers (TS 24.501 5.6.2.2.1): the 5GS mobile identity of a
+    SERVICE REQUEST or REGISTRATION REQUEST (a 5G-S-TMSI, or a 5G-GUTI that holds one), and an InitialUEMessage's
+    5G-S-TMSI IE."""
+    found: set[STmsi] = set()
+    if (row.proc, row.pdu_type) == (15, 0) and row.values.get("ngap.fiveG_TMSI"):
+        found.add(paging_identity(row))
+    if {0x41, 0x4C} & set(row.ints("nas_5gs.mm.message_type")):
+        sets, pointers = row.ints("nas_5gs.amf_set_id"), row.ints("nas_5gs.amf_pointer")
+        tmsis = row.ints("nas_5gs.5g_tmsi")
+        if not len(sets) == len(pointers) == len(tmsis):
+            raise OracleCannotTell(f"frame {row.frame}: 5G-S-TMSI parts that do not pair up")
+        found |= set(zip(sets, pointers, tmsis, strict=True))
+    return found
+
+
+def words(s: STmsi) -> str:
+    return f"AMF Set ID {s[0]}, AMF Pointer {s[1]}, 5G-TMSI {s[2]}"
+
+def restarted(name: str, row: Row, o: Open) -> str:
+    """Why the same request again abandons an instance: nothing answered it yet, or its accept was sent and what had
+    to follow never came: the REGISTRATION COMPLETE a new 5G-GUTI needs (TS 24.501 5.5.1.2.4), the N2 response that
+    delivers the accept (TS 38.413 8.3.1) or sets the session up (8.2.1)."""
+    said = f"a new {name} started in frame {row.frame}"
+    if o.accept is None:
+        return said + " before any answer"
+    said += f", after its accept (frame {o.accept}) and before "
+    if o.carrier is not None:
+        return said + "the InitialContextSetup response that would deliver it"
+    if o.guti_tmsi is not None:
+        return said + (f"its REGISTRATION COMPLETE: the accept gave a new 5G-GUTI (5G-TMSI {o.guti_tmsi}), never "
+                       "acknowledged")
+    if o.n2_rule is not None:
+        return said + "the N2 setup response that would set the session up"
+    return said + "any N2 PDU session resource setup carrying it"
+
+
+def _error_indication(row: Row, owner: UeKey, opened: dict[Slot, Open], position: dict[int, int],
+                      close: Callable[..., None]) -> None:
+    """An ERROR INDICATION of a UE context (TS 38.413 8.7.5, 10): the peer could not process the class-1 request in
+    flight, the latest of the context whose last message the other side sent; it fails (a UE context release by its
+    own rule). From the same side, or with none in flight, it ends nothing."""
+    waiting = [s for s in opened if s[0] == owner and s[1] in N2_CLASS1 and sender(opened[s].last) != sender(row)]
+    if not waiting:
+        return
+    slot = max(waiting, key=lambda s: position[id(opened[s].last)])
+    o = opened.pop(slot)
+    o.last = row
+    close(slot, o, "failure", ngap_cause(row), "ue-context-release-error-indication" if slot[1] == "UE Context Release"
+          else "n2-error-indication")
+
+
+def _not_delivered(row: Row, sent: tuple[Slot, Open, int | None] | None, opened: dict[Slot, Open],
+                   found: list[Detail], close: Callable[..., None]) -> None:
+    """A NAS NON DELIVERY INDICATION returns a DownlinkNASTransport's NAS-PDU (TS 38.413 8.6.4, the same octets): the
+    accept in it never reached the UE, whether the instance still waited or that accept had ended it (then its
+    verdict is replaced). An instance something later ended (a REGISTRATION COMPLETE) keeps its verdict."""
+    if sent is None:
+        return
+    slot, o, closed = sent
+    if opened.get(slot) is o:
+        opened.pop(slot)
+    elif closed is None or found[closed].rule_id not in ("registration-accept", "service-accept"):
+        return
+    o.last = row
+    close(slot, o, "failure", ngap_cause(row), NOT_DELIVERED[slot[1]])
+    if closed is not None:  # decided again: the new verdict replaces the accept's
+        found[closed] = found.pop()
 
 
 def _ng_reset(row: Row, resets: dict[tuple[str, str, int], Open], close: Callable[..., None]) -> None:

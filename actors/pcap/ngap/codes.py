@@ -16,7 +16,9 @@ IE_SOURCE_AMF_UE_NGAP_ID = 100  # PathSwitchRequest: the *source* context's AMF 
 IE_NEW_AMF_UE_NGAP_ID = 40  # UEContextModificationRequest: the AMF id this context uses from now on
 IE_RESET_TYPE = 88  # NGReset: the whole interface, or a list of contexts
 IE_CONNECTION_LIST = 111  # NGResetAcknowledge: the contexts reset
-IE_FIVEG_S_TMSI = 26
+IE_FIVEG_S_TMSI = 26  # InitialUEMessage: the 5G-S-TMSI the UE presented
+IE_UE_PAGING_IDENTITY = 115  # Paging: the paged UE's 5G-S-TMSI
+IE_NAS_PDU = 38
 IE_SOURCE_TO_TARGET_CONTAINER = 101
 IE_RAN_NODE_NAME = 82
 IE_GLOBAL_RAN_NODE_ID = 27
@@ -38,6 +40,8 @@ CLASS1_PROCEDURES = {0, 10, 12, 13, 14, 20, 21, 25, 26, 27, 28, 29, 32, 35, 40, 
                      66, 67, 68, 69, 70, 71, 72, 73}
 PROC_ERROR_INDICATION = 9
 PROC_NAS_NON_DELIVERY = 19
+PROC_DOWNLINK_NAS_TRANSPORT = 4
+PROC_PAGING = 24
 PROC_NG_RESET = 20
 PROC_NG_SETUP = 21
 PROC_HANDOVER_PREPARATION = 12
@@ -89,7 +93,8 @@ NAS_DL_TRANSPORT = "0x68"  # with a 5GMM cause it carries back a 5GSM message th
 MESSAGE_TYPES = {"nas_5gs.mm.message_type": "5GMM", "nas_5gs.sm.message_type": "5GSM"}
 NAS_KEEP = {"nas_5gs.pdu_session_id", "nas_5gs.mm.switch_off", "nas_5gs.cmn.dnn",
             "nas_5gs.sm.pdu_addr_inf_ipv4", "nas_5gs.mm.sst", "nas_5gs.mm.mm_sd",
-            "nas_5gs.5g_tmsi", "e212.mcc", "e212.mnc", "nas_5gs.mm.type_id"}
+            "nas_5gs.5g_tmsi", "e212.mcc", "e212.mnc", "nas_5gs.mm.type_id", "nas_5gs.amf_set_id",
+            "nas_5gs.amf_pointer"}
 INTEGER_FIELDS = {"ngap.AMF_UE_NGAP_ID", "ngap.RAN_UE_NGAP_ID", "ngap.pDUSessionID", "ngap.qosFlowIdentifier",
-                   "nas_5gs.pdu_session_id", "nas_5gs.5g_tmsi"}
+                   "nas_5gs.pdu_session_id", "nas_5gs.5g_tmsi", "nas_5gs.amf_set_id", "nas_5gs.amf_pointer"}
 ITEM_KEEP = {"ngap.TransportLayerAddressIPv4", "ngap.gTP_TEID", "ngap.qosFlowIdentifier", "ngap.sST", "ngap.sD"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from diagd.actors.pcap.ngap.associations import Analysis, Context, analyse
+from diagd.actors.pcap.ngap.paging import track_paging
 from diagd.actors.pcap.ngap.pdus import NgapPdu
 from diagd.actors.pcap.ngap.procedures import ESTABLISHMENT, REACTIVATION, Instance, track_all, track_association
 
@@ -21,7 +22,7 @@ class Model:
     by_context: list[tuple[Context, list[Instance]]] = field(default_factory=list)
     # Beside by_context, per context: (procedure, rule id) of answers whose request is outside the capture.
     orphans: list[list[tuple[str, str]]] = field(default_factory=list)
-    # Non-UE-associated procedure instances (NG Reset), per association, in capture order.
+    # Non-UE-associated procedure instances (NG Reset, Paging), in capture order.
     non_ue: list[Instance] = field(default_factory=list)
 
     @property
@@ -48,5 +49,6 @@ def build(pdus: list[NgapPdu]) -> Model:
     tracked = [(ctx, *track_all(ctx, analysis)) for ctx in analysis.contexts]
     non_ue = [i for assoc in analysis.associations
               for i in track_association(assoc, [p for p in assoc.pdus if analysis.owner.get(id(p)) is None])]
+    non_ue += track_paging(analysis)
     return Model(pdus, analysis, [(ctx, found) for ctx, found, _ in tracked],
                  [orphans for _, _, orphans in tracked], sorted(non_ue, key=lambda i: i.first.frame))

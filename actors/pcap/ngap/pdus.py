@@ -6,17 +6,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from diagd.actors.pcap.ngap.codes import (
     IE_CONNECTION_LIST,
     IE_FIVEG_S_TMSI,
     IE_GLOBAL_RAN_NODE_ID,
+    IE_NAS_PDU,
     IE_NEW_AMF_UE_NGAP_ID,
     IE_RAN_NODE_NAME,
     IE_RESET_TYPE,
     IE_SOURCE_AMF_UE_NGAP_ID,
     IE_SOURCE_TO_TARGET_CONTAINER,
+    IE_UE_PAGING_IDENTITY,
     INTEGER_FIELDS,
     ITEM_KEEP,
     MESSAGE_TYPES,
@@ -24,10 +26,25 @@ from diagd.actors.pcap.ngap.codes import (
     NAS_KEEP,
     NGAP_CAUSE_GROUPS,
     PDU_TYPES,
+    PROC_NAS_NON_DELIVERY,
     SESSION_LIST_ROLES,
     UNKNOWN_ASSOC_INDEX,
 )
 from diagd.actors.pcap.tree import Node, label_name, labelled, parse_f, protocol_nodes
+
+
+class STmsi(NamedTuple):
+    """A 5G-S-TMSI (TS 23.003 2.10.1): AMF Set ID (10 bits), AMF Pointer (6 bits) and 5G-TMSI."""
+
+    amf_set_id: int
+    amf_pointer: int
+    tmsi: int
+
+    def words(self) -> str:
+        return f"AMF Set ID {self.amf_set_id}, AMF Pointer {self.amf_pointer}, 5G-TMSI {self.tmsi}"
+
+    def describe(self) -> dict[str, int]:
+        return {"amf_set_id": self.amf_set_id, "amf_pointer": self.amf_pointer, "5g_tmsi": self.tmsi}
 
 
 @dataclass
@@ -52,6 +69,11 @@ class NasMessage:
     def psi(self) -> int | None:
         value = self.first("nas_5gs.pdu_session_id")
         return int(value) if value is not None else None
+
+    def s_tmsis(self) -> list[STmsi]:
+        """The 5G-S-TMSIs its 5GS mobile identities give: a 5G-S-TMSI, or the one a 5G-GUTI holds."""
+        parts = [self.values.get(n, []) for n in ("nas_5gs.amf_set_id", "nas_5gs.amf_pointer", "nas_5gs.5g_tmsi")]
+        return [STmsi(int(a), int(p), int(t)) for a, p, t in zip(*parts, strict=False)]
 
     def suci(self) -> str | None:
         """The whole SUCI as one comparable string (all its parts, not the MSIN alone)."""
@@ -131,6 +153,9 @@ class NgapPdu:
     causes: list[dict[str, Any]] = field(default_factory=list)
     items: list[SessionItem] = field(default_factory=list)
     tmsi: list[int] = field(default_factory=list)  # 5G-S-TMSI presented in NGAP (FiveG-S-TMSI IE)
+    s_tmsi: list[STmsi] = field(default_factory=list)  # ... whole (AMF Set ID, AMF Pointer, 5G-TMSI)
+    paging_identity: STmsi | None = None  # Paging: the paged UE's 5G-S-TMSI (UEPagingIdentity IE)
+    nas_pdu: str | None = None  # the NAS-PDU IE's octets (hex): what a NAS NON DELIVERY INDICATION returns
     s2t_container: str | None = None
     ran_node: dict[str, str] = field(default_factory=dict)
     unreadable: str | None = None  # why the PDU could be read only in part
@@ -232,7 +257,10 @@ def _read_pdu(pdu: NgapPdu, node: Node) -> None:
             pdu.procedure = label_name(label).removeprefix("id-")
     for ie_id, ie in _top_level_ies(node):
         _read_ie(pdu, ie_id, ie)
-    pdu.nas, pdu.nas_undecoded = nas_messages(pdu.frame, protocol_nodes([node], {"nas-5gs"}))
+    if pdu.procedure_code != PROC_NAS_NON_DELIVERY:
+        # A NAS NON DELIVERY INDICATION's NAS-PDU is the downlink one the NG-RAN node could not deliver, returned
+        # (TS 38.413 8.6.4, 9.2.5.5): none of its NAS is a message of this PDU (nas_pdu says which it was).
+        pdu.nas, pdu.nas_undecoded = nas_messages(pdu.frame, protocol_nodes([node], {"nas-5gs"}))
     pdu.causes.extend({"frame": pdu.frame, "kind": m.layer, "code": m.cause, "cause": m.cause_text,
                        "message": m.message} for m in pdu.nas if m.cause is not None)
 
@@ -247,6 +275,7 @@ def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
     item: SessionItem | None = None
     first_item = len(pdu.items)
     pairs: list[list[str | None]] = []
+    s_tmsi: dict[str, int] = {}  # the parts of a 5G-S-TMSI read so far (AMF Set ID, AMF Pointer)
     for name, value, label in labelled([ie]):
         if name == "ngap.nG_Interface" and ie_id == IE_RESET_TYPE:
             pdu.reset_all = True
@@ -281,8 +310,18 @@ def _read_ie(pdu: NgapPdu, ie_id: int | None, ie: Node) -> None:
                 pdu.amf_ue_id = value
             elif not is_amf and pdu.ran_ue_id is None:
                 pdu.ran_ue_id = value
-        elif name == "ngap.fiveG_TMSI" and ie_id == IE_FIVEG_S_TMSI:
-            pdu.tmsi.append(as_int(value))
+        elif name in S_TMSI_BITS and ie_id in (IE_FIVEG_S_TMSI, IE_UE_PAGING_IDENTITY):
+            s_tmsi[name] = bit_string(value, S_TMSI_BITS[name])
+        elif name == "ngap.fiveG_TMSI" and ie_id in (IE_FIVEG_S_TMSI, IE_UE_PAGING_IDENTITY):
+            tmsi = as_int(value)
+            whole = STmsi(s_tmsi["ngap.aMFSetID"], s_tmsi["ngap.aMFPointer"], tmsi) if len(s_tmsi) == 2 else None
+            if ie_id == IE_FIVEG_S_TMSI:
+                pdu.tmsi.append(tmsi)
+                pdu.s_tmsi.extend([whole] if whole is not None else [])
+            else:
+                pdu.paging_identity = whole
+        elif name == "ngap.NAS_PDU" and ie_id == IE_NAS_PDU and pdu.nas_pdu is None:
+            pdu.nas_pdu = value.replace(":", "").lower()
         elif name == "ngap.SourceToTarget_TransparentContainer" and ie_id == IE_SOURCE_TO_TARGET_CONTAINER:
             pdu.s2t_container = value
         elif name == "ngap.RANNodeName" and ie_id == IE_RAN_NODE_NAME:
@@ -330,6 +369,16 @@ def _read_tunnels(ie: Node, items: list[SessionItem]) -> None:
             visit(_children(node), holder(node) or where)
 
     visit([ie], "")
+
+
+# TS 38.413 9.3.3.20: the BIT STRINGs of a 5G-S-TMSI, by size.
+S_TMSI_BITS = {"ngap.aMFSetID": 10, "ngap.aMFPointer": 6}
+
+
+def bit_string(value: str, size: int) -> int:
+    """A BIT STRING of `size` bits as tshark prints it (its octets, the bits left-aligned: 00:40 is set ID 1)."""
+    octets = value.replace(":", "")
+    return int(octets, 16) >> (len(octets) * 4 - size)
 
 
 def as_int(value: str) -> int:

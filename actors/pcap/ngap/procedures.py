@@ -18,7 +18,7 @@ from typing import Any
 
 from diagd.actors.pcap.ngap.associations import Analysis, Association, Context
 from diagd.actors.pcap.ngap.core_links import Establishment, attach, core_messages
-from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem
+from diagd.actors.pcap.ngap.pdus import NasMessage, NgapPdu, SessionItem, STmsi
 from diagd.actors.pcap.ngap.rules import RULES, Rule, ending
 
 # Message keys: "5GMM 0x41" (NAS message type), "NGAP 41/0" (procedure code / 0 initiating,
@@ -29,7 +29,7 @@ PDU_TYPE_INDEX = {"initiatingMessage": 0, "successfulOutcome": 1, "unsuccessfulO
 N2_SETUP_REQUESTS = {"NGAP 29/0": "pdu-setup-response", "NGAP 14/0": "pdu-initial-context-setup"}
 CONTEXT_RELEASES = {"NGAP 41/0", "NGAP 42/0"}
 ICS_REQUEST, ICS_RESPONSE, ICS_FAILURE = "NGAP 14/0", "NGAP 14/1", "NGAP 14/2"
-ERROR_INDICATION = "NGAP 9/0"
+ERROR_INDICATION, NON_DELIVERY, DOWNLINK_NAS = "NGAP 9/0", "NGAP 19/0", "NGAP 4/0"
 REGISTRATION_ACCEPT, SERVICE_ACCEPT = "5GMM 0x42", "5GMM 0x4e"
 
 
@@ -66,10 +66,20 @@ PROCEDURES: tuple[Procedure, ...] = (
     # Service Request path): started by the item, not by a message (_Tracker._reactivations).
     _p("PDU Session Re-activation", "NGAP 29/0, NGAP 14/0", per_session=True),
     _p("NG Reset", "NGAP 20/0"),  # 8.7.4: not UE-associated, one instance per association (track_association)
+    _p("Paging", "NGAP 24/0"),  # 8.5.1: class 2, not UE-associated, answered by the paged UE showing up (paging.py)
 )
 NAMES = tuple(p.name for p in PROCEDURES)
 ESTABLISHMENT, REACTIVATION, NG_RESET = "PDU Session Establishment", "PDU Session Re-activation", "NG Reset"
-BY_ITEM_OR_ASSOCIATION = {REACTIVATION, NG_RESET}  # not opened by _step
+PAGING = "Paging"
+BY_ITEM_OR_ASSOCIATION = {REACTIVATION, NG_RESET, PAGING}  # not opened by _step
+# The class-1 NGAP procedures of a UE context (TS 38.413 table 8.1-1): an ERROR INDICATION from the peer ends the
+# latest one in flight (8.7.5, 10); the UE context release by its own rule.
+N2_CLASS1 = ("Handover Preparation", "Handover Resource Allocation", "Path Switch", "UE Context Release",
+             "Initial Context Setup", "PDU Session Resource Setup", "PDU Session Resource Modify",
+             "PDU Session Resource Release")
+# An accept a DownlinkNASTransport carried, returned by a NAS NON DELIVERY INDICATION (TS 38.413 8.6.4): its rule.
+NOT_DELIVERED = {"Registration": "registration-accept-non-delivery", "Service Request": "service-accept-non-delivery",
+                 ESTABLISHMENT: "pdu-accept-non-delivery"}
 
 
 @dataclass
@@ -95,6 +105,9 @@ class Instance:
     carrier: NgapPdu | None = None
     guti_tmsi: str | None = None  # registration: the 5G-TMSI of the new 5G-GUTI its accept assigned
     association: Association | None = None  # a non-UE-associated instance's association
+    paged: STmsi | None = None  # Paging: the paged UE's 5G-S-TMSI
+    answered_by: Context | None = None  # Paging: the UE context that presented it after the PAGING
+    evidence: str | None = None  # ... and what it presented, where
 
     def describe(self) -> dict[str, Any]:
         done = self.outcome is not None and self.outcome != "incomplete"
@@ -113,6 +126,11 @@ class Instance:
             out["ue_ipv4"] = self.ue_ipv4
         if self.core is not None:
             out["n4_sbi"] = self.core.attached
+        if self.procedure.name == PAGING:
+            out["paged"] = self.paged.describe() if self.paged is not None else None
+            if self.answered_by is not None:
+                out["answered_by"] = {"ue": self.answered_by.label, "frame": self.last.frame,
+                                      "evidence": self.evidence}
         return out
 
 
@@ -172,6 +190,9 @@ class _Tracker:
         # Answers whose request lies outside the capture (or the display filter): no instance (no start,
         # no duration), but what they say still counts for the context's state (a lone registration reject).
         self.orphans: list[tuple[str, str]] = []  # (procedure, rule id)
+        # The instance each NAS-PDU (hex) of a DownlinkNASTransport carrying an accept belongs to: a NAS NON
+        # DELIVERY INDICATION returning that NAS-PDU says the accept never reached the UE.
+        self.downlink: dict[str, Instance] = {}
 
     def feed(self, pdu: NgapPdu) -> None:
         keys = message_keys(pdu)
@@ -181,6 +202,12 @@ class _Tracker:
             if key == "5GMM 0x45" and message is not None and message.first("nas_5gs.mm.switch_off") == "1":
                 self._start(PROCEDURES[NAMES.index("Deregistration")], key, pdu, None)
                 self._end(self.open.pop(("Deregistration", None)), "deregistration-switch-off")
+                continue
+            if key == ERROR_INDICATION:
+                self._error_indication(pdu)
+                continue
+            if key == NON_DELIVERY:
+                self._not_delivered(pdu)
                 continue
             for proc in PROCEDURES:
                 if proc.name not in BY_ITEM_OR_ASSOCIATION:
@@ -200,7 +227,7 @@ class _Tracker:
             self._touch(current, pdu)  # e.g. RELEASE REQUEST then RELEASE COMMAND: one procedure
             return
         if current is not None:
-            self._end(current, "restarted", why=f"a new {proc.name} started in frame {pdu.frame} before any answer")
+            self._end(current, "restarted", why=restarted_why(current, pdu))
         self.open[slot] = Instance(proc, self.ctx, slot[1], key, pdu, pdu, frames=[pdu.frame], seq=self.seq)
 
     def _step(self, proc: Procedure, key: str, pdu: NgapPdu, message: NasMessage | None, psi: int | None) -> None:
@@ -218,10 +245,6 @@ class _Tracker:
             return
         rule = ending(proc.name, key)
         if rule is None:
-            return
-        # An ERROR INDICATION answers the release only from the peer of the release's last request; else it
-        # reports something else (it stays a failure of the context), and is no orphan answer either.
-        if key == ERROR_INDICATION and (current is None or (pdu.src is not None and pdu.src == current.last.src)):
             return
         if current is None and proc.per_session and psi is None:
             # An answer naming no PDU session (5GMM STATUS) answers the context's latest NAS exchange.
@@ -243,6 +266,7 @@ class _Tracker:
         ngap = _ngap_key(pdu)
         current.n2_rule = N2_SETUP_REQUESTS.get(ngap)
         current.carrier = pdu if ngap == ICS_REQUEST else None
+        self._sent_down(current, pdu)
 
     def _nas_accept(self, proc: Procedure, current: Instance | None, key: str, pdu: NgapPdu,
                     message: NasMessage | None) -> None:
@@ -258,9 +282,46 @@ class _Tracker:
         current.carrier = pdu if _ngap_key(pdu) == ICS_REQUEST else None
         if key == REGISTRATION_ACCEPT and message is not None:
             current.guti_tmsi = message.first("nas_5gs.5g_tmsi")
+        self._sent_down(current, pdu)
         if current.carrier is None and current.guti_tmsi is None:
             del self.open[(proc.name, None)]
             self._end(current, rule.id)
+
+    def _sent_down(self, current: Instance, pdu: NgapPdu) -> None:
+        if _ngap_key(pdu) == DOWNLINK_NAS and pdu.nas_pdu is not None:
+            self.downlink[pdu.nas_pdu] = current
+
+    def _not_delivered(self, pdu: NgapPdu) -> None:
+        """A NAS NON DELIVERY INDICATION (TS 38.413 8.6.4) returns the NAS-PDU of a DownlinkNASTransport: the accept
+        it carried never reached the UE. An instance that accept had ended (as delivered, all the capture showed
+        until then) is decided again; one a later message ended (a REGISTRATION COMPLETE: it was delivered) is not."""
+        current = self.downlink.pop(pdu.nas_pdu, None) if pdu.nas_pdu is not None else None
+        if current is None:
+            return
+        name = current.procedure.name
+        slot = (name, current.psi if current.procedure.per_session else None)
+        if self.open.get(slot) is current:
+            del self.open[slot]
+        elif current.rule is not None and current.rule.id in ("registration-accept", "service-accept"):
+            self.done.remove(current)
+        else:
+            return
+        self._touch(current, pdu)
+        self._end(current, NOT_DELIVERED[name], cause=_cause(pdu, None))
+
+    def _error_indication(self, pdu: NgapPdu) -> None:
+        """An ERROR INDICATION with this context's ids: the peer could not process the class-1 request in flight
+        (TS 38.413 8.7.5, 10), the latest one whose last message came from the other side; it fails. One from the
+        same side, or with none in flight, ends nothing: it stays a failure of the context, no orphan answer."""
+        waiting = [(slot, i) for slot, i in self.open.items() if slot[0] in N2_CLASS1
+                   and not (pdu.src is not None and pdu.src == i.last.src)]
+        if not waiting:
+            return
+        slot, current = max(waiting, key=lambda pair: pair[1].seq)
+        self._touch(current, pdu)
+        del self.open[slot]
+        self._end(current, "ue-context-release-error-indication" if slot[0] == "UE Context Release" else
+                  "n2-error-indication", cause=_cause(pdu, None))
 
     def _carried(self, pdu: NgapPdu, delivered: bool) -> None:
         """An InitialContextSetupResponse / Failure: what its request carried was delivered / was not."""
@@ -372,6 +433,23 @@ class _Tracker:
             return (f"no answer: this UE context fell silent while its association carried NGAP until frame "
                     f"{last_in_assoc.frame}")
         return "the capture ends before any answer"
+
+
+def restarted_why(current: Instance, pdu: NgapPdu) -> str:
+    """Why an instance is abandoned by the same request again: nothing answered it yet, or its accept was sent and
+    what had to follow never came (the REGISTRATION COMPLETE a new 5G-GUTI needs, the N2 response delivering it)."""
+    said = f"a new {current.procedure.name} started in frame {pdu.frame}"
+    if current.accept is None:
+        return said + " before any answer"
+    said += f", after its accept (frame {current.accept.frame}) and before "
+    if current.carrier is not None:
+        return said + "the InitialContextSetup response that would deliver it"
+    if current.guti_tmsi is not None:
+        return said + (f"its REGISTRATION COMPLETE: the accept gave a new 5G-GUTI (5G-TMSI {current.guti_tmsi}), "
+                       "never acknowledged")
+    if current.n2_rule is not None:
+        return said + "the N2 setup response that would set the session up"
+    return said + "any N2 PDU session resource setup carrying it"
 
 
 def percentile(values: list[float], p: int) -> float:

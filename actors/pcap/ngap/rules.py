@@ -7,8 +7,9 @@ capture built from real frames where the shared corpus has no case.
 
 Message keys are those of procedures.message_keys: "5GMM 0x42" (NAS message type), "NGAP 41/1"
 (procedure code / 0 initiating, 1 successful, 2 unsuccessful outcome). Rows whose condition is
-not one message (switch-off, the N2 setup response, a context release, an N2 carrier that failed, no
-answer) have no key and are applied by procedures.py by their id. Rows whose message ends the procedure
+not one message (switch-off, the N2 setup response, a context release, an N2 carrier that failed, a NAS
+non-delivery, an ERROR INDICATION ending a class-1 request, a paged UE showing up, no answer) have no key
+and are applied by procedures.py (paging.py) by their id. Rows whose message ends the procedure
 only under a condition (an accept is delivered when its N2 carrier succeeded; an ERROR INDICATION answers
 a release only from the peer) have the key and procedures.py checks the condition.
 """
@@ -52,6 +53,10 @@ TABLE: tuple[Rule, ...] = (
        "REGISTRATION COMPLETE acknowledged the accept", "5GMM 0x43"),
     _r("registration-accept-undelivered", REG, "failure", "TS 38.413 8.3.1.3 / TS 24.501 5.5.1.2.4",
        "InitialContextSetupFailure: the REGISTRATION ACCEPT it carried never reached the UE"),
+    # A NAS NON DELIVERY INDICATION returns the NAS-PDU of a DownlinkNASTransport: the accept in it never reached the UE
+    # (TS 38.413 8.6.4), whatever the capture showed of it until then.
+    _r("registration-accept-non-delivery", REG, "failure", "TS 38.413 8.6.4 / TS 24.501 5.5.1.2.4",
+       "NAS NON DELIVERY INDICATION: the REGISTRATION ACCEPT a DownlinkNASTransport carried never reached the UE"),
     _r("registration-complete-missing", REG, "incomplete", "TS 24.501 5.5.1.2.4",
        "REGISTRATION ACCEPT assigned a new 5G-GUTI, but no REGISTRATION COMPLETE followed"),
     _r("registration-reject", REG, "reject", "TS 24.501 5.5.1.2.5", "REGISTRATION REJECT", "5GMM 0x44"),
@@ -68,6 +73,8 @@ TABLE: tuple[Rule, ...] = (
        "5GMM 0x4e"),
     _r("service-accept-undelivered", SR, "failure", "TS 38.413 8.3.1.3 / TS 24.501 5.6.1.4",
        "InitialContextSetupFailure: the SERVICE ACCEPT it carried never reached the UE"),
+    _r("service-accept-non-delivery", SR, "failure", "TS 38.413 8.6.4 / TS 24.501 5.6.1.4",
+       "NAS NON DELIVERY INDICATION: the SERVICE ACCEPT a DownlinkNASTransport carried never reached the UE"),
     _r("service-reject", SR, "reject", "TS 24.501 5.6.1.5", "SERVICE REJECT", "5GMM 0x4d"),
     _r("deregistration-accept", DEREG, "success", "TS 24.501 5.5.2.2.2 / 5.5.2.3.2", "DEREGISTRATION ACCEPT",
        "5GMM 0x46", "5GMM 0x48"),
@@ -87,6 +94,8 @@ TABLE: tuple[Rule, ...] = (
        "UE context release before the N2 setup response"),
     _r("pdu-accept-undelivered", EST, "failure", "TS 38.413 8.3.1.3",
        "InitialContextSetupFailure: the accept it carried never reached the UE"),
+    _r("pdu-accept-non-delivery", EST, "failure", "TS 38.413 8.6.4 / TS 24.501 6.4.1.3",
+       "NAS NON DELIVERY INDICATION: the accept a DownlinkNASTransport carried never reached the UE"),
     _r("pdu-accept-without-n2", EST, "incomplete", "TS 24.501 6.4.1.3",
        "accepted, but no N2 PDU session resource setup carried the accept"),
     _r("modification-complete", MOD, "success", "TS 24.501 6.3.2.3", "PDU SESSION MODIFICATION COMPLETE",
@@ -112,6 +121,10 @@ TABLE: tuple[Rule, ...] = (
     # The peer does not know the id pair (unknown local UE NGAP ID ...): it answers with ERROR INDICATION.
     _r("ue-context-release-error-indication", "UE Context Release", "failure", "TS 38.413 8.7.5 / 10.6",
        "ERROR INDICATION from the peer, with the same UE NGAP ids, answered the release", "NGAP 9/0"),
+    # Any other class-1 NGAP request of a UE context the peer could not process (TS 38.413 10: an unknown id pair, an
+    # IE it cannot comprehend) ends with its ERROR INDICATION: the latest request in flight from the other side.
+    _r("n2-error-indication", "*", "failure", "TS 38.413 8.7.5 / 10",
+       "ERROR INDICATION from the peer, with the same UE NGAP ids, ended the class-1 NGAP request in flight"),
     _r("initial-context-setup-response", ICS, "success", "TS 38.413 8.3.1.2", "INITIAL CONTEXT SETUP RESPONSE",
        "NGAP 14/1"),
     _r("initial-context-setup-failure", ICS, "failure", "TS 38.413 8.3.1.3", "INITIAL CONTEXT SETUP FAILURE",
@@ -131,6 +144,13 @@ TABLE: tuple[Rule, ...] = (
     _r("reactivation-failed", REACT, "failure", "TS 38.413 8.2.1.2 / 8.3.1.3",
        "the N2 response lists the session as failed to set up, or the InitialContextSetup carrying it failed"),
     _r("ng-reset-acknowledge", "NG Reset", "success", "TS 38.413 8.7.4.2", "NG RESET ACKNOWLEDGE", "NGAP 20/1"),
+    # Paging is class 2 (no response message) and not UE-associated: the paged UE answers over the radio with a SERVICE
+    # REQUEST or REGISTRATION REQUEST (TS 24.501 5.6.2.2.1) presenting the paged 5G-S-TMSI (paging.py).
+    _r("paging-answered", "Paging", "success", "TS 38.413 8.5.1 / TS 24.501 5.6.2.2.1",
+       "the paged UE presented its 5G-S-TMSI after the PAGING (SERVICE REQUEST, REGISTRATION REQUEST or "
+       "InitialUEMessage)"),
+    _r("paging-no-response", "Paging", "incomplete", "TS 38.413 8.5.1",
+       "class 2, no response message: no UE presented the paged 5G-S-TMSI after the PAGING in the capture"),
     # No terminal message: the procedure's own clause defines the answer that never came.
     _r("restarted", "*", "incomplete", "TS 24.501 / TS 38.413",
        "the same request again before any answer (the first one is abandoned)"),

@@ -22,6 +22,7 @@ from diagd.actors.pcap.ngap.codes import (
 )
 from diagd.actors.pcap.ngap.failures import pdu_failures
 from diagd.actors.pcap.ngap.model import Model
+from diagd.actors.pcap.ngap.paging import answered
 from diagd.actors.pcap.ngap.pdus import (
     ADDITIONAL_DL_TUNNEL,
     ADDITIONAL_UL_TUNNEL,
@@ -63,7 +64,8 @@ def ue_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
     analysis, pdus = model.analysis, model.pdus
     ues = []
     for n, (ctx, found) in enumerate(model.by_context):
-        ues.append(_describe_context(ctx, analysis, found, model.orphans[n] if n < len(model.orphans) else []))
+        ues.append({**_describe_context(ctx, analysis, found, model.orphans[n] if n < len(model.orphans) else []),
+                    "pagings": answered(model.non_ue, ctx)})
     failed = [{"ue": u["ue"], "association": u["association"], "amf_ue_ngap_id": u["amf_ue_ngap_id"],
                "ran_ue_ngap_id": u["ran_ue_ngap_id"],
                "reasons": [{k: f.get(k) for k in ("frame", "kind", "code", "cause", "why")} for f in u["failures"]]}
@@ -402,5 +404,6 @@ STATUS_BY_RULE = {
     "pdu-setup-response": "established", "pdu-initial-context-setup": "established",
     "pdu-reject": "rejected", "pdu-returned": "rejected", "pdu-setup-failed": "setup_failed",
     "pdu-5gmm-status": "failed", "pdu-context-released": "failed", "pdu-accept-undelivered": "failed",
-    "pdu-accept-without-n2": "accepted_without_n2_setup", "restarted": "no_answer", "unanswered": "no_answer",
+    "pdu-accept-non-delivery": "failed", "pdu-accept-without-n2": "accepted_without_n2_setup",
+    "restarted": "no_answer", "unanswered": "no_answer",
 }

@@ -5,6 +5,10 @@ same with tshark on every corpus capture)."""
 from __future__ import annotations
 
 import base64
+import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -12,7 +16,9 @@ import trio
 
 from diagd.actors.pcap import follow
 from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.sharkd import Cut, ResponseLines, Sharkd
 from diagd.protocol.errors import DiagdError
+from tests.pcaps import pcap
 
 MME, SGW, PGW = "10.0.0.1", "10.0.0.2", "10.0.0.3"
 
@@ -102,12 +108,13 @@ def test_text_is_what_tshark_follow_ascii_prints() -> None:
 class FakeCapture:
     """The two session calls follow's text and kind choice make."""
 
-    def __init__(self, answer: dict[str, Any]) -> None:
+    def __init__(self, answer: dict[str, Any] | Cut) -> None:
         self.answer = answer
-        self.asked: list[tuple[str, dict[str, Any]]] = []
+        self.asked: list[tuple[str, dict[str, Any], int | None]] = []
 
-    async def sharkd_call(self, request: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self.asked.append((method, params))
+    async def sharkd_call(self, request: Any, method: str, params: dict[str, Any], *,
+                          keep: int | None = None) -> dict[str, Any] | Cut:
+        self.asked.append((method, params, keep))
         return self.answer
 
     async def sbi_hint(self) -> str:
@@ -119,11 +126,13 @@ def payload(n: int, data: bytes, server: bool = False) -> dict[str, Any]:
 
 
 def test_stream_text_is_cut_at_the_limit_and_says_so() -> None:
-    fake = FakeCapture({"chost": "fd00::1", "cport": "5060", "shost": "10.0.0.9", "sport": "80",
+    # sharkd's sbytes is what the client sent, cbytes the server (named the other way round).
+    fake = FakeCapture({"chost": "fd00::1", "cport": "5060", "shost": "10.0.0.9", "sport": "80", "sbytes": 19,
+                        "cbytes": 17,
                         "payloads": [payload(3, b"GET / HTTP/1.1\r\n"), payload(5, b"HTTP/1.1 200 OK\r\n", True),
                                      payload(7, b"bye")]})
     text = trio.run(follow.stream_text, cast(CaptureSession, fake), None, "tcp", "4", 20)
-    assert fake.asked == [("follow", {"follow": "TCP", "filter": "tcp.stream eq 4"})]
+    assert fake.asked == [("follow", {"follow": "TCP", "filter": "tcp.stream eq 4"}, follow.answer_budget(20))]
     assert text["client"] == "[fd00::1]:5060" and text["server"] == "10.0.0.9:80"
     assert (text["client_bytes"], text["server_bytes"], text["payload_bytes"], text["shown_bytes"]) == (19, 17, 36, 20)
     assert text["chunks"] == [
@@ -163,3 +172,91 @@ def test_a_tunnelled_frame_is_followed_by_its_own_innermost_stream() -> None:
     found = follow.keyed("udp", {"udp.stream": ["0", "5"]})
     assert (found.follow_type, found.key, found.display_filter) == ("udp.stream", {"udp.stream": "5"},
                                                                     "udp.stream == 5")
+
+
+def test_a_cut_answer_gives_its_totals_and_the_payloads_complete_in_what_was_kept() -> None:
+    """The head of sharkd's follow line: its totals come first; a payload object cut off is not shown."""
+    whole = {"jsonrpc": "2.0", "id": 7, "result": {
+        "shost": "10.0.0.9", "sport": "80", "sbytes": 6, "chost": "10.0.0.1", "cport": "5060", "cbytes": 4000,
+        "payloads": [payload(3, b"abc"), payload(4, b"x" * 4000, True), payload(5, b"def")]}}
+    line = json.dumps(whole, separators=(",", ":"))
+    kept = line[:line.index('"n":4') + 40]  # into the second payload's data
+    text = trio.run(follow.stream_text, cast(CaptureSession, FakeCapture(Cut(kept, len(line)))), None, "tcp", "4",
+                    100)
+    assert (text["client_bytes"], text["server_bytes"], text["payload_bytes"], text["shown_bytes"]) == (6, 4000, 4006,
+                                                                                                          3)
+    assert text["chunks"] == [{"frame": 3, "from": "10.0.0.1:5060", "bytes": 3, "text": "abc"}]
+    assert text["cut"].startswith("cut at text=100: 3 of the stream's 4006 payload bytes are shown")
+    assert f"sharkd's follow answer is {len(line)} bytes" in text["cut"]
+
+
+def test_response_lines_keep_a_capped_answer_s_head_only_however_it_arrives() -> None:
+    caps = {5: 100}
+    lines = ResponseLines(caps, max_line=1000)
+    big = b'{"jsonrpc":"2.0","id":5,"result":{"payloads":"' + b"A" * 10_000 + b'"}}'
+    small = b'{"jsonrpc":"2.0","id":6,"result":{}}'
+    stream = big + b"\n" + small + b"\n" + b'{"jsonrpc":"2.0","id":9,"result":"' + b"B" * 5000 + b'"}\n'
+    got = [line for at in range(0, len(stream), 7) for line in lines.split(stream[at:at + 7])]
+    last = stream[len(big) + len(small) + 2:-1]
+    assert got == [(big[:100], len(big)), (small, len(small)), (last[:1000], len(last))]
+
+
+def large_udp_stream(root: Path, copies: int) -> Path:
+    """One UDP stream of `copies` times the fax call's T.38 stream (udp.stream 10: 2004 datagrams of 172 bytes from
+    10.35.60.100:15580), each copy shifted 41 s after the one before (editcap), merged by mergecap: the same
+    five-tuple all along, one stream of copies x 344688 payload bytes."""
+    one = root / "t38.pcap"
+    subprocess.run(["tshark", "-r", pcap("heplify_fax_call_t38_sip.pcap"), "-Y", "udp.stream == 10", "-w",
+                    str(one)], check=True, capture_output=True)
+    parts = []
+    for n in range(copies):
+        parts.append(str(root / f"t38_{n}.pcap"))
+        subprocess.run(["editcap", "-t", str(41 * n), str(one), parts[-1]], check=True, capture_output=True)
+    out = root / "t38_large.pcap"
+    subprocess.run(["mergecap", "-F", "pcap", "-w", str(out), *parts], check=True, capture_output=True)
+    return out
+
+
+class RealSharkd:
+    """follow's one session call, on a real sharkd worker."""
+
+    def __init__(self, worker: Sharkd) -> None:
+        self.worker = worker
+
+    async def sharkd_call(self, request: Any, method: str, params: dict[str, Any], *, keep: int | None = None) -> Any:
+        return await self.worker.call(method, params, keep=keep)
+
+
+@pytest.mark.skipif(shutil.which("sharkd") is None or shutil.which("mergecap") is None,
+                    reason="sharkd and mergecap (wireshark-common) are not installed")
+async def test_a_large_stream_s_text_holds_only_what_the_answer_shows(tmp_path: Path) -> None:
+    """An 8 MB UDP stream, text=20000: of sharkd's 11 MB follow line only answer_budget(20000) bytes are kept (the
+    rest read off the pipe and dropped), and the answer is the same as from the whole line: the same chunks, the
+    totals of the whole stream, the cut said."""
+    capture = large_udp_stream(tmp_path, copies=24)
+    ask = {"follow": "UDP", "filter": "udp.stream eq 0"}
+    async with trio.open_nursery() as nursery:
+        worker = await Sharkd.start(nursery, tmp_path / "conf")
+        try:
+            with trio.fail_after(300):
+                await worker.load(str(capture))
+                whole = await worker.call("follow", ask)
+                head = await worker.call("follow", ask, keep=follow.answer_budget(20000))
+                text = await follow.stream_text(cast(CaptureSession, RealSharkd(worker)), cast(Any, None), "udp",
+                                                "0", 20000)
+                again = await worker.call("status")  # the worker goes on: the dropped rest was read off its pipe
+        finally:
+            await worker.close()
+    sizes = [len(base64.b64decode(p["d"])) for p in whole["payloads"]]
+    assert sum(sizes) == 24 * 344688 == whole["sbytes"] + whole["cbytes"]
+    assert isinstance(head, Cut) and len(head.text) == follow.answer_budget(20000) < head.answer_bytes
+    assert head.answer_bytes > 10_000_000 and again["frames"] == 24 * 2004
+    assert (text["payload_bytes"], text["shown_bytes"]) == (24 * 344688, 20000)
+    want, shown = [], 0
+    for p, n in zip(whole["payloads"], sizes, strict=True):
+        if shown >= 20000:
+            break
+        want.append((p["n"], n, follow.ascii_text(base64.b64decode(p["d"])[:20000 - shown])))
+        shown += min(n, 20000 - shown)
+    assert [(c["frame"], c["bytes"], c["text"]) for c in text["chunks"]] == want
+    assert text["cut"].startswith(f"cut at text=20000: 20000 of the stream's {24 * 344688} payload bytes")

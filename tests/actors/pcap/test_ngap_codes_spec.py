@@ -69,10 +69,13 @@ def test_the_ie_ids_are_wireshark_s() -> None:
         "IE_SOURCE_TO_TARGET_CONTAINER": ie("id-SourceToTarget-TransparentContainer"),
         "IE_RAN_NODE_NAME": ie("id-RANNodeName"),
         "IE_GLOBAL_RAN_NODE_ID": ie("id-GlobalRANNodeID"),
+        "IE_UE_PAGING_IDENTITY": ie("id-UEPagingIdentity"),
+        "IE_NAS_PDU": ie("id-NAS-PDU"),
     } == {name: getattr(codes, name) for name in (
         "IE_AMF_UE_NGAP_ID", "IE_RAN_UE_NGAP_ID", "IE_UE_NGAP_IDS", "IE_SOURCE_AMF_UE_NGAP_ID",
         "IE_NEW_AMF_UE_NGAP_ID", "IE_RESET_TYPE", "IE_CONNECTION_LIST", "IE_FIVEG_S_TMSI",
-        "IE_SOURCE_TO_TARGET_CONTAINER", "IE_RAN_NODE_NAME", "IE_GLOBAL_RAN_NODE_ID")}
+        "IE_SOURCE_TO_TARGET_CONTAINER", "IE_RAN_NODE_NAME", "IE_GLOBAL_RAN_NODE_ID", "IE_UE_PAGING_IDENTITY",
+        "IE_NAS_PDU")}
     # The IEs that name a context other than the PDU's own one.
     assert {ie("id-SourceAMF-UE-NGAP-ID"), ie("id-NewAMF-UE-NGAP-ID"), ie("id-ResetType"),
             ie("id-UE-associatedLogicalNG-connectionList")} == codes.OTHER_CONTEXT_IES
@@ -101,6 +104,8 @@ def test_the_procedure_codes_are_wireshark_s() -> None:
     assert {
         "PROC_ERROR_INDICATION": proc("id-ErrorIndication"),
         "PROC_NAS_NON_DELIVERY": proc("id-NASNonDeliveryIndication"),
+        "PROC_DOWNLINK_NAS_TRANSPORT": proc("id-DownlinkNASTransport"),
+        "PROC_PAGING": proc("id-Paging"),
         "PROC_NG_RESET": proc("id-NGReset"),
         "PROC_NG_SETUP": proc("id-NGSetup"),
         "PROC_HANDOVER_PREPARATION": proc("id-HandoverPreparation"),

@@ -67,7 +67,7 @@ UE_ANSWER_KEYS = {"ue_count", "ues", "failed_ues", "associations", "linked_ue_gr
                   "non_ue_failures", "ngap_pdus", "warnings"}
 UE_KEYS = {"ue", "association", "gnb", "amf", "ran_ue_ngap_id", "amf_ue_ngap_id", "suci_msin", "5g_tmsi", "plmn",
            "first_time", "last_time", "duration_s", "frames", "procedures", "nas_messages", "failures",
-           "pending_requests", "registration", "outcomes", "ended", "linked_group"}
+           "pending_requests", "registration", "outcomes", "ended", "linked_group", "pagings"}
 FAILED_UE_KEYS = {"ue", "association", "amf_ue_ngap_id", "ran_ue_ngap_id", "reasons"}
 ASSOCIATION_KEYS = {"association", "endpoints", "sctp_assoc_index", "gnb", "amf", "first_frame", "ngap_pdus",
                     "ue_contexts", "procedures", "pending_requests"}

@@ -84,6 +84,9 @@ def same_details(result: dict[str, Any], want: list[procedures_oracle.Detail]) -
                                   {"kind", "code", "name"}), (where, cause)
             cause = procedures_oracle.Cause(cause["kind"], cause["code"], cause["name"], cause.get("group"))
         assert (where, cause, p["rule_id"], p.get("ue_ipv4")) == (where, w.cause, w.rule_id, w.ue_ipv4)
+        by = p.get("answered_by")  # a PAGING's: the oracle's UE context, and the frame that answered
+        assert (keys[0][by["ue"]] if by else None, by["frame"] if by else None) == (
+            w.by, w.found[4] if w.by else None), where
         assert p["rule"].startswith("TS ") and ": " in p["rule"], (where, p["rule"])  # "clause: what it says"
         why = p.get("why", "")
         for says in w.why_says:
@@ -130,7 +133,11 @@ def check(result: dict[str, Any], path: Path, core: bool = True) -> list[procedu
                               *(["why"] if p["outcome"] == "incomplete" else []), *(["ue_ipv4"] if "ue_ipv4" in p
                                                                                     else []),
                               *(["n4_sbi"] if p["procedure"] == "PDU Session Establishment" else []),
-                              *(["association"] if p["ue"] is None else [])}, p
+                              *(["association"] if p["ue"] is None else []),
+                              # a PAGING: the paged 5G-S-TMSI, and the UE context that answered it, with evidence
+                              *(["paged"] if p["procedure"] == "Paging" else []),
+                              *(["answered_by"] if p["procedure"] == "Paging" and p["outcome"] == "success"
+                                else [])}, p
             assert core or p.get("n4_sbi", []) == [], p  # no core rows given: nothing linked
     return want
 

@@ -31,10 +31,10 @@ HO_PREP, HO_ALLOC, PATH, UE_REL = ("Handover Preparation", "Handover Resource Al
                                    "UE Context Release")
 ICS, RES_SETUP, RES_MODIFY, RES_RELEASE = ("Initial Context Setup", "PDU Session Resource Setup",
                                            "PDU Session Resource Modify", "PDU Session Resource Release")
-REACT, RESET = "PDU Session Re-activation", "NG Reset"
+REACT, RESET, PAGING = "PDU Session Re-activation", "NG Reset", "Paging"
 # Every procedure diagd models (docs/5g.md), plus the wildcard of the "no terminal message" rows.
 PROCEDURES = (REG, AUTH, SMC, SR, DEREG, EST, MOD, REL, HO_PREP, HO_ALLOC, PATH, UE_REL, ICS, RES_SETUP, RES_MODIFY,
-              RES_RELEASE, REACT, RESET)
+              RES_RELEASE, REACT, RESET, PAGING)
 
 
 class Nas:
@@ -76,6 +76,15 @@ SPEC: dict[str, tuple[str, str, str, tuple[Nas | Ngap, ...], str]] = {
     "registration-complete": (REG, "success", "TS 24.501 5.5.1.2.4", (Nas(MM, "Registration complete"),), ""),
     "registration-accept-undelivered": (REG, "failure", "TS 38.413 8.3.1.3 / TS 24.501 5.5.1.2.4", (),
                                         "InitialContextSetupFailure"),
+    # TS 38.413 8.6.4: a NAS NON DELIVERY INDICATION returns the downlink NAS-PDU the NG-RAN node could not deliver:
+    # the accept a DownlinkNASTransport carried never reached the UE (the registration 5.5.1.2.4, the service request
+    # 5.6.1.4 and the establishment 6.4.1.3 are not accepted by the UE).
+    "registration-accept-non-delivery": (REG, "failure", "TS 38.413 8.6.4 / TS 24.501 5.5.1.2.4", (),
+                                         "NAS NON DELIVERY INDICATION"),
+    "service-accept-non-delivery": (SR, "failure", "TS 38.413 8.6.4 / TS 24.501 5.6.1.4", (),
+                                    "NAS NON DELIVERY INDICATION"),
+    "pdu-accept-non-delivery": (EST, "failure", "TS 38.413 8.6.4 / TS 24.501 6.4.1.3", (),
+                                "NAS NON DELIVERY INDICATION"),
     "registration-complete-missing": (REG, "incomplete", "TS 24.501 5.5.1.2.4", (), "no REGISTRATION COMPLETE"),
     "registration-reject": (REG, "reject", "TS 24.501 5.5.1.2.5", (Nas(MM, "Registration reject"),), ""),
     "registration-auth-reject": (REG, "reject", "TS 24.501 5.4.1.3.5", (Nas(MM, "Authentication reject"),), ""),
@@ -143,6 +152,8 @@ SPEC: dict[str, tuple[str, str, str, tuple[Nas | Ngap, ...], str]] = {
     "ue-context-release-error-indication": (UE_REL, "failure", "TS 38.413 8.7.5 / 10.6",
                                             (Ngap("id-ErrorIndication", "initiatingMessage", "ERROR INDICATION"),),
                                             "same UE NGAP ids"),
+    # 8.7.5 / 10: any other class-1 request of the UE context the peer could not process: its ERROR INDICATION.
+    "n2-error-indication": ("*", "failure", "TS 38.413 8.7.5 / 10", (), "ERROR INDICATION from the peer"),
     # 8.3.1 Initial Context Setup: successful (8.3.1.2) and unsuccessful (8.3.1.3) operation.
     "initial-context-setup-response": (ICS, "success", "TS 38.413 8.3.1.2",
                                        (Ngap("id-InitialContextSetup", "successfulOutcome",
@@ -167,6 +178,10 @@ SPEC: dict[str, tuple[str, str, str, tuple[Nas | Ngap, ...], str]] = {
     # 8.7.4 NG Reset (either side): NG RESET ACKNOWLEDGE.
     "ng-reset-acknowledge": (RESET, "success", "TS 38.413 8.7.4.2",
                              (Ngap("id-NGReset", "successfulOutcome", "NG RESET ACKNOWLEDGE"),), ""),
+    # 8.5.1 Paging: class 2, no response message; the paged UE answers with a SERVICE REQUEST or a REGISTRATION
+    # REQUEST (TS 24.501 5.6.2.2.1) presenting the paged 5G-S-TMSI, or nobody does.
+    "paging-answered": (PAGING, "success", "TS 38.413 8.5.1 / TS 24.501 5.6.2.2.1", (), "presented its 5G-S-TMSI"),
+    "paging-no-response": (PAGING, "incomplete", "TS 38.413 8.5.1", (), "no UE presented the paged 5G-S-TMSI"),
     # No terminal message: any procedure.
     "restarted": ("*", "incomplete", "TS 24.501 / TS 38.413", (), "the same request again"),
     "unanswered": ("*", "incomplete", "TS 24.501 / TS 38.413", (), "no terminal message"),
