@@ -5,7 +5,8 @@ asking, finding and stopping its actors, its own config table (re-read on `diagd
 hook to refuse a broken table or say what waits for a reopen), its state directory, the
 clients that connect and go, and what the daemon tells about it: its paragraph of the MCP
 instructions, its diagd_timeline source, the settings a reload leaves to a reopen, the exports
-other groups read, and why it serves nothing when a setting leaves it off. The daemon knows no
+other groups read, why it serves nothing when a setting leaves it off, and the other groups' tools it
+calls (`uses_tool`: checked against those tools once every back end is loaded). The daemon knows no
 back end by name: whatever it says of one, the back end declared here (its `SYSTEM_NEEDS`, read
 without starting it, is the one declaration outside).
 
@@ -16,7 +17,7 @@ a test can implement it without one (tests/support/fake_runtime.py). Nothing her
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,6 +109,22 @@ class Resolved:
     about: dict[str, Any] = field(default_factory=dict)  # what the file holds of it, for the answers
 
 
+# The group of the daemon's own tools (diagd_status, diagd_timeline, ...), for a `ToolUse` of one.
+DAEMON_GROUP = "diagd"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """A tool of some group that a back end calls with `Runtime.call`, as it declared it with `uses_tool`."""
+
+    group: str  # the group the tool belongs to (a back end's name, or DAEMON_GROUP)
+    tool: str
+    arguments: tuple[str, ...] = ()  # every argument name the back end's own code passes it
+    # It also passes arguments its caller gave for that tool (a recording's `capture` object to start_capture):
+    # names the back end cannot declare, which that tool validates as its own.
+    forwards: bool = False
+
+
 # A back end's resolver of its references: the part after `<name>:` -> the file (coded errors).
 Resolver = Callable[[str], Awaitable[Resolved]]
 
@@ -164,7 +181,19 @@ class Runtime(Protocol):
         """Call a tool of any group (another back end's, the daemon's) by name for the client whose call
         this task serves, as that client would: validation, limits, the audit log and its tool groups
         (a tool of a group it has not selected is NOT_FOUND); the tool's coded error is raised. A tool
-        that composes others (a recording) names them, not their packages."""
+        that composes others (a recording) names them, not their packages. Only a tool declared with
+        `uses_tool`, with the arguments declared there (INTERNAL_ERROR otherwise: the declaration is
+        what the daemon checked at start, so it may not drift from the calls)."""
+        ...
+
+    def uses_tool(self, group: str, tool: str, arguments: Iterable[str] = (), *, forwards: bool = False) -> None:
+        """Declare that the back end calls `tool` of `group` (`call`), passing `arguments` (every name its
+        code passes); `forwards`: it passes its caller's own arguments for that tool too. Once every back end
+        is loaded the daemon checks each declaration against the tool's inputSchema (the tool exists in that
+        group, takes each argument, and, unless `forwards`, gets each of its required ones) and refuses
+        to start otherwise (BACKEND_UNAVAILABLE naming both), so a renamed tool or argument stops the
+        start rather than a call. A use of a group that declared itself off is not checked (its tools
+        are not there to call). Declaring a tool twice adds the arguments."""
         ...
 
     # -- config

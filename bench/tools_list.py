@@ -1,12 +1,15 @@
 """Bytes of `tools/list` (and of the server instructions) per tool group, as a client receives them.
 
-Every MCP client reads the whole tool list (and many send it to the model with every request), so
-its size is a cost paid on every turn. This starts an isolated `diagd serve` with the default back
-ends and, for each selection (every group, then each back end alone with diagd's own tools), runs
-`diagd mcp [--tools GROUP]` as an MCP client would: initialize, then tools/list, over the real
-shim and socket. It prints the bytes of the JSON `result` (compact, as on the wire), a rough
-token estimate (bytes / 4) and the instructions' bytes; the budgets are 30 KB for the full list
-and 14 KB for pcap (diagd's own tools included).
+Hosts send the model each listed tool's name, description and inputSchema with every request, so
+those model-facing bytes are a cost paid on every turn; the rest of the list (each tool's full
+outputSchema, which hosts validate results with, its title and annotations) stays with the host.
+This starts an isolated `diagd serve` with the default back ends and, for each selection (every
+group, then each back end alone with diagd's own tools), runs `diagd mcp [--tools GROUP]` as an MCP
+client would: initialize, then tools/list, over the real shim and socket. It prints the
+model-facing bytes (`tool_listing.model_facing_bytes`: the result with each tool cut to those three
+keys, compact JSON, as on the wire), a rough token estimate of them (bytes / 4), the whole result's
+bytes and the instructions' bytes; the budgets hold the model-facing bytes: 30 KiB for the full
+list and 14 KiB for pcap (diagd's own tools included).
 
     .venv/bin/python bench/tools_list.py [--json]
 """
@@ -20,6 +23,8 @@ import sys
 from typing import Any
 
 from _daemon import DIAGD, BenchDaemon, isolated_daemon
+
+from diagd.daemon.server.tool_listing import json_bytes, model_facing_bytes
 
 SELECTIONS: tuple[str | None, ...] = (None, "pcap", "serial", "bpftrace", "crash", "diagd")
 BUDGETS = {"all": 30 * 1024, "pcap": 14 * 1024}
@@ -38,7 +43,8 @@ def _exchange(proc: subprocess.Popen[str], *messages: dict[str, Any]) -> dict[st
 
 
 def measure(env: dict[str, str], tools: str | None) -> dict[str, Any]:
-    """tools/list through `diagd mcp [--tools tools]`: bytes of its result, of the instructions, tool names."""
+    """tools/list through `diagd mcp [--tools tools]`: its model-facing bytes, the whole result's, the
+    instructions', the tool names."""
     args = [DIAGD, "mcp", *(["--tools", tools] if tools else [])]
     with subprocess.Popen(args, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         try:
@@ -49,8 +55,9 @@ def measure(env: dict[str, str], tools: str | None) -> dict[str, Any]:
             assert proc.stdin is not None
             proc.stdin.close()
     result = listed["result"]
-    size = len(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode())
+    size = model_facing_bytes(result["tools"])
     return {"selection": tools or "all", "bytes": size, "tokens_est": round(size / 4),
+            "tools_list_bytes": json_bytes(result),
             "instructions_bytes": len(init["result"].get("instructions", "").encode()),
             "tools": [t["name"] for t in result["tools"]]}
 
@@ -69,12 +76,13 @@ def main() -> int:
     if opts.json:
         print(json.dumps({"rows": rows, "budgets": BUDGETS, "over_budget": over}, indent=2))
     else:
-        print(f"{'selection':<10} {'tools':>5} {'bytes':>7} {'~tokens':>8} {'instructions':>12}  budget")
+        print(f"{'selection':<10} {'tools':>5} {'to model':>8} {'~tokens':>8} {'tools/list':>10} "
+              f"{'instructions':>12}  budget (to model)")
         for r in rows:
             budget = BUDGETS.get(r["selection"])
             verdict = "" if budget is None else f"<= {budget} {'ok' if r['bytes'] <= budget else 'OVER'}"
-            print(f"{r['selection']:<10} {len(r['tools']):>5} {r['bytes']:>7} {r['tokens_est']:>8} "
-                  f"{r['instructions_bytes']:>12}  {verdict}")
+            print(f"{r['selection']:<10} {len(r['tools']):>5} {r['bytes']:>8} {r['tokens_est']:>8} "
+                  f"{r['tools_list_bytes']:>10} {r['instructions_bytes']:>12}  {verdict}")
     return 1 if over else 0
 
 

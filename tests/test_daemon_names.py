@@ -4,7 +4,8 @@ What the daemon says of a back end (instructions, timeline sources, reload effec
 the back end declared (`diagd.actors.runtime.Runtime`, daemon/server/declared.py), so renaming a tool, a
 tool argument or a setting in a back end cannot silently break the daemon. This greps every line of
 daemon/ (code, strings, comments) for the installed back ends' names, the tools they register and
-the keys of their config tables.
+the keys of their config tables: every back end found as the daemon finds it (tests/backends.py), each
+turned on (a back end off by default registers no tool).
 """
 
 from __future__ import annotations
@@ -13,23 +14,15 @@ import dataclasses
 import re
 from pathlib import Path
 
-import trio
-
-from diagd.actors.bpftrace.settings import BpftraceSettings
-from diagd.actors.capture.settings import CaptureSettings
-from diagd.actors.crash.settings import CrashSettings
-from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.serial.settings import PortSettings, SerialConfig
-from diagd.daemon import config as config_mod
 from diagd.daemon import discovery
 from diagd.daemon.config import DaemonConfig, McpConfig
 from diagd.daemon.http_settings import HttpConfig
-from diagd.daemon.server.server import Daemon
 from diagd.daemon.tool_groups import BUILTIN
+from tests import backends as found
 
 TOP = Path(__file__).resolve().parent.parent
-# The back ends' tables.
-TABLES = (PcapSettings, SerialConfig, PortSettings, BpftraceSettings, CrashSettings, CaptureSettings)
+# The back ends' tables: the dataclasses of each one's settings.py.
+TABLES = tuple(table for tables in found.settings_types().values() for table in tables)
 
 # A word that may appear in daemon/ though a back end also uses it, and why.
 ALLOWED = {
@@ -43,15 +36,9 @@ OWN_SETTINGS = {f.name for table in (DaemonConfig, HttpConfig, McpConfig) for f 
 
 
 async def registered_tools(tmp_path: Path) -> set[str]:
-    """The tools the installed back ends register in a real daemon."""
-    async with trio.open_nursery() as nursery:
-        daemon = Daemon(config_mod.parse({}), nursery, runtime_dir=tmp_path, state_dir=tmp_path / "state")
-        try:
-            daemon.load_backends()
-            return {spec.name for spec in daemon.registry.specs() if spec.group != BUILTIN}
-        finally:
-            daemon.audit.close()
-            nursery.cancel_scope.cancel()
+    """The tools the installed back ends register in a real daemon, each back end turned on."""
+    async with found.loaded(tmp_path) as daemon:
+        return {spec.name for spec in daemon.registry.specs() if spec.group != BUILTIN}
 
 
 def occurrences(words: set[str]) -> list[str]:
@@ -70,7 +57,7 @@ async def test_daemon_names_no_back_end_tool_or_back_end_setting(tmp_path: Path)
     tools = await registered_tools(tmp_path)
     keys = {f.name for table in TABLES for f in dataclasses.fields(table)} - OWN_SETTINGS
     assert {"pcap", "serial", "bpftrace", "crash", "capture"} <= backends
-    assert {"get_log", "pcap_timeline"} <= tools and "baudrate" in keys
+    assert {"get_log", "pcap_timeline", "start_capture", "diagd_record_start"} <= tools and "baudrate" in keys
     found = occurrences((backends | tools | keys) - set(ALLOWED))
     assert not found, "daemon/ names what a back end should declare:\n" + "\n".join(found)
 

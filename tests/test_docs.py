@@ -221,7 +221,7 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
 BENCHMARKS = TOP / "docs" / "benchmarks.md"
 Measured = dict[str, dict[str, listed_tools.Listed]]  # "off" / "on" (capture), then per selection
 CAPTURE_ON = {"capture": {"allowed_interfaces": ["lo"]}}  # without it the capture group lists no tools
-SIZE_HEADER = ["`diagd mcp --tools`", "tools", "`tools/list`", "instructions"]
+SIZE_HEADER = ["`diagd mcp --tools`", "tools", "to the model", "`tools/list`", "instructions"]
 SLACK_KIB = 0.2  # what benchmarks.md allows a size cell to be off by (a reworded description, not a new tool)
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
@@ -293,7 +293,9 @@ def test_the_daemon_loads_every_installed_back_end_as_a_group(listed: Measured) 
 
 def test_every_tools_list_size_table_matches_the_registry(listed: Measured) -> None:
     """benchmarks.md's "Tool list size" (and any copy of it): the tool count exactly, the sizes within
-    SLACK_KIB of what a real daemon's registry serializes to (tests/support/listed_tools.py)."""
+    SLACK_KIB of what a real daemon's registry serializes to (tests/support/listed_tools.py): what
+    reaches the model (each tool's name, description and inputSchema: the budgets' measure), the
+    whole tools/list result (output schemas included) and the instructions."""
     wrong, found = [], 0
     for page in PAGES:
         name = page.relative_to(TOP)
@@ -310,16 +312,16 @@ def test_every_tools_list_size_table_matches_the_registry(listed: Measured) -> N
             missing = sorted(w for w in want if not any(label.split(" (")[0] == w or label == w for label in labels))
             if missing:
                 wrong.append(f"{name}: no row for {', '.join(missing)}")
-            for label, tools, size, instructions in (row[:4] for row in table[1:]):
+            for label, tools, *sizes in (row[:5] for row in table[1:]):
                 real = expected_row(label, listed)
                 if real is None:
                     wrong.append(f"{name}: row {label!r} names no group")
                     continue
-                kb = (round(real.bytes / 1024, 1), round(real.instructions / 1024, 1))
-                off = (round(abs(kib(size) - kb[0]), 1), round(abs(kib(instructions) - kb[1]), 1))
+                kb = [round(n / 1024, 1) for n in (real.model, real.whole, real.instructions)]
+                off = [round(abs(kib(size) - k), 1) for size, k in zip(sizes, kb, strict=True)]
                 if int(tools) != real.tools or max(off) > SLACK_KIB:
-                    wrong.append(f"{name}: {label}: | {tools} | {size} | {instructions} |, the code gives "
-                                 f"| {real.tools} | {kb[0]} KiB | {kb[1]} KiB |")
+                    wrong.append(f"{name}: {label}: | {tools} | {' | '.join(sizes)} |, the code gives "
+                                 f"| {real.tools} | {' | '.join(f'{k} KiB' for k in kb)} |")
     assert found, "benchmarks.md lost its tool list size table"
     assert not wrong, "\n".join(wrong)
 

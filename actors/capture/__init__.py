@@ -40,9 +40,9 @@ schemas.py and tools.py (the MCP tools), views.py (`capture:<id>`), recording.py
 
 from __future__ import annotations
 
+from diagd.actors.capture import record_tools
 from diagd.actors.capture.actor import KIND
 from diagd.actors.capture.backend import CaptureBackend
-from diagd.actors.capture.record_tools import recording_tools, store_of
 from diagd.actors.capture.settings import check_reload
 from diagd.actors.capture.tools import tools
 from diagd.actors.capture.views import Views
@@ -84,7 +84,7 @@ def register(runtime: Runtime) -> CaptureBackend:
     backend = CaptureBackend(runtime)
     runtime.share_exports()  # its capture files are read by the pcap tools
     # pcap_path "capture:<id>": the packets written so far, as one file
-    runtime.add_reference(Views(backend, store_of(backend)).resolve)
+    runtime.add_reference(Views(backend, record_tools.store_of(backend)).resolve)
     for deferred in DEFERRED:
         runtime.defer_on_reload(deferred)
     runtime.on_reload(check_reload)  # a broken [capture] table is refused at start and by `diagd reload`
@@ -96,7 +96,7 @@ def register(runtime: Runtime) -> CaptureBackend:
     if backend.settings().allowed_interfaces:
         runtime.set_instructions(INSTRUCTIONS)  # the paragraph names the tools: only with them
         tools.register(runtime, backend)
-        recording_tools.register(runtime, backend)
+        record_tools.register(runtime, backend)  # and the other groups' tools a recording calls
     else:  # `diagd tools` says so, and `diagd client add --tools capture` is refused with this
         runtime.declare_off(OFF_REASON, OFF_HINT)
     return backend

@@ -1,5 +1,6 @@
 """The recording tools: diagd_record_start and diagd_record_stop (recording.py does the work). Listed with
-the capture tools (when [capture] allowed_interfaces is set); each part calls its own group's tools."""
+the capture tools (when [capture] allowed_interfaces is set); each part calls its own group's tools, which
+`register` declares (recording.USES) so that the daemon checks them at start."""
 
 from __future__ import annotations
 
@@ -8,13 +9,22 @@ from typing import Any, cast
 import trio
 
 from diagd.actors.capture.backend import CaptureBackend
-from diagd.actors.capture.recording import RECORDING_ID, Recording, RecordingStore, not_found, start, stop
+from diagd.actors.capture.recording import RECORDING_ID, USES, Recording, RecordingStore, not_found, start, stop
 from diagd.actors.capture.replies import BundleReply, RecordingReply
+from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet, current_groups
 
 recording_tools: ToolSet[CaptureBackend] = ToolSet()
 
 _locks: dict[str, trio.Lock] = {}
+
+
+def register(runtime: Runtime, backend: CaptureBackend) -> None:
+    """The recording tools, and the other groups' tools they call (Runtime.uses_tool: checked at start
+    against those tools, and Runtime.call refuses one not declared)."""
+    recording_tools.register(runtime, backend)
+    for use in USES:
+        runtime.uses_tool(use.group, use.tool, use.arguments, forwards=use.forwards)
 
 
 def store_of(backend: CaptureBackend) -> RecordingStore:
@@ -36,7 +46,8 @@ async def load_visible(backend: CaptureBackend, store: RecordingStore, recording
                 "sessions on ports (configure_connection), a bpftrace program (exec_program). Each optional.",
     # Each part's arguments are checked by its own tool (Runtime.call validates them): not repeated here.
     props={"capture": {"type": "object", "description": "start_capture's arguments"},
-           "serial_ports": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 8},
+           "serial_ports": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 8,
+                            "description": "ports to record"},
            "serial_settings": {"type": "object", "description": "configure_connection's, for each port"},
            "bpftrace": {"type": "object", "description": "exec_program's arguments"}},
     read_only=False, idempotent=False, timeout_s=240,
@@ -51,7 +62,7 @@ async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str
     "diagd_record_stop", title="Stop a recording: its bundle",
     description="Stop a recording's parts; the bundle: the capture (pcap_path capture:<recording_id>), each "
                 "serial session as pcapng, the bpftrace output, and their merged timeline.",
-    props={"recording_id": {"type": "string", "pattern": RECORDING_ID.pattern},
+    props={"recording_id": {"type": "string", "pattern": RECORDING_ID.pattern, "description": "its start's"},
            "timeline_rows": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 100,
                              "description": "merged rows in the answer (bundle.json keeps more)"}},
     required=("recording_id",), read_only=False, timeout_s=400,

@@ -3,7 +3,9 @@ together under one id (each part optional), stopped together into one bundle: th
 serial session as pcapng, the bpftrace output and the merged timeline.
 
 It composes the other groups' tools by name through `Runtime.call`, as the calling client (its tool
-groups, its ownership of ports and captures, every tool's limits hold), never their packages: a part
+groups, its ownership of ports and captures, every tool's limits hold), never their packages. `USES`
+declares each tool it calls with the arguments it passes (record_tools.register): the daemon checks them
+against those tools at start (a renamed one stops the start) and refuses a call they do not cover. A part
 whose group the client has not selected fails as that tool would. A start that fails half-way stops the
 parts already started. The record is `<state>/capture/recordings/<id>.json`; the bundle's own files
 (the bpftrace output, bundle.json) are `<state>/capture/exports/<id>/`, beside the capture's. The
@@ -35,6 +37,7 @@ import trio
 
 from diagd.actors import statefile
 from diagd.actors._paths import made_stem
+from diagd.actors.runtime import DAEMON_GROUP, ToolUse
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.capture.recording")
@@ -49,6 +52,18 @@ BPFTRACE_LINES = 10000  # get_result's page maximum
 # frames through the pcap tools (the bundle's timeline, `capture:<recording id>`), a serial session
 # through the serial tools (export_serial_pcapng, get_log), a program's output through bpftrace's.
 CAPTURE_GROUP, PCAP_GROUP, SERIAL_GROUP, BPFTRACE_GROUP = "capture", "pcap", "serial", "bpftrace"
+# Every tool a recording calls, of which group, with the argument names this module passes it; `forwards`: the
+# client's own arguments for it (diagd_record_start's capture, bpftrace, serial_settings) go through too.
+USES = (
+    ToolUse(CAPTURE_GROUP, "start_capture", forwards=True),
+    ToolUse(CAPTURE_GROUP, "stop_capture", ("capture_id",)),
+    ToolUse(BPFTRACE_GROUP, "exec_program", forwards=True),
+    ToolUse(BPFTRACE_GROUP, "stop_execution", ("execution_id",)),
+    ToolUse(BPFTRACE_GROUP, "get_result", ("execution_id", "until", "wait_s", "limit")),
+    ToolUse(SERIAL_GROUP, "configure_connection", ("port", "action"), forwards=True),
+    ToolUse(SERIAL_GROUP, "export_serial_pcapng", ("port", "name")),
+    ToolUse(DAEMON_GROUP, "diagd_timeline", ("sources", "start", "end", "limit")),
+)
 # A selection of tool groups, as tooling.current_groups holds it: None is every group.
 Groups = frozenset[str] | None
 

@@ -18,7 +18,7 @@ START_PROPS: dict[str, Any] = {
                "description": "capture filter (BPF, pcap-filter(7)): 'sctp or udp port 8805'; checked before start"},
     "snaplen": {"type": "integer", "minimum": 64, "maximum": 262144, "default": 262144,
                 "description": "bytes kept per packet"},
-    "promiscuous": {"type": "boolean", "default": True},
+    "promiscuous": {"type": "boolean", "default": True, "description": "promiscuous mode"},
     "ring_files": {"type": "integer", "minimum": 2, "maximum": 1000,
                    "description": "ring buffer: keep this many files (needs file_size_kb or file_duration_s)"},
     "file_size_kb": {"type": "integer", "minimum": 1, "maximum": 2_000_000_000,

@@ -32,7 +32,7 @@ PCAP_HINT = ("pcap_path \"capture:<id>\" reads it with the pcap tools (and diagd
     description="Interfaces dumpcap can capture on: addresses, up/down, link types, and whether "
                 "[capture] allowed_interfaces allows each.",
     props={"link_types": {"type": "boolean", "default": True, "description": "ask dumpcap for each one's link types"},
-           "allowed_only": {"type": "boolean", "default": False}},
+           "allowed_only": {"type": "boolean", "default": False, "description": "allowed ones only"}},
     timeout_s=60,
 )
 async def list_interfaces(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> InterfacesReply:
@@ -154,7 +154,8 @@ async def capture_status(backend: CaptureBackend, ctx: CallContext, args: dict[s
     "stop_capture", title="Stop a live capture",
     description="Stop a running capture (its owner; force=true takes over another connected client's). "
                 "Files and counters are kept.",
-    props={"capture_id": CAPTURE_ID_ARG, "force": {"type": "boolean", "default": False}},
+    props={"capture_id": CAPTURE_ID_ARG,
+           "force": {"type": "boolean", "default": False, "description": "stop another's"}},
     required=("capture_id",), read_only=False, timeout_s=STOP_WAIT_MAX_S + 10,
 )
 async def stop_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> StopReply:
@@ -176,7 +177,7 @@ async def stop_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str
     "list_captures", title="List live captures",
     description="Captures oldest first (running and stored), with counters, files and the disk budget.",
     props={"status": {"type": "string", "enum": STATUSES, "description": "only these"},
-           "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+           "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100, "description": "newest N"}},
 )
 async def list_captures(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> CapturesReply:
     settings: CaptureSettings = backend.settings()

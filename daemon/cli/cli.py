@@ -72,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("name", nargs="?", help="a tool: print its input schema (JSON)")
     s.add_argument("--json", action="store_true", help="the whole list as JSON")
     s.add_argument("--output", action="store_true",
-                   help="with NAME: print its whole output schema (generated from its reply model; "
-                        "tools/list says only that the result is an object)")
+                   help="with NAME: print its output schema (generated from its reply model, "
+                        "as tools/list gives it)")
     s.set_defaults(func=cmd_tools)
 
     s = sub.add_parser("start", help="start the daemon in the background unless it runs")

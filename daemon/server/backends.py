@@ -3,11 +3,13 @@
 `Daemon.load_backends` imports each back end found (daemon/discovery.py) and calls its
 `register(runtime)` with a `BackendRuntime` of the back end's name: its config table is `[name]`,
 its state dir `$state/name`. The runtime forwards to the daemon's supervisor, registry and config,
-and keeps what the back end declares (daemon/server/declared.py); a back end sees nothing else of the daemon.
+and keeps what the back end declares (daemon/server/declared.py; `Daemon.load_backends` checks the tools
+each one declared it calls once all are loaded); a back end sees nothing else of the daemon.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from diagd.actors.runtime import (
     Resolved,
     Resolver,
     StopCheck,
+    ToolUse,
 )
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import ToolSpec, current_call, current_groups
@@ -96,6 +99,7 @@ class BackendRuntime:
         self._daemon.stop_checks[kind] = check
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self._daemon.declared.check_call(self._name, tool, arguments)
         ctx = current_call.get()
         if ctx is None:
             raise DiagdError(ErrorCode.INTERNAL_ERROR, f"{tool} was called outside a tool call")
@@ -106,6 +110,9 @@ class BackendRuntime:
             raise DiagdError.from_wire(wire["code"], wire["message"], wire.get("details"))
         payload: dict[str, Any] = result.payload
         return payload
+
+    def uses_tool(self, group: str, tool: str, arguments: Iterable[str] = (), *, forwards: bool = False) -> None:
+        self._daemon.declared.use(self._name, ToolUse(group, tool, tuple(arguments), forwards))
 
     def _view(self, config: Config) -> BackendConfig:
         daemon = self._daemon

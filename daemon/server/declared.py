@@ -2,19 +2,24 @@
 
 Each back end declares, in its `register(runtime)`: its paragraph of the MCP instructions, its
 diagd_timeline source, the settings a reload leaves to a reopen, whether other groups read its
-exports, the `<name>:<id>` references it resolves, why it serves nothing when its config leaves it off
-(`diagd.actors.runtime.Runtime`). The daemon keeps
+exports, the `<name>:<id>` references it resolves, why it serves nothing when its config leaves it off,
+the other groups' tools it calls (`diagd.actors.runtime.Runtime`). The daemon keeps
 them here, by back-end name, and reads nothing else: it names no back end, tool or back-end setting.
+
+The tools a back end calls are checked twice: once every back end is loaded, each declaration against
+the tool's inputSchema (`check_uses`: a renamed tool or argument stops the start, not a call), and at
+each `Runtime.call`, the call against the declaration (`check_call`: a call not declared is refused).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagd.actors.runtime import Deferred, Resolved, Resolver
+from diagd.actors.runtime import Deferred, Resolved, Resolver, ToolUse
 from diagd.actors.timeline_source import TimelineSource
-from diagd.actors.tooling import caller_selects
+from diagd.actors.tooling import ToolSpec, caller_selects
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -27,6 +32,40 @@ class Declarations:
     references: dict[str, Resolver] = field(default_factory=dict)  # back end -> its `<name>:<id>` resolver
     # back end -> {"reason": ..., "hint": ...}: it serves nothing under this config (`diagd tools`, `client add`)
     off: dict[str, dict[str, str]] = field(default_factory=dict)
+    uses: dict[str, dict[str, ToolUse]] = field(default_factory=dict)  # back end -> tool it calls -> how
+
+    def use(self, backend: str, use: ToolUse) -> None:
+        """`backend` calls `use.tool` (Runtime.uses_tool); a second declaration of one tool adds its arguments."""
+        known = self.uses.setdefault(backend, {})
+        before = known.get(use.tool)
+        if before is not None:
+            if before.group != use.group:
+                raise ValueError(f"{backend}: {use.tool} declared of two groups ({before.group}, {use.group})")
+            use = ToolUse(use.group, use.tool, tuple(dict.fromkeys((*before.arguments, *use.arguments))),
+                          before.forwards or use.forwards)
+        known[use.tool] = use
+
+    def check_uses(self, specs: Iterable[ToolSpec]) -> None:
+        """Refuse the start (BACKEND_UNAVAILABLE) when a tool a back end declared it calls is not registered in
+        the group declared, or does not take an argument declared, or needs one the back end never passes;
+        a use of a group that declared itself off is left (its tools are not there to call)."""
+        tools = {spec.name: spec for spec in specs}
+        for backend, uses in self.uses.items():
+            for use in uses.values():
+                if use.group not in self.off:
+                    _check_use(backend, use, tools.get(use.tool))
+
+    def check_call(self, backend: str, tool: str, arguments: Iterable[str]) -> None:
+        """Refuse (INTERNAL_ERROR) a `Runtime.call` of `backend` that its declarations do not cover."""
+        use = self.uses.get(backend, {}).get(tool)
+        if use is None:
+            raise DiagdError(ErrorCode.INTERNAL_ERROR, f"the {backend} back end called {tool}, which it did not "
+                             "declare (Runtime.uses_tool)", backend=backend, tool=tool)
+        undeclared = [name for name in arguments if name not in use.arguments]
+        if undeclared and not use.forwards:
+            raise DiagdError(ErrorCode.INTERNAL_ERROR, f"the {backend} back end called {tool} with "
+                             f"{undeclared[0]!r}, an argument it did not declare (Runtime.uses_tool)",
+                             backend=backend, tool=tool, argument=undeclared[0], declared=list(use.arguments))
 
     async def resolve(self, text: str) -> Resolved | None:
         """The file a `<name>:<id>` reference names (None: `text` is no reference, a path)."""
@@ -58,3 +97,22 @@ class Declarations:
         """The options sources may take beyond their offset and label, e.g. "filter, fields" (each kind's own
         are listed when one is refused)."""
         return ", ".join(dict.fromkeys(o for s in self.timeline.values() for o in s.options)) or "none"
+
+
+def _check_use(backend: str, use: ToolUse, spec: ToolSpec | None) -> None:
+    where = f"the {backend} back end calls {use.tool} of the {use.group} group"
+    details = {"backend": backend, "tool": use.tool, "group": use.group,
+               "hint": "install back ends of matching versions (in a checkout: pip install -e .)"}
+    if spec is None or spec.group != use.group:
+        found = f"the {spec.group} group has it" if spec is not None else "no back end registered it"
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"{where}, but {found}", **details)
+    takes = spec.input_schema.get("properties", {})
+    unknown = [name for name in use.arguments if name not in takes]
+    if unknown:
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"{where} with the argument {unknown[0]!r}, which "
+                         f"{use.tool} does not take (it takes {', '.join(takes) or 'none'})", argument=unknown[0],
+                         arguments=list(takes), **details)
+    missing = [] if use.forwards else [n for n in spec.input_schema.get("required", ()) if n not in use.arguments]
+    if missing:
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"{where} without {missing[0]!r}, an argument "
+                         f"{use.tool} requires", argument=missing[0], arguments=list(takes), **details)

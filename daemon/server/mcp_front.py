@@ -66,6 +66,8 @@ def instructions(guides: Mapping[str, str], selection: Selection = None) -> str:
 
 
 def to_mcp_tool(spec: ToolSpec) -> types.Tool:
+    """The tool as tools/list gives it (tool_listing): its input schema less what restates how a client
+    reads it, its whole output schema (hosts validate structured results with it), the hints acted on."""
     hints = tool_listing.hints(read_only=spec.read_only, destructive=spec.destructive, idempotent=spec.idempotent)
     return types.Tool(
         name=spec.name,

@@ -123,7 +123,8 @@ class Daemon:
         return BackendRuntime(self, name)
 
     def load_backends(self) -> None:
-        """Register the daemon's own tools, then every back end found (daemon/discovery.py)."""
+        """Register the daemon's own tools, then every back end found (daemon/discovery.py); then check the
+        other groups' tools each declared it calls (`Runtime.uses_tool`, declared.py): BACKEND_UNAVAILABLE."""
         builtin_tools.register(self)
         for backend in discovery.backends(self.config.daemon.extra_backends):
             try:
@@ -139,6 +140,9 @@ class Daemon:
             module.register(self.runtime(backend.name))
             log.info("backend loaded", backend=backend.name, module=backend.module)
         builtin_tools.describe_sources(self)
+        # Every tool is registered now (diagd_timeline's schema completed): the tools each back end declared it
+        # calls must be there with the arguments it passes, or the start stops here, naming both.
+        self.declared.check_uses(self.registry.specs())
 
     def instructions(self) -> dict[str, str]:
         """Each group's paragraph of the MCP server instructions (the back ends', then the daemon's)."""
@@ -332,7 +336,8 @@ class LazyFront:
     OpenTelemetry along: ~40 MB of the daemon's ~80 MB at idle (issue 12), which a daemon serving
     only `diagd status`/`call` (the control socket) never needs; imported, ~28 MB (mcp_sdk.lean()
     leaves the SDK's client and high-level server out). The import (~0.3 s) runs in a
-    worker thread, so the control socket stays served meanwhile; it happens once per daemon.
+    worker thread, so the control socket stays served meanwhile; it happens once per daemon. So does
+    generating the tools' output schemas, which tools/list gives whole (~0.3 s, tool_listing.warm).
     """
 
     def __init__(self, registry: ToolRegistry, default_tools: Callable[[], Selection],
@@ -346,6 +351,8 @@ class LazyFront:
         async with self._lock:
             if self._front is None:
                 module = await trio.to_thread.run_sync(_import_front)
+                # The output schemas tools/list gives, generated off the event loop (pydantic, ~0.3 s).
+                await trio.to_thread.run_sync(tool_listing.warm, self._registry.specs())
                 self._front = module, module.build_server(self._registry, version=diagd.__version__,
                                                           default_tools=self._default_tools, guides=self._guides)
                 heap.settle()  # the SDK is here for good: out of the cyclic collector's walks

@@ -1,4 +1,9 @@
-"""What `tools/list` says about a tool, kept small: every client reads the whole list on every request.
+"""What `tools/list` says about a tool, and what of it reaches the model.
+
+Hosts give a model each tool's name, description and input schema (`MODEL_FACING`), and keep the
+rest (`outputSchema`, annotations, the title) to themselves: those model-facing bytes are read on
+every turn, and they are the ones kept small (`model_facing_bytes`; the budgets in
+tests/e2e/test_tool_groups.py and bench/tools_list.py).
 
 Input schemas go out as declared (they are what the daemon validates: types, constraints, every
 property's description), less what only restates how any client reads them:
@@ -10,20 +15,19 @@ property's description), less what only restates how any client reads them:
 - a `maximum` of 2**32 - 1 or more: a storage width (pcapng frame numbers are 32-bit), no bound a
   caller meets in practice; the daemon still refuses a value past it, with a coded error.
 Together ~1.3 KB of the full list, which pays for a description on every property.
-The rest is cut to what a client uses:
-- `outputSchema` says the result is an object (so clients read `structuredContent`) and no more: the
-  keys, their types and nested shapes stay in the declared schema (what the tests check results
-  against; `diagd tools --json` shows it). Hosts give a model a tool's name, description and input
-  schema, never its output schema, so naming the result's keys here (~2.5 KB over all tools) only
-  fed the client's own check; the descriptions say what a tool returns. Dropping keywords only
-  widens a schema: a result valid for the declared one is valid for this one.
-- annotations say only what a client acts on: `readOnlyHint`, and for tools that change something
-  `destructiveHint` / `idempotentHint` (the spec gives them no meaning on a read-only tool). No
-  `openWorldHint` (hints are advisory and clients do not act on it); the title is said once, on the tool.
+`outputSchema` is the whole schema generated from the tool's reply model (`diagd tools NAME
+--output` prints the same): hosts validate `structuredContent` with it, and no model reads it.
+Generating them all takes ~0.3 s, so the daemon does it once, in a worker thread, before its first
+MCP client's requests (`warm`).
+Annotations say only what a client acts on: `readOnlyHint`, and for tools that change something
+`destructiveHint` / `idempotentHint` (the spec gives them no meaning on a read-only tool). No
+`openWorldHint` (hints are advisory and clients do not act on it); the title is said once, on the tool.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from diagd.actors.tooling import ToolSpec
@@ -59,9 +63,28 @@ def _empty(value: Any) -> bool:
 
 
 def output_schema(spec: ToolSpec) -> dict[str, Any] | None:
-    """The tool's result schema cut to its type (an object). A reply model is a TypedDict, whose
-    schema is an object: said without generating it (tools/list never imports pydantic)."""
-    return {"type": "object"} if spec.reply is not None else None
+    """The tool's whole result schema, generated from its reply model (cached: see `warm`)."""
+    return spec.output_schema
+
+
+def warm(specs: Iterable[ToolSpec]) -> None:
+    """Generate the tools' output schemas now (each is cached), so no tools/list pays for it."""
+    for spec in specs:
+        _ = spec.output_schema
+
+
+MODEL_FACING = ("name", "description", "inputSchema")  # what hosts send the model of each listed tool
+
+
+def model_facing_bytes(tools: Sequence[Mapping[str, Any]]) -> int:
+    """The model-facing bytes of a tools/list result's tools (as on the wire, camelCase): a
+    `{"tools": [...]}` of each tool's `MODEL_FACING` keys, compact JSON, UTF-8."""
+    return json_bytes({"tools": [{k: t[k] for k in MODEL_FACING if k in t} for t in tools]})
+
+
+def json_bytes(value: Any) -> int:
+    """Bytes of `value` as compact JSON in UTF-8 (how the daemon writes a result: the whole tools/list's size)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def hints(*, read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:

@@ -1,5 +1,5 @@
-"""Reply models: each tool's outputSchema is generated from its handler's reply model, whole where the
-tests check replies (tests/support/reply_check.py) and cut to its type in tools/list."""
+"""Reply models: each tool's outputSchema is generated from its handler's reply model, the same whole
+schema in tools/list and where the tests check replies (tests/support/reply_check.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_a_tool_takes_its_reply_model_from_its_handlers_return_annotation() -> N
 
     [spec] = tools.specs(None)
     assert spec.reply is Reply and spec.output_schema == reply_schema(Reply)
-    assert tool_listing.output_schema(spec) == {"type": "object"}
+    assert tool_listing.output_schema(spec) == reply_schema(Reply)  # tools/list gives it whole
     with pytest.raises(TypeError, match="reply model"):
         @tools.tool("u", "Another.", {})
         async def untyped(owner: None, ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:

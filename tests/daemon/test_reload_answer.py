@@ -7,16 +7,18 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors import bpftrace, capture, crash, serial
+from diagd.actors import crash
 from diagd.actors.crash.messages import SPAWN_SETTINGS
 from diagd.actors.crash.settings import CrashSettings
 from diagd.daemon import config as config_mod
 from diagd.daemon.server import reload as reload_notes
 from diagd.daemon.server.server import Daemon
 from diagd.protocol.errors import DiagdError, ErrorCode
+from tests import backends
 
-# What serial, bpftrace and capture declare through `Runtime.defer_on_reload` (crash notes its own from a hook).
-DECLARED = {"serial": serial.DEFERRED, "bpftrace": bpftrace.DEFERRED, "capture": capture.DEFERRED}
+# What the back ends declare through `Runtime.defer_on_reload` (serial, bpftrace and capture: their DEFERRED;
+# crash notes its own from a hook).
+DECLARED = {name: module.DEFERRED for name, module in backends.modules().items() if hasattr(module, "DEFERRED")}
 
 
 def test_changed_keys_and_the_settings_fixed_into_running_things_are_named() -> None:
@@ -35,18 +37,17 @@ def test_changed_keys_and_the_settings_fixed_into_running_things_are_named() -> 
     assert reload_notes.static_notes(old, old, DECLARED) == []
 
 
-def test_every_deferred_key_is_a_real_setting_of_its_back_end() -> None:
-    from diagd.actors.bpftrace.settings import BpftraceSettings
-    from diagd.actors.capture.settings import CaptureSettings
-    from diagd.actors.serial.settings import SerialConfig
+async def test_every_deferred_key_is_a_real_setting_of_its_back_end(tmp_path: Path) -> None:
     from diagd.daemon.config import DaemonConfig
 
-    known = {"daemon": set(DaemonConfig.__dataclass_fields__), "serial": set(SerialConfig.__dataclass_fields__),
-             "bpftrace": set(BpftraceSettings.__dataclass_fields__),
-             "capture": set(CaptureSettings.__dataclass_fields__)}
+    known = {name: {key for table in tables for key in table.__dataclass_fields__}
+             for name, tables in backends.settings_types().items()}
     for deferred in reload_notes.DAEMON:
-        assert set(deferred.keys) <= known["daemon"]
-    for section, table in DECLARED.items():
+        assert set(deferred.keys) <= set(DaemonConfig.__dataclass_fields__)
+    async with backends.loaded(tmp_path) as daemon:  # what every back end declares, each turned on
+        declared = daemon.declared.deferred
+    assert {name: tuple(table) for name, table in declared.items()} == DECLARED
+    for section, table in declared.items():
         for deferred in table:
             assert set(deferred.keys) <= known[section], section
     assert set(SPAWN_SETTINGS) <= set(CrashSettings.__dataclass_fields__)

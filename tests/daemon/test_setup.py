@@ -14,6 +14,7 @@ import pytest
 
 from diagd.daemon import discovery
 from diagd.daemon.cli import backend_needs, setup_cli
+from tests import backends
 from tests.conftest import Env
 from tests.support.needy_backend import PACKAGE
 
@@ -92,7 +93,7 @@ def test_without_root_or_sudo_it_refuses_and_prints_what_to_run(monkeypatch: pyt
 def test_doctor_groups_checks_per_back_end_with_setup_as_the_fix(needy: Env) -> None:
     checks = json.loads(needy.run("doctor", "--json").stdout)
     groups = {c["group"] for c in checks}
-    assert {"diagd", "pcap", "serial", "bpftrace", "crash", "needy_backend"} <= groups
+    assert {"diagd", *backends.names(), "needy_backend"} <= groups
     absent = next(c for c in checks if c["name"] == "diagd-test-absent-tool")
     assert absent["group"] == "needy_backend" and not absent["ok"]
     assert absent["fix"].startswith("diagd setup needy_backend")

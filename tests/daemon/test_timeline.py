@@ -11,15 +11,12 @@ from typing import Any
 import pytest
 
 from diagd.actors import timeline_source
-from diagd.actors.bpftrace import timeline_source as bpftrace_source
-from diagd.actors.crash import timeline_source as crash_source
-from diagd.actors.pcap import timeline_source as pcap_source
-from diagd.actors.serial import timeline_source as serial_source
 from diagd.daemon.server import timeline
 from diagd.protocol.errors import DiagdError, ErrorCode
+from tests import backends
 
-ADAPTERS = {"pcap": pcap_source.SOURCE, "serial": serial_source.SOURCE, "bpftrace": bpftrace_source.SOURCE,
-            "crash": crash_source.SOURCE}
+# Every back end's adapter (Scripted answers the tools of pcap's, serial's, bpftrace's and crash's).
+ADAPTERS = backends.timeline_sources()
 
 
 class Scripted:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, NotRequired
 
 import jsonschema
 import pytest
+from mcp import Client
 from typing_extensions import TypedDict
 
 from diagd.daemon import config as config_mod
 from diagd.daemon import tool_groups
-from diagd.daemon.server import tool_listing
+from diagd.daemon.server import mcp_front, tool_listing
 from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -79,17 +81,26 @@ class _Reply(TypedDict):
     note: NotRequired[str]
 
 
-def test_the_listed_output_schema_says_object_and_accepts_every_valid_result() -> None:
+def test_the_listed_output_schema_is_the_whole_generated_one() -> None:
     spec = ToolSpec(name="t", description="t", input_schema={"type": "object"}, handler=_ok, reply=_Reply)
     declared = spec.output_schema
     assert declared is not None and declared["required"] == ["n", "rows"]
-    wire = tool_listing.output_schema(spec)
-    assert wire == {"type": "object"}
+    wire = mcp_front.to_mcp_tool(spec).model_dump(by_alias=True, mode="json", exclude_none=True)
+    assert wire["outputSchema"] == tool_listing.output_schema(spec) == declared
     for valid in ({"n": 1, "rows": []}, {"n": 2, "rows": [{"i": 1}], "note": "x"}):
-        jsonschema.validate(valid, declared)
-        jsonschema.validate(valid, wire)
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(["not", "an", "object"], wire)
+        jsonschema.validate(valid, wire["outputSchema"])
+    for wrong in (["not", "an", "object"], {"n": 1}, {"n": 1, "rows": [{"i": "1"}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(wrong, wire["outputSchema"])
+
+
+def test_the_model_facing_bytes_are_each_tools_name_description_and_input_schema() -> None:
+    spec = ToolSpec(name="t", description="d\u00e9", input_schema={"type": "object"}, handler=_ok, reply=_Reply)
+    wire = mcp_front.to_mcp_tool(spec).model_dump(by_alias=True, mode="json", exclude_none=True)
+    assert {"title", "annotations", "outputSchema"} & set(wire)
+    model = '{"tools":[{"name":"t","description":"d\u00e9","inputSchema":{"type":"object"}}]}'
+    assert tool_listing.model_facing_bytes([wire]) == len(model.encode())
+    assert tool_listing.json_bytes({"tools": [wire]}) > len(model.encode()) + len(json.dumps(spec.output_schema))
 
 
 def test_the_listed_input_schema_leaves_out_only_what_restates_how_a_client_reads_it() -> None:
@@ -144,3 +155,20 @@ async def test_an_unknown_argument_names_the_arguments_the_tool_takes() -> None:
     assert result.is_error and result.payload["code"] == "INVALID_ARGUMENT"
     assert result.payload["details"]["hint"] == "export takes name, port"
     assert reg.group_of("export") == "serial" and reg.group_of("no_such_tool") == "diagd"
+
+
+async def test_the_mcp_sdks_client_refuses_a_result_its_listed_output_schema_does_not_allow() -> None:
+    """Why every call a real MCP client makes in the suite checks its reply against the listed schema:
+    the SDK's client validates structuredContent against the outputSchema tools/list gave, and raises."""
+
+    async def handler(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+        return {"n": "one", "rows": []} if args.get("wrong") else {"n": 1, "rows": [{"i": 1}]}
+
+    reg = ToolRegistry()
+    reg.register(ToolSpec(name="t", description="t", reply=_Reply, group="diagd", handler=handler,
+                          input_schema={"type": "object", "properties": {"wrong": {"type": "boolean"}}}))
+    async with Client(mcp_front.build_server(reg, version="0")) as client:
+        # client.session: tests/conftest.py's own check of Client.call_tool knows only the daemon's tools.
+        assert (await client.session.call_tool("t", {})).structured_content == {"n": 1, "rows": [{"i": 1}]}
+        with pytest.raises(RuntimeError, match="Invalid structured content returned by tool t"):
+            await client.session.call_tool("t", {"wrong": True})

@@ -11,9 +11,11 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from diagd.daemon import tool_groups
+from diagd.daemon.server import tool_listing
 from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_mcp import call, mcp_client, payload
 from tests.e2e.test_serial import AT_END, SimProcess, error, ok
+from tests.support import reply_check
 from tests.support.raw import RawMCP
 
 pytestmark = pytest.mark.e2e
@@ -166,14 +168,31 @@ def test_diagd_tools_lists_each_tool_with_its_group_and_prints_one_tools_input_s
 
 
 def test_tools_list_stays_within_its_size_budgets(daemon: DaemonProcess) -> None:
-    """Every client reads the whole list (many send it with every request): 30 KB for every back end,
-    14 KB for pcap with diagd's own tools (bench/tools_list.py prints them all)."""
+    """What of tools/list reaches the model (hosts send it with every request): each tool's name,
+    description and inputSchema (tool_listing.model_facing_bytes), 30 KiB for every back end, 14 KiB
+    for pcap with diagd's own tools. The output schemas, which hosts keep to validate results with,
+    are listed whole and not counted (bench/tools_list.py prints both sizes)."""
     sizes = {}
     for tools in (BACK_ENDS, "pcap"):
         _, result = listed(daemon, tools)
-        sizes[tools] = len(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode())
+        sizes[tools] = tool_listing.model_facing_bytes(result["tools"])
     assert sizes[BACK_ENDS] <= FULL_BUDGET, sizes
     assert sizes["pcap"] <= PCAP_BUDGET, sizes
+
+
+def test_every_tool_lists_its_whole_output_schema(daemon: DaemonProcess) -> None:
+    """tools/list gives each tool's outputSchema as generated from its reply model (`diagd tools NAME
+    --output`), the one tests/support/reply_check.py holds every reply of the suite to: the MCP SDK's
+    client checks each structured result against the listed schema, the suite against the same one."""
+    _, result = listed(daemon, BACK_ENDS + ",echo_actor")
+    as_listed = {t["name"]: t.get("outputSchema") for t in result["tools"]}
+    declared = {t["name"]: t["output_schema"] for t in json.loads(daemon.env.run("tools", "--json").stdout)["tools"]}
+    assert as_listed == declared
+    checked = reply_check.validators()
+    assert set(as_listed) <= set(checked), set(as_listed) - set(checked)
+    assert all(as_listed[name] == checked[name].schema for name in as_listed)
+    shown = daemon.env.run("tools", "pcap_info", "--output")
+    assert shown.returncode == 0 and json.loads(shown.stdout) == as_listed["pcap_info"]
 
 
 @pytest.fixture

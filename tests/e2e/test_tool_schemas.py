@@ -8,12 +8,23 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonProcess
+from tests import backends
+from tests.conftest import DaemonProcess, Env, start_daemon
 from tests.e2e.test_mcp import call, mcp_client, payload
 
 pytestmark = pytest.mark.e2e
 
-BACK_ENDS = "pcap,serial,bpftrace,crash"  # every real back end (the test daemon adds its echo back end)
+BACK_ENDS = ",".join(backends.names())  # every installed back end (the test daemon adds its echo back end)
+
+
+@pytest.fixture
+def daemon(env: Env) -> Iterator[DaemonProcess]:
+    """The test daemon with every back end on (one off by default lists no tool, and a client that selects
+    its group is refused): their tools are all checked."""
+    env.write_config(env.config.read_text() + "\n" + backends.ALL_ON_TOML)
+    d = start_daemon(env)
+    yield d
+    d.stop()
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 
 
@@ -31,7 +42,8 @@ async def test_every_argument_of_every_tool_has_a_description_and_a_type(daemon:
         tools = (await client.list_tools()).tools
     arguments = [(tool.name, name, prop) for tool in tools for name, prop in tool.input_schema["properties"].items()]
     assert len(arguments) > 150 and {t.name for t in tools} >= {"pcap_info", "send_data", "exec_program",
-                                                                 "run_crash_command", "diagd_timeline"}
+                                                                 "run_crash_command", "diagd_timeline",
+                                                                 "start_capture", "diagd_record_start"}
     undescribed = [f"{tool}.{name}" for tool, name, prop in arguments
                    if not (isinstance(prop.get("description"), str) and prop["description"].strip())]
     assert undescribed == [], f"{len(undescribed)} of {len(arguments)} arguments have no description"

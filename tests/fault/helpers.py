@@ -106,8 +106,8 @@ def listed_tools(daemon: Any) -> dict[str, dict[str, Any]]:
 
 
 def declared_tools(daemon: Any) -> dict[str, dict[str, Any]]:
-    """Every tool with its schemas as declared (`diagd tools --json`): tools/list cuts output schemas to
-    their required keys, these are the whole shapes results are checked against."""
+    """Every tool with its schemas as declared (`diagd tools --json`): the whole output schemas results
+    are checked against (tools/list gives the same ones)."""
     with BlockingClient(str(daemon.control_socket), client="schemas") as client:
         listed = client.request(control.ToolsRequest)
     return {t["name"]: t for t in listed["tools"]}

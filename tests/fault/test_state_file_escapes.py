@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import backends
 from tests.conftest import DIAGD, Env
 from tests.support.raw import INITIALIZE
 
@@ -51,7 +52,7 @@ def test_a_planted_audit_log_link_stops_the_start_with_one_coded_line(env: Env, 
     assert_one_coded_line(serve(env), env.state / "audit.jsonl")
 
 
-@pytest.mark.parametrize("backend", ["bpftrace", "crash", "serial", "pcap", "capture", "echo_actor"])
+@pytest.mark.parametrize("backend", [*backends.names(), "echo_actor"])
 def test_a_planted_link_as_a_back_ends_state_directory_stops_the_start_with_one_coded_line(
         env: Env, tmp_path: Path, backend: str) -> None:
     elsewhere = tmp_path / "elsewhere-dir"

@@ -11,7 +11,7 @@ filled as in production), a config table the test sets and reloads, clients it c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +32,7 @@ from diagd.actors.runtime import (
     Resolved,
     Resolver,
     StopCheck,
+    ToolUse,
 )
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import CallContext, ToolSpec
@@ -60,6 +61,7 @@ class FakeRuntime:
         self.shares_exports = False
         self.references: dict[str, Resolver] = {}  # back end name -> resolver (the test may add others')
         self.off: dict[str, str] | None = None  # {"reason", "hint"} once it declared itself off
+        self.uses: list[ToolUse] = []  # the tools of other groups it declared it calls (the daemon checks them)
 
     # -- what the test does
 
@@ -152,6 +154,9 @@ class FakeRuntime:
 
     def declare_off(self, reason: str, hint: str) -> None:
         self.off = {"reason": reason, "hint": hint}
+
+    def uses_tool(self, group: str, tool: str, arguments: Iterable[str] = (), *, forwards: bool = False) -> None:
+        self.uses.append(ToolUse(group, tool, tuple(arguments), forwards))
 
 
 @asynccontextmanager

@@ -1,15 +1,18 @@
-"""What a client reads per tool group: its `tools/list` result and server instructions, in bytes, offline.
+"""What a client reads per tool group, in bytes, offline: what of `tools/list` reaches the model, the
+whole `tools/list` result, and the server instructions.
 
 The registry is a real daemon's (`Daemon.load_backends`, as `diagd serve` builds it; no socket, no
 process), each tool is what `list_tools` hands the MCP SDK (`mcp_front.to_mcp_tool`), serialized as
 the SDK puts it on the wire (`by_alias`, `exclude_none`) into a 2025-era client's `{"tools": [...]}`
 result, compact and UTF-8: the bytes `bench/tools_list.py` reads through `diagd mcp` and the shim.
+The model-facing bytes are that result with each tool cut to its name, description and inputSchema
+(`tool_listing.model_facing_bytes`: what hosts send the model; the budgets hold them); the whole
+result adds each tool's full outputSchema, title and annotations, which hosts keep to themselves.
 The instructions are what a connection that chose the groups gets in its `initialize` answer.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,7 +21,7 @@ import trio
 
 from diagd.daemon import config as config_mod
 from diagd.daemon import tool_groups
-from diagd.daemon.server import mcp_front
+from diagd.daemon.server import mcp_front, tool_listing
 from diagd.daemon.server.server import Daemon
 
 ALL = "all"  # the selection of every group (no `--tools`)
@@ -26,13 +29,14 @@ ALL = "all"  # the selection of every group (no `--tools`)
 
 class Listed(NamedTuple):
     tools: int
-    bytes: int
+    model: int  # model-facing bytes: name, description and inputSchema of each tool (the budgets)
+    whole: int  # the whole tools/list result, output schemas included
     instructions: int
 
 
-def wire_bytes(tools: list[types.Tool]) -> int:
-    result = {"tools": [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]}
-    return len(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode())
+def wire(tools: list[types.Tool]) -> list[dict[str, Any]]:
+    """The tools as a tools/list result holds them."""
+    return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
 
 
 async def _measure(config: dict[str, Any], tmp: Path) -> dict[str, Listed]:
@@ -46,7 +50,9 @@ async def _measure(config: dict[str, Any], tmp: Path) -> dict[str, Listed]:
             for name in (ALL, *groups):
                 selection = None if name == ALL else tool_groups.check([name], groups)
                 specs = daemon.registry.specs(selection)
-                out[name] = Listed(len(specs), wire_bytes([mcp_front.to_mcp_tool(s) for s in specs]),
+                tools = wire([mcp_front.to_mcp_tool(s) for s in specs])
+                out[name] = Listed(len(specs), tool_listing.model_facing_bytes(tools),
+                                   tool_listing.json_bytes({"tools": tools}),
                                    len(mcp_front.instructions(guides, selection).encode()))
             return out
         finally:
@@ -55,5 +61,6 @@ async def _measure(config: dict[str, Any], tmp: Path) -> dict[str, Listed]:
 
 
 def measure(config: dict[str, Any], tmp: Path) -> dict[str, Listed]:
-    """Per selection (`ALL`, then each group the daemon loads with `config`): tools, bytes, instruction bytes."""
+    """Per selection (`ALL`, then each group the daemon loads with `config`): tools, model-facing bytes,
+    whole tools/list bytes, instruction bytes."""
     return trio.run(_measure, config, tmp)

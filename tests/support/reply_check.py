@@ -2,9 +2,10 @@
 
 tests/conftest.py wraps the MCP SDK's `Client.call_tool` with `check`: each successful call's
 `structuredContent` is validated (jsonschema, Draft 2020-12) against the schema generated from the
-tool's reply model, the one `diagd tools --schema NAME` prints. tools/list lists only `{"type":
-"object"}` (its byte budget), so the SDK's own check is this one's weaker copy. A tool this module
-does not know fails the call: no tool goes unchecked.
+tool's reply model, the one `diagd tools NAME --output` prints and tools/list gives (the SDK's client
+checks the listed one too, and raises on a mismatch; tests/e2e/test_tool_groups.py shows the two are
+the same). This check does not depend on the client having listed the tools, and names every
+failing path. A tool this module does not know fails the call: no tool goes unchecked.
 """
 
 from __future__ import annotations
