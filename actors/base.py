@@ -7,7 +7,9 @@ asks (`Runtime.start`) and restarts or fails it by its declared `SupervisionPoli
 Each actor kind subclasses `Actor` and implements the same small surface: `start()` (acquire the
 resource; the actor only counts as ready once this returns), `handle()` (serve one request),
 `stop()` (release the resource, bounded), `statistics()`. Requests carry a message: a frozen
-dataclass of the actor kind, dispatched with `match request.message`.
+dataclass of the actor kind, dispatched with `match request.message`. A message that subclasses
+`Message[SomeReply]` says what its reply is: `Runtime.ask` returns that model to the tool handler, and
+the actor answers it with `message.reply(...)`, which takes only that model, so mypy checks both ends.
 
 What a request's handler raises is that request's answer, never the actor's end: a `DiagdError` as
 it is, any other exception (a bug some input met: an empty page, a value not foreseen) as
@@ -24,7 +26,7 @@ import enum
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
 
 import structlog
 import trio
@@ -34,6 +36,26 @@ from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 log = structlog.get_logger("diagd.actor")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+ReplyT = TypeVar("ReplyT")
+
+
+class Message(Generic[ReplyT]):
+    """A message whose reply is a `ReplyT` (a reply model, a TypedDict): the reply type travels with it.
+
+        @dataclass(frozen=True)
+        class Send(Message[SendReply]): ...
+
+    The tool handler's `await runtime.ask(ref, Send(...))` is a `SendReply`, returned as it is (no cast),
+    and the actor's `case Send() as send: return send.reply(await self._send(send))` must build one. In
+    between, the inbox carries replies as plain dicts (`Request`): `reply` is that one crossing.
+    """
+
+    __slots__ = ()
+
+    def reply(self, value: ReplyT) -> dict[str, Any]:
+        """`value`, this message's reply model, as the inbox carries it (the same object)."""
+        return cast("dict[str, Any]", value)  # a TypedDict is a dict at run time
 
 
 class RestartKind(enum.StrEnum):

@@ -24,10 +24,8 @@ a text search (measured with a gc callback); it then walks only what was made si
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
 import gc
-from typing import Any
+from typing import Any, Final
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 MMAP_THRESHOLD_BYTES = 256 * 1024
@@ -35,20 +33,23 @@ TRIM_THRESHOLD_BYTES = 1024 * 1024
 ARENA_MAX = 2
 
 
-@functools.cache
-def _libc() -> Any:
-    name = ctypes.util.find_library("c")
+def _load_libc() -> Any:
+    """The C library the process runs on, when it is glibc (None elsewhere): the process's own symbols
+    (dlopen(NULL), no search for the library's file), which hold libc's."""
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)
         libc.malloc_trim, libc.mallopt  # noqa: B018  (glibc only: musl has neither)
     except (OSError, AttributeError, TypeError):
         return None
     return libc
 
 
+_LIBC: Final[Any] = _load_libc()  # looked up once, at import: a handle, never changed
+
+
 def configure() -> bool:
     """Set the allocator up for a long-lived process; False when it is not glibc."""
-    libc = _libc()
+    libc = _LIBC
     if libc is None:
         return False
     # Each mallopt also turns off glibc's dynamic raising of the mmap and trim thresholds.
@@ -60,7 +61,7 @@ def configure() -> bool:
 
 def trim() -> bool:
     """Give free heap pages back to the OS; True when some were."""
-    libc = _libc()
+    libc = _LIBC
     return bool(libc.malloc_trim(0)) if libc is not None else False
 
 

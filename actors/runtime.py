@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
-from diagd.actors.base import Actor, ProgressFn
+from diagd.actors.base import Actor, Message, ProgressFn, ReplyT
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import ToolSpec
 
@@ -158,10 +158,18 @@ class Runtime(Protocol):
         it once). The actor's setup errors are raised here."""
         ...
 
-    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+    # A message that says its reply (`Message[SomeReply]`, actors/base.py) gets that model back, checked
+    # by mypy where the handler returns it; any other message a plain dict (the messages not typed yet).
+    # The overloads are tried in order, so a Message, which is also an object, takes the first.
+    @overload
+    async def ask(self, ref: ActorRef, message: Message[ReplyT], *,  # type: ignore[overload-overlap]
+                  progress: ProgressFn | None = None) -> ReplyT:
         """Send `message` to the actor and wait for its reply; never starts one (`ActorGone` when it
         has stopped). The inbox wait is added to the current call's `queue_s`."""
         ...
+
+    @overload
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]: ...
 
     def find(self, kind: str, resource: str) -> ActorRef | None: ...
 

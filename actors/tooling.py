@@ -106,9 +106,10 @@ class ToolSpec:
     # clients choose the groups they see (`diagd mcp --tools pcap`).
     group: str = ""
 
-    @property
+    @functools.cached_property
     def output_schema(self) -> dict[str, Any] | None:
-        """The whole JSON Schema of the tool's result (generated from `reply` on first use, then cached)."""
+        """The whole JSON Schema of the tool's result (generated from `reply` on first use, then kept by
+        this spec: the registry's; the caller must not change it)."""
         return reply_schema(self.reply) if self.reply is not None else None
 
 

@@ -280,10 +280,10 @@ class CaptureActor(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         cap = self.capture
         match request.message:
-            case Stop(client=client, force=force):
+            case Stop(client=client, force=force) as stop:
                 took_over = self.backend.check_owner(cap, client, force)
                 self.request_stop("requested", by=client)
-                return {**self.backend.describe(cap), "took_over_from": took_over}
+                return stop.reply({**self.backend.describe(cap), "took_over_from": took_over})
         raise unhandled("capture", request)
 
     def statistics(self) -> dict[str, Any]:

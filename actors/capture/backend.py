@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import structlog
 import trio
@@ -16,7 +16,7 @@ from diagd.actors._subprocess import Completed, Spawn, open_process, run
 from diagd.actors.capture.actor import KIND, CaptureActor
 from diagd.actors.capture.interfaces import kernel_state, parse_link_types, parse_list
 from diagd.actors.capture.record import Capture, CaptureStore
-from diagd.actors.capture.replies import CaptureSummary, InterfaceInfo
+from diagd.actors.capture.replies import CaptureSummary, InterfaceInfo, LinkTypes
 from diagd.actors.capture.settings import CaptureSettings
 from diagd.actors.runtime import ActorRef, Runtime
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -34,6 +34,9 @@ class CaptureBackend:
         self.live: dict[str, CaptureActor] = {}
         self.starting = 0
         self._budget = trio.Lock()
+        # recording_id -> the lock diagd_record_stop holds while it stops that recording (record_tools.py):
+        # a second stop waits, then answers the stored bundle. Made on a stop's first use, dropped after it.
+        self.recording_stops: dict[str, trio.Lock] = {}
 
     def settings(self) -> CaptureSettings:
         # Parsed per call: `diagd reload` applies to the next call.
@@ -198,10 +201,12 @@ class CaptureBackend:
         done = await self.dumpcap(settings, ["-D", "-M"])
         if done.returncode != 0:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"dumpcap -D failed: {done.stderr.strip()[:500]}")
-        found = parse_list(done.out)
+        unasked: LinkTypes = {}  # each entry's link types are added below when asked for
+        found: list[InterfaceInfo] = [{**listed, **kernel_state(listed["name"]), **unasked,
+                                       "allowed": settings.allows(listed["name"])} for listed in parse_list(done.out)]
         limiter = trio.CapacityLimiter(4)
 
-        async def link_types(entry: dict[str, Any]) -> None:
+        async def link_types(entry: InterfaceInfo) -> None:
             async with limiter:
                 listed = await self.dumpcap(settings, ["-L", "-M", "-i", entry["name"]])
             if listed.returncode == 0:
@@ -209,14 +214,11 @@ class CaptureBackend:
             else:
                 entry["link_types"], entry["link_types_error"] = [], _message(listed.stderr)
 
-        for entry in found:
-            entry.update(kernel_state(entry["name"]), allowed=settings.allows(entry["name"]))
         if with_link_types:
             async with trio.open_nursery() as nursery:
                 for entry in found:
                     nursery.start_soon(link_types, entry)
-        # Built up by parts (parse_list, kernel_state, allowed, the link types): every key is set now.
-        return cast(list[InterfaceInfo], found)
+        return found
 
     async def check_filter(self, settings: CaptureSettings, interfaces: Sequence[str], capture_filter: str,
                            snaplen: int, given: str | None = None) -> None:

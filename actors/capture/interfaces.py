@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+
+from diagd.actors.capture.replies import KernelState, LinkType, ListedInterface
 
 IFF_UP = 0x1
 _TYPES = {"0": "wired", "1": "airpcap", "2": "pipe", "3": "stdin", "4": "bluetooth", "5": "wireless",
           "6": "dialup", "7": "usb", "8": "extcap", "9": "virtual"}
 
 
-def parse_list(text: str) -> list[dict[str, Any]]:
+def parse_list(text: str) -> list[ListedInterface]:
     """`dumpcap -D -M`: "<n>. <name>\\t<vendor>\\t<friendly name>\\t<type>\\t<addresses>\\t<loopback|network>"."""
-    found = []
+    found: list[ListedInterface] = []
     for line in text.splitlines():
         number, dot, rest = line.partition(". ")
         if not dot or not number.strip().isdigit():
@@ -27,10 +28,10 @@ def parse_list(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def parse_link_types(text: str) -> tuple[bool, list[dict[str, Any]]]:
+def parse_link_types(text: str) -> tuple[bool, list[LinkType]]:
     """`dumpcap -L -M -i <if>`: first line 1 when monitor mode is possible, then "<dlt>\\t<name>\\t<description>"."""
     lines = text.splitlines()
-    types = []
+    types: list[LinkType] = []
     for line in lines[1:]:
         cols = line.split("\t")
         if len(cols) >= 2 and cols[0].strip().lstrip("-").isdigit():
@@ -38,7 +39,7 @@ def parse_link_types(text: str) -> tuple[bool, list[dict[str, Any]]]:
     return bool(lines and lines[0].strip() == "1"), types
 
 
-def kernel_state(name: str, sys_class_net: Path = Path("/sys/class/net")) -> dict[str, Any]:
+def kernel_state(name: str, sys_class_net: Path = Path("/sys/class/net")) -> KernelState:
     """Up (administratively), running (carrier: a link) and operstate, for a kernel network interface; None
     values for the pseudo-interfaces (any, nflog, dbus, ...), which /sys does not list."""
     base = sys_class_net / name

@@ -4,7 +4,7 @@ the capture tools (when [capture] allowed_interfaces is set); each part calls it
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import trio
 
@@ -15,8 +15,6 @@ from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet, current_groups
 
 recording_tools: ToolSet[CaptureBackend] = ToolSet()
-
-_locks: dict[str, trio.Lock] = {}
 
 
 def register(runtime: Runtime, backend: CaptureBackend) -> None:
@@ -55,7 +53,7 @@ async def load_visible(backend: CaptureBackend, store: RecordingStore, recording
 async def record_start(backend: CaptureBackend, ctx: CallContext, args: dict[str, Any]) -> RecordingReply:
     rec = await start(backend.runtime.call, store_of(backend), ctx.client, args,
                       keep=backend.settings().keep_captures, groups=current_groups.get())
-    return cast(RecordingReply, {**rec.summary(), "hint": "reproduce now; diagd_record_stop returns the bundle"})
+    return {**rec.summary(), "hint": "reproduce now; diagd_record_stop returns the bundle"}
 
 
 @recording_tools.tool(
@@ -73,10 +71,11 @@ async def record_stop(backend: CaptureBackend, ctx: CallContext, args: dict[str,
     # Only a client that may see it (its owner; once the owner has gone, a client of the same user), of the groups
     # its parts are read with: anyone else is told there is no such recording (and no lock is made for it).
     await load_visible(backend, store, rid, ctx.client)
-    async with _locks.setdefault(rid, trio.Lock()):
+    stops = backend.recording_stops
+    async with stops.setdefault(rid, trio.Lock()):
         rec = await load_visible(backend, store, rid, ctx.client)  # as it is now (a stop may have just ended)
         if rec.bundle is not None:
-            return cast(BundleReply, {**rec.bundle, "already_stopped": True})
+            return {**rec.bundle, "already_stopped": True}
         bundle = await stop(backend.runtime.call, store, rec, args["timeline_rows"])
-    _locks.pop(rid, None)
-    return cast(BundleReply, {**bundle, "already_stopped": False})
+    stops.pop(rid, None)
+    return {**bundle, "already_stopped": False}

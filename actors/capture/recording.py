@@ -37,6 +37,7 @@ import trio
 
 from diagd.actors import statefile
 from diagd.actors._paths import made_stem
+from diagd.actors.capture.replies import BundleParts, BundleReply, RecordingReply
 from diagd.actors.runtime import DAEMON_GROUP, ToolUse
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -93,7 +94,7 @@ class Recording:
     execution_id: str | None = None
     started_at: float | None = None
     stopped_at: float | None = None
-    bundle: dict[str, Any] | None = None
+    bundle: BundleReply | None = None
 
     def groups(self) -> frozenset[str]:
         """The tool groups its parts are read with (groups_for)."""
@@ -106,7 +107,7 @@ class Recording:
             return False
         return client == self.owner or (not owner_connected and user_of(client) == user_of(self.owner))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RecordingReply:
         return {"recording_id": self.id, "status": self.status, "owner": self.owner,
                 "capture_id": self.capture_id, "pcap_path": f"capture:{self.id}" if self.capture_id else None,
                 "ports": self.ports, "execution_id": self.execution_id, "started_at": self.started_at,
@@ -255,12 +256,13 @@ async def _stop_parts(call: Call, rec: Recording, *, quiet: bool) -> dict[str, A
     return stopped
 
 
-async def stop(call: Call, store: RecordingStore, rec: Recording, timeline_limit: int) -> dict[str, Any]:
+async def stop(call: Call, store: RecordingStore, rec: Recording, timeline_limit: int) -> BundleReply:
     """Stop every part, gather the bundle (files, output, merged timeline), close the ports it opened."""
     rec.status = "stopping"
     stopped = await _stop_parts(call, rec, quiet=False)
     rec.stopped_at = time.time()  # after the program's END and dumpcap's last packets
-    bundle: dict[str, Any] = {**rec.summary(), "status": "stopped"}
+    parts: BundleParts = {}  # none yet: each part the recording has adds its key below
+    bundle: BundleReply = {**rec.summary(), **parts, "status": "stopped"}
     sources: list[dict[str, Any]] = []
     if rec.capture_id:
         cap = stopped["capture"]

@@ -135,8 +135,8 @@ class LinkType(TypedDict):
     """what it is"""
 
 
-class InterfaceInfo(TypedDict):
-    """An interface dumpcap can capture on."""
+class ListedInterface(TypedDict):
+    """An interface as dumpcap lists it (`dumpcap -D -M`)."""
 
     name: str
     """give it to start_capture"""
@@ -148,20 +148,35 @@ class InterfaceInfo(TypedDict):
     """its addresses"""
     loopback: bool
     """it is a loopback interface"""
+
+
+class KernelState(TypedDict):
+    """An interface's state as the kernel has it (/sys/class/net)."""
+
     up: bool | None
     """administratively up (null: not a kernel interface)"""
     running: bool | None
     """it has a link (carrier)"""
     operstate: str | None
     """the kernel's operstate"""
+
+
+class LinkTypes(TypedDict, total=False):
+    """An interface's link types (`dumpcap -L -M`), when they were asked for."""
+
+    monitor_mode: bool
+    """monitor mode is possible"""
+    link_types: list[LinkType]
+    """the link types dumpcap can capture it as"""
+    link_types_error: str
+    """why its link types could not be listed"""
+
+
+class InterfaceInfo(ListedInterface, KernelState, LinkTypes):
+    """An interface dumpcap can capture on."""
+
     allowed: bool
     """[capture] allowed_interfaces allows it"""
-    monitor_mode: NotRequired[bool]
-    """monitor mode is possible"""
-    link_types: NotRequired[list[LinkType]]
-    """the link types dumpcap can capture it as"""
-    link_types_error: NotRequired[str]
-    """why its link types could not be listed"""
 
 
 class InterfacesReply(TypedDict):
@@ -200,16 +215,18 @@ class RecordingReply(TypedDict):
     """what to do next"""
 
 
-class BundleReply(RecordingReply):
-    """A stopped recording's bundle (bundle.json in its directory keeps more rows)."""
-
-    capture: NotRequired[dict[str, Any]]
+class BundleParts(TypedDict, total=False):
+    capture: dict[str, Any]
     """its capture: id, status, stop reason, packets, drops, pcap_path"""
-    serial: NotRequired[list[Any]]
+    serial: list[Any]
     """each serial session, exported as pcapng"""
-    bpftrace: NotRequired[dict[str, Any]]
+    bpftrace: dict[str, Any]
     """its bpftrace execution's status and output"""
-    timeline: NotRequired[dict[str, Any]]
+    timeline: dict[str, Any]
     """its parts' rows merged by time (diagd_timeline)"""
-    already_stopped: NotRequired[bool]
+    already_stopped: bool
     """it had been stopped before this call (the stored bundle)"""
+
+
+class BundleReply(RecordingReply, BundleParts):
+    """A stopped recording's bundle (bundle.json in its directory keeps more rows)."""

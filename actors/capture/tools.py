@@ -169,7 +169,7 @@ async def stop_capture(backend: CaptureBackend, ctx: CallContext, args: dict[str
     with trio.move_on_after(STOP_WAIT_MAX_S):
         while cap.running:
             await cap.wait_changed()
-    extras: StopExtras = {"took_over_from": done.get("took_over_from"), "hint": PCAP_HINT}
+    extras: StopExtras = {"took_over_from": done["took_over_from"], "hint": PCAP_HINT}
     return {**backend.describe(cap), "already_stopped": False, **extras}
 
 

@@ -310,12 +310,14 @@ class CrashSession(Commands, Actor):
             raise self.failure
         try:
             match request.message:
-                case RunCrash() as run:
-                    return dict(await self.op_crash(run.command, run.force, run.max_lines, run.extension))
-                case RunDrgn() as run:
-                    return dict(await self.op_drgn(run.code, run.filename, run.isolated, run.max_lines, run.label))
-                case Triage():
-                    return dict(await self.op_triage())  # the reply models are dicts
+                case RunCrash() as crash:
+                    return crash.reply(await self.op_crash(crash.command, crash.force, crash.max_lines,
+                                                           crash.extension))
+                case RunDrgn() as drgn:
+                    return drgn.reply(await self.op_drgn(drgn.code, drgn.filename, drgn.isolated, drgn.max_lines,
+                                                         drgn.label))
+                case Triage() as triage:
+                    return triage.reply(await self.op_triage())
             raise unhandled("crash", request)
         except BaseException:
             if self.failure is not None:

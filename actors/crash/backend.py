@@ -18,6 +18,7 @@ Idle sessions expire ([crash] idle_timeout_s).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import secrets
@@ -30,21 +31,18 @@ import structlog
 import trio
 
 from diagd.actors._subprocess import run
-from diagd.actors.base import ActorGone
+from diagd.actors.base import ActorGone, Message
 from diagd.actors.crash.actor import CrashSession
 from diagd.actors.crash.messages import (
     KIND,
     SPAWN_SETTINGS,
     Hooks,
     Phase,
-    RunCrash,
-    RunDrgn,
     SessionSpec,
     SessionView,
-    Triage,
 )
 from diagd.actors.crash.reopen import Reopener
-from diagd.actors.crash.replies import CloseReply, OpenReply
+from diagd.actors.crash.replies import CloseReply, NotedT, OpenReply
 from diagd.actors.crash.sessions import MAX_REVIVALS, OPEN_STATES, SessionRecord, SessionTable
 from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.crash.store import OutputStore
@@ -348,7 +346,8 @@ class CrashBackend:
         if ref is not None and ref is rec.ref:
             self.runtime.stop(ref, reason=reason)
 
-    async def ask(self, ctx: CallContext, rec: SessionRecord, message: RunCrash | RunDrgn | Triage) -> dict[str, Any]:
+    async def ask(self, ctx: CallContext, rec: SessionRecord, message: Message[NotedT]) -> NotedT:
+        """The session actor's answer to `message`, with what the back end notes on it (`SessionNotes`)."""
         await rec.spawned.wait()  # a call that races the first open waits for the children to be spawned
         restarted = await self._revive(ctx, rec) if rec.state == "failed" and rec.revivable else None
         rec.usable()  # raises if the session has no actor to ask
@@ -361,7 +360,8 @@ class CrashBackend:
         except ActorGone:  # ended between the lookup and the call: a crash is never started implicitly
             raise rec.error or DiagdError(ErrorCode.NOT_FOUND, f"session {rec.session_id} has ended") from None
         if restarted is not None:
-            result = {**result, "session_restarted": restarted}
+            result = copy.copy(result)  # the actor's own answer stays as it made it
+            result["session_restarted"] = restarted
         return self.reopener.note(rec, ctx.client, result)
 
     async def resolve(self, ctx: CallContext, session_id: str | None) -> SessionRecord:

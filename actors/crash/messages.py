@@ -1,6 +1,6 @@
 """What the crash back end and its session actors exchange: the spec a session is started with, the
 hooks it reports through, its phases, and the messages the tools send it (frozen dataclasses,
-`match`-dispatched by `CrashSession.handle`).
+`match`-dispatched by `CrashSession.handle`, each a `Message[<its reply model>]`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import trio
 
+from diagd.actors.base import Message
+from diagd.actors.crash.replies import CommandResult, TriageReply
 from diagd.actors.crash.settings import CrashSettings
 from diagd.protocol.errors import DiagdError
 
@@ -102,7 +104,7 @@ class SessionView(Protocol):
 
 
 @dataclass(frozen=True)
-class RunCrash:
+class RunCrash(Message[CommandResult]):
     """Run one crash command (or answer it from the cache unless `force`)."""
 
     command: str
@@ -112,7 +114,7 @@ class RunCrash:
 
 
 @dataclass(frozen=True)
-class RunDrgn:
+class RunDrgn(Message[CommandResult]):
     """Run Python in the session's drgn worker."""
 
     code: str
@@ -123,5 +125,5 @@ class RunDrgn:
 
 
 @dataclass(frozen=True)
-class Triage:
+class Triage(Message[TriageReply]):
     """get_crash_info's report: sys, the panic task's bt, the log tail, kmem -i, ps (+ drgn's tasks)."""

@@ -18,6 +18,7 @@ failed, or killed while loading does not.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ import structlog
 import trio
 
 from diagd.actors.crash import target as tgt
-from diagd.actors.crash.replies import CloseReply
+from diagd.actors.crash.replies import CloseReply, NotedT
 from diagd.actors.crash.sessions import SessionRecord, SessionTable
 from diagd.actors.crash.store import OutputStore
 from diagd.actors.tooling import CallContext
@@ -104,12 +105,14 @@ class Reopener:
                 "note": "the session was open in an earlier daemon; it stays closed (not reopened). Stored outputs "
                         "stay readable with get_command_output / search_command_output"}
 
-    def note(self, rec: SessionRecord, client: str, result: dict[str, Any]) -> dict[str, Any]:
+    def note(self, rec: SessionRecord, client: str, result: NotedT) -> NotedT:
         """`result` with `session_reopened` if it is this client's first answer from the reopened session."""
         if rec.reopened is None or client in rec.reopen_told:
             return result
         rec.reopen_told.add(client)
-        return {**result, "session_reopened": rec.reopened}
+        noted = copy.copy(result)
+        noted["session_reopened"] = rec.reopened
+        return noted
 
     async def _follow(self, ctx: CallContext, pending: _Pending) -> None:
         """Wait for another call's reopen, reporting this call's own progress while crash loads."""

@@ -6,12 +6,26 @@ output store are annotated with these, so mypy checks them; the schemas come fro
 
 from __future__ import annotations
 
-from typing import Any, NotRequired
+from typing import Any, NotRequired, TypeVar
 
 from typing_extensions import TypedDict
 
 
-class CommandResult(TypedDict):
+class SessionNotes(TypedDict):
+    """What the back end adds to a session actor's answer (`CrashBackend.ask`): the models of the
+    messages a session is asked extend it."""
+
+    session_restarted: NotRequired[dict[str, object]]
+    """crash had died and was started again for this call: why, and what state was lost"""
+    session_reopened: NotRequired[dict[str, object]]
+    """the session was reopened after a daemon restart (told once per client): state set before (set, drgn
+    variables) is gone"""
+
+
+NotedT = TypeVar("NotedT", bound=SessionNotes)  # a session message's reply, noted on its way back
+
+
+class CommandResult(SessionNotes):
     """A crash command's or drgn code's output: the first lines inline, a command_id for the rest."""
 
     session_id: str
@@ -40,11 +54,6 @@ class CommandResult(TypedDict):
     """the stored output itself was cut at [crash] max_output_bytes"""
     truncated_reason: NotRequired[str | None]
     """why the stored output was cut"""
-    session_restarted: NotRequired[dict[str, Any]]
-    """crash had died and was started again for this call: why, and what state was lost"""
-    session_reopened: NotRequired[dict[str, Any]]
-    """the session was reopened after a daemon restart (told once per client): state set before (set, drgn
-    variables) is gone"""
 
 
 class OpenReply(TypedDict):
@@ -208,7 +217,7 @@ class LogTail(TypedDict):
     """its last lines ([crash] log_tail_lines)"""
 
 
-class TriageReply(TypedDict):
+class TriageReply(SessionNotes):
     """get_crash_info's triage report."""
 
     session_id: str

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import trio
 
@@ -97,7 +97,7 @@ async def _drgn(backend: CrashBackend, ctx: CallContext, rec: SessionRecord, mes
     sandbox.require_confinement("drgn code (run_drgn_command, drgn:)",
                                  allowed_unconfined=backend.settings.allow_unconfined,
                                  setting="[crash] allow_unconfined")
-    return cast(CommandResult, await backend.ask(ctx, rec, message))
+    return await backend.ask(ctx, rec, message)
 
 
 def _pykdump(backend: CrashBackend) -> str:
@@ -130,7 +130,7 @@ async def run_crash_command(backend: CrashBackend, ctx: CallContext, args: dict[
         if prefix == "pykdump":
             extension = _pykdump(backend)
         command = rest
-    return cast(CommandResult, await backend.ask(ctx, rec, RunCrash(command, force, max_lines, extension)))
+    return await backend.ask(ctx, rec, RunCrash(command, force, max_lines, extension))
 
 
 @tools.tool("load_module_debuginfo",
@@ -204,7 +204,7 @@ async def search_output(backend: CrashBackend, ctx: CallContext, args: dict[str,
             input_schema=schemas.SESSION_INPUT)
 async def crash_info(backend: CrashBackend, ctx: CallContext, args: dict[str, Any]) -> TriageReply:
     rec = await backend.resolve(ctx, args.get("session_id"))
-    return cast(TriageReply, await backend.ask(ctx, rec, Triage()))
+    return await backend.ask(ctx, rec, Triage())
 
 
 @script_tools.tool("list_analysis_scripts", "drgn analysis scripts from [crash] script_dirs (name, first docstring "
@@ -226,6 +226,6 @@ async def run_analysis(backend: CrashBackend, ctx: CallContext, args: dict[str, 
         raise DiagdError(ErrorCode.NOT_FOUND, f"no analysis script {args['name']!r}", known=sorted(scripts))
     source = await trio.to_thread.run_sync(Path(script["path"]).read_text)
     rec = await backend.resolve(ctx, args.get("session_id"))
-    return cast(CommandResult, await backend.ask(ctx, rec, RunDrgn(
+    return await backend.ask(ctx, rec, RunDrgn(
         source, filename=script["path"], isolated=True, max_lines=args.get("max_lines"),
-        label=f"[script] {args['name']}")))
+        label=f"[script] {args['name']}"))

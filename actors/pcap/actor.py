@@ -50,6 +50,7 @@ from diagd.actors.pcap.passes import Cores, EarlyNumbers, EarlyRows, Page
 from diagd.actors.pcap.pool import CaptureState, Headroom, Launch
 from diagd.actors.pcap.session import CaptureSession, check_length
 from diagd.actors.pcap.sharkd import Sharkd
+from diagd.actors.pcap.wireshark import Digests
 
 log = structlog.get_logger("diagd.pcap")
 
@@ -68,12 +69,12 @@ class PcapActor(Actor):
     def __init__(self, resource: str, settings: CaptureSpec, *, max_workers: int = 2,
                  headroom: Headroom = lambda: None, cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
-                 run_head: RunHead = head, memory_budget: int | None = None) -> None:
+                 run_head: RunHead = head, memory_budget: int | None = None, digests: Digests | None = None) -> None:
         super().__init__(resource, settings)
         self.spec = settings
         self.session = CaptureSession(settings, max_workers=max_workers, headroom=headroom, cores=cores,
                                       launch=launch, early_numbers=early_numbers, early_rows=early_rows,
-                                      run_head=run_head, memory_budget=memory_budget)
+                                      run_head=run_head, memory_budget=memory_budget, digests=digests)
 
     async def start(self, nursery: trio.Nursery) -> None:
         await self.session.start(nursery)

@@ -27,14 +27,7 @@ from diagd.actors.pcap.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.messages import PcapMessage
 from diagd.actors.pcap.passes import Cores
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.wireshark import (
-    begin_sha256,
-    capture_sha256,
-    catalogue,
-    file_identity,
-    parse_decode_as,
-    sha256_if_ready,
-)
+from diagd.actors.pcap.wireshark import Digests, catalogue, file_identity, parse_decode_as
 from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
@@ -60,6 +53,7 @@ class PcapBackend:
         self._parsed: tuple[BackendConfig, PcapSettings] | None = None
         # The warm tshark each capture's early passes run on (standby.py): the actors ask it directly.
         self.warm = standby.WarmTsharks(runtime)
+        self.digests = Digests()  # each capture file version's sha256, hashed once (its sessions' too)
 
     @property
     def settings(self) -> PcapSettings:
@@ -104,11 +98,11 @@ class PcapBackend:
         prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
         identity, size = await file_identity(path)
         if size < _cold.BIG_FILE:  # every answer names it; a big file's is read after its first answer's head start
-            begin_sha256(path, identity)
+            self.digests.begin(path, identity)
         # Every tool refuses a file that is no capture before a worker is started for it.
         await _cold.check_capture(path, identity, size)
         # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
-        applied, checks = await decode_check.check(path, identity, parsed)
+        applied, checks = await decode_check.check(path, identity, parsed, cat)
         spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(applied),
                            preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks),
                            reference=named if resolved else None, about=resolved.about if resolved else None)
@@ -149,7 +143,8 @@ class PcapBackend:
                                                   headroom=self.headroom, cores=self.cores,
                                                   run_head=self.warm.runner(enabled=settings.warm_tshark,
                                                                             idle_timeout_s=settings.idle_timeout_s),
-                                                  memory_budget=self.settings.max_memory_mb * 2**20),
+                                                  memory_budget=self.settings.max_memory_mb * 2**20,
+                                                  digests=self.digests),
                 idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)
@@ -192,10 +187,10 @@ class PcapBackend:
         until it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
         cat = await catalogue()
         out: dict[str, Any] = {"pcap_path": str(spec.path)}
-        if provisional and sha256_if_ready(spec.identity) is None:
+        if provisional and self.digests.if_ready(spec.identity) is None:
             out["sha256_pending"] = True
         else:
-            out["sha256"] = (await capture_sha256(spec.path, spec.identity))[0]
+            out["sha256"] = (await self.digests.sha256(spec.path, spec.identity))[0]
         out.update({"profile": args.get("profile"), **spec.describe(), "tshark_version": cat.version, **extra})
         if spec.reference is not None:
             out["live"] = await self.reference_extent(spec)

@@ -33,6 +33,7 @@ import trio
 
 from diagd.actors._subprocess import head, run
 from diagd.actors.pcap.tshark import TRUNCATED
+from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -45,7 +46,6 @@ _FRAMES: dict[int, tuple[bool | None, int | None]] = {
     0: (False, None), 1: (False, None), 2: (False, 5), 3: (False, 4), 4: (True, None), 5: (False, None),
     6: (True, 8), 7: (True, None), 8: (None, 4), 9: (False, None)}
 _PROBES: OrderedDict[tuple[str, tuple[int, ...]], Probe] = OrderedDict()
-_decodes: dict[str, frozenset[int]] = {}
 
 
 @dataclass
@@ -224,13 +224,14 @@ async def _probe(path: Path, key: tuple[str, tuple[int, ...]]) -> Probe:
     return found
 
 
-async def registered_ports() -> frozenset[int]:
-    """TCP ports that have a dissector of their own in tshark's tables (`tshark -G decodes`)."""
-    if "tcp" not in _decodes:
+async def registered_ports(cat: Catalogue) -> frozenset[int]:
+    """TCP ports that have a dissector of their own in tshark's tables (`tshark -G decodes`): read once
+    per tshark version, kept with its catalogue."""
+    if cat.tcp_decodes is None:
         out = (await run(["tshark", "-G", "decodes"])).out
-        _decodes["tcp"] = frozenset(int(c[1]) for c in (line.split("\t") for line in out.splitlines())
+        cat.tcp_decodes = frozenset(int(c[1]) for c in (line.split("\t") for line in out.splitlines())
                                     if len(c) >= 3 and c[0] == "tcp.port" and c[1].isdigit())
-    return _decodes["tcp"]
+    return cat.tcp_decodes
 
 
 async def streams_using(path: Path, ports: Iterable[int]) -> dict[int, set[int]]:
@@ -281,14 +282,15 @@ def port_of(table: str, value: str, proto: str) -> int | None:
     return int(value) if table == "tcp.port" and value.isdigit() and proto in CHECKED else None
 
 
-async def check(path: Path, identity: str, rules: Sequence[tuple[str, str, str, str]]) -> tuple[list[str],
-                                                                                                list[PortCheck]]:
-    """(rules to apply, what was checked) for the requested rules, each (rule, table, value, protocol)."""
+async def check(path: Path, identity: str, rules: Sequence[tuple[str, str, str, str]],
+                cat: Catalogue) -> tuple[list[str], list[PortCheck]]:
+    """(rules to apply, what was checked) for the requested rules, each (rule, table, value, protocol);
+    `cat`: the tshark's catalogue the rules were parsed against."""
     ports = [p for _, table, value, proto in rules if (p := port_of(table, value, proto)) is not None]
     if not ports:
         return [rule for rule, *_ in rules], []
     found = await probe(path, identity, ports)
-    registered = await registered_ports()
+    registered = await registered_ports(cat)
     applied: list[str] = []
     checks: list[PortCheck] = []
     for rule, table, value, proto in rules:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import regex
-import trio
 
 from diagd.actors._user_regex import Matcher, UserRegex
 from diagd.actors.pcap.fieldtable import FieldTable
@@ -65,19 +64,10 @@ class FieldText:
         return self.table.row(i)
 
 
-_built: tuple[Catalogue, FieldText] | None = None
-_build_lock: trio.Lock | None = None
-
-
 async def field_text(cat: Catalogue) -> FieldText:
-    """The catalogue's `FieldText`, built in a worker thread on first use."""
-    global _built, _build_lock
-    if _build_lock is None:
-        _build_lock = trio.Lock()
-    async with _build_lock:
-        if _built is None or _built[0] is not cat:
-            _built = (cat, await trio.to_thread.run_sync(FieldText.build, cat))
-    return _built[1]
+    """The catalogue's `FieldText`: made for each search, as it costs a few hundred list items (~20 µs;
+    the text itself is the table's), so nothing is kept between searches."""
+    return FieldText.build(cat)
 
 
 async def search_fields(cat: Catalogue, user: UserRegex, matcher: Matcher, *,

@@ -35,7 +35,7 @@ from diagd.actors.pcap.first_page import Kinds
 from diagd.actors.pcap.passes import HEAD_START_S, CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
 from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool, estimated_rss
 from diagd.actors.pcap.sharkd import Sharkd, SharkdError
-from diagd.actors.pcap.wireshark import Catalogue, begin_sha256, catalogue, parse_decode_as
+from diagd.actors.pcap.wireshark import Catalogue, Digests, catalogue, parse_decode_as
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -55,8 +55,10 @@ class CaptureSession:
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
-                 run_head: RunHead = head, memory_budget: int | None = None) -> None:
+                 run_head: RunHead = head, memory_budget: int | None = None, digests: Digests | None = None) -> None:
         self.spec = spec
+        # The back end's file hashes (a session of a test without one hashes for itself).
+        self._digests = digests if digests is not None else Digests()
         self._memory_budget = memory_budget  # bytes of sharkd RSS all captures may hold ([pcap] max_memory_mb)
         self._max_workers = max_workers
         self._headroom = headroom
@@ -119,7 +121,7 @@ class CaptureSession:
     def _read_beside(self) -> None:
         """What every answer names later (the file's sha256) or reports (capinfos' count, in the load's
         progress), read once the head start is over."""
-        begin_sha256(self.spec.path, self.spec.identity)
+        self._digests.begin(self.spec.path, self.spec.identity)
         _cold.begin_count(self.spec.path, self.spec.identity, self.spec.size)
 
     def end_head_start(self) -> None:

@@ -1,6 +1,7 @@
 """What Wireshark itself knows, read once per daemon: its fields, protocols and version
 (`tshark -G`), decode-as rules checked against them, and the capture identity (sha256) that keys
-a loaded worker. Everything here runs off the event loop (subprocesses, worker threads)."""
+a loaded worker (`Digests`, the back end's). Everything here runs off the event loop (subprocesses,
+worker threads)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import trio
 
@@ -55,9 +55,14 @@ class Catalogue:
     # Field prefixes that are not a protocol's filter name, e.g. "nas_5gs" (fields nas_5gs.*)
     # -> "nas-5gs" (the protocol), so a layer may be named either way.
     prefix_protocols: dict[str, str] = field(default_factory=dict)
+    # `fields` as the FieldTable it is made into.
+    table: FieldTable = field(init=False, repr=False, compare=False)
+    # The TCP ports that have a dissector of their own in this tshark's tables (`tshark -G decodes`), read
+    # on first use (decode_check.registered_ports): a fact of the same tshark version, kept with the others.
+    tcp_decodes: frozenset[int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.fields = table = as_table(self.fields)
+        self.fields = self.table = table = as_table(self.fields)
         votes: dict[str, dict[str, int]] = {}
         for name, (_, _, proto) in table.rows():
             prefix = name.split(".", 1)[0]
@@ -65,10 +70,6 @@ class Catalogue:
                 counts = votes.setdefault(prefix, {})
                 counts[proto] = counts.get(proto, 0) + 1
         self.prefix_protocols = {prefix: max(counts, key=lambda p: counts[p]) for prefix, counts in votes.items()}
-
-    @property
-    def table(self) -> FieldTable:
-        return cast(FieldTable, self.fields)
 
     def resolve_field(self, name: str) -> tuple[str | None, str | None]:
         """(canonical name or None, warning or None). Case-only mistakes become aliases."""
@@ -194,9 +195,6 @@ class _Digest:
     error: str | None = None
 
 
-_digests: dict[str, _Digest] = {}
-
-
 async def file_identity(path: Path) -> tuple[str, int]:
     """(identity, size): the file as the system sees it now, "device:inode:size:mtime_ns". It keys a
     loaded capture (the same file by any path or link shares one worker) and costs one stat, where
@@ -205,51 +203,59 @@ async def file_identity(path: Path) -> tuple[str, int]:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", st.st_size
 
 
-def begin_sha256(path: Path, identity: str) -> None:
-    """Start hashing this file version in the background (once), so that the answer's sha256 is ready
-    by the time sharkd has read the file, instead of the load waiting for it."""
-    if identity in _digests:
-        return
-    for old in [k for k, d in _digests.items() if d.done.is_set()][:max(0, len(_digests) - 1023)]:
-        del _digests[old]  # a bounded memory of versions hashed
-    digest = _digests[identity] = _Digest()
+class Digests:
+    """The sha256 of each capture file version the back end was asked about, hashed once: the pcap back
+    end owns one (`PcapBackend.digests`) and hands it to its captures' sessions."""
 
-    async def compute() -> None:
-        def read() -> str:
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    h.update(chunk)
-            return h.hexdigest()
+    KEEP = 1024  # file versions remembered once hashed
 
-        try:
-            digest.value = await trio.to_thread.run_sync(read)
-        except Exception as exc:  # a system task must not raise: the waiters get the error
-            digest.error = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            _digests.pop(identity, None)  # the next call tries again
-        finally:
-            digest.done.set()
+    def __init__(self) -> None:
+        self._digests: dict[str, _Digest] = {}
 
-    trio.lowlevel.spawn_system_task(compute)
+    def begin(self, path: Path, identity: str) -> None:
+        """Start hashing this file version in the background (once), so that the answer's sha256 is ready
+        by the time sharkd has read the file, instead of the load waiting for it."""
+        digests = self._digests
+        if identity in digests:
+            return
+        for old in [k for k, d in digests.items() if d.done.is_set()][:max(0, len(digests) - self.KEEP + 1)]:
+            del digests[old]  # a bounded memory of versions hashed
+        digest = digests[identity] = _Digest()
 
+        async def compute() -> None:
+            def read() -> str:
+                h = hashlib.sha256()
+                with open(path, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+                return h.hexdigest()
 
-def sha256_if_ready(identity: str) -> str | None:
-    """The file version's sha256 if hashed already (None: not yet, or it failed)."""
-    digest = _digests.get(identity)
-    return digest.value if digest is not None and digest.done.is_set() else None
+            try:
+                digest.value = await trio.to_thread.run_sync(read)
+            except Exception as exc:  # a system task must not raise: the waiters get the error
+                digest.error = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                digests.pop(identity, None)  # the next call tries again
+            finally:
+                digest.done.set()
 
+        trio.lowlevel.spawn_system_task(compute)
 
-async def capture_sha256(path: Path, identity: str | None = None) -> tuple[str, int]:
-    """sha256 of the file, cached per version (device, inode, size, mtime): hashed once."""
-    if identity is None:
-        identity, _ = await file_identity(path)
-    begin_sha256(path, identity)
-    digest = _digests[identity]
-    await digest.done.wait()
-    if digest.error is not None:
-        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"cannot read {path}: {digest.error}", path=str(path))
-    assert digest.value is not None
-    return digest.value, int(identity.rsplit(":", 2)[1])
+    def if_ready(self, identity: str) -> str | None:
+        """The file version's sha256 if hashed already (None: not yet, or it failed)."""
+        digest = self._digests.get(identity)
+        return digest.value if digest is not None and digest.done.is_set() else None
+
+    async def sha256(self, path: Path, identity: str | None = None) -> tuple[str, int]:
+        """sha256 of the file, cached per version (device, inode, size, mtime): hashed once."""
+        if identity is None:
+            identity, _ = await file_identity(path)
+        self.begin(path, identity)
+        digest = self._digests[identity]
+        await digest.done.wait()
+        if digest.error is not None:
+            raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"cannot read {path}: {digest.error}", path=str(path))
+        assert digest.value is not None
+        return digest.value, int(identity.rsplit(":", 2)[1])
 
 
 _DECODE_AS = re.compile(r"^\s*([a-z0-9_.\-]+)\s*==\s*([0-9]+(?:-[0-9]+)?)\s*,\s*([A-Za-z0-9_.\-]+)\s*$")

@@ -61,22 +61,22 @@ class SerialActor(Actor):
         match request.message:
             case Send() as send:
                 self._authorize(send.client)
-                return dict(await self._send(send))  # the reply model is a dict
+                return send.reply(await self._send(send))
             case Configure() as configure:
                 took_over = self._authorize(configure.client, force=configure.force)
                 reopened = await self._configure(replace(rec.settings, **configure.given), configure.lines)
-                return {"reopened": reopened, "took_over_from": took_over}
+                return configure.reply({"reopened": reopened, "took_over_from": took_over})
             case Signals() as signals:
                 self._authorize(signals.client)
-                return dict(await self._signals(signals))
+                return signals.reply(await self._signals(signals))
             case ReadUrc() as read:
                 if not read.peek:
                     self._authorize(read.client)
-                return dict(self._read_urc(read))
+                return read.reply(self._read_urc(read))
             case Close() as close:
                 took_over = self._authorize(close.client, force=close.force)
                 self._end_session("closed by request", PortState.CLOSED)
-                return {"took_over_from": took_over, "discarded_urc_packets": len(rec.urc)}
+                return close.reply({"took_over_from": took_over, "discarded_urc_packets": len(rec.urc)})
         raise unhandled("serial", request)
 
     def _authorize(self, client: str, *, force: bool = False) -> str | None:

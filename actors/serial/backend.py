@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors.base import ActorGone
+from diagd.actors.base import ActorGone, Message, ReplyT
 from diagd.actors.runtime import ActorRef, Runtime
 from diagd.actors.serial.access import PortAccess, PtyScan, held_ptys
 from diagd.actors.serial.actor import KIND, SerialActor, not_open_error
@@ -106,7 +106,7 @@ class SerialBackend:
         if rec.log_path is not None:
             self.last_logs[rec.key] = rec.log_path
 
-    async def ask(self, ctx: CallContext, rec: PortRecord, message: object) -> dict[str, Any]:
+    async def ask(self, ctx: CallContext, rec: PortRecord, message: Message[ReplyT]) -> ReplyT:
         """Ask the port's actor; "not open" if it went away meanwhile (a port is never reopened implicitly)."""
         ref = self.runtime.find(KIND, rec.key)
         if ref is None:

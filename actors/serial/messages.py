@@ -1,4 +1,5 @@
-"""What the serial tools ask a port's actor: one frozen dataclass per operation.
+"""What the serial tools ask a port's actor: one frozen dataclass per operation, each a
+`Message[<its reply>]` (the tool's reply model, or what the tool builds its reply from).
 
 Every message that acts on the port names the client it acts for: the actor owns the port's owner
 (and logs each take-over), so ownership is decided where the port is, in inbox order.
@@ -9,11 +10,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagd.actors.serial.replies import WaitPolicy
+from typing_extensions import TypedDict
+
+from diagd.actors.base import Message
+from diagd.actors.serial.replies import ReadUrcReply, SendReply, SignalsReply, WaitPolicy
+
+
+class Configured(TypedDict):
+    """What `Configure` did: configure_connection's reply is built from it."""
+
+    reopened: bool  # the port was closed and opened again (it was not Connected)
+    took_over_from: str | None  # the owner the port was taken from (force)
+
+
+class Closed(TypedDict):
+    """What `Close` did: configure_connection's reply is built from it."""
+
+    took_over_from: str | None
+    discarded_urc_packets: int  # URC packets the buffer still held
 
 
 @dataclass(frozen=True)
-class Configure:
+class Configure(Message[Configured]):
     """Change the open port's settings and lines, or reopen it when it is not Connected."""
 
     client: str
@@ -23,7 +41,7 @@ class Configure:
 
 
 @dataclass(frozen=True)
-class Send:
+class Send(Message[SendReply]):
     """Write `payload` (plus the line ending), then wait for the reply by `wait_policy`."""
 
     client: str
@@ -38,7 +56,7 @@ class Send:
 
 
 @dataclass(frozen=True)
-class Signals:
+class Signals(Message[SignalsReply]):
     client: str
     dtr: bool | None
     rts: bool | None
@@ -46,7 +64,7 @@ class Signals:
 
 
 @dataclass(frozen=True)
-class ReadUrc:
+class ReadUrc(Message[ReadUrcReply]):
     """Take (or, with `peek`, look at) the oldest URC packets; a peek needs no ownership."""
 
     client: str
@@ -56,7 +74,7 @@ class ReadUrc:
 
 
 @dataclass(frozen=True)
-class Close:
+class Close(Message[Closed]):
     """End the session (the port is closed when the reply comes); the tool then stops the actor."""
 
     client: str

@@ -6,7 +6,7 @@ the actor writes (see `PortRecord`). Schemas are in schemas.py."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from diagd import __version__
 from diagd.actors._paths import caller_stem
@@ -125,9 +125,9 @@ async def send_data(backend: SerialBackend, ctx: CallContext, args: dict[str, An
         patterns = {_text(t, "stop_pattern", args["escapes"]): t for t in texts}
     if b"" in patterns:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "stop_pattern must not be empty", argument="stop_pattern")
-    return cast(SendReply, await backend.ask(ctx, rec, Send(
+    return await backend.ask(ctx, rec, Send(
         ctx.client, payload, line_ending, policy, patterns, text_patterns=pattern_encoding == "utf8",
-        timeout_s=args["timeout_ms"] / 1000, as_hex=args["as_hex"])))
+        timeout_s=args["timeout_ms"] / 1000, as_hex=args["as_hex"]))
 
 
 def _text(value: str, what: str, escapes: bool) -> bytes:
@@ -156,8 +156,7 @@ def _payload(args: dict[str, Any]) -> tuple[bytes, str | None]:
 @tools.tool("read_urc", **TOOLS["read_urc"])
 async def read_urc(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> ReadUrcReply:
     rec = await backend.require(port_key(args["port"]))
-    return cast(ReadUrcReply, await backend.ask(ctx, rec, ReadUrc(ctx.client, args["max_packets"], args["peek"],
-                                                               args["as_hex"])))
+    return await backend.ask(ctx, rec, ReadUrc(ctx.client, args["max_packets"], args["peek"], args["as_hex"]))
 
 
 @tools.tool("set_signals", **TOOLS["set_signals"])
@@ -165,8 +164,7 @@ async def set_signals(backend: SerialBackend, ctx: CallContext, args: dict[str, 
     rec = await backend.require(port_key(args["port"]))
     if all(args.get(k) is None for k in ("dtr", "rts", "break_ms")):  # none has a schema default
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, "nothing to do: give dtr, rts and/or break_ms")
-    return cast(SignalsReply, await backend.ask(ctx, rec, Signals(ctx.client, args.get("dtr"), args.get("rts"),
-                                                                   args.get("break_ms"))))
+    return await backend.ask(ctx, rec, Signals(ctx.client, args.get("dtr"), args.get("rts"), args.get("break_ms")))
 
 
 @tools.tool("get_log", **TOOLS["get_log"])

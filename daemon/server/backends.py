@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
-from diagd.actors.base import ProgressFn
+from diagd.actors.base import Message, ProgressFn, ReplyT
 from diagd.actors.runtime import (
     ActorFactory,
     ActorRef,
@@ -82,7 +82,14 @@ class BackendRuntime:
         return await self._daemon.supervisor.start(kind, resource, factory, idle_timeout_s=idle_timeout_s,
                                                    group=self._name)
 
-    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+    @overload
+    async def ask(self, ref: ActorRef, message: Message[ReplyT], *,  # type: ignore[overload-overlap]
+                  progress: ProgressFn | None = None) -> ReplyT: ...
+
+    @overload
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]: ...
+
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> Any:
         return await self._daemon.supervisor.ask(ref, message, progress=progress)
 
     def find(self, kind: str, resource: str) -> ActorRef | None:

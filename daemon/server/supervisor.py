@@ -13,7 +13,7 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import structlog
 import trio
@@ -23,7 +23,9 @@ from diagd.actors.base import (
     ActorGone,
     ActorRuntime,
     ActorState,
+    Message,
     ProgressFn,
+    ReplyT,
     Request,
     RestartKind,
     run_actor,
@@ -150,11 +152,20 @@ class Supervisor:
         """Start locks held now (one per resource being started; none left behind once started)."""
         return len(self._starting)
 
-    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+    @overload
+    async def ask(self, ref: ActorRef, message: Message[ReplyT], *,  # type: ignore[overload-overlap]
+                  progress: ProgressFn | None = None) -> ReplyT: ...
+
+    @overload
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]: ...
+
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> Any:
         """Send `message` to the started actor `ref` and return its reply.
 
         Never starts an actor: one that has stopped raises `ActorGone`, a full inbox BUSY. The time
-        the request waits in the inbox is added to the current tool call's `queue_s`.
+        the request waits in the inbox is added to the current tool call's `queue_s`. The reply is what
+        the actor answered, as the inbox carries it: for a `Message[SomeReply]`, that model (`Message.reply`),
+        which the overloads above give the caller.
         """
         if not isinstance(ref, ActorEntry):
             raise TypeError(f"{ref!r} is not an actor this supervisor started")

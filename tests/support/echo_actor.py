@@ -11,12 +11,12 @@ results, a child process) are what those tests need.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NotRequired, cast
+from typing import Any, NotRequired
 
 import trio
 from typing_extensions import TypedDict
 
-from diagd.actors.base import Actor, BackendFault, Request, SupervisionPolicy, unhandled
+from diagd.actors.base import Actor, BackendFault, Message, Request, SupervisionPolicy, unhandled
 from diagd.actors.runtime import Runtime
 from diagd.actors.settings import parse_table
 from diagd.actors.timeline_source import Caller, Read, Source, TimelineSource, Window, row
@@ -52,7 +52,7 @@ class EchoSettings:
 
 
 @dataclass(frozen=True)
-class Echo:
+class Echo(Message[EchoReply]):  # its reply: what `Runtime.ask` returns for it
     message: str
     delay_s: float = 0.0
     progress_steps: int = 0
@@ -60,7 +60,7 @@ class Echo:
 
 
 @dataclass(frozen=True)
-class Crash:
+class Crash(Message[EchoReply]):
     """Its back end fails under the call (BackendFault, as a child's death): the actor is restarted by its
     policy. (A bug in a handler would only fail its call, with INTERNAL_ERROR.)"""
 
@@ -87,7 +87,7 @@ class EchoActor(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         match request.message:
             case Echo() as echo:
-                return dict(await self._echo(request, echo))  # the reply model is a dict
+                return echo.reply(await self._echo(request, echo))
             case Crash():
                 raise BackendFault("echo actor asked to crash")
         raise unhandled("echo", request)
@@ -142,7 +142,7 @@ async def echo(backend: EchoBackend, ctx: CallContext, args: dict[str, Any]) -> 
     ref = await backend.runtime.start(KIND, resource, lambda: EchoActor(resource))
     message = Crash() if args["crash"] else Echo(backend.settings().prefix + args["message"], args["delay_s"],
                                                   args["progress_steps"], args["big"])
-    return cast(EchoReply, await backend.runtime.ask(ref, message, progress=ctx.progress))
+    return await backend.runtime.ask(ref, message, progress=ctx.progress)
 
 
 # -- what it declares: its paragraph of the instructions, and a diagd_timeline source --------------

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import trio
 
-from diagd.actors.base import ProgressFn
+from diagd.actors.base import Message, ProgressFn, ReplyT
 from diagd.actors.runtime import (
     ActorFactory,
     ActorRef,
@@ -96,7 +96,14 @@ class FakeRuntime:
                     idle_timeout_s: IdleTimeout = None) -> ActorRef:
         return await self.supervisor.start(kind, resource, factory, idle_timeout_s=idle_timeout_s, group=self.name)
 
-    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+    @overload
+    async def ask(self, ref: ActorRef, message: Message[ReplyT], *,  # type: ignore[overload-overlap]
+                  progress: ProgressFn | None = None) -> ReplyT: ...
+
+    @overload
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> dict[str, Any]: ...
+
+    async def ask(self, ref: ActorRef, message: object, *, progress: ProgressFn | None = None) -> Any:
         return await self.supervisor.ask(ref, message, progress=progress)
 
     def find(self, kind: str, resource: str) -> ActorRef | None:
