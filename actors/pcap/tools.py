@@ -101,9 +101,11 @@ def register(runtime: Runtime) -> PcapBackend:
 @tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols, top conversations.",
             CAPTURE, required=CAPTURE_ONLY)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoReply:
-    spec = await backend.spec_for(args)
+    # The count and span first, on cores of their own: the check that the file is a capture reads them
+    # (capinfos, on two halves side by side for a big file) instead of only opening it.
+    with _cold.facts_wanted():
+        spec = await backend.spec_for(args)
     wait_until = trio.current_time() + info_wait_s(spec.size)  # one wait for both: the protocols' and the probe's
-    # The count and span first, on cores of their own: capinfos is the quick part of the answer.
     facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
     # What HTTP each TCP port carries: one more tshark pass over the file, beside the load. The answer
     # waits for it within the same second as for the protocols (a fresh 55 MB capture needs seconds
