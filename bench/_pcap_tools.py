@@ -4,8 +4,10 @@ client, process RSS. See bench/pcap.py's docstring for what is measured with the
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -18,7 +20,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tests.support.pcapedit import retag_sctp  # noqa: E402  (shared with the NGAP tests)
+from tests.support.pcapedit import packets, retag_sctp  # noqa: E402  (shared with the NGAP tests)
 
 VENV_BIN = Path(sys.executable).parent
 DIAGD = str(VENV_BIN / "diagd")
@@ -78,6 +80,173 @@ def build_capture(src: Path, copies: int, day: int, cache: Path) -> tuple[Path, 
         got = count_frames(merged, "diameter")
         if got != want:
             raise RuntimeError(f"merged capture has {got} Diameter frames, expected {want} ({copies} copies)")
+        os.replace(merged, out)
+    return out, True
+
+
+# The dense user-plane capture: the GTP-U frames of the corpus' two captures of user traffic over
+# GTP-U (TCP, TLS, HTTP, DNS, ICMP inside the tunnel), merged into one unit of 496 frames (the second
+# capture's frames shifted to begin DENSE_OFFSET_S after the first's), repeated like the Diameter
+# capture. Each copy after the first has its inner IPv4 addresses changed (see readdress_gtpu): else
+# every copy repeats the first one's TCP connections with the same sequence numbers, tshark marks them
+# retransmissions and never dissects their TLS or HTTP (the build checks the TLS frame count).
+DENSE_SOURCES = ("5greplay_oai.pcap", "oaifed_cotsue_core.pcap")  # in the corpus' pcaps/, pcaps-extra/
+DENSE_OFFSET_S = 1.5
+DENSE_RECIPE = 1
+GTPU_PORT = 2152
+LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL = 1, 113
+
+
+def _ipv4_header_checksum(data: bytearray, ip: int) -> None:
+    length = (data[ip] & 0x0F) * 4
+    struct.pack_into(">H", data, ip + 10, 0)
+    total = sum(struct.unpack_from(f">{length // 2}H", data, ip))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    struct.pack_into(">H", data, ip + 10, ~total & 0xFFFF)
+
+
+def _gtpu_inner_ipv4(data: bytearray, offset: int, caplen: int, linktype: int) -> int | None:
+    """Offset (into the file's bytes) of the inner IPv4 header of an Ethernet or Linux cooked / IPv4 /
+    UDP 2152 / GTP-U T-PDU packet, or None."""
+    end = offset + caplen
+    if linktype == LINKTYPE_ETHERNET:
+        off, ethertype = 14, struct.unpack_from(">H", data, offset + 12)[0] if caplen >= 14 else 0
+        while ethertype in (0x8100, 0x88A8) and caplen >= off + 4:
+            ethertype = struct.unpack_from(">H", data, offset + off + 2)[0]
+            off += 4
+    elif linktype == LINKTYPE_LINUX_SLL and caplen >= 16:
+        off, ethertype = 16, struct.unpack_from(">H", data, offset + 14)[0]
+    else:
+        return None
+    ip = offset + off
+    if ethertype != 0x0800 or ip + 28 > end or data[ip + 9] != 17 or struct.unpack_from(">H", data, ip + 6)[0] & 0x3FFF:
+        return None  # not UDP, or a fragment
+    udp = ip + (data[ip] & 0x0F) * 4
+    if udp + 16 > end or GTPU_PORT not in struct.unpack_from(">HH", data, udp):
+        return None
+    gtp = udp + 8
+    flags, message = data[gtp], data[gtp + 1]
+    if flags >> 5 != 1 or message != 0xFF:  # GTPv1, T-PDU
+        return None
+    inner = gtp + 8
+    if flags & 0x07:  # sequence number, N-PDU number, next extension header type
+        if inner + 4 > end:
+            return None
+        next_type = data[inner + 3]
+        inner += 4
+        while next_type:  # extension headers: a length in 4-byte units, the next type last
+            if inner >= end or not data[inner]:
+                return None
+            inner += data[inner] * 4
+            if inner > end:
+                return None
+            next_type = data[inner - 1]
+    return inner if inner + 20 <= end and data[inner] >> 4 == 4 else None
+
+
+def readdress_gtpu(src: Path, dst: Path, salt: int) -> int:
+    """Copy a capture, XORing the second and third bytes of both inner IPv4 addresses of every GTP-U
+    T-PDU with `salt` (16 bits), the inner IPv4 checksum recomputed. Returns how many packets changed.
+    Checksums over the addresses (inner TCP/UDP, outer UDP) are left: tshark does not check them by
+    default, as with the SCTP retag."""
+    data = bytearray(src.read_bytes())
+    changed = 0
+    if salt:
+        for packet in list(packets(data)):
+            ip = _gtpu_inner_ipv4(data, packet.offset, packet.caplen, packet.linktype)
+            if ip is None:
+                continue
+            for address in (ip + 12, ip + 16):
+                struct.pack_into(">H", data, address + 1, struct.unpack_from(">H", data, address + 1)[0] ^ salt)
+            _ipv4_header_checksum(data, ip)
+            changed += 1
+    dst.write_bytes(bytes(data))
+    return changed
+
+
+def dense_sources() -> list[Path]:
+    """DENSE_SOURCES in the test corpus' cache (tests/pcaps.py)."""
+    from tests.pcaps import PCAPS, PCAPS_EXTRA
+
+    sources = [PCAPS / DENSE_SOURCES[0], PCAPS_EXTRA / DENSE_SOURCES[1]]
+    for source in sources:
+        if not source.is_file():
+            raise SystemExit(f"missing source capture {source}")
+    return sources
+
+
+def dense_unit(sources: list[Path], tmp: Path) -> Path:
+    """One copy: the GTP-U T-PDU frames of `sources`, each after the first shifted to begin
+    DENSE_OFFSET_S after the one before it began, merged in time order."""
+    parts = []
+    first_s: float | None = None
+    for i, source in enumerate(sources):
+        part = tmp / f"unit_{i}.pcapng"
+        tool_output(["tshark", "-r", str(source), "-Y", "gtp.message == 0xff", "-F", "pcapng", "-w", str(part)])
+        start = float(re.findall(r"First packet time:\s+(\S+)",
+                                 tool_output(["capinfos", "-a", "-S", str(part)]))[0])
+        if first_s is None:
+            first_s = start
+        else:
+            shifted = tmp / f"unit_{i}_shifted.pcapng"
+            tool_output(["editcap", "-t", f"{first_s + DENSE_OFFSET_S * i - start:.6f}", str(part), str(shifted)])
+            part = shifted
+        parts.append(str(part))
+    unit = tmp / "unit.pcapng"
+    tool_output(["mergecap", "-w", str(unit), *parts])
+    return unit
+
+
+MERGE_BATCH = 200  # mergecap opens every input at once: a 1 GB build merges in batches
+
+
+def build_dense_capture(sources: list[Path], size_mb: float, cache: Path, day: int = 0) -> tuple[Path, bool]:
+    """The dense user-plane capture of at least `size_mb` MiB (path, built now?): time-shifted,
+    readdressed copies of dense_unit, appended; `day` shifts it all by days (the same work, another
+    file). Cached by size, day and recipe."""
+    out = cache / f"dense_gtpu-{size_mb:g}MiB{f'-day{day}' if day else ''}-r{DENSE_RECIPE}.pcapng"
+    if out.exists():
+        return out, False
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix="build-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        unit = dense_unit(sources, tmp)
+        copies = max(1, math.ceil(size_mb * 2**20 / unit.stat().st_size))
+        log(f"building {out} ({copies} copies of the GTP-U frames of {', '.join(s.name for s in sources)})")
+        unit_tls = count_frames(unit, "tls")
+        batches: list[str] = []
+        parts: list[str] = []
+
+        def merge_parts() -> None:
+            batch = tmp / f"batch_{len(batches):04d}.pcapng"
+            tool_output(["mergecap", "-a", "-w", str(batch), *parts])
+            for part in parts:
+                Path(part).unlink()
+            parts.clear()
+            batches.append(str(batch))
+
+        for i in range(copies):
+            shifted = tmp / f"shifted_{i:05d}.pcapng"
+            tool_output(["editcap", "-t", str(day * 86400 + i * SHIFT_S), str(unit), str(shifted)])
+            part = tmp / f"part_{i:05d}.pcapng"
+            if readdress_gtpu(shifted, part, i & 0xFFFF) == 0 and i:
+                raise RuntimeError("the dense unit has no GTP-U packet with inner IPv4 to readdress")
+            shifted.unlink()
+            parts.append(str(part))
+            if len(parts) == MERGE_BATCH:
+                merge_parts()
+        if parts:
+            merge_parts()
+        merged = tmp / "merged.pcapng"
+        if len(batches) == 1:
+            os.replace(batches[0], merged)
+        else:
+            tool_output(["mergecap", "-a", "-w", str(merged), *batches])
+        want = copies * unit_tls
+        got = count_frames(merged, "tls")
+        if got != want:
+            raise RuntimeError(f"dense capture has {got} TLS frames, expected {want} ({copies} copies)")
         os.replace(merged, out)
     return out, True
 

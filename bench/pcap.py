@@ -16,6 +16,14 @@ whole file instead of N x 1288), which makes filters unrealistically cheap. The 
 the Diameter frame count is N times the source's. A second capture built the same way but shifted
 by one day (same work, different sha256) serves the fresh-capture `pcap_info` and the two-client
 measurements. The big capture (--big-mb, default 1024 MiB: 371 copies) is built the same way.
+That is the control plane. Every row is measured again on the user plane (--planes; a run of its own,
+on a daemon of its own): dense GTP-U captures of the same sizes, copies of the GTP-U frames of
+5greplay_oai.pcap and oaifed_cotsue_core.pcap (TCP, TLS, HTTP, DNS, ICMP in the tunnel), their inner
+IPv4 addresses changed per copy so each copy's TCP connections are new (else tshark marks them
+retransmissions and never dissects their TLS; _pcap_tools.build_dense_capture); 104k frames at 53 MB,
+all GTP-U, 9 in 10 TCP. Its queries (USER below): `tcp` for the packet lists, gtp.teid / ip.dst /
+tcp.seq for the timeline, `Transmission Control Protocol` in `gtp` for the text search (in ~4 of 5
+frames), new filters made of `tcp`.
 
 The three columns, measured side by side in one run. diagd: wall time of an MCP SDK client call,
 `Client(StdioServerParameters(diagd mcp --no-autostart), mode="legacy")` under trio, against an
@@ -96,14 +104,17 @@ from typing import Any, TypeVar
 
 from _daemon import isolated_daemon
 from _pcap_tools import (
+    DENSE_SOURCES,
     SHIFT_S,
     ColdRun,
     DiagdClient,
     FirstFramesSearch,
     PeerRun,
     build_capture,
+    build_dense_capture,
     check_total,
     count_frames,
+    dense_sources,
     diagd_client,
     first_numbers,
     log,
@@ -125,12 +136,32 @@ SOURCE = "magma_gx_gy_combined_04.pcapng"
 WARMUP_SOURCE = "magma_gx_gy_combined_03.pcapng"
 CACHE_DIR = Path("/tmp/diagd-bench-cache")
 
-# The queries: realistic Diameter/GTP work on this file.
-FILTER = "diameter.cmd.code == 272"  # Credit-Control (Gx + Gy)
-TIMELINE_FIELDS = ["diameter.Session-Id", "diameter.Result-Code", "diameter.CC-Request-Type"]
 PAGE = 500  # frames_by_filter limit: the tool's default
 NEW_PAGE = 20  # the first page of a new filter
-TEXT_FILTER = "diameter.flags.request == 0"  # Diameter answers
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The queries of one kind of capture: realistic work on it."""
+
+    plane: str  # "control" or "user"
+    filter: str  # (f), (a), (c), (g), (l): a filter with many matches
+    timeline_fields: tuple[str, ...]
+    text_filter: str  # (e)
+    text_query: str | None  # (e); None: the subscriber (IMSI...) of a Diameter Session-Id the timeline gave
+    base: str  # the protocol the new filters of (b), (i), (j), (l) are made of
+    burst_protos: tuple[str, ...]  # (k): early new filters of these
+    source: str  # what the capture is copies of
+
+
+CONTROL = Workload("control", "diameter.cmd.code == 272",  # Credit-Control (Gx + Gy)
+                   ("diameter.Session-Id", "diameter.Result-Code", "diameter.CC-Request-Type"),
+                   "diameter.flags.request == 0", None, "diameter",  # Diameter answers
+                   ("diameter", "sctp", "s1ap", "gtp", "ip"), "SCTP-retagged copies of " + SOURCE)
+# Dense user plane: every frame GTP-U, ~4 in 5 TCP inside; the text query is in most of them.
+USER = Workload("user", "tcp", ("gtp.teid", "ip.dst", "tcp.seq"), "gtp", "Transmission Control Protocol", "tcp",
+                ("tcp", "gtp", "ip", "udp", "tls"),
+                "readdressed copies of the GTP-U frames of " + " + ".join(DENSE_SOURCES))
 DETAIL_DELAY_S = 0.3  # (j): how far into the filter pass the frame-detail call is sent
 LOAD_WAIT_S = 900.0  # (l): how long the 1 GB capture may take to load
 
@@ -244,10 +275,9 @@ def render_table(report: dict[str, Any]) -> str:
         cells.append((f"({r.key}) {r.metric}", fmt_value(r, r.cold_s), r.peer_text or fmt_value(r, r.peer_s),
                       r.diagd_text or fmt_value(r, r.diagd_s), fmt_ratio(r.ratio), r.target or "-", met))
     lines = [
-        f"diagd pcap benchmark on {cap['path']}",
-        f"  {cap['size_mb']:.1f} MB, {cap['frames']} frames ({cap['copies']} SCTP-retagged, time-shifted copies of "
-        f"{cap['source']}), {cap['diameter_frames']} Diameter frames; filter {FILTER!r} matches "
-        f"{cap['filter_matches']}",
+        f"diagd pcap benchmark, {cfg.get('plane', 'control')} plane, on {cap['path']}",
+        f"  {cap['size_mb']:.1f} MB, {cap['frames']} frames ({cap['copies']} time-shifted {cap['source']}), "
+        f"{cap['base_frames']} {cap['base']} frames; filter {cfg['filter']!r} matches {cap['filter_matches']}",
         f"  cold = one tshark process per call, output read to the end (median of {cfg['cold_repeats']}); peer = "
         f"tshark per call, killed once `limit` rows are in; diagd = MCP SDK client -> diagd mcp -> daemon -> sharkd "
         f"(repeated: median of {cfg['repeats']}; new filters: median of {cfg['new_repeats']}); {os.cpu_count()} CPUs",
@@ -296,7 +326,9 @@ def copies_for(size_mb: float, src: Path) -> int:
     return max(1, math.ceil(size_mb * 1024 * 1024 / src.stat().st_size))
 
 
-def prepare(args: argparse.Namespace) -> Captures:
+def prepare(args: argparse.Namespace, work: Workload = CONTROL) -> Captures:
+    if work.plane == "user":
+        return prepare_dense(args)
     src = args.pcaps_dir / SOURCE
     if not src.is_file():
         raise SystemExit(f"missing source capture {src}")
@@ -314,35 +346,60 @@ def prepare(args: argparse.Namespace) -> Captures:
     return caps
 
 
+def prepare_dense(args: argparse.Namespace) -> Captures:
+    """The user-plane captures (_pcap_tools.build_dense_capture): the same sizes, the second shifted by a day."""
+    sources = dense_sources()
+    a, built_a = build_dense_capture(sources, args.size_mb, args.cache_dir)
+    b, built_b = build_dense_capture(sources, args.size_mb, args.cache_dir, day=1)
+    caps = Captures(a, b, copies_of(a), built=[str(p) for p, built in ((a, built_a), (b, built_b)) if built])
+    if args.big_mb:
+        caps.big, built_big = build_dense_capture(sources, args.big_mb, args.cache_dir)
+        caps.big_copies = copies_of(caps.big)
+        if built_big:
+            caps.built.append(str(caps.big))
+    for path in (a, b):
+        warm_page_cache(path)
+    return caps
+
+
+def copies_of(path: Path) -> int:
+    """How many SHIFT_S-apart copies a built capture holds (from its time span)."""
+    span = re.search(r"Capture duration:\s+([\d.]+) seconds", tool_output(["capinfos", "-u", "-M", str(path)]))
+    if not span:
+        raise RuntimeError(f"capinfos gave no duration for {path}")
+    return int(float(span.group(1)) // SHIFT_S) + 1
+
+
 class Filters:
     """New filter strings, never used before in this run: a constant that changes nothing varies."""
 
-    def __init__(self, copies: int) -> None:
+    def __init__(self, copies: int, base: str = "diameter") -> None:
         self.n = itertools.count(100001)
         self.copies = copies
+        self.base = base
 
-    def early(self, proto: str = "diameter") -> str:
-        return f"{proto} && frame.len != {next(self.n)}"  # frame.len < 65536: always true
+    def early(self, proto: str | None = None) -> str:
+        return f"{proto or self.base} && frame.len != {next(self.n)}"  # frame.len < 65536: always true
 
     def late(self, copies: int | None = None) -> str:
         last_copy_s = ((copies or self.copies) - 1) * SHIFT_S
-        return f"diameter && frame.time_relative >= {last_copy_s} && frame.len != {next(self.n)}"
+        return f"{self.base} && frame.time_relative >= {last_copy_s} && frame.len != {next(self.n)}"
 
     def none(self) -> str:
-        return f"diameter && frame.len == {next(self.n)}"  # never true
+        return f"{self.base} && frame.len == {next(self.n)}"  # never true
 
 
 class PcapBench:
     """One run: the rows in the order they are measured, sharing the daemon and its clients."""
 
-    def __init__(self, args: argparse.Namespace, caps: Captures) -> None:
-        self.args, self.caps = args, caps
+    def __init__(self, args: argparse.Namespace, caps: Captures, work: Workload = CONTROL) -> None:
+        self.args, self.caps, self.work = args, caps, work
         self.A, self.B = caps.a, caps.b
         self.cold_n, self.warm_n, self.new_n = args.cold_repeats, args.repeats, args.new_repeats
         self.rows: list[Row] = []
         self.samples: dict[str, Any] = {}
         self.growth: list[dict[str, Any]] = []
-        self.filters = Filters(caps.copies)
+        self.filters = Filters(caps.copies, work.base)
         self.clients: list[DiagdClient] = []
         self.daemon_pid = 0
         self.matched: list[int] = []
@@ -403,24 +460,26 @@ class PcapBench:
                              note="once per daemon, excluded from (f)"))
 
     async def first_and_repeated(self) -> str:
-        """(f) and (a); returns a Diameter Session-Id of the timeline (for (e))."""
+        """(f) and (a); returns the query of (e) (the workload's, or the subscriber of a Diameter
+        Session-Id the timeline gave)."""
         A, c1 = self.A, self.clients[0]
-        log(f"(f) cold tshark -Y {FILTER!r} x{self.cold_n}, peer (limit {PAGE})")
-        self.cold_f, self.cold_runs_f = await self.cold_median(tshark_filter(A, FILTER), keep=True)
+        log(f"(f) cold tshark -Y {self.work.filter!r} x{self.cold_n}, peer (limit {PAGE})")
+        self.cold_f, self.cold_runs_f = await self.cold_median(tshark_filter(A, self.work.filter), keep=True)
         self.matched = [int(line.split()[0]) for line in self.cold_runs_f[-1].stdout.decode(errors="replace")
                         .splitlines() if line.strip()]
-        self.peer_frames, peer_runs = await self.peer_median(tabs_argv(A, FILTER, flush=True), PAGE)
+        self.peer_frames, peer_runs = await self.peer_median(tabs_argv(A, self.work.filter, flush=True), PAGE)
         if first_numbers(peer_runs[-1].rows) != self.matched[:PAGE]:
             raise RuntimeError("the peer's rows are not cold tshark's first rows")
-        frames_args = self.frames_args(A, FILTER, PAGE)
+        frames_args = self.frames_args(A, self.work.filter, PAGE)
         log("(f) diagd: first query on the fresh capture")
         fresh_s, first, meta = await self.clients[0].call("pcap_frames_by_filter", frames_args)
-        check_total(first, len(self.matched), FILTER)
+        check_total(first, len(self.matched), self.work.filter)
         self.fresh_s = fresh_s
         self.samples["fresh_first_query"] = {"client_s": fresh_s, "meta": meta,
                                              **{k: first.get(k) for k in ("total", "total_exact", "total_at_least",
                                                                           "served_by")}}
-        self.rows.append(timed_row("f", f"first query on a fresh capture (frames_by_filter {FILTER}, limit {PAGE})",
+        self.rows.append(timed_row("f", f"first query on a fresh capture (frames_by_filter {self.work.filter}, "
+                                        f"limit {PAGE})",
                                    self.cold_f, self.peer_frames, fresh_s, target="<= 1.3x cold",
                                    ok=fresh_s <= 1.3 * self.cold_f,
                                    note=f"{fresh_s / self.cold_f:.2f}x cold; sha256 + sharkd load + filter pass + "
@@ -432,26 +491,31 @@ class PcapBench:
         self.rows.append(timed_row("a", f"repeated frames_by_filter (limit={PAGE})", self.cold_f, self.peer_frames,
                                    median(warm), target=">= 20x cold", ok=self.cold_f / median(warm) >= 20))
 
-        timeline_args = {"pcap_path": str(A), "display_filter": FILTER, "fields": TIMELINE_FIELDS, "limit": 200}
-        field_args = ["-T", "fields", "-e", "frame.number", *(x for f in TIMELINE_FIELDS for x in ("-e", f))]
+        fields = list(self.work.timeline_fields)
+        timeline_args = {"pcap_path": str(A), "display_filter": self.work.filter, "fields": fields, "limit": 200}
+        field_args = ["-T", "fields", "-e", "frame.number", *(x for f in fields for x in ("-e", f))]
         log(f"(a) cold tshark -T fields x{self.cold_n}, peer (limit 200)")
-        cold_t, _ = await self.cold_median([*tshark_filter(A, FILTER), *field_args])
-        peer_t, _ = await self.peer_median(["tshark", "-n", "-l", "-r", str(A), "-Y", FILTER, *field_args], 200)
+        cold_t, _ = await self.cold_median([*tshark_filter(A, self.work.filter), *field_args])
+        peer_t, _ = await self.peer_median(["tshark", "-n", "-l", "-r", str(A), "-Y", self.work.filter, *field_args],
+                                           200)
         log("(a) timeline: first call, then repeated")
         first_t, timeline, _ = await c1.call("pcap_timeline", timeline_args)
         self.rows.append(timed_row("-", "timeline, first call (filter known, 200 rows)", cold_t, peer_t, first_t))
         warm = [(await c1.call("pcap_timeline", timeline_args))[0] for _ in range(self.warm_n)]
         self.samples["repeated_timeline_s"] = warm
-        self.rows.append(timed_row("a", "repeated timeline (limit=200, 3 Diameter fields)", cold_t, peer_t,
+        self.rows.append(timed_row("a", f"repeated timeline (limit=200, {', '.join(fields)})", cold_t, peer_t,
                                    median(warm), target=">= 20x cold", ok=cold_t / median(warm) >= 20))
+        if self.work.text_query is not None:
+            return self.work.text_query
         session_id = next(r["diameter.Session-Id"] for r in timeline["rows"] if r.get("diameter.Session-Id"))
-        return str(session_id[0] if isinstance(session_id, list) else session_id)
+        session_id = str(session_id[0] if isinstance(session_id, list) else session_id)
+        return session_id.rsplit(";", 1)[-1]  # the subscriber (IMSI...) in that Session-Id
 
     def detail_argv(self, frame: int) -> list[str]:
         return [*tshark_filter(self.A, f"frame.number == {frame}"), "-V"]
 
     async def frame_detail(self) -> None:
-        """(c): frames not fetched before (the last matches of FILTER)."""
+        """(c): frames not fetched before (the last matches of self.work.filter)."""
         detail_frames = self.matched[-5:]
         log(f"(c) frame detail: cold -V x{self.cold_n}, peer x{self.cold_n}, diagd x{len(detail_frames)}")
         self.cold_detail = median([(await self.cold(self.detail_argv(n))).wall_s for n in detail_frames[:self.cold_n]])
@@ -464,19 +528,18 @@ class PcapBench:
                                    median(warm), target=">= 100x cold", ok=self.cold_detail / median(warm) >= 100,
                                    note=f"frames {detail_frames}; the peer stops once the frame's tree is in"))
 
-    async def text_search(self, session_id: str) -> None:
+    async def text_search(self, query: str) -> None:
         """(e): over 200 frames of a filter the capture knows (applied first and counted: its sharkd
         pass over, untimed); then the same search at once after a new filter's first page (e2)."""
         import trio
 
         A, c1 = self.A, self.clients[0]
         for _ in range(600):  # a new filter's first page comes before its pass: wait for the count
-            _, page, _ = await c1.call("pcap_frames_by_filter", self.frames_args(A, TEXT_FILTER, PAGE))
+            _, page, _ = await c1.call("pcap_frames_by_filter", self.frames_args(A, self.work.text_filter, PAGE))
             if page.get("total_exact", True):
                 break
             await trio.sleep(0.1)
         await trio.sleep(1.5)  # the warm tshark a page used is replaced 1 s after it (standby.py)
-        query = session_id.rsplit(";", 1)[-1]  # the subscriber (IMSI...) in that Session-Id
         pattern = re.compile(re.escape(query), re.IGNORECASE)
         log(f"(e) text search {query!r} over 200 frames: cold -V x{self.cold_n}, peer, diagd x2")
         searches = []
@@ -485,17 +548,18 @@ class PcapBench:
             searches.append(FirstFramesSearch(200, pattern))
             return searches[-1]
 
-        cold_e = median([(await self.cold([*tshark_filter(A, TEXT_FILTER), "-V"], consume=searching())).wall_s
+        text_filter = self.work.text_filter
+        cold_e = median([(await self.cold([*tshark_filter(A, text_filter), "-V"], consume=searching())).wall_s
                          for _ in range(self.cold_n)])
         for s in searches:
             s.finish()
-        peer_e, peer_runs = await self.peer_median(["tshark", "-n", "-l", "-r", str(A), "-Y", TEXT_FILTER, "-V"],
+        peer_e, peer_runs = await self.peer_median(["tshark", "-n", "-l", "-r", str(A), "-Y", text_filter, "-V"],
                                                    200, frames=True)
         peer_matches = sum(len(pattern.findall(r.decode(errors="replace"))) for r in peer_runs[-1].rows)
         warm_e = []
         for offset in (0, 200):
             took, found, _ = await c1.call("pcap_text_search", {
-                "pcap_path": str(A), "display_filter": TEXT_FILTER, "query": query, "limit": 200,
+                "pcap_path": str(A), "display_filter": self.work.text_filter, "query": query, "limit": 200,
                 "offset": offset, "max_matches": 1000})
             warm_e.append(took)
             self.samples.setdefault("text_search", []).append({
@@ -506,13 +570,13 @@ class PcapBench:
         ruled = [s["frames_ruled_out"] for s in self.samples["text_search"]]
         self.rows.append(timed_row("e", "text_search over 200 frames (filter known)", cold_e, peer_e, median(warm_e),
                                    target="<= 2 s", ok=median(warm_e) <= 2.0,
-                                   note=f"query {query!r} in {TEXT_FILTER!r}, offsets 0 and 200, frames scanned "
+                                   note=f"query {query!r} in {text_filter!r}, offsets 0 and 200, frames scanned "
                                         f"{scanned}, ruled out by a single pass {ruled}, cold searched "
                                         f"{searches[0].frames_searched} frames ({searches[0].matches} matches), "
                                         f"peer {len(peer_runs[-1].rows)} frames ({peer_matches} matches)"))
         # (e2): a filter new to the capture, its first page, then the search at once (the filter's
         # sharkd pass is still running); a constant that changes nothing makes the filter new.
-        fresh_filter = f"{TEXT_FILTER} && frame.len != 100099"
+        fresh_filter = f"{self.work.text_filter} && frame.len != 100099"
         await c1.call("pcap_frames_by_filter", self.frames_args(A, fresh_filter, PAGE))
         took, _, _ = await c1.call("pcap_text_search", {
             "pcap_path": str(A), "display_filter": fresh_filter, "query": query, "limit": 200, "max_matches": 1000})
@@ -591,10 +655,10 @@ class PcapBench:
         """(g): two clients, two captures, a new filter each: sequential vs concurrent."""
         A, B, (c1, c2) = self.A, self.B, self.clients[:2]
         log("(g) cold and peer: two tshark processes sequentially, then concurrently")
-        seq_cold = sum([(await self.cold(tshark_filter(p, FILTER))).wall_s for p in (A, B)])
-        conc_cold = await concurrently([lambda: self.cold(tshark_filter(A, FILTER)),
-                                        lambda: self.cold(tshark_filter(B, FILTER))])
-        peer_argv = [tabs_argv(p, FILTER, flush=True) for p in (A, B)]
+        seq_cold = sum([(await self.cold(tshark_filter(p, self.work.filter))).wall_s for p in (A, B)])
+        conc_cold = await concurrently([lambda: self.cold(tshark_filter(A, self.work.filter)),
+                                        lambda: self.cold(tshark_filter(B, self.work.filter))])
+        peer_argv = [tabs_argv(p, self.work.filter, flush=True) for p in (A, B)]
         seq_peer = sum([(await self.peer(argv, PAGE)).wall_s for argv in peer_argv])
         conc_peer = await concurrently([lambda: self.peer(peer_argv[0], PAGE), lambda: self.peer(peer_argv[1], PAGE)])
         seq_warm, conc_warm = [], []
@@ -602,7 +666,7 @@ class PcapBench:
             log(f"(g) diagd round {rnd + 1}/{self.args.rounds}: sequential, then concurrent")
 
             def frames_call(client: DiagdClient, path: Path, k: int) -> Callable[[], Awaitable[Any]]:
-                flt = f"{FILTER} && frame.len > {k}"  # new to both captures, same work each time
+                flt = f"{self.work.filter} && frame.len > {k}"  # new to both captures, same work each time
                 return lambda: client.call("pcap_frames_by_filter", self.frames_args(path, flt, PAGE))
 
             k = 4 * rnd
@@ -619,7 +683,8 @@ class PcapBench:
                              conc_peer / seq_peer, ratio, None, RETIRED, None, unit="ratio",
                              note=f"diagd sequential {fmt_time(median(seq_warm))}, concurrent "
                                   f"{fmt_time(median(conc_warm))}; cold tshark sequential {fmt_time(seq_cold)}, "
-                                  f"concurrent {fmt_time(conc_cold)}; new filter '{FILTER} && frame.len > k'"))
+                                  f"concurrent {fmt_time(conc_cold)}; new filter "
+                                  f"'{self.work.filter} && frame.len > k'"))
 
     async def one_capture_pairs(self) -> None:
         """(i): two new filters on ONE capture from two clients, sequential vs concurrent."""
@@ -736,7 +801,7 @@ class PcapBench:
         assert BIG is not None
         size_factor = BIG.stat().st_size / self.A.stat().st_size
         n = self.args.big_cold_repeats
-        log(f"(l) {BIG.name}: page cache, cold tshark -Y {FILTER!r} x{n}, peer")
+        log(f"(l) {BIG.name}: page cache, cold tshark -Y {self.work.filter!r} x{n}, peer")
         await trio.to_thread.run_sync(lambda: warm_page_cache(BIG))
         frames_big = await trio.to_thread.run_sync(lambda: packet_count(BIG))
         newlines = [0]
@@ -744,18 +809,19 @@ class PcapBench:
         def counting(data: bytes) -> None:
             newlines[0] += data.count(b"\n")
 
-        cold_big, cold_runs = await self.cold_median(tshark_filter(BIG, FILTER), n=n, consume=counting)
+        cold_big, cold_runs = await self.cold_median(tshark_filter(BIG, self.work.filter), n=n, consume=counting)
         matches = newlines[0] // n
-        peer_big, _ = await self.peer_median(tabs_argv(BIG, FILTER, flush=True), PAGE, n=n)
+        peer_big, _ = await self.peer_median(tabs_argv(BIG, self.work.filter, flush=True), PAGE, n=n)
         log("(l) diagd: first query on the fresh 1 GB capture")
-        took, page, _ = await c.call("pcap_frames_by_filter", self.frames_args(BIG, FILTER, PAGE), allow_error=True)
-        metric = f"1 GB: first query on a fresh capture ({FILTER}, limit {PAGE})"
+        took, page, _ = await c.call("pcap_frames_by_filter", self.frames_args(BIG, self.work.filter, PAGE),
+                                     allow_error=True)
+        metric = f"1 GB: first query on a fresh capture ({self.work.filter}, limit {PAGE})"
         first_big: float | None = None
         first_error = f"{page.get('code', 'ERROR')} after {fmt_time(took)}" if page.get("_is_error") else None
         if page.get("_is_error"):
             self.rows.append(error_row("l", metric, cold_big, peer_big, page, took, "<= 1.1x cold; >= 1x best"))
         else:
-            check_total(page, matches, FILTER)
+            check_total(page, matches, self.work.filter)
             first_big = took
             self.rows.append(timed_row("l", metric, cold_big, peer_big, took, target="<= 1.1x cold",
                                        ok=took <= 1.1 * cold_big,
@@ -824,13 +890,13 @@ class PcapBench:
                                 "small_label": small_label, "big_label": big_label})
 
         growth("sharkd load time (load_s)", a_details.get("load_s"), load_big)
-        growth(f"first answer, fresh capture ({FILTER})", self.fresh_s, first_big,
+        growth(f"first answer, fresh capture ({self.work.filter})", self.fresh_s, first_big,
                big_text=first_error)
         growth(f"new filter, first page (limit {NEW_PAGE}), matches early", self.new_early_s, new_big,
                big_text=None if new_big is not None else str(errors[0][1].get("code", "ERROR")))
         growth("sharkd RSS", a_rss, big_rss, unit="MB")
-        growth(f"(reference) cold tshark pass ({FILTER})", self.cold_f, cold_big, target=False)
-        growth(f"(reference) peer, first {PAGE} rows ({FILTER})", self.peer_frames, peer_big, target=False)
+        growth(f"(reference) cold tshark pass ({self.work.filter})", self.cold_f, cold_big, target=False)
+        growth(f"(reference) peer, first {PAGE} rows ({self.work.filter})", self.peer_frames, peer_big, target=False)
 
     async def burst(self) -> None:
         """(k): many different new filters at once from several clients on one capture."""
@@ -839,7 +905,7 @@ class PcapBench:
         n_clients, per = self.args.burst_clients, self.args.burst_calls
         clients = self.clients[:n_clients]
         makers: list[Callable[[], str]] = [*(functools.partial(self.filters.early, p)
-                                             for p in ("diameter", "sctp", "s1ap", "gtp", "ip")),
+                                             for p in self.work.burst_protos),
                                            self.filters.late, self.filters.none]
         jobs = [(clients[i % n_clients], makers[i % len(makers)]()) for i in range(n_clients * per)]
         outcomes: list[dict[str, Any]] = []
@@ -881,7 +947,7 @@ class PcapBench:
                  f"{fmt_time(answered[-1]) if answered else '-'}"
                  + (f"; retry_after_s {hints[0]}..{hints[-1]}" if hints else "")
                  + (f"; other: {', '.join(others)}" if others else "")
-                 + "; filters: early (diameter/sctp/s1ap/gtp/ip), late, no match, each string new"))
+                 + f"; filters: early ({'/'.join(self.work.burst_protos)}), late, no match, each string new"))
 
     async def settle(self, timeout_s: float = 300.0) -> None:
         """Until no pcap actor has work queued or running (the burst may leave some behind)."""
@@ -908,7 +974,7 @@ class PcapBench:
         args, A = self.args, self.A
         await self.cold(["tshark", "-r", str(args.pcaps_dir / WARMUP_SOURCE), "-c", "1"])  # libraries into the cache
         self.samples["frames_total"] = await to_thread(lambda: packet_count(A))
-        diameter_total = await to_thread(lambda: count_frames(A, "diameter"))
+        base_total = await to_thread(lambda: count_frames(A, self.work.base))
 
         config = f"[daemon]\nallowed_dirs = {json.dumps([str(d) for d in (args.cache_dir, args.pcaps_dir)])}\n"
         with isolated_daemon("pcap", config=config, extra_env={"DIAGD_LOG_LEVEL": "info"}) as daemon:
@@ -927,9 +993,9 @@ class PcapBench:
                 stack.push(stop_first)
                 self.daemon_rss_row(f"idle, {len(self.clients)} clients connected, before any pcap call", 60)
                 await self.traced("warm_up", self.warm_up())
-                session_id = await self.traced("f_a", self.first_and_repeated())
+                query = await self.traced("f_a", self.first_and_repeated())
                 await self.traced("c", self.frame_detail())
-                await self.traced("e", self.text_search(session_id))
+                await self.traced("e", self.text_search(query))
                 await self.traced("d", self.info())
                 await self.traced("b", self.new_filter_rows())
                 await self.traced("g", self.two_captures())
@@ -948,15 +1014,16 @@ class PcapBench:
         return {
             "config": {"size_mb": args.size_mb, "big_mb": args.big_mb, "repeats": self.warm_n,
                        "cold_repeats": self.cold_n, "new_repeats": self.new_n, "rounds": args.rounds,
-                       "page_limit": PAGE, "new_page_limit": NEW_PAGE, "filter": FILTER,
-                       "timeline_fields": TIMELINE_FIELDS, "burst": [args.burst_clients, args.burst_calls],
+                       "page_limit": PAGE, "new_page_limit": NEW_PAGE, "filter": self.work.filter,
+                       "timeline_fields": list(self.work.timeline_fields), "plane": self.work.plane,
+                       "burst": [args.burst_clients, args.burst_calls],
                        "cpus": os.cpu_count(), "python": sys.version.split()[0],
                        "tshark": tool_output(["tshark", "-v"]).splitlines()[0]},
             "capture": {"path": str(A), "second_path": str(caps.b), "big_path": str(caps.big) if caps.big else None,
-                        "all_paths": [str(p) for p in paths], "source": SOURCE, "copies": caps.copies,
+                        "all_paths": [str(p) for p in paths], "source": self.work.source, "copies": caps.copies,
                         "big_copies": caps.big_copies, "size_mb": A.stat().st_size / 1e6,
                         "big_size_mb": caps.big.stat().st_size / 1e6 if caps.big else None,
-                        "frames": self.samples["frames_total"], "diameter_frames": diameter_total,
+                        "frames": self.samples["frames_total"], "base": self.work.base, "base_frames": base_total,
                         "filter_matches": len(self.matched), "built_now": caps.built},
             "rows": [asdict(r) for r in self.rows],
             "growth": self.growth,
@@ -985,8 +1052,14 @@ async def concurrently(calls: list[Callable[[], Awaitable[Any]]]) -> float:
 
 
 async def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    caps = await to_thread(lambda: prepare(args))
-    return await PcapBench(args, caps).run()
+    """One run per kind of capture (a daemon of its own each): the report of each, by plane."""
+    reports = {}
+    for work in (w for w in (CONTROL, USER) if w.plane in args.planes):
+        caps = await to_thread(lambda work=work: prepare(args, work))
+        started = time.perf_counter()
+        reports[work.plane] = await PcapBench(args, caps, work).run()
+        reports[work.plane]["config"]["run_s"] = round(time.perf_counter() - started, 1)
+    return reports
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1004,12 +1077,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst-calls", type=int, default=9, help="calls per client in the burst (default 9)")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help=f"built captures (default {CACHE_DIR})")
     parser.add_argument("--pcaps-dir", type=Path, default=PCAPS_DIR, help=f"real captures (default {PCAPS_DIR})")
+    parser.add_argument("--planes", default="control,user", help="kinds of capture: control (Diameter), user "
+                        "(dense GTP-U), or both (default: a run of each, one after the other)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
     counts = (args.repeats, args.cold_repeats, args.new_repeats, args.rounds, args.big_cold_repeats,
               args.big_new_repeats, args.burst_clients, args.burst_calls)
     if min(counts) < 1 or args.size_mb <= 0 or args.big_mb <= 0:
         parser.error("sizes, repeats, rounds and burst sizes must be positive")
+    args.planes = set(args.planes.split(","))
+    if not args.planes or args.planes - {"control", "user"}:
+        parser.error("--planes takes control, user or control,user")
     if args.no_big:
         args.big_mb = None
     args.cache_dir, args.pcaps_dir = args.cache_dir.resolve(), args.pcaps_dir.resolve()
@@ -1020,9 +1098,10 @@ def main(argv: list[str] | None = None) -> int:
     import trio
 
     started = time.perf_counter()
-    report = trio.run(run_benchmark, args)
-    report["config"]["run_s"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(report, indent=2, default=str) if args.json else render_table(report))
+    reports = trio.run(run_benchmark, args)
+    log(f"whole run {time.perf_counter() - started:.0f} s")
+    print(json.dumps(reports, indent=2, default=str) if args.json
+          else "\n\n".join(render_table(report) for report in reports.values()))
     return 0
 
 

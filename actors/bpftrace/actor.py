@@ -13,7 +13,7 @@ import structlog
 import trio
 
 from diagd.actors import system
-from diagd.actors._subprocess import LineSplitter, Spawn, Step, Tail, drain, stop_process
+from diagd.actors._subprocess import LineSplitter, Step, Tail, drain, stop_process
 from diagd.actors.base import Actor, Request, RestartKind, SupervisionPolicy, unhandled
 from diagd.actors.bpftrace.execution import STATUS_FOR_STOP, Execution
 from diagd.actors.bpftrace.messages import Page, Stop
@@ -41,6 +41,9 @@ KIND = "bpftrace"
 MAX_LINE_BYTES = 4 * 1024 * 1024  # one JSON map dump is one line
 STDERR_TAIL_BYTES = 64 * 1024
 FLUSH_INTERVAL_S = 0.5
+# An accepted run's record is first written this long after the accept (or at its end, if sooner): not
+# before exec_program's answer, which waited ~1 ms for it (more on a busy disk).
+PERSIST_AFTER_S = 0.01
 PIPE_EOF_GRACE_S = 2.0  # after exit, a grandchild (system()) may still hold the pipes
 SHUTDOWN_SIGINT_S = 3.0  # daemon shutdown: short SIGINT grace, then SIGKILL
 SHUTDOWN_KILL_S = 10.0
@@ -59,11 +62,19 @@ class Host(Protocol):
 
     reserved: int  # slots held (a `Slot` gives its one back)
     store: ExecutionStore
-    spawn: Spawn
 
     def shutting_down(self) -> bool: ...
 
+    async def launch(self, argv: Sequence[str], *, env: dict[str, str] | None,
+                     settings: BpftraceSettings) -> trio.Process: ...
+
     def accepted(self, actor: BpftraceExecution) -> None: ...
+
+    def persist(self, actor: BpftraceExecution) -> None: ...
+
+    async def prune(self, keep: int) -> None: ...
+
+    def past_start(self) -> None: ...
 
     def finished(self, actor: BpftraceExecution) -> None: ...
 
@@ -122,23 +133,42 @@ class BpftraceExecution(Actor):
         self._stdout_eof = trio.Event()
         self._stderr_eof = trio.Event()
         self._finished = False
+        self._persisted = False
 
     # -- lifecycle
+
+    async def spawn(self) -> None:
+        """Start the bpftrace process (once). exec_program does it before it starts the actor: a confined
+        run's launcher (a standby's, most often) takes its sandbox steps while the daemon starts the actor,
+        a scheduler pass or two. Until start() runs, `discard` is what ends the process."""
+        if self.proc is not None:
+            return
+        ex = self.execution
+        try:
+            env = {**os.environ, ATTACHED_MARKER: "1"} if self.confirm_attach else None
+            self.proc = await self.backend.launch(self.argv, env=env, settings=self.config)
+        except FileNotFoundError:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.argv[0]!r}",
+                             fix=system.APT_HINT.format(pkg="bpftrace")) from None
+        except PermissionError as exc:
+            raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot execute {self.argv[0]!r}: {exc}") from None
+        ex.pid = self.proc.pid
+        ex.pid_start = _proc_starttime(self.proc.pid)
+        ex.started_clock = trio.current_time()
+
+    async def discard(self) -> None:
+        """exec_program failed after `spawn`: SIGKILL the process if it still runs, reap it, close its
+        pipes (nothing, when the actor's own stop() did so already)."""
+        if self.proc is not None:
+            if self.proc.returncode is None:
+                await stop_process(self.proc, (Step("sigkill", signal.SIGKILL, SHUTDOWN_KILL_S),))
+            await _close_pipes(self.proc)
 
     async def start(self, nursery: trio.Nursery) -> None:
         ex = self.execution
         try:
-            try:
-                env = {**os.environ, ATTACHED_MARKER: "1"} if self.confirm_attach else None
-                self.proc = await self.backend.spawn(self.argv, env=env)
-            except FileNotFoundError:
-                raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"bpftrace not found: {self.argv[0]!r}",
-                                 fix=system.APT_HINT.format(pkg="bpftrace")) from None
-            except PermissionError as exc:
-                raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot execute {self.argv[0]!r}: {exc}") from None
-            ex.pid = self.proc.pid
-            ex.pid_start = _proc_starttime(self.proc.pid)
-            ex.started_clock = trio.current_time()
+            await self.spawn()
+            assert self.proc is not None
             nursery.start_soon(self._run)
             with trio.move_on_after(self.config.start_timeout_s):
                 await self._attached_or_exited.wait()
@@ -229,6 +259,7 @@ class BpftraceExecution(Actor):
     async def _reap(self) -> None:
         assert self.proc is not None
         await self.proc.wait()
+        self.backend.past_start()
         self._attached_or_exited.set()
         self._confirmed_or_exited.set()
         self._wake.set()
@@ -258,7 +289,17 @@ class BpftraceExecution(Actor):
             self._confirmed_or_exited.set()
             ex.notify()
 
+    def _persist(self) -> None:
+        """Write the run's record (its directory, meta.json), once."""
+        if not self._persisted:
+            self._persisted = True
+            self.backend.persist(self)
+
     async def _flush_periodically(self) -> None:
+        await trio.sleep(PERSIST_AFTER_S)
+        if not self._finished:
+            self._persist()
+        await self.backend.prune(self.config.keep_executions)
         while not self._finished:
             await trio.sleep(FLUSH_INTERVAL_S)
             if not self._finished:
@@ -276,6 +317,8 @@ class BpftraceExecution(Actor):
                 return
         if ex.output_format == "json" and not line.strip():
             return  # bpftrace separates map dumps with blank lines even in JSON mode
+        if not ex.lines:
+            self.backend.past_start()
         if not ex.add_line(line) and ex.stop_reason is None:
             self.request_stop(StopReason.BUFFER_FULL)
 
@@ -321,6 +364,7 @@ class BpftraceExecution(Actor):
         ex.duration_s = ex.elapsed_s()
         ex.ended_at = time.time()
         self.slot.release()
+        self._persist()
         self.backend.finished(self)
         ex.notify()
         self._wake.set()

@@ -4,6 +4,7 @@ when a run is accepted, ends and retires)."""
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
@@ -26,6 +27,7 @@ from diagd.actors.bpftrace.replies import HelpersReply
 from diagd.actors.bpftrace.settings import BpftraceSettings
 from diagd.actors.bpftrace.store import ExecutionStore
 from diagd.actors.runtime import Runtime
+from diagd.actors.sandbox import standby
 from diagd.actors.tooling import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -45,6 +47,12 @@ async def run_command(argv: Sequence[str], timeout_s: float = 30.0, spawn: Spawn
 
 
 LISTINGS_MAX = 8  # probe listings cached at once (`list_probes` filters; each up to the whole probe list)
+# The standby launcher's replacement (`sandbox.standby`) starts once the run that took it is past its start
+# (its first output line, or its end), STANDBY_AFTER_START_S later (its answer goes first), and at the latest
+# STANDBY_REPLACE_S after the take: started at the take, its ~25 ms of a core competed with that run's
+# bpftrace for the first line. The daemon's first confined run starts the actor, and runs cold.
+STANDBY_AFTER_START_S = 0.01
+STANDBY_REPLACE_S = 1.0
 
 
 class BpftraceBackend:
@@ -75,6 +83,35 @@ class BpftraceBackend:
 
     # -- executions
 
+    async def launch(self, argv: Sequence[str], *, env: dict[str, str] | None,
+                     settings: BpftraceSettings) -> trio.Process:
+        """Start an execution's process: a confined run on the standby launcher where one waits ([bpftrace]
+        warm_launcher), else spawned (`spawn`, cold). Either way the caller owns the process it gets."""
+        args = standby.request_of(argv) if self.spawn is open_process else None
+        ref = self.runtime.find(standby.KIND, KIND)
+        if not settings.warm_launcher:
+            if ref is not None:
+                self.runtime.stop(ref, "[bpftrace] warm_launcher = false")
+        elif args is not None and not self.shutting_down():
+            if ref is None:  # the first run, or one after a stop: cold, and the standby starts after it
+                try:
+                    await self.runtime.start(standby.KIND, KIND, lambda: standby.Launcher(
+                        KIND, first_after_s=STANDBY_REPLACE_S, replace_after_s=STANDBY_REPLACE_S),
+                        idle_timeout_s=math.inf)
+                except DiagdError as exc:
+                    log.info("no standby launcher", why=exc.message)
+            elif isinstance(launcher := ref.actor, standby.Launcher) and ref.accepting:
+                proc = await launcher.launch(args, dict(os.environ) if env is None else env)
+                if proc is not None:
+                    return proc
+        return await self.spawn(argv, env=env)
+
+    def past_start(self) -> None:
+        """A run printed its first line, or ended: the standby launcher's replacement may start."""
+        ref = self.runtime.find(standby.KIND, KIND)
+        if ref is not None and isinstance(launcher := ref.actor, standby.Launcher):
+            launcher.replace_soon(STANDBY_AFTER_START_S)
+
     def reserve(self, settings: BpftraceSettings) -> Slot:
         if self.reserved >= settings.max_concurrent:
             running = [a.execution.id for a in self.live.values() if not a.execution.finished]
@@ -91,10 +128,17 @@ class BpftraceBackend:
                 return candidate
 
     def accepted(self, actor: BpftraceExecution) -> None:
-        ex = actor.execution
-        self.live[ex.id] = actor
-        self.store.create(ex)
-        self.store.prune(actor.config.keep_executions, protect=set(self.live))
+        """A run was accepted: live from now on (its record is written by `persist`, just after)."""
+        self.live[actor.execution.id] = actor
+
+    def persist(self, actor: BpftraceExecution) -> None:
+        """Write an accepted run's record: once, right after exec_program's answer or at its end, if sooner."""
+        self.store.create(actor.execution)
+
+    async def prune(self, keep: int) -> None:
+        """Remove the oldest records beyond `keep`, in a worker thread: past `keep` it reads every record
+        (~15 ms for 200), which on the event loop held up the runs' output."""
+        await trio.to_thread.run_sync(self.store.prune, keep, set(self.live))
 
     def finished(self, actor: BpftraceExecution) -> None:
         self.store.save(actor.execution)

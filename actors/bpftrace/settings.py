@@ -44,6 +44,10 @@ class BpftraceSettings:
     # run under no_new_privs), programs using its file helpers (cat(), #include) are refused; true
     # accepts that they read any file as root.
     allow_unconfined: bool = False
+    # A sandbox launcher started ahead of need, waiting for the next run (`sandbox.standby`): a run then
+    # skips the launcher's Python start (~30 ms). Two idle processes while it waits (the launcher and its
+    # death link's watchdog, ~8 MB of their own).
+    warm_launcher: bool = True
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> BpftraceSettings:

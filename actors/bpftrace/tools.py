@@ -130,16 +130,21 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
     check_program(settings, program)
     check_privileges(settings)
     slot = backend.reserve(settings)
+    actor = None
     try:
         ex = Execution(id=backend.new_id(), program=program, output_format=output_format, timeout_s=timeout,
                        max_lines=settings.max_lines, max_bytes=settings.max_output_bytes)
         argv = settings.run_command(program, output_format, timeout)
         actor = BpftraceExecution(ex, backend, settings, argv, slot)
+        await actor.spawn()  # now: its sandbox steps overlap the actor's start
         # The actor must not idle out while bpftrace runs: its idle timeout covers the whole run and
         # the longest stop; once finished it retires itself after linger_s.
         idle_s = timeout + MAX_SIGINT_GRACE_S + MAX_KILL_WAIT_S + settings.linger_s + 10
         await backend.runtime.start(KIND, ex.id, lambda: actor, idle_timeout_s=idle_s)
     except BaseException:
+        if actor is not None:
+            with trio.CancelScope(shield=True):
+                await actor.discard()
         slot.release()
         raise
     # `ex` is read once the actor's start() has returned: the attach (or the refusal) is decided.

@@ -39,7 +39,12 @@ EARLY_BUDGET_S = 0.5
 # capinfos' count) waits for the first answer's early pass: on 2 cores, four readers beside that pass left it half a
 # core; a first page early in a file takes a single pass about this long (tshark's start is 0.3 s of it).
 HEAD_START_S = 0.5
+# How long after a first answer is made the head start still holds: its reply's way to the client (JSON,
+# the shim, the client's own parse and check of hundreds of matches: 20-30 ms alone, 55-75 ms beside
+# a 55 MB capture's load, sha256 and count, measured with a text search's 600 matches).
+REPLY_HEAD_START_S = 0.1
 ROWS_TIMEOUT_S = 60.0  # a page's `frame` requests take milliseconds: past this sharkd is hung
+FIRST_FOUND_KEPT = 64  # filters whose single-pass first frame numbers are kept (up to MAX_EARLY_ROWS each)
 # (argv, display filter, how many) -> (the first matching frame numbers, complete): first_page.early_numbers,
 # a scripted fake in the unit tests.
 EarlyNumbers = Callable[[list[str], str, int], Awaitable[tuple[list[int], bool]]]
@@ -122,6 +127,9 @@ class CaptureWorkers:
         self.early_slots = trio.CapacityLimiter(cores.count)
         self.early_answers = 0
         self.answered_early: OrderedDict[str, None] = OrderedDict()  # lower-bound totals given
+        # The frame numbers those single passes found (the first `offset + limit` matches, and whether
+        # that was all): a text search of the filter right after its first page reads its frames here.
+        self._first_found: OrderedDict[str, tuple[list[int], bool]] = OrderedDict()
 
     # -- the pool, as the actor sees it ----------------------------------------------------------
 
@@ -148,6 +156,17 @@ class CaptureWorkers:
     def load_position(self) -> int | None:
         return self.pool.load_position()
 
+    def first_numbers(self, display_filter: str) -> tuple[list[int], bool] | None:
+        """(the first matching frame numbers, whether they are all) of a filter whose first page came
+        from a single pass, if one did lately; None otherwise."""
+        return self._first_found.get(display_filter)
+
+    def _found_early(self, display_filter: str, numbers: list[int], complete: bool) -> None:
+        self._first_found.pop(display_filter, None)
+        self._first_found[display_filter] = (numbers, complete)
+        while len(self._first_found) > FIRST_FOUND_KEPT:
+            self._first_found.popitem(last=False)
+
     def raceable(self, display_filter: str, offset: int, limit: int, kinds: first_page.Kinds | None) -> bool:
         return first_page.raceable(display_filter, offset, limit, kinds)
 
@@ -173,6 +192,17 @@ class CaptureWorkers:
     def end_head_start(self) -> None:
         """The first answer no longer needs the cores to itself: background reads may begin (the pool
         ends it too when a call asks for a worker: then the load is what the call waits for)."""
+        self.head_start.set()
+
+    def end_head_start_after(self, delay_s: float) -> None:
+        """end_head_start `delay_s` from now (or sooner: the time a first answer's reply takes to reach
+        its client, which beside sharkd's load, sha256 and capinfos ran at a fraction of a core)."""
+        if not self.head_start.is_set():
+            self._nursery.start_soon(self._end_head_start_after, delay_s)
+
+    async def _end_head_start_after(self, delay_s: float) -> None:
+        with trio.move_on_after(delay_s):
+            await self.head_start.wait()
         self.head_start.set()
 
     async def _end_head_start_in_time(self) -> None:
@@ -291,6 +321,7 @@ class CaptureWorkers:
         if found is None:
             return None
         numbers, complete = found
+        self._found_early(display_filter, numbers, complete)
         seen = len(numbers) if complete else offset + limit + 1
         if complete:
             self._known(display_filter, seen)
@@ -315,6 +346,8 @@ class CaptureWorkers:
                 self.cores.running -= 1
                 self.end_head_start()
         seen = len(rows) if complete else offset + limit + 1
+        if display_filter:
+            self._found_early(display_filter, [int(row["number"]) for row in rows], complete)
         if complete and display_filter:
             self._known(display_filter, seen)
         page = rows[offset:offset + limit]

@@ -309,28 +309,33 @@ class Sharkd:
 
     async def _send(self, method: str, params: dict[str, Any] | None, keep: int | None = None
                     ) -> tuple[int, trio.MemoryReceiveChannel[dict[str, Any]]]:
+        await self._check_alive()
+        request_id = next(self._ids)
+        line = _request_line(method, params, request_id)
+        receive = self._expect(request_id, keep)
+        await self._write(line, 1)
+        return request_id, receive
+
+    async def _check_alive(self) -> None:
         if not self.alive:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"sharkd is not running ({await self.death()})",
                              stderr=self.stderr.text()[-2000:])
-        request_id = next(self._ids)
+
+    def _expect(self, request_id: int, keep: int | None) -> trio.MemoryReceiveChannel[dict[str, Any]]:
+        """The channel the answer to `request_id` comes on."""
         send, receive = trio.open_memory_channel[dict[str, Any]](1)
         self._waiting[request_id] = send
-        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
         if keep is not None:
             self._caps[request_id] = keep
-        if len(line) >= MAX_REQUEST_BYTES:
-            del self._waiting[request_id]
-            self._caps.pop(request_id, None)
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
-                             f"request of {len(line)} bytes: sharkd 4.0 reads at most {MAX_REQUEST_BYTES} per request",
-                             method=method)
+        return receive
+
+    async def _write(self, data: bytes, requests: int) -> None:
         assert self.proc.stdin is not None
-        self.requests += 1
+        self.requests += requests
         try:
-            await self.proc.stdin.send_all(line.encode() + b"\n")
+            await self.proc.stdin.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # it died: the reader closes the reply channel and call() says how
-        return request_id, receive
 
     async def call(self, method: str, params: dict[str, Any] | None = None, *, keep: int | None = None) -> Any:
         """One request; its result, or SharkdError when sharkd answered with an error. With `keep`, an answer
@@ -347,9 +352,15 @@ class Sharkd:
         that request."""
         sent: list[tuple[int, trio.MemoryReceiveChannel[dict[str, Any]]]] = []
         answers: list[Any] = []
+        # One check that sharkd lives and one write for all of them: a check (two /proc reads) and a
+        # write per request took ~18 ms of the ~120 ms a 200-frame page's trees take.
+        await self._check_alive()
+        ids = [next(self._ids) for _ in params]
+        lines = [_request_line(method, one, request_id) for one, request_id in zip(params, ids, strict=True)]
         try:
-            for one in params:
-                sent.append(await self._send(method, one, keep))
+            for request_id in ids:
+                sent.append((request_id, self._expect(request_id, keep)))
+            await self._write(b"".join(lines), len(lines))
             for _, receive in sent:
                 try:
                     message = await receive.receive()
@@ -376,6 +387,16 @@ class Sharkd:
         step = await stop_process(self.proc, TERM_THEN_KILL)
         await close_pipes(self.proc)
         return step
+
+
+def _request_line(method: str, params: dict[str, Any] | None, request_id: int) -> bytes:
+    """A request as sharkd reads it: one JSON line, at most MAX_REQUEST_BYTES before its newline."""
+    line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
+    if len(line) >= MAX_REQUEST_BYTES:
+        raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                         f"request of {len(line)} bytes: sharkd 4.0 reads at most {MAX_REQUEST_BYTES} per request",
+                         method=method)
+    return line.encode() + b"\n"
 
 
 def _answer(message: dict[str, Any], method: str, params: dict[str, Any]) -> Any:

@@ -11,7 +11,6 @@ import functools
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, overload
 
 import structlog
@@ -19,24 +18,18 @@ import trio
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Request
-from diagd.actors.pcap import first_page, single_pass_text
+from diagd.actors.pcap import first_page, single_pass_text, text_scan
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.messages import Detail, TextSearch
+from diagd.actors.pcap.passes import REPLY_HEAD_START_S
 from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.session import MAX_FILTER_CHARS, CaptureSession, check_length
 from diagd.actors.pcap.single_pass_text import FrameText
+from diagd.actors.pcap.text_scan import Scan, displayed, spans_of
 from diagd.actors.pcap.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
-
-
-def displayed(tree: list[tree_mod.Node], previous_ns: int | None) -> list[tree_mod.Node]:
-    """The frame's tree as `tshark -Y` shows it when the frame displayed before it arrived at
-    `previous_ns` (None: it is the first one displayed)."""
-    now = tree_mod.epoch_ns(tree)
-    delta = now - previous_ns if now is not None and previous_ns is not None else 0
-    return tree_mod.with_displayed_delta(tree, delta)
 
 
 def resolve_layers(cat: Catalogue, layers: tuple[str, ...]) -> dict[str, str | None]:
@@ -110,22 +103,6 @@ def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) 
 # EARLY_SEARCH_FRAMES frames of a single pass first and says where to go on.
 EARLY_SEARCH_FRAMES = 500
 EARLY_SEARCH_MIN_BYTES = 8 * 2**20
-# Frames fetched per sharkd batch at most: pipelined, so sharkd dissects while this process decodes,
-# and few enough that the call's time budget is checked every few tens of milliseconds.
-SCAN_BATCH = 25
-
-
-@dataclass
-class _Scan:
-    """How far a text search got."""
-
-    matches: list[dict[str, Any]] = field(default_factory=list)
-    used: int = 0  # snippet characters returned
-    scanned: int = 0  # frames searched to their end
-    without_layers: int = 0
-    stopped: str | None = None
-
-
 async def text_search(capture: CaptureSession, request: Request, message: TextSearch) -> dict[str, Any]:
     """Search every frame matching the filter (from `offset`, at most `limit` when given) in the
     text `tshark -Y <filter> -V` prints, until done or until `stop_at` (trio time, set by the
@@ -159,11 +136,10 @@ async def text_search(capture: CaptureSession, request: Request, message: TextSe
             raise layer_error(unknown, in_capture, "this capture")
     canonical = {proto for proto in wanted.values() if proto is not None}
     matcher = Matcher(pattern, m.budget_s, unit="frame")
-    ruled_out = {} if wanted else await _rule_out(capture, m, numbers, matcher)
-    scan = await _scan(capture, request, m, numbers, canonical, matcher, ruled_out)
+    scan = await _scan_ruling_out(capture, request, m, numbers, canonical, matcher, rule_out=not wanted)
     result = _search_result(m, numbers, scan, bool(canonical))
-    if ruled_out:
-        result["frames_ruled_out"] = _count_ruled_out(m, numbers, scan, ruled_out)
+    if scan.pass_ruled_out:
+        result["frames_ruled_out"] = _count_ruled_out(m, numbers, scan)
     return result
 
 
@@ -180,20 +156,52 @@ RULE_OUT_REACH_PER_FRAME = 80
 _EPOCH = re.compile(r"^    Epoch Time: (\d+\.\d+) seconds$", re.MULTILINE)
 
 
-async def _rule_out(capture: CaptureSession, m: TextSearch, numbers: Sequence[int], matcher: Matcher) -> dict[int, int]:
-    """Frames of the page that cannot hold the query (a literal), each with its arrival time (ns,
-    the next frame's "previous displayed" time): {} where the way does not apply or does not pay."""
+def _rule_out_set(capture: CaptureSession, m: TextSearch, numbers: Sequence[int]) -> tuple[str, int, int] | None:
+    """(the pass's display filter, frames it shows, frames of the page) where ruling out applies and
+    may pay; else None."""
     page = list(numbers[m.offset:] if m.limit is None else numbers[m.offset:m.offset + m.limit])
     if (not _literal(m) or not RULE_OUT_MIN_FRAMES <= len(page) <= RULE_OUT_MAX_FRAMES
             or page[-1] > RULE_OUT_REACH_PER_FRAME * len(page)):
-        return {}
+        return None
     # The frame shown before the page too, so that each page frame's "previous displayed" is sharkd's.
     shown = list(numbers[max(0, m.offset - 1):m.offset + len(page)])
     # And the frame after the page, whose first line stops the pass (else it would read to the end).
     after = [shown[-1] + 1] if shown[-1] < capture.frame_count else []
     frame_set = f"frame.number in {{{_ranges(shown + after)}}}"
     if len(frame_set) > MAX_FILTER_CHARS:
+        return None
+    return frame_set, len(shown), len(page)
+
+
+async def _scan_ruling_out(capture: CaptureSession, request: Request, m: TextSearch, numbers: Sequence[int],
+                           canonical: set[str], matcher: Matcher, *, rule_out: bool) -> Scan:
+    """`_scan`, with the rule-out pass beside it where that applies (`rule_out` and _rule_out_set)."""
+    if not rule_out or _rule_out_set(capture, m, numbers) is None:
+        return await text_scan.scan(capture, request, m, numbers, canonical, matcher, {})
+    failed: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        beside = text_scan.Beside()
+        nursery.start_soon(beside.run, functools.partial(_rule_out, capture, m, numbers, matcher))
+        try:
+            scan = await text_scan.scan(capture, request, m, numbers, canonical, matcher, beside.ruled_out, beside)
+        except Exception as exc:  # raised below as it is, not in the nursery's exception group
+            failed = exc
+        beside.scope.cancel()  # a pass still running is not needed any more
+    if failed is not None:
+        raise failed
+    scan.pass_ruled_out = bool(beside.ruled_out)
+    return scan
+
+
+async def _rule_out(capture: CaptureSession, m: TextSearch, numbers: Sequence[int], matcher: Matcher) -> dict[int, int]:
+    """Frames of the page that cannot hold the query (a literal), each with its arrival time (ns,
+    the next frame's "previous displayed" time): {} where the way does not apply or does not pay."""
+    found = _rule_out_set(capture, m, numbers)
+    if found is None:
         return {}
+    frame_set, shown_count, page_count = found
+    shown = list(numbers[max(0, m.offset - 1):m.offset + page_count])
+    assert len(shown) == shown_count
     with trio.move_on_at(_half_left(m)):
         try:
             frames, _ = await first_page.early_text(capture.cold_argv(), frame_set, len(shown), run=capture.run_head)
@@ -203,7 +211,7 @@ async def _rule_out(capture: CaptureSession, m: TextSearch, numbers: Sequence[in
         if [frame.number for frame in frames] != shown:  # the frames sharkd's filter matched, or not at all
             log.warning("single pass printed other frames than sharkd's page", filter=m.display_filter)
             return {}
-        return await _ruled_out(m, frames[len(shown) - len(page):], matcher)
+        return await _ruled_out(m, frames[len(shown) - page_count:], matcher)
     return {}
 
 
@@ -221,7 +229,7 @@ async def _ruled_out(m: TextSearch, page: list[FrameText], matcher: Matcher) -> 
         return {}
     texts = {frame.number: frame.text for frame in page}
     candidates = list(times)
-    found = await matcher.run(functools.partial(_spans_of, matcher, candidates, [texts[n] for n in candidates], 1))
+    found = await matcher.run(functools.partial(spans_of, matcher, candidates, [texts[n] for n in candidates], 1))
     return {number: times[number] for number, spans in zip(candidates, found, strict=True) if not spans}
 
 
@@ -230,9 +238,9 @@ def _literal(m: TextSearch) -> bool:
     return not m.is_regex and "\n" not in m.query
 
 
-def _count_ruled_out(m: TextSearch, numbers: Sequence[int], scan: _Scan, ruled_out: dict[int, int]) -> int:
-    """How many of the frames searched were ruled out (the reply's frames_ruled_out)."""
-    return sum(1 for n in numbers[m.offset:m.offset + scan.scanned] if n in ruled_out)
+def _count_ruled_out(m: TextSearch, numbers: Sequence[int], scan: Scan) -> int:
+    """How many of the frames searched were ruled out, not read from sharkd (the reply's frames_ruled_out)."""
+    return sum(1 for n in numbers[m.offset:m.offset + scan.scanned] if n in scan.skipped)
 
 
 def _half_left(m: TextSearch) -> float:
@@ -250,6 +258,14 @@ async def _search_before_count(capture: CaptureSession, request: Request, m: Tex
     half the call's time: sharkd's way."""
     assert m.limit is not None
     check_length(m.display_filter)
+    known = capture.workers.first_numbers(m.display_filter) if capture.workers is not None else None
+    if known is not None and (known[1] or len(known[0]) >= m.offset + m.limit) and len(known[0]) > m.offset:
+        # The filter's first page came from a single pass that found these frames: the page's frames
+        # are known without another; the rule-out pass runs beside sharkd's reads as on a counted filter.
+        found, complete = known
+        window = Window(len(found) if complete else len(found) + 1, 0, found)
+        scan = await _scan_ruling_out(capture, request, m, window, set(), matcher, rule_out=True)
+        return _before_count_result(m, window, scan, complete)
     numbers: Window | None = None
     ruled_out: dict[int, int] = {}
     complete = False
@@ -271,14 +287,20 @@ async def _search_before_count(capture: CaptureSession, request: Request, m: Tex
         numbers = Window(len(found) if complete else len(found) + 1, 0, found)
     if numbers is None or len(numbers.numbers) <= m.offset:
         return None
+    scan = await text_scan.scan(capture, request, m, numbers, set(), matcher, ruled_out)
+    scan.pass_ruled_out = bool(ruled_out)
+    return _before_count_result(m, numbers, scan, complete)
+
+
+def _before_count_result(m: TextSearch, numbers: Window, scan: Scan, complete: bool) -> dict[str, Any]:
+    """The reply of a search whose page came from a single pass before sharkd counted the filter."""
     seen = len(numbers)
-    scan = await _scan(capture, request, m, numbers, set(), matcher, ruled_out)
     result = _search_result(m, numbers, scan, False)
     result.update({"total_exact": complete,
                    "served_by": "tshark and sharkd (the page's frames from a single pass before sharkd's count, "
                                 "their text from sharkd's two passes)"})
-    if ruled_out:
-        result["frames_ruled_out"] = _count_ruled_out(m, numbers, scan, ruled_out)
+    if scan.pass_ruled_out:
+        result["frames_ruled_out"] = _count_ruled_out(m, numbers, scan)
     if not complete:
         result["total_at_least"] = seen
         if scan.stopped:
@@ -286,7 +308,7 @@ async def _search_before_count(capture: CaptureSession, request: Request, m: Tex
     return result
 
 
-def _lower_bound_note(m: TextSearch, scan: _Scan, seen: int, why_bound: str, why_stopped: str | None = None) -> str:
+def _lower_bound_note(m: TextSearch, scan: Scan, seen: int, why_bound: str, why_stopped: str | None = None) -> str:
     """The note of a search stopped before the end when the filter's total is a lower bound."""
     why_stopped = why_stopped or _WHY[scan.stopped or "limit"].format(m=m)
     return (f"INCOMPLETE: searched {scan.scanned} frames matching the filter from offset {m.offset} (at least "
@@ -345,60 +367,6 @@ async def _numbers(capture: CaptureSession, request: Request, m: TextSearch) -> 
     return Window(page.total, start, [int(row["number"]) for row in page.rows])
 
 
-async def _scan(capture: CaptureSession, request: Request, m: TextSearch, numbers: Sequence[int], canonical: set[str],
-                matcher: Matcher, ruled_out: dict[int, int]) -> _Scan:
-    """Search the page's frames' two-pass text read from sharkd, except frames `ruled_out` (they
-    count as searched, without a match; their arrival time keeps the next frame's time delta)."""
-    scan = _Scan()
-    candidates = list(numbers[m.offset:] if m.limit is None else numbers[m.offset:m.offset + m.limit])
-    previous_ns = None
-    if m.offset and candidates:  # the frame displayed before the first one searched
-        previous_ns = tree_mod.epoch_ns((await capture.tree(request, numbers[m.offset - 1], keep=False))["tree"])
-    start, per_frame_s = 0, math.inf
-    while start < len(candidates):
-        now = trio.current_time()
-        if m.stop_at is not None and now >= m.stop_at:
-            scan.stopped = "time_budget"
-            break
-        # As many frames as the time left is expected to fetch (one before any was timed), so the
-        # budget is kept as closely as frame by frame.
-        size = SCAN_BATCH
-        if m.stop_at is not None and per_frame_s > 0:
-            size = max(1, min(SCAN_BATCH, int((m.stop_at - now) / per_frame_s)))
-        batch: list[int] = []
-        end = start
-        while end < len(candidates) and len(batch) < size:
-            if candidates[end] not in ruled_out:
-                batch.append(candidates[end])
-            end += 1
-        chunk = candidates[start:end]
-        start = end
-        fetched = dict(zip(batch, await capture.trees_of(request, batch, keep=False), strict=True))
-        if batch:
-            per_frame_s = (trio.current_time() - now) / len(batch)
-        texts = []
-        for number in chunk:
-            if number in ruled_out:
-                texts.append("")
-                previous_ns = ruled_out[number]
-                continue
-            answer = fetched[number]
-            nodes = displayed(answer["tree"], previous_ns)
-            previous_ns = tree_mod.epoch_ns(answer["tree"])
-            if canonical and m.restrict_layers:
-                nodes = tree_mod.protocol_nodes(nodes, canonical)
-                if not nodes:
-                    scan.without_layers += 1
-            texts.append(tree_mod.render(nodes, sources=tree_mod.frame_sources(answer)))
-        left = m.max_matches - len(scan.matches)
-        found = await matcher.run(functools.partial(_spans_of, matcher, chunk, texts, left))
-        if not _take_frames(m, scan, chunk, texts, found):
-            break
-    if scan.stopped is None and m.offset + scan.scanned < len(numbers):
-        scan.stopped = "limit"
-    return scan
-
-
 async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher: Matcher) -> dict[str, Any]:
     """The search over the text of a single early-stopping tshark pass, beside the load of a fresh
     capture (the filter is single-pass safe, so the frames are the two-pass ones). Lines a second
@@ -408,13 +376,25 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
     limit = m.limit if m.limit is not None else EARLY_SEARCH_FRAMES
     frames, complete = await first_page.early_text(capture.cold_argv(), m.display_filter, m.offset + limit,
                                                    run=capture.run_head)
-    capture.end_head_start()
-    scan = _Scan()
+    try:
+        return await _searched_while_loading(m, matcher, frames, complete, limit)
+    finally:
+        # Only once the answer is on its way: sharkd's load, the file's sha256 and capinfos' count (a
+        # core each) took the cores this search's matching and marking and its reply's way to the
+        # client need (hundreds of matches: tens of ms alone, up to three times that beside them).
+        if capture.workers is not None:
+            capture.workers.end_head_start_after(REPLY_HEAD_START_S)
+
+
+async def _searched_while_loading(m: TextSearch, matcher: Matcher, frames: list[FrameText], complete: bool,
+                                  limit: int) -> dict[str, Any]:
+    """_search_while_loading's answer from the single pass's frames."""
+    scan = Scan()
     wanted = frames[m.offset:]
     texts = [frame.text for frame in wanted]
     numbers = [frame.number for frame in wanted]
-    found = await matcher.run(functools.partial(_spans_of, matcher, numbers, texts, m.max_matches))
-    _take_frames(m, scan, numbers, texts, found, marked=True)
+    found = await matcher.run(functools.partial(spans_of, matcher, numbers, texts, m.max_matches))
+    text_scan.take_frames(m, scan, numbers, texts, found, marked=True)
     seen = len(frames) if complete else len(frames) + 1
     if scan.stopped is None and not (complete and m.offset + scan.scanned >= len(frames)):
         scan.stopped = "limit"
@@ -438,52 +418,13 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
     return result
 
 
-def _take_frames(m: TextSearch, scan: _Scan, numbers: list[int], texts: list[str],
-                 found: list[list[tuple[int, int]]], *, marked: bool = False) -> bool:
-    """Take the frames' matches in order; False once the scan stopped (max_matches, max_bytes: that
-    frame may hold more matches, so it does not count as searched). `marked`: text of a single pass,
-    each match marked with what a second pass may change (single_pass_text)."""
-    for number, text, spans in zip(numbers, texts, found, strict=True):
-        before = len(scan.matches)
-        _take_matches(m, scan, number, text, spans)
-        if marked and len(scan.matches) > before:
-            lines = single_pass_text.Lines(text)
-            for match, (start, end) in zip(scan.matches[before:], spans, strict=False):
-                on_line = lines.may_differ(start) or lines.may_differ(max(start, end - 1))
-                match["provisional"] = ["line", "snippet"] if on_line else ["snippet"]
-        if scan.stopped:
-            return False
-        scan.scanned += 1
-    return True
-
-
-def _spans_of(matcher: Matcher, numbers: list[int], texts: list[str], limit: int) -> list[list[tuple[int, int]]]:
-    """Each text's first `limit` matches (one thread hop for a whole batch)."""
-    return [matcher.spans(text, number, limit) for number, text in zip(numbers, texts, strict=True)]
-
-
-def _take_matches(m: TextSearch, scan: _Scan, number: int, text: str, spans: list[tuple[int, int]]) -> None:
-    for m_start, m_end in spans:
-        start, end = max(0, m_start - m.snippet_context_chars), min(len(text), m_end + m.snippet_context_chars)
-        line_start = text.rfind("\n", 0, m_start) + 1
-        line_end = text.find("\n", m_end)
-        snippet = re.sub(r"\n[ ]+", "\n", text[start:end])  # indentation costs tokens, not meaning
-        scan.used += len(snippet)
-        scan.matches.append({"frame_number": number, "match": text[m_start:m_end],
-                             "line": text[line_start:line_end if line_end >= 0 else None].strip(),
-                             "snippet": snippet})
-        if len(scan.matches) >= m.max_matches or scan.used >= m.max_bytes:
-            scan.stopped = "max_matches" if len(scan.matches) >= m.max_matches else "max_bytes"
-            return
-
-
 _WHY = {"time_budget": "the call's time budget was spent",
         "limit": "limit={m.limit} frames were searched",
         "max_matches": "max_matches={m.max_matches} matches were found",
         "max_bytes": "the snippets reached max_bytes={m.max_bytes}"}
 
 
-def _search_result(m: TextSearch, numbers: Sequence[int], scan: _Scan, by_layers: bool) -> dict[str, Any]:
+def _search_result(m: TextSearch, numbers: Sequence[int], scan: Scan, by_layers: bool) -> dict[str, Any]:
     offset, scanned, stopped = m.offset, scan.scanned, scan.stopped
     searched = numbers[offset:offset + scanned]
     result: dict[str, Any] = {

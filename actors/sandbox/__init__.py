@@ -11,6 +11,9 @@ Where Landlock is missing (ABI 0), or forced off with DIAGD_LANDLOCK=off (tests,
 escape-capable features are refused by `require_confinement` unless the config allows them
 unconfined; the other steps (no_new_privs, capabilities, seccomp and its exec denial, the environment
 allow-list, the death link) still apply.
+
+A run can also be handed to a launcher started ahead of need (`standby`: bpftrace's runs), which then
+takes the same steps for it; only the interpreter's start and imports were done beforehand.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import shutil
 import struct
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from diagd.actors.sandbox import kernel, namespaces
@@ -172,8 +175,10 @@ def wrap(argv: Sequence[str], policy: Policy) -> list[str]:
     interp = elf_interpreter(executable)
     if interp:
         execs.append(interp)
-    full = Policy(**{**asdict(policy), "exec": tuple(dict.fromkeys(execs))})
-    doc = json.loads(full.to_json())
+    full = replace(policy, exec=tuple(dict.fromkeys(execs)))
+    # The fields one level deep (asdict's deep copy, and a JSON round trip, took most of a run's wrap):
+    # every value is a scalar or a tuple of scalars or pairs, which JSON writes as asdict's copy.
+    doc: dict[str, object] = {f.name: getattr(full, f.name) for f in fields(full)}
     doc["executable"] = executable
     launcher = [sys.executable, "-I", "-S", LAUNCHER, json.dumps(doc, separators=(",", ":")), "--", *argv]
     if not full.namespaces:

@@ -21,6 +21,11 @@ Order of the steps (each is best-effort up to what the kernel offers; `report` s
    `kernel.exec_filter`): the tool and everything it starts can run no program, Landlock or not;
 7. execve, with an environment of the policy's allow-list only (`env_keep`, plus `env_set`).
    Rulesets and filters are inherited by everything the tool starts and cannot be lifted.
+
+`launcher.py --standby` is the same launcher started ahead of need (see `sandbox.standby`): it stops
+after its imports, reads one run from stdin (the arguments above and the environment the daemon would
+have given it), and takes steps 0-7 for that run exactly as a cold launch does (`launch`); nothing is
+applied before the run arrives.
 """
 
 
@@ -97,15 +102,13 @@ else:
 
 # -- capabilities, private /tmp, the death link ------------------------------------------------------
 
-def drop_capabilities(keep: list[str]) -> list[str]:
+def drop_capabilities(keep: list[str], last: int | None = None) -> list[str]:
     """Drop every capability not in `keep` from the bounding set and clear the inheritable and ambient
     sets: after execve a root tool holds only `keep`. Without CAP_SETPCAP (not root) there is nothing to
-    drop: such a process gains no capabilities on execve under no_new_privs anyway."""
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            last = int(f.read())
-    except (OSError, ValueError):
-        last = len(CAP_NAMES) - 1
+    drop: such a process gains no capabilities on execve under no_new_privs anyway. `last`: the kernel's
+    highest capability number, read already (a standby reads it while it waits)."""
+    if last is None:
+        last = cap_last()
     wanted = {CAP_NAMES.index(name) for name in keep if name in CAP_NAMES}
     kept = []
     for cap in range(last + 1):
@@ -123,6 +126,16 @@ def drop_capabilities(keep: list[str]) -> list[str]:
     new = ctypes.create_string_buffer(struct.pack("=6I", *words), 24)
     check(libc.syscall(126, header, new), "capset")  # SYS_capset
     return kept
+
+
+def cap_last() -> int:
+    """The running kernel's highest capability number (/proc/sys/kernel/cap_last_cap: a read takes
+    ~0.1 ms, so a standby reads it while it waits and hands it to `drop_capabilities`)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return len(CAP_NAMES) - 1
 
 
 def _under_tmp(path: str) -> bool:
@@ -177,7 +190,8 @@ _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
                      signal.SIGTTIN, signal.SIGTTOU, signal.SIGPIPE)
 
 
-def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s: float = 10.0) -> bool:
+def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s: float = 10.0,
+               watchdog: Any = None) -> bool:
     """Fork a watchdog that ends this process (the tool, after execve) when the daemon exits, and, with
     a deadline, when the tool has run that long: SIGINT first (bpftrace prints its maps and exits),
     SIGKILL `grace_s` later. The tool's program text is never changed for this.
@@ -186,6 +200,9 @@ def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s:
     tool exits, and Trio forks children from cached worker threads that exit after 10 s idle. The
     watchdog instead holds a pidfd of the daemon *process*; its own PDEATHSIG (its parent is the
     single-threaded tool) ends it with the tool, so no watchdog outlives its tool.
+
+    `watchdog`: a standby's watchdog forked ahead (`prefork_watchdog`), handed the daemon's pidfd and the
+    deadline here instead of a fork now (a fork of this process takes ~0.4 ms); if it is gone, a fork.
     """
     pidfd = None
     if daemon_pid:
@@ -198,6 +215,10 @@ def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s:
             os._exit(125)
     if pidfd is None and deadline_s is None:
         return False
+    if watchdog is not None and _hand_over(watchdog, pidfd, deadline_s, grace_s):
+        if pidfd is not None:
+            os.close(pidfd)
+        return True
     tool = os.getpid()
     child = os.fork()
     if child:
@@ -211,11 +232,57 @@ def death_link(daemon_pid: int | None, deadline_s: float | None = None, grace_s:
     return True  # unreachable
 
 
-def _watch(tool: int, pidfd: int | None, deadline_s: float | None, grace_s: float) -> None:
-    """The watchdog (a child of the tool): wait for the tool to end, the daemon to exit or the deadline."""
-    import select
-    import time
+def prefork_watchdog() -> Any:
+    """A standby's death-link watchdog, forked while it waits: a child of this process (the tool to be)
+    that keeps nothing of it but a socket, and waits there for the run's daemon pidfd and deadline
+    (`death_link`), then watches as a watchdog forked at the run does (`_watch`). Without them (EOF: no
+    death link for this run, or no run) it leaves. It never executes anything, so that it is forked
+    before the run's capabilities and no_new_privs changes nothing it could use; a run with steps that
+    would change it (identity, a private /tmp: `forks_own_watchdog`) does not use it."""
+    import socket
 
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    tool = os.getpid()
+    child = os.fork()
+    if child:
+        theirs.close()
+        return ours
+    try:
+        tool_fd = _watchdog_setup(tool, keep=(theirs.fileno(),))
+        message, fds, _flags, _address = socket.recv_fds(theirs, 4096, 1)
+        theirs.close()
+        if message:
+            params = json.loads(message)
+            _watch(tool, fds[0] if fds else None, params["deadline_s"], float(params["grace_s"]), tool_fd)
+    finally:
+        os._exit(0)
+    return None  # unreachable
+
+
+def forks_own_watchdog(policy: dict[str, Any]) -> bool:
+    """Whether a run's death link must be forked at the run (not handed to a standby's watchdog): its
+    steps before the death link change the process beyond capabilities and no_new_privs."""
+    return bool(policy.get("namespaces") or policy.get("run_as") or policy.get("private_tmp")
+                or policy.get("foreground"))
+
+
+def _hand_over(watchdog: Any, pidfd: int | None, deadline_s: float | None, grace_s: float) -> bool:
+    import socket
+
+    message = json.dumps({"deadline_s": deadline_s, "grace_s": grace_s}).encode()
+    try:
+        socket.send_fds(watchdog, [message], [pidfd] if pidfd is not None else [])
+    except OSError:
+        return False  # it is gone (killed): the caller forks one
+    finally:
+        watchdog.close()
+    return True
+
+
+def _watchdog_setup(tool: int, keep: tuple[int, ...] = ()) -> int:
+    """The watchdog's first steps (a child of the tool): immune to the signals around it, killed with its
+    parent, a pidfd of the tool (returned), and no other descriptor but `keep`: the tool's pipes or pty
+    must see EOF when the tool ends, not later."""
     for sig in _WATCHDOG_IGNORES:
         signal.signal(sig, signal.SIG_IGN)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -225,12 +292,23 @@ def _watch(tool: int, pidfd: int | None, deadline_s: float | None, grace_s: floa
     tool_fd = os.pidfd_open(tool)
     if os.getppid() != tool:
         os._exit(0)
-    keep = sorted(fd for fd in (pidfd, tool_fd) if fd is not None)
     low = 0
-    for fd in keep:  # the tool's pipes or pty must see EOF when the tool ends, not later
+    for fd in sorted((*keep, tool_fd)):
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 65536)
+    return tool_fd
+
+
+def _watch(tool: int, pidfd: int | None, deadline_s: float | None, grace_s: float,
+           tool_fd: int | None = None) -> None:
+    """The watchdog (a child of the tool): wait for the tool to end, the daemon to exit or the deadline.
+    `tool_fd`: set up already (a watchdog forked ahead)."""
+    import select
+    import time
+
+    if tool_fd is None:
+        tool_fd = _watchdog_setup(tool, keep=() if pidfd is None else (pidfd,))
     poller = select.poll()
     poller.register(tool_fd, select.POLLIN)
     if pidfd is not None:
@@ -284,8 +362,9 @@ def take_identity(policy: dict[str, Any]) -> dict[str, Any]:
     return {"uid": uid, "gid": gid, "user_namespace": True, "idmapped": mapped}
 
 
-def apply(policy: dict[str, Any]) -> dict[str, Any]:
-    """Apply every step the policy asks for; returns what was applied (the tool sees it as DIAGD_SANDBOX)."""
+def apply(policy: dict[str, Any], watchdog: Any = None, last_cap: int | None = None) -> dict[str, Any]:
+    """Apply every step the policy asks for; returns what was applied (the tool sees it as DIAGD_SANDBOX).
+    `watchdog`, `last_cap`: what a standby prepared while it waited (`death_link`, `drop_capabilities`)."""
     report: dict[str, Any] = {"landlock": 0, "seccomp": False}
     try:
         who = take_identity(policy)
@@ -300,11 +379,12 @@ def apply(policy: dict[str, Any]) -> dict[str, Any]:
     if tmp and private_tmp(tmp, keep):
         report["private_tmp"] = tmp
     if policy.get("drop_caps", True):
-        report["caps"] = drop_capabilities(list(policy.get("keep_caps", ())))
+        report["caps"] = drop_capabilities(list(policy.get("keep_caps", ())), last_cap)
     prctl(PR_SET_NO_NEW_PRIVS, 1, what="PR_SET_NO_NEW_PRIVS")
     if policy.get("die_with") or policy.get("deadline_s"):
         deadline = policy.get("deadline_s")
-        report["death_link"] = death_link(policy.get("die_with"), None if deadline is None else float(deadline))
+        report["death_link"] = death_link(policy.get("die_with"), None if deadline is None else float(deadline),
+                                          watchdog=watchdog)
     families = policy.get("socket_families")
     use_seccomp = families is not None and seccomp_available()
     abi = 0 if policy.get("landlock") is False else landlock_abi()
@@ -402,22 +482,33 @@ def supervise(daemon_pid: int, argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:] == [STANDBY]:
+        return standby()
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: launcher.py POLICY_JSON -- PROGRAM [ARGS...]", file=sys.stderr)
+        print("usage: launcher.py POLICY_JSON -- PROGRAM [ARGS...]  |  launcher.py --standby", file=sys.stderr)
         return 2
-    policy = json.loads(argv[1])
-    tool = argv[3:]
+    return launch(json.loads(argv[1]), argv[3:], dict(os.environ))
+
+
+def launch(policy: dict[str, Any], tool: list[str], environ: dict[str, str], watchdog: Any = None,
+           last_cap: int | None = None) -> int:
+    """Apply `policy` to this process and execve `tool` with `environ` filtered by it (returns only on
+    failure: 126 the confinement, 127 the execve). `watchdog`, `last_cap`: a standby's, prepared ahead
+    (`death_link`, `drop_capabilities`)."""
     if policy.get("supervise"):
         return supervise(int(policy["die_with"]), tool)
     executable = os.fsencode(policy.get("executable") or tool[0])
     try:
         # Mapped before the filters go in, so the address is ours before anything else could take it.
         buffer = exec_once_buffer(executable) if policy.get("exec_once") else None
-        report = apply(policy)
+        report = apply(policy, watchdog, last_cap)
     except ConfineError as exc:
         print(f"diagd sandbox: {exc}", file=sys.stderr)
         return 126
-    env = tool_env(policy, dict(os.environ))
+    finally:
+        if watchdog is not None:
+            watchdog.close()  # handed over, or not needed: then it leaves (EOF)
+    env = tool_env(policy, environ)
     env["DIAGD_SANDBOX"] = json.dumps(report, separators=(",", ":"))
     if buffer is not None:
         err = execve_from(buffer, tool, env)
@@ -428,6 +519,72 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"diagd sandbox: cannot execute {tool[0]}: {exc.strerror}", file=sys.stderr)
     return 127
+
+
+# -- the standby: a launcher started ahead of need -----------------------------------------------------
+
+STANDBY = "--standby"
+MAX_REQUEST_BYTES = 8 * 1024 * 1024  # a run's policy, argv (a program is at most 64 KiB) and environment
+
+
+def standby() -> int:
+    """Wait, started and imported, for one run, then launch it as a cold launcher would (`launch`): the
+    interpreter's start and the imports (most of a cold launch) are done before the run is asked for,
+    and the death link's watchdog is forked (`prefork_watchdog`: it holds nothing until the run).
+
+    The run comes on stdin, which only the daemon holds (a pipe), as one JSON document ended by EOF:
+    {"args": [POLICY_JSON, "--", PROGRAM, ARGS...], "env": {...}}: the command line after the launcher's
+    path in `sandbox.wrap`'s argv, and the environment the daemon would have started it with. Nothing
+    is applied before it: every step of `apply` is taken after the go, for that run alone, exactly as
+    for a cold one. stdin then becomes /dev/null (a cold run's). EOF without a request (the daemon
+    retired it, or died): it leaves with 0, having run nothing."""
+    import gc
+    import select  # noqa: F401  (the death link's watchdog imports these: imported now, not after the go)
+    import time  # noqa: F401
+
+    last_cap = cap_last()  # a constant of the kernel, read now rather than after the go
+    watchdog = prefork_watchdog()
+    # The fork left every page of this process copy-on-write: a collection writes most of them now, so
+    # the run's steps do not take those faults (~190 between the go and the execve; ~95 after this).
+    gc.collect()
+    request = read_request(0)
+    if request is None:
+        return 0
+    args, environ = request.get("args"), request.get("env")
+    if not (isinstance(args, list) and len(args) >= 3 and args[1] == "--" and isinstance(environ, dict)
+            and all(isinstance(a, str) for a in args)):
+        print("diagd sandbox: a standby got a malformed request", file=sys.stderr)
+        return 2
+    policy = json.loads(args[0])
+    if not isinstance(policy, dict) or policy.get("supervise"):
+        print("diagd sandbox: a standby runs no supervisor", file=sys.stderr)
+        return 2
+    if forks_own_watchdog(policy):
+        watchdog.close()
+        watchdog = None
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return launch(policy, args[2:], {str(k): str(v) for k, v in environ.items()}, watchdog, last_cap)
+
+
+def read_request(fd: int) -> dict[str, Any] | None:
+    """The JSON document on `fd` up to EOF (at most MAX_REQUEST_BYTES); None when it is empty."""
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := os.read(fd, 1 << 16):
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            print(f"diagd sandbox: a standby's request exceeds {MAX_REQUEST_BYTES} bytes", file=sys.stderr)
+            raise SystemExit(2)
+        chunks.append(chunk)
+    if not chunks:
+        return None
+    request = json.loads(b"".join(chunks))
+    if not isinstance(request, dict):
+        print("diagd sandbox: a standby got a malformed request", file=sys.stderr)
+        raise SystemExit(2)
+    return request
 
 
 if __name__ == "__main__":

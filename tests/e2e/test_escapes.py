@@ -22,7 +22,7 @@ import trio
 from diagd.actors.sandbox import kernel
 from tests.actors.crash.test_escapes import ESCAPES
 from tests.conftest import DaemonProcess, Env, start_daemon
-from tests.e2e.test_crash import call, make_env
+from tests.e2e.test_crash import call, make_env, status
 from tests.fixtures.vmcore import VmcoreFixture, build
 from tests.support.bpftrace_harness import ensure_tracefs
 
@@ -233,20 +233,37 @@ async def test_bpftrace_cat_of_etc_shadow_fails_while_its_probes_still_work(conf
 
 
 def test_a_bpftrace_run_dies_with_its_daemon(tmp_path: Path) -> None:
+    # The run started on the standby launcher (the warm path), which the first run started; the waiting
+    # replacement leaves with the daemon too (EOF on its stdin).
     ensure_tracefs()
     gen = daemon_with(tmp_path)
     daemon = next(gen)
     try:
+        first = trio.run(lambda: daemon.call("exec_program", program='BEGIN { printf("cold\\n"); exit(); }'))
+        assert not first["_is_error"], first
+
+        def waiting() -> int | None:
+            found = [a["details"] for a in status(daemon.process)["actors"] if a["kind"] == "sandbox-standby"]
+            return found[0]["workers"][0]["pid"] if found and found[0]["waiting"] and found[0]["workers"] else None
+
+        deadline = time.monotonic() + 30
+        while (standby := waiting()) is None:
+            assert time.monotonic() < deadline, "no standby launcher waited"
+            time.sleep(0.05)
         started = trio.run(lambda: daemon.call("exec_program", program="interval:s:1 { printf(\"tick\\n\"); }",
                                                timeout=50))
         assert not started["_is_error"], started
         pid = started["pid"]
-        assert _alive(pid)
+        assert pid == standby and _alive(pid)
+        deadline = time.monotonic() + 30
+        while (replacement := waiting()) is None:
+            assert time.monotonic() < deadline, "no replacement standby launcher waited"
+            time.sleep(0.05)
         daemon.process.proc.send_signal(signal.SIGKILL)
         daemon.process.proc.wait()
         deadline = time.monotonic() + 10
-        while _alive(pid):
-            assert time.monotonic() < deadline, "bpftrace outlived the killed daemon"
+        while _alive(pid) or _alive(replacement):
+            assert time.monotonic() < deadline, "bpftrace or the standby launcher outlived the killed daemon"
             time.sleep(0.05)
     finally:
         gen.close()

@@ -63,9 +63,10 @@ def kd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KillDaemon]:
     # busy capture gets by default, would answer instead: tests/e2e/test_pcap_workers.py). No warm
     # tshark: these tests count the daemon's children and fds before and after a kill, and standbys
     # start on their own schedule (1 s after each use); their own reaping and replacement after a kill
-    # is tested in tests/actors/pcap/test_standby.py.
+    # is tested in tests/actors/pcap/test_standby.py. No standby launcher for bpftrace either, for the
+    # same reason (its kill: test_a_standby_launcher_killed_while_it_waits_is_reaped_and_replaced).
     env = fault_env(root, f"[daemon]\nallowed_dirs = {json.dumps(allowed)}\n[pcap]\nworkers_per_capture = 1\n"
-                          "warm_tshark = false\n", "kill")
+                          "warm_tshark = false\n[bpftrace]\nwarm_launcher = false\n", "kill")
     daemon = start_daemon(env)
     try:
         yield KillDaemon(daemon, root)
@@ -281,6 +282,40 @@ def test_a_warm_tshark_killed_while_it_waits_is_reaped_and_replaced(tmp_path: Pa
             again = c.ok("pcap_frames_by_filter", {"pcap_path": pcap("adrian_auth_failure.pcap"),
                                                    "display_filter": "ngap", "limit": 2})
         assert len(again["frames"]) == 2
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+@needs_bpftrace
+def test_a_standby_launcher_killed_while_it_waits_is_reaped_and_replaced(tmp_path: Path) -> None:
+    ensure_tracefs()
+    env = fault_env(tmp_path / "warm", "", "bwarm")
+    daemon = start_daemon(env)
+    kd = KillDaemon(daemon, tmp_path)
+    try:
+        with kd.control() as c:  # the first confined run starts the standby launcher
+            first = c.ok("exec_program", {"program": 'BEGIN { printf("cold\\n"); exit(); }'})
+            c.ok("get_result", {"execution_id": first["execution_id"], "wait_s": 30, "until": "done"})
+
+        def waiting(not_pid: int = 0) -> int | None:
+            actor = kd.actor("sandbox-standby", lambda d: bool(d["waiting"] and d["workers"]))
+            pid = actor["details"]["workers"][0]["pid"] if actor else None
+            return pid if pid and pid != not_pid else None
+
+        wait_for(lambda: waiting() is not None and not zombies(kd.pid), 30, "no standby launcher waited")
+        victim = waiting()
+        assert victim is not None
+        baseline, before, kids = fd_count(kd.pid), fd_targets(kd.pid), len(children(kd.pid))
+        kill(victim)
+        wait_for(lambda: waiting(victim) is not None, 30, "the killed standby launcher was not replaced")
+        assert not alive(victim)
+        assert_clean_after(kd, baseline, before, kids)  # its replacement holds what it held, no more
+        replacement = waiting()
+        with kd.control() as c:  # and runs still come, on the replacement
+            again = c.ok("exec_program", {"program": 'BEGIN { printf("warm\\n"); exit(); }'})
+            done = c.ok("get_result", {"execution_id": again["execution_id"], "wait_s": 30, "until": "done"})
+        assert again["pid"] == replacement and done["status"] == "completed" and done["output"][0] == "warm", done
     finally:
         daemon.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)

@@ -3,6 +3,7 @@ in-process daemon. Every wait is bounded; programs use few probes (detaching cos
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,11 +13,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors import system
+from diagd.actors import sandbox, system
 from diagd.actors.bpftrace import helpers, parse
 from diagd.actors.bpftrace.backend import run_command
+from diagd.actors.sandbox import standby
 from diagd.protocol.errors import ErrorCode
-from tests.support.bpftrace_harness import Harness, bpftrace_daemon, ensure_tracefs, needs_bpftrace
+from tests.support.bpftrace_harness import BPFTRACE, Harness, bpftrace_daemon, ensure_tracefs, needs_bpftrace
 
 pytestmark = needs_bpftrace
 
@@ -283,13 +285,30 @@ def child_processes() -> list[str]:
     return [Path(f"/proc/{pid}/stat").read_text() for pid in children if Path(f"/proc/{pid}").exists()]
 
 
+async def standby_waiting(h: Harness) -> int:
+    """The pid of the standby launcher waiting for the next run (the first confined run started it)."""
+    with trio.fail_after(30):
+        while True:
+            ref = h.daemon.supervisor.find(standby.KIND, "bpftrace")
+            details = ref.statistics()["details"] if ref is not None else {}
+            if details.get("waiting") and details.get("workers"):
+                return int(details["workers"][0]["pid"])
+            await trio.sleep(0.02)
+
+
+def served(h: Harness) -> int:
+    ref = h.daemon.supervisor.find(standby.KIND, "bpftrace")
+    return int(ref.statistics()["details"]["served"]) if ref is not None else 0
+
+
 async def test_runs_of_every_outcome_leave_no_fd_and_no_child_behind(tmp_path: Path) -> None:
     # Children this process had before (a module run earlier in this worker may leave some): only the
-    # runs' own must be gone.
+    # runs' own must be gone, and the standby launcher's once it is stopped.
     before = {stat.split()[0] for stat in child_processes()}
     async with bpftrace_daemon(tmp_path, {"linger_s": 0.01}) as h:
         baseline = open_fds()
         await h.run('BEGIN { printf("done\\n"); exit(); }')
+        await standby_waiting(h)  # the runs below start on it (or cold, when it is still starting)
         await h.run('interval:ms:10 { printf("x\\n"); }', timeout=0.3)
         await h.error("exec_program", {"program": "BEGIN { nope(); }"})
         killed = await h.call("exec_program", {"program": "interval:s:1 { }", "timeout": 30})
@@ -299,8 +318,56 @@ async def test_runs_of_every_outcome_leave_no_fd_and_no_child_behind(tmp_path: P
         with trio.fail_after(5):
             while h.backend.live:
                 await trio.sleep(0.02)
+        assert served(h) >= 1
+        launcher = h.daemon.supervisor.find(standby.KIND, "bpftrace")
+        assert launcher is not None
+        h.daemon.supervisor.stop(launcher.id, "test finished with it")
+        with trio.fail_after(15):
+            while open_fds() != baseline or [s for s in child_processes() if s.split()[0] not in before]:
+                await trio.sleep(0.02)
         assert open_fds() == baseline
         assert [stat for stat in child_processes() if stat.split()[0] not in before] == []
+
+
+def sandbox_of(pid: int) -> dict[str, object]:
+    """What a running bpftrace is held by, as the kernel shows it: capabilities, no_new_privs, seccomp,
+    and its environment (DIAGD_SANDBOX: the launcher's report, Landlock's ABI among it)."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return {**{k: status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb", "NoNewPrivs",
+                                                "Seccomp", "Seccomp_filters")},
+            "environ": sorted(e for e in environ if e), "exe": os.readlink(f"/proc/{pid}/exe")}
+
+
+async def test_a_run_on_the_standby_launcher_is_held_as_a_cold_one(tmp_path: Path) -> None:
+    program = 'interval:ms:100 { printf("tick\\n"); }'
+    async with bpftrace_daemon(tmp_path) as h:
+        cold = await h.call("exec_program", {"program": program, "timeout": 30})
+        assert served(h) == 0
+        held_cold = sandbox_of(cold["pid"])
+        await h.call("stop_execution", {"execution_id": cold["execution_id"]})
+        waiting = await standby_waiting(h)
+        warm = await h.call("exec_program", {"program": program, "timeout": 30})
+        assert warm["pid"] == waiting and served(h) == 1  # the standby became the run's bpftrace
+        held_warm = sandbox_of(warm["pid"])
+        await h.call("stop_execution", {"execution_id": warm["execution_id"]})
+        assert held_warm == held_cold and held_warm["exe"] == os.path.realpath(BPFTRACE)
+        report = json.loads(next(e for e in held_warm["environ"] if e.startswith("DIAGD_SANDBOX="))[14:])
+        assert report["landlock"] == sandbox.landlock_abi() and report["seccomp"] and report["death_link"]
+        await standby_waiting(h)
+        shadow = await h.run('interval:ms:100 { cat("/etc/shadow"); printf("tick\\n"); exit(); }')
+        assert served(h) == 2 and "tick" in shadow["output"]
+        assert not [line for line in shadow["output"] if "root:" in line]
+        assert any("/etc/shadow" in w and "Permission denied" in w for w in shadow["warnings"]), shadow
+
+
+async def test_without_warm_launcher_every_run_is_cold(tmp_path: Path) -> None:
+    async with bpftrace_daemon(tmp_path, {"warm_launcher": False}) as h:
+        for _ in range(2):
+            done = await h.run('BEGIN { printf("cold\\n"); exit(); }')
+            assert done["output"][0] == "cold"
+        await trio.sleep(0.2)
+        assert h.daemon.supervisor.find(standby.KIND, "bpftrace") is None
 
 
 async def test_a_filter_bpftrace_rejects_is_an_invalid_argument(tmp_path: Path) -> None:

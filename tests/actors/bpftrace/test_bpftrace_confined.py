@@ -4,6 +4,8 @@ confined."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from dataclasses import replace
 
@@ -15,17 +17,26 @@ from diagd.actors.bpftrace.settings import (
     check_confinement,
     file_helpers,
 )
+from diagd.actors.sandbox import standby
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.bpftrace_harness import ensure_tracefs, needs_bpftrace
 
 
 @needs_bpftrace
-def test_a_run_nobody_stops_ends_by_itself_with_the_users_program_untouched() -> None:
+@pytest.mark.parametrize("launch", ["cold", "standby"])
+def test_a_run_nobody_stops_ends_by_itself_with_the_users_program_untouched(launch: str) -> None:
     ensure_tracefs()
     settings = BpftraceSettings(start_timeout_s=1.0)
     argv = settings.run_command('BEGIN { printf("start\\n"); } interval:ms:500 { @ticks = count(); }', "text", 1)
     assert argv[-1] == 'BEGIN { printf("start\\n"); } interval:ms:500 { @ticks = count(); }'
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if launch == "standby":  # the deadline reaches the watchdog the standby forked while it waited
+        waiting = subprocess.Popen([*standby.launcher_prefix(), standby.STANDBY], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = waiting.communicate(json.dumps({"args": standby.request_of(argv), "env": dict(os.environ)}),
+                                       timeout=60)
+        done = subprocess.CompletedProcess(argv, waiting.returncode, out, err)
+    else:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     # the launcher's watchdog sent SIGINT at its deadline: bpftrace printed its maps and exited normally
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line.strip()]

@@ -185,6 +185,27 @@ async def test_the_head_start_ends_in_time_or_when_a_call_needs_sharkd(autojump_
         assert load_started_at(script) == [opened]
 
 
+async def test_a_first_answer_can_hold_the_head_start_until_its_reply_is_on_its_way(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """end_head_start_after: the background reads begin that much later (a text search's answer, whose
+    reply of hundreds of matches then has the cores), or sooner when a call needs sharkd."""
+    script = Script(load_s=30)
+    async with capture(script, head_start_s=0.5) as workers:
+        opened = trio.current_time()
+        workers.end_head_start_after(0.1)
+        await trio.sleep(0.05)
+        assert load_started_at(script) == []
+        await trio.sleep(0.1)
+        assert load_started_at(script) == [pytest.approx(opened + 0.1)]
+    script = Script(load_s=30)
+    async with capture(script, head_start_s=0.5) as workers:
+        opened = trio.current_time()
+        workers.end_head_start_after(0.3)
+        await trio.sleep(0.05)
+        await loaded(workers)  # a call that needs sharkd ends it at once
+        assert load_started_at(script) == [pytest.approx(opened + 0.05)]
+
+
 async def test_a_load_nobody_waited_for_fails_and_the_next_call_loads_anew(
         autojump_clock: trio.testing.MockClock) -> None:
     """The first page came from tshark while sharkd loaded; then the loading sharkd was killed (or

@@ -18,12 +18,15 @@ import trio.testing
 from diagd.actors import _user_regex
 from diagd.actors._subprocess import Head
 from diagd.actors.base import Request
+from diagd.actors.pcap import text as text_mod
+from diagd.actors.pcap import text_scan
 from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.actor import PcapActor
 from diagd.actors.pcap.capture import CaptureSpec
 from diagd.actors.pcap.messages import TextSearch
 from diagd.actors.pcap.pool import CaptureState
 from diagd.actors.pcap.session import CaptureSession
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 FRAMES = 20
 
@@ -127,6 +130,7 @@ async def test_a_spent_time_budget_stops_the_scan_and_says_how_far_it_got(
     # Frames 1..6 are fetched by t=6 (the 6th started at t=5 < 5.5); the 7th would start past the budget.
     assert result["complete"] is False and result["stopped_because"] == "time_budget"
     assert result["frames_scanned"] == 6 and result["frames_total"] == FRAMES
+    assert actor.fetched == list(range(1, 7)) and trio.current_time() - start == pytest.approx(6)  # none read ahead
     assert result["searched_frames"] == [1, 6] and result["next_offset"] == 6 and result["has_more"] is True
     assert [m["frame_number"] for m in result["matches"]] == [3]
     assert result["note"].startswith("INCOMPLETE: searched 6 of the 20 frames")
@@ -138,6 +142,41 @@ async def test_a_spent_time_budget_stops_the_scan_and_says_how_far_it_got(
     # A complete answer is cached whatever moment the call had to stop by.
     third = await ask(actor, stop_at=trio.current_time() + 7200)
     assert third["cached"] is True
+
+
+async def test_a_frame_sharkd_cannot_read_fails_the_search_with_its_own_error(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """sharkd's error on a batch read ahead reaches the caller as it is, not in an exception group."""
+    actor = FakeCapture()
+    read = actor.trees_of
+
+    async def failing(request: Request, numbers: Sequence[int], *, keep: bool = True) -> list[dict[str, Any]]:
+        if 7 in numbers:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, "sharkd died")
+        return await read(request, numbers, keep=keep)
+
+    actor.trees_of = failing  # type: ignore[method-assign]
+    with pytest.raises(DiagdError, match="sharkd died"):
+        await ask(actor, stop_at=trio.current_time() + 3600)
+
+
+async def test_with_a_second_worker_free_two_batches_are_read_at_once(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan asks sharkd for the next batch while it searches the one it has; with a second
+    worker free, for the next two (each read on its own worker: here trees of two batches come in
+    parallel). The answer is the same."""
+    monkeypatch.setattr(text_scan, "SCAN_BATCH", 5)
+    one, two = FakeCapture(), FakeCapture()
+    two.workers = SimpleNamespace(  # type: ignore[assignment]
+        state=CaptureState.LOADING, pool=SimpleNamespace(free_count=lambda: 2))
+    start = trio.current_time()
+    alone = await ask(one, stop_at=start + 3600)
+    sequential = trio.current_time() - start
+    start = trio.current_time()
+    both = await ask(two, stop_at=start + 3600)
+    assert sequential == pytest.approx(FRAMES) and trio.current_time() - start < 0.7 * FRAMES
+    assert sorted(two.fetched) == list(range(1, FRAMES + 1))
+    assert [m["frame_number"] for m in both["matches"]] == [m["frame_number"] for m in alone["matches"]] == [3, 17]
 
 
 async def test_limit_and_max_matches_are_reported_as_incomplete(autojump_clock: trio.testing.MockClock) -> None:
@@ -174,8 +213,10 @@ async def test_a_loaded_capture_reads_from_sharkd_only_frames_a_single_pass_does
         autojump_clock: trio.testing.MockClock) -> None:
     ruled = PlainCapture()
     result = await ask(ruled, limit=FRAMES, stop_at=trio.current_time() + 3600)
-    assert ruled.passes and ruled.fetched == [3, 17]  # only the frames whose text holds the needle
-    assert result["frames_ruled_out"] == FRAMES - 2 and result["complete"] is True
+    # Frame 1 is read while the pass runs (the probe's first frame); then only the frames whose text
+    # holds the needle.
+    assert ruled.passes and ruled.fetched == [1, 3, 17]
+    assert result["frames_ruled_out"] == FRAMES - 3 and result["complete"] is True
     # The same answer as reading every frame from sharkd (a fake never rules out "Some Protocol").
     everything = FakeCapture()
     plain = await ask(everything, limit=FRAMES, stop_at=trio.current_time() + 3600)
@@ -184,6 +225,77 @@ async def test_a_loaded_capture_reads_from_sharkd_only_frames_a_single_pass_does
     # Frame 3's "previous displayed" delta comes from frame 2's arrival time, read from the single pass.
     delta = await ask(PlainCapture(), query="previous displayed frame: 1.000000001", limit=FRAMES, offset=0)
     assert [m["frame_number"] for m in delta["matches"]][:2] == [2, 3]
+
+
+class SlowPassCapture(PlainCapture):
+    """A plain capture whose rule-out pass takes `pass_s` virtual seconds; `holding`: the frames whose
+    text holds the needle (the rest hold hay)."""
+
+    def __init__(self, pass_s: float, holding: set[int]) -> None:
+        super().__init__()
+        self.holding = holding
+        self.stopped_passes = 0
+
+        async def run_head(argv: list[str], limit: int | None, *, max_line: int = 1 << 20,
+                           records: str | None = None) -> Head:
+            self.passes.append(argv)
+            try:
+                await trio.sleep(pass_s)
+            except trio.Cancelled:
+                self.stopped_passes += 1
+                raise
+            numbers = re.search(r"frame\.number in \{([^}]*)\}", argv[argv.index("-Y") + 1])
+            assert numbers is not None and numbers.group(1) == f"1..{FRAMES}"
+            lines = [line for n in range(1, FRAMES + 1)
+                     for line in (*tree_mod.render(tree(n, self.protocol, n in holding), sources=None).split("\n"), "")]
+            return Head([], False, 0, "", "\n".join(lines))
+
+        self.run_head = run_head
+
+    async def trees_of(self, request: Request, numbers: Sequence[int], *, keep: bool = True) -> list[dict[str, Any]]:
+        for number in numbers:
+            if number not in self.trees:
+                await trio.sleep(1)
+                self.fetched.append(number)
+                self.trees[number] = {"tree": tree(number, self.protocol, number in self.holding), "bytes": ""}
+        return [self.trees[number] for number in numbers]
+
+
+def tree(number: int, protocol: str, holding: bool) -> list[dict[str, Any]]:
+    nodes = frame_tree(number, protocol)
+    nodes[1]["n"][0]["l"] = "needle here" if holding else "hay"
+    return nodes
+
+
+async def test_a_dense_page_stops_the_rule_out_pass_and_reads_every_frame(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The probe (frames spread over the page, read while the pass runs) finds the needle in most
+    frames: the pass would rule out few, so it is stopped and every frame is read, not waited for."""
+    capture = SlowPassCapture(pass_s=100, holding=set(range(1, FRAMES + 1)) - {4})
+    start = trio.current_time()
+    result = await ask(capture, limit=FRAMES, stop_at=start + 3600)
+    assert capture.stopped_passes == 1
+    # The probe spreads over every other frame (1, 3, ..., 19); 6 of those (1 alone, then 5) already
+    # hold the needle: the rest of the probe could not make the page sparse.
+    probe = list(range(1, FRAMES + 1, FRAMES // text_scan.PROBE_FRAMES))[:1 + text_scan.PROBE_BATCH]
+    assert capture.fetched == probe + [n for n in range(1, FRAMES + 1) if n not in probe]
+    assert trio.current_time() - start == pytest.approx(FRAMES)  # each frame read once, the pass not waited for
+    assert "frames_ruled_out" not in result and result["frames_scanned"] == FRAMES
+    assert [m["frame_number"] for m in result["matches"]] == [n for n in range(1, FRAMES + 1) if n != 4]
+
+
+async def test_a_sparse_page_waits_for_the_rule_out_pass_after_the_probe(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The probe finds the needle in few frames: the scan waits for the pass, then reads only the
+    frames it did not rule out (frame 18 here; 3 was in the probe)."""
+    capture = SlowPassCapture(pass_s=30, holding={3, 18})
+    start = trio.current_time()
+    result = await ask(capture, limit=FRAMES, stop_at=start + 3600)
+    probe = list(range(1, FRAMES + 1, FRAMES // text_scan.PROBE_FRAMES))
+    assert capture.passes and capture.stopped_passes == 0 and capture.fetched == [*probe, 18]
+    assert trio.current_time() - start == pytest.approx(30 + 1)  # the pass, then frame 18
+    assert result["frames_ruled_out"] == FRAMES - len(probe) - 1
+    assert [m["frame_number"] for m in result["matches"]] == [3, 18]
 
 
 async def test_a_literal_a_second_pass_could_add_is_read_from_sharkd_in_every_frame(
@@ -223,6 +335,26 @@ async def test_a_capture_still_loading_is_searched_in_a_single_pass_with_marks(
     assert [m["frame_number"] for m in result["matches"]] == [3]
     assert result["matches"][0]["provisional"] == ["line", "snippet"]  # "Some Protocol" was never measured
     assert result["cached"] is False and "next_offset" in result and result["next_offset"] == 10
+
+
+async def test_a_fresh_captures_search_ends_the_head_start_after_its_answer(
+        autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture's background reads (sharkd's load, sha256, the count) wait for the search's own
+    matching, not only for its pass, and for its reply's way to the client (REPLY_HEAD_START_S): beside
+    them that Python work and the reply ran at a fraction of a core."""
+    actor = LoadingCapture(pass_s=2)
+    order: list[str] = []
+    mark = text_scan.take_frames
+
+    def marking(*args: Any, **kwargs: Any) -> bool:
+        order.append("marked")
+        return mark(*args, **kwargs)
+
+    monkeypatch.setattr(text_scan, "take_frames", marking)
+    actor.workers = SimpleNamespace(  # type: ignore[assignment]
+        state=CaptureState.LOADING, end_head_start_after=lambda delay_s: order.append(f"head start over in {delay_s}"))
+    await ask(actor, limit=10, kinds=(), stop_at=trio.current_time() + 60)
+    assert order == ["marked", f"head start over in {text_mod.REPLY_HEAD_START_S}"]
 
 
 async def test_a_single_pass_past_the_calls_time_gives_way_to_sharkds_search(
@@ -279,6 +411,23 @@ async def test_a_filter_not_counted_takes_its_page_from_a_single_pass_and_rules_
     again = await ask(capture, display_filter="someproto", kinds=(), limit=10, stop_at=trio.current_time() + 60)
     assert "served_by" not in again and again["frames_total"] == FRAMES
     assert [m["frame_number"] for m in again["matches"]] == [m["frame_number"] for m in first["matches"]] == [3]
+
+
+async def test_a_filter_not_counted_whose_first_page_found_its_frames_runs_no_pass_for_them(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The filter's first page came from a single pass (CaptureWorkers kept the frame numbers it found):
+    the search's page is read from them, and only the rule-out pass of those frames runs, beside the scan."""
+    capture, passes = UncountedCapture(), PlainCapture()
+    capture.run_head = passes.run_head  # the rule-out pass's text of the frame set it is given
+    capture.workers = SimpleNamespace(  # type: ignore[assignment]
+        first_numbers=lambda flt: (list(range(1, FRAMES + 1)), False),
+        pool=SimpleNamespace(holders=lambda flt: [], free_count=lambda: 1))
+    found = await ask(capture, display_filter="someproto", kinds=(), limit=FRAMES, stop_at=trio.current_time() + 60)
+    assert len(passes.passes) == 1 and f"frame.number in {{1..{FRAMES}}}" in passes.passes[0]
+    assert capture.fetched == [1, 3, 17] and found["frames_ruled_out"] == FRAMES - 3  # frame 1: the probe's
+    assert found["served_by"].startswith("tshark and sharkd") and found["frames_scanned"] == FRAMES
+    assert found["total_exact"] is False and found["total_at_least"] == found["frames_total"] == FRAMES + 1
+    assert [m["frame_number"] for m in found["matches"]] == [3, 17]
 
 
 async def test_a_regex_on_a_filter_not_counted_takes_only_frame_numbers_from_the_pass(
