@@ -382,13 +382,13 @@ class BpftraceExecution(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         ex = self.execution
         match request.message:
-            case Page(offset=offset, limit=limit, times=times):
+            case Page(offset=offset, limit=limit, times=times) as page:
                 if not self._finished:
                     self._apply_diagnostics(parse_stderr(self.stderr.text()))
-                return dict(ex.page(offset, limit, times=times))  # the reply model is a dict
-            case Stop():
+                return page.reply(ex.page(offset, limit, times=times))
+            case Stop() as stop:
                 self.request_stop(StopReason.REQUESTED)
-                return dict(ex.summary())
+                return stop.reply(ex.summary())
         raise unhandled("bpftrace", request)
 
     def statistics(self) -> dict[str, Any]:

@@ -16,11 +16,10 @@ import trio
 
 from diagd.actors import system
 from diagd.actors._subprocess import Spawn, open_process, run
-from diagd.actors.base import ActorGone
+from diagd.actors.base import ActorGone, Message, ReplyT
 from diagd.actors.bpftrace.actor import KIND, PROGRESS_INTERVAL_S, BpftraceExecution, Slot, log
 from diagd.actors.bpftrace.execution import Execution
 from diagd.actors.bpftrace.helpers import UNKNOWN, Helper, merged_helpers, read_installed_man_page, verification_program
-from diagd.actors.bpftrace.messages import Page, Stop
 from diagd.actors.bpftrace.parse import classify_failure, parse_stderr
 from diagd.actors.bpftrace.probes import listing_warning
 from diagd.actors.bpftrace.replies import HelpersReply
@@ -165,19 +164,20 @@ class BpftraceBackend:
     def live_executions(self) -> list[Execution]:
         return [actor.execution for actor in self.live.values()]
 
-    async def ask(self, ctx: CallContext, execution_id: str, message: Page | Stop) -> dict[str, Any] | None:
+    async def ask(self, ctx: CallContext, execution_id: str, message: Message[ReplyT]) -> ReplyT | None:
         """Ask the execution's live actor; None when it has gone (the store has the final state)."""
         ref = self.runtime.find(KIND, execution_id) if execution_id in self.live else None
         if ref is None:
             return None
         try:
-            return await self.runtime.ask(ref, message, progress=ctx.progress)
+            reply: ReplyT = await self.runtime.ask(ref, message, progress=ctx.progress)
         except ActorGone:
             return None
         except DiagdError as exc:
             if exc.code in (ErrorCode.ACTOR_FAILED, ErrorCode.CANCELLED) and execution_id not in self.live:
                 return None
             raise
+        return reply
 
     async def load(self, execution_id: str) -> Execution:
         self.store.path(execution_id)  # validates the id

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diagd.actors.base import Message
+from diagd.actors.bpftrace.replies import PageReply, Summary
+
 
 @dataclass(frozen=True)
-class Page:
+class Page(Message[PageReply]):
     """get_result: the buffered output from `offset`, at most `limit` lines, with the run's state."""
 
     offset: int
@@ -18,5 +21,5 @@ class Page:
 
 
 @dataclass(frozen=True)
-class Stop:
+class Stop(Message[Summary]):
     """stop_execution: stop the run gracefully; answers the state at once while the stop goes on."""

@@ -6,7 +6,7 @@ the reply; waiting for output reads the run's single-writer `Execution` (see `Bp
 from __future__ import annotations
 
 import contextlib
-from typing import Any, cast
+from typing import Any
 
 import trio
 
@@ -176,7 +176,7 @@ async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str,
     page = await backend.ask(ctx, execution_id, Page(offset, limit, args["times"]))
     if page is None:
         return (await backend.load(execution_id)).page(offset, limit, times=args["times"])
-    return cast(PageReply, page)
+    return page
 
 
 @tools.tool(
