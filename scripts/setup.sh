@@ -90,6 +90,7 @@ if [ "$action" = test ]; then
     systemd                                                    # systemd-analyze verify for the units
     openssh-server                                             # the private sshd the --ssh tests start
     tcpreplay iproute2                                         # live capture tests: replay into a veth pair
+    chromium                                                   # the views' browser tests (Playwright drives Debian's build)
   )
   apt_install "${toolchain[@]}"
   if [ -z "$had_sshd" ]; then
