@@ -51,6 +51,9 @@ class CallContext:
     # The arguments were typed on a command line (`diagd call key=value`): a number where the schema
     # wants a string is the text typed (`payload=12`). From an agent, it is a mistake refused.
     typed: bool = False
+    # The client renders MCP Apps views (it declared the extension, docs/views.md): a tool with a view may
+    # add what only the view reads. Any other client gets exactly the reply it got before views existed.
+    views: bool = False
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress is not None:
@@ -105,6 +108,9 @@ class ToolSpec:
     # The back end that registered it (its runtime's name; "diagd" for the daemon's own tools):
     # clients choose the groups they see (`diagd mcp --tools pcap`).
     group: str = ""
+    # The tool's view (an MCP Apps `ui://` resource, docs/views.md), or None. A host that renders MCP Apps
+    # shows the tool's result in it; tools/list names it only when it is built (daemon/app_views.py).
+    ui: str | None = None
 
     @functools.cached_property
     def output_schema(self) -> dict[str, Any] | None:
@@ -144,12 +150,16 @@ class ToolSet(Generic[B]):
              required: Sequence[str] = (), title: str | None = None,
              input_schema: dict[str, Any] | None = None, read_only: bool = True, destructive: bool = False,
              idempotent: bool = True, timeout_s: float | Callable[[], float] | None = None,
+             ui: str | None = None,
              ) -> Callable[[ToolHandler[B]], ToolHandler[B]]:
         """Declare a tool. `props` (and `required`) make a closed input object; `input_schema` gives a
         whole schema instead. Every tool states what it returns: the handler's return annotation is
-        its reply model (a TypedDict), from which its outputSchema is generated."""
+        its reply model (a TypedDict), from which its outputSchema is generated. `ui` names the tool's
+        view (`ui://diagd/<name>`: daemon/views/src/views/<name>.html, docs/views.md)."""
         if props is not None and input_schema is not None:
             raise ValueError(f"tool {name!r}: give props or input_schema, not both")
+        if ui is not None and not ui.startswith("ui://"):
+            raise ValueError(f"tool {name!r}: ui must be a ui:// resource URI, not {ui!r}")
         schema = input_schema if input_schema is not None else object_schema(props or {}, required, closed=True)
 
         def declare(handler: ToolHandler[B]) -> ToolHandler[B]:
@@ -158,7 +168,7 @@ class ToolSet(Generic[B]):
             reply = _reply_model(name, handler)
             spec = ToolSpec(name=name, description=description, input_schema=schema, handler=_unbound,
                             reply=reply, read_only=read_only, destructive=destructive,
-                            idempotent=idempotent, timeout_s=timeout_s, title=title)
+                            idempotent=idempotent, timeout_s=timeout_s, title=title, ui=ui)
             self._declared[name] = _Declared(spec, handler)
             return handler
         return declare

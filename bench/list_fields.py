@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _daemon import isolated_daemon
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
-from diagd.actors.pcap.field_search import Row, fast_scan, field_text, scan_per_field, search_fields
-from diagd.actors.pcap.wireshark import Catalogue, catalogue
+from diagd.actors.pcap.answers.field_search import Row, fast_scan, field_text, scan_per_field, search_fields
+from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
 
 QUERIES: list[tuple[str, bool]] = [
     ("ngap", False), ("cause", False), ("zzzzqq", False), ("e", False), ("\u00b5", False),
@@ -58,7 +58,7 @@ def median_s(repeats: int, fn: Callable[[], Any]) -> float:
 
 
 async def in_process(repeats: int) -> tuple[float, list[dict[str, Any]]]:
-    cat = await catalogue()
+    cat = await read_catalogue()
     start = time.perf_counter()
     await field_text(cat)
     build_s = time.perf_counter() - start

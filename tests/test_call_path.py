@@ -68,8 +68,8 @@ LEAF_UTILITIES = {
     "diagd.protocol.errors",  # DiagdError: raised wherever a call is refused
     "diagd.actors.tooling",  # CallContext (a value) and small helpers (caller_cwd, schema defaults)
     "diagd.actors.pcap.messages",  # frozen messages: built by the tools, hashed and matched by the actor
-    "diagd.actors.pcap.capture",  # CaptureSpec: built by the back end, its key read where actors are found
-    "diagd.actors.pcap.rows",  # pure row shaping: the tools build the equivalent tshark argv, the actor the rows
+    "diagd.actors.pcap.engine.capture",  # CaptureSpec: built by the back end, its key read where actors are found
+    "diagd.actors.pcap.shark.rows",  # pure row shaping: the tools build the equivalent tshark argv, the actor the rows
     # Child-process lifecycle (open, drain, reap, stop): used by each owner of a process the call reaches,
     # the capture's sharkd workers and the warm tshark that found the page's frames (standby.py); on a
     # call's success path it calls no diagd module (its errors are built only when a child fails).

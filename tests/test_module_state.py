@@ -41,25 +41,11 @@ from pathlib import Path
 TOP = Path(__file__).resolve().parent.parent
 FOLDERS = ("actors",)
 
-PCAP_LAYERING = "moves with the pcap layering of issue 44 (a Wireshark facts object per tshark version)"
 # (module, name) -> why it may stay for now: state in modules other work is rewriting, or reached only through
 # a free function those modules call (its state can move only with the call). Everything else has moved into
-# an object its back end owns (PcapBackend.digests, Catalogue.tcp_decodes, CaptureBackend.recording_stops,
-# ToolSpec.output_schema).
+# an object its back end owns (PcapBackend.digests, PcapBackend.wireshark, Catalogue.tcp_decodes,
+# CaptureBackend.recording_stops, ToolSpec.output_schema).
 ALLOWED: dict[tuple[str, str], str] = {
-    # pcap/tshark.py, being rewritten: the capinfos facts per file version and the counts running.
-    ("actors/pcap/tshark.py", "_facts"): PCAP_LAYERING,
-    ("actors/pcap/tshark.py", "_counting"): PCAP_LAYERING,
-    # The field catalogue, one per daemon: pcap/tools.py (and bench/list_fields.py) call `catalogue()`.
-    ("actors/pcap/wireshark.py", "_catalogue"): PCAP_LAYERING + "; called as catalogue() from pcap/tools.py",
-    ("actors/pcap/wireshark.py", "_catalogue_lock"): PCAP_LAYERING + "; called as catalogue() from pcap/tools.py",
-    # The decode-as probes per file version: pcap/tools.py calls `decode_check.begin_probe`.
-    ("actors/pcap/decode_check.py", "_PROBES"): PCAP_LAYERING + "; called as begin_probe() from pcap/tools.py",
-    ("actors/pcap/decode_check.py", "_RUNNING"): PCAP_LAYERING + "; called as begin_probe() from pcap/tools.py",
-    # Memos of pure functions of code-defined shapes and a search's literal: reached through
-    # `single_pass_text.cannot_gain`, which pcap/text.py calls.
-    ("actors/pcap/single_pass_text.py", "layers_that_may_gain"): PCAP_LAYERING + "; called from pcap/text.py",
-    ("actors/pcap/single_pass_text.py", "_nfa_of"): PCAP_LAYERING + "; called from pcap/text.py",
     # sandbox/namespaces.py, being rewritten: whether bubblewrap can make namespaces here, probed once.
     ("actors/sandbox/namespaces.py", "available"): "moves with the sandbox work under way (a launcher's probe)",
 }

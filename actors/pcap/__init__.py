@@ -1,10 +1,12 @@
 """The pcap back end: one warm `sharkd` worker per capture, on Wireshark's own dissectors.
 
 `register(runtime)` declares its tools (tools.py); the actor (actor.py) owns one loaded capture.
-Helpers: sharkd.py (the worker protocol), tshark.py (cold tshark/capinfos passes), wireshark.py (the
-field catalogue, decode-as rules), tree.py (protocol trees as tshark -V text), ngap (N2 summaries),
-mask.py (subscriber-identity masking at the tool boundary), field_search.py (pcap_list_fields),
-standby.py (the warm tshark that early passes run on: an actor per tshark argv).
+Beside them at the top: the back end's state (backend.py), the actor's questions (messages.py), the
+replies and schemas, settings.py, sequence_tool.py and timeline_source.py. The helpers are layered
+subpackages, each importing only those below it (the layers contract in pyproject.toml):
+answers/ (each tool's answer from a loaded capture) > engine/ (sharkd workers, filter passes, caches)
+> warm/ (early-stopping and warm tsharks) > ngap/ (N2 summaries) | masking/ (subscriber-identity
+masking at the tool boundary) > shark/ (sharkd, tshark, the field catalogue, protocol trees).
 """
 
 from diagd.actors.pcap import timeline_source, tools

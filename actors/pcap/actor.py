@@ -27,9 +27,12 @@ import trio
 
 from diagd.actors._subprocess import RunHead, head
 from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap import answers, stats, text
 from diagd.actors.pcap import ngap as ngap_summary
-from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.answers import answers, stats, text
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.passes import Cores, EarlyNumbers, EarlyRows, Page
+from diagd.actors.pcap.engine.pool import CaptureState, Headroom, Launch
+from diagd.actors.pcap.engine.session import CaptureSession, check_length
 from diagd.actors.pcap.messages import (
     Check,
     Detail,
@@ -46,11 +49,9 @@ from diagd.actors.pcap.messages import (
     Timeline,
     cache_key,
 )
-from diagd.actors.pcap.passes import Cores, EarlyNumbers, EarlyRows, Page
-from diagd.actors.pcap.pool import CaptureState, Headroom, Launch
-from diagd.actors.pcap.session import CaptureSession, check_length
-from diagd.actors.pcap.sharkd import Sharkd
-from diagd.actors.pcap.wireshark import Digests
+from diagd.actors.pcap.shark.facts import Wireshark
+from diagd.actors.pcap.shark.sharkd import Sharkd
+from diagd.actors.pcap.shark.wireshark import Digests
 
 log = structlog.get_logger("diagd.pcap")
 
@@ -69,12 +70,14 @@ class PcapActor(Actor):
     def __init__(self, resource: str, settings: CaptureSpec, *, max_workers: int = 2,
                  headroom: Headroom = lambda: None, cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
-                 run_head: RunHead = head, memory_budget: int | None = None, digests: Digests | None = None) -> None:
+                 run_head: RunHead = head, memory_budget: int | None = None, digests: Digests | None = None,
+                 wireshark: Wireshark | None = None) -> None:
         super().__init__(resource, settings)
         self.spec = settings
         self.session = CaptureSession(settings, max_workers=max_workers, headroom=headroom, cores=cores,
                                       launch=launch, early_numbers=early_numbers, early_rows=early_rows,
-                                      run_head=run_head, memory_budget=memory_budget, digests=digests)
+                                      run_head=run_head, memory_budget=memory_budget, digests=digests,
+                                      wireshark=wireshark)
 
     async def start(self, nursery: trio.Nursery) -> None:
         await self.session.start(nursery)

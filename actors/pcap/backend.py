@@ -19,15 +19,17 @@ import structlog
 import trio
 
 from diagd.actors._paths import create_new, made_stem, resolve_allowed
-from diagd.actors.pcap import decode_check, first_page, standby
-from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND, PcapActor
-from diagd.actors.pcap.capture import CaptureSpec
-from diagd.actors.pcap.captures import Evict, LoadedCaptures
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.captures import Evict, LoadedCaptures
+from diagd.actors.pcap.engine.passes import Cores
 from diagd.actors.pcap.messages import PcapMessage
-from diagd.actors.pcap.passes import Cores
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.wireshark import Digests, catalogue, file_identity, parse_decode_as
+from diagd.actors.pcap.shark import decode_check
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.shark.facts import Wireshark
+from diagd.actors.pcap.shark.wireshark import Catalogue, Digests, file_identity, parse_decode_as
+from diagd.actors.pcap.warm import first_page, standby
 from diagd.actors.runtime import BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
@@ -44,15 +46,18 @@ LATER_STANDBY_S = 2 * standby.REPLACE_AFTER_S
 
 
 class PcapBackend:
-    """Daemon-side state of the pcap back end: settings, capture keys, the loaded captures."""
+    """Daemon-side state of the pcap back end: settings, capture keys, the loaded captures, what its tshark said."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.captures = LoadedCaptures()
         self.cores = Cores()  # the daemon's cores, shared by every capture's passes and early tshark runs
         self._parsed: tuple[BackendConfig, PcapSettings] | None = None
+        # What the daemon's tshark has said (facts.py): its field catalogue, capinfos' counts per file
+        # version, the decode-as probes; handed to the tools, the captures' sessions and the warm tsharks.
+        self.wireshark = Wireshark()
         # The warm tshark each capture's early passes run on (standby.py): the actors ask it directly.
-        self.warm = standby.WarmTsharks(runtime)
+        self.warm = standby.WarmTsharks(runtime, self.wireshark)
         self.digests = Digests()  # each capture file version's sha256, hashed once (its sessions' too)
 
     @property
@@ -93,16 +98,16 @@ class PcapBackend:
                                  profiles=sorted(settings.profiles))
             profile = settings.profiles[profile_name]
         decode_as = [*profile.get("decode_as", []), *_as_list(args.get("decode_as"))]
-        cat = await catalogue()
+        cat = await self.catalogue()
         parsed = [(rule, *parse_decode_as(rule, cat)) for rule in dict.fromkeys(decode_as)]  # refused before loading
         prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
         identity, size = await file_identity(path)
         if size < _cold.BIG_FILE:  # every answer names it; a big file's is read after its first answer's head start
             self.digests.begin(path, identity)
         # Every tool refuses a file that is no capture before a worker is started for it.
-        await _cold.check_capture(path, identity, size)
+        await self.wireshark.capinfos.check_capture(path, identity, size)
         # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
-        applied, checks = await decode_check.check(path, identity, parsed, cat)
+        applied, checks = await decode_check.check(path, identity, parsed, cat, self.wireshark.probes)
         spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(applied),
                            preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks),
                            reference=named if resolved else None, about=resolved.about if resolved else None)
@@ -144,7 +149,7 @@ class PcapBackend:
                                                   run_head=self.warm.runner(enabled=settings.warm_tshark,
                                                                             idle_timeout_s=settings.idle_timeout_s),
                                                   memory_budget=self.settings.max_memory_mb * 2**20,
-                                                  digests=self.digests),
+                                                  digests=self.digests, wireshark=self.wireshark),
                 idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)
@@ -185,7 +190,7 @@ class PcapBackend:
         each tool; without it the display filter alone. A provisional answer (a fresh capture's
         first page) does not wait for the file's hash: sha256 is left out and sha256_pending is true
         until it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
-        cat = await catalogue()
+        cat = await self.catalogue()
         out: dict[str, Any] = {"pcap_path": str(spec.path)}
         if provisional and self.digests.if_ready(spec.identity) is None:
             out["sha256_pending"] = True
@@ -206,7 +211,7 @@ class PcapBackend:
 
     async def reference_extent(self, spec: CaptureSpec) -> dict[str, Any]:
         """What a `capture:<id>` answer covers: up to which frame and time, and whether it still grows."""
-        facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
+        facts = await self.wireshark.capinfos.capture_facts(spec.path, spec.identity, spec.size)
         about = dict(spec.about or {})
         end = facts.iso(facts.end)
         still = "the capture is still running" if about.get("running") else f"the capture has {about.get('status')}"
@@ -224,9 +229,13 @@ class PcapBackend:
         key = f"{spec.identity}:{json.dumps([spec.decode_as, prefs])}"
         return key, _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
 
+    async def catalogue(self) -> Catalogue:
+        """Wireshark's field catalogue, as the back end's `wireshark` read it once."""
+        return await self.wireshark.catalogue()
+
     async def kinds(self, *expressions: str) -> tuple[tuple[str, str | None, str | None], ...]:
         """(name, type, protocol) of each name in these filters or field lists (Catalogue.kinds)."""
-        return (await catalogue()).kinds(*expressions)
+        return (await self.catalogue()).kinds(*expressions)
 
     def export_path(self, stem: str, suffix: str) -> Path:
         """A new file in the output dir, created here (never through a link, never over a file), named

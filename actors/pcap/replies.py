@@ -435,6 +435,11 @@ class SequenceReply(Answer):
     """what was selected"""
     display_filter: NotRequired[str]
     """the filter that selected the frames"""
+    participants: NotRequired[list[dict[str, Any]]]
+    """the lifelines: id, name, address, port, role"""
+    messages: NotRequired[list[dict[str, Any]]]
+    """the arrows in order: frame, time, from and to (participant ids), label, failed (to MCP Apps clients only:
+    the ladder view's data, docs/views.md)"""
     failures: NotRequired[list[dict[str, Any]]]
     """the frames drawn as -x: their cause, and the verdicts they decided with the rule of each"""
     n4_sbi: NotRequired[list[dict[str, Any]]]

@@ -13,13 +13,13 @@ from __future__ import annotations
 import difflib
 from typing import Any, cast
 
-from diagd.actors.pcap import sequence
+from diagd.actors.pcap.answers import sequence
 from diagd.actors.pcap.backend import PcapBackend
-from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.session import MAX_FILTER_CHARS
 from diagd.actors.pcap.messages import Follow, NgapProcedures, NgapSessions, PduSessions, Timeline
 from diagd.actors.pcap.replies import SequenceReply
 from diagd.actors.pcap.schemas import CAPTURE, FILTER
-from diagd.actors.pcap.session import MAX_FILTER_CHARS
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -193,7 +193,7 @@ SMALL_CAPTURE = {k: v for k, v in CAPTURE.items() if k != "include_command"}
              "max_arrows": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100,
                             "description": "at most"},
              "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "to skip"}},
-            required=("pcap_path",))
+            required=("pcap_path",), ui="ui://diagd/ladder")
 async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -> SequenceReply:
     spec = await backend.spec_for(args, force_prefs=PREFS)
     frames, flt, selected, procedures = await _selection(backend, ctx, spec, args)
@@ -207,6 +207,8 @@ async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -
     result: Args = {"diagram": drawn.mermaid(), **drawn.describe(), **verdict, "frames_matched": total,
                     "offset": offset, "left_out": total - len(rows), "next_offset": after if after < total else None,
                     "selection": selected, "display_filter": shown, "warnings": []}
+    if not ctx.views:  # the arrows as data are the ladder view's (docs/views.md); the model reads `diagram`
+        result.pop("messages", None)
     if "pdu_session_id" in selected:
         result["n4_sbi"] = [m for p in procedures for m in p.get("n4_sbi", [])]
     if after < total:

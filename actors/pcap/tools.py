@@ -15,16 +15,14 @@ from typing import Any, cast
 import trio
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
-from diagd.actors.pcap import decode_check
-from diagd.actors.pcap import stats as _stats
-from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.actor import KIND
-from diagd.actors.pcap.answers import info_wait_s
+from diagd.actors.pcap.answers import stats as _stats
+from diagd.actors.pcap.answers.answers import info_wait_s
+from diagd.actors.pcap.answers.field_search import search_fields
+from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
+from diagd.actors.pcap.answers.left_out import sbi_warning
 from diagd.actors.pcap.backend import PcapBackend, search_deadline
-from diagd.actors.pcap.field_search import search_fields
-from diagd.actors.pcap.follow import MAX_FOLLOW_TEXT
-from diagd.actors.pcap.guard import SubscriberMask
-from diagd.actors.pcap.left_out import sbi_warning
+from diagd.actors.pcap.masking.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
     Check,
     Column,
@@ -57,7 +55,6 @@ from diagd.actors.pcap.replies import (
     TimelineReply,
     UeSessionsReply,
 )
-from diagd.actors.pcap.rows import packet_file_command, packet_list_command
 from diagd.actors.pcap.schemas import (
     CAPTURE,
     FILTER,
@@ -67,7 +64,10 @@ from diagd.actors.pcap.schemas import (
     PAGING,
 )
 from diagd.actors.pcap.sequence_tool import tools as sequence_tools
-from diagd.actors.pcap.wireshark import COLUMN_PREFIX, Catalogue, catalogue
+from diagd.actors.pcap.shark import decode_check
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.shark.rows import packet_file_command, packet_list_command
+from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, Catalogue
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -83,7 +83,7 @@ def register(runtime: Runtime) -> PcapBackend:
     runtime.on_reload(backend.check_reload)
 
     async def field_names() -> Container[str]:
-        return (await catalogue()).fields  # the guard asks only `in`: no 233k-name copy
+        return (await backend.catalogue()).fields  # the guard asks only `in`: no 233k-name copy
 
     async def capture_of(args: Args) -> tuple[str, list[str]] | None:
         # Through the tools, as the handler went: the guard wraps the tools and never calls the back end itself.
@@ -106,11 +106,11 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
     with _cold.facts_wanted():
         spec = await backend.spec_for(args)
     wait_until = trio.current_time() + info_wait_s(spec.size)  # one wait for both: the protocols' and the probe's
-    facts = await _cold.capture_facts(spec.path, spec.identity, spec.size)
+    facts = await backend.wireshark.capinfos.capture_facts(spec.path, spec.identity, spec.size)
     # What HTTP each TCP port carries: one more tshark pass over the file, beside the load. The answer
     # waits for it within the same second as for the protocols (a fresh 55 MB capture needs seconds
     # on 2 cores); past that it answers without sbi_ports and the pass goes on for the next call.
-    probing = decode_check.begin_probe(spec.path, spec.identity, [c.port for c in spec.decode_checks])
+    probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
     result = await backend.ask(ctx, spec, Info())
     warnings = list(result.pop("warnings", []))
     if not probing.done.is_set():
@@ -134,11 +134,11 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
                                   provisional=not result.get("protocols_ready", True))
     hashed = {"sha256": source["sha256"]} if "sha256" in source else {}  # a fresh 1 GB file: still hashing
     return cast(InfoReply, {**hashed, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
-                            "tshark_version": (await catalogue()).version, "source": source})
+                            "tshark_version": (await backend.catalogue()).version, "source": source})
 
 
 @tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames.",
-            {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY)
+            {**CAPTURE, **FILTER, **PAGING}, required=CAPTURE_ONLY, ui="ui://diagd/packet-list")
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> FramesReply:
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
@@ -175,7 +175,7 @@ def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], li
              "sort_by": {"type": "string", "description": "one of fields"}},
             required=("pcap_path", "fields"))
 async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> TimelineReply:
-    resolved, warnings = resolve_fields(await catalogue(), args["fields"])
+    resolved, warnings = resolve_fields(await backend.catalogue(), args["fields"])
     fields = list(dict.fromkeys(resolved.values()))
     sort_by = args.get("sort_by")
     if sort_by is not None:
@@ -278,7 +278,7 @@ async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> FollowRe
                               "description": "rows inline"}},
             required=CAPTURE_ONLY, read_only=False)
 async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> PacketListReply:
-    cat = await catalogue()
+    cat = await backend.catalogue()
     columns = [Column(c["name"], c["field"]) for c in backend.settings.packet_list_columns]
     warnings: list[str] = []
     for col in args["extra_columns"]:
@@ -336,7 +336,7 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     spec = await backend.spec_for(args, force_prefs=prefs)
     # What HTTP each TCP conversation carries (decode_check's one cached tshark pass, beside the load): SBI no
     # applied rule decodes is named in every summary's warnings, with the rule that includes it (left_out.py).
-    probing = decode_check.begin_probe(spec.path, spec.identity, [c.port for c in spec.decode_checks])
+    probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
     result = await backend.ask(ctx, spec, message)
     await probing.done.wait()
     try:
@@ -352,7 +352,7 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
             "messages, failures with causes; NG associations.",
             {**NGAP_PROPS, "view": {"enum": ["contexts", "procedures"], "default": "contexts",
                                     "description": "procedures: each with latency"}},
-            required=CAPTURE_ONLY)
+            required=CAPTURE_ONLY, ui="ui://diagd/ue-procedures")
 async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> UeSessionsReply:
     if args["view"] == "procedures":
         return cast(UeSessionsReply, await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"])))
@@ -370,7 +370,7 @@ async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args:
             {**CAPTURE, "kind": {"enum": list(_stats.KINDS), "description": "which"},
              "protocol": {"type": "string", "description": "srt/conversations/endpoints of"}, **FILTER,
              "interval_ms": {"type": "integer", "minimum": 1, "description": "io bin"}, **PAGING},
-            required=("pcap_path", "kind"))
+            required=("pcap_path", "kind"), ui="ui://diagd/stats")
 async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> StatsReply:
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
     spec = await backend.spec_for(args)
@@ -394,7 +394,7 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Stat
              "include_protocols": {"type": "array", "items": {"type": "string"}, "default": [],
                                    "description": "only of these"}})
 async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> ListFieldsReply:
-    cat = await catalogue()
+    cat = await backend.catalogue()
     pattern = await compile_in_thread(args["query"], literal=not args["is_regex"],
                                       case_sensitive=args["case_sensitive"])
     limit = args["limit"]
@@ -411,7 +411,7 @@ async def list_fields(backend: PcapBackend, ctx: CallContext, args: Args) -> Lis
              "limit": {"type": "integer", "minimum": 1, "maximum": 2000, "default": 200, "description": "at most"}},
             required=("prefix",))
 async def fields_search(backend: PcapBackend, ctx: CallContext, args: Args) -> FieldsSearchReply:
-    table = (await catalogue()).table
+    table = (await backend.catalogue()).table
     prefix, keyword, limit = args["prefix"], args["keyword"].lower(), args["limit"]
     # The names with the prefix are one range of the name-sorted table, listed in catalogue order.
     matches: list[FieldInfo] = [

@@ -167,7 +167,7 @@ async def set_signals(backend: SerialBackend, ctx: CallContext, args: dict[str, 
     return await backend.ask(ctx, rec, Signals(ctx.client, args.get("dtr"), args.get("rts"), args.get("break_ms")))
 
 
-@tools.tool("get_log", **TOOLS["get_log"])
+@tools.tool("get_log", **TOOLS["get_log"], ui="ui://diagd/serial-console")
 async def get_log(backend: SerialBackend, ctx: CallContext, args: dict[str, Any]) -> GetLogReply:
     key = port_key(args["port"])
     rec = await backend.lookup(key)

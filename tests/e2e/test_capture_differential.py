@@ -85,6 +85,9 @@ def untimed(answer: dict[str, Any]) -> dict[str, Any]:
     if "diagram" in answer:
         answer["diagram"] = "\n".join(TCP_RESENT_LABEL.sub("[TCP resent]", line)
                                       for line in answer["diagram"].splitlines() if not PAUSE_NOTE.match(line))
+    if "messages" in answer:  # the diagram's arrows as data: the same labels
+        answer["messages"] = [{**m, "label": TCP_RESENT_LABEL.sub("[TCP resent]", m["label"])}
+                              for m in answer["messages"]]
     if answer.get("kind") == "expert":
         resent = [r for r in answer["rows"] if r["protocol"] == "TCP" and r["summary"] in TCP_RESENT]
         answer["rows"] = [r for r in answer["rows"] if r not in resent]

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import trio
 
-from diagd.actors.pcap import first_page
-from diagd.actors.pcap import tshark as _cold
-from diagd.actors.pcap.wireshark import catalogue
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.shark.wireshark import read_catalogue
+from diagd.actors.pcap.warm import first_page
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import Call, captures, decode_as, session
@@ -116,7 +116,7 @@ async def test_a_new_filter_says_its_total_is_a_lower_bound_then_exact(fp_daemon
 
 
 def test_only_single_pass_protocols_without_later_links_are_raced() -> None:
-    cat = trio.run(catalogue)
+    cat = trio.run(read_catalogue)
 
     def raced(display_filter: str, offset: int = 0, limit: int = 20) -> bool:
         return first_page.raceable(display_filter, offset, limit, cat.kinds(display_filter))
@@ -182,7 +182,7 @@ def test_fields_a_single_pass_gives_differently_are_never_raced() -> None:
     """Both passes of tshark on every corpus capture, field by field: whatever differs between a
     single pass and `-2` must be refused by single_pass_safe (a field, or a protocol that appears
     in one and not the other)."""
-    cat = trio.run(catalogue)
+    cat = trio.run(read_catalogue)
     differing: set[str] = set()
     for path in captures():
         differing |= passes_differ(path)

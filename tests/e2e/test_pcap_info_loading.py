@@ -19,11 +19,12 @@ import pytest
 import trio
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import answers
-from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.answers import answers
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import Info
-from diagd.actors.pcap.session import CaptureSession
-from diagd.actors.pcap.wireshark import file_identity
+from diagd.actors.pcap.shark.facts import Wireshark
+from diagd.actors.pcap.shark.wireshark import file_identity
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import session
@@ -37,6 +38,9 @@ pytestmark = [
 ]
 
 PROVISIONAL = ["protocols", "top_conversations"]
+# The sessions' Wireshark facts, shared as a back end shares its own: the field catalogue is read once here.
+WIRESHARK = Wireshark()
+
 # sharkd's `analyse` lists pkcs-1 (X.509 in TLS/HTTP) on some loads and not on others, and where
 # tshark -2 never has it (test_pcap_oracle.py): the one protocol no answer is held to.
 FLAKY = {"pkcs-1"}
@@ -57,7 +61,7 @@ async def spec_of(path: Path) -> CaptureSpec:
 
 async def while_loading(spec: CaptureSpec, nursery: trio.Nursery) -> dict[str, Any]:
     """pcap_info's actor answer beside a sharkd that never loads: capinfos-only until tshark's is in."""
-    capture = CaptureSession(spec, launch=Script(load_s=10**6).launch)
+    capture = CaptureSession(spec, launch=Script(load_s=10**6).launch, wireshark=WIRESHARK)
     await capture.start(nursery)
     with trio.fail_after(300):
         while not (early := await answers.info(capture, Request(Info())))["protocols_ready"]:
@@ -68,7 +72,7 @@ async def while_loading(spec: CaptureSpec, nursery: trio.Nursery) -> dict[str, A
 
 
 async def once_loaded(spec: CaptureSpec, nursery: trio.Nursery) -> dict[str, Any]:
-    capture = CaptureSession(spec)
+    capture = CaptureSession(spec, wireshark=WIRESHARK)
     await capture.start(nursery)
     with trio.fail_after(300):
         await capture.sharkd_call(Request(Info()), "status")  # answered once the capture has loaded

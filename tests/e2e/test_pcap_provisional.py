@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import trio
 
-from diagd.actors.pcap import first_page
-from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.warm import first_page
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import LOADED_WORKER, make_env
 from tests.e2e.test_pcap_differential import Call, decode_as, session

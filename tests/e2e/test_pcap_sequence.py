@@ -22,7 +22,7 @@ import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from diagd.actors.pcap.session import MAX_FILTER_CHARS
+from diagd.actors.pcap.engine.session import MAX_FILTER_CHARS
 from tests.actors.pcap.test_ngap_fields import ue_keys
 from tests.conftest import DIAGD, DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env

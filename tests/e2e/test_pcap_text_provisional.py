@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors.pcap import single_pass_text as spt
+from diagd.actors.pcap.shark import single_pass_text as spt
 from tests.conftest import DaemonProcess
 from tests.e2e.test_pcap_differential import decode_as, session
 from tests.e2e.test_pcap_provisional import daemon as _daemon  # noqa: F401 (the `daemon` fixture: a daemon of its own)

@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from diagd.actors.pcap.sharkd import SharkdError
+from diagd.actors.pcap.shark.sharkd import SharkdError
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _pids = itertools.count(10_000)

@@ -1,6 +1,6 @@
 """What real sharkd answers to the requests pcap_stats makes, asked once per capture and cached on disk.
 
-`actors/pcap/stats.py` reads a capture only through its CaptureSession: sharkd `tap` (expert, conv:*,
+`actors/pcap/answers/stats.py` reads a capture only through its CaptureSession: sharkd `tap` (expert, conv:*,
 endpt:*, srt:diameter), `frames` with columns (io, the linked response times, a filter's frame numbers),
 `check` and `analyse`. `record(path, requests)` asks a `sharkd -` those requests, with the preferences the
 daemon's workers get (no name resolution, as `tshark -n`), and keeps the answers beside the NGAP trees

@@ -1,6 +1,6 @@
 """Requests paired with their responses from `tshark -T fields` alone, by each protocol's own rules, the
 oracle pcap_stats' GTPv2, PFCP, SIP, HTTP/1.1 and Diameter response times are compared with. Never imports
-diagd; written apart from actors/pcap/pairing.py (message types by number from TS 29.274 / 29.244, names
+diagd; written apart from actors/pcap/answers/pairing.py (message types by number from TS 29.274 / 29.244, names
 from `tshark -G values`; every occurrence of a field kept apart with an unambiguous aggregator).
 
 The rules (docs/pcap.md, "Wireshark's statistics"):

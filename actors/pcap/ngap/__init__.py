@@ -29,6 +29,10 @@ What is counted (docs/5g.md, "What the NGAP summaries count", says the same for 
 Each NGAP PDU is read from its own subtree, so a frame bundling several PDUs (SCTP carries many
 DATA chunks per frame) yields one record per PDU with its own UE ids. Names come from
 Wireshark's labels; codes from the raw values, never from a home-made decoder.
+
+In the pcap package's layers (the layers contract in pyproject.toml's [tool.importlinter]) it sits
+above shark/, beside masking/ (independent of it): it may import shark/ (today its tree.py) and
+messages.py, never warm/, engine/, answers/ nor the rest of the back end's surface, which import it.
 """
 
 from diagd.actors.pcap.ngap.core_links import CORE_FIELDS, CORE_FILTER

@@ -30,7 +30,7 @@ from diagd.actors.pcap.ngap.codes import (
     SESSION_LIST_ROLES,
     UNKNOWN_ASSOC_INDEX,
 )
-from diagd.actors.pcap.tree import Node, label_name, labelled, parse_f, protocol_nodes
+from diagd.actors.pcap.shark.tree import Node, label_name, labelled, parse_f, protocol_nodes
 
 
 class STmsi(NamedTuple):

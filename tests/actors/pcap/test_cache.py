@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from diagd.actors.pcap.cache import ENTRY_OVERHEAD, PackedLru
+from diagd.actors.pcap.engine.cache import ENTRY_OVERHEAD, PackedLru
 
 
 def test_a_value_comes_back_equal_with_its_types_and_as_a_fresh_copy() -> None:
@@ -82,8 +82,8 @@ def test_known_totals_are_bounded_by_their_filters_length() -> None:
 
     import trio
 
-    from diagd.actors.pcap.passes import TOTALS_BUDGET, CaptureWorkers, Cores
-    from diagd.actors.pcap.pool import WorkerPool
+    from diagd.actors.pcap.engine.passes import TOTALS_BUDGET, CaptureWorkers, Cores
+    from diagd.actors.pcap.engine.pool import WorkerPool
 
     workers = CaptureWorkers(cast(trio.Nursery, None), cast(WorkerPool, SimpleNamespace(facts=None)), [],
                              cores=Cores(1))

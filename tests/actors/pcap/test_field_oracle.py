@@ -11,13 +11,16 @@ from typing import Any
 import pytest
 import trio
 
+from diagd.actors.pcap.shark.facts import Wireshark
 from diagd.actors.pcap.tools import fields_search, list_fields
 from tests.support import pcap_oracle as oracle
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
 
 LIMIT = 2000
-BACKEND = SimpleNamespace(runtime=SimpleNamespace(config=lambda: SimpleNamespace(regex_budget_s=30.0)))
+# What the two tools read of the back end: its config and its catalogue (read once for every test here).
+BACKEND = SimpleNamespace(runtime=SimpleNamespace(config=lambda: SimpleNamespace(regex_budget_s=30.0)),
+                          catalogue=Wireshark().catalogue)
 
 # Literals and regexes over names and descriptions, each way of matching case, with and without a
 # protocol filter; some match thousands of fields (truncated at the limit), some none.
@@ -71,7 +74,7 @@ def test_list_fields_equals_the_glossary_filtered(query: dict[str, Any]) -> None
 
 @pytest.mark.parametrize("query", SEARCH_QUERIES, ids=repr)
 def test_fields_search_equals_the_glossary_filtered(query: dict[str, Any]) -> None:
-    answer = trio.run(fields_search, None, None, {"limit": LIMIT, **query})
+    answer = trio.run(fields_search, BACKEND, None, {"limit": LIMIT, **query})
     expected = searched(query)
     assert answer["total"] == len(expected) and answer["truncated"] == (len(expected) > LIMIT)
     assert [(f["name"], f["description"], f["type"]) for f in answer["fields"]] == [r[:3] for r in expected[:LIMIT]]

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from diagd.actors._user_regex import Matcher, UserRegex, compile_user_regex
-from diagd.actors.pcap.field_search import FieldText, Row, fast_scan, scan_per_field, search_fields
-from diagd.actors.pcap.wireshark import Catalogue, catalogue
+from diagd.actors.pcap.answers.field_search import FieldText, Row, fast_scan, scan_per_field, search_fields
+from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 BUDGET_S = 30.0
@@ -57,7 +57,7 @@ def real() -> Iterator[tuple[list[Row], FieldText, list[Row], FieldText]]:
     many generated patterns: a per-field scan of all 233k fields takes a second or two."""
     if shutil.which("tshark") is None:
         pytest.skip("tshark is not installed")
-    cat = trio.run(catalogue)
+    cat = trio.run(read_catalogue)
     index = FieldText.build(cat)
     assert index.text.isascii()  # 1 byte a character
     non_ascii = set(index.non_ascii)

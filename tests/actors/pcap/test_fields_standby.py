@@ -11,9 +11,9 @@ import pytest
 import trio
 
 from diagd.actors._subprocess import Head, head, run
-from diagd.actors.pcap import fields_standby, first_page, standby
-from diagd.actors.pcap import tshark as _cold
-from diagd.actors.pcap.wireshark import Catalogue, catalogue
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
+from diagd.actors.pcap.warm import fields_standby, first_page, standby
 from tests.pcaps import PCAPS, corpus
 
 FRAMES = "frame.number <= 120"  # the first frames of each capture: every field they have
@@ -54,7 +54,7 @@ async def test_its_lines_are_the_cold_runs_for_every_field_of_its_types_on_every
     captures = corpus()
     if not captures:
         pytest.skip(f"no real captures in {PCAPS}")
-    cat = await catalogue()
+    cat = await read_catalogue()
     checked: set[str] = set()
     unsure: list[tuple[str, list[str]]] = []
     lines = several = escaped = 0

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors.pcap.fieldtable import FieldTable
-from diagd.actors.pcap.wireshark import catalogue
+from diagd.actors.pcap.shark.facts import Wireshark
+from diagd.actors.pcap.shark.fieldtable import FieldTable
 
 ROWS = [
     ("ngap.Cause", ("Cause", "FT_UINT32", "ngap")),
@@ -65,7 +65,7 @@ def test_a_directory_that_cannot_be_made_leaves_the_text_in_memory(tmp_path: Pat
 def test_the_daemons_catalogue_is_spilled() -> None:
     if shutil.which("tshark") is None:
         pytest.skip("tshark is not installed")
-    cat = trio.run(catalogue)
+    cat = trio.run(Wireshark().catalogue)
     assert cat.table.spilled
     assert cat.fields["frame.number"][1] == "FT_UINT32" and "ngap.procedureCode" in cat.fields
 

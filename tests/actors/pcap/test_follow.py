@@ -14,9 +14,9 @@ from typing import Any, cast
 import pytest
 import trio
 
-from diagd.actors.pcap import follow
-from diagd.actors.pcap.session import CaptureSession
-from diagd.actors.pcap.sharkd import Cut, ResponseLines, Sharkd
+from diagd.actors.pcap.answers import follow
+from diagd.actors.pcap.engine.session import CaptureSession
+from diagd.actors.pcap.shark.sharkd import Cut, ResponseLines, Sharkd
 from diagd.protocol.errors import DiagdError
 from tests.pcaps import pcap
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors.pcap import halves
-from diagd.actors.pcap import tshark as cold
+from diagd.actors.pcap.shark import halves
+from diagd.actors.pcap.shark import tshark as cold
 from tests.pcaps import corpus
 from tests.support.pcap_oracle import cached_text
 
@@ -239,12 +239,13 @@ async def test_capture_facts_split_or_not_are_the_same(built: dict[str, Path], m
                                                        ) -> None:
     """Through capture_facts, a split read (any size here) gives the facts of one run, warning included."""
     monkeypatch.setattr(halves, "SPLIT_MIN_BYTES", 0)
+    capinfos = cold.Capinfos()
     for name, path in built.items():
         size = path.stat().st_size
-        one = await cold.capture_facts(path, f"one-{path}", size)
-        two = await cold.capture_facts(path, f"two-{path}", size, split=True)
+        one = await capinfos.capture_facts(path, f"one-{path}", size)
+        two = await capinfos.capture_facts(path, f"two-{path}", size, split=True)
         assert one == two, name
-    cut_short = await cold.capture_facts(built["cut_short.pcap"], "short", 1, split=True)
+    cut_short = await capinfos.capture_facts(built["cut_short.pcap"], "short", 1, split=True)
     assert cut_short.warning and cold.TRUNCATED in cut_short.warning
 
 
@@ -252,10 +253,11 @@ async def test_a_call_that_answers_with_the_count_has_the_check_read_it(built: d
     """A big file's check only opens it (captype), unless the call wants the count (pcap_info): then the
     check runs capinfos (split) and keeps its facts, so the call does not wait for a second read."""
     path = built["two_resolutions.pcapng"]
-    await cold.check_capture(path, "checked-only", cold.BIG_FILE)
-    assert cold.known_facts("checked-only") is None
+    capinfos = cold.Capinfos()
+    await capinfos.check_capture(path, "checked-only", cold.BIG_FILE)
+    assert capinfos.known_facts("checked-only") is None
     with cold.facts_wanted():
-        await cold.check_capture(path, "counted", cold.BIG_FILE)
-    facts = cold.known_facts("counted")
+        await capinfos.check_capture(path, "counted", cold.BIG_FILE)
+    facts = capinfos.known_facts("counted")
     assert facts is not None and (facts.file_type, facts.packets, facts.start) == (
         "pcapng", 200, reference(path)[4])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagd.actors.pcap.http2_srt import template
+from diagd.actors.pcap.answers.http2_srt import template
 
 
 @pytest.mark.parametrize(("path", "expected"), [

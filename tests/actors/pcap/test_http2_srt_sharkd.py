@@ -1,4 +1,4 @@
-"""HTTP/2 (5G SBI) service response times (actors/pcap/http2_srt.py, through stats.answer) run in-process on
+"""HTTP/2 (5G SBI) service response times (actors/pcap/answers/http2_srt.py, through stats.answer) run in-process on
 what real sharkd answered for the corpus SBI captures with their MANIFEST decode-as rules
 (tests/support/http2_sbi.py, recorded once and cached), compared with the same pairing computed from
 `tshark -T fields` alone (HEADERS frames cut by http2.header.count, paired by tcp.stream + http2.streamid
@@ -17,8 +17,8 @@ from typing import Any, cast
 import pytest
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import http2_srt, stats
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.answers import http2_srt, stats
+from diagd.actors.pcap.engine.session import CaptureSession
 from tests.pcaps import PCAPS, PCAPS_EXTRA
 from tests.support import http2_sbi
 from tests.support.sharkd_stats import Recorded, request_key

@@ -16,11 +16,10 @@ import trio
 import trio.testing
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import tshark
-from diagd.actors.pcap.passes import CaptureWorkers, Cores
-from diagd.actors.pcap.pool import WorkerPool, estimated_rss
-from diagd.actors.pcap.session import LOAD_PROGRESS_S, CaptureSession
-from diagd.actors.pcap.tshark import CaptureFacts
+from diagd.actors.pcap.engine.passes import CaptureWorkers, Cores
+from diagd.actors.pcap.engine.pool import WorkerPool, estimated_rss
+from diagd.actors.pcap.engine.session import LOAD_PROGRESS_S, CaptureSession
+from diagd.actors.pcap.shark.tshark import CaptureFacts
 from diagd.protocol.errors import DiagdError
 from tests.actors.pcap.test_pool_fake import SPEC, capture
 from tests.support.fake_sharkd import Script
@@ -123,10 +122,11 @@ async def test_a_failed_load_is_not_reported_as_loaded(
 async def test_the_frames_read_are_estimated_from_the_bytes_once_capinfos_has_counted_them(
         autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:
     counted = CaptureFacts("pcapng", "ether", 81_400, "38.2", None, None)
-    monkeypatch.setattr(tshark, "known_facts", lambda identity: counted if identity == SPEC.identity else None)
     positions = iter([250_000, 500_000])
     async with capture(Script(load_s=1)) as workers:
         session = session_on(workers, monkeypatch, lambda: next(positions, 500_000))
+        monkeypatch.setattr(session.wireshark.capinfos, "known_facts",
+                            lambda identity: counted if identity == SPEC.identity else None)
         request, seen = recording()
         async with session.load_progress(request):
             await workers.call("status", None, display_filter=None, deadline=math.inf)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from diagd.actors.pcap.guard import SubscriberMask
-from diagd.actors.pcap.mask import Identities, Masker, identities_from
+from diagd.actors.pcap.masking.guard import SubscriberMask
+from diagd.actors.pcap.masking.mask import Identities, Masker, identities_from
 from diagd.actors.pcap.settings import PcapSettings
-from diagd.actors.pcap.tree import hexdump
+from diagd.actors.pcap.shark.tree import hexdump
 from diagd.actors.runtime import BackendConfig
 from diagd.actors.tooling import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode

@@ -1,4 +1,4 @@
-"""What the NGAP summaries leave out because tshark did not decode it, and say so (actors/pcap/left_out.py).
+"""What the NGAP summaries leave out because tshark did not decode it, and say so (actors/pcap/answers/left_out.py).
 
 SBI on a TCP port Wireshark does not know is HTTP/2 that tshark shows as bare TCP payload: every NGAP summary
 names those conversations (by server port) and the decode-as rule that includes them. diagd finds them with
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors.pcap import decode_check, left_out
+from diagd.actors.pcap.answers import left_out
+from diagd.actors.pcap.shark import decode_check
 from tests.pcaps import PCAPS, corpus
 from tests.support import built_roaming, pcap_oracle
 from tests.support.built_captures import MERGES, merged
@@ -75,7 +76,7 @@ def confirmed(path: Path, pairs: set[tuple[int, int]]) -> set[tuple[int, int]]:
 
 
 def probe(path: Path) -> decode_check.Probe:
-    return trio.run(decode_check.probe, path, content_id(path), ())
+    return trio.run(decode_check.Probes().probe, path, content_id(path), ())
 
 
 def diagd_undecoded(found: decode_check.Probe, rules: list[str]) -> set[tuple[int, int]]:

@@ -17,12 +17,12 @@ import trio
 import trio.testing
 
 from diagd.actors.base import Request
-from diagd.actors.pcap.capture import CaptureSpec
-from diagd.actors.pcap.captures import Evict, LoadedCaptures
-from diagd.actors.pcap.passes import CaptureWorkers, Cores
-from diagd.actors.pcap.pool import BUSY_MARGIN_S, PASS_MARGIN_LOADS, CaptureState, WorkerPool, WorkerState
-from diagd.actors.pcap.session import CONVERSATION_TAPS, CaptureSession
-from diagd.actors.pcap.sharkd import SharkdError
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.captures import Evict, LoadedCaptures
+from diagd.actors.pcap.engine.passes import CaptureWorkers, Cores
+from diagd.actors.pcap.engine.pool import BUSY_MARGIN_S, PASS_MARGIN_LOADS, CaptureState, WorkerPool, WorkerState
+from diagd.actors.pcap.engine.session import CONVERSATION_TAPS, CaptureSession
+from diagd.actors.pcap.shark.sharkd import SharkdError
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.fake_sharkd import Script
 

@@ -18,14 +18,14 @@ import trio.testing
 from diagd.actors import _user_regex
 from diagd.actors._subprocess import Head
 from diagd.actors.base import Request
-from diagd.actors.pcap import text as text_mod
-from diagd.actors.pcap import text_scan
-from diagd.actors.pcap import tree as tree_mod
 from diagd.actors.pcap.actor import PcapActor
-from diagd.actors.pcap.capture import CaptureSpec
+from diagd.actors.pcap.answers import text as text_mod
+from diagd.actors.pcap.answers import text_scan
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.pool import CaptureState
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import TextSearch
-from diagd.actors.pcap.pool import CaptureState
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.shark import tree as tree_mod
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 FRAMES = 20

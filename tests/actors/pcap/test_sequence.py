@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagd.actors.pcap import sequence, sequence_tool
+from diagd.actors.pcap import sequence_tool
+from diagd.actors.pcap.answers import sequence
 from tests.support import mermaid
 
 
@@ -163,3 +164,17 @@ def test_a_pdu_session_diagram_takes_the_pfcp_and_sbi_frames_its_procedures_link
         {"interface": "SBI", "frame": 163, "response_frame": 166},
         {"interface": "N4", "frame": 165, "response_frame": None, "why": "no response seen"}]}]
     assert sequence_tool.core_frames(procedures) == [163, 166, 165]
+
+
+def test_the_messages_a_view_draws_are_the_arrows_of_the_mermaid() -> None:
+    drawn = sequence.build([
+        row(1, 10.0, "10.0.0.5", "10.0.0.1", "NGAP", "InitialUEMessage", **{"sctp.dstport": "38412"}),
+        row(2, 10.5, "10.0.0.1", "10.0.0.5", "NGAP/NAS-5GS", "DownlinkNASTransport, Registration reject",
+            **{"sctp.srcport": "38412", "nas_5gs.mm.message_type": "0x44"}),
+    ], {2: ["Registration reject: rule r1, TS 24.501: x"]})
+    described = drawn.describe()
+    arrows = [line.strip() for line in drawn.mermaid().splitlines() if "->>" in line or "-x" in line]
+    drawn_again = [f"{m['from']}{'-x' if m['failed'] else '->>'}{m['to']}: {m['label']}" for m in described["messages"]]
+    assert drawn_again == arrows
+    assert [(m["frame"], m["time"]) for m in described["messages"]] == [(1, 10.0), (2, 10.5)]
+    assert {m["from"] for m in described["messages"]} <= {p["id"] for p in described["participants"]}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors.pcap.sharkd import Sharkd
+from diagd.actors.pcap.shark.sharkd import Sharkd
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.pcaps import pcap
 from tests.support.procs import children, fd_names

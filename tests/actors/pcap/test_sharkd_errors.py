@@ -16,12 +16,12 @@ import trio
 import trio.testing
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import session as session_module
-from diagd.actors.pcap.capture import CaptureSpec
-from diagd.actors.pcap.passes import CaptureWorkers, Cores
-from diagd.actors.pcap.pool import WorkerPool
-from diagd.actors.pcap.session import CaptureSession
-from diagd.actors.pcap.sharkd import SHARKD_ERRORS, SharkdError
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.passes import CaptureWorkers, Cores
+from diagd.actors.pcap.engine.pool import WorkerPool
+from diagd.actors.pcap.engine.session import CaptureSession
+from diagd.actors.pcap.shark.facts import Wireshark
+from diagd.actors.pcap.shark.sharkd import SHARKD_ERRORS, SharkdError
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.support.fake_sharkd import Script
 
@@ -105,10 +105,11 @@ async def session(script: Script, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     async def no_catalogue() -> None:  # no decode-as rules: the session needs no field catalogue
         return None
 
-    monkeypatch.setattr(session_module, "catalogue", no_catalogue)
+    wireshark = Wireshark()
+    monkeypatch.setattr(wireshark, "catalogue", no_catalogue)
     async with trio.open_nursery() as nursery:
         capture_session = CaptureSession(SPEC, max_workers=1, cores=Cores(1), launch=script.launch,
-                                         early_numbers=script.early_numbers)
+                                         early_numbers=script.early_numbers, wireshark=wireshark)
         await capture_session.start(nursery)
         yield capture_session
         await capture_session.close()

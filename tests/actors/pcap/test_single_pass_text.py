@@ -4,7 +4,7 @@ raised inside the pcap actor."""
 
 from __future__ import annotations
 
-from diagd.actors.pcap.single_pass_text import FrameText, frames_of
+from diagd.actors.pcap.shark.single_pass_text import FrameText, frames_of
 
 
 def test_an_output_without_a_frame_has_no_frames() -> None:

@@ -17,9 +17,9 @@ import trio.testing
 
 from diagd.actors._subprocess import Head, head
 from diagd.actors.base import Request
-from diagd.actors.pcap import first_page, standby
-from diagd.actors.pcap import tshark as _cold
 from diagd.actors.pcap.settings import BUILTIN_PROFILES
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.warm import first_page, standby
 from diagd.protocol.errors import DiagdError
 from tests.pcaps import PCAPS, corpus
 from tests.support import pcap_oracle as oracle

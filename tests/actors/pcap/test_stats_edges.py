@@ -1,4 +1,4 @@
-"""pcap_stats (actors/pcap/stats.py) on captures no corpus file is: a response whose request was cut out
+"""pcap_stats (actors/pcap/answers/stats.py) on captures no corpus file is: a response whose request was cut out
 (editcap), an empty capture; and the refusals' hints. Run in-process on what real sharkd answered
 (tests/support/sharkd_stats.py), the paired response times compared with tshark (tests/support/srt_pairs.py)."""
 
@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import pytest
 
-from diagd.actors.pcap import stats
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.answers import stats
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.protocol.errors import DiagdError
 from tests.actors.pcap.test_stats_io_boundaries import REQUEST, Strict
 from tests.pcaps import PCAPS

@@ -1,4 +1,4 @@
-"""pcap_stats (actors/pcap/stats.py) run in-process on what real sharkd answered for real captures
+"""pcap_stats (actors/pcap/answers/stats.py) run in-process on what real sharkd answered for real captures
 (tests/support/sharkd_stats.py, recorded once and cached), each answer compared field by field with
 Wireshark's own `tshark -q -z <tap>` / `tshark -T fields` output (tests/support/stats_oracle.py).
 The daemon path is tests/e2e/test_pcap_stats.py; this one is fast enough for the mutation gate."""
@@ -13,9 +13,9 @@ from typing import Any, cast
 import pytest
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import http2_srt, stats
+from diagd.actors.pcap.answers import http2_srt, stats
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import Stats
-from diagd.actors.pcap.session import CaptureSession
 from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.pcaps import PCAPS, PCAPS_EXTRA
 from tests.support import stats_oracle as oracle

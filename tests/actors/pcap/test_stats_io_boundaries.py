@@ -1,4 +1,4 @@
-"""pcap_stats' I/O intervals (actors/pcap/stats.py `_io`) where tshark's io,stat tap decides the bin: frames on
+"""pcap_stats' I/O intervals (actors/pcap/answers/stats.py `_io`) where tshark's io,stat tap decides the bin: frames on
 interval boundaries, within the half microsecond the tap rounds relative times to, out of time order (counted
 in the tap's current interval), before the first frame (negative relative times), with and without a filter.
 The captures are real frames re-timed (tests/support/io_captures.py); stats.py runs in-process on what real
@@ -17,8 +17,8 @@ from typing import Any, cast
 import pytest
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import stats
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.answers import stats
+from diagd.actors.pcap.engine.session import CaptureSession
 from tests.pcaps import PCAPS
 from tests.support import stats_oracle as oracle
 from tests.support.io_captures import build
@@ -148,7 +148,7 @@ def test_relative_time_to_microseconds_as_the_tap_computes_it(text: str) -> None
 CORPUS = ["magma_gx_gy_combined_03.pcapng", "adrian_n4_upf_timeout_n4.pcap", "heplify_sip_ipv4_tcp.pcap"]
 SRT_FILTERS = {"gtpv2": "gtpv2.response_to", "pfcp": "pfcp.response_to", "sip": "sip.Status-Code",
                "http": "http.response"}
-# What the paired response times read (actors/pcap/pairing.py; test_stats_pairing.py checks what they make).
+# What the paired response times read (actors/pcap/answers/pairing.py; test_stats_pairing.py checks what they make).
 PAIRED_COMMON = ("frame.time_relative:0", "frame.time_epoch:0", "ip.src:-1", "ip.dst:-1", "ipv6.src:-1",
                  "ipv6.dst:-1", "udp.srcport:-1", "udp.dstport:-1", "tcp.srcport:-1", "tcp.dstport:-1",
                  "icmp.type:1", "icmp.code:1", "icmpv6.type:1", "icmpv6.code:1")

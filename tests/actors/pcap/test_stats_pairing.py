@@ -1,4 +1,4 @@
-"""pcap_stats' response times (actors/pcap/pairing.py for GTPv2-C, PFCP, SIP, HTTP/1.1; sharkd's srt tap for
+"""pcap_stats' response times (actors/pcap/answers/pairing.py for GTPv2-C, PFCP, SIP, HTTP/1.1; sharkd's srt tap for
 Diameter) on every corpus capture carrying the protocol, run in-process on what real sharkd answered
 (tests/support/sharkd_stats.py), compared exactly with requests and responses paired from `tshark -T fields`
 alone by each protocol's own rules (tests/support/srt_pairs.py, which never imports diagd). Also captures
@@ -14,9 +14,9 @@ from typing import Any, cast
 import pytest
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import pairing, stats
+from diagd.actors.pcap.answers import pairing, stats
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import Stats
-from diagd.actors.pcap.session import CaptureSession
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
 from tests.support import srt_captures, srt_pairs
 from tests.support.sharkd_stats import Recorded, record

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from diagd.actors.pcap import ngap, tree
+from diagd.actors.pcap import ngap
+from diagd.actors.pcap.shark import tree
 
 
 def node(label: str, f: str | None = None, children: list[dict[str, Any]] | None = None,

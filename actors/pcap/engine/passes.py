@@ -24,10 +24,10 @@ from typing import Any
 
 import trio
 
-from diagd.actors.pcap import first_page
-from diagd.actors.pcap.pool import SPARE_IDLE_S, CaptureState, WorkerPool
-from diagd.actors.pcap.rows import packet_row
-from diagd.actors.pcap.sharkd import SharkdError
+from diagd.actors.pcap.engine.pool import SPARE_IDLE_S, CaptureState, WorkerPool
+from diagd.actors.pcap.shark.rows import packet_row
+from diagd.actors.pcap.shark.sharkd import SharkdError
+from diagd.actors.pcap.warm import first_page
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 TOTALS_BUDGET = 2**20  # bytes of known totals (filters of up to 1800 characters each)

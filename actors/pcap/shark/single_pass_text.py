@@ -16,13 +16,13 @@ difference these rules do not cover, and on a rule no difference needs.
 from __future__ import annotations
 
 import bisect
-import functools
 import re
 import re._compiler as sre_compile  # the stdlib's own: one item of a shape compiled as re compiles it
 import re._parser as sre_parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from types import MappingProxyType
+from typing import Any, TypeAlias, cast
 
 # A frame of `tshark -V` begins with this line (its number), at the start of a line.
 FRAME_START = r"Frame \d+: "
@@ -121,30 +121,35 @@ def is_plain(layers: set[str]) -> bool:
     return not any(layer in MAY_DIFFER_LAYERS or layer not in MEASURED_LAYERS for layer in layers)
 
 
-@functools.lru_cache(maxsize=64)
 def layers_that_may_gain(literal: str, case_sensitive: bool) -> frozenset[str]:
     """The layers in which a second pass may add or change a line of a plain frame so that it holds
     `literal` (no newline): those with a PLAIN_FRAME_LINES shape some line of which, indented, could
-    contain it."""
-    return frozenset(layer for layer, shapes in PLAIN_FRAME_LINES.items()
-                     if any(may_contain(rf"[ ]*(?:{shape})", literal, case_sensitive) for shape in shapes))
+    contain it. Asked once per search (~0.5 ms), not per frame: `cannot_gain` takes the answer."""
+    return frozenset(layer for layer, automata in _SHAPE_AUTOMATA[case_sensitive].items()
+                     if any(_may_contain(compiled, literal, case_sensitive) for compiled in automata))
 
 
-def cannot_gain(text: str, literal: str, case_sensitive: bool) -> bool:
-    """Whether the two-pass text of this frame cannot hold `literal` given that its single-pass
-    `text` does not: the frame is plain and none of its layers may gain a line that holds it."""
+def cannot_gain(text: str, may_gain: frozenset[str]) -> bool:
+    """Whether the two-pass text of this frame cannot hold a literal given that its single-pass `text`
+    does not: the frame is plain and none of its layers is one that may gain a line that holds it
+    (`may_gain`: layers_that_may_gain of the literal)."""
     layers = layers_of(text)
-    return is_plain(layers) and not layers & layers_that_may_gain(literal, case_sensitive)
+    return is_plain(layers) and not layers & may_gain
 
 
 def may_contain(pattern: str, literal: str, case_sensitive: bool) -> bool:
     """Whether some string that `pattern` matches whole contains `literal`: the pattern's NFA run
     over the literal from every state at once (every state of these patterns leads to the end).
     A construct it does not model makes the answer True (unsure is yes)."""
-    if "\n" in literal or (not case_sensitive and not literal.isascii()):
-        return True
-    compiled = _nfa_of(pattern, case_sensitive)
-    if compiled is None:
+    return _may_contain(_nfa_of(pattern, case_sensitive), literal, case_sensitive)
+
+
+_Compiled: TypeAlias = "tuple[_Nfa, frozenset[int]] | None"  # an automaton, where its runs start; None: unmodelled
+
+
+def _may_contain(compiled: _Compiled, literal: str, case_sensitive: bool) -> bool:
+    """may_contain, by the pattern's automaton (_nfa_of)."""
+    if compiled is None or "\n" in literal or (not case_sensitive and not literal.isascii()):
         return True
     nfa, start = compiled
     states = set(start)
@@ -155,10 +160,8 @@ def may_contain(pattern: str, literal: str, case_sensitive: bool) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=256)
-def _nfa_of(pattern: str, case_sensitive: bool) -> tuple[_Nfa, frozenset[int]] | None:
-    """The pattern's automaton and the closure of all its states (where a run over a literal starts),
-    built once per shape: ~14 ms for every shape, which a search for a new literal paid each time.
+def _nfa_of(pattern: str, case_sensitive: bool) -> _Compiled:
+    """The pattern's automaton and the closure of all its states (where a run over a literal starts).
     None: a construct it does not model."""
     parsed = sre_parse.parse(pattern, 0 if case_sensitive else re.IGNORECASE)
     nfa = _Nfa(parsed.state)
@@ -225,6 +228,14 @@ class _Nfa:
                     states.add(to)
                     todo.append(to)
         return states
+
+
+# Every PLAIN_FRAME_LINES shape's automaton (indented, as a line of the text), for either case: built at
+# import, ~15 ms for all, where a search for a new literal paid ~14 ms building them.
+_SHAPE_AUTOMATA: Mapping[bool, Mapping[str, tuple[_Compiled, ...]]] = MappingProxyType({
+    case_sensitive: MappingProxyType({layer: tuple(_nfa_of(rf"[ ]*(?:{shape})", case_sensitive) for shape in shapes)
+                                      for layer, shapes in PLAIN_FRAME_LINES.items()})
+    for case_sensitive in (True, False)})
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ import re
 from typing import Any
 
 from diagd.actors._subprocess import RunHead, head
-from diagd.actors.pcap.single_pass_text import FRAME_START, FrameText, frames_of
-from diagd.actors.pcap.tshark import TRUNCATED, fields_argv, filter_refusal, tabs_row
+from diagd.actors.pcap.shark.single_pass_text import FRAME_START, FrameText, frames_of
+from diagd.actors.pcap.shark.tshark import TRUNCATED, fields_argv, filter_refusal, tabs_row
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MAX_EARLY_ROWS = 2000  # beyond this a page is far into the matches: the pass is the better way there

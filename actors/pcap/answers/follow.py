@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import tree as tree_mod
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import Follow
-from diagd.actors.pcap.session import CaptureSession
-from diagd.actors.pcap.sharkd import Cut
+from diagd.actors.pcap.shark import tree as tree_mod
+from diagd.actors.pcap.shark.sharkd import Cut
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # kind -> the fields a frame must carry to be followed so, in the order they are tried.

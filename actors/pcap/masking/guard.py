@@ -14,7 +14,7 @@ import structlog
 import trio
 
 from diagd.actors._subprocess import run
-from diagd.actors.pcap.mask import ALL_FIELDS, MAX_CAPTURES, TEXT_FIELDS, Identities, Masker, identities_from
+from diagd.actors.pcap.masking.mask import ALL_FIELDS, MAX_CAPTURES, TEXT_FIELDS, Identities, Masker, identities_from
 from diagd.actors.tooling import CallContext, Handler, Reply
 from diagd.protocol.errors import DiagdError, ErrorCode
 

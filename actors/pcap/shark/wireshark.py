@@ -1,7 +1,7 @@
-"""What Wireshark itself knows, read once per daemon: its fields, protocols and version
-(`tshark -G`), decode-as rules checked against them, and the capture identity (sha256) that keys
-a loaded worker (`Digests`, the back end's). Everything here runs off the event loop (subprocesses,
-worker threads)."""
+"""What Wireshark itself knows: its fields, protocols and version (`tshark -G`, read by
+`read_catalogue`; the back end's `facts.Wireshark` keeps the one it read), decode-as rules checked
+against them, and the capture identity (sha256) that keys a loaded worker (`Digests`, the back end's).
+Everything here runs off the event loop (subprocesses, worker threads)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import trio
 
 from diagd.actors import heap
 from diagd.actors._subprocess import run
-from diagd.actors.pcap.fieldtable import FieldTable, as_table
+from diagd.actors.pcap.shark.fieldtable import FieldTable, as_table
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # Wireshark's default packet-list columns, as `tshark -T fields -e _ws.col.<title>` names them. These
@@ -118,34 +118,28 @@ class Catalogue:
         return None
 
 
-_catalogue: Catalogue | None = None
-_catalogue_lock = trio.Lock()
-
-
-async def catalogue() -> Catalogue:
-    global _catalogue
-    async with _catalogue_lock:
-        if _catalogue is None:
-            tshark = shutil.which("tshark")
-            if tshark is None:
-                raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, "tshark is not installed",
-                                 fix="apt-get install tshark (scripts/setup.sh does it)")
-            fields_out, protos_out, version_out = [await _tshark(tshark, *args)
-                                                   for args in (("-G", "fields"), ("-G", "protocols"), ("-v",))]
-            # Parsed in a worker thread (~1 s of Python): the event loop keeps serving meanwhile. The
-            # parse makes and drops ~1M small objects; the few thousand that last (protocol names,
-            # non-ASCII fields) would sit scattered among them and keep ~100 MB of pymalloc arenas and
-            # glibc heap alive for good. So the thread hands back the catalogue pickled (all its
-            # objects freed), it is unpickled here into compact memory, and the heap is trimmed.
-            blob = await trio.to_thread.run_sync(_parse_pickled, fields_out, protos_out, version_out)
-            del fields_out, protos_out
-            cat: Catalogue = pickle.loads(blob)
-            del blob
-            # Its text (~10 MB) to a file: lookups and searches read it from there (fieldtable.py).
-            await trio.to_thread.run_sync(cat.table.spill)
-            _catalogue = cat
-            heap.trim()
-    return _catalogue
+async def read_catalogue() -> Catalogue:
+    """Wireshark's fields, protocols and version as this tshark lists them (`tshark -G`): read at each
+    call (seconds of subprocesses and parsing), so kept by its caller: the back end's `facts.Wireshark`."""
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, "tshark is not installed",
+                         fix="apt-get install tshark (scripts/setup.sh does it)")
+    fields_out, protos_out, version_out = [await _tshark(tshark, *args)
+                                           for args in (("-G", "fields"), ("-G", "protocols"), ("-v",))]
+    # Parsed in a worker thread (~1 s of Python): the event loop keeps serving meanwhile. The
+    # parse makes and drops ~1M small objects; the few thousand that last (protocol names,
+    # non-ASCII fields) would sit scattered among them and keep ~100 MB of pymalloc arenas and
+    # glibc heap alive for good. So the thread hands back the catalogue pickled (all its
+    # objects freed), it is unpickled here into compact memory, and the heap is trimmed.
+    blob = await trio.to_thread.run_sync(_parse_pickled, fields_out, protos_out, version_out)
+    del fields_out, protos_out
+    cat: Catalogue = pickle.loads(blob)
+    del blob
+    # Its text (~10 MB) to a file: lookups and searches read it from there (fieldtable.py).
+    await trio.to_thread.run_sync(cat.table.spill)
+    heap.trim()
+    return cat
 
 
 def _parse_pickled(fields_out: str, protos_out: str, version_out: str) -> bytes:

@@ -17,10 +17,10 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import http2_srt as http2
-from diagd.actors.pcap import pairing
+from diagd.actors.pcap.answers import http2_srt as http2
+from diagd.actors.pcap.answers import pairing
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import Stats
-from diagd.actors.pcap.session import CaptureSession
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KINDS = ("expert", "srt", "conversations", "endpoints", "io")

@@ -29,8 +29,8 @@ import structlog
 import trio
 
 from diagd.actors import system
-from diagd.actors.pcap.capture import CaptureSpec
-from diagd.actors.pcap.sharkd import Sharkd, SharkdError, SharkdProcess
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.shark.sharkd import Sharkd, SharkdError, SharkdProcess
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")

@@ -27,15 +27,17 @@ import trio
 
 from diagd.actors._subprocess import RunHead, head
 from diagd.actors.base import Request, sole_exception
-from diagd.actors.pcap import decode_check, first_page
-from diagd.actors.pcap import tshark as _cold
-from diagd.actors.pcap.cache import PackedLru
-from diagd.actors.pcap.capture import CaptureSpec
-from diagd.actors.pcap.first_page import Kinds
-from diagd.actors.pcap.passes import HEAD_START_S, CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
-from diagd.actors.pcap.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool, estimated_rss
-from diagd.actors.pcap.sharkd import Sharkd, SharkdError
-from diagd.actors.pcap.wireshark import Catalogue, Digests, catalogue, parse_decode_as
+from diagd.actors.pcap.engine.cache import PackedLru
+from diagd.actors.pcap.engine.capture import CaptureSpec
+from diagd.actors.pcap.engine.passes import HEAD_START_S, CaptureWorkers, Cores, EarlyNumbers, EarlyRows, Page, invalid
+from diagd.actors.pcap.engine.pool import CaptureState, Headroom, Launch, LoadFacts, WorkerPool, estimated_rss
+from diagd.actors.pcap.shark import decode_check
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.shark.facts import Wireshark
+from diagd.actors.pcap.shark.sharkd import Sharkd, SharkdError
+from diagd.actors.pcap.shark.wireshark import Catalogue, Digests, parse_decode_as
+from diagd.actors.pcap.warm import first_page
+from diagd.actors.pcap.warm.first_page import Kinds
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -55,10 +57,14 @@ class CaptureSession:
     def __init__(self, spec: CaptureSpec, *, max_workers: int = 2, headroom: Headroom = lambda: None,
                  cores: Cores | None = None, launch: Launch = Sharkd.start,
                  early_numbers: EarlyNumbers | None = None, early_rows: EarlyRows | None = None,
-                 run_head: RunHead = head, memory_budget: int | None = None, digests: Digests | None = None) -> None:
+                 run_head: RunHead = head, memory_budget: int | None = None, digests: Digests | None = None,
+                 wireshark: Wireshark | None = None) -> None:
         self.spec = spec
         # The back end's file hashes (a session of a test without one hashes for itself).
         self._digests = digests if digests is not None else Digests()
+        # The back end's Wireshark facts: the field catalogue, capinfos' counts, the decode-as probes (a
+        # session of a test without one reads and keeps its own).
+        self.wireshark = wireshark if wireshark is not None else Wireshark()
         self._memory_budget = memory_budget  # bytes of sharkd RSS all captures may hold ([pcap] max_memory_mb)
         self._max_workers = max_workers
         self._headroom = headroom
@@ -92,7 +98,7 @@ class CaptureSession:
         self._nursery = nursery
         self._config_dir = Path(tempfile.mkdtemp(prefix="diagd-wsconf-"))
         lines = []
-        cat = self.cat = await catalogue()
+        cat = self.cat = await self.wireshark.catalogue()
         for rule in self.spec.decode_as:
             table, value, proto = parse_decode_as(rule, cat)
             lines.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
@@ -122,7 +128,7 @@ class CaptureSession:
         """What every answer names later (the file's sha256) or reports (capinfos' count, in the load's
         progress), read once the head start is over."""
         self._digests.begin(self.spec.path, self.spec.identity)
-        _cold.begin_count(self.spec.path, self.spec.identity, self.spec.size)
+        self.wireshark.capinfos.begin_count(self.spec.path, self.spec.identity, self.spec.size)
 
     def end_head_start(self) -> None:
         """The call that had the head start has its answer (answers.py: a timeline's or pcap_info's)."""
@@ -283,7 +289,7 @@ class CaptureSession:
     def _load_report(self, read: int | None) -> tuple[int, str]:
         size, name = self.spec.size, self.spec.path.name
         done = min(read or 0, size - 1)  # "all read" is said once loaded
-        facts = _cold.known_facts(self.spec.identity)
+        facts = self.wireshark.capinfos.known_facts(self.spec.identity)
         # Frames by the share of bytes read (an estimate: "~"), when capinfos has counted them.
         frames = f"~{facts.packets * done // size:,} of {facts.packets:,} frames, " if facts and size else ""
         return done, (f"loading {name}: {frames}{_mb(done)} of {_mb(size)} MB read" if done < size - 1 else
@@ -441,7 +447,8 @@ class CaptureSession:
     async def sbi_hint(self) -> str:
         """Where this capture's TCP conversations carry HTTP/2 or HTTP/1.1, and which decode-as
         shows HTTP/2 without hiding anything (decode_check.py; one cached tshark pass)."""
-        found = await decode_check.probe(self.spec.path, self.spec.identity, [c.port for c in self.spec.decode_checks])
+        found = await self.wireshark.probes.probe(self.spec.path, self.spec.identity,
+                                                  [c.port for c in self.spec.decode_checks])
         return decode_check.http2_hint(found, self.spec.decode_checks)
 
     async def protocols(self, request: Request) -> list[str]:

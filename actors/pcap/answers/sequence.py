@@ -285,10 +285,15 @@ class Diagram:
         return "\n".join(lines) + "\n"
 
     def describe(self) -> dict[str, Any]:
-        lines = dict(self.participants().values())
+        names = self.participants()
+        lines = dict(names.values())
         return {"participants": [{"id": i, "name": line.shown, "address": line.address, "port": line.port,
                                   "role": line.role} for i, line in lines.items()],
                 "arrows": len(self.arrows),
+                # Each arrow as the Mermaid draws it, for a view that draws the ladder itself (docs/views.md).
+                "messages": [{"frame": a.frame, "time": a.time, "from": ids[0], "to": ids[1], "label": a.text,
+                              "failed": a.failed}
+                             for a in self.arrows for ids in [(names[a.src][0], names[a.dst][0])]],
                 "failures": [{"frame": a.frame, "cause": a.cause, **({"verdicts": a.verdicts} if a.verdicts else {})}
                              for a in self.arrows if a.failed]}
 

@@ -24,8 +24,8 @@ from typing import Any
 import trio
 
 from diagd.actors._subprocess import RunHead, head, run
-from diagd.actors.pcap import halves
-from diagd.actors.pcap.wireshark import COLUMN_PREFIX, column_format_pref
+from diagd.actors.pcap.shark import halves
+from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 _UNITS = {"bytes": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
@@ -105,7 +105,7 @@ def tabs_row(line: str) -> dict[str, Any] | None:
 
 
 async def info(base: list[str]) -> dict[str, Any]:
-    """Protocols and conversations in one tshark pass (count and time span: `capture_facts`).
+    """Protocols and conversations in one tshark pass (count and time span: `Capinfos.capture_facts`).
 
     The protocols are every frame's layers (`frame.protocols`), in order of first appearance after
     `frame`: what sharkd's `analyse` lists for the loaded capture. io,phs did not: it misses protocols
@@ -155,12 +155,6 @@ async def info(base: list[str]) -> dict[str, Any]:
 # wiretap opens some files that hold no packets as a "capture" of one record (the whole file):
 # JSON, images and other MIME types, PEM (RFC 7468) files, Ruby marshal data, TNEF attachments.
 NOT_PACKETS = frozenset({"json", "mime", "rfc7468", "rubymarshal", "ruby_marshal", "tnef"})
-_facts: OrderedDict[str, CaptureFacts] = OrderedDict()
-
-
-def known_facts(identity: str) -> CaptureFacts | None:
-    """What capinfos said of this file version, if it has been asked already (nothing is run)."""
-    return _facts.get(identity)
 
 
 @dataclass(frozen=True)
@@ -190,15 +184,14 @@ class CaptureFacts:
 # Above this, capinfos (which reads every record: ~0.03 s at 55 MB, ~0.4 s at 1 GB) is not waited for
 # before a call: captype (which only opens the file, ~5 ms) says whether it is a capture.
 BIG_FILE = 8 * 2**20
-_counting: dict[str, trio.Event] = {}  # capinfos runs going on, per file version
 # Set by a call whose answer is the count itself (pcap_info): the check reads it rather than captype.
 _facts_wanted: ContextVar[bool] = ContextVar("diagd_pcap_facts_wanted", default=False)
 
 
 @contextmanager
 def facts_wanted() -> Iterator[None]:
-    """Within: `check_capture` of any size runs capinfos, split in two halves on two cores for a big
-    file (halves.py), for a caller that answers with the count and span (pcap_info): captype's open
+    """Within: `Capinfos.check_capture` of any size runs capinfos, split in two halves on two cores for a
+    big file (halves.py), for a caller that answers with the count and span (pcap_info): captype's open
     would only come before it, and the call waits for the count either way."""
     token = _facts_wanted.set(True)
     try:
@@ -207,50 +200,67 @@ def facts_wanted() -> Iterator[None]:
         _facts_wanted.reset(token)
 
 
-async def check_capture(path: Path, identity: str, size: int) -> None:
-    """INVALID_ARGUMENT unless the file is a capture of packets, before any worker is started for it.
-    A small file gets capinfos (capture_facts, kept for pcap_info); a big one only `captype`, which
-    opens it without reading it through: counting a 1 GB file's records takes seconds that a fresh
-    capture's first page need not wait for (`begin_count` runs capinfos after the first answer), unless
-    the call wants the count (`facts_wanted`)."""
-    if size < BIG_FILE or _facts_wanted.get():
-        await capture_facts(path, identity, size, split=_facts_wanted.get())
-        return
-    if identity in _facts or identity in _counting:
-        return
-    done = await run(["captype", str(path)])
-    kind = done.out.strip().rsplit(": ", 1)[-1] if done.returncode == 0 else "unknown"
-    if kind == "unknown" or kind in NOT_PACKETS:
-        await capture_facts(path, identity, size)  # its own words for why not
+class Capinfos:
+    """What capinfos said of each file version (KEEP of them, the least recently asked dropped) and the
+    runs going on, one per file version at a time: the back end's (`facts.Wireshark.capinfos`), shared
+    by its tools and its captures' sessions."""
 
+    KEEP = 256
 
-def begin_count(path: Path, identity: str, size: int) -> None:
-    """capinfos on the file in the background (once per file version), for the load's progress in
-    frames and the next pcap_info."""
-    if identity in _facts or identity in _counting:
-        return
+    def __init__(self) -> None:
+        self._facts: OrderedDict[str, CaptureFacts] = OrderedDict()
+        self._counting: dict[str, trio.Event] = {}  # capinfos runs going on, per file version
 
-    async def count() -> None:
+    def known_facts(self, identity: str) -> CaptureFacts | None:
+        """What capinfos said of this file version, if it has been asked already (nothing is run)."""
+        return self._facts.get(identity)
+
+    async def check_capture(self, path: Path, identity: str, size: int) -> None:
+        """INVALID_ARGUMENT unless the file is a capture of packets, before any worker is started for it.
+        A small file gets capinfos (capture_facts, kept for pcap_info); a big one only `captype`, which
+        opens it without reading it through: counting a 1 GB file's records takes seconds that a fresh
+        capture's first page need not wait for (`begin_count` runs capinfos after the first answer),
+        unless the call wants the count (`facts_wanted`)."""
+        if size < BIG_FILE or _facts_wanted.get():
+            await self.capture_facts(path, identity, size, split=_facts_wanted.get())
+            return
+        if identity in self._facts or identity in self._counting:
+            return
+        done = await run(["captype", str(path)])
+        kind = done.out.strip().rsplit(": ", 1)[-1] if done.returncode == 0 else "unknown"
+        if kind == "unknown" or kind in NOT_PACKETS:
+            await self.capture_facts(path, identity, size)  # its own words for why not
+
+    def begin_count(self, path: Path, identity: str, size: int) -> None:
+        """capinfos on the file in the background (once per file version), for the load's progress in
+        frames and the next pcap_info."""
+        if identity in self._facts or identity in self._counting:
+            return
+
+        async def count() -> None:
+            try:
+                await self.capture_facts(path, identity, size)
+            except DiagdError:
+                pass  # the call that needs the facts (pcap_info) runs capinfos again and says why
+        trio.lowlevel.spawn_system_task(count)
+
+    async def capture_facts(self, path: Path, identity: str, size: int, *, split: bool = False) -> CaptureFacts:
+        """capinfos on the file (kept per file version): INVALID_ARGUMENT "not a capture file" when it is
+        not one. split: a big file is read as two halves on two cores when it can be (halves.py), for a
+        caller waiting."""
+        while identity in self._counting:  # one capinfos per file version at a time
+            await self._counting[identity].wait()
+        if identity in self._facts:
+            self._facts.move_to_end(identity)
+            return self._facts[identity]
+        self._counting[identity] = trio.Event()
         try:
-            await capture_facts(path, identity, size)
-        except DiagdError:
-            pass  # the call that needs the facts (pcap_info) runs capinfos again and says why
-    trio.lowlevel.spawn_system_task(count)
-
-
-async def capture_facts(path: Path, identity: str, size: int, *, split: bool = False) -> CaptureFacts:
-    """capinfos on the file (cached per file version): INVALID_ARGUMENT "not a capture file" when it is not one.
-    split: a big file is read as two halves on two cores when it can be (halves.py), for a caller waiting."""
-    while identity in _counting:  # one capinfos per file version at a time
-        await _counting[identity].wait()
-    if identity in _facts:
-        _facts.move_to_end(identity)
-        return _facts[identity]
-    _counting[identity] = trio.Event()
-    try:
-        return await _capinfos(path, identity, size, split=split)
-    finally:
-        _counting.pop(identity).set()
+            facts = self._facts[identity] = await _capinfos(path, size, split=split)
+            if len(self._facts) > self.KEEP:
+                self._facts.popitem(last=False)
+            return facts
+        finally:
+            self._counting.pop(identity).set()
 
 
 async def _split_cells(path: Path, size: int, env: dict[str, str]) -> list[str] | None:
@@ -288,7 +298,7 @@ async def _one_run(path: Path, env: dict[str, str]) -> tuple[list[str], str | No
     return cells, warning
 
 
-async def _capinfos(path: Path, identity: str, size: int, *, split: bool = False) -> CaptureFacts:
+async def _capinfos(path: Path, size: int, *, split: bool = False) -> CaptureFacts:
     env = {**os.environ, "TZ": "UTC"}  # capinfos prints local times
     cells = await _split_cells(path, size, env) if split else None
     warning = None
@@ -305,12 +315,8 @@ async def _capinfos(path: Path, identity: str, size: int, *, split: bool = False
     def known(text: str) -> str | None:
         return None if text == "n/a" else text
 
-    facts = CaptureFacts(file_type, encap, int(count) if count.isdigit() else 0, known(duration), known(start),
-                         known(end), warning)
-    _facts[identity] = facts
-    if len(_facts) > 256:
-        _facts.popitem(last=False)
-    return facts
+    return CaptureFacts(file_type, encap, int(count) if count.isdigit() else 0, known(duration), known(start),
+                        known(end), warning)
 
 
 # ---------------------------------------------------------------------------------------------

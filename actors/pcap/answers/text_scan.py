@@ -19,20 +19,10 @@ import trio
 
 from diagd.actors._user_regex import Matcher
 from diagd.actors.base import Request
-from diagd.actors.pcap import single_pass_text
-from diagd.actors.pcap import tree as tree_mod
+from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import TextSearch
-from diagd.actors.pcap.session import CaptureSession
-
-
-def displayed(tree: list[tree_mod.Node], previous_ns: int | None) -> list[tree_mod.Node]:
-    """The frame's tree as `tshark -Y` shows it when the frame displayed before it arrived at
-    `previous_ns` (None: it is the first one displayed)."""
-    now = tree_mod.epoch_ns(tree)
-    delta = now - previous_ns if now is not None and previous_ns is not None else 0
-    return tree_mod.with_displayed_delta(tree, delta)
-
-
+from diagd.actors.pcap.shark import single_pass_text
+from diagd.actors.pcap.shark import tree as tree_mod
 
 # Frames fetched per sharkd batch at most: pipelined, so sharkd dissects while this process decodes,
 # and few enough that the call's time budget is checked every few tens of milliseconds.
@@ -212,7 +202,7 @@ async def _scan_batches(m: TextSearch, scan: Scan, candidates: list[int], canoni
                 previous_ns = ruled_out[number]
                 scan.skipped.add(number)
                 continue
-            nodes = displayed(answer["tree"], previous_ns)
+            nodes = tree_mod.displayed(answer["tree"], previous_ns)
             previous_ns = tree_mod.epoch_ns(answer["tree"])
             if canonical and m.restrict_layers:
                 nodes = tree_mod.protocol_nodes(nodes, canonical)

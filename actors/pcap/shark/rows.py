@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from diagd.actors.pcap import tshark as _cold
-from diagd.actors.pcap.wireshark import (
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.shark.wireshark import (
     COLUMN_FIELDS,
     COLUMN_FORMATS,
     COLUMN_PREFIX,

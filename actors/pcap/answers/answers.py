@@ -14,16 +14,16 @@ from typing import Any
 import trio
 
 from diagd.actors.base import Request
-from diagd.actors.pcap import first_page
-from diagd.actors.pcap import follow as _follow
 from diagd.actors.pcap import ngap as ngap_summary
-from diagd.actors.pcap import tshark as _cold
+from diagd.actors.pcap.answers import follow as _follow
+from diagd.actors.pcap.engine.passes import Page
+from diagd.actors.pcap.engine.pool import CaptureState
+from diagd.actors.pcap.engine.session import CaptureSession, check_length
 from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timeline
-from diagd.actors.pcap.passes import Page
-from diagd.actors.pcap.pool import CaptureState
-from diagd.actors.pcap.rows import field_value, sort_key
-from diagd.actors.pcap.session import CaptureSession, check_length
-from diagd.actors.pcap.wireshark import Catalogue
+from diagd.actors.pcap.shark import tshark as _cold
+from diagd.actors.pcap.shark.rows import field_value, sort_key
+from diagd.actors.pcap.shark.wireshark import Catalogue
+from diagd.actors.pcap.warm import first_page
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 INTERESTING_PROTOCOLS = ("ngap", "nas-5gs", "sctp", "s1ap", "nas-eps", "gtpv2", "pfcp", "gtp", "sip", "diameter",

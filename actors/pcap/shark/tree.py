@@ -181,6 +181,14 @@ def ns_to_seconds(ns: int) -> str:
 COLORING = frozenset({"frame.coloring_rule.name", "frame.coloring_rule.string"})
 
 
+def displayed(tree: list[Node], previous_ns: int | None) -> list[Node]:
+    """The frame's tree as `tshark -Y` shows it when the frame displayed before it arrived at
+    `previous_ns` (None: it is the first one displayed)."""
+    now = epoch_ns(tree)
+    delta = now - previous_ns if now is not None and previous_ns is not None else 0
+    return with_displayed_delta(tree, delta)
+
+
 def with_displayed_delta(tree: list[Node], delta_ns: int) -> list[Node]:
     """The tree with "Time delta from previous displayed frame" set to `delta_ns`, as tshark -V prints it.
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagd.actors.pcap.decode_check import PortCheck
+from diagd.actors.pcap.shark.decode_check import PortCheck
 
 
 @dataclass(frozen=True)

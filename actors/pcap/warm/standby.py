@@ -61,9 +61,9 @@ import trio
 from diagd.actors import system
 from diagd.actors._subprocess import Head, RunHead, close_pipes, head, head_of, open_process, stop_process
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap import fields_standby
-from diagd.actors.pcap.tshark import FIELDS_OPTIONS
-from diagd.actors.pcap.wireshark import catalogue
+from diagd.actors.pcap.shark.facts import Wireshark
+from diagd.actors.pcap.shark.tshark import FIELDS_OPTIONS
+from diagd.actors.pcap.warm import fields_standby
 from diagd.actors.runtime import ActorRef, Runtime
 from diagd.protocol.errors import DiagdError
 
@@ -352,8 +352,11 @@ class WarmTsharks:
     asked of its template's actor, else run cold. The capture actors call it directly (not through the
     back end, which called them)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, wireshark: Wireshark | None = None) -> None:
         self.runtime = runtime
+        # The back end's Wireshark facts: which field lists the standby of any list serves is read in its
+        # catalogue (a test's WarmTsharks without one reads its own).
+        self.wireshark = wireshark if wireshark is not None else Wireshark()
         self._recent: OrderedDict[str, None] = OrderedDict()  # template keys in use, least recent first
         self._own: set[str] = set()  # of those, the keys of templates every capture runs (start's capture_own)
         # Field lists the standby of any list could not print: they run on their own list's template.
@@ -374,7 +377,7 @@ class WarmTsharks:
             template, path, display_filter = found
             fields: tuple[str, ...] = ()
             if (any_list := any_fields_of(template)) is not None and any_list[1] not in self._unsure \
-                    and fields_standby.servable(any_list[1], await catalogue()):
+                    and fields_standby.servable(any_list[1], await self.wireshark.catalogue()):
                 template, fields = any_list  # one standby for every field list of its types
             if self.runtime.find(KIND, template.key) is None:
                 # Its first run: cold, and its standby starts after it (started now, its start-up would

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from diagd.actors.pcap.decode_check import Conversation, Probe, advice
+from diagd.actors.pcap.shark.decode_check import Conversation, Probe, advice
 
 
 def http2_ports(rules: Iterable[str]) -> set[int]:

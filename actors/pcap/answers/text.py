@@ -18,15 +18,17 @@ import trio
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Request
-from diagd.actors.pcap import first_page, single_pass_text, text_scan
-from diagd.actors.pcap import tree as tree_mod
+from diagd.actors.pcap.answers import text_scan
+from diagd.actors.pcap.answers.text_scan import Scan, spans_of
+from diagd.actors.pcap.engine.passes import REPLY_HEAD_START_S
+from diagd.actors.pcap.engine.pool import CaptureState
+from diagd.actors.pcap.engine.session import MAX_FILTER_CHARS, CaptureSession, check_length
 from diagd.actors.pcap.messages import Detail, TextSearch
-from diagd.actors.pcap.passes import REPLY_HEAD_START_S
-from diagd.actors.pcap.pool import CaptureState
-from diagd.actors.pcap.session import MAX_FILTER_CHARS, CaptureSession, check_length
-from diagd.actors.pcap.single_pass_text import FrameText
-from diagd.actors.pcap.text_scan import Scan, displayed, spans_of
-from diagd.actors.pcap.wireshark import Catalogue
+from diagd.actors.pcap.shark import single_pass_text
+from diagd.actors.pcap.shark import tree as tree_mod
+from diagd.actors.pcap.shark.single_pass_text import FrameText
+from diagd.actors.pcap.shark.wireshark import Catalogue
+from diagd.actors.pcap.warm import first_page
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -57,7 +59,7 @@ def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) 
     # displayed ones, so each one's "previous displayed frame" is the one before it among them.
     ordered = sorted(set(frame_numbers))
     epochs = [tree_mod.epoch_ns(answers[n]["tree"]) for n in ordered]
-    trees = {n: displayed(answers[n]["tree"], epochs[i - 1] if i else None) for i, n in enumerate(ordered)}
+    trees = {n: tree_mod.displayed(answers[n]["tree"], epochs[i - 1] if i else None) for i, n in enumerate(ordered)}
     present = {n: tree_mod.layer_names(trees[n]) for n in ordered}
     wanted = resolve_layers(cat, layers)
     anywhere = {layer for names in present.values() for layer in names}
@@ -221,9 +223,10 @@ async def _ruled_out(m: TextSearch, page: list[FrameText], matcher: Matcher) -> 
     if not _literal(m):
         return {}
     times: dict[int, int] = {}
+    may_gain = single_pass_text.layers_that_may_gain(m.query, m.case_sensitive)  # once for the page's frames
     for frame in page:
         epoch = _EPOCH.search(frame.text)
-        if epoch and single_pass_text.cannot_gain(frame.text, m.query, m.case_sensitive):
+        if epoch and single_pass_text.cannot_gain(frame.text, may_gain):
             times[frame.number] = tree_mod.seconds_to_ns(epoch.group(1))
     if not times:
         return {}

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from diagd.actors.pcap.tree import HEX_CELLS_WIDTH, HEX_TEXT_GAP, hex_line
+from diagd.actors.pcap.shark.tree import HEX_CELLS_WIDTH, HEX_TEXT_GAP, hex_line
 
 log = structlog.get_logger("diagd.pcap.mask")
 

@@ -3,7 +3,7 @@
 `tcp.port==7777,http2` makes tshark parse every conversation on 7777 as HTTP/2: on a core whose SBI
 is HTTP/1.1 on 7777 that turns every SBI message into malformed HTTP/2, and `http` matches nothing.
 So before a port rule to HTTP/2 (or HTTP) is applied, one tshark pass without any rule reads the
-first bytes of every conversation that could be concerned (`probe`): the HTTP/2 connection preface
+first bytes of every conversation that could be concerned (`Probes.probe`): the HTTP/2 connection preface
 or a run of valid HTTP/2 frame headers is HTTP/2, a request or status line is HTTP/1.x. Then
 (`check`):
 
@@ -32,8 +32,8 @@ from typing import Any
 import trio
 
 from diagd.actors._subprocess import head, run
-from diagd.actors.pcap.tshark import TRUNCATED
-from diagd.actors.pcap.wireshark import Catalogue
+from diagd.actors.pcap.shark.tshark import TRUNCATED
+from diagd.actors.pcap.shark.wireshark import Catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -45,7 +45,6 @@ CHECKED = {"http2": "HTTP/2", "http": "HTTP/1.1"}  # rule protocol -> what the c
 _FRAMES: dict[int, tuple[bool | None, int | None]] = {
     0: (False, None), 1: (False, None), 2: (False, 5), 3: (False, 4), 4: (True, None), 5: (False, None),
     6: (True, 8), 7: (True, None), 8: (None, 4), 9: (False, None)}
-_PROBES: OrderedDict[tuple[str, tuple[int, ...]], Probe] = OrderedDict()
 
 
 @dataclass
@@ -148,42 +147,51 @@ class Probing:
         return self.found
 
 
-_RUNNING: dict[tuple[str, tuple[int, ...]], Probing] = {}
+class Probes:
+    """The probe of each file version and ports: KEEP done (the least recently asked dropped) and those
+    under way, shared by every call that wants one: the back end's (`facts.Wireshark.probes`), handed to
+    its tools and its captures' sessions."""
 
+    KEEP = 64
 
-def begin_probe(path: Path, identity: str, named: Sequence[int]) -> Probing:
-    """The probe of this file version and ports: cached, under way, or started now."""
-    key = (identity, tuple(sorted(set(named))))
-    if key in _PROBES:
-        _PROBES.move_to_end(key)
-        cached = Probing(found=_PROBES[key])
-        cached.done.set()
-        return cached
-    running = _RUNNING.get(key)
-    if running is None:
-        running = _RUNNING[key] = Probing()
+    def __init__(self) -> None:
+        self._done: OrderedDict[tuple[str, tuple[int, ...]], Probe] = OrderedDict()
+        self._running: dict[tuple[str, tuple[int, ...]], Probing] = {}
 
-        async def work() -> None:
-            try:
-                running.found = await _probe(path, key)
-            except DiagdError as exc:
-                running.error = exc
-            except Exception as exc:  # a system task must not raise: the waiters get the error
-                running.error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
-                                           f"tshark could not read the conversations to check a decode-as rule: {exc}")
-            finally:
-                _RUNNING.pop(key, None)
-                running.done.set()
+    def begin(self, path: Path, identity: str, named: Sequence[int]) -> Probing:
+        """The probe of this file version and ports: kept, under way, or started now."""
+        key = (identity, tuple(sorted(set(named))))
+        if key in self._done:
+            self._done.move_to_end(key)
+            cached = Probing(found=self._done[key])
+            cached.done.set()
+            return cached
+        running = self._running.get(key)
+        if running is None:
+            running = self._running[key] = Probing()
+            trio.lowlevel.spawn_system_task(self._work, path, key, running)
+        return running
 
-        trio.lowlevel.spawn_system_task(work)
-    return running
+    async def _work(self, path: Path, key: tuple[str, tuple[int, ...]], running: Probing) -> None:
+        try:
+            found = running.found = await _probe(path, key)
+            self._done[key] = found
+            if len(self._done) > self.KEEP:
+                self._done.popitem(last=False)
+        except DiagdError as exc:
+            running.error = exc
+        except Exception as exc:  # a system task must not raise: the waiters get the error
+            running.error = DiagdError(ErrorCode.BACKEND_UNAVAILABLE,
+                                       f"tshark could not read the conversations to check a decode-as rule: {exc}")
+        finally:
+            self._running.pop(key, None)
+            running.done.set()
 
-
-async def probe(path: Path, identity: str, named: Sequence[int]) -> Probe:
-    """One tshark pass, without any decode-as rule (cached per file version and ports)."""
-    running = begin_probe(path, identity, named)
-    await running.done.wait()
-    return running.result()
+    async def probe(self, path: Path, identity: str, named: Sequence[int]) -> Probe:
+        """One tshark pass, without any decode-as rule (kept per file version and ports)."""
+        running = self.begin(path, identity, named)
+        await running.done.wait()
+        return running.result()
 
 
 async def _probe(path: Path, key: tuple[str, tuple[int, ...]]) -> Probe:
@@ -218,10 +226,7 @@ async def _probe(path: Path, key: tuple[str, tuple[int, ...]]) -> Probe:
                          "decode-as rule: " + "\n".join(messages)[-2000:], exit_code=done.returncode)
     for conv in conversations.values():
         conv.classify()
-    found = _PROBES[key] = Probe(conversations, key[1])
-    if len(_PROBES) > 64:
-        _PROBES.popitem(last=False)
-    return found
+    return Probe(conversations, key[1])
 
 
 async def registered_ports(cat: Catalogue) -> frozenset[int]:
@@ -283,13 +288,13 @@ def port_of(table: str, value: str, proto: str) -> int | None:
 
 
 async def check(path: Path, identity: str, rules: Sequence[tuple[str, str, str, str]],
-                cat: Catalogue) -> tuple[list[str], list[PortCheck]]:
+                cat: Catalogue, probes: Probes) -> tuple[list[str], list[PortCheck]]:
     """(rules to apply, what was checked) for the requested rules, each (rule, table, value, protocol);
-    `cat`: the tshark's catalogue the rules were parsed against."""
+    `cat`: the tshark's catalogue the rules were parsed against; `probes`: the back end's."""
     ports = [p for _, table, value, proto in rules if (p := port_of(table, value, proto)) is not None]
     if not ports:
         return [rule for rule, *_ in rules], []
-    found = await probe(path, identity, ports)
+    found = await probes.probe(path, identity, ports)
     registered = await registered_ports(cat)
     applied: list[str] = []
     checks: list[PortCheck] = []

@@ -32,8 +32,8 @@ import re
 import string
 from collections.abc import Sequence
 
-from diagd.actors.pcap.tshark import AGGREGATOR
-from diagd.actors.pcap.wireshark import COLUMN_PREFIX, Catalogue
+from diagd.actors.pcap.shark.tshark import AGGREGATOR
+from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, Catalogue
 
 NONE_FIELD = "diagd.none"  # the script's field that no frame has: tshark's empty line end
 UNSURE_EXIT = 4  # the script met an item whose text it cannot make: the run goes cold

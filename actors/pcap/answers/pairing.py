@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagd.actors.base import Request
-from diagd.actors.pcap.http2_srt import nanoseconds, template
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.answers.http2_srt import nanoseconds, template
+from diagd.actors.pcap.engine.session import CaptureSession
 
 # The frame's times, its innermost addresses and ports (last occurrence), the outer ICMP error (first).
 COMMON = ("frame.time_relative:0", "frame.time_epoch:0", "ip.src:-1", "ip.dst:-1", "ipv6.src:-1", "ipv6.dst:-1",

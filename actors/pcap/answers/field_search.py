@@ -29,8 +29,8 @@ from typing import Any
 import regex
 
 from diagd.actors._user_regex import Matcher, UserRegex
-from diagd.actors.pcap.fieldtable import FieldTable
-from diagd.actors.pcap.wireshark import Catalogue
+from diagd.actors.pcap.shark.fieldtable import FieldTable
+from diagd.actors.pcap.shark.wireshark import Catalogue
 
 Row = tuple[str, tuple[str, str, str]]  # (name, (description, type, protocol))
 

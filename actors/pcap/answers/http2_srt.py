@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagd.actors.base import Request
-from diagd.actors.pcap.session import CaptureSession
+from diagd.actors.pcap.engine.session import CaptureSession
 
 HEADERS = "http2.type == 1"
 FIELDS = ("frame.number", "frame.time_relative", "tcp.stream", "tcp.srcport", "http2.type", "http2.streamid",
