@@ -96,6 +96,14 @@ class ToolsRequest(Message):
 
 
 @dataclass(frozen=True)
+class UiLoginRequest(Message):
+    """A one-time login link for the web view on the HTTP listener (`diagd ui`)."""
+
+    tag: ClassVar[str] = "ui_login"
+    id: int
+
+
+@dataclass(frozen=True)
 class ShutdownRequest(Message):
     tag: ClassVar[str] = "shutdown"
     id: int
@@ -120,7 +128,7 @@ class ErrorReply(Message):
 
 
 _TYPES = (Hello, StatusRequest, CallRequest, StopActorRequest, ReloadRequest, ShutdownRequest, ToolsRequest, Reply,
-          ErrorReply, Progress)
+          ErrorReply, Progress, UiLoginRequest)
 CODEC = Codec(_TYPES, MAX_FRAME_BYTES)
 encode = CODEC.encode
 decode = CODEC.decode

@@ -125,6 +125,15 @@ if [ "$action" = test ]; then
   node_cache "$HOME/.cache/diagd/node-sdk" @modelcontextprotocol/sdk@1.32.2
 fi
 
+# The tools' MCP Apps views (docs/views.md): built with npm into ~/.cache/diagd/views/<hash>, then copied
+# into daemon/views/dist, where the daemon reads them (the browser tests build them the same way).
+# Without npm the tools are listed without their views (`diagd doctor` says so).
+if command -v npm >/dev/null; then
+  "$top/scripts/build-views.sh" --install >/dev/null || log "could not build the views: tools are listed without them"
+else
+  log "npm is not installed: the views are not built (diagd doctor)"
+fi
+
 case "$action" in
   setup)
     log "done: $HOME/.local/bin/diagd -> $venv/bin/diagd" ;;

@@ -37,9 +37,9 @@ from diagd.actors.capture.settings import CaptureSettings
 from diagd.actors.crash import messages as crash_messages
 from diagd.actors.crash import sessions as crash_sessions
 from diagd.actors.crash.settings import CrashSettings
-from diagd.actors.pcap import session as pcap_session
-from diagd.actors.pcap import standby
+from diagd.actors.pcap.engine import session as pcap_session
 from diagd.actors.pcap.settings import PcapSettings
+from diagd.actors.pcap.warm import standby
 from diagd.actors.serial.settings import SerialConfig
 from diagd.daemon import config as config_mod
 from diagd.daemon import discovery
@@ -534,7 +534,7 @@ def claims() -> list[tuple[str, str]]:
                           f"`[pcap] max_loaded` ({p.max_loaded})"),
         ("operations.md", f"`max_sessions` ({c.max_sessions}) open, {crash_sessions.MAX_RECORDS} records"),
         ("operations.md", f"`urc_max_packets` ({s.urc_max_packets}) and `urc_max_bytes` ({binary(s.urc_max_bytes)})"),
-        ("benchmarks.md", f"`CACHE_BUDGET` in `actors/pcap/session.py`: {binary(pcap_session.CACHE_BUDGET)} "
+        ("benchmarks.md", f"`CACHE_BUDGET` in `actors/pcap/engine/session.py`: {binary(pcap_session.CACHE_BUDGET)} "
                           "per capture"),
         ("benchmarks.md", f"{WORDS[heap.ARENA_MAX]} arenas; `daemon/server/heap_trim.py`: `malloc_trim` "
                           f"{heap_trim.QUIET_S:g} s after the last call"),

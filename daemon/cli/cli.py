@@ -111,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("actor_id", help="its id, as diagd status shows it (e.g. serial-3)")
     s.set_defaults(func=cmd_stop_actor)
 
+    s = sub.add_parser("ui", help="open the live web view of the calls and actors in the browser (one-time login "
+                       "link; needs [http] listen)")
+    s.add_argument("--print", action="store_true", dest="print_only",
+                   help="print the one-time login link instead of opening a browser")
+    s.set_defaults(func=cmd_ui)
+
     s = sub.add_parser("doctor", help="check external tools, privileges and directories")
     s.add_argument("--json", action="store_true", help="the checks as JSON")
     _remote_options(s)
@@ -479,6 +485,13 @@ def cmd_stop_actor(args: argparse.Namespace) -> int:
     except (_NoDaemon, DiagdError) as exc:
         return _fail("stop-actor", exc)
     return EXIT_OK
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from diagd.daemon.cli import ui_cli
+    from diagd.protocol import control
+
+    return ui_cli.run(print_only=args.print_only, login=lambda: dict(_request(control.UiLoginRequest)))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 
 from diagd.actors import system
 from diagd.actors.system import Check
-from diagd.daemon import paths
+from diagd.daemon import app_views, paths
 from diagd.daemon.exits import EXIT_FAILED, EXIT_OK
 
 
@@ -60,6 +60,12 @@ def check_daemon() -> Check:
     return Check("daemon", True, f"listening on {paths.control_socket()}")
 
 
+def check_views() -> Check:
+    """The tools' MCP Apps views (docs/views.md): without them tools are listed without `_meta.ui`."""
+    ok, detail = app_views.status()
+    return Check("views", ok, detail, "" if ok else app_views.BUILD_HINT)
+
+
 def daemon_checks() -> list[Check]:
     return [
         *(system.check_python_module(m) for m in ("trio", "mcp", "msgpack", "structlog", "jsonschema")),
@@ -67,6 +73,7 @@ def daemon_checks() -> list[Check]:
         check_runtime_dir(),
         check_config(),
         check_daemon(),
+        check_views(),
     ]
 
 

@@ -24,6 +24,7 @@ from diagd.daemon import memtrace
 from diagd.daemon.server import connections, tool_listing
 from diagd.daemon.server.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.server.tools import CallContext
+from diagd.daemon.server.ui_auth import ONCE_TTL_S
 from diagd.protocol import control, framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -233,7 +234,28 @@ async def _dispatch(daemon: Daemon, msg: control.Message, who: str, frames: Fram
         return daemon.reload()
     if isinstance(msg, control.ToolsRequest):
         return tool_listing.catalogue(daemon)
+    if isinstance(msg, control.UiLoginRequest):
+        return login_link(daemon, who)
     if isinstance(msg, control.ShutdownRequest):
         daemon.request_shutdown(f"shutdown requested by {who}")
         return {"stopping": True}
     raise DiagdError(ErrorCode.PROTOCOL_ERROR, f"{msg.tag!r} is not a request")
+
+
+HTTP_OFF = ('the web view is served by the HTTP listener, which this daemon does not run: set `listen = '
+            '"127.0.0.1:8765"` in the [http] table of {config}, then `diagd restart`')
+WILDCARDS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}  # a browser here reaches a wildcard bind on loopback
+
+
+def login_link(daemon: Daemon, who: str) -> dict[str, Any]:
+    """A one-time login link for the web view (`diagd ui`): the listener's origin, /ui/login?once=..."""
+    url = daemon.sockets.get("http")
+    if url is None:
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, HTTP_OFF.format(config=daemon.config.source),
+                         setting="[http] listen")
+    scheme, _, rest = url.removesuffix("/mcp").partition("://")
+    host, sep, port = rest.rpartition(":")
+    origin = f"{scheme}://{WILDCARDS.get(host, host)}{sep}{port}"
+    log.info("web view login link made", by=who)  # never the link: it is a secret until used
+    return {"url": f"{origin}/ui/login?once={daemon.ui_auth.login_secret()}", "view": f"{origin}/ui",
+            "expires_in_s": ONCE_TTL_S}

@@ -9,7 +9,7 @@ survive restarts (http_sessions.py). The SDK then checks Host/Origin (DNS rebind
 talk to 127.0.0.1 under its own host name is refused) and binds each MCP session to the token that
 opened it: to its id, not its name, so after `diagd token revoke X` and `diagd token add X` the old
 sessions answer only as unknown. Calls are identified as `http:<token name>` in the audit log and
-statistics.
+statistics. The web view at /ui (web_ui.py) is routed before all that: its own login, the same tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from diagd.daemon.server.http_inflight import InFlight
 from diagd.daemon.server.http_sessions import SessionManager
 from diagd.daemon.server.http_wire import StrictHttp
 from diagd.daemon.server.mcp_front import HTTP_CLIENT_KEY
+from diagd.daemon.server.web_ui import Shown, WebUi, is_ui
 from diagd.daemon.tokens import Verifier
 from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -73,8 +74,9 @@ class App:
 
     def __init__(self, manager: StreamableHTTPSessionManager, verifier: Verifier, *,
                  default_tools: Callable[[], Selection] = lambda: None, no_auth: bool = False,
-                 in_flight: InFlight | None = None) -> None:
+                 in_flight: InFlight | None = None, ui: WebUi | None = None) -> None:
         self.manager = manager
+        self.ui = ui  # the web view at /ui (web_ui.py): its own login, same tokens
         self.verifier = verifier
         self.no_auth = no_auth  # [http] test_no_auth: every request is the "test-no-auth" client
         self.strict = StrictHttp(manager.handle_request, default_tools, max_body_bytes=manager.max_request_body_size,
@@ -86,6 +88,9 @@ class App:
             await _lifespan(receive, send)
             return
         if scope["type"] != "http":
+            return
+        if self.ui is not None and is_ui(scope["path"]):
+            await self.ui(scope, receive, send)
             return
         if await http_auth.public(scope, send, ENDPOINT):  # discovery documents, 404 off the endpoint
             return
@@ -143,7 +148,7 @@ def hypercorn_config(http: HttpConfig) -> HypercornConfig:
 async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, state_dir: Path | None = None,
                 on_freed: Callable[[], None] = lambda: None,
                 default_tools: Callable[[], Selection] = lambda: None, in_flight: InFlight | None = None,
-                task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+                shown: Shown | None = None, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `started` with the endpoint's URL once the port is bound.
 
     A port or TLS file that cannot be used fails the start with a coded error naming it.
@@ -163,8 +168,9 @@ async def serve(http: HttpConfig, server: Server[Any], verifier: Verifier, *, st
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"[http] tls_cert/tls_key cannot be used: {exc}",
                          tls_cert=http.tls_cert, tls_key=http.tls_key) from None
     failure: DiagdError | None = None
+    ui = None if shown is None else WebUi(shown, verifier=verifier, security=security_settings(http), tls=http.tls)
     app = cast(ASGIFramework, App(manager, verifier, default_tools=default_tools, no_auth=http.test_no_auth,
-                                          in_flight=in_flight))
+                                  in_flight=in_flight, ui=ui))
     async with manager.run(), trio.open_nursery() as nursery:
         try:
             binds: list[str] = await nursery.start(partial(hypercorn_serve, app, cfg))

@@ -22,8 +22,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
-from diagd.daemon import jsonrpc, tool_groups
-from diagd.daemon.server import connections, eras, mcp_requests, mcp_validation, mcp_wire, tool_listing
+from diagd.daemon import app_views, jsonrpc, tool_groups
+from diagd.daemon.server import connections, eras, mcp_requests, mcp_resources, mcp_validation, mcp_wire, tool_listing
 from diagd.daemon.server.connections import ByteBudget, Connection
 from diagd.daemon.server.mcp_lines import LineReader
 from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
@@ -65,10 +65,15 @@ def instructions(guides: Mapping[str, str], selection: Selection = None) -> str:
     return "\n".join([INTRO, *(text for group, text in guides.items() if selects(selection, group))])
 
 
-def to_mcp_tool(spec: ToolSpec) -> types.Tool:
+def to_mcp_tool(spec: ToolSpec, *, views: bool = False) -> types.Tool:
     """The tool as tools/list gives it (tool_listing): its input schema less what restates how a client
-    reads it, its whole output schema (hosts validate structured results with it), the hints acted on."""
+    reads it, its whole output schema (hosts validate structured results with it), the hints acted on.
+    `views`: the client renders MCP Apps, so a tool whose view is built names it (`_meta.ui.resourceUri`,
+    docs/views.md); any other client gets the tool exactly as before views existed."""
     hints = tool_listing.hints(read_only=spec.read_only, destructive=spec.destructive, idempotent=spec.idempotent)
+    extra: dict[str, Any] = {}
+    if views and spec.ui is not None and app_views.path_of(spec.ui) is not None:
+        extra["_meta"] = {"ui": {"resourceUri": spec.ui}}
     return types.Tool(
         name=spec.name,
         title=spec.title,
@@ -76,7 +81,18 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         input_schema=tool_listing.input_schema(spec.input_schema),
         output_schema=tool_listing.output_schema(spec),
         annotations=types.ToolAnnotations.model_validate(hints),
+        **extra,
     )
+
+
+def client_supports_apps(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the client declared MCP Apps with its HTML profile (`capabilities.extensions`), as the SDK's
+    mcp.server.apps.client_supports_apps tells it (not imported: that module loads its high-level server)."""
+    capabilities = getattr(ctx.session, "client_capabilities", None)
+    extensions = getattr(capabilities, "extensions", None) or {}
+    settings = extensions.get(app_views.EXTENSION_ID)
+    mime_types = settings.get("mimeTypes") if isinstance(settings, dict) else None
+    return isinstance(mime_types, list | tuple) and app_views.MIME_TYPE in mime_types
 
 
 def _client(ctx: ServerRequestContext[Any]) -> str:
@@ -102,7 +118,16 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[to_mcp_tool(s) for s in registry.specs(_selection(ctx))])
+        views = client_supports_apps(ctx)
+        return types.ListToolsResult(tools=[to_mcp_tool(s, views=views) for s in registry.specs(_selection(ctx))])
+
+    async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                             ) -> types.ListResourcesResult:
+        return mcp_resources.listing(registry.specs(_selection(ctx)))
+
+    async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+                            ) -> types.ReadResourceResult:
+        return await mcp_resources.read(str(params.uri), registry.specs(_selection(ctx)))
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
@@ -119,6 +144,7 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
             client=_client(ctx),
             progress=ctx.session.report_progress if wants_progress else None,
             cwd=conn.cwd if conn is not None else None,  # the shim's, i.e. its MCP client's directory
+            views=client_supports_apps(ctx),
         )
         result = await registry.call(params.name, params.arguments, call_ctx, selection=selection)
         return types.CallToolResult(
@@ -130,7 +156,9 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
 
     server: Server[Any] = Server("diagd", version=version, title="diagd diagnostics daemon",
                                  instructions=instructions(guides or {}), on_list_tools=list_tools,
-                                 on_call_tool=call_tool)
+                                 on_call_tool=call_tool, on_list_resources=list_resources,
+                                 on_read_resource=read_resource)
+    server.extensions[app_views.EXTENSION_ID] = {}  # MCP Apps (SEP-1865): the tools' views, docs/views.md
     server.middleware.append(mcp_validation.short_validation_errors)
     _discover_lists_advertised(server)
     return server

@@ -45,6 +45,7 @@ from diagd.daemon.server.replies import ReloadReply, StatusReply
 from diagd.daemon.server.services import ReloadNotes
 from diagd.daemon.server.supervisor import Supervisor
 from diagd.daemon.server.tools import CallContext, CallResult, ToolRegistry
+from diagd.daemon.server.ui_auth import UiAuth
 from diagd.daemon.tool_groups import Selection, check
 from diagd.protocol import control, utc
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -112,6 +113,7 @@ class Daemon:
         self.stop_checks: dict[str, StopCheck] = {}
         # What the back ends declared of themselves: instructions, timeline sources, reload effects, exports.
         self.declared = Declarations()
+        self.ui_auth = UiAuth()  # the web view's login links (`diagd ui`) and browser sessions
 
     @property
     def connections(self) -> dict[int, dict[str, Any]]:

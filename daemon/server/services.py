@@ -22,6 +22,7 @@ from diagd.daemon.server.presence import Clients
 from diagd.daemon.server.replies import ReloadReply, StatusReply
 from diagd.daemon.server.supervisor import Supervisor
 from diagd.daemon.server.tools import ToolRegistry
+from diagd.daemon.server.ui_auth import UiAuth
 from diagd.daemon.tool_groups import Selection
 
 # Called by a reload with the old and the new config: notes on changed settings that do not apply to
@@ -85,6 +86,9 @@ class Services(Protocol):
 
     @property
     def before_stop(self) -> list[Callable[[str], Awaitable[object]]]: ...
+
+    @property
+    def ui_auth(self) -> UiAuth: ...  # the web view's login links and browser sessions (web_ui.py)
 
     def configured_tools(self, config: Config | None = None) -> Selection: ...
 

@@ -2,7 +2,8 @@
 a real daemon's HTTP listener.
 
 Every generic scenario passes. The others need what the suite's own demo server has and diagd does not
-serve: its demo tools (`test_simple_text`, ...), or capabilities diagd does not declare (resources,
+serve: its demo tools (`test_simple_text`, ...) and resources (`test://static-text`, ...: diagd's only
+resources are its views, docs/views.md), or capabilities diagd does not declare (resource subscriptions,
 prompts, logging, completions; answered -32601 as the spec says). Each is listed below with the reason,
 and its failure must be *that* one, so any new failure, a new scenario in a suite upgrade, or an old
 one starting to pass shows here. The suite cannot send an Authorization header: the daemon runs the
@@ -28,12 +29,14 @@ pytestmark = pytest.mark.e2e
 SUITE_VERSION = "0.1.16"  # as scripts/setup.sh installs it
 SUITE_DIR = Path(os.environ.get("DIAGD_CONFORMANCE_DIR", Path.home() / ".cache" / "diagd" / "conformance"))
 
-PASSING = {"server-initialize", "ping", "tools-list", "server-sse-multiple-streams", "dns-rebinding-protection"}
+PASSING = {"server-initialize", "ping", "tools-list", "resources-list", "server-sse-multiple-streams",
+           "dns-rebinding-protection"}
 # Scenarios that give no verdict on a server without their demo tool (the suite says WARNING/INFO only).
 NOT_APPLICABLE = {"server-sse-polling": "needs the demo tool test_reconnection (diagd keeps no event store "
                                         "either: streams are not resumable, see docs/mcp-protocol.md)"}
 
 UNKNOWN_TOOL = r"MCP error -32602: unknown tool '{}'"
+UNKNOWN_RESOURCE = r"MCP error -32602: unknown resource '{}'"
 NOT_DECLARED = r"MCP error -32601: Method not found"
 DEMO_TOOL = "needs the suite's demo tool {}"
 EXPECTED_FAILURES: dict[str, tuple[str, str]] = {  # scenario -> (reason, what its failure must say)
@@ -56,8 +59,11 @@ EXPECTED_FAILURES: dict[str, tuple[str, str]] = {  # scenario -> (reason, what i
                                 "test_tool_with_logging", NOT_DECLARED),
     "logging-set-level": ("logging is not a declared capability", NOT_DECLARED),
     "completion-complete": ("completions are not a declared capability", NOT_DECLARED),
-    **{f"resources-{name}": ("resources are not a declared capability", NOT_DECLARED)
-       for name in ("list", "read-text", "read-binary", "templates-read", "subscribe", "unsubscribe")},
+    **{f"resources-{name}": (f"needs the suite's demo resource {uri}", UNKNOWN_RESOURCE.format(re.escape(uri)))
+       for name, uri in (("read-text", "test://static-text"), ("read-binary", "test://static-binary"),
+                         ("templates-read", "test://template/123/data"))},
+    **{f"resources-{name}": ("resource subscriptions are not a declared capability", NOT_DECLARED)
+       for name in ("subscribe", "unsubscribe")},
     **{f"prompts-{name}": ("prompts are not a declared capability", NOT_DECLARED)
        for name in ("list", "get-simple", "get-with-args", "get-embedded-resource", "get-with-image")},
 }
