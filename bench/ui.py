@@ -26,6 +26,7 @@ from pathlib import Path
 
 from _daemon import isolated_daemon
 from _proc import free_port
+from _report import print_rows
 
 from diagd.protocol import control
 from tests.support import ui_browser
@@ -77,9 +78,7 @@ def main() -> int:
             ("call end -> row in Chromium, median", f"{figures['median_ms']} ms"),
             ("min / max", f"{figures['min_ms']} / {figures['max_ms']} ms"),
             ("target", f"<= {TARGET_MS:g} ms")]
-    width = max(len(r[0]) for r in rows)
-    for name, value in rows:
-        print(f"{name.ljust(width)}  {value}")
+    print_rows(rows)
     return 0 if figures["max_ms"] <= TARGET_MS else 1
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import trio
 from _daemon import DIAGD, isolated_daemon
 from _proc import REPO
+from _report import print_rows
 from mcp import Client
 from mcp.client.extension import advertise
 from mcp.client.stdio import StdioServerParameters
@@ -120,9 +121,7 @@ def main() -> int:
             ("ladder: 2,000 messages drawn, median", f"{figures['median_s']} s"),
             ("min / max", f"{figures['min_s']} / {figures['max_s']} s"),
             ("target", f"<= {TARGET_S:g} s")]
-    width = max(len(r[0]) for r in rows)
-    for name, value in rows:
-        print(f"{name.ljust(width)}  {value}")
+    print_rows(rows)
     return 0 if figures["median_s"] <= TARGET_S else 1
 
 

@@ -1,5 +1,5 @@
 // A frame's decoded tree (pcap_frame_detail: tshark -V text) as nested <details>, one per indented line.
-import { el, type Json } from "./view";
+import { el, status, type Json, type View } from "./view";
 
 interface Line { depth: number; text: string }
 
@@ -44,4 +44,19 @@ export function renderDetail(target: HTMLElement, detail: Json): void {
     target.appendChild(box);
   }
   if (!frames.length) target.appendChild(el("div", "note", "no frame decoded"));
+}
+
+/** Mark `chosen` (an arrow, a row, a bar) as the one shown, fetch its frame's tree through the host
+ *  (pcap_frame_detail on the view's capture) and show it in `target`; `statusLine` says what happens. */
+export async function showFrame(view: View, capture: Json, frame: number, chosen: Element, others: Iterable<Element>,
+                                target: HTMLElement, statusLine: HTMLElement): Promise<void> {
+  for (const other of others) other.classList.remove("selected");
+  chosen.classList.add("selected");
+  status(statusLine, `decoding frame ${frame}…`);
+  try {
+    renderDetail(target, await view.call("pcap_frame_detail", { ...capture, frame_numbers: [frame] }));
+    status(statusLine, "");
+  } catch (err) {
+    status(statusLine, err instanceof Error ? err.message : String(err), true);
+  }
 }

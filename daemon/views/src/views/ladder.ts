@@ -3,7 +3,7 @@
 // with their cause; a click on an arrow shows that frame's tree (pcap_frame_detail). Zoom and scroll;
 // "Load more" appends the next page (next_offset) of the same selection.
 import "../lib/style.css";
-import { renderDetail } from "../lib/tree";
+import { showFrame } from "../lib/tree";
 import { byId, captureArgs, isObject, status, svg, View, type Json } from "../lib/view";
 
 interface Participant { id: string; name: string; role: string | null }
@@ -120,15 +120,7 @@ function draw(): void {
 }
 
 async function open(arrow: SVGGElement, frame: number): Promise<void> {
-  for (const other of scroller.querySelectorAll(".arrow.selected")) other.classList.remove("selected");
-  arrow.classList.add("selected");
-  status(statusLine, `decoding frame ${frame}…`);
-  try {
-    renderDetail(detail, await view.call("pcap_frame_detail", { ...capture, frame_numbers: [frame] }));
-    status(statusLine, "");
-  } catch (err) {
-    status(statusLine, err instanceof Error ? err.message : String(err), true);
-  }
+  await showFrame(view, capture, frame, arrow, scroller.querySelectorAll(".arrow.selected"), detail, statusLine);
 }
 
 async function more(): Promise<void> {

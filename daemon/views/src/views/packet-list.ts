@@ -1,7 +1,7 @@
 // The packet list of pcap_frames_by_filter: Wireshark's columns, a display filter, paging, and a frame's
 // decoded tree (pcap_frame_detail) under the list when a row is clicked. Every call goes through the host.
 import "../lib/style.css";
-import { renderDetail } from "../lib/tree";
+import { showFrame } from "../lib/tree";
 import { byId, captureArgs, el, status, View, type Json } from "../lib/view";
 
 // Wireshark's default columns, as pcap_frames_by_filter names them; any other key of a row follows.
@@ -69,15 +69,7 @@ async function load(newOffset: number): Promise<void> {
 }
 
 async function open(row: HTMLElement, frame: number): Promise<void> {
-  for (const other of row.parentElement?.children ?? []) other.classList.remove("selected");
-  row.classList.add("selected");
-  status(statusLine, `decoding frame ${frame}…`);
-  try {
-    renderDetail(detail, await view.call("pcap_frame_detail", { ...capture, frame_numbers: [frame] }));
-    status(statusLine, "");
-  } catch (err) {
-    status(statusLine, err instanceof Error ? err.message : String(err), true);
-  }
+  await showFrame(view, capture, frame, row, row.parentElement?.children ?? [], detail, statusLine);
 }
 
 // No <form>: a sandboxed frame without allow-forms (as hosts render views) never submits one.

@@ -4,7 +4,7 @@
 // result of view=contexts has no durations: the view asks the same question with view=procedures through
 // the host. A click on a bar shows the tree of the frame that decided the outcome (pcap_frame_detail).
 import "../lib/style.css";
-import { renderDetail } from "../lib/tree";
+import { showFrame } from "../lib/tree";
 import { byId, captureArgs, isObject, status, svg, View, type Json } from "../lib/view";
 
 interface Procedure { ue: string; name: string; start: number; ms: number; outcome: string; cause: string;
@@ -144,15 +144,7 @@ function show(result: Json): void {
 }
 
 async function open(g: SVGGElement, frame: number): Promise<void> {
-  for (const other of scroller.querySelectorAll(".proc.selected")) other.classList.remove("selected");
-  g.classList.add("selected");
-  status(statusLine, `decoding frame ${frame}…`);
-  try {
-    renderDetail(detail, await view.call("pcap_frame_detail", { ...capture, frame_numbers: [frame] }));
-    status(statusLine, "");
-  } catch (err) {
-    status(statusLine, err instanceof Error ? err.message : String(err), true);
-  }
+  await showFrame(view, capture, frame, g, scroller.querySelectorAll(".proc.selected"), detail, statusLine);
 }
 
 const view = new View("UE procedures", (result, args) => {
