@@ -26,7 +26,7 @@ import enum
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
+from typing import Any, ClassVar, NoReturn
 
 import structlog
 import trio
@@ -36,27 +36,6 @@ from diagd.protocol.errors import DiagdError, ErrorCode, as_error
 log = structlog.get_logger("diagd.actor")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
-
-ReplyT = TypeVar("ReplyT")
-
-
-class Message(Generic[ReplyT]):
-    """A message whose reply is a `ReplyT` (a reply model, a TypedDict): the reply type travels with it.
-
-        @dataclass(frozen=True)
-        class Send(Message[SendReply]): ...
-
-    The tool handler's `await runtime.ask(ref, Send(...))` is a `SendReply`, returned as it is (no cast),
-    and the actor's `case Send() as send: return send.reply(await self._send(send))` must build one. In
-    between, the inbox carries replies as plain dicts (`Request`): `reply` is that one crossing.
-    """
-
-    __slots__ = ()
-
-    def reply(self, value: ReplyT) -> dict[str, Any]:
-        """`value`, this message's reply model, as the inbox carries it (the same object)."""
-        return cast("dict[str, Any]", value)  # a TypedDict is a dict at run time
-
 
 class RestartKind(enum.StrEnum):
     PERMANENT = "permanent"  # restart after a crash and after a normal exit

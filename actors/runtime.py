@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, overload
 
-from diagd.actors.base import Actor, Message, ProgressFn, ReplyT
+from diagd.actors.base import Actor, ProgressFn
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import ToolSpec
 

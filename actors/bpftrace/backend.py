@@ -16,7 +16,7 @@ import trio
 
 from diagd.actors import system
 from diagd.actors._subprocess import Spawn, open_process, run
-from diagd.actors.base import ActorGone, Message, ReplyT
+from diagd.actors.base import ActorGone
 from diagd.actors.bpftrace.actor import KIND, PROGRESS_INTERVAL_S, BpftraceExecution, Slot, log
 from diagd.actors.bpftrace.execution import Execution
 from diagd.actors.bpftrace.helpers import UNKNOWN, Helper, merged_helpers, read_installed_man_page, verification_program
@@ -25,6 +25,7 @@ from diagd.actors.bpftrace.probes import listing_warning
 from diagd.actors.bpftrace.replies import HelpersReply
 from diagd.actors.bpftrace.settings import BpftraceSettings
 from diagd.actors.bpftrace.store import ExecutionStore
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.runtime import Runtime
 from diagd.actors.sandbox import standby
 from diagd.actors.tooling import CallContext

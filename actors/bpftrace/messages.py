@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagd.actors.base import Message
 from diagd.actors.bpftrace.replies import PageReply, Summary
+from diagd.actors.message import Message
 
 
 @dataclass(frozen=True)

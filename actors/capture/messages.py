@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagd.actors.base import Message
 from diagd.actors.capture.replies import CaptureSummary
+from diagd.actors.message import Message
 
 
 class Stopping(CaptureSummary):

@@ -31,7 +31,7 @@ import structlog
 import trio
 
 from diagd.actors._subprocess import run
-from diagd.actors.base import ActorGone, Message
+from diagd.actors.base import ActorGone
 from diagd.actors.crash.actor import CrashSession
 from diagd.actors.crash.messages import (
     KIND,
@@ -47,6 +47,7 @@ from diagd.actors.crash.sessions import MAX_REVIVALS, OPEN_STATES, SessionRecord
 from diagd.actors.crash.settings import CrashSettings
 from diagd.actors.crash.store import OutputStore
 from diagd.actors.crash.target import Identities, Target
+from diagd.actors.message import Message
 from diagd.actors.runtime import BackendConfig, Client, Runtime
 from diagd.actors.tooling import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode

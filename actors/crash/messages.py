@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 import trio
 
-from diagd.actors.base import Message
 from diagd.actors.crash.replies import CommandResult, TriageReply
 from diagd.actors.crash.settings import CrashSettings
+from diagd.actors.message import Message
 from diagd.protocol.errors import DiagdError
 
 KIND = "crash"

@@ -28,6 +28,7 @@ import trio
 from diagd.actors._subprocess import RunHead, head
 from diagd.actors.base import Actor, ActorState, Request, SupervisionPolicy, unhandled
 from diagd.actors.pcap import ngap as ngap_summary
+from diagd.actors.pcap.answer_types import DetailAnswer, FramesAnswer
 from diagd.actors.pcap.answers import answers, stats, text
 from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.engine.passes import Cores, EarlyNumbers, EarlyRows, Page
@@ -113,7 +114,7 @@ class PcapActor(Actor):
         self.session.keep_answer(key, result)
         return {**result, "cached": False}
 
-    async def _frames(self, request: Request, message: Frames) -> dict[str, Any]:
+    async def _frames(self, request: Request, message: Frames) -> FramesAnswer:
         """Fetched here, shaped by answers.frames (which never calls back)."""
         session, display_filter = self.session, message.display_filter
         if session.state is CaptureState.LOADING and display_filter and not session.raceable(
@@ -135,7 +136,7 @@ class PcapActor(Actor):
             result["note"] = f"{kept}; {session.tshark_only.message}"
         return result
 
-    async def _detail(self, request: Request, message: Detail) -> dict[str, Any]:
+    async def _detail(self, request: Request, message: Detail) -> DetailAnswer:
         numbers = sorted(set(message.frame_numbers))
         trees = dict(zip(numbers, await self.session.trees_of(request, numbers), strict=True))
         assert self.session.cat is not None  # loaded when the session started
@@ -144,35 +145,36 @@ class PcapActor(Actor):
     async def _answer(self, request: Request) -> dict[str, Any]:
         session = self.session
         match request.message:
-            case Info():
-                return await answers.info(session, request)
-            case Check(display_filter=display_filter):
+            case Info() as message:
+                return message.reply(await answers.info(session, request))
+            case Check(display_filter=display_filter) as message:
                 await session.check_filter(request, display_filter)
-                return {"valid": True}
+                return message.reply({"valid": True})
             case Frames() as message:
-                return await self._frames(request, message)
+                return message.reply(await self._frames(request, message))
             case Timeline() as message:
-                return await answers.timeline(session, request, message)
+                return message.reply(await answers.timeline(session, request, message))
             case Detail() as message:
-                return await self._detail(request, message)
+                return message.reply(await self._detail(request, message))
             case TextSearch() as message:
-                return await text.text_search(session, request, message)
+                return message.reply(await text.text_search(session, request, message))
             case Follow() as message:
-                return await answers.follow(session, request, message)
+                return message.reply(await answers.follow(session, request, message))
             case PacketList() as message:
-                return await answers.packet_list(session, request, message)
+                return message.reply(await answers.packet_list(session, request, message))
             case Export() as message:
-                return await answers.export(session, message)
-            case NgapSessions(display_filter=display_filter):
+                return message.reply(await answers.export(session, message))
+            case NgapSessions(display_filter=display_filter) as message:
                 model = await answers.ngap_model(session, request, display_filter)
-                return ngap_summary.ue_sessions(model, filtered=bool(display_filter))
-            case PduSessions(display_filter=display_filter):
+                return message.reply(ngap_summary.ue_sessions(model, filtered=bool(display_filter)))
+            case PduSessions(display_filter=display_filter) as message:
                 model = await answers.ngap_model(session, request, display_filter)
-                return ngap_summary.pdu_sessions(model, filtered=bool(display_filter))
-            case NgapProcedures(display_filter=display_filter):
+                return message.reply(ngap_summary.pdu_sessions(model, filtered=bool(display_filter)))
+            case NgapProcedures(display_filter=display_filter) as message:
                 model = await answers.ngap_model(session, request, display_filter)
-                return ngap_summary.procedures(model, filtered=bool(display_filter),
-                                               core_rows=await answers.core_rows(session) if model.pdus else [])
+                return message.reply(ngap_summary.procedures(
+                    model, filtered=bool(display_filter),
+                    core_rows=await answers.core_rows(session) if model.pdus else []))
             case Stats() as message:
-                return await stats.answer(session, request, message)
+                return message.reply(await stats.answer(session, request, message))
         raise unhandled("pcap", request)

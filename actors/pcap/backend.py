@@ -13,17 +13,19 @@ import os
 import shlex
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
 import structlog
 import trio
+from typing_extensions import TypedDict
 
 from diagd.actors._paths import create_new, made_stem, resolve_allowed
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.engine.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.engine.passes import Cores
-from diagd.actors.pcap.messages import PcapMessage
+from diagd.actors.pcap.replies import Source
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.shark import decode_check
 from diagd.actors.pcap.shark import tshark as _cold
@@ -43,6 +45,28 @@ _built: ContextVar[tuple[dict[str, Any], CaptureSpec] | None] = ContextVar("pcap
 # When a new capture's standby of a template only a loaded capture runs starts: after the text
 # template's second one (standby.REPLACE_AFTER_S), so that no two tshark start-ups overlap.
 LATER_STANDBY_S = 2 * standby.REPLACE_AFTER_S
+
+
+class ShownSource(Source):
+    """An answer's source; pcap_timeline's names its fields too."""
+
+    fields: NotRequired[list[str]]
+
+
+class _Hashed(TypedDict, total=False):
+    sha256: str
+    sha256_pending: bool
+
+
+class _Named(TypedDict, total=False):
+    display_filter: str
+    fields: list[str]
+
+
+class _Tail(TypedDict, total=False):
+    live: dict[str, Any]
+    equivalent_command: list[str]
+    equivalent_command_line: str
 
 
 class PcapBackend:
@@ -115,7 +139,7 @@ class PcapBackend:
             _built.set((args, spec))
         return spec
 
-    async def ask(self, ctx: CallContext, spec: CaptureSpec, message: PcapMessage) -> dict[str, Any]:
+    async def ask(self, ctx: CallContext, spec: CaptureSpec, message: Message[ReplyT]) -> ReplyT:
         """Start the capture's actor (making room for it under max_loaded: captures.py), then ask it.
         The capture is in use, never evicted, until the answer is back."""
         settings = self.settings
@@ -184,30 +208,37 @@ class PcapBackend:
         self.captures.evicted_now(evict)
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
-                     provisional: bool = False, **extra: Any) -> dict[str, Any]:
+                     provisional: bool = False, display_filter: str | None = None,
+                     fields: list[str] | None = None) -> ShownSource:
         """Where an answer came from. With include_command, the tshark command that prints the same
         rows: `command` is what follows the capture's own options (filter, output format), given by
         each tool; without it the display filter alone. A provisional answer (a fresh capture's
         first page) does not wait for the file's hash: sha256 is left out and sha256_pending is true
         until it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
         cat = await self.catalogue()
-        out: dict[str, Any] = {"pcap_path": str(spec.path)}
+        hashed: _Hashed = {}
         if provisional and self.digests.if_ready(spec.identity) is None:
-            out["sha256_pending"] = True
+            hashed["sha256_pending"] = True
         else:
-            out["sha256"] = (await self.digests.sha256(spec.path, spec.identity))[0]
-        out.update({"profile": args.get("profile"), **spec.describe(), "tshark_version": cat.version, **extra})
+            hashed["sha256"] = (await self.digests.sha256(spec.path, spec.identity))[0]
+        named: _Named = {}
+        if display_filter is not None:
+            named["display_filter"] = display_filter
+        if fields is not None:
+            named["fields"] = fields
+        tail: _Tail = {}
         if spec.reference is not None:
-            out["live"] = await self.reference_extent(spec)
+            tail["live"] = await self.reference_extent(spec)
         if args["include_command"]:
             argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
             if command is not None:
                 argv += command
-            elif extra.get("display_filter"):
-                argv += ["-Y", extra["display_filter"]]
-            out["equivalent_command"] = argv
-            out["equivalent_command_line"] = shlex.join(argv)
-        return out
+            elif display_filter:
+                argv += ["-Y", display_filter]
+            tail["equivalent_command"] = argv
+            tail["equivalent_command_line"] = shlex.join(argv)
+        return {"pcap_path": str(spec.path), **hashed, "profile": args.get("profile"), **spec.describe(),
+                "tshark_version": cat.version, **named, **tail}
 
     async def reference_extent(self, spec: CaptureSpec) -> dict[str, Any]:
         """What a `capture:<id>` answer covers: up to which frame and time, and whether it still grows."""

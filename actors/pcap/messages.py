@@ -1,4 +1,5 @@
-"""What the pcap tools ask a capture's actor: one frozen dataclass per question.
+"""What the pcap tools ask a capture's actor: one frozen dataclass per question, a `Message` of its
+answer's model (answer_types.py), so the tool gets that model back from `PcapBackend.ask`.
 
 Messages are hashable (tuples, not lists): an answer is cached under its question (`cache_key`), so
 equal questions from any client share one answer.
@@ -8,21 +9,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from diagd.actors.message import Message
+from diagd.actors.pcap.answer_types import (
+    CheckAnswer,
+    DetailAnswer,
+    ExportAnswer,
+    FollowAnswer,
+    FramesAnswer,
+    InfoAnswer,
+    PacketListAnswer,
+    PduSessionsAnswer,
+    ProceduresAnswer,
+    SearchAnswer,
+    StatsAnswer,
+    TimelineAnswer,
+    UeSessionsAnswer,
+)
+
 
 @dataclass(frozen=True)
-class Info:
+class Info(Message[InfoAnswer]):
     """Protocols and conversations (the count and time span come from capinfos, in the tool)."""
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(Message[CheckAnswer]):
     """Is this display filter valid for the capture's Wireshark?"""
 
     display_filter: str
 
 
 @dataclass(frozen=True)
-class Frames:
+class Frames(Message[FramesAnswer]):
     display_filter: str
     limit: int
     offset: int
@@ -31,7 +49,7 @@ class Frames:
 
 
 @dataclass(frozen=True)
-class Timeline:
+class Timeline(Message[TimelineAnswer]):
     display_filter: str
     fields: tuple[str, ...]
     limit: int
@@ -41,7 +59,7 @@ class Timeline:
 
 
 @dataclass(frozen=True)
-class Detail:
+class Detail(Message[DetailAnswer]):
     frame_numbers: tuple[int, ...]
     layers: tuple[str, ...]
     restrict_layers: bool
@@ -50,7 +68,7 @@ class Detail:
 
 
 @dataclass(frozen=True)
-class TextSearch:
+class TextSearch(Message[SearchAnswer]):
     display_filter: str
     query: str
     is_regex: bool
@@ -70,7 +88,7 @@ class TextSearch:
 
 
 @dataclass(frozen=True)
-class Follow:
+class Follow(Message[FollowAnswer]):
     frame_number: int
     display_filter: str
     limit: int
@@ -85,7 +103,7 @@ class Column:
 
 
 @dataclass(frozen=True)
-class PacketList:
+class PacketList(Message[PacketListAnswer]):
     display_filter: str
     columns: tuple[Column, ...]
     include_default_columns: bool
@@ -94,7 +112,7 @@ class PacketList:
 
 
 @dataclass(frozen=True)
-class Export:
+class Export(Message[ExportAnswer]):
     """Write the frames matching `display_filter` to `output_path` (pcapng) with tshark -w."""
 
     display_filter: str
@@ -102,22 +120,22 @@ class Export:
 
 
 @dataclass(frozen=True)
-class NgapSessions:
+class NgapSessions(Message[UeSessionsAnswer]):
     display_filter: str
 
 
 @dataclass(frozen=True)
-class PduSessions:
+class PduSessions(Message[PduSessionsAnswer]):
     display_filter: str
 
 
 @dataclass(frozen=True)
-class NgapProcedures:
+class NgapProcedures(Message[ProceduresAnswer]):
     display_filter: str
 
 
 @dataclass(frozen=True)
-class Stats:
+class Stats(Message[StatsAnswer]):
     """Wireshark's statistics of one kind (stats.py): every row, paged by the tool."""
 
     kind: str

@@ -12,6 +12,8 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from diagd.actors.pcap.answer_types import DetailFrame, SearchMatch
+
 
 class Source(TypedDict):
     """Where an answer came from: the capture, how it was decoded, and the tshark command that prints it."""
@@ -146,19 +148,6 @@ class TimelineReply(Answer):
     """fields renamed or deprecated"""
 
 
-class DetailFrame(TypedDict, total=False):
-    frame_number: int
-    """the frame"""
-    protocols: list[str]
-    """its protocol stack"""
-    text: str
-    """its decoded tree (tshark -V)"""
-    truncated: bool
-    """the text was cut at max_bytes"""
-    layers_found: list[str] | None
-    """the asked layers it has"""
-
-
 class DetailReply(Answer):
     frames: list[DetailFrame]
     """the frames asked for"""
@@ -166,19 +155,6 @@ class DetailReply(Answer):
     """some text was cut at max_bytes"""
     layers_resolved: NotRequired[dict[str, Any] | None]
     """each asked layer -> the protocol used"""
-
-
-class SearchMatch(TypedDict, total=False):
-    frame_number: int
-    """the frame"""
-    match: str
-    """the text matched"""
-    line: str
-    """the decoded line it is on"""
-    snippet: str
-    """the text around it"""
-    provisional: list[str]
-    """line/snippet may change after the full pass"""
 
 
 class SearchReply(Answer):

@@ -11,7 +11,7 @@ near the module size limit; tools.register binds this ToolSet with the others.
 from __future__ import annotations
 
 import difflib
-from typing import Any, cast
+from typing import Any, NotRequired
 
 from diagd.actors.pcap.answers import sequence
 from diagd.actors.pcap.backend import PcapBackend
@@ -204,11 +204,24 @@ async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -
     drawn = sequence.build(rows, decided(procedures))
     verdict: Args = {k: selected.pop(k) for k in ("outcome", "rule", "status") if k in selected}
     after = offset + len(rows)
-    result: Args = {"diagram": drawn.mermaid(), **drawn.describe(), **verdict, "frames_matched": total,
-                    "offset": offset, "left_out": total - len(rows), "next_offset": after if after < total else None,
-                    "selection": selected, "display_filter": shown, "warnings": []}
+    described = drawn.describe()
+    fields = ("frame.number", *sequence.FIELDS)
+    command = ["-Y", shown, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
+    result: _SequenceShown = {
+        "diagram": drawn.mermaid(), "participants": described["participants"], "arrows": described["arrows"],
+        "messages": described["messages"], "failures": described["failures"], "frames_matched": total,
+        "offset": offset, "left_out": total - len(rows), "next_offset": after if after < total else None,
+        "selection": selected, "display_filter": shown, "warnings": [],
+        "source": await backend.source(spec, {**args, "include_command": True}, display_filter=shown,
+                                       command=command)}
+    if "outcome" in verdict:
+        result["outcome"] = verdict["outcome"]
+    if "rule" in verdict:
+        result["rule"] = verdict["rule"]
+    if "status" in verdict:
+        result["status"] = verdict["status"]
     if not ctx.views:  # the arrows as data are the ladder view's (docs/views.md); the model reads `diagram`
-        result.pop("messages", None)
+        del result["messages"]
     if "pdu_session_id" in selected:
         result["n4_sbi"] = [m for p in procedures for m in p.get("n4_sbi", [])]
     if after < total:
@@ -222,7 +235,13 @@ async def sequence_diagram(backend: PcapBackend, ctx: CallContext, args: Args) -
         result["warnings"].append(f"frames without an IP source and destination are not drawn: {drawn.skipped[:20]}")
     if not total:
         result["reason"] = hint or "no frame matches the selection"
-    fields = ("frame.number", *sequence.FIELDS)
-    command = ["-Y", shown, "-T", "fields", *[a for f in fields for a in ("-e", f)]]
-    return cast(SequenceReply, {**result, "source": await backend.source(
-        spec, {**args, "include_command": True}, display_filter=shown, command=command)})
+    return result
+
+
+class _SequenceShown(SequenceReply):
+    """pcap_sequence_diagram's reply as built: the arrow count and a PDU session's verdict beyond the model's keys."""
+
+    arrows: int
+    outcome: NotRequired[str | None]
+    rule: NotRequired[str | None]
+    status: NotRequired[str | None]

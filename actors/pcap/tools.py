@@ -10,18 +10,20 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, NotRequired
 
 import trio
+from typing_extensions import TypedDict
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.pcap.actor import KIND
 from diagd.actors.pcap.answers import stats as _stats
 from diagd.actors.pcap.answers.answers import info_wait_s
 from diagd.actors.pcap.answers.field_search import search_fields
 from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
 from diagd.actors.pcap.answers.left_out import sbi_warning
-from diagd.actors.pcap.backend import PcapBackend, search_deadline
+from diagd.actors.pcap.backend import PcapBackend, ShownSource, search_deadline
 from diagd.actors.pcap.masking.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
     Check,
@@ -98,6 +100,32 @@ def register(runtime: Runtime) -> PcapBackend:
     return backend
 
 
+class _Probed(TypedDict, total=False):
+    sbi_ports: list[dict[str, Any]]
+
+
+class _Span(TypedDict):
+    packet_count: int
+    time_start: str | None
+    time_end: str | None
+    duration_s: float | None
+    duration_s_text: str | None
+    file_type: str | None
+    file_encapsulation: str | None
+
+
+class _Hashed(TypedDict, total=False):
+    sha256: str
+
+
+class _InfoShown(InfoReply):
+    """pcap_info's reply as built: the actor's answer may say more than the model names."""
+
+    sharkd_frames: NotRequired[int | None]
+    provisional: NotRequired[list[str]]
+    note: NotRequired[str]
+
+
 @tools.tool("pcap_info", "Start here: sha256, packet count, time span, protocols, top conversations.",
             CAPTURE, required=CAPTURE_ONLY)
 async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoReply:
@@ -112,29 +140,33 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
     # on 2 cores); past that it answers without sbi_ports and the pass goes on for the next call.
     probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
     result = await backend.ask(ctx, spec, Info())
-    warnings = list(result.pop("warnings", []))
+    warnings = list(result.get("warnings", []))
+    probed: _Probed = {}
     if not probing.done.is_set():
         with trio.move_on_at(wait_until):
             await probing.done.wait()
     if probing.done.is_set():
-        result["sbi_ports"] = decode_check.sbi_ports(probing.result(), spec.decode_checks)
+        probed["sbi_ports"] = decode_check.sbi_ports(probing.result(), spec.decode_checks)
     else:
         warnings.append("sbi_ports left out: the pass that reads what HTTP each TCP port carries is still "
                         "running; call again")
-    sharkd_frames = result.pop("sharkd_frames", None)
+    sharkd_frames = result.get("sharkd_frames")
     if facts.warning and facts.warning not in warnings:
         warnings.append(facts.warning)
     if sharkd_frames is not None and sharkd_frames != facts.packets:
         warnings.append(f"sharkd loaded {sharkd_frames} frames where capinfos counts {facts.packets}")
     # Count and time span exactly as capinfos reports them (UTC, the capture's own precision).
-    span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start), "time_end": facts.iso(facts.end),
-            "duration_s": facts.duration_s, "duration_s_text": facts.duration, "file_type": facts.file_type,
-            "file_encapsulation": facts.encapsulation}
+    span: _Span = {"packet_count": facts.packets, "time_start": facts.iso(facts.start),
+                   "time_end": facts.iso(facts.end), "duration_s": facts.duration_s,
+                   "duration_s_text": facts.duration, "file_type": facts.file_type,
+                   "file_encapsulation": facts.encapsulation}
     source = await backend.source(spec, args, command=["-T", "fields", "-e", "frame.protocols"],
                                   provisional=not result.get("protocols_ready", True))
-    hashed = {"sha256": source["sha256"]} if "sha256" in source else {}  # a fresh 1 GB file: still hashing
-    return cast(InfoReply, {**hashed, "file_size_bytes": spec.size, **span, **result, "warnings": warnings,
-                            "tshark_version": (await backend.catalogue()).version, "source": source})
+    hashed: _Hashed = {"sha256": source["sha256"]} if "sha256" in source else {}  # a fresh 1 GB file: still hashing
+    reply: _InfoShown = {**hashed, "file_size_bytes": spec.size, **span, **result, **probed, "warnings": warnings,
+                         "tshark_version": (await backend.catalogue()).version, "source": source}
+    reply.pop("sharkd_frames", None)  # the count is capinfos' (packet_count); sharkd's only checks it
+    return reply
 
 
 @tools.tool("pcap_frames_by_filter", "Packet-list rows of matching frames.",
@@ -143,10 +175,9 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
     result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
-    return cast(FramesReply, {
-        **result, "limit": limit, "offset": offset,
-        "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
-                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
+    return {**result, "limit": limit, "offset": offset,
+            "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
+                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
 
 
 def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -191,11 +222,10 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Timeli
     result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by,
                                                    await backend.kinds(flt, *fields)))
     command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
-    return cast(TimelineReply, {
-        **result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
-        "sort_by": sort_by,
-        "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command,
-                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
+    return {**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
+            "sort_by": sort_by,
+            "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command,
+                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
 
 
 @tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text).",
@@ -216,7 +246,7 @@ async def frame_detail(backend: PcapBackend, ctx: CallContext, args: Args) -> De
     shown = f"frame.number == {members[0]}" if len(members) == 1 else \
         f"frame.number in {{{','.join(map(str, members))}}}"
     command = ["-Y", shown, "-V", *(["-x"] if message.verbosity == "full" else [])]
-    return cast(DetailReply, {**result, "source": await backend.source(spec, args, command=command)})
+    return {**result, "source": await backend.source(spec, args, command=command)}
 
 
 @tools.tool("pcap_text_search", "Search frames' decoded text; complete=false: go on from next_offset; "
@@ -248,10 +278,10 @@ async def text_search(backend: PcapBackend, ctx: CallContext, args: Args) -> Sea
                          snippet_context_chars=args["snippet_context_chars"], max_bytes=args["max_bytes"],
                          stop_at=search_deadline(), kinds=await backend.kinds(flt))
     result = await backend.ask(ctx, spec, message)
-    return cast(SearchReply, {
-        **result, "query": args["query"],
-        "source": await backend.source(spec, args, display_filter=flt, command=[*(["-Y", flt] if flt else []), "-V"],
-                                       provisional=SINGLE_PASS in result.get("served_by", ""))})
+    return {**result, "query": args["query"],
+            "source": await backend.source(spec, args, display_filter=flt,
+                                           command=[*(["-Y", flt] if flt else []), "-V"],
+                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
 
 
 @tools.tool("pcap_follow", "Frames of a frame's stream/session/call/GTPv2 tunnel.",
@@ -263,8 +293,8 @@ async def follow(backend: PcapBackend, ctx: CallContext, args: Args) -> FollowRe
     text = min(max(0, args.get("text", 0)), MAX_FOLLOW_TEXT)
     message = Follow(args["frame_number"], args["display_filter"], args["limit"], args["offset"], text)
     result = await backend.ask(ctx, spec, message)
-    return cast(FollowReply, {**result, "source": await backend.source(
-        spec, args, display_filter=result["display_filter"], command=packet_list_command(result["display_filter"]))})
+    return {**result, "source": await backend.source(
+        spec, args, display_filter=result["display_filter"], command=packet_list_command(result["display_filter"]))}
 
 
 @tools.tool("pcap_packet_list", "Write a packet-list TSV to the output dir.",
@@ -298,8 +328,8 @@ async def packet_list(backend: PcapBackend, ctx: CallContext, args: Args) -> Pac
     result = await backend.ask(ctx, spec, PacketList(flt, tuple(columns), include_default, str(output),
                                                      args["preview_rows"]))
     command = packet_file_command(flt, [{"name": c.name, "field": c.field} for c in columns], include_default)
-    return cast(PacketListReply, {**result, "warnings": warnings,
-                                  "source": await backend.source(spec, args, display_filter=flt, command=command)})
+    return {**result, "warnings": warnings,
+            "source": await backend.source(spec, args, display_filter=flt, command=command)}
 
 
 @tools.tool("pcap_extract_subcapture", "Write matching frames to a new pcapng in the output dir.",
@@ -320,7 +350,7 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Extract
     output = backend.export_path(spec.path.stem, ".pcapng")
     result = await backend.ask(ctx, spec, Export(flt, str(output)))
     tail = ["-Y", flt, "-w", str(output), "-F", "pcapng"]
-    return cast(ExtractReply, {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)})
+    return {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)}
 
 
 NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True,
@@ -328,7 +358,8 @@ NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default
 
 
 async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
-                       message: NgapSessions | PduSessions | NgapProcedures) -> Args:
+                       message: Message[ReplyT]) -> tuple[ReplyT, str | None, ShownSource]:
+    """(the actor's answer, the warning of SBI left undecoded or None, the source) of an ngap_* tool."""
     # NGAP UE ids are unique only inside one SCTP association: Wireshark numbers them (first pass).
     prefs = {"sctp.association_index": "TRUE"}
     if args["null_decipher"]:
@@ -343,9 +374,26 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
         sbi = sbi_warning(probing.result(), spec.decode_as)
     except DiagdError as exc:
         sbi = f"whether SBI (HTTP/2) was left undecoded is unknown: {exc.message}"
-    if sbi is not None:
-        result = {**result, "warnings": [*result.get("warnings", []), sbi]}
-    return {**result, "source": await backend.source(spec, args)}
+    return result, sbi, await backend.source(spec, args)
+
+
+class _ProceduresShown(UeSessionsReply):
+    """ngap_ue_sessions' procedures view as built: the keys it has beyond the contexts view's."""
+
+    procedure_count: int
+    non_ue_procedures: list[dict[str, Any]]
+    statistics: dict[str, Any]
+    failed: list[dict[str, Any]]
+    incomplete: int
+    percentiles: str
+    n4_sbi: dict[str, Any]
+
+
+class _PduSessionsShown(PduSessionsReply):
+    """ngap_pdu_session_summary's reply as built: the counts it has beyond the model's."""
+
+    reactivation_count: int
+    failed_count: int
 
 
 @tools.tool("ngap_ue_sessions", "Per UE context (AMF/RAN UE NGAP ids): gNB, SUCI, 5G-TMSI, NGAP procedures, NAS "
@@ -355,15 +403,27 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
             required=CAPTURE_ONLY, ui="ui://diagd/ue-procedures")
 async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> UeSessionsReply:
     if args["view"] == "procedures":
-        return cast(UeSessionsReply, await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"])))
-    return cast(UeSessionsReply, await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"])))
+        viewed, sbi, source = await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"]))
+        procedures: _ProceduresShown = {**viewed, "source": source}
+        if sbi is not None:
+            procedures["warnings"] = [*viewed.get("warnings", []), sbi]
+        return procedures
+    contexts, sbi, source = await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
+    reply: UeSessionsReply = {**contexts, "source": source}
+    if sbi is not None:
+        reply["warnings"] = [*contexts.get("warnings", []), sbi]
+    return reply
 
 
 @tools.tool("ngap_pdu_session_summary", "Per PDU session establishment: NAS and N2 messages, N3 address/TEID, QFIs, "
             "S-NSSAI, DNN, UE IP, causes.",
             NGAP_PROPS, required=CAPTURE_ONLY)
 async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> PduSessionsReply:
-    return cast(PduSessionsReply, await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"])))
+    answer, sbi, source = await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
+    sessions: _PduSessionsShown = {**answer, "source": source}
+    if sbi is not None:
+        sessions["warnings"] = [*answer.get("warnings", []), sbi]
+    return sessions
 
 
 @tools.tool("pcap_stats", "tshark -z statistics.",
@@ -375,15 +435,30 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Stat
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
     spec = await backend.spec_for(args)
     result = await backend.ask(ctx, spec, message)
-    rows, offset, limit = result.pop("rows"), args["offset"], args["limit"]
+    rows, offset, limit = result["rows"], args["offset"], args["limit"]
     page = rows[offset:offset + limit]
-    answer = {"kind": message.kind, "protocol": message.protocol, **result, "total": len(rows), "rows": page,
-              "offset": offset, "limit": limit, "has_more": offset + len(page) < len(rows)}
+    flt = message.display_filter
+    answer: _StatsShown = {
+        "kind": message.kind, "protocol": message.protocol, **result, "total": len(rows), "rows": page,
+        "offset": offset, "limit": limit, "has_more": offset + len(page) < len(rows),
+        "source": await backend.source(spec, args, display_filter=flt, command=_stats.tap_command(message))}
     if rows and not page:
         answer["reason"] = f"offset {offset} is past the last of {len(rows)} rows"
-    flt = message.display_filter
-    return cast(StatsReply, {**answer, "source": await backend.source(spec, args, display_filter=flt,
-                                                                      command=_stats.tap_command(message))})
+    return answer
+
+
+class _StatsShown(StatsReply):
+    """pcap_stats' reply as built: what each kind of statistics says beyond the model's keys."""
+
+    items: NotRequired[int]
+    by_severity: NotRequired[dict[str, int]]
+    by_protocol: NotRequired[dict[str, dict[str, int]]]
+    interval_ms: NotRequired[int]
+    frames: NotRequired[int]
+    bytes: NotRequired[int]
+    icmp_errors_quoting_no_request: NotRequired[int]
+    acks: NotRequired[int]
+    unread_frames: NotRequired[list[int]]
 
 
 @tools.tool("pcap_list_fields", "Wireshark fields whose name or description matches query.",

@@ -168,6 +168,12 @@ def elf_interpreter(path: str) -> str | None:
     return None
 
 
+def launcher_prefix() -> list[str]:
+    """How a launcher starts outside namespaces (`wrap`'s command line before its policy, and a standby's:
+    `standby`): isolated (-I: no environment variables, no user site) and without site (-S)."""
+    return [sys.executable, "-I", "-S", LAUNCHER]
+
+
 def wrap(argv: Sequence[str], policy: Policy) -> list[str]:
     """The launcher command that runs argv under policy (argv[0] is looked up on PATH here)."""
     executable = resolve_executable(argv[0])
@@ -180,7 +186,7 @@ def wrap(argv: Sequence[str], policy: Policy) -> list[str]:
     # every value is a scalar or a tuple of scalars or pairs, which JSON writes as asdict's copy.
     doc: dict[str, object] = {f.name: getattr(full, f.name) for f in fields(full)}
     doc["executable"] = executable
-    launcher = [sys.executable, "-I", "-S", LAUNCHER, json.dumps(doc, separators=(",", ":")), "--", *argv]
+    launcher = [*launcher_prefix(), json.dumps(doc, separators=(",", ":")), "--", *argv]
     if not full.namespaces:
         return launcher
     # The launcher itself runs inside: the interpreter and its standard library, and its own directory.

@@ -36,7 +36,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +45,7 @@ import trio
 from diagd.actors import system
 from diagd.actors._subprocess import Step, Tail, close_pipes, drain, open_process, stop_process
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
-from diagd.actors.sandbox import LAUNCHER
+from diagd.actors.sandbox import launcher_prefix
 
 log = structlog.get_logger("diagd.sandbox")
 
@@ -57,11 +56,6 @@ MAX_FAILURES = 3  # standbys in a row that ended before their run: then none (ru
 IDLE_S = 600.0  # a standby unused this long is retired; the next run is cold and starts another
 STANDBY_STOP = (Step("eof", None, 2.0), Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.SIGKILL, 5.0))
 FAILED_STDERR_BYTES = 4096  # what is kept of a failed standby's stderr, for the log
-
-
-def launcher_prefix() -> list[str]:
-    """How `sandbox.wrap` starts a launcher outside namespaces."""
-    return [sys.executable, "-I", "-S", LAUNCHER]
 
 
 def request_of(argv: Sequence[str]) -> list[str] | None:

@@ -15,7 +15,8 @@ from typing import Any
 
 import trio
 
-from diagd.actors.base import ActorGone, Message, ReplyT
+from diagd.actors.base import ActorGone
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.runtime import ActorRef, Runtime
 from diagd.actors.serial.access import PortAccess, PtyScan, held_ptys
 from diagd.actors.serial.actor import KIND, SerialActor, not_open_error

@@ -12,7 +12,7 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from diagd.actors.base import Message
+from diagd.actors.message import Message
 from diagd.actors.serial.replies import ReadUrcReply, SendReply, SignalsReply, WaitPolicy
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, overload
 from urllib.parse import urlsplit
 
-from diagd.actors.base import Message, ProgressFn, ReplyT
+from diagd.actors.base import ProgressFn
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.runtime import (
     ActorFactory,
     ActorRef,

@@ -19,15 +19,22 @@ log = structlog.get_logger("diagd.server")
 
 async def bind_unix(rundir: paths.PrivateDir, name: str) -> trio.SocketListener:
     """Bind a 0600 socket inside the checked runtime dir, through its fd (umask set before bind,
-    so it is never briefly world-connectable)."""
+    so it is never briefly world-connectable). It is bound and listening under a temporary name and
+    then renamed into place: a client that sees `name` can connect (bind and listen are two system
+    calls, and a client polling for the file on another core could otherwise connect in between and
+    be refused)."""
     rundir.remove(name)  # stale: the lock proves no live daemon owns it
+    staging = f".{name}.{os.getpid()}"
+    rundir.remove(staging)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
-    try:  # bind and listen with no checkpoint between: a client that sees the file can connect
-        sock.bind(rundir.socket_address(name))
+    try:
+        sock.bind(rundir.socket_address(staging))
         sock.listen(128)
+        os.rename(staging, name, src_dir_fd=rundir.fd, dst_dir_fd=rundir.fd)
     except BaseException:
         sock.close()
+        rundir.remove(staging)
         raise
     finally:
         os.umask(old)

@@ -23,13 +23,12 @@ from diagd.actors.base import (
     ActorGone,
     ActorRuntime,
     ActorState,
-    Message,
     ProgressFn,
-    ReplyT,
     Request,
     RestartKind,
     run_actor,
 )
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.runtime import ActorFactory, ActorRef, IdleTimeout
 from diagd.actors.tooling import current_call
 from diagd.protocol.errors import DiagdError, ErrorCode

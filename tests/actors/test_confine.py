@@ -37,7 +37,7 @@ def launch(request: pytest.FixtureRequest) -> str:
 
 def start_standby() -> subprocess.Popen[str]:
     """A standby launcher as the daemon starts one: the daemon's environment, stdin a pipe."""
-    return subprocess.Popen([*standby.launcher_prefix(), standby.STANDBY], stdin=subprocess.PIPE,
+    return subprocess.Popen([*sandbox.launcher_prefix(), standby.STANDBY], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -200,7 +200,7 @@ def test_the_tool_dies_with_the_daemon_even_when_its_forking_thread_is_long_gone
         box = []
         if {launch!r} == "standby":
             t = threading.Thread(target=lambda: box.append(subprocess.Popen(
-                [*standby.launcher_prefix(), standby.STANDBY], stdin=subprocess.PIPE)))
+                [*sandbox.launcher_prefix(), standby.STANDBY], stdin=subprocess.PIPE)))
             t.start(); t.join()
             time.sleep(0.5)  # it waits, imported, before the go
             box[0].stdin.write(json.dumps({{"args": standby.request_of(argv), "env": dict(os.environ)}}).encode())

@@ -78,7 +78,7 @@ async def output_of(proc: trio.Process) -> tuple[int, str, str]:
 
 def test_only_a_launcher_outside_namespaces_is_a_standbys_run() -> None:
     argv = tool_argv("pass")
-    assert standby.request_of(argv) == argv[4:] and argv[:4] == standby.launcher_prefix()
+    assert standby.request_of(argv) == argv[4:] and argv[:4] == sandbox.launcher_prefix()
     assert standby.request_of([sys.executable, "-I", "-c", "pass"]) is None  # the tool run bare
     assert standby.request_of(["sudo", "-n", "bpftrace", "-e", "BEGIN {}"]) is None  # privileged_helper
     jailed = [*argv[:4], json.dumps({**json.loads(argv[4]), "namespaces": True}), *argv[5:]]

@@ -16,7 +16,8 @@ from typing import Any, NotRequired
 import trio
 from typing_extensions import TypedDict
 
-from diagd.actors.base import Actor, BackendFault, Message, Request, SupervisionPolicy, unhandled
+from diagd.actors.base import Actor, BackendFault, Request, SupervisionPolicy, unhandled
+from diagd.actors.message import Message
 from diagd.actors.runtime import Runtime
 from diagd.actors.settings import parse_table
 from diagd.actors.timeline_source import Caller, Read, Source, TimelineSource, Window, row

@@ -19,7 +19,8 @@ from typing import Any, overload
 
 import trio
 
-from diagd.actors.base import Message, ProgressFn, ReplyT
+from diagd.actors.base import ProgressFn
+from diagd.actors.message import Message, ReplyT
 from diagd.actors.runtime import (
     ActorFactory,
     ActorRef,

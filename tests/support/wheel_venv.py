@@ -1,4 +1,5 @@
-"""diagd installed as a user installs it: a wheel built from the tracked files of this checkout, in a
+"""diagd installed as a user installs it: a wheel built from the tracked files of this checkout (and the views
+built from them), in a
 fresh virtualenv of its own (what `pipx install` / `uv tool install` make), no checkout on sys.path.
 
 The interpreter is one every user may run (a throw-away uid runs it in tests/e2e/test_one_daemon.py).
@@ -29,8 +30,18 @@ def tracked_copy(dest: Path) -> Path:
     return dest
 
 
+VIEWS_BUILT = Path("daemon") / "views" / "dist"  # where `scripts/build-views.sh --install` puts the views
+
+
 def build_wheel(work: Path) -> Path:
+    """A wheel as a release is built: the tracked files plus the views built from them (the build's output,
+    not tracked: `build-views.sh --install` before the wheel, as setup.sh does)."""
     source = tracked_copy(work / "src")
+    built = sorted((REPO / VIEWS_BUILT).glob("*.html"))
+    if built:
+        (source / VIEWS_BUILT).mkdir(parents=True, exist_ok=True)
+        for view in built:
+            shutil.copy2(view, source / VIEWS_BUILT / view.name)
     out = work / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
                    check=True, capture_output=True, timeout=PIP_TIMEOUT_S)

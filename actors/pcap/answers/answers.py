@@ -15,6 +15,14 @@ import trio
 
 from diagd.actors.base import Request
 from diagd.actors.pcap import ngap as ngap_summary
+from diagd.actors.pcap.answer_types import (
+    ExportAnswer,
+    FollowAnswer,
+    FramesAnswer,
+    InfoAnswer,
+    PacketListAnswer,
+    TimelineAnswer,
+)
 from diagd.actors.pcap.answers import follow as _follow
 from diagd.actors.pcap.engine.passes import Page
 from diagd.actors.pcap.engine.pool import CaptureState
@@ -42,7 +50,7 @@ def info_wait_s(size: int) -> float:
     return INFO_WAIT_S if size <= QUICK_INFO_BYTES else 0.0
 
 
-async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
+async def info(capture: CaptureSession, request: Request) -> InfoAnswer:
     """Protocols and conversations; the count and time span come from capinfos (the handler).
     While sharkd loads, one tshark pass beside it reads them (started once, shared by every call);
     a call waits for it at most INFO_WAIT_S (not at all above QUICK_INFO_BYTES), then answers without
@@ -87,7 +95,7 @@ async def info(capture: CaptureSession, request: Request) -> dict[str, Any]:
                 })
     order = {"SCTP": 0, "TCP": 1, "UDP": 2, "IPv4": 3}
     conversations.sort(key=lambda c: (order.get(str(c["proto"]), 9), -c["frames"]))
-    result = {
+    result: InfoAnswer = {
         "sharkd_frames": frame_count,
         "served_by": served_by,
         "protocols_ready": True,
@@ -122,11 +130,11 @@ async def frames_while_loading(capture: CaptureSession, request: Request, messag
 
 
 def frames(message: Frames, page: Page, present: list[str] | None, cat: Catalogue | None,
-           sbi: str | None = None) -> dict[str, Any]:
+           sbi: str | None = None) -> FramesAnswer:
     """The answer of pcap_frames_by_filter from what the actor fetched (`present`: the capture's
     protocols, fetched only when nothing matched). A first page that came before the full pass has
     a lower bound for its total: `total_exact` says which it is."""
-    result: dict[str, Any] = {"total": page.total, "total_exact": page.exact, "exact": page.rows_exact,
+    result: FramesAnswer = {"total": page.total, "total_exact": page.exact, "exact": page.rows_exact,
                               "frames": page.rows, "has_more": message.offset + len(page.rows) < page.total,
                               "served_by": page.served_by}
     if not page.exact:
@@ -194,7 +202,7 @@ def protocols_hint(display_filter: str, protocols: list[str], cat: Catalogue | N
     return "; ".join(parts) or "no frame matches"
 
 
-async def timeline(capture: CaptureSession, request: Request, message: Timeline) -> dict[str, Any]:
+async def timeline(capture: CaptureSession, request: Request, message: Timeline) -> TimelineAnswer:
     """Rows of field values from `tshark -T fields` itself, so they are what it prints.
 
     The protocol tree's filter strings are not: bytes come colon-separated and cut short, hex
@@ -235,7 +243,7 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
     if sort_by:
         rows.sort(key=lambda r: sort_key(r.get(sort_by)))
     rows = rows[offset:offset + limit]
-    result: dict[str, Any] = {"total": len(numbers), "total_exact": True, "rows": rows,
+    result: TimelineAnswer = {"total": len(numbers), "total_exact": True, "rows": rows,
                               "has_more": offset + len(rows) < len(numbers)}
     if not numbers and display_filter:
         result["hint"] = await absent_protocols_hint(capture, request, display_filter)
@@ -245,7 +253,7 @@ async def timeline(capture: CaptureSession, request: Request, message: Timeline)
 
 
 async def timeline_while_loading(capture: CaptureSession, message: Timeline, *,
-                                 loaded: bool = False) -> dict[str, Any] | None:
+                                 loaded: bool = False) -> TimelineAnswer | None:
     """A timeline page from one early-stopping single pass: beside the load of a fresh capture, or
     (`loaded`) before sharkd's pass over a filter it has not counted. Its filter and fields are
     single-pass safe, so the values are exact; the total is a lower bound until the full pass. None
@@ -261,7 +269,7 @@ async def timeline_while_loading(capture: CaptureSession, message: Timeline, *,
         return None
     rows = [timeline_row(extra, row) for row in cells[message.offset:]]
     seen = len(cells) if complete else len(cells) + 1
-    result: dict[str, Any] = {"total": seen, "total_exact": complete, "rows": rows,
+    result: TimelineAnswer = {"total": seen, "total_exact": complete, "rows": rows,
                               "has_more": message.offset + len(rows) < seen,
                               "served_by": "tshark (single pass before sharkd's count; the same call again "
                                            "counts every match)" if loaded else
@@ -281,11 +289,11 @@ def timeline_row(extra: list[str], cells: list[str]) -> dict[str, Any]:
     return row
 
 
-async def follow(capture: CaptureSession, request: Request, message: Follow) -> dict[str, Any]:
+async def follow(capture: CaptureSession, request: Request, message: Follow) -> FollowAnswer:
     return await _follow.answer(capture, request, message)
 
 
-async def packet_list(capture: CaptureSession, request: Request, message: PacketList) -> dict[str, Any]:
+async def packet_list(capture: CaptureSession, request: Request, message: PacketList) -> PacketListAnswer:
     display_filter, columns, output_path = message.display_filter, message.columns, message.output_path
     await capture.check_filter(request, display_filter)  # loaded first: column_formats come from the loaded worker
     if not capture.column_formats:  # no filter to check (all frames) and the capture still loading: wait for it
@@ -320,7 +328,7 @@ async def packet_list(capture: CaptureSession, request: Request, message: Packet
             "columns": names, "preview_rows": [dict(zip(names, r, strict=True)) for r in table[:message.preview_rows]]}
 
 
-async def export(capture: CaptureSession, message: Export) -> dict[str, Any]:
+async def export(capture: CaptureSession, message: Export) -> ExportAnswer:
     """The frames matching the filter as a new pcapng file, written by tshark -w (from the file, not
     the worker: it needs no loaded capture)."""
     packets = await _cold.export(capture.cold_argv(), message.display_filter, message.output_path)

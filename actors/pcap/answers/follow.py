@@ -29,7 +29,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from diagd.actors.base import Request
+from diagd.actors.pcap.answer_types import FollowAnswer
 from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import Follow
 from diagd.actors.pcap.shark import tree as tree_mod
@@ -51,7 +54,7 @@ MAX_FOLLOW_TEXT = 1 << 20
 READ_SLACK = 64 * 1024
 
 
-async def answer(capture: CaptureSession, request: Request, message: Follow) -> dict[str, Any]:
+async def answer(capture: CaptureSession, request: Request, message: Follow) -> FollowAnswer:
     number = message.frame_number
     frame_tree = (await capture.tree(request, number))["tree"]
     values = tree_mod.field_values(frame_tree, WANTED)
@@ -63,11 +66,12 @@ async def answer(capture: CaptureSession, request: Request, message: Follow) -> 
     flt = message.display_filter
     combined = f"({found.display_filter}) && ({flt})" if flt else found.display_filter
     page = await capture.page(request, combined, message.offset, message.limit)
-    result: dict[str, Any] = {
+    result: FollowAnswer = {
         "follow_type": found.follow_type, "follow_key": found.key, "followed": found.followed,
         "follow_display_filter": found.display_filter, "display_filter": combined, "total": page.total,
-        "total_exact": page.exact, "frames": page.rows, "has_more": message.offset + len(page.rows) < page.total,
-        **found.extra}
+        "total_exact": page.exact, "frames": page.rows, "has_more": message.offset + len(page.rows) < page.total}
+    if "transaction" in found.extra:
+        result["transaction"] = found.extra["transaction"]
     if message.text_bytes > 0:
         result["text"] = await stream_text(capture, request, kind, found.key[f"{kind}.stream"],
                                            min(message.text_bytes, MAX_FOLLOW_TEXT))
@@ -92,13 +96,17 @@ async def _kind(capture: CaptureSession, values: dict[str, list[str]], transport
                      followable=present, **hint)
 
 
+class FoundExtra(TypedDict, total=False):
+    transaction: dict[str, Any]  # GTPv2-C: the frame's request/response exchange
+
+
 @dataclass
 class Found:
     follow_type: str
     key: dict[str, Any]
     display_filter: str
     followed: str  # what was followed, by what key, in words
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: FoundExtra = field(default_factory=lambda: FoundExtra())
 
 
 def keyed(kind: str, values: dict[str, list[str]]) -> Found:

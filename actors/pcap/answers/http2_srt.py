@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagd.actors.base import Request
+from diagd.actors.pcap.answer_types import StatsAnswer
 from diagd.actors.pcap.engine.session import CaptureSession
 
 HEADERS = "http2.type == 1"
@@ -86,7 +87,7 @@ def _row(procedure: str, times: list[int], not_paired: int, why: str, statuses: 
     return row
 
 
-async def srt(capture: CaptureSession, request: Request, display_filter: str) -> dict[str, Any]:
+async def srt(capture: CaptureSession, request: Request, display_filter: str) -> StatsAnswer:
     flt = f"{HEADERS} && ({display_filter})" if display_filter else HEADERS
     await capture.check_filter(request, flt)
     params: dict[str, Any] = {"column0": "frame.time_relative:0", "column1": "tcp.stream:0",

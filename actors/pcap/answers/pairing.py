@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagd.actors.base import Request
+from diagd.actors.pcap.answer_types import StatsAnswer
 from diagd.actors.pcap.answers.http2_srt import nanoseconds, template
 from diagd.actors.pcap.engine.session import CaptureSession
 
@@ -280,7 +281,7 @@ def columns(rules: Rules) -> list[str]:
     return [*COMMON, *rules.fields]
 
 
-async def srt(capture: CaptureSession, request: Request, rules: Rules, display_filter: str) -> dict[str, Any]:
+async def srt(capture: CaptureSession, request: Request, rules: Rules, display_filter: str) -> StatsAnswer:
     flt = f"({rules.filter}) && ({display_filter})" if display_filter else rules.filter
     await capture.check_filter(request, flt)
     wanted = columns(rules)
@@ -295,7 +296,7 @@ async def srt(capture: CaptureSession, request: Request, rules: Rules, display_f
     return pair(rules, messages, end, bool(display_filter))
 
 
-def pair(rules: Rules, messages: list[Message], capture_end: float, filtered: bool) -> dict[str, Any]:
+def pair(rules: Rules, messages: list[Message], capture_end: float, filtered: bool) -> StatsAnswer:
     """The rows of `messages` (in frame order) paired by `rules`."""
     open_: dict[tuple[Any, ...], list[Transaction]] = defaultdict(list)
     closed: dict[tuple[Any, ...], list[Transaction]] = defaultdict(list)
@@ -356,10 +357,10 @@ def pair(rules: Rules, messages: list[Message], capture_end: float, filtered: bo
                 open_[here].append(t)
 
     rows = _rows(rules, done, capture_end, filtered)
-    result: dict[str, Any] = {"method": rules.method, "rows": rows, "requests": len(done), "responses": responses,
-                              "responses_without_request": dict(sorted(orphans.items())),
-                              "retransmissions": sum(t.retransmissions for t in done),
-                              "icmp_errors": sum(t.icmp_errors for t in done) + icmp_unmatched}
+    result: StatsAnswer = {"method": rules.method, "rows": rows, "requests": len(done), "responses": responses,
+                           "responses_without_request": dict(sorted(orphans.items())),
+                           "retransmissions": sum(t.retransmissions for t in done),
+                           "icmp_errors": sum(t.icmp_errors for t in done) + icmp_unmatched}
     if icmp_unmatched:
         result["icmp_errors_quoting_no_request"] = icmp_unmatched
     if rules.protocol == "sip":

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from diagd.actors.pcap.ngap.codes import PROC_ERROR_INDICATION, PROC_NAS_NON_DELIVERY
 
 FIELDS = ("frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "_ws.col.Protocol", "_ws.col.Info",
@@ -192,6 +194,16 @@ class Lifeline:
         return safe(f"{self.role} {where}" if self.role else where)
 
 
+
+class Drawn(TypedDict):
+    """A diagram as data: its lifelines, its arrows (as the ladder view draws them) and the failed ones."""
+
+    participants: list[dict[str, Any]]
+    arrows: int
+    messages: list[dict[str, Any]]
+    failures: list[dict[str, Any]]
+
+
 @dataclass
 class Diagram:
     arrows: list[Arrow] = field(default_factory=list)
@@ -284,7 +296,7 @@ class Diagram:
             previous = arrow
         return "\n".join(lines) + "\n"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> Drawn:
         names = self.participants()
         lines = dict(names.values())
         return {"participants": [{"id": i, "name": line.shown, "address": line.address, "port": line.port,

@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from diagd.actors.base import Request
+from diagd.actors.pcap.answer_types import StatsAnswer
 from diagd.actors.pcap.answers import http2_srt as http2
 from diagd.actors.pcap.answers import pairing
 from diagd.actors.pcap.engine.session import CaptureSession
@@ -90,7 +91,7 @@ def tap_command(message: Stats) -> list[str]:
     return ["-Y", flt, "-T", "fields", "-E", "occurrence=a", *[a for f in fields for a in ("-e", f)]]
 
 
-async def answer(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
+async def answer(capture: CaptureSession, request: Request, message: Stats) -> StatsAnswer:
     """Every row of the statistics (the tool pages them), with `method` and, when empty, `reason`."""
     match message.kind:
         case "expert":
@@ -130,7 +131,7 @@ async def _tap(capture: CaptureSession, request: Request, name: str) -> dict[str
     return taps[0] if taps else {}
 
 
-async def _expert(capture: CaptureSession, request: Request) -> dict[str, Any]:
+async def _expert(capture: CaptureSession, request: Request) -> StatsAnswer:
     details = (await _tap(capture, request, "expert")).get("details", [])
     groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
     for item in details:
@@ -153,7 +154,7 @@ def _endpoint(addr: str, port: Any) -> str:
     return f"{addr}:{port}" if port not in (None, "") else addr
 
 
-async def _conversations(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
+async def _conversations(capture: CaptureSession, request: Request, message: Stats) -> StatsAnswer:
     table = CONV_TABLES[message.protocol or "ip"]
     if message.kind == "conversations":
         tap = await _tap(capture, request, f"conv:{table}")
@@ -180,7 +181,7 @@ def _duration(conv: dict[str, Any]) -> float | None:
     return round(stop - start, 9) if isinstance(start, int | float) and isinstance(stop, int | float) else None
 
 
-async def _io(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
+async def _io(capture: CaptureSession, request: Request, message: Stats) -> StatsAnswer:
     """Frames and bytes per interval, binned here as tshark 4.0's io,stat tap (ui/cli/tap-iostat.c) bins
     them: sharkd's `intervals` bins a float of milliseconds, and a frame on a boundary lands one interval
     off. The tap reads frames in file order, keeps one current interval and only moves it forward, so a
@@ -205,10 +206,10 @@ async def _io(capture: CaptureSession, request: Request, message: Stats) -> dict
             bins[current // step][1] += int(frame["c"][1])
     rows = [{"interval": n, "start_s": n * interval / 1000, "frames": bins[n][0] if n in bins else 0,
              "bytes": bins[n][1] if n in bins else 0} for n in range(last + 1)]
-    total = sum(r["frames"] for r in rows)
-    result: dict[str, Any] = {"method": "sharkd frames (frame.time_relative, frame.len) binned as tshark's io,stat",
-                              "interval_ms": interval, "rows": rows, "frames": total,
-                              "bytes": sum(r["bytes"] for r in rows)}
+    total = sum(counts[0] for counts in bins.values())  # every bin is one of the rows'
+    result: StatsAnswer = {"method": "sharkd frames (frame.time_relative, frame.len) binned as tshark's io,stat",
+                           "interval_ms": interval, "rows": rows, "frames": total,
+                           "bytes": sum(counts[1] for counts in bins.values())}
     if not total:
         result["reason"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
                             else "the capture holds no frames")
@@ -231,7 +232,7 @@ def _nanoseconds(seconds: str) -> int:
     return sign * (abs(int(whole or "0")) * 1_000_000_000 + int((fraction + "000000000")[:9]))
 
 
-async def _native_srt(capture: CaptureSession, request: Request, message: Stats) -> dict[str, Any]:
+async def _native_srt(capture: CaptureSession, request: Request, message: Stats) -> StatsAnswer:
     name = NATIVE_SRT[message.protocol or ""]
     rows = []
     for table in (await _tap(capture, request, name)).get("tables", []):

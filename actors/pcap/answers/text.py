@@ -18,6 +18,7 @@ import trio
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.base import Request
+from diagd.actors.pcap.answer_types import DetailAnswer, DetailFrame, SearchAnswer
 from diagd.actors.pcap.answers import text_scan
 from diagd.actors.pcap.answers.text_scan import Scan, spans_of
 from diagd.actors.pcap.engine.passes import REPLY_HEAD_START_S
@@ -48,7 +49,7 @@ def layer_error(unknown: list[str], present: list[str], where: str, **details: A
                       f"{', '.join(present) or 'none'}", layers_present=present, did_you_mean=close, **details)
 
 
-def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) -> DetailAnswer:
     """The text of `message`'s frames from their trees (`answers`: frame number -> sharkd's answer,
     fetched by the actor) and the field catalogue: it shapes them, fetching nothing."""
     frame_numbers, layers, restrict_layers, max_bytes = (message.frame_numbers, message.layers,
@@ -72,7 +73,7 @@ def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) 
         raise layer_error(unknown, present[first] if len(ordered) == 1 else sorted(anywhere), where,
                                **by_frame)
     canonical = {proto for proto in wanted.values() if proto is not None}
-    frames = []
+    frames: list[DetailFrame] = []
     budget = max_bytes
     for number in frame_numbers:
         nodes = trees[number]
@@ -87,10 +88,10 @@ def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) 
         if truncated:
             text = encoded[:max(budget, 0)].decode(errors="ignore")
         budget -= len(text.encode())
-        entry: dict[str, Any] = {"frame_number": number, "protocols": tree_mod.top_protocols(trees[number]),
+        entry: _ShownFrame = {"frame_number": number, "protocols": tree_mod.top_protocols(trees[number]),
                                  "layers_found": None, "text": text, "truncated": truncated}
         if canonical:
-            entry["layers_found"] = [n.get("f") for n in tree_mod.protocol_nodes(trees[number], canonical)]
+            entry["layers_found"] = [str(n["f"]) for n in tree_mod.protocol_nodes(trees[number], canonical)]
             missing = [name for name, proto in wanted.items() if proto not in present[number]]
             if missing:
                 entry["layers_missing"] = missing
@@ -100,12 +101,19 @@ def detail(cat: Catalogue, message: Detail, answers: dict[int, dict[str, Any]]) 
             "layers_resolved": {k: v for k, v in wanted.items() if v != k} or None}
 
 
+class _ShownFrame(DetailFrame, total=False):
+    """A frame's text, and which asked layers it lacks (pcap_frame_detail's rows name more than DetailFrame)."""
+
+    layers_missing: list[str]
+    layers_present: list[str]
+
+
 # A search without `limit` asks for every frame: on a capture still loading it waits for sharkd's
 # load (a fraction of a second up to a few MB), except on a bigger one, where it searches the first
 # EARLY_SEARCH_FRAMES frames of a single pass first and says where to go on.
 EARLY_SEARCH_FRAMES = 500
 EARLY_SEARCH_MIN_BYTES = 8 * 2**20
-async def text_search(capture: CaptureSession, request: Request, message: TextSearch) -> dict[str, Any]:
+async def text_search(capture: CaptureSession, request: Request, message: TextSearch) -> SearchAnswer:
     """Search every frame matching the filter (from `offset`, at most `limit` when given) in the
     text `tshark -Y <filter> -V` prints, until done or until `stop_at` (trio time, set by the
     handler inside the call's timeout). A search cut short says how far it got and why."""
@@ -252,7 +260,7 @@ def _half_left(m: TextSearch) -> float:
 
 
 async def _search_before_count(capture: CaptureSession, request: Request, m: TextSearch,
-                               matcher: Matcher) -> dict[str, Any] | None:
+                               matcher: Matcher) -> SearchAnswer | None:
     """A page of a filter sharkd has not counted: its frames (and the one before it) from one
     early-stopping single pass of the filter (single-pass safe: the frames are the two-pass ones),
     those that cannot hold the literal ruled out by their text, the rest searched in sharkd's
@@ -295,7 +303,7 @@ async def _search_before_count(capture: CaptureSession, request: Request, m: Tex
     return _before_count_result(m, numbers, scan, complete)
 
 
-def _before_count_result(m: TextSearch, numbers: Window, scan: Scan, complete: bool) -> dict[str, Any]:
+def _before_count_result(m: TextSearch, numbers: Window, scan: Scan, complete: bool) -> SearchAnswer:
     """The reply of a search whose page came from a single pass before sharkd counted the filter."""
     seen = len(numbers)
     result = _search_result(m, numbers, scan, False)
@@ -370,7 +378,7 @@ async def _numbers(capture: CaptureSession, request: Request, m: TextSearch) -> 
     return Window(page.total, start, [int(row["number"]) for row in page.rows])
 
 
-async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher: Matcher) -> dict[str, Any]:
+async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher: Matcher) -> SearchAnswer:
     """The search over the text of a single early-stopping tshark pass, beside the load of a fresh
     capture (the filter is single-pass safe, so the frames are the two-pass ones). Lines a second
     pass may print otherwise (single_pass_text) are marked where a match is on one; a search
@@ -390,7 +398,7 @@ async def _search_while_loading(capture: CaptureSession, m: TextSearch, matcher:
 
 
 async def _searched_while_loading(m: TextSearch, matcher: Matcher, frames: list[FrameText], complete: bool,
-                                  limit: int) -> dict[str, Any]:
+                                  limit: int) -> SearchAnswer:
     """_search_while_loading's answer from the single pass's frames."""
     scan = Scan()
     wanted = frames[m.offset:]
@@ -427,10 +435,10 @@ _WHY = {"time_budget": "the call's time budget was spent",
         "max_bytes": "the snippets reached max_bytes={m.max_bytes}"}
 
 
-def _search_result(m: TextSearch, numbers: Sequence[int], scan: Scan, by_layers: bool) -> dict[str, Any]:
+def _search_result(m: TextSearch, numbers: Sequence[int], scan: Scan, by_layers: bool) -> SearchAnswer:
     offset, scanned, stopped = m.offset, scan.scanned, scan.stopped
     searched = numbers[offset:offset + scanned]
-    result: dict[str, Any] = {
+    result: SearchAnswer = {
         "frames_total": len(numbers), "frames_scanned": scanned, "offset": offset,
         "complete": stopped is None,
         "stopped_because": stopped,

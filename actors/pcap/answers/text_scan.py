@@ -19,6 +19,7 @@ import trio
 
 from diagd.actors._user_regex import Matcher
 from diagd.actors.base import Request
+from diagd.actors.pcap.answer_types import SearchMatch
 from diagd.actors.pcap.engine.session import CaptureSession
 from diagd.actors.pcap.messages import TextSearch
 from diagd.actors.pcap.shark import single_pass_text
@@ -33,7 +34,7 @@ SCAN_BATCH = 25
 class Scan:
     """How far a text search got."""
 
-    matches: list[dict[str, Any]] = field(default_factory=list)
+    matches: list[SearchMatch] = field(default_factory=list)
     used: int = 0  # snippet characters returned
     scanned: int = 0  # frames searched to their end
     without_layers: int = 0

@@ -6,9 +6,19 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
 
 from diagd.actors.pcap.shark.decode_check import PortCheck
+
+
+class Decoding(TypedDict):
+    """How a capture is decoded, as every answer's source names it."""
+
+    decode_as: list[str]
+    preferences: dict[str, Any]
+    decode_as_checked: NotRequired[list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -33,8 +43,8 @@ class CaptureSpec:
         extra = json.dumps([self.decode_as, self.preferences])
         return f"{hashlib.sha1(self.identity.encode()).hexdigest()[:16]}:{hashlib.sha1(extra.encode()).hexdigest()[:8]}"
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"decode_as": list(self.decode_as), "preferences": dict(self.preferences)}
+    def describe(self) -> Decoding:
+        out: Decoding = {"decode_as": list(self.decode_as), "preferences": dict(self.preferences)}
         if self.decode_checks:
             out["decode_as_checked"] = [c.describe() for c in self.decode_checks]
         return out

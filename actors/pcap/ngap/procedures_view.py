@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from diagd.actors.pcap.answer_types import ProceduresAnswer
 from diagd.actors.pcap.ngap.model import Model
 from diagd.actors.pcap.ngap.procedures import link_core, statistics
 
 
 def procedures(model: Model, filtered: bool = False, core_rows: list[dict[str, str]] | None = None
-               ) -> dict[str, Any]:
+               ) -> ProceduresAnswer:
     analysis, pdus = model.analysis, model.pdus
     everything = model.instances
     core = link_core(everything, core_rows or [], max((p.time for p in pdus), default=0.0))
@@ -22,7 +21,7 @@ def procedures(model: Model, filtered: bool = False, core_rows: list[dict[str, s
     warnings = list(analysis.warnings)
     if filtered:
         warnings.append("display_filter given: procedures are built from the filtered NGAP frames only")
-    result: dict[str, Any] = {
+    result: ProceduresAnswer = {
         "ue_count": len(ues), "procedure_count": len(everything), "ues": ues, "non_ue_procedures": non_ue,
         "statistics": statistics(everything),
         "failed": failed, "incomplete": sum(1 for i in everything if i.outcome == "incomplete"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagd.actors.pcap.answer_types import PduSessionsAnswer, UeSessionsAnswer
 from diagd.actors.pcap.ngap.associations import Analysis, Association, Context, step
 from diagd.actors.pcap.ngap.codes import (
     NAS_DL_TRANSPORT,
@@ -60,7 +61,7 @@ def _unanswered(pending: dict[int, list[NgapPdu]], assoc: Association
     return failures, open_
 
 
-def ue_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
+def ue_sessions(model: Model, filtered: bool = False) -> UeSessionsAnswer:
     analysis, pdus = model.analysis, model.pdus
     ues = []
     for n, (ctx, found) in enumerate(model.by_context):
@@ -90,7 +91,7 @@ def ue_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
     if filtered:
         warnings.append("display_filter given: contexts, links and unanswered requests are judged on the "
                         "filtered NGAP frames only")
-    result: dict[str, Any] = {
+    result: UeSessionsAnswer = {
         "ue_count": len(ues), "ues": ues, "failed_ues": failed, "associations": associations,
         "linked_ue_groups": sorted(groups.values(), key=lambda g: int(g["group"])),
         "not_linked": analysis.unlinked,
@@ -276,7 +277,7 @@ def _nas_s_nssai(message: NasMessage, carrier: NasMessage | None) -> dict[str, s
     return None
 
 
-def pdu_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
+def pdu_sessions(model: Model, filtered: bool = False) -> PduSessionsAnswer:
     analysis = model.analysis
     found = _Sessions()
     for pdu in analysis.pdus:
@@ -298,7 +299,7 @@ def pdu_sessions(model: Model, filtered: bool = False) -> dict[str, Any]:
 
 
 def _sessions_result(model: Model, sessions: list[dict[str, Any]], unmatched: list[int],
-                     filtered: bool) -> dict[str, Any]:
+                     filtered: bool) -> PduSessionsAnswer:
     analysis, pdus = model.analysis, model.pdus
     context_failures = {c.number: [f for p in c.pdus for f in pdu_failures(p)] for c in analysis.contexts}
     by_label = {c.label: c for c in analysis.contexts}
@@ -320,7 +321,7 @@ def _sessions_result(model: Model, sessions: list[dict[str, Any]], unmatched: li
     sessions.sort(key=lambda s: (int(s["first_frame"]), s["ue"], int(s["pdu_session_id"])))
     established = [s for s in sessions if s["status"] == "established"]
     rejected = [s for s in sessions if s["status"] in ("rejected", "setup_failed")]
-    result: dict[str, Any] = {
+    result: PduSessionsAnswer = {
         "session_count": len(sessions), "established_count": len(established), "rejected_count": len(rejected),
         "reactivation_count": sum(len(s["reactivations"]) for s in sessions),
         "failed_count": sum(1 for s in sessions if s["status"] == "failed"),

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from diagd.actors import sandbox
 from diagd.actors.bpftrace.settings import (
     SELF_STOP_MARGIN_S,
     BpftraceSettings,
@@ -30,7 +31,7 @@ def test_a_run_nobody_stops_ends_by_itself_with_the_users_program_untouched(laun
     argv = settings.run_command('BEGIN { printf("start\\n"); } interval:ms:500 { @ticks = count(); }', "text", 1)
     assert argv[-1] == 'BEGIN { printf("start\\n"); } interval:ms:500 { @ticks = count(); }'
     if launch == "standby":  # the deadline reaches the watchdog the standby forked while it waited
-        waiting = subprocess.Popen([*standby.launcher_prefix(), standby.STANDBY], stdin=subprocess.PIPE,
+        waiting = subprocess.Popen([*sandbox.launcher_prefix(), standby.STANDBY], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = waiting.communicate(json.dumps({"args": standby.request_of(argv), "env": dict(os.environ)}),
                                        timeout=60)
