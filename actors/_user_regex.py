@@ -264,6 +264,24 @@ class Matcher:
         self.searches += 1
         return left
 
+    def capped(self, cap_s: float) -> Matcher:
+        """A matcher for a first attempt that may give up (a faster path whose worst case is worse):
+        its budget is `cap_s` or what is left of this one, whichever is less. The CPU time it spends
+        in this matcher's thread is this matcher's too (both read the same thread clock)."""
+        if self._clock is not None:
+            self._read_clock()
+        left = max(0.0, self.budget_s - self.spent_s)
+        return Matcher(self.user, min(cap_s, left), unit=self.unit, total=self.total)
+
+    def gave_up(self, attempt: Matcher, error: DiagdError) -> None:
+        """After `attempt` (from `capped`) ran out: raise this matcher's own TIMEOUT when its whole
+        budget went with it, else return so the caller takes the slower, bounded path."""
+        if error.code is not ErrorCode.TIMEOUT:
+            raise error
+        stopped = error.details.get("stopped_at", {}).get(self.unit, 1)
+        if self.budget_s - self.spent_s - attempt.budget_s <= 0:  # spent_s: as `capped` read it
+            raise self._timed_out(int(stopped)) from error
+
     def search(self, text: str, index: int) -> bool:
         """True when the pattern occurs in `text` (the hot loop of field and line scans: kept flat)."""
         left = self._left(index)

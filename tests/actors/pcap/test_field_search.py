@@ -74,6 +74,9 @@ CHOSEN = [
     (r"^\w+\.\w+$", True), (r"(?=\d)\d{3}", True), (r"(a|b)\1", True), (r"id(?!entity)", True),
     (r"(?<=\.)len", True), ("[^a-z]", True), (r"\s", True), (r"\W$", True), ("(?s)x.y", True), ("nas.5gs", True),
     (r"[\u00b5\u00b0]", True), ("gtp[uv]", True), (r"^.{0,3}$", True), ("(?i)IMSI", True), (r"\Aeth", True),
+    # minutes on the joined text (tried at every position of every line), 0.04 s per field: found by
+    # hypothesis; the joined scan gives way to the per-field one after JOINED_SCAN_S
+    (".+.+?aaa", True),
 ]
 CHOSEN_CASES = [(p, r, False) for p, r in CHOSEN] + [
     ("NGAP", False, True), ("ngap", False, True), ("\u00b5", False, True), ("Cause", False, True),
