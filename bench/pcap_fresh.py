@@ -138,10 +138,7 @@ async def first_call(args: argparse.Namespace, work: Workload, tool: str, call_a
 
 
 async def measure(args: argparse.Namespace, label: str, path: Path, work: Workload) -> list[dict[str, Any]]:
-    import trio
-
     warm_page_cache(path)
-    n = args.cold_repeats
     rows: list[dict[str, Any]] = []
 
     def row(key: str, metric: str, head_s: float, peer_s: float | None, diagd_s: float, answer: dict[str, Any]
@@ -152,6 +149,26 @@ async def measure(args: argparse.Namespace, label: str, path: Path, work: Worklo
                      "answer": {k: answer.get(k) for k in ("served_by", "total", "total_exact", "exact",
                                                            "protocols_ready", "packet_count")}})
 
+    if "F" in args.rows:
+        await frames_row(args, label, path, work, row)
+    if "T" in args.rows:
+        await timeline_rows(args, label, path, work, row)
+    if "S" in args.rows:
+        await search_rows(args, label, path, work, row)
+    if "I" in args.rows:
+        await info_row(args, label, path, work, row)
+    if "L" in args.rows:
+        rows.append(await load_row(args, label, path, work))
+    return rows
+
+
+Row = Callable[[str, str, float, float | None, float, dict[str, Any]], None]
+
+
+async def frames_row(args: argparse.Namespace, label: str, path: Path, work: Workload, row: Row) -> None:
+    import trio
+
+    n = args.cold_repeats
     log(f"{label}: (F) frames_by_filter")
     head_s = await trio.to_thread.run_sync(lambda: timed(lambda: run_peer(head_argv(path, "-Y", work.filter), PAGE),
                                                          n))
@@ -163,6 +180,11 @@ async def measure(args: argparse.Namespace, label: str, path: Path, work: Worklo
         raise RuntimeError(f"diagd gave {len(answer['frames'])} rows, not {PAGE}")
     row("F", f"first frames_by_filter {work.filter!r} (limit {PAGE})", head_s, peer_s, diagd_s, answer)
 
+
+async def timeline_rows(args: argparse.Namespace, label: str, path: Path, work: Workload, row: Row) -> None:
+    import trio
+
+    n = args.cold_repeats
     log(f"{label}: (T) timeline")
     fields = [a for f in work.timeline_fields for a in ("-e", f)]
     head_s = await trio.to_thread.run_sync(lambda: timed(
@@ -178,6 +200,11 @@ async def measure(args: argparse.Namespace, label: str, path: Path, work: Worklo
     diagd_s, answer = await first_call(args, work, "pcap_timeline", timeline, seen_fields=True)
     row("T2", "the same, fields timelined before on another capture", head_s, peer_s, diagd_s, answer)
 
+
+async def search_rows(args: argparse.Namespace, label: str, path: Path, work: Workload, row: Row) -> None:
+    import trio
+
+    n = args.cold_repeats
     log(f"{label}: (S) text search")
     head_s = await trio.to_thread.run_sync(lambda: timed(
         lambda: run_peer(head_argv(path, "-Y", work.search_filter, "-V"), SEARCH_FRAMES, frames=True), n))
@@ -193,6 +220,11 @@ async def measure(args: argparse.Namespace, label: str, path: Path, work: Worklo
     diagd_s, answer = await first_call(args, work, "pcap_text_search", search, seen_search=True)
     row("S2", "the same, a text search run before on another capture", head_s, peer_s, diagd_s, answer)
 
+
+async def info_row(args: argparse.Namespace, label: str, path: Path, work: Workload, row: Row) -> None:
+    import trio
+
+    n = args.cold_repeats
     log(f"{label}: (I) pcap_info")
     import subprocess
 
@@ -200,8 +232,6 @@ async def measure(args: argparse.Namespace, label: str, path: Path, work: Worklo
         ["capinfos", "-M", "-T", "-r", "-c", "-a", "-e", str(path)], capture_output=True, check=True), n))
     diagd_s, answer = await first_call(args, work, "pcap_info", {"pcap_path": str(path)})
     row("I", "first pcap_info (capinfos count and span)", capinfos_s, None, diagd_s, answer)
-    rows.append(await load_row(args, label, path, work))
-    return rows
 
 
 async def load_row(args: argparse.Namespace, label: str, path: Path, work: Workload) -> dict[str, Any]:
@@ -305,6 +335,8 @@ def main() -> int:
                         "(dense GTP-U), or both (default)")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--pcaps-dir", type=Path, default=PCAPS_DIR)
+    parser.add_argument("--rows", default="FTSIL", help="rows to measure: F (first page), T (timelines), S (text "
+                        "searches), I (pcap_info), L (load); all by default")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.no_big:

@@ -12,14 +12,24 @@ masking at the tool boundary) > shark/ (sharkd, tshark, the field catalogue, pro
 from diagd.actors.pcap import timeline_source, tools
 from diagd.actors.pcap.backend import PcapBackend
 from diagd.actors.pcap.settings import PcapSettings
+from diagd.actors.pcap.shark import recordwalk
 from diagd.actors.runtime import Runtime
-from diagd.actors.system import Needs, Tool
+from diagd.actors.system import Check, Needs, Tool
 
 __all__ = ["INSTRUCTIONS", "SYSTEM_NEEDS", "PcapSettings", "register"]
 
+
+
+def _check_record_walker() -> Check:
+    if recordwalk.available():
+        return Check("record walker", True, "pcap_info counts a pcap/pcapng from its record headers (C)")
+    return Check("record walker", False, "not built: pcap_info waits for capinfos' whole read of a capture",
+                 "reinstall diagd with a C compiler and Python headers (apt: gcc python3-dev)")
+
+
 # What `diagd setup pcap` installs and `diagd doctor` checks.
 SYSTEM_NEEDS = Needs(tools=(Tool("tshark", ("-v",), "tshark"), Tool("sharkd", ("-v",), "wireshark-common"),
-                            Tool("capinfos", ("-v",), "wireshark-common")))
+                            Tool("capinfos", ("-v",), "wireshark-common")), checks=(_check_record_walker,))
 
 # Its paragraph of the MCP server instructions.
 INSTRUCTIONS = """\

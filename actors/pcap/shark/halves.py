@@ -42,10 +42,10 @@ PIPE_BYTES = 1 << 20  # pipe buffer asked for (64 KiB by default: 16x more wake-
 HALF_ARGV = ("capinfos", "-M", "-t", "-E", "-c", "-a", "-e", "-I", "-")  # long form: each interface's ticks
 EXACT_TICKS = frozenset({1, 10, 100, 1000, 10**6})  # and any from 10**9 up: printed digits hold the whole time
 
-_PCAP = {b"\xd4\xc3\xb2\xa1": ("<", 10**6), b"\xa1\xb2\xc3\xd4": (">", 10**6),
+PCAP_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 10**6), b"\xa1\xb2\xc3\xd4": (">", 10**6),
          b"\x4d\x3c\xb2\xa1": ("<", 10**9), b"\xa1\xb2\x3c\x4d": (">", 10**9)}
 _SHB, _IDB, _EPB = 0x0A0D0D0A, 1, 6
-_BYTE_ORDER = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
+BYTE_ORDER = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
 _TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
 _DIGITS = frozenset({0, 1, 2, 3, 6, 9})  # capinfos 4.0's precisions (of EXACT_TICKS and 10**9 up)
 
@@ -80,8 +80,8 @@ def plan(path: Path, near: float = 0.5) -> Cut | None:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             magic = mm[:4]
-            if magic in _PCAP:
-                return _pcap_cut(mm, size, int(size * near), *_PCAP[magic])
+            if magic in PCAP_MAGIC:
+                return _pcap_cut(mm, size, int(size * near), *PCAP_MAGIC[magic])
             if magic == struct.pack("<I", _SHB):
                 return _pcapng_cut(mm, size, int(size * near))
     return None
@@ -117,7 +117,7 @@ def _pcap_cut(mm: mmap.mmap, size: int, near: int, order: str, frac_limit: int) 
 
 
 def _pcapng_cut(mm: mmap.mmap, size: int, near: int) -> Cut | None:
-    order = _BYTE_ORDER.get(mm[8:12])
+    order = BYTE_ORDER.get(mm[8:12])
     if order is None:
         return None
     word = struct.Struct(order + "I")
@@ -223,6 +223,11 @@ async def _read_half(source: int, prefix: bytes, start: int, end: int, env: dict
         finally:
             close_reader()  # never started: the feeder must not wait on a pipe nobody reads
     return parse(done.out) if fed and done is not None and done.returncode == 0 else None
+
+
+async def read_prefix(prefix: bytes, env: dict[str, str]) -> Half | None:
+    """capinfos' answer for `prefix` alone (a file's header: its type, encapsulation and interfaces' ticks)."""
+    return await _read_half(-1, prefix, 0, 0, env)  # no bytes of a file follow: `source` is never read
 
 
 async def count(path: Path, env: dict[str, str], cut: Cut) -> tuple[str, str, str, str, str, str] | None:

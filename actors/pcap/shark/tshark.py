@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from diagd.actors._subprocess import RunHead, head, run
-from diagd.actors.pcap.shark import halves
+from diagd.actors.pcap.shark import halves, recordwalk
 from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -263,6 +263,12 @@ class Capinfos:
             self._counting.pop(identity).set()
 
 
+async def _walked_cells(path: Path, env: dict[str, str]) -> list[str] | None:
+    """The table cells of one capinfos run, from the file's record headers (recordwalk.py; None: not walked)."""
+    cells = await recordwalk.count(path, env)
+    return [str(path), *cells] if cells is not None else None
+
+
 async def _split_cells(path: Path, size: int, env: dict[str, str]) -> list[str] | None:
     """The table cells of one capinfos run, from two over the file's halves side by side (None: not cut)."""
     if size < halves.SPLIT_MIN_BYTES or len(os.sched_getaffinity(0)) < 2:
@@ -300,7 +306,9 @@ async def _one_run(path: Path, env: dict[str, str]) -> tuple[list[str], str | No
 
 async def _capinfos(path: Path, size: int, *, split: bool = False) -> CaptureFacts:
     env = {**os.environ, "TZ": "UTC"}  # capinfos prints local times
-    cells = await _split_cells(path, size, env) if split else None
+    cells = await _walked_cells(path, env)
+    if cells is None and split:
+        cells = await _split_cells(path, size, env)
     warning = None
     if cells is None:
         cells, warning = await _one_run(path, env)
