@@ -65,6 +65,7 @@ from _pcap_tools import (
     vmrss_mb,
     warm_page_cache,
 )
+from _proc import wait_until_quiet
 
 from tests.pcaps import PCAPS  # the test corpus' cache (_pcap_tools put the repository on sys.path)
 
@@ -130,7 +131,9 @@ async def first_call(args: argparse.Namespace, work: Workload, tool: str, call_a
                 if seen_search:
                     await client.call("pcap_text_search", {"pcap_path": seen_on, "display_filter": work.search_filter,
                                                            "query": work.search_query, "limit": 20})
-                await trio.sleep(2)  # what a daemon in use has done: its background starts are over
+                # What a daemon in use has done: its background starts (standbys, the warm-up's load) are
+                # over. A fixed 2 s was not enough on 2 cores: standbys were still starting.
+                await trio.to_thread.run_sync(wait_until_quiet, daemon.proc.pid)
                 took, payload, _ = await client.call(tool, call_args)
                 runs.append((took, payload))
     runs.sort(key=lambda run: run[0])

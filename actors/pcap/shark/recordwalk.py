@@ -125,6 +125,15 @@ def read_layout(path: Path) -> Layout | None:
         return layout(f.read(HEAD_BYTES))
 
 
+def is_walkable(path: Path) -> bool:
+    """Whether the file starts with a header the walk follows: a capture of packets for wiretap, whatever
+    its records hold (blocking: a worker thread's; False when it cannot be read: the caller's check says why)."""
+    try:
+        return read_layout(path) is not None
+    except OSError:
+        return False
+
+
 def walk(path: Path, found: Layout) -> Walked | None:
     """The walk of all the file's records behind the header `found` (blocking: a worker thread's), None
     when the file's header is no longer that one or a record is not one the walk follows."""

@@ -220,11 +220,15 @@ class Capinfos:
         A small file gets capinfos (capture_facts, kept for pcap_info); a big one only `captype`, which
         opens it without reading it through: counting a 1 GB file's records takes seconds that a fresh
         capture's first page need not wait for (`begin_count` runs capinfos after the first answer),
-        unless the call wants the count (`facts_wanted`)."""
+        unless the call wants the count (`facts_wanted`: counted first, on cores the capture's start does not
+        yet share). A plain pcap or pcapng header the record walk follows is a capture of packets by
+        itself (~0.2 ms, where captype starts a process)."""
         if size < BIG_FILE or _facts_wanted.get():
             await self.capture_facts(path, identity, size, split=_facts_wanted.get())
             return
         if identity in self._facts or identity in self._counting:
+            return
+        if await trio.to_thread.run_sync(recordwalk.is_walkable, path):
             return
         done = await run(["captype", str(path)])
         kind = done.out.strip().rsplit(": ", 1)[-1] if done.returncode == 0 else "unknown"
