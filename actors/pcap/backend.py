@@ -20,6 +20,7 @@ import trio
 from typing_extensions import TypedDict
 
 from diagd.actors._paths import create_new, made_stem, resolve_allowed
+from diagd.actors.base import ProgressFn
 from diagd.actors.message import Message, ReplyT
 from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.engine.capture import CaptureSpec
@@ -142,6 +143,25 @@ class PcapBackend:
     async def ask(self, ctx: CallContext, spec: CaptureSpec, message: Message[ReplyT]) -> ReplyT:
         """Start the capture's actor (making room for it under max_loaded: captures.py), then ask it.
         The capture is in use, never evicted, until the answer is back."""
+        return await self._start_and_ask(spec, message, ctx.progress)
+
+    def is_started(self, spec: CaptureSpec) -> bool:
+        return self.runtime.find(KIND, spec.key) is not None
+
+    def begin(self, spec: CaptureSpec, message: Message[Any]) -> None:
+        """Start the capture's actor and ask it `message` in the background, for a call whose answer
+        needs nothing of it yet (pcap_info on a big fresh capture): the actor's start (sharkd, standbys,
+        the summary pass) then runs beside that answer instead of before it. A failure is logged; the
+        next call that waits for the capture meets it with its coded error."""
+        async def start() -> None:
+            try:
+                await self._start_and_ask(spec, message, None)
+            except Exception as exc:
+                log.warning("background capture start failed", capture=str(spec.path), error=str(exc))
+        trio.lowlevel.spawn_system_task(start)
+
+    async def _start_and_ask(self, spec: CaptureSpec, message: Message[ReplyT], progress: ProgressFn | None
+                             ) -> ReplyT:
         settings = self.settings
         deadline = trio.current_effective_deadline()
         while (room := self.captures.room_for(spec.key, self._loaded(), settings.max_loaded)) is not True:
@@ -177,7 +197,7 @@ class PcapBackend:
                 idle_timeout_s=lambda: self.settings.idle_timeout_s)  # follows a reload
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)
-            return await self.runtime.ask(ref, message, progress=ctx.progress)
+            return await self.runtime.ask(ref, message, progress=progress)
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""

@@ -19,7 +19,7 @@ from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.message import Message, ReplyT
 from diagd.actors.pcap.actor import KIND
 from diagd.actors.pcap.answers import stats as _stats
-from diagd.actors.pcap.answers.answers import info_wait_s
+from diagd.actors.pcap.answers.answers import info_wait_s, not_read_yet
 from diagd.actors.pcap.answers.field_search import search_fields
 from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
 from diagd.actors.pcap.answers.left_out import sbi_warning
@@ -139,7 +139,14 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
     # waits for it within the same second as for the protocols (a fresh 55 MB capture needs seconds
     # on 2 cores); past that it answers without sbi_ports and the pass goes on for the next call.
     probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
-    result = await backend.ask(ctx, spec, Info())
+    if not backend.is_started(spec) and not info_wait_s(spec.size):
+        # A big fresh capture: the answer would not wait for the protocols, so it does not wait for the
+        # capture's start either (5-10 ms of process starts on the call path, and what they cost the
+        # reply on 2 cores); the start goes on beside it, as the same call would have left it.
+        backend.begin(spec, Info())
+        result = not_read_yet()
+    else:
+        result = await backend.ask(ctx, spec, Info())
     warnings = list(result.get("warnings", []))
     probed: _Probed = {}
     if not probing.done.is_set():

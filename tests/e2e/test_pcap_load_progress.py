@@ -90,18 +90,20 @@ async def test_a_call_waiting_for_the_load_reports_bytes_read(slow_load: Path, t
         assert int(found.group(1).replace(",", "")) == count * int(done) // size
 
 
-# (tool, arguments, fewest reports): a call that answers before the load is done (pcap_info after at
-# most INFO_WAIT_S, a two-pass filter from one tshark pass) still reports the load, in the same units.
+# (tool, arguments, fewest reports, begun): a call that answers before the load is done (pcap_info after
+# at most INFO_WAIT_S, a two-pass filter from one tshark pass) still reports the load, in the same units.
+# begun: the load was begun by the same call made before (pcap_info on a big fresh capture answers with the
+# count and span before the capture's start, which goes on beside it: no load to report yet).
 ANSWERED_WHILE_LOADING = [
-    ("pcap_info", {}, 1),
-    ("pcap_frames_by_filter", {"display_filter": "diameter.answer_in", "limit": 5}, 2),  # FT_FRAMENUM: two passes
+    ("pcap_info", {}, 1, True),
+    ("pcap_frames_by_filter", {"display_filter": "diameter.answer_in", "limit": 5}, 2, False),  # FT_FRAMENUM
 ]
 
 
-@pytest.mark.parametrize(("tool", "arguments", "fewest"), ANSWERED_WHILE_LOADING,
+@pytest.mark.parametrize(("tool", "arguments", "fewest", "begun"), ANSWERED_WHILE_LOADING,
                          ids=[t[0] for t in ANSWERED_WHILE_LOADING])
 async def test_a_call_answered_while_loading_reports_the_load_in_bytes_of_the_file(
-        slow_load: Path, tmp_path: Path, tool: str, arguments: dict[str, object], fewest: int) -> None:
+        slow_load: Path, tmp_path: Path, tool: str, arguments: dict[str, object], fewest: int, begun: bool) -> None:
     bigger = slow_load
     env = make_env(tmp_path / "d", f'[daemon]\nallowed_dirs = ["{bigger.parent}"]\ncall_timeout_s = 300\n')
     daemon: DaemonProcess = start_daemon(env)
@@ -113,6 +115,11 @@ async def test_a_call_answered_while_loading_reports_the_load_in_bytes_of_the_fi
     try:
         async with mcp_client(env) as client:
             with trio.fail_after(300):
+                if begun:
+                    first = payload(await client.call_tool(tool, {"pcap_path": str(bigger), **arguments},
+                                                           progress_callback=on_progress))
+                    assert first["protocols_ready"] is False and first["packet_count"] > 0, first
+                    assert seen == []  # answered before the capture's start: nothing loading to report
                 result = await client.call_tool(tool, {"pcap_path": str(bigger), **arguments},
                                                 progress_callback=on_progress)
                 await delivered()

@@ -50,6 +50,13 @@ def info_wait_s(size: int) -> float:
     return INFO_WAIT_S if size <= QUICK_INFO_BYTES else 0.0
 
 
+def not_read_yet(warnings: list[str] | None = None) -> InfoAnswer:
+    """pcap_info's answer before the protocols are read: the count and span (the handler's) alone."""
+    return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
+            "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
+            "warnings": warnings or []}
+
+
 async def info(capture: CaptureSession, request: Request) -> InfoAnswer:
     """Protocols and conversations; the count and time span come from capinfos (the handler).
     While sharkd loads, one tshark pass beside it reads them (started once, shared by every call);
@@ -66,9 +73,7 @@ async def info(capture: CaptureSession, request: Request) -> InfoAnswer:
                 await capture.tell_load(request)  # answered at once: the load's progress said once
                 capture.end_head_start()
         if not summary.done.is_set():
-            return {"sharkd_frames": None, "served_by": "capinfos (protocols still being read: call again)",
-                    "protocols_ready": False, "has_protocols": {}, "protocols": [], "top_conversations": [],
-                    "warnings": [capture.tshark_only.message] if capture.tshark_only is not None else []}
+            return not_read_yet([capture.tshark_only.message] if capture.tshark_only is not None else [])
         cold = await summary.wait()
         protocols = list(cold["protocols"])
         conversations = cold["conversations"]
