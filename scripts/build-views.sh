@@ -33,7 +33,7 @@ if [ ! -e "$out/.built" ]; then
 fi
 if [ "${1:-}" = "--install" ]; then
   mkdir -p "$src/dist"
-  rm -f "$src"/dist/*.html
-  cp "$out"/dist/*.html "$src/dist/"
+  rm -f "$src"/dist/*.html "$src"/dist/*.js
+  cp "$out"/dist/*.html "$out"/dist/*.js "$src/dist/"
 fi
 echo "$out/dist"

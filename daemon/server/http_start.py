@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from diagd.daemon import tokens
+from diagd.actors.tooling import CallContext
+from diagd.daemon import app_views, tokens
 from diagd.daemon.server.http_inflight import InFlight
 from diagd.daemon.server.ui_feed import CallFeed
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
     from diagd.daemon.server.services import Front, Services
@@ -25,10 +27,26 @@ async def serve(daemon: Services, front: Front, *, task_status: trio.TaskStatus[
     verifier = tokens.Verifier(daemon.state_dir)
     in_flight = InFlight()
     daemon.before_stop.append(in_flight.answer_all)  # each request in flight is answered before the stop
-    feed = CallFeed()  # the web view's live call list (/ui, web_ui.py)
-    daemon.registry.observers.append(feed.observe)
+    registry = daemon.registry
+    views = {spec.name: name for spec in registry.specs(None)
+             if spec.ui is not None and app_views.path_of(spec.ui) is not None
+             and (name := app_views.name_of(spec.ui)) is not None}
+    feed = CallFeed(views=views)  # the web view's live call list (/ui, web_ui.py)
+    registry.observers.append(feed.observe)
     daemon.before_stop.append(feed.close)
-    shown = http_front.Shown(daemon.ui_auth, feed, daemon.status)
+
+    async def call_for_page(tool: str, arguments: Any, cwd: str | None) -> dict[str, Any]:
+        """A read-only tool run for the web view (a call's view again, or what a view asks), as an MCP
+        Apps client: listed and audited as client "web-ui"."""
+        spec = registry.get(tool)
+        if not spec.read_only:
+            raise DiagdError(ErrorCode.PERMISSION_DENIED, f"{tool} changes things: the web view runs read-only "
+                             "tools only", tool=tool)
+        result = await registry.call(tool, arguments, CallContext(client="web-ui", cwd=cwd, views=True))
+        return {"content": [{"type": "text", "text": result.text}], "isError": result.is_error, "_meta": result.meta,
+                **({} if result.is_error else {"structuredContent": result.payload})}
+
+    shown = http_front.Shown(daemon.ui_auth, feed, daemon.status, call_for_page)
     await http_front.serve(daemon.config.http, server, verifier, state_dir=daemon.state_dir,
                            on_freed=daemon.trimmer.poke, default_tools=daemon.configured_tools,
                            in_flight=in_flight, shown=shown, task_status=task_status)

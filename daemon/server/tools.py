@@ -153,7 +153,7 @@ class ToolRegistry:
         shown_args, call_id = _shown(arguments), self._next_call_id()
         self._observe(CallRecord(ts=time.time(), client=ctx.client, tool=name, arguments=shown_args, duration_ms=0.0,
                                  queue_ms=0.0, outcome="started", code=None, bytes=0, truncated=False,
-                                 call_id=call_id))
+                                 call_id=call_id, replay=(arguments, ctx.cwd)))
         try:
             try:
                 spec = self.get(name, selection)

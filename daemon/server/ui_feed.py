@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections import deque
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -20,13 +22,26 @@ from diagd.daemon.server.audit import CallRecord
 
 KEEP = 500
 KEEP_BYTES = 2 * 1024 * 1024
+KEEP_REPLAYS = 200  # calls of tools with a view the page may show again (their arguments: small)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A call the web view may run again to show its view: the tool, its arguments, the client's directory."""
+
+    tool: str
+    arguments: Any
+    cwd: str | None
 
 
 class CallFeed:
     """Call records as numbered JSON texts, and a wait for the next one."""
 
-    def __init__(self, keep: int = KEEP, keep_bytes: int = KEEP_BYTES) -> None:
+    def __init__(self, keep: int = KEEP, keep_bytes: int = KEEP_BYTES, *, views: dict[str, str] | None = None
+                 ) -> None:
         self.boot = secrets.token_hex(4)  # which daemon numbered them: a restart numbers from 1 again
+        self.views = dict(views or {})  # tool -> the name of its built view
+        self._replays: OrderedDict[str, Replay] = OrderedDict()
         self.seq = 0
         self.closed = False
         self._events: deque[tuple[int, str]] = deque()
@@ -37,12 +52,25 @@ class CallFeed:
 
     def observe(self, record: CallRecord) -> None:
         self.seq += 1
-        text = json.dumps({"seq": self.seq, **record.to_json()}, separators=(",", ":"), default=str)
+        shown: dict[str, Any] = {"seq": self.seq, **record.to_json()}
+        view = self.views.get(record.tool)
+        if view is not None and record.call_id is not None:
+            if record.replay is not None:
+                self._replays[record.call_id] = Replay(record.tool, *record.replay)
+                while len(self._replays) > KEEP_REPLAYS:
+                    self._replays.popitem(last=False)
+            if record.call_id in self._replays:
+                shown["view"] = view
+        text = json.dumps(shown, separators=(",", ":"), default=str)
         self._events.append((self.seq, text))
         self._bytes += len(text)
         while len(self._events) > 1 and (len(self._events) > self._keep or self._bytes > self._keep_bytes):
             self._bytes -= len(self._events.popleft()[1])
         self._wake()
+
+    def replay(self, call_id: str) -> Replay | None:
+        """The call `call_id`, when it is one of a tool with a view still kept."""
+        return self._replays.get(call_id)
 
     def since(self, seq: int) -> list[tuple[int, str]]:
         """The kept records numbered after `seq`, oldest first."""

@@ -1,6 +1,6 @@
 """The web view at /ui on the HTTP listener: what the agent does, live, for the engineer beside it.
 
-Routes (GET only):
+Routes (GET, and one POST):
 
 - `/ui/login?once=<secret>`: a login link of `diagd ui` (ui_auth.py): used up, it sets the session
   cookie (HttpOnly, SameSite=Strict, Path=/ui, Secure under TLS) and answers a page that refreshes to
@@ -9,7 +9,14 @@ Routes (GET only):
   script or style, so the CSP allows scripts and styles from 'self' only;
 - `/ui/api/status`: what `diagd status --json` shows (the daemon's status model), as JSON;
 - `/ui/api/events`: the calls as Server-Sent Events, one record per event (ui_feed.py), resumed
-  after a reconnect from its Last-Event-ID.
+  after a reconnect from its Last-Event-ID;
+- `/ui/host.js`: the MCP Apps host that shows a tool's view for a listed call (daemon/views/src/web-host);
+  `/ui/api/view/<name>`: that view's document, under a CSP of its own (inline script and style, no
+  network, framed by this origin only); the page frames it sandboxed without allow-same-origin;
+- `POST /ui/api/call`: a tool call for the page, `{"call_id"}` (a listed call of a tool with a view, run
+  again as it was made: its arguments and directory) or `{"tool", "arguments"}` (what a view asks: a
+  frame's tree); read-only tools only, as client "web-ui", listed with the other calls. A POST must name
+  its origin (this one), send JSON and stay under MAX_CALL_BYTES.
 
 Every request but the login needs the session cookie or `Authorization: Bearer <token>` (a token of
 `diagd token add`); without, 401 with a body that says how to log in and nothing else. Before that,
@@ -22,7 +29,7 @@ the headers of `SECURITY_HEADERS`; none is cached, and nothing here logs a secre
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +39,11 @@ import structlog
 import trio
 from mcp.server.transport_security import TransportSecuritySettings
 
+from diagd.daemon import app_views
 from diagd.daemon.server.ui_auth import COOKIE, SESSION_TTL_S, UiAuth
 from diagd.daemon.server.ui_feed import CallFeed
 from diagd.daemon.tokens import Verifier
-from diagd.protocol.errors import DiagdError
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.ui")
 
@@ -56,6 +64,19 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
 )
+# A view's document: its own script and style inline, nothing fetched, framed only by this origin's page.
+VIEW_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+            "font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
+VIEW_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-security-policy", VIEW_CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"SAMEORIGIN"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+)
+HOST_SCRIPT = "web-host.js"  # built beside the views (scripts/build-views.sh)
+MAX_CALL_BYTES = 64 * 1024  # a POST /ui/api/call body: a tool name and its arguments
 UNAUTHORIZED = b"401 Unauthorized: open the login link of `diagd ui` (or `diagd ui --print`)\n"
 LANDING = (b'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/ui">'
            b'<title>diagd</title><a href="/ui">diagd web view</a>\n')  # no script: the CSP allows none inline
@@ -74,6 +95,9 @@ class Shown:
     auth: UiAuth
     feed: CallFeed
     status: Callable[[], Any]
+    # Runs a read-only tool for the page (tool, arguments, the directory relative paths are read from): a
+    # CallToolResult as JSON; DiagdError for a tool it may not run. None: no calls from the page.
+    call: Callable[[str, Any, str | None], Awaitable[dict[str, Any]]] | None = None
 
 
 def is_ui(path: str) -> bool:
@@ -86,6 +110,7 @@ class WebUi:
     def __init__(self, shown: Shown, *, verifier: Verifier, security: TransportSecuritySettings, tls: bool = False,
                  pages: Path = PAGES) -> None:
         self.auth, self.feed, self.status, self.verifier = shown.auth, shown.feed, shown.status, verifier
+        self.call = shown.call
         self.security = security
         self.tls = tls
         self.files: dict[str, tuple[bytes, bytes]] = {}
@@ -94,6 +119,11 @@ class WebUi:
                 self.files[route] = ((pages / name).read_bytes(), kind)
             except OSError as exc:  # an install without the page: the API still answers, the page is 404
                 log.error("web view page file missing", file=str(pages / name), error=exc.strerror)
+        try:  # without it (views not built) the page lists calls without their views
+            self.files[PREFIX + "/host.js"] = ((app_views.place().directory / HOST_SCRIPT).read_bytes(),
+                                               b"text/javascript; charset=utf-8")
+        except OSError:
+            pass
         self.streams = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -103,8 +133,17 @@ class WebUi:
         if refusal is not None:
             await respond(send, *refusal)
             return
+        if scope["method"] == "POST" and path == PREFIX + "/api/call":
+            if "origin" not in headers:  # a browser names it on every POST; a form or a page elsewhere is refused
+                await respond(send, 403, b"403 Forbidden: a POST must name its origin\n")
+            elif not self._authorized(headers):
+                await respond(send, 401, UNAUTHORIZED)
+            else:
+                await self._call(receive, send, headers)
+            return
         if scope["method"] != "GET":
-            await respond(send, 405, b"405 Method Not Allowed\n", extra=((b"allow", b"GET"),))
+            allow = b"GET, POST" if path == PREFIX + "/api/call" else b"GET"
+            await respond(send, 405, b"405 Method Not Allowed\n", extra=((b"allow", allow),))
             return
         if path == PREFIX + "/login":
             await self._login(scope, send)
@@ -119,6 +158,8 @@ class WebUi:
             await respond(send, 200, json.dumps(self.status(), default=str).encode(), b"application/json")
         elif path == PREFIX + "/api/events":
             await self._events(receive, send, headers.get("last-event-id", ""))
+        elif path.startswith(PREFIX + "/api/view/"):
+            await self._view(send, path.removeprefix(PREFIX + "/api/view/"))
         else:
             await respond(send, 404, b"404 Not Found\n")
 
@@ -167,6 +208,59 @@ class WebUi:
         # site (`diagd ui`'s redirect file is one), but is on a navigation this page of ours starts.
         await respond(send, 200, LANDING, b"text/html; charset=utf-8", extra=((b"set-cookie", cookie.encode()),))
 
+    async def _view(self, send: Send, name: str) -> None:
+        found = app_views.path_of(app_views.uri_of(name))
+        try:
+            body = await trio.to_thread.run_sync(found.read_bytes) if found is not None else None
+        except OSError:
+            body = None
+        if body is None:
+            await respond(send, 404, b"404 Not Found: no such view (or not built: scripts/build-views.sh)\n")
+            return
+        await respond(send, 200, body, b"text/html; charset=utf-8", security=VIEW_HEADERS)
+
+    async def _call(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+        if self.call is None:
+            await respond(send, 404, b"404 Not Found: this daemon runs no calls for the page\n")
+            return
+        if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            await respond(send, 415, b"415 Unsupported Media Type: send application/json\n")
+            return
+        body = await _body(receive, MAX_CALL_BYTES)
+        if body is None:
+            await respond(send, 413, b"413 Content Too Large: a call is a tool name and its arguments\n")
+            return
+        try:
+            asked = json.loads(body)
+        except ValueError:
+            asked = None
+        if not isinstance(asked, dict):
+            await _error(send, 400, DiagdError(ErrorCode.INVALID_ARGUMENT,
+                                               'send {"call_id": ...} or {"tool": ..., "arguments": {...}}'))
+            return
+        cwd: str | None = None
+        tool: Any
+        if "call_id" in asked:
+            replay = self.feed.replay(str(asked["call_id"]))
+            if replay is None:
+                await _error(send, 404, DiagdError(ErrorCode.NOT_FOUND, "no such call of a tool with a view is kept "
+                                                   "(the page keeps the latest 200)", call_id=str(asked["call_id"])))
+                return
+            tool, arguments, cwd = replay.tool, replay.arguments, replay.cwd
+        else:
+            tool, arguments = asked.get("tool"), asked.get("arguments", {})
+            if not isinstance(tool, str) or not isinstance(arguments, dict):
+                await _error(send, 400, DiagdError(ErrorCode.INVALID_ARGUMENT,
+                                                   "tool must be a name and arguments an object"))
+                return
+        try:
+            result = await self.call(tool, arguments, cwd)
+        except DiagdError as exc:
+            await _error(send, 403 if exc.code is ErrorCode.PERMISSION_DENIED else 404, exc)
+            return
+        await respond(send, 200, json.dumps({"tool": tool, "arguments": arguments, "result": result},
+                                            default=str).encode(), b"application/json")
+
     async def _events(self, receive: Receive, send: Send, last_event_id: str) -> None:
         if self.streams >= MAX_STREAMS:
             await respond(send, 503, b"503 Service Unavailable: too many open views\n")
@@ -199,6 +293,26 @@ class WebUi:
             self.streams -= 1
 
 
+async def _body(receive: Receive, limit: int) -> bytes | None:
+    """The request's body, None past `limit` bytes (or when the client went away)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _error(send: Send, status: int, error: DiagdError) -> None:
+    await respond(send, status, json.dumps(error.to_wire(), default=str).encode(), b"application/json")
+
+
 async def _until_gone(receive: Receive, scope: trio.CancelScope) -> None:
     """Cancel the stream once the client disconnects."""
     while (await receive())["type"] != "http.disconnect":
@@ -224,8 +338,9 @@ def _cookie(header: str, name: str) -> str:
 
 
 async def respond(send: Send, status: int, body: bytes, kind: bytes = b"text/plain; charset=utf-8", *,
-                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+                  extra: tuple[tuple[bytes, bytes], ...] = (),
+                  security: tuple[tuple[bytes, bytes], ...] = SECURITY_HEADERS) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
-                            *SECURITY_HEADERS, *extra]})
+                            *security, *extra]})
     await send({"type": "http.response.body", "body": body})

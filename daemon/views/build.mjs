@@ -1,4 +1,5 @@
-// Builds every view (src/views/<name>.html) into one self-contained HTML file, <out>/dist/<name>.html:
+// Builds every view (src/views/<name>.html) into one self-contained HTML file, <out>/dist/<name>.html (and
+// the web view's host script, <out>/dist/web-host.js):
 // script and style inlined (vite-plugin-singlefile), nothing fetched at run time. The test-only pages
 // (test/<name>.html: the MCP Apps host of tests/e2e/test_views.py) go to <out>/test/. One Vite build per
 // entry: a single-file bundle has one input. Usage: node build.mjs [--out DIR] (default: this directory).
@@ -30,5 +31,24 @@ async function buildDir(source, target) {
   }
 }
 
+// The web view's host (/ui/host.js, daemon/server/web_ui.py): one script file, loaded by the page under its
+// CSP (script-src 'self'), which shows these views for the calls it lists.
+async function buildWebHost() {
+  await build({
+    root: here,
+    logLevel: "warn",
+    configFile: false,
+    build: {
+      outDir: join(out, "dist"), emptyOutDir: false, target: "es2022",
+      lib: { entry: join(here, "src/web-host/host.ts"), formats: ["iife"], name: "diagdWebHostBundle",
+             fileName: () => "web-host.js" },
+    },
+  });
+  const size = statSync(join(out, "dist", "web-host.js")).size;
+  if (size > MAX_BYTES) throw new Error(`dist/web-host.js is ${size} bytes, over ${MAX_BYTES}`);
+  console.log(`dist/web-host.js ${size} bytes`);
+}
+
 await buildDir("src/views", "dist");
+await buildWebHost();
 await buildDir("test", "test");

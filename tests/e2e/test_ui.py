@@ -11,6 +11,7 @@ import json
 import re
 import stat
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 
+from diagd.daemon import app_views
 from diagd.daemon.exits import EXIT_FAILED
 from diagd.protocol import control
 from diagd.samples import SAMPLES
@@ -158,7 +160,8 @@ def test_markup_in_arguments_stays_text(browser: Any, http_daemon: HttpDaemon, e
     def unharmed() -> None:
         assert page.evaluate("typeof window.__xss") == "undefined"
         assert page.evaluate("document.querySelectorAll('img').length") == 0
-        assert page.evaluate("[...document.scripts].map(s => s.src)") == [page.url.removesuffix("/ui") + "/ui/app.js"]
+        assert page.evaluate("[...document.scripts].map(s => s.src)") == [
+            page.url.removesuffix("/ui") + "/ui/host.js", page.url.removesuffix("/ui") + "/ui/app.js"]
         shown = page.inner_text("#calls tbody")
         assert XSS_IMG in shown and XSS_SCRIPT in shown  # visible, literally
         assert page.get_by_text(XSS_IMG, exact=False).first.is_visible()
@@ -172,6 +175,83 @@ def test_markup_in_arguments_stays_text(browser: Any, http_daemon: HttpDaemon, e
     unharmed()
     print(f"\nscreenshots: {tmp_path}")
     context.close()
+
+
+def test_a_call_of_a_tool_with_a_view_shows_its_view_and_the_view_calls_back_through_the_page(
+        browser: Any, http_daemon: HttpDaemon, env: Env, tmp_path: Path) -> None:
+    """The packet list of an agent's pcap_frames_by_filter call, in the page: the daemon runs the call again
+    for the page (client web-ui), its rows are tshark's frames, and a click on one fetches its tree through
+    the page (POST /ui/api/call). The view runs sandboxed, in an opaque origin, under its own CSP."""
+    if not (app_views.place().directory / "web-host.js").is_file():
+        pytest.skip("the views are not built (scripts/build-views.sh --install)")
+    context, page = logged_in(browser, env)
+    sample = SAMPLES[0]
+    args = {"pcap_path": str(sample.path), "display_filter": "sctp", "limit": 10}
+    ui_browser.want(page, sample.name)
+    reply, _ = call(http_daemon.daemon, "pcap_frames_by_filter", args)
+    assert not reply["is_error"], reply
+    ui_browser.seen_at(page, sample.name, TIMEOUT_MS)
+    agent_row = page.locator("#calls tbody tr[data-tool='pcap_frames_by_filter'][data-outcome='ok']").first
+    agent_row.locator("td.view button").click()
+    frame = page.frame_locator("#view-holder iframe")
+    rows = frame.locator("#rows tr")
+    rows.first.wait_for(timeout=TIMEOUT_MS)
+    want = subprocess.run(["tshark", "-r", str(sample.path), "-n", "-Y", "sctp", "-T", "fields", "-e", "frame.number"],
+                          check=True, capture_output=True, text=True).stdout.split()
+    assert [r.get_attribute("data-frame") for r in rows.all()] == want[:10]
+    iframe = page.locator("#view-holder iframe")
+    assert iframe.get_attribute("sandbox") == "allow-scripts"  # no allow-same-origin: an opaque origin
+    assert page.evaluate("document.querySelector('#view-holder iframe').contentDocument") is None
+    rows.first.click()
+    tree = frame.locator(f"#detail section[data-frame='{want[0]}']")
+    tree.wait_for(timeout=TIMEOUT_MS)
+    assert "Stream Control Transmission Protocol" in tree.inner_text()
+    page.screenshot(path=str(tmp_path / "ui-view.png"), full_page=True)
+    # Both calls the page made are listed as the web view's own.
+    for tool in ("pcap_frames_by_filter", "pcap_frame_detail"):
+        page.wait_for_selector(f"#calls tbody tr[data-tool='{tool}']", timeout=TIMEOUT_MS)
+    clients = page.evaluate("[...document.querySelectorAll('#calls tbody tr')].map(r => "
+                            "[r.dataset.tool, r.querySelector('td.client').textContent])")
+    assert ["pcap_frame_detail", "web-ui"] in clients and ["pcap_frames_by_filter", "web-ui"] in clients
+    base = http_daemon.url.removesuffix("/mcp")
+    view = context.request.get(base + "/ui/api/view/packet-list")
+    assert view.status == 200
+    csp = view.headers["content-security-policy"]
+    assert "connect-src 'none'" in csp and "frame-ancestors 'self'" in csp and "default-src 'none'" in csp
+    assert view.headers["x-frame-options"] == "SAMEORIGIN"
+    assert context.request.get(base + "/ui/api/view/nothing").status == 404
+    context.close()
+
+
+def test_calls_from_the_page_are_read_only_same_origin_json(http_daemon: HttpDaemon, env: Env) -> None:
+    base = http_daemon.url.removesuffix("/mcp")
+    landed = httpx2.get(login_link(env), timeout=30)
+    cookie = {"Cookie": f"diagd_ui={landed.cookies['diagd_ui']}"}
+    own = {"Origin": base, "Content-Type": "application/json"}
+    url = base + "/ui/api/call"
+    echo = {"tool": "echo", "arguments": {"message": "from the page"}}
+    answer = httpx2.post(url, json=echo, headers={**cookie, **own}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert json.loads(answer.json()["result"]["content"][0]["text"])["message"] == "from the page"
+    refused = [
+        ({**cookie, "Content-Type": "application/json"}, json.dumps(echo), 403),  # no Origin
+        ({**cookie, **own, "Origin": "http://evil.example"}, json.dumps(echo), 403),
+        ({**own}, json.dumps(echo), 401),  # no login
+        ({**cookie, **own, "Content-Type": "text/plain"}, json.dumps(echo), 415),  # what a form can send
+        ({**cookie, **own}, "[1]", 400),
+        ({**cookie, **own}, json.dumps({"call_id": "nope-1"}), 404),
+        ({**cookie, **own}, json.dumps({"tool": "nothing_like_it", "arguments": {}}), 404),
+        ({**cookie, **own}, json.dumps({"tool": "echo", "arguments": {"message": "x" * 70_000}}), 413),
+    ]
+    for headers, body, status_code in refused:
+        answer = httpx2.post(url, content=body, headers=headers, timeout=30)
+        assert answer.status_code == status_code, (headers, body[:80], answer.text)
+    # A tool that writes (a sub-capture, a packet list file) is not the page's to run.
+    sample = str(SAMPLES[0].path)
+    writes = {"tool": "pcap_extract_subcapture", "arguments": {"pcap_path": sample, "display_filter": "sctp"}}
+    answer = httpx2.post(url, json=writes, headers={**cookie, **own}, timeout=30)
+    assert answer.status_code == 403 and answer.json()["code"] == "PERMISSION_DENIED", answer.text
+    assert httpx2.put(url, headers={**cookie, **own}, timeout=30).status_code == 405
 
 
 def test_without_a_login_or_from_another_origin_is_refused(http_daemon: HttpDaemon, env: Env) -> None:

@@ -37,7 +37,7 @@ def build_wheel(work: Path) -> Path:
     """A wheel as a release is built: the tracked files plus the views built from them (the build's output,
     not tracked: `build-views.sh --install` before the wheel, as setup.sh does)."""
     source = tracked_copy(work / "src")
-    built = sorted((REPO / VIEWS_BUILT).glob("*.html"))
+    built = sorted([*(REPO / VIEWS_BUILT).glob("*.html"), *(REPO / VIEWS_BUILT).glob("*.js")])  # views, web host
     if built:
         (source / VIEWS_BUILT).mkdir(parents=True, exist_ok=True)
         for view in built:

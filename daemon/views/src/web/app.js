@@ -2,6 +2,9 @@
 // `diagd status` shows (/ui/api/status, polled). Everything that comes from the daemon (tool arguments
 // hold what a packet, a log, a device or an agent said) goes into the page as text: elements are made
 // with createElement and filled with textContent, never parsed as markup (no innerHTML anywhere).
+// A call of a tool with a view (a packet list, a ladder, graphs, a serial console) gets a "view" button:
+// the daemon runs that call again for this page (POST /ui/api/call with its call_id) and host.js shows
+// the tool's view of the answer in a sandboxed frame, as an MCP Apps host would.
 "use strict";
 
 const MAX_ROWS = 500;
@@ -52,7 +55,54 @@ function fillCall(tr, record) {
     el("td", compact(record.arguments), "args"),
     el("td", running ? "running…" : ms(record.duration_ms), "num duration"),
     el("td", running ? "running" : record.outcome + (record.code ? " " + record.code : ""), "outcome"),
+    viewCell(record),
   );
+}
+
+function viewCell(record) {
+  const cell = el("td", undefined, "view");
+  if (record.view && record.outcome === "ok" && window.diagdWebHost) {
+    const button = el("button", "view");
+    button.type = "button";
+    button.title = "show " + record.tool + "'s view of this call (the call runs again)";
+    button.addEventListener("click", () => openView(record));
+    cell.append(button);
+  }
+  return cell;
+}
+
+function viewStatus(text) {
+  document.getElementById("view-status").textContent = text;
+}
+
+async function openView(record) {
+  const section = document.getElementById("view-section");
+  section.hidden = false;
+  viewStatus("running " + record.tool + " again…");
+  try {
+    const answer = await fetch("/ui/api/call", {
+      method: "POST", credentials: "same-origin", cache: "no-store",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ call_id: record.call_id }),
+    });
+    if (!answer.ok) {
+      viewStatus(record.tool + ": " + answer.status + " " + (await answer.text()).slice(0, 300));
+      return;
+    }
+    const again = await answer.json();
+    await window.diagdWebHost.show({
+      holder: document.getElementById("view-holder"), view: record.view, toolName: again.tool,
+      args: again.arguments, result: again.result, onStatus: viewStatus,
+    });
+  } catch (e) {
+    viewStatus(record.tool + ": " + String(e));
+  }
+}
+
+function closeView() {
+  document.getElementById("view-section").hidden = true;
+  document.getElementById("view-holder").replaceChildren();
+  viewStatus("");
 }
 
 function addCall(record) {
@@ -151,5 +201,6 @@ async function poll() {
   setTimeout(poll, STATUS_EVERY_MS);
 }
 
+document.getElementById("view-close").addEventListener("click", closeView);
 listen();
 poll();
