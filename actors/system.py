@@ -215,7 +215,7 @@ def check_sandbox() -> list[Check]:
     seccomp = Check("seccomp", bool(info["seccomp"]),
                     "socket() limited per tool, io_uring refused" if info["seccomp"]
                     else "not available (needs x86-64 with seccomp): sockets are not filtered")
-    ok, why = sandbox.namespaces.available()
+    ok, why = sandbox.namespaces.probe()
     user = (f"as uid {sandbox.namespaces.sandbox_ids()[0]} ({sandbox.namespaces.SANDBOX_USER})"
             if os.geteuid() == 0 else "as you")
     spaces = Check("namespaces", ok,

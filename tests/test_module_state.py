@@ -45,10 +45,7 @@ FOLDERS = ("actors",)
 # a free function those modules call (its state can move only with the call). Everything else has moved into
 # an object its back end owns (PcapBackend.digests, PcapBackend.wireshark, Catalogue.tcp_decodes,
 # CaptureBackend.recording_stops, ToolSpec.output_schema).
-ALLOWED: dict[tuple[str, str], str] = {
-    # sandbox/namespaces.py, being rewritten: whether bubblewrap can make namespaces here, probed once.
-    ("actors/sandbox/namespaces.py", "available"): "moves with the sandbox work under way (a launcher's probe)",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 # Calls that make an object whose job is to change (fully qualified, after the module's imports).
 STATEFUL_CALLS = frozenset({

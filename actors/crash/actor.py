@@ -63,11 +63,13 @@ class CrashSession(Commands, Actor):
     # (`backend.CrashBackend._revive`, which says so in its answer).
     policy = SupervisionPolicy(restart=RestartKind.TEMPORARY, max_restarts=0, stop_grace_s=20.0)
 
-    def __init__(self, spec: SessionSpec, store: OutputStore, hooks: Hooks, crash_version: str | None) -> None:
+    def __init__(self, spec: SessionSpec, store: OutputStore, hooks: Hooks, crash_version: str | None,
+                 namespaces: sandbox.namespaces.Namespaces) -> None:
         super().__init__(spec.key, spec)
         self.spec = spec
         self.store = store
         self.hooks = hooks
+        self.namespaces = namespaces  # the back end's probe of what bubblewrap can do here
         self.crash_version = crash_version
         self.driver: CrashDriver | None = None
         self.child: PtyChild | None = None
@@ -147,7 +149,8 @@ class CrashSession(Commands, Actor):
 
     def _jail(self, what: str, policy: sandbox.Policy) -> sandbox.Policy:
         s = self.spec.settings
-        return sandbox.confine(what, policy, allowed_unconfined=s.allow_unconfined, setting="[crash] allow_unconfined",
+        return sandbox.confine(what, policy, self.namespaces, allowed_unconfined=s.allow_unconfined,
+                               setting="[crash] allow_unconfined",
                                scratch_bytes=s.scratch_mb * 1024 * 1024)
 
     async def stop(self) -> None:

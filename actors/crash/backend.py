@@ -49,6 +49,7 @@ from diagd.actors.crash.store import OutputStore
 from diagd.actors.crash.target import Identities, Target
 from diagd.actors.message import Message
 from diagd.actors.runtime import BackendConfig, Client, Runtime
+from diagd.actors.sandbox import namespaces
 from diagd.actors.tooling import CallContext
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -66,6 +67,7 @@ class CrashBackend:
         self._settings: tuple[BackendConfig, CrashSettings] | None = None
         self.script_tools = False  # whether register() added the analysis-script tools (script_dirs at start)
         self.reopener = Reopener(self)
+        self.namespaces = namespaces.Namespaces()  # probed at the first session, kept for the next
 
     @property
     def settings(self) -> CrashSettings:
@@ -151,7 +153,7 @@ class CrashBackend:
         made: list[CrashSession] = []  # what the factory built: the back end keeps only its SessionView
 
         def make() -> CrashSession:
-            made.append(CrashSession(spec, self.store, hooks, version))
+            made.append(CrashSession(spec, self.store, hooks, version, self.namespaces))
             return made[-1]
 
         ref = await self.runtime.start(KIND, spec.key, make,

@@ -199,10 +199,10 @@ def wrap(argv: Sequence[str], policy: Policy) -> list[str]:
     return [python, "-I", "-S", LAUNCHER, supervisor, "--", *jail, python, *launcher[1:]]
 
 
-def require_namespaces(feature: str, *, allowed_unconfined: bool, setting: str) -> bool:
-    """True when `feature` can run in namespaces of its own (see `namespaces`); False when it cannot but
-    the config accepts that; else refused with the reason."""
-    ok, why = namespaces.available()
+def require_namespaces(feature: str, here: namespaces.Namespaces, *, allowed_unconfined: bool, setting: str) -> bool:
+    """True when `feature` can run in namespaces of its own (`here`, the back end's probe); False when it
+    cannot but the config accepts that; else refused with the reason."""
+    ok, why = here.available()
     if ok:
         return True
     if allowed_unconfined:
@@ -347,11 +347,12 @@ def bpftrace_policy(*, unsafe: bool = False, deadline_s: float | None = None) ->
     )
 
 
-def confine(what: str, policy: Policy, *, allowed_unconfined: bool, setting: str, scratch_bytes: int) -> Policy:
+def confine(what: str, policy: Policy, here: namespaces.Namespaces, *, allowed_unconfined: bool, setting: str,
+            scratch_bytes: int) -> Policy:
     """`policy` in namespaces of its own, the inputs being what it reads beyond the system's files: the
     barrier that holds whatever a command check lets through. Without bubblewrap, refused unless the
     config accepts the tool with Landlock and seccomp alone (then `policy` as it is)."""
-    if not require_namespaces(what, allowed_unconfined=allowed_unconfined, setting=setting):
+    if not require_namespaces(what, here, allowed_unconfined=allowed_unconfined, setting=setting):
         return policy
     inputs = [p for p in policy.read if p not in SYSTEM_READ]
     return jailed(policy, inputs=inputs, scratch_bytes=scratch_bytes)

@@ -19,7 +19,6 @@ seccomp, capabilities, the uid switch) and then the tool run:
 
 from __future__ import annotations
 
-import functools
 import os
 import pwd
 import shutil
@@ -36,10 +35,22 @@ def bwrap_path() -> str | None:
     return os.path.realpath(found) if found else None
 
 
-@functools.cache
-def available() -> tuple[bool, str]:
+class Namespaces:
+    """Whether bubblewrap can build a sandbox here, probed on first use and kept: owned by the back end
+    that confines its tools (`CrashBackend.namespaces`), so each daemon, and each test, probes its own."""
+
+    def __init__(self) -> None:
+        self._found: tuple[bool, str] | None = None
+
+    def available(self) -> tuple[bool, str]:
+        if self._found is None:
+            self._found = probe()
+        return self._found
+
+
+def probe() -> tuple[bool, str]:
     """Whether bubblewrap can build a sandbox here (installed, and the kernel lets it make namespaces);
-    the reason when not. Probed once per process."""
+    the reason when not (runs bwrap once: ~5 ms)."""
     bwrap = bwrap_path()
     if bwrap is None:
         return False, "bubblewrap (bwrap) is not installed: `diagd setup crash` installs it"

@@ -32,7 +32,7 @@ from tests.fixtures.vmcore import VmcoreFixture, build
 pytestmark = [
     pytest.mark.skipif(shutil.which("crash") is None, reason="needs crash"),
     pytest.mark.skipif(not kernel.seccomp_available(), reason="needs seccomp"),
-    pytest.mark.skipif(not namespaces.available()[0], reason="needs bubblewrap"),
+    pytest.mark.skipif(not namespaces.probe()[0], reason="needs bubblewrap"),
 ]
 LANDLOCK = [
     pytest.param(True, id="landlock", marks=pytest.mark.skipif(kernel.landlock_abi() < 1, reason="no Landlock")),
@@ -100,7 +100,8 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 def confined(policy: sandbox.Policy) -> sandbox.Policy:
     """The policy the session actor runs under (`CrashSession._jail`)."""
-    return sandbox.confine("test", policy, allowed_unconfined=False, setting="-", scratch_bytes=SCRATCH_BYTES)
+    return sandbox.confine("test", policy, namespaces.Namespaces(), allowed_unconfined=False, setting="-",
+                           scratch_bytes=SCRATCH_BYTES)
 
 
 def assert_not_root_in_host_namespaces(pid: int) -> None:

@@ -23,6 +23,7 @@ from diagd.actors.crash.pty import CrashDriver, MemorySink
 from diagd.actors.crash.sessions import SessionRecord
 from diagd.actors.crash.settings import CrashSettings, validate_crash_args
 from diagd.actors.crash.store import OutputStore
+from diagd.actors.sandbox import namespaces
 from diagd.daemon.server.supervisor import ActorEntry, Supervisor
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -76,7 +77,8 @@ async def session(tmp_path: Path, idle_timeout_s: float = 600, live: dict[str, A
                   settings=current)
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, idle_timeout_s=600)
-        ref = await supervisor.start("crash", "key", lambda: CrashSession(spec, store, hooks, "crash 8.0.2-x"),
+        ref = await supervisor.start("crash", "key", lambda: CrashSession(spec, store, hooks, "crash 8.0.2-x",
+                                                                         namespaces.Namespaces()),
                                      idle_timeout_s=idle_timeout_s)
         actor = ref.actor
         assert isinstance(actor, CrashSession)
