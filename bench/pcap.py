@@ -134,7 +134,7 @@ T = TypeVar("T")
 PCAPS_DIR = PCAPS
 SOURCE = "magma_gx_gy_combined_04.pcapng"
 WARMUP_SOURCE = "magma_gx_gy_combined_03.pcapng"
-CACHE_DIR = Path("/tmp/diagd-bench-cache")
+CACHE_DIR = Path("/var/tmp/diagd-bench-cache")  # the one pcap_fresh.py builds into: one set of big files
 
 PAGE = 500  # frames_by_filter limit: the tool's default
 NEW_PAGE = 20  # the first page of a new filter
