@@ -26,12 +26,31 @@ def test_every_package_directory_is_listed_and_nothing_else() -> None:
     assert sorted(SETUPTOOLS["packages"]) == sorted(tree_packages())
 
 
+def extension_files() -> set[Path]:
+    """What the C extensions are built from (their sources) and into (`<module>.<abi tag>.so` beside them)."""
+    found = set()
+    packages = tree_packages()
+    for ext in SETUPTOOLS.get("ext-modules", []):
+        found.update(TOP / source for source in ext["sources"])
+        package, module = ext["name"].rsplit(".", 1)
+        found.update(packages[package].glob(f"{module}.*.so"))
+    return found
+
+
+def test_every_extension_is_built_from_a_source_in_the_tree_into_a_listed_package() -> None:
+    packages = tree_packages()
+    for ext in SETUPTOOLS.get("ext-modules", []):
+        assert ext["name"].rsplit(".", 1)[0] in packages, ext["name"]
+        assert all((TOP / source).is_file() for source in ext["sources"]), ext
+
+
 def test_every_file_that_is_not_python_is_package_data() -> None:
     data = SETUPTOOLS.get("package-data", {})
+    built = extension_files()
     missing = []
     for name, folder in tree_packages().items():
         for path in folder.iterdir():
-            if path.is_file() and path.suffix not in (".py", ".pyc") and not any(
+            if path.is_file() and path.suffix not in (".py", ".pyc") and path not in built and not any(
                     fnmatch.fnmatch(path.name, pattern) for pattern in data.get(name, ())):
                 missing.append(str(path.relative_to(TOP)))
     assert not missing, f"not in [tool.setuptools.package-data]: {missing}"

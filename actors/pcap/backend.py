@@ -84,6 +84,7 @@ class PcapBackend:
         # The warm tshark each capture's early passes run on (standby.py): the actors ask it directly.
         self.warm = standby.WarmTsharks(runtime, self.wireshark)
         self.digests = Digests()  # each capture file version's sha256, hashed once (its sessions' too)
+        self._beginning: set[str] = set()  # captures whose actor `begin` is starting in the background
 
     @property
     def settings(self) -> PcapSettings:
@@ -146,7 +147,8 @@ class PcapBackend:
         return await self._start_and_ask(spec, message, ctx.progress)
 
     def is_started(self, spec: CaptureSpec) -> bool:
-        return self.runtime.find(KIND, spec.key) is not None
+        """Whether the capture's actor runs, or a background start of it (`begin`) is under way."""
+        return spec.key in self._beginning or self.runtime.find(KIND, spec.key) is not None
 
     def begin(self, spec: CaptureSpec, message: Message[Any]) -> None:
         """Start the capture's actor and ask it `message` in the background, for a call whose answer
@@ -156,8 +158,12 @@ class PcapBackend:
         async def start() -> None:
             try:
                 await self._start_and_ask(spec, message, None)
-            except Exception as exc:
+            except Exception as exc:  # a background start must not take the daemon down
                 log.warning("background capture start failed", capture=str(spec.path), error=str(exc))
+            finally:
+                self._beginning.discard(spec.key)
+        # Begun from now: the next call on it waits for that start (ask), instead of beginning another.
+        self._beginning.add(spec.key)
         trio.lowlevel.spawn_system_task(start)
 
     async def _start_and_ask(self, spec: CaptureSpec, message: Message[ReplyT], progress: ProgressFn | None
