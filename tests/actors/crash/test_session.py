@@ -248,7 +248,9 @@ async def test_stopping_quits_crash_and_reports_exit(tmp_path: Path) -> None:
 
 
 async def test_an_idle_session_expires_and_releases_crash(tmp_path: Path) -> None:
-    async with session(tmp_path, idle_timeout_s=0.5) as s:
+    # 2 s: long enough that a loaded machine (the suite's other worker) cannot let it expire between the
+    # session's start and the command (seen at 0.5 s under three workers), short enough to wait for.
+    async with session(tmp_path, idle_timeout_s=2.0) as s:
         pid = s.actor.child.pid if s.actor.child else 0
         await s.run("sys")
         with trio.fail_after(15):
