@@ -244,61 +244,70 @@ async def test_a_loaded_captures_search_rules_out_frames_and_equals_the_two_pass
         pytest.skip(f"no real captures in {PCAPS} or {PCAPS_EXTRA}")
     ruled_out = searched = before_count = 0
     new_values = itertools.count(100000)  # a filter sharkd never counted, each time
-    async with session(daemon) as call:
-        for path in captures:
-            two = frames(tmp_path, path, "-2")
-            numbers = sorted(two)
-            if len(numbers) < 40:
-                continue
-            args = {"pcap_path": str(path), "decode_as": decode_as(path)}
-            with trio.fail_after(300):
-                while True:  # loaded: the answer is sharkd's, exact
-                    page = await call("pcap_frames_by_filter", **args, display_filter="", limit=1)
-                    assert not page["_is_error"], page
-                    if page.get("exact", True) and page.get("total_exact", True):
-                        break
-                    await trio.sleep(0.2)
-            for offset in (0, 100):
-                window = numbers[offset:offset + 200]
-                if len(window) < 20:
+
+    async def search_each(paths: list[Path]) -> None:
+        nonlocal ruled_out, searched, before_count
+        async with session(daemon) as call:
+            for path in paths:
+                two = frames(tmp_path, path, "-2")
+                numbers = sorted(two)
+                if len(numbers) < 40:
                     continue
-                tokens = _tokens([two[n] for n in window])
-                # A new filter's search rules out by text for a literal; for a regex (the same word,
-                # escaped) its single pass gives only the frame numbers, and sharkd every text.
-                runs = [(query, display_filter, False, False) for query in {tokens[0][1], tokens[-1][1], "1"}
-                        for display_filter in ("", f"frame.len != {next(new_values)}")]
-                runs.append((tokens[0][1], f"frame.len != {next(new_values)}", True, False))
-                # A new filter whose first page (of the search's frames and more) came first: the search
-                # may read its frames from the numbers that page's single pass found (CaptureWorkers).
-                runs.append((tokens[-1][1], f"frame.len != {next(new_values)}", False, True))
-                for query, display_filter, is_regex, paged in runs:
-                    if paged:
-                        page = await call("pcap_frames_by_filter", **args, display_filter=display_filter,
-                                          limit=offset + 200)
+                args = {"pcap_path": str(path), "decode_as": decode_as(path)}
+                with trio.fail_after(300):
+                    while True:  # loaded: the answer is sharkd's, exact
+                        page = await call("pcap_frames_by_filter", **args, display_filter="", limit=1)
                         assert not page["_is_error"], page
-                    found = await call("pcap_text_search", **args, display_filter=display_filter,
-                                       query=re.escape(query) if is_regex else query, is_regex=is_regex,
-                                       limit=200, offset=offset, max_matches=1000, snippet_context_chars=0,
-                                       max_bytes=2 * 2**20)
-                    assert not found["_is_error"], found
-                    if display_filter and (not paged or "served_by" in found):
-                        # Its frames from a single pass: the total a lower bound or exact.
-                        assert found["served_by"].startswith("tshark and sharkd"), (path.name, found["served_by"])
-                        assert found["frames_total"] == (len(numbers) if found["total_exact"]
-                                                         else found["total_at_least"]), path.name
-                        assert found["frames_total"] <= len(numbers), path.name
-                        before_count += 1
-                    else:  # all frames (counted by the load), or a paged filter sharkd counted meanwhile: exact
-                        assert found.get("total_exact", True) and found["frames_total"] == len(numbers), path.name
-                    expected = [(n, line.strip()) for n in window for line in two[n].split("\n")
-                                for _ in range(line.lower().count(query))]
-                    got = [(m["frame_number"], m["line"]) for m in found["matches"]]
-                    if found["truncated"]:  # max_matches or max_bytes: the first matches, in order
-                        expected = expected[:len(got)]
-                    else:
-                        assert found["frames_scanned"] == len(window), (path.name, found.get("note"))
-                    assert got == expected, (path.name, offset, query, found.get("frames_ruled_out"))
-                    ruled_out += found.get("frames_ruled_out", 0)
-                    searched += len(window)
+                        if page.get("exact", True) and page.get("total_exact", True):
+                            break
+                        await trio.sleep(0.2)
+                for offset in (0, 100):
+                    window = numbers[offset:offset + 200]
+                    if len(window) < 20:
+                        continue
+                    tokens = _tokens([two[n] for n in window])
+                    # A new filter's search rules out by text for a literal; for a regex (the same word,
+                    # escaped) its single pass gives only the frame numbers, and sharkd every text.
+                    runs = [(query, display_filter, False, False) for query in {tokens[0][1], tokens[-1][1], "1"}
+                            for display_filter in ("", f"frame.len != {next(new_values)}")]
+                    runs.append((tokens[0][1], f"frame.len != {next(new_values)}", True, False))
+                    # A new filter whose first page (of the search's frames and more) came first: the search
+                    # may read its frames from the numbers that page's single pass found (CaptureWorkers).
+                    runs.append((tokens[-1][1], f"frame.len != {next(new_values)}", False, True))
+                    for query, display_filter, is_regex, paged in runs:
+                        if paged:
+                            page = await call("pcap_frames_by_filter", **args, display_filter=display_filter,
+                                              limit=offset + 200)
+                            assert not page["_is_error"], page
+                        found = await call("pcap_text_search", **args, display_filter=display_filter,
+                                           query=re.escape(query) if is_regex else query, is_regex=is_regex,
+                                           limit=200, offset=offset, max_matches=1000, snippet_context_chars=0,
+                                           max_bytes=2 * 2**20)
+                        assert not found["_is_error"], found
+                        if display_filter and (not paged or "served_by" in found):
+                            # Its frames from a single pass: the total a lower bound or exact.
+                            assert found["served_by"].startswith("tshark and sharkd"), (path.name, found["served_by"])
+                            assert found["frames_total"] == (len(numbers) if found["total_exact"]
+                                                             else found["total_at_least"]), path.name
+                            assert found["frames_total"] <= len(numbers), path.name
+                            before_count += 1
+                        else:  # all frames (counted by the load), or a paged filter sharkd counted meanwhile: exact
+                            assert found.get("total_exact", True) and found["frames_total"] == len(numbers), path.name
+                        expected = [(n, line.strip()) for n in window for line in two[n].split("\n")
+                                    for _ in range(line.lower().count(query))]
+                        got = [(m["frame_number"], m["line"]) for m in found["matches"]]
+                        if found["truncated"]:  # max_matches or max_bytes: the first matches, in order
+                            expected = expected[:len(got)]
+                        else:
+                            assert found["frames_scanned"] == len(window), (path.name, found.get("note"))
+                        assert got == expected, (path.name, offset, query, found.get("frames_ruled_out"))
+                        ruled_out += found.get("frames_ruled_out", 0)
+                        searched += len(window)
+
+    # Two clients over alternate captures, side by side: most of each call is a tshark pass or a sharkd
+    # load, which the other client's calls overlap.
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(search_each, captures[0::2])
+        nursery.start_soon(search_each, captures[1::2])
     assert searched and ruled_out, f"no frame was ruled out in {searched} frames searched"
     assert before_count, "no search of a new filter came from a single pass"
