@@ -40,6 +40,7 @@ import trio
 from mcp.server.transport_security import TransportSecuritySettings
 
 from diagd.daemon import app_views
+from diagd.daemon.server.http_session_replay import read_body
 from diagd.daemon.server.ui_auth import COOKIE, SESSION_TTL_S, UiAuth
 from diagd.daemon.server.ui_feed import CallFeed
 from diagd.daemon.tokens import Verifier
@@ -67,14 +68,9 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 # A view's document: its own script and style inline, nothing fetched, framed only by this origin's page.
 VIEW_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
             "font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
-VIEW_HEADERS: tuple[tuple[bytes, bytes], ...] = (
-    (b"content-security-policy", VIEW_CSP.encode()),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"x-frame-options", b"SAMEORIGIN"),
-    (b"cross-origin-resource-policy", b"same-origin"),
-    (b"cache-control", b"no-store"),
-)
+_FRAMED = {b"content-security-policy": VIEW_CSP.encode(), b"x-frame-options": b"SAMEORIGIN"}
+VIEW_HEADERS: tuple[tuple[bytes, bytes], ...] = tuple(  # the page's, but its own CSP and framed by this origin
+    (name, _FRAMED.get(name, value)) for name, value in SECURITY_HEADERS if name != b"cross-origin-opener-policy")
 HOST_SCRIPT = "web-host.js"  # built beside the views (scripts/build-views.sh)
 MAX_CALL_BYTES = 64 * 1024  # a POST /ui/api/call body: a tool name and its arguments
 UNAUTHORIZED = b"401 Unauthorized: open the login link of `diagd ui` (or `diagd ui --print`)\n"
@@ -226,7 +222,7 @@ class WebUi:
         if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
             await respond(send, 415, b"415 Unsupported Media Type: send application/json\n")
             return
-        body = await _body(receive, MAX_CALL_BYTES)
+        body = await read_body(receive, MAX_CALL_BYTES)
         if body is None:
             await respond(send, 413, b"413 Content Too Large: a call is a tool name and its arguments\n")
             return
@@ -291,22 +287,6 @@ class WebUi:
             pass  # the browser went away (the nursery groups what its body raised)
         finally:
             self.streams -= 1
-
-
-async def _body(receive: Receive, limit: int) -> bytes | None:
-    """The request's body, None past `limit` bytes (or when the client went away)."""
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 async def _error(send: Send, status: int, error: DiagdError) -> None:

@@ -3,7 +3,7 @@
 // from the resource's `_meta.ui.csp` when asked, and joins it with an AppBridge of @modelcontextprotocol/
 // ext-apps: the tool's input and result go to the view, and the view's tools/call go to
 // `window.diagdCallTool` (exposed by the test: a call to a real daemon through the real shim).
-import { AppBridge, PostMessageTransport } from "@modelcontextprotocol/ext-apps/app-bridge";
+import { joinView } from "../src/lib/bridge";
 
 declare global {
   interface Window {
@@ -35,26 +35,13 @@ async function load(options: LoadOptions): Promise<void> {
   iframe.setAttribute("sandbox", "allow-scripts");
   iframe.id = "view";
   holder.replaceChildren(iframe);
-  const target = iframe.contentWindow as Window;
-  const bridge = new AppBridge(null, { name: "diagd-test-host", version: "1.0.0" },
-                               { serverTools: {}, logging: {} });
-  bridge.oncalltool = async (params) => {
-    calls.push(params.name);
+  const { ready } = await joinView(iframe, "diagd-test-host", {
+    ...options, onStatus: (text) => { status.textContent = text; },
+  }, async (name, args) => {
+    calls.push(name);
     if (!window.diagdCallTool) throw new Error("no daemon behind this host");
-    return JSON.parse(await window.diagdCallTool(JSON.stringify(params)));
-  };
-  bridge.onsizechange = ({ height }) => { if (height) iframe.style.height = `${Math.min(height + 4, 5000)}px`; };
-  const ready = new Promise<void>((resolve) => {
-    bridge.oninitialized = () => {
-      void (async () => {
-        await bridge.sendToolInput({ arguments: options.args });
-        await bridge.sendToolResult(options.result as Parameters<typeof bridge.sendToolResult>[0]);
-        status.textContent = `showing ${options.toolName}`;
-        resolve();
-      })();
-    };
+    return JSON.parse(await window.diagdCallTool(JSON.stringify({ name, arguments: args })));
   });
-  await bridge.connect(new PostMessageTransport(target, target));
   iframe.srcdoc = withCsp(options.html, options.csp);
   await ready;
 }

@@ -5,15 +5,12 @@
 // API. It talks to this page alone, over postMessage (an AppBridge of @modelcontextprotocol/ext-apps):
 // the call's input and result go to it, and the tools it calls (a frame's tree, the next page) come
 // back here and go to the daemon as POST /ui/api/call, which runs read-only tools only.
-import { AppBridge, PostMessageTransport } from "@modelcontextprotocol/ext-apps/app-bridge";
+import type { AppBridge } from "@modelcontextprotocol/ext-apps/app-bridge";
+import { joinView, type Shown } from "../lib/bridge";
 
-export interface ShowOptions {
+export interface ShowOptions extends Shown {
   holder: HTMLElement;   // where the iframe goes (its children are replaced)
   view: string;          // the view's name (ui://diagd/<view>)
-  toolName: string;
-  args: Record<string, unknown>;
-  result: Record<string, unknown>;  // a CallToolResult (structuredContent, content, isError)
-  onStatus?: (text: string) => void;
 }
 
 declare global {
@@ -40,24 +37,10 @@ async function show(options: ShowOptions): Promise<AppBridge> {
   iframe.setAttribute("title", `${options.toolName} view`);
   iframe.className = "view-frame";
   options.holder.replaceChildren(iframe);
-  const target = iframe.contentWindow as Window;
-  const bridge = new AppBridge(null, { name: "diagd-web-view", version: "1.0.0" }, { serverTools: {}, logging: {} });
-  bridge.oncalltool = async (params) => {
-    options.onStatus?.(`${options.toolName} view called ${params.name}`);
-    return (await callTool(params.name, params.arguments)) as Awaited<ReturnType<NonNullable<typeof bridge.oncalltool>>>;
-  };
-  bridge.onsizechange = ({ height }) => { if (height) iframe.style.height = `${Math.min(height + 4, 5000)}px`; };
-  const ready = new Promise<void>((resolve) => {
-    bridge.oninitialized = () => {
-      void (async () => {
-        await bridge.sendToolInput({ arguments: options.args });
-        await bridge.sendToolResult(options.result as Parameters<typeof bridge.sendToolResult>[0]);
-        options.onStatus?.(`showing ${options.toolName}`);
-        resolve();
-      })();
-    };
+  const { bridge, ready } = await joinView(iframe, "diagd-web-view", options, async (name, args) => {
+    options.onStatus?.(`${options.toolName} view called ${name}`);
+    return callTool(name, args);
   });
-  await bridge.connect(new PostMessageTransport(target, target));
   iframe.src = `/ui/api/view/${encodeURIComponent(options.view)}`;
   await ready;
   return bridge;
