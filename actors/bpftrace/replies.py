@@ -122,6 +122,8 @@ class ExecReply(TypedDict):
     """output lines so far"""
     hint: str
     """what to call next"""
+    first_page: NotRequired[PageReply]
+    """wait_s: the output's first page once it came (or the run ended, or wait_s passed), as get_result"""
 
 
 class ProbesReply(TypedDict):

@@ -104,8 +104,8 @@ async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[st
 
 @tools.tool(
     "exec_program", title="Run a bpftrace program",
-    description="Start a program; returns its execution_id once its probes attach. A rejected program "
-                "fails at once with line/column.",
+    description="Start a program; returns its execution_id once its probes attach (wait_s: and its first "
+                "output). A rejected program fails at once with line/column.",
     props={
         "program": {"type": "string", "minLength": 1, "maxLength": 65536, "description": "bpftrace source"},
         "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600,
@@ -113,6 +113,8 @@ async def list_helpers(backend: BpftraceBackend, ctx: CallContext, args: dict[st
                                    "(duration_reached); default [bpftrace] default_timeout_s"},
         "output_format": {"type": "string", "enum": ["text", "json"], "default": "text",
                           "description": "json: maps as data"},
+        "wait_s": {"type": "number", "minimum": 0, "maximum": 30, "default": 0,
+                   "description": "wait for the first output, return its page (first_page)"},
     },
     required=("program",), read_only=False, idempotent=False, timeout_s=60,
 )
@@ -147,11 +149,33 @@ async def exec_program(backend: BpftraceBackend, ctx: CallContext, args: dict[st
                 await actor.discard()
         slot.release()
         raise
+    # With wait_s, the first output in the same answer: one call, not exec_program then get_result.
+    first: PageReply | None = None
+    if args["wait_s"] > 0:
+        if (running := backend.running(ex.id)) is not None:
+            await backend.wait(ctx, running, 0, "output", args["wait_s"])
+        first = await _page(backend, ctx, ex.id, 0, FIRST_PAGE_LINES, times=False)
     # `ex` is read once the actor's start() has returned: the attach (or the refusal) is decided.
-    return {"execution_id": ex.id, "status": ex.status, "attached_probes": ex.attached_probes,
-            "timeout_s": timeout, "output_format": output_format, "pid": ex.pid, "lines_total": len(ex.lines),
-            "hint": "page the output with get_result (wait_s waits for output or the end); stop_execution "
-                    "stops it gracefully"}
+    reply: ExecReply = {
+        "execution_id": ex.id, "status": ex.status, "attached_probes": ex.attached_probes, "timeout_s": timeout,
+        "output_format": output_format, "pid": ex.pid, "lines_total": len(ex.lines),
+        "hint": "page the output with get_result (wait_s waits for output or the end); stop_execution "
+                "stops it gracefully"}
+    if first is not None:
+        reply["first_page"] = first
+    return reply
+
+
+FIRST_PAGE_LINES = 100  # exec_program's first_page
+
+
+async def _page(backend: BpftraceBackend, ctx: CallContext, execution_id: str, offset: int, limit: int, *,
+                times: bool) -> PageReply:
+    """A page of the execution's output: from its actor while it runs or lingers, else from its store."""
+    page = await backend.ask(ctx, execution_id, Page(offset, limit, times))
+    if page is None:
+        return (await backend.load(execution_id)).page(offset, limit, times=times)
+    return page
 
 
 @tools.tool(
@@ -173,10 +197,7 @@ async def get_result(backend: BpftraceBackend, ctx: CallContext, args: dict[str,
     running = backend.running(execution_id)
     if running is not None and args["wait_s"] > 0:
         await backend.wait(ctx, running, offset, args["until"], args["wait_s"])
-    page = await backend.ask(ctx, execution_id, Page(offset, limit, args["times"]))
-    if page is None:
-        return (await backend.load(execution_id)).page(offset, limit, times=args["times"])
-    return page
+    return await _page(backend, ctx, execution_id, offset, limit, times=args["times"])
 
 
 @tools.tool(

@@ -104,6 +104,22 @@ async def test_tools_are_listed_and_a_run_reports_progress_until_it_times_out(da
     assert probes["probes"] == ["tracepoint:sched:sched_switch"]
 
 
+async def test_exec_program_with_wait_s_answers_with_the_first_output_in_one_call(daemon: DaemonProcess) -> None:
+    async with mcp_client(daemon.env) as client:
+        started = ok(await call(client, "exec_program", {
+            "program": 'BEGIN { printf("first\\n"); printf("second\\n"); exit(); }', "wait_s": 20}))
+        first = started["first_page"]
+        assert first["execution_id"] == started["execution_id"] and first["offset"] == 0
+        # The first output came: at least its first line (the second may come a moment later).
+        assert first["lines_returned"] >= 1 and first["output"] == ["first", "second"][:first["lines_returned"]]
+        # The page get_result gives once the run is over begins with it.
+        again = ok(await call(client, "get_result", {"execution_id": started["execution_id"], "wait_s": 20,
+                                                     "until": "done", "limit": 100}))
+        assert again["output"][:2] == ["first", "second"]
+        plain = ok(await call(client, "exec_program", {"program": 'BEGIN { printf("x\\n"); exit(); }'}))
+        assert "first_page" not in plain
+
+
 async def test_a_syntax_error_is_an_error_result_with_line_and_column(daemon: DaemonProcess) -> None:
     async with mcp_client(daemon.env) as client:
         err = error(await call(client, "exec_program", {"program": "BEGIN { printf(\"x\\n\") "}))
