@@ -17,8 +17,6 @@ keeps up to 500 rows, as in use. Target: at most 0.5 s.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import subprocess
 import sys
 import time
@@ -26,7 +24,7 @@ from pathlib import Path
 
 from _daemon import isolated_daemon
 from _proc import free_port
-from _report import print_rows
+from _report import report
 
 from diagd.protocol import control
 from tests.support import ui_browser
@@ -68,18 +66,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    samples = measure(args.calls)
-    figures = {"calls": len(samples), "median_ms": round(statistics.median(samples), 1),
-               "min_ms": round(min(samples), 1), "max_ms": round(max(samples), 1), "target_ms": TARGET_MS}
-    if args.json:
-        print(json.dumps(figures))
-        return 0
-    rows = [("calls measured", str(figures["calls"])),
-            ("call end -> row in Chromium, median", f"{figures['median_ms']} ms"),
-            ("min / max", f"{figures['min_ms']} / {figures['max_ms']} ms"),
-            ("target", f"<= {TARGET_MS:g} ms")]
-    print_rows(rows)
-    return 0 if figures["max_ms"] <= TARGET_MS else 1
+    return report(measure(args.calls), count="calls", label="call end -> row in Chromium", unit="ms", digits=1,
+                  target=TARGET_MS, judged="max", as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import Any
 import trio
 from _daemon import DIAGD, isolated_daemon
 from _proc import REPO
-from _report import print_rows
+from _report import report
 from mcp import Client
 from mcp.client.extension import advertise
 from mcp.client.stdio import StdioServerParameters
@@ -111,18 +110,8 @@ def main() -> int:
     args = parser.parse_args()
     if not SIP.exists():
         sys.exit(f"the shared capture corpus is not in {PCAPS}")
-    samples = measure(args.runs)
-    figures = {"runs": len(samples), "median_s": round(statistics.median(samples), 3),
-               "min_s": round(min(samples), 3), "max_s": round(max(samples), 3), "target_s": TARGET_S}
-    if args.json:
-        print(json.dumps(figures))
-        return 0
-    rows = [("runs measured", str(figures["runs"])),
-            ("ladder: 2,000 messages drawn, median", f"{figures['median_s']} s"),
-            ("min / max", f"{figures['min_s']} / {figures['max_s']} s"),
-            ("target", f"<= {TARGET_S:g} s")]
-    print_rows(rows)
-    return 0 if figures["median_s"] <= TARGET_S else 1
+    return report(measure(args.runs), count="runs", label="ladder: 2,000 messages drawn", unit="s", digits=3,
+                  target=TARGET_S, judged="median", as_json=args.json)
 
 
 if __name__ == "__main__":
