@@ -120,6 +120,15 @@ async def test_a_call_answered_while_loading_reports_the_load_in_bytes_of_the_fi
                                                            progress_callback=on_progress))
                     assert first["protocols_ready"] is False and first["packet_count"] > 0, first
                     assert seen == []  # answered before the capture's start: nothing loading to report
+                    # The call measured is made while sharkd loads (the start, begun beside the answer,
+                    # may still be spawning it on a loaded machine: nothing to report yet then).
+                    while True:
+                        status = payload(await client.call_tool("diagd_status", {}))
+                        states = [w["state"] for a in status["actors"] if a["kind"] == "pcap"
+                                  and a["details"].get("path") == str(bigger) for w in a["details"].get("workers", [])]
+                        if "loading" in states:
+                            break
+                        await trio.sleep(0.02)
                 result = await client.call_tool(tool, {"pcap_path": str(bigger), **arguments},
                                                 progress_callback=on_progress)
                 await delivered()
