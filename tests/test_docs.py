@@ -45,8 +45,9 @@ from diagd.daemon import config as config_mod
 from diagd.daemon import discovery
 from diagd.daemon.config import DaemonConfig, McpConfig
 from diagd.daemon.http_settings import HttpConfig
-from diagd.daemon.server import audit, control_server, eras, heap_trim, mcp_lines
+from diagd.daemon.server import audit, control_server, eras, heap_trim
 from diagd.daemon.server import tools as registry
+from diagd.daemon.server.mcp import lines as mcp_lines
 from diagd.daemon.tool_groups import BUILTIN
 from diagd.protocol.errors import ErrorCode
 from tests import module_times

@@ -45,7 +45,7 @@ class CallRecord:
     call_id: str | None = None
     details: dict[str, Any] | None = None  # a refused call's: the JSON-RPC code it got, did_you_mean
     # The call's own arguments and its client's directory, for the web view to run it again (its view,
-    # ui_feed.py); never written, printed or sent (to_json leaves it out: the audit keeps `arguments`).
+    # ui/feed.py); never written, printed or sent (to_json leaves it out: the audit keeps `arguments`).
     replay: tuple[Any, str | None] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> CallInfo:

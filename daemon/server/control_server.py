@@ -24,7 +24,7 @@ from diagd.daemon import memtrace
 from diagd.daemon.server import connections, tool_listing
 from diagd.daemon.server.connections import ByteBudget, Connection, State, last_words
 from diagd.daemon.server.tools import CallContext
-from diagd.daemon.server.ui_auth import ONCE_TTL_S
+from diagd.daemon.server.ui.auth import ONCE_TTL_S
 from diagd.protocol import control, framing
 from diagd.protocol.errors import DiagdError, ErrorCode
 

@@ -26,10 +26,8 @@ from diagd.daemon.server import (
     builtin_tools,
     connections,
     control_server,
-    http_start,
     listeners,
     logs,
-    mcp_sdk,
     tool_listing,
 )
 from diagd.daemon.server import reload as reload_notes
@@ -39,13 +37,15 @@ from diagd.daemon.server.config_check import check_tables, refused
 from diagd.daemon.server.connections import ByteBudget, Connection, ConnectionTable, State, last_words
 from diagd.daemon.server.declared import Declarations
 from diagd.daemon.server.heap_trim import QuietTrimmer
+from diagd.daemon.server.http import start as http_start
+from diagd.daemon.server.mcp import sdk as mcp_sdk
 from diagd.daemon.server.notify import sd_notify
 from diagd.daemon.server.presence import Clients
 from diagd.daemon.server.replies import ReloadReply, StatusReply
 from diagd.daemon.server.services import ReloadNotes
 from diagd.daemon.server.supervisor import Supervisor
 from diagd.daemon.server.tools import CallContext, CallResult, ToolRegistry
-from diagd.daemon.server.ui_auth import UiAuth
+from diagd.daemon.server.ui.auth import UiAuth
 from diagd.daemon.tool_groups import Selection, check
 from diagd.protocol import control, utc
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -349,7 +349,7 @@ class LazyFront:
         self._front: tuple[ModuleType, Any] | None = None
 
     async def get(self) -> tuple[ModuleType, Any]:
-        """(the mcp_front module, its SDK server), built on the first call."""
+        """(the MCP front end's module, mcp/front.py, and its SDK server), built on the first call."""
         async with self._lock:
             if self._front is None:
                 module = await trio.to_thread.run_sync(_import_front)
@@ -363,7 +363,7 @@ class LazyFront:
 
 def _import_front() -> ModuleType:
     mcp_sdk.lean()  # the SDK's server modules without its client and HTTP stacks (~12 MB)
-    return importlib.import_module("diagd.daemon.server.mcp_front")
+    return importlib.import_module("diagd.daemon.server.mcp.front")
 
 
 def offline_catalogue(config: config_mod.Config) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What the daemon's parts see of the running daemon: `Services`, a Protocol that `server.Daemon` fulfils.
 
-backends.py (each back end's runtime), builtin_tools.py, control_server.py and http_start.py work on
+backends.py (each back end's runtime), builtin_tools.py, control_server.py and http/start.py work on
 the daemon through this, so none of them imports server.py, which imports them all: no import cycle,
 `TYPE_CHECKING` imports included (tests/test_import_cycles.py).
 """
@@ -22,7 +22,7 @@ from diagd.daemon.server.presence import Clients
 from diagd.daemon.server.replies import ReloadReply, StatusReply
 from diagd.daemon.server.supervisor import Supervisor
 from diagd.daemon.server.tools import ToolRegistry
-from diagd.daemon.server.ui_auth import UiAuth
+from diagd.daemon.server.ui.auth import UiAuth
 from diagd.daemon.tool_groups import Selection
 
 # Called by a reload with the old and the new config: notes on changed settings that do not apply to
@@ -88,12 +88,12 @@ class Services(Protocol):
     def before_stop(self) -> list[Callable[[str], Awaitable[object]]]: ...
 
     @property
-    def ui_auth(self) -> UiAuth: ...  # the web view's login links and browser sessions (web_ui.py)
+    def ui_auth(self) -> UiAuth: ...  # the web view's login links and browser sessions (ui/web.py)
 
     def configured_tools(self, config: Config | None = None) -> Selection: ...
 
 
 class Front(Protocol):
-    """The MCP front end, imported on first use (server.LazyFront): the mcp_front module and its SDK server."""
+    """The MCP front end, imported on first use (server.LazyFront): the mcp/front.py module and its SDK server."""
 
     def get(self) -> Awaitable[tuple[ModuleType, Any]]: ...

@@ -199,7 +199,7 @@ class ToolRegistry:
     def check_callable(self, name: str, selection: Selection, *, client: str, arguments: Any) -> None:
         """Raise `get`'s DiagdError when this client cannot call `name` (unknown, or of a group it has
         not selected), after auditing and counting the refused call (MCP answers it with a JSON-RPC
-        -32602 error, not a result; `mcp_requests.refused` builds that)."""
+        -32602 error, not a result; mcp/requests.py's `refused` builds that)."""
         try:
             self.get(name, selection)
         except DiagdError as exc:

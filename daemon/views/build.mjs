@@ -31,7 +31,7 @@ async function buildDir(source, target) {
   }
 }
 
-// The web view's host (/ui/host.js, daemon/server/web_ui.py): one script file, loaded by the page under its
+// The web view's host (/ui/host.js, daemon/server/ui/web.py): one script file, loaded by the page under its
 // CSP (script-src 'self'), which shows these views for the calls it lists.
 async function buildWebHost() {
   await build({

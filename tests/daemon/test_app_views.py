@@ -16,8 +16,8 @@ from typing_extensions import TypedDict
 from diagd.actors.tooling import CallContext, ToolSet
 from diagd.daemon import app_views
 from diagd.daemon.cli import doctor
-from diagd.daemon.server import mcp_resources
-from diagd.daemon.server.mcp_front import to_mcp_tool
+from diagd.daemon.server.mcp import resources as mcp_resources
+from diagd.daemon.server.mcp.front import to_mcp_tool
 from diagd.daemon.server.tools import ToolSpec
 
 

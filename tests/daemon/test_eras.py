@@ -16,8 +16,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.message import SessionMessage
 from mcp_types import version as sdk
 
-from diagd.daemon.server import eras, mcp_front, mcp_wire
-from diagd.daemon.server.http_wire import StrictHttp
+from diagd.daemon.server import eras
+from diagd.daemon.server.http.wire import StrictHttp
+from diagd.daemon.server.mcp import front as mcp_front
+from diagd.daemon.server.mcp import wire as mcp_wire
 from diagd.daemon.server.tools import ToolRegistry
 
 
@@ -74,7 +76,7 @@ async def test_an_unsupported_version_lists_what_server_discover_lists() -> None
         assert error["code"] == eras.UNSUPPORTED_PROTOCOL_VERSION == -32022
         assert error["data"] == {"code": "PROTOCOL_ERROR", "supported": listed, "requested": version}
         assert "2025-11-25 (initialize handshake)" in error["message"]  # the message still names every era
-    # An unknown MCP-Protocol-Version header (answered by http_wire the same way).
+    # An unknown MCP-Protocol-Version header (answered by http/wire.py the same way).
     assert json.loads(mcp_wire.unsupported_version("1999-01-01", 3))["error"]["data"]["supported"] == listed
 
 

@@ -1,4 +1,4 @@
-"""The HTTP requests a stopping daemon answers (daemon/server/http_inflight.py), with a stand-in for the
+"""The HTTP requests a stopping daemon answers (daemon/server/http/inflight.py), with a stand-in for the
 SDK: whatever it had sent on the stream, the client gets one whole DAEMON_RESTARTED answer, and the
 stop waits for no client. The real SDK clients through a real restart: tests/e2e/test_http_inflight.py."""
 
@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.daemon.server.http_inflight import InFlight, Send
+from diagd.daemon.server.http.inflight import InFlight, Send
 
 SSE = [(b"content-type", b"text/event-stream")]
 

@@ -11,9 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.daemon.server import http_session_file
-from diagd.daemon.server.http_session_book import SessionBook
-from diagd.daemon.server.http_session_file import Stored
+from diagd.daemon.server.http import session_file as http_session_file
+from diagd.daemon.server.http.session_book import SessionBook
+from diagd.daemon.server.http.session_file import Stored
 from diagd.protocol.errors import DiagdError
 
 PARAMS = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}

@@ -31,8 +31,8 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.daemon.server.http_session_book import Admission, Record, SessionBook
-from diagd.daemon.server.http_session_file import Stored
+from diagd.daemon.server.http.session_book import Admission, Record, SessionBook
+from diagd.daemon.server.http.session_file import Stored
 
 PARAMS = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
 HUGE = {**PARAMS, "capabilities": {"x": "y" * 9000}}  # over the documented 8 KB: not kept

@@ -15,8 +15,8 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
 
 from diagd.daemon.http_settings import HttpConfig
-from diagd.daemon.server.http_session_replay import body_once
-from diagd.daemon.server.http_sessions import SessionManager
+from diagd.daemon.server.http.session_replay import body_once
+from diagd.daemon.server.http.sessions import SessionManager
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}

@@ -29,10 +29,10 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
 
 from diagd.daemon.http_settings import HttpConfig
-from diagd.daemon.server import http_sessions
-from diagd.daemon.server.http_front import security_settings
-from diagd.daemon.server.http_session_replay import body_once
-from diagd.daemon.server.http_sessions import SessionManager
+from diagd.daemon.server.http import sessions as http_sessions
+from diagd.daemon.server.http.front import security_settings
+from diagd.daemon.server.http.session_replay import body_once
+from diagd.daemon.server.http.sessions import SessionManager
 
 ID_A = "a1b2c3d4e5f6a7b8c9d0e1f2"  # token ids as tokens.py makes them (24 hex digits)
 ID_B = "0f1e2d3c4b5a69788796a5b4"
@@ -82,7 +82,7 @@ async def request(m: SessionManager, token_id: str, message: Any, sid: str = "",
         headers.append((b"mcp-protocol-version", version.encode()))
     scope = {"type": "http", "method": method, "path": "/mcp", "headers": headers, "query_string": b"",
              "scheme": "http", "server": ("127.0.0.1", 8765), "client": ("127.0.0.1", 1),
-             # as http_front.py makes it: the token's id is also the subject the SDK's owner check compares
+             # as http/front.py makes it: the token's id is also the subject the SDK's owner check compares
              "user": AuthenticatedUser(AccessToken(token=token_id, client_id=f"http:{name}", scopes=[],
                                                    subject=token_id))}
     answer: dict[str, Any] = {"body": b"", "headers": {}}

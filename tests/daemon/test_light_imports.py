@@ -23,7 +23,7 @@ def test_the_daemon_and_its_back_ends_load_without_the_mcp_sdk() -> None:
 
 def test_the_mcp_front_end_still_brings_the_sdk() -> None:
     # The check above means something: the module the daemon imports on the first MCP connection.
-    assert "mcp" in loaded_after("import diagd.daemon.server.mcp_front")
+    assert "mcp" in loaded_after("import diagd.daemon.server.mcp.front")
 
 
 def test_serve_keeps_rich_out() -> None:
@@ -35,9 +35,9 @@ def test_serve_keeps_rich_out() -> None:
 
 
 def test_the_mcp_front_end_leaves_the_sdks_client_and_high_level_server_out() -> None:
-    # daemon/server/mcp_sdk.py: the SDK's package __init__s would bring its client, httpx and MCPServer (~12 MB).
+    # daemon/server/mcp/sdk.py: the SDK's package __init__s would bring its client, httpx and MCPServer (~12 MB).
     modules = loaded_after("from diagd.daemon.server import server\nserver._import_front()")
-    assert "mcp.server.lowlevel.server" in modules and "diagd.daemon.server.mcp_front" in modules
+    assert "mcp.server.lowlevel.server" in modules and "diagd.daemon.server.mcp.front" in modules
     assert not {"mcp.client", "mcp.client.streamable_http", "mcp.server.mcpserver", "httpx2", "cryptography"} & modules
 
 
@@ -50,7 +50,7 @@ def test_the_whole_sdk_is_still_there_when_asked_for() -> None:
 
 
 def test_lean_leaves_an_sdk_already_imported_as_it_is() -> None:
-    modules = loaded_after("import mcp, sys\nfrom diagd.daemon.server import mcp_sdk\nmcp_sdk.lean()\n"
+    modules = loaded_after("import mcp, sys\nfrom diagd.daemon.server.mcp import sdk\nsdk.lean()\n"
                            "assert sys.modules['mcp'] is mcp")
     assert "mcp.client" in modules
 
@@ -59,4 +59,4 @@ def test_the_http_stack_stays_out_of_a_daemon_without_http() -> None:
     # [http] listen unset: the MCP front end alone must not bring hypercorn and its h11/h2 stack.
     modules = loaded_after("from diagd.daemon.server import server\nserver._import_front()")
     assert not {m.split(".")[0] for m in modules} & {"hypercorn", "h11", "h2", "wsproto"}
-    assert "hypercorn" in loaded_after("import diagd.daemon.server.http_front")
+    assert "hypercorn" in loaded_after("import diagd.daemon.server.http.front")

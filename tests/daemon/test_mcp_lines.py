@@ -9,7 +9,7 @@ import trio.lowlevel
 import trio.testing
 
 from diagd.daemon.server.connections import ByteBudget, ConnectionTable, State
-from diagd.daemon.server.mcp_lines import SMALL_PARTIAL_BYTES, LineReader
+from diagd.daemon.server.mcp.lines import SMALL_PARTIAL_BYTES, LineReader
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MiB = 1024 * 1024

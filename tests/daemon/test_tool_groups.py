@@ -12,7 +12,8 @@ from typing_extensions import TypedDict
 
 from diagd.daemon import config as config_mod
 from diagd.daemon import tool_groups
-from diagd.daemon.server import mcp_front, tool_listing
+from diagd.daemon.server import tool_listing
+from diagd.daemon.server.mcp import front as mcp_front
 from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.protocol.errors import DiagdError, ErrorCode
 

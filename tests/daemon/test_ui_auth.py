@@ -1,4 +1,4 @@
-"""The web view's login links and sessions (daemon/server/ui_auth.py) and its call feed (ui_feed.py): a
+"""The web view's login links and sessions (daemon/server/ui/auth.py) and its call feed (ui/feed.py): a
 link works once and only before it expires, sessions expire and are bounded, and the feed keeps the
 latest records, numbered, within its bounds, waking a waiter at the next one."""
 
@@ -9,10 +9,10 @@ import json
 import trio
 import trio.testing
 
-from diagd.daemon.server import ui_auth
 from diagd.daemon.server.audit import CallRecord
-from diagd.daemon.server.ui_auth import UiAuth
-from diagd.daemon.server.ui_feed import CallFeed
+from diagd.daemon.server.ui import auth as ui_auth
+from diagd.daemon.server.ui.auth import UiAuth
+from diagd.daemon.server.ui.feed import CallFeed
 
 
 class Clock:

@@ -4,7 +4,7 @@ and TypeScript SDK clients, one call and many at once, then many calls racing
 the session's revival (after a restart, and after the session was freed while idle).
 
 Without the answer an HTTP client has nothing: the TypeScript SDK waits out its 60 s request timeout,
-the Python SDK's session dies (daemon/server/http_inflight.py)."""
+the Python SDK's session dies (daemon/server/http/inflight.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 whole `tools/list` result, and the server instructions.
 
 The registry is a real daemon's (`Daemon.load_backends`, as `diagd serve` builds it; no socket, no
-process), each tool is what `list_tools` hands the MCP SDK (`mcp_front.to_mcp_tool`), serialized as
+process), each tool is what `list_tools` hands the MCP SDK (`to_mcp_tool`, daemon/server/mcp/front.py), serialized as
 the SDK puts it on the wire (`by_alias`, `exclude_none`) into a 2025-era client's `{"tools": [...]}`
 result, compact and UTF-8: the bytes `bench/tools_list.py` reads through `diagd mcp` and the shim.
 The model-facing bytes are that result with each tool cut to its name, description and inputSchema
@@ -21,7 +21,8 @@ import trio
 
 from diagd.daemon import config as config_mod
 from diagd.daemon import tool_groups
-from diagd.daemon.server import mcp_front, tool_listing
+from diagd.daemon.server import tool_listing
+from diagd.daemon.server.mcp import front as mcp_front
 from diagd.daemon.server.server import Daemon
 
 ALL = "all"  # the selection of every group (no `--tools`)

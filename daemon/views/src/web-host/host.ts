@@ -1,4 +1,4 @@
-// The web view's MCP Apps host (/ui, daemon/server/web_ui.py): shows a tool's view for a call the page
+// The web view's MCP Apps host (/ui, daemon/server/ui/web.py): shows a tool's view for a call the page
 // lists, as Claude or VS Code would show it inline. The view's document comes from /ui/api/view/<name>
 // (its own CSP: inline script and style only, no network) in an iframe sandboxed without
 // allow-same-origin, so it runs in an opaque origin: it cannot read the page, its cookie or the daemon's

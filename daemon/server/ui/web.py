@@ -2,13 +2,13 @@
 
 Routes (GET, and one POST):
 
-- `/ui/login?once=<secret>`: a login link of `diagd ui` (ui_auth.py): used up, it sets the session
+- `/ui/login?once=<secret>`: a login link of `diagd ui` (auth.py): used up, it sets the session
   cookie (HttpOnly, SameSite=Strict, Path=/ui, Secure under TLS) and answers a page that refreshes to
   /ui (not a 303: see `_login`); a wrong, used or expired one is 401.
 - `/ui` (the page), `/ui/app.js`, `/ui/app.css`, `/ui/icon.svg`: the page's files (daemon/views/src/web/), no inline
   script or style, so the CSP allows scripts and styles from 'self' only;
 - `/ui/api/status`: what `diagd status --json` shows (the daemon's status model), as JSON;
-- `/ui/api/events`: the calls as Server-Sent Events, one record per event (ui_feed.py), resumed
+- `/ui/api/events`: the calls as Server-Sent Events, one record per event (feed.py), resumed
   after a reconnect from its Last-Event-ID;
 - `/ui/host.js`: the MCP Apps host that shows a tool's view for a listed call (daemon/views/src/web-host);
   `/ui/api/view/<name>`: that view's document, under a CSP of its own (inline script and style, no
@@ -40,16 +40,16 @@ import trio
 from mcp.server.transport_security import TransportSecuritySettings
 
 from diagd.daemon import app_views
-from diagd.daemon.server.http_session_replay import read_body
-from diagd.daemon.server.ui_auth import COOKIE, SESSION_TTL_S, UiAuth
-from diagd.daemon.server.ui_feed import CallFeed
+from diagd.daemon.server.http.session_replay import read_body
+from diagd.daemon.server.ui.auth import COOKIE, SESSION_TTL_S, UiAuth
+from diagd.daemon.server.ui.feed import CallFeed
 from diagd.daemon.tokens import Verifier
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.ui")
 
 PREFIX = "/ui"
-PAGES = Path(__file__).resolve().parent.parent / "views" / "src" / "web"
+PAGES = Path(__file__).resolve().parents[2] / "views" / "src" / "web"
 FILES = {"/ui": ("index.html", b"text/html; charset=utf-8"),
          "/ui/app.js": ("app.js", b"text/javascript; charset=utf-8"),
          "/ui/app.css": ("app.css", b"text/css; charset=utf-8"),

@@ -9,8 +9,8 @@ import trio
 
 from diagd.actors.tooling import CallContext
 from diagd.daemon import app_views, tokens
-from diagd.daemon.server.http_inflight import InFlight
-from diagd.daemon.server.ui_feed import CallFeed
+from diagd.daemon.server.http.inflight import InFlight
+from diagd.daemon.server.ui.feed import CallFeed
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ async def serve(daemon: Services, front: Front, *, task_status: trio.TaskStatus[
     one), with the web view at /ui; `started` with the endpoint's URL. hypercorn and h11/h2 are
     imported here, off the loop."""
     _mcp_front, server = await front.get()
-    http_front = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.server.http_front")
+    http_front = await trio.to_thread.run_sync(importlib.import_module, "diagd.daemon.server.http.front")
     verifier = tokens.Verifier(daemon.state_dir)
     in_flight = InFlight()
     daemon.before_stop.append(in_flight.answer_all)  # each request in flight is answered before the stop
@@ -31,7 +31,7 @@ async def serve(daemon: Services, front: Front, *, task_status: trio.TaskStatus[
     views = {spec.name: name for spec in registry.specs(None)
              if spec.ui is not None and app_views.path_of(spec.ui) is not None
              and (name := app_views.name_of(spec.ui)) is not None}
-    feed = CallFeed(views=views)  # the web view's live call list (/ui, web_ui.py)
+    feed = CallFeed(views=views)  # the web view's live call list (/ui, ui/web.py)
     registry.observers.append(feed.observe)
     daemon.before_stop.append(feed.close)
 

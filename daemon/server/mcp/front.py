@@ -23,16 +23,20 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.message import SessionMessage
 
 from diagd.daemon import app_views, jsonrpc, tool_groups
-from diagd.daemon.server import connections, eras, mcp_requests, mcp_resources, mcp_validation, mcp_wire, tool_listing
+from diagd.daemon.server import connections, eras, tool_listing
 from diagd.daemon.server.connections import ByteBudget, Connection
-from diagd.daemon.server.mcp_lines import LineReader
+from diagd.daemon.server.mcp import requests as mcp_requests
+from diagd.daemon.server.mcp import resources as mcp_resources
+from diagd.daemon.server.mcp import validation as mcp_validation
+from diagd.daemon.server.mcp import wire as mcp_wire
+from diagd.daemon.server.mcp.lines import LineReader
 from diagd.daemon.server.tools import CallContext, ToolRegistry, ToolSpec
 from diagd.daemon.tool_groups import Selection, selects
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.mcp")
 
-HTTP_CLIENT_KEY = "diagd.client"  # set by http_front (not imported here: HTTP is optional)
+HTTP_CLIENT_KEY = "diagd.client"  # set by http/front.py (not imported here: HTTP is optional)
 # Which connection a handler serves (set per connection task, inherited by its handlers).
 current_client: contextvars.ContextVar[str] = contextvars.ContextVar("current_client", default="mcp:?")
 
@@ -96,7 +100,7 @@ def client_supports_apps(ctx: ServerRequestContext[Any]) -> bool:
 
 
 def _client(ctx: ServerRequestContext[Any]) -> str:
-    """Who calls: `http:<token name>` over HTTP (http_front puts it on the request's ASGI scope: the
+    """Who calls: `http:<token name>` over HTTP (http/front.py puts it on the request's ASGI scope: the
     SDK runs an HTTP session's handlers in its own tasks, not the request's), else the connection's."""
     scope = getattr(ctx.request, "scope", None)
     client = scope.get(HTTP_CLIENT_KEY) if isinstance(scope, dict) else None
@@ -106,7 +110,7 @@ def _client(ctx: ServerRequestContext[Any]) -> str:
 def build_server(registry: ToolRegistry, *, version: str, default_tools: Callable[[], Selection] = lambda: None,
                  guides: Mapping[str, str] | None = None) -> Server[Any]:
     """The SDK server every transport shares. A connection of the Unix socket carries its own choice
-    (`current_tools`); an HTTP session the one it opened with (`mcp_requests.session_tools`); a
+    (`current_tools`); an HTTP session the one it opened with (`requests.py`'s `session_tools`); a
     2026-era HTTP request, which has no session, `default_tools()` (`[mcp] tools`) at that request."""
 
     def _selection(ctx: ServerRequestContext[Any]) -> Selection:
@@ -166,7 +170,7 @@ def build_server(registry: ToolRegistry, *, version: str, default_tools: Callabl
 
 def _discover_lists_advertised(server: Server[Any]) -> None:
     """`server/discover` as the SDK answers it, but its `supportedVersions` from eras.ADVERTISED: the
-    list an UnsupportedProtocolVersion error gives as `data.supported` (mcp_wire), so they cannot
+    list an UnsupportedProtocolVersion error gives as `data.supported` (wire.py), so they cannot
     disagree."""
     sdk = server.get_request_handler("server/discover")
     assert sdk is not None, "the SDK serves server/discover"
@@ -314,7 +318,7 @@ async def serve_connection(stream: trio.SocketStream, server: Server[Any], *, cl
     A client that half-closes (EOF after its last request, as `echo ... | diagd mcp` does) still
     gets its answers; a client that hangs up completely has its in-flight calls cancelled. A
     partial line must be complete within `frame_timeout_s` of its first byte and draws on
-    `budget` past a small size (see `mcp_lines`); otherwise the client gets a coded error and
+    `budget` past a small size (see `lines.py`); otherwise the client gets a coded error and
     the connection closes. When the daemon stops under it, `stopping()` gives the last line the
     client gets (a DAEMON_STOPPING notice: the shim reconnects after it, unlike after a refusal).
 

@@ -5,7 +5,7 @@ Each record (a call's "started" one, then its outcome, with one `call_id`) gets 
 a stream sends every record after the last it sent, so a browser that reconnects (EventSource's
 Last-Event-ID) misses nothing still kept. What is kept is bounded like `CallStats.recent`: the latest
 `KEEP` records and `KEEP_BYTES` of their JSON. Arguments are as the audit log keeps them (long
-strings already cut by the registry). Installed when the HTTP listener starts (http_start.py).
+strings already cut by the registry). Installed when the HTTP listener starts (http/start.py).
 """
 
 from __future__ import annotations

@@ -4,12 +4,12 @@ socket serves, on hypercorn's Trio worker, behind a bearer-token check.
 Imported only when `[http] listen` is set: starlette, hypercorn and h11/h2 stay out of a daemon
 that does not serve HTTP (issue 12's idle RSS). Every request to /mcp must carry
 `Authorization: Bearer <token>` naming a token of `diagd token add`; anything else gets 401 before
-the SDK sees it (with what clients need to skip OAuth: http_auth.py), and sessions are bounded and
-survive restarts (http_sessions.py). The SDK then checks Host/Origin (DNS rebinding: a web page that makes a browser
+the SDK sees it (with what clients need to skip OAuth: auth.py), and sessions are bounded and
+survive restarts (sessions.py). The SDK then checks Host/Origin (DNS rebinding: a web page that makes a browser
 talk to 127.0.0.1 under its own host name is refused) and binds each MCP session to the token that
 opened it: to its id, not its name, so after `diagd token revoke X` and `diagd token add X` the old
 sessions answer only as unknown. Calls are identified as `http:<token name>` in the audit log and
-statistics. The web view at /ui (web_ui.py) is routed before all that: its own login, the same tokens.
+statistics. The web view at /ui (ui/web.py) is routed before all that: its own login, the same tokens.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
 from diagd.daemon.http_settings import HttpConfig, is_loopback, is_wildcard
-from diagd.daemon.server import http_auth
-from diagd.daemon.server.http_inflight import InFlight
-from diagd.daemon.server.http_sessions import SessionManager
-from diagd.daemon.server.http_wire import StrictHttp
-from diagd.daemon.server.mcp_front import HTTP_CLIENT_KEY
-from diagd.daemon.server.web_ui import Shown, WebUi, is_ui
+from diagd.daemon.server.http import auth as http_auth
+from diagd.daemon.server.http.inflight import InFlight
+from diagd.daemon.server.http.sessions import SessionManager
+from diagd.daemon.server.http.wire import StrictHttp
+from diagd.daemon.server.mcp.front import HTTP_CLIENT_KEY
+from diagd.daemon.server.ui.web import Shown, WebUi, is_ui
 from diagd.daemon.tokens import Verifier
 from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -70,13 +70,13 @@ def security_settings(http: HttpConfig) -> TransportSecuritySettings:
 
 class App:
     """The ASGI application: the token check, then the SDK's session manager on /mcp (behind
-    `http_wire`'s request checks)."""
+    `wire.py`'s request checks)."""
 
     def __init__(self, manager: StreamableHTTPSessionManager, verifier: Verifier, *,
                  default_tools: Callable[[], Selection] = lambda: None, no_auth: bool = False,
                  in_flight: InFlight | None = None, ui: WebUi | None = None) -> None:
         self.manager = manager
-        self.ui = ui  # the web view at /ui (web_ui.py): its own login, same tokens
+        self.ui = ui  # the web view at /ui (ui/web.py): its own login, same tokens
         self.verifier = verifier
         self.no_auth = no_auth  # [http] test_no_auth: every request is the "test-no-auth" client
         self.strict = StrictHttp(manager.handle_request, default_tools, max_body_bytes=manager.max_request_body_size,
@@ -99,7 +99,7 @@ class App:
             await http_auth.unauthorized(scope, send, ENDPOINT, presented=b"authorization" in dict(scope["headers"]))
             return
         name, token_id = token
-        # Sessions belong to the token's id (http_sessions.py's book, and the SDK's owner check, which
+        # Sessions belong to the token's id (sessions.py's book, and the SDK's owner check, which
         # compares client_id and subject): a name given to a new token does not inherit them.
         scope["user"] = AuthenticatedUser(AccessToken(token=token_id, client_id=f"http:{name}", scopes=[],
                                                       subject=token_id))

@@ -1,7 +1,7 @@
 """HTTP MCP sessions kept bounded and carried across restarts: the SDK's session manager with a book.
 
 `SessionManager` is the SDK's `StreamableHTTPSessionManager` with four changes (rules in
-http_session_book.py, user-facing text in docs/http.md):
+session_book.py, user-facing text in docs/http.md):
 
 - a request without `Mcp-Session-Id` opens a session only if it is a POST of `initialize`; anything
   else is refused before the SDK mints an id, and no refused request carries one back;
@@ -12,7 +12,7 @@ http_session_book.py, user-facing text in docs/http.md):
   that opened it is revived on its request: `initialize` is replayed inside with the client's
   original params, then the request is served as if nothing happened.
 
-"The token" is always the token's id (`scope['user'].access_token.token`, set by http_front.py), never
+"The token" is always the token's id (`scope['user'].access_token.token`, set by front.py), never
 its name: a token revoked and added again under the same name is a new token, with no session.
 
 The SDK's private hooks used (`_admit_session`, `_discard_session`, `_serve_opening_request`,
@@ -37,9 +37,9 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from diagd.daemon.http_settings import HttpConfig
-from diagd.daemon.server import http_session_file
-from diagd.daemon.server.http_session_book import SessionBook
-from diagd.daemon.server.http_session_replay import (
+from diagd.daemon.server.http import session_file as http_session_file
+from diagd.daemon.server.http.session_book import SessionBook
+from diagd.daemon.server.http.session_replay import (
     Receive,
     Send,
     error_answer,

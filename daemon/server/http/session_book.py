@@ -1,6 +1,6 @@
 """Which HTTP MCP sessions exist, whose they are and which to give up: the caps and idle rules.
 
-No SDK import: the session manager (http_sessions.py) asks the book and acts. A record is *live*
+No SDK import: the session manager (sessions.py) asks the book and acts. A record is *live*
 (the SDK holds a transport and a server task for it) or *dormant* (only the record: freed after
 `session_idle_s` without a request, or left over from before a restart); a dormant record with its
 `initialize` params is revived on its next request. Records count against `max_sessions_per_token`
@@ -24,8 +24,8 @@ from typing import Any
 
 import trio
 
-from diagd.daemon.server import http_session_file
-from diagd.daemon.server.http_session_file import Stored
+from diagd.daemon.server.http import session_file as http_session_file
+from diagd.daemon.server.http.session_file import Stored
 
 
 @dataclass

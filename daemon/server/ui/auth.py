@@ -3,7 +3,7 @@
 The Jupyter way: `diagd ui` asks the daemon (control socket) for a login link; the daemon mints a
 one-time secret, keeps only its sha256 with an expiry (`ONCE_TTL_S`), and the link
 `/ui/login?once=<secret>` exchanges it, once, for a session: a second random secret the browser keeps
-in an HttpOnly, SameSite=Strict cookie scoped to /ui (web_ui.py sets it). Sessions live in the
+in an HttpOnly, SameSite=Strict cookie scoped to /ui (web.py sets it). Sessions live in the
 daemon's memory only (a restart logs the browser out; `diagd ui` again logs it in), at most
 `MAX_SESSIONS` (the oldest goes), each for `SESSION_TTL_S`. Every presented secret is compared with
 every stored hash in constant time, without an early exit.

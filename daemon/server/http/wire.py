@@ -4,7 +4,7 @@ The SDK's Streamable HTTP transport dropped a request whose id is null, 1.5 or {
 validates as a notification), answered a wrong `jsonrpc` or a batch with a 1.3 KB validation dump,
 an unknown `MCP-Protocol-Version` with a message about envelope keys, `GET` with `Last-Event-ID`
 with an empty 500, and Host/Origin refusals in plain text. `StrictHttp` wraps the session manager:
-- a POST body goes through `mcp_wire.parse`, the stdio screening, and gets its error the same
+- a POST body goes through `mcp_wire.parse` (mcp/wire.py), the stdio screening, and gets its error the same
   (HTTP 400 with the JSON-RPC error as body), or is replayed to the SDK unchanged; a 2026-era
   request whose `MCP-Protocol-Version` is not its envelope's version gets HeaderMismatch (-32020);
 - an `MCP-Protocol-Version` outside `eras.SUPPORTED` gets 400 and UnsupportedProtocolVersion (-32022);
@@ -12,7 +12,7 @@ with an empty 500, and Host/Origin refusals in plain text. `StrictHttp` wraps th
 - every other error status the SDK answers without a JSON body gets a JSON-RPC-shaped one, and an
   error answering a request without a session never carries a fresh `Mcp-Session-Id`;
 - a request is answered even when the daemon stops before the SDK answers it: the same
-  DAEMON_RESTARTED error the shim gives over the socket (http_inflight.py);
+  DAEMON_RESTARTED error the shim gives over the socket (inflight.py);
 - each session keeps the tool groups of `[mcp] tools` as they were when it opened (a reload
   applies to sessions opened after it), passed to the handlers on the request's scope.
 """
@@ -26,9 +26,10 @@ from typing import Any
 import structlog
 
 from diagd.daemon import jsonrpc
-from diagd.daemon.server import eras, mcp_wire
-from diagd.daemon.server.http_inflight import InFlight
-from diagd.daemon.server.mcp_requests import SESSION_TOOLS_KEY
+from diagd.daemon.server import eras
+from diagd.daemon.server.http.inflight import InFlight
+from diagd.daemon.server.mcp import wire as mcp_wire
+from diagd.daemon.server.mcp.requests import SESSION_TOOLS_KEY
 from diagd.daemon.tool_groups import Selection
 from diagd.protocol.errors import ErrorCode
 
@@ -57,7 +58,7 @@ class StrictHttp:
         self.sdk, self.default_tools, self.max_body_bytes = sdk, default_tools, max_body_bytes
         self.live_sessions = live_sessions  # the session ids the SDK still serves (None: unknown)
         self.session_tools: dict[str, Selection] = {}
-        # The requests the daemon answers itself if it stops first (http_inflight.py).
+        # The requests the daemon answers itself if it stops first (inflight.py).
         self.in_flight = InFlight() if in_flight is None else in_flight
 
     def __repr__(self) -> str:
@@ -75,7 +76,7 @@ class StrictHttp:
                 await respond(send, 413, jsonrpc.error_line(mcp_wire.INVALID_REQUEST, too_big,
                                                              data={**PROTOCOL, "limit": self.max_body_bytes}))
                 return
-            # A 2026-era request whose header is not its envelope's version: HeaderMismatch (mcp_wire).
+            # A 2026-era request whose header is not its envelope's version: HeaderMismatch (mcp/wire.py).
             parsed = mcp_wire.parse(body, http=True, version_header=header(scope, eras.HEADER.encode()))
             if isinstance(parsed, bytes):
                 await respond(send, 400, parsed)
@@ -176,7 +177,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def respond(send: Send, status: int, line: bytes, *, base: list[tuple[bytes, bytes]] | None = None) -> None:
-    """An answer whose body is one JSON-RPC error (`line`, as mcp_wire writes it)."""
+    """An answer whose body is one JSON-RPC error (`line`, as mcp/wire.py writes it)."""
     body = line.rstrip(b"\n")
     headers = [(k, v) for k, v in (base or []) if k not in (b"content-type", b"content-length")]
     await send({"type": "http.response.start", "status": status,

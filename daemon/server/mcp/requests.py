@@ -1,12 +1,12 @@
 """Protocol errors for tool calls the registry refused before they began, and HTTP sessions' tool groups.
 
-(Params that fail the SDK's own validation are answered by `mcp_validation`.)
+(Params that fail the SDK's own validation are answered by `validation.py`.)
 - An unknown tool is a protocol error in the 2025-11-25 spec (-32602), not a tool result:
   `refused` builds it with `data.did_you_mean` (close names this client can call) and, for a
   tool of a group this client has not selected, that group, so the agent can ask for it. Still a
   call: audited and counted like any other, with the name asked and that data.
 
-An HTTP session's tool groups are fixed when it opens (`SESSION_TOOLS_KEY`, set by http_wire on
+An HTTP session's tool groups are fixed when it opens (`SESSION_TOOLS_KEY`, set by http/wire.py on
 every request of the session), as a Unix-socket connection's are: `listChanged` stays false.
 """
 
