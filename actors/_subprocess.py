@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -62,14 +62,22 @@ def default_signals() -> None:
 
 
 async def open_process(argv: Sequence[str], *, stdin: int | None = subprocess.DEVNULL,
-                       env: dict[str, str] | None = None, cwd: str | None = None) -> trio.Process:
-    """Start argv (no shell) in a new session with piped stdout/stderr and default signals."""
+                       env: dict[str, str] | None = None, cwd: str | None = None,
+                       stoppable: bool = False) -> trio.Process:
+    """Start argv (no shell) in a new session with piped stdout/stderr and default signals.
+
+    `stoppable`: a child the daemon may stop (SIGSTOP) goes in a process group of its own in the
+    daemon's session instead: should the daemon die while the child is stopped, the kernel finds that
+    group orphaned with a stopped member and sends it SIGHUP then SIGCONT (kernel/exit.c,
+    kill_orphaned_pgrp), so it ends instead of waiting stopped forever. In a session of its own the
+    kernel would not (and PR_SET_PDEATHSIG is no way out: Trio forks from a worker thread, whose exit fires it)."""
     # A preexec_fn forces fork() of this whole process instead of vfork (~10 ms for the daemon):
     # only pay it when SIGINT is really ignored here (started from a background job).
     inherited_ignore = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    group: dict[str, Any] = {"process_group": 0} if stoppable else {"start_new_session": True}
     return await trio.lowlevel.open_process(
         list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, env=env, cwd=cwd, preexec_fn=default_signals if inherited_ignore else None,
+        env=env, cwd=cwd, preexec_fn=default_signals if inherited_ignore else None, **group,
     )
 
 

@@ -106,7 +106,8 @@ class PcapActor(Actor):
         cached = self.session.cached_answer(key) if key is not None else None
         if cached is not None:
             return {**cached, "cached": True}
-        result = await self._answer(request)
+        async with self.session.foreground():
+            result = await self._answer(request)
         if key is None or result.get("served_by", "sharkd") != "sharkd" or result.get("total_exact") is False:
             return {**result, "cached": False}  # a stand-in answer while loading: ask the worker next time
         if result.get("stopped_because") == "time_budget":

@@ -287,6 +287,36 @@ def test_a_warm_tshark_killed_while_it_waits_is_reaped_and_replaced(tmp_path: Pa
         shutil.rmtree(env.runtime, ignore_errors=True)
 
 
+@needs_sharkd
+def test_a_stopped_sharkd_does_not_outlive_a_killed_daemon(tmp_path: Path) -> None:
+    """A background pass's sharkd is stopped while calls run (passes.py: YIELD_MAX_S); killed then, the
+    daemon cannot resume it, and a stopped sharkd reads no end of its stdin. The kernel ends it
+    (its own process group in the daemon's session: _subprocess.open_process(stoppable=True))."""
+    env = fault_env(tmp_path / "stopped", f"[daemon]\nallowed_dirs = {json.dumps([str(PCAPS)])}\n"
+                                          "[pcap]\nwarm_tshark = false\n", "stop")
+    daemon = start_daemon(env)
+    kd = KillDaemon(daemon, tmp_path)
+    try:
+        path = pcap("adrian_registration_reject.pcap")
+        with kd.control() as c:
+            c.ok("pcap_frames_by_filter", {"pcap_path": path, "display_filter": "", "limit": 1})
+
+        def sharkd() -> int | None:
+            actor = kd.actor("pcap", lambda d: d.get("path") == path)
+            return actor["details"]["sharkd_pid"] if actor else None
+
+        wait_for(lambda: sharkd() is not None, 60, "no sharkd loaded the capture")
+        pid = sharkd()
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        daemon.proc.send_signal(signal.SIGKILL)
+        daemon.proc.wait()
+        wait_for(lambda: not alive(pid), 10, f"the stopped sharkd {pid} outlived the killed daemon")
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+
+
 @needs_bpftrace
 def test_a_standby_launcher_killed_while_it_waits_is_reaped_and_replaced(tmp_path: Path) -> None:
     ensure_tracefs()

@@ -77,6 +77,9 @@ class FakeSharkd:
         self.held: set[str] = set()
         self.alive = True
         self._serving = False
+        self._resumed: trio.Event | None = None  # set on resume while paused
+        self._pausing = trio.Event()  # set by pause: the request under way stops spending
+        self.paused_s = 0.0  # how long its requests were paused in all
 
     def __repr__(self) -> str:
         return f"<FakeSharkd {self.pid} [{'alive' if self.alive else 'dead'}, held: {sorted(self.held)}]>"
@@ -106,8 +109,24 @@ class FakeSharkd:
         return answers
 
     async def close(self) -> str:
+        self.resume()
         self.alive = False
         return "terminated"
+
+    @property
+    def paused(self) -> bool:
+        return self._resumed is not None
+
+    def pause(self) -> None:
+        """As SIGSTOP: the request under way spends no time until resume."""
+        if self._resumed is None:
+            self._resumed = trio.Event()
+            self._pausing.set()
+
+    def resume(self) -> None:
+        if self._resumed is not None:
+            self._resumed.set()
+            self._resumed = None
 
     async def _one(self, method: str, params: dict[str, Any]) -> Any:
         display_filter = str(params.get("filter", ""))
@@ -159,7 +178,19 @@ class FakeSharkd:
         self.script.log.append(f"{self.pid} {method} {display_filter}".rstrip())
         self.script.started_at.append(trio.current_time())
         try:
-            await trio.sleep(seconds)
+            done_at = trio.current_time() + seconds  # later by each pause
+            while True:
+                if self._resumed is not None:
+                    paused_at = trio.current_time()
+                    await self._resumed.wait()
+                    self.paused_s += trio.current_time() - paused_at
+                    done_at += trio.current_time() - paused_at
+                    continue
+                self._pausing = trio.Event()
+                with trio.move_on_at(done_at) as spent:
+                    await self._pausing.wait()
+                if spent.cancelled_caught:
+                    break
         except BaseException:
             self.alive = False  # abandoned mid-request: the real worker is killed
             raise

@@ -91,6 +91,18 @@ class Worker:
     filters: set[str] = field(default_factory=set)
     last_used: float = 0.0
     load_s: float = 0.0  # from the start to loaded (a held start, WorkerPool.hold, not counted)
+    paused: bool = False  # its request (a background pass) stopped while calls use the cores
+
+    def pause(self) -> None:
+        if self.sharkd is not None and self.sharkd.alive and not self.paused:
+            self.sharkd.pause()
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            if self.sharkd is not None:
+                self.sharkd.resume()
 
     @property
     def ready(self) -> bool:
@@ -114,7 +126,7 @@ class Worker:
         sharkd = self.sharkd
         return {"worker": self.number, "role": "sharkd", "pid": sharkd.pid if sharkd else None,
                 "rss_bytes": sharkd.rss_bytes() if sharkd and sharkd.alive else None,
-                "state": self.state.value, "doing": self.busy, "load_s": round(self.load_s, 3),
+                "state": self.state.value, "doing": self.busy, "paused": self.paused, "load_s": round(self.load_s, 3),
                 "requests": sharkd.requests if sharkd else 0, "filters_held": len(self.filters)}
 
 
@@ -123,6 +135,13 @@ class Lease:
 
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
+
+    def pause(self) -> None:
+        """Stop the worker's sharkd where it is (Worker.pause): a background pass yielding to calls."""
+        self._worker.pause()
+
+    def resume(self) -> None:
+        self._worker.resume()
 
     async def call(self, method: str, params: dict[str, Any] | None = None, *, keep: int | None = None) -> Any:
         assert self._worker.sharkd is not None
@@ -172,6 +191,8 @@ class WorkerPool:
         # Set when a worker may start: a fresh big capture's first load waits for the first answer's
         # early pass (passes.CaptureWorkers.head_start).
         self.hold: trio.Event | None = None
+        # Called when a request must wait for a worker: a paused background pass (passes.py) is resumed.
+        self.on_wait: Callable[[], None] = lambda: None
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -351,6 +372,7 @@ class WorkerPool:
             if not self.workers:
                 self.begin()  # every worker died: a fresh one for this call
                 continue
+            self.on_wait()  # a paused request holding a worker goes on: this call may need that worker
             with trio.move_on_at(deadline - self._margin(long)):
                 await self._changed.wait()
                 continue

@@ -249,6 +249,15 @@ class CaptureSession:
             return await self.workers.call_many(method, params, deadline=request.deadline)
 
     @asynccontextmanager
+    async def foreground(self) -> AsyncIterator[None]:
+        """One call of this capture under way: background passes yield their cores meanwhile (passes.py)."""
+        if self.workers is None:
+            yield
+            return
+        async with self.workers.foreground():
+            yield
+
+    @asynccontextmanager
     async def load_progress(self, request: Request) -> AsyncIterator[None]:
         """While the capture loads: progress at most every LOAD_PROGRESS_S, in bytes sharkd has read
         of the file (total: its size), and "capture loaded" once it is. A call may wait several times

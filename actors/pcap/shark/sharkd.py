@@ -13,11 +13,13 @@ BACKEND_UNAVAILABLE naming the signal.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -183,6 +185,10 @@ class SharkdProcess(Protocol):
 
     async def close(self) -> str: ...
 
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
 
 class Sharkd:
     """One `sharkd -` process: requests written as JSON lines, answers routed back by id."""
@@ -200,6 +206,7 @@ class Sharkd:
         self._stdout_eof = trio.Event()
         self._stderr_eof = trio.Event()
         self.requests = 0
+        self.paused = False
 
     @classmethod
     async def start(cls, nursery: trio.Nursery, config_dir: Path) -> Sharkd:
@@ -208,7 +215,9 @@ class Sharkd:
             raise DiagdError(ErrorCode.TSHARK_NOT_FOUND, "sharkd is not installed",
                              fix="apt-get install wireshark-common (scripts/setup.sh does it)")
         env = {**os.environ, "WIRESHARK_CONFIG_DIR": str(config_dir)}
-        proc = await open_process([binary, "-"], stdin=subprocess.PIPE, env=env)
+        # Stoppable: a background pass yields its core to calls (pause); a stopped sharkd must still
+        # end with the daemon.
+        proc = await open_process([binary, "-"], stdin=subprocess.PIPE, env=env, stoppable=True)
         worker = cls(proc, config_dir)
         nursery.start_soon(worker._read_responses)
         nursery.start_soon(drain, proc.stderr, worker.stderr.feed, worker._stderr_eof)
@@ -383,7 +392,25 @@ class Sharkd:
         self._dead.set()
         await self.close()
 
+    def pause(self) -> None:
+        """Stop the process where it is (SIGSTOP): a background pass yielding its core to a call.
+        The request under way goes on after `resume`; sharkd sees nothing of it."""
+        self._signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """Let a paused process go on (SIGCONT); harmless when it is not paused."""
+        if self.paused:
+            self.paused = False
+            self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signum)
+
     async def close(self) -> str:
+        self.resume()  # a stopped process would hold SIGTERM until the escalation's SIGKILL
         step = await stop_process(self.proc, TERM_THEN_KILL)
         await close_pipes(self.proc)
         return step

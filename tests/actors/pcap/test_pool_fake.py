@@ -19,7 +19,7 @@ import trio.testing
 from diagd.actors.base import Request
 from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.engine.captures import Evict, LoadedCaptures
-from diagd.actors.pcap.engine.passes import CaptureWorkers, Cores
+from diagd.actors.pcap.engine.passes import YIELD_MAX_S, CaptureWorkers, Cores
 from diagd.actors.pcap.engine.pool import BUSY_MARGIN_S, PASS_MARGIN_LOADS, CaptureState, WorkerPool, WorkerState
 from diagd.actors.pcap.engine.session import CONVERSATION_TAPS, CaptureSession
 from diagd.actors.pcap.shark.sharkd import SharkdError
@@ -461,3 +461,88 @@ async def test_a_pcap_info_pass_that_fails_leaves_the_other_and_its_worker_alone
         assert failed.value.details["sharkd_method"] == "tap"
         assert session.analysis["protocols"] == ["frame", "eth", "ip"]
         assert all(w.alive for w in script.launched) and workers.pool.free_count() == 2
+
+
+# -- background passes yield to calls (passes.py, YIELD_MAX_S) ---------------------------------------
+
+
+async def two_workers(workers: CaptureWorkers) -> None:
+    """Both workers loaded: a new filter's pass then starts at once, beside tshark's early page."""
+    await loaded(workers)
+    workers.pool.grow()
+    while sum(1 for w in workers.pool.workers if w.ready) < 2:
+        await trio.sleep(0.1)
+
+
+async def early_page_with_its_pass(workers: CaptureWorkers) -> float:
+    """A new filter's first page, found by tshark; its pass goes on in the background. When the pass began."""
+    began = trio.current_time()
+    page = await workers.page("ngap", 0, 20, math.inf, NGAP)
+    assert page.exact is False and "ngap" in workers.passes and workers.passes["ngap"].started
+    return began
+
+
+async def pass_done(workers: CaptureWorkers) -> float:
+    """When the background pass leaves the filter's exact total."""
+    while "ngap" in workers.passes:
+        await trio.sleep(0.01)
+    assert workers.totals["ngap"] == 499
+    return trio.current_time()
+
+
+def paused_workers(workers: CaptureWorkers) -> list[bool]:
+    return [w.paused for w in workers.pool.workers]
+
+
+async def test_a_pass_nobody_waits_for_stops_while_a_call_is_under_way(
+        autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": list(range(1, 500))}, pass_s=30, early_s=0.2)
+    async with capture(script) as workers:
+        await two_workers(workers)
+        began = await early_page_with_its_pass(workers)
+        async with workers.foreground():  # another call of this capture, 1 s long
+            assert paused_workers(workers).count(True) == 1
+            assert any(w["paused"] for w in workers.statistics()["workers"])
+            await trio.sleep(1)
+        assert paused_workers(workers) == [False, False]
+        assert await pass_done(workers) == pytest.approx(began + 30 + 1, abs=0.1)
+
+
+async def test_a_pass_yields_at_most_its_budget_to_calls(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": list(range(1, 500))}, pass_s=30, early_s=0.2)
+    async with capture(script) as workers:
+        await two_workers(workers)
+        began = await early_page_with_its_pass(workers)
+        for _ in range(3):  # calls one after the other, 10 s each: the pass yields YIELD_MAX_S in all
+            async with workers.foreground():
+                await trio.sleep(10)
+        assert await pass_done(workers) == pytest.approx(began + 30 + YIELD_MAX_S, abs=0.1)
+
+
+async def test_a_call_waiting_for_the_pass_or_for_a_worker_resumes_it(autojump_clock: trio.testing.MockClock) -> None:
+    script = Script(matches={"ngap": list(range(1, 500))}, pass_s=30, early_s=0.2)
+    async with capture(script) as workers:
+        await two_workers(workers)
+        began = await early_page_with_its_pass(workers)
+        async with workers.foreground():
+            await trio.sleep(1)
+            again = await workers.page("ngap", 0, 20, math.inf, NGAP)  # answered early before: waits for the pass
+            assert (again.total, again.exact) == (499, True)
+            assert trio.current_time() == pytest.approx(began + 30 + 1, abs=0.1)
+
+    script = Script(matches={"ngap": list(range(1, 500))}, pass_s=30, early_s=0.2)
+    async with capture(script) as workers:
+        await two_workers(workers)
+        began = await early_page_with_its_pass(workers)
+        async with workers.foreground(), trio.open_nursery() as nursery:
+            # The other worker busy for 30 s, then a short request: it must wait for a worker, so the
+            # paused pass goes on (else it would wait for the call it is part of).
+            nursery.start_soon(functools.partial(workers.call, "analyse", None, display_filter=None,
+                                                 deadline=math.inf))
+            await trio.sleep(1)
+            assert paused_workers(workers).count(True) == 1
+            nursery.start_soon(functools.partial(workers.call, "frame", {"frame": 7}, display_filter=None,
+                                                 deadline=math.inf))
+            await trio.sleep(0.01)
+            assert paused_workers(workers) == [False, False]
+            assert await pass_done(workers) == pytest.approx(began + 30 + 1, abs=0.1)

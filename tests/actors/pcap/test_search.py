@@ -5,7 +5,8 @@ No sharkd: the capture session's frame source is replaced by synthetic trees tha
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -106,6 +107,12 @@ def search_args(**extra: Any) -> dict[str, Any]:
             "snippet_context_chars": 10, "max_bytes": 200000, **extra}
 
 
+@asynccontextmanager
+async def no_passes() -> AsyncIterator[None]:
+    """CaptureWorkers.foreground of a stand-in pool: no background pass to stop."""
+    yield
+
+
 async def ask(actor: FakeCapture, **extra: Any) -> dict[str, Any]:
     pcap = PcapActor("fake", actor.spec)
     pcap.session = actor  # the actor's handler, on the fake session
@@ -168,7 +175,7 @@ async def test_with_a_second_worker_free_two_batches_are_read_at_once(
     monkeypatch.setattr(text_scan, "SCAN_BATCH", 5)
     one, two = FakeCapture(), FakeCapture()
     two.workers = SimpleNamespace(  # type: ignore[assignment]
-        state=CaptureState.LOADING, pool=SimpleNamespace(free_count=lambda: 2))
+        foreground=no_passes, state=CaptureState.LOADING, pool=SimpleNamespace(free_count=lambda: 2))
     start = trio.current_time()
     alone = await ask(one, stop_at=start + 3600)
     sequential = trio.current_time() - start
@@ -352,7 +359,8 @@ async def test_a_fresh_captures_search_ends_the_head_start_after_its_answer(
 
     monkeypatch.setattr(text_scan, "take_frames", marking)
     actor.workers = SimpleNamespace(  # type: ignore[assignment]
-        state=CaptureState.LOADING, end_head_start_after=lambda delay_s: order.append(f"head start over in {delay_s}"))
+        foreground=no_passes, state=CaptureState.LOADING,
+        end_head_start_after=lambda delay_s: order.append(f"head start over in {delay_s}"))
     await ask(actor, limit=10, kinds=(), stop_at=trio.current_time() + 60)
     assert order == ["marked", f"head start over in {text_mod.REPLY_HEAD_START_S}"]
 
@@ -420,7 +428,7 @@ async def test_a_filter_not_counted_whose_first_page_found_its_frames_runs_no_pa
     capture, passes = UncountedCapture(), PlainCapture()
     capture.run_head = passes.run_head  # the rule-out pass's text of the frame set it is given
     capture.workers = SimpleNamespace(  # type: ignore[assignment]
-        first_numbers=lambda flt: (list(range(1, FRAMES + 1)), False),
+        foreground=no_passes, first_numbers=lambda flt: (list(range(1, FRAMES + 1)), False),
         pool=SimpleNamespace(holders=lambda flt: [], free_count=lambda: 1))
     found = await ask(capture, display_filter="someproto", kinds=(), limit=FRAMES, stop_at=trio.current_time() + 60)
     assert len(passes.passes) == 1 and f"frame.number in {{1..{FRAMES}}}" in passes.passes[0]
