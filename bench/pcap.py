@@ -127,6 +127,7 @@ from _pcap_tools import (
     vmrss_mb,
     warm_page_cache,
 )
+from _proc import wait_until_quiet
 
 from tests.pcaps import PCAPS  # the test corpus' cache (_pcap_tools put the repository on sys.path)
 
@@ -577,6 +578,7 @@ class PcapBench:
         # (e2): a filter new to the capture, its first page, then the search at once (the filter's
         # sharkd pass is still running); a constant that changes nothing makes the filter new.
         fresh_filter = f"{self.work.text_filter} && frame.len != 100099"
+        await self.quiet()  # as for every figure: the searches above left no start-up of theirs running
         await c1.call("pcap_frames_by_filter", self.frames_args(A, fresh_filter, PAGE))
         took, _, _ = await c1.call("pcap_text_search", {
             "pcap_path": str(A), "display_filter": fresh_filter, "query": query, "limit": 200, "max_matches": 1000})
@@ -617,6 +619,7 @@ class PcapBench:
             for i in range(self.new_n):
                 flt = make()
                 log(f"(b) new filter {i + 1}/{self.new_n}, {kind}: {flt!r}: cold, peer, diagd")
+                await self.quiet()  # the last filter's pass, left running after its early page
                 cold_run = await self.cold(tabs_argv(A, flt, flush=False), keep=True)
                 expected = first_numbers(cold_run.stdout.splitlines())
                 peer_run = await self.peer(tabs_argv(A, flt, flush=True), NEW_PAGE)
@@ -961,9 +964,19 @@ class PcapBench:
             await trio.sleep(1)
         log(f"pcap actors still busy after {timeout_s} s")
 
-    async def traced(self, section: str, work: Awaitable[T]) -> T:
-        """Runs one section, then notes the daemon's RSS (samples.daemon_rss_trace)."""
-        result = await work
+    def wanted(self, section: str) -> bool:
+        """Whether `--only` leaves this section in (all by default)."""
+        return self.args.only is None or section in self.args.only
+
+    async def quiet(self) -> None:
+        """Wait until the daemon's background work (a pass after an early answer, a capture loading)
+        is over: a figure is of its own call alone, as the tshark it is compared with runs alone."""
+        await to_thread(lambda: wait_until_quiet(self.daemon_pid, limit_s=60.0))
+
+    async def traced(self, section: str, work: Callable[[], Awaitable[T]]) -> T:
+        """Runs one section once the daemon is quiet, then notes its RSS (samples.daemon_rss_trace)."""
+        await self.quiet()
+        result = await work()
         self.samples.setdefault("daemon_rss_trace", []).append({"after": section,
                                                                 "rss_mb": round(vmrss_mb(self.daemon_pid), 1)})
         return result
@@ -992,20 +1005,19 @@ class PcapBench:
 
                 stack.push(stop_first)
                 self.daemon_rss_row(f"idle, {len(self.clients)} clients connected, before any pcap call", 60)
-                await self.traced("warm_up", self.warm_up())
-                query = await self.traced("f_a", self.first_and_repeated())
-                await self.traced("c", self.frame_detail())
-                await self.traced("e", self.text_search(query))
-                await self.traced("d", self.info())
-                await self.traced("b", self.new_filter_rows())
-                await self.traced("g", self.two_captures())
-                await self.traced("i", self.one_capture_pairs())
-                await self.traced("j", self.detail_during_pass())
-                await self.traced("h", self.sharkd_memory())
+                await self.traced("warm_up", self.warm_up)
+                query = await self.traced("f_a", self.first_and_repeated)  # always: (e) searches its query
+                for section, work in (("c", self.frame_detail), ("e", functools.partial(self.text_search, query)),
+                                      ("d", self.info), ("b", self.new_filter_rows), ("g", self.two_captures),
+                                      ("i", self.one_capture_pairs), ("j", self.detail_during_pass),
+                                      ("h", self.sharkd_memory)):
+                    if self.wanted(section):
+                        await self.traced(section, work)
                 self.daemon_rss_row("after the 55 MB work, before the 1 GB case and the burst", 90)
-                if self.caps.big is not None:
-                    await self.traced("l", self.big_capture())
-                await self.traced("k", self.burst())
+                if self.caps.big is not None and self.wanted("l"):
+                    await self.traced("l", self.big_capture)
+                if self.wanted("k"):
+                    await self.traced("k", self.burst)
                 await self.settle()
                 self.daemon_rss_row("after the pcap work", 90)
 
@@ -1079,8 +1091,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pcaps-dir", type=Path, default=PCAPS_DIR, help=f"real captures (default {PCAPS_DIR})")
     parser.add_argument("--planes", default="control,user", help="kinds of capture: control (Diameter), user "
                         "(dense GTP-U), or both (default: a run of each, one after the other)")
+    parser.add_argument("--only", help="comma-separated sections to run (a, c, e, d, b, g, i, j, h, l, k; the "
+                        "first query (f, a) always runs): a quick rerun of some rows")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
+    args.only = None if args.only is None else set(args.only.split(","))
     counts = (args.repeats, args.cold_repeats, args.new_repeats, args.rounds, args.big_cold_repeats,
               args.big_new_repeats, args.burst_clients, args.burst_calls)
     if min(counts) < 1 or args.size_mb <= 0 or args.big_mb <= 0:
