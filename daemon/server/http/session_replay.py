@@ -1,5 +1,6 @@
-"""ASGI plumbing for HTTP sessions: read and replay a request body, answer a JSON-RPC error, and
-make the internal requests that revive a session (its `initialize` and `notifications/initialized`).
+"""ASGI plumbing for HTTP sessions: replay a request body (asgi_body.read_body reads it), answer a
+JSON-RPC error, and make the internal requests that revive a session (its `initialize` and
+`notifications/initialized`).
 """
 
 from __future__ import annotations
@@ -18,23 +19,6 @@ INVALID_REQUEST = -32600
 # Headers of the client's request that an internal request must not carry (it sets its own).
 _OWN = {b"content-type", b"content-length", b"accept", b"mcp-session-id", b"mcp-protocol-version",
         b"last-event-id", b"transfer-encoding"}
-
-
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, or None when it is over `limit` bytes (or the client went away)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def body_once(body: bytes) -> Receive:

@@ -37,6 +37,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from diagd.daemon.http_settings import HttpConfig
+from diagd.daemon.server.asgi_body import read_body
 from diagd.daemon.server.http import session_file as http_session_file
 from diagd.daemon.server.http.session_book import SessionBook
 from diagd.daemon.server.http.session_replay import (
@@ -44,7 +45,6 @@ from diagd.daemon.server.http.session_replay import (
     Send,
     error_answer,
     initialize_params,
-    read_body,
     replayed,
     synthetic_post,
 )

@@ -40,7 +40,7 @@ import trio
 from mcp.server.transport_security import TransportSecuritySettings
 
 from diagd.daemon import app_views
-from diagd.daemon.server.http.session_replay import read_body
+from diagd.daemon.server.asgi_body import read_body
 from diagd.daemon.server.ui.auth import COOKIE, SESSION_TTL_S, UiAuth
 from diagd.daemon.server.ui.feed import CallFeed
 from diagd.daemon.tokens import Verifier
