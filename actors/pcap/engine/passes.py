@@ -254,6 +254,7 @@ class CaptureWorkers:
                 or running.yielded_s >= YIELD_MAX_S or running.done.is_set()):
             return
         running.lease.pause()
+        self.cores.running -= 1  # a core free for the calls (a new filter's early tshark may race on it)
         running.paused_at = trio.current_time()
         running.pause_timer = trio.CancelScope()
         self._nursery.start_soon(self._resume_in_time, running, running.pause_timer, YIELD_MAX_S - running.yielded_s)
@@ -269,6 +270,7 @@ class CaptureWorkers:
         running.yielded_s += trio.current_time() - running.paused_at
         running.paused_at = None
         running.pause_timer.cancel()
+        self.cores.running += 1
         if running.lease is not None:
             running.lease.resume()
 

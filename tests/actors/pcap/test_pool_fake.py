@@ -500,12 +500,15 @@ async def test_a_pass_nobody_waits_for_stops_while_a_call_is_under_way(
     async with capture(script) as workers:
         await two_workers(workers)
         began = await early_page_with_its_pass(workers)
+        assert workers.cores.running == 1
         async with workers.foreground():  # another call of this capture, 1 s long
             assert paused_workers(workers).count(True) == 1
             assert any(w["paused"] for w in workers.statistics()["workers"])
+            assert workers.cores.running == 0  # its core is the call's
             await trio.sleep(1)
-        assert paused_workers(workers) == [False, False]
+        assert paused_workers(workers) == [False, False] and workers.cores.running == 1
         assert await pass_done(workers) == pytest.approx(began + 30 + 1, abs=0.1)
+        assert workers.cores.running == 0
 
 
 async def test_a_pass_yields_at_most_its_budget_to_calls(autojump_clock: trio.testing.MockClock) -> None:
