@@ -34,7 +34,10 @@ per-call tshark method of an MCP server that kills tshark once `limit` rows have
 frame trees and text), timed until the rows are in; where early stop does not apply, peer = cold.
 "median" is over --cold-repeats cold runs and --repeats diagd calls. The ratio column is the better
 of cold and peer divided by diagd (> 1: diagd is faster); every timed row must have it >= 1
-(issue 12) besides its own target.
+(issue 12) besides its own target. Each section, each new filter of (b) and the new filter of (e)
+begin once the daemon and its children are quiet (_proc.wait_until_quiet: a pass left running
+after an early answer, a capture loading, standbys starting), as the tshark runs compared with them
+run alone; `--only c,e,...` runs some sections (the first query, (f) and (a), always runs).
 
 (a) repeated pcap_frames_by_filter (limit 500) and pcap_timeline (limit 200, same arguments):
     target >= 20x faster than cold.
