@@ -3,6 +3,7 @@ a killed worker never taken for alive, and a request in flight told how the work
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ def _children() -> dict[int, str]:
 
 async def test_a_killed_idle_sharkd_is_reaped_at_once_and_its_pipes_closed(tmp_path: Path) -> None:
     capture = pcap("adrian_registration_reject.pcap")
+    gc.collect()  # an earlier test's garbage (a pipe, a socket) closes now, not midway through this count
     before = _fds()
     async with trio.open_nursery() as nursery:
         worker = await Sharkd.start(nursery, tmp_path)
