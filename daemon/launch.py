@@ -24,6 +24,24 @@ def settle() -> None:
     """`diagd serve`'s first step, before trio, msgpack or a back end is imported."""
     paths.pin(os.environ)  # DIAGD_STATE_DIR=state meant the directory it was started in
     interpreter.settle()
+    lead_a_session()
+
+
+def lead_a_session() -> None:
+    """Make the daemon a session leader unless it leads its process group already.
+
+    A child the daemon may stop (sharkd, _subprocess.open_process(stoppable=True)) relies on the kernel
+    ending it when the daemon dies: its group is then orphaned, and an orphaned group with a stopped
+    member gets SIGHUP and SIGCONT. The group is orphaned only if the process that adopts it is outside
+    the daemon's session; started by a harness whose PID 1 or subreaper shares the starter's session
+    (CI's container, a test runner), it would not be, and the stopped child would wait forever. In a
+    session of its own nothing but the daemon's descendants share it. systemd's services and `diagd
+    start` (start_detached) lead one already; a shell's job leads its group, where setsid fails and the
+    terminal keeps its Ctrl-C."""
+    try:
+        os.setsid()
+    except PermissionError:
+        pass
 
 
 def start_detached() -> subprocess.Popen[bytes]:
