@@ -15,6 +15,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonProcess, start_daemon
+from tests.conftest import DIAGD, REPO, DaemonProcess, Env, start_daemon, wait_for_path
 from tests.fault.conftest import BIG_PCAP, fault_env, needs_crash, needs_sharkd, open_session
 from tests.fault.helpers import ControlClient, assert_coded_error, wait_for
 from tests.fixtures.vmcore import VmcoreFixture, build
@@ -287,33 +289,54 @@ def test_a_warm_tshark_killed_while_it_waits_is_reaped_and_replaced(tmp_path: Pa
         shutil.rmtree(env.runtime, ignore_errors=True)
 
 
+def start_under_session_reaper(env: Env) -> subprocess.Popen[bytes]:
+    """`diagd serve` as CI starts it: below a subreaper in the test runner's own session
+    (tests/support/session_reaper.py); the daemon's pid comes from its status."""
+    logfile = open(env.root / "daemon.log", "wb")  # noqa: SIM115 - closed with the process
+    reaper = subprocess.Popen([sys.executable, "-m", "tests.support.session_reaper", DIAGD, "serve"],
+                              env=env.vars, cwd=REPO, stdout=logfile, stderr=subprocess.STDOUT)
+    wait_for_path(env.runtime / "control.sock", reaper)
+    return reaper
+
+
 @needs_sharkd
-def test_a_stopped_sharkd_does_not_outlive_a_killed_daemon(tmp_path: Path) -> None:
+@pytest.mark.parametrize("starter", ["test runner", "subreaper in the runner's session"])
+def test_a_stopped_sharkd_does_not_outlive_a_killed_daemon(tmp_path: Path, starter: str) -> None:
     """A background pass's sharkd is stopped while calls run (passes.py: YIELD_MAX_S); killed then, the
-    daemon cannot resume it, and a stopped sharkd reads no end of its stdin. The kernel ends it
-    (its own process group in the daemon's session: _subprocess.open_process(stoppable=True))."""
+    daemon cannot resume it, and a stopped sharkd reads no end of its stdin. The kernel ends it: its
+    group is orphaned with a stopped member (_subprocess.open_process(stoppable=True)). Orphaned only if
+    whoever adopts it is outside the daemon's session, so the daemon leads one of its own
+    (launch.lead_a_session); started below a subreaper of the starter's session, as CI's harness is,
+    it failed here before that."""
     env = fault_env(tmp_path / "stopped", f"[daemon]\nallowed_dirs = {json.dumps([str(PCAPS)])}\n"
                                           "[pcap]\nwarm_tshark = false\n", "stop")
-    daemon = start_daemon(env)
-    kd = KillDaemon(daemon, tmp_path)
+    runner: subprocess.Popen[bytes] = (start_daemon(env).proc if starter == "test runner"
+                                       else start_under_session_reaper(env))
+    control = env.runtime / "control.sock"
     try:
         path = pcap("adrian_registration_reject.pcap")
-        with kd.control() as c:
+        with ControlClient(control, client="stop") as c:
             c.ok("pcap_frames_by_filter", {"pcap_path": path, "display_filter": "", "limit": 1})
 
+        def status() -> dict[str, Any]:
+            with ControlClient(control, client="watch", timeout=15) as c:
+                return c.status()
+
         def sharkd() -> int | None:
-            actor = kd.actor("pcap", lambda d: d.get("path") == path)
-            return actor["details"]["sharkd_pid"] if actor else None
+            found = [a for a in status()["actors"] if a["kind"] == "pcap" and a["details"].get("path") == path]
+            return found[0]["details"]["sharkd_pid"] if found else None
 
         wait_for(lambda: sharkd() is not None, 60, "no sharkd loaded the capture")
-        pid = sharkd()
+        pid, daemon_pid = sharkd(), status()["daemon"]["pid"]
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
-        daemon.proc.send_signal(signal.SIGKILL)
-        daemon.proc.wait()
+        os.kill(daemon_pid, signal.SIGKILL)
+        wait_for(lambda: not alive(daemon_pid), 10, "the daemon outlived SIGKILL")
         wait_for(lambda: not alive(pid), 10, f"the stopped sharkd {pid} outlived the killed daemon")
     finally:
-        daemon.stop()
+        if runner.poll() is None:
+            runner.kill()
+        runner.wait(timeout=20)
         shutil.rmtree(env.runtime, ignore_errors=True)
 
 
