@@ -133,13 +133,21 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
     # (capinfos, on two halves side by side for a big file) instead of only opening it.
     with _cold.facts_wanted():
         spec = await backend.spec_for(args)
-    wait_until = trio.current_time() + info_wait_s(spec.size)  # one wait for both: the protocols' and the probe's
+    wait_s = info_wait_s(spec.size)
+    wait_until = trio.current_time() + wait_s  # one wait for both: the protocols' and the probe's
     facts = await backend.wireshark.capinfos.capture_facts(spec.path, spec.identity, spec.size)
-    # What HTTP each TCP port carries: one more tshark pass over the file, beside the load. The answer
-    # waits for it within the same second as for the protocols (a fresh 55 MB capture needs seconds
-    # on 2 cores); past that it answers without sbi_ports and the pass goes on for the next call.
-    probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
-    if not backend.is_started(spec) and not info_wait_s(spec.size):
+
+    def probe() -> decode_check.Probing:
+        return backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
+
+    # What HTTP each TCP port carries: one more tshark pass over the file. A small capture's answer
+    # waits for it within the same second as for the protocols, so it starts beside them. A big one's
+    # answer does not wait for it (a 55 MB capture needs seconds on 2 cores): it starts after the
+    # answer is made and goes on for the next call. Beside a loaded capture's first answer (sharkd's
+    # protocol and conversation passes, side by side on two workers) it took one of 2 cores for
+    # nothing this call shows: that answer took 1.47-1.63 s instead of ~0.9 (dense GTP-U, 50 MB).
+    probing = probe() if wait_s else None
+    if not backend.is_started(spec) and not wait_s:
         # A big fresh capture: the answer would not wait for the protocols, so it does not wait for the
         # capture's start either (5-10 ms of process starts on the call path, and what they cost the
         # reply on 2 cores); the start goes on beside it, as the same call would have left it.
@@ -149,6 +157,8 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
         result = await backend.ask(ctx, spec, Info())
     warnings = list(result.get("warnings", []))
     probed: _Probed = {}
+    if probing is None:
+        probing = probe()
     if not probing.done.is_set():
         with trio.move_on_at(wait_until):
             await probing.done.wait()
