@@ -236,3 +236,30 @@ class StatsAnswer(Answered):
     icmp_errors_quoting_no_request: NotRequired[int]
     acks: NotRequired[int]  # sip
     unread_frames: NotRequired[list[int]]  # frames whose messages cannot be told apart
+
+
+class IndexSummary(TypedDict):
+    """What a built index says of the whole capture (index/query.py: summary)."""
+
+    frames: int
+    """frames in the capture"""
+    first_epoch: str | None
+    """the first frame's arrival, Unix seconds as tshark prints it"""
+    last_epoch: str | None
+    """the last frame's arrival"""
+    protocols: list[str]
+    """every layer any frame has, in order of first appearance"""
+
+
+class IndexAnswer(Answered):
+    """A capture's persistent index: building (how far) or ready (what it holds)."""
+
+    state: str
+    frames_indexed: int
+    index: str | None
+    index_bytes: int | None
+    build_s: float | None
+    schema_version: int
+    summary: NotRequired[IndexSummary]
+    error: NotRequired[str]
+    note: NotRequired[str]

@@ -26,6 +26,9 @@ from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.engine.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.engine.passes import Cores
+from diagd.actors.pcap.index.store import IndexStore, decoding_digest
+from diagd.actors.pcap.index_actor import KIND as INDEX_KIND
+from diagd.actors.pcap.index_actor import IndexActor
 from diagd.actors.pcap.replies import Source
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.shark import decode_check
@@ -33,7 +36,7 @@ from diagd.actors.pcap.shark import tshark as _cold
 from diagd.actors.pcap.shark.facts import Wireshark
 from diagd.actors.pcap.shark.wireshark import Catalogue, Digests, file_identity, parse_decode_as
 from diagd.actors.pcap.warm import first_page, standby
-from diagd.actors.runtime import BackendConfig, Runtime
+from diagd.actors.runtime import ActorRef, BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
 from diagd.protocol import utc
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -204,6 +207,32 @@ class PcapBackend:
             for victim in self.captures.over_memory(self._held(), settings.max_memory_mb * 2**20, keep=spec.key):
                 self._evict(victim)
             return await self.runtime.ask(ref, message, progress=progress)
+
+    @property
+    def index_store(self) -> IndexStore:
+        return IndexStore(self.runtime.state_dir / "index", self.settings.index_max_mb * 2**20)
+
+    async def index(self, spec: CaptureSpec) -> ActorRef:
+        """The actor of the capture's persistent index (index_actor.py): started, and its build begun,
+        if it is not running yet."""
+        store = self.index_store
+
+        async def locate() -> Path:
+            sha256, _ = await self.digests.sha256(spec.path, spec.identity)
+            version = (await self.catalogue()).version
+            return store.path_for(sha256, decoding_digest(spec.decode_as, spec.preferences, version))
+
+        argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
+        return await self.runtime.start(
+            INDEX_KIND, spec.key, lambda: IndexActor(spec.key, spec.path, argv, store, locate),
+            idle_timeout_s=lambda: self.settings.idle_timeout_s)
+
+    def ready_index(self, spec: CaptureSpec) -> ActorRef | None:
+        """The capture's index actor when its index is ready to answer (None: none, or still building)."""
+        ref = self.runtime.find(INDEX_KIND, spec.key)
+        if ref is not None and ref.accepting and isinstance(ref.actor, IndexActor) and ref.actor.ready:
+            return ref
+        return None
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""

@@ -16,6 +16,7 @@ from diagd.actors.pcap.answer_types import (
     ExportAnswer,
     FollowAnswer,
     FramesAnswer,
+    IndexAnswer,
     InfoAnswer,
     PacketListAnswer,
     PduSessionsAnswer,
@@ -30,6 +31,13 @@ from diagd.actors.pcap.answer_types import (
 @dataclass(frozen=True)
 class Info(Message[InfoAnswer]):
     """Protocols and conversations (the count and time span come from capinfos, in the tool)."""
+
+
+@dataclass(frozen=True)
+class IndexStatus(Message[IndexAnswer]):
+    """Where the capture's index is (building, ready, failed), waiting at most `wait_s` for its build."""
+
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True)

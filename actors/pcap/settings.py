@@ -24,6 +24,8 @@ class PcapSettings:
     # The sharkd workers of all loaded captures together (their RSS): beyond it the least recently
     # used capture is stopped, and a busy capture gets no second worker that would not fit.
     max_memory_mb: int = setting(4096, positive=True)
+    # The persistent indexes under $state/pcap/index (pcap_index): beyond it the least recently used go.
+    index_max_mb: int = setting(20480, positive=True)
     workers_per_capture: int = setting(2, positive=True)  # at most; also never more than the cores
     idle_timeout_s: float = setting(900.0, positive=True)
     # A tshark started ahead of need answers a fresh capture's first page without tshark's start-up

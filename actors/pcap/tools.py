@@ -32,6 +32,7 @@ from diagd.actors.pcap.messages import (
     Export,
     Follow,
     Frames,
+    IndexStatus,
     Info,
     NgapProcedures,
     NgapSessions,
@@ -48,6 +49,7 @@ from diagd.actors.pcap.replies import (
     FieldsSearchReply,
     FollowReply,
     FramesReply,
+    IndexReply,
     InfoReply,
     ListFieldsReply,
     PacketListReply,
@@ -191,10 +193,25 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> FramesReply:
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
-    result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
+    if not flt and (index := backend.ready_index(spec)) is not None:
+        # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size.
+        result = await backend.runtime.ask(index, Frames(flt, limit, offset), progress=ctx.progress)
+    else:
+        result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
     return {**result, "limit": limit, "offset": offset,
             "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
                                            provisional=SINGLE_PASS in result.get("served_by", ""))}
+
+
+@tools.tool("pcap_index", "Build or read a capture's persistent index (Parquet, DuckDB): one tshark pass, kept "
+            "across restarts; then pcap_frames_by_filter without a filter pages it at any offset in ms.",
+            {**CAPTURE, "wait_s": {"type": "number", "minimum": 0, "maximum": 600, "default": 0,
+                                   "description": "wait this long for the build"}}, required=CAPTURE_ONLY)
+async def pcap_index(backend: PcapBackend, ctx: CallContext, args: Args) -> IndexReply:
+    spec = await backend.spec_for(args)
+    ref = await backend.index(spec)
+    result = await backend.runtime.ask(ref, IndexStatus(float(args["wait_s"])), progress=ctx.progress)
+    return {**result, "source": await backend.source(spec, args, command=["-T", "fields"])}
 
 
 def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:

@@ -1,0 +1,58 @@
+"""The index's columns: what each frame's row holds and the tshark field it is read from.
+
+This is the index's interchange format (docs/pcap-index.md): any Parquet reader gets the same rows.
+Bump SCHEMA_VERSION when a column changes meaning; an index of another version is rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+SCHEMA_VERSION = 1
+
+Kind = Literal["int64", "float64", "string"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    field: str  # the tshark field (`-e`) that fills it: its first occurrence (-E occurrence=f)
+    kind: Kind
+    about: str
+
+
+# The packet list first, exactly as pcap_frames_by_filter shows it (shark/rows.py: the default columns),
+# then the fields answers group and filter by.
+COLUMNS: tuple[Column, ...] = (
+    Column("number", "_ws.col.No.", "int64", "frame number, 1.. in file order"),
+    Column("time_relative", "_ws.col.Time", "float64", "seconds since the first frame (the Time column)"),
+    Column("src", "_ws.col.Source", "string", "the Source column"),
+    Column("dst", "_ws.col.Destination", "string", "the Destination column"),
+    Column("protocol", "_ws.col.Protocol", "string", "the Protocol column"),
+    Column("length", "_ws.col.Length", "int64", "the Length column (bytes on the wire)"),
+    Column("info", "_ws.col.Info", "string", "the Info column, two-pass (links to later frames resolved)"),
+    Column("time_epoch", "frame.time_epoch", "string", "arrival time, Unix seconds as tshark prints them (exact)"),
+    Column("cap_len", "frame.cap_len", "int64", "bytes captured"),
+    Column("protocols", "frame.protocols", "string", "the frame's protocol layers, colon-separated"),
+    Column("ip_src", "ip.src", "string", "outer IPv4 source"),
+    Column("ip_dst", "ip.dst", "string", "outer IPv4 destination"),
+    Column("ipv6_src", "ipv6.src", "string", "outer IPv6 source"),
+    Column("ipv6_dst", "ipv6.dst", "string", "outer IPv6 destination"),
+    Column("tcp_stream", "tcp.stream", "int64", "Wireshark's TCP stream index"),
+    Column("udp_stream", "udp.stream", "int64", "Wireshark's UDP stream index"),
+    Column("src_port", "tcp.srcport", "int64", "TCP source port"),
+    Column("dst_port", "tcp.dstport", "int64", "TCP destination port"),
+    Column("udp_src_port", "udp.srcport", "int64", "UDP source port"),
+    Column("udp_dst_port", "udp.dstport", "int64", "UDP destination port"),
+)
+
+# The packet-list columns in shark/rows.py's DEFAULT_COLUMNS order.
+PACKET_LIST = ("number", "time_relative", "src", "dst", "protocol", "length", "info")
+
+
+def column(name: str) -> Column:
+    for col in COLUMNS:
+        if col.name == name:
+            return col
+    raise KeyError(name)

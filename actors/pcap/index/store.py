@@ -1,0 +1,94 @@
+"""Where indexes live: `<state>/index/<sha256>-<decoding>/` (frames.parquet, meta.json), a disk budget.
+
+Keyed by the file's content (sha256) and how it is decoded, not by its path: a capture copied or
+renamed keeps its index, one rewritten in place gets a new one. The least recently used indexes go
+when the budget is exceeded (used = meta.json's mtime, touched on every answer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diagd.actors.pcap.index.build import FRAMES_FILE, META_FILE
+from diagd.actors.pcap.index.schema import SCHEMA_VERSION
+
+
+def decoding_digest(decode_as: Sequence[str], preferences: Sequence[tuple[str, str]], tshark_version: str) -> str:
+    """What changes the rows besides the file: decode-as rules, preferences, tshark's version, the schema."""
+    text = json.dumps([list(decode_as), [list(p) for p in preferences], tshark_version, SCHEMA_VERSION])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One index on disk."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def bytes(self) -> int:
+        return int(self.meta.get("bytes", 0))
+
+    def describe(self) -> dict[str, Any]:
+        used = (self.path / META_FILE).stat().st_mtime
+        built_at = float(self.meta.get("built_at", 0))
+        return {"index": self.path.name, "frames": self.meta.get("frames"), "bytes": self.bytes,
+                "built_at": built_at, "age_s": round(time.time() - built_at),
+                "last_used_s_ago": round(time.time() - used), "build_s": self.meta.get("build_s")}
+
+
+class IndexStore:
+    def __init__(self, root: Path, budget_bytes: int) -> None:
+        self.root = root
+        self.budget_bytes = budget_bytes
+
+    def path_for(self, sha256: str, decoding: str) -> Path:
+        return self.root / f"{sha256}-{decoding}"
+
+    def ready(self, path: Path) -> Stored | None:
+        """The index at `path` if it was built whole with this schema (else None: build it)."""
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if meta.get("schema_version") != SCHEMA_VERSION or not (path / FRAMES_FILE).is_file():
+            return None
+        return Stored(path, meta)
+
+    def touch(self, path: Path) -> None:
+        try:
+            os.utime(path / META_FILE)
+        except OSError:
+            pass
+
+    def listing(self) -> list[Stored]:
+        found = []
+        if self.root.is_dir():
+            for entry in sorted(self.root.iterdir()):
+                if entry.is_dir() and not entry.name.endswith(".partial") and (stored := self.ready(entry)):
+                    found.append(stored)
+        return found
+
+    def evict(self, keep: Path) -> list[str]:
+        """Remove least recently used indexes (never `keep`) until the rest fit the budget; their names."""
+        stored = sorted(self.listing(), key=lambda s: (s.path / META_FILE).stat().st_mtime)
+        total = sum(s.bytes for s in stored)
+        gone = []
+        for old in stored:
+            if total <= self.budget_bytes:
+                break
+            if old.path == keep:
+                continue
+            shutil.rmtree(old.path, ignore_errors=True)
+            total -= old.bytes
+            gone.append(old.path.name)
+        return gone

@@ -1,0 +1,164 @@
+"""One actor per capture index (kind `pcap-index`, resource: the capture's key): it finds the index on
+disk or builds it (index/build.py, a child process), then answers from it (index/query.py).
+
+The build goes on in the actor's own nursery whoever asked: a call waits for it at most its `wait_s`
+and is told how far it is. Pages of the whole capture (pcap_frames_by_filter without a filter) come
+from a ready index at any offset in milliseconds, whether or not sharkd holds the capture.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from diagd.actors import interpreter
+from diagd.actors._subprocess import Tail, head
+from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
+from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary
+from diagd.actors.pcap.answers import answers
+from diagd.actors.pcap.engine.passes import Page
+from diagd.actors.pcap.index import query
+from diagd.actors.pcap.index.build import fields_args
+from diagd.actors.pcap.index.schema import SCHEMA_VERSION
+from diagd.actors.pcap.index.store import IndexStore, Stored
+from diagd.actors.pcap.messages import Frames, IndexStatus
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+KIND = "pcap-index"
+BUILD_MODULE = "diagd.actors.pcap.index.build"
+
+
+class IndexActor(Actor):
+    kind = KIND
+    policy = SupervisionPolicy(max_restarts=0)
+    concurrency = 8  # a call waiting for the build does not hold up the pages of another
+
+    def __init__(self, resource: str, capture: Path, tshark_argv: list[str], store: IndexStore,
+                 locate: Callable[[], Awaitable[Path]]) -> None:
+        super().__init__(resource)
+        self.capture = capture
+        self.tshark_argv = tshark_argv  # the capture's own tshark command (file, decoding), two-pass
+        self.store = store
+        self._locate = locate  # where the index of this file version and decoding lives (hashes the file)
+        self.path: Path | None = None
+        self.stored: Stored | None = None
+        self.frames_indexed = 0
+        self.error: DiagdError | None = None
+        self.done = trio.Event()
+        self.built_here = False
+        self._summary: IndexSummary | None = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._find_or_build)
+
+    async def _find_or_build(self) -> None:
+        try:
+            self.path = await self._locate()
+            self.stored = self.store.ready(self.path)
+            if self.stored is None:
+                self.stored = await self._build(self.path)
+                self.built_here = True
+                await trio.to_thread.run_sync(self.store.evict, self.path)
+        except DiagdError as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    async def _build(self, path: Path) -> Stored:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        argv = interpreter.module_argv(BUILD_MODULE, str(path), "--", *self.tshark_argv, *fields_args())
+        meta: dict[str, Any] = {}
+
+        def take(line: str) -> None:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                return
+            if "frames" in said:
+                self.frames_indexed = int(said["frames"])
+            elif "done" in said:
+                meta.update(said["done"])
+
+        done = await head(argv, None, max_line=1 << 20, on_line=take)
+        stored = self.store.ready(path)
+        if done.returncode != 0 or stored is None or not meta:
+            said = Tail()
+            said.feed(done.stderr.encode())
+            last = [x for x in said.text().splitlines() if x.strip()][-1:] or [f"exit status {done.returncode}"]
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"the index of {self.capture.name} could not be built: "
+                             f"{last[0]}", path=str(self.capture))
+        self.frames_indexed = int(meta.get("frames", self.frames_indexed))
+        return stored
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> dict[str, Any]:
+        match request.message:
+            case IndexStatus() as message:
+                return message.reply(await self._status(message.wait_s))
+            case Frames() as message:
+                return message.reply(await self._page(message))
+        raise unhandled(KIND, request)
+
+    @property
+    def ready(self) -> bool:
+        return self.stored is not None
+
+    async def _status(self, wait_s: float) -> IndexAnswer:
+        if wait_s > 0 and not self.done.is_set():
+            with trio.move_on_after(wait_s):
+                await self.done.wait()
+        stored = self.stored
+        answer: IndexAnswer = {"state": "building", "frames_indexed": self.frames_indexed,
+                               "index": self.path.name if self.path else None,
+                               "index_bytes": stored.bytes if stored else None,
+                               "build_s": stored.meta.get("build_s") if stored else None,
+                               "schema_version": SCHEMA_VERSION}
+        if self.error is not None:
+            answer |= {"state": "failed", "error": self.error.message}
+        elif stored is not None:
+            answer["state"] = "ready"
+            answer["summary"] = await self.summary()
+            self.store.touch(stored.path)
+            if not self.built_here:
+                answer["note"] = "found on disk: built before (by this daemon or an earlier one)"
+        else:
+            answer["note"] = ("one tshark pass over the capture is writing it: frames_indexed says how far; "
+                              "the same call again (or wait_s) tells when it is ready")
+        return answer
+
+    async def summary(self) -> IndexSummary:
+        assert self.stored is not None
+        if self._summary is None:
+            found = await trio.to_thread.run_sync(query.summary, self.stored.path)
+            protocols = list(found["protocols"])
+            # sharkd's `analyse` names the frame layer first; frame.protocols starts below it.
+            self._summary = {"frames": int(found["frames"]), "first_epoch": found["first_epoch"],
+                             "last_epoch": found["last_epoch"],
+                             "protocols": ["frame", *protocols] if found["frames"] else []}
+        return self._summary
+
+    async def _page(self, message: Frames) -> FramesAnswer:
+        if message.display_filter:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index answers pages of the whole capture only")
+        stored = self.stored
+        if stored is None:
+            raise DiagdError(ErrorCode.BUSY, "the capture's index is not built yet", retry_after_s=1)
+        total = (await self.summary())["frames"]
+        rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
+        self.store.touch(stored.path)
+        return answers.frames(message, Page(total, True, rows, "index"), None, None)
+
+    def statistics(self) -> dict[str, Any]:
+        stored = self.stored
+        state = "failed" if self.error else "ready" if stored else "building"
+        out: dict[str, Any] = {"path": str(self.capture), "state": state, "frames_indexed": self.frames_indexed}
+        if stored is not None:
+            out |= stored.describe()
+        return out
+
+
