@@ -26,7 +26,7 @@ from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.engine.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.engine.passes import Cores
-from diagd.actors.pcap.index.store import IndexStore, decoding_digest
+from diagd.actors.pcap.index.store import IndexStore, decoding_digest, tshark_identity
 from diagd.actors.pcap.index_actor import KIND as INDEX_KIND
 from diagd.actors.pcap.index_actor import IndexActor
 from diagd.actors.pcap.replies import Source
@@ -127,16 +127,23 @@ class PcapBackend:
                                  profiles=sorted(settings.profiles))
             profile = settings.profiles[profile_name]
         decode_as = [*profile.get("decode_as", []), *_as_list(args.get("decode_as"))]
-        cat = await self.catalogue()
-        parsed = [(rule, *parse_decode_as(rule, cat)) for rule in dict.fromkeys(decode_as)]  # refused before loading
         prefs = {**{k: str(v) for k, v in profile.get("preferences", {}).items()}, **(force_prefs or {})}
+        applied: list[str] = []
+        checks: list[decode_check.PortCheck] = []
+        if decode_as:
+            # The field catalogue (a fresh daemon reads it in ~1 s) is needed here only to parse rules:
+            # a call without any (a restarted daemon's first answer from an index) does not wait for it.
+            cat = await self.catalogue()
+            # Refused before loading:
+            parsed = [(rule, *parse_decode_as(rule, cat)) for rule in dict.fromkeys(decode_as)]
         identity, size = await file_identity(path)
         if size < _cold.BIG_FILE:  # every answer names it; a big file's is read after its first answer's head start
             self.digests.begin(path, identity)
         # Every tool refuses a file that is no capture before a worker is started for it.
         await self.wireshark.capinfos.check_capture(path, identity, size)
-        # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
-        applied, checks = await decode_check.check(path, identity, parsed, cat, self.wireshark.probes)
+        if decode_as:
+            # A port rule to HTTP/2 or HTTP goes only where the conversations carry it (decode_check.py).
+            applied, checks = await decode_check.check(path, identity, parsed, cat, self.wireshark.probes)
         spec = CaptureSpec(path=path, identity=identity, decode_as=tuple(applied),
                            preferences=tuple(sorted(prefs.items())), size=size, decode_checks=tuple(checks),
                            reference=named if resolved else None, about=resolved.about if resolved else None)
@@ -213,25 +220,44 @@ class PcapBackend:
         return IndexStore(self.runtime.state_dir / "index", self.settings.index_max_mb * 2**20)
 
     async def index(self, spec: CaptureSpec) -> ActorRef:
-        """The actor of the capture's persistent index (index_actor.py): started, and its build begun,
-        if it is not running yet."""
+        """The actor of the capture's persistent index (index_actor.py): started, and its build begun
+        if it is on no disk, when it is not running yet."""
         store = self.index_store
+        decoding = decoding_digest(spec.decode_as, spec.preferences, tshark_identity())
 
         async def locate() -> Path:
-            sha256, _ = await self.digests.sha256(spec.path, spec.identity)
-            version = (await self.catalogue()).version
-            return store.path_for(sha256, decoding_digest(spec.decode_as, spec.preferences, version))
+            known = store.by_identity(spec.identity, decoding)  # no hashing when this file version was seen
+            if known is None:
+                sha256, _ = await self.digests.sha256(spec.path, spec.identity)
+                known = store.path_for(sha256, decoding)
+            return known
 
         argv = _cold.base_argv(spec.path, spec.decode_as, spec.preferences)
         return await self.runtime.start(
-            INDEX_KIND, spec.key, lambda: IndexActor(spec.key, spec.path, argv, store, locate),
+            INDEX_KIND, spec.key,
+            lambda: IndexActor(spec.key, spec.path, argv, store, locate,
+                               remember=lambda path: store.remember(spec.identity, decoding, path)),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)
 
-    def ready_index(self, spec: CaptureSpec) -> ActorRef | None:
-        """The capture's index actor when its index is ready to answer (None: none, or still building)."""
+    def index_version(self, ref: ActorRef) -> str | None:
+        """The tshark version that built a ready index (None: not built yet)."""
+        return ref.actor.tshark_version if isinstance(ref.actor, IndexActor) else None
+
+    async def ready_index(self, spec: CaptureSpec) -> ActorRef | None:
+        """The capture's index actor when its index is ready to answer: the running one, or one started
+        now for an index a daemon built before (None: none, or still building)."""
         ref = self.runtime.find(INDEX_KIND, spec.key)
-        if ref is not None and ref.accepting and isinstance(ref.actor, IndexActor) and ref.actor.ready:
-            return ref
+        if ref is None:
+            store = self.index_store
+            if store.by_identity(spec.identity, decoding_digest(spec.decode_as, spec.preferences,
+                                                                tshark_identity())) is None:
+                return None
+            ref = await self.index(spec)
+        actor = ref.actor
+        if ref.accepting and isinstance(actor, IndexActor):
+            await actor.located()
+            if actor.ready:
+                return ref
         return None
 
     def headroom(self) -> int:
@@ -264,15 +290,17 @@ class PcapBackend:
 
     async def source(self, spec: CaptureSpec, args: dict[str, Any], *, command: list[str] | None = None,
                      provisional: bool = False, display_filter: str | None = None,
-                     fields: list[str] | None = None) -> ShownSource:
+                     fields: list[str] | None = None, built_by: str | None = None) -> ShownSource:
         """Where an answer came from. With include_command, the tshark command that prints the same
         rows: `command` is what follows the capture's own options (filter, output format), given by
         each tool; without it the display filter alone. A provisional answer (a fresh capture's
         first page) does not wait for the file's hash: sha256 is left out and sha256_pending is true
-        until it is done (a 1 GB file takes seconds to hash, the page a fraction of one)."""
-        cat = await self.catalogue()
+        until it is done (a 1 GB file takes seconds to hash, the page a fraction of one). An answer from a
+        capture's index names the tshark that built it (`built_by`) and waits neither for the field
+        catalogue nor for the hash: a restarted daemon's first index answer takes milliseconds."""
+        version = built_by if built_by is not None else (await self.catalogue()).version
         hashed: _Hashed = {}
-        if provisional and self.digests.if_ready(spec.identity) is None:
+        if (provisional or built_by is not None) and self.digests.if_ready(spec.identity) is None:
             hashed["sha256_pending"] = True
         else:
             hashed["sha256"] = (await self.digests.sha256(spec.path, spec.identity))[0]
@@ -293,7 +321,7 @@ class PcapBackend:
             tail["equivalent_command"] = argv
             tail["equivalent_command_line"] = shlex.join(argv)
         return {"pcap_path": str(spec.path), **hashed, "profile": args.get("profile"), **spec.describe(),
-                "tshark_version": cat.version, **named, **tail}
+                "tshark_version": version, **named, **tail}
 
     async def reference_extent(self, spec: CaptureSpec) -> dict[str, Any]:
         """What a `capture:<id>` answer covers: up to which frame and time, and whether it still grows."""

@@ -38,12 +38,15 @@ class IndexActor(Actor):
     concurrency = 8  # a call waiting for the build does not hold up the pages of another
 
     def __init__(self, resource: str, capture: Path, tshark_argv: list[str], store: IndexStore,
-                 locate: Callable[[], Awaitable[Path]]) -> None:
+                 locate: Callable[[], Awaitable[Path]], remember: Callable[[Path], None] = lambda path: None
+                 ) -> None:
         super().__init__(resource)
         self.capture = capture
         self.tshark_argv = tshark_argv  # the capture's own tshark command (file, decoding), two-pass
         self.store = store
-        self._locate = locate  # where the index of this file version and decoding lives (hashes the file)
+        self._locate = locate  # where the index of this file version and decoding lives (may hash the file)
+        self._remember = remember  # records where this file version's index is (IndexStore.remember)
+        self._located = trio.Event()
         self.path: Path | None = None
         self.stored: Stored | None = None
         self.frames_indexed = 0
@@ -57,16 +60,25 @@ class IndexActor(Actor):
 
     async def _find_or_build(self) -> None:
         try:
-            self.path = await self._locate()
-            self.stored = self.store.ready(self.path)
+            try:
+                self.path = await self._locate()
+                self.stored = self.store.ready(self.path)
+            finally:
+                self._located.set()
             if self.stored is None:
                 self.stored = await self._build(self.path)
                 self.built_here = True
                 await trio.to_thread.run_sync(self.store.evict, self.path)
+            self._remember(self.path)
         except DiagdError as exc:
             self.error = exc
         finally:
+            self._located.set()
             self.done.set()
+
+    async def located(self) -> None:
+        """Wait until the index is found on disk or known to need a build."""
+        await self._located.wait()
 
     async def _build(self, path: Path) -> Stored:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,7 +120,13 @@ class IndexActor(Actor):
     def ready(self) -> bool:
         return self.stored is not None
 
+    @property
+    def tshark_version(self) -> str | None:
+        """The version of the tshark that built the index (index/build.py records it)."""
+        return str(self.stored.meta.get("tshark_version", "unknown")) if self.stored is not None else None
+
     async def _status(self, wait_s: float) -> IndexAnswer:
+        await self._located.wait()  # found on disk or not: what the first answer after a restart says
         if wait_s > 0 and not self.done.is_set():
             with trio.move_on_after(wait_s):
                 await self.done.wait()

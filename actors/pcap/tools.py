@@ -193,14 +193,16 @@ async def pcap_info(backend: PcapBackend, ctx: CallContext, args: Args) -> InfoR
 async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -> FramesReply:
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
-    if not flt and (index := backend.ready_index(spec)) is not None:
+    built_by = None
+    if not flt and (index := await backend.ready_index(spec)) is not None:
         # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size.
         result = await backend.runtime.ask(index, Frames(flt, limit, offset), progress=ctx.progress)
+        built_by = backend.index_version(index)
     else:
         result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
     return {**result, "limit": limit, "offset": offset,
             "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
-                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
+                                           provisional=SINGLE_PASS in result.get("served_by", ""), built_by=built_by)}
 
 
 @tools.tool("pcap_index", "Build or read a capture's persistent index (Parquet, DuckDB): one tshark pass, kept "
@@ -211,7 +213,8 @@ async def pcap_index(backend: PcapBackend, ctx: CallContext, args: Args) -> Inde
     spec = await backend.spec_for(args)
     ref = await backend.index(spec)
     result = await backend.runtime.ask(ref, IndexStatus(float(args["wait_s"])), progress=ctx.progress)
-    return {**result, "source": await backend.source(spec, args, command=["-T", "fields"])}
+    return {**result, "source": await backend.source(spec, args, command=["-T", "fields"],
+                                                     built_by=backend.index_version(ref))}
 
 
 def resolve_fields(cat: Catalogue, names: list[str]) -> tuple[dict[str, str], list[str]]:

@@ -107,9 +107,10 @@ async def test_the_index_is_parquet_any_reader_reads_and_survives_a_restart(tmp_
     second = start_daemon(env)
     try:
         async with session(second) as call:
-            again = await call("pcap_index", pcap_path=str(path))
+            # A page first: the restarted daemon finds the index on disk itself (no pcap_index call).
             page = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter="", limit=3,
                               offset=len(table) - 3)
+            again = await call("pcap_index", pcap_path=str(path))
     finally:
         second.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)

@@ -98,7 +98,10 @@ def build(out: Path, argv: list[str]) -> dict[str, Any]:
     messages = [x for x in stderr.splitlines() if x and not x.startswith("Running as user")]
     if proc.returncode != 0 and not frames:
         raise SystemExit("tshark could not read the capture: " + "\n".join(messages)[-2000:])
-    meta = {"schema_version": SCHEMA_VERSION, "frames": frames, "build_s": round(time.monotonic() - started, 3),
+    version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
+    meta = {"schema_version": SCHEMA_VERSION, "frames": frames,
+            "tshark_version": (version.splitlines() or ["unknown"])[0].strip(),
+            "build_s": round(time.monotonic() - started, 3),
             "built_at": time.time(), "tshark_argv": argv, "warnings": messages[-5:],
             "bytes": (partial / FRAMES_FILE).stat().st_size}
     (partial / META_FILE).write_text(json.dumps(meta))

@@ -21,9 +21,20 @@ from diagd.actors.pcap.index.build import FRAMES_FILE, META_FILE
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 
 
-def decoding_digest(decode_as: Sequence[str], preferences: Sequence[tuple[str, str]], tshark_version: str) -> str:
-    """What changes the rows besides the file: decode-as rules, preferences, tshark's version, the schema."""
-    text = json.dumps([list(decode_as), [list(p) for p in preferences], tshark_version, SCHEMA_VERSION])
+def tshark_identity() -> str:
+    """This machine's tshark as a file version (path, size, mtime): an upgrade of Wireshark replaces it.
+    Read in microseconds, where its version text needs a tshark start (a restart's first answer waits for it)."""
+    found = shutil.which("tshark")
+    if found is None:
+        return "no tshark"
+    real = os.path.realpath(found)
+    st = os.stat(real)
+    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def decoding_digest(decode_as: Sequence[str], preferences: Sequence[tuple[str, str]], tshark: str) -> str:
+    """What changes the rows besides the file: decode-as rules, preferences, tshark (tshark_identity), the schema."""
+    text = json.dumps([list(decode_as), [list(p) for p in preferences], tshark, SCHEMA_VERSION])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -64,6 +75,28 @@ class IndexStore:
             return None
         return Stored(path, meta)
 
+    # A file version (device, inode, size, mtime: wireshark.file_identity) -> its index, so that a
+    # restarted daemon finds a big capture's index without hashing the whole file first (seconds a GB).
+    def _identity_file(self, identity: str, decoding: str) -> Path:
+        name = hashlib.sha256(f"{identity}|{decoding}".encode()).hexdigest()[:24]
+        return self.root / "identities" / name
+
+    def by_identity(self, identity: str, decoding: str) -> Path | None:
+        """The index recorded for this file version and decoding, if it is still there whole."""
+        try:
+            name = self._identity_file(identity, decoding).read_text().strip()
+        except OSError:
+            return None
+        path = self.root / name
+        return path if "/" not in name and self.ready(path) is not None else None
+
+    def remember(self, identity: str, decoding: str, path: Path) -> None:
+        target = self._identity_file(identity, decoding)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        partial.write_text(path.name)
+        os.replace(partial, target)
+
     def touch(self, path: Path) -> None:
         try:
             os.utime(path / META_FILE)
@@ -74,7 +107,8 @@ class IndexStore:
         found = []
         if self.root.is_dir():
             for entry in sorted(self.root.iterdir()):
-                if entry.is_dir() and not entry.name.endswith(".partial") and (stored := self.ready(entry)):
+                if (entry.is_dir() and entry.name != "identities" and not entry.name.endswith(".partial")
+                        and (stored := self.ready(entry))):
                     found.append(stored)
         return found
 

@@ -1,0 +1,205 @@
+"""Index bench: a capture's persistent index (pcap_index, actors/pcap/index/) at 55 MB and 1 GB, on the
+control-plane and user-plane captures of bench/pcap_fresh.py (built once, cached outside the repository).
+
+Run from the repository root:
+
+    .venv/bin/python bench/pcap_index.py [--size-mb 50] [--big-mb 1024 | --no-big] [--planes control,user]
+
+Rows, per capture, each on a daemon of its own that has never seen it:
+(B) the build: pcap_index(wait_s) until ready, against one two-pass tshark read of the same file
+    (`tshark -r F -n -2 -T fields -e frame.number`, output read to the end); target <= 1.5x that pass.
+(M) peak memory while it builds: the daemon and all its children together (sum of PSS, each shared
+    page counted once, sampled every 0.1 s); target <= 1.5 GB.
+(P) a page deep in the capture (pcap_frames_by_filter without a filter, limit 500, offsets spread over
+    its second half): median of --repeats calls; target <= 0.1 s.
+(R) after a restart (a new daemon on the same state directory): the first pcap_index and the first deep
+    page together; target <= 1 s.
+(S) the index's size on disk against the capture's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _daemon import isolated_daemon
+from _pcap_tools import build_capture, build_dense_capture, dense_sources, diagd_client, log, packet_count, run_cold
+from _proc import children, rss_mb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.pcaps import PCAPS
+
+CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
+SOURCE = "magma_gx_gy_combined_04.pcapng"
+PAGE = 500
+
+
+def pss_mb(pid: int) -> float:
+    """Proportional set size: the process's own pages plus its share of pages it shares (libwireshark,
+    mapped by every tshark and sharkd): summed over processes it counts each page once, where VmRSS
+    counted the ~100 MB library once per warm tshark."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    return rss_mb(pid)
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Memory of `pid` and every descendant (PSS)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += pss_mb(p)
+            todo += [kid for kid, _, _ in children(p)]
+        except (OSError, RuntimeError):
+            continue
+    return total
+
+
+class PeakSampler:
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.peak = max(self.peak, tree_rss_mb(self.pid))
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def measure(args: argparse.Namespace, label: str, path: Path) -> list[dict[str, Any]]:
+    import trio
+
+    frames = await trio.to_thread.run_sync(lambda: packet_count(path))
+    log(f"{label}: one two-pass tshark read x{args.cold_repeats}")
+    tshark_s = statistics.median(
+        [(await trio.to_thread.run_sync(lambda: run_cold(["tshark", "-r", str(path), "-n", "-2", "-T", "fields",
+                                                          "-e", "frame.number"]))).wall_s
+         for _ in range(args.cold_repeats)])
+    dirs = json.dumps([str(args.cache_dir), str(args.pcaps_dir)])
+    config = f"[daemon]\nallowed_dirs = {dirs}\ncall_timeout_s = 3600\n"
+    offsets = [frames // 2 + (frames // 2 - PAGE) * i // max(1, args.repeats - 1) for i in range(args.repeats)]
+    # One state directory for both daemons, outside isolated_daemon's own (removed when its daemon stops).
+    state = tempfile.mkdtemp(prefix="diagd-bench-index-state-")
+    try:
+        return await _measure(args, label, path, frames, tshark_s, config, offsets, state)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int, tshark_s: float, config: str,
+                   offsets: list[int], state: str) -> list[dict[str, Any]]:
+    import trio
+
+    with isolated_daemon("index", config=config, extra_env={"DIAGD_STATE_DIR": state}) as daemon:
+        async with diagd_client(daemon.env) as client:
+            await client.call("pcap_info", {"pcap_path": str(args.pcaps_dir / SOURCE)})  # warm-up: the catalogue
+            log(f"{label}: pcap_index until ready")
+            with PeakSampler(daemon.proc.pid) as peak:
+                start = time.perf_counter()
+                while True:
+                    _, built, _ = await client.call("pcap_index", {"pcap_path": str(path), "wait_s": 600})
+                    if built["state"] != "building":
+                        break
+                build_s = time.perf_counter() - start
+            if built["state"] != "ready":
+                raise RuntimeError(f"the index was not built: {built}")
+            pages = []
+            for offset in offsets:
+                took, page, _ = await client.call("pcap_frames_by_filter", {
+                    "pcap_path": str(path), "display_filter": "", "limit": PAGE, "offset": offset})
+                if page["served_by"] != "index" or page["frames"][0]["number"] != offset + 1:
+                    raise RuntimeError(f"a deep page did not come from the index: {page['served_by']}")
+                pages.append(took)
+        log(f"{label}: a new daemon on the same state directory")
+    with isolated_daemon("index2", config=config, extra_env={"DIAGD_STATE_DIR": state}) as again:
+        async with diagd_client(again.env) as client:
+            start = time.perf_counter()
+            _, found, _ = await client.call("pcap_index", {"pcap_path": str(path)})
+            _, page, _ = await client.call("pcap_frames_by_filter", {"pcap_path": str(path), "display_filter": "",
+                                                                     "limit": PAGE, "offset": offsets[-1]})
+            restart_s = time.perf_counter() - start
+            if found["state"] != "ready" or page["served_by"] != "index":
+                raise RuntimeError(f"after a restart the index was not found: {found}")
+    size = await trio.to_thread.run_sync(lambda: path.stat().st_size)
+    return [
+        {"row": "B", "capture": label, "what": "build, wall", "diagd_s": round(build_s, 2),
+         "tshark_s": round(tshark_s, 2),
+         "ratio": round(build_s / tshark_s, 2), "target": "<= 1.5x one two-pass tshark read",
+         "met": build_s <= 1.5 * tshark_s},
+        {"row": "M", "capture": label, "what": "peak memory (PSS), daemon + children, while building",
+         "mb": round(peak.peak), "target": "<= 1536 MB", "met": peak.peak <= 1536},
+        {"row": "P", "capture": label, "what": f"deep page (limit {PAGE}), median of {len(pages)}",
+         "diagd_s": round(statistics.median(pages), 4), "max_s": round(max(pages), 4), "target": "<= 0.1 s",
+         "met": statistics.median(pages) <= 0.1},
+        {"row": "R", "capture": label, "what": "after a restart: pcap_index + first deep page",
+         "diagd_s": round(restart_s, 3), "target": "<= 1 s", "met": restart_s <= 1.0},
+        {"row": "S", "capture": label, "what": "index size", "mb": round(found["index_bytes"] / 1e6, 1),
+         "capture_mb": round(size / 1e6, 1), "frames": frames},
+    ]
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import trio
+
+    src = args.pcaps_dir / SOURCE
+    captures: list[tuple[str, Path]] = []
+    for label, mb in (("55 MB", args.size_mb), ("1 GB", 0 if args.no_big else args.big_mb)):
+        if not mb:
+            continue
+        if "control" in args.planes:
+            copies = max(1, math.ceil(mb * 1024 * 1024 / src.stat().st_size))
+            path, _ = await trio.to_thread.run_sync(lambda c=copies: build_capture(src, c, 0, args.cache_dir))
+            captures.append((f"control {label}", path))
+        if "user" in args.planes:
+            path, _ = await trio.to_thread.run_sync(
+                lambda m=mb: build_dense_capture(dense_sources(), m, args.cache_dir))
+            captures.append((f"user {label}", path))
+    rows: list[dict[str, Any]] = []
+    for label, path in captures:
+        rows += await measure(args, label, path)
+    return rows
+
+
+def main() -> int:
+    import trio
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mb", type=float, default=50)
+    parser.add_argument("--big-mb", type=float, default=1024)
+    parser.add_argument("--no-big", action="store_true")
+    parser.add_argument("--planes", default="control,user")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--cold-repeats", type=int, default=3)
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--pcaps-dir", type=Path, default=PCAPS)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = trio.run(run, args)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for row in rows:
+            print(" | ".join(f"{k}={v}" for k, v in row.items()))
+    return 0 if all(r.get("met", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
