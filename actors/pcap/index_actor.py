@@ -30,6 +30,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "pcap-index"
 BUILD_MODULE = "diagd.actors.pcap.index.build"
+PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
 
 
 class IndexActor(Actor):
@@ -111,7 +112,7 @@ class IndexActor(Actor):
     async def handle(self, request: Request) -> dict[str, Any]:
         match request.message:
             case IndexStatus() as message:
-                return message.reply(await self._status(message.wait_s))
+                return message.reply(await self._status(request, message.wait_s))
             case Frames() as message:
                 return message.reply(await self._page(message))
         raise unhandled(KIND, request)
@@ -125,11 +126,14 @@ class IndexActor(Actor):
         """The version of the tshark that built the index (index/build.py records it)."""
         return str(self.stored.meta.get("tshark_version", "unknown")) if self.stored is not None else None
 
-    async def _status(self, wait_s: float) -> IndexAnswer:
+    async def _status(self, request: Request, wait_s: float) -> IndexAnswer:
         await self._located.wait()  # found on disk or not: what the first answer after a restart says
         if wait_s > 0 and not self.done.is_set():
             with trio.move_on_after(wait_s):
-                await self.done.wait()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._tell_progress, request)
+                    await self.done.wait()
+                    nursery.cancel_scope.cancel()
         stored = self.stored
         answer: IndexAnswer = {"state": "building", "frames_indexed": self.frames_indexed,
                                "index": self.path.name if self.path else None,
@@ -148,6 +152,15 @@ class IndexActor(Actor):
             answer["note"] = ("one tshark pass over the capture is writing it: frames_indexed says how far; "
                               "the same call again (or wait_s) tells when it is ready")
         return answer
+
+    async def _tell_progress(self, request: Request) -> None:
+        """While a call waits for the build: how many frames are written, every PROGRESS_S."""
+        told = -1
+        while True:
+            if self.frames_indexed != told:
+                told = self.frames_indexed
+                await request.report_progress(told, None, f"{told} frames indexed")
+            await trio.sleep(PROGRESS_S)
 
     async def summary(self) -> IndexSummary:
         assert self.stored is not None
