@@ -162,6 +162,11 @@ class Actor(abc.ABC):
     def statistics(self) -> dict[str, Any]:
         return {}
 
+    def working(self) -> bool:
+        """Work of its own under way that no call waits for (an index build): the idle timeout does
+        not end the actor meanwhile; it is asked again one idle timeout later."""
+        return False
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} [{self.kind} {self.resource}]>"
 
@@ -274,7 +279,7 @@ async def _serve_inbox(
                 request = await inbox.receive()
             runtime.idle_scope = None
             if request is None:
-                if runtime.in_flight:
+                if runtime.in_flight or actor.working():
                     continue
                 if runtime.expire_now():
                     runtime.state = ActorState.EXPIRED

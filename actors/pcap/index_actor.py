@@ -184,6 +184,9 @@ class IndexActor(Actor):
         self.store.touch(stored.path)
         return answers.frames(message, Page(total, True, rows, "index"), None, None)
 
+    def working(self) -> bool:
+        return not self.done.is_set()  # a 10 GB capture's build outlasts the idle timeout: not cut short
+
     def statistics(self) -> dict[str, Any]:
         stored = self.stored
         state = "failed" if self.error else "ready" if stored else "building"

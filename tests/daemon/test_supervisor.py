@@ -126,6 +126,35 @@ async def test_idle_actor_expires_exactly_after_idle_timeout(autojump_clock: tri
         assert Scripted.stops == 1
 
 
+class Building(Actor):
+    """Works in the background (an index build) until `done`: `working()` says so."""
+
+    kind = "scripted"
+
+    def __init__(self, resource: str) -> None:
+        super().__init__(resource)
+        self.done = trio.Event()
+
+    async def handle(self, request: Request) -> dict[str, Any]:
+        return {"pong": True}
+
+    def working(self) -> bool:
+        return not self.done.is_set()
+
+
+async def test_an_actor_working_in_the_background_outlives_its_idle_timeout(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, idle_timeout_s=30)
+        actor = Building("a")
+        await call(sup, "a", Ping(), make=lambda: actor)
+        await trio.sleep(95)  # three idle timeouts while it works
+        assert sup.find("scripted", "a") is not None
+        actor.done.set()
+        await trio.sleep(30.001)  # asked again one idle timeout later: done now, so it expires
+        assert sup.find("scripted", "a") is None
+
+
 async def test_each_call_moves_the_idle_deadline(autojump_clock: trio.testing.MockClock) -> None:
     async with trio.open_nursery() as nursery:
         sup = Supervisor(nursery, idle_timeout_s=30)
