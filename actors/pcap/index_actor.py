@@ -15,21 +15,19 @@ from typing import Any
 
 import trio
 
-from diagd.actors import interpreter
 from diagd.actors._subprocess import Tail, head
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
 from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary
 from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.engine.passes import Page
 from diagd.actors.pcap.index import query
-from diagd.actors.pcap.index.build import fields_args
+from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 from diagd.actors.pcap.index.store import IndexStore, Stored
 from diagd.actors.pcap.messages import Frames, IndexStatus
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "pcap-index"
-BUILD_MODULE = "diagd.actors.pcap.index.build"
 PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
 
 
@@ -83,7 +81,7 @@ class IndexActor(Actor):
 
     async def _build(self, path: Path) -> Stored:
         path.parent.mkdir(parents=True, exist_ok=True)
-        argv = interpreter.module_argv(BUILD_MODULE, str(path), "--", *self.tshark_argv, *fields_args())
+        argv = build_command(path, self.tshark_argv)
         meta: dict[str, Any] = {}
 
         def take(line: str) -> None:

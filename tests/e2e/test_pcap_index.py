@@ -11,11 +11,13 @@ second daemon on the same state directory finds the index instead of building it
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
@@ -23,6 +25,7 @@ from tests.e2e.test_pcap_differential import session
 from tests.e2e.test_pcap_oracle import row_of
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
 from tests.support import pcap_oracle as oracle
+from tests.support.procs import alive
 
 pytestmark = [
     pytest.mark.e2e,
@@ -117,3 +120,43 @@ async def test_the_index_is_parquet_any_reader_reads_and_survives_a_restart(tmp_
     assert again["state"] == "ready" and "built before" in again["note"], again
     assert again["index"] == built["index"]
     assert page["served_by"] == "index" and [f["number"] for f in page["frames"]] == sorted(table)[-3:]
+
+
+async def test_a_daemon_killed_mid_build_leaves_no_builder_tshark_or_half_index(tmp_path: Path, bigger: Path) -> None:
+    """The builder and its tshark run in a session of their own; killed with the daemon, its next
+    progress line finds no reader (BrokenPipeError), so it kills tshark and removes its partial output.
+    (A build that ends in that moment leaves a whole index: never a half-written one.)"""
+    env = make_env(tmp_path / "d", f'[daemon]\nallowed_dirs = ["{bigger.parent}", "{PCAPS}"]\ncall_timeout_s = 300\n')
+    daemon = start_daemon(env)
+    try:
+        async with session(daemon) as call:
+            await call("pcap_info", pcap_path=str(PCAPS / "adrian_registration_reject.pcap"))  # the catalogue, read
+            begun = await call("pcap_index", pcap_path=str(bigger))
+            assert begun["state"] == "building", begun
+            with trio.fail_after(60):
+                while len(building := builders(str(bigger))) < 2:  # the builder and its tshark
+                    await trio.sleep(0.02)
+        daemon.proc.send_signal(signal.SIGKILL)
+        daemon.proc.wait()
+        with trio.fail_after(30):
+            while any(alive(pid) for pid in building):
+                await trio.sleep(0.1)
+        assert not list((env.state / "pcap" / "index").glob("*.partial")), "a half-written index was left"
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+def builders(capture: str) -> list[int]:
+    """The index builder of `capture` and the tshark under it (their pids), if running."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if capture.encode() in argv and any(a.endswith(b"index/build.py") or a == b"tshark" for a in argv):
+            found.append(int(proc.name))
+    return found

@@ -40,7 +40,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 # Every tool the daemon lists; test_every_listed_tool_is_fuzzed keeps this list honest.
 TOOLS = [
     "diagd_status", "diagd_calls", "diagd_stop_actor", "diagd_reload", "diagd_timeline",
-    "pcap_info", "pcap_index", "pcap_frames_by_filter", "pcap_timeline", "pcap_frame_detail", "pcap_text_search", "pcap_follow",
+    "pcap_info", "pcap_index", "pcap_frames_by_filter", "pcap_timeline", "pcap_frame_detail", "pcap_text_search",
+    "pcap_follow",
     "pcap_packet_list", "pcap_extract_subcapture", "ngap_ue_sessions", "ngap_pdu_session_summary",
     "pcap_list_fields", "pcap_fields_search", "pcap_config_get", "pcap_sequence_diagram",
     "pcap_stats",

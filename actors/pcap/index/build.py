@@ -1,12 +1,14 @@
 """Building one index: a child process that runs tshark and writes its rows as Parquet.
 
-`python -P -m diagd.actors.pcap.index.build OUT_DIR -- TSHARK_ARGV...` reads a capture with the given
+`python -P build.py OUT_DIR COLUMNS SCHEMA_VERSION -- TSHARK_ARGV...` (`command()`) reads a capture with the given
 tshark command (the capture's own: `-r FILE -n -2` and its decode-as rules and preferences, with
 `fields_args()` after it), parses its tab-separated rows with Arrow's C++ CSV reader in blocks of
 BLOCK_BYTES and writes each as a Parquet row group, so memory stays bounded whatever the capture's
 size. It prints one JSON line per row group (`{"frames": N}`: the progress) and a last one with the
 metadata; the daemon reads them (actor.py). Another process than the daemon: a build of a 20 GB
-capture takes minutes of parsing and writing that must not share the daemon's event loop.
+capture takes minutes of parsing and writing that must not share the daemon's event loop. It runs as
+a script, not a module of the package, and imports nothing of diagd: importing the pcap back end
+would cost it ~0.3 s of start (the columns come as an argument, as JSON).
 
 A row tshark printed with more or fewer cells than columns (a value holding a tab would do that)
 fails the whole build: an index is exact or absent. Nothing is left at OUT_DIR unless the build ends
@@ -24,15 +26,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
-
 BLOCK_BYTES = 4 << 20  # tshark output parsed per block: ~10-20k rows, one Parquet row group each
 FRAMES_FILE = "frames.parquet"
 META_FILE = "meta.json"
 
 
+STDERR_KEPT = 16384
+
+
+def _tail(path: Path) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - STDERR_KEPT))
+        return f.read().decode(errors="replace")
+
+
 def fields_args() -> list[str]:
     """What follows the capture's tshark command: the index's fields, one tab-separated row a frame."""
+    from diagd.actors.pcap.index.schema import COLUMNS
     from diagd.actors.pcap.shark.rows import DEFAULT_COLUMN_PREF
 
     args = ["-o", DEFAULT_COLUMN_PREF, "-T", "fields", "-E", "header=n", "-E", "occurrence=f"]
@@ -41,14 +51,16 @@ def fields_args() -> list[str]:
     return args
 
 
-def _arrow_types() -> dict[str, Any]:
-    import pyarrow as pa
+def command(out: Path, tshark_argv: list[str]) -> list[str]:
+    """This builder's command line for the capture's tshark command (its file and decoding)."""
+    from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
 
-    kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
-    return {col.name: kinds[col.kind] for col in COLUMNS}
+    columns = json.dumps([[c.name, c.kind] for c in COLUMNS])
+    return [sys.executable, "-P", os.path.abspath(__file__), str(out), columns, str(SCHEMA_VERSION), "--",
+            *tshark_argv, *fields_args()]
 
 
-def build(out: Path, argv: list[str]) -> dict[str, Any]:
+def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_version: int) -> dict[str, Any]:
     """Run `argv` (tshark with fields_args()), write OUT/frames.parquet and OUT/meta.json."""
     import pyarrow as pa
     import pyarrow.csv as csv
@@ -58,48 +70,63 @@ def build(out: Path, argv: list[str]) -> dict[str, Any]:
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    types = _arrow_types()
+    kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
+    types = {name: kinds[kind] for name, kind in columns}
+    names = [name for name, _ in columns]
     bad_rows: list[str] = []
 
     def invalid(row: Any) -> str:
         bad_rows.append(f"{row.expected_columns} cells expected, {row.actual_columns} found: {row.text[:200]!r}")
         return "skip"
 
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
+    # tshark's stderr to a file: read at the end (its last STDERR_KEPT bytes), never a pipe left to fill.
+    with open(partial / "tshark.stderr", "wb") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+    assert proc.stdout is not None
     frames = 0
     try:
-        reader = csv.open_csv(
-            proc.stdout,
-            read_options=csv.ReadOptions(column_names=[c.name for c in COLUMNS], block_size=BLOCK_BYTES),
-            parse_options=csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False, escape_char=False,
-                                           newlines_in_values=False, invalid_row_handler=invalid),
-            convert_options=csv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True,
-                                               quoted_strings_can_be_null=True))
-        schema = pa.schema([(c.name, types[c.name]) for c in COLUMNS])
-        with pq.ParquetWriter(partial / FRAMES_FILE, schema, compression="zstd") as writer:
-            for batch in reader:
-                if bad_rows:
-                    break
-                writer.write_batch(batch)
-                frames += batch.num_rows
-                print(json.dumps({"frames": frames}), flush=True)
-    except pa.ArrowInvalid as exc:
-        if "Empty CSV file" not in str(exc):
-            raise
-        pq.write_table(pa.table({c.name: pa.array([], types[c.name]) for c in COLUMNS}), partial / FRAMES_FILE)
-    finally:
-        if bad_rows:
-            proc.kill()
-        stderr = proc.stderr.read().decode(errors="replace")
+        try:
+            reader = csv.open_csv(
+                proc.stdout,
+                read_options=csv.ReadOptions(column_names=names, block_size=BLOCK_BYTES),
+                parse_options=csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
+                                               escape_char=False, newlines_in_values=False,
+                                               invalid_row_handler=invalid),
+                convert_options=csv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True,
+                                                   quoted_strings_can_be_null=True))
+            schema = pa.schema([(name, types[name]) for name in names])
+            with pq.ParquetWriter(partial / FRAMES_FILE, schema, compression="zstd") as writer:
+                for batch in reader:
+                    if bad_rows:
+                        break
+                    writer.write_batch(batch)
+                    frames += batch.num_rows
+                    # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
+                    print(json.dumps({"frames": frames}), flush=True)
+        except pa.ArrowInvalid as exc:
+            if "Empty CSV file" not in str(exc):
+                raise
+            pq.write_table(pa.table({name: pa.array([], types[name]) for name in names}), partial / FRAMES_FILE)
+    except BaseException:
+        # Stopped, the daemon gone, a parse error: tshark goes too, and nothing half-written stays.
+        proc.kill()
         proc.wait()
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if bad_rows:
+        proc.kill()
+    proc.wait()
+    stderr = _tail(partial / "tshark.stderr")
+    (partial / "tshark.stderr").unlink()
+    if bad_rows:
+        shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit(f"tshark printed rows the index cannot hold exactly: {bad_rows[0]}")
     messages = [x for x in stderr.splitlines() if x and not x.startswith("Running as user")]
     if proc.returncode != 0 and not frames:
+        shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit("tshark could not read the capture: " + "\n".join(messages)[-2000:])
     version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
-    meta = {"schema_version": SCHEMA_VERSION, "frames": frames,
+    meta = {"schema_version": schema_version, "frames": frames,
             "tshark_version": (version.splitlines() or ["unknown"])[0].strip(),
             "build_s": round(time.monotonic() - started, 3),
             "built_at": time.time(), "tshark_argv": argv, "warnings": messages[-5:],
@@ -111,13 +138,41 @@ def build(out: Path, argv: list[str]) -> dict[str, Any]:
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 3 or args[1] != "--":
-        sys.stderr.write("usage: python -m diagd.actors.pcap.index.build OUT_DIR -- TSHARK_ARGV...\n")
+    if len(args) < 5 or args[3] != "--":
+        sys.stderr.write("usage: build.py OUT_DIR COLUMNS_JSON SCHEMA_VERSION -- TSHARK_ARGV...\n")
         return 2
-    meta = build(Path(args[0]), args[2:])
+    columns = [(str(name), str(kind)) for name, kind in json.loads(args[1])]
+    meta = build(Path(args[0]), args[4:], columns, int(args[2]))
     print(json.dumps({"done": meta}), flush=True)
     return 0
 
 
+def run(args: list[str]) -> None:
+    """main, then out at once (os._exit): Arrow's reader thread may still be blocked reading tshark's
+    pipe through a Python file object, and a normal interpreter shutdown then waits for it forever
+    (seen when the daemon died mid-build: the builder cleaned up, then hung at exit)."""
+    code = 1
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = 1 if exc.code is None or isinstance(exc.code, str) else int(exc.code)
+        if isinstance(exc.code, str):
+            _say(exc.code)
+    except BrokenPipeError:
+        pass  # the daemon is gone: nobody to tell
+    except BaseException as exc:  # any failure is the build's coded end, said on stderr
+        _say(f"the index build failed: {type(exc).__name__}: {exc}")
+    finally:
+        os._exit(code)
+
+
+def _say(message: str) -> None:
+    try:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run(sys.argv[1:])
