@@ -255,11 +255,20 @@ class IndexAnswer(Answered):
     """A capture's persistent index: building (how far) or ready (what it holds)."""
 
     state: str
+    """building, ready or failed"""
     frames_indexed: int
+    """frames written so far"""
     index: str | None
+    """its directory under the state dir: <sha256>-<decoding>"""
     index_bytes: int | None
+    """its size on disk"""
     build_s: float | None
+    """how long its build took"""
     schema_version: int
+    """the column layout (docs/pcap-index.md)"""
     summary: NotRequired[IndexSummary]
+    """frames, first/last arrival (Unix s), protocols in order of appearance"""
     error: NotRequired[str]
+    """why the build failed"""
     note: NotRequired[str]
+    """what to do next"""

@@ -12,7 +12,7 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
-from diagd.actors.pcap.answer_types import DetailFrame, IndexSummary, SearchMatch
+from diagd.actors.pcap.answer_types import DetailFrame, IndexAnswer, SearchMatch
 
 
 class Source(TypedDict):
@@ -53,27 +53,8 @@ class Answer(TypedDict):
     """an answer kept from an earlier identical call"""
 
 
-class IndexReply(Answer):
-    """A capture's persistent index (Parquet, read with DuckDB)."""
-
-    state: str
-    """building, ready or failed"""
-    frames_indexed: int
-    """frames written so far"""
-    index: str | None
-    """its directory under the state dir: <sha256>-<decoding>"""
-    index_bytes: int | None
-    """its size on disk"""
-    build_s: float | None
-    """how long its build took"""
-    schema_version: int
-    """the column layout (docs/pcap-index.md)"""
-    summary: NotRequired[IndexSummary]
-    """frames, first/last arrival (Unix s), protocols in order of appearance"""
-    error: NotRequired[str]
-    """why the build failed"""
-    note: NotRequired[str]
-    """what to do next"""
+class IndexReply(Answer, IndexAnswer):
+    """A capture's persistent index (Parquet, read with DuckDB): the actor's answer and its source."""
 
 
 class InfoReply(Answer):
