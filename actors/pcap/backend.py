@@ -88,6 +88,9 @@ class PcapBackend:
         self.warm = standby.WarmTsharks(runtime, self.wireshark)
         self.digests = Digests()  # each capture file version's sha256, hashed once (its sessions' too)
         self._beginning: set[str] = set()  # captures whose actor `begin` is starting in the background
+        # Index builds at once, daemon-wide: each is a tshark whose memory grows with its capture
+        # (~0.9-2.8 GB for 1 GB, docs/pcap-index.md); the others wait, said `queued`.
+        self.index_builds = trio.CapacityLimiter(1)
 
     @property
     def settings(self) -> PcapSettings:
@@ -222,6 +225,12 @@ class PcapBackend:
     async def index(self, spec: CaptureSpec) -> ActorRef:
         """The actor of the capture's persistent index (index_actor.py): started, and its build begun
         if it is on no disk, when it is not running yet."""
+        about = spec.about or {}
+        if about.get("running") or about.get("status") in ("starting", "running"):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"{spec.reference} is still capturing: an index is of a capture that has ended (its "
+                             "file grows, and each version would be a new build); stop it first",
+                             reference=spec.reference)
         store = self.index_store
         decoding = decoding_digest(spec.decode_as, spec.preferences, tshark_identity())
 
@@ -236,8 +245,13 @@ class PcapBackend:
         return await self.runtime.start(
             INDEX_KIND, spec.key,
             lambda: IndexActor(spec.key, spec.path, argv, store, locate,
-                               remember=lambda path: store.remember(spec.identity, decoding, path)),
+                               remember=lambda path: store.remember(spec.identity, decoding, path),
+                               builds=self.index_builds, in_use=self._indexes_in_use),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)
+
+    def _indexes_in_use(self) -> frozenset[Path]:
+        return frozenset(ref.actor.stored.path for ref in self.runtime.actors(INDEX_KIND)
+                         if isinstance(ref.actor, IndexActor) and ref.actor.stored is not None)
 
     def index_version(self, ref: ActorRef) -> str | None:
         """The tshark version that built a ready index (None: not built yet)."""
@@ -245,19 +259,23 @@ class PcapBackend:
 
     async def ready_index(self, spec: CaptureSpec) -> ActorRef | None:
         """The capture's index actor when its index is ready to answer: the running one, or one started
-        now for an index a daemon built before (None: none, or still building)."""
+        now for an index a daemon built before and that is still on disk (None: none, or still being
+        found or built: the call is answered without it, never kept waiting for a hash or a build)."""
         ref = self.runtime.find(INDEX_KIND, spec.key)
         if ref is None:
             store = self.index_store
             if store.by_identity(spec.identity, decoding_digest(spec.decode_as, spec.preferences,
                                                                 tshark_identity())) is None:
                 return None
-            ref = await self.index(spec)
+            ref = await self.index(spec)  # found by its file version: located at once, no build
+            actor = ref.actor
+            if isinstance(actor, IndexActor):
+                with trio.move_on_after(1.0):
+                    await actor.wait_located()
         actor = ref.actor
-        if ref.accepting and isinstance(actor, IndexActor):
-            await actor.located()
-            if actor.ready:
-                return ref
+        if (ref.accepting and isinstance(actor, IndexActor) and actor.located and actor.stored is not None
+                and actor.store.ready(actor.stored.path) is not None):
+            return ref
         return None
 
     def headroom(self) -> int:

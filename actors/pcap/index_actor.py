@@ -29,6 +29,8 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "pcap-index"
 PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
+RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after it failed
+LOCATE_WAIT_S = 2.0  # a call waits this long (or its wait_s) for the index to be found before saying "locating"
 
 
 class IndexActor(Actor):
@@ -37,7 +39,8 @@ class IndexActor(Actor):
     concurrency = 8  # a call waiting for the build does not hold up the pages of another
 
     def __init__(self, resource: str, capture: Path, tshark_argv: list[str], store: IndexStore,
-                 locate: Callable[[], Awaitable[Path]], remember: Callable[[Path], None] = lambda path: None
+                 locate: Callable[[], Awaitable[Path]], *, remember: Callable[[Path], None] = lambda path: None,
+                 builds: trio.CapacityLimiter | None = None, in_use: Callable[[], frozenset[Path]] = frozenset
                  ) -> None:
         super().__init__(resource)
         self.capture = capture
@@ -45,17 +48,37 @@ class IndexActor(Actor):
         self.store = store
         self._locate = locate  # where the index of this file version and decoding lives (may hash the file)
         self._remember = remember  # records where this file version's index is (IndexStore.remember)
-        self._located = trio.Event()
+        # Builds at once, daemon-wide (the back end's): each is a tshark whose memory grows with its capture.
+        self._builds = builds or trio.CapacityLimiter(1)
+        self._in_use = in_use  # the indexes running actors answer from: never evicted under them
         self.path: Path | None = None
         self.stored: Stored | None = None
-        self.frames_indexed = 0
         self.error: DiagdError | None = None
-        self.done = trio.Event()
+        self.failed_at = 0.0
         self.built_here = False
+        self._nursery: trio.Nursery | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._located = trio.Event()
+        self.done = trio.Event()
+        self.queued = False  # waiting for a build slot
+        self.frames_indexed = 0
         self._summary: IndexSummary | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
         nursery.start_soon(self._find_or_build)
+
+    def _retry(self) -> bool:
+        """A failed build is tried again by the first call RETRY_AFTER_S after it failed (a full disk,
+        tshark out of memory: may pass now); sooner, every poll would start one more tshark pass."""
+        if self.error is None or trio.current_time() - self.failed_at < RETRY_AFTER_S or self._nursery is None:
+            return False
+        self.error = None
+        self._reset()
+        self._nursery.start_soon(self._find_or_build)
+        return True
 
     async def _find_or_build(self) -> None:
         try:
@@ -64,19 +87,37 @@ class IndexActor(Actor):
                 self.stored = self.store.ready(self.path)
             finally:
                 self._located.set()
+            path = self.path
             if self.stored is None:
-                self.stored = await self._build(self.path)
-                self.built_here = True
-                await trio.to_thread.run_sync(self.store.evict, self.path)
-            self._remember(self.path)
+                try:
+                    self._builds.acquire_nowait()
+                except trio.WouldBlock:  # another capture's build runs: said `queued` meanwhile
+                    self.queued = True
+                    await self._builds.acquire()
+                    self.queued = False
+                try:
+                    self.stored = self.store.ready(path)  # built by another meanwhile?
+                    if self.stored is None:
+                        self.stored = await self._build(path)
+                        self.built_here = True
+                finally:
+                    self._builds.release()
+                await trio.to_thread.run_sync(lambda: self.store.evict(path, self._in_use()))
+            self._remember(path)
         except DiagdError as exc:
             self.error = exc
+            self.failed_at = trio.current_time()
         finally:
+            self.queued = False
             self._located.set()
             self.done.set()
 
-    async def located(self) -> None:
-        """Wait until the index is found on disk or known to need a build."""
+    @property
+    def located(self) -> bool:
+        """Found on disk, or known to need a build (a new big file: after its hash)."""
+        return self._located.is_set()
+
+    async def wait_located(self) -> None:
         await self._located.wait()
 
     async def _build(self, path: Path) -> Stored:
@@ -125,7 +166,9 @@ class IndexActor(Actor):
         return str(self.stored.meta.get("tshark_version", "unknown")) if self.stored is not None else None
 
     async def _status(self, request: Request, wait_s: float) -> IndexAnswer:
-        await self._located.wait()  # found on disk or not: what the first answer after a restart says
+        retried = self._retry()
+        with trio.move_on_after(max(wait_s, LOCATE_WAIT_S)):
+            await self._located.wait()  # found on disk or not: what the first answer after a restart says
         if wait_s > 0 and not self.done.is_set():
             with trio.move_on_after(wait_s):
                 async with trio.open_nursery() as nursery:
@@ -139,16 +182,25 @@ class IndexActor(Actor):
                                "build_s": stored.meta.get("build_s") if stored else None,
                                "schema_version": SCHEMA_VERSION}
         if self.error is not None:
-            answer |= {"state": "failed", "error": self.error.message}
+            answer |= {"state": "failed", "error": self.error.message,
+                       "note": f"the next call {RETRY_AFTER_S:.0f} s after the failure builds it again"}
         elif stored is not None:
             answer["state"] = "ready"
             answer["summary"] = await self.summary()
             self.store.touch(stored.path)
             if not self.built_here:
                 answer["note"] = "found on disk: built before (by this daemon or an earlier one)"
+        elif not self._located.is_set():
+            answer |= {"state": "locating", "note": "hashing the capture to find its index (a big file takes "
+                                                    "seconds per GB); the same call again tells"}
+        elif self.queued:
+            answer |= {"state": "queued", "note": "another capture's index is being built (one at a time: "
+                                                  "each tshark's memory grows with its capture); this one follows"}
         else:
             answer["note"] = ("one tshark pass over the capture is writing it: frames_indexed says how far; "
                               "the same call again (or wait_s) tells when it is ready")
+            if retried:
+                answer["note"] += "; the last build failed, this is a new one"
         return answer
 
     async def _tell_progress(self, request: Request) -> None:
@@ -177,6 +229,10 @@ class IndexActor(Actor):
         stored = self.stored
         if stored is None:
             raise DiagdError(ErrorCode.BUSY, "the capture's index is not built yet", retry_after_s=1)
+        if self.store.ready(stored.path) is None:  # removed under it (by hand, or another daemon's budget)
+            self.stored, self._summary = None, None
+            raise DiagdError(ErrorCode.NOT_FOUND, "the capture's index was removed; pcap_index builds it again",
+                             index=stored.path.name)
         total = (await self.summary())["frames"]
         rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
         self.store.touch(stored.path)
@@ -187,7 +243,8 @@ class IndexActor(Actor):
 
     def statistics(self) -> dict[str, Any]:
         stored = self.stored
-        state = "failed" if self.error else "ready" if stored else "building"
+        state = ("failed" if self.error else "ready" if stored else "queued" if self.queued
+                 else "building" if self._located.is_set() else "locating")
         out: dict[str, Any] = {"path": str(self.capture), "state": state, "frames_indexed": self.frames_indexed}
         if stored is not None:
             out |= stored.describe()

@@ -24,6 +24,7 @@ from diagd.actors.pcap.answers.field_search import search_fields
 from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
 from diagd.actors.pcap.answers.left_out import sbi_warning
 from diagd.actors.pcap.backend import PcapBackend, ShownSource, search_deadline
+from diagd.actors.pcap.index.build import fields_args as build_fields_args
 from diagd.actors.pcap.masking.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
     Check,
@@ -212,8 +213,12 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
 async def pcap_index(backend: PcapBackend, ctx: CallContext, args: Args) -> IndexReply:
     spec = await backend.spec_for(args)
     ref = await backend.index(spec)
-    result = await backend.runtime.ask(ref, IndexStatus(float(args["wait_s"])), progress=ctx.progress)
-    return {**result, "source": await backend.source(spec, args, command=["-T", "fields"],
+    # Within the call's own time (call_timeout_s unless timeout_s says more): the answer says "building"
+    # a second before the deadline rather than the call ending in TIMEOUT.
+    left = trio.current_effective_deadline() - trio.current_time() - 1.0
+    wait_s = max(0.0, min(float(args["wait_s"]), left))
+    result = await backend.runtime.ask(ref, IndexStatus(wait_s), progress=ctx.progress)
+    return {**result, "source": await backend.source(spec, args, command=build_fields_args(),
                                                      built_by=backend.index_version(ref))}
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import trio
 
+from diagd.actors.pcap.index.build import PARTIAL
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import session
@@ -141,7 +142,7 @@ async def test_a_daemon_killed_mid_build_leaves_no_builder_tshark_or_half_index(
         with trio.fail_after(30):
             while any(alive(pid) for pid in building):
                 await trio.sleep(0.1)
-        assert not list((env.state / "pcap" / "index").glob("*.partial")), "a half-written index was left"
+        assert not list((env.state / "pcap" / "index").glob(f"*{PARTIAL}*")), "a half-written index was left"
     finally:
         daemon.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)
@@ -160,3 +161,22 @@ def builders(capture: str) -> list[int]:
         if capture.encode() in argv and any(a.endswith(b"index/build.py") or a == b"tshark" for a in argv):
             found.append(int(proc.name))
     return found
+
+
+async def test_one_build_at_a_time_the_next_says_queued_then_is_built(tmp_path: Path, bigger: Path) -> None:
+    """Each build is a tshark whose memory grows with its capture: one at a time daemon-wide."""
+    small = PCAPS / "magma_gx_gy_combined_04.pcapng"
+    env = make_env(tmp_path / "d", f'[daemon]\nallowed_dirs = ["{bigger.parent}", "{PCAPS}"]\ncall_timeout_s = 300\n')
+    daemon = start_daemon(env)
+    try:
+        async with session(daemon) as call:
+            await call("pcap_info", pcap_path=str(small))  # the catalogue, read: the next calls are quick
+            first = await call("pcap_index", pcap_path=str(bigger))
+            second = await call("pcap_index", pcap_path=str(small))
+            assert first["state"] == "building" and second["state"] == "queued", (first, second)
+            assert "one at a time" in second["note"]
+            done = await call("pcap_index", pcap_path=str(small), wait_s=240)
+            assert done["state"] == "ready" and done["summary"]["frames"] == len(oracle.columns(small))
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)

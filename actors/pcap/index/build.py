@@ -5,23 +5,26 @@ tshark command (the capture's own: `-r FILE -n -2` and its decode-as rules and p
 `fields_args()` after it), parses its tab-separated rows with Arrow's C++ CSV reader in blocks of
 BLOCK_BYTES and writes each as a Parquet row group, so memory stays bounded whatever the capture's
 size. It prints one JSON line per row group (`{"frames": N}`: the progress) and a last one with the
-metadata; the daemon reads them (actor.py). Another process than the daemon: a build of a 20 GB
+metadata; the daemon reads them (index_actor.py). Another process than the daemon: a build of a 20 GB
 capture takes minutes of parsing and writing that must not share the daemon's event loop. It runs as
 a script, not a module of the package, and imports nothing of diagd: importing the pcap back end
 would cost it ~0.3 s of start (the columns come as an argument, as JSON).
 
 A row tshark printed with more or fewer cells than columns (a value holding a tab would do that)
-fails the whole build: an index is exact or absent. Nothing is left at OUT_DIR unless the build ends
-well (it is written beside it and renamed).
+fails the whole build, as a tshark killed midway does: an index is exact or absent. It is written in
+a folder of its own beside OUT_DIR and renamed to it at the end; a build that finds OUT_DIR built by
+another meanwhile drops its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,9 @@ from typing import Any
 BLOCK_BYTES = 4 << 20  # tshark output parsed per block: ~10-20k rows, one Parquet row group each
 FRAMES_FILE = "frames.parquet"
 META_FILE = "meta.json"
+PARTIAL = ".partial-"  # a build's own folder: <index name>.partial-<random>, renamed to the index at its end
+LOCK_FILE = ".lock"
+TRUNCATED = "cut short in the middle of a packet"
 
 
 STDERR_KEPT = 16384
@@ -67,9 +73,13 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
     import pyarrow.parquet as pq
 
     started = time.monotonic()
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    # A folder of this build's own (two builds of one index, from two daemons or two file versions of
+    # the same content, never write into each other's), locked while it runs: IndexStore.sweep removes
+    # only partial folders whose lock nobody holds (a builder SIGKILLed with its process group).
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + PARTIAL))
+    lock = open(partial / LOCK_FILE, "wb")  # noqa: SIM115 - held until the process ends
+    fcntl.flock(lock, fcntl.LOCK_EX)
     kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
     types = {name: kinds[kind] for name, kind in columns}
     names = [name for name, _ in columns]
@@ -122,7 +132,13 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
         shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit(f"tshark printed rows the index cannot hold exactly: {bad_rows[0]}")
     messages = [x for x in stderr.splitlines() if x and not x.startswith("Running as user")]
-    if proc.returncode != 0 and not frames:
+    if proc.returncode < 0:
+        # Killed (out of memory, a dissector's crash): its rows end anywhere, never an index.
+        shutil.rmtree(partial, ignore_errors=True)
+        raise SystemExit(f"tshark was killed (signal {-proc.returncode}) before the end of the capture")
+    if proc.returncode != 0 and (not frames or not any(TRUNCATED in m for m in messages)):
+        # A capture cut short in the middle of a packet is indexed up to there (tshark says so: a
+        # warning kept in meta.json); any other failure is no index.
         shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit("tshark could not read the capture: " + "\n".join(messages)[-2000:])
     version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
@@ -132,8 +148,17 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
             "built_at": time.time(), "tshark_argv": argv, "warnings": messages[-5:],
             "bytes": (partial / FRAMES_FILE).stat().st_size}
     (partial / META_FILE).write_text(json.dumps(meta))
-    shutil.rmtree(out, ignore_errors=True)
-    os.rename(partial, out)
+    (partial / LOCK_FILE).unlink()
+    if (out / META_FILE).is_file():
+        # Another build of the same index ended first: its index stands, this one goes.
+        shutil.rmtree(partial, ignore_errors=True)
+        return dict(json.loads((out / META_FILE).read_text()))
+    shutil.rmtree(out, ignore_errors=True)  # leftovers without meta.json: never an index
+    try:
+        os.rename(partial, out)
+    except OSError:  # another build renamed its folder there this very moment
+        shutil.rmtree(partial, ignore_errors=True)
+        return dict(json.loads((out / META_FILE).read_text()))
     return meta
 
 

@@ -13,13 +13,14 @@ from typing import Any
 from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import PACKET_LIST
 
-MEMORY_LIMIT = "256MB"  # DuckDB's own limit per query: the daemon's memory stays bounded whatever the index
+MEMORY_LIMIT = "256MB"  # DuckDB's limit per query (a page or a summary needs far less): bounded whatever the index
 
 
 def _connect() -> Any:
     import duckdb
 
-    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 1})
+    # No spilling: DuckDB's temp directory defaults to `.tmp` in the working directory (the daemon's is `/`).
+    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 1, "temp_directory": ""})
     return con
 
 

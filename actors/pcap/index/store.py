@@ -7,17 +7,21 @@ when the budget is exceeded (used = meta.json's mtime, touched on every answer).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diagd.actors.pcap.index.build import FRAMES_FILE, META_FILE
+from diagd.actors.pcap.index.build import FRAMES_FILE, LOCK_FILE, META_FILE, PARTIAL
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 
 
@@ -38,6 +42,9 @@ def decoding_digest(decode_as: Sequence[str], preferences: Sequence[tuple[str, s
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+NAME = re.compile(r"^[0-9a-f]{64}-[0-9a-f]{12}$")  # <sha256>-<decoding>: the only names an index has
+
+
 @dataclass(frozen=True)
 class Stored:
     """One index on disk."""
@@ -50,7 +57,10 @@ class Stored:
         return int(self.meta.get("bytes", 0))
 
     def describe(self) -> dict[str, Any]:
-        used = (self.path / META_FILE).stat().st_mtime
+        try:
+            used = (self.path / META_FILE).stat().st_mtime
+        except OSError:  # evicted meanwhile: said, not raised into diagd status
+            return {"index": self.path.name, "gone": True}
         built_at = float(self.meta.get("built_at", 0))
         return {"index": self.path.name, "frames": self.meta.get("frames"), "bytes": self.bytes,
                 "built_at": built_at, "age_s": round(time.time() - built_at),
@@ -88,13 +98,14 @@ class IndexStore:
         except OSError:
             return None
         path = self.root / name
-        return path if "/" not in name and self.ready(path) is not None else None
+        return path if NAME.match(name) and self.ready(path) is not None else None
 
     def remember(self, identity: str, decoding: str, path: Path) -> None:
         target = self._identity_file(identity, decoding)
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".partial")
-        partial.write_text(path.name)
+        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".")
+        with os.fdopen(fd, "w") as f:
+            f.write(path.name)
         os.replace(partial, target)
 
     def touch(self, path: Path) -> None:
@@ -107,22 +118,60 @@ class IndexStore:
         found = []
         if self.root.is_dir():
             for entry in sorted(self.root.iterdir()):
-                if (entry.is_dir() and entry.name != "identities" and not entry.name.endswith(".partial")
-                        and (stored := self.ready(entry))):
+                if entry.is_dir() and NAME.match(entry.name) and (stored := self.ready(entry)):
                     found.append(stored)
         return found
 
-    def evict(self, keep: Path) -> list[str]:
-        """Remove least recently used indexes (never `keep`) until the rest fit the budget; their names."""
-        stored = sorted(self.listing(), key=lambda s: (s.path / META_FILE).stat().st_mtime)
+    def evict(self, keep: Path, in_use: frozenset[Path] = frozenset()) -> list[str]:
+        """Remove least recently used indexes (never `keep`, nor one a running actor answers from) until
+        the rest fit the budget; their names. Stale partial builds go first (sweep)."""
+        self.sweep()
+
+        def used(stored: Stored) -> float:
+            try:
+                return (stored.path / META_FILE).stat().st_mtime
+            except OSError:
+                return 0.0
+
+        stored = sorted(self.listing(), key=used)
         total = sum(s.bytes for s in stored)
         gone = []
         for old in stored:
             if total <= self.budget_bytes:
                 break
-            if old.path == keep:
+            if old.path == keep or old.path in in_use:
                 continue
             shutil.rmtree(old.path, ignore_errors=True)
             total -= old.bytes
             gone.append(old.path.name)
         return gone
+
+    def sweep(self) -> list[str]:
+        """Remove the folders of builds that ended without finishing (their builder killed with its
+        process group on a stop): those whose lock nobody holds. Their names."""
+        gone: list[str] = []
+        if not self.root.is_dir():
+            return gone
+        for entry in self.root.iterdir():
+            if PARTIAL not in entry.name or not entry.is_dir():
+                continue
+            try:
+                with open(entry / LOCK_FILE, "rb") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a build runs there
+            except BlockingIOError:
+                continue
+            except FileNotFoundError:
+                # A build that has not locked it yet, or has just finished: only an old one is a leftover.
+                if time.time() - _mtime(entry) < 60:
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            gone.append(entry.name)
+        return gone
+
+
+def _mtime(path: Path) -> float:
+    with contextlib.suppress(OSError):
+        return path.stat().st_mtime
+    return 0.0

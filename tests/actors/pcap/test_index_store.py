@@ -12,6 +12,11 @@ from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 from diagd.actors.pcap.index.store import IndexStore, decoding_digest
 
 
+def name(c: str) -> str:
+    """An index's folder name: <sha256>-<decoding> (store.NAME)."""
+    return c * 64 + "-" + "0" * 12
+
+
 def index_at(path: Path, size: int, used_at: float, version: int = SCHEMA_VERSION) -> Path:
     path.mkdir(parents=True)
     (path / FRAMES_FILE).write_bytes(b"x" * size)
@@ -22,17 +27,17 @@ def index_at(path: Path, size: int, used_at: float, version: int = SCHEMA_VERSIO
 
 def test_an_index_of_another_schema_or_half_written_is_none(tmp_path: Path) -> None:
     store = IndexStore(tmp_path, 10**9)
-    whole = index_at(tmp_path / "a-1", 10, 1000)
-    old = index_at(tmp_path / "b-1", 10, 1000, version=SCHEMA_VERSION - 1)
-    (tmp_path / "c-1.partial").mkdir()
+    whole = index_at(tmp_path / name("a"), 10, 1000)
+    old = index_at(tmp_path / name("b"), 10, 1000, version=SCHEMA_VERSION - 1)
+    (tmp_path / f"{name('c')}.partial-x").mkdir()
     assert store.ready(whole) is not None and store.ready(old) is None
-    assert store.ready(tmp_path / "c-1.partial") is None and store.ready(tmp_path / "nothing") is None
-    assert [s.path.name for s in store.listing()] == ["a-1"]
+    assert store.ready(tmp_path / f"{name('c')}.partial-x") is None and store.ready(tmp_path / "nothing") is None
+    assert [s.path.name for s in store.listing()] == [name("a")]
 
 
 def test_a_file_version_finds_its_index_without_hashing_until_the_index_goes(tmp_path: Path) -> None:
     store = IndexStore(tmp_path, 10**9)
-    path = index_at(tmp_path / "sha-dec", 10, 1000)
+    path = index_at(tmp_path / name("d"), 10, 1000)
     assert store.by_identity("1:2:3:4", "dec") is None
     store.remember("1:2:3:4", "dec", path)
     assert store.by_identity("1:2:3:4", "dec") == path
@@ -42,12 +47,13 @@ def test_a_file_version_finds_its_index_without_hashing_until_the_index_goes(tmp
 
 
 def test_the_least_recently_used_go_until_the_rest_fit_never_the_one_kept(tmp_path: Path) -> None:
-    store = IndexStore(tmp_path, 250)
-    oldest = index_at(tmp_path / "a-1", 100, 1000)
-    newest = index_at(tmp_path / "b-1", 100, 3000)
-    kept = index_at(tmp_path / "c-1", 100, 500)  # the oldest use, but the one just built
-    assert store.evict(keep=kept) == ["a-1"]
-    assert not oldest.exists() and newest.exists() and kept.exists()
+    store = IndexStore(tmp_path, 250)  # room for two of the four
+    oldest = index_at(tmp_path / name("a"), 100, 1000)
+    serving = index_at(tmp_path / name("b"), 100, 1500)  # a running actor answers from it
+    newest = index_at(tmp_path / name("c"), 100, 3000)
+    kept = index_at(tmp_path / name("d"), 100, 500)  # the oldest use, but the one just built
+    assert store.evict(keep=kept, in_use=frozenset({serving})) == [name("a"), name("c")]
+    assert not oldest.exists() and serving.exists() and not newest.exists() and kept.exists()
     assert store.evict(keep=kept) == []
 
 

@@ -1,0 +1,88 @@
+"""The index builder (actors/pcap/index/build.py) as the daemon runs it: a process of its own.
+
+A tshark killed midway (out of memory, a dissector's crash) is no index, whatever rows it printed; two
+builds of one index at once (two daemons, two versions of one file) leave one whole index and nothing
+half-written; the store sweeps the folders of builds killed with their process group, never one whose
+build still runs (its lock is held).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from diagd.actors.pcap.index.build import FRAMES_FILE, LOCK_FILE, META_FILE, PARTIAL, command
+from diagd.actors.pcap.index.schema import COLUMNS
+from diagd.actors.pcap.index.store import IndexStore
+from tests.pcaps import PCAPS
+
+ROW = "\t".join(["1", "0.000000", "a", "b", "P", "60", "info", "1.0", "60", "eth", *[""] * (len(COLUMNS) - 10)])
+
+
+def fake_tshark(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "tshark"
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = -v ]; then echo 'TShark (fake)'; exit 0; fi\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+def run(out: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command(out, argv), capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_tshark_killed_midway_is_no_index_whatever_it_printed(tmp_path: Path) -> None:
+    tshark = fake_tshark(tmp_path, f"printf '{ROW}\\n{ROW}\\n{ROW}\\n'\nkill -9 $$")
+    out = tmp_path / "index" / ("a" * 64 + "-" + "b" * 12)
+    done = run(out, [str(tshark), "-r", "x"])
+    assert done.returncode != 0 and "tshark was killed (signal 9)" in done.stderr, done
+    assert not out.exists() and not list(out.parent.glob(f"*{PARTIAL}*"))
+
+
+def test_a_whole_fake_pass_is_an_index(tmp_path: Path) -> None:
+    tshark = fake_tshark(tmp_path, f"printf '{ROW}\\n{ROW}\\n'")
+    out = tmp_path / "index" / ("a" * 64 + "-" + "b" * 12)
+    done = run(out, [str(tshark), "-r", "x"])
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((out / META_FILE).read_text())
+    assert meta["frames"] == 2 and meta["tshark_version"] == "TShark (fake)" and (out / FRAMES_FILE).is_file()
+    assert not (out / LOCK_FILE).exists()
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+def test_two_builds_of_one_index_at_once_leave_one_whole_index(tmp_path: Path) -> None:
+    capture = PCAPS / "magma_gx_gy_combined_04.pcapng"
+    if not capture.exists():
+        pytest.skip(f"{capture.name} is not in the corpus")
+    out = tmp_path / "index" / ("c" * 64 + "-" + "d" * 12)
+    argv = ["tshark", "-r", str(capture), "-n", "-2"]
+    builds = [subprocess.Popen(command(out, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    results = [(b.wait(timeout=120), b.stderr.read() if b.stderr else "") for b in builds]
+    assert [code for code, _ in results] == [0, 0], results
+    store = IndexStore(out.parent, 10**9)
+    stored = store.ready(out)
+    assert stored is not None and stored.meta["frames"] == 4070
+    import duckdb
+
+    count = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{out / FRAMES_FILE}')").fetchone()
+    assert count == (4070,)
+    assert not list(out.parent.glob(f"*{PARTIAL}*")), "a build's own folder was left"
+
+
+def test_the_sweep_removes_killed_builds_never_a_running_one(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path, 10**9)
+    killed = tmp_path / f"{'e' * 64}-{'f' * 12}{PARTIAL}killed"
+    running = tmp_path / f"{'e' * 64}-{'f' * 12}{PARTIAL}running"
+    for folder in (killed, running):
+        folder.mkdir()
+        (folder / LOCK_FILE).write_bytes(b"")
+        (folder / FRAMES_FILE).write_bytes(b"half")
+    with open(running / LOCK_FILE, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the running builder holds it
+        assert store.sweep() == [killed.name]
+    assert not killed.exists() and running.exists()
