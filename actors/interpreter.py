@@ -30,6 +30,12 @@ def module_argv(module: str, *args: str) -> list[str]:
     return [sys.executable, "-P", "-m", module, *args]
 
 
+def script_argv(script: str, *args: str) -> list[str]:
+    """`python -P /abs/script.py args`: a script of diagd's own by its absolute path (one that need not
+    import the package it sits in), nothing prepended to sys.path."""
+    return [sys.executable, "-P", os.path.abspath(script), *args]
+
+
 def unsafe_entries(pythonpath: str | None) -> list[str]:
     """PYTHONPATH entries that name no fixed directory: empty (the working directory) or relative."""
     return [p for p in pythonpath.split(os.pathsep) if not os.path.isabs(p)] if pythonpath else []

@@ -124,7 +124,10 @@ def calls(case: Case) -> dict[str, list[dict[str, Any]]]:
     flt = f"frame.number in {{{', '.join(map(str, frames))}}}"
     return {
         "pcap_info": [cap],
-        "pcap_frames_by_filter": [{**cap, "display_filter": flt, "limit": 5000}],
+        # Built and waited for: the unfiltered page below then comes from the index (served_by: index).
+        "pcap_index": [{**cap, "wait_s": 120}],
+        "pcap_frames_by_filter": [{**cap, "display_filter": flt, "limit": 5000},
+                                  {**cap, "display_filter": "", "limit": 5000}],
         "pcap_timeline": [{**cap, "display_filter": flt, "fields": list(FIELDS), "limit": 5000},
                           {**cap, "display_filter": f'{flt} && e212.imsi == "{some}" &&', "fields": ["e212.imsi"]}],
         "pcap_frame_detail": [{**cap, "frame_numbers": frames, "verbosity": "full", "max_bytes": MB2}],

@@ -59,19 +59,16 @@ def fields_args() -> list[str]:
 
 def command(out: Path, tshark_argv: list[str]) -> list[str]:
     """This builder's command line for the capture's tshark command (its file and decoding)."""
+    from diagd.actors import interpreter
     from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
 
     columns = json.dumps([[c.name, c.kind] for c in COLUMNS])
-    return [sys.executable, "-P", os.path.abspath(__file__), str(out), columns, str(SCHEMA_VERSION), "--",
-            *tshark_argv, *fields_args()]
+    return interpreter.script_argv(__file__, str(out), columns, str(SCHEMA_VERSION), "--", *tshark_argv,
+                                   *fields_args())
 
 
 def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_version: int) -> dict[str, Any]:
     """Run `argv` (tshark with fields_args()), write OUT/frames.parquet and OUT/meta.json."""
-    import pyarrow as pa
-    import pyarrow.csv as csv
-    import pyarrow.parquet as pq
-
     started = time.monotonic()
     # A folder of this build's own (two builds of one index, from two daemons or two file versions of
     # the same content, never write into each other's), locked while it runs: IndexStore.sweep removes
@@ -80,43 +77,12 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
     partial = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + PARTIAL))
     lock = open(partial / LOCK_FILE, "wb")  # noqa: SIM115 - held until the process ends
     fcntl.flock(lock, fcntl.LOCK_EX)
-    kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
-    types = {name: kinds[kind] for name, kind in columns}
-    names = [name for name, _ in columns]
-    bad_rows: list[str] = []
-
-    def invalid(row: Any) -> str:
-        bad_rows.append(f"{row.expected_columns} cells expected, {row.actual_columns} found: {row.text[:200]!r}")
-        return "skip"
-
     # tshark's stderr to a file: read at the end (its last STDERR_KEPT bytes), never a pipe left to fill.
     with open(partial / "tshark.stderr", "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-    assert proc.stdout is not None
-    frames = 0
+    bad_rows: list[str] = []
     try:
-        try:
-            reader = csv.open_csv(
-                proc.stdout,
-                read_options=csv.ReadOptions(column_names=names, block_size=BLOCK_BYTES),
-                parse_options=csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
-                                               escape_char=False, newlines_in_values=False,
-                                               invalid_row_handler=invalid),
-                convert_options=csv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True,
-                                                   quoted_strings_can_be_null=True))
-            schema = pa.schema([(name, types[name]) for name in names])
-            with pq.ParquetWriter(partial / FRAMES_FILE, schema, compression="zstd") as writer:
-                for batch in reader:
-                    if bad_rows:
-                        break
-                    writer.write_batch(batch)
-                    frames += batch.num_rows
-                    # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
-                    print(json.dumps({"frames": frames}), flush=True)
-        except pa.ArrowInvalid as exc:
-            if "Empty CSV file" not in str(exc):
-                raise
-            pq.write_table(pa.table({name: pa.array([], types[name]) for name in names}), partial / FRAMES_FILE)
+        frames = _write_rows(proc, partial / FRAMES_FILE, columns, bad_rows)
     except BaseException:
         # Stopped, the daemon gone, a parse error: tshark goes too, and nothing half-written stays.
         proc.kill()
@@ -128,19 +94,11 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
     proc.wait()
     stderr = _tail(partial / "tshark.stderr")
     (partial / "tshark.stderr").unlink()
-    if bad_rows:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise SystemExit(f"tshark printed rows the index cannot hold exactly: {bad_rows[0]}")
     messages = [x for x in stderr.splitlines() if x and not x.startswith("Running as user")]
-    if proc.returncode < 0:
-        # Killed (out of memory, a dissector's crash): its rows end anywhere, never an index.
+    failure = _failure(proc.returncode, frames, messages, bad_rows)
+    if failure is not None:
         shutil.rmtree(partial, ignore_errors=True)
-        raise SystemExit(f"tshark was killed (signal {-proc.returncode}) before the end of the capture")
-    if proc.returncode != 0 and (not frames or not any(TRUNCATED in m for m in messages)):
-        # A capture cut short in the middle of a packet is indexed up to there (tshark says so: a
-        # warning kept in meta.json); any other failure is no index.
-        shutil.rmtree(partial, ignore_errors=True)
-        raise SystemExit("tshark could not read the capture: " + "\n".join(messages)[-2000:])
+        raise SystemExit(failure)
     version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
     meta = {"schema_version": schema_version, "frames": frames,
             "tshark_version": (version.splitlines() or ["unknown"])[0].strip(),
@@ -149,8 +107,70 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
             "bytes": (partial / FRAMES_FILE).stat().st_size}
     (partial / META_FILE).write_text(json.dumps(meta))
     (partial / LOCK_FILE).unlink()
+    return _publish(partial, out, meta)
+
+
+def _write_rows(proc: subprocess.Popen[bytes], target: Path, columns: list[tuple[str, str]],
+                bad_rows: list[str]) -> int:
+    """tshark's rows, block by block, as Parquet row groups in `target`; how many. A row with more or
+    fewer cells than columns is noted in `bad_rows` and ends the reading."""
+    import pyarrow as pa
+    import pyarrow.csv as csv
+    import pyarrow.parquet as pq
+
+    kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
+    types = {name: kinds[kind] for name, kind in columns}
+    names = [name for name, _ in columns]
+
+    def invalid(row: Any) -> str:
+        bad_rows.append(f"{row.expected_columns} cells expected, {row.actual_columns} found: {row.text[:200]!r}")
+        return "skip"
+
+    assert proc.stdout is not None
+    frames = 0
+    try:
+        reader = csv.open_csv(
+            proc.stdout,
+            read_options=csv.ReadOptions(column_names=names, block_size=BLOCK_BYTES),
+            parse_options=csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
+                                           escape_char=False, newlines_in_values=False,
+                                           invalid_row_handler=invalid),
+            convert_options=csv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True,
+                                               quoted_strings_can_be_null=True))
+        with pq.ParquetWriter(target, pa.schema([(name, types[name]) for name in names]),
+                              compression="zstd") as writer:
+            for batch in reader:
+                if bad_rows:
+                    break
+                writer.write_batch(batch)
+                frames += batch.num_rows
+                # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
+                print(json.dumps({"frames": frames}), flush=True)
+    except pa.ArrowInvalid as exc:
+        if "Empty CSV file" not in str(exc):
+            raise
+        pq.write_table(pa.table({name: pa.array([], types[name]) for name in names}), target)
+    return frames
+
+
+def _failure(returncode: int, frames: int, messages: list[str], bad_rows: list[str]) -> str | None:
+    """Why the pass is no index (None: it is one)."""
+    if bad_rows:
+        return f"tshark printed rows the index cannot hold exactly: {bad_rows[0]}"
+    if returncode < 0:
+        # Killed (out of memory, a dissector's crash): its rows end anywhere, never an index.
+        return f"tshark was killed (signal {-returncode}) before the end of the capture"
+    if returncode != 0 and (not frames or not any(TRUNCATED in m for m in messages)):
+        # A capture cut short in the middle of a packet is indexed up to there (tshark says so: a
+        # warning kept in meta.json); any other failure is no index.
+        return "tshark could not read the capture: " + "\n".join(messages)[-2000:]
+    return None
+
+
+def _publish(partial: Path, out: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The build's folder becomes the index, unless another build of the same index ended first: its
+    index stands, this one goes."""
     if (out / META_FILE).is_file():
-        # Another build of the same index ended first: its index stands, this one goes.
         shutil.rmtree(partial, ignore_errors=True)
         return dict(json.loads((out / META_FILE).read_text()))
     shutil.rmtree(out, ignore_errors=True)  # leftovers without meta.json: never an index
