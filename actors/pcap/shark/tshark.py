@@ -244,8 +244,11 @@ class Capinfos:
         async def count() -> None:
             try:
                 await self.capture_facts(path, identity, size)
-            except DiagdError:
-                pass  # the call that needs the facts (pcap_info) runs capinfos again and says why
+            except Exception:  # a system task must not raise: it would end the daemon
+                # DiagdError, or an OSError of a file removed under the walk (seen: FileNotFoundError took
+                # the daemon down, trio.TrioInternalError). The call that needs the facts (pcap_info) runs
+                # capinfos again and says why.
+                pass
         trio.lowlevel.spawn_system_task(count)
 
     async def capture_facts(self, path: Path, identity: str, size: int, *, split: bool = False) -> CaptureFacts:
