@@ -29,6 +29,7 @@ from diagd.actors.pcap.engine.passes import Cores
 from diagd.actors.pcap.index.store import IndexStore, decoding_digest, tshark_identity
 from diagd.actors.pcap.index_actor import KIND as INDEX_KIND
 from diagd.actors.pcap.index_actor import IndexActor
+from diagd.actors.pcap.messages import Frames, Stats
 from diagd.actors.pcap.replies import Source
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.shark import decode_check
@@ -275,6 +276,14 @@ class PcapBackend:
         actor = ref.actor
         if (ref.accepting and isinstance(actor, IndexActor) and actor.located and actor.stored is not None
                 and actor.store.ready(actor.stored.path) is not None):
+            return ref
+        return None
+
+    async def index_for(self, spec: CaptureSpec, message: Frames | Stats) -> ActorRef | None:
+        """The capture's ready index actor when it answers this question exactly (IndexActor.answers):
+        None sends it to sharkd."""
+        ref = await self.ready_index(spec)
+        if ref is not None and isinstance(ref.actor, IndexActor) and ref.actor.answers(message):
             return ref
         return None
 

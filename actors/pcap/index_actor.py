@@ -17,14 +17,15 @@ import trio
 
 from diagd.actors._subprocess import Tail, head
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary
+from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary, StatsAnswer
 from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.engine.passes import Page
 from diagd.actors.pcap.index import query
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 from diagd.actors.pcap.index.store import IndexStore, Stored
-from diagd.actors.pcap.messages import Frames, IndexStatus
+from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
+from diagd.actors.pcap.messages import Frames, IndexStatus, Stats
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "pcap-index"
@@ -154,7 +155,22 @@ class IndexActor(Actor):
                 return message.reply(await self._status(request, message.wait_s))
             case Frames() as message:
                 return message.reply(await self._page(message))
+            case Stats() as message:
+                return message.reply(await self._stats(message))
         raise unhandled(KIND, request)
+
+    def answers(self, message: Frames | Stats) -> bool:
+        """Whether a ready index answers this question exactly (else sharkd does): the whole capture's
+        pages; the conversations and endpoints of the layers it holds, unless some frame's fields of
+        that protocol could not be aligned with its layers (tables.py: meta.json's `unaligned`)."""
+        stored = self.stored
+        if stored is None:
+            return False
+        if isinstance(message, Frames):
+            return not message.display_filter
+        unaligned = stored.meta.get("unaligned") or {}
+        return (message.kind in ("conversations", "endpoints") and message.protocol in LAYERED_PROTOCOLS
+                and not message.display_filter and message.protocol not in unaligned)
 
     @property
     def ready(self) -> bool:
@@ -223,9 +239,8 @@ class IndexActor(Actor):
                              "protocols": ["frame", *protocols] if found["frames"] else []}
         return self._summary
 
-    async def _page(self, message: Frames) -> FramesAnswer:
-        if message.display_filter:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index answers pages of the whole capture only")
+    def _on_disk(self) -> Stored:
+        """The ready index, still on disk (a coded error otherwise)."""
         stored = self.stored
         if stored is None:
             raise DiagdError(ErrorCode.BUSY, "the capture's index is not built yet", retry_after_s=1)
@@ -233,10 +248,34 @@ class IndexActor(Actor):
             self.stored, self._summary = None, None
             raise DiagdError(ErrorCode.NOT_FOUND, "the capture's index was removed; pcap_index builds it again",
                              index=stored.path.name)
+        return stored
+
+    async def _page(self, message: Frames) -> FramesAnswer:
+        if not self.answers(message):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index answers pages of the whole capture only")
+        stored = self._on_disk()
         total = (await self.summary())["frames"]
         rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
         self.store.touch(stored.path)
         return answers.frames(message, Page(total, True, rows, "index"), None, None)
+
+    async def _stats(self, message: Stats) -> StatsAnswer:
+        """Conversations or endpoints of one protocol, from the tables the build wrote (tables.py)."""
+        stored = self._on_disk()
+        if not self.answers(message):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the index holds no {message.kind} of {message.protocol}")
+        layer = message.protocol or "ip"
+        read = query.conversations if message.kind == "conversations" else query.endpoints
+        rows = await trio.to_thread.run_sync(read, stored.path, layer)
+        self.store.touch(stored.path)
+        table = "conv" if message.kind == "conversations" else "endpoints"
+        result: StatsAnswer = {"method": f"index: every {layer} layer of tshark's two-pass read, counted as "
+                                         f"tshark -z {table},{layer} counts them", "rows": rows}
+        if not rows:
+            present = layer in (await self.summary())["protocols"]
+            result["reason"] = (f"every {layer} layer of this capture is inside an ICMP error (what an error "
+                                "quotes is not counted)" if present else f"protocol {layer} is not in this capture")
+        return result
 
     def working(self) -> bool:
         return not self.done.is_set()  # a 10 GB capture's build outlasts the idle timeout: not cut short

@@ -195,7 +195,7 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
     built_by = None
-    if not flt and (index := await backend.ready_index(spec)) is not None:
+    if (index := await backend.index_for(spec, Frames(flt, limit, offset))) is not None:
         # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size.
         result = await backend.runtime.ask(index, Frames(flt, limit, offset), progress=ctx.progress)
         built_by = backend.index_version(index)
@@ -207,7 +207,8 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
 
 
 @tools.tool("pcap_index", "Build or read a capture's persistent index (Parquet, DuckDB): one tshark pass, kept "
-            "across restarts; then pcap_frames_by_filter without a filter pages it at any offset in ms.",
+            "across restarts; then unfiltered pages at any offset and pcap_stats conversations/endpoints "
+            "come from it in ms.",
             {**CAPTURE, "wait_s": {"type": "number", "minimum": 0, "maximum": 600, "default": 0,
                                    "description": "wait this long for the build"}}, required=CAPTURE_ONLY)
 async def pcap_index(backend: PcapBackend, ctx: CallContext, args: Args) -> IndexReply:
@@ -476,14 +477,21 @@ async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args:
 async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> StatsReply:
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
     spec = await backend.spec_for(args)
-    result = await backend.ask(ctx, spec, message)
+    built_by = None
+    if (index := await backend.index_for(spec, message)) is not None:
+        # Conversations and endpoints of a capture of any size, from its index (pcap_index), in ms.
+        result = await backend.runtime.ask(index, message, progress=ctx.progress)
+        built_by = backend.index_version(index)
+    else:
+        result = await backend.ask(ctx, spec, message)
     rows, offset, limit = result["rows"], args["offset"], args["limit"]
     page = rows[offset:offset + limit]
     flt = message.display_filter
     answer: _StatsShown = {
         "kind": message.kind, "protocol": message.protocol, **result, "total": len(rows), "rows": page,
         "offset": offset, "limit": limit, "has_more": offset + len(page) < len(rows),
-        "source": await backend.source(spec, args, display_filter=flt, command=_stats.tap_command(message))}
+        "source": await backend.source(spec, args, display_filter=flt, command=_stats.tap_command(message),
+                                       built_by=built_by)}
     if rows and not page:
         answer["reason"] = f"offset {offset} is past the last of {len(rows)} rows"
     return answer

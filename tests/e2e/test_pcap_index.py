@@ -26,6 +26,7 @@ from tests.e2e.test_pcap_differential import session
 from tests.e2e.test_pcap_oracle import row_of
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
 from tests.support import pcap_oracle as oracle
+from tests.support import sharkd_stats
 from tests.support.procs import alive
 
 pytestmark = [
@@ -87,6 +88,66 @@ async def test_every_page_of_the_index_is_tsharks(index_daemon: DaemonProcess, p
     assert [f["number"] for f in got] == sorted(table)
     for frame in got:
         assert frame == row_of(table[frame["number"]]), path.name
+
+
+TABLES = {"ip": "IPv4", "ipv6": "IPv6", "udp": "UDP", "tcp": "TCP", "sctp": "SCTP"}
+
+
+def _end(addr: str, port: Any) -> str:
+    return f"{addr}:{port}" if port not in (None, "") else addr
+
+
+def sharkd_tables(path: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Wireshark's own conversation and endpoint taps, asked of a real sharkd by the test (not through
+    diagd), in pcap_stats' row shape, ordered as it orders them (bytes, then frames; ties as listed).
+    Without the capture's decode-as rules: they name HTTP/2 ports, which change no ip/udp/tcp/sctp layer."""
+    asked = [("tap", {"tap0": f"{kind}:{table}"}) for table in TABLES.values() for kind in ("conv", "endpt")]
+    answers = sharkd_stats.record(path, asked)
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for layer, table in TABLES.items():
+        convs = answers[sharkd_stats.request_key("tap", {"tap0": f"conv:{table}"})]["taps"][0].get("convs", [])
+        hosts = answers[sharkd_stats.request_key("tap", {"tap0": f"endpt:{table}"})]["taps"][0].get("hosts", [])
+        found[("conversations", layer)] = sorted((
+            {"a": _end(c["saddr"], c.get("sport")), "b": _end(c["daddr"], c.get("dport")),
+             "frames": c["txf"] + c["rxf"], "bytes": c["txb"] + c["rxb"], "a_to_b_frames": c["txf"],
+             "a_to_b_bytes": c["txb"], "b_to_a_frames": c["rxf"], "b_to_a_bytes": c["rxb"],
+             "rel_start_s": c["start"], "duration_s": round(c["stop"] - c["start"], 9), "filter": c["filter"]}
+            for c in convs), key=lambda r: (-r["bytes"], -r["frames"]))
+        found[("endpoints", layer)] = sorted((
+            {"address": _end(h["host"], h.get("port")), "frames": h["txf"] + h["rxf"], "bytes": h["txb"] + h["rxb"],
+             "tx_frames": h["txf"], "tx_bytes": h["txb"], "rx_frames": h["rxf"], "rx_bytes": h["rxb"],
+             "filter": h["filter"]} for h in hosts), key=lambda r: (-r["bytes"], -r["frames"]))
+    return found
+
+
+@pytest.mark.parametrize("path", captures(), ids=lambda p: p.name)
+async def test_conversations_and_endpoints_from_the_index_are_wiresharks(index_daemon: DaemonProcess,
+                                                                         path: Path) -> None:
+    """Every row of every ip/ipv6/udp/tcp/sctp conversation and endpoint table, from the index, equals
+    sharkd's own tap exactly (bytes, times to the nanosecond, filters) and tshark -z's text."""
+    theirs = sharkd_tables(path)
+    async with session(index_daemon) as call:
+        built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decode_args(path))
+        assert built["state"] == "ready", built
+        for (kind, layer), expected in theirs.items():
+            answer = await call("pcap_stats", pcap_path=str(path), kind=kind, protocol=layer, limit=5000,
+                                **decode_args(path))
+            assert not answer["_is_error"] and answer["method"].startswith("index:"), answer
+            assert answer["total"] == len(expected) and answer["rows"] == expected, (path.name, kind, layer)
+            if not expected:
+                assert answer["reason"] == f"protocol {layer} is not in this capture", answer
+            if kind == "endpoints":
+                assert {r["address"]: [r["frames"], r["bytes"], r["tx_frames"], r["tx_bytes"], r["rx_frames"],
+                                       r["rx_bytes"]] for r in answer["rows"]} == oracle.endpoints(path, layer)
+            else:
+                # tshark prints its own order and sizes of 10 kB and more in whole kB.
+                printed = {(r["a"], r["b"], r["rel_start"]): r for r in oracle.conversations(path, layer)}
+                assert len(printed) == len(answer["rows"]), path.name
+                for row in answer["rows"]:
+                    text = printed[(row["a"], row["b"], f"{row['rel_start_s']:.9f}")]
+                    assert (row["frames"], row["a_to_b_frames"], row["b_to_a_frames"]) == (
+                        text["frames"], text["a_to_b_frames"], text["b_to_a_frames"]), (path.name, row)
+                    assert oracle.same_size(row["bytes"], text["bytes"]), (path.name, row)
 
 
 async def test_the_index_is_parquet_any_reader_reads_and_survives_a_restart(tmp_path: Path) -> None:

@@ -14,11 +14,17 @@ A row tshark printed with more or fewer cells than columns (a value holding a ta
 fails the whole build, as a tshark killed midway does: an index is exact or absent. It is written in
 a folder of its own beside OUT_DIR and renamed to it at the end; a build that finds OUT_DIR built by
 another meanwhile drops its own.
+
+tshark prints every occurrence of the layered fields (tables.LAYERED): the frames table keeps the
+first, and each block's network and transport layers go to layers.parquet (tables.py, loaded by path:
+this script imports nothing of diagd), from which the conversation and endpoint tables are written at
+the end.
 """
 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import shutil
@@ -27,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 BLOCK_BYTES = 4 << 20  # tshark output parsed per block: ~10-20k rows, one Parquet row group each
@@ -49,9 +56,11 @@ def _tail(path: Path) -> str:
 def fields_args() -> list[str]:
     """What follows the capture's tshark command: the index's fields, one tab-separated row a frame."""
     from diagd.actors.pcap.index.schema import COLUMNS
+    from diagd.actors.pcap.index.tables import AGGREGATOR
     from diagd.actors.pcap.shark.rows import DEFAULT_COLUMN_PREF
 
-    args = ["-o", DEFAULT_COLUMN_PREF, "-T", "fields", "-E", "header=n", "-E", "occurrence=f"]
+    args = ["-o", DEFAULT_COLUMN_PREF, "-T", "fields", "-E", "header=n", "-E", "occurrence=a",
+            "-E", f"aggregator={AGGREGATOR}"]
     for col in COLUMNS:
         args += ["-e", col.field]
     return args
@@ -81,8 +90,9 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
     with open(partial / "tshark.stderr", "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
     bad_rows: list[str] = []
+    unaligned: dict[str, list[int]] = {}  # per protocol: [frames, the first few of them...]
     try:
-        frames = _write_rows(proc, partial / FRAMES_FILE, columns, bad_rows)
+        frames = _write_rows(proc, partial, columns, bad_rows, unaligned)
     except BaseException:
         # Stopped, the daemon gone, a parse error: tshark goes too, and nothing half-written stays.
         proc.kill()
@@ -99,35 +109,70 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_ver
     if failure is not None:
         shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit(failure)
+    _tables().write_tables(partial)
     version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
     meta = {"schema_version": schema_version, "frames": frames,
             "tshark_version": (version.splitlines() or ["unknown"])[0].strip(),
             "build_s": round(time.monotonic() - started, 3),
             "built_at": time.time(), "tshark_argv": argv, "warnings": messages[-5:],
-            "bytes": (partial / FRAMES_FILE).stat().st_size}
+            "bytes": sum(f.stat().st_size for f in partial.iterdir() if f.suffix == ".parquet"),
+            # Frames whose layers' fields could not be aligned, per protocol: its tables are not answered.
+            "unaligned": {layer: {"frames": found[0], "first": found[1:]} for layer, found in unaligned.items()}}
     (partial / META_FILE).write_text(json.dumps(meta))
     (partial / LOCK_FILE).unlink()
     return _publish(partial, out, meta)
 
 
-def _write_rows(proc: subprocess.Popen[bytes], target: Path, columns: list[tuple[str, str]],
-                bad_rows: list[str]) -> int:
-    """tshark's rows, block by block, as Parquet row groups in `target`; how many. A row with more or
-    fewer cells than columns is noted in `bad_rows` and ends the reading."""
+def _tables() -> ModuleType:
+    """tables.py beside this script, loaded by path (a script of its own imports nothing of diagd)."""
+    spec = importlib.util.spec_from_file_location("diagd_index_tables", Path(__file__).with_name("tables.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tuple[str, str]],
+                bad_rows: list[str], unaligned: dict[str, list[int]]) -> int:
+    """tshark's rows, block by block, as Parquet row groups: the frames (first occurrences) in
+    FRAMES_FILE, their network and transport layers in tables.LAYERS_FILE; how many frames. A row with
+    more or fewer cells than columns is noted in `bad_rows` and ends the reading."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv as csv
     import pyarrow.parquet as pq
 
+    tables = _tables()
     kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
     types = {name: kinds[kind] for name, kind in columns}
     names = [name for name, _ in columns]
+    # Read as text: every occurrence of a layered field (joined by the aggregator), and the Time column,
+    # whose exact digits the layers keep in nanoseconds.
+    as_text = {*tables.LAYERED, "time_relative"}
+    read_types = {name: pa.string() if name in as_text else types[name] for name in names}
+    layer_schema = pa.schema([(name, kinds[kind]) for name, kind, _ in tables.LAYER_COLUMNS])
 
     def invalid(row: Any) -> str:
         bad_rows.append(f"{row.expected_columns} cells expected, {row.actual_columns} found: {row.text[:200]!r}")
         return "skip"
 
+    def first(batch: Any, name: str) -> Any:
+        cells = batch.column(name)
+        if name in tables.LAYERED:
+            cells = pc.list_element(pc.split_pattern(cells, tables.AGGREGATOR, max_splits=1), 0)
+        return cells.cast(types[name])
+
+    def layers(batch: Any) -> Any:
+        got = batch.to_pydict()
+        rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["time_relative"],
+                                        {c: got[c] for c in tables.LAYERED}, unaligned))
+        cells = list(zip(*rows, strict=True)) if rows else [()] * len(layer_schema)
+        return pa.table([pa.array(c, type=f.type) for c, f in zip(cells, layer_schema, strict=True)],
+                        schema=layer_schema)
+
     assert proc.stdout is not None
     frames = 0
+    schema = pa.schema([(name, types[name]) for name in names])
     try:
         reader = csv.open_csv(
             proc.stdout,
@@ -135,21 +180,23 @@ def _write_rows(proc: subprocess.Popen[bytes], target: Path, columns: list[tuple
             parse_options=csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
                                            escape_char=False, newlines_in_values=False,
                                            invalid_row_handler=invalid),
-            convert_options=csv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True,
+            convert_options=csv.ConvertOptions(column_types=read_types, null_values=[""], strings_can_be_null=True,
                                                quoted_strings_can_be_null=True))
-        with pq.ParquetWriter(target, pa.schema([(name, types[name]) for name in names]),
-                              compression="zstd") as writer:
+        with pq.ParquetWriter(partial / FRAMES_FILE, schema, compression="zstd") as writer, \
+                pq.ParquetWriter(partial / tables.LAYERS_FILE, layer_schema, compression="zstd") as layered:
             for batch in reader:
                 if bad_rows:
                     break
-                writer.write_batch(batch)
+                writer.write_batch(pa.record_batch([first(batch, n) for n in names], schema=schema))
+                layered.write_table(layers(batch))
                 frames += batch.num_rows
                 # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
                 print(json.dumps({"frames": frames}), flush=True)
     except pa.ArrowInvalid as exc:
         if "Empty CSV file" not in str(exc):
             raise
-        pq.write_table(pa.table({name: pa.array([], types[name]) for name in names}), target)
+        pq.write_table(pa.table({name: pa.array([], types[name]) for name in names}), partial / FRAMES_FILE)
+        pq.write_table(layer_schema.empty_table(), partial / tables.LAYERS_FILE)
     return frames
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import PACKET_LIST
+from diagd.actors.pcap.index.tables import CONVERSATIONS_FILE, ENDPOINTS_FILE, quoted, seconds
 
 MEMORY_LIMIT = "256MB"  # DuckDB's limit per query (a page or a summary needs far less): bounded whatever the index
 
@@ -24,9 +25,12 @@ def _connect() -> Any:
     return con
 
 
+def _table(index: Path, name: str) -> str:
+    return f"read_parquet({quoted(index / name)})"
+
+
 def _frames(index: Path) -> str:
-    path = str(index / FRAMES_FILE).replace("'", "''")
-    return f"read_parquet('{path}')"
+    return _table(index, FRAMES_FILE)
 
 
 def page(index: Path, offset: int, limit: int) -> list[dict[str, Any]]:
@@ -52,3 +56,48 @@ def summary(index: Path) -> dict[str, Any]:
             f"unnest(range(len(string_split(protocols, ':')))) AS depth FROM {_frames(index)}) "
             "GROUP BY layer ORDER BY min(number * 4096 + depth)").fetchall()]
     return {"frames": count, "first_epoch": first, "last_epoch": last, "protocols": protocols}
+
+
+def _endpoint(addr: str, port: int | None) -> str:
+    return f"{addr}:{port}" if port is not None else addr
+
+
+def _filter(net: str, layer: str, ends: list[tuple[str, int | None]]) -> str:
+    """The display filter Wireshark gives a conversation or endpoint row (get_conversation_filter)."""
+    parts = []
+    for addr, port in ends:
+        parts.append(f"{net}.addr=={addr}")
+        if port is not None:
+            parts.append(f"{layer}.port=={port}")
+    return " && ".join(parts)
+
+
+def conversations(index: Path, layer: str) -> list[dict[str, Any]]:
+    """The `layer` conversations (tables.py), as the conversation tap lists them: by bytes, then
+    frames, most first; ties in the order the tap first saw them."""
+    with _connect() as con:
+        got = con.execute(
+            f"SELECT net, a_addr, a_port, b_addr, b_port, frames, bytes, a_to_b_frames, a_to_b_bytes, "
+            f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns FROM {_table(index, CONVERSATIONS_FILE)} "
+            "WHERE layer = ? ORDER BY bytes DESC, frames DESC, first", [layer]).fetchall()
+    rows = []
+    for net, a, a_port, b, b_port, frames, size, ab_f, ab_b, ba_f, ba_b, start, stop in got:
+        first_s, last_s = seconds(start), seconds(stop)
+        rows.append({"a": _endpoint(a, a_port), "b": _endpoint(b, b_port), "frames": frames, "bytes": int(size),
+                     "a_to_b_frames": ab_f, "a_to_b_bytes": int(ab_b), "b_to_a_frames": ba_f,
+                     "b_to_a_bytes": int(ba_b), "rel_start_s": first_s, "duration_s": round(last_s - first_s, 9),
+                     "filter": _filter(net, layer, [(a, a_port), (b, b_port)])})
+    return rows
+
+
+def endpoints(index: Path, layer: str) -> list[dict[str, Any]]:
+    """The `layer` endpoints, as the endpoint tap lists them (by bytes, then frames; ties as first seen)."""
+    with _connect() as con:
+        got = con.execute(
+            f"SELECT net, addr, port, frames, bytes, tx_frames, tx_bytes, rx_frames, rx_bytes "
+            f"FROM {_table(index, ENDPOINTS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first",
+            [layer]).fetchall()
+    return [{"address": _endpoint(addr, port), "frames": frames, "bytes": int(size), "tx_frames": tx_f,
+             "tx_bytes": int(tx_b), "rx_frames": rx_f, "rx_bytes": int(rx_b),
+             "filter": _filter(net, layer, [(addr, port)])}
+            for net, addr, port, frames, size, tx_f, tx_b, rx_f, rx_b in got]

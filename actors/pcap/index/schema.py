@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: every occurrence read (layers.parquet, conversations, endpoints); SCTP ports
 
 Kind = Literal["int64", "float64", "string"]
 
@@ -17,7 +17,7 @@ Kind = Literal["int64", "float64", "string"]
 @dataclass(frozen=True)
 class Column:
     name: str
-    field: str  # the tshark field (`-e`) that fills it: its first occurrence (-E occurrence=f)
+    field: str  # the tshark field (`-e`) that fills it: its first occurrence
     kind: Kind
     about: str
 
@@ -45,6 +45,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("dst_port", "tcp.dstport", "int64", "TCP destination port"),
     Column("udp_src_port", "udp.srcport", "int64", "UDP source port"),
     Column("udp_dst_port", "udp.dstport", "int64", "UDP destination port"),
+    Column("sctp_src_port", "sctp.srcport", "int64", "SCTP source port"),
+    Column("sctp_dst_port", "sctp.dstport", "int64", "SCTP destination port"),
 )
 
 # The packet-list columns in shark/rows.py's DEFAULT_COLUMNS order.
