@@ -29,7 +29,7 @@ from diagd.actors.pcap.engine.passes import Cores
 from diagd.actors.pcap.index.store import IndexStore, decoding_digest, tshark_identity
 from diagd.actors.pcap.index_actor import KIND as INDEX_KIND
 from diagd.actors.pcap.index_actor import IndexActor
-from diagd.actors.pcap.messages import Frames, Stats
+from diagd.actors.pcap.messages import Frames, Stats, Timeline
 from diagd.actors.pcap.replies import Source
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.shark import decode_check
@@ -279,7 +279,7 @@ class PcapBackend:
             return ref
         return None
 
-    async def index_for(self, spec: CaptureSpec, message: Frames | Stats) -> ActorRef | None:
+    async def index_for(self, spec: CaptureSpec, message: Frames | Stats | Timeline) -> ActorRef | None:
         """The capture's ready index actor when it answers this question exactly (IndexActor.answers):
         None sends it to sharkd."""
         ref = await self.ready_index(spec)

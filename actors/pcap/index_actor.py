@@ -17,15 +17,17 @@ import trio
 
 from diagd.actors._subprocess import Tail, head
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary, StatsAnswer
+from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary, StatsAnswer, TimelineAnswer
 from diagd.actors.pcap.answers import answers
+from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
 from diagd.actors.pcap.index import query
 from diagd.actors.pcap.index.build import command as build_command
-from diagd.actors.pcap.index.schema import SCHEMA_VERSION
+from diagd.actors.pcap.index.schema import SCHEMA_VERSION, Column, by_field
 from diagd.actors.pcap.index.store import IndexStore, Stored
 from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
-from diagd.actors.pcap.messages import Frames, IndexStatus, Stats
+from diagd.actors.pcap.messages import Frames, IndexStatus, Stats, Timeline
+from diagd.actors.pcap.shark.rows import fields_filter, sort_key
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KIND = "pcap-index"
@@ -157,17 +159,23 @@ class IndexActor(Actor):
                 return message.reply(await self._page(message))
             case Stats() as message:
                 return message.reply(await self._stats(message))
+            case Timeline() as message:
+                return message.reply(await self._timeline(message))
         raise unhandled(KIND, request)
 
-    def answers(self, message: Frames | Stats) -> bool:
+    def answers(self, message: Frames | Stats | Timeline) -> bool:
         """Whether a ready index answers this question exactly (else sharkd does): the whole capture's
-        pages; the conversations and endpoints of the layers it holds, unless some frame's fields of
-        that protocol could not be aligned with its layers (tables.py: meta.json's `unaligned`)."""
+        pages; a timeline of fields it holds, with their own filter (frames holding any of them); the
+        conversations and endpoints of the layers it holds, unless some frame's fields of that protocol
+        could not be aligned with its layers (tables.py: meta.json's `unaligned`)."""
         stored = self.stored
         if stored is None:
             return False
         if isinstance(message, Frames):
             return not message.display_filter
+        if isinstance(message, Timeline):
+            return (timeline_columns(message.fields) is not None
+                    and message.display_filter == fields_filter(message.fields))
         unaligned = stored.meta.get("unaligned") or {}
         return (message.kind in ("conversations", "endpoints") and message.protocol in LAYERED_PROTOCOLS
                 and not message.display_filter and message.protocol not in unaligned)
@@ -277,6 +285,33 @@ class IndexActor(Actor):
                                 "quotes is not counted)" if present else f"protocol {layer} is not in this capture")
         return result
 
+    async def _timeline(self, message: Timeline) -> TimelineAnswer:
+        """Values of fields the index holds, per frame holding any of them (the timeline's own filter)."""
+        stored = self._on_disk()
+        fields = timeline_columns(message.fields)
+        if fields is None or not self.answers(message):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index holds not every one of these fields")
+        asked = [(f, col) for f, col in fields if f != "frame.number"]
+        present = [col for f, col in asked if not f.startswith("_ws.col.")]
+        name = message.sort_by or ""
+        by = dict(fields).get(name) if name else None
+        total, rows = await trio.to_thread.run_sync(query.timeline, stored.path, asked, present, message.offset,
+                                                    message.limit, by, MAX_SORTED_ROWS)
+        self.store.touch(stored.path)
+        if by is not None and query.sort_order(by) is None:  # sorted here (sort_key), within the row limit
+            if total > MAX_SORTED_ROWS:
+                raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
+                                 f"sort_by needs every matching frame: {total} match, the limit is "
+                                 f"{MAX_SORTED_ROWS}; narrow display_filter or drop sort_by", total=total)
+            rows = sorted(rows, key=lambda r: sort_key(r.get(name)))[message.offset:message.offset + message.limit]
+        result: TimelineAnswer = {"total": total, "total_exact": True, "rows": rows,
+                                  "has_more": message.offset + len(rows) < total, "served_by": "index"}
+        if not total:
+            result["hint"] = f"no frame holds any of {', '.join(f for f, _ in asked)}"
+        elif not rows:
+            result["hint"] = f"offset {message.offset} is past the last of {total} matching frames"
+        return result
+
     def working(self) -> bool:
         return not self.done.is_set()  # a 10 GB capture's build outlasts the idle timeout: not cut short
 
@@ -290,3 +325,16 @@ class IndexActor(Actor):
         return out
 
 
+# The Time column is stored as a number: its text (the digits tshark prints) is not kept.
+NOT_AS_PRINTED = frozenset({"_ws.col.Time"})
+
+
+def timeline_columns(fields: tuple[str, ...]) -> list[tuple[str, Column]] | None:
+    """Each field's index column, frame.number included (None: one is not in the index as printed)."""
+    found = []
+    for field in fields:
+        col = by_field("_ws.col.No." if field == "frame.number" else field)
+        if col is None or field in NOT_AS_PRINTED:
+            return None
+        found.append((field, col))
+    return found

@@ -71,8 +71,8 @@ from diagd.actors.pcap.schemas import (
 from diagd.actors.pcap.sequence_tool import tools as sequence_tools
 from diagd.actors.pcap.shark import decode_check
 from diagd.actors.pcap.shark import tshark as _cold
-from diagd.actors.pcap.shark.rows import packet_file_command, packet_list_command
-from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, Catalogue
+from diagd.actors.pcap.shark.rows import fields_filter, packet_file_command, packet_list_command
+from diagd.actors.pcap.shark.wireshark import Catalogue
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -207,8 +207,8 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
 
 
 @tools.tool("pcap_index", "Build or read a capture's persistent index (Parquet, DuckDB): one tshark pass, kept "
-            "across restarts; then unfiltered pages at any offset and pcap_stats conversations/endpoints "
-            "come from it in ms.",
+            "across restarts; then unfiltered pages at any offset, timelines of its fields and pcap_stats "
+            "conversations/endpoints come from it in ms.",
             {**CAPTURE, "wait_s": {"type": "number", "minimum": 0, "maximum": 600, "default": 0,
                                    "description": "wait this long for the build"}}, required=CAPTURE_ONLY)
 async def pcap_index(backend: PcapBackend, ctx: CallContext, args: Args) -> IndexReply:
@@ -258,17 +258,23 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Timeli
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"sort_by {sort_by!r} is not one of the fields",
                              fields=fields)
     spec = await backend.spec_for(args)
-    # Columns (_ws.col.*) are no display-filter fields: they cannot narrow the default filter.
-    flt = args["display_filter"] or " || ".join(
-        f for f in fields if f != "frame.number" and not f.startswith(COLUMN_PREFIX)) or ""
+    flt = args["display_filter"] or fields_filter(fields)
     limit, offset = args["limit"], args["offset"]
-    result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by,
-                                                   await backend.kinds(flt, *fields)))
+    built_by = None
+    if (index := await backend.index_for(spec, Timeline(flt, tuple(fields), limit, offset, sort_by))) is not None:
+        # Values of the fields the index holds, with their default filter: from it, at any size, in ms.
+        result = await backend.runtime.ask(index, Timeline(flt, tuple(fields), limit, offset, sort_by),
+                                           progress=ctx.progress)
+        built_by = backend.index_version(index)
+    else:
+        result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by,
+                                                       await backend.kinds(flt, *fields)))
     command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
     return {**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
             "sort_by": sort_by,
             "source": await backend.source(spec, args, display_filter=flt, fields=fields, command=command,
-                                           provisional=SINGLE_PASS in result.get("served_by", ""))}
+                                           provisional=SINGLE_PASS in result.get("served_by", ""),
+                                           built_by=built_by)}
 
 
 @tools.tool("pcap_frame_detail", "Decoded tree of frames (tshark -V text).",

@@ -71,12 +71,12 @@ def command(out: Path, tshark_argv: list[str]) -> list[str]:
     from diagd.actors import interpreter
     from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
 
-    columns = json.dumps([[c.name, c.kind] for c in COLUMNS])
+    columns = json.dumps([[c.name, c.kind, c.many] for c in COLUMNS])
     return interpreter.script_argv(__file__, str(out), columns, str(SCHEMA_VERSION), "--", *tshark_argv,
                                    *fields_args())
 
 
-def build(out: Path, argv: list[str], columns: list[tuple[str, str]], schema_version: int) -> dict[str, Any]:
+def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], schema_version: int) -> dict[str, Any]:
     """Run `argv` (tshark with fields_args()), write OUT/frames.parquet and OUT/meta.json."""
     started = time.monotonic()
     # A folder of this build's own (two builds of one index, from two daemons or two file versions of
@@ -132,11 +132,11 @@ def _tables() -> ModuleType:
     return module
 
 
-def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tuple[str, str]],
+def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tuple[str, str, bool]],
                 bad_rows: list[str], unaligned: dict[str, list[int]]) -> int:
-    """tshark's rows, block by block, as Parquet row groups: the frames (first occurrences) in
-    FRAMES_FILE, their network and transport layers in tables.LAYERS_FILE; how many frames. A row with
-    more or fewer cells than columns is noted in `bad_rows` and ends the reading."""
+    """tshark's rows, block by block, as Parquet row groups: the frames in FRAMES_FILE (a field of
+    many occurrences as a list), their network and transport layers in tables.LAYERS_FILE; how many
+    frames. A row with more or fewer cells than columns is noted in `bad_rows` and ends the reading."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as csv
@@ -144,11 +144,12 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
 
     tables = _tables()
     kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
-    types = {name: kinds[kind] for name, kind in columns}
-    names = [name for name, _ in columns]
-    # Read as text: every occurrence of a layered field (joined by the aggregator), and the Time column,
+    many = {name for name, _, listed in columns if listed}
+    types = {name: pa.list_(kinds[kind]) if name in many else kinds[kind] for name, kind, _ in columns}
+    names = [name for name, _, _ in columns]
+    # Read as text: every occurrence of a field of many (joined by the aggregator), and the Time column,
     # whose exact digits the layers keep in nanoseconds.
-    as_text = {*tables.LAYERED, "time_relative"}
+    as_text = {*many, "time_relative"}
     read_types = {name: pa.string() if name in as_text else types[name] for name in names}
     layer_schema = pa.schema([(name, kinds[kind]) for name, kind, _ in tables.LAYER_COLUMNS])
 
@@ -156,15 +157,15 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
         bad_rows.append(f"{row.expected_columns} cells expected, {row.actual_columns} found: {row.text[:200]!r}")
         return "skip"
 
-    def first(batch: Any, name: str) -> Any:
+    def typed(batch: Any, name: str) -> Any:
         cells = batch.column(name)
-        if name in tables.LAYERED:
-            cells = pc.list_element(pc.split_pattern(cells, tables.AGGREGATOR, max_splits=1), 0)
+        if name in many:
+            cells = pc.split_pattern(cells, tables.AGGREGATOR)
         return cells.cast(types[name])
 
-    def layers(batch: Any) -> Any:
-        got = batch.to_pydict()
-        rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["time_relative"],
+    def layers(batch: Any, times: list[str]) -> Any:
+        got = batch.select(["number", "protocols", "length", *tables.LAYERED]).to_pydict()
+        rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], times,
                                         {c: got[c] for c in tables.LAYERED}, unaligned))
         cells = list(zip(*rows, strict=True)) if rows else [()] * len(layer_schema)
         return pa.table([pa.array(c, type=f.type) for c, f in zip(cells, layer_schema, strict=True)],
@@ -187,8 +188,9 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
             for batch in reader:
                 if bad_rows:
                     break
-                writer.write_batch(pa.record_batch([first(batch, n) for n in names], schema=schema))
-                layered.write_table(layers(batch))
+                typed_batch = pa.record_batch([typed(batch, n) for n in names], schema=schema)
+                writer.write_batch(typed_batch)
+                layered.write_table(layers(typed_batch, batch.column("time_relative").to_pylist()))
                 frames += batch.num_rows
                 # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
                 print(json.dumps({"frames": frames}), flush=True)
@@ -233,7 +235,7 @@ def main(args: list[str]) -> int:
     if len(args) < 5 or args[3] != "--":
         sys.stderr.write("usage: build.py OUT_DIR COLUMNS_JSON SCHEMA_VERSION -- TSHARK_ARGV...\n")
         return 2
-    columns = [(str(name), str(kind)) for name, kind in json.loads(args[1])]
+    columns = [(str(name), str(kind), bool(many)) for name, kind, many in json.loads(args[1])]
     meta = build(Path(args[0]), args[4:], columns, int(args[2]))
     print(json.dumps({"done": meta}), flush=True)
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from diagd.actors.pcap.index.build import FRAMES_FILE
-from diagd.actors.pcap.index.schema import PACKET_LIST
+from diagd.actors.pcap.index.schema import PACKET_LIST, Column
 from diagd.actors.pcap.index.tables import CONVERSATIONS_FILE, ENDPOINTS_FILE, quoted, seconds
 
 MEMORY_LIMIT = "256MB"  # DuckDB's limit per query (a page or a summary needs far less): bounded whatever the index
@@ -101,3 +101,52 @@ def endpoints(index: Path, layer: str) -> list[dict[str, Any]]:
              "tx_bytes": int(tx_b), "rx_frames": rx_f, "rx_bytes": int(rx_b),
              "filter": _filter(net, layer, [(addr, port)])}
             for net, addr, port, frames, size, tx_f, tx_b, rx_f, rx_b in got]
+
+
+def _cell(col: Column, value: Any) -> Any:
+    """A stored value as `tshark -T fields` prints it (answers.timeline_row): text, a list for a field
+    that occurs several times, None when absent."""
+    if value is None:
+        return None
+    if col.many:
+        texts = [str(v) for v in value]
+        return None if not texts else texts[0] if len(texts) == 1 else texts
+    return str(value)
+
+
+def sort_order(col: Column) -> str | None:
+    """SQL ordering as shark/rows.sort_key orders a field's values (numbers by value, a field of many
+    by its first, absent last, ties in frame order), for a column whose values are all numbers; None:
+    sorted in Python (sort_key), within the caller's row limit."""
+    if col.kind == "int64":
+        value = f"{col.name}[1]" if col.many else col.name
+    elif col.field == "frame.time_epoch":
+        value = f"CAST({col.name} AS DOUBLE)"
+    else:
+        return None
+    return f"{value} NULLS LAST, number"
+
+
+def timeline(index: Path, fields: list[tuple[str, Column]], present: list[Column], offset: int, limit: int,
+             sort_by: Column | None, max_sorted: int) -> tuple[int, list[dict[str, Any]]]:
+    """The frames where any of `present` occurs (all frames when none is given), with the values of
+    `fields` ((tshark field, its column)): how many, and the page, in frame order or by `sort_by`'s
+    values (sort_order); a sort the SQL cannot make gives every row (at most `max_sorted`, else none)
+    for the caller to sort and page."""
+    where = " OR ".join(f"{col.name} IS NOT NULL" for col in present) or "TRUE"
+    selected = ", ".join(["number", *(col.name for _, col in fields)]) if fields else "number"
+    order = "number" if sort_by is None else sort_order(sort_by)
+    with _connect() as con:
+        (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
+        if order is None and total > max_sorted:
+            return total, []
+        paged = "" if order is None else f" LIMIT {int(limit)} OFFSET {int(offset)}"
+        got = con.execute(f"SELECT {selected} FROM {_frames(index)} WHERE {where} "
+                          f"ORDER BY {order or 'number'}{paged}").fetchall()
+    rows = []
+    for number, *values in got:
+        row: dict[str, Any] = {"frame.number": int(number)}
+        for (field, col), value in zip(fields, values, strict=True):
+            row[field] = _cell(col, value)
+        rows.append(row)
+    return int(total), rows

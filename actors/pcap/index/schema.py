@@ -17,9 +17,14 @@ Kind = Literal["int64", "float64", "string"]
 @dataclass(frozen=True)
 class Column:
     name: str
-    field: str  # the tshark field (`-e`) that fills it: its first occurrence
+    field: str  # the tshark field (`-e`) that fills it
     kind: Kind
     about: str
+    many: bool = False  # every occurrence, in tree order (a list of `kind`); else the field occurs once
+
+    @property
+    def parquet_type(self) -> str:
+        return f"list<{self.kind}>" if self.many else self.kind
 
 
 # The packet list first, exactly as pcap_frames_by_filter shows it (shark/rows.py: the default columns),
@@ -35,22 +40,27 @@ COLUMNS: tuple[Column, ...] = (
     Column("time_epoch", "frame.time_epoch", "string", "arrival time, Unix seconds as tshark prints them (exact)"),
     Column("cap_len", "frame.cap_len", "int64", "bytes captured"),
     Column("protocols", "frame.protocols", "string", "the frame's protocol layers, colon-separated"),
-    Column("ip_src", "ip.src", "string", "outer IPv4 source"),
-    Column("ip_dst", "ip.dst", "string", "outer IPv4 destination"),
-    Column("ipv6_src", "ipv6.src", "string", "outer IPv6 source"),
-    Column("ipv6_dst", "ipv6.dst", "string", "outer IPv6 destination"),
-    Column("tcp_stream", "tcp.stream", "int64", "Wireshark's TCP stream index"),
-    Column("udp_stream", "udp.stream", "int64", "Wireshark's UDP stream index"),
-    Column("src_port", "tcp.srcport", "int64", "TCP source port"),
-    Column("dst_port", "tcp.dstport", "int64", "TCP destination port"),
-    Column("udp_src_port", "udp.srcport", "int64", "UDP source port"),
-    Column("udp_dst_port", "udp.dstport", "int64", "UDP destination port"),
-    Column("sctp_src_port", "sctp.srcport", "int64", "SCTP source port"),
-    Column("sctp_dst_port", "sctp.dstport", "int64", "SCTP destination port"),
+    Column("ip_src", "ip.src", "string", "IPv4 sources, outer first", many=True),
+    Column("ip_dst", "ip.dst", "string", "IPv4 destinations, outer first", many=True),
+    Column("ipv6_src", "ipv6.src", "string", "IPv6 sources, outer first", many=True),
+    Column("ipv6_dst", "ipv6.dst", "string", "IPv6 destinations, outer first", many=True),
+    Column("tcp_stream", "tcp.stream", "int64", "Wireshark's TCP stream indexes", many=True),
+    Column("udp_stream", "udp.stream", "int64", "Wireshark's UDP stream indexes", many=True),
+    Column("src_port", "tcp.srcport", "int64", "TCP source ports", many=True),
+    Column("dst_port", "tcp.dstport", "int64", "TCP destination ports", many=True),
+    Column("udp_src_port", "udp.srcport", "int64", "UDP source ports", many=True),
+    Column("udp_dst_port", "udp.dstport", "int64", "UDP destination ports", many=True),
+    Column("sctp_src_port", "sctp.srcport", "int64", "SCTP source ports", many=True),
+    Column("sctp_dst_port", "sctp.dstport", "int64", "SCTP destination ports", many=True),
 )
 
 # The packet-list columns in shark/rows.py's DEFAULT_COLUMNS order.
 PACKET_LIST = ("number", "time_relative", "src", "dst", "protocol", "length", "info")
+
+
+def by_field(field: str) -> Column | None:
+    """The column a tshark field fills (None: not in the index)."""
+    return next((col for col in COLUMNS if col.field == field), None)
 
 
 def column(name: str) -> Column:

@@ -71,7 +71,7 @@ def seconds(ns: int) -> float:
     return float(f"{'-' if ns < 0 else ''}{whole}.{fraction:09d}")
 
 
-def frame_layers(number: int, protocols: str, cells: dict[str, list[str]], length: int, rel: int
+def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], length: int, rel: int
                  ) -> tuple[list[tuple[Any, ...]], set[str]]:
     """One frame's layer rows (LAYER_COLUMNS order) and the protocols whose fields it cannot align."""
     rows: list[tuple[Any, ...]] = []
@@ -114,7 +114,7 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[str]], lengt
 
 
 def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], lengths: Sequence[int],
-                 times: Sequence[str], cells: dict[str, Sequence[str | None]],
+                 times: Sequence[str], cells: dict[str, Sequence[list[Any] | None]],
                  unaligned: dict[str, list[int]]) -> Iterator[tuple[Any, ...]]:
     """The layer rows of a block of frames; frames that cannot be aligned counted in `unaligned`
     (per protocol: [how many, the first KEPT_UNALIGNED of them...])."""
@@ -122,8 +122,8 @@ def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], length
         stack = protocols[i]
         if not stack:
             continue
-        split = {c: (v.split(AGGREGATOR) if (v := cells[c][i]) else []) for c in LAYERED}
-        rows, broken = frame_layers(number, stack, split, lengths[i], rel_ns(times[i]))
+        rows, broken = frame_layers(number, stack, {c: cells[c][i] or [] for c in LAYERED}, lengths[i],
+                                    rel_ns(times[i]))
         for layer in broken:
             noted = unaligned.setdefault(layer, [0])
             noted[0] += 1

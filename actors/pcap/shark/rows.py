@@ -17,6 +17,12 @@ DEFAULT_COLUMNS = ("number", "time_relative", "src", "dst", "protocol", "length"
 DEFAULT_COLUMN_PREF = column_format_pref()  # the default packet-list columns, as one `-o` value
 
 
+def fields_filter(fields: list[str] | tuple[str, ...]) -> str:
+    """pcap_timeline's filter when none is given: frames holding any of the fields. Columns (_ws.col.*)
+    and frame.number are no display-filter fields: they cannot narrow it ("" when only they are asked)."""
+    return " || ".join(f for f in fields if f != "frame.number" and not f.startswith(COLUMN_PREFIX))
+
+
 def field_value(name: str, text: str) -> Any:
     """One cell of `tshark -T fields`: null when empty, a list when the field occurs several times
     (a column is one text and is never split)."""

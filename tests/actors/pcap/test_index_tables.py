@@ -5,6 +5,10 @@ cases the corpus may not hold: a quoted packet, a layer without its fields, nega
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
 from diagd.actors.pcap.index.tables import LAYERED, frame_layers, rel_ns, seconds
 
 
@@ -51,3 +55,11 @@ def test_times_are_kept_to_the_nanosecond_and_read_back_as_sharkd_prints_them() 
     assert rel_ns("1.123456789") == 1_123_456_789 and rel_ns("-0.5") == -500_000_000
     assert seconds(1_492_930_000) == 1.49293 and seconds(-500_000_000) == -0.5
     assert seconds(86_336_434_208) == float("86.336434208")
+
+
+def test_the_documented_frames_schema_is_the_one_built() -> None:
+    """docs/pcap-index.md's table of frames.parquet is the interchange users read: it cannot drift."""
+    doc = (Path(__file__).parents[3] / "docs" / "pcap-index.md").read_text()
+    assert f"## The Parquet schema (version {SCHEMA_VERSION})" in doc
+    rows = re.findall(r"^\| `(\w+)` \| ([\w<>]+) \| `([^`]+)` \| (.+) \|$", doc, re.M)
+    assert rows == [(c.name, c.parquet_type, c.field, c.about) for c in COLUMNS]
