@@ -12,7 +12,7 @@ from typing import Any
 
 from diagd import __version__
 from diagd.daemon import paths
-from diagd.daemon.cli import clients, examples, logtail, setup_cli
+from diagd.daemon.cli import clients, examples, index_cli, logtail, setup_cli
 from diagd.daemon.exits import EXIT_FAILED, EXIT_NO_DAEMON, EXIT_OK, EXIT_USAGE
 from diagd.protocol.errors import DiagdError
 
@@ -147,6 +147,7 @@ def _admin_parsers(sub: Any) -> None:
 
     clients.add_parser(sub, served=served_catalogue)  # diagd client add HOST | remove HOST | list
     examples.add_parser(sub)  # diagd examples [--copy DIR]: the sample captures shipped with diagd
+    index_cli.add_parser(sub, _call_tool)  # diagd index export CAPTURE [--to DIR]: an index beside its capture
 
 
 # What `diagd serve` never needs but a library would import if it is installed: structlog imports
@@ -359,6 +360,15 @@ def _client() -> Any:
     except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
         raise NotServed(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
                         ) from None
+
+
+def _call_tool(tool: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """One tool call through the running daemon, as `diagd call` makes it: (result, is_error)."""
+    from diagd.protocol import control
+
+    with _client() as client:
+        reply = client.request(control.CallRequest, tool=tool, arguments=arguments, progress=False)
+    return reply["result"], bool(reply["is_error"])
 
 
 def _request(kind: Any, **fields: Any) -> Any:

@@ -10,6 +10,7 @@ second daemon on the same state directory finds the index instead of building it
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 from collections.abc import Iterator
@@ -305,3 +306,34 @@ async def test_one_build_at_a_time_the_next_says_queued_then_is_built(tmp_path: 
     finally:
         daemon.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+async def test_diagd_index_export_writes_the_index_beside_the_capture_never_over_a_file(tmp_path: Path) -> None:
+    """`diagd index export`: the running daemon builds the index, the command copies it into a new
+    folder beside the capture; any engine reads it there (DuckDB); a second export is refused."""
+    duckdb = pytest.importorskip("duckdb")
+    source = PCAPS / "adrian_sandbox_n4.pcap"
+    if not source.exists():
+        pytest.skip(f"{source.name} is not in the corpus")
+    folder = tmp_path / "captures"
+    folder.mkdir()
+    capture = folder / source.name
+    shutil.copyfile(source, capture)
+    env = make_env(tmp_path / "d", f'[daemon]\nallowed_dirs = ["{folder}"]\ncall_timeout_s = 300\n')
+    daemon = start_daemon(env)
+    try:
+        done = env.run("index", "export", str(capture), "--json", timeout=300)
+        again = env.run("index", "export", str(capture), timeout=60)
+        elsewhere = env.run("index", "export", str(capture), "--to", str(tmp_path / "out"), timeout=60)
+    finally:
+        daemon.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    target = folder / (capture.name + ".diagd-index")
+    assert said["folder"] == str(target) and said["frames"] == len(oracle.columns(source))
+    assert sorted(p.name for p in target.iterdir()) == sorted(said["files"])
+    frames = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{target / 'frames.parquet'}')").fetchone()
+    assert frames == (said["frames"],)
+    assert again.returncode == 2 and "exists" in again.stderr, again
+    assert elsewhere.returncode == 0 and (tmp_path / "out" / "meta.json").is_file(), elsewhere.stderr
