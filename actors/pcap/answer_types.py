@@ -268,6 +268,8 @@ class IndexAnswer(Answered):
     """the column layout (docs/pcap-index.md)"""
     summary: NotRequired[IndexSummary]
     """frames, first/last arrival (Unix s), protocols in order of appearance"""
+    tables_from_sharkd: NotRequired[dict[str, str]]
+    """per protocol whose conversations/endpoints the index does not answer: why (sharkd does)"""
     error: NotRequired[str]
     """why the build failed"""
     note: NotRequired[str]

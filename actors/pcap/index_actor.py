@@ -21,7 +21,7 @@ from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSumma
 from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
-from diagd.actors.pcap.index import query
+from diagd.actors.pcap.index import filters, query
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION, Column, by_field
 from diagd.actors.pcap.index.store import IndexStore, Stored
@@ -163,6 +163,15 @@ class IndexActor(Actor):
                 return message.reply(await self._timeline(message))
         raise unhandled(KIND, request)
 
+    def tables_from_sharkd(self) -> dict[str, str]:
+        """The protocols whose conversation and endpoint tables the index does not answer, and why."""
+        meta = self.stored.meta if self.stored is not None else {}
+        if failed := meta.get("tables_failed"):
+            return dict.fromkeys(LAYERED_PROTOCOLS, f"the tables could not be written: {failed}")
+        return {layer: f"{noted['frames']} frame(s) whose {layer} layers cannot be read as its tap counts them "
+                       f"(first: {', '.join(map(str, noted['first']))})"
+                for layer, noted in (meta.get("unaligned") or {}).items()}
+
     def answers(self, message: Frames | Stats | Timeline) -> bool:
         """Whether a ready index answers this question exactly (else sharkd does): the whole capture's
         pages; a timeline of fields it holds, with their own filter (frames holding any of them); the
@@ -172,13 +181,13 @@ class IndexActor(Actor):
         if stored is None:
             return False
         if isinstance(message, Frames):
-            return not message.display_filter
+            return filters.to_sql(message.display_filter) is not None
         if isinstance(message, Timeline):
-            return (timeline_columns(message.fields) is not None
-                    and message.display_filter == fields_filter(message.fields))
+            return timeline_where(message) is not None
         unaligned = stored.meta.get("unaligned") or {}
         return (message.kind in ("conversations", "endpoints") and message.protocol in LAYERED_PROTOCOLS
-                and not message.display_filter and message.protocol not in unaligned)
+                and not message.display_filter and message.protocol not in unaligned
+                and not stored.meta.get("tables_failed"))
 
     @property
     def ready(self) -> bool:
@@ -211,6 +220,8 @@ class IndexActor(Actor):
         elif stored is not None:
             answer["state"] = "ready"
             answer["summary"] = await self.summary()
+            if deferred := self.tables_from_sharkd():
+                answer["tables_from_sharkd"] = deferred
             self.store.touch(stored.path)
             if not self.built_here:
                 answer["note"] = "found on disk: built before (by this daemon or an earlier one)"
@@ -259,13 +270,19 @@ class IndexActor(Actor):
         return stored
 
     async def _page(self, message: Frames) -> FramesAnswer:
-        if not self.answers(message):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index answers pages of the whole capture only")
+        where = filters.to_sql(message.display_filter)
+        if where is None:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index does not answer this filter (sharkd does)")
         stored = self._on_disk()
-        total = (await self.summary())["frames"]
-        rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
+        summary = await self.summary()
+        if message.display_filter:
+            total, rows = await trio.to_thread.run_sync(query.filtered_page, stored.path, where, message.offset,
+                                                        message.limit)
+        else:
+            total = summary["frames"]
+            rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
         self.store.touch(stored.path)
-        return answers.frames(message, Page(total, True, rows, "index"), None, None)
+        return answers.frames(message, Page(total, True, rows, "index"), summary["protocols"], None)
 
     async def _stats(self, message: Stats) -> StatsAnswer:
         """Conversations or endpoints of one protocol, from the tables the build wrote (tables.py)."""
@@ -292,10 +309,11 @@ class IndexActor(Actor):
         if fields is None or not self.answers(message):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index holds not every one of these fields")
         asked = [(f, col) for f, col in fields if f != "frame.number"]
-        present = [col for f, col in asked if not f.startswith("_ws.col.")]
+        where = timeline_where(message)
+        assert where is not None  # self.answers
         name = message.sort_by or ""
         by = dict(fields).get(name) if name else None
-        total, rows = await trio.to_thread.run_sync(query.timeline, stored.path, asked, present, message.offset,
+        total, rows = await trio.to_thread.run_sync(query.timeline, stored.path, asked, where, message.offset,
                                                     message.limit, by, MAX_SORTED_ROWS)
         self.store.touch(stored.path)
         if by is not None and query.sort_order(by) is None:  # sorted here (sort_key), within the row limit
@@ -307,7 +325,8 @@ class IndexActor(Actor):
         result: TimelineAnswer = {"total": total, "total_exact": True, "rows": rows,
                                   "has_more": message.offset + len(rows) < total, "served_by": "index"}
         if not total:
-            result["hint"] = f"no frame holds any of {', '.join(f for f, _ in asked)}"
+            result["hint"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
+                              else "the capture holds no frames")
         elif not rows:
             result["hint"] = f"offset {message.offset} is past the last of {total} matching frames"
         return result
@@ -338,3 +357,15 @@ def timeline_columns(fields: tuple[str, ...]) -> list[tuple[str, Column]] | None
             return None
         found.append((field, col))
     return found
+
+
+def timeline_where(message: Timeline) -> str | None:
+    """The SQL condition of a timeline's filter: its own (frames holding any of its fields, which the
+    index holds) or one filters.py translates; None: not a timeline the index answers."""
+    fields = timeline_columns(message.fields)
+    if fields is None:
+        return None
+    if message.display_filter == fields_filter(message.fields):
+        present = [col for f, col in fields if f != "frame.number" and not f.startswith("_ws.col.")]
+        return " OR ".join(f"{col.name} IS NOT NULL" for col in present) or "TRUE"
+    return filters.to_sql(message.display_filter)

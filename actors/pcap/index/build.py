@@ -109,7 +109,7 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
     if failure is not None:
         shutil.rmtree(partial, ignore_errors=True)
         raise SystemExit(failure)
-    _tables().write_tables(partial)
+    tables_failed = _tables().write_tables(partial)
     version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
     meta = {"schema_version": schema_version, "frames": frames,
             "tshark_version": (version.splitlines() or ["unknown"])[0].strip(),
@@ -117,7 +117,9 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
             "built_at": time.time(), "tshark_argv": argv, "warnings": messages[-5:],
             "bytes": sum(f.stat().st_size for f in partial.iterdir() if f.suffix == ".parquet"),
             # Frames whose layers' fields could not be aligned, per protocol: its tables are not answered.
-            "unaligned": {layer: {"frames": found[0], "first": found[1:]} for layer, found in unaligned.items()}}
+            "unaligned": {layer: {"frames": found[0], "first": found[1:]} for layer, found in unaligned.items()},
+            # Why the conversation and endpoint tables are missing (a DuckDB failure: memory); null: written.
+            "tables_failed": tables_failed}
     (partial / META_FILE).write_text(json.dumps(meta))
     (partial / LOCK_FILE).unlink()
     return _publish(partial, out, meta)
@@ -147,9 +149,9 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
     many = {name for name, _, listed in columns if listed}
     types = {name: pa.list_(kinds[kind]) if name in many else kinds[kind] for name, kind, _ in columns}
     names = [name for name, _, _ in columns]
-    # Read as text: every occurrence of a field of many (joined by the aggregator), and the Time column,
-    # whose exact digits the layers keep in nanoseconds.
-    as_text = {*many, "time_relative"}
+    # Read as text: every occurrence of a field of many (joined by the aggregator), and the relative
+    # time, kept to the nanosecond as an integer (tables.rel_ns).
+    as_text = {*many, "rel_ns"}
     read_types = {name: pa.string() if name in as_text else types[name] for name in names}
     layer_schema = pa.schema([(name, kinds[kind]) for name, kind, _ in tables.LAYER_COLUMNS])
 
@@ -159,14 +161,17 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
 
     def typed(batch: Any, name: str) -> Any:
         cells = batch.column(name)
+        if name == "rel_ns":
+            return pa.array([None if t is None else tables.rel_ns(t) for t in cells.to_pylist()], pa.int64())
         if name in many:
             cells = pc.split_pattern(cells, tables.AGGREGATOR)
         return cells.cast(types[name])
 
-    def layers(batch: Any, times: list[str]) -> Any:
-        got = batch.select(["number", "protocols", "length", *tables.LAYERED]).to_pydict()
-        rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], times,
-                                        {c: got[c] for c in tables.LAYERED}, unaligned))
+    def layers(batch: Any) -> Any:
+        got = batch.select(["number", "protocols", "length", "rel_ns", "expert_severities",
+                            *tables.LAYERED]).to_pydict()
+        rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["rel_ns"],
+                                        got["expert_severities"], {c: got[c] for c in tables.LAYERED}, unaligned))
         cells = list(zip(*rows, strict=True)) if rows else [()] * len(layer_schema)
         return pa.table([pa.array(c, type=f.type) for c, f in zip(cells, layer_schema, strict=True)],
                         schema=layer_schema)
@@ -190,7 +195,7 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
                     break
                 typed_batch = pa.record_batch([typed(batch, n) for n in names], schema=schema)
                 writer.write_batch(typed_batch)
-                layered.write_table(layers(typed_batch, batch.column("time_relative").to_pylist()))
+                layered.write_table(layers(typed_batch))
                 frames += batch.num_rows
                 # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
                 print(json.dumps({"frames": frames}), flush=True)

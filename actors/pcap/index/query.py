@@ -7,22 +7,37 @@ beside the index) and is blocking: the actor runs it in a worker thread. Frame n
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import PACKET_LIST, Column
 from diagd.actors.pcap.index.tables import CONVERSATIONS_FILE, ENDPOINTS_FILE, quoted, seconds
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 MEMORY_LIMIT = "256MB"  # DuckDB's limit per query (a page or a summary needs far less): bounded whatever the index
 
 
-def _connect() -> Any:
+@contextmanager
+def _connect() -> Iterator[Any]:
+    """A connection for one answer; DuckDB's failures as coded errors (an index whose files went away
+    meanwhile, a query past its memory), never an internal error."""
     import duckdb
 
-    # No spilling: DuckDB's temp directory defaults to `.tmp` in the working directory (the daemon's is `/`).
-    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 1, "temp_directory": ""})
-    return con
+    try:
+        # No spilling: DuckDB's temp directory defaults to `.tmp` in the working directory (the daemon's
+        # is `/`); no progress bar on the daemon's stdout.
+        with duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 1, "temp_directory": ""}) as con:
+            con.execute("PRAGMA disable_progress_bar")
+            yield con
+    except duckdb.IOException as exc:
+        raise DiagdError(ErrorCode.NOT_FOUND, "the capture's index went away while it was read (evicted or "
+                                              f"removed); pcap_index builds it again: {str(exc)[:200]}") from None
+    except duckdb.OutOfMemoryException:
+        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"the question needs more than the index's query memory "
+                                                     f"({MEMORY_LIMIT}): ask for fewer or smaller fields") from None
 
 
 def _table(index: Path, name: str) -> str:
@@ -33,15 +48,29 @@ def _frames(index: Path) -> str:
     return _table(index, FRAMES_FILE)
 
 
+# An empty text cell is stored as null (as an absent field is); the packet list shows it as "".
+_LISTED = ", ".join(f"coalesce({c}, '')" if c in {"src", "dst", "protocol", "info"} else c for c in PACKET_LIST)
+
+
+def _rows(got: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    return [dict(zip(PACKET_LIST, (*row[:6], row[6].strip()), strict=True)) for row in got]
+
+
 def page(index: Path, offset: int, limit: int) -> list[dict[str, Any]]:
     """Packet-list rows offset+1 .. offset+limit, as shark/rows.packet_row gives them."""
-    # An empty text cell is stored as null (as an absent field is); the packet list shows it as "".
-    texts = {"src", "dst", "protocol", "info"}
-    selected = ", ".join(f"coalesce({c}, '')" if c in texts else c for c in PACKET_LIST)
     with _connect() as con:
-        got = con.execute(f"SELECT {selected} FROM {_frames(index)} "
+        got = con.execute(f"SELECT {_LISTED} FROM {_frames(index)} "
                           "WHERE number > ? AND number <= ? ORDER BY number", [offset, offset + limit]).fetchall()
-    return [dict(zip(PACKET_LIST, (*row[:6], row[6].strip()), strict=True)) for row in got]
+    return _rows(got)
+
+
+def filtered_page(index: Path, where: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many frames meet `where` (filters.to_sql's condition), and the packet-list rows of a page of them."""
+    with _connect() as con:
+        (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
+        got = con.execute(f"SELECT {_LISTED} FROM {_frames(index)} WHERE {where} ORDER BY number "
+                          f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()
+    return int(total), _rows(got)
 
 
 def summary(index: Path) -> dict[str, Any]:
@@ -127,22 +156,31 @@ def sort_order(col: Column) -> str | None:
     return f"{value} NULLS LAST, number"
 
 
-def timeline(index: Path, fields: list[tuple[str, Column]], present: list[Column], offset: int, limit: int,
+def timeline(index: Path, fields: list[tuple[str, Column]], where: str, offset: int, limit: int,
              sort_by: Column | None, max_sorted: int) -> tuple[int, list[dict[str, Any]]]:
-    """The frames where any of `present` occurs (all frames when none is given), with the values of
-    `fields` ((tshark field, its column)): how many, and the page, in frame order or by `sort_by`'s
-    values (sort_order); a sort the SQL cannot make gives every row (at most `max_sorted`, else none)
-    for the caller to sort and page."""
-    where = " OR ".join(f"{col.name} IS NOT NULL" for col in present) or "TRUE"
+    """The frames meeting `where` (filters.to_sql's condition), with the values of `fields` ((tshark
+    field, its column)): how many, and the page, in frame order or by `sort_by`'s values (sort_order);
+    a sort the SQL cannot make gives every row (at most `max_sorted`, else none) for the caller to
+    sort and page."""
     selected = ", ".join(["number", *(col.name for _, col in fields)]) if fields else "number"
     order = "number" if sort_by is None else sort_order(sort_by)
     with _connect() as con:
         (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
         if order is None and total > max_sorted:
             return total, []
-        paged = "" if order is None else f" LIMIT {int(limit)} OFFSET {int(offset)}"
-        got = con.execute(f"SELECT {selected} FROM {_frames(index)} WHERE {where} "
-                          f"ORDER BY {order or 'number'}{paged}").fetchall()
+        if order is None:  # every row, for the caller to sort
+            got = con.execute(f"SELECT {selected} FROM {_frames(index)} WHERE {where} ORDER BY number").fetchall()
+        elif sort_by is None:
+            got = con.execute(f"SELECT {selected} FROM {_frames(index)} WHERE {where} ORDER BY number "
+                              f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()
+        else:  # the page's frame numbers sorted first (numbers only: bounded memory at any depth), then them
+            numbers = [n for (n,) in con.execute(
+                f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY {order} "
+                f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()]
+            found = {row[0]: row for row in con.execute(
+                f"SELECT {selected} FROM {_frames(index)} WHERE number BETWEEN ? AND ? AND list_contains(?, number)",
+                [min(numbers, default=0), max(numbers, default=0), numbers]).fetchall()}
+            got = [found[n] for n in numbers]
     rows = []
     for number, *values in got:
         row: dict[str, Any] = {"frame.number": int(number)}

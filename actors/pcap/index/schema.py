@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-SCHEMA_VERSION = 2  # 2: every occurrence read (layers.parquet, conversations, endpoints); SCTP ports
+# 2: every occurrence read (layers.parquet, conversations, endpoints); SCTP ports. 3: lists, rel_ns, expert.
+SCHEMA_VERSION = 3
 
 Kind = Literal["int64", "float64", "string"]
 
@@ -38,8 +39,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("length", "_ws.col.Length", "int64", "the Length column (bytes on the wire)"),
     Column("info", "_ws.col.Info", "string", "the Info column, two-pass (links to later frames resolved)"),
     Column("time_epoch", "frame.time_epoch", "string", "arrival time, Unix seconds as tshark prints them (exact)"),
+    Column("rel_ns", "frame.time_relative", "int64", "nanoseconds since the first frame (exact at any resolution)"),
     Column("cap_len", "frame.cap_len", "int64", "bytes captured"),
     Column("protocols", "frame.protocols", "string", "the frame's protocol layers, colon-separated"),
+    Column("expert_severities", "_ws.expert.severity", "int64", "each expert item's severity (8388608: Error)",
+           many=True),
     Column("ip_src", "ip.src", "string", "IPv4 sources, outer first", many=True),
     Column("ip_dst", "ip.dst", "string", "IPv4 destinations, outer first", many=True),
     Column("ipv6_src", "ipv6.src", "string", "IPv6 sources, outer first", many=True),
@@ -52,6 +56,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("udp_dst_port", "udp.dstport", "int64", "UDP destination ports", many=True),
     Column("sctp_src_port", "sctp.srcport", "int64", "SCTP source ports", many=True),
     Column("sctp_dst_port", "sctp.dstport", "int64", "SCTP destination ports", many=True),
+    Column("sctp_chunk_types", "sctp.chunk_type", "int64", "SCTP chunk types (0: DATA, 3: SACK...)", many=True),
 )
 
 # The packet-list columns in shark/rows.py's DEFAULT_COLUMNS order.

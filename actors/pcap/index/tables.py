@@ -32,6 +32,9 @@ ENDPOINTS_FILE = "endpoints.parquet"
 
 NETWORK = ("ip", "ipv6")
 ICMP = ("icmp", "icmpv6")  # what follows is the packet an ICMP error quotes (pinfo in_error_pkt): not tapped
+# Other dissectors that quote a packet (in_error_pkt): PPP LCP Protocol-Reject, NHRP, SCCP UDTS, CLNP.
+QUOTERS = ("lcp", "nhrp", "sccp", "clnp")
+ERROR_SEVERITY = 8388608  # _ws.expert.severity of an Error (PI_ERROR)
 TRANSPORT = ("udp", "tcp", "sctp")
 PROTOCOLS = (*NETWORK, *TRANSPORT)
 # Wireshark keys UDP and TCP conversations by stream index too (add_conversation_table_data_with_conv_id).
@@ -40,7 +43,8 @@ STREAMED = ("udp", "tcp")
 FIELDS = {"ip": ("ip_src", "ip_dst", None), "ipv6": ("ipv6_src", "ipv6_dst", None),
           "udp": ("udp_src_port", "udp_dst_port", "udp_stream"),
           "tcp": ("src_port", "dst_port", "tcp_stream"), "sctp": ("sctp_src_port", "sctp_dst_port", None)}
-LAYERED = tuple(sorted({c for f in FIELDS.values() for c in f if c is not None}))
+# The frames-table columns of many occurrences a frame's layer rows are read from.
+LAYERED = (*sorted({c for f in FIELDS.values() for c in f if c is not None}), "sctp_chunk_types")
 KEPT_UNALIGNED = 5
 AGGREGATOR = ","  # tshark's separator between occurrences (-E aggregator): no address or port holds one
 
@@ -58,7 +62,7 @@ LAYER_COLUMNS = (("number", "int64", "the frame"),
 
 
 def rel_ns(text: str) -> int:
-    """The Time column's text (seconds since the first frame, exact digits) in nanoseconds."""
+    """frame.time_relative's text (seconds since the first frame, to the nanosecond) in nanoseconds."""
     sign = -1 if text.startswith("-") else 1
     whole, _, fraction = text.lstrip("-").partition(".")
     return sign * (int(whole or "0") * 1_000_000_000 + int((fraction + "000000000")[:9]))
@@ -71,15 +75,44 @@ def seconds(ns: int) -> float:
     return float(f"{'-' if ns < 0 else ''}{whole}.{fraction:09d}")
 
 
-def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], length: int, rel: int
-                 ) -> tuple[list[tuple[Any, ...]], set[str]]:
+def _doubtful(layers: list[str], severities: list[int]) -> str | None:
+    """Why no tap count of this frame can be read off its fields (None: it can). Each is a case where a
+    dissector adds a layer's fields and then does not (or not as they say) queue its tap: an error in
+    a network or transport layer (a bogus header ends the dissection before the tap), a routing header
+    (the tap takes the final destination), a packet quoted by something other than an ICMP error,
+    a layer after an ICMP layer that it does not quote (two packets in one frame)."""
+    named = [x for x in layers if not x.startswith("_ws.")]
+    last = named[-1] if named else ""
+    if max(severities, default=0) >= ERROR_SEVERITY and (last in PROTOCOLS or last.startswith("ipv6.")):
+        return "an error in a network or transport layer"
+    if "ipv6.routing" in layers:
+        return "an IPv6 routing header"
+    for i, layer in enumerate(layers):
+        if layer in QUOTERS and any(x in NETWORK for x in layers[i + 1:]):
+            return f"a packet quoted by {layer}"
+        if layer in ICMP:
+            after = next((j for j in range(i + 1, len(layers)) if layers[j] in NETWORK), None)
+            if after is not None and after != i + 1:  # an error's quoted packet starts right after it
+                return "a packet after an ICMP message that does not quote it"
+    return None
+
+
+def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], length: int, rel: int | None,
+                 severities: list[int] | None = None) -> tuple[list[tuple[Any, ...]], set[str]]:
     """One frame's layer rows (LAYER_COLUMNS order) and the protocols whose fields it cannot align."""
+    layers = protocols.split(":")
+    if rel is None or _doubtful(layers, severities or []) is not None:
+        return [], set(PROTOCOLS)
     rows: list[tuple[Any, ...]] = []
     seen = dict.fromkeys(PROTOCOLS, 0)
     below: tuple[str, str, str] | None = None  # the nearest network layer: (name, src, dst)
     broken: set[str] = set()
-    quoted = False  # below an ICMP layer: the packet an error quotes, which no tap counts
-    for depth, layer in enumerate(protocols.split(":")):
+    if "sctp" in layers and (max(severities or [0]) >= ERROR_SEVERITY or not cells.get("sctp_chunk_types")):
+        # SCTP queues its tap after its chunks: an error in them (an NGAP dissector's exception) or no
+        # chunk at all, and it does not count the packet.
+        broken.add("sctp")
+    quoted = False  # the packet an ICMP error quotes, which no tap counts (right after its ICMP layer)
+    for depth, layer in enumerate(layers):
         if layer in ICMP:
             quoted = True
         if layer not in seen:
@@ -114,8 +147,9 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
 
 
 def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], lengths: Sequence[int],
-                 times: Sequence[str], cells: dict[str, Sequence[list[Any] | None]],
-                 unaligned: dict[str, list[int]]) -> Iterator[tuple[Any, ...]]:
+                 times: Sequence[int | None], severities: Sequence[list[int] | None],
+                 cells: dict[str, Sequence[list[Any] | None]], unaligned: dict[str, list[int]]
+                 ) -> Iterator[tuple[Any, ...]]:
     """The layer rows of a block of frames; frames that cannot be aligned counted in `unaligned`
     (per protocol: [how many, the first KEPT_UNALIGNED of them...])."""
     for i, number in enumerate(numbers):
@@ -123,7 +157,7 @@ def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], length
         if not stack:
             continue
         rows, broken = frame_layers(number, stack, {c: cells[c][i] or [] for c in LAYERED}, lengths[i],
-                                    rel_ns(times[i]))
+                                    times[i], severities[i])
         for layer in broken:
             noted = unaligned.setdefault(layer, [0])
             noted[0] += 1
@@ -135,27 +169,32 @@ def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], length
 # The aggregation (DuckDB, over layers.parquet at the end of a build). `seq` orders tap calls as tshark
 # made them: by frame, then by layer.
 _TAPS = """
-    SELECT *, number * 1024 + depth AS seq,
+    SELECT *, number * 65536 + depth AS seq,
            src || '/' || coalesce(CAST(src_port AS VARCHAR), '') AS s_end,
            dst || '/' || coalesce(CAST(dst_port AS VARCHAR), '') AS d_end
     FROM read_parquet({layers})"""
 
+# One aggregation, no join (memory): a tap call is "forward" when its source end is the lesser end
+# of its conversation; A is the source of the first call, so A-to-B are the calls whose direction is
+# that first call's.
 CONVERSATIONS_SQL = """
 WITH t AS ({taps}),
-k AS (SELECT *, least(s_end, d_end) AS k1, greatest(s_end, d_end) AS k2,
+k AS (SELECT *, least(s_end, d_end) AS k1, greatest(s_end, d_end) AS k2, s_end = least(s_end, d_end) AS fwd,
              CASE WHEN layer IN ('udp', 'tcp') THEN stream ELSE -1 END AS conv_id FROM t),
-g AS (SELECT layer, k1, k2, conv_id, arg_min(s_end, seq) AS a_end, min(seq) AS first FROM k GROUP BY ALL)
-SELECT k.layer, arg_min(k.net, k.seq) AS net, arg_min(k.src, k.seq) AS a_addr, arg_min(k.src_port, k.seq) AS a_port,
-       arg_min(k.dst, k.seq) AS b_addr, arg_min(k.dst_port, k.seq) AS b_port, k.conv_id,
-       count(*) AS frames, sum(k.length) AS bytes,
-       count(*) FILTER (WHERE k.s_end = g.a_end) AS a_to_b_frames,
-       coalesce(sum(k.length) FILTER (WHERE k.s_end = g.a_end), 0) AS a_to_b_bytes,
-       count(*) FILTER (WHERE k.s_end <> g.a_end) AS b_to_a_frames,
-       coalesce(sum(k.length) FILTER (WHERE k.s_end <> g.a_end), 0) AS b_to_a_bytes,
-       min(k.rel_ns) AS start_ns, max(k.rel_ns) AS stop_ns, min(g.first) AS first
-FROM k JOIN g USING (layer, k1, k2, conv_id)
-GROUP BY k.layer, k.k1, k.k2, k.conv_id
-ORDER BY k.layer, first"""
+g AS (SELECT layer, arg_min(net, seq) AS net, arg_min(src, seq) AS a_addr, arg_min(src_port, seq) AS a_port,
+             arg_min(dst, seq) AS b_addr, arg_min(dst_port, seq) AS b_port, conv_id,
+             count(*) AS frames, sum(length) AS bytes, arg_min(fwd, seq) AS a_fwd,
+             count(*) FILTER (WHERE fwd) AS f_frames, coalesce(sum(length) FILTER (WHERE fwd), 0) AS f_bytes,
+             count(*) FILTER (WHERE NOT fwd) AS r_frames, coalesce(sum(length) FILTER (WHERE NOT fwd), 0) AS r_bytes,
+             min(rel_ns) AS start_ns, max(rel_ns) AS stop_ns, min(seq) AS first
+      FROM k GROUP BY layer, k1, k2, conv_id)
+SELECT layer, net, a_addr, a_port, b_addr, b_port, conv_id, frames, bytes,
+       CASE WHEN a_fwd THEN f_frames ELSE r_frames END AS a_to_b_frames,
+       CASE WHEN a_fwd THEN f_bytes ELSE r_bytes END AS a_to_b_bytes,
+       CASE WHEN a_fwd THEN r_frames ELSE f_frames END AS b_to_a_frames,
+       CASE WHEN a_fwd THEN r_bytes ELSE f_bytes END AS b_to_a_bytes,
+       start_ns, stop_ns, first
+FROM g ORDER BY layer, first"""
 
 ENDPOINTS_SQL = """
 WITH t AS ({taps}),
@@ -172,19 +211,27 @@ def quoted(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def write_tables(folder: Path, memory_limit: str = "512MB") -> None:
-    """conversations.parquet and endpoints.parquet from folder/layers.parquet (DuckDB; spills into the
-    build's own folder, never the daemon's working directory)."""
+def write_tables(folder: Path, memory_limit: str = "1GB") -> str | None:
+    """conversations.parquet and endpoints.parquet from folder/layers.parquet (DuckDB, spilling into the
+    build's own folder, never the daemon's working directory); why they could not be written (None:
+    they were). Without them the index still pages and the tables go to sharkd."""
     import duckdb
 
     taps = _TAPS.format(layers=quoted(folder / LAYERS_FILE))
     spill = folder / ".spill"
-    with duckdb.connect(config={"memory_limit": memory_limit, "threads": 2,
-                                "temp_directory": str(spill)}) as con:
-        for sql, name in ((CONVERSATIONS_SQL, CONVERSATIONS_FILE), (ENDPOINTS_SQL, ENDPOINTS_FILE)):
-            con.execute(f"COPY ({sql.format(taps=taps)}) TO {quoted(folder / name)} "
-                        "(FORMAT parquet, COMPRESSION zstd)")
-    if spill.exists():
-        for leftover in spill.iterdir():
-            leftover.unlink()
-        spill.rmdir()
+    try:
+        with duckdb.connect(config={"memory_limit": memory_limit, "threads": 2, "temp_directory": str(spill)}) as con:
+            con.execute("PRAGMA disable_progress_bar")
+            for sql, name in ((CONVERSATIONS_SQL, CONVERSATIONS_FILE), (ENDPOINTS_SQL, ENDPOINTS_FILE)):
+                con.execute(f"COPY ({sql.format(taps=taps)}) TO {quoted(folder / name)} "
+                            "(FORMAT parquet, COMPRESSION zstd)")
+    except duckdb.Error as exc:
+        for name in (CONVERSATIONS_FILE, ENDPOINTS_FILE):
+            (folder / name).unlink(missing_ok=True)
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        if spill.exists():
+            for leftover in spill.iterdir():
+                leftover.unlink()
+            spill.rmdir()
+    return None

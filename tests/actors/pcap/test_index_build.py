@@ -21,7 +21,9 @@ from diagd.actors.pcap.index.schema import COLUMNS
 from diagd.actors.pcap.index.store import IndexStore
 from tests.pcaps import PCAPS
 
-ROW = "\t".join(["1", "0.000000", "a", "b", "P", "60", "info", "1.0", "60", "eth", *[""] * (len(COLUMNS) - 10)])
+GIVEN = {"number": "1", "time_relative": "0.000000", "src": "a", "dst": "b", "protocol": "P", "length": "60",
+         "info": "info", "time_epoch": "1.0", "rel_ns": "0.000000000", "cap_len": "60", "protocols": "eth"}
+ROW = "\t".join(GIVEN.get(c.name, "") for c in COLUMNS)
 
 
 def fake_tshark(tmp_path: Path, body: str) -> Path:

@@ -63,3 +63,30 @@ def test_the_documented_frames_schema_is_the_one_built() -> None:
     assert f"## The Parquet schema (version {SCHEMA_VERSION})" in doc
     rows = re.findall(r"^\| `(\w+)` \| ([\w<>]+) \| `([^`]+)` \| (.+) \|$", doc, re.M)
     assert rows == [(c.name, c.parquet_type, c.field, c.about) for c in COLUMNS]
+
+
+ALL = {"ip", "ipv6", "udp", "tcp", "sctp"}
+
+
+def test_frames_whose_taps_the_fields_do_not_tell_are_left_to_sharkd() -> None:
+    """Where a dissector adds a layer's fields and then does not queue its tap as they say (found by a
+    review against sharkd's taps on built frames), the frame is unaligned, never counted wrongly."""
+    udp = cells(ip_src=["10.0.0.1"], ip_dst=["10.0.0.2"], udp_src_port=["1"], udp_dst_port=["2"], udp_stream=["0"])
+    # A bogus TCP/UDP header (an Error in the last layer, a transport): the tap never ran.
+    assert frame_layers(1, "eth:ethertype:ip:udp", udp, 60, 0, [8388608])[1] == ALL
+    # An Error in an application layer above the transport: the transport's tap ran before it.
+    assert frame_layers(1, "eth:ethertype:ip:udp:sip", udp, 60, 0, [8388608])[1] == set()
+    # No time (a Simple Packet Block), a routing header, a packet quoted by PPP LCP, an ICMP echo and
+    # then a second packet in one frame (an A-MSDU): not read off the fields.
+    assert frame_layers(1, "eth:ethertype:ip:udp", udp, 60, None)[1] == ALL
+    assert frame_layers(1, "eth:ethertype:ipv6:ipv6.routing:udp", udp, 60, 0)[1] == ALL
+    assert frame_layers(1, "ppp:lcp:ip:udp", udp, 60, 0)[1] == ALL
+    twice = cells(ip_src=["a", "10.0.0.1"], ip_dst=["b", "10.0.0.2"], udp_src_port=["1"], udp_dst_port=["2"],
+                  udp_stream=["0"])
+    assert frame_layers(1, "wlan:llc:ip:icmp:data:llc:ip:udp", twice, 60, 0)[1] == ALL
+    # SCTP queues its tap after its chunks: an error in them, or no chunk, and it is not counted.
+    sctp = cells(ip_src=["a"], ip_dst=["b"], sctp_src_port=["38412"], sctp_dst_port=["38412"],
+                 sctp_chunk_types=["0"])
+    assert frame_layers(1, "eth:ethertype:ip:sctp:ngap", sctp, 60, 0, [8388608])[1] == {"sctp"}
+    assert frame_layers(1, "eth:ethertype:ip:sctp", {**sctp, "sctp_chunk_types": []}, 60, 0)[1] == {"sctp"}
+    assert frame_layers(1, "eth:ethertype:ip:sctp", sctp, 60, 0)[1] == set()
