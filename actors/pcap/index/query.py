@@ -64,12 +64,26 @@ def page(index: Path, offset: int, limit: int) -> list[dict[str, Any]]:
     return _rows(got)
 
 
+def _paged(con: Any, index: Path, selected: str, where: str, order: str, offset: int, limit: int
+           ) -> list[tuple[Any, ...]]:
+    """A page of the frames meeting `where` in `order`: their numbers first (a deep offset then orders
+    numbers only: bounded memory at any depth, where ordering whole rows held every row before it), then
+    those frames' `selected` columns (the first must be `number`), in that order."""
+    numbers = [n for (n,) in con.execute(f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY {order} "
+                                         f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()]
+    if not numbers:
+        return []
+    found = {row[0]: row for row in con.execute(
+        f"SELECT {selected} FROM {_frames(index)} WHERE number BETWEEN ? AND ? AND list_contains(?, number)",
+        [min(numbers), max(numbers), numbers]).fetchall()}
+    return [found[n] for n in numbers]
+
+
 def filtered_page(index: Path, where: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
     """How many frames meet `where` (filters.to_sql's condition), and the packet-list rows of a page of them."""
     with _connect() as con:
         (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
-        got = con.execute(f"SELECT {_LISTED} FROM {_frames(index)} WHERE {where} ORDER BY number "
-                          f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()
+        got = _paged(con, index, _LISTED, where, "number", offset, limit)
     return int(total), _rows(got)
 
 
@@ -168,19 +182,10 @@ def timeline(index: Path, fields: list[tuple[str, Column]], where: str, offset: 
         (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
         if order is None and total > max_sorted:
             return total, []
-        if order is None:  # every row, for the caller to sort
+        if order is None:  # every row (at most max_sorted), for the caller to sort
             got = con.execute(f"SELECT {selected} FROM {_frames(index)} WHERE {where} ORDER BY number").fetchall()
-        elif sort_by is None:
-            got = con.execute(f"SELECT {selected} FROM {_frames(index)} WHERE {where} ORDER BY number "
-                              f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()
-        else:  # the page's frame numbers sorted first (numbers only: bounded memory at any depth), then them
-            numbers = [n for (n,) in con.execute(
-                f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY {order} "
-                f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()]
-            found = {row[0]: row for row in con.execute(
-                f"SELECT {selected} FROM {_frames(index)} WHERE number BETWEEN ? AND ? AND list_contains(?, number)",
-                [min(numbers, default=0), max(numbers, default=0), numbers]).fetchall()}
-            got = [found[n] for n in numbers]
+        else:
+            got = _paged(con, index, selected, where, order, offset, limit)
     rows = []
     for number, *values in got:
         row: dict[str, Any] = {"frame.number": int(number)}
