@@ -33,6 +33,9 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 KIND = "pcap-index"
 PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
 RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after it failed
+MATCHES_KEPT = 5_000_000  # frame numbers of one filter kept for its next pages (40 MB at most)
+MATCH_LISTS_KEPT = 4
+TABLES_KEPT = 4  # conversation/endpoint tables kept for their next pages
 LOCATE_WAIT_S = 2.0  # a call waits this long (or its wait_s) for the index to be found before saying "locating"
 
 
@@ -59,6 +62,9 @@ class IndexActor(Actor):
         self.error: DiagdError | None = None
         self.failed_at = 0.0
         self.built_here = False
+        # Recent answers' material, least recently used first: matching frame numbers, table rows.
+        self._matches: dict[tuple[Path, str], Any] = {}
+        self._tables: dict[tuple[Path, str, str], list[dict[str, Any]]] = {}
         self._nursery: trio.Nursery | None = None
         self._reset()
 
@@ -276,13 +282,28 @@ class IndexActor(Actor):
         stored = self._on_disk()
         summary = await self.summary()
         if message.display_filter:
-            total, rows = await trio.to_thread.run_sync(query.filtered_page, stored.path, where, message.offset,
-                                                        message.limit)
+            numbers = await self._matching(stored, where)
+            total = len(numbers)
+            page = numbers[message.offset:message.offset + message.limit].to_pylist()
+            rows = await trio.to_thread.run_sync(query.listed, stored.path, page)
         else:
             total = summary["frames"]
             rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
         self.store.touch(stored.path)
         return answers.frames(message, Page(total, True, rows, "index"), summary["protocols"], None)
+
+    async def _matching(self, stored: Stored, where: str) -> Any:
+        """The numbers of the frames meeting `where` (query.matching), kept for the next pages of the same
+        question (a few, each at most MATCHES_KEPT frames: 8 bytes a frame)."""
+        key = (stored.path, where)
+        numbers = self._matches.pop(key, None)
+        if numbers is None:
+            numbers = await trio.to_thread.run_sync(query.matching, stored.path, where)
+        if len(numbers) <= MATCHES_KEPT:
+            self._matches[key] = numbers
+            while len(self._matches) > MATCH_LISTS_KEPT:
+                self._matches.pop(next(iter(self._matches)))
+        return numbers
 
     async def _stats(self, message: Stats) -> StatsAnswer:
         """Conversations or endpoints of one protocol, from the tables the build wrote (tables.py)."""
@@ -290,8 +311,14 @@ class IndexActor(Actor):
         if not self.answers(message):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the index holds no {message.kind} of {message.protocol}")
         layer = message.protocol or "ip"
-        read = query.conversations if message.kind == "conversations" else query.endpoints
-        rows = await trio.to_thread.run_sync(read, stored.path, layer)
+        key = (stored.path, message.kind, layer)
+        rows = self._tables.pop(key, None)
+        if rows is None:
+            read = query.conversations if message.kind == "conversations" else query.endpoints
+            rows = await trio.to_thread.run_sync(read, stored.path, layer)
+        self._tables[key] = rows  # the tool pages them: the next page needs them again
+        while len(self._tables) > TABLES_KEPT:
+            self._tables.pop(next(iter(self._tables)))
         self.store.touch(stored.path)
         table = "conv" if message.kind == "conversations" else "endpoints"
         result: StatsAnswer = {"method": f"index: every {layer} layer of tshark's two-pass read, counted as "
@@ -313,8 +340,14 @@ class IndexActor(Actor):
         assert where is not None  # self.answers
         name = message.sort_by or ""
         by = dict(fields).get(name) if name else None
-        total, rows = await trio.to_thread.run_sync(query.timeline, stored.path, asked, where, message.offset,
-                                                    message.limit, by, MAX_SORTED_ROWS)
+        if by is None:  # frame order: a page cut from the matching frames' numbers (kept for the next page)
+            numbers = await self._matching(stored, where)
+            total = len(numbers)
+            page = numbers[message.offset:message.offset + message.limit].to_pylist()
+            rows = await trio.to_thread.run_sync(query.timeline_rows, stored.path, asked, page)
+        else:
+            total, rows = await trio.to_thread.run_sync(query.timeline, stored.path, asked, where, message.offset,
+                                                        message.limit, by, MAX_SORTED_ROWS)
         self.store.touch(stored.path)
         if by is not None and query.sort_order(by) is None:  # sorted here (sort_key), within the row limit
             if total > MAX_SORTED_ROWS:

@@ -71,20 +71,7 @@ def _paged(con: Any, index: Path, selected: str, where: str, order: str, offset:
     those frames' `selected` columns (the first must be `number`), in that order."""
     numbers = [n for (n,) in con.execute(f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY {order} "
                                          f"LIMIT {int(limit)} OFFSET {int(offset)}").fetchall()]
-    if not numbers:
-        return []
-    found = {row[0]: row for row in con.execute(
-        f"SELECT {selected} FROM {_frames(index)} WHERE number BETWEEN ? AND ? AND list_contains(?, number)",
-        [min(numbers), max(numbers), numbers]).fetchall()}
-    return [found[n] for n in numbers]
-
-
-def filtered_page(index: Path, where: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
-    """How many frames meet `where` (filters.to_sql's condition), and the packet-list rows of a page of them."""
-    with _connect() as con:
-        (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
-        got = _paged(con, index, _LISTED, where, "number", offset, limit)
-    return int(total), _rows(got)
+    return _of(con, index, selected, numbers)
 
 
 def summary(index: Path) -> dict[str, Any]:
@@ -170,13 +157,58 @@ def sort_order(col: Column) -> str | None:
     return f"{value} NULLS LAST, number"
 
 
+def matching(index: Path, where: str) -> Any:
+    """The numbers of the frames meeting `where`, in frame order (an Arrow array: 8 bytes a frame;
+    slicing it takes no copy): what a page of them is cut from, again and again."""
+    with _connect() as con:
+        return con.execute(f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY number"
+                           ).to_arrow_table().column(0).combine_chunks()
+
+
+def listed(index: Path, numbers: list[int]) -> list[dict[str, Any]]:
+    """The packet-list rows of these frames, in this order."""
+    with _connect() as con:
+        return _rows(_of(con, index, _LISTED, numbers))
+
+
+def timeline_rows(index: Path, fields: list[tuple[str, Column]], numbers: list[int]) -> list[dict[str, Any]]:
+    """The timeline rows (values of `fields`) of these frames, in this order."""
+    with _connect() as con:
+        return _timeline_rows(fields, _of(con, index, _selected(fields), numbers))
+
+
+def _selected(fields: list[tuple[str, Column]]) -> str:
+    return ", ".join(["number", *(col.name for _, col in fields)])
+
+
+def _of(con: Any, index: Path, selected: str, numbers: list[int]) -> list[tuple[Any, ...]]:
+    """These frames' `selected` columns (the first `number`), in this order; only the row groups holding
+    them are read (Parquet's min/max of `number`)."""
+    if not numbers:
+        return []
+    found = {row[0]: row for row in con.execute(
+        f"SELECT {selected} FROM {_frames(index)} WHERE number BETWEEN ? AND ? AND list_contains(?, number)",
+        [min(numbers), max(numbers), numbers]).fetchall()}
+    return [found[n] for n in numbers]
+
+
+def _timeline_rows(fields: list[tuple[str, Column]], got: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    rows = []
+    for number, *values in got:
+        row: dict[str, Any] = {"frame.number": int(number)}
+        for (field, col), value in zip(fields, values, strict=True):
+            row[field] = _cell(col, value)
+        rows.append(row)
+    return rows
+
+
 def timeline(index: Path, fields: list[tuple[str, Column]], where: str, offset: int, limit: int,
              sort_by: Column | None, max_sorted: int) -> tuple[int, list[dict[str, Any]]]:
     """The frames meeting `where` (filters.to_sql's condition), with the values of `fields` ((tshark
     field, its column)): how many, and the page, in frame order or by `sort_by`'s values (sort_order);
     a sort the SQL cannot make gives every row (at most `max_sorted`, else none) for the caller to
     sort and page."""
-    selected = ", ".join(["number", *(col.name for _, col in fields)]) if fields else "number"
+    selected = _selected(fields)
     order = "number" if sort_by is None else sort_order(sort_by)
     with _connect() as con:
         (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
@@ -186,10 +218,4 @@ def timeline(index: Path, fields: list[tuple[str, Column]], where: str, offset: 
             got = con.execute(f"SELECT {selected} FROM {_frames(index)} WHERE {where} ORDER BY number").fetchall()
         else:
             got = _paged(con, index, selected, where, order, offset, limit)
-    rows = []
-    for number, *values in got:
-        row: dict[str, Any] = {"frame.number": int(number)}
-        for (field, col), value in zip(fields, values, strict=True):
-            row[field] = _cell(col, value)
-        rows.append(row)
-    return int(total), rows
+    return int(total), _timeline_rows(fields, got)
