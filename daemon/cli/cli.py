@@ -8,11 +8,12 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from diagd import __version__
 from diagd.daemon import paths
-from diagd.daemon.cli import clients, examples, index_cli, logtail, setup_cli
+from diagd.daemon.cli import clients, examples, logtail, setup_cli
 from diagd.daemon.exits import EXIT_FAILED, EXIT_NO_DAEMON, EXIT_OK, EXIT_USAGE
 from diagd.protocol.errors import DiagdError
 
@@ -32,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return remote.main(argv)
     parser = _parser()
-    args = parser.parse_args(argv)
+    declared = _declared(argv[:1], parser.get_default("declared_commands"))
+    # A back end's command parses its own arguments (`--help` included): handed everything after its name.
+    args = argparse.Namespace(func=declared, rest=argv[1:]) if declared else parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -123,6 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_doctor)
 
     _admin_parsers(sub)
+    # The back ends' own commands (`diagd.commands` entry points), found by name: kept on the parser.
+    p.set_defaults(declared_commands=_declared_commands(sub))
     setup_cli.add_parser(sub)
     return p
 
@@ -147,7 +152,6 @@ def _admin_parsers(sub: Any) -> None:
 
     clients.add_parser(sub, served=served_catalogue)  # diagd client add HOST | remove HOST | list
     examples.add_parser(sub)  # diagd examples [--copy DIR]: the sample captures shipped with diagd
-    index_cli.add_parser(sub, _call_tool)  # diagd index export CAPTURE [--to DIR]: an index beside its capture
 
 
 # What `diagd serve` never needs but a library would import if it is installed: structlog imports
@@ -360,6 +364,42 @@ def _client() -> Any:
     except OSError as exc:  # e.g. EACCES on a runtime dir that is not ours
         raise NotServed(ErrorCode.BACKEND_UNAVAILABLE, f"cannot connect to {path}: {exc.strerror or exc}"
                         ) from None
+
+
+COMMANDS = "diagd.commands"  # entry points: a back end's command, a module with main(argv, call_tool, state_dir)
+
+
+def _declared_commands(sub: Any) -> dict[str, str]:
+    """A subcommand per `diagd.commands` entry point (listed in `diagd --help`), its module imported only
+    when it runs (a back end's package is heavy; `diagd status` starts fast); main() hands it the rest
+    of the command line, which it parses itself."""
+    from importlib import metadata
+
+    added = {}
+    for point in sorted(metadata.entry_points(group=COMMANDS), key=lambda p: p.name):
+        if point.name not in sub.choices:  # never over one of diagd's own
+            sub.add_parser(point.name, help=f"a back end's command (diagd {point.name} --help)", add_help=False)
+            added[point.name] = point.value
+    return added
+
+
+def _declared(first: list[str], commands: dict[str, str]) -> Any:
+    """The function that runs the back end's command named by `first` (None: not one)."""
+    module = commands.get(first[0]) if first else None
+    if module is None:
+        return None
+
+    def run_declared(args: argparse.Namespace) -> int:
+        return _run_declared(module, args.rest)
+    return run_declared
+
+
+def _run_declared(module: str, argv: list[str]) -> int:
+    import importlib
+
+    state = paths.recorded_daemon_env().get("DIAGD_STATE_DIR")
+    main = importlib.import_module(module).main
+    return int(main(argv, _call_tool, Path(state) if state else paths.state_dir()))
 
 
 def _call_tool(tool: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], bool]:

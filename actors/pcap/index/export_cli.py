@@ -2,8 +2,11 @@
 the running daemon if it is not yet (`pcap_index`), copied beside the capture for another engine or
 another machine: its Parquet files and meta.json, never over a file.
 
-The daemon keeps indexes in its own state directory, which no tool writes out of (an agent's calls
-write only into the output directory); this command runs as the user who owns both, at the terminal.
+A command the pcap back end declares (its `diagd.commands` entry point, pyproject.toml): the CLI finds
+it by name without importing it and hands it the rest of the command line, a way to call a tool of
+the running daemon and the daemon's state directory (daemon/cli/cli.py). The daemon keeps indexes in
+that directory, which no tool writes out of (an agent's calls write only into the output directory);
+this command runs as the user who owns both, at the terminal.
 """
 
 from __future__ import annotations
@@ -17,21 +20,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from diagd.daemon import paths
-from diagd.daemon.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # (tool, arguments) -> (result, is_error), through the running daemon (cli.py's control client).
 CallTool = Callable[[str, dict[str, Any]], tuple[dict[str, Any], bool]]
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # as daemon/exits.py numbers them for every command
+HELP = "a capture's persistent index: export it beside the capture (Parquet)"
 EXPORTED = ("frames.parquet", "layers.parquet", "conversations.parquet", "endpoints.parquet", "meta.json")
 SUFFIX = ".diagd-index"
 
 
-def add_parser(sub: Any, call_tool: CallTool) -> None:
-    s = sub.add_parser("index", help="a capture's persistent index: export it beside the capture (Parquet)",
-                       description="Export a capture's index (Parquet files any engine reads, and meta.json; "
-                                   "docs/pcap-index.md) into a new folder, by default CAPTURE.diagd-index beside "
-                                   "the capture. The running daemon builds the index first if it has none.")
+def main(argv: list[str], call_tool: CallTool, state_dir: Path) -> int:
+    """`diagd index ARGV...`; `state_dir`: the running daemon's (where its indexes are)."""
+    s = argparse.ArgumentParser(prog="diagd index", description=(
+        "Export a capture's index (Parquet files any engine reads, and meta.json; docs/pcap-index.md) into a "
+        "new folder, by default CAPTURE.diagd-index beside the capture. The running daemon builds the index "
+        "first if it has none."))
     actions = s.add_subparsers(dest="action", required=True)
     e = actions.add_parser("export", help="copy the index of CAPTURE into a new folder")
     e.add_argument("capture", help="the capture file")
@@ -40,10 +44,11 @@ def add_parser(sub: Any, call_tool: CallTool) -> None:
     e.add_argument("--decode-as", action="append", default=[], metavar="RULE",
                    help="a decode-as rule the index is of, as pcap tools take it (repeatable)")
     e.add_argument("--json", action="store_true", help="print what was written as JSON")
-    e.set_defaults(func=lambda args: cmd_export(args, call_tool))
+    args = s.parse_args(argv)
+    return cmd_export(args, call_tool, state_dir)
 
 
-def cmd_export(args: argparse.Namespace, call_tool: CallTool) -> int:
+def cmd_export(args: argparse.Namespace, call_tool: CallTool, state_dir: Path) -> int:
     capture = Path(args.capture).expanduser().absolute()
     target = Path(args.to).expanduser().absolute() if args.to else capture.with_name(capture.name + SUFFIX)
     arguments: dict[str, Any] = {"pcap_path": str(capture), "wait_s": args.wait}
@@ -61,7 +66,7 @@ def cmd_export(args: argparse.Namespace, call_tool: CallTool) -> int:
                          "run it again later or with a longer --wait\n")
         return EXIT_FAILED
     try:
-        written = export(index_folder(str(result["index"])), target)
+        written = export(index_folder(state_dir, str(result["index"])), target)
     except DiagdError as exc:
         sys.stderr.write(f"diagd index export: {exc.code}: {exc.message}\n")
         return EXIT_FAILED
@@ -72,13 +77,11 @@ def cmd_export(args: argparse.Namespace, call_tool: CallTool) -> int:
     return EXIT_OK
 
 
-def index_folder(name: str) -> Path:
-    """Where the running daemon keeps the index `name` (its recorded state directory, else this
-    environment's)."""
+def index_folder(state_dir: Path, name: str) -> Path:
+    """Where the running daemon keeps the index `name`."""
     if "/" in name or name.startswith("."):
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the daemon named an index {name!r}")
-    state = paths.recorded_daemon_env().get("DIAGD_STATE_DIR")
-    return (Path(state) if state else paths.state_dir()) / "pcap" / "index" / name
+    return state_dir / "pcap" / "index" / name
 
 
 def export(source: Path, target: Path) -> list[str]:
