@@ -172,6 +172,7 @@ class UeSessionsAnswer(Answered):
     non_ue_failures: list[dict[str, Any]]
     ngap_pdus: int
     warnings: list[str]
+    served_by: NotRequired[str]  # set by the tool when the capture's index gave the model
     reason: NotRequired[str]
 
 
@@ -190,6 +191,7 @@ class ProceduresAnswer(Answered):
     percentiles: str
     warnings: list[str]
     n4_sbi: dict[str, Any]
+    served_by: NotRequired[str]  # set by the tool when the capture's index gave the model
     reason: NotRequired[str]
     # The contexts view's keys, which this view never has: ngap_ue_sessions has one reply model for both.
     failed_ues: NotRequired[list[dict[str, Any]]]
@@ -210,6 +212,7 @@ class PduSessionsAnswer(Answered):
     rejected: list[dict[str, Any]]
     incomplete: list[dict[str, Any]]
     warnings: list[str]
+    served_by: NotRequired[str]  # set by the tool when the capture's index gave the model
     reason: NotRequired[str]
 
 

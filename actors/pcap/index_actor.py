@@ -17,16 +17,18 @@ import trio
 
 from diagd.actors._subprocess import Tail, head
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
+from diagd.actors.pcap import ngap
 from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary, StatsAnswer, TimelineAnswer
 from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
-from diagd.actors.pcap.index import filters, query
+from diagd.actors.pcap.index import filters, ngap_pdus, query
 from diagd.actors.pcap.index.build import command as build_command
+from diagd.actors.pcap.index.ngap_pdus import Decoding
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION, Column, by_field
 from diagd.actors.pcap.index.store import IndexStore, Stored
 from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
-from diagd.actors.pcap.messages import Frames, IndexStatus, Stats, Timeline
+from diagd.actors.pcap.messages import Frames, IndexNgapSessions, IndexPduSessions, IndexStatus, Stats, Timeline
 from diagd.actors.pcap.shark.rows import fields_filter, sort_key
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -36,6 +38,7 @@ RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after 
 MATCHES_KEPT = 5_000_000  # frame numbers of one filter kept for its next pages (40 MB at most)
 MATCH_LISTS_KEPT = 4
 TABLES_KEPT = 4  # conversation/endpoint tables kept for their next pages
+MODELS_KEPT = 2  # NGAP models (one per decoding: with and without NAS after NEA0)
 LOCATE_WAIT_S = 2.0  # a call waits this long (or its wait_s) for the index to be found before saying "locating"
 
 
@@ -65,6 +68,10 @@ class IndexActor(Actor):
         # Recent answers' material, least recently used first: matching frame numbers, table rows.
         self._matches: dict[tuple[Path, str], Any] = {}
         self._tables: dict[tuple[Path, str, str], list[dict[str, Any]]] = {}
+        # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
+        self._models: dict[tuple[Path, str], ngap.Model] = {}
+        self._ngap_why: dict[tuple[Path, str], str] = {}
+        self._ngap_reading: dict[tuple[Path, str], trio.Event] = {}
         self._nursery: trio.Nursery | None = None
         self._reset()
 
@@ -167,7 +174,56 @@ class IndexActor(Actor):
                 return message.reply(await self._stats(message))
             case Timeline() as message:
                 return message.reply(await self._timeline(message))
+            case IndexNgapSessions() as message:
+                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences))
+                return message.reply(ngap.ue_sessions(model, filtered=False))
+            case IndexPduSessions() as message:
+                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences))
+                return message.reply(ngap.pdu_sessions(model, filtered=False))
         raise unhandled(KIND, request)
+
+    def ngap_unanswered(self, decoding: Decoding) -> str | None:
+        """Why this capture's NGAP model does not come from its index (known after a first try), or None."""
+        stored = self.stored
+        if stored is None:
+            return "the index is not ready"
+        return self._ngap_why.get((stored.path, decoding.digest()))
+
+    async def _ngap_model(self, decoding: Decoding) -> ngap.Model:
+        """The one NGAP model of the whole capture (index/ngap_pdus.py), read once per decoding in the
+        actor's nursery: a call that times out meanwhile leaves it going for the next. Where the index
+        cannot give it, NOT_FOUND with `index_unanswered` (the tool then asks the loaded capture)."""
+        stored = self._on_disk()
+        key = (stored.path, decoding.digest())
+        while (model := self._models.get(key)) is None:
+            if (why := self._ngap_why.get(key)) is not None:
+                raise DiagdError(ErrorCode.NOT_FOUND, f"the NGAP model is not read from the index: {why}",
+                                 index_unanswered=True)
+            reading = self._ngap_reading.get(key)
+            if reading is None:
+                assert self._nursery is not None
+                reading = self._ngap_reading[key] = trio.Event()
+                self._nursery.start_soon(self._read_ngap, key, stored, decoding, reading)
+            await reading.wait()
+        self._models[key] = self._models.pop(key)  # most recently used last
+        self.store.touch(stored.path)
+        return model
+
+    async def _read_ngap(self, key: tuple[Path, str], stored: Stored, decoding: Decoding, done: trio.Event) -> None:
+        try:
+            read = await ngap_pdus.pdus(self.capture, stored.path, int(stored.meta.get("frames", 0)), decoding)
+            self._models[key] = await trio.to_thread.run_sync(ngap.build_model, read)
+            while len(self._models) > MODELS_KEPT:
+                self._models.pop(next(iter(self._models)))
+        except ngap_pdus.Unanswered as exc:
+            self._ngap_why[key] = str(exc)
+        except DiagdError as exc:  # sharkd missing or failing: said, never the actor's end
+            self._ngap_why[key] = exc.message
+        except OSError as exc:
+            self._ngap_why[key] = f"{type(exc).__name__}: {exc}"
+        finally:
+            del self._ngap_reading[key]
+            done.set()
 
     def tables_from_sharkd(self) -> dict[str, str]:
         """The protocols whose conversation and endpoint tables the index does not answer, and why."""

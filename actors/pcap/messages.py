@@ -143,6 +143,23 @@ class NgapProcedures(Message[ProceduresAnswer]):
 
 
 @dataclass(frozen=True)
+class IndexNgapSessions(Message[UeSessionsAnswer]):
+    """NgapSessions of the whole capture from its index (index/ngap_pdus.py), decoded so: the
+    decode-as entries of Wireshark's config, and the preferences of the call."""
+
+    decode_as_entries: tuple[str, ...]
+    preferences: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class IndexPduSessions(Message[PduSessionsAnswer]):
+    """PduSessions of the whole capture from its index, decoded as IndexNgapSessions says."""
+
+    decode_as_entries: tuple[str, ...]
+    preferences: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Stats(Message[StatsAnswer]):
     """Wireshark's statistics of one kind (stats.py): every row, paged by the tool."""
 

@@ -284,6 +284,8 @@ class UeSessionsReply(Answer):
     """failures of no UE context (setup, reset, ...)"""
     ngap_pdus: NotRequired[int]
     """NGAP PDUs read"""
+    served_by: NotRequired[str]
+    """the capture's index (the SCTP frames cut from it, read once) or, without it, the loaded capture"""
     reason: NotRequired[str]
     """why there is nothing"""
     warnings: NotRequired[list[str]]
@@ -305,6 +307,8 @@ class PduSessionsReply(Answer):
     """the rejected ones"""
     incomplete: NotRequired[list[Any]]
     """the ones with no answer in the capture"""
+    served_by: NotRequired[str]
+    """the capture's index (the SCTP frames cut from it, read once) or, without it, the loaded capture"""
     reason: NotRequired[str]
     """why there is nothing"""
     warnings: NotRequired[list[str]]

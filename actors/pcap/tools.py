@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import replace
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 import trio
 from typing_extensions import TypedDict
@@ -24,7 +24,10 @@ from diagd.actors.pcap.answers.field_search import search_fields
 from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
 from diagd.actors.pcap.answers.left_out import sbi_warning
 from diagd.actors.pcap.backend import PcapBackend, ShownSource, search_deadline
+from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.index.build import fields_args as build_fields_args
+from diagd.actors.pcap.index.ngap_pdus import Decoding
+from diagd.actors.pcap.index_actor import IndexActor
 from diagd.actors.pcap.masking.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
     Check,
@@ -33,6 +36,8 @@ from diagd.actors.pcap.messages import (
     Export,
     Follow,
     Frames,
+    IndexNgapSessions,
+    IndexPduSessions,
     IndexStatus,
     Info,
     NgapProcedures,
@@ -72,7 +77,7 @@ from diagd.actors.pcap.sequence_tool import tools as sequence_tools
 from diagd.actors.pcap.shark import decode_check
 from diagd.actors.pcap.shark import tshark as _cold
 from diagd.actors.pcap.shark.rows import fields_filter, packet_file_command, packet_list_command
-from diagd.actors.pcap.shark.wireshark import Catalogue
+from diagd.actors.pcap.shark.wireshark import Catalogue, decode_as_entries
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -417,13 +422,41 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     # What HTTP each TCP conversation carries (decode_check's one cached tshark pass, beside the load): SBI no
     # applied rule decodes is named in every summary's warnings, with the rule that includes it (left_out.py).
     probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
-    result = await backend.ask(ctx, spec, message)
+    indexed = await _ngap_from_index(backend, ctx, args, spec, message)
+    result = indexed if indexed is not None else await backend.ask(ctx, spec, message)
     await probing.done.wait()
     try:
         sbi = sbi_warning(probing.result(), spec.decode_as)
     except DiagdError as exc:
         sbi = f"whether SBI (HTTP/2) was left undecoded is unknown: {exc.message}"
     return result, sbi, await backend.source(spec, args)
+
+
+async def _ngap_from_index(backend: PcapBackend, ctx: CallContext, args: Args, spec: CaptureSpec,
+                           message: Message[ReplyT]) -> ReplyT | None:
+    """The whole capture's UE contexts or PDU sessions from its ready index (index/ngap_pdus.py: sharkd
+    reads only the SCTP frames cut from the file, once, kept beside the index): None when it has none
+    (built by pcap_index, found by the file's decoding without the ngap_* tools' preferences, which
+    change no indexed column NGAP's frames are chosen by) or cannot give it; the capture answers then."""
+    if not isinstance(message, NgapSessions | PduSessions) or message.display_filter:
+        return None
+    ref = await backend.ready_index(await backend.spec_for(args, force_prefs={}))
+    if ref is None or not isinstance(ref.actor, IndexActor):
+        return None
+    entries = decode_as_entries(spec.decode_as, await backend.catalogue()) if spec.decode_as else []
+    decoding = Decoding(tuple(entries), spec.preferences)
+    if ref.actor.ngap_unanswered(decoding) is not None:
+        return None
+    asked: Message[Any] = (IndexNgapSessions if isinstance(message, NgapSessions) else IndexPduSessions)(
+        decoding.decode_as_entries, decoding.preferences)
+    try:
+        answer = await backend.runtime.ask(ref, asked, progress=ctx.progress)
+    except DiagdError as exc:
+        if exc.details.get("index_unanswered"):
+            return None
+        raise
+    return cast("ReplyT", {**answer, "served_by": f"index (sharkd read the SCTP frames cut from the capture, "
+                                                  f"once; built by {backend.index_version(ref)})"})
 
 
 class _ProceduresShown(UeSessionsReply):

@@ -28,6 +28,7 @@ from diagd.actors.pcap.engine.passes import Page
 from diagd.actors.pcap.engine.pool import CaptureState
 from diagd.actors.pcap.engine.session import CaptureSession, check_length
 from diagd.actors.pcap.messages import Export, Follow, Frames, PacketList, Timeline
+from diagd.actors.pcap.ngap.pdus import FRAMES_FILTER
 from diagd.actors.pcap.shark import tshark as _cold
 from diagd.actors.pcap.shark.rows import field_value, sort_key
 from diagd.actors.pcap.shark.wireshark import Catalogue
@@ -363,7 +364,7 @@ async def ngap_model(capture: CaptureSession, request: Request, display_filter: 
 
 
 async def ngap_pdus(capture: CaptureSession, request: Request, display_filter: str) -> list[ngap_summary.NgapPdu]:
-    base = "ngap && sctp"
+    base = FRAMES_FILTER
     numbers = await capture.matching(request, f"({base}) && ({display_filter})" if display_filter else base)
     pdus: list[ngap_summary.NgapPdu] = []
     for start in range(0, len(numbers), TREE_BATCH):

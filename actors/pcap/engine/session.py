@@ -35,7 +35,7 @@ from diagd.actors.pcap.shark import decode_check
 from diagd.actors.pcap.shark import tshark as _cold
 from diagd.actors.pcap.shark.facts import Wireshark
 from diagd.actors.pcap.shark.sharkd import Sharkd, SharkdError
-from diagd.actors.pcap.shark.wireshark import Catalogue, Digests, parse_decode_as
+from diagd.actors.pcap.shark.wireshark import Catalogue, Digests, decode_as_entries, write_sharkd_config
 from diagd.actors.pcap.warm import first_page
 from diagd.actors.pcap.warm.first_page import Kinds
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -97,17 +97,8 @@ class CaptureSession:
         """Write the workers' Wireshark config and start loading the first one (in `nursery`)."""
         self._nursery = nursery
         self._config_dir = Path(tempfile.mkdtemp(prefix="diagd-wsconf-"))
-        lines = []
         cat = self.cat = await self.wireshark.catalogue()
-        for rule in self.spec.decode_as:
-            table, value, proto = parse_decode_as(rule, cat)
-            lines.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
-        (self._config_dir / "decode_as_entries").write_text("\n".join(lines) + "\n")
-        # No name resolution, as `tshark -n` (the cold passes and every equivalent command): with
-        # it sharkd writes "f2:41:23:4c:99:3b (f2:41:23:4c:99:3b)" in Ethernet items and vendor
-        # names in the address columns, and its answers would not match tshark's.
-        (self._config_dir / "preferences").write_text(
-            "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.network_name: FALSE\n")
+        write_sharkd_config(self._config_dir, decode_as_entries(self.spec.decode_as, cat))
         # The capture loads in the background: the first request reports progress while it waits,
         # or (frames, info) is answered by one cold tshark pass on the other core meanwhile.
         pool = WorkerPool(nursery, self.spec, self._config_dir, max_workers=self._max_workers,

@@ -59,8 +59,9 @@ def fields_args() -> list[str]:
     from diagd.actors.pcap.index.tables import AGGREGATOR
     from diagd.actors.pcap.shark.rows import DEFAULT_COLUMN_PREF
 
-    args = ["-o", DEFAULT_COLUMN_PREF, "-T", "fields", "-E", "header=n", "-E", "occurrence=a",
-            "-E", f"aggregator={AGGREGATOR}"]
+    # frame.file_off is in the tree only with its preference on.
+    args = ["-o", DEFAULT_COLUMN_PREF, "-o", "frame.show_file_off:TRUE", "-T", "fields", "-E", "header=n",
+            "-E", "occurrence=a", "-E", f"aggregator={AGGREGATOR}"]
     for col in COLUMNS:
         args += ["-e", col.field]
     return args

@@ -219,3 +219,31 @@ def timeline(index: Path, fields: list[tuple[str, Column]], where: str, offset: 
         else:
             got = _paged(con, index, selected, where, order, offset, limit)
     return int(total), _timeline_rows(fields, got)
+
+
+# A frame's IPv4 and IPv6 (source, destination) pairs, layer by layer, as text.
+_PAIRS = ("list_concat("
+          "list_transform(range(1, len(coalesce(ip_src, [])) + 1), lambda i: ip_src[i] || ' ' || ip_dst[i]), "
+          "list_transform(range(1, len(coalesce(ipv6_src, [])) + 1), lambda i: ipv6_src[i] || ' ' || ipv6_dst[i]))")
+_SCTP = "list_contains(string_split(protocols, ':'), 'sctp')"
+
+
+def sctp_records(index: Path) -> list[tuple[int, int]]:
+    """(number, file offset) of every frame an SCTP layer's dissection may depend on: each frame with
+    one, and each frame between the IP ends of one (an IP fragment of an SCTP packet has no SCTP layer;
+    the frame reassembling it has). In frame order."""
+    with _connect() as con:
+        pairs = [p for (p,) in con.execute(
+            f"SELECT DISTINCT unnest({_PAIRS}) FROM {_frames(index)} WHERE {_SCTP}").fetchall()]
+        both = sorted({*pairs, *(" ".join(reversed(p.split(" "))) for p in pairs)})
+        got = con.execute(f"SELECT number, file_off FROM {_frames(index)} "
+                          f"WHERE {_SCTP} OR len(list_intersect({_PAIRS}, ?)) > 0 ORDER BY number",
+                          [both]).fetchall()
+    return [(int(n), int(off)) for n, off in got]
+
+
+def count(index: Path, where: str) -> int:
+    """How many frames meet `where`."""
+    with _connect() as con:
+        (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
+    return int(total)

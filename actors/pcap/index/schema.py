@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 # 2: every occurrence read (layers.parquet, conversations, endpoints); SCTP ports. 3: lists, rel_ns, expert.
-SCHEMA_VERSION = 3
+# 4: file_off (a capture of chosen frames is cut from the file: index/narrow.py).
+SCHEMA_VERSION = 4
 
 Kind = Literal["int64", "float64", "string"]
 
@@ -41,6 +42,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("time_epoch", "frame.time_epoch", "string", "arrival time, Unix seconds as tshark prints them (exact)"),
     Column("rel_ns", "frame.time_relative", "int64", "nanoseconds since the first frame (exact at any resolution)"),
     Column("cap_len", "frame.cap_len", "int64", "bytes captured"),
+    Column("file_off", "frame.file_off", "int64", "where the frame's record starts in the file (bytes)"),
     Column("protocols", "frame.protocols", "string", "the frame's protocol layers, colon-separated"),
     Column("expert_severities", "_ws.expert.severity", "int64", "each expert item's severity (8388608: Error)",
            many=True),

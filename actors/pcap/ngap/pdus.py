@@ -32,6 +32,9 @@ from diagd.actors.pcap.ngap.codes import (
 )
 from diagd.actors.pcap.shark.tree import Node, label_name, labelled, parse_f, protocol_nodes
 
+# The frames the NGAP model reads (answers.ngap_pdus; index/ngap_pdus.py): NGAP carried by SCTP.
+FRAMES_FILTER = "ngap && sctp"
+
 
 class STmsi(NamedTuple):
     """A 5G-S-TMSI (TS 23.003 2.10.1): AMF Set ID (10 bits), AMF Pointer (6 bits) and 5G-TMSI."""

@@ -10,7 +10,7 @@ import hashlib
 import pickle
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,3 +270,22 @@ def parse_decode_as(rule: str, cat: Catalogue) -> tuple[str, str, str]:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"decode_as protocol {proto!r} is not a Wireshark protocol",
                          did_you_mean=close)
     return table, value, proto
+
+
+def decode_as_entries(rules: Sequence[str], cat: Catalogue) -> list[str]:
+    """The decode_as_entries lines of Wireshark's config for these rules (parse_decode_as checks each)."""
+    entries = []
+    for rule in rules:
+        table, value, proto = parse_decode_as(rule, cat)
+        entries.append(f"decode_as_entry: {table},{value},(none),{proto.upper()}")
+    return entries
+
+
+def write_sharkd_config(config_dir: Path, entries: Sequence[str]) -> None:
+    """The Wireshark config a sharkd reads (WIRESHARK_CONFIG_DIR): these decode-as entries, and no name
+    resolution, as `tshark -n` (the cold passes and every equivalent command): with it sharkd writes
+    "f2:41:23:4c:99:3b (f2:41:23:4c:99:3b)" in Ethernet items and vendor names in the address columns,
+    and its answers would not match tshark's."""
+    (config_dir / "decode_as_entries").write_text("\n".join(entries) + "\n")
+    (config_dir / "preferences").write_text(
+        "nameres.mac_name: FALSE\nnameres.transport_name: FALSE\nnameres.network_name: FALSE\n")

@@ -1,0 +1,128 @@
+"""The NGAP UE contexts and PDU sessions of an indexed capture (index/ngap_pdus.py) against the loaded
+capture's, on every corpus capture that carries NGAP.
+
+Two real daemons: one answers from the capture's index (sharkd reads only the SCTP frames cut from the
+file: `served_by` says so), the other has no index and loads the whole capture in sharkd, the path
+whose verdicts the NGAP tests hold to Wireshark's fields. Every key of both answers must be equal, but
+where they came from. Then a restarted daemon answers from the PDUs stored beside the index, and a file
+a cut would lose a block of (an interface described after a packet) is answered by the loaded capture.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from diagd.actors.pcap.index.ngap_pdus import PDUS_FILE
+from tests.conftest import DaemonProcess, start_daemon
+from tests.e2e.test_pcap import make_env
+from tests.e2e.test_pcap_differential import session
+from tests.e2e.test_pcap_index import captures, decode_args
+from tests.pcaps import PCAPS, PCAPS_EXTRA
+from tests.support import pcap_oracle as oracle
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed"),
+]
+
+TOOLS = ("ngap_ue_sessions", "ngap_pdu_session_summary")
+CONFIG = f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}"]\ncall_timeout_s = 300\n'
+
+
+def ngap_captures() -> list[Path]:
+    return [p for p in captures() if "ngap" in oracle.layers(p)]
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
+    """(a daemon that indexes, one that never does)."""
+    started = []
+    try:
+        for name in ("indexed", "loaded"):
+            env = make_env(tmp_path_factory.mktemp(name), CONFIG)
+            started.append((start_daemon(env), env))
+        yield started[0][0], started[1][0]
+    finally:
+        for daemon, env in started:
+            daemon.stop()
+            shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+def compared(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer without where it came from (and whether the actor had it cached)."""
+    return {k: v for k, v in answer.items() if k not in ("source", "served_by", "cached", "_is_error")}
+
+
+async def answers(daemon: DaemonProcess, path: Path, *, index: bool, **args: Any) -> dict[str, dict[str, Any]]:
+    async with session(daemon) as call:
+        if index:
+            built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decode_args(path))
+            assert built["state"] == "ready", built
+        return {tool: await call(tool, pcap_path=str(path), **decode_args(path), **args) for tool in TOOLS}
+
+
+@pytest.mark.parametrize("path", ngap_captures(), ids=lambda p: p.name)
+async def test_ngap_models_from_the_index_equal_the_loaded_captures(
+        daemons: tuple[DaemonProcess, DaemonProcess], path: Path) -> None:
+    indexed, loaded = daemons
+    for args in ({}, {"null_decipher": False}):
+        from_index = await answers(indexed, path, index=True, **args)
+        from_load = await answers(loaded, path, index=False, **args)
+        for tool in TOOLS:
+            got, want = from_index[tool], from_load[tool]
+            assert not got["_is_error"] and got.get("served_by", "").startswith("index"), (tool, got)
+            assert "served_by" not in want, want
+            assert compared(got) == compared(want), (tool, args)
+
+
+def late_interface(source: Path, out: Path) -> None:
+    """`source` (a pcapng of one section, little-endian) with a copy of its first interface block
+    described again after its first packet: a block a cut would lose."""
+    data = source.read_bytes()
+    at, idb, first_packet = 0, b"", None
+    while at < len(data):
+        kind, length = struct.unpack_from("<II", data, at)
+        if kind == 1 and not idb:
+            idb = data[at:at + length]
+        if kind == 6 and first_packet is None:
+            first_packet = at + length
+        at += length
+    assert idb and first_packet is not None
+    out.write_bytes(data[:first_packet] + idb + data[first_packet:])
+
+
+async def test_restarted_daemon_reads_stored_pdus_and_an_uncuttable_file_is_loaded(tmp_path: Path) -> None:
+    found = [p for p in ngap_captures() if p.suffix == ".pcapng"]
+    if not found:
+        pytest.skip("no pcapng capture carrying NGAP in the corpus")
+    path = found[0]
+    odd = tmp_path / "captures" / f"late-interface-{path.name}"
+    odd.parent.mkdir()
+    late_interface(path, odd)
+    env = make_env(tmp_path / "d", f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}", "{odd.parent}"]\n'
+                                   "call_timeout_s = 300\n")
+    first = start_daemon(env)
+    try:
+        before = await answers(first, path, index=True)
+        late = await answers(first, odd, index=True)
+    finally:
+        first.stop()
+    stored = list((env.state / "pcap" / "index").glob(f"*/{PDUS_FILE.format('*')}"))
+    assert len(stored) == 1, stored  # the odd file's PDUs came from the loaded capture: none stored
+    for tool in TOOLS:
+        assert "served_by" not in late[tool], late[tool]
+        assert compared(late[tool]) == compared(before[tool])
+    second = start_daemon(env)
+    try:
+        after = await answers(second, path, index=False)
+    finally:
+        second.stop()
+        shutil.rmtree(env.runtime, ignore_errors=True)
+    for tool in TOOLS:
+        assert after[tool]["served_by"].startswith("index") and compared(after[tool]) == compared(before[tool])
