@@ -133,6 +133,9 @@ Resolver = Callable[[str], Awaitable[Resolved]]
 # apply to what is already open (`not_yet_applied`), or raises DiagdError to refuse the new config.
 ReloadHook = Callable[[BackendConfig, BackendConfig], list[dict[str, Any]]]
 ClientHook = Callable[[Client], None]
+# What `diagd status` shows of a back end beyond its actors (its files on disk...): called at each status,
+# in the event loop (quick reads only); each key a list of rows (dicts), shown as a table.
+StatusSection = Callable[[], dict[str, list[dict[str, Any]]]]
 # Asked before `diagd_stop_actor` stops one of the back end's actors for a client (its name): raises
 # DiagdError (BUSY, PERMISSION_DENIED, naming the owner) when the back end's own tools would refuse it.
 StopCheck = Callable[[ActorRef, str], None]
@@ -236,6 +239,11 @@ class Runtime(Protocol):
 
     def add_timeline_source(self, source: TimelineSource) -> None:
         """diagd_timeline reads a `{"<name>": ref, ...}` source with it (one per back end)."""
+        ...
+
+    def add_status(self, section: StatusSection) -> None:
+        """`diagd status` shows what `section()` gives under the back end's name (one per back end): what
+        it keeps that no running actor shows (a capture's index on disk)."""
         ...
 
     def share_exports(self) -> None:

@@ -57,4 +57,5 @@ def register(runtime: Runtime) -> PcapBackend:
     backend = tools.register(runtime)
     runtime.set_instructions(INSTRUCTIONS)
     runtime.add_timeline_source(timeline_source.SOURCE)  # pcap re-reads its table per call: nothing to defer
+    runtime.add_status(backend.status_section)  # the capture indexes on disk
     return backend

@@ -250,6 +250,18 @@ class PcapBackend:
                                builds=self.index_builds, in_use=self._indexes_in_use),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)
 
+    def status_section(self) -> dict[str, list[dict[str, Any]]]:
+        """`diagd status`: every capture index on disk, whether an actor answers from it now or not."""
+        in_use = self._indexes_in_use()
+        rows = []
+        for stored in self.index_store.listing():
+            described = stored.describe()
+            rows.append({"capture": stored.capture, "frames": described.get("frames"),
+                         "disk_bytes": stored.disk_bytes(), "age_s": described.get("age_s"),
+                         "last_used_s_ago": described.get("last_used_s_ago"), "in_use": stored.path in in_use,
+                         "index": stored.path.name[:12] + "…" + stored.path.name[-13:]})
+        return {"indexes": rows}
+
     def _indexes_in_use(self) -> frozenset[Path]:
         return frozenset(ref.actor.stored.path for ref in self.runtime.actors(INDEX_KIND)
                          if isinstance(ref.actor, IndexActor) and ref.actor.stored is not None)

@@ -36,7 +36,31 @@ def format_status(status: dict[str, Any]) -> str:
         rows.append((name, str(t["count"]), _ms(t.get("mean_ms")), _ms(t["p50_ms"]), _ms(t["p95_ms"]),
                      f"{t['failure_rate'] * 100:.1f}"))
     lines += _table(rows) if len(rows) > 1 else ["  no calls yet"]
+    for backend, part in (status.get("backends") or {}).items():
+        for name, found in part.items():
+            lines.append(f"{backend} {name} ({len(found)}):")
+            lines += _rows_table(found) if found else ["  none"]
     return "\n".join(lines)
+
+
+def _rows_table(found: list[dict[str, Any]]) -> list[str]:
+    """A back end's rows (Runtime.add_status) as a table: a column per key, in order of first appearance;
+    sizes (`*bytes`) in MB, durations (`*_s`, `*_s_ago`) as durations."""
+    keys = list(dict.fromkeys(k for row in found for k in row))
+    rows: list[tuple[str, ...]] = [tuple(k.upper() for k in keys)]
+    for row in found:
+        rows.append(tuple(_cell(k, row.get(k)) for k in keys))
+    return _table(rows)
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("bytes") and isinstance(value, int | float):
+        return _mb(int(value))
+    if (key.endswith("_s") or key.endswith("_s_ago")) and isinstance(value, int | float):
+        return _duration(float(value))
+    return str(value)
 
 
 def _sockets_line(d: dict[str, Any]) -> str:

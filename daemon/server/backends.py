@@ -28,6 +28,7 @@ from diagd.actors.runtime import (
     ReloadHook,
     Resolved,
     Resolver,
+    StatusSection,
     StopCheck,
     ToolUse,
 )
@@ -164,6 +165,9 @@ class BackendRuntime:
 
     def add_timeline_source(self, source: TimelineSource) -> None:
         self._daemon.declared.timeline[self._name] = source
+
+    def add_status(self, section: StatusSection) -> None:
+        self._daemon.declared.status[self._name] = section
 
     def share_exports(self) -> None:
         if self._name not in self._daemon.declared.exporting:

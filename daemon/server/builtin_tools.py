@@ -31,6 +31,7 @@ async def status(daemon: Daemon, ctx: CallContext, args: dict[str, Any]) -> Stat
         answer["actors"] = [a for a in answer["actors"] if selects(selection, a["group"])]
         answer["tools"] = {name: stats for name, stats in answer["tools"].items()
                            if selects(selection, daemon.registry.group_of(name))}
+        answer["backends"] = {name: part for name, part in answer["backends"].items() if selects(selection, name)}
     return answer
 
 

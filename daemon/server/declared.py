@@ -1,9 +1,9 @@
 """What the back ends declared through their runtimes, for the daemon's parts that speak of them.
 
 Each back end declares, in its `register(runtime)`: its paragraph of the MCP instructions, its
-diagd_timeline source, the settings a reload leaves to a reopen, whether other groups read its
-exports, the `<name>:<id>` references it resolves, why it serves nothing when its config leaves it off,
-the other groups' tools it calls (`diagd.actors.runtime.Runtime`). The daemon keeps
+diagd_timeline source, its part of `diagd status`, the settings a reload leaves to a reopen, whether
+other groups read its exports, the `<name>:<id>` references it resolves, why it serves nothing when
+its config leaves it off, the other groups' tools it calls (`diagd.actors.runtime.Runtime`). The daemon keeps
 them here, by back-end name, and reads nothing else: it names no back end, tool or back-end setting.
 
 The tools a back end calls are checked twice: once every back end is loaded, each declaration against
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagd.actors.runtime import Deferred, Resolved, Resolver, ToolUse
+from diagd.actors.runtime import Deferred, Resolved, Resolver, StatusSection, ToolUse
 from diagd.actors.timeline_source import TimelineSource
 from diagd.actors.tooling import ToolSpec, caller_selects
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -27,6 +27,7 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 class Declarations:
     instructions: dict[str, str] = field(default_factory=dict)  # back end -> its paragraph
     timeline: dict[str, TimelineSource] = field(default_factory=dict)  # source kind (a back end) -> its adapter
+    status: dict[str, StatusSection] = field(default_factory=dict)  # back end -> its part of `diagd status`
     deferred: dict[str, list[Deferred]] = field(default_factory=dict)  # back end -> settings a reload defers
     exporting: list[str] = field(default_factory=list)  # back ends whose $state/<name>/exports others read
     references: dict[str, Resolver] = field(default_factory=dict)  # back end -> its `<name>:<id>` resolver

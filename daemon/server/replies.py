@@ -59,6 +59,8 @@ class StatusReply(TypedDict):
     """each actor: id, kind, group, state, inbox, idle time, restarts, details"""
     tools: dict[str, dict[str, Any]]
     """per tool: calls, errors, durations"""
+    backends: dict[str, dict[str, list[dict[str, Any]]]]
+    """per back end, what it keeps beyond its actors (a capture's index on disk), as tables of rows"""
 
 
 class CallInfo(TypedDict):

@@ -190,7 +190,19 @@ class Daemon:
             },
             "actors": actors,
             "tools": self.stats.summary(),
+            "backends": self.backend_status(),
         }
+
+    def backend_status(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """Each back end's own part of the status (Runtime.add_status); one that fails says so, in its place."""
+        found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for name, section in self.declared.status.items():
+            try:
+                found[name] = section()
+            except Exception as exc:  # a back end's bug must not take `diagd status` down
+                log.warning("back end status failed", backend=name, error=repr(exc))
+                found[name] = {"errors": [{"error": f"{type(exc).__name__}: {exc}"}]}
+        return found
 
     def warnings(self) -> list[str]:
         """What an operator must know is unsafe about how this daemon runs (shown by `diagd status`)."""

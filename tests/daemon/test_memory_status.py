@@ -50,6 +50,18 @@ def test_status_without_workers_has_no_worker_table_and_an_old_daemon_shows_dash
     assert "workers (" not in text and "memory: daemon rss -, 0 workers rss -" in text
 
 
+def test_status_shows_what_each_back_end_keeps_as_tables_sizes_and_ages_readable() -> None:
+    indexes = [{"capture": "/c/a.pcap", "frames": 10, "disk_bytes": 3 * 2**20, "age_s": 7200, "in_use": False},
+               {"capture": None, "frames": 5, "disk_bytes": 2**20, "age_s": 5, "in_use": True}]
+    text = format_status({**status([]), "backends": {"pcap": {"indexes": indexes, "other": []}}})
+    lines = text.splitlines()
+    at = lines.index("pcap indexes (2):")
+    assert [line.split() for line in lines[at + 1:at + 4]] == [
+        ["CAPTURE", "FRAMES", "DISK_BYTES", "AGE_S", "IN_USE"], ["/c/a.pcap", "10", "3.0", "MB", "2h00m", "False"],
+        ["-", "5", "1.0", "MB", "5.0s", "True"]]
+    assert lines[at + 4:at + 6] == ["pcap other (0):", "  none"]
+
+
 def test_workers_reads_rss_from_proc_and_leaves_absent_processes_out() -> None:
     found = system.workers((os.getpid(), "self"), (None, "gone"))
     assert found == [{"pid": os.getpid(), "rss_bytes": found[0]["rss_bytes"], "role": "self"}]

@@ -278,6 +278,9 @@ async def test_the_index_is_parquet_any_reader_reads_and_survives_a_restart(tmp_
     assert count == len(table) and last_info == table[len(table)][6]
     second = start_daemon(env)
     try:
+        # Before any call, no actor holds it: `diagd status` lists the index on disk all the same.
+        listed = json.loads(second.env.run("status", "--json").stdout)["backends"]["pcap"]["indexes"]
+        text = second.env.run("status").stdout
         async with session(second) as call:
             # A page first: the restarted daemon finds the index on disk itself (no pcap_index call).
             page = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter="", limit=3,
@@ -288,6 +291,9 @@ async def test_the_index_is_parquet_any_reader_reads_and_survives_a_restart(tmp_
         shutil.rmtree(env.runtime, ignore_errors=True)
     assert again["state"] == "ready" and "built before" in again["note"], again
     assert again["index"] == built["index"]
+    assert [(i["capture"], i["frames"], i["in_use"]) for i in listed] == [(str(path), len(table), False)], listed
+    assert listed[0]["disk_bytes"] >= built["index_bytes"] and listed[0]["index"].startswith(built["index"][:12])
+    assert "pcap indexes (1):" in text and str(path) in text, text
     assert page["served_by"] == "index" and [f["number"] for f in page["frames"]] == sorted(table)[-3:]
 
 

@@ -32,6 +32,7 @@ from diagd.actors.runtime import (
     ReloadHook,
     Resolved,
     Resolver,
+    StatusSection,
     StopCheck,
     ToolUse,
 )
@@ -148,6 +149,9 @@ class FakeRuntime:
 
     def add_timeline_source(self, source: TimelineSource) -> None:
         self.timeline_source = source
+
+    def add_status(self, section: StatusSection) -> None:
+        self.status_section = section
 
     def share_exports(self) -> None:
         self.shares_exports = True

@@ -56,6 +56,22 @@ class Stored:
     def bytes(self) -> int:
         return int(self.meta.get("bytes", 0))
 
+    @property
+    def capture(self) -> str | None:
+        """The file the index was built from (tshark's `-r`; it may have moved since: the index is
+        found by content)."""
+        argv = [str(a) for a in self.meta.get("tshark_argv") or []]
+        return argv[argv.index("-r") + 1] if "-r" in argv[:-1] else None
+
+    def disk_bytes(self) -> int:
+        """What its folder takes now: the build's files and what answers kept beside them (NGAP PDUs)."""
+        total = 0
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.path):
+                with contextlib.suppress(OSError):
+                    total += entry.stat(follow_symlinks=False).st_size
+        return total
+
     def describe(self) -> dict[str, Any]:
         try:
             used = (self.path / META_FILE).stat().st_mtime
@@ -134,7 +150,8 @@ class IndexStore:
                 return 0.0
 
         stored = sorted(self.listing(), key=used)
-        total = sum(s.bytes for s in stored)
+        sizes = {s.path: s.disk_bytes() for s in stored}  # with what answers kept beside the build's files
+        total = sum(sizes.values())
         gone = []
         for old in stored:
             if total <= self.budget_bytes:
@@ -142,7 +159,7 @@ class IndexStore:
             if old.path == keep or old.path in in_use:
                 continue
             shutil.rmtree(old.path, ignore_errors=True)
-            total -= old.bytes
+            total -= sizes[old.path]
             gone.append(old.path.name)
         return gone
 

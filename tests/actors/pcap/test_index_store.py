@@ -47,14 +47,18 @@ def test_a_file_version_finds_its_index_without_hashing_until_the_index_goes(tmp
 
 
 def test_the_least_recently_used_go_until_the_rest_fit_never_the_one_kept(tmp_path: Path) -> None:
-    store = IndexStore(tmp_path, 250)  # room for two of the four
     oldest = index_at(tmp_path / name("a"), 100, 1000)
     serving = index_at(tmp_path / name("b"), 100, 1500)  # a running actor answers from it
     newest = index_at(tmp_path / name("c"), 100, 3000)
     kept = index_at(tmp_path / name("d"), 100, 500)  # the oldest use, but the one just built
+    each = sum(f.stat().st_size for f in oldest.iterdir())  # what a folder takes: its files, meta.json too
+    store = IndexStore(tmp_path, 2 * each + each // 2)  # room for two of the four
     assert store.evict(keep=kept, in_use=frozenset({serving})) == [name("a"), name("c")]
     assert not oldest.exists() and serving.exists() and not newest.exists() and kept.exists()
     assert store.evict(keep=kept) == []
+    # What answers keep beside an index (its NGAP PDUs) counts too: now over the budget, the older goes.
+    (kept / "ngap-pdus-x.pickle").write_bytes(b"x" * each)
+    assert store.evict(keep=kept) == [name("b")] and kept.exists()
 
 
 def test_the_decoding_key_changes_with_every_input() -> None:
