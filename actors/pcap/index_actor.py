@@ -39,6 +39,7 @@ MATCHES_KEPT = 5_000_000  # frame numbers of one filter kept for its next pages 
 MATCH_LISTS_KEPT = 4
 TABLES_KEPT = 4  # conversation/endpoint tables kept for their next pages
 MODELS_KEPT = 2  # NGAP models (one per decoding: with and without NAS after NEA0)
+FILTERED_MODELS_KEPT = 4  # NGAP models of filtered frames
 LOCATE_WAIT_S = 2.0  # a call waits this long (or its wait_s) for the index to be found before saying "locating"
 
 
@@ -72,6 +73,7 @@ class IndexActor(Actor):
         self._models: dict[tuple[Path, str], ngap.Model] = {}
         self._ngap_why: dict[tuple[Path, str], str] = {}
         self._ngap_reading: dict[tuple[Path, str], trio.Event] = {}
+        self._filtered: dict[tuple[Path, str, str], ngap.Model] = {}  # (index, decoding, filter): a few
         self._nursery: trio.Nursery | None = None
         self._reset()
 
@@ -175,11 +177,13 @@ class IndexActor(Actor):
             case Timeline() as message:
                 return message.reply(await self._timeline(message))
             case IndexNgapSessions() as message:
-                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences))
-                return message.reply(ngap.ue_sessions(model, filtered=False))
+                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences),
+                                               message.display_filter)
+                return message.reply(ngap.ue_sessions(model, filtered=bool(message.display_filter)))
             case IndexPduSessions() as message:
-                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences))
-                return message.reply(ngap.pdu_sessions(model, filtered=False))
+                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences),
+                                               message.display_filter)
+                return message.reply(ngap.pdu_sessions(model, filtered=bool(message.display_filter)))
         raise unhandled(KIND, request)
 
     def ngap_unanswered(self, decoding: Decoding) -> str | None:
@@ -189,7 +193,27 @@ class IndexActor(Actor):
             return "the index is not ready"
         return self._ngap_why.get((stored.path, decoding.digest()))
 
-    async def _ngap_model(self, decoding: Decoding) -> ngap.Model:
+    async def _ngap_model(self, decoding: Decoding, display_filter: str) -> ngap.Model:
+        """The NGAP model of the frames meeting a filter the index translates (filters.py), as the loaded
+        capture builds it (answers.ngap_model): of the whole capture's PDUs, those of the matching frames."""
+        whole = await self._whole_ngap_model(decoding)
+        if not display_filter:
+            return whole
+        where = filters.to_sql(display_filter)
+        if where is None:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index does not answer this filter (sharkd does)")
+        stored = self._on_disk()
+        key = (stored.path, decoding.digest(), display_filter)
+        model = self._filtered.pop(key, None)
+        if model is None:
+            wanted = set((await self._matching(stored, where)).to_pylist())
+            model = await trio.to_thread.run_sync(ngap.build_model, [p for p in whole.pdus if p.frame in wanted])
+        self._filtered[key] = model
+        while len(self._filtered) > FILTERED_MODELS_KEPT:
+            self._filtered.pop(next(iter(self._filtered)))
+        return model
+
+    async def _whole_ngap_model(self, decoding: Decoding) -> ngap.Model:
         """The one NGAP model of the whole capture (index/ngap_pdus.py), read once per decoding in the
         actor's nursery: a call that times out meanwhile leaves it going for the next. Where the index
         cannot give it, NOT_FOUND with `index_unanswered` (the tool then asks the loaded capture)."""

@@ -144,19 +144,22 @@ class NgapProcedures(Message[ProceduresAnswer]):
 
 @dataclass(frozen=True)
 class IndexNgapSessions(Message[UeSessionsAnswer]):
-    """NgapSessions of the whole capture from its index (index/ngap_pdus.py), decoded so: the
-    decode-as entries of Wireshark's config, and the preferences of the call."""
+    """NgapSessions from the capture's index (index/ngap_pdus.py), decoded so: the decode-as entries of
+    Wireshark's config, and the preferences of the call; of the frames meeting a filter the index
+    translates (index/filters.py) or of all."""
 
     decode_as_entries: tuple[str, ...]
     preferences: tuple[tuple[str, str], ...]
+    display_filter: str = ""
 
 
 @dataclass(frozen=True)
 class IndexPduSessions(Message[PduSessionsAnswer]):
-    """PduSessions of the whole capture from its index, decoded as IndexNgapSessions says."""
+    """PduSessions from the capture's index, decoded and filtered as IndexNgapSessions says."""
 
     decode_as_entries: tuple[str, ...]
     preferences: tuple[tuple[str, str], ...]
+    display_filter: str = ""
 
 
 @dataclass(frozen=True)

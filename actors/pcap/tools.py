@@ -26,6 +26,7 @@ from diagd.actors.pcap.answers.left_out import sbi_warning
 from diagd.actors.pcap.backend import PcapBackend, ShownSource, search_deadline
 from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.index.build import fields_args as build_fields_args
+from diagd.actors.pcap.index.filters import to_sql
 from diagd.actors.pcap.index.ngap_pdus import Decoding
 from diagd.actors.pcap.index_actor import IndexActor
 from diagd.actors.pcap.masking.guard import SubscriberMask
@@ -434,11 +435,12 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
 
 async def _ngap_from_index(backend: PcapBackend, ctx: CallContext, args: Args, spec: CaptureSpec,
                            message: Message[ReplyT]) -> ReplyT | None:
-    """The whole capture's UE contexts or PDU sessions from its ready index (index/ngap_pdus.py: sharkd
-    reads only the SCTP frames cut from the file, once, kept beside the index): None when it has none
+    """The UE contexts or PDU sessions from the capture's ready index (index/ngap_pdus.py: sharkd reads
+    only the SCTP frames cut from the file, once, kept beside the index), of all frames or of those a
+    filter the index translates selects (index/filters.py): None when it has none
     (built by pcap_index, found by the file's decoding without the ngap_* tools' preferences, which
     change no indexed column NGAP's frames are chosen by) or cannot give it; the capture answers then."""
-    if not isinstance(message, NgapSessions | PduSessions) or message.display_filter:
+    if not isinstance(message, NgapSessions | PduSessions) or to_sql(message.display_filter) is None:
         return None
     ref = await backend.ready_index(await backend.spec_for(args, force_prefs={}))
     if ref is None or not isinstance(ref.actor, IndexActor):
@@ -448,7 +450,7 @@ async def _ngap_from_index(backend: PcapBackend, ctx: CallContext, args: Args, s
     if ref.actor.ngap_unanswered(decoding) is not None:
         return None
     asked: Message[Any] = (IndexNgapSessions if isinstance(message, NgapSessions) else IndexPduSessions)(
-        decoding.decode_as_entries, decoding.preferences)
+        decoding.decode_as_entries, decoding.preferences, message.display_filter)
     try:
         answer = await backend.runtime.ask(ref, asked, progress=ctx.progress)
     except DiagdError as exc:

@@ -2,7 +2,7 @@
 capture's, on every corpus capture that carries NGAP.
 
 Two real daemons: one answers from the capture's index (sharkd reads only the SCTP frames cut from the
-file: `served_by` says so), the other has no index and loads the whole capture in sharkd, the path
+file: `served_by` says so), of all frames and of those a filter it translates selects, the other has no index and loads the whole capture in sharkd, the path
 whose verdicts the NGAP tests hold to Wireshark's fields. Every key of both answers must be equal, but
 where they came from. Then a restarted daemon answers from the PDUs stored beside the index, and a file
 a cut would lose a block of (an interface described after a packet) is answered by the loaded capture.
@@ -32,6 +32,8 @@ pytestmark = [
 ]
 
 TOOLS = ("ngap_ue_sessions", "ngap_pdu_session_summary")
+# Filters the index translates (index/filters.py): the model of the frames they select.
+FILTERS = ("frame.number > 20", "sctp.srcport == 38412")
 CONFIG = f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}"]\ncall_timeout_s = 300\n'
 
 
@@ -71,7 +73,7 @@ async def answers(daemon: DaemonProcess, path: Path, *, index: bool, **args: Any
 async def test_ngap_models_from_the_index_equal_the_loaded_captures(
         daemons: tuple[DaemonProcess, DaemonProcess], path: Path) -> None:
     indexed, loaded = daemons
-    for args in ({}, {"null_decipher": False}):
+    for args in ({}, {"null_decipher": False}, *({"display_filter": f} for f in FILTERS)):
         from_index = await answers(indexed, path, index=True, **args)
         from_load = await answers(loaded, path, index=False, **args)
         for tool in TOOLS:
