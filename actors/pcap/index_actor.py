@@ -9,16 +9,24 @@ from a ready index at any offset in milliseconds, whether or not sharkd holds th
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
 
 from diagd.actors._subprocess import Tail, head
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
 from diagd.actors.pcap import ngap
-from diagd.actors.pcap.answer_types import FramesAnswer, IndexAnswer, IndexSummary, StatsAnswer, TimelineAnswer
+from diagd.actors.pcap.answer_types import (
+    FramesAnswer,
+    IndexAnswer,
+    IndexSummary,
+    PduSessionsAnswer,
+    StatsAnswer,
+    TimelineAnswer,
+    UeSessionsAnswer,
+)
 from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
@@ -40,6 +48,7 @@ MATCH_LISTS_KEPT = 4
 TABLES_KEPT = 4  # conversation/endpoint tables kept for their next pages
 MODELS_KEPT = 2  # NGAP models (one per decoding: with and without NAS after NEA0)
 FILTERED_MODELS_KEPT = 4  # NGAP models of filtered frames
+VIEWS_KEPT = 8  # rendered NGAP views (UE contexts, PDU sessions) of those models
 LOCATE_WAIT_S = 2.0  # a call waits this long (or its wait_s) for the index to be found before saying "locating"
 
 
@@ -74,6 +83,7 @@ class IndexActor(Actor):
         self._ngap_why: dict[tuple[Path, str], str] = {}
         self._ngap_reading: dict[tuple[Path, str], trio.Event] = {}
         self._filtered: dict[tuple[Path, str, str], ngap.Model] = {}  # (index, decoding, filter): a few
+        self._views: dict[tuple[Path, str, str, str], dict[str, Any]] = {}  # ... and view: their answers
         self._nursery: trio.Nursery | None = None
         self._reset()
 
@@ -176,14 +186,14 @@ class IndexActor(Actor):
                 return message.reply(await self._stats(message))
             case Timeline() as message:
                 return message.reply(await self._timeline(message))
-            case IndexNgapSessions() as message:
-                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences),
-                                               message.display_filter)
-                return message.reply(ngap.ue_sessions(model, filtered=bool(message.display_filter)))
-            case IndexPduSessions() as message:
-                model = await self._ngap_model(Decoding(message.decode_as_entries, message.preferences),
-                                               message.display_filter)
-                return message.reply(ngap.pdu_sessions(model, filtered=bool(message.display_filter)))
+            case IndexNgapSessions(display_filter=flt) as message:
+                decoding = Decoding(message.decode_as_entries, message.preferences)
+                return message.reply(cast("UeSessionsAnswer", await self._ngap_view(
+                    decoding, flt, "ue_sessions", lambda model: ngap.ue_sessions(model, filtered=bool(flt)))))
+            case IndexPduSessions(display_filter=flt) as message:
+                decoding = Decoding(message.decode_as_entries, message.preferences)
+                return message.reply(cast("PduSessionsAnswer", await self._ngap_view(
+                    decoding, flt, "pdu_sessions", lambda model: ngap.pdu_sessions(model, filtered=bool(flt)))))
         raise unhandled(KIND, request)
 
     def ngap_unanswered(self, decoding: Decoding) -> str | None:
@@ -192,6 +202,27 @@ class IndexActor(Actor):
         if stored is None:
             return "the index is not ready"
         return self._ngap_why.get((stored.path, decoding.digest()))
+
+    async def _ngap_view(self, decoding: Decoding, display_filter: str, view: str,
+                         render: Callable[[ngap.Model], Mapping[str, Any]]) -> dict[str, Any]:
+        """One view of the NGAP model (`render`), kept: the last few in memory, the whole capture's on disk
+        beside the index too (ngap_pdus.store_view), so a restarted daemon's first answer reads a file
+        instead of the PDUs (a second for 25,000 of them) and the model built from them (another)."""
+        stored = self._on_disk()
+        key = (stored.path, decoding.digest(), display_filter, view)
+        answer = self._views.pop(key, None)
+        if answer is None and not display_filter:
+            answer = await trio.to_thread.run_sync(ngap_pdus.stored_view, stored.path, decoding, view)
+        if answer is None:
+            rendered = dict(render(await self._ngap_model(decoding, display_filter)))
+            answer = rendered
+            if not display_filter:
+                await trio.to_thread.run_sync(ngap_pdus.store_view, stored.path, decoding, view, rendered)
+        self._views[key] = answer
+        while len(self._views) > VIEWS_KEPT:
+            self._views.pop(next(iter(self._views)))
+        self.store.touch(stored.path)
+        return answer
 
     async def _ngap_model(self, decoding: Decoding, display_filter: str) -> ngap.Model:
         """The NGAP model of the frames meeting a filter the index translates (filters.py), as the loaded

@@ -2,10 +2,11 @@
 capture's, on every corpus capture that carries NGAP.
 
 Two real daemons: one answers from the capture's index (sharkd reads only the SCTP frames cut from the
-file: `served_by` says so), of all frames and of those a filter it translates selects, the other has no index and loads the whole capture in sharkd, the path
-whose verdicts the NGAP tests hold to Wireshark's fields. Every key of both answers must be equal, but
-where they came from. Then a restarted daemon answers from the PDUs stored beside the index, and a file
-a cut would lose a block of (an interface described after a packet) is answered by the loaded capture.
+file: `served_by` says so), of all frames and of those a filter it translates selects; the other has
+no index and loads the whole capture in sharkd, the path whose verdicts the NGAP tests hold to
+Wireshark's fields. Every key of both answers must be equal, but where they came from. Then a
+restarted daemon answers from the views and PDUs stored beside the index, and a file a cut would lose
+a block of (an interface described after a packet) is answered by the loaded capture.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from diagd.actors.pcap.index.ngap_pdus import PDUS_FILE
+from diagd.actors.pcap.index.ngap_pdus import PDUS_FILE, VIEW_FILE
 from tests.conftest import DaemonProcess, start_daemon
 from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import session
@@ -117,6 +118,8 @@ async def test_restarted_daemon_reads_stored_pdus_and_an_uncuttable_file_is_load
         first.stop()
     stored = list((env.state / "pcap" / "index").glob(f"*/{PDUS_FILE.format('*')}"))
     assert len(stored) == 1, stored  # the odd file's PDUs came from the loaded capture: none stored
+    views = sorted(p.name.split("-")[1] for p in stored[0].parent.glob(VIEW_FILE.format("*", "*")))
+    assert views == ["pdu_sessions", "ue_sessions"], views  # what a restarted daemon answers from
     for tool in TOOLS:
         assert "served_by" not in late[tool], late[tool]
         assert compared(late[tool]) == compared(before[tool])

@@ -3,7 +3,8 @@ byte for byte, in order. Wireshark dissects each chosen frame as it did in the w
 frame its dissection depends on is chosen too (the caller's rule: query.sctp_records for NGAP).
 
 Cut only from a file whose records are all packets read alone (recordwalk.walk follows it to its end):
-a plain pcap, or a pcapng of one section whose interfaces are all described before the first packet,
+a plain pcap, or a pcapng of one section whose interfaces (of any time resolution or offset: the times
+are copied, never read) are all described before the first packet,
 with nothing between packets but name resolution and statistics blocks (which change no dissection:
 diagd reads captures with `-n`). A decryption secrets block, a late interface or a second section
 would be lost in the cut: such a file is not cut (Uncuttable, with why), and the caller reads it whole.
@@ -32,9 +33,10 @@ def cut(capture: Path, offsets: Sequence[int], frames: int, out: Path) -> int:
     index's count: the index is of this very file). Returns the bytes written."""
     if not recordwalk.available():
         raise Uncuttable("diagd was installed without its C record walker")
-    found = recordwalk.read_layout(capture)
+    found = recordwalk.read_layout(capture, any_ticks=True)  # the times are copied, never read
     if found is None:
-        raise Uncuttable("the file is neither a plain pcap nor a pcapng whose interfaces all tick alike")
+        raise Uncuttable("the file is neither a plain pcap nor a pcapng of one section whose interfaces are "
+                         "described before its first packet")
     walked = recordwalk.walk(capture, found)
     if walked is None:
         raise Uncuttable("the file holds blocks between its packets that a cut would lose (decryption secrets, "

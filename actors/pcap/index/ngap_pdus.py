@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import trio
 
@@ -40,6 +40,7 @@ from diagd.actors.pcap.shark.sharkd import Sharkd, SharkdError
 from diagd.actors.pcap.shark.wireshark import write_sharkd_config
 
 PDUS_FILE = "ngap-pdus-{}.pickle"
+VIEW_FILE = "ngap-{}-{}.json"  # a view of the whole capture's model (ue_sessions, pdu_sessions), per decoding
 TREE_BATCH = 100  # trees asked of sharkd per pipelined batch (as answers.TREE_BATCH)
 
 
@@ -138,6 +139,20 @@ async def _dissect(sharkd: Sharkd, cut: Path, numbers: list[int], decoding: Deco
     return read
 
 
+def stored_view(index: Path, decoding: Decoding, view: str) -> dict[str, Any] | None:
+    """A view of the whole capture's NGAP model rendered before (store_view), or None (blocking)."""
+    try:
+        found = json.loads((index / VIEW_FILE.format(view, decoding.digest())).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def store_view(index: Path, decoding: Decoding, view: str, answer: dict[str, Any]) -> None:
+    """Keep a view of the whole capture's NGAP model beside the index, as JSON (what the tool answers)."""
+    _replace(index / VIEW_FILE.format(view, decoding.digest()), json.dumps(answer).encode())
+
+
 def _workspace(index: Path) -> tuple[Path, BinaryIO]:
     """A folder of this reading's own beside the index, locked while in use: removed at its end, or by
     IndexStore.sweep after a daemon killed meanwhile (a partial folder nobody holds the lock of)."""
@@ -157,12 +172,16 @@ def _load(path: Path) -> list[NgapPdu] | None:
 
 
 def _store(path: Path, read: list[NgapPdu]) -> None:
+    _replace(path, pickle.dumps(read, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _replace(path: Path, data: bytes) -> None:
     """Written whole or not at all (a new file renamed over); an index evicted meanwhile keeps none."""
     with contextlib.suppress(OSError):
         fd, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
         try:
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(read, f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.write(data)
             os.replace(partial, path)
         finally:
             with contextlib.suppress(FileNotFoundError):

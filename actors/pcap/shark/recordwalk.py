@@ -69,9 +69,11 @@ class Walked:
     last: int
 
 
-def layout(data: bytes) -> Layout | None:
+def layout(data: bytes, *, any_ticks: bool = False) -> Layout | None:
     """The header of a plain pcap, or of a pcapng whose interfaces tick alike, that the walk may follow (else
-    None)."""
+    None). `any_ticks`: a pcapng whose interfaces tick in any way (several resolutions, a time offset) is
+    followed too, block by block, for what needs its records but not their times (a cut: index/narrow.py);
+    its Layout's `ticks` then means nothing."""
     magic = bytes(data[:4])
     if magic in halves.PCAP_MAGIC:
         pcap_order, fraction_ticks = halves.PCAP_MAGIC[magic]
@@ -93,6 +95,8 @@ def layout(data: bytes) -> Layout | None:
             return None
         ticks.append(_interface_ticks(bytes(data[at + 16:at + length - 4]), order))
         at += length
+    if any_ticks and ticks:
+        return Layout(bytes(data[:at]), at, True, order == ">", 10**6, len(ticks))
     shared = set(ticks)
     if len(shared) != 1:  # no interface, or interfaces that tick differently (or a resolution not walked)
         return None
@@ -119,10 +123,10 @@ def _interface_ticks(options: bytes, order: str) -> int | None:
     return ticks if ticks in DIGITS else None
 
 
-def read_layout(path: Path) -> Layout | None:
+def read_layout(path: Path, *, any_ticks: bool = False) -> Layout | None:
     """The layout of the file's first 64 KiB (blocking: a worker thread's)."""
     with open(path, "rb") as f:
-        return layout(f.read(HEAD_BYTES))
+        return layout(f.read(HEAD_BYTES), any_ticks=any_ticks)
 
 
 def is_walkable(path: Path) -> bool:
