@@ -13,7 +13,7 @@ import os
 import shlex
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 import structlog
 import trio
@@ -26,16 +26,26 @@ from diagd.actors.pcap.actor import KIND, PcapActor
 from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.engine.captures import Evict, LoadedCaptures
 from diagd.actors.pcap.engine.passes import Cores
+from diagd.actors.pcap.index import filters
+from diagd.actors.pcap.index.ngap_pdus import Decoding
 from diagd.actors.pcap.index.store import IndexStore, decoding_digest, tshark_identity
 from diagd.actors.pcap.index_actor import KIND as INDEX_KIND
 from diagd.actors.pcap.index_actor import IndexActor
-from diagd.actors.pcap.messages import Frames, Stats, Timeline
+from diagd.actors.pcap.messages import (
+    Frames,
+    IndexNgapSessions,
+    IndexPduSessions,
+    NgapSessions,
+    PduSessions,
+    Stats,
+    Timeline,
+)
 from diagd.actors.pcap.replies import Source
 from diagd.actors.pcap.settings import PcapSettings
 from diagd.actors.pcap.shark import decode_check
 from diagd.actors.pcap.shark import tshark as _cold
 from diagd.actors.pcap.shark.facts import Wireshark
-from diagd.actors.pcap.shark.wireshark import Catalogue, Digests, file_identity, parse_decode_as
+from diagd.actors.pcap.shark.wireshark import Catalogue, Digests, decode_as_entries, file_identity, parse_decode_as
 from diagd.actors.pcap.warm import first_page, standby
 from diagd.actors.runtime import ActorRef, BackendConfig, Runtime
 from diagd.actors.tooling import CallContext, caller_cwd, caller_selects
@@ -298,6 +308,33 @@ class PcapBackend:
         if ref is not None and isinstance(ref.actor, IndexActor) and ref.actor.answers(message):
             return ref
         return None
+
+    async def ngap_from_index(self, args: dict[str, Any], spec: CaptureSpec, message: Message[ReplyT],
+                              progress: ProgressFn | None) -> ReplyT | None:
+        """The UE contexts or PDU sessions from the capture's ready index (index/ngap_pdus.py: sharkd reads
+        only the SCTP frames cut from the file, once, kept beside the index), of all frames or of those a
+        filter the index translates selects (index/filters.py): None when it has none (built by
+        pcap_index, found by the file's decoding without the ngap_* tools' preferences, which change no
+        indexed column NGAP's frames are chosen by) or cannot give it; the loaded capture answers then."""
+        if not isinstance(message, NgapSessions | PduSessions) or filters.to_sql(message.display_filter) is None:
+            return None
+        ref = await self.ready_index(await self.spec_for(args, force_prefs={}))
+        if ref is None or not isinstance(ref.actor, IndexActor):
+            return None
+        entries = decode_as_entries(spec.decode_as, await self.catalogue()) if spec.decode_as else []
+        decoding = Decoding(tuple(entries), spec.preferences)
+        if ref.actor.ngap_unanswered(decoding) is not None:
+            return None
+        asked: Message[Any] = (IndexNgapSessions if isinstance(message, NgapSessions) else IndexPduSessions)(
+            decoding.decode_as_entries, decoding.preferences, message.display_filter)
+        try:
+            answer = await self.runtime.ask(ref, asked, progress=progress)
+        except DiagdError as exc:
+            if exc.details.get("index_unanswered"):
+                return None
+            raise
+        return cast("ReplyT", {**answer, "served_by": f"index (sharkd read the SCTP frames cut from the capture, "
+                                                      f"once; built by {self.index_version(ref)})"})
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""

@@ -9,10 +9,12 @@ from a ready index at any offset in milliseconds, whether or not sharkd holds th
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
+import structlog
 import trio
 
 from diagd.actors._subprocess import Tail, head
@@ -39,6 +41,8 @@ from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
 from diagd.actors.pcap.messages import Frames, IndexNgapSessions, IndexPduSessions, IndexStatus, Stats, Timeline
 from diagd.actors.pcap.shark.rows import fields_filter, sort_key
 from diagd.protocol.errors import DiagdError, ErrorCode
+
+log = structlog.get_logger("diagd.pcap")
 
 KIND = "pcap-index"
 PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
@@ -80,7 +84,7 @@ class IndexActor(Actor):
         self._tables: dict[tuple[Path, str, str], list[dict[str, Any]]] = {}
         # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
         self._models: dict[tuple[Path, str], ngap.Model] = {}
-        self._ngap_why: dict[tuple[Path, str], str] = {}
+        self._ngap_why: dict[tuple[Path, str], tuple[str, float]] = {}  # why not, until when (Trio clock)
         self._ngap_reading: dict[tuple[Path, str], trio.Event] = {}
         self._filtered: dict[tuple[Path, str, str], ngap.Model] = {}  # (index, decoding, filter): a few
         self._views: dict[tuple[Path, str, str, str], dict[str, Any]] = {}  # ... and view: their answers
@@ -97,6 +101,8 @@ class IndexActor(Actor):
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         nursery.start_soon(self._find_or_build)
+        # What a daemon killed mid-build or mid-reading left (partial folders nobody holds the lock of).
+        nursery.start_soon(trio.to_thread.run_sync, self.store.sweep)
 
     def _retry(self) -> bool:
         """A failed build is tried again by the first call RETRY_AFTER_S after it failed (a full disk,
@@ -201,14 +207,18 @@ class IndexActor(Actor):
         stored = self.stored
         if stored is None:
             return "the index is not ready"
-        return self._ngap_why.get((stored.path, decoding.digest()))
+        why, until = self._ngap_why.get((stored.path, decoding.digest()), (None, 0.0))
+        return why if trio.current_time() < until else None
 
     async def _ngap_view(self, decoding: Decoding, display_filter: str, view: str,
                          render: Callable[[ngap.Model], Mapping[str, Any]]) -> dict[str, Any]:
         """One view of the NGAP model (`render`), kept: the last few in memory, the whole capture's on disk
         beside the index too (ngap_pdus.store_view), so a restarted daemon's first answer reads a file
         instead of the PDUs (a second for 25,000 of them) and the model built from them (another)."""
-        stored = self._on_disk()
+        try:
+            stored = self._on_disk()
+        except DiagdError as exc:  # gone or not ready since the tool looked: the loaded capture answers
+            raise DiagdError(exc.code, exc.message, **exc.details, index_unanswered=True) from None
         key = (stored.path, decoding.digest(), display_filter, view)
         answer = self._views.pop(key, None)
         if answer is None and not display_filter:
@@ -251,7 +261,8 @@ class IndexActor(Actor):
         stored = self._on_disk()
         key = (stored.path, decoding.digest())
         while (model := self._models.get(key)) is None:
-            if (why := self._ngap_why.get(key)) is not None:
+            why, until = self._ngap_why.get(key, (None, 0.0))
+            if why is not None and trio.current_time() < until:
                 raise DiagdError(ErrorCode.NOT_FOUND, f"the NGAP model is not read from the index: {why}",
                                  index_unanswered=True)
             reading = self._ngap_reading.get(key)
@@ -270,12 +281,13 @@ class IndexActor(Actor):
             self._models[key] = await trio.to_thread.run_sync(ngap.build_model, read)
             while len(self._models) > MODELS_KEPT:
                 self._models.pop(next(iter(self._models)))
-        except ngap_pdus.Unanswered as exc:
-            self._ngap_why[key] = str(exc)
-        except DiagdError as exc:  # sharkd missing or failing: said, never the actor's end
-            self._ngap_why[key] = exc.message
-        except OSError as exc:
-            self._ngap_why[key] = f"{type(exc).__name__}: {exc}"
+        except ngap_pdus.Unanswered as exc:  # of this index for good: its file is not one a cut serves
+            self._ngap_why[key] = (str(exc), math.inf)
+        except DiagdError as exc:  # sharkd missing or failing, the index gone: tried again later
+            self._ngap_why[key] = (exc.message, trio.current_time() + RETRY_AFTER_S)
+        except Exception as exc:  # a damaged index, a bug: said and tried again later, never the actor's end
+            log.warning("NGAP model from the index failed", capture=str(self.capture), error=repr(exc))
+            self._ngap_why[key] = (f"{type(exc).__name__}: {exc}", trio.current_time() + RETRY_AFTER_S)
         finally:
             del self._ngap_reading[key]
             done.set()
@@ -476,7 +488,8 @@ class IndexActor(Actor):
         return result
 
     def working(self) -> bool:
-        return not self.done.is_set()  # a 10 GB capture's build outlasts the idle timeout: not cut short
+        # A 10 GB capture's build outlasts the idle timeout, as an NGAP reading may: neither is cut short.
+        return not self.done.is_set() or bool(self._ngap_reading)
 
     def statistics(self) -> dict[str, Any]:
         stored = self.stored

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import replace
-from typing import Any, NotRequired, cast
+from typing import Any, NotRequired
 
 import trio
 from typing_extensions import TypedDict
@@ -24,11 +24,7 @@ from diagd.actors.pcap.answers.field_search import search_fields
 from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
 from diagd.actors.pcap.answers.left_out import sbi_warning
 from diagd.actors.pcap.backend import PcapBackend, ShownSource, search_deadline
-from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.index.build import fields_args as build_fields_args
-from diagd.actors.pcap.index.filters import to_sql
-from diagd.actors.pcap.index.ngap_pdus import Decoding
-from diagd.actors.pcap.index_actor import IndexActor
 from diagd.actors.pcap.masking.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
     Check,
@@ -37,8 +33,6 @@ from diagd.actors.pcap.messages import (
     Export,
     Follow,
     Frames,
-    IndexNgapSessions,
-    IndexPduSessions,
     IndexStatus,
     Info,
     NgapProcedures,
@@ -78,7 +72,7 @@ from diagd.actors.pcap.sequence_tool import tools as sequence_tools
 from diagd.actors.pcap.shark import decode_check
 from diagd.actors.pcap.shark import tshark as _cold
 from diagd.actors.pcap.shark.rows import fields_filter, packet_file_command, packet_list_command
-from diagd.actors.pcap.shark.wireshark import Catalogue, decode_as_entries
+from diagd.actors.pcap.shark.wireshark import Catalogue
 from diagd.actors.runtime import Runtime
 from diagd.actors.tooling import CallContext, ToolSet, paging
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -423,7 +417,7 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     # What HTTP each TCP conversation carries (decode_check's one cached tshark pass, beside the load): SBI no
     # applied rule decodes is named in every summary's warnings, with the rule that includes it (left_out.py).
     probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
-    indexed = await _ngap_from_index(backend, ctx, args, spec, message)
+    indexed = await backend.ngap_from_index(args, spec, message, ctx.progress)
     result = indexed if indexed is not None else await backend.ask(ctx, spec, message)
     await probing.done.wait()
     try:
@@ -431,34 +425,6 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     except DiagdError as exc:
         sbi = f"whether SBI (HTTP/2) was left undecoded is unknown: {exc.message}"
     return result, sbi, await backend.source(spec, args)
-
-
-async def _ngap_from_index(backend: PcapBackend, ctx: CallContext, args: Args, spec: CaptureSpec,
-                           message: Message[ReplyT]) -> ReplyT | None:
-    """The UE contexts or PDU sessions from the capture's ready index (index/ngap_pdus.py: sharkd reads
-    only the SCTP frames cut from the file, once, kept beside the index), of all frames or of those a
-    filter the index translates selects (index/filters.py): None when it has none
-    (built by pcap_index, found by the file's decoding without the ngap_* tools' preferences, which
-    change no indexed column NGAP's frames are chosen by) or cannot give it; the capture answers then."""
-    if not isinstance(message, NgapSessions | PduSessions) or to_sql(message.display_filter) is None:
-        return None
-    ref = await backend.ready_index(await backend.spec_for(args, force_prefs={}))
-    if ref is None or not isinstance(ref.actor, IndexActor):
-        return None
-    entries = decode_as_entries(spec.decode_as, await backend.catalogue()) if spec.decode_as else []
-    decoding = Decoding(tuple(entries), spec.preferences)
-    if ref.actor.ngap_unanswered(decoding) is not None:
-        return None
-    asked: Message[Any] = (IndexNgapSessions if isinstance(message, NgapSessions) else IndexPduSessions)(
-        decoding.decode_as_entries, decoding.preferences, message.display_filter)
-    try:
-        answer = await backend.runtime.ask(ref, asked, progress=ctx.progress)
-    except DiagdError as exc:
-        if exc.details.get("index_unanswered"):
-            return None
-        raise
-    return cast("ReplyT", {**answer, "served_by": f"index (sharkd read the SCTP frames cut from the capture, "
-                                                  f"once; built by {backend.index_version(ref)})"})
 
 
 class _ProceduresShown(UeSessionsReply):

@@ -25,6 +25,7 @@ from tests.e2e.test_pcap import make_env
 from tests.e2e.test_pcap_differential import session
 from tests.e2e.test_pcap_index import captures, decode_args
 from tests.pcaps import PCAPS, PCAPS_EXTRA
+from tests.support import ngap_captures as without_sctp
 from tests.support import pcap_oracle as oracle
 
 pytestmark = [
@@ -43,12 +44,26 @@ def ngap_captures() -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Captures whose NGAP depends on frames without SCTP (tests/support/ngap_captures.py)."""
+    source = PCAPS / "adrian_sandbox_n2.pcap"
+    if not source.exists():
+        pytest.skip(f"{source.name} is not in the corpus")
+    folder = tmp_path_factory.mktemp("built")
+    return {"ip_fragments": without_sctp.ip_fragments(source, folder / "ip_fragments.pcap"),
+            "wlan_fragments": without_sctp.wlan_fragments(source, folder / "wlan_fragments.pcap")}
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory, built: dict[str, Path]
+            ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     """(a daemon that indexes, one that never does)."""
     started = []
+    folder = next(iter(built.values())).parent
+    config = f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}", "{folder}"]\ncall_timeout_s = 300\n'
     try:
         for name in ("indexed", "loaded"):
-            env = make_env(tmp_path_factory.mktemp(name), CONFIG)
+            env = make_env(tmp_path_factory.mktemp(name), config)
             started.append((start_daemon(env), env))
         yield started[0][0], started[1][0]
     finally:
@@ -84,6 +99,21 @@ async def test_ngap_models_from_the_index_equal_the_loaded_captures(
             assert compared(got) == compared(want), (tool, args)
 
 
+@pytest.mark.parametrize("name", ["ip_fragments", "wlan_fragments"])
+async def test_frames_without_sctp_that_ngap_depends_on_are_cut_too(
+        daemons: tuple[DaemonProcess, DaemonProcess], built: dict[str, Path], name: str) -> None:
+    """IP fragments (no SCTP layer) and 802.11 fragments (no IP header) before the frames reassembling
+    them: a cut without them would lose an association and number the others wrong."""
+    indexed, loaded = daemons
+    from_index = await answers(indexed, built[name], index=True)
+    from_load = await answers(loaded, built[name], index=False)
+    for tool in TOOLS:
+        assert from_index[tool].get("served_by", "").startswith("index"), from_index[tool]
+        assert compared(from_index[tool]) == compared(from_load[tool]), tool
+    associations = from_load["ngap_ue_sessions"]["associations"]
+    assert associations and all(a.get("ngap_pdus") for a in associations), associations
+
+
 def late_interface(source: Path, out: Path) -> None:
     """`source` (a pcapng of one section, little-endian) with a copy of its first interface block
     described again after its first packet: a block a cut would lose."""
@@ -116,9 +146,9 @@ async def test_restarted_daemon_reads_stored_pdus_and_an_uncuttable_file_is_load
         late = await answers(first, odd, index=True)
     finally:
         first.stop()
-    stored = list((env.state / "pcap" / "index").glob(f"*/{PDUS_FILE.format('*')}"))
+    stored = list((env.state / "pcap" / "index").glob(f"*/{PDUS_FILE.format('*', '*')}"))
     assert len(stored) == 1, stored  # the odd file's PDUs came from the loaded capture: none stored
-    views = sorted(p.name.split("-")[1] for p in stored[0].parent.glob(VIEW_FILE.format("*", "*")))
+    views = sorted(p.name.split("-")[1] for p in stored[0].parent.glob(VIEW_FILE.format("*", "*", "*")))
     assert views == ["pdu_sessions", "ue_sessions"], views  # what a restarted daemon answers from
     for tool in TOOLS:
         assert "served_by" not in late[tool], late[tool]

@@ -1,6 +1,6 @@
 """A capture of chosen frames cut from the file: the file's own header, then the chosen records copied
 byte for byte, in order. Wireshark dissects each chosen frame as it did in the whole file when every
-frame its dissection depends on is chosen too (the caller's rule: query.sctp_records for NGAP).
+frame its dissection depends on is chosen too (the caller's rule: query.records_carrying).
 
 Cut only from a file whose records are all packets read alone (recordwalk.walk follows it to its end):
 a plain pcap, or a pcapng of one section whose interfaces (of any time resolution or offset: the times

@@ -161,8 +161,9 @@ def matching(index: Path, where: str) -> Any:
     """The numbers of the frames meeting `where`, in frame order (an Arrow array: 8 bytes a frame;
     slicing it takes no copy): what a page of them is cut from, again and again."""
     with _connect() as con:
-        return con.execute(f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY number"
-                           ).to_arrow_table().column(0).combine_chunks()
+        # A relation, not a DB-API result: its Arrow table is the rows themselves, not a copy of them.
+        return con.sql(f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY number"
+                       ).to_arrow_table().column(0).combine_chunks()
 
 
 def listed(index: Path, numbers: list[int]) -> list[dict[str, Any]]:
@@ -221,24 +222,34 @@ def timeline(index: Path, fields: list[tuple[str, Column]], where: str, offset: 
     return int(total), _timeline_rows(fields, got)
 
 
-# A frame's IPv4 and IPv6 (source, destination) pairs, layer by layer, as text.
+# A frame's IPv4 and IPv6 (source, destination) pairs, layer by layer, as text; and its innermost of each.
 _PAIRS = ("list_concat("
           "list_transform(range(1, len(coalesce(ip_src, [])) + 1), lambda i: ip_src[i] || ' ' || ip_dst[i]), "
           "list_transform(range(1, len(coalesce(ipv6_src, [])) + 1), lambda i: ipv6_src[i] || ' ' || ipv6_dst[i]))")
-_SCTP = "list_contains(string_split(protocols, ':'), 'sctp')"
+_INNERMOST = ("list_concat("
+              "CASE WHEN len(coalesce(ip_src, [])) > 0 THEN [ip_src[-1] || ' ' || ip_dst[-1]] ELSE [] END, "
+              "CASE WHEN len(coalesce(ipv6_src, [])) > 0 THEN [ipv6_src[-1] || ' ' || ipv6_dst[-1]] ELSE [] END)")
 
 
-def sctp_records(index: Path) -> list[tuple[int, int]]:
-    """(number, file offset) of every frame an SCTP layer's dissection may depend on: each frame with
-    one, and each frame between the IP ends of one (an IP fragment of an SCTP packet has no SCTP layer;
-    the frame reassembling it has). In frame order."""
+def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(number, file offset), in frame order, of every frame the dissection of these layers may depend
+    on: each frame holding one; each frame of a TCP stream one of those rides (segments reassembled,
+    HTTP/2's header compression, from the stream's start); each frame between the IP ends that carry
+    one (an IP fragment holds no layer above IP; the frame reassembling it does): the innermost IP
+    layer's, so that a tunnel's other traffic between the same outer ends is left out; and each frame
+    without an IP layer (a lower layer's fragment, such as 802.11's, holds no IP header)."""
+    holding = f"len(list_intersect(string_split(protocols, ':'), {list(layers)!r})) > 0"
     with _connect() as con:
-        pairs = [p for (p,) in con.execute(
-            f"SELECT DISTINCT unnest({_PAIRS}) FROM {_frames(index)} WHERE {_SCTP}").fetchall()]
+        pairs, streams = con.execute(
+            f"SELECT list_distinct(flatten(list({_INNERMOST}))), "
+            f"list_distinct(flatten(list(coalesce(tcp_stream, [])))) FROM {_frames(index)} WHERE {holding}"
+        ).fetchone() or ([], [])
+        pairs = [p for p in pairs or [] if p is not None]
         both = sorted({*pairs, *(" ".join(reversed(p.split(" "))) for p in pairs)})
-        got = con.execute(f"SELECT number, file_off FROM {_frames(index)} "
-                          f"WHERE {_SCTP} OR len(list_intersect({_PAIRS}, ?)) > 0 ORDER BY number",
-                          [both]).fetchall()
+        got = con.execute(f"SELECT number, file_off FROM {_frames(index)} WHERE {holding} "
+                          f"OR len(list_intersect(coalesce(tcp_stream, []), ?)) > 0 "
+                          f"OR len(list_intersect({_PAIRS}, ?)) > 0 OR len({_PAIRS}) = 0 ORDER BY number",
+                          [[s for s in streams or [] if s is not None], both]).fetchall()
     return [(int(n), int(off)) for n, off in got]
 
 
