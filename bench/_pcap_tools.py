@@ -387,14 +387,14 @@ class DiagdClient:
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    async def call(self, tool: str, args: dict[str, Any], *, allow_error: bool = False
-                   ) -> tuple[float, dict[str, Any], dict[str, Any]]:
+    async def call(self, tool: str, args: dict[str, Any], *, allow_error: bool = False,
+                   timeout_s: float = CALL_TIMEOUT_S) -> tuple[float, dict[str, Any], dict[str, Any]]:
         """(wall seconds, payload, _meta). Raises on a tool error unless allow_error: then the payload
         is the error ({code, message, details}) with `_is_error` set."""
         import trio
 
         start = time.perf_counter()
-        with trio.fail_after(CALL_TIMEOUT_S):
+        with trio.fail_after(timeout_s):
             result = await self.client.call_tool(tool, args)
         took = time.perf_counter() - start
         text = result.content[0].text if result.content else "{}"

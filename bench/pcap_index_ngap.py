@@ -39,6 +39,7 @@ from tests.pcaps import PCAPS, PCAPS_EXTRA
 CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 NGAP_SOURCE = "oaifed_5gcn-deployment-omec-gnbsim.pcapng"  # 120 NGAP frames: the most of the corpus
 TOOLS = ("ngap_ue_sessions", "ngap_pdu_session_summary")
+FIRST_TIMEOUT_S = 1800.0  # a first answer reads the capture (the loaded one: all of it in sharkd)
 
 
 def n2_in_n3(args: argparse.Namespace) -> Path:
@@ -68,8 +69,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     log("the loaded capture: a daemon without an index")
     with isolated_daemon("ngap-loaded", config=config) as daemon:
         async with diagd_client(daemon.env) as client:
-            loaded_s, loaded, _ = await client.call("ngap_ue_sessions", call)
-            _, loaded_pdu, _ = await client.call("ngap_pdu_session_summary", call)
+            loaded_s, loaded, _ = await client.call("ngap_ue_sessions", call, timeout_s=FIRST_TIMEOUT_S)
+            _, loaded_pdu, _ = await client.call("ngap_pdu_session_summary", call, timeout_s=FIRST_TIMEOUT_S)
     state = tempfile.mkdtemp(prefix="diagd-bench-ngap-state-")
     try:
         with isolated_daemon("ngap-index", config=config, extra_env={"DIAGD_STATE_DIR": state}) as daemon:
@@ -79,7 +80,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 while (await client.call("pcap_index", {**call, "wait_s": 600}))[1]["state"] == "building":
                     pass
                 build_s = time.perf_counter() - start
-                first_s, first, _ = await client.call("ngap_ue_sessions", call)
+                first_s, first, _ = await client.call("ngap_ue_sessions", call, timeout_s=FIRST_TIMEOUT_S)
                 timings: dict[str, list[float]] = {tool: [] for tool in TOOLS}
                 for _ in range(args.repeats):
                     for tool in TOOLS:
@@ -100,7 +101,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     size_mb = round(path.stat().st_size / 2**20)
     rows = [
         {"row": "L", "what": f"loaded capture ({size_mb} MiB), first ngap_ue_sessions", "diagd_s": round(loaded_s, 2),
-         "ues": loaded["ue_count"], "ngap_pdus": loaded["ngap_pdus"]},
+         "ues": loaded["ue_count"], "ngap_pdus": loaded["ngap_pdus"],
+         "answer_kb": round(len(json.dumps(loaded)) / 1024)},
         {"row": "I", "what": "index build; then first ngap_ue_sessions from it", "build_s": round(build_s, 2),
          "diagd_s": round(first_s, 2), "vs_loaded": round(loaded_s / first_s, 1)},
     ]

@@ -94,7 +94,7 @@ class PcapBackend:
         self._parsed: tuple[BackendConfig, PcapSettings] | None = None
         # What the daemon's tshark has said (facts.py): its field catalogue, capinfos' counts per file
         # version, the decode-as probes; handed to the tools, the captures' sessions and the warm tsharks.
-        self.wireshark = Wireshark()
+        self.wireshark = Wireshark(kept=runtime.state_dir)
         # The warm tshark each capture's early passes run on (standby.py): the actors ask it directly.
         self.warm = standby.WarmTsharks(runtime, self.wireshark)
         self.digests = Digests()  # each capture file version's sha256, hashed once (its sessions' too)
@@ -310,10 +310,11 @@ class PcapBackend:
         return None
 
     async def ngap_from_index(self, args: dict[str, Any], spec: CaptureSpec, message: Message[ReplyT],
-                              progress: ProgressFn | None) -> ReplyT | None:
+                              progress: ProgressFn | None) -> tuple[ReplyT, str] | None:
         """The UE contexts or PDU sessions from the capture's ready index (index/ngap_pdus.py: sharkd reads
         only the SCTP frames cut from the file, once, kept beside the index), of all frames or of those a
-        filter the index translates selects (index/filters.py): None when it has none (built by
+        filter the index translates selects (index/filters.py), and the tshark that built the index: None
+        when it has none (built by
         pcap_index, found by the file's decoding without the ngap_* tools' preferences, which change no
         indexed column NGAP's frames are chosen by) or cannot give it; the loaded capture answers then."""
         if not isinstance(message, NgapSessions | PduSessions) or filters.to_sql(message.display_filter) is None:
@@ -333,8 +334,9 @@ class PcapBackend:
             if exc.details.get("index_unanswered"):
                 return None
             raise
+        built_by = self.index_version(ref) or "unknown"
         return cast("ReplyT", {**answer, "served_by": f"index (sharkd read the SCTP frames cut from the capture, "
-                                                      f"once; built by {self.index_version(ref)})"})
+                                                      f"once; built by {built_by})"}), built_by
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""

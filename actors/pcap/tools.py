@@ -418,13 +418,14 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     # applied rule decodes is named in every summary's warnings, with the rule that includes it (left_out.py).
     probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
     indexed = await backend.ngap_from_index(args, spec, message, ctx.progress)
-    result = indexed if indexed is not None else await backend.ask(ctx, spec, message)
+    result = indexed[0] if indexed is not None else await backend.ask(ctx, spec, message)
     await probing.done.wait()
     try:
         sbi = sbi_warning(probing.result(), spec.decode_as)
     except DiagdError as exc:
         sbi = f"whether SBI (HTTP/2) was left undecoded is unknown: {exc.message}"
-    return result, sbi, await backend.source(spec, args)
+    # An index answer names the tshark that built it: a restarted daemon's waits neither for the catalogue nor the hash.
+    return result, sbi, await backend.source(spec, args, built_by=indexed[1] if indexed is not None else None)
 
 
 class _ProceduresShown(UeSessionsReply):

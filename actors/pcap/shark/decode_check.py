@@ -22,6 +22,10 @@ name only rules that change nothing but the HTTP/2 conversations.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
+import pickle
 import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
@@ -147,6 +151,10 @@ class Probing:
         return self.found
 
 
+# This module's version: a probe kept by another (its classes changed) is probed again.
+_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
 class Probes:
     """The probe of each file version and ports: KEEP done (the least recently asked dropped) and those
     under way, shared by every call that wants one: the back end's (`facts.Wireshark.probes`), handed to
@@ -154,9 +162,12 @@ class Probes:
 
     KEEP = 64
 
-    def __init__(self) -> None:
+    def __init__(self, kept: Path | None = None) -> None:
         self._done: OrderedDict[tuple[str, tuple[int, ...]], Probe] = OrderedDict()
         self._running: dict[tuple[str, tuple[int, ...]], Probing] = {}
+        # Probes written to disk (the KEEP newest): a restarted daemon's first NGAP answer from a capture's
+        # index would otherwise wait for a pass over the whole file (40 s a GB) before its warnings.
+        self._kept = kept
 
     def begin(self, path: Path, identity: str, named: Sequence[int]) -> Probing:
         """The probe of this file version and ports: kept, under way, or started now."""
@@ -174,7 +185,11 @@ class Probes:
 
     async def _work(self, path: Path, key: tuple[str, tuple[int, ...]], running: Probing) -> None:
         try:
-            found = running.found = await _probe(path, key)
+            found = await trio.to_thread.run_sync(self._read_kept, key)
+            if found is None:
+                found = await _probe(path, key)
+                await trio.to_thread.run_sync(self._keep, key, found)
+            running.found = found
             self._done[key] = found
             if len(self._done) > self.KEEP:
                 self._done.popitem(last=False)
@@ -186,6 +201,38 @@ class Probes:
         finally:
             self._running.pop(key, None)
             running.done.set()
+
+    def _kept_file(self, key: tuple[str, tuple[int, ...]]) -> Path | None:
+        if self._kept is None:
+            return None
+        return self._kept / (hashlib.sha256(repr((key, _SOURCE)).encode()).hexdigest()[:24] + ".pickle")
+
+    def _read_kept(self, key: tuple[str, tuple[int, ...]]) -> Probe | None:
+        """The probe of this file version (device, inode, size, mtime) and ports a daemon wrote before."""
+        kept = self._kept_file(key)
+        if kept is None:
+            return None
+        try:
+            with open(kept, "rb") as f:
+                found = pickle.load(f)
+        except FileNotFoundError:
+            return None
+        except Exception:  # whatever a damaged file raises: probed again
+            kept.unlink(missing_ok=True)
+            return None
+        return found if isinstance(found, Probe) and found.named == key[1] else None
+
+    def _keep(self, key: tuple[str, tuple[int, ...]], found: Probe) -> None:
+        kept = self._kept_file(key)
+        if kept is None:
+            return
+        with contextlib.suppress(OSError):
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            partial = kept.with_suffix(f".{os.getpid()}.partial")
+            partial.write_bytes(pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(partial, kept)
+            for old in sorted(kept.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime)[:-self.KEEP]:
+                old.unlink(missing_ok=True)
 
     async def probe(self, path: Path, identity: str, named: Sequence[int]) -> Probe:
         """One tshark pass, without any decode-as rule (kept per file version and ports)."""

@@ -10,6 +10,8 @@ its tools, its captures' sessions and its warm tsharks; none of it lives in a mo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import trio
 
 from diagd.actors.pcap.shark.decode_check import Probes
@@ -20,11 +22,12 @@ from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
 class Wireshark:
     """The facts of the daemon's tshark: its catalogue, capinfos' counts, the decode-as probes."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: Path | None = None) -> None:
+        """`kept`: where facts that outlive the daemon are kept (the probes: a pass over the whole file)."""
         self._catalogue: Catalogue | None = None
         self._reading = trio.Lock()  # one read of the catalogue: a call that comes meanwhile waits for it
         self.capinfos = Capinfos()
-        self.probes = Probes()
+        self.probes = Probes(kept / "probes" if kept is not None else None)
 
     async def catalogue(self) -> Catalogue:
         """Wireshark's fields, protocols and version: read on first use (seconds), then kept."""

@@ -135,3 +135,30 @@ def test_the_corpus_has_sbi_left_out_with_and_without_a_preface() -> None:
     ("tcp.port==x,http2", set())])
 def test_the_ports_applied_rules_hand_to_http2(rule: str, ports: set[int]) -> None:
     assert left_out.http2_ports([rule]) == ports
+
+
+async def test_a_probe_is_kept_on_disk_for_the_next_daemon_and_a_damaged_one_probed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted daemon's first NGAP answer from an index would wait for the probe's pass over the whole
+    file (40 s a GB): the probe of a file version is kept on disk and read back instead."""
+    path = PCAPS / "adrian_sandbox_sbi.pcap"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in the corpus")
+    first = decode_check.Probes(tmp_path)
+    probing = first.begin(path, "1:2:3:4", [])
+    await probing.done.wait()
+    want = probing.result()
+    assert len(list(tmp_path.glob("*.pickle"))) == 1
+
+    async def no_pass(*_: object) -> decode_check.Probe:
+        raise AssertionError("probed again")
+    monkeypatch.setattr(decode_check, "_probe", no_pass)
+    again = decode_check.Probes(tmp_path).begin(path, "1:2:3:4", [])
+    await again.done.wait()
+    assert again.result().conversations.keys() == want.conversations.keys()
+    for kept in tmp_path.glob("*.pickle"):
+        kept.write_bytes(b"\x80\x09")  # damaged
+    monkeypatch.undo()
+    damaged = decode_check.Probes(tmp_path).begin(path, "1:2:3:4", [])
+    await damaged.done.wait()
+    assert damaged.result().conversations.keys() == want.conversations.keys()
