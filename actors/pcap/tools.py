@@ -219,6 +219,11 @@ async def pcap_index(backend: PcapBackend, ctx: CallContext, args: Args) -> Inde
     left = trio.current_effective_deadline() - trio.current_time() - 1.0
     wait_s = max(0.0, min(float(args["wait_s"]), left))
     result = await backend.runtime.ask(ref, IndexStatus(wait_s), progress=ctx.progress)
+    summary = result.get("summary")
+    if result["state"] == "ready" and summary is not None and "ngap" in summary["protocols"]:
+        # What every NGAP summary's warnings need (decode_check.py: a pass over the whole file, kept on disk),
+        # begun now: an NGAP answer from the index soon after does not wait for it.
+        backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
     return {**result, "source": await backend.source(spec, args, command=build_fields_args(),
                                                      built_by=backend.index_version(ref))}
 
@@ -402,6 +407,7 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Extract
     return {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)}
 
 
+INDEX_PROBE_WAIT_S = 2.0  # how long an NGAP answer from the index waits for the SBI probe
 NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True,
                                                      "description": "decode NAS after NEA0"}}
 
@@ -419,9 +425,14 @@ async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
     probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
     indexed = await backend.ngap_from_index(args, spec, message, ctx.progress)
     result = indexed[0] if indexed is not None else await backend.ask(ctx, spec, message)
-    await probing.done.wait()
+    # An answer from the index does not wait for the probe's pass over the whole file (40 s a GB) once it
+    # is ready: it says the check is not done yet (the probe goes on, kept for the next call).
+    with trio.move_on_after(INDEX_PROBE_WAIT_S if indexed is not None else math.inf):
+        await probing.done.wait()
     try:
-        sbi = sbi_warning(probing.result(), spec.decode_as)
+        sbi = (sbi_warning(probing.result(), spec.decode_as) if probing.done.is_set() else
+               "whether SBI (HTTP/2) was left undecoded is not known yet: tshark is still reading the whole "
+               "file for it (the same call again says)")
     except DiagdError as exc:
         sbi = f"whether SBI (HTTP/2) was left undecoded is unknown: {exc.message}"
     # An index answer names the tshark that built it: a restarted daemon's waits neither for the catalogue nor the hash.
