@@ -54,7 +54,10 @@ apt_install() {
 # The Python environment (drgn builds from source where it has no wheel: gcc, python3-dev).
 apt_install python3 python3-venv python3-dev gcc openssh-client  # openssh-client: `diagd ... --ssh HOST`
 
-python=${PYTHON:-python3}
+# The system's Python, the one apt installed above: a python3 found earlier on PATH may be a user's own
+# (pyenv under /root), which the daemon's plain users cannot run, and not the Python Debian 12 ships.
+python=${PYTHON:-/usr/bin/python3}
+[ -x "$python" ] || python=python3
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   "$python" -m venv "$venv"

@@ -110,21 +110,22 @@ async def build(call: Caller, adapters: Adapters, raw_sources: list[Any], *, sta
     sources = parse_sources(adapters, raw_sources)
     window = Window(parse_time(start, "start"), parse_time(end, "end"))
     reads: list[Read | None] = [None] * len(sources)
+    failed: list[DiagdError] = []
 
     async def one(i: int, source: Source) -> None:
         try:
             reads[i] = await adapters[source.kind].read(call, source, window)
         except DiagdError as exc:  # name the source: the agent sees which one failed
-            raise DiagdError(exc.code, f"source {source.label}: {exc.message}", source=source.label,
-                             **exc.details) from None
+            failed.append(DiagdError(exc.code, f"source {source.label}: {exc.message}", source=source.label,
+                                     **exc.details))
 
-    try:
-        async with trio.open_nursery() as nursery:
-            for i, source in enumerate(sources):
-                nursery.start_soon(one, i, source)
-    except* DiagdError as group:  # the first coded failure, as itself (not a group the registry cannot read)
-        first = group.exceptions[0]
-        raise (first if isinstance(first, DiagdError) else DiagdError(ErrorCode.INTERNAL_ERROR, str(first))) from None
+    async with trio.open_nursery() as nursery:
+        for i, source in enumerate(sources):
+            nursery.start_soon(one, i, source)
+    # The first coded failure, as itself: not raised from the tasks, where the nursery would make it a
+    # group (and Python 3.11.2's `except*` a group again, whatever it raised: gh-103590, fixed in 3.11.4).
+    if failed:
+        raise failed[0]
     done = [r for r in reads if r is not None]
     # Past the first cut source's last row the merge may miss its rows: stop there.
     cut_at = min((max(row["t"] for row in r.rows) for r in done if r.cut and r.rows), default=None)

@@ -264,7 +264,7 @@ def test_without_a_login_or_from_another_origin_is_refused(http_daemon: HttpDaem
             assert answer.headers["x-content-type-options"] == "nosniff"
     # A token of `diagd token add` is let in: the status model of `diagd status --json`.
     status = httpx2.get(base + "/ui/api/status", headers={"Authorization": f"Bearer {http_daemon.token}"}, timeout=30)
-    assert status.status_code == 200 and set(status.json()) == {"daemon", "actors", "tools"}
+    assert status.status_code == 200 and set(status.json()) == {"daemon", "actors", "tools", "backends"}
     assert status.json()["daemon"]["pid"] == json.loads(env.run("status", "--json").stdout)["daemon"]["pid"]
 
     link = login_link(env)
