@@ -41,6 +41,7 @@ from tests.pcaps import PCAPS, PCAPS_EXTRA
 CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 NGAP_SOURCE = "oaifed_5gcn-deployment-omec-gnbsim.pcapng"  # 120 NGAP frames: the most of the corpus
 TOOLS = ("ngap_ue_sessions", "ngap_pdu_session_summary")
+PENDING = "is not known yet"  # the SBI check's warning while its pass runs (tools.ngap_summary)
 FIRST_TIMEOUT_S = 1800.0  # a first answer reads the capture (the loaded one: all of it in sharkd)
 
 
@@ -82,7 +83,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 while (await client.call("pcap_index", {**call, "wait_s": 600}))[1]["state"] == "building":
                     pass
                 build_s = time.perf_counter() - start
+                start = time.perf_counter()
                 first_s, first, _ = await client.call("ngap_ue_sessions", call, timeout_s=FIRST_TIMEOUT_S)
+                # Its warnings may say the SBI check (a pass over the whole file) is not done yet: until it is.
+                while any(PENDING in w for w in first.get("warnings", [])):
+                    await trio.sleep(1.0)
+                    _, first, _ = await client.call("ngap_ue_sessions", call)
+                complete_s = time.perf_counter() - start
                 timings: dict[str, list[float]] = {tool: [] for tool in TOOLS}
                 in_daemon: dict[str, list[float]] = {tool: [] for tool in TOOLS}
                 for _ in range(args.repeats):
@@ -108,7 +115,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
          "ues": loaded["ue_count"], "ngap_pdus": loaded["ngap_pdus"],
          "answer_kb": round(len(json.dumps(loaded)) / 1024)},
         {"row": "I", "what": "index build; then first ngap_ue_sessions from it", "build_s": round(build_s, 2),
-         "diagd_s": round(first_s, 2), "vs_loaded": round(loaded_s / first_s, 1)},
+         "diagd_s": round(first_s, 2), "vs_loaded": round(loaded_s / first_s, 1),
+         "with_sbi_check_s": round(complete_s, 2)},
     ]
     for tool, took in timings.items():
         median = statistics.median(took)
