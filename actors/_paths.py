@@ -130,3 +130,16 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 def create_new(path: Path, mode: int = 0o600) -> int:
     """Create `path` as a new file (never through a link, never over another file): its fd."""
     return os.open(path, _CREATE, mode)
+
+
+def replace_whole(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: `data` into a new file of a name of its own beside it (created as
+    create_new does), renamed over `path` (a reader never sees half of it; a link at `path` is replaced,
+    never written through). OSError as it comes; the new file is removed then."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}.partial")
+    try:
+        with os.fdopen(create_new(partial), "wb") as f:
+            f.write(data)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -313,10 +313,10 @@ class PcapBackend:
                               progress: ProgressFn | None) -> tuple[ReplyT, str] | None:
         """The UE contexts or PDU sessions from the capture's ready index (index/ngap_pdus.py: sharkd reads
         only the SCTP frames cut from the file, once, kept beside the index), of all frames or of those a
-        filter the index translates selects (index/filters.py), and the tshark that built the index: None
-        when it has none (built by
-        pcap_index, found by the file's decoding without the ngap_* tools' preferences, which change no
-        indexed column NGAP's frames are chosen by) or cannot give it; the loaded capture answers then."""
+        filter the index translates selects (index/filters.py), and the tshark that built the index. None
+        when it has none (built by pcap_index, found by the file's decoding without the ngap_* tools'
+        preferences, which change no indexed column NGAP's frames are chosen by) or cannot give it: the
+        loaded capture answers then."""
         if not isinstance(message, NgapSessions | PduSessions) or filters.to_sql(message.display_filter) is None:
             return None
         ref = await self.ready_index(await self.spec_for(args, force_prefs={}))

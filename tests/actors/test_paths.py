@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from diagd.actors._paths import resolve_allowed
+from diagd.actors._paths import replace_whole, resolve_allowed
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
@@ -80,3 +80,13 @@ def test_diagds_own_directories_are_refused_whatever_allowed_dirs_says(tmp_path:
     # A shared dir inside (a group's exports, for a client that selected the group) stays readable.
     assert resolve_allowed(str(exports / "s.pcapng"), [str(tmp_path)], private_dirs=[str(state)],
                            shared_dirs=[str(exports)]) == exports / "s.pcapng"
+
+
+def test_replace_whole_writes_whole_files_and_replaces_a_planted_link_never_writing_through_it(tmp_path: Path) -> None:
+    target, victim = tmp_path / "kept.json", tmp_path / "victim"
+    victim.write_bytes(b"untouched")
+    target.symlink_to(victim)
+    replace_whole(target, b"new")
+    assert not target.is_symlink() and target.read_bytes() == b"new" and victim.read_bytes() == b"untouched"
+    assert (target.stat().st_mode & 0o777) == 0o600 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "kept.json", "victim"]

@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import pickle
 import shutil
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any, BinaryIO
 
 import trio
 
+from diagd.actors._paths import replace_whole
 from diagd.actors.pcap import ngap
 from diagd.actors.pcap.index import filters, narrow, query
 from diagd.actors.pcap.index.build import LOCK_FILE, PARTIAL
@@ -212,13 +212,6 @@ def _drop_stale(index: Path) -> None:
 
 
 def _replace(path: Path, data: bytes) -> None:
-    """Written whole or not at all (a new file renamed over); an index evicted meanwhile keeps none."""
+    """Written whole or not at all; an index evicted meanwhile keeps none."""
     with contextlib.suppress(OSError):
-        fd, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial)
+        replace_whole(path, data)

@@ -251,10 +251,3 @@ def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, in
                           f"OR len(list_intersect({_PAIRS}, ?)) > 0 OR len({_PAIRS}) = 0 ORDER BY number",
                           [[s for s in streams or [] if s is not None], both]).fetchall()
     return [(int(n), int(off)) for n, off in got]
-
-
-def count(index: Path, where: str) -> int:
-    """How many frames meet `where`."""
-    with _connect() as con:
-        (total,) = con.execute(f"SELECT count(*) FROM {_frames(index)} WHERE {where}").fetchone() or (0,)
-    return int(total)

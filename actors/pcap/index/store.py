@@ -14,13 +14,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diagd.actors._paths import replace_whole
 from diagd.actors.pcap.index.build import FRAMES_FILE, LOCK_FILE, META_FILE, PARTIAL
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 
@@ -119,10 +119,7 @@ class IndexStore:
     def remember(self, identity: str, decoding: str, path: Path) -> None:
         target = self._identity_file(identity, decoding)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".")
-        with os.fdopen(fd, "w") as f:
-            f.write(path.name)
-        os.replace(partial, target)
+        replace_whole(target, path.name.encode())
 
     def touch(self, path: Path) -> None:
         try:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import pickle
 import re
 from collections import OrderedDict, defaultdict
@@ -35,6 +34,7 @@ from typing import Any
 
 import trio
 
+from diagd.actors._paths import replace_whole
 from diagd.actors._subprocess import head, run
 from diagd.actors.pcap.shark.tshark import TRUNCATED
 from diagd.actors.pcap.shark.wireshark import Catalogue
@@ -228,9 +228,7 @@ class Probes:
             return
         with contextlib.suppress(OSError):
             kept.parent.mkdir(parents=True, exist_ok=True)
-            partial = kept.with_suffix(f".{os.getpid()}.partial")
-            partial.write_bytes(pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(partial, kept)
+            replace_whole(kept, pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
             for old in sorted(kept.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime)[:-self.KEEP]:
                 old.unlink(missing_ok=True)
 
