@@ -257,7 +257,8 @@ class PcapBackend:
             INDEX_KIND, spec.key,
             lambda: IndexActor(spec.key, spec.path, argv, store, locate,
                                remember=lambda path: store.remember(spec.identity, decoding, path),
-                               builds=self.index_builds, in_use=self._indexes_in_use),
+                               builds=self.index_builds, in_use=self._indexes_in_use,
+                               chunk_bytes=self.settings.index_chunk_mb * 2**20),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)
 
     def status_section(self) -> dict[str, list[dict[str, Any]]]:

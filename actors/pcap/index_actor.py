@@ -63,12 +63,13 @@ class IndexActor(Actor):
 
     def __init__(self, resource: str, capture: Path, tshark_argv: list[str], store: IndexStore,
                  locate: Callable[[], Awaitable[Path]], *, remember: Callable[[Path], None] = lambda path: None,
-                 builds: trio.CapacityLimiter | None = None, in_use: Callable[[], frozenset[Path]] = frozenset
-                 ) -> None:
+                 builds: trio.CapacityLimiter | None = None, in_use: Callable[[], frozenset[Path]] = frozenset,
+                 chunk_bytes: int = 0) -> None:
         super().__init__(resource)
         self.capture = capture
         self.tshark_argv = tshark_argv  # the capture's own tshark command (file, decoding), two-pass
         self.store = store
+        self.chunk_bytes = chunk_bytes  # a capture bigger than this is read in chunks (index/stitch.py); 0: never
         self._locate = locate  # where the index of this file version and decoding lives (may hash the file)
         self._remember = remember  # records where this file version's index is (IndexStore.remember)
         # Builds at once, daemon-wide (the back end's): each is a tshark whose memory grows with its capture.
@@ -156,7 +157,7 @@ class IndexActor(Actor):
 
     async def _build(self, path: Path) -> Stored:
         path.parent.mkdir(parents=True, exist_ok=True)
-        argv = build_command(path, self.tshark_argv)
+        argv = build_command(path, self.tshark_argv, self.chunk_bytes)
         meta: dict[str, Any] = {}
 
         def take(line: str) -> None:

@@ -26,6 +26,9 @@ class PcapSettings:
     max_memory_mb: int = setting(4096, positive=True)
     # The persistent indexes under $state/pcap/index (pcap_index): beyond it the least recently used go.
     index_max_mb: int = setting(20480, positive=True)
+    # A capture bigger than this is indexed by one tshark pass per chunk of about this size, stitched
+    # (index/stitch.py): tshark's memory grows with what it reads (~3 MB a MB of dense user plane).
+    index_chunk_mb: int = setting(128, positive=True)
     workers_per_capture: int = setting(2, positive=True)  # at most; also never more than the cores
     idle_timeout_s: float = setting(900.0, positive=True)
     # A tshark started ahead of need answers a fresh capture's first page without tshark's start-up

@@ -67,17 +67,19 @@ def fields_args() -> list[str]:
     return args
 
 
-def command(out: Path, tshark_argv: list[str]) -> list[str]:
-    """This builder's command line for the capture's tshark command (its file and decoding)."""
+def command(out: Path, tshark_argv: list[str], chunk_bytes: int = 0) -> list[str]:
+    """This builder's command line for the capture's tshark command (its file and decoding); a capture
+    of more than `chunk_bytes` (0: any size) is read in chunks of about that many bytes (stitch.py)."""
     from diagd.actors import interpreter
     from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
 
     columns = json.dumps([[c.name, c.kind, c.many] for c in COLUMNS])
-    return interpreter.script_argv(__file__, str(out), columns, str(SCHEMA_VERSION), "--", *tshark_argv,
-                                   *fields_args())
+    return interpreter.script_argv(__file__, str(out), columns, str(SCHEMA_VERSION), str(chunk_bytes), "--",
+                                   *tshark_argv, *fields_args())
 
 
-def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], schema_version: int) -> dict[str, Any]:
+def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], schema_version: int,
+          chunk_bytes: int = 0) -> dict[str, Any]:
     """Run `argv` (tshark with fields_args()), write OUT/frames.parquet and OUT/meta.json."""
     started = time.monotonic()
     # A folder of this build's own (two builds of one index, from two daemons or two file versions of
@@ -87,29 +89,21 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
     partial = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + PARTIAL))
     lock = open(partial / LOCK_FILE, "wb")  # noqa: SIM115 - held until the process ends
     fcntl.flock(lock, fcntl.LOCK_EX)
-    # tshark's stderr to a file: read at the end (its last STDERR_KEPT bytes), never a pipe left to fill.
-    with open(partial / "tshark.stderr", "wb") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-    bad_rows: list[str] = []
     unaligned: dict[str, list[int]] = {}  # per protocol: [frames, the first few of them...]
+    chunked: dict[str, Any] = {}
     try:
-        frames = _write_rows(proc, partial, columns, bad_rows, unaligned)
+        plan = _plan(argv, chunk_bytes, chunked)
+        with _Sink(partial, columns) as sink:
+            if plan is None:
+                messages = _pass(argv, sink, unaligned, None)
+            else:
+                messages = _chunked(argv, plan, sink, unaligned, partial, chunked)
+        seams = _stitch().write_seams(partial, chunked) if plan is not None else None
     except BaseException:
-        # Stopped, the daemon gone, a parse error: tshark goes too, and nothing half-written stays.
-        proc.kill()
-        proc.wait()
+        # Stopped, the daemon gone, a parse error, a failed pass: nothing half-written stays.
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    if bad_rows:
-        proc.kill()
-    proc.wait()
-    stderr = _tail(partial / "tshark.stderr")
-    (partial / "tshark.stderr").unlink()
-    messages = [x for x in stderr.splitlines() if x and not x.startswith("Running as user")]
-    failure = _failure(proc.returncode, frames, messages, bad_rows)
-    if failure is not None:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise SystemExit(failure)
+    frames = sink.frames
     tables_failed = _tables().write_tables(partial)
     version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
     meta = {"schema_version": schema_version, "frames": frames,
@@ -120,7 +114,10 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
             # Frames whose layers' fields could not be aligned, per protocol: its tables are not answered.
             "unaligned": {layer: {"frames": found[0], "first": found[1:]} for layer, found in unaligned.items()},
             # Why the conversation and endpoint tables are missing (a DuckDB failure: memory); null: written.
-            "tables_failed": tables_failed}
+            "tables_failed": tables_failed,
+            # A capture read in chunks (stitch.py): their bounds, and how many frames are seam frames.
+            "chunks": chunked.get("chunks"), "chunk_bytes": chunk_bytes or None,
+            "seam_frames": seams, "not_chunked": chunked.get("not_chunked")}
     (partial / META_FILE).write_text(json.dumps(meta))
     (partial / LOCK_FILE).unlink()
     return _publish(partial, out, meta)
@@ -135,26 +132,150 @@ def _tables() -> ModuleType:
     return module
 
 
-def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tuple[str, str, bool]],
-                bad_rows: list[str], unaligned: dict[str, list[int]]) -> int:
-    """tshark's rows, block by block, as Parquet row groups: the frames in FRAMES_FILE (a field of
-    many occurrences as a list), their network and transport layers in tables.LAYERS_FILE; how many
-    frames. A row with more or fewer cells than columns is noted in `bad_rows` and ends the reading."""
+def _stitch() -> ModuleType:
+    """stitch.py beside this script, loaded by path."""
+    spec = importlib.util.spec_from_file_location("diagd_index_stitch", Path(__file__).with_name("stitch.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Sink:
+    """The index's Parquet files being written: the frames (FRAMES_FILE, a field of many occurrences as
+    a list) and their network and transport layers (tables.LAYERS_FILE), one row group per block."""
+
+    def __init__(self, partial: Path, columns: list[tuple[str, str, bool]]) -> None:
+        import pyarrow as pa
+
+        self.pa = pa
+        self.partial = partial
+        self.tables = _tables()
+        kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
+        self.many = {name for name, _, listed in columns if listed}
+        self.types = {name: pa.list_(kinds[kind]) if name in self.many else kinds[kind] for name, kind, _ in columns}
+        self.names = [name for name, _, _ in columns]
+        self.schema = pa.schema([(name, self.types[name]) for name in self.names])
+        self.layer_schema = pa.schema([(name, kinds[kind]) for name, kind, _ in self.tables.LAYER_COLUMNS])
+        self.frames = 0
+
+    def __enter__(self) -> _Sink:
+        import pyarrow.parquet as pq
+
+        self.writer = pq.ParquetWriter(self.partial / FRAMES_FILE, self.schema, compression="zstd")
+        self.layered = pq.ParquetWriter(self.partial / self.tables.LAYERS_FILE, self.layer_schema, compression="zstd")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.writer.close()
+        self.layered.close()
+
+    def write(self, batch: Any, layer_rows: list[tuple[Any, ...]]) -> None:
+        pa = self.pa
+        cells = list(zip(*layer_rows, strict=True)) if layer_rows else [()] * len(self.layer_schema)
+        self.writer.write_batch(batch)
+        self.layered.write_table(pa.table([pa.array(c, type=f.type) for c, f in zip(cells, self.layer_schema,
+                                                                                   strict=True)],
+                                          schema=self.layer_schema))
+        self.frames += batch.num_rows
+        # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
+        print(json.dumps({"frames": self.frames}), flush=True)
+
+
+def _pass(argv: list[str], sink: _Sink, unaligned: dict[str, list[int]], stitching: Any) -> list[str]:
+    """One tshark pass (argv) into `sink` (its rows renumbered by the Stitcher `stitching` when one is
+    given); its messages. A failed pass (SystemExit) is no index."""
+    folder = sink.partial
+    # tshark's stderr to a file: read at the end (its last STDERR_KEPT bytes), never a pipe left to fill.
+    with open(folder / "tshark.stderr", "wb") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+    bad_rows: list[str] = []
+    try:
+        frames = _write_rows(proc, sink, bad_rows, unaligned, stitching)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if bad_rows:
+        proc.kill()
+    proc.wait()
+    stderr = _tail(folder / "tshark.stderr")
+    (folder / "tshark.stderr").unlink()
+    messages = [x for x in stderr.splitlines() if x and not x.startswith("Running as user")]
+    failure = _failure(proc.returncode, frames, messages, bad_rows)
+    if failure is not None:
+        raise SystemExit(failure)
+    return messages
+
+
+def _plan(argv: list[str], chunk_bytes: int, chunked: dict[str, Any]) -> Any:
+    """The runs of records a capture of more than `chunk_bytes` is read in (None: one pass; why, in
+    chunked["not_chunked"], when the capture is bigger but cannot be split)."""
+    if not chunk_bytes or "-r" not in argv:
+        return None
+    capture = Path(argv[argv.index("-r") + 1])
+    if capture.stat().st_size <= chunk_bytes:
+        return None
+    from diagd.actors.pcap.shark import recordwalk  # imports diagd: worth it for a capture this big
+
+    found = recordwalk.read_layout(capture, any_ticks=True) if recordwalk.available() else None
+    runs = recordwalk.chunks(capture, found, chunk_bytes) if found is not None else None
+    if runs is None:
+        chunked["not_chunked"] = ("the file's records cannot be split (not a plain pcap or a pcapng of one "
+                                  "section with its interfaces first and only packets after them): read whole")
+        return None
+    return (capture, found, runs) if len(runs) > 1 else None
+
+
+def _chunked(argv: list[str], plan: Any, sink: _Sink, unaligned: dict[str, list[int]], partial: Path,
+             chunked: dict[str, Any]) -> list[str]:
+    """One pass per run of records, each of a file of its own (header, first packet, the run), renumbered
+    into one capture's rows (stitch.py)."""
+    from diagd.actors.pcap.index import narrow
+
+    capture, found, runs = plan
+    stitching = _stitch().Stitcher()
+    messages: list[str] = []
+    extra = [arg for _, field in _stitch().BUILD_FIELDS for arg in ("-e", field)]
+    limit = _stitch().REPLAYED
+    for k, run in enumerate(runs):
+        piece = partial / f"chunk-{k}.pcap"
+        # Ahead of a chunk after the first: the capture's first frame and the frames that set up others'
+        # conversations (stitch.py), by their offsets in the capture.
+        replayed = [(1, runs[0].start)] + [x for x in stitching.replay(limit) if x[0] != 1] if k else []
+        narrow.write_chunk(capture, found, run, [offset for _, offset in replayed], piece)
+        try:
+            # The chunk's file holds the header and the replayed frames before the run's first record.
+            ahead = piece.stat().st_size - (run.end - run.start)
+            stitching.begin(k, run.first, run.start - ahead, [number for number, _ in replayed])
+            at = argv.index("-r") + 1
+            messages += _pass([*argv[:at], str(piece), *argv[at + 1:], *extra], sink, unaligned, stitching)
+        finally:
+            piece.unlink(missing_ok=True)
+    chunked["chunks"] = [[run.first + 1, run.packets] for run in runs]
+    chunked["fragments"] = stitching.fragments
+    chunked["icmp"] = stitching.icmp_seams()
+    # Setup frames not replayed (beyond the limit): conversations they set up may read otherwise after them.
+    chunked["setups_not_replayed"] = max(0, len(stitching.setups) - limit)
+    chunked["doubted"] = {layer: sorted(stitching.doubted(layer)) for layer in ("tcp", "udp")}
+    return messages
+
+
+def _write_rows(proc: subprocess.Popen[bytes], sink: _Sink, bad_rows: list[str], unaligned: dict[str, list[int]],
+                stitching: Any) -> int:
+    """tshark's rows, block by block, into `sink`; how many frames. A row with more or fewer cells than
+    columns is noted in `bad_rows` and ends the reading."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as csv
-    import pyarrow.parquet as pq
 
-    tables = _tables()
-    kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
-    many = {name for name, _, listed in columns if listed}
-    types = {name: pa.list_(kinds[kind]) if name in many else kinds[kind] for name, kind, _ in columns}
-    names = [name for name, _, _ in columns]
+    tables = sink.tables
+    build_fields = [name for name, _ in _stitch().BUILD_FIELDS] if stitching is not None else []
+    names = [*sink.names, *build_fields]
     # Read as text: every occurrence of a field of many (joined by the aggregator), and the relative
     # time, kept to the nanosecond as an integer (tables.rel_ns).
-    as_text = {*many, "rel_ns"}
-    read_types = {name: pa.string() if name in as_text else types[name] for name in names}
-    layer_schema = pa.schema([(name, kinds[kind]) for name, kind, _ in tables.LAYER_COLUMNS])
+    as_text = {*sink.many, "rel_ns", *build_fields}
+    read_types = {name: pa.string() if name in as_text else sink.types[name] for name in names}
 
     def invalid(row: Any) -> str:
         bad_rows.append(f"{row.expected_columns} cells expected, {row.actual_columns} found: {row.text[:200]!r}")
@@ -164,22 +285,12 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
         cells = batch.column(name)
         if name == "rel_ns":
             return pa.array([None if t is None else tables.rel_ns(t) for t in cells.to_pylist()], pa.int64())
-        if name in many:
+        if name in sink.many:
             cells = pc.split_pattern(cells, tables.AGGREGATOR)
-        return cells.cast(types[name])
-
-    def layers(batch: Any) -> Any:
-        got = batch.select(["number", "protocols", "length", "rel_ns", "expert_severities",
-                            *tables.LAYERED]).to_pydict()
-        rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["rel_ns"],
-                                        got["expert_severities"], {c: got[c] for c in tables.LAYERED}, unaligned))
-        cells = list(zip(*rows, strict=True)) if rows else [()] * len(layer_schema)
-        return pa.table([pa.array(c, type=f.type) for c, f in zip(cells, layer_schema, strict=True)],
-                        schema=layer_schema)
+        return cells.cast(sink.types[name])
 
     assert proc.stdout is not None
     frames = 0
-    schema = pa.schema([(name, types[name]) for name in names])
     try:
         reader = csv.open_csv(
             proc.stdout,
@@ -189,23 +300,80 @@ def _write_rows(proc: subprocess.Popen[bytes], partial: Path, columns: list[tupl
                                            invalid_row_handler=invalid),
             convert_options=csv.ConvertOptions(column_types=read_types, null_values=[""], strings_can_be_null=True,
                                                quoted_strings_can_be_null=True))
-        with pq.ParquetWriter(partial / FRAMES_FILE, schema, compression="zstd") as writer, \
-                pq.ParquetWriter(partial / tables.LAYERS_FILE, layer_schema, compression="zstd") as layered:
-            for batch in reader:
-                if bad_rows:
-                    break
-                typed_batch = pa.record_batch([typed(batch, n) for n in names], schema=schema)
-                writer.write_batch(typed_batch)
-                layered.write_table(layers(typed_batch))
-                frames += batch.num_rows
-                # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
-                print(json.dumps({"frames": frames}), flush=True)
+        for batch in reader:
+            if bad_rows:
+                break
+            typed_batch = pa.record_batch([typed(batch, n) for n in sink.names], schema=sink.schema)
+            got = typed_batch.select(["number", "protocols", "length", "rel_ns", "expert_severities",
+                                      *tables.LAYERED]).to_pydict()
+            occurrences: list[int] = []
+            rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["rel_ns"],
+                                            got["expert_severities"], {c: got[c] for c in tables.LAYERED},
+                                            unaligned, occurrences))
+            if stitching is not None:
+                extra = {name: pc.split_pattern(batch.column(name), tables.AGGREGATOR).to_pylist()
+                         for name in build_fields}
+                typed_batch, rows = _stitched(stitching, typed_batch, rows, occurrences, extra)
+            sink.write(typed_batch, rows)
+            frames += batch.num_rows
     except pa.ArrowInvalid as exc:
         if "Empty CSV file" not in str(exc):
             raise
-        pq.write_table(pa.table({name: pa.array([], types[name]) for name in names}), partial / FRAMES_FILE)
-        pq.write_table(layer_schema.empty_table(), partial / tables.LAYERS_FILE)
     return frames
+
+
+def _stitched(stitching: Any, batch: Any, rows: list[tuple[Any, ...]], occurrences: list[int],
+              extra: dict[str, list[Any]]) -> tuple[Any, list[tuple[Any, ...]]]:
+    """A block of one chunk's pass renumbered as the whole file's (stitch.Stitcher), the replayed first
+    frame left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    numbers = batch.column("number")
+    first_local = numbers[0].as_py()
+    stitching.see(rows, occurrences, first_local, extra)
+    columns = {name: batch.column(name) for name in batch.schema.names}
+    kept = max(0, len(stitching.replayed) + 1 - first_local)  # the first row not replayed
+    shift = stitching.number(first_local + kept) - (first_local + kept)
+    columns["number"] = pc.add(numbers, shift)
+    columns["file_off"] = pc.add(columns["file_off"], stitching.offset_shift)
+    columns["info"] = _renumbered_info(stitching, columns["info"])
+    for layer, column in (("tcp", "tcp_stream"), ("udp", "udp_stream")):
+        lists = columns[column]
+        flat = pc.list_flatten(lists)
+        if len(flat):
+            mapping = pa.array(stitching.mapping(layer, pc.max(flat).as_py()), pa.int64())
+            columns[column] = pa.ListArray.from_arrays(lists.offsets, pc.take(mapping, flat), mask=pc.is_null(lists))
+    stitched = pa.record_batch(list(columns.values()), schema=batch.schema).slice(kept)
+    mapped = []
+    for row in rows:
+        if stitching.is_replayed(row[0]):
+            continue
+        stream = row[8]
+        if stream is not None:
+            stream = stitching.mapping(row[2], stream)[stream]
+        mapped.append((row[0] + shift, *row[1:8], stream, *row[9:]))
+    got = stitched.select(["number", "protocols", "file_off", "ip_src", "ip_dst", "ipv6_src", "ipv6_dst"]).to_pydict()
+    ends = [(s4[-1], d4[-1]) if s4 and d4 else (s6[-1], d6[-1]) if s6 and d6 else ()
+            for s4, d4, s6, d6 in zip(got["ip_src"], got["ip_dst"], got["ipv6_src"], got["ipv6_dst"], strict=True)]
+    stitching.see_frames(got["number"], got["protocols"], got["file_off"], ends)
+    return stitched, mapped
+
+
+def _renumbered_info(stitching: Any, info: Any) -> Any:
+    """The Info column with the frame numbers Wireshark writes into it (stitch.INFO_NUMBERS) renumbered."""
+    import re
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pattern = _stitch().INFO_NUMBERS
+    if not pc.any(pc.match_substring_regex(info, pattern)).as_py():
+        return info
+    compiled = re.compile(pattern)
+    return pa.array([None if text is None else compiled.sub(
+        lambda m: m.group(1) + str(stitching.number(int(m.group(2)))), text) for text in info.to_pylist()],
+        pa.string())
 
 
 def _failure(returncode: int, frames: int, messages: list[str], bad_rows: list[str]) -> str | None:
@@ -238,11 +406,11 @@ def _publish(partial: Path, out: Path, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 5 or args[3] != "--":
-        sys.stderr.write("usage: build.py OUT_DIR COLUMNS_JSON SCHEMA_VERSION -- TSHARK_ARGV...\n")
+    if len(args) < 6 or args[4] != "--":
+        sys.stderr.write("usage: build.py OUT_DIR COLUMNS_JSON SCHEMA_VERSION CHUNK_BYTES -- TSHARK_ARGV...\n")
         return 2
     columns = [(str(name), str(kind), bool(many)) for name, kind, many in json.loads(args[1])]
-    meta = build(Path(args[0]), args[4:], columns, int(args[2]))
+    meta = build(Path(args[0]), args[5:], columns, int(args[2]), int(args[3]))
     print(json.dumps({"done": meta}), flush=True)
     return 0
 

@@ -54,7 +54,7 @@ def cut(capture: Path, offsets: Sequence[int], frames: int, out: Path) -> int:
                 if offset <= last or offset < found.start:
                     raise Uncuttable(f"record offset {offset} is not after the last ({last}) and the header")
                 last = offset
-                record = _record(fd, offset, found.pcapng, order)
+                record = read_record(fd, offset, found.pcapng, order)
                 sink.write(record)
                 written += len(record)
     except BaseException:
@@ -65,7 +65,7 @@ def cut(capture: Path, offsets: Sequence[int], frames: int, out: Path) -> int:
     return written
 
 
-def _record(fd: int, offset: int, pcapng: bool, order: str) -> bytes:
+def read_record(fd: int, offset: int, pcapng: bool, order: str) -> bytes:
     """The whole record at `offset`: a pcap record header and its bytes, or a pcapng block."""
     head = os.pread(fd, 16, offset)
     if len(head) < 16:
@@ -82,3 +82,28 @@ def _record(fd: int, offset: int, pcapng: bool, order: str) -> bytes:
     if len(record) != length:
         raise Uncuttable(f"the record at offset {offset} is cut short")
     return record
+
+
+def write_chunk(capture: Path, found: recordwalk.Layout, chunk: recordwalk.Chunk, replayed: Sequence[int],
+                out: Path) -> None:
+    """A file of the run of records `chunk` (recordwalk.chunks) behind the capture's header, and before
+    them the records at the offsets `replayed` (a chunked build's: the capture's first packet, for the
+    relative times, and the frames that set up conversations: index/stitch.py). Copied byte for byte."""
+    fd = os.open(capture, os.O_RDONLY)
+    try:
+        with open(out, "xb") as sink:
+            sink.write(found.header)
+            for offset in replayed:
+                sink.write(read_record(fd, offset, found.pcapng, ">" if found.big_endian else "<"))
+            sink.flush()
+            at, left = chunk.start, chunk.end - chunk.start
+            while left > 0:
+                copied = os.copy_file_range(fd, sink.fileno(), left, at)
+                if copied == 0:
+                    raise Uncuttable(f"the file ends before offset {chunk.end}: it changed")
+                at, left = at + copied, left - copied
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)

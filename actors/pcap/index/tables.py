@@ -98,8 +98,10 @@ def _doubtful(layers: list[str], severities: list[int]) -> str | None:
 
 
 def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], length: int, rel: int | None,
-                 severities: list[int] | None = None) -> tuple[list[tuple[Any, ...]], set[str]]:
-    """One frame's layer rows (LAYER_COLUMNS order) and the protocols whose fields it cannot align."""
+                 severities: list[int] | None = None, occurrences: list[int] | None = None
+                 ) -> tuple[list[tuple[Any, ...]], set[str]]:
+    """One frame's layer rows (LAYER_COLUMNS order) and the protocols whose fields it cannot align;
+    `occurrences` gets, per row, which occurrence of its protocol's fields it was read from."""
     layers = protocols.split(":")
     if rel is None or _doubtful(layers, severities or []) is not None:
         return [], set(PROTOCOLS)
@@ -128,6 +130,8 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
             below = (layer, srcs[k], dsts[k])
             if not quoted:
                 rows.append((number, depth, layer, layer, srcs[k], dsts[k], None, None, None, length, rel))
+                if occurrences is not None:
+                    occurrences.append(k)
             continue
         streams = cells[stream_col] if stream_col else []
         if below is None or (stream_col and k >= len(streams)):
@@ -137,6 +141,8 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
             continue
         rows.append((number, depth, layer, below[0], below[1], below[2], int(srcs[k]), int(dsts[k]),
                      int(streams[k]) if stream_col else None, length, rel))
+        if occurrences is not None:
+            occurrences.append(k)
     for layer, count in seen.items():
         src_col, dst_col, stream_col = FIELDS[layer]
         if any(len(cells[c]) != count for c in (src_col, dst_col, stream_col) if c is not None):
@@ -148,16 +154,16 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
 
 def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], lengths: Sequence[int],
                  times: Sequence[int | None], severities: Sequence[list[int] | None],
-                 cells: dict[str, Sequence[list[Any] | None]], unaligned: dict[str, list[int]]
-                 ) -> Iterator[tuple[Any, ...]]:
+                 cells: dict[str, Sequence[list[Any] | None]], unaligned: dict[str, list[int]],
+                 occurrences: list[int] | None = None) -> Iterator[tuple[Any, ...]]:
     """The layer rows of a block of frames; frames that cannot be aligned counted in `unaligned`
-    (per protocol: [how many, the first KEPT_UNALIGNED of them...])."""
+    (per protocol: [how many, the first KEPT_UNALIGNED of them...]); `occurrences` as frame_layers'."""
     for i, number in enumerate(numbers):
         stack = protocols[i]
         if not stack:
             continue
         rows, broken = frame_layers(number, stack, {c: cells[c][i] or [] for c in LAYERED}, lengths[i],
-                                    times[i], severities[i])
+                                    times[i], severities[i], occurrences)
         for layer in broken:
             noted = unaligned.setdefault(layer, [0])
             noted[0] += 1

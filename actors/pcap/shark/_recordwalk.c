@@ -30,9 +30,29 @@ struct walk {
     uint64_t first, last; /* earliest and latest time stamp, in the file's ticks */
     long long at;         /* the file offset where the walk stopped */
     int stop;
+    /* Marks (when every > 0): the offset of the first packet record and of each record starting at
+     * least `every` bytes after the last marked one, with the packets before it (a chunk's start). */
+    long long every, next_mark, base; /* base: the file offset of the buffer being walked */
+    long long *marks;                 /* pairs: offset, packets before */
+    size_t marked, room;
+    int no_memory;
 };
 
-static void seen(struct walk *w, uint64_t ts) {
+static void seen(struct walk *w, uint64_t ts, size_t at) {
+    if (w->every > 0 && w->base + (long long)at >= w->next_mark) {
+        if (w->marked == w->room) {
+            size_t room = w->room ? 2 * w->room : 64;
+            long long *grown = realloc(w->marks, room * 2 * sizeof(long long));
+            if (grown == NULL) { w->no_memory = 1; w->every = 0; }
+            else { w->marks = grown; w->room = room; }
+        }
+        if (w->marked < w->room) {
+            w->marks[2 * w->marked] = w->base + (long long)at;
+            w->marks[2 * w->marked + 1] = (long long)w->packets;
+            w->marked++;
+            w->next_mark = w->base + (long long)at + w->every;
+        }
+    }
     if (w->packets == 0 || ts < w->first) w->first = ts;
     if (w->packets == 0 || ts > w->last) w->last = ts;
     w->packets++;
@@ -48,7 +68,7 @@ static size_t pcap_records(const unsigned char *buf, size_t len, int big, uint32
         uint32_t captured = u32(buf + at + 8, big), length = u32(buf + at + 12, big);
         if (fraction >= ticks || captured > length || captured > MAX_CAPTURED) { w->stop = BAD_RECORD; break; }
         if (captured > len - at - 16) break;
-        seen(w, (uint64_t)seconds * ticks + fraction);
+        seen(w, (uint64_t)seconds * ticks + fraction, at);
         at += 16 + (size_t)captured;
     }
     return at;
@@ -70,7 +90,7 @@ static size_t pcapng_blocks(const unsigned char *buf, size_t len, int big, uint3
                 w->stop = BAD_RECORD;
                 break;
             }
-            seen(w, ((uint64_t)u32(buf + at + 12, big) << 32) | u32(buf + at + 16, big));
+            seen(w, ((uint64_t)u32(buf + at + 12, big) << 32) | u32(buf + at + 16, big), at);
         } else if (type != 4 && type != 5) { /* not name resolution, not interface statistics */
             w->stop = OTHER_BLOCK;
             break;
@@ -97,6 +117,7 @@ static int walk_file(int fd, long long start, int pcapng, int big, uint32_t tick
             return -1;
         }
         have += (size_t)got;
+        w->base = at;
         size_t used = pcapng ? pcapng_blocks(buf, have, big, interfaces, w) : pcap_records(buf, have, big, ticks, w);
         at += (long long)used;
         if (w->stop != END) break;
@@ -114,28 +135,47 @@ static int walk_file(int fd, long long start, int pcapng, int big, uint32_t tick
 }
 
 PyDoc_STRVAR(walk_doc,
-"walk(fd, start, pcapng, big_endian, ticks, interfaces) -> (packets, first, last, stopped_at, stop)\n\n"
+"walk(fd, start, pcapng, big_endian, ticks, interfaces, every=0) -> (packets, first, last, stopped_at, stop, marks)\n\n"
 "Walk the records of the open file `fd` from offset `start`: pcap records (fractions below `ticks` a\n"
 "second; time stamps returned as seconds * ticks + fraction) or pcapng blocks of interfaces 0 ..\n"
 "interfaces - 1 (time stamps in their ticks, the same for all). stop: 0 at the end of the file, 1 cut\n"
-"short, 2 a record wiretap may read otherwise, 3 a block other than EPB/NRB/ISB. OSError on a read error.");
+"short, 2 a record wiretap may read otherwise, 3 a block other than EPB/NRB/ISB. OSError on a read error.\n"
+"marks (every > 0): [(offset, packets before it)] of the first packet record and of each record starting\n"
+"at least `every` bytes after the last marked one; MemoryError when they do not fit.");
 
 static PyObject *walk(PyObject *Py_UNUSED(self), PyObject *args) {
     int fd, pcapng, big;
     long long start;
     unsigned long ticks, interfaces;
-    if (!PyArg_ParseTuple(args, "iLppkk", &fd, &start, &pcapng, &big, &ticks, &interfaces)) return NULL;
-    if (start < 0 || ticks == 0 || ticks > 1000000000ul || interfaces > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "a negative start, ticks not in 1..10^9 or too many interfaces");
+    long long every = 0;
+    if (!PyArg_ParseTuple(args, "iLppkk|L", &fd, &start, &pcapng, &big, &ticks, &interfaces, &every)) return NULL;
+    if (start < 0 || ticks == 0 || ticks > 1000000000ul || interfaces > UINT32_MAX || every < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative start, ticks not in 1..10^9, too many interfaces or a negative every");
         return NULL;
     }
-    struct walk w = {0, 0, 0, start, END};
+    struct walk w = {0, 0, 0, start, END, every, start, start, NULL, 0, 0, 0};
     int failed;
     Py_BEGIN_ALLOW_THREADS
     failed = walk_file(fd, start, pcapng, big, (uint32_t)ticks, (uint32_t)interfaces, &w);
     Py_END_ALLOW_THREADS
-    if (failed) return PyErr_SetFromErrno(PyExc_OSError);
-    return Py_BuildValue("KKKLi", w.packets, (unsigned long long)w.first, (unsigned long long)w.last, w.at, w.stop);
+    if (failed) {
+        free(w.marks);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (w.no_memory) {
+        free(w.marks);
+        return PyErr_NoMemory();
+    }
+    PyObject *marks = PyList_New((Py_ssize_t)w.marked);
+    for (size_t i = 0; marks != NULL && i < w.marked; i++) {
+        PyObject *pair = Py_BuildValue("LL", w.marks[2 * i], w.marks[2 * i + 1]);
+        if (pair == NULL) Py_CLEAR(marks);
+        else PyList_SET_ITEM(marks, (Py_ssize_t)i, pair);
+    }
+    free(w.marks);
+    if (marks == NULL) return NULL;
+    return Py_BuildValue("KKKLiN", w.packets, (unsigned long long)w.first, (unsigned long long)w.last, w.at, w.stop,
+                         marks);
 }
 
 static PyMethodDef methods[] = {

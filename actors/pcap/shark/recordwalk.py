@@ -20,6 +20,7 @@ Differential tests hold it to one capinfos run on every corpus capture and on bu
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import time
@@ -147,11 +148,43 @@ def walk(path: Path, found: Layout) -> Walked | None:
         if os.pread(fd, len(found.header), 0) != found.header:
             return None
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        packets, first, last, _, stop = _recordwalk.walk(fd, found.start, found.pcapng, found.big_endian,
-                                                        found.ticks, found.interfaces)
+        packets, first, last, _, stop, _ = _recordwalk.walk(fd, found.start, found.pcapng, found.big_endian,
+                                                           found.ticks, found.interfaces)
     finally:
         os.close(fd)
     return Walked(packets, first, last) if stop == 0 and packets else None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A run of consecutive records: from the file offset `start` (a record's) to `end`, holding the
+    packets numbered `first` + 1 ... `first` + `packets`."""
+
+    start: int
+    end: int
+    first: int
+    packets: int
+
+
+def chunks(path: Path, found: Layout, every: int) -> list[Chunk] | None:
+    """The file's records behind the header `found` in runs of about `every` bytes (each ends where a
+    record starts; the last at the file's end), or None when the walk does not reach the file's end (the
+    file cannot be split by its records: read it whole). Blocking: a worker thread's."""
+    assert _recordwalk is not None and every > 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if os.pread(fd, len(found.header), 0) != found.header:
+            return None
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        packets, _, _, end, stop, marks = _recordwalk.walk(fd, found.start, found.pcapng, found.big_endian,
+                                                           found.ticks, found.interfaces, every)
+    finally:
+        os.close(fd)
+    if stop != 0 or not packets:
+        return None
+    bounds = [*marks, (end, packets)]
+    return [Chunk(start, stop_at, first, following - first)
+            for (start, first), (stop_at, following) in itertools.pairwise(bounds)]
 
 
 def stamp(ticks_since_epoch: int, ticks: int) -> str | None:

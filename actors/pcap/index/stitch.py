@@ -1,0 +1,278 @@
+"""One capture's rows from the passes of a chunked build: frame and stream numbers as one pass gives them,
+and the frames whose dissection may have needed another chunk's frames (the seams).
+
+A capture bigger than a chunk is read by one two-pass tshark per chunk (build.py: tshark's memory grows
+with what it reads, ~3 MB per MB of dense user plane). Each chunk's file is the capture's header, the
+capture's first packet, then the chunk's records: every time relative to the first frame is then the
+whole file's, and the first frame's row is dropped. Each pass numbers its frames and Wireshark's TCP and
+UDP streams from its own start; a Stitcher renumbers them.
+
+Stream numbers: Wireshark gives a stream its number when it opens the conversation, in the order they
+open. A pass over chunk k opens, in that order, the conversations of chunk k's frames; the whole file's
+pass would open only those not already open (their ends not seen in earlier chunks), and a TCP
+conversation again when a SYN (without ACK) comes whose sequence number differs from the one the open
+conversation's first segment that way set (epan/dissectors/packet-tcp.c, 4.0: "ports reused"). A
+Stitcher keeps, per conversation's ends, the last stream opened and those first sequence numbers, and
+numbers each chunk's streams, in the order the chunk's pass opened them, as the whole file's pass would.
+Where that rule and the chunk's pass disagree about a conversation that spans a seam (the chunk's pass
+opened a second one, or the whole file's would have), the stream is *doubted*: its frames are seam
+frames, named in seams.parquet.
+
+Seam frames (build.py writes them, with why, in seams.parquet): the frames of every TCP conversation and
+SCTP association with frames in more than one chunk (reassembly, sequence analysis, the links between
+frames of one conversation), IP fragments of a packet not reassembled in their chunk, and the frames of
+doubted streams. Every other frame's row is what one pass over the whole file gives
+(tests/e2e/test_pcap_index_chunked.py holds them to it on every corpus capture, in chunks of a few
+frames).
+
+This module imports nothing of diagd: the builder (build.py, a script of its own) loads it by path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+SYN, ACK = 0x02, 0x10
+# Read by chunked passes only (appended to the index's fields; never stored): TCP's flags and raw sequence
+# numbers (the stream rule above) and whether an IP packet is a fragment and was reassembled in its pass.
+BUILD_FIELDS = (("tcp_flags", "tcp.flags"), ("tcp_seq_raw", "tcp.seq_raw"),
+                ("ip_mf", "ip.flags.mf"), ("ip_frag_offset", "ip.frag_offset"),
+                ("ip_reassembled_in", "ip.reassembled_in"), ("ip_fragment", "ip.fragment"),
+                ("ipv6_more", "ipv6.fraghdr.more"), ("ipv6_frag_offset", "ipv6.fraghdr.offset"),
+                ("ipv6_reassembled_in", "ipv6.reassembled.in"), ("ipv6_fragment", "ipv6.fragment"))
+# Protocols whose messages set up conversations of other protocols on other ports (SDP: RTP, RTCP, T.38,
+# MSRP; H.245, MGCP, RTSP, Skinny, FTP, TFTP...): their frames are replayed ahead of later chunks.
+SETUP_PROTOCOLS = frozenset({"sdp", "h245", "h225", "rtsp", "ftp", "tftp", "mgcp", "megaco", "skinny", "unistim",
+                             "portmap", "msrp", "h248"})
+ICMP_PROTOCOLS = frozenset({"icmp", "icmpv6"})
+REPLAYED = 4096  # setup frames replayed ahead of a chunk at most (the latest); more are noted in meta.json
+# Frame numbers Wireshark writes into the Info column: renumbered as the whole file's.
+INFO_NUMBERS = r"(\((?:reply|request) in |\[Reassembled in #|\[TCP Dup ACK )(\d+)"
+SEAMS_FILE = "seams.parquet"
+SEAM_COLUMNS = (("number", "int64", "the frame"),
+                ("why", "string", "tcp, sctp, udp: its conversation has frames in another chunk (not a tunnel's "
+                                  "UDP); icmp: its ends exchanged ICMP in another chunk; fragment: an IP fragment "
+                                  "not reassembled in its chunk; doubted: its stream's number"))
+
+
+def _flags(text: str) -> int:
+    return int(text, 16) if text.startswith("0x") else int(text)
+
+
+def _true(text: str) -> bool:
+    return text not in ("0", "False", "")
+
+
+class _Streams:
+    """One transport's stream numbers across chunks."""
+
+    def __init__(self, syn_rule: bool) -> None:
+        self.syn_rule = syn_rule
+        self.opened = 0
+        self.last: dict[int, tuple[int, int]] = {}  # ends' hash -> (the last stream opened, its chunk)
+        self.bases: dict[int, int] = {}  # stream * 2 + direction -> the first segment's sequence number
+        self.doubted: set[int] = set()
+        self.chunk = 0
+        self.local: list[int] = []  # this chunk's stream k -> the whole file's
+        self.seen_here: set[int] = set()  # ends this chunk's pass has opened a conversation of
+
+    def begin(self, chunk: int) -> None:
+        self.chunk, self.local, self.seen_here = chunk, [], set()
+
+    def _new(self, ends: int) -> int:
+        stream = self.opened
+        self.opened += 1
+        self.last[ends] = (stream, self.chunk)
+        return stream
+
+    def _open(self, ends: int, direction: int, flags: int, seq: int) -> int:
+        known = self.last.get(ends)
+        if known is None:
+            return self._new(ends)
+        stream, born = known
+        if ends in self.seen_here:
+            # This pass opened a second conversation of these ends: it saw the rule hold on its own
+            # first segments, which are the whole file's unless the first conversation began before.
+            fresh = self._new(ends)
+            if born < self.chunk:
+                self.doubted.add(fresh)
+            return fresh
+        if self._reused(stream, direction, flags, seq):
+            return self._new(ends)
+        return stream
+
+    def _reused(self, stream: int, direction: int, flags: int, seq: int) -> bool:
+        base = self.bases.get(stream * 2 + direction)
+        return self.syn_rule and flags & (SYN | ACK) == SYN and base is not None and seq != base
+
+    def see(self, local: int, ends: int, direction: int, flags: int, seq: int, replayed: bool) -> None:
+        """A layer of this chunk's pass: its stream `local`, its conversation's ends (hashed), which way."""
+        while len(self.local) < local:  # opened by a layer no row shows (an error's quoted packet)
+            self.local.append(self._new(hash(("unseen", self.chunk, len(self.local)))))
+            if self.chunk:
+                self.doubted.add(self.local[-1])
+        if len(self.local) == local:
+            if replayed:  # the capture's first frame again, ahead of the chunk: its conversation, as it is now
+                known = self.last.get(ends)
+                self.local.append(known[0] if known is not None else self._new(ends))
+            else:
+                self.local.append(self._open(ends, direction, flags, seq))
+            self.seen_here.add(ends)
+            if replayed:
+                return
+        elif replayed:
+            return
+        stream = self.local[local]
+        if not self.syn_rule:
+            return
+        if self._reused(stream, direction, flags, seq) and self.last.get(ends, (stream, 0))[1] < self.chunk:
+            self.doubted.add(stream)  # the whole file's pass would open a new conversation here; this one did not
+        self.bases.setdefault(stream * 2 + direction, seq if flags & SYN else (seq - 1) & 0xFFFFFFFF)
+
+    def mapping(self, highest: int) -> list[int]:
+        """This chunk's streams 0..highest, numbered as in the whole file."""
+        while len(self.local) <= highest:
+            self.local.append(self._new(hash(("unseen", self.chunk, len(self.local)))))
+            if self.chunk:
+                self.doubted.add(self.local[-1])
+        return self.local
+
+
+class Stitcher:
+    """Renumbers the rows of one chunk's pass after another (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.streams = {"tcp": _Streams(syn_rule=True), "udp": _Streams(syn_rule=False)}
+        self.chunk = 0
+        self.before = 0  # packets before this chunk
+        self.offset_shift = 0  # from a record's offset in the chunk's file to its offset in the capture
+        self.replayed: list[int] = []  # the frames replayed ahead of this chunk's (their whole file's numbers)
+        self.fragments: list[int] = []  # frames (the whole file's numbers) of fragments not reassembled
+        self.setups: list[tuple[int, int]] = []  # (number, file offset) of frames that set up other conversations
+        self.echoes: dict[int, set[int]] = {}  # ICMP ends (hashed) -> the chunks they were seen in
+        self.echo_frames: list[tuple[int, int]] = []  # (number, ICMP ends) of every ICMP frame
+
+    def begin(self, chunk: int, before: int, offset_shift: int, replayed: Sequence[int] = ()) -> None:
+        self.chunk, self.before, self.offset_shift, self.replayed = chunk, before, offset_shift, list(replayed)
+        for streams in self.streams.values():
+            streams.begin(chunk)
+
+    def number(self, local: int) -> int:
+        """The whole file's number of this chunk's frame `local` (after the first chunk, its replayed frames first)."""
+        if local <= len(self.replayed):
+            return self.replayed[local - 1]
+        return local - len(self.replayed) + self.before
+
+    def is_replayed(self, local: int) -> bool:
+        return local <= len(self.replayed)
+
+    def replay(self, limit: int) -> list[tuple[int, int]]:
+        """The frames to replay ahead of the next chunk: the first (its times) and the last `limit` frames
+        that set up other conversations (SDP: RTP's; so the chunk's pass reads them as the whole file's)."""
+        return self.setups[-limit:]
+
+    def see(self, rows: Sequence[tuple[Any, ...]], occurrences: Sequence[int], first_local: int,
+            cells: dict[str, Sequence[list[Any] | None]]) -> None:
+        """A block's layer rows (tables.LAYER_COLUMNS, this chunk's numbers) and its frames' build fields
+        (BUILD_FIELDS' names, per frame of the block from `first_local`)."""
+        for row, k in zip(rows, occurrences, strict=True):
+            layer = row[2]
+            streams = self.streams.get(layer)
+            if streams is None:
+                continue
+            number, src, dst, sport, dport, local = row[0], row[4], row[5], row[6], row[7], row[8]
+            forward = (src, sport) <= (dst, dport)
+            ends = hash((layer, src, sport, dst, dport) if forward else (layer, dst, dport, src, sport))
+            flags = seq = 0
+            if layer == "tcp":
+                i = number - first_local
+                flag_cells, seq_cells = cells["tcp_flags"][i] or [], cells["tcp_seq_raw"][i] or []
+                flags = _flags(flag_cells[k]) if k < len(flag_cells) else 0
+                seq = int(seq_cells[k]) if k < len(seq_cells) else 0
+            streams.see(local, ends, 0 if forward else 1, flags, seq, replayed=self.is_replayed(number))
+        for i in range(len(cells["ip_mf"])):
+            if self._unassembled_fragment({name: cells[name][i] or [] for name, _ in BUILD_FIELDS}):
+                local = first_local + i
+                if not self.is_replayed(local):
+                    self.fragments.append(self.number(local))
+
+    def see_frames(self, numbers: Sequence[int], protocols: Sequence[str | None], offsets: Sequence[int],
+                   ends: Sequence[tuple[Any, ...]]) -> None:
+        """A block's frames as the whole file numbers them (the replayed left out): which set up other
+        conversations, which are ICMP (`ends`: each frame's innermost addresses)."""
+        for number, stack, offset, pair in zip(numbers, protocols, offsets, ends, strict=True):
+            layers = set((stack or "").split(":"))
+            if layers & SETUP_PROTOCOLS:
+                self.setups.append((number, offset))
+            if layers & ICMP_PROTOCOLS:
+                key = hash(tuple(sorted(str(x) for x in pair)))
+                self.echoes.setdefault(key, set()).add(self.chunk)
+                self.echo_frames.append((number, key))
+
+    def icmp_seams(self) -> list[int]:
+        """ICMP frames whose ends exchanged ICMP in another chunk too (an echo's reply, an error's)."""
+        return [number for number, key in self.echo_frames if len(self.echoes[key]) > 1]
+
+    @staticmethod
+    def _unassembled_fragment(frame: dict[str, list[Any]]) -> bool:
+        fragment = (any(_true(str(x)) for x in frame["ip_mf"] + frame["ipv6_more"])
+                    or any(int(x) for x in frame["ip_frag_offset"] + frame["ipv6_frag_offset"]))
+        assembled = any(frame[name] for name in ("ip_reassembled_in", "ip_fragment", "ipv6_reassembled_in",
+                                                 "ipv6_fragment"))
+        return fragment and not assembled
+
+    def mapping(self, layer: str, highest: int) -> list[int]:
+        return self.streams[layer].mapping(highest)
+
+    def doubted(self, layer: str) -> set[int]:
+        return self.streams[layer].doubted
+
+
+_SEAMS_SQL = """
+WITH c AS (SELECT unnest(?) AS first),
+l AS (SELECT l.number, l.depth, l.layer, l.stream, c.first AS chunk,
+             least(src || '/' || src_port, dst || '/' || dst_port) AS k1,
+             greatest(src || '/' || src_port, dst || '/' || dst_port) AS k2
+      FROM read_parquet({layers}) l ASOF JOIN c ON l.number >= c.first
+      WHERE l.layer IN ('tcp', 'sctp', 'udp')),
+tunnels AS (SELECT l.number, l.depth FROM read_parquet({layers}) l
+            JOIN read_parquet({frames}) f USING (number)
+            WHERE l.layer = 'udp' AND string_split(f.protocols, ':')[l.depth + 2] IN ('gtp', 'vxlan', 'geneve')
+              AND string_split(f.protocols, ':')[l.depth + 3] IN ('ip', 'ipv6', 'eth')),
+stateful AS (SELECT l.* FROM l WHERE layer IN ('tcp', 'sctp')
+             UNION ALL SELECT l.* FROM l ANTI JOIN tunnels t USING (number, depth) WHERE layer = 'udp'),
+spanning AS (SELECT layer, k1, k2 FROM stateful GROUP BY ALL HAVING min(chunk) < max(chunk)),
+doubted AS (SELECT unnest(?) AS layer, unnest(?) AS stream),
+seams AS (SELECT number, layer AS why FROM stateful SEMI JOIN spanning USING (layer, k1, k2)
+          UNION ALL SELECT number, 'doubted' FROM l SEMI JOIN doubted USING (layer, stream)
+          UNION ALL SELECT unnest(?) AS number, 'fragment'
+          UNION ALL SELECT unnest(?) AS number, 'icmp')
+SELECT number, min(why) AS why FROM seams GROUP BY number ORDER BY number"""
+
+
+def write_seams(folder: Path, chunked: dict[str, Any], memory_limit: str = "512MB") -> int:
+    """seams.parquet (SEAM_COLUMNS) from the build's layers and what its Stitcher noted; how many frames."""
+    import duckdb
+
+    layers = "'" + str(folder / "layers.parquet").replace("'", "''") + "'"
+    frames = "'" + str(folder / "frames.parquet").replace("'", "''") + "'"
+    doubted = [(layer, stream) for layer, streams in chunked["doubted"].items() for stream in streams]
+    spill = folder / ".spill"
+    try:
+        with duckdb.connect(config={"memory_limit": memory_limit, "threads": 2, "temp_directory": str(spill)}) as con:
+            con.execute("PRAGMA disable_progress_bar")
+            seams = con.sql(_SEAMS_SQL.format(layers=layers, frames=frames),
+                            params=[[first for first, _ in chunked["chunks"]], [x for x, _ in doubted],
+                                    [y for _, y in doubted], chunked["fragments"], chunked["icmp"]]
+                            ).to_arrow_table()
+    finally:
+        if spill.exists():
+            for leftover in spill.iterdir():
+                leftover.unlink()
+            spill.rmdir()
+    import pyarrow.parquet as pq
+
+    pq.write_table(seams, folder / SEAMS_FILE, compression="zstd")
+    return int(seams.num_rows)
