@@ -117,7 +117,9 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
             "tables_failed": tables_failed,
             # A capture read in chunks (stitch.py): their bounds, and how many frames are seam frames.
             "chunks": chunked.get("chunks"), "chunk_bytes": chunk_bytes or None,
-            "seam_frames": seams, "not_chunked": chunked.get("not_chunked")}
+            "seam_frames": seams, "not_chunked": chunked.get("not_chunked"),
+            "chunks_read_again": chunked.get("reread"), "setups_not_replayed": chunked.get("setups_not_replayed"),
+            "doubted_streams": {layer: len(streams) for layer, streams in chunked.get("doubted", {}).items()} or None}
     (partial / META_FILE).write_text(json.dumps(meta))
     (partial / LOCK_FILE).unlink()
     return _publish(partial, out, meta)
@@ -125,20 +127,24 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
 
 def _tables() -> ModuleType:
     """tables.py beside this script, loaded by path (a script of its own imports nothing of diagd)."""
-    spec = importlib.util.spec_from_file_location("diagd_index_tables", Path(__file__).with_name("tables.py"))
+    return _beside("diagd_index_tables", "tables.py")
+
+
+def _beside(name: str, filename: str) -> ModuleType:
+    """A module beside this script, loaded by path once (registered, as dataclasses need it)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
 def _stitch() -> ModuleType:
     """stitch.py beside this script, loaded by path."""
-    spec = importlib.util.spec_from_file_location("diagd_index_stitch", Path(__file__).with_name("stitch.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _beside("diagd_index_stitch", "stitch.py")
 
 
 class _Sink:
@@ -158,6 +164,7 @@ class _Sink:
         self.schema = pa.schema([(name, self.types[name]) for name in self.names])
         self.layer_schema = pa.schema([(name, kinds[kind]) for name, kind, _ in self.tables.LAYER_COLUMNS])
         self.frames = 0
+        self.stacks: dict[str, Any] = {}  # frame.protocols texts read so far (tables.stack_of)
 
     def __enter__(self) -> _Sink:
         import pyarrow.parquet as pq
@@ -191,7 +198,7 @@ def _pass(argv: list[str], sink: _Sink, unaligned: dict[str, list[int]], stitchi
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
     bad_rows: list[str] = []
     try:
-        frames = _write_rows(proc, sink, bad_rows, unaligned, stitching)
+        frames = _write_rows(proc.stdout, sink, bad_rows, unaligned, stitching)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -227,32 +234,90 @@ def _plan(argv: list[str], chunk_bytes: int, chunked: dict[str, Any]) -> Any:
     return (capture, found, runs) if len(runs) > 1 else None
 
 
+class _ChunkPass:
+    """One chunk's tshark, its rows spooled to a file (so that the next chunk's tshark runs while the
+    builder parses this one's rows: one tshark at a time, the builder never waiting for a first pass)."""
+
+    def __init__(self, k: int, argv: list[str], plan: Any, replayed: list[tuple[int, int]], folder: Path) -> None:
+        from diagd.actors.pcap.index import narrow
+
+        capture, found, runs = plan
+        self.k, self.run, self.replayed = k, runs[k], replayed
+        self.piece, self.spool, self.errors = (folder / f"chunk-{k}.pcap", folder / f"chunk-{k}.tsv",
+                                               folder / f"chunk-{k}.stderr")
+        narrow.write_chunk(capture, found, self.run, [offset for _, offset in replayed], self.piece)
+        # The chunk's file holds the header and the replayed frames before the run's first record.
+        self.offset_shift = self.run.start - (self.piece.stat().st_size - (self.run.end - self.run.start))
+        at = argv.index("-r") + 1
+        extra = [arg for _, field in _stitch().BUILD_FIELDS for arg in ("-e", field)]
+        with open(self.spool, "wb") as out, open(self.errors, "wb") as err:
+            self.proc = subprocess.Popen([*argv[:at], str(self.piece), *argv[at + 1:], *extra],
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+
+    def wait(self) -> list[str]:
+        """tshark's end; its messages (a failed pass: SystemExit)."""
+        self.proc.wait()
+        self.piece.unlink(missing_ok=True)
+        messages = [x for x in _tail(self.errors).splitlines() if x and not x.startswith("Running as user")]
+        failure = _failure(self.proc.returncode, 1, messages, [])
+        if failure is not None:
+            raise SystemExit(failure)
+        return messages
+
+    def parse(self, sink: _Sink, unaligned: dict[str, list[int]], stitching: Any) -> None:
+        stitching.begin(self.k, self.run.first, self.offset_shift, [number for number, _ in self.replayed])
+        bad_rows: list[str] = []
+        with open(self.spool, "rb") as rows:
+            frames = _write_rows(rows, sink, bad_rows, unaligned, stitching)
+        if bad_rows or frames != self.run.packets + len(self.replayed):
+            raise SystemExit(_failure(0, frames, [], bad_rows) or
+                             f"tshark read {frames} frames of chunk {self.k}, which holds "
+                             f"{self.run.packets + len(self.replayed)}")
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for path in (self.piece, self.spool, self.errors):
+            path.unlink(missing_ok=True)
+
+
 def _chunked(argv: list[str], plan: Any, sink: _Sink, unaligned: dict[str, list[int]], partial: Path,
              chunked: dict[str, Any]) -> list[str]:
-    """One pass per run of records, each of a file of its own (header, first packet, the run), renumbered
-    into one capture's rows (stitch.py)."""
-    from diagd.actors.pcap.index import narrow
-
-    capture, found, runs = plan
+    """One pass per run of records, each of a file of its own (header, replayed frames, the run),
+    renumbered into one capture's rows (stitch.py). The next chunk's pass starts before this one's rows
+    are parsed, with the setup frames known then; if this chunk holds more, it is read again."""
+    _, _, runs = plan
     stitching = _stitch().Stitcher()
-    messages: list[str] = []
-    extra = [arg for _, field in _stitch().BUILD_FIELDS for arg in ("-e", field)]
     limit = _stitch().REPLAYED
-    for k, run in enumerate(runs):
-        piece = partial / f"chunk-{k}.pcap"
+    messages: list[str] = []
+
+    def start(k: int) -> tuple[Any, int]:
         # Ahead of a chunk after the first: the capture's first frame and the frames that set up others'
         # conversations (stitch.py), by their offsets in the capture.
         replayed = [(1, runs[0].start)] + [x for x in stitching.replay(limit) if x[0] != 1] if k else []
-        narrow.write_chunk(capture, found, run, [offset for _, offset in replayed], piece)
-        try:
-            # The chunk's file holds the header and the replayed frames before the run's first record.
-            ahead = piece.stat().st_size - (run.end - run.start)
-            stitching.begin(k, run.first, run.start - ahead, [number for number, _ in replayed])
-            at = argv.index("-r") + 1
-            messages += _pass([*argv[:at], str(piece), *argv[at + 1:], *extra], sink, unaligned, stitching)
-        finally:
-            piece.unlink(missing_ok=True)
+        return _ChunkPass(k, argv, plan, replayed, partial), len(stitching.setups)
+
+    running: list[tuple[Any, int]] = [start(0)]
+    reread = 0
+    try:
+        for k in range(len(runs)):
+            current, setups_known = running.pop()
+            messages += current.wait()
+            if setups_known != len(stitching.setups):  # the chunk before set up conversations this one missed
+                current.close()
+                current, _ = start(k)
+                messages += current.wait()
+                reread += 1
+            if k + 1 < len(runs):
+                running.append(start(k + 1))
+            current.parse(sink, unaligned, stitching)
+    finally:
+        for waiting, _ in running:
+            waiting.close()
     chunked["chunks"] = [[run.first + 1, run.packets] for run in runs]
+    chunked["reread"] = reread
     chunked["fragments"] = stitching.fragments
     chunked["icmp"] = stitching.icmp_seams()
     # Setup frames not replayed (beyond the limit): conversations they set up may read otherwise after them.
@@ -261,10 +326,10 @@ def _chunked(argv: list[str], plan: Any, sink: _Sink, unaligned: dict[str, list[
     return messages
 
 
-def _write_rows(proc: subprocess.Popen[bytes], sink: _Sink, bad_rows: list[str], unaligned: dict[str, list[int]],
+def _write_rows(source: Any, sink: _Sink, bad_rows: list[str], unaligned: dict[str, list[int]],
                 stitching: Any) -> int:
-    """tshark's rows, block by block, into `sink`; how many frames. A row with more or fewer cells than
-    columns is noted in `bad_rows` and ends the reading."""
+    """tshark's rows read from `source` (its output), block by block, into `sink`; how many frames. A
+    row with more or fewer cells than columns is noted in `bad_rows` and ends the reading."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as csv
@@ -289,11 +354,10 @@ def _write_rows(proc: subprocess.Popen[bytes], sink: _Sink, bad_rows: list[str],
             cells = pc.split_pattern(cells, tables.AGGREGATOR)
         return cells.cast(sink.types[name])
 
-    assert proc.stdout is not None
     frames = 0
     try:
         reader = csv.open_csv(
-            proc.stdout,
+            source,
             read_options=csv.ReadOptions(column_names=names, block_size=BLOCK_BYTES),
             parse_options=csv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
                                            escape_char=False, newlines_in_values=False,
@@ -309,11 +373,9 @@ def _write_rows(proc: subprocess.Popen[bytes], sink: _Sink, bad_rows: list[str],
             occurrences: list[int] = []
             rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["rel_ns"],
                                             got["expert_severities"], {c: got[c] for c in tables.LAYERED},
-                                            unaligned, occurrences))
+                                            unaligned, occurrences, sink.stacks))
             if stitching is not None:
-                extra = {name: pc.split_pattern(batch.column(name), tables.AGGREGATOR).to_pylist()
-                         for name in build_fields}
-                typed_batch, rows = _stitched(stitching, typed_batch, rows, occurrences, extra)
+                typed_batch, rows = _stitched(stitching, typed_batch, rows, occurrences, _build_cells(batch))
             sink.write(typed_batch, rows)
             frames += batch.num_rows
     except pa.ArrowInvalid as exc:
@@ -322,8 +384,30 @@ def _write_rows(proc: subprocess.Popen[bytes], sink: _Sink, bad_rows: list[str],
     return frames
 
 
+def _build_cells(batch: Any) -> dict[str, Any]:
+    """A block's build fields (stitch.BUILD_FIELDS) as the Stitcher reads them: TCP's flags and sequence
+    numbers per frame, and the other fields of the frames that may be IP fragments only (few)."""
+    import pyarrow.compute as pc
+
+    aggregator = _tables().AGGREGATOR
+
+    def split(name: str, rows: Any = None) -> list[Any]:
+        column = batch.column(name) if rows is None else pc.take(batch.column(name), rows)
+        return list(pc.split_pattern(column, aggregator).to_pylist())
+
+    maybe = pc.or_kleene(pc.or_kleene(pc.match_substring(batch.column("ip_mf"), "1"),
+                                      pc.match_substring_regex(batch.column("ip_frag_offset"), "[1-9]")),
+                         pc.is_valid(batch.column("ipv6_more")))
+    rows = pc.indices_nonzero(pc.fill_null(maybe, False))
+    names = [name for name, _ in _stitch().BUILD_FIELDS if not name.startswith("tcp_")]
+    fragments = dict(zip(names, (split(name, rows) for name in names), strict=True))
+    return {"tcp_flags": split("tcp_flags"), "tcp_seq_raw": split("tcp_seq_raw"),
+            "fragments": [(i, {name: fragments[name][j] or [] for name in names})
+                          for j, i in enumerate(rows.to_pylist())]}
+
+
 def _stitched(stitching: Any, batch: Any, rows: list[tuple[Any, ...]], occurrences: list[int],
-              extra: dict[str, list[Any]]) -> tuple[Any, list[tuple[Any, ...]]]:
+              extra: dict[str, Any]) -> tuple[Any, list[tuple[Any, ...]]]:
     """A block of one chunk's pass renumbered as the whole file's (stitch.Stitcher), the replayed first
     frame left out."""
     import pyarrow as pa
@@ -353,7 +437,11 @@ def _stitched(stitching: Any, batch: Any, rows: list[tuple[Any, ...]], occurrenc
         if stream is not None:
             stream = stitching.mapping(row[2], stream)[stream]
         mapped.append((row[0] + shift, *row[1:8], stream, *row[9:]))
-    got = stitched.select(["number", "protocols", "file_off", "ip_src", "ip_dst", "ipv6_src", "ipv6_dst"]).to_pydict()
+    # The frames that set up conversations or carry ICMP (few): a regular expression picks them.
+    marked = pc.indices_nonzero(pc.fill_null(pc.match_substring_regex(stitched.column("protocols"),
+                                                                      _stitch().NOTED_PROTOCOLS), False))
+    got = stitched.select(["number", "protocols", "file_off", "ip_src", "ip_dst", "ipv6_src", "ipv6_dst"]
+                          ).take(marked).to_pydict()
     ends = [(s4[-1], d4[-1]) if s4 and d4 else (s6[-1], d6[-1]) if s6 and d6 else ()
             for s4, d4, s6, d6 in zip(got["ip_src"], got["ip_dst"], got["ipv6_src"], got["ipv6_dst"], strict=True)]
     stitching.see_frames(got["number"], got["protocols"], got["file_off"], ends)

@@ -47,6 +47,8 @@ BUILD_FIELDS = (("tcp_flags", "tcp.flags"), ("tcp_seq_raw", "tcp.seq_raw"),
 SETUP_PROTOCOLS = frozenset({"sdp", "h245", "h225", "rtsp", "ftp", "tftp", "mgcp", "megaco", "skinny", "unistim",
                              "portmap", "msrp", "h248"})
 ICMP_PROTOCOLS = frozenset({"icmp", "icmpv6"})
+# frame.protocols of a frame either notes (Stitcher.see_frames): picks them from a block.
+NOTED_PROTOCOLS = "(^|:)(" + "|".join(sorted(SETUP_PROTOCOLS | ICMP_PROTOCOLS)) + ")(:|$)"
 REPLAYED = 4096  # setup frames replayed ahead of a chunk at most (the latest); more are noted in meta.json
 # Frame numbers Wireshark writes into the Info column: renumbered as the whole file's.
 INFO_NUMBERS = r"(\((?:reply|request) in |\[Reassembled in #|\[TCP Dup ACK )(\d+)"
@@ -174,9 +176,10 @@ class Stitcher:
         return self.setups[-limit:]
 
     def see(self, rows: Sequence[tuple[Any, ...]], occurrences: Sequence[int], first_local: int,
-            cells: dict[str, Sequence[list[Any] | None]]) -> None:
-        """A block's layer rows (tables.LAYER_COLUMNS, this chunk's numbers) and its frames' build fields
-        (BUILD_FIELDS' names, per frame of the block from `first_local`)."""
+            cells: dict[str, Any]) -> None:
+        """A block's layer rows (tables.LAYER_COLUMNS, this chunk's numbers) and its frames' build fields:
+        `tcp_flags` and `tcp_seq_raw` per frame of the block from `first_local`, and `fragments`: (the
+        frame's place in the block, its other BUILD_FIELDS) of the frames that may be IP fragments."""
         for row, k in zip(rows, occurrences, strict=True):
             layer = row[2]
             streams = self.streams.get(layer)
@@ -192,8 +195,8 @@ class Stitcher:
                 flags = _flags(flag_cells[k]) if k < len(flag_cells) else 0
                 seq = int(seq_cells[k]) if k < len(seq_cells) else 0
             streams.see(local, ends, 0 if forward else 1, flags, seq, replayed=self.is_replayed(number))
-        for i in range(len(cells["ip_mf"])):
-            if self._unassembled_fragment({name: cells[name][i] or [] for name, _ in BUILD_FIELDS}):
+        for i, frame in cells["fragments"]:
+            if self._unassembled_fragment(frame):
                 local = first_local + i
                 if not self.is_replayed(local):
                     self.fragments.append(self.number(local))

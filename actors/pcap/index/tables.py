@@ -23,6 +23,7 @@ This module imports nothing of diagd: the builder (build.py, a script of its own
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,30 +98,56 @@ def _doubtful(layers: list[str], severities: list[int]) -> str | None:
     return None
 
 
-def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], length: int, rel: int | None,
-                 severities: list[int] | None = None, occurrences: list[int] | None = None
-                 ) -> tuple[list[tuple[Any, ...]], set[str]]:
-    """One frame's layer rows (LAYER_COLUMNS order) and the protocols whose fields it cannot align;
-    `occurrences` gets, per row, which occurrence of its protocol's fields it was read from."""
+@dataclass(frozen=True)
+class Stack:
+    """What frame_layers reads off a frame.protocols text alone, the same for every frame of that stack."""
+
+    steps: tuple[tuple[int, str, int, bool], ...]  # each tapped layer: depth, name, occurrence, quoted by ICMP
+    counts: tuple[tuple[str, int], ...]  # occurrences of each tapped protocol's fields the stack holds
+    structural: bool  # doubtful whatever the frame's expert items (_doubtful)
+    error_sensitive: bool  # doubtful when the frame has an Error (its last layer a network or transport one)
+    sctp: bool
+
+
+def stack_of(protocols: str) -> Stack:
     layers = protocols.split(":")
-    if rel is None or _doubtful(layers, severities or []) is not None:
-        return [], set(PROTOCOLS)
-    rows: list[tuple[Any, ...]] = []
+    named = [x for x in layers if not x.startswith("_ws.")]
+    last = named[-1] if named else ""
     seen = dict.fromkeys(PROTOCOLS, 0)
-    below: tuple[str, str, str] | None = None  # the nearest network layer: (name, src, dst)
-    broken: set[str] = set()
-    if "sctp" in layers and (max(severities or [0]) >= ERROR_SEVERITY or not cells.get("sctp_chunk_types")):
-        # SCTP queues its tap after its chunks: an error in them (an NGAP dissector's exception) or no
-        # chunk at all, and it does not count the packet.
-        broken.add("sctp")
+    steps: list[tuple[int, str, int, bool]] = []
     quoted = False  # the packet an ICMP error quotes, which no tap counts (right after its ICMP layer)
     for depth, layer in enumerate(layers):
         if layer in ICMP:
             quoted = True
-        if layer not in seen:
-            continue
-        k = seen[layer]
-        seen[layer] += 1
+        if layer in seen:
+            steps.append((depth, layer, seen[layer], quoted))
+            seen[layer] += 1
+    return Stack(tuple(steps), tuple(seen.items()), _doubtful(layers, []) is not None,
+                 last in PROTOCOLS or last.startswith("ipv6."), "sctp" in layers)
+
+
+def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], length: int, rel: int | None,
+                 severities: list[int] | None = None, occurrences: list[int] | None = None,
+                 stacks: dict[str, Stack] | None = None) -> tuple[list[tuple[Any, ...]], set[str]]:
+    """One frame's layer rows (LAYER_COLUMNS order) and the protocols whose fields it cannot align;
+    `occurrences` gets, per row, which occurrence of its protocol's fields it was read from; `stacks`
+    keeps what each frame.protocols text says (stack_of) for the next frames of a build."""
+    stack = stacks.get(protocols) if stacks is not None else None
+    if stack is None:
+        stack = stack_of(protocols)
+        if stacks is not None:
+            stacks[protocols] = stack
+    worst = max(severities or [0])
+    if rel is None or stack.structural or (stack.error_sensitive and worst >= ERROR_SEVERITY):
+        return [], set(PROTOCOLS)
+    rows: list[tuple[Any, ...]] = []
+    below: tuple[str, str, str] | None = None  # the nearest network layer: (name, src, dst)
+    broken: set[str] = set()
+    if stack.sctp and (worst >= ERROR_SEVERITY or not cells.get("sctp_chunk_types")):
+        # SCTP queues its tap after its chunks: an error in them (an NGAP dissector's exception) or no
+        # chunk at all, and it does not count the packet.
+        broken.add("sctp")
+    for depth, layer, k, quoted in stack.steps:
         src_col, dst_col, stream_col = FIELDS[layer]
         srcs, dsts = cells[src_col], cells[dst_col]
         if k >= len(srcs) or k >= len(dsts):
@@ -143,9 +170,10 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
                      int(streams[k]) if stream_col else None, length, rel))
         if occurrences is not None:
             occurrences.append(k)
-    for layer, count in seen.items():
+    for layer, count in stack.counts:
         src_col, dst_col, stream_col = FIELDS[layer]
-        if any(len(cells[c]) != count for c in (src_col, dst_col, stream_col) if c is not None):
+        if len(cells[src_col]) != count or len(cells[dst_col]) != count or (
+                stream_col is not None and len(cells[stream_col]) != count):
             broken.add(layer)
     if broken & set(NETWORK):
         broken |= set(TRANSPORT)  # a transport's ends are its network layer's
@@ -155,15 +183,17 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
 def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], lengths: Sequence[int],
                  times: Sequence[int | None], severities: Sequence[list[int] | None],
                  cells: dict[str, Sequence[list[Any] | None]], unaligned: dict[str, list[int]],
-                 occurrences: list[int] | None = None) -> Iterator[tuple[Any, ...]]:
+                 occurrences: list[int] | None = None, stacks: dict[str, Stack] | None = None
+                 ) -> Iterator[tuple[Any, ...]]:
     """The layer rows of a block of frames; frames that cannot be aligned counted in `unaligned`
-    (per protocol: [how many, the first KEPT_UNALIGNED of them...]); `occurrences` as frame_layers'."""
+    (per protocol: [how many, the first KEPT_UNALIGNED of them...]); `occurrences` and `stacks` as
+    frame_layers'."""
     for i, number in enumerate(numbers):
         stack = protocols[i]
         if not stack:
             continue
         rows, broken = frame_layers(number, stack, {c: cells[c][i] or [] for c in LAYERED}, lengths[i],
-                                    times[i], severities[i], occurrences)
+                                    times[i], severities[i], occurrences, stacks)
         for layer in broken:
             noted = unaligned.setdefault(layer, [0])
             noted[0] += 1
