@@ -145,9 +145,10 @@ def _gtpu_inner_ipv4(data: bytearray, offset: int, caplen: int, linktype: int) -
     return inner if inner + 20 <= end and data[inner] >> 4 == 4 else None
 
 
-def readdress_gtpu(src: Path, dst: Path, salt: int) -> int:
-    """Copy a capture, XORing the second and third bytes of both inner IPv4 addresses of every GTP-U
-    T-PDU with `salt` (16 bits), the inner IPv4 checksum recomputed. Returns how many packets changed.
+def readdress_gtpu(src: Path, dst: Path, salt: int, at: int = 1) -> int:
+    """Copy a capture, XORing two bytes of both inner IPv4 addresses of every GTP-U T-PDU (from byte
+    `at`: the second and third by default) with `salt` (16 bits), the inner IPv4 checksum recomputed.
+    Returns how many packets changed.
     Checksums over the addresses (inner TCP/UDP, outer UDP) are left: tshark does not check them by
     default, as with the SCTP retag."""
     data = bytearray(src.read_bytes())
@@ -158,7 +159,7 @@ def readdress_gtpu(src: Path, dst: Path, salt: int) -> int:
             if ip is None:
                 continue
             for address in (ip + 12, ip + 16):
-                struct.pack_into(">H", data, address + 1, struct.unpack_from(">H", data, address + 1)[0] ^ salt)
+                struct.pack_into(">H", data, address + at, struct.unpack_from(">H", data, address + at)[0] ^ salt)
             _ipv4_header_checksum(data, ip)
             changed += 1
     dst.write_bytes(bytes(data))
@@ -199,6 +200,36 @@ def dense_unit(sources: list[Path], tmp: Path) -> Path:
 
 
 MERGE_BATCH = 200  # mergecap opens every input at once: a 1 GB build merges in batches
+SCALED_RECIPE = 1
+
+
+def build_scaled_capture(base: Path, copies: int, cache: Path) -> tuple[Path, bool]:
+    """`copies` of the dense capture `base` one after the other (path, built now?): each shifted past
+    the end of the one before and, after the first, its inner IPv4 addresses' first octet XORed with
+    0x40 + its place (build_dense_capture's copies differ in the second and third), so no two copies
+    share a UE's flows. For the 10 GB rows: ten copies of the 1 GB capture. Cached."""
+    out = cache / f"{base.stem}-x{copies}-r{SCALED_RECIPE}.pcapng"
+    if out.exists():
+        return out, False
+    span_s = float(re.findall(r"Capture duration:\s+(\S+)", tool_output(["capinfos", "-u", str(base)]))[0])
+    shift_s = math.ceil(span_s) + SHIFT_S
+    with tempfile.TemporaryDirectory(dir=cache, prefix="build-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        parts = []
+        for j in range(copies):
+            log(f"building {out}: copy {j + 1} of {copies}")
+            shifted = tmp / f"shifted_{j}.pcapng"
+            tool_output(["editcap", "-t", str(j * shift_s), str(base), str(shifted)])
+            if j:
+                part = tmp / f"part_{j}.pcapng"
+                readdress_gtpu(shifted, part, (0x40 + j) << 8, at=0)
+                shifted.unlink()
+                shifted = part
+            parts.append(str(shifted))
+        merged = tmp / "merged.pcapng"
+        tool_output(["mergecap", "-a", "-w", str(merged), *parts])
+        os.replace(merged, out)
+    return out, True
 
 
 def build_dense_capture(sources: list[Path], size_mb: float, cache: Path, day: int = 0) -> tuple[Path, bool]:

@@ -65,6 +65,7 @@ class TimelineAnswer(Answered):
     served_by: NotRequired[str]
     total_at_least: NotRequired[int]
     hint: NotRequired[str]
+    note: NotRequired[str]
 
 
 class DetailFrame(TypedDict, total=False):
@@ -273,6 +274,8 @@ class IndexAnswer(Answered):
     """frames, first/last arrival (Unix s), protocols in order of appearance"""
     tables_from_sharkd: NotRequired[dict[str, str]]
     """per protocol whose conversations/endpoints the index does not answer: why (sharkd does)"""
+    chunked: NotRequired[dict[str, Any]]
+    """a capture bigger than index_chunk_mb, read in chunks: how many, their size, its seam frames"""
     error: NotRequired[str]
     """why the build failed"""
     note: NotRequired[str]

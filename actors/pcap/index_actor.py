@@ -350,6 +350,8 @@ class IndexActor(Actor):
         elif stored is not None:
             answer["state"] = "ready"
             answer["summary"] = await self.summary()
+            if (how := query.chunked(stored.meta)) is not None:
+                answer["chunked"] = how
             if deferred := self.tables_from_sharkd():
                 answer["tables_from_sharkd"] = deferred
             self.store.touch(stored.path)
@@ -414,7 +416,27 @@ class IndexActor(Actor):
             total = summary["frames"]
             rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
         self.store.touch(stored.path)
-        return answers.frames(message, Page(total, True, rows, "index"), summary["protocols"], None)
+        seams = await self._seams(stored, [row["number"] for row in rows])
+        for row in rows:
+            if row["number"] in seams:
+                row["provisional"] = query.SEAM_COLUMNS
+        result = answers.frames(message, Page(total, True, rows, "index", rows_exact=not seams),
+                                summary["protocols"], None)
+        if seams:
+            result["note"] = self._seam_note(stored, len(seams))
+        return result
+
+    async def _seams(self, stored: Stored, numbers: list[int]) -> dict[int, str]:
+        """The seam frames among these (a chunked build's: index/stitch.py), with why."""
+        if not stored.meta.get("seam_frames"):
+            return {}
+        return await trio.to_thread.run_sync(query.seams, stored.path, numbers)
+
+    @staticmethod
+    def _seam_note(stored: Stored, listed: int) -> str:
+        how = query.chunked(stored.meta)
+        assert how is not None
+        return query.SEAM_NOTE.format(listed=listed, **how)
 
     async def _matching(self, stored: Stored, where: str) -> Any:
         """The numbers of the frames meeting `where` (query.matching), kept for the next pages of the same
@@ -447,6 +469,12 @@ class IndexActor(Actor):
         table = "conv" if message.kind == "conversations" else "endpoints"
         result: StatsAnswer = {"method": f"index: every {layer} layer of tshark's two-pass read, counted as "
                                          f"tshark -z {table},{layer} counts them", "rows": rows}
+        if (how := query.chunked(stored.meta)) is not None and how["seam_frames"]:
+            result["method"] += (f"; read in {how['chunks']} chunks: a row counting any of the capture's "
+                                 f"{how['seam_frames']} seam frames (a conversation across a chunk's start) says "
+                                 "`provisional` and how many (`seam_frames`): one pass over the whole file may "
+                                 "count them otherwise, or find layers in them (an IP packet reassembled) that "
+                                 "this table lacks; every other row is exact")
         if not rows:
             present = layer in (await self.summary())["protocols"]
             result["reason"] = (f"every {layer} layer of this capture is inside an ICMP error (what an error "
@@ -481,6 +509,14 @@ class IndexActor(Actor):
             rows = sorted(rows, key=lambda r: sort_key(r.get(name)))[message.offset:message.offset + message.limit]
         result: TimelineAnswer = {"total": total, "total_exact": True, "rows": rows,
                                   "has_more": message.offset + len(rows) < total, "served_by": "index"}
+        seams = await self._seams(stored, [row["frame.number"] for row in rows if "frame.number" in row])
+        if seams:
+            may_differ = sorted(field for field, col in asked if col.name not in query.PER_FRAME)
+            for row in rows:
+                if row.get("frame.number") in seams and may_differ:
+                    row["provisional"] = may_differ
+            if may_differ:
+                result["note"] = self._seam_note(stored, len(seams))
         if not total:
             result["hint"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
                               else "the capture holds no frames")

@@ -140,6 +140,8 @@ class TimelineReply(Answer):
     """sharkd or tshark (a single pass while sharkd loads)"""
     hint: NotRequired[str]
     """why nothing matched, and what would"""
+    note: NotRequired[str]
+    """why rows list `provisional` fields (a chunked index's seam frames)"""
     fields_resolved: NotRequired[dict[str, str]]
     """each asked name -> the field used"""
     limit: NotRequired[int]

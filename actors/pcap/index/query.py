@@ -14,6 +14,7 @@ from typing import Any
 
 from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import PACKET_LIST, Column
+from diagd.actors.pcap.index.stitch import SEAMS_FILE
 from diagd.actors.pcap.index.tables import CONVERSATIONS_FILE, ENDPOINTS_FILE, quoted, seconds
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -108,29 +109,42 @@ def conversations(index: Path, layer: str) -> list[dict[str, Any]]:
     with _connect() as con:
         got = con.execute(
             f"SELECT net, a_addr, a_port, b_addr, b_port, frames, bytes, a_to_b_frames, a_to_b_bytes, "
-            f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns FROM {_table(index, CONVERSATIONS_FILE)} "
-            "WHERE layer = ? ORDER BY bytes DESC, frames DESC, first", [layer]).fetchall()
+            f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns, {_seam_frames(index, CONVERSATIONS_FILE)} "
+            f"FROM {_table(index, CONVERSATIONS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first",
+            [layer]).fetchall()
     rows = []
-    for net, a, a_port, b, b_port, frames, size, ab_f, ab_b, ba_f, ba_b, start, stop in got:
+    for net, a, a_port, b, b_port, frames, size, ab_f, ab_b, ba_f, ba_b, start, stop, seams in got:
         first_s, last_s = seconds(start), seconds(stop)
         rows.append({"a": _endpoint(a, a_port), "b": _endpoint(b, b_port), "frames": frames, "bytes": int(size),
                      "a_to_b_frames": ab_f, "a_to_b_bytes": int(ab_b), "b_to_a_frames": ba_f,
                      "b_to_a_bytes": int(ba_b), "rel_start_s": first_s, "duration_s": round(last_s - first_s, 9),
-                     "filter": _filter(net, layer, [(a, a_port), (b, b_port)])})
+                     "filter": _filter(net, layer, [(a, a_port), (b, b_port)])} | _provisional(seams))
     return rows
+
+
+def _seam_frames(index: Path, name: str) -> str:
+    """The table's seam_frames column, or 0 in an index built before it had one."""
+    with _connect() as con:
+        names = [row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {_table(index, name)}").fetchall()]
+    return "seam_frames" if "seam_frames" in names else "0"
+
+
+def _provisional(seams: int) -> dict[str, Any]:
+    return {"seam_frames": seams, "provisional": True} if seams else {}
 
 
 def endpoints(index: Path, layer: str) -> list[dict[str, Any]]:
     """The `layer` endpoints, as the endpoint tap lists them (by bytes, then frames; ties as first seen)."""
     with _connect() as con:
         got = con.execute(
-            f"SELECT net, addr, port, frames, bytes, tx_frames, tx_bytes, rx_frames, rx_bytes "
+            f"SELECT net, addr, port, frames, bytes, tx_frames, tx_bytes, rx_frames, rx_bytes, "
+            f"{_seam_frames(index, ENDPOINTS_FILE)} "
             f"FROM {_table(index, ENDPOINTS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first",
             [layer]).fetchall()
     return [{"address": _endpoint(addr, port), "frames": frames, "bytes": int(size), "tx_frames": tx_f,
              "tx_bytes": int(tx_b), "rx_frames": rx_f, "rx_bytes": int(rx_b),
-             "filter": _filter(net, layer, [(addr, port)])}
-            for net, addr, port, frames, size, tx_f, tx_b, rx_f, rx_b in got]
+             "filter": _filter(net, layer, [(addr, port)])} | _provisional(seams)
+            for net, addr, port, frames, size, tx_f, tx_b, rx_f, rx_b, seams in got]
 
 
 def _cell(col: Column, value: Any) -> Any:
@@ -251,3 +265,37 @@ def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, in
                           f"OR len(list_intersect({_PAIRS}, ?)) > 0 OR len({_PAIRS}) = 0 ORDER BY number",
                           [[s for s in streams or [] if s is not None], both]).fetchall()
     return [(int(n), int(off)) for n, off in got]
+
+
+def seams(index: Path, numbers: list[int]) -> dict[int, str]:
+    """Which of these frames are seam frames of a chunked build, and why (stitch.py; {}: none, or the
+    index was built in one pass)."""
+    path = index / SEAMS_FILE
+    if not numbers or not path.is_file():
+        return {}
+    with _connect() as con:
+        got = con.execute(f"SELECT number, why FROM {_table(index, SEAMS_FILE)} WHERE number IN "
+                          "(SELECT unnest(?::BIGINT[]))", [numbers]).fetchall()
+    return {int(number): str(why) for number, why in got}
+
+
+def chunked(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """How a chunked build read the capture (None: in one pass), as answers say it."""
+    runs = meta.get("chunks")
+    if not runs:
+        return None
+    return {"chunks": len(runs), "chunk_mb": round((meta.get("chunk_bytes") or 0) / 2**20),
+            "seam_frames": meta.get("seam_frames"), "setups_not_replayed": meta.get("setups_not_replayed") or 0}
+
+
+SEAM_NOTE = ("the capture was indexed in {chunks} chunks of about {chunk_mb} MB (one tshark pass each: its memory "
+             "grows with what it reads); {listed} seam frames: their conversation (or IP packet) has frames in "
+             "another chunk, so the columns each lists in `provisional` may differ from one pass over the whole "
+             "file (a link, reassembly, TCP analysis); every other row is exact")
+
+# The columns of a seam frame that do not depend on other frames (its number, times, lengths, where its
+# record is); the rest may: a packet reassembled only in one pass over the whole file has more layers
+# (addresses, ports, streams), another Source and Destination, Protocol and Info.
+PER_FRAME = frozenset({"number", "time_relative", "length", "time_epoch", "rel_ns", "cap_len", "file_off"})
+# A seam frame's packet-list columns that may differ.
+SEAM_COLUMNS = ["dst", "info", "protocol", "src"]

@@ -52,7 +52,7 @@ NOTED_PROTOCOLS = "(^|:)(" + "|".join(sorted(SETUP_PROTOCOLS | ICMP_PROTOCOLS)) 
 REPLAYED = 4096  # setup frames replayed ahead of a chunk at most (the latest); more are noted in meta.json
 # Frame numbers Wireshark writes into the Info column: renumbered as the whole file's.
 INFO_NUMBERS = r"(\((?:reply|request) in |\[Reassembled in #|\[TCP Dup ACK )(\d+)"
-SEAMS_FILE = "seams.parquet"
+SEAMS_FILE = "seams.parquet"  # tables.SEAMS_FILE
 SEAM_COLUMNS = (("number", "int64", "the frame"),
                 ("why", "string", "tcp, sctp, udp: its conversation has frames in another chunk (not a tunnel's "
                                   "UDP); icmp: its ends exchanged ICMP in another chunk; fragment: an IP fragment "

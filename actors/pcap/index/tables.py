@@ -207,8 +207,10 @@ def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], length
 _TAPS = """
     SELECT *, number * 65536 + depth AS seq,
            src || '/' || coalesce(CAST(src_port AS VARCHAR), '') AS s_end,
-           dst || '/' || coalesce(CAST(dst_port AS VARCHAR), '') AS d_end
+           dst || '/' || coalesce(CAST(dst_port AS VARCHAR), '') AS d_end,
+           number IN (SELECT number FROM {seams}) AS seam
     FROM read_parquet({layers})"""
+SEAMS_FILE = "seams.parquet"  # a chunked build's seam frames (stitch.py): the rows they are in are counted
 
 # One aggregation, no join (memory): a tap call is "forward" when its source end is the lesser end
 # of its conversation; A is the source of the first call, so A-to-B are the calls whose direction is
@@ -222,24 +224,25 @@ g AS (SELECT layer, arg_min(net, seq) AS net, arg_min(src, seq) AS a_addr, arg_m
              count(*) AS frames, sum(length) AS bytes, arg_min(fwd, seq) AS a_fwd,
              count(*) FILTER (WHERE fwd) AS f_frames, coalesce(sum(length) FILTER (WHERE fwd), 0) AS f_bytes,
              count(*) FILTER (WHERE NOT fwd) AS r_frames, coalesce(sum(length) FILTER (WHERE NOT fwd), 0) AS r_bytes,
-             min(rel_ns) AS start_ns, max(rel_ns) AS stop_ns, min(seq) AS first
+             min(rel_ns) AS start_ns, max(rel_ns) AS stop_ns, min(seq) AS first,
+             count(DISTINCT number) FILTER (WHERE seam) AS seam_frames
       FROM k GROUP BY layer, k1, k2, conv_id)
 SELECT layer, net, a_addr, a_port, b_addr, b_port, conv_id, frames, bytes,
        CASE WHEN a_fwd THEN f_frames ELSE r_frames END AS a_to_b_frames,
        CASE WHEN a_fwd THEN f_bytes ELSE r_bytes END AS a_to_b_bytes,
        CASE WHEN a_fwd THEN r_frames ELSE f_frames END AS b_to_a_frames,
        CASE WHEN a_fwd THEN r_bytes ELSE f_bytes END AS b_to_a_bytes,
-       start_ns, stop_ns, first
+       start_ns, stop_ns, first, seam_frames
 FROM g ORDER BY layer, first"""
 
 ENDPOINTS_SQL = """
 WITH t AS ({taps}),
-e AS (SELECT layer, net, src AS addr, src_port AS port, 1 AS tx, length, seq * 2 AS o FROM t
-      UNION ALL SELECT layer, net, dst, dst_port, 0, length, seq * 2 + 1 FROM t)
+e AS (SELECT layer, net, src AS addr, src_port AS port, 1 AS tx, length, seq * 2 AS o, number, seam FROM t
+      UNION ALL SELECT layer, net, dst, dst_port, 0, length, seq * 2 + 1, number, seam FROM t)
 SELECT layer, arg_min(net, o) AS net, addr, port, count(*) AS frames, sum(length) AS bytes,
        count(*) FILTER (WHERE tx = 1) AS tx_frames, coalesce(sum(length) FILTER (WHERE tx = 1), 0) AS tx_bytes,
        count(*) FILTER (WHERE tx = 0) AS rx_frames, coalesce(sum(length) FILTER (WHERE tx = 0), 0) AS rx_bytes,
-       min(o) AS first
+       min(o) AS first, count(DISTINCT number) FILTER (WHERE seam) AS seam_frames
 FROM e GROUP BY layer, addr, port ORDER BY layer, first"""
 
 
@@ -253,7 +256,9 @@ def write_tables(folder: Path, memory_limit: str = "1GB") -> str | None:
     they were). Without them the index still pages and the tables go to sharkd."""
     import duckdb
 
-    taps = _TAPS.format(layers=quoted(folder / LAYERS_FILE))
+    seams = (f"read_parquet({quoted(folder / SEAMS_FILE)})" if (folder / SEAMS_FILE).is_file()
+             else "(SELECT NULL::BIGINT AS number WHERE false)")
+    taps = _TAPS.format(layers=quoted(folder / LAYERS_FILE), seams=seams)
     spill = folder / ".spill"
     try:
         with duckdb.connect(config={"memory_limit": memory_limit, "threads": 2, "temp_directory": str(spill)}) as con:
