@@ -4,6 +4,13 @@ control-plane and user-plane captures of bench/pcap_fresh.py (built once, cached
 Run from the repository root:
 
     .venv/bin/python bench/pcap_index.py [--size-mb 50] [--big-mb 1024 | --no-big] [--planes control,user]
+                                         [--copies 10 | --huge] [--only-copies]
+
+A capture of --copies (10; --huge: 50) copies of the 1 GB user-plane capture (bench/_pcap_tools.py:
+build_scaled_capture) is measured too, its index built in chunks ([pcap] index_chunk_mb). One two-pass
+tshark read of it cannot run here (tshark's memory grows ~2.8 MB a MB of it: ~28 GB for 10 GB): its
+reference (B) is one two-pass read of the 1 GB capture it copies, times the copies (the same frames,
+readdressed); the build reads the same bytes.
 
 Rows, per capture, each on a daemon of its own that has never seen it:
 (B) the build: pcap_index(wait_s) until ready, against one two-pass tshark read of the same file
@@ -36,7 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from _daemon import isolated_daemon
-from _pcap_tools import build_capture, build_dense_capture, dense_sources, diagd_client, log, packet_count, run_cold
+from _pcap_tools import (
+    build_capture,
+    build_dense_capture,
+    build_scaled_capture,
+    dense_sources,
+    diagd_client,
+    log,
+    packet_count,
+    run_cold,
+)
 from _proc import children, rss_mb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -89,28 +105,33 @@ class PeakSampler:
         self._thread.join()
 
 
-async def measure(args: argparse.Namespace, label: str, path: Path) -> list[dict[str, Any]]:
+async def measure(args: argparse.Namespace, label: str, path: Path, copied: tuple[Path, int] | None = None
+                  ) -> list[dict[str, Any]]:
+    """The rows of one capture; `copied`: it is copies of another (that capture, how many): the reference
+    pass reads that one, times the copies."""
     import trio
 
     frames = await trio.to_thread.run_sync(lambda: packet_count(path))
-    log(f"{label}: one two-pass tshark read x{args.cold_repeats}")
-    tshark_s = statistics.median(
-        [(await trio.to_thread.run_sync(lambda: run_cold(["tshark", "-r", str(path), "-n", "-2", "-T", "fields",
+    base, times = copied or (path, 1)
+    repeats = 1 if copied else args.cold_repeats
+    log(f"{label}: one two-pass tshark read of {base.name} x{repeats}")
+    tshark_s = times * statistics.median(
+        [(await trio.to_thread.run_sync(lambda: run_cold(["tshark", "-r", str(base), "-n", "-2", "-T", "fields",
                                                           "-e", "frame.number"]))).wall_s
-         for _ in range(args.cold_repeats)])
+         for _ in range(repeats)])
     dirs = json.dumps([str(args.cache_dir), str(args.pcaps_dir)])
     config = f"[daemon]\nallowed_dirs = {dirs}\ncall_timeout_s = 3600\n"
     offsets = [frames // 2 + (frames // 2 - PAGE) * i // max(1, args.repeats - 1) for i in range(args.repeats)]
     # One state directory for both daemons, outside isolated_daemon's own (removed when its daemon stops).
     state = tempfile.mkdtemp(prefix="diagd-bench-index-state-")
     try:
-        return await _measure(args, label, path, frames, tshark_s, config, offsets, state)
+        return await _measure(args, label, path, frames, tshark_s, config, offsets, state, copied is not None)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
 
 async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int, tshark_s: float, config: str,
-                   offsets: list[int], state: str) -> list[dict[str, Any]]:
+                   offsets: list[int], state: str, copied: bool) -> list[dict[str, Any]]:
     import trio
 
     with isolated_daemon("index", config=config, extra_env={"DIAGD_STATE_DIR": state}) as daemon:
@@ -120,7 +141,8 @@ async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int
             with PeakSampler(daemon.proc.pid) as peak:
                 start = time.perf_counter()
                 while True:
-                    _, built, _ = await client.call("pcap_index", {"pcap_path": str(path), "wait_s": 600})
+                    _, built, _ = await client.call("pcap_index", {"pcap_path": str(path), "wait_s": 600},
+                                                    timeout_s=700)
                     if built["state"] != "building":
                         break
                 build_s = time.perf_counter() - start
@@ -154,8 +176,10 @@ async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int
             restart_conv_s = await conversations(client, path)
     size = await trio.to_thread.run_sync(lambda: path.stat().st_size)
     return [
-        {"row": "B", "capture": label, "what": "build, wall", "diagd_s": round(build_s, 2),
-         "tshark_s": round(tshark_s, 2),
+        {"row": "B", "capture": label, "what": "build, wall" + (" (reference: the copied 1 GB read, times the "
+                                                                 "copies)" if copied else ""),
+         "diagd_s": round(build_s, 2), "tshark_s": round(tshark_s, 2), "chunks": (built.get("chunked") or {}).get(
+             "chunks"), "seam_frames": (built.get("chunked") or {}).get("seam_frames"),
          "ratio": round(build_s / tshark_s, 2), "target": "<= 1.5x one two-pass tshark read",
          "met": build_s <= 1.5 * tshark_s},
         {"row": "M", "capture": label, "what": "peak memory (PSS), daemon + children, while building",
@@ -204,8 +228,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 lambda m=mb: build_dense_capture(dense_sources(), m, args.cache_dir))
             captures.append((f"user {label}", path))
     rows: list[dict[str, Any]] = []
-    for label, path in captures:
+    for label, path in [] if args.only_copies else captures:
         rows += await measure(args, label, path)
+    copies = 50 if args.huge else args.copies
+    if copies and "user" in args.planes:
+        base, _ = await trio.to_thread.run_sync(lambda: build_dense_capture(dense_sources(), 1024, args.cache_dir))
+        scaled, _ = await trio.to_thread.run_sync(lambda: build_scaled_capture(base, copies, args.cache_dir))
+        rows += await measure(args, f"user {copies} GB", scaled, (base, copies))
     return rows
 
 
@@ -221,6 +250,9 @@ def main() -> int:
     parser.add_argument("--cold-repeats", type=int, default=3)
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--pcaps-dir", type=Path, default=PCAPS)
+    parser.add_argument("--copies", type=int, default=10, help="copies of the 1 GB user capture (0: none)")
+    parser.add_argument("--huge", action="store_true", help="50 copies")
+    parser.add_argument("--only-copies", action="store_true", help="measure the copies' capture alone")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = trio.run(run, args)

@@ -30,6 +30,7 @@ This module imports nothing of diagd: the builder (build.py, a script of its own
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,8 @@ BUILD_FIELDS = (("tcp_flags", "tcp.flags"), ("tcp_seq_raw", "tcp.seq_raw"),
 # MSRP; H.245, MGCP, RTSP, Skinny, FTP, TFTP...): their frames are replayed ahead of later chunks.
 SETUP_PROTOCOLS = frozenset({"sdp", "h245", "h225", "rtsp", "ftp", "tftp", "mgcp", "megaco", "skinny", "unistim",
                              "portmap", "msrp", "h248"})
-ICMP_PROTOCOLS = frozenset({"icmp", "icmpv6"})
-# frame.protocols of a frame either notes (Stitcher.see_frames): picks them from a block.
-NOTED_PROTOCOLS = "(^|:)(" + "|".join(sorted(SETUP_PROTOCOLS | ICMP_PROTOCOLS)) + ")(:|$)"
+# frame.protocols of a setup frame (Stitcher.see_setups): picks them from a block.
+SETUP_STACK = "(^|:)(" + "|".join(sorted(SETUP_PROTOCOLS)) + ")(:|$)"
 REPLAYED = 4096  # setup frames replayed ahead of a chunk at most (the latest); more are noted in meta.json
 # Frame numbers Wireshark writes into the Info column: renumbered as the whole file's.
 INFO_NUMBERS = r"(\((?:reply|request) in |\[Reassembled in #|\[TCP Dup ACK )(\d+)"
@@ -59,7 +59,8 @@ SEAM_COLUMNS = (("number", "int64", "the frame"),
                                   "not reassembled in its chunk; doubted: its stream's number"))
 
 
-def _flags(text: str) -> int:
+def _number(text: str) -> int:
+    """A field's number as tshark prints it (hexadecimal for some: tcp.flags)."""
     return int(text, 16) if text.startswith("0x") else int(text)
 
 
@@ -94,15 +95,15 @@ class _Streams:
         if known is None:
             return self._new(ends)
         stream, born = known
-        if ends in self.seen_here:
-            # This pass opened a second conversation of these ends: it saw the rule hold on its own
-            # first segments, which are the whole file's unless the first conversation began before.
-            fresh = self._new(ends)
-            if born < self.chunk:
-                self.doubted.add(fresh)
-            return fresh
         if self._reused(stream, direction, flags, seq):
             return self._new(ends)
+        if ends in self.seen_here:
+            # This pass opened another conversation of these ends where the whole file's would not: its
+            # rule ran on its own first segments, not the whole file's (the conversation began before).
+            if born < self.chunk:
+                self.doubted.add(stream)
+                return stream
+            return self._new(ends)  # begun in this chunk: the same first segments, the same rule
         return stream
 
     def _reused(self, stream: int, direction: int, flags: int, seq: int) -> bool:
@@ -152,9 +153,9 @@ class Stitcher:
         self.offset_shift = 0  # from a record's offset in the chunk's file to its offset in the capture
         self.replayed: list[int] = []  # the frames replayed ahead of this chunk's (their whole file's numbers)
         self.fragments: list[int] = []  # frames (the whole file's numbers) of fragments not reassembled
-        self.setups: list[tuple[int, int]] = []  # (number, file offset) of frames that set up other conversations
-        self.echoes: dict[int, set[int]] = {}  # ICMP ends (hashed) -> the chunks they were seen in
-        self.echo_frames: list[tuple[int, int]] = []  # (number, ICMP ends) of every ICMP frame
+        # (number, file offset) of the latest frames that set up other conversations; how many in all.
+        self.setups: deque[tuple[int, int]] = deque(maxlen=REPLAYED)
+        self.setups_seen = 0
 
     def begin(self, chunk: int, before: int, offset_shift: int, replayed: Sequence[int] = ()) -> None:
         self.chunk, self.before, self.offset_shift, self.replayed = chunk, before, offset_shift, list(replayed)
@@ -170,10 +171,10 @@ class Stitcher:
     def is_replayed(self, local: int) -> bool:
         return local <= len(self.replayed)
 
-    def replay(self, limit: int) -> list[tuple[int, int]]:
-        """The frames to replay ahead of the next chunk: the first (its times) and the last `limit` frames
-        that set up other conversations (SDP: RTP's; so the chunk's pass reads them as the whole file's)."""
-        return self.setups[-limit:]
+    def replay(self) -> list[tuple[int, int]]:
+        """The frames that set up other conversations to replay ahead of the next chunk (SDP: RTP's; so the
+        chunk's pass reads those as the whole file's): the latest REPLAYED."""
+        return list(self.setups)
 
     def see(self, rows: Sequence[tuple[Any, ...]], occurrences: Sequence[int], first_local: int,
             cells: dict[str, Any]) -> None:
@@ -192,7 +193,7 @@ class Stitcher:
             if layer == "tcp":
                 i = number - first_local
                 flag_cells, seq_cells = cells["tcp_flags"][i] or [], cells["tcp_seq_raw"][i] or []
-                flags = _flags(flag_cells[k]) if k < len(flag_cells) else 0
+                flags = _number(flag_cells[k]) if k < len(flag_cells) else 0
                 seq = int(seq_cells[k]) if k < len(seq_cells) else 0
             streams.see(local, ends, 0 if forward else 1, flags, seq, replayed=self.is_replayed(number))
         for i, frame in cells["fragments"]:
@@ -201,27 +202,15 @@ class Stitcher:
                 if not self.is_replayed(local):
                     self.fragments.append(self.number(local))
 
-    def see_frames(self, numbers: Sequence[int], protocols: Sequence[str | None], offsets: Sequence[int],
-                   ends: Sequence[tuple[Any, ...]]) -> None:
-        """A block's frames as the whole file numbers them (the replayed left out): which set up other
-        conversations, which are ICMP (`ends`: each frame's innermost addresses)."""
-        for number, stack, offset, pair in zip(numbers, protocols, offsets, ends, strict=True):
-            layers = set((stack or "").split(":"))
-            if layers & SETUP_PROTOCOLS:
-                self.setups.append((number, offset))
-            if layers & ICMP_PROTOCOLS:
-                key = hash(tuple(sorted(str(x) for x in pair)))
-                self.echoes.setdefault(key, set()).add(self.chunk)
-                self.echo_frames.append((number, key))
-
-    def icmp_seams(self) -> list[int]:
-        """ICMP frames whose ends exchanged ICMP in another chunk too (an echo's reply, an error's)."""
-        return [number for number, key in self.echo_frames if len(self.echoes[key]) > 1]
+    def see_setups(self, numbers: Sequence[int], offsets: Sequence[int]) -> None:
+        """Frames (the whole file's numbers, the replayed left out) that set up other conversations."""
+        self.setups.extend(zip(numbers, offsets, strict=True))
+        self.setups_seen += len(numbers)
 
     @staticmethod
     def _unassembled_fragment(frame: dict[str, list[Any]]) -> bool:
         fragment = (any(_true(str(x)) for x in frame["ip_mf"] + frame["ipv6_more"])
-                    or any(int(x) for x in frame["ip_frag_offset"] + frame["ipv6_frag_offset"]))
+                    or any(_number(str(x)) for x in frame["ip_frag_offset"] + frame["ipv6_frag_offset"]))
         assembled = any(frame[name] for name in ("ip_reassembled_in", "ip_fragment", "ipv6_reassembled_in",
                                                  "ipv6_fragment"))
         return fragment and not assembled
@@ -248,14 +237,21 @@ stateful AS (SELECT l.* FROM l WHERE layer IN ('tcp', 'sctp')
              UNION ALL SELECT l.* FROM l ANTI JOIN tunnels t USING (number, depth) WHERE layer = 'udp'),
 spanning AS (SELECT layer, k1, k2 FROM stateful GROUP BY ALL HAVING min(chunk) < max(chunk)),
 doubted AS (SELECT unnest(?) AS layer, unnest(?) AS stream),
+-- ICMP between the same innermost ends in two chunks (an echo and its reply, an error and what it answers)
+ends AS (SELECT number, CASE WHEN len(ip_src) > 0 THEN ip_src[-1] ELSE ipv6_src[-1] END AS s,
+                CASE WHEN len(ip_src) > 0 THEN ip_dst[-1] ELSE ipv6_dst[-1] END AS d
+         FROM read_parquet({frames}) WHERE regexp_matches(protocols, '(^|:)icmp(v6)?(:|$)')),
+icmp AS (SELECT number, least(s, d) AS k1, greatest(s, d) AS k2, c.first AS chunk
+         FROM ends ASOF JOIN c ON ends.number >= c.first),
 seams AS (SELECT number, layer AS why FROM stateful SEMI JOIN spanning USING (layer, k1, k2)
           UNION ALL SELECT number, 'doubted' FROM l SEMI JOIN doubted USING (layer, stream)
           UNION ALL SELECT unnest(?) AS number, 'fragment'
-          UNION ALL SELECT unnest(?) AS number, 'icmp')
+          UNION ALL SELECT number, 'icmp' FROM icmp SEMI JOIN (SELECT k1, k2 FROM icmp GROUP BY ALL
+                                                              HAVING min(chunk) < max(chunk)) USING (k1, k2))
 SELECT number, min(why) AS why FROM seams GROUP BY number ORDER BY number"""
 
 
-def write_seams(folder: Path, chunked: dict[str, Any], memory_limit: str = "512MB") -> int:
+def write_seams(folder: Path, chunked: dict[str, Any], memory_limit: str = "384MB") -> int:
     """seams.parquet (SEAM_COLUMNS) from the build's layers and what its Stitcher noted; how many frames."""
     import duckdb
 
@@ -268,7 +264,7 @@ def write_seams(folder: Path, chunked: dict[str, Any], memory_limit: str = "512M
             con.execute("PRAGMA disable_progress_bar")
             seams = con.sql(_SEAMS_SQL.format(layers=layers, frames=frames),
                             params=[[first for first, _ in chunked["chunks"]], [x for x, _ in doubted],
-                                    [y for _, y in doubted], chunked["fragments"], chunked["icmp"]]
+                                    [y for _, y in doubted], chunked["fragments"]]
                             ).to_arrow_table()
     finally:
         if spill.exists():

@@ -225,7 +225,7 @@ g AS (SELECT layer, arg_min(net, seq) AS net, arg_min(src, seq) AS a_addr, arg_m
              count(*) FILTER (WHERE fwd) AS f_frames, coalesce(sum(length) FILTER (WHERE fwd), 0) AS f_bytes,
              count(*) FILTER (WHERE NOT fwd) AS r_frames, coalesce(sum(length) FILTER (WHERE NOT fwd), 0) AS r_bytes,
              min(rel_ns) AS start_ns, max(rel_ns) AS stop_ns, min(seq) AS first,
-             count(DISTINCT number) FILTER (WHERE seam) AS seam_frames
+             count(*) FILTER (WHERE seam) AS seam_frames
       FROM k GROUP BY layer, k1, k2, conv_id)
 SELECT layer, net, a_addr, a_port, b_addr, b_port, conv_id, frames, bytes,
        CASE WHEN a_fwd THEN f_frames ELSE r_frames END AS a_to_b_frames,
@@ -242,7 +242,7 @@ e AS (SELECT layer, net, src AS addr, src_port AS port, 1 AS tx, length, seq * 2
 SELECT layer, arg_min(net, o) AS net, addr, port, count(*) AS frames, sum(length) AS bytes,
        count(*) FILTER (WHERE tx = 1) AS tx_frames, coalesce(sum(length) FILTER (WHERE tx = 1), 0) AS tx_bytes,
        count(*) FILTER (WHERE tx = 0) AS rx_frames, coalesce(sum(length) FILTER (WHERE tx = 0), 0) AS rx_bytes,
-       min(o) AS first, count(DISTINCT number) FILTER (WHERE seam) AS seam_frames
+       min(o) AS first, count(*) FILTER (WHERE seam) AS seam_frames
 FROM e GROUP BY layer, addr, port ORDER BY layer, first"""
 
 
@@ -250,7 +250,7 @@ def quoted(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def write_tables(folder: Path, memory_limit: str = "1GB") -> str | None:
+def write_tables(folder: Path, memory_limit: str = "640MB") -> str | None:
     """conversations.parquet and endpoints.parquet from folder/layers.parquet (DuckDB, spilling into the
     build's own folder, never the daemon's working directory); why they could not be written (None:
     they were). Without them the index still pages and the tables go to sharkd."""
