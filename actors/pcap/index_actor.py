@@ -422,9 +422,18 @@ class IndexActor(Actor):
                 row["provisional"] = query.SEAM_COLUMNS
         result = answers.frames(message, Page(total, True, rows, "index", rows_exact=not seams),
                                 summary["protocols"], None)
+        notes = [self._filter_note(stored)] if message.display_filter else []
         if seams:
-            result["note"] = self._seam_note(stored, len(seams))
+            notes.append(self._seam_note(stored, len(seams)))
+        if notes := [n for n in notes if n]:
+            result["note"] = "; ".join(notes)
         return result
+
+    @staticmethod
+    def _filter_note(stored: Stored) -> str | None:
+        """Why a filtered answer of a chunked index with seam frames may differ (None: it may not)."""
+        how = query.chunked(stored.meta)
+        return query.FILTER_SEAM_NOTE.format(**how) if how and how["seam_frames"] else None
 
     async def _seams(self, stored: Stored, numbers: list[int]) -> dict[int, str]:
         """The seam frames among these (a chunked build's: index/stitch.py), with why."""
@@ -517,6 +526,8 @@ class IndexActor(Actor):
                     row["provisional"] = may_differ
             if may_differ:
                 result["note"] = self._seam_note(stored, len(seams))
+        if filter_note := self._filter_note(stored):  # the timeline's own filter (its fields' frames) too
+            result["note"] = "; ".join(x for x in (filter_note, result.get("note")) if x)
         if not total:
             result["hint"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
                               else "the capture holds no frames")

@@ -262,8 +262,9 @@ def _plan(argv: list[str], chunk_bytes: int, chunked: dict[str, Any]) -> Any:
     found = recordwalk.read_layout(capture, any_ticks=True) if recordwalk.available() else None
     runs = recordwalk.chunks(capture, found, chunk_bytes) if found is not None else None
     if runs is None:
-        chunked["not_chunked"] = ("the file's records cannot be split (not a plain pcap or a pcapng of one "
-                                  "section with its interfaces first and only packets after them): read whole")
+        chunked["not_chunked"] = ("the record walk cannot split the file (not a plain pcap or a pcapng of one "
+                                  "section with its interfaces first and only packets after them, or a record "
+                                  "it does not follow): read in one pass")
         return None
     return (capture, found, runs) if len(runs) > 1 else None
 
@@ -352,6 +353,7 @@ def _chunked(argv: list[str], plan: Any, sink: _Sink, unaligned: dict[str, list[
     chunked["chunks"] = [[run.first + 1, run.packets] for run in runs]
     chunked["reread"] = reread
     chunked["fragments"] = stitching.fragments
+    chunked["unsure_from"] = stitching.unsure_from
     # Setup frames not replayed (beyond the limit): conversations they set up may read otherwise after them.
     chunked["setups_not_replayed"] = stitching.setups_seen - len(stitching.setups)
     chunked["doubted"] = {layer: sorted(stitching.doubted(layer)) for layer in ("tcp", "udp")}
@@ -403,11 +405,17 @@ def _write_rows(source: Any, sink: _Sink, bad_rows: list[str], unaligned: dict[s
             got = typed_batch.select(["number", "protocols", "length", "rel_ns", "expert_severities",
                                       *tables.LAYERED]).to_pydict()
             occurrences: list[int] = []
+            hidden: list[tuple[tuple[Any, ...], int]] | None = [] if stitching is not None else None
             rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["rel_ns"],
                                             got["expert_severities"], {c: got[c] for c in tables.LAYERED},
-                                            unaligned, occurrences, sink.stacks))
+                                            unaligned, occurrences, sink.stacks, hidden))
             if stitching is not None:
-                typed_batch, rows = _stitched(stitching, typed_batch, rows, occurrences, _build_cells(batch))
+                # The Stitcher sees every layer with a stream in tree order, the quoted ones too.
+                # (A quoted layer's occurrence is None: what an error quotes sets no sequence numbers.)
+                seen = sorted([*zip(rows, occurrences, strict=True), *((row, None) for row, _ in hidden or [])],
+                              key=lambda x: x[0][:2])
+                typed_batch = _stitched(stitching, typed_batch, seen, _build_cells(batch))
+                rows = _renumbered_rows(stitching, rows)
             sink.write(typed_batch, rows)
             frames += batch.num_rows
     except pa.ArrowInvalid as exc:
@@ -427,7 +435,7 @@ def _build_cells(batch: Any) -> dict[str, Any]:
         column = batch.column(name) if rows is None else pc.take(batch.column(name), rows)
         return list(pc.split_pattern(column, aggregator).to_pylist())
 
-    maybe = pc.or_kleene(pc.or_kleene(pc.match_substring(batch.column("ip_mf"), "1"),
+    maybe = pc.or_kleene(pc.or_kleene(pc.match_substring_regex(batch.column("ip_mf"), "1|True"),
                                       pc.match_substring_regex(batch.column("ip_frag_offset"), "[1-9]")),
                          pc.is_valid(batch.column("ipv6_more")))
     rows = pc.indices_nonzero(pc.fill_null(maybe, False))
@@ -438,16 +446,16 @@ def _build_cells(batch: Any) -> dict[str, Any]:
                           for j, i in enumerate(rows.to_pylist())]}
 
 
-def _stitched(stitching: Any, batch: Any, rows: list[tuple[Any, ...]], occurrences: list[int],
-              extra: dict[str, Any]) -> tuple[Any, list[tuple[Any, ...]]]:
-    """A block of one chunk's pass renumbered as the whole file's (stitch.Stitcher), the replayed first
-    frame left out."""
+def _stitched(stitching: Any, batch: Any, seen: list[tuple[tuple[Any, ...], int | None]],
+              extra: dict[str, Any]) -> Any:
+    """A block of one chunk's pass renumbered as the whole file's (stitch.Stitcher), the replayed frames
+    left out; `seen`: its layers with streams, (row, occurrence), in tree order."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     numbers = batch.column("number")
     first_local = numbers[0].as_py()
-    stitching.see(rows, occurrences, first_local, extra)
+    stitching.see([row for row, _ in seen], [k for _, k in seen], first_local, extra)
     columns = {name: batch.column(name) for name in batch.schema.names}
     kept = max(0, len(stitching.replayed) + 1 - first_local)  # the first row not replayed
     shift = stitching.number(first_local + kept) - (first_local + kept)
@@ -460,7 +468,18 @@ def _stitched(stitching: Any, batch: Any, rows: list[tuple[Any, ...]], occurrenc
         if len(flat):
             mapping = pa.array(stitching.mapping(layer, pc.max(flat).as_py()), pa.int64())
             columns[column] = pa.ListArray.from_arrays(lists.offsets, pc.take(mapping, flat), mask=pc.is_null(lists))
+    stitching.note_unsure(first_local)
     stitched = pa.record_batch(list(columns.values()), schema=batch.schema).slice(kept)
+    # The frames that set up conversations (few): a regular expression picks them.
+    setups = pc.indices_nonzero(pc.fill_null(pc.match_substring_regex(stitched.column("protocols"),
+                                                                      _stitch().SETUP_STACK), False))
+    got = stitched.select(["number", "file_off"]).take(setups).to_pydict()
+    stitching.see_setups(got["number"], got["file_off"])
+    return stitched
+
+
+def _renumbered_rows(stitching: Any, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A block's layer rows (tables.LAYER_COLUMNS) renumbered as the whole file's, the replayed left out."""
     mapped = []
     for row in rows:
         if stitching.is_replayed(row[0]):
@@ -468,13 +487,8 @@ def _stitched(stitching: Any, batch: Any, rows: list[tuple[Any, ...]], occurrenc
         stream = row[8]
         if stream is not None:
             stream = stitching.mapping(row[2], stream)[stream]
-        mapped.append((row[0] + shift, *row[1:8], stream, *row[9:]))
-    # The frames that set up conversations (few): a regular expression picks them.
-    setups = pc.indices_nonzero(pc.fill_null(pc.match_substring_regex(stitched.column("protocols"),
-                                                                      _stitch().SETUP_STACK), False))
-    got = stitched.select(["number", "file_off"]).take(setups).to_pydict()
-    stitching.see_setups(got["number"], got["file_off"])
-    return stitched, mapped
+        mapped.append((stitching.number(row[0]), *row[1:8], stream, *row[9:]))
+    return mapped
 
 
 def _renumbered_info(stitching: Any, info: Any) -> Any:
@@ -489,7 +503,8 @@ def _renumbered_info(stitching: Any, info: Any) -> Any:
         return info
     compiled = re.compile(pattern)
     return pa.array([None if text is None else compiled.sub(
-        lambda m: m.group(1) + str(stitching.number(int(m.group(2)))), text) for text in info.to_pylist()],
+        lambda m: m.group(1) + str(stitching.number(int(m.group(2)))) + m.group(3), text)
+        for text in info.to_pylist()],
         pa.string())
 
 

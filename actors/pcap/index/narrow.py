@@ -13,6 +13,7 @@ Blocking: a worker thread's.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Sequence
@@ -96,14 +97,34 @@ def write_chunk(capture: Path, found: recordwalk.Layout, chunk: recordwalk.Chunk
             for offset in replayed:
                 sink.write(read_record(fd, offset, found.pcapng, ">" if found.big_endian else "<"))
             sink.flush()
-            at, left = chunk.start, chunk.end - chunk.start
-            while left > 0:
-                copied = os.copy_file_range(fd, sink.fileno(), left, at)
-                if copied == 0:
-                    raise Uncuttable(f"the file ends before offset {chunk.end}: it changed")
-                at, left = at + copied, left - copied
+            _copy_range(fd, sink.fileno(), chunk.start, chunk.end)
     except BaseException:
         out.unlink(missing_ok=True)
         raise
     finally:
         os.close(fd)
+
+
+COPY_BLOCK = 1 << 20
+
+
+def _copy_range(source: int, sink: int, start: int, end: int) -> None:
+    """Bytes [start, end) of `source` appended to `sink`: in the kernel where it can (copy_file_range),
+    else read and written (another file system: EXDEV since Linux 5.19; tmpfs, NFS)."""
+    at = start
+    try:
+        while at < end:
+            copied = os.copy_file_range(source, sink, end - at, at)
+            if copied == 0:
+                raise Uncuttable(f"the file ends before offset {end}: it changed")
+            at += copied
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    while at < end:
+        block = os.pread(source, min(COPY_BLOCK, end - at), at)
+        if not block:
+            raise Uncuttable(f"the file ends before offset {end}: it changed")
+        os.write(sink, block)
+        at += len(block)

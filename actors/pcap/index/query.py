@@ -299,3 +299,7 @@ SEAM_NOTE = ("the capture was indexed in {chunks} chunks of about {chunk_mb} MB 
 PER_FRAME = frozenset({"number", "time_relative", "length", "time_epoch", "rel_ns", "cap_len", "file_off"})
 # A seam frame's packet-list columns that may differ.
 SEAM_COLUMNS = ["dst", "info", "protocol", "src"]
+
+FILTER_SEAM_NOTE = ("filtered on an index read in {chunks} chunks: which frames match is decided on their rows, and "
+                    "the capture's {seam_frames} seam frames' rows may differ from one pass over the whole file "
+                    "(their streams, layers, Info): one may match here and not there, or the other way")

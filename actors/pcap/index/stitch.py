@@ -30,12 +30,15 @@ This module imports nothing of diagd: the builder (build.py, a script of its own
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 SYN, ACK = 0x02, 0x10
+NO_BASE = -1
+CHUNKS_MAX = 1 << 20  # chunks of one capture at most (128 MB each: 128 TB)
 # Read by chunked passes only (appended to the index's fields; never stored): TCP's flags and raw sequence
 # numbers (the stream rule above) and whether an IP packet is a fragment and was reassembled in its pass.
 BUILD_FIELDS = (("tcp_flags", "tcp.flags"), ("tcp_seq_raw", "tcp.seq_raw"),
@@ -51,12 +54,15 @@ SETUP_PROTOCOLS = frozenset({"sdp", "h245", "h225", "rtsp", "ftp", "tftp", "mgcp
 SETUP_STACK = "(^|:)(" + "|".join(sorted(SETUP_PROTOCOLS)) + ")(:|$)"
 REPLAYED = 4096  # setup frames replayed ahead of a chunk at most (the latest); more are noted in meta.json
 # Frame numbers Wireshark writes into the Info column: renumbered as the whole file's.
-INFO_NUMBERS = r"(\((?:reply|request) in |\[Reassembled in #|\[TCP Dup ACK )(\d+)"
+INFO_NUMBERS = (r"(\((?:reply|request) in |\((?:Call|Reply) In |\[Reassembled in #|\[RPC (?:retransmission|duplicate) "
+                r"of #|\[TCP Dup ACK )([1-9]\d*)([)\]#])")  # RE2 (Arrow's) too: no lookahead
 SEAMS_FILE = "seams.parquet"  # tables.SEAMS_FILE
 SEAM_COLUMNS = (("number", "int64", "the frame"),
                 ("why", "string", "tcp, sctp, udp: its conversation has frames in another chunk (not a tunnel's "
                                   "UDP); icmp: its ends exchanged ICMP in another chunk; fragment: an IP fragment "
-                                  "not reassembled in its chunk; doubted: its stream's number"))
+                                  "not reassembled in its chunk; arp: after the first chunk (duplicate address "
+                                  "detection); doubted: its stream's number; numbering: a stream after one "
+                                  "numbered without its ends"))
 
 
 def _number(text: str) -> int:
@@ -74,12 +80,16 @@ class _Streams:
     def __init__(self, syn_rule: bool) -> None:
         self.syn_rule = syn_rule
         self.opened = 0
-        self.last: dict[int, tuple[int, int]] = {}  # ends' hash -> (the last stream opened, its chunk)
-        self.bases: dict[int, int] = {}  # stream * 2 + direction -> the first segment's sequence number
+        # Per conversation ever seen (millions in 10 GB), so kept small: ends' hash -> the last stream
+        # opened * CHUNKS_MAX + the chunk it opened in; per stream and way (stream * 2 + direction), the
+        # first segment's sequence number (NO_BASE: none yet), in an array.
+        self.last: dict[int, int] = {}
+        self.bases = array("q")
         self.doubted: set[int] = set()
         self.chunk = 0
         self.local: list[int] = []  # this chunk's stream k -> the whole file's
         self.seen_here: set[int] = set()  # ends this chunk's pass has opened a conversation of
+        self.unsure = False  # a stream was numbered without its ends since the Stitcher last looked
 
     def begin(self, chunk: int) -> None:
         self.chunk, self.local, self.seen_here = chunk, [], set()
@@ -87,14 +97,15 @@ class _Streams:
     def _new(self, ends: int) -> int:
         stream = self.opened
         self.opened += 1
-        self.last[ends] = (stream, self.chunk)
+        self.last[ends] = stream * CHUNKS_MAX + self.chunk
+        self.bases.extend((NO_BASE, NO_BASE))
         return stream
 
     def _open(self, ends: int, direction: int, flags: int, seq: int) -> int:
         known = self.last.get(ends)
         if known is None:
             return self._new(ends)
-        stream, born = known
+        stream, born = divmod(known, CHUNKS_MAX)
         if self._reused(stream, direction, flags, seq):
             return self._new(ends)
         if ends in self.seen_here:
@@ -107,19 +118,17 @@ class _Streams:
         return stream
 
     def _reused(self, stream: int, direction: int, flags: int, seq: int) -> bool:
-        base = self.bases.get(stream * 2 + direction)
-        return self.syn_rule and flags & (SYN | ACK) == SYN and base is not None and seq != base
+        base = self.bases[stream * 2 + direction]
+        return self.syn_rule and flags & (SYN | ACK) == SYN and base != NO_BASE and seq != base
 
     def see(self, local: int, ends: int, direction: int, flags: int, seq: int, replayed: bool) -> None:
         """A layer of this chunk's pass: its stream `local`, its conversation's ends (hashed), which way."""
-        while len(self.local) < local:  # opened by a layer no row shows (an error's quoted packet)
-            self.local.append(self._new(hash(("unseen", self.chunk, len(self.local)))))
-            if self.chunk:
-                self.doubted.add(self.local[-1])
+        while len(self.local) < local:  # opened by a layer no row shows (a frame that cannot be aligned)
+            self._placeholder()
         if len(self.local) == local:
             if replayed:  # the capture's first frame again, ahead of the chunk: its conversation, as it is now
                 known = self.last.get(ends)
-                self.local.append(known[0] if known is not None else self._new(ends))
+                self.local.append(known // CHUNKS_MAX if known is not None else self._new(ends))
             else:
                 self.local.append(self._open(ends, direction, flags, seq))
             self.seen_here.add(ends)
@@ -130,17 +139,28 @@ class _Streams:
         stream = self.local[local]
         if not self.syn_rule:
             return
-        if self._reused(stream, direction, flags, seq) and self.last.get(ends, (stream, 0))[1] < self.chunk:
-            self.doubted.add(stream)  # the whole file's pass would open a new conversation here; this one did not
-        self.bases.setdefault(stream * 2 + direction, seq if flags & SYN else (seq - 1) & 0xFFFFFFFF)
+        if self._reused(stream, direction, flags, seq) and self.last.get(ends, 0) % CHUNKS_MAX < self.chunk:
+            # The whole file's pass would open a new conversation here; this one did not: the rows cannot
+            # say which is which, so both are doubted, and the count goes on as the whole file's.
+            self.doubted.update((stream, self._new(ends)))
+            return
+        if self.bases[stream * 2 + direction] == NO_BASE:
+            self.bases[stream * 2 + direction] = seq if flags & SYN else (seq - 1) & 0xFFFFFFFF
 
     def mapping(self, highest: int) -> list[int]:
         """This chunk's streams 0..highest, numbered as in the whole file."""
         while len(self.local) <= highest:
-            self.local.append(self._new(hash(("unseen", self.chunk, len(self.local)))))
-            if self.chunk:
-                self.doubted.add(self.local[-1])
+            self._placeholder()
         return self.local
+
+    def _placeholder(self) -> None:
+        """A stream this chunk's pass opened on a layer whose ends no row shows: numbered as new. After
+        the first chunk that may be wrong (the whole file's pass may have found it open), and every
+        stream numbered after it with it: `unsure` says so."""
+        self.local.append(self._new(hash(("unseen", self.chunk, len(self.local)))))
+        if self.chunk:
+            self.doubted.add(self.local[-1])
+            self.unsure = True
 
 
 class Stitcher:
@@ -153,6 +173,7 @@ class Stitcher:
         self.offset_shift = 0  # from a record's offset in the chunk's file to its offset in the capture
         self.replayed: list[int] = []  # the frames replayed ahead of this chunk's (their whole file's numbers)
         self.fragments: list[int] = []  # frames (the whole file's numbers) of fragments not reassembled
+        self.unsure_from: int | None = None  # from this frame on, stream numbers may be off (note_unsure)
         # (number, file offset) of the latest frames that set up other conversations; how many in all.
         self.setups: deque[tuple[int, int]] = deque(maxlen=REPLAYED)
         self.setups_seen = 0
@@ -176,7 +197,7 @@ class Stitcher:
         chunk's pass reads those as the whole file's): the latest REPLAYED."""
         return list(self.setups)
 
-    def see(self, rows: Sequence[tuple[Any, ...]], occurrences: Sequence[int], first_local: int,
+    def see(self, rows: Sequence[tuple[Any, ...]], occurrences: Sequence[int | None], first_local: int,
             cells: dict[str, Any]) -> None:
         """A block's layer rows (tables.LAYER_COLUMNS, this chunk's numbers) and its frames' build fields:
         `tcp_flags` and `tcp_seq_raw` per frame of the block from `first_local`, and `fragments`: (the
@@ -190,6 +211,9 @@ class Stitcher:
             forward = (src, sport) <= (dst, dport)
             ends = hash((layer, src, sport, dst, dport) if forward else (layer, dst, dport, src, sport))
             flags = seq = 0
+            if k is None:  # a layer an ICMP error quotes: its stream, never its sequence numbers
+                streams.see(local, ends, 0 if forward else 1, 0, 0, replayed=True)
+                continue
             if layer == "tcp":
                 i = number - first_local
                 flag_cells, seq_cells = cells["tcp_flags"][i] or [], cells["tcp_seq_raw"][i] or []
@@ -217,6 +241,15 @@ class Stitcher:
 
     def mapping(self, layer: str, highest: int) -> list[int]:
         return self.streams[layer].mapping(highest)
+
+    def note_unsure(self, first_local: int) -> None:
+        """After a block: if a stream was numbered without its ends, every stream number from the block's
+        first frame on may be off (seams.parquet: `numbering`)."""
+        for streams in self.streams.values():
+            if streams.unsure:
+                streams.unsure = False
+                at = self.number(max(first_local, len(self.replayed) + 1))
+                self.unsure_from = at if self.unsure_from is None else min(self.unsure_from, at)
 
     def doubted(self, layer: str) -> set[int]:
         return self.streams[layer].doubted
@@ -246,6 +279,11 @@ icmp AS (SELECT number, least(s, d) AS k1, greatest(s, d) AS k2, c.first AS chun
 seams AS (SELECT number, layer AS why FROM stateful SEMI JOIN spanning USING (layer, k1, k2)
           UNION ALL SELECT number, 'doubted' FROM l SEMI JOIN doubted USING (layer, stream)
           UNION ALL SELECT unnest(?) AS number, 'fragment'
+          UNION ALL SELECT number, 'numbering' FROM l WHERE layer IN ('tcp', 'udp') AND number >= ?
+          -- ARP's duplicate address detection (Info) remembers every earlier chunk's ARP frames
+          UNION ALL SELECT number, 'arp' FROM read_parquet({frames})
+                    WHERE number >= (SELECT min(first) FROM c WHERE first > 1)
+                      AND regexp_matches(protocols, '(^|:)arp(:|$)')
           UNION ALL SELECT number, 'icmp' FROM icmp SEMI JOIN (SELECT k1, k2 FROM icmp GROUP BY ALL
                                                               HAVING min(chunk) < max(chunk)) USING (k1, k2))
 SELECT number, min(why) AS why FROM seams GROUP BY number ORDER BY number"""
@@ -264,7 +302,8 @@ def write_seams(folder: Path, chunked: dict[str, Any], memory_limit: str = "384M
             con.execute("PRAGMA disable_progress_bar")
             seams = con.sql(_SEAMS_SQL.format(layers=layers, frames=frames),
                             params=[[first for first, _ in chunked["chunks"]], [x for x, _ in doubted],
-                                    [y for _, y in doubted], chunked["fragments"]]
+                                    [y for _, y in doubted], chunked["fragments"],
+                                    chunked["unsure_from"] or 1 << 62]
                             ).to_arrow_table()
     finally:
         if spill.exists():

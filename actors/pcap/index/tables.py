@@ -128,10 +128,12 @@ def stack_of(protocols: str) -> Stack:
 
 def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], length: int, rel: int | None,
                  severities: list[int] | None = None, occurrences: list[int] | None = None,
-                 stacks: dict[str, Stack] | None = None) -> tuple[list[tuple[Any, ...]], set[str]]:
+                 stacks: dict[str, Stack] | None = None, hidden: list[tuple[tuple[Any, ...], int]] | None = None
+                 ) -> tuple[list[tuple[Any, ...]], set[str]]:
     """One frame's layer rows (LAYER_COLUMNS order) and the protocols whose fields it cannot align;
     `occurrences` gets, per row, which occurrence of its protocol's fields it was read from; `stacks`
-    keeps what each frame.protocols text says (stack_of) for the next frames of a build."""
+    keeps what each frame.protocols text says (stack_of) for the next frames of a build; `hidden` gets
+    the transport layers an ICMP error quotes, no tap's but with stream numbers: (row, occurrence)."""
     stack = stacks.get(protocols) if stacks is not None else None
     if stack is None:
         stack = stack_of(protocols)
@@ -164,10 +166,13 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
         if below is None or (stream_col and k >= len(streams)):
             broken.add(layer)
             continue
+        row = (number, depth, layer, below[0], below[1], below[2], int(srcs[k]), int(dsts[k]),
+               int(streams[k]) if stream_col else None, length, rel)
         if quoted:
+            if hidden is not None:
+                hidden.append((row, k))
             continue
-        rows.append((number, depth, layer, below[0], below[1], below[2], int(srcs[k]), int(dsts[k]),
-                     int(streams[k]) if stream_col else None, length, rel))
+        rows.append(row)
         if occurrences is not None:
             occurrences.append(k)
     for layer, count in stack.counts:
@@ -183,17 +188,17 @@ def frame_layers(number: int, protocols: str, cells: dict[str, list[Any]], lengt
 def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], lengths: Sequence[int],
                  times: Sequence[int | None], severities: Sequence[list[int] | None],
                  cells: dict[str, Sequence[list[Any] | None]], unaligned: dict[str, list[int]],
-                 occurrences: list[int] | None = None, stacks: dict[str, Stack] | None = None
-                 ) -> Iterator[tuple[Any, ...]]:
+                 occurrences: list[int] | None = None, stacks: dict[str, Stack] | None = None,
+                 hidden: list[tuple[tuple[Any, ...], int]] | None = None) -> Iterator[tuple[Any, ...]]:
     """The layer rows of a block of frames; frames that cannot be aligned counted in `unaligned`
     (per protocol: [how many, the first KEPT_UNALIGNED of them...]); `occurrences` and `stacks` as
-    frame_layers'."""
+    frame_layers'; `hidden` too."""
     for i, number in enumerate(numbers):
         stack = protocols[i]
         if not stack:
             continue
         rows, broken = frame_layers(number, stack, {c: cells[c][i] or [] for c in LAYERED}, lengths[i],
-                                    times[i], severities[i], occurrences, stacks)
+                                    times[i], severities[i], occurrences, stacks, hidden)
         for layer in broken:
             noted = unaligned.setdefault(layer, [0])
             noted[0] += 1

@@ -41,6 +41,7 @@ except ImportError:  # built without a C compiler: capinfos answers alone
 DIGITS = {10**6: 6, 10**9: 9}  # the resolutions walked, and the digits capinfos prints for them
 _SHB, _IDB = 0x0A0D0D0A, 1
 _OPT_TSRESOL, _OPT_TSOFFSET = 9, 14
+STOP_END, STOP_CUT_SHORT = 0, 1  # how _recordwalk.walk stopped: at the file's end, in a record cut short
 HEAD_BYTES = 1 << 16  # a pcapng header (section and interface blocks) longer than this is not walked
 LAST_DATE_S = 253402300799  # 9999-12-31 23:59:59: later times do not print as capinfos' dates
 
@@ -168,8 +169,9 @@ class Chunk:
 
 def chunks(path: Path, found: Layout, every: int) -> list[Chunk] | None:
     """The file's records behind the header `found` in runs of about `every` bytes (each ends where a
-    record starts; the last at the file's end), or None when the walk does not reach the file's end (the
-    file cannot be split by its records: read it whole). Blocking: a worker thread's."""
+    record starts; the last at the file's end, with a last record cut short if the file ends in one:
+    tshark reads up to it, as from the whole file), or None when the walk stops at a record it does not
+    follow (the file cannot be split by its records: read it whole). Blocking: a worker thread's."""
     assert _recordwalk is not None and every > 0
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -178,11 +180,12 @@ def chunks(path: Path, found: Layout, every: int) -> list[Chunk] | None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         packets, _, _, end, stop, marks = _recordwalk.walk(fd, found.start, found.pcapng, found.big_endian,
                                                            found.ticks, found.interfaces, every)
+        size = os.fstat(fd).st_size
     finally:
         os.close(fd)
-    if stop != 0 or not packets:
+    if stop not in (STOP_END, STOP_CUT_SHORT) or not packets:
         return None
-    bounds = [*marks, (end, packets)]
+    bounds = [*marks, (size if stop == STOP_CUT_SHORT else end, packets)]
     return [Chunk(start, stop_at, first, following - first)
             for (start, first), (stop_at, following) in itertools.pairwise(bounds)]
 

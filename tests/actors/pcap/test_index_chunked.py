@@ -75,7 +75,7 @@ def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(ca
     assert sum(count for _, count in chunked["chunks"]) == whole["frames"] == chunked["frames"]
     seams = {row["number"]: row["why"] for row in rows(tmp_path / "chunked", stitch.SEAMS_FILE)}
     assert chunked["seam_frames"] == len(seams)
-    assert set(seams.values()) <= {"tcp", "udp", "sctp", "icmp", "fragment", "doubted"}
+    assert set(seams.values()) <= {"tcp", "udp", "sctp", "icmp", "fragment", "arp", "doubted", "numbering"}
 
     one_pass = rows(tmp_path / "whole", FRAMES_FILE)
     stitched = rows(tmp_path / "chunked", FRAMES_FILE)
