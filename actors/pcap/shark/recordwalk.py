@@ -143,17 +143,27 @@ def is_walkable(path: Path) -> bool:
 def walk(path: Path, found: Layout) -> Walked | None:
     """The walk of all the file's records behind the header `found` (blocking: a worker thread's), None
     when the file's header is no longer that one or a record is not one the walk follows."""
+    walked = _walk(path, found, 0)
+    if walked is None:
+        return None
+    packets, first, last, _, stop, _, _ = walked
+    return Walked(packets, first, last) if stop == 0 and packets else None
+
+
+def _walk(path: Path, found: Layout, every: int) -> tuple[int, int, int, int, int, list[tuple[int, int]], int] | None:
+    """_recordwalk.walk over the file behind the header `found` and the file's size, None when the file's
+    header is no longer that one."""
     assert _recordwalk is not None
     fd = os.open(path, os.O_RDONLY)
     try:
         if os.pread(fd, len(found.header), 0) != found.header:
             return None
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        packets, first, last, _, stop, _ = _recordwalk.walk(fd, found.start, found.pcapng, found.big_endian,
-                                                           found.ticks, found.interfaces)
+        packets, first, last, end, stop, marks = _recordwalk.walk(fd, found.start, found.pcapng, found.big_endian,
+                                                                  found.ticks, found.interfaces, every)
+        return packets, first, last, end, stop, marks, os.fstat(fd).st_size
     finally:
         os.close(fd)
-    return Walked(packets, first, last) if stop == 0 and packets else None
 
 
 @dataclass(frozen=True)
@@ -172,17 +182,11 @@ def chunks(path: Path, found: Layout, every: int) -> list[Chunk] | None:
     record starts; the last at the file's end, with a last record cut short if the file ends in one:
     tshark reads up to it, as from the whole file), or None when the walk stops at a record it does not
     follow (the file cannot be split by its records: read it whole). Blocking: a worker thread's."""
-    assert _recordwalk is not None and every > 0
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if os.pread(fd, len(found.header), 0) != found.header:
-            return None
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        packets, _, _, end, stop, marks = _recordwalk.walk(fd, found.start, found.pcapng, found.big_endian,
-                                                           found.ticks, found.interfaces, every)
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
+    assert every > 0
+    walked = _walk(path, found, every)
+    if walked is None:
+        return None
+    packets, _, _, end, stop, marks, size = walked
     if stop not in (STOP_END, STOP_CUT_SHORT) or not packets:
         return None
     bounds = [*marks, (size if stop == STOP_CUT_SHORT else end, packets)]
