@@ -46,14 +46,19 @@ def captures() -> list[Path]:
     return found
 
 
-@pytest.fixture(scope="module")
-def index_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    root = tmp_path_factory.mktemp("indexd")
-    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}"]\ncall_timeout_s = 300\n')
+def corpus_daemon(tmp_path_factory: pytest.TempPathFactory, name: str, config: str = "") -> Iterator[DaemonProcess]:
+    """A daemon allowed the corpus, with `config` added to its own (a module fixture's body)."""
+    root = tmp_path_factory.mktemp(name)
+    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}"]\ncall_timeout_s = 300\n' + config)
     daemon = start_daemon(env)
     yield daemon
     daemon.stop()
     shutil.rmtree(env.runtime, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def index_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    yield from corpus_daemon(tmp_path_factory, "indexd")
 
 
 def epochs(path: Path) -> list[str]:

@@ -6,19 +6,17 @@ sharkd's own tap's; pcap_index says how the capture was read."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonProcess, start_daemon
-from tests.e2e.test_pcap import make_env
+from tests.conftest import DaemonProcess
 from tests.e2e.test_pcap_differential import session
-from tests.e2e.test_pcap_index import TABLES, sharkd_tables
+from tests.e2e.test_pcap_index import TABLES, corpus_daemon, sharkd_tables
 from tests.e2e.test_pcap_oracle import row_of
-from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
+from tests.pcaps import PCAPS, corpus
 from tests.support import pcap_oracle as oracle
 
 CHUNK_MB = 1
@@ -35,13 +33,7 @@ def big_captures() -> list[Path]:
 
 @pytest.fixture(scope="module")
 def chunking_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    root = tmp_path_factory.mktemp("chunkd")
-    env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}"]\ncall_timeout_s = 300\n'
-                         f"[pcap]\nindex_chunk_mb = {CHUNK_MB}\n")
-    daemon = start_daemon(env)
-    yield daemon
-    daemon.stop()
-    shutil.rmtree(env.runtime, ignore_errors=True)
+    yield from corpus_daemon(tmp_path_factory, "chunkd", f"[pcap]\nindex_chunk_mb = {CHUNK_MB}\n")
 
 
 @pytest.mark.parametrize("path", big_captures(), ids=lambda p: p.name)

@@ -109,7 +109,7 @@ def conversations(index: Path, layer: str) -> list[dict[str, Any]]:
     with _connect() as con:
         got = con.execute(
             f"SELECT net, a_addr, a_port, b_addr, b_port, frames, bytes, a_to_b_frames, a_to_b_bytes, "
-            f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns, {_seam_frames(index, CONVERSATIONS_FILE)} "
+            f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns, {_seam_frames(con, index, CONVERSATIONS_FILE)} "
             f"FROM {_table(index, CONVERSATIONS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first",
             [layer]).fetchall()
     rows = []
@@ -122,10 +122,9 @@ def conversations(index: Path, layer: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _seam_frames(index: Path, name: str) -> str:
+def _seam_frames(con: Any, index: Path, name: str) -> str:
     """The table's seam_frames column, or 0 in an index built before it had one."""
-    with _connect() as con:
-        names = [row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {_table(index, name)}").fetchall()]
+    names = [row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {_table(index, name)}").fetchall()]
     return "seam_frames" if "seam_frames" in names else "0"
 
 
@@ -138,7 +137,7 @@ def endpoints(index: Path, layer: str) -> list[dict[str, Any]]:
     with _connect() as con:
         got = con.execute(
             f"SELECT net, addr, port, frames, bytes, tx_frames, tx_bytes, rx_frames, rx_bytes, "
-            f"{_seam_frames(index, ENDPOINTS_FILE)} "
+            f"{_seam_frames(con, index, ENDPOINTS_FILE)} "
             f"FROM {_table(index, ENDPOINTS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first",
             [layer]).fetchall()
     return [{"address": _endpoint(addr, port), "frames": frames, "bytes": int(size), "tx_frames": tx_f,
