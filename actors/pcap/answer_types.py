@@ -223,6 +223,7 @@ class StatsAnswer(Answered):
     method: str
     rows: list[dict[str, Any]]
     reason: NotRequired[str]
+    total: NotRequired[int]  # rows paged where they are kept (IndexStats): how many there are
     # expert
     items: NotRequired[int]
     by_severity: NotRequired[dict[str, int]]

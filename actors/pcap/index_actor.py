@@ -38,7 +38,15 @@ from diagd.actors.pcap.index.ngap_pdus import Decoding
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION, Column, by_field
 from diagd.actors.pcap.index.store import IndexStore, Stored
 from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
-from diagd.actors.pcap.messages import Frames, IndexNgapSessions, IndexPduSessions, IndexStatus, Stats, Timeline
+from diagd.actors.pcap.messages import (
+    Frames,
+    IndexNgapSessions,
+    IndexPduSessions,
+    IndexStats,
+    IndexStatus,
+    Stats,
+    Timeline,
+)
 from diagd.actors.pcap.shark.rows import fields_filter, sort_key
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -49,7 +57,6 @@ PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often 
 RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after it failed
 MATCHES_KEPT = 5_000_000  # frame numbers of one filter kept for its next pages (40 MB at most)
 MATCH_LISTS_KEPT = 4
-TABLES_KEPT = 4  # conversation/endpoint tables kept for their next pages
 MODELS_KEPT = 2  # NGAP models (one per decoding: with and without NAS after NEA0)
 FILTERED_MODELS_KEPT = 4  # NGAP models of filtered frames
 VIEWS_KEPT = 8  # rendered NGAP views (UE contexts, PDU sessions) of those models
@@ -82,7 +89,6 @@ class IndexActor(Actor):
         self.built_here = False
         # Recent answers' material, least recently used first: matching frame numbers, table rows.
         self._matches: dict[tuple[Path, str], Any] = {}
-        self._tables: dict[tuple[Path, str, str], list[dict[str, Any]]] = {}
         # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
         self._models: dict[tuple[Path, str], ngap.Model] = {}
         self._ngap_why: dict[tuple[Path, str], tuple[str, float]] = {}  # why not, until when (Trio clock)
@@ -189,7 +195,7 @@ class IndexActor(Actor):
                 return message.reply(await self._status(request, message.wait_s))
             case Frames() as message:
                 return message.reply(await self._page(message))
-            case Stats() as message:
+            case IndexStats() as message:
                 return message.reply(await self._stats(message))
             case Timeline() as message:
                 return message.reply(await self._timeline(message))
@@ -382,7 +388,7 @@ class IndexActor(Actor):
     async def summary(self) -> IndexSummary:
         assert self.stored is not None
         if self._summary is None:
-            found = await trio.to_thread.run_sync(query.summary, self.stored.path)
+            found = await trio.to_thread.run_sync(query.summary, self.stored.path, self.stored.meta)
             protocols = list(found["protocols"])
             # sharkd's `analyse` names the frame layer first; frame.protocols starts below it.
             self._summary = {"frames": int(found["frames"]), "first_epoch": found["first_epoch"],
@@ -460,20 +466,16 @@ class IndexActor(Actor):
                 self._matches.pop(next(iter(self._matches)))
         return numbers
 
-    async def _stats(self, message: Stats) -> StatsAnswer:
-        """Conversations or endpoints of one protocol, from the tables the build wrote (tables.py)."""
+    async def _stats(self, paged: IndexStats) -> StatsAnswer:
+        """A page of the conversations or endpoints of one protocol, from the tables the build wrote
+        (tables.py), paged in SQL; the answer says how many rows there are (`total`)."""
+        message = paged.question
         stored = self._on_disk()
         if not self.answers(message):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the index holds no {message.kind} of {message.protocol}")
         layer = message.protocol or "ip"
-        key = (stored.path, message.kind, layer)
-        rows = self._tables.pop(key, None)
-        if rows is None:
-            read = query.conversations if message.kind == "conversations" else query.endpoints
-            rows = await trio.to_thread.run_sync(read, stored.path, layer)
-        self._tables[key] = rows  # the tool pages them: the next page needs them again
-        while len(self._tables) > TABLES_KEPT:
-            self._tables.pop(next(iter(self._tables)))
+        read = query.conversations if message.kind == "conversations" else query.endpoints
+        total, rows = await trio.to_thread.run_sync(read, stored.path, layer, paged.offset, paged.limit)
         self.store.touch(stored.path)
         table = "conv" if message.kind == "conversations" else "endpoints"
         result: StatsAnswer = {"method": f"index: every {layer} layer of tshark's two-pass read, counted as "
@@ -484,7 +486,8 @@ class IndexActor(Actor):
                                  "`provisional` and how many (`seam_frames`): one pass over the whole file may "
                                  "count them otherwise, or find layers in them (an IP packet reassembled) that "
                                  "this table lacks; every other row is exact")
-        if not rows:
+        result["total"] = total
+        if not total:
             present = layer in (await self.summary())["protocols"]
             result["reason"] = (f"every {layer} layer of this capture is inside an ICMP error (what an error "
                                 "quotes is not counted)" if present else f"protocol {layer} is not in this capture")

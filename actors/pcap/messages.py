@@ -172,6 +172,16 @@ class Stats(Message[StatsAnswer]):
     interval_ms: int | None
 
 
+@dataclass(frozen=True)
+class IndexStats(Message[StatsAnswer]):
+    """A page of a Stats question's rows from the capture's index, paged where they are kept (a
+    million conversations are never read whole for a page of them); the answer says how many there are."""
+
+    question: Stats
+    offset: int
+    limit: int
+
+
 PcapMessage = (Info | Check | Frames | Timeline | Detail | TextSearch | Follow | PacketList | Export
                | NgapSessions | PduSessions | NgapProcedures | Stats)
 

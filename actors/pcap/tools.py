@@ -33,6 +33,7 @@ from diagd.actors.pcap.messages import (
     Export,
     Follow,
     Frames,
+    IndexStats,
     IndexStatus,
     Info,
     NgapProcedures,
@@ -497,22 +498,23 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Stat
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
     spec = await backend.spec_for(args)
     built_by = None
+    offset, limit = args["offset"], args["limit"]
     if (index := await backend.index_for(spec, message)) is not None:
-        # Conversations and endpoints of a capture of any size, from its index (pcap_index), in ms.
-        result = await backend.runtime.ask(index, message, progress=ctx.progress)
+        # Conversations and endpoints of a capture of any size, from its index (pcap_index), paged there.
+        result = await backend.runtime.ask(index, IndexStats(message, offset, limit), progress=ctx.progress)
+        page, total = result["rows"], result.get("total", 0)
         built_by = backend.index_version(index)
     else:
         result = await backend.ask(ctx, spec, message)
-    rows, offset, limit = result["rows"], args["offset"], args["limit"]
-    page = rows[offset:offset + limit]
+        page, total = result["rows"][offset:offset + limit], len(result["rows"])
     flt = message.display_filter
     answer: _StatsShown = {
-        "kind": message.kind, "protocol": message.protocol, **result, "total": len(rows), "rows": page,
-        "offset": offset, "limit": limit, "has_more": offset + len(page) < len(rows),
+        "kind": message.kind, "protocol": message.protocol, **result, "total": total, "rows": page,
+        "offset": offset, "limit": limit, "has_more": offset + len(page) < total,
         "source": await backend.source(spec, args, display_filter=flt, command=_stats.tap_command(message),
                                        built_by=built_by)}
-    if rows and not page:
-        answer["reason"] = f"offset {offset} is past the last of {len(rows)} rows"
+    if total and not page:
+        answer["reason"] = f"offset {offset} is past the last of {total} rows"
     return answer
 
 

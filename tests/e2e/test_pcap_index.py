@@ -144,6 +144,16 @@ async def test_conversations_and_endpoints_from_the_index_are_wiresharks(index_d
             assert answer["total"] == len(expected) and answer["rows"] == expected, (path.name, kind, layer)
             if not expected:
                 assert answer["reason"] == f"protocol {layer} is not in this capture", answer
+            # Paged where the rows are kept: pages of a third (and one past the end) are the table.
+            step, pages = max(1, len(expected) // 3), []
+            for offset in range(0, len(expected) + step, step):
+                page = await call("pcap_stats", pcap_path=str(path), kind=kind, protocol=layer, offset=offset,
+                                  limit=step, **decode_args(path))
+                assert page["total"] == len(expected) and page["has_more"] == (offset + step < len(expected))
+                pages += page["rows"]
+            assert pages == expected, (path.name, kind, layer)
+            if expected and not deferred:
+                assert page["reason"] == f"offset {offset} is past the last of {len(expected)} rows", page
             if kind == "endpoints":
                 assert {r["address"]: [r["frames"], r["bytes"], r["tx_frames"], r["tx_bytes"], r["rx_frames"],
                                        r["rx_bytes"]] for r in answer["rows"]} == oracle.endpoints(path, layer)

@@ -109,11 +109,14 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
         raise
     frames = sink.frames
     tables_failed = _tables().write_tables(partial)
+    summary = _summary(partial, frames)
     version = subprocess.run([argv[0], "-v"], capture_output=True, text=True, check=False).stdout
     meta = {"schema_version": schema_version, "frames": frames,
             "tshark_version": (version.splitlines() or ["unknown"])[0].strip(),
             "build_s": round(time.monotonic() - started, 3),
             "built_at": time.time(), "tshark_argv": argv, "warnings": messages[-5:],
+            # Times and protocols of the whole capture (tables.summary): a daemon starting reads no frame.
+            "summary": summary,
             "bytes": sum(f.stat().st_size for f in partial.iterdir() if f.suffix == ".parquet"),
             # Frames whose layers' fields could not be aligned, per protocol: its tables are not answered.
             "unaligned": {layer: {"frames": found[0], "first": found[1:]} for layer, found in unaligned.items()},
@@ -132,6 +135,15 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
 def _tables() -> ModuleType:
     """tables.py beside this script, loaded by path (a script of its own imports nothing of diagd)."""
     return _beside("diagd_index_tables", "tables.py")
+
+
+def _summary(partial: Path, frames: int) -> dict[str, Any]:
+    import duckdb
+
+    tables = _tables()
+    with duckdb.connect(config={"memory_limit": "256MB", "threads": 2, "temp_directory": ""}) as con:
+        con.execute("PRAGMA disable_progress_bar")
+        return dict(tables.summary(con, f"read_parquet({tables.quoted(partial / FRAMES_FILE)})", frames))
 
 
 def _release_memory() -> None:

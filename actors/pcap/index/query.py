@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from diagd.actors.pcap.index import tables
 from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import PACKET_LIST, Column
 from diagd.actors.pcap.index.stitch import SEAMS_FILE
@@ -75,18 +76,17 @@ def _paged(con: Any, index: Path, selected: str, where: str, order: str, offset:
     return _of(con, index, selected, numbers)
 
 
-def summary(index: Path) -> dict[str, Any]:
+def summary(index: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """The frame count, first and last arrival time (Unix seconds, tshark's text), and the protocols
-    in the order they first appear (by frame, then layer)."""
-    with _connect() as con:
-        count, first, last = con.execute(
-            f"SELECT count(*), arg_min(time_epoch, number), arg_max(time_epoch, number) FROM {_frames(index)}"
-        ).fetchone() or (0, None, None)
-        protocols = [p for (p,) in con.execute(
-            f"SELECT layer FROM (SELECT number, unnest(string_split(protocols, ':')) AS layer, "
-            f"unnest(range(len(string_split(protocols, ':')))) AS depth FROM {_frames(index)}) "
-            "GROUP BY layer ORDER BY min(number * 4096 + depth)").fetchall()]
-    return {"frames": count, "first_epoch": first, "last_epoch": last, "protocols": protocols}
+    in the order they first appear (by frame, then layer): kept in meta.json by the build; an index
+    built before it kept them reads them from its frames (tables.summary)."""
+    count = int(meta.get("frames") or 0)
+    kept = meta.get("summary")
+    if not isinstance(kept, dict):
+        with _connect() as con:
+            kept = tables.summary(con, _frames(index), count)
+    return {"frames": count, "first_epoch": kept["first_epoch"], "last_epoch": kept["last_epoch"],
+            "protocols": list(kept["protocols"])}
 
 
 def _endpoint(addr: str, port: int | None) -> str:
@@ -103,15 +103,17 @@ def _filter(net: str, layer: str, ends: list[tuple[str, int | None]]) -> str:
     return " && ".join(parts)
 
 
-def conversations(index: Path, layer: str) -> list[dict[str, Any]]:
-    """The `layer` conversations (tables.py), as the conversation tap lists them: by bytes, then
-    frames, most first; ties in the order the tap first saw them."""
+def conversations(index: Path, layer: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many `layer` conversations (tables.py) there are, and rows offset+1..offset+limit of them
+    as the conversation tap lists them: by bytes, then frames, most first; ties in the order the tap
+    first saw them."""
     with _connect() as con:
+        total = _count(con, index, CONVERSATIONS_FILE, layer)
         got = con.execute(
             f"SELECT net, a_addr, a_port, b_addr, b_port, frames, bytes, a_to_b_frames, a_to_b_bytes, "
             f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns, {_seam_frames(con, index, CONVERSATIONS_FILE)} "
-            f"FROM {_table(index, CONVERSATIONS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first",
-            [layer]).fetchall()
+            f"FROM {_table(index, CONVERSATIONS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first "
+            "LIMIT ? OFFSET ?", [layer, limit, offset]).fetchall()
     rows = []
     for net, a, a_port, b, b_port, frames, size, ab_f, ab_b, ba_f, ba_b, start, stop, seams in got:
         first_s, last_s = seconds(start), seconds(stop)
@@ -119,7 +121,12 @@ def conversations(index: Path, layer: str) -> list[dict[str, Any]]:
                      "a_to_b_frames": ab_f, "a_to_b_bytes": int(ab_b), "b_to_a_frames": ba_f,
                      "b_to_a_bytes": int(ba_b), "rel_start_s": first_s, "duration_s": round(last_s - first_s, 9),
                      "filter": _filter(net, layer, [(a, a_port), (b, b_port)])} | _provisional(seams))
-    return rows
+    return total, rows
+
+
+def _count(con: Any, index: Path, name: str, layer: str) -> int:
+    (total,) = con.execute(f"SELECT count(*) FROM {_table(index, name)} WHERE layer = ?", [layer]).fetchone() or (0,)
+    return int(total)
 
 
 def _seam_frames(con: Any, index: Path, name: str) -> str:
@@ -132,18 +139,20 @@ def _provisional(seams: int) -> dict[str, Any]:
     return {"seam_frames": seams, "provisional": True} if seams else {}
 
 
-def endpoints(index: Path, layer: str) -> list[dict[str, Any]]:
-    """The `layer` endpoints, as the endpoint tap lists them (by bytes, then frames; ties as first seen)."""
+def endpoints(index: Path, layer: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many `layer` endpoints there are, and rows offset+1..offset+limit of them as the endpoint
+    tap lists them (by bytes, then frames; ties as first seen)."""
     with _connect() as con:
+        total = _count(con, index, ENDPOINTS_FILE, layer)
         got = con.execute(
             f"SELECT net, addr, port, frames, bytes, tx_frames, tx_bytes, rx_frames, rx_bytes, "
             f"{_seam_frames(con, index, ENDPOINTS_FILE)} "
-            f"FROM {_table(index, ENDPOINTS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first",
-            [layer]).fetchall()
-    return [{"address": _endpoint(addr, port), "frames": frames, "bytes": int(size), "tx_frames": tx_f,
-             "tx_bytes": int(tx_b), "rx_frames": rx_f, "rx_bytes": int(rx_b),
-             "filter": _filter(net, layer, [(addr, port)])} | _provisional(seams)
-            for net, addr, port, frames, size, tx_f, tx_b, rx_f, rx_b, seams in got]
+            f"FROM {_table(index, ENDPOINTS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first "
+            "LIMIT ? OFFSET ?", [layer, limit, offset]).fetchall()
+    return total, [{"address": _endpoint(addr, port), "frames": frames, "bytes": int(size), "tx_frames": tx_f,
+                    "tx_bytes": int(tx_b), "rx_frames": rx_f, "rx_bytes": int(rx_b),
+                    "filter": _filter(net, layer, [(addr, port)])} | _provisional(seams)
+                   for net, addr, port, frames, size, tx_f, tx_b, rx_f, rx_b, seams in got]
 
 
 def _cell(col: Column, value: Any) -> Any:

@@ -255,6 +255,21 @@ def quoted(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
+def summary(con: Any, frames: str, count: int) -> dict[str, Any]:
+    """What pcap_index says of the whole capture from its frames table (`frames`, a FROM clause; `count`
+    frames): the first and last frame's arrival time (Unix seconds, tshark's text) and the protocols in
+    the order they first appear (by frame, then layer). The build keeps it in meta.json (a daemon
+    starting answers without reading the frames); an index from before reads it here, a second a few
+    GB: the distinct layer stacks (a handful) with their first frame, not every frame's layers."""
+    edges = dict(con.execute(f"SELECT number, time_epoch FROM {frames} WHERE number = 1 OR number = ?",
+                             [count]).fetchall())
+    protocols: dict[str, None] = {}
+    for (stack,) in con.execute(f"SELECT protocols FROM {frames} WHERE protocols IS NOT NULL "
+                                "GROUP BY protocols ORDER BY min(number)").fetchall():
+        protocols.update(dict.fromkeys(stack.split(":")))
+    return {"first_epoch": edges.get(1), "last_epoch": edges.get(count), "protocols": list(protocols)}
+
+
 def write_tables(folder: Path, memory_limit: str = "640MB") -> str | None:
     """conversations.parquet and endpoints.parquet from folder/layers.parquet (DuckDB, spilling into the
     build's own folder, never the daemon's working directory); why they could not be written (None:

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from diagd.actors.pcap.index import stitch
+from diagd.actors.pcap.index import query, stitch
 from diagd.actors.pcap.index.build import FRAMES_FILE, META_FILE, command
 from diagd.actors.pcap.index.schema import COLUMNS
 from diagd.actors.pcap.index.tables import LAYERS_FILE
@@ -92,3 +92,8 @@ def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(ca
         return [tuple(row.values()) for row in rows(folder, LAYERS_FILE) if row["number"] not in seams]
 
     assert layer_rows(tmp_path / "chunked") == layer_rows(tmp_path / "whole")
+    # What the build keeps of the whole capture is what an index without it reads from its frames.
+    for folder, meta in ((tmp_path / "whole", whole), (tmp_path / "chunked", chunked)):
+        assert query.summary(folder, meta) == query.summary(folder, {"frames": meta["frames"]})
+    assert ({k: chunked["summary"][k] for k in ("first_epoch", "last_epoch")}
+            == {k: whole["summary"][k] for k in ("first_epoch", "last_epoch")})
