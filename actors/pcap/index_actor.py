@@ -55,7 +55,9 @@ log = structlog.get_logger("diagd.pcap")
 KIND = "pcap-index"
 PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
 RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after it failed
-MATCHES_KEPT = 5_000_000  # frame numbers of one filter kept for its next pages (40 MB at most)
+# A filter's matches kept for its next pages (query.Matches): the numbers of up to a million frames
+# (8 MB), or, when more match, a count per block of frames (bytes); the last few filters asked.
+MATCHES_KEPT = 1_000_000
 MATCH_LISTS_KEPT = 4
 MODELS_KEPT = 2  # NGAP models (one per decoding: with and without NAS after NEA0)
 FILTERED_MODELS_KEPT = 4  # NGAP models of filtered frames
@@ -88,7 +90,7 @@ class IndexActor(Actor):
         self.failed_at = 0.0
         self.built_here = False
         # Recent answers' material, least recently used first: matching frame numbers, table rows.
-        self._matches: dict[tuple[Path, str], Any] = {}
+        self._matches: dict[tuple[Path, str], query.Matches] = {}
         # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
         self._models: dict[tuple[Path, str], ngap.Model] = {}
         self._ngap_why: dict[tuple[Path, str], tuple[str, float]] = {}  # why not, until when (Trio clock)
@@ -254,7 +256,8 @@ class IndexActor(Actor):
         key = (stored.path, decoding.digest(), display_filter)
         model = self._filtered.pop(key, None)
         if model is None:
-            wanted = set((await self._matching(stored, where)).to_pylist())
+            wanted = await trio.to_thread.run_sync(query.meeting, stored.path, where,
+                                                   sorted({p.frame for p in whole.pdus}))
             model = await trio.to_thread.run_sync(ngap.build_model, [p for p in whole.pdus if p.frame in wanted])
         self._filtered[key] = model
         while len(self._filtered) > FILTERED_MODELS_KEPT:
@@ -414,9 +417,7 @@ class IndexActor(Actor):
         stored = self._on_disk()
         summary = await self.summary()
         if message.display_filter:
-            numbers = await self._matching(stored, where)
-            total = len(numbers)
-            page = numbers[message.offset:message.offset + message.limit].to_pylist()
+            total, page = await self._matched_page(stored, where, message.offset, message.limit)
             rows = await trio.to_thread.run_sync(query.listed, stored.path, page)
         else:
             total = summary["frames"]
@@ -453,18 +454,18 @@ class IndexActor(Actor):
         assert how is not None
         return query.SEAM_NOTE.format(listed=listed, **how)
 
-    async def _matching(self, stored: Stored, where: str) -> Any:
-        """The numbers of the frames meeting `where` (query.matching), kept for the next pages of the same
-        question (a few, each at most MATCHES_KEPT frames: 8 bytes a frame)."""
+    async def _matched_page(self, stored: Stored, where: str, offset: int, limit: int) -> tuple[int, list[int]]:
+        """How many frames meet `where`, and the numbers of matches offset+1..offset+limit; what is
+        learnt of the filter (query.Matches) is kept for its next pages (a few filters, bounded)."""
         key = (stored.path, where)
-        numbers = self._matches.pop(key, None)
-        if numbers is None:
-            numbers = await trio.to_thread.run_sync(query.matching, stored.path, where)
-        if len(numbers) <= MATCHES_KEPT:
-            self._matches[key] = numbers
-            while len(self._matches) > MATCH_LISTS_KEPT:
-                self._matches.pop(next(iter(self._matches)))
-        return numbers
+        matches = self._matches.pop(key, None)
+        if matches is None:
+            matches = await trio.to_thread.run_sync(query.matching, stored.path, where, MATCHES_KEPT)
+        self._matches[key] = matches
+        while len(self._matches) > MATCH_LISTS_KEPT:
+            self._matches.pop(next(iter(self._matches)))
+        page = await trio.to_thread.run_sync(query.matched_page, stored.path, where, matches, offset, limit)
+        return matches.total, page
 
     async def _stats(self, paged: IndexStats) -> StatsAnswer:
         """A page of the conversations or endpoints of one protocol, from the tables the build wrote
@@ -505,9 +506,7 @@ class IndexActor(Actor):
         name = message.sort_by or ""
         by = dict(fields).get(name) if name else None
         if by is None:  # frame order: a page cut from the matching frames' numbers (kept for the next page)
-            numbers = await self._matching(stored, where)
-            total = len(numbers)
-            page = numbers[message.offset:message.offset + message.limit].to_pylist()
+            total, page = await self._matched_page(stored, where, message.offset, message.limit)
             rows = await trio.to_thread.run_sync(query.timeline_rows, stored.path, asked, page)
         else:
             total, rows = await trio.to_thread.run_sync(query.timeline, stored.path, asked, where, message.offset,

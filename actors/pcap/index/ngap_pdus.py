@@ -93,7 +93,7 @@ async def pdus(capture: Path, index: Path, frames: int, decoding: Decoding) -> l
 def _numbers(index: Path, display_filter: str) -> list[int]:
     where = filters.to_sql(display_filter)
     assert where is not None
-    return list(query.matching(index, where).to_pylist())
+    return query.every_match(index, where)
 
 
 async def _read(capture: Path, index: Path, frames: int, decoding: Decoding, expected: dict[str, list[int]]

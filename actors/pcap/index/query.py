@@ -7,8 +7,11 @@ beside the index) and is blocking: the actor runs it in a worker thread. Frame n
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -179,13 +182,78 @@ def sort_order(col: Column) -> str | None:
     return f"{value} NULLS LAST, number"
 
 
-def matching(index: Path, where: str) -> Any:
-    """The numbers of the frames meeting `where`, in frame order (an Arrow array: 8 bytes a frame;
-    slicing it takes no copy): what a page of them is cut from, again and again."""
+BLOCK = 65_536  # frames per block of a dense match's counts (a row group of frames.parquet)
+
+
+@dataclass(frozen=True)
+class Matches:
+    """The frames meeting a condition, kept for the pages of one question: when few, their numbers
+    (an Arrow array: 8 bytes a frame; a page is a slice); when many, how many fall in each block of
+    BLOCK frames (a few bytes a block, whatever matches): a page is then read from the blocks holding it."""
+
+    total: int
+    numbers: Any = None
+    blocks: tuple[int, ...] = ()  # the blocks holding matches, in order (numbers None)
+    before: tuple[int, ...] = ()  # matches before each of those blocks
+
+    def window(self, offset: int, limit: int) -> tuple[int, int, int] | None:
+        """The frame numbers lo..hi holding matches offset+1..offset+limit, and how many matches in
+        lo..hi come before them; None: past the last match."""
+        if offset >= self.total or limit <= 0:
+            return None
+        first = bisect.bisect_right(self.before, offset) - 1
+        last = bisect.bisect_left(self.before, offset + limit) - 1
+        return self.blocks[first] * BLOCK + 1, (self.blocks[last] + 1) * BLOCK, offset - self.before[first]
+
+
+def matching(index: Path, where: str, kept: int) -> Matches:
+    """The frames meeting `where`: their numbers when at most `kept` match, else their count per block
+    (one pass over the index each way; at most kept + 1 numbers are ever held)."""
+    import pyarrow.compute as pc
+
     with _connect() as con:
         # A relation, not a DB-API result: its Arrow table is the rows themselves, not a copy of them.
-        return con.sql(f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY number"
-                       ).to_arrow_table().column(0).combine_chunks()
+        numbers = con.sql(f"SELECT number FROM {_frames(index)} WHERE {where} LIMIT {int(kept) + 1}"
+                          ).to_arrow_table().column(0).combine_chunks()
+        if len(numbers) <= kept:
+            # In frame order (a scan without ORDER BY may yield its row groups in any order).
+            return Matches(len(numbers), numbers=pc.take(numbers, pc.sort_indices(numbers)))
+        got = con.execute(f"SELECT (number - 1) // {BLOCK} AS block, count(*) FROM {_frames(index)} "
+                          f"WHERE {where} GROUP BY block ORDER BY block").fetchall()
+    before = list(itertools.accumulate((int(n) for _, n in got), initial=0))
+    return Matches(before[-1], blocks=tuple(int(b) for b, _ in got), before=tuple(before[:-1]))
+
+
+def every_match(index: Path, where: str) -> list[int]:
+    """The numbers of every frame meeting `where`, in frame order (for a caller that needs them all)."""
+    with _connect() as con:
+        return [int(n) for (n,) in con.execute(
+            f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY number").fetchall()]
+
+
+def matched_page(index: Path, where: str, matches: Matches, offset: int, limit: int) -> list[int]:
+    """The numbers of matches offset+1..offset+limit, in frame order."""
+    if matches.numbers is not None:
+        return list(matches.numbers[offset:offset + limit].to_pylist())
+    window = matches.window(offset, limit)
+    if window is None:
+        return []
+    lo, hi, skip = window
+    with _connect() as con:
+        return [int(n) for (n,) in con.execute(
+            f"SELECT number FROM {_frames(index)} WHERE ({where}) AND number BETWEEN ? AND ? ORDER BY number "
+            f"LIMIT {int(limit)} OFFSET {int(skip)}", [lo, hi]).fetchall()]
+
+
+def meeting(index: Path, where: str, numbers: list[int]) -> set[int]:
+    """Which of these frames meet `where`."""
+    if not numbers:
+        return set()
+    with _connect() as con:
+        return {int(n) for (n,) in con.execute(
+            f"SELECT number FROM {_frames(index)} WHERE number BETWEEN ? AND ? "
+            f"AND number IN (SELECT unnest(?::BIGINT[])) AND ({where})",
+            [min(numbers), max(numbers), numbers]).fetchall()}
 
 
 def listed(index: Path, numbers: list[int]) -> list[dict[str, Any]]:

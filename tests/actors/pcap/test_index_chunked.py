@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from diagd.actors.pcap.index import query, stitch
+from diagd.actors.pcap.index import filters, query, stitch
 from diagd.actors.pcap.index.build import FRAMES_FILE, META_FILE, command
 from diagd.actors.pcap.index.schema import COLUMNS
 from diagd.actors.pcap.index.tables import LAYERS_FILE
@@ -65,8 +65,8 @@ def rows(folder: Path, name: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("capture", corpus(), ids=lambda p: p.name)
-def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(capture: Path,
-                                                                             tmp_path: Path) -> None:
+def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(capture: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     chunk_bytes = capture.stat().st_size // CHUNKS + 1
     whole = build(capture, tmp_path / "whole", 0)
     chunked = build(capture, tmp_path / "chunked", chunk_bytes)
@@ -97,3 +97,19 @@ def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(ca
         assert query.summary(folder, meta) == query.summary(folder, {"frames": meta["frames"]})
     assert ({k: chunked["summary"][k] for k in ("first_epoch", "last_epoch")}
             == {k: whole["summary"][k] for k in ("first_epoch", "last_epoch")})
+
+    # The pages of a filter's matches, kept as their numbers or (many) as counts per block of frames
+    # (blocks of 7 here), are the frames whose protocols tshark's own text names, page after page.
+    monkeypatch.setattr(query, "BLOCK", 7)
+    for layer in ("ip", "udp", "tcp", "sctp"):
+        where = filters.to_sql(layer)
+        assert where is not None
+        expected = [int(text["frame.number"]) for text in said if layer in text["frame.protocols"].split(":")]
+        for kept in (len(expected), len(expected) - 1):
+            matches = query.matching(tmp_path / "whole", where, kept)
+            assert matches.total == len(expected) and (matches.numbers is None) == (kept < len(expected))
+            step = len(expected) // 9 + 3  # ~10 pages, each across blocks (a page's first block cut)
+            paged = [n for offset in range(0, len(expected) + step, step)
+                     for n in query.matched_page(tmp_path / "whole", where, matches, offset, step)]
+            assert paged == expected, (layer, kept)
+        assert query.every_match(tmp_path / "whole", where) == expected
