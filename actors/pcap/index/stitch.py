@@ -255,27 +255,31 @@ class Stitcher:
         return self.streams[layer].doubted
 
 
+# A conversation spans chunks when a chunk starts after its first frame and at or before its last (no
+# join of every layer row with the chunk it is in). Its ends are hashed (64 bits): two conversations
+# hashed alike are one here, which can only mark more frames, never fewer.
 _SEAMS_SQL = """
 WITH c AS (SELECT unnest(?) AS first),
-l AS (SELECT l.number, l.depth, l.layer, l.stream, c.first AS chunk,
-             least(src || '/' || src_port, dst || '/' || dst_port) AS k1,
-             greatest(src || '/' || src_port, dst || '/' || dst_port) AS k2
-      FROM read_parquet({layers}) l ASOF JOIN c ON l.number >= c.first
-      WHERE l.layer IN ('tcp', 'sctp', 'udp')),
+l AS (SELECT number, depth, layer, stream,
+             least(hash(src, src_port), hash(dst, dst_port)) AS k1,
+             greatest(hash(src, src_port), hash(dst, dst_port)) AS k2
+      FROM read_parquet({layers}) WHERE layer IN ('tcp', 'sctp', 'udp')),
 tunnels AS (SELECT l.number, l.depth FROM read_parquet({layers}) l
             JOIN read_parquet({frames}) f USING (number)
             WHERE l.layer = 'udp' AND string_split(f.protocols, ':')[l.depth + 2] IN ('gtp', 'vxlan', 'geneve')
               AND string_split(f.protocols, ':')[l.depth + 3] IN ('ip', 'ipv6', 'eth')),
 stateful AS (SELECT l.* FROM l WHERE layer IN ('tcp', 'sctp')
              UNION ALL SELECT l.* FROM l ANTI JOIN tunnels t USING (number, depth) WHERE layer = 'udp'),
-spanning AS (SELECT layer, k1, k2 FROM stateful GROUP BY ALL HAVING min(chunk) < max(chunk)),
+spans AS (SELECT layer, k1, k2, min(number) AS lo, max(number) AS hi FROM stateful GROUP BY ALL),
+spanning AS (SELECT DISTINCT layer, k1, k2 FROM spans s JOIN c ON c.first > s.lo AND c.first <= s.hi),
 doubted AS (SELECT unnest(?) AS layer, unnest(?) AS stream),
 -- ICMP between the same innermost ends in two chunks (an echo and its reply, an error and what it answers)
 ends AS (SELECT number, CASE WHEN len(ip_src) > 0 THEN ip_src[-1] ELSE ipv6_src[-1] END AS s,
                 CASE WHEN len(ip_src) > 0 THEN ip_dst[-1] ELSE ipv6_dst[-1] END AS d
          FROM read_parquet({frames}) WHERE regexp_matches(protocols, '(^|:)icmp(v6)?(:|$)')),
-icmp AS (SELECT number, least(s, d) AS k1, greatest(s, d) AS k2, c.first AS chunk
-         FROM ends ASOF JOIN c ON ends.number >= c.first),
+icmp AS (SELECT number, least(s, d) AS k1, greatest(s, d) AS k2 FROM ends),
+icmp_spans AS (SELECT k1, k2, min(number) AS lo, max(number) AS hi FROM icmp GROUP BY ALL),
+icmp_spanning AS (SELECT DISTINCT k1, k2 FROM icmp_spans s JOIN c ON c.first > s.lo AND c.first <= s.hi),
 seams AS (SELECT number, layer AS why FROM stateful SEMI JOIN spanning USING (layer, k1, k2)
           UNION ALL SELECT number, 'doubted' FROM l SEMI JOIN doubted USING (layer, stream)
           UNION ALL SELECT unnest(?) AS number, 'fragment'
@@ -284,8 +288,7 @@ seams AS (SELECT number, layer AS why FROM stateful SEMI JOIN spanning USING (la
           UNION ALL SELECT number, 'arp' FROM read_parquet({frames})
                     WHERE number >= (SELECT min(first) FROM c WHERE first > 1)
                       AND regexp_matches(protocols, '(^|:)arp(:|$)')
-          UNION ALL SELECT number, 'icmp' FROM icmp SEMI JOIN (SELECT k1, k2 FROM icmp GROUP BY ALL
-                                                              HAVING min(chunk) < max(chunk)) USING (k1, k2))
+          UNION ALL SELECT number, 'icmp' FROM icmp SEMI JOIN icmp_spanning USING (k1, k2))
 SELECT number, min(why) AS why FROM seams GROUP BY number ORDER BY number"""
 
 
