@@ -286,6 +286,10 @@ class UeSessionsReply(Answer):
     """failures of no UE context (setup, reset, ...)"""
     ngap_pdus: NotRequired[int]
     """NGAP PDUs read"""
+    offset: NotRequired[int]
+    """ues: from this one"""
+    has_more: NotRequired[bool]
+    """ues: more after this page"""
     served_by: NotRequired[str]
     """the capture's index (the SCTP frames cut from it, read once) or, without it, the loaded capture"""
     reason: NotRequired[str]
@@ -309,6 +313,10 @@ class PduSessionsReply(Answer):
     """the rejected ones"""
     incomplete: NotRequired[list[Any]]
     """the ones with no answer in the capture"""
+    offset: NotRequired[int]
+    """sessions: from this one"""
+    has_more: NotRequired[bool]
+    """sessions: more after this page"""
     served_by: NotRequired[str]
     """the capture's index (the SCTP frames cut from it, read once) or, without it, the loaded capture"""
     reason: NotRequired[str]

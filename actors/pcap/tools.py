@@ -8,9 +8,9 @@ result, error and progress message passes, so a tool added later is masked witho
 from __future__ import annotations
 
 import math
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import replace
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 import trio
 from typing_extensions import TypedDict
@@ -410,7 +410,18 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Extract
 
 INDEX_PROBE_WAIT_S = 2.0  # how long an NGAP answer from the index waits for the SBI probe
 NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True,
-                                                     "description": "decode NAS after NEA0"}}
+                                                     "description": "decode NAS after NEA0"}, **PAGING}
+
+
+def _paged(answer: Mapping[str, Any], key: str, args: Args) -> dict[str, Any]:
+    """An ngap_* answer with one page of its per-UE (or per-session) list, `key`: thousands of UEs are
+    megabytes no agent reads at once; the counts and the other lists stay whole."""
+    items, offset, limit = answer[key], args["offset"], args["limit"]
+    page = items[offset:offset + limit]
+    paged = {**answer, key: page, "offset": offset, "has_more": offset + len(page) < len(items)}
+    if items and not page:
+        paged["reason"] = f"offset {offset} is past the last of {len(items)} {key}"
+    return paged
 
 
 async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
@@ -467,12 +478,12 @@ class _PduSessionsShown(PduSessionsReply):
 async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> UeSessionsReply:
     if args["view"] == "procedures":
         viewed, sbi, source = await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"]))
-        procedures: _ProceduresShown = {**viewed, "source": source}
+        procedures = cast("_ProceduresShown", {**_paged(viewed, "ues", args), "source": source})
         if sbi is not None:
             procedures["warnings"] = [*viewed.get("warnings", []), sbi]
         return procedures
     contexts, sbi, source = await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
-    reply: UeSessionsReply = {**contexts, "source": source}
+    reply = cast("UeSessionsReply", {**_paged(contexts, "ues", args), "source": source})
     if sbi is not None:
         reply["warnings"] = [*contexts.get("warnings", []), sbi]
     return reply
@@ -483,7 +494,7 @@ async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -
             NGAP_PROPS, required=CAPTURE_ONLY)
 async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> PduSessionsReply:
     answer, sbi, source = await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
-    sessions: _PduSessionsShown = {**answer, "source": source}
+    sessions = cast("_PduSessionsShown", {**_paged(answer, "sessions", args), "source": source})
     if sbi is not None:
         sessions["warnings"] = [*answer.get("warnings", []), sbi]
     return sessions

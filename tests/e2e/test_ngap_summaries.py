@@ -185,6 +185,21 @@ async def test_every_corpus_capture_agrees_with_tshark_fields(ngap_daemon: Daemo
     ues, sessions, want = await compare(ngap_daemon, path)
     if not want.ues:  # NGAP, but only non-UE procedures (NGSetup, NGReset ...)
         assert ues["reason"] == "no UE-associated NGAP PDU (only non-UE procedures such as NGSetup)"
+    for tool, key, whole in (("ngap_ue_sessions", "ues", ues), ("ngap_pdu_session_summary", "sessions", sessions)):
+        await assert_paged(ngap_daemon, path, tool, key, whole)
+
+
+async def assert_paged(daemon: DaemonProcess, path: Path, tool: str, key: str, whole: dict[str, Any]) -> None:
+    """Two pages of the per-UE (per-session) list are the whole list, the rest of the answer unchanged."""
+    assert whole["offset"] == 0 and not whole["has_more"], whole
+    items, half = whole[key], len(whole[key]) // 2 + 1
+    first = await call(daemon, tool, pcap_path=str(path), limit=half)
+    second = await call(daemon, tool, pcap_path=str(path), offset=half, limit=half)
+    assert first[key] + second[key] == items and first["has_more"] == (len(items) > half), path.name
+    rest = {k: v for k, v in whole.items() if k not in (key, "offset", "has_more", "reason", "source", "cached")}
+    assert {k: v for k, v in first.items() if k in rest} == rest, path.name
+    if 0 < len(items) <= half:
+        assert second[key] == [] and second["reason"] == f"offset {half} is past the last of {len(items)} {key}"
 
 
 async def test_many_gnbs_reusing_ue_ids_stay_apart(ngap_daemon: DaemonProcess,
