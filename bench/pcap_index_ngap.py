@@ -81,7 +81,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             async with diagd_client(daemon.env) as client:
                 log("pcap_index until ready")
                 start = time.perf_counter()
-                while (await client.call("pcap_index", {**call, "wait_s": 600}))[1]["state"] == "building":
+                index = {"pcap_path": str(path), "wait_s": 600}  # the tools' paging is not pcap_index's
+                while (await client.call("pcap_index", index))[1]["state"] == "building":
                     pass
                 build_s = time.perf_counter() - start
                 start = time.perf_counter()

@@ -420,7 +420,8 @@ def _write_rows(source: Any, sink: _Sink, bad_rows: list[str], unaligned: dict[s
             hidden: list[tuple[tuple[Any, ...], int]] | None = [] if stitching is not None else None
             rows = list(tables.batch_layers(got["number"], got["protocols"], got["length"], got["rel_ns"],
                                             got["expert_severities"], {c: got[c] for c in tables.LAYERED},
-                                            unaligned, occurrences, sink.stacks, hidden))
+                                            unaligned, occurrences, sink.stacks, hidden,
+                                            None if stitching is None else stitching.whole_number))
             if stitching is not None:
                 # The Stitcher sees every layer with a stream in tree order, the quoted ones too.
                 # (A quoted layer's occurrence is None: what an error quotes sets no sequence numbers.)

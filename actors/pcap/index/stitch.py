@@ -192,6 +192,11 @@ class Stitcher:
     def is_replayed(self, local: int) -> bool:
         return local <= len(self.replayed)
 
+    def whole_number(self, local: int) -> int | None:
+        """The whole file's number of this chunk's frame `local`; None for a replayed frame (another
+        chunk's, told of there)."""
+        return None if self.is_replayed(local) else self.number(local)
+
     def replay(self) -> list[tuple[int, int]]:
         """The frames that set up other conversations to replay ahead of the next chunk (SDP: RTP's; so the
         chunk's pass reads those as the whole file's): the latest REPLAYED."""

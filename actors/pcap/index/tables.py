@@ -22,7 +22,7 @@ This module imports nothing of diagd: the builder (build.py, a script of its own
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,22 +189,30 @@ def batch_layers(numbers: Sequence[int], protocols: Sequence[str | None], length
                  times: Sequence[int | None], severities: Sequence[list[int] | None],
                  cells: dict[str, Sequence[list[Any] | None]], unaligned: dict[str, list[int]],
                  occurrences: list[int] | None = None, stacks: dict[str, Stack] | None = None,
-                 hidden: list[tuple[tuple[Any, ...], int]] | None = None) -> Iterator[tuple[Any, ...]]:
+                 hidden: list[tuple[tuple[Any, ...], int]] | None = None,
+                 noted_as: Callable[[int], int | None] | None = None) -> Iterator[tuple[Any, ...]]:
     """The layer rows of a block of frames; frames that cannot be aligned counted in `unaligned`
-    (per protocol: [how many, the first KEPT_UNALIGNED of them...]); `occurrences` and `stacks` as
-    frame_layers'; `hidden` too."""
+    (per protocol: [how many, the first KEPT_UNALIGNED of them...]), by the number `noted_as` gives a
+    frame (a chunk's pass: the whole file's; None: a frame counted in another chunk, not again);
+    `occurrences` and `stacks` as frame_layers'; `hidden` too."""
     for i, number in enumerate(numbers):
         stack = protocols[i]
         if not stack:
             continue
         rows, broken = frame_layers(number, stack, {c: cells[c][i] or [] for c in LAYERED}, lengths[i],
                                     times[i], severities[i], occurrences, stacks, hidden)
-        for layer in broken:
-            noted = unaligned.setdefault(layer, [0])
-            noted[0] += 1
-            if len(noted) <= KEPT_UNALIGNED:
-                noted.append(number)
+        counted = number if noted_as is None else noted_as(number)
+        if counted is not None:
+            _note(unaligned, broken, counted)
         yield from rows
+
+
+def _note(unaligned: dict[str, list[int]], broken: set[str], number: int) -> None:
+    for layer in broken:
+        noted = unaligned.setdefault(layer, [0])
+        noted[0] += 1
+        if len(noted) <= KEPT_UNALIGNED:
+            noted.append(number)
 
 
 # The aggregation (DuckDB, over layers.parquet at the end of a build). `seq` orders tap calls as tshark

@@ -92,6 +92,8 @@ def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(ca
         return [tuple(row.values()) for row in rows(folder, LAYERS_FILE) if row["number"] not in seams]
 
     assert layer_rows(tmp_path / "chunked") == layer_rows(tmp_path / "whole")
+    # Frames whose layers cannot be aligned are counted once, by the whole file's numbers.
+    assert chunked["unaligned"] == whole["unaligned"]
     # What the build keeps of the whole capture is what an index without it reads from its frames.
     for folder, meta in ((tmp_path / "whole", whole), (tmp_path / "chunked", chunked)):
         assert query.summary(folder, meta) == query.summary(folder, {"frames": meta["frames"]})
