@@ -417,8 +417,10 @@ class IndexActor(Actor):
         stored = self._on_disk()
         summary = await self.summary()
         if message.display_filter:
-            total, page = await self._matched_page(stored, where, message.offset, message.limit)
-            rows = await trio.to_thread.run_sync(query.listed, stored.path, page)
+            matches = await self._matches_of(stored, where)
+            total = matches.total
+            rows = await trio.to_thread.run_sync(query.listed_page, stored.path, where, matches, message.offset,
+                                                 message.limit)
         else:
             total = summary["frames"]
             rows = await trio.to_thread.run_sync(query.page, stored.path, message.offset, message.limit)
@@ -454,9 +456,9 @@ class IndexActor(Actor):
         assert how is not None
         return query.SEAM_NOTE.format(listed=listed, **how)
 
-    async def _matched_page(self, stored: Stored, where: str, offset: int, limit: int) -> tuple[int, list[int]]:
-        """How many frames meet `where`, and the numbers of matches offset+1..offset+limit; what is
-        learnt of the filter (query.Matches) is kept for its next pages (a few filters, bounded)."""
+    async def _matches_of(self, stored: Stored, where: str) -> query.Matches:
+        """What is learnt of the frames meeting `where` (query.Matches), kept for the filter's next pages
+        (a few filters, bounded)."""
         key = (stored.path, where)
         matches = self._matches.pop(key, None)
         if matches is None:
@@ -464,8 +466,7 @@ class IndexActor(Actor):
         self._matches[key] = matches
         while len(self._matches) > MATCH_LISTS_KEPT:
             self._matches.pop(next(iter(self._matches)))
-        page = await trio.to_thread.run_sync(query.matched_page, stored.path, where, matches, offset, limit)
-        return matches.total, page
+        return matches
 
     async def _stats(self, paged: IndexStats) -> StatsAnswer:
         """A page of the conversations or endpoints of one protocol, from the tables the build wrote
@@ -506,8 +507,10 @@ class IndexActor(Actor):
         name = message.sort_by or ""
         by = dict(fields).get(name) if name else None
         if by is None:  # frame order: a page cut from the matching frames' numbers (kept for the next page)
-            total, page = await self._matched_page(stored, where, message.offset, message.limit)
-            rows = await trio.to_thread.run_sync(query.timeline_rows, stored.path, asked, page)
+            matches = await self._matches_of(stored, where)
+            total = matches.total
+            rows = await trio.to_thread.run_sync(query.timeline_page, stored.path, asked, where, matches,
+                                                 message.offset, message.limit)
         else:
             total, rows = await trio.to_thread.run_sync(query.timeline, stored.path, asked, where, message.offset,
                                                         message.limit, by, MAX_SORTED_ROWS)

@@ -419,8 +419,9 @@ def _paged(answer: Mapping[str, Any], key: str, args: Args) -> dict[str, Any]:
     items, offset, limit = answer[key], args["offset"], args["limit"]
     page = items[offset:offset + limit]
     paged = {**answer, key: page, "offset": offset, "has_more": offset + len(page) < len(items)}
-    if items and not page:
-        paged["reason"] = f"offset {offset} is past the last of {len(items)} {key}"
+    if items and not page:  # beside what the answer already says (the procedures view: no procedure)
+        past = f"offset {offset} is past the last of {len(items)} {key}"
+        paged["reason"] = "; ".join(x for x in (answer.get("reason"), past) if x)
     return paged
 
 

@@ -610,6 +610,26 @@ def test_ue_procedures_of_a_contexts_answer_are_asked_for_through_the_host(host:
     assert host.fetched() == []
 
 
+def test_ue_procedures_page_on_through_the_host_to_every_ue(host: Host) -> None:
+    """The tool pages its UE contexts: the view says how many it shows of how many, and `more` asks the
+    next page through the host until every UE's bars are drawn, as one answer of them all draws them."""
+    whole = host.client.call("ngap_ue_sessions", {"pcap_path": str(REJECT), "view": "procedures"})
+    ues = whole["structuredContent"]["ues"]
+    assert len(ues) > 1
+    view = host.show("ngap_ue_sessions", {"pcap_path": str(REJECT), "view": "procedures", "limit": 1})
+    view.locator("svg.procedures g.ue").first.wait_for()
+    assert view.locator("#summary").text_content().startswith(f"1 of {len(ues)} UE contexts")
+    for shown in range(2, len(ues) + 1):
+        view.locator("#more").click()
+        view.locator("svg.procedures g.ue").nth(shown - 1).wait_for()
+    assert view.locator("#summary").text_content().startswith(f"{len(ues)} UE contexts")
+    assert view.locator("#more").is_disabled()
+    assert data(view, "svg.procedures g.proc", "ue", "lastFrame") == [
+        (p["ue"], str(p["last_frame"])) for u in ues for p in u["procedures"]]
+    assert host.calls == ["ngap_ue_sessions"] * (len(ues) - 1)
+    assert host.fetched() == []
+
+
 def test_ue_procedures_show_markup_as_text(host: Host) -> None:
     """No field of this reply is a packet's free text (names, ids, causes and rules are the daemon's own or
     Wireshark's value strings): the hostile text is put into a real reply's every string the view shows."""

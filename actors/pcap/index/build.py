@@ -137,13 +137,18 @@ def _tables() -> ModuleType:
     return _beside("diagd_index_tables", "tables.py")
 
 
-def _summary(partial: Path, frames: int) -> dict[str, Any]:
+def _summary(partial: Path, frames: int) -> dict[str, Any] | None:
+    """tables.summary of the frames written; None when DuckDB fails (memory): the index stands, and
+    answers read the summary from its frames (query.summary)."""
     import duckdb
 
     tables = _tables()
-    with duckdb.connect(config={"memory_limit": "256MB", "threads": 2, "temp_directory": ""}) as con:
-        con.execute("PRAGMA disable_progress_bar")
-        return dict(tables.summary(con, f"read_parquet({tables.quoted(partial / FRAMES_FILE)})", frames))
+    try:
+        with duckdb.connect(config={"memory_limit": "256MB", "threads": 2, "temp_directory": ""}) as con:
+            con.execute("PRAGMA disable_progress_bar")
+            return dict(tables.summary(con, f"read_parquet({tables.quoted(partial / FRAMES_FILE)})", frames))
+    except duckdb.Error:
+        return None
 
 
 def _release_memory() -> None:

@@ -112,11 +112,10 @@ def conversations(index: Path, layer: str, offset: int, limit: int) -> tuple[int
     first saw them."""
     with _connect() as con:
         total = _count(con, index, CONVERSATIONS_FILE, layer)
-        got = con.execute(
-            f"SELECT net, a_addr, a_port, b_addr, b_port, frames, bytes, a_to_b_frames, a_to_b_bytes, "
-            f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns, {_seam_frames(con, index, CONVERSATIONS_FILE)} "
-            f"FROM {_table(index, CONVERSATIONS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first "
-            "LIMIT ? OFFSET ?", [layer, limit, offset]).fetchall()
+        got = _table_page(con, index, CONVERSATIONS_FILE, layer, offset, limit,
+                          "net, a_addr, a_port, b_addr, b_port, frames, bytes, a_to_b_frames, a_to_b_bytes, "
+                          f"b_to_a_frames, b_to_a_bytes, start_ns, stop_ns, "
+                          f"{_seam_frames(con, index, CONVERSATIONS_FILE)}")
     rows = []
     for net, a, a_port, b, b_port, frames, size, ab_f, ab_b, ba_f, ba_b, start, stop, seams in got:
         first_s, last_s = seconds(start), seconds(stop)
@@ -125,6 +124,22 @@ def conversations(index: Path, layer: str, offset: int, limit: int) -> tuple[int
                      "b_to_a_bytes": int(ba_b), "rel_start_s": first_s, "duration_s": round(last_s - first_s, 9),
                      "filter": _filter(net, layer, [(a, a_port), (b, b_port)])} | _provisional(seams))
     return total, rows
+
+
+def _table_page(con: Any, index: Path, name: str, layer: str, offset: int, limit: int, selected: str
+                ) -> list[tuple[Any, ...]]:
+    """Rows offset+1..offset+limit of a conversation or endpoint table's `layer` rows in the taps' order
+    (bytes, then frames, most first; ties as first seen: `first` is unique): the keys are ordered first
+    (a deep page holds only them before it, not whole rows), then those rows read, in that order."""
+    firsts = [first for (first,) in con.execute(
+        f"SELECT first FROM {_table(index, name)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first "
+        "LIMIT ? OFFSET ?", [layer, limit, offset]).fetchall()]
+    if not firsts:
+        return []
+    found = {row[0]: row[1:] for row in con.execute(
+        f"SELECT first, {selected} FROM {_table(index, name)} WHERE layer = ? "
+        "AND first IN (SELECT unnest(?::BIGINT[]))", [layer, firsts]).fetchall()}
+    return [found[first] for first in firsts]
 
 
 def _count(con: Any, index: Path, name: str, layer: str) -> int:
@@ -147,11 +162,9 @@ def endpoints(index: Path, layer: str, offset: int, limit: int) -> tuple[int, li
     tap lists them (by bytes, then frames; ties as first seen)."""
     with _connect() as con:
         total = _count(con, index, ENDPOINTS_FILE, layer)
-        got = con.execute(
-            f"SELECT net, addr, port, frames, bytes, tx_frames, tx_bytes, rx_frames, rx_bytes, "
-            f"{_seam_frames(con, index, ENDPOINTS_FILE)} "
-            f"FROM {_table(index, ENDPOINTS_FILE)} WHERE layer = ? ORDER BY bytes DESC, frames DESC, first "
-            "LIMIT ? OFFSET ?", [layer, limit, offset]).fetchall()
+        got = _table_page(con, index, ENDPOINTS_FILE, layer, offset, limit,
+                          "net, addr, port, frames, bytes, tx_frames, tx_bytes, rx_frames, rx_bytes, "
+                          f"{_seam_frames(con, index, ENDPOINTS_FILE)}")
     return total, [{"address": _endpoint(addr, port), "frames": frames, "bytes": int(size), "tx_frames": tx_f,
                     "tx_bytes": int(tx_b), "rx_frames": rx_f, "rx_bytes": int(rx_b),
                     "filter": _filter(net, layer, [(addr, port)])} | _provisional(seams)
@@ -231,18 +244,31 @@ def every_match(index: Path, where: str) -> list[int]:
             f"SELECT number FROM {_frames(index)} WHERE {where} ORDER BY number").fetchall()]
 
 
-def matched_page(index: Path, where: str, matches: Matches, offset: int, limit: int) -> list[int]:
-    """The numbers of matches offset+1..offset+limit, in frame order."""
-    if matches.numbers is not None:
-        return list(matches.numbers[offset:offset + limit].to_pylist())
-    window = matches.window(offset, limit)
-    if window is None:
-        return []
-    lo, hi, skip = window
+def matched_rows(index: Path, where: str, matches: Matches, offset: int, limit: int, selected: str = "number"
+                 ) -> list[tuple[Any, ...]]:
+    """The `selected` columns (the first `number`) of matches offset+1..offset+limit, in frame order:
+    from the numbers kept, or read straight from the blocks holding them (one query)."""
     with _connect() as con:
-        return [int(n) for (n,) in con.execute(
-            f"SELECT number FROM {_frames(index)} WHERE ({where}) AND number BETWEEN ? AND ? ORDER BY number "
-            f"LIMIT {int(limit)} OFFSET {int(skip)}", [lo, hi]).fetchall()]
+        if matches.numbers is not None:
+            return _of(con, index, selected, list(matches.numbers[offset:offset + limit].to_pylist()))
+        window = matches.window(offset, limit)
+        if window is None:
+            return []
+        lo, hi, skip = window
+        return list(con.execute(
+            f"SELECT {selected} FROM {_frames(index)} WHERE ({where}) AND number BETWEEN ? AND ? ORDER BY number "
+            f"LIMIT {int(limit)} OFFSET {int(skip)}", [lo, hi]).fetchall())
+
+
+def listed_page(index: Path, where: str, matches: Matches, offset: int, limit: int) -> list[dict[str, Any]]:
+    """The packet-list rows of matches offset+1..offset+limit."""
+    return _rows(matched_rows(index, where, matches, offset, limit, _LISTED))
+
+
+def timeline_page(index: Path, fields: list[tuple[str, Column]], where: str, matches: Matches, offset: int,
+                  limit: int) -> list[dict[str, Any]]:
+    """The timeline rows (values of `fields`) of matches offset+1..offset+limit."""
+    return _timeline_rows(fields, matched_rows(index, where, matches, offset, limit, _selected(fields)))
 
 
 def meeting(index: Path, where: str, numbers: list[int]) -> set[int]:
@@ -254,18 +280,6 @@ def meeting(index: Path, where: str, numbers: list[int]) -> set[int]:
             f"SELECT number FROM {_frames(index)} WHERE number BETWEEN ? AND ? "
             f"AND number IN (SELECT unnest(?::BIGINT[])) AND ({where})",
             [min(numbers), max(numbers), numbers]).fetchall()}
-
-
-def listed(index: Path, numbers: list[int]) -> list[dict[str, Any]]:
-    """The packet-list rows of these frames, in this order."""
-    with _connect() as con:
-        return _rows(_of(con, index, _LISTED, numbers))
-
-
-def timeline_rows(index: Path, fields: list[tuple[str, Column]], numbers: list[int]) -> list[dict[str, Any]]:
-    """The timeline rows (values of `fields`) of these frames, in this order."""
-    with _connect() as con:
-        return _timeline_rows(fields, _of(con, index, _selected(fields), numbers))
 
 
 def _selected(fields: list[tuple[str, Column]]) -> str:

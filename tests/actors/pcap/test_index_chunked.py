@@ -112,6 +112,6 @@ def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(ca
             assert matches.total == len(expected) and (matches.numbers is None) == (kept < len(expected))
             step = len(expected) // 9 + 3  # ~10 pages, each across blocks (a page's first block cut)
             paged = [n for offset in range(0, len(expected) + step, step)
-                     for n in query.matched_page(tmp_path / "whole", where, matches, offset, step)]
+                     for (n,) in query.matched_rows(tmp_path / "whole", where, matches, offset, step)]
             assert paged == expected, (layer, kept)
         assert query.every_match(tmp_path / "whole", where) == expected

@@ -24,6 +24,9 @@ const detail = byId("detail");
 const failedOnly = byId<HTMLInputElement>("failed-only");
 let capture: Json = {};
 let ues: Ue[] = [];
+let asked: Json = {};  // the procedures question of the UEs shown
+let nextOffset = 0;  // its next page's
+let total = 0;
 let zoom = 1;
 
 function text(value: unknown): string {
@@ -134,11 +137,17 @@ function draw(): void {
   scroller.replaceChildren(root);
 }
 
-function show(result: Json): void {
-  ues = read(result);
+/** A page of UE contexts (the tool pages them: `offset`, `has_more`), appended to those shown or instead. */
+function show(result: Json, args: Json, append = false): void {
+  const page = read(result);
+  ues = append ? ues.concat(page) : page;
+  asked = args;
+  nextOffset = (typeof result.offset === "number" ? result.offset : 0) + page.length;
+  total = typeof result.ue_count === "number" ? result.ue_count : ues.length;
+  byId<HTMLButtonElement>("more").disabled = result.has_more !== true;
   const procedures = ues.flatMap((u) => u.procedures);
-  byId("summary").textContent = `${ues.length} UE contexts, ${procedures.length} procedures, ` +
-    `${procedures.filter(bad).length} failed or rejected`;
+  byId("summary").textContent = `${ues.length === total ? "" : `${ues.length} of `}${total} UE contexts, ` +
+    `${procedures.length} procedures, ${procedures.filter(bad).length} failed or rejected`;
   status(statusLine, procedures.length ? "" : text(result.reason) || "no procedure");
   draw();
 }
@@ -150,15 +159,23 @@ async function open(g: SVGGElement, frame: number): Promise<void> {
 const view = new View("UE procedures", (result, args) => {
   capture = captureArgs(args);
   if (hasProcedures(result) || args.view === "procedures") {
-    show(result);
+    show(result, args);
     return;
   }
   // view=contexts: the same UEs' procedures with their durations, through the host.
-  status(statusLine, "loading the procedures…");
-  const again: Json = { ...args, view: "procedures" };
-  view.call("ngap_ue_sessions", again).then(show,
-    (err: unknown) => status(statusLine, err instanceof Error ? err.message : String(err), true));
+  void ask({ ...args, view: "procedures" }, false);
 }, (message) => status(statusLine, message, true));
+
+async function ask(args: Json, append: boolean): Promise<void> {
+  status(statusLine, "loading the procedures…");
+  try {
+    show(await view.call("ngap_ue_sessions", args), args, append);
+  } catch (err) {
+    status(statusLine, err instanceof Error ? err.message : String(err), true);
+  }
+}
+
+byId("more").addEventListener("click", () => void ask({ ...asked, view: "procedures", offset: nextOffset }, true));
 
 failedOnly.addEventListener("change", draw);
 byId("zoom-in").addEventListener("click", () => { zoom = Math.min(16, zoom * 1.5); draw(); });
