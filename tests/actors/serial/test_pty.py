@@ -118,7 +118,9 @@ async def test_timeout_policy_collects_the_answer_and_the_urcs_inside_its_window
 
 
 async def test_urcs_between_calls_wait_in_the_buffer_as_separate_packets(h: Harness, sim: SimModem) -> None:
-    sent = await at(h, sim, "AT+SIMURC=3,150", wait_policy="none", stop_pattern=None)
+    # 400 ms between URCs: far above the idle slice (50 ms) even when the suite's load wakes the reader late
+    # (at 150 ms a loaded 2-core run once read two URCs as one packet).
+    sent = await at(h, sim, "AT+SIMURC=3,400", wait_policy="none", stop_pattern=None)
     assert sent["data"] == "" and sent["bytes_received"] == 0
     packets = await urcs_until(h, sim, 3)
     assert [p["data"] for p in packets] == ["\r\nOK\r\n"] + [f'\r\n+CMTI: "SM",{k}\r\n' for k in (1, 2, 3)]
@@ -467,7 +469,7 @@ async def test_an_empty_payload_writes_nothing_not_even_the_line_ending(h: Harne
 
 
 async def test_peeking_leaves_the_packets_pending_and_says_so(h: Harness, sim: SimModem) -> None:
-    await at(h, sim, "AT+SIMURC=2,150", wait_policy="none", stop_pattern=None)
+    await at(h, sim, "AT+SIMURC=2,400", wait_policy="none", stop_pattern=None)  # gaps far above the idle slice
     with trio.fail_after(10):  # the OK and both URCs, each its own packet
         while (await h.call("connection_status", port=sim.port))["ports"][0]["pending_urc_count"] < 3:
             await trio.sleep(0.02)
