@@ -33,6 +33,7 @@ from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
 from diagd.actors.pcap.index import filters, ngap_pdus, query
+from diagd.actors.pcap.index import stats as index_stats
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.ngap_pdus import Decoding
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION, Column, by_field
@@ -315,7 +316,8 @@ class IndexActor(Actor):
         """Whether a ready index answers this question exactly (else sharkd does): the whole capture's
         pages; a timeline of fields it holds, with their own filter (frames holding any of them); the
         conversations and endpoints of the layers it holds, unless some frame's fields of that protocol
-        could not be aligned with its layers (tables.py: meta.json's `unaligned`)."""
+        could not be aligned with its layers (tables.py: meta.json's `unaligned`); I/O intervals, unfiltered
+        or with a filter it translates."""
         stored = self.stored
         if stored is None:
             return False
@@ -323,6 +325,8 @@ class IndexActor(Actor):
             return filters.to_sql(message.display_filter) is not None
         if isinstance(message, Timeline):
             return timeline_where(message) is not None
+        if message.kind == "io":
+            return filters.to_sql(message.display_filter) is not None
         unaligned = stored.meta.get("unaligned") or {}
         return (message.kind in ("conversations", "endpoints") and message.protocol in LAYERED_PROTOCOLS
                 and not message.display_filter and message.protocol not in unaligned
@@ -431,18 +435,12 @@ class IndexActor(Actor):
                 row["provisional"] = query.SEAM_COLUMNS
         result = answers.frames(message, Page(total, True, rows, "index", rows_exact=not seams),
                                 summary["protocols"], None)
-        notes = [self._filter_note(stored)] if message.display_filter else []
+        notes = [query.filter_note(stored.meta)] if message.display_filter else []
         if seams:
             notes.append(self._seam_note(stored, len(seams)))
         if notes := [n for n in notes if n]:
             result["note"] = "; ".join(notes)
         return result
-
-    @staticmethod
-    def _filter_note(stored: Stored) -> str | None:
-        """Why a filtered answer of a chunked index with seam frames may differ (None: it may not)."""
-        how = query.chunked(stored.meta)
-        return query.FILTER_SEAM_NOTE.format(**how) if how and how["seam_frames"] else None
 
     async def _seams(self, stored: Stored, numbers: list[int]) -> dict[int, str]:
         """The seam frames among these (a chunked build's: index/stitch.py), with why."""
@@ -469,31 +467,16 @@ class IndexActor(Actor):
         return matches
 
     async def _stats(self, paged: IndexStats) -> StatsAnswer:
-        """A page of the conversations or endpoints of one protocol, from the tables the build wrote
-        (tables.py), paged in SQL; the answer says how many rows there are (`total`)."""
-        message = paged.question
+        """A page of conversations, endpoints or I/O intervals (index/stats.py), paged in SQL; the answer
+        says how many rows there are (`total`)."""
         stored = self._on_disk()
-        if not self.answers(message):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"the index holds no {message.kind} of {message.protocol}")
-        layer = message.protocol or "ip"
-        read = query.conversations if message.kind == "conversations" else query.endpoints
-        total, rows = await trio.to_thread.run_sync(read, stored.path, layer, paged.offset, paged.limit)
+        if not self.answers(paged.question):
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT,
+                             f"the index holds no {paged.question.kind} of {paged.question.protocol}")
+        answer = await (index_stats.io(stored, paged) if paged.question.kind == "io"
+                        else index_stats.table(stored, paged, self.summary))
         self.store.touch(stored.path)
-        table = "conv" if message.kind == "conversations" else "endpoints"
-        result: StatsAnswer = {"method": f"index: every {layer} layer of tshark's two-pass read, counted as "
-                                         f"tshark -z {table},{layer} counts them", "rows": rows}
-        if (how := query.chunked(stored.meta)) is not None and how["seam_frames"]:
-            result["method"] += (f"; read in {how['chunks']} chunks: a row counting any of the capture's "
-                                 f"{how['seam_frames']} seam frames (a conversation across a chunk's start) says "
-                                 "`provisional` and how many (`seam_frames`): one pass over the whole file may "
-                                 "count them otherwise, or find layers in them (an IP packet reassembled) that "
-                                 "this table lacks; every other row is exact")
-        result["total"] = total
-        if not total:
-            present = layer in (await self.summary())["protocols"]
-            result["reason"] = (f"every {layer} layer of this capture is inside an ICMP error (what an error "
-                                "quotes is not counted)" if present else f"protocol {layer} is not in this capture")
-        return result
+        return answer
 
     async def _timeline(self, message: Timeline) -> TimelineAnswer:
         """Values of fields the index holds, per frame holding any of them (the timeline's own filter)."""
@@ -531,7 +514,7 @@ class IndexActor(Actor):
                     row["provisional"] = may_differ
             if may_differ:
                 result["note"] = self._seam_note(stored, len(seams))
-        if filter_note := self._filter_note(stored):  # the timeline's own filter (its fields' frames) too
+        if filter_note := query.filter_note(stored.meta):  # the timeline's own filter (its fields' frames) too
             result["note"] = "; ".join(x for x in (filter_note, result.get("note")) if x)
         if not total:
             result["hint"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter

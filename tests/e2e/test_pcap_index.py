@@ -27,7 +27,7 @@ from tests.e2e.test_pcap_differential import session
 from tests.e2e.test_pcap_oracle import row_of
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
 from tests.support import pcap_oracle as oracle
-from tests.support import sharkd_stats
+from tests.support import sharkd_stats, stats_oracle
 from tests.support.procs import alive
 
 pytestmark = [
@@ -166,6 +166,32 @@ async def test_conversations_and_endpoints_from_the_index_are_wiresharks(index_d
                     assert (row["frames"], row["a_to_b_frames"], row["b_to_a_frames"]) == (
                         text["frames"], text["a_to_b_frames"], text["b_to_a_frames"]), (path.name, row)
                     assert oracle.same_size(row["bytes"], text["bytes"]), (path.name, row)
+
+
+IO = [(1000, ""), (10000, "udp || sctp")]  # every frame; a filter the index translates
+
+
+@pytest.mark.parametrize("path", captures(), ids=lambda p: p.name)
+async def test_io_intervals_from_the_index_are_tsharks(index_daemon: DaemonProcess, path: Path) -> None:
+    """Every interval of `tshark -z io,stat`, from the index, whole and page by page."""
+    async with session(index_daemon) as call:
+        built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decode_args(path))
+        assert built["state"] == "ready", built
+        for interval_ms, display_filter in IO:
+            theirs, total = stats_oracle.io_every_interval(path, interval_ms, display_filter)
+            asked = {"pcap_path": str(path), "kind": "io", "interval_ms": interval_ms,
+                     "display_filter": display_filter, **decode_args(path)}
+            answer = await call("pcap_stats", **asked, limit=len(theirs) + 1)
+            assert not answer["_is_error"] and answer["method"].startswith("index:"), answer
+            assert [(r["start_s"], r["frames"], r["bytes"]) for r in answer["rows"]] == theirs, path.name
+            assert (answer["total"], answer["frames"], answer["bytes"]) == (len(theirs), *total), path.name
+            assert "reason" not in answer if total[0] else answer["reason"].startswith("no frame matches"), answer
+            step, pages = max(1, len(theirs) // 3), []
+            for offset in range(0, len(theirs) + step, step):
+                page = await call("pcap_stats", **asked, offset=offset, limit=step)
+                assert page["total"] == len(theirs) and page["has_more"] == (offset + step < len(theirs)), page
+                pages += page["rows"]
+            assert pages == answer["rows"], path.name
 
 
 INDEXED_FIELDS = ["_ws.col.No.", "_ws.col.Source", "_ws.col.Destination", "_ws.col.Protocol", "_ws.col.Length",

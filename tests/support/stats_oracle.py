@@ -10,6 +10,7 @@ import re
 import subprocess
 import tempfile
 from collections import Counter
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,26 @@ def io(text: str) -> list[tuple[float, int, int]]:
     table leaves a `  |` after each row)."""
     return [(float(m.group(1)), int(m.group(2)), int(m.group(3))) for m in re.finditer(
         r"^\|\s*([\d.]+) <> \s*(?:[\d.]+|Dur)\s*\|\s*(\d+) \|\s*(\d+) \|(?:\s*\|)?$", text, re.M)]
+
+
+def io_every_interval(path: Path, interval_ms: int, display_filter: str
+                      ) -> tuple[list[tuple[float, int, int]], tuple[int, int]]:
+    """`-z io,stat` of the capture, every interval, and the (frames, bytes) of every frame the filter
+    matches (`-T fields`). tshark prints the intervals up to the capture's duration (its latest relative
+    time, rounded to us): when that is a whole number of intervals, the interval starting there, holding
+    the latest frames, is left out of its table (and of its totals); pcap_stats prints it (every frame is
+    in a row), so it is added here from the totals."""
+    seconds = f"{interval_ms / 1000:g}"
+    theirs = io(tshark(path, "-q", "-z", f"io,stat,{seconds}" + (f",{display_filter}" if display_filter else "")))
+    fields = tshark(path, *(["-Y", display_filter] if display_filter else []), "-T", "fields", "-e", "frame.len")
+    total = (len(fields.split()), sum(int(n) for n in fields.split()))
+    latest = max((Decimal(t) for t in tshark(path, "-T", "fields", "-e", "frame.time_relative").split()),
+                 default=Decimal(0))
+    latest_us = int((latest * 10**6).to_integral_value(rounding=ROUND_HALF_UP))
+    shown = (sum(f for _, f, _ in theirs), sum(b for _, _, b in theirs))
+    if latest_us % (interval_ms * 1000) == 0 and latest_us and len(theirs) == latest_us // (interval_ms * 1000):
+        theirs.append((latest_us / 10**6, total[0] - shown[0], total[1] - shown[1]))
+    return theirs, total
 
 
 def diameter_srt(text: str) -> dict[str, tuple[int, str, str, str, str]]:

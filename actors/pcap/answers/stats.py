@@ -25,6 +25,7 @@ from diagd.actors.pcap.messages import Stats
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 KINDS = ("expert", "srt", "conversations", "endpoints", "io")
+MAX_INTERVALS = 200_000  # I/O rows of one answer from sharkd's frames (~60 MB); an index pages any number
 # The protocol names a caller may give -> sharkd's table name (its `info` lists them as conv:<name>).
 CONV_TABLES = {"eth": "Ethernet", "ip": "IPv4", "ipv6": "IPv6", "tcp": "TCP", "udp": "UDP", "sctp": "SCTP"}
 CONV_ALIASES = {"ipv4": "ip", "ethernet": "eth"}
@@ -204,6 +205,12 @@ async def _io(capture: CaptureSession, request: Request, message: Stats) -> Stat
                 current += step
             bins[current // step][0] += 1
             bins[current // step][1] += int(frame["c"][1])
+    if last + 1 > MAX_INTERVALS:  # every row is held (and cached) before the tool pages them
+        fits = -(-(last + 1) * interval // MAX_INTERVALS)
+        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE,
+                         f"{last + 1} intervals of {interval} ms: more than the {MAX_INTERVALS} one answer holds",
+                         hint=f"interval_ms of at least {fits}, or pcap_index the capture: its I/O intervals are "
+                              "paged where they are kept, any number of them", intervals=last + 1)
     rows = [{"interval": n, "start_s": n * interval / 1000, "frames": bins[n][0] if n in bins else 0,
              "bytes": bins[n][1] if n in bins else 0} for n in range(last + 1)]
     total = sum(counts[0] for counts in bins.values())  # every bin is one of the rows'

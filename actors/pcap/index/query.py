@@ -237,6 +237,67 @@ def matching(index: Path, where: str, kept: int) -> Matches:
     return Matches(before[-1], blocks=tuple(int(b) for b, _ in got), before=tuple(before[:-1]))
 
 
+@dataclass(frozen=True)
+class IoPage:
+    """Intervals offset..offset+limit-1 of tshark's io,stat over the frames meeting a condition."""
+
+    intervals: int  # how many the tap prints: 0 .. the last frame's (every frame's, matching or not)
+    frames: int  # matching frames, all intervals
+    bytes: int
+    rows: list[dict[str, Any]]
+
+
+def io_page(index: Path, where: str, interval_ms: int, offset: int, limit: int) -> IoPage:
+    """Frames and bytes per interval as tshark 4.0's io,stat tap bins them (answers/stats._io gives the
+    rules, from sharkd's frames): relative times rounded to whole microseconds; frames read in file order,
+    a matching one counted in the tap's current interval, which only moves forward (a frame earlier than
+    it counts there); intervals up to the last frame's, matching or not. One streamed pass, a block of
+    frames at a time: bounded memory at any size."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    frames = size = 0
+    last, current, expected = -1, 0, 1
+    shown: dict[int, list[int]] = {}
+    with _connect() as con:
+        # A single table's scan, projection and WHERE keep the file's row order (DuckDB's order preservation).
+        reader = con.sql(f"SELECT number, {_interval(int(interval_ms) * 1000)}, length, "
+                         f"coalesce(({where}), FALSE) FROM {_frames(index)}").to_arrow_reader(BLOCK)
+        for number, at, length, meets in (batch.columns for batch in reader):
+            if len(number) and (number[0].as_py() != expected or number[-1].as_py() != expected + len(number) - 1):
+                raise DiagdError(ErrorCode.INTERNAL_ERROR, "the index's frames were not read in frame order")
+            expected += len(number)
+            last = max(last, pc.max(at).as_py() if len(at) else -1)
+            at, length = pc.filter(at, meets), pc.filter(length, meets)
+            if not len(at):
+                continue
+            # The interval each matching frame is counted in: the furthest reached so far (from 0).
+            counted = pc.cumulative_max(at, start=current)
+            current = counted[-1].as_py()
+            frames += len(at)
+            size += pc.sum(length).as_py()
+            paged = pc.and_(pc.greater_equal(counted, offset), pc.less(counted, offset + limit))
+            by_interval = pa.table({"n": pc.filter(counted, paged), "bytes": pc.filter(length, paged)}).group_by(
+                "n").aggregate([("bytes", "count"), ("bytes", "sum")])
+            for n, count, total in zip(*(col.to_pylist() for col in by_interval.columns), strict=True):
+                kept = shown.setdefault(n, [0, 0])
+                kept[0] += count
+                kept[1] += total
+    rows = [{"interval": n, "start_s": n * interval_ms / 1000, "frames": shown.get(n, [0, 0])[0],
+             "bytes": shown.get(n, [0, 0])[1]} for n in range(offset, min(offset + limit, last + 1))]
+    return IoPage(last + 1, frames, size, rows)
+
+
+def _interval(step_us: int) -> str:
+    """The io,stat interval of a frame's relative time (rel_ns) as SQL: whole microseconds as the tap
+    rounds them, secs * 10^6 + (nsecs + 500) / 1000 in C's division (DuckDB's // and % on integers
+    truncate toward zero, as C's do; answers/stats._microseconds reads sharkd's text so), then the
+    interval counted from 0, rounding down (a time before the first frame's is in interval -1 or before)."""
+    us = "((rel_ns // 1000000000) * 1000000 + (rel_ns % 1000000000 + 500) // 1000)"
+    return (f"CASE WHEN {us} < 0 AND {us} % {step_us} != 0 THEN {us} // {step_us} - 1 "
+            f"ELSE {us} // {step_us} END")
+
+
 def every_match(index: Path, where: str) -> list[int]:
     """The numbers of every frame meeting `where`, in frame order (for a caller that needs them all)."""
     with _connect() as con:
@@ -393,3 +454,9 @@ SEAM_COLUMNS = ["dst", "info", "protocol", "src"]
 FILTER_SEAM_NOTE = ("filtered on an index read in {chunks} chunks: which frames match is decided on their rows, and "
                     "the capture's {seam_frames} seam frames' rows may differ from one pass over the whole file "
                     "(their streams, layers, Info): one may match here and not there, or the other way")
+
+
+def filter_note(meta: dict[str, Any]) -> str | None:
+    """Why a filtered answer of a chunked index with seam frames may differ (None: it may not)."""
+    how = chunked(meta)
+    return FILTER_SEAM_NOTE.format(**how) if how and how["seam_frames"] else None

@@ -7,7 +7,6 @@ and the seam frames are named with why."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,11 +16,12 @@ import duckdb
 import pytest
 
 from diagd.actors.pcap.index import filters, query, stitch
-from diagd.actors.pcap.index.build import FRAMES_FILE, META_FILE, command
+from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import COLUMNS
 from diagd.actors.pcap.index.tables import LAYERS_FILE
 from diagd.actors.pcap.shark import recordwalk
 from tests.pcaps import corpus
+from tests.support.index_builds import build
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed"),
@@ -33,14 +33,6 @@ CHUNKS = 6  # each corpus capture in about this many chunks
 TEXT = (("number", "frame.number"), ("info", "_ws.col.Info"), ("protocol", "_ws.col.Protocol"),
         ("protocols", "frame.protocols"), ("tcp_stream", "tcp.stream"), ("udp_stream", "udp.stream"),
         ("file_off", "frame.file_off"), ("src", "_ws.col.Source"), ("dst", "_ws.col.Destination"))
-
-
-def build(capture: Path, out: Path, chunk_bytes: int) -> dict[str, Any]:
-    done = subprocess.run(command(out, ["tshark", "-r", str(capture), "-n", "-2"], chunk_bytes),
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    meta: dict[str, Any] = json.loads((out / META_FILE).read_text())
-    return meta
 
 
 def tshark_text(capture: Path) -> list[dict[str, str]]:

@@ -10,7 +10,7 @@ it) and a filtered `frames` names its filter (the worker holding that filter's b
 from __future__ import annotations
 
 import shutil
-from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,8 +19,11 @@ import pytest
 from diagd.actors.base import Request
 from diagd.actors.pcap.answers import stats
 from diagd.actors.pcap.engine.session import CaptureSession
+from diagd.actors.pcap.index import filters, query
+from diagd.protocol.errors import DiagdError, ErrorCode
 from tests.pcaps import PCAPS
 from tests.support import stats_oracle as oracle
+from tests.support.index_builds import build as build_index
 from tests.support.io_captures import build
 from tests.support.sharkd_stats import Recorded, record, request_key
 
@@ -100,20 +103,7 @@ async def test_io_on_boundaries_matches_tshark(name: str, interval_ms: int, disp
     capture = Strict(record(path, io_requests()))
     message = stats.resolve("io", None, display_filter, interval_ms)
     ours = await stats.answer(cast(CaptureSession, capture), REQUEST, message)
-    seconds = f"{interval_ms / 1000:g}"
-    theirs = oracle.io(oracle.tshark(path, "-q", "-z",
-                                     f"io,stat,{seconds}" + (f",{display_filter}" if display_filter else "")))
-    fields = oracle.tshark(path, *(["-Y", display_filter] if display_filter else []), "-T", "fields",
-                           "-e", "frame.len")
-    total = (len(fields.split()), sum(int(n) for n in fields.split()))
-    # tshark prints the intervals up to the capture's duration (its latest relative time, rounded to us): when
-    # that is a whole number of intervals, the interval starting there, holding the latest frames, is left out
-    # of its table (and of its totals). pcap_stats prints it: every frame is in a row.
-    latest = max(Decimal(t) for t in oracle.tshark(path, "-T", "fields", "-e", "frame.time_relative").split())
-    latest_us = int((latest * 10**6).to_integral_value(rounding=ROUND_HALF_UP))
-    shown = (sum(f for _, f, _ in theirs), sum(b for _, _, b in theirs))
-    if latest_us % (interval_ms * 1000) == 0 and latest_us and len(theirs) == latest_us // (interval_ms * 1000):
-        theirs.append((latest_us / 10**6, total[0] - shown[0], total[1] - shown[1]))
+    theirs, total = oracle.io_every_interval(path, interval_ms, display_filter)
     assert [(r["frames"], r["bytes"]) for r in ours["rows"]] == [(f, b) for _, f, b in theirs], (name, ours["rows"])
     # tshark shortens the interval to the capture's duration when it is longer (one row, starting at 0)
     assert [r["start_s"] for r in ours["rows"]] == [s for s, _, _ in theirs], name
@@ -122,6 +112,42 @@ async def test_io_on_boundaries_matches_tshark(name: str, interval_ms: int, disp
     assert (ours["frames"], ours["bytes"]) == total, name
     assert ours["interval_ms"] == interval_ms
     assert set(ours) == {"method", "interval_ms", "rows", "frames", "bytes"}, ours.keys()
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["one-pass", "chunked"])
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_io_from_the_index_matches_tshark(name: str, chunked: bool, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same intervals from the capture's index (query.io_page), read a few frames at a time (the tap's
+    current interval carried from block to block), whole and page by page; in one pass and in chunks (a
+    frame's time and length are its own: exact either way, and these filters read only per-frame columns)."""
+    path = built(name)
+    meta = build_index(path, tmp_path, path.stat().st_size // 4 if chunked else 0)
+    assert (meta["chunks"] is not None and len(meta["chunks"]) > 1) == chunked, meta["chunks"]
+    monkeypatch.setattr(query, "BLOCK", 3)
+    for interval_ms, display_filter in IO:
+        theirs, total = oracle.io_every_interval(path, interval_ms, display_filter)
+        where = filters.to_sql(display_filter)
+        assert where is not None
+        whole = query.io_page(tmp_path, where, interval_ms, 0, len(theirs) + 5)
+        assert [(r["start_s"], r["frames"], r["bytes"]) for r in whole.rows] == theirs, (name, interval_ms)
+        assert [r["interval"] for r in whole.rows] == list(range(len(theirs)))
+        assert (whole.intervals, whole.frames, whole.bytes) == (len(theirs), *total)
+        paged = [row for offset in range(0, len(theirs) + 2, 2) for row in
+                 query.io_page(tmp_path, where, interval_ms, offset, 2).rows]
+        assert paged == whole.rows, (name, interval_ms, display_filter)
+
+
+async def test_more_intervals_than_one_answer_holds_is_refused_with_an_interval_that_fits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stats, "MAX_INTERVALS", 1000)
+    capture = Strict(record(built("boundaries"), io_requests()))  # 2.5 s of frames: 2,501 intervals of 1 ms
+    with pytest.raises(DiagdError) as refused:
+        await stats.answer(cast(CaptureSession, capture), REQUEST, stats.resolve("io", None, "", 1))
+    assert refused.value.code == ErrorCode.OUTPUT_TOO_LARGE and refused.value.details["intervals"] == 2501
+    assert refused.value.details["hint"].startswith("interval_ms of at least 3, or pcap_index the capture")
+    fits = await stats.answer(cast(CaptureSession, capture), REQUEST, stats.resolve("io", None, "", 3))
+    assert len(fits["rows"]) <= 1000
 
 
 def tap_us(text: str) -> int:
