@@ -287,9 +287,11 @@ class UeSessionsReply(Answer):
     ngap_pdus: NotRequired[int]
     """NGAP PDUs read"""
     offset: NotRequired[int]
-    """ues: from this one"""
+    """ues and the lists of some of them: from this one"""
     has_more: NotRequired[bool]
-    """ues: more after this page"""
+    """any of them: more after this page"""
+    totals: NotRequired[dict[str, int]]
+    """how many each paged list holds"""
     served_by: NotRequired[str]
     """the capture's index (the SCTP frames cut from it, read once) or, without it, the loaded capture"""
     reason: NotRequired[str]
@@ -314,9 +316,11 @@ class PduSessionsReply(Answer):
     incomplete: NotRequired[list[Any]]
     """the ones with no answer in the capture"""
     offset: NotRequired[int]
-    """sessions: from this one"""
+    """sessions, rejected, incomplete: from this one"""
     has_more: NotRequired[bool]
-    """sessions: more after this page"""
+    """any of them: more after this page"""
+    totals: NotRequired[dict[str, int]]
+    """how many each paged list holds"""
     served_by: NotRequired[str]
     """the capture's index (the SCTP frames cut from it, read once) or, without it, the loaded capture"""
     reason: NotRequired[str]

@@ -413,14 +413,24 @@ NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default
                                                      "description": "decode NAS after NEA0"}, **PAGING}
 
 
+# The lists of an ngap_* answer that grow with the UEs (or sessions): each paged alike by offset/limit.
+PAGED_LISTS = {"ues": ("ues", "failed_ues", "linked_ue_groups", "not_linked"), "procedures": ("ues", "failed"),
+               "sessions": ("sessions", "rejected", "incomplete")}
+
+
 def _paged(answer: Mapping[str, Any], key: str, args: Args) -> dict[str, Any]:
-    """An ngap_* answer with one page of its per-UE (or per-session) list, `key`: thousands of UEs are
-    megabytes no agent reads at once; the counts and the other lists stay whole."""
-    items, offset, limit = answer[key], args["offset"], args["limit"]
-    page = items[offset:offset + limit]
-    paged = {**answer, key: page, "offset": offset, "has_more": offset + len(page) < len(items)}
-    if items and not page:  # beside what the answer already says (the procedures view: no procedure)
-        past = f"offset {offset} is past the last of {len(items)} {key}"
+    """An ngap_* answer with one page of each list that grows with the UEs (PAGED_LISTS[key], the first
+    the per-UE or per-session list): thousands of UEs are megabytes no agent reads at once. Each list is
+    cut at the same offset and limit; `totals` says how many each holds, `has_more` whether any goes on;
+    the counts and the other lists stay whole."""
+    offset, limit = args["offset"], args["limit"]
+    lists = [name for name in PAGED_LISTS[key] if isinstance(answer.get(name), list)]
+    paged = {**answer, **{name: answer[name][offset:offset + limit] for name in lists}, "offset": offset,
+             "has_more": any(offset + limit < len(answer[name]) for name in lists),
+             "totals": {name: len(answer[name]) for name in lists}}
+    items = answer[lists[0]]
+    if items and offset >= len(items):  # beside what the answer already says (the procedures view: no procedure)
+        past = f"offset {offset} is past the last of {len(items)} {lists[0]}"
         paged["reason"] = "; ".join(x for x in (answer.get("reason"), past) if x)
     return paged
 
@@ -479,7 +489,7 @@ class _PduSessionsShown(PduSessionsReply):
 async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> UeSessionsReply:
     if args["view"] == "procedures":
         viewed, sbi, source = await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"]))
-        procedures = cast("_ProceduresShown", {**_paged(viewed, "ues", args), "source": source})
+        procedures = cast("_ProceduresShown", {**_paged(viewed, "procedures", args), "source": source})
         if sbi is not None:
             procedures["warnings"] = [*viewed.get("warnings", []), sbi]
         return procedures

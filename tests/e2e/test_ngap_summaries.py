@@ -189,14 +189,26 @@ async def test_every_corpus_capture_agrees_with_tshark_fields(ngap_daemon: Daemo
         await assert_paged(ngap_daemon, path, tool, key, whole)
 
 
+PAGED = {"ngap_ue_sessions": ("ues", "failed_ues", "linked_ue_groups", "not_linked"),
+         "ngap_pdu_session_summary": ("sessions", "rejected", "incomplete")}
+
+
 async def assert_paged(daemon: DaemonProcess, path: Path, tool: str, key: str, whole: dict[str, Any]) -> None:
-    """Two pages of the per-UE (per-session) list are the whole list, the rest of the answer unchanged."""
+    """Two pages of the per-UE (per-session) list and of each list of some of them are the whole lists,
+    the rest of the answer unchanged."""
+    lists = PAGED[tool]
     assert whole["offset"] == 0 and not whole["has_more"], whole
-    items, half = whole[key], len(whole[key]) // 2 + 1
+    assert whole["totals"] == {name: len(whole[name]) for name in lists}, whole["totals"]
+    longest = max(len(whole[name]) for name in lists)
+    items, half = whole[key], longest // 2 + 1
     first = await call(daemon, tool, pcap_path=str(path), limit=half)
     second = await call(daemon, tool, pcap_path=str(path), offset=half, limit=half)
-    assert first[key] + second[key] == items and first["has_more"] == (len(items) > half), path.name
-    rest = {k: v for k, v in whole.items() if k not in (key, "offset", "has_more", "reason", "source", "cached")}
+    for name in lists:
+        assert first[name] + second[name] == whole[name], (path.name, name)
+    assert first["has_more"] == (longest > half) and not second["has_more"], path.name
+    assert first["totals"] == second["totals"] == whole["totals"]
+    rest = {k: v for k, v in whole.items()
+            if k not in (*lists, "offset", "has_more", "reason", "source", "cached")}
     assert {k: v for k, v in first.items() if k in rest} == rest, path.name
     if 0 < len(items) <= half:
         assert second[key] == [] and second["reason"] == f"offset {half} is past the last of {len(items)} {key}"

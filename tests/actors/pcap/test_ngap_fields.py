@@ -234,8 +234,8 @@ def hint(s: dict[str, Any], failures: list[ngap_oracle.Failure]) -> str | None:
 
 def assert_shape(ues: dict[str, Any], sessions: dict[str, Any], served: bool = False) -> None:
     """Exactly the documented keys in every part of both answers (served: plus the daemon's `source`, `cached`
-    and the page of the list: `offset`, `has_more`)."""
-    envelope = {"reason", *(("source", "cached", "offset", "has_more") if served else ())}
+    and the page of the lists: `offset`, `has_more`, `totals`)."""
+    envelope = {"reason", *(("source", "cached", "offset", "has_more", "totals") if served else ())}
     assert set(ues) - envelope == UE_ANSWER_KEYS and ("reason" in ues) == (not ues["ues"])
     assert set(sessions) - envelope == SESSION_ANSWER_KEYS and ("reason" in sessions) == (not sessions["sessions"])
     for ue in ues["ues"]:
