@@ -42,7 +42,7 @@ from tests.pcaps import PCAPS, PCAPS_EXTRA
 CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 NGAP_SOURCE = "oaifed_5gcn-deployment-omec-gnbsim.pcapng"  # 120 NGAP frames: the most of the corpus
 TOOLS = ("ngap_ue_sessions", "ngap_pdu_session_summary")
-PENDING = "is not known yet"  # the SBI check's warning while its pass runs (tools.ngap_summary)
+PENDING = "is not known yet"  # the SBI check's warning while its pass runs (ngap_tools.ngap_summary)
 FIRST_TIMEOUT_S = 1800.0  # a first answer reads the capture (the loaded one: all of it in sharkd)
 
 

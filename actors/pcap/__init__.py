@@ -2,7 +2,7 @@
 
 `register(runtime)` declares its tools (tools.py); the actor (actor.py) owns one loaded capture.
 Beside them at the top: the back end's state (backend.py), the actor's questions (messages.py), the
-replies and schemas, settings.py, sequence_tool.py and timeline_source.py. The helpers are layered
+replies and schemas, settings.py, ngap_tools.py, sequence_tool.py and timeline_source.py. The helpers are layered
 subpackages, each importing only those below it (the layers contract in pyproject.toml):
 answers/ (each tool's answer from a loaded capture) > engine/ (sharkd workers, filter passes, caches)
 > warm/ (early-stopping and warm tsharks) > ngap/ (N2 summaries) | masking/ (subscriber-identity

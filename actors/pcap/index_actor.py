@@ -32,11 +32,11 @@ from diagd.actors.pcap.answer_types import (
 from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
-from diagd.actors.pcap.index import filters, ngap_pdus, query
+from diagd.actors.pcap.index import filters, narrowing, ngap_pdus, query, timelines
 from diagd.actors.pcap.index import stats as index_stats
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.ngap_pdus import Decoding
-from diagd.actors.pcap.index.schema import SCHEMA_VERSION, Column, by_field
+from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 from diagd.actors.pcap.index.store import IndexStore, Stored
 from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
 from diagd.actors.pcap.messages import (
@@ -48,7 +48,7 @@ from diagd.actors.pcap.messages import (
     Stats,
     Timeline,
 )
-from diagd.actors.pcap.shark.rows import fields_filter, sort_key
+from diagd.actors.pcap.shark.rows import sort_key
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 log = structlog.get_logger("diagd.pcap")
@@ -92,6 +92,8 @@ class IndexActor(Actor):
         self.built_here = False
         # Recent answers' material, least recently used first: matching frame numbers, table rows.
         self._matches: dict[tuple[Path, str], query.Matches] = {}
+        # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
+        self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
         # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
         self._models: dict[tuple[Path, str], ngap.Model] = {}
         self._ngap_why: dict[tuple[Path, str], tuple[str, float]] = {}  # why not, until when (Trio clock)
@@ -322,15 +324,23 @@ class IndexActor(Actor):
         if stored is None:
             return False
         if isinstance(message, Frames):
-            return filters.to_sql(message.display_filter) is not None
+            return filters.to_sql(message.display_filter) is not None or self.narrowed_to(message) is not None
         if isinstance(message, Timeline):
-            return timeline_where(message) is not None
+            return timelines.where(message) is not None
         if message.kind == "io":
             return filters.to_sql(message.display_filter) is not None
         unaligned = stored.meta.get("unaligned") or {}
         return (message.kind in ("conversations", "endpoints") and message.protocol in LAYERED_PROTOCOLS
                 and not message.display_filter and message.protocol not in unaligned
                 and not stored.meta.get("tables_failed"))
+
+    @staticmethod
+    def narrowed_to(message: Frames) -> tuple[str, ...] | None:
+        """The layers a filter the index does not translate is matched on (tshark over a cut of the frames
+        carrying them: index/narrowing.py); None: not so (`kinds` unknown, or no layer every match carries)."""
+        if message.kinds is None or filters.to_sql(message.display_filter) is not None:
+            return None
+        return narrowing.required_layers(message.display_filter, message.kinds)
 
     @property
     def ready(self) -> bool:
@@ -416,11 +426,19 @@ class IndexActor(Actor):
 
     async def _page(self, message: Frames) -> FramesAnswer:
         where = filters.to_sql(message.display_filter)
-        if where is None:
+        layers = self.narrowed_to(message)
+        if where is None and layers is None:
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index does not answer this filter (sharkd does)")
         stored = self._on_disk()
         summary = await self.summary()
-        if message.display_filter:
+        narrowed = None
+        if where is None:
+            assert layers is not None
+            narrowed, matches = await self._narrowed(stored, message.display_filter, layers)
+            total = matches.total
+            rows = await trio.to_thread.run_sync(query.listed_page, stored.path, "FALSE", matches, message.offset,
+                                                 message.limit)
+        elif message.display_filter:
             matches = await self._matches_of(stored, where)
             total = matches.total
             rows = await trio.to_thread.run_sync(query.listed_page, stored.path, where, matches, message.offset,
@@ -435,7 +453,9 @@ class IndexActor(Actor):
                 row["provisional"] = query.SEAM_COLUMNS
         result = answers.frames(message, Page(total, True, rows, "index", rows_exact=not seams),
                                 summary["protocols"], None)
-        notes = [query.filter_note(stored.meta)] if message.display_filter else []
+        notes = [query.filter_note(stored.meta)] if message.display_filter and narrowed is None else []
+        if narrowed is not None:
+            notes += [narrowed.note(summary["frames"]), narrowing.seam_note(stored.meta)]
         if seams:
             notes.append(self._seam_note(stored, len(seams)))
         if notes := [n for n in notes if n]:
@@ -453,6 +473,23 @@ class IndexActor(Actor):
         how = query.chunked(stored.meta)
         assert how is not None
         return query.SEAM_NOTE.format(listed=listed, **how)
+
+    async def _narrowed(self, stored: Stored, display_filter: str, layers: tuple[str, ...]
+                        ) -> tuple[narrowing.Narrowed, query.Matches]:
+        """The frames a filter the index does not translate matches (index/narrowing.py), kept as the
+        translated filters' matches are (at most MATCHES_KEPT: more are refused)."""
+        import pyarrow as pa
+
+        key = (stored.path, f"tshark -Y {display_filter}")
+        if (kept := self._narrowings.pop(key, None)) is None:
+            frames = int(stored.meta.get("frames") or 0)
+            found = await narrowing.matching(self.capture, stored.path, frames, self.tshark_argv, display_filter,
+                                             layers, MATCHES_KEPT)
+            kept = (found, query.Matches(len(found.numbers), numbers=pa.array(found.numbers, pa.int64())))
+        self._narrowings[key] = kept
+        while len(self._narrowings) > MATCH_LISTS_KEPT:
+            self._narrowings.pop(next(iter(self._narrowings)))
+        return kept
 
     async def _matches_of(self, stored: Stored, where: str) -> query.Matches:
         """What is learnt of the frames meeting `where` (query.Matches), kept for the filter's next pages
@@ -481,11 +518,11 @@ class IndexActor(Actor):
     async def _timeline(self, message: Timeline) -> TimelineAnswer:
         """Values of fields the index holds, per frame holding any of them (the timeline's own filter)."""
         stored = self._on_disk()
-        fields = timeline_columns(message.fields)
+        fields = timelines.columns(message.fields)
         if fields is None or not self.answers(message):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index holds not every one of these fields")
         asked = [(f, col) for f, col in fields if f != "frame.number"]
-        where = timeline_where(message)
+        where = timelines.where(message)
         assert where is not None  # self.answers
         name = message.sort_by or ""
         by = dict(fields).get(name) if name else None
@@ -535,30 +572,3 @@ class IndexActor(Actor):
         if stored is not None:
             out |= stored.describe()
         return out
-
-
-# The Time column is stored as a number: its text (the digits tshark prints) is not kept.
-NOT_AS_PRINTED = frozenset({"_ws.col.Time"})
-
-
-def timeline_columns(fields: tuple[str, ...]) -> list[tuple[str, Column]] | None:
-    """Each field's index column, frame.number included (None: one is not in the index as printed)."""
-    found = []
-    for field in fields:
-        col = by_field("_ws.col.No." if field == "frame.number" else field)
-        if col is None or field in NOT_AS_PRINTED:
-            return None
-        found.append((field, col))
-    return found
-
-
-def timeline_where(message: Timeline) -> str | None:
-    """The SQL condition of a timeline's filter: its own (frames holding any of its fields, which the
-    index holds) or one filters.py translates; None: not a timeline the index answers."""
-    fields = timeline_columns(message.fields)
-    if fields is None:
-        return None
-    if message.display_filter == fields_filter(message.fields):
-        present = [col for f, col in fields if f != "frame.number" and not f.startswith("_ws.col.")]
-        return " OR ".join(f"{col.name} IS NOT NULL" for col in present) or "TRUE"
-    return filters.to_sql(message.display_filter)

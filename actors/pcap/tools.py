@@ -8,22 +8,20 @@ result, error and progress message passes, so a tool added later is masked witho
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Mapping
+from collections.abc import Container
 from dataclasses import replace
-from typing import Any, NotRequired, cast
+from typing import Any, NotRequired
 
 import trio
 from typing_extensions import TypedDict
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
-from diagd.actors.message import Message, ReplyT
 from diagd.actors.pcap.actor import KIND
 from diagd.actors.pcap.answers import stats as _stats
 from diagd.actors.pcap.answers.answers import info_wait_s, not_read_yet
 from diagd.actors.pcap.answers.field_search import search_fields
 from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
-from diagd.actors.pcap.answers.left_out import sbi_warning
-from diagd.actors.pcap.backend import PcapBackend, ShownSource, search_deadline
+from diagd.actors.pcap.backend import PcapBackend, search_deadline
 from diagd.actors.pcap.index.build import fields_args as build_fields_args
 from diagd.actors.pcap.masking.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
@@ -36,13 +34,11 @@ from diagd.actors.pcap.messages import (
     IndexStats,
     IndexStatus,
     Info,
-    NgapProcedures,
-    NgapSessions,
     PacketList,
-    PduSessions,
     TextSearch,
     Timeline,
 )
+from diagd.actors.pcap.ngap_tools import tools as ngap_tools
 from diagd.actors.pcap.replies import (
     ConfigReply,
     DetailReply,
@@ -55,11 +51,9 @@ from diagd.actors.pcap.replies import (
     InfoReply,
     ListFieldsReply,
     PacketListReply,
-    PduSessionsReply,
     SearchReply,
     StatsReply,
     TimelineReply,
-    UeSessionsReply,
 )
 from diagd.actors.pcap.schemas import (
     CAPTURE,
@@ -99,7 +93,7 @@ def register(runtime: Runtime) -> PcapBackend:
     masking = SubscriberMask(enabled=lambda: backend.settings.mask_subscriber_ids,
                              output_dir=lambda: backend.settings.output_dir,
                              capture_of=capture_of, known_fields=field_names)
-    for spec in [*tools.specs(backend), *sequence_tools.specs(backend)]:
+    for spec in [*tools.specs(backend), *ngap_tools.specs(backend), *sequence_tools.specs(backend)]:
         runtime.register_tool(replace(spec, handler=masking.guard(spec.name, spec.handler)))
     return backend
 
@@ -196,12 +190,14 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
     built_by = None
-    if (index := await backend.index_for(spec, Frames(flt, limit, offset))) is not None:
-        # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size.
-        result = await backend.runtime.ask(index, Frames(flt, limit, offset), progress=ctx.progress)
+    message = Frames(flt, limit, offset, await backend.kinds(flt))
+    if (index := await backend.index_for(spec, message)) is not None:
+        # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size;
+        # a filter it does not translate matched by tshark over the frames it can match, cut from the file.
+        result = await backend.runtime.ask(index, message, progress=ctx.progress)
         built_by = backend.index_version(index)
     else:
-        result = await backend.ask(ctx, spec, Frames(flt, limit, offset, await backend.kinds(flt)))
+        result = await backend.ask(ctx, spec, message)
     return {**result, "limit": limit, "offset": offset,
             "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
                                            provisional=SINGLE_PASS in result.get("served_by", ""), built_by=built_by)}
@@ -406,109 +402,6 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Extract
     result = await backend.ask(ctx, spec, Export(flt, str(output)))
     tail = ["-Y", flt, "-w", str(output), "-F", "pcapng"]
     return {**result, "source": await backend.source(spec, args, display_filter=flt, command=tail)}
-
-
-INDEX_PROBE_WAIT_S = 2.0  # how long an NGAP answer from the index waits for the SBI probe
-NGAP_PROPS = {**CAPTURE, **FILTER, "null_decipher": {"type": "boolean", "default": True,
-                                                     "description": "decode NAS after NEA0"}, **PAGING}
-
-
-# The lists of an ngap_* answer that grow with the UEs (or sessions): each paged alike by offset/limit.
-PAGED_LISTS = {"ues": ("ues", "failed_ues", "linked_ue_groups", "not_linked"), "procedures": ("ues", "failed"),
-               "sessions": ("sessions", "rejected", "incomplete")}
-
-
-def _paged(answer: Mapping[str, Any], key: str, args: Args) -> dict[str, Any]:
-    """An ngap_* answer with one page of each list that grows with the UEs (PAGED_LISTS[key], the first
-    the per-UE or per-session list): thousands of UEs are megabytes no agent reads at once. Each list is
-    cut at the same offset and limit; `totals` says how many each holds, `has_more` whether any goes on;
-    the counts and the other lists stay whole."""
-    offset, limit = args["offset"], args["limit"]
-    lists = [name for name in PAGED_LISTS[key] if isinstance(answer.get(name), list)]
-    paged = {**answer, **{name: answer[name][offset:offset + limit] for name in lists}, "offset": offset,
-             "has_more": any(offset + limit < len(answer[name]) for name in lists),
-             "totals": {name: len(answer[name]) for name in lists}}
-    items = answer[lists[0]]
-    if items and offset >= len(items):  # beside what the answer already says (the procedures view: no procedure)
-        past = f"offset {offset} is past the last of {len(items)} {lists[0]}"
-        paged["reason"] = "; ".join(x for x in (answer.get("reason"), past) if x)
-    return paged
-
-
-async def ngap_summary(backend: PcapBackend, ctx: CallContext, args: Args,
-                       message: Message[ReplyT]) -> tuple[ReplyT, str | None, ShownSource]:
-    """(the actor's answer, the warning of SBI left undecoded or None, the source) of an ngap_* tool."""
-    # NGAP UE ids are unique only inside one SCTP association: Wireshark numbers them (first pass).
-    prefs = {"sctp.association_index": "TRUE"}
-    if args["null_decipher"]:
-        prefs["nas-5gs.null_decipher"] = "TRUE"
-    spec = await backend.spec_for(args, force_prefs=prefs)
-    # What HTTP each TCP conversation carries (decode_check's one cached tshark pass, beside the load): SBI no
-    # applied rule decodes is named in every summary's warnings, with the rule that includes it (left_out.py).
-    probing = backend.wireshark.probes.begin(spec.path, spec.identity, [c.port for c in spec.decode_checks])
-    indexed = await backend.ngap_from_index(args, spec, message, ctx.progress)
-    result = indexed[0] if indexed is not None else await backend.ask(ctx, spec, message)
-    # An answer from the index does not wait for the probe's pass over the whole file (40 s a GB) once it
-    # is ready: it says the check is not done yet (the probe goes on, kept for the next call).
-    with trio.move_on_after(INDEX_PROBE_WAIT_S if indexed is not None else math.inf):
-        await probing.done.wait()
-    try:
-        sbi = (sbi_warning(probing.result(), spec.decode_as) if probing.done.is_set() else
-               "whether SBI (HTTP/2) was left undecoded is not known yet: tshark is still reading the whole "
-               "file for it (the same call again says)")
-    except DiagdError as exc:
-        sbi = f"whether SBI (HTTP/2) was left undecoded is unknown: {exc.message}"
-    # An index answer names the tshark that built it: a restarted daemon's waits neither for the catalogue nor the hash.
-    return result, sbi, await backend.source(spec, args, built_by=indexed[1] if indexed is not None else None)
-
-
-class _ProceduresShown(UeSessionsReply):
-    """ngap_ue_sessions' procedures view as built: the keys it has beyond the contexts view's."""
-
-    procedure_count: int
-    non_ue_procedures: list[dict[str, Any]]
-    statistics: dict[str, Any]
-    failed: list[dict[str, Any]]
-    incomplete: int
-    percentiles: str
-    n4_sbi: dict[str, Any]
-
-
-class _PduSessionsShown(PduSessionsReply):
-    """ngap_pdu_session_summary's reply as built: the counts it has beyond the model's."""
-
-    reactivation_count: int
-    failed_count: int
-
-
-@tools.tool("ngap_ue_sessions", "Per UE context (AMF/RAN UE NGAP ids): gNB, SUCI, 5G-TMSI, NGAP procedures, NAS "
-            "messages, failures with causes; NG associations.",
-            {**NGAP_PROPS, "view": {"enum": ["contexts", "procedures"], "default": "contexts",
-                                    "description": "procedures: each with latency"}},
-            required=CAPTURE_ONLY, ui="ui://diagd/ue-procedures")
-async def ngap_ue_sessions(backend: PcapBackend, ctx: CallContext, args: Args) -> UeSessionsReply:
-    if args["view"] == "procedures":
-        viewed, sbi, source = await ngap_summary(backend, ctx, args, NgapProcedures(args["display_filter"]))
-        procedures = cast("_ProceduresShown", {**_paged(viewed, "procedures", args), "source": source})
-        if sbi is not None:
-            procedures["warnings"] = [*viewed.get("warnings", []), sbi]
-        return procedures
-    contexts, sbi, source = await ngap_summary(backend, ctx, args, NgapSessions(args["display_filter"]))
-    reply = cast("UeSessionsReply", {**_paged(contexts, "ues", args), "source": source})
-    if sbi is not None:
-        reply["warnings"] = [*contexts.get("warnings", []), sbi]
-    return reply
-
-
-@tools.tool("ngap_pdu_session_summary", "Per PDU session establishment: NAS and N2 messages, N3 address/TEID, QFIs, "
-            "S-NSSAI, DNN, UE IP, causes.",
-            NGAP_PROPS, required=CAPTURE_ONLY)
-async def ngap_pdu_session_summary(backend: PcapBackend, ctx: CallContext, args: Args) -> PduSessionsReply:
-    answer, sbi, source = await ngap_summary(backend, ctx, args, PduSessions(args["display_filter"]))
-    sessions = cast("_PduSessionsShown", {**_paged(answer, "sessions", args), "source": source})
-    if sbi is not None:
-        sessions["warnings"] = [*answer.get("warnings", []), sbi]
-    return sessions
 
 
 @tools.tool("pcap_stats", "tshark -z statistics.",

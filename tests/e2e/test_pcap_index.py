@@ -266,8 +266,25 @@ INDEX_FILTERS = ["udp", "!tcp", "sctp && ngap", "nas-5gs", "pfcp || gtpv2", "ipv
                  "tcp.stream in {1, 2, 3}", "udp.stream >= 2", "frame.len > 200", "frame.number <= 10",
                  "sctp.port == 38412", "not udp and not tcp", "ip.src", "udp.port in {53, 2152}",
                  "ip.addr eq 12.1.1.2", "tcp.srcport ne 80", "tcp.dstport > 1024"]
-# And some it leaves to sharkd: a protocol whose layer name is not always its item, strings, slices.
-SHARKD_FILTERS = ["http", "gtp", "tcp.stream in {1 2 3}", "ip.addr == 10.0.0.0/8", "frame contains \"a\""]
+# Filters it does not translate but matches with tshark over the frames cut from the file that carry a
+# layer every match carries (index/narrowing.py), per layer: each run on every capture carrying it.
+NARROWED_FILTERS = {
+    "dns": ['dns.qry.name contains "a"', "dns.flags.response == 1 && dns.flags.rcode == 0"],
+    "sip": ['sip.Method == "INVITE"', "sip.Status-Code >= 200 || sdp"],
+    "diameter": ["diameter.cmd.code == 272", "diameter.flags.request == 0 && diameter.Result-Code"],
+    "ngap": ["ngap.procedureCode == 15", "ngap.RAN_UE_NGAP_ID > 1 && sctp.chunk_type == 0"],
+    "nas-5gs": ["nas_5gs.mm.message_type == 0x41 || nas_5gs.sm.message_type == 0xc1"],
+    "pfcp": ["pfcp.msg_type == 50", "pfcp.cause"],
+    "gtpv2": ["gtpv2.message_type == 32", "gtpv2.cause"],
+    "gtp": ["gtp.message == 255", "gtp.teid > 1 && icmp"],
+    "s1ap": ["s1ap.procedureCode == 12"], "nas-eps": ["nas-eps"],
+    "tcp": ["tcp.flags.syn == 1 && tcp.flags.ack == 0", "tcp.analysis.retransmission || tcp.analysis.duplicate_ack"],
+    "ip": ["ip.addr == 10.0.0.0/8 && ip.ttl < 64"], "icmp": ["icmp.type == 3"],
+}
+# And some it leaves to sharkd: a protocol whose layer name is not always its item, strings on every frame,
+# Wireshark's own numbering, negations, functions that hold on frames without the field.
+SHARKD_FILTERS = ["http", "tcp.stream in {1 2 3}", "frame contains \"a\"", "!dns.qry.name", "count(dns.a) == 0",
+                  "dns.response_in", "not sip.Method == \"INVITE\""]
 
 
 @pytest.mark.parametrize("path", captures(), ids=lambda p: p.name)
@@ -296,6 +313,34 @@ async def test_filters_the_index_answers_match_tsharks_and_the_rest_go_to_sharkd
             page = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter=flt, limit=5,
                               **decode_args(path))
             assert page.get("served_by") != "index", (flt, page)
+
+
+@pytest.mark.parametrize("path", captures(), ids=lambda p: p.name)
+async def test_filters_the_index_narrows_match_tsharks_over_the_whole_file(index_daemon: DaemonProcess,
+                                                                          path: Path) -> None:
+    """Each filter of every layer the capture carries (and one of a layer it lacks), matched by tshark over
+    the frames the index cuts from the file, gives exactly `tshark -Y` over the whole file, page by page,
+    each row the index's (tshark's own columns), saying how it was matched."""
+    table = oracle.columns(path)
+    carried = set(oracle.layers(path))
+    chosen = [flt for layer, flts in NARROWED_FILTERS.items() if layer in carried for flt in flts]
+    chosen.append(next(flts[0] for layer, flts in NARROWED_FILTERS.items() if layer not in carried))
+    async with session(index_daemon) as call:
+        built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decode_args(path))
+        assert built["state"] == "ready", built
+        for flt in chosen:
+            wanted = oracle.matching(path, flt)
+            step, got = max(1, len(wanted) // 2 + 1), []
+            for offset in range(0, len(wanted) + 1, step):
+                page = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter=flt, limit=step,
+                                  offset=offset, **decode_args(path))
+                assert not page["_is_error"] and page["served_by"] == "index", (flt, page)
+                assert page["total"] == len(wanted) and page["total_exact"] is True, (path.name, flt)
+                assert "matched by tshark -Y over " in page["note"], page
+                got += page["frames"]
+            assert [f["number"] for f in got] == wanted, (path.name, flt)
+            for frame in got:
+                assert frame == row_of(table[frame["number"]]), (path.name, flt)
 
 
 async def test_the_index_is_parquet_any_reader_reads_and_survives_a_restart(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import DaemonProcess
 from tests.e2e.test_pcap_differential import session
-from tests.e2e.test_pcap_index import TABLES, corpus_daemon, sharkd_tables
+from tests.e2e.test_pcap_index import NARROWED_FILTERS, TABLES, corpus_daemon, sharkd_tables
 from tests.e2e.test_pcap_oracle import row_of
 from tests.pcaps import PCAPS, corpus
 from tests.support import pcap_oracle as oracle
@@ -58,6 +58,12 @@ async def test_a_chunked_index_answers_tsharks_rows_and_marks_its_seam_frames(ch
             got += page["frames"]
             if not page["has_more"]:
                 break
+        # A filter the index does not translate, matched by tshark over the frames cut by the index's rows.
+        for flt in [flts[0] for layer, flts in NARROWED_FILTERS.items() if layer in oracle.layers(path)]:
+            narrowed = await call("pcap_frames_by_filter", pcap_path=str(path), display_filter=flt, limit=5000)
+            assert narrowed["served_by"] == "index" and "matched by tshark -Y over " in narrowed["note"], narrowed
+            assert ("seam frames' layers and streams may differ" in narrowed["note"]) == bool(how["seam_frames"])
+            assert [f["number"] for f in narrowed["frames"]] == oracle.matching(path, flt)[:5000], (path.name, flt)
         timeline = await call("pcap_timeline", pcap_path=str(path), fields=["ip.src", "_ws.col.Info"],
                               display_filter="", limit=PAGE)
         assert not timeline["_is_error"] and timeline["served_by"] == "index", timeline

@@ -14,11 +14,15 @@ Blocking: a worker thread's.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import struct
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
+from diagd.actors.pcap.index.build import LOCK_FILE, PARTIAL
 from diagd.actors.pcap.shark import recordwalk
 
 MAX_RECORD = 1 << 20  # longer than any record the walk follows (recordwalk: 256 KiB of packet)
@@ -128,3 +132,12 @@ def _copy_range(source: int, sink: int, start: int, end: int) -> None:
             raise Uncuttable(f"the file ends before offset {end}: it changed")
         os.write(sink, block)
         at += len(block)
+
+
+def workspace(index: Path) -> tuple[Path, BinaryIO]:
+    """A folder of one reading's own beside the index (for its cut), locked while in use: removed at its
+    end, or by IndexStore.sweep after a daemon killed meanwhile (a partial folder nobody holds the lock of)."""
+    work = Path(tempfile.mkdtemp(dir=index.parent, prefix=index.name + PARTIAL))
+    lock = open(work / LOCK_FILE, "wb")  # noqa: SIM115 - held while the folder is in use
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return work, lock

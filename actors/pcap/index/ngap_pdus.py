@@ -18,22 +18,19 @@ reader never reads an old file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import pickle
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import trio
 
 from diagd.actors._paths import replace_whole
 from diagd.actors.pcap import ngap
 from diagd.actors.pcap.index import filters, narrow, query
-from diagd.actors.pcap.index.build import LOCK_FILE, PARTIAL
 from diagd.actors.pcap.ngap import NgapPdu
 from diagd.actors.pcap.ngap.pdus import FRAMES_FILTER
 from diagd.actors.pcap.shark.sharkd import Sharkd, SharkdError
@@ -99,7 +96,7 @@ def _numbers(index: Path, display_filter: str) -> list[int]:
 async def _read(capture: Path, index: Path, frames: int, decoding: Decoding, expected: dict[str, list[int]]
                 ) -> list[NgapPdu]:
     records = await trio.to_thread.run_sync(query.records_carrying, index, ("sctp",))
-    work, lock = await trio.to_thread.run_sync(_workspace, index)
+    work, lock = await trio.to_thread.run_sync(narrow.workspace, index)
     try:
         cut = work / ("cut" + capture.suffix)
         try:
@@ -174,15 +171,6 @@ def store_view(index: Path, decoding: Decoding, view: str, answer: dict[str, Any
     """Keep a view of the whole capture's NGAP model beside the index, as JSON (what the tool answers)."""
     _drop_stale(index)
     _replace(index / VIEW_FILE.format(view, READER, decoding.digest()), json.dumps(answer).encode())
-
-
-def _workspace(index: Path) -> tuple[Path, BinaryIO]:
-    """A folder of this reading's own beside the index, locked while in use: removed at its end, or by
-    IndexStore.sweep after a daemon killed meanwhile (a partial folder nobody holds the lock of)."""
-    work = Path(tempfile.mkdtemp(dir=index.parent, prefix=index.name + PARTIAL))
-    lock = open(work / LOCK_FILE, "wb")  # noqa: SIM115 - held while the folder is in use
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    return work, lock
 
 
 def _load(path: Path) -> list[NgapPdu] | None:

@@ -418,6 +418,25 @@ def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, in
     return [(int(n), int(off)) for n, off in got]
 
 
+def differing_layers(index: Path, numbers: list[int], protocols: list[str], first: int = 5) -> list[int]:
+    """The first few of these frames whose layers (frame.protocols, as another read printed them) are
+    not the index's: a read of a cut that dissected them otherwise. A chunked index's seam frames are
+    not held to it (their rows may differ from one pass over the whole file: stitch.py)."""
+    import pyarrow as pa
+
+    if not numbers:
+        return []
+    read = pa.table({"number": pa.array(numbers, pa.int64()), "protocols": pa.array(protocols, pa.string())})
+    seams = (f"AND f.number NOT IN (SELECT number FROM {_table(index, SEAMS_FILE)})"
+             if (index / SEAMS_FILE).is_file() else "")
+    with _connect() as con:
+        con.register("read", read)
+        return [int(n) for (n,) in con.execute(
+            f"SELECT f.number FROM {_frames(index)} f JOIN read r ON f.number = r.number "
+            f"WHERE f.number BETWEEN ? AND ? AND f.protocols IS DISTINCT FROM r.protocols {seams} "
+            f"ORDER BY f.number LIMIT {int(first)}", [min(numbers), max(numbers)]).fetchall()]
+
+
 def seams(index: Path, numbers: list[int]) -> dict[int, str]:
     """Which of these frames are seam frames of a chunked build, and why (stitch.py; {}: none, or the
     index was built in one pass)."""

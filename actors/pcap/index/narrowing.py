@@ -1,0 +1,302 @@
+"""A display filter the index does not translate (index/filters.py), matched by tshark over only the
+frames it can match: the frames carrying a layer every match must carry, and every frame their
+dissection depends on (query.records_carrying: their TCP streams, their IP ends' frames, frames
+without IP), cut from the file (narrow.py) and read two-pass with the capture's own decoding.
+
+Which layer every match must carry is read off the filter's structure: a test of a field (`dns.qry.name
+contains "x"`, `sip.Method == "INVITE"`, `ngap`) is false on a frame without that field's protocol, so
+`A && B` needs A's layer (or B's), `A || B` one of both, and `!A` none (then nothing is narrowed).
+Only protocols checked to dissect in a cut as in the whole file (the differential test compares every
+corpus capture's matches with `tshark -Y` over the whole file) narrow, and only filters whose names
+mean the same in a cut: no frame numbers (links to other frames, FT_FRAMENUM), no numbering of
+Wireshark's own (stream and association indexes), no time since the first frame, no columns or expert
+items (their text holds frame numbers). A `!=` test and functions such as count() may hold on a frame
+without the field: an atom with one narrows nothing. What is not narrowed is not answered here.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from diagd.actors._subprocess import head
+from diagd.actors.pcap.index import narrow, query
+from diagd.actors.pcap.shark.tshark import filter_refusal
+from diagd.protocol.errors import DiagdError, ErrorCode
+
+Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
+
+# Layers whose frames dissect in a cut as in the whole file when the cut holds what records_carrying
+# adds (the single-pass set of warm/first_page.py, less `frame`: each dissects from its own and
+# earlier frames of the same conversation).
+NARROW_PROTOCOLS = frozenset({
+    "eth", "vlan", "sll", "ip", "ipv6", "arp", "icmp", "icmpv6", "udp", "sctp", "tcp", "gtp", "gtpv2", "pfcp",
+    "diameter", "ngap", "s1ap", "nas-5gs", "nas-eps", "sip", "sdp", "dns", "x2ap", "gtpprime",
+})
+# Layers under another name whose frames hold a protocol's fields: the DNS dissector's under mDNS and
+# LLMNR (frame.protocols says `mdns`; `dns.qry.name` matches), GTP's under GTP'. Found by the differential
+# test (a capture's mDNS frames); a frame of these is cut too.
+ALSO_CARRIED = {"dns": ("mdns", "llmnr"), "gtp": ("gtpprime",)}
+# Layers under most frames of a capture: a test of one narrows little.
+CARRIERS = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "sctp"})
+# frame.* fields that are the frame's own (not its number, nor times relative to other frames).
+FRAME_OWN = frozenset({"frame.len", "frame.cap_len", "frame.time", "frame.time_epoch", "frame.protocols",
+                       "frame.encap_type", "frame.interface_id"})
+_NUMBERING = re.compile(r"\.(stream|assoc_index|index|connection\.number)$|time_relative$|^_ws\.|^frame\.")
+_TOKEN = re.compile(r"""\s*(?:
+    (?P<string>r?"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+  | (?P<op>&&|\|\||\^\^|!(?!=)|\(|\)|\{|\}|\[|\])
+  | (?P<word>[\w.:\-/$]+)
+  | (?P<other>[^\s"'&|()\[\]{}\w]+|[&|])
+)""", re.VERBOSE)
+_BOOLEAN = {"and": "&&", "or": "||", "not": "!", "xor": "^^"}
+# Comparisons that may hold on a frame lacking the field ("all not equal"), and functions that may
+# (count() of an absent field is 0): an atom holding one narrows nothing.
+_MAY_HOLD_ABSENT = re.compile(r"^(!=|~=|ne|any_ne|all_ne)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Atom:
+    names: tuple[str, ...]  # the words of one test, in order
+    absent_may_hold: bool
+
+
+@dataclass(frozen=True)
+class _Not:
+    inner: Expr
+
+
+@dataclass(frozen=True)
+class _Both:
+    op: str  # && || ^^
+    left: Expr
+    right: Expr
+
+
+Expr = _Atom | _Not | _Both
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def required_layers(display_filter: str, kinds: Kinds) -> tuple[str, ...] | None:
+    """The layers one of which every frame the filter matches carries (sorted), when the filter may be
+    matched on a cut of the frames carrying them; None otherwise (its answer comes from elsewhere)."""
+    if any(_NUMBERING.search(name) and name not in FRAME_OWN for name, _, _ in kinds):
+        return None  # whether the catalogue lists it or not (`_ws.col.Info` is no field of -G fields)
+    known = {name: (kind, protocol) for name, kind, protocol in kinds if kind is not None}
+    for name, (kind, protocol) in known.items():
+        if kind == "FT_FRAMENUM" or (protocol not in NARROW_PROTOCOLS and name not in FRAME_OWN):
+            return None
+    try:
+        tokens = _tokens(display_filter)
+        parser = _Parser(tokens)
+        tree = parser.expression()
+        if parser.at != len(tokens):
+            return None
+    except _Unreadable:
+        return None
+    needed = _needs(tree, known)
+    if not needed:
+        return None
+    return tuple(sorted({*needed, *(also for layer in needed for also in ALSO_CARRIED.get(layer, ()))}))
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    at = 0
+    while at < len(text):
+        if text[at:].strip() == "":
+            break
+        match = _TOKEN.match(text, at)
+        if match is None or match.end() == at:
+            raise _Unreadable(text[at:at + 20])
+        at = match.end()
+        kind = match.lastgroup or "other"
+        value = match.group(kind)
+        if kind == "word" and value.lower() in _BOOLEAN:
+            kind, value = "op", _BOOLEAN[value.lower()]
+        found.append((kind, value))
+    return found
+
+
+class _Parser:
+    """or := and (|| and)*; and := unary (&& unary)*; unary := ! unary | ( or ) | atom. An atom is the
+    words and signs of one test; its own brackets (a call's, a set's, a slice's) are part of it."""
+
+    def __init__(self, tokens: list[tuple[str, str]]) -> None:
+        self.tokens = tokens
+        self.at = 0
+
+    def _peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def expression(self) -> Expr:
+        left = self._and()
+        while self._peek() in (("op", "||"), ("op", "^^")):
+            op = self.tokens[self.at][1]
+            self.at += 1
+            left = _Both(op, left, self._and())
+        return left
+
+    def _and(self) -> Expr:
+        left = self._unary()
+        while self._peek() == ("op", "&&"):
+            self.at += 1
+            left = _Both("&&", left, self._unary())
+        return left
+
+    def _unary(self) -> Expr:
+        token = self._peek()
+        if token == ("op", "!"):
+            self.at += 1
+            return _Not(self._unary())
+        if token == ("op", "("):
+            self.at += 1
+            inner = self.expression()
+            if self._peek() != ("op", ")"):
+                raise _Unreadable("(")
+            self.at += 1
+            return inner
+        return self._atom()
+
+    def _atom(self) -> _Atom:
+        words: list[str] = []
+        absent_may_hold = False
+        depth = 0
+        start = self.at
+        while (token := self._peek()) is not None:
+            kind, value = token
+            if depth == 0 and kind == "op" and value in ("&&", "||", "^^", "!", ")"):
+                break
+            if kind == "op" and value in ("(", "{", "["):
+                if value == "(":  # a call: the function's result may hold without the field
+                    absent_may_hold = True
+                depth += 1
+            elif kind == "op" and value in (")", "}", "]"):
+                depth -= 1
+            elif kind == "word":
+                if "$" in value:  # a macro: what it stands for is not read here
+                    raise _Unreadable(value)
+                words.append(value)
+                absent_may_hold |= bool(_MAY_HOLD_ABSENT.match(value))
+            elif kind == "other":
+                absent_may_hold |= bool(_MAY_HOLD_ABSENT.match(value))
+            self.at += 1
+        if self.at == start or depth != 0:
+            raise _Unreadable("an empty or unbalanced test")
+        return _Atom(tuple(words), absent_may_hold)
+
+
+def _needs(tree: Expr, known: dict[str, tuple[str, str | None]]) -> frozenset[str] | None:
+    """The layers one of which a frame meeting `tree` carries; None: a frame with none may meet it."""
+    if isinstance(tree, _Atom):
+        if tree.absent_may_hold:
+            return None
+        for word in tree.names:  # the first name's layer: a test of it is false without it
+            if word in known and word not in FRAME_OWN:
+                protocol = known[word][1]
+                return frozenset({protocol}) if protocol in NARROW_PROTOCOLS else None
+        return None
+    if isinstance(tree, _Not):
+        return None
+    needs_left, needs_right = _needs(tree.left, known), _needs(tree.right, known)
+    if tree.op == "&&":
+        # Either side's layers will do: the one fewer frames carry (no carrier layer, fewer layers).
+        options = [n for n in (needs_left, needs_right) if n is not None]
+        return min(options, key=lambda n: (bool(n & CARRIERS), len(n))) if options else None
+    if needs_left is None or needs_right is None:  # || and ^^: either side alone
+        return None
+    return needs_left | needs_right
+
+
+@dataclass(frozen=True)
+class Narrowed:
+    """The frames a filter matches (whole-file numbers, ascending), and what tshark read to find them."""
+
+    numbers: list[int]
+    layers: tuple[str, ...]
+    cut_frames: int  # frames cut from the capture and read
+
+    def note(self, frames: int) -> str:
+        return (f"matched by tshark -Y over {self.cut_frames} of the capture's {frames} frames, cut from the file "
+                f"by its index: those carrying {' or '.join(self.layers)}, with what their dissection depends on "
+                "(their TCP streams, their IP ends' other frames, frames without IP); their rows are the index's")
+
+
+def seam_note(meta: dict[str, Any]) -> str | None:
+    """What a chunked index's seam frames mean for a match read from a cut (None: there are none)."""
+    how = query.chunked(meta)
+    if not how or not how["seam_frames"]:
+        return None
+    return (f"the frames cut were chosen by the index's rows, read in {how['chunks']} chunks: its "
+            f"{how['seam_frames']} seam frames' layers and streams may differ from one pass over the whole file, "
+            "so a match among them (or among the frames they ride with) may be missed")
+
+
+async def matching(capture: Path, index: Path, frames: int, argv: list[str], display_filter: str,
+                   layers: tuple[str, ...], kept: int) -> Narrowed:
+    """The frames of `capture` (its index at `index`, `frames` frames; `argv`: its own two-pass tshark
+    command) that `display_filter` matches, read from a cut of the frames carrying `layers`
+    (required_layers) and what they depend on. Each match's layers must be the index's (else the cut
+    dissected otherwise: a coded error, never a silently different answer); more than `kept` matches
+    are refused."""
+    records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
+    if not records:
+        return Narrowed([], layers, 0)
+    work, lock = await trio.to_thread.run_sync(narrow.workspace, index)
+    try:
+        cut = work / ("cut" + capture.suffix)
+        try:
+            await trio.to_thread.run_sync(narrow.cut, capture, [off for _, off in records], frames, cut)
+        except narrow.Uncuttable as exc:
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"this filter needs sharkd: {exc}") from None
+        numbers, protocols = await _read(_on(argv, cut), display_filter, [n for n, _ in records], kept)
+    finally:
+        with trio.CancelScope(shield=True):  # the cut is as big as the frames carrying those layers
+            try:
+                await trio.to_thread.run_sync(lambda: shutil.rmtree(work, ignore_errors=True))
+            finally:
+                lock.close()
+    differing = await trio.to_thread.run_sync(query.differing_layers, index, numbers, protocols)
+    if differing:
+        raise DiagdError(ErrorCode.INTERNAL_ERROR,
+                         f"frames cut from the capture dissected otherwise than in the whole file (first: "
+                         f"{', '.join(map(str, differing))}): this filter needs sharkd", frames=differing)
+    return Narrowed(numbers, layers, len(records))
+
+
+def _on(argv: list[str], cut: Path) -> list[str]:
+    """The capture's own tshark command, reading the cut instead."""
+    at = argv.index("-r") + 1
+    return [*argv[:at], str(cut), *argv[at + 1:]]
+
+
+async def _read(argv: list[str], display_filter: str, numbers: list[int], kept: int) -> tuple[list[int], list[str]]:
+    """The matches' whole-file numbers and their layers, from tshark over the cut (its frame n is the
+    whole file's numbers[n - 1])."""
+    found: list[int] = []
+    layers: list[str] = []
+
+    def take(line: str) -> None:
+        number, _, stack = line.rstrip("\n").partition("\t")
+        if number.isdigit() and 0 < int(number) <= len(numbers):
+            found.append(numbers[int(number) - 1])
+            layers.append(stack)
+
+    done = await head([*argv, "-Y", display_filter, "-T", "fields", "-e", "frame.number", "-e", "frame.protocols"],
+                      kept + 1, max_line=1 << 16, on_line=take)
+    if done.stopped or len(found) > kept:
+        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"the filter matches more than {kept} frames: narrow it",
+                         limit=kept)
+    if done.returncode != 0:
+        if (refusal := await filter_refusal(display_filter)) is not None:
+            raise DiagdError(ErrorCode.INVALID_FILTER, refusal, display_filter=display_filter)
+        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark over the cut frames failed: {done.stderr[-500:]}")
+    return found, layers

@@ -1,0 +1,117 @@
+"""Which layer every match of a display filter carries (index/narrowing.py: the frames cut for a tshark
+pass), read off the filter's structure with this Wireshark's own field catalogue: narrowed only where a
+frame without that layer cannot match, never through a negation, a function, `!=`, a frame number or
+Wireshark's own numbering. (What the cut then matches is compared with `tshark -Y` over the whole file
+on every corpus capture in tests/e2e/test_pcap_index.py.)"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import trio
+
+from diagd.actors.pcap.index.narrowing import matching, required_layers
+from diagd.actors.pcap.shark.tshark import base_argv
+from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
+from diagd.protocol.errors import DiagdError, ErrorCode
+from tests.pcaps import PCAPS
+from tests.support import pcap_oracle as oracle
+from tests.support.index_builds import build
+
+pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
+
+NARROWED = {
+    'dns.qry.name contains "a"': ("dns", "llmnr", "mdns"),  # the DNS dissector's fields under mDNS and LLMNR too
+    "dns": ("dns", "llmnr", "mdns"),
+    "(sip)": ("sip",),
+    "dns || sip": ("dns", "llmnr", "mdns", "sip"),
+    "dns ^^ sip": ("dns", "llmnr", "mdns", "sip"),
+    "sip && frame.len > 100": ("sip",),  # the frame's own length: any frame has one
+    'sip.Method == "INVITE" and udp.port == 5060': ("sip",),  # the rarer of the two
+    "ip.src == 10.0.0.1 && pfcp": ("pfcp",),
+    "ipv6.addr == fe80::1 && diameter": ("diameter",),
+    "ip.addr == 10.0.0.0/8": ("ip",),
+    "ngap.procedureCode == 15 || nas_5gs.mm.message_type == 0x41": ("nas-5gs", "ngap"),
+    "pfcp && !(pfcp.msg_type == 50)": ("pfcp",),
+    "gtpv2.cause in {16 17}": ("gtpv2",),
+    'sip.Call-ID[0:3] == "abc"': ("sip",),
+    'sip.Method matches "^INV" || sip.Method ~ "BYE"': ("sip",),
+    'dns.qry.name == "a && b || !c (d)"': ("dns", "llmnr", "mdns"),  # operators inside a string are its text
+    "gtp.teid > 1 && icmp": ("gtp", "gtpprime"),  # either will do: the first of two alike
+}
+NOT_NARROWED = [
+    "!dns",  # a negation holds on frames without the layer
+    "not dns or sip",
+    "frame.len > 100",  # every frame
+    "frame",
+    'frame contains "a"',
+    "dns.flags.response != 1",  # "all not equal": may hold without the field
+    "dns.flags.response ne 1",
+    "count(dns.a) == 0",  # 0 without the field
+    "len(dns.qry.name) > 10",
+    "tcp.stream == 3",  # Wireshark's own numbering: another in a cut
+    "udp.stream == 1 && dns",
+    "sctp.assoc_index == 0 && ngap",
+    "dns.response_in",  # a frame number
+    "dns && frame.number > 10",
+    "dns && frame.time_relative > 1",  # since the first frame: another in a cut
+    "dns && _ws.col.Info contains \"reply\"",  # columns hold frame numbers
+    "http2",  # not checked to dissect in a cut as in the whole file
+    "http && dns",
+    "dns && ${macro}",
+    "dns && (sip",  # unbalanced
+    "dns &&",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def catalogue() -> Catalogue:
+    return trio.run(read_catalogue)
+
+
+@pytest.mark.parametrize(("display_filter", "layers"), NARROWED.items())
+def test_the_layer_every_match_carries(catalogue: Catalogue, display_filter: str, layers: tuple[str, ...]) -> None:
+    assert required_layers(display_filter, catalogue.kinds(display_filter)) == layers
+
+
+@pytest.mark.parametrize("display_filter", NOT_NARROWED)
+def test_no_layer_when_a_frame_without_it_may_match(catalogue: Catalogue, display_filter: str) -> None:
+    assert required_layers(display_filter, catalogue.kinds(display_filter)) is None
+
+
+CAPTURE = "heplify_sip_ipv4_tcp.pcap"  # SIP over TCP: a message's segments are cut with it
+
+
+def indexed(tmp_path: Path) -> tuple[Path, Path, int]:
+    capture = PCAPS / CAPTURE
+    if not capture.exists():
+        pytest.skip(f"real capture {CAPTURE} not found in {PCAPS}")
+    meta = build(capture, tmp_path / "index", 0)
+    return capture, tmp_path / "index", int(meta["frames"])
+
+
+async def test_the_cut_matches_what_tshark_matches_over_the_whole_file(catalogue: Catalogue, tmp_path: Path) -> None:
+    capture, index, frames = indexed(tmp_path)
+    for display_filter in ('sip.Method == "INVITE"', "sip.Status-Code >= 200", 'sip.CSeq.method == "BYE"'):
+        layers = required_layers(display_filter, catalogue.kinds(display_filter))
+        assert layers == ("sip",)
+        found = await matching(capture, index, frames, base_argv(capture, [], []), display_filter, layers, 1000)
+        assert found.numbers == oracle.matching(capture, display_filter) and found.numbers, display_filter
+        assert 0 < found.cut_frames <= frames
+
+
+async def test_a_filter_tshark_refuses_and_too_many_matches_are_coded_errors(catalogue: Catalogue,
+                                                                              tmp_path: Path) -> None:
+    capture, index, frames = indexed(tmp_path)
+    argv = base_argv(capture, [], [])
+    with pytest.raises(DiagdError) as refused:
+        await matching(capture, index, frames, argv, 'sip.Method === "INVITE" ===', ("sip",), 1000)
+    assert refused.value.code == ErrorCode.INVALID_FILTER
+    wanted = oracle.matching(capture, "sip")
+    with pytest.raises(DiagdError) as many:
+        await matching(capture, index, frames, argv, "sip.Method || sip.Status-Code", ("sip",), len(wanted) - 1)
+    assert many.value.code == ErrorCode.OUTPUT_TOO_LARGE and many.value.details["limit"] == len(wanted) - 1
+    assert not list(index.parent.glob("*.partial-*")), "the cut's folder is removed"
