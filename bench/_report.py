@@ -1,4 +1,5 @@
-"""How the single-figure benches (ui.py, views.py) report their result: as JSON, or one name-value row per line."""
+"""How the benches report their result: the single-figure ones (ui.py, views.py) as JSON or one name-value row per
+line; the row benches (pcap_index.py, pcap_narrowed.py) as JSON or one `key=value | ...` line per row."""
 
 from __future__ import annotations
 
@@ -28,3 +29,14 @@ def report(samples: list[float], *, count: str, label: str, unit: str, digits: i
                 ("min / max", f"{figures[f'min_{unit}']} / {figures[f'max_{unit}']} {unit}"),
                 ("target", f"<= {target:g} {unit}")])
     return 0 if figures[f"{judged}_{unit}"] <= target else 1
+
+
+def finish_rows(rows: list[dict[str, object]], as_json: bool) -> int:
+    """Print a row bench's rows (JSON, or one `key=value | ...` line each); its exit status: 0 when every row
+    with a target met it."""
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for row in rows:
+            print(" | ".join(f"{k}={v}" for k, v in row.items()))
+    return 0 if all(r.get("met", True) for r in rows) else 1

@@ -29,6 +29,7 @@ from typing import Any
 
 from _daemon import isolated_daemon
 from _pcap_tools import build_capture, build_dense_capture, dense_sources, diagd_client, log, run_cold
+from _report import finish_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.pcaps import PCAPS
@@ -115,13 +116,7 @@ def main() -> int:
     parser.add_argument("--pcaps-dir", type=Path, default=PCAPS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows = trio.run(run, args)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    else:
-        for row in rows:
-            print(" | ".join(f"{k}={v}" for k, v in row.items()))
-    return 0 if all(r.get("met", True) for r in rows) else 1
+    return finish_rows(trio.run(run, args), args.json)
 
 
 if __name__ == "__main__":

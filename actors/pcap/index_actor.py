@@ -94,6 +94,7 @@ class IndexActor(Actor):
         self._matches: dict[tuple[Path, str], query.Matches] = {}
         # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
         self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
+        self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
         # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
         self._models: dict[tuple[Path, str], ngap.Model] = {}
         self._ngap_why: dict[tuple[Path, str], tuple[str, float]] = {}  # why not, until when (Trio clock)
@@ -481,10 +482,19 @@ class IndexActor(Actor):
         import pyarrow as pa
 
         key = (stored.path, f"tshark -Y {display_filter}")
+        if (unanswered := self._not_narrowed.get(key)) is not None:
+            raise unanswered  # the loaded capture answers it (the tool asks it): not cut again each page
         if (kept := self._narrowings.pop(key, None)) is None:
             frames = int(stored.meta.get("frames") or 0)
-            found = await narrowing.matching(self.capture, stored.path, frames, self.tshark_argv, display_filter,
-                                             layers, MATCHES_KEPT)
+            try:
+                found = await narrowing.matching(self.capture, stored.path, frames, self.tshark_argv,
+                                                 display_filter, layers, MATCHES_KEPT)
+            except DiagdError as exc:
+                if exc.details.get("index_unanswered"):
+                    self._not_narrowed[key] = exc
+                    while len(self._not_narrowed) > MATCH_LISTS_KEPT:
+                        self._not_narrowed.pop(next(iter(self._not_narrowed)))
+                raise
             kept = (found, query.Matches(len(found.numbers), numbers=pa.array(found.numbers, pa.int64())))
         self._narrowings[key] = kept
         while len(self._narrowings) > MATCH_LISTS_KEPT:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import replace
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 import trio
 from typing_extensions import TypedDict
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.pcap.actor import KIND
+from diagd.actors.pcap.answer_types import FramesAnswer
 from diagd.actors.pcap.answers import stats as _stats
 from diagd.actors.pcap.answers.answers import info_wait_s, not_read_yet
 from diagd.actors.pcap.answers.field_search import search_fields
@@ -191,13 +192,17 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
     built_by = None
     message = Frames(flt, limit, offset, await backend.kinds(flt))
+    indexed: FramesAnswer | None = None
     if (index := await backend.index_for(spec, message)) is not None:
         # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size;
         # a filter it does not translate matched by tshark over the frames it can match, cut from the file.
-        result = await backend.runtime.ask(index, message, progress=ctx.progress)
-        built_by = backend.index_version(index)
-    else:
-        result = await backend.ask(ctx, spec, message)
+        try:
+            indexed = cast("FramesAnswer", await backend.runtime.ask(index, message, progress=ctx.progress))
+            built_by = backend.index_version(index)
+        except DiagdError as exc:
+            if not exc.details.get("index_unanswered"):  # a file it cannot cut: the loaded capture answers
+                raise
+    result = indexed if indexed is not None else await backend.ask(ctx, spec, message)
     return {**result, "limit": limit, "offset": offset,
             "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
                                            provisional=SINGLE_PASS in result.get("served_by", ""), built_by=built_by)}

@@ -17,7 +17,6 @@ without the field: an atom with one narrows nothing. What is not narrowed is not
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,31 +243,24 @@ async def matching(capture: Path, index: Path, frames: int, argv: list[str], dis
                    layers: tuple[str, ...], kept: int) -> Narrowed:
     """The frames of `capture` (its index at `index`, `frames` frames; `argv`: its own two-pass tshark
     command) that `display_filter` matches, read from a cut of the frames carrying `layers`
-    (required_layers) and what they depend on. Each match's layers must be the index's (else the cut
-    dissected otherwise: a coded error, never a silently different answer); more than `kept` matches
-    are refused."""
+    (required_layers) and what they depend on. Each match's layers must be the index's: else, as for a
+    file that cannot be cut, NOT_FOUND with `index_unanswered` (the tool asks the loaded capture: never a
+    silently different answer); more than `kept` matches are refused."""
     records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
     if not records:
         return Narrowed([], layers, 0)
-    work, lock = await trio.to_thread.run_sync(narrow.workspace, index)
     try:
-        cut = work / ("cut" + capture.suffix)
-        try:
-            await trio.to_thread.run_sync(narrow.cut, capture, [off for _, off in records], frames, cut)
-        except narrow.Uncuttable as exc:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"this filter needs sharkd: {exc}") from None
-        numbers, protocols = await _read(_on(argv, cut), display_filter, [n for n, _ in records], kept)
-    finally:
-        with trio.CancelScope(shield=True):  # the cut is as big as the frames carrying those layers
-            try:
-                await trio.to_thread.run_sync(lambda: shutil.rmtree(work, ignore_errors=True))
-            finally:
-                lock.close()
+        async with narrow.cut_beside(capture, index, [off for _, off in records], frames) as cut:
+            numbers, protocols = await _read(_on(argv, cut), display_filter, [n for n, _ in records], kept)
+    except narrow.Uncuttable as exc:
+        raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot narrow this filter: {exc}",
+                         index_unanswered=True) from None
     differing = await trio.to_thread.run_sync(query.differing_layers, index, numbers, protocols)
     if differing:
-        raise DiagdError(ErrorCode.INTERNAL_ERROR,
-                         f"frames cut from the capture dissected otherwise than in the whole file (first: "
-                         f"{', '.join(map(str, differing))}): this filter needs sharkd", frames=differing)
+        raise DiagdError(ErrorCode.NOT_FOUND,
+                         f"the index cannot narrow this filter: frames cut from the capture dissected otherwise "
+                         f"than in the whole file (first: {', '.join(map(str, differing))})", frames=differing,
+                         index_unanswered=True)
     return Narrowed(numbers, layers, len(records))
 
 

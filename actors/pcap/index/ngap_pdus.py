@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import pickle
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,30 +95,20 @@ def _numbers(index: Path, display_filter: str) -> list[int]:
 async def _read(capture: Path, index: Path, frames: int, decoding: Decoding, expected: dict[str, list[int]]
                 ) -> list[NgapPdu]:
     records = await trio.to_thread.run_sync(query.records_carrying, index, ("sctp",))
-    work, lock = await trio.to_thread.run_sync(narrow.workspace, index)
     try:
-        cut = work / ("cut" + capture.suffix)
-        try:
-            await trio.to_thread.run_sync(narrow.cut, capture, [off for _, off in records], frames, cut)
-        except narrow.Uncuttable as exc:
-            raise Unanswered(str(exc)) from None
-        config = work / "config"
-        config.mkdir()
-        write_sharkd_config(config, decoding.decode_as_entries)
-        numbers = [number for number, _ in records]
-        async with trio.open_nursery() as nursery:
-            sharkd = await Sharkd.start(nursery, config)
-            try:
-                return await _dissect(sharkd, cut, numbers, decoding, expected)
-            finally:
-                await sharkd.close()
-    finally:
-        # Even when cancelled (a stop, the daemon's end): the cut is as big as the capture's SCTP share.
-        with trio.CancelScope(shield=True):
-            try:
-                await trio.to_thread.run_sync(lambda: shutil.rmtree(work, ignore_errors=True))
-            finally:
-                lock.close()
+        async with narrow.cut_beside(capture, index, [off for _, off in records], frames) as cut:
+            config = cut.parent / "config"
+            config.mkdir()
+            write_sharkd_config(config, decoding.decode_as_entries)
+            numbers = [number for number, _ in records]
+            async with trio.open_nursery() as nursery:
+                sharkd = await Sharkd.start(nursery, config)
+                try:
+                    return await _dissect(sharkd, cut, numbers, decoding, expected)
+                finally:
+                    await sharkd.close()
+    except narrow.Uncuttable as exc:
+        raise Unanswered(str(exc)) from None
 
 
 async def _dissect(sharkd: Sharkd, cut: Path, numbers: list[int], decoding: Decoding,

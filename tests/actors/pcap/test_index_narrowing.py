@@ -7,6 +7,7 @@ on every corpus capture in tests/e2e/test_pcap_index.py.)"""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,20 @@ async def test_a_filter_tshark_refuses_and_too_many_matches_are_coded_errors(cat
         await matching(capture, index, frames, argv, "sip.Method || sip.Status-Code", ("sip",), len(wanted) - 1)
     assert many.value.code == ErrorCode.OUTPUT_TOO_LARGE and many.value.details["limit"] == len(wanted) - 1
     assert not list(index.parent.glob("*.partial-*")), "the cut's folder is removed"
+
+
+async def test_a_file_the_index_cannot_cut_is_left_to_the_loaded_capture(tmp_path: Path) -> None:
+    """Decryption secrets in the file (a block a cut would lose): not narrowed, and said so with
+    `index_unanswered`, which sends the tool to the loaded capture (tools.frames_by_filter)."""
+    capture, _, _ = indexed(tmp_path)
+    secrets = tmp_path / "keylog.txt"
+    secrets.write_text(f"CLIENT_RANDOM {'00' * 32} {'00' * 48}\n")
+    with_secrets = tmp_path / "with_secrets.pcapng"
+    subprocess.run(["editcap", "--inject-secrets", f"tls,{secrets}", str(capture), str(with_secrets)], check=True,
+                   capture_output=True)
+    meta = build(with_secrets, tmp_path / "index2", 0)
+    with pytest.raises(DiagdError) as unanswered:
+        await matching(with_secrets, tmp_path / "index2", int(meta["frames"]), base_argv(with_secrets, [], []),
+                       'sip.Method == "INVITE"', ("sip",), 1000)
+    assert unanswered.value.code == ErrorCode.NOT_FOUND and unanswered.value.details["index_unanswered"]
+    assert "cannot narrow" in unanswered.value.message
