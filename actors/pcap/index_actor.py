@@ -483,7 +483,8 @@ class IndexActor(Actor):
 
         key = (stored.path, f"tshark -Y {display_filter}")
         if (unanswered := self._not_narrowed.get(key)) is not None:
-            raise unanswered  # the loaded capture answers it (the tool asks it): not cut again each page
+            # The loaded capture answers it (the tool asks it): not cut again each page.
+            raise DiagdError(unanswered.code, unanswered.message, **unanswered.details)
         if (kept := self._narrowings.pop(key, None)) is None:
             frames = int(stored.meta.get("frames") or 0)
             try:

@@ -44,8 +44,8 @@ def _paged(answer: Mapping[str, Any], key: str, args: Args) -> dict[str, Any]:
     paged = {**answer, **{name: answer[name][offset:offset + limit] for name in lists}, "offset": offset,
              "has_more": any(offset + limit < len(answer[name]) for name in lists),
              "totals": {name: len(answer[name]) for name in lists}}
-    items = answer[lists[0]]
-    if items and offset >= len(items):  # beside what the answer already says (the procedures view: no procedure)
+    items = answer[lists[0]]  # the longest: the others hold some of its items
+    if items and all(offset >= len(answer[name]) for name in lists):  # beside what the answer says already
         past = f"offset {offset} is past the last of {len(items)} {lists[0]}"
         paged["reason"] = "; ".join(x for x in (answer.get("reason"), past) if x)
     return paged

@@ -26,6 +26,7 @@ import trio
 from diagd.actors._subprocess import head
 from diagd.actors.pcap.index import narrow, query
 from diagd.actors.pcap.shark.tshark import filter_refusal
+from diagd.actors.pcap.shark.wireshark import FILTER_KEYWORDS
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
@@ -40,7 +41,11 @@ NARROW_PROTOCOLS = frozenset({
 # Layers under another name whose frames hold a protocol's fields: the DNS dissector's under mDNS and
 # LLMNR (frame.protocols says `mdns`; `dns.qry.name` matches), GTP's under GTP'. Found by the differential
 # test (a capture's mDNS frames); a frame of these is cut too.
-ALSO_CARRIED = {"dns": ("mdns", "llmnr"), "gtp": ("gtpprime",)}
+ALSO_CARRIED = {"dns": ("mdns", "llmnr"), "gtp": ("gtpprime",), "udp": ("udplite",),
+                # Transparent containers dissected in place (asn1/s1ap, asn1/ngap .cnf; packet-gtpv2.c's
+                # F-Container): NGAP's fields inside S1AP and GTPv2, S1AP's inside NGAP and GTPv2, 5GS NAS
+                # inside NGAP without a nas-5gs layer (read from Wireshark's source by a review).
+                "ngap": ("s1ap", "gtpv2"), "s1ap": ("ngap", "gtpv2"), "nas-5gs": ("ngap",)}
 # Layers under most frames of a capture: a test of one narrows little.
 CARRIERS = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "sctp"})
 # frame.* fields that are the frame's own (not its number, nor times relative to other frames).
@@ -54,6 +59,8 @@ _TOKEN = re.compile(r"""\s*(?:
   | (?P<other>[^\s"'&|()\[\]{}\w]+|[&|])
 )""", re.VERBOSE)
 _BOOLEAN = {"and": "&&", "or": "||", "not": "!", "xor": "^^"}
+_NAME = re.compile(r"^[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")  # a word's name part, as Catalogue.kinds reads names
+MAX_DEPTH = 100  # nested negations and parentheses read; deeper: not narrowed
 # Comparisons that may hold on a frame lacking the field ("all not equal"), and functions that may
 # (count() of an absent field is 0): an atom holding one narrows nothing.
 _MAY_HOLD_ABSENT = re.compile(r"^(!=|~=|ne|any_ne|all_ne)$", re.IGNORECASE)
@@ -95,11 +102,17 @@ def required_layers(display_filter: str, kinds: Kinds) -> tuple[str, ...] | None
             return None
     try:
         tokens = _tokens(display_filter)
+        # Every name this reading sees must be one the checks above saw (a name they missed, hidden from
+        # them by how it is written, is not vouched for): else nothing is narrowed.
+        looked_up = {name for name, _, _ in kinds}
+        if any(name not in looked_up and name.lower() not in FILTER_KEYWORDS for kind, value in tokens
+               if kind == "word" for name in _NAME.findall(value.lstrip("-"))):
+            return None
         parser = _Parser(tokens)
         tree = parser.expression()
         if parser.at != len(tokens):
             return None
-    except _Unreadable:
+    except (_Unreadable, RecursionError):
         return None
     needed = _needs(tree, known)
     if not needed:
@@ -132,6 +145,7 @@ class _Parser:
     def __init__(self, tokens: list[tuple[str, str]]) -> None:
         self.tokens = tokens
         self.at = 0
+        self.depth = 0
 
     def _peek(self) -> tuple[str, str] | None:
         return self.tokens[self.at] if self.at < len(self.tokens) else None
@@ -152,6 +166,15 @@ class _Parser:
         return left
 
     def _unary(self) -> Expr:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Unreadable("nested too deep")
+        try:
+            return self._unary_inner()
+        finally:
+            self.depth -= 1
+
+    def _unary_inner(self) -> Expr:
         token = self._peek()
         if token == ("op", "!"):
             self.at += 1
@@ -247,7 +270,9 @@ async def matching(capture: Path, index: Path, frames: int, argv: list[str], dis
     file that cannot be cut, NOT_FOUND with `index_unanswered` (the tool asks the loaded capture: never a
     silently different answer); more than `kept` matches are refused."""
     records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
-    if not records:
+    if not records:  # no tshark reads the filter then: a wrong one must not answer "no match"
+        if (refusal := await filter_refusal(display_filter)) is not None:
+            raise DiagdError(ErrorCode.INVALID_FILTER, refusal, display_filter=display_filter)
         return Narrowed([], layers, 0)
     try:
         async with narrow.cut_beside(capture, index, [off for _, off in records], frames) as cut:

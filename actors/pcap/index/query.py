@@ -261,7 +261,7 @@ def io_page(index: Path, where: str, interval_ms: int, offset: int, limit: int) 
     shown: dict[int, list[int]] = {}
     with _connect() as con:
         # A single table's scan, projection and WHERE keep the file's row order (DuckDB's order preservation).
-        reader = con.sql(f"SELECT number, {_interval(int(interval_ms) * 1000)}, length, "
+        reader = con.sql(f"SELECT number, {_interval(int(interval_ms) * 1000)}, coalesce(length, 0), "
                          f"coalesce(({where}), FALSE) FROM {_frames(index)}").to_arrow_reader(BLOCK)
         for number, at, length, meets in (batch.columns for batch in reader):
             if len(number) and (number[0].as_py() != expected or number[-1].as_py() != expected + len(number) - 1):
@@ -293,7 +293,8 @@ def _interval(step_us: int) -> str:
     rounds them, secs * 10^6 + (nsecs + 500) / 1000 in C's division (DuckDB's // and % on integers
     truncate toward zero, as C's do; answers/stats._microseconds reads sharkd's text so), then the
     interval counted from 0, rounding down (a time before the first frame's is in interval -1 or before)."""
-    us = "((rel_ns // 1000000000) * 1000000 + (rel_ns % 1000000000 + 500) // 1000)"
+    # A frame without a time (a pcapng simple packet block) counts at 0, as answers/stats._io reads its empty text.
+    us = ("((coalesce(rel_ns, 0) // 1000000000) * 1000000 + (coalesce(rel_ns, 0) % 1000000000 + 500) // 1000)")
     return (f"CASE WHEN {us} < 0 AND {us} % {step_us} != 0 THEN {us} // {step_us} - 1 "
             f"ELSE {us} // {step_us} END")
 
@@ -402,20 +403,35 @@ def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, in
     HTTP/2's header compression, from the stream's start); each frame between the IP ends that carry
     one (an IP fragment holds no layer above IP; the frame reassembling it does): the innermost IP
     layer's, so that a tunnel's other traffic between the same outer ends is left out; and each frame
-    without an IP layer (a lower layer's fragment, such as 802.11's, holds no IP header)."""
+    without an IP layer (a lower layer's fragment, such as 802.11's, holds no IP header). The streams
+    and ends are looked up in hash sets (Arrow's is_in), a block of frames at a time: the ends of tens
+    of thousands of DNS clients cost one pass, not a list scan per frame."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     holding = f"len(list_intersect(string_split(protocols, ':'), {list(layers)!r})) > 0"
+    found: list[tuple[int, int]] = []
     with _connect() as con:
         pairs, streams = con.execute(
             f"SELECT list_distinct(flatten(list({_INNERMOST}))), "
             f"list_distinct(flatten(list(coalesce(tcp_stream, [])))) FROM {_frames(index)} WHERE {holding}"
-        ).fetchone() or ([], [])
+        ).fetchall()[0]
         pairs = [p for p in pairs or [] if p is not None]
-        both = sorted({*pairs, *(" ".join(reversed(p.split(" "))) for p in pairs)})
-        got = con.execute(f"SELECT number, file_off FROM {_frames(index)} WHERE {holding} "
-                          f"OR len(list_intersect(coalesce(tcp_stream, []), ?)) > 0 "
-                          f"OR len(list_intersect({_PAIRS}, ?)) > 0 OR len({_PAIRS}) = 0 ORDER BY number",
-                          [[s for s in streams or [] if s is not None], both]).fetchall()
-    return [(int(n), int(off)) for n, off in got]
+        ends = pa.array(sorted({*pairs, *(" ".join(reversed(p.split(" "))) for p in pairs)}), pa.string())
+        rode = pa.array([s for s in streams or [] if s is not None], pa.int64())
+        # A single table's scan, projection and WHERE keep the file's row order (DuckDB's order preservation).
+        reader = con.sql(f"SELECT number, file_off, {holding}, coalesce(tcp_stream, []), {_PAIRS} "
+                         f"FROM {_frames(index)}").to_arrow_reader(BLOCK)
+        for number, file_off, holds, tcp_streams, frame_pairs in (batch.columns for batch in reader):
+            chosen = pc.or_(pc.fill_null(holds, False), pc.equal(pc.list_value_length(frame_pairs), 0))
+            for lists, wanted in ((tcp_streams, rode), (frame_pairs, ends)):
+                if len(wanted):
+                    met = pc.is_in(pc.list_flatten(lists), value_set=wanted)
+                    rows = pc.unique(pc.filter(pc.list_parent_indices(lists), met))
+                    chosen = pc.or_(chosen, pc.is_in(pa.array(range(len(number)), pa.int64()), value_set=rows))
+            picked = pa.table({"n": number, "o": file_off}).filter(chosen)
+            found.extend(zip(picked.column(0).to_pylist(), picked.column(1).to_pylist(), strict=True))
+    return found
 
 
 def differing_layers(index: Path, numbers: list[int], protocols: list[str], first: int = 5) -> list[int]:

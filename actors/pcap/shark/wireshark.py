@@ -38,10 +38,11 @@ def column_format_pref(columns: dict[str, str] | None = None) -> str:
     return "gui.column.format:" + ",".join(f'"{t}","{f}"' for t, f in cols.items())
 
 
-# Words of a display filter (field and protocol names; also unquoted values) and its keywords.
-_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
-_WORD = re.compile(r"(?<![\w.:\-])[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")
-_KEYWORDS = frozenset({"and", "or", "not", "xor", "in", "contains", "matches", "eq", "ne", "gt", "lt", "ge", "le",
+# Words of a display filter (field and protocol names; also unquoted values) and its keywords. Strings and
+# character constants ('"' is one) are skipped whole; a word may follow a unary minus (`-udp.stream`).
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'(?:[^'\\]|\\.)*'")
+_WORD = re.compile(r"(?<![\w.:])[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")
+FILTER_KEYWORDS = frozenset({"and", "or", "not", "xor", "in", "contains", "matches", "eq", "ne", "gt", "lt", "ge", "le",
                        "any", "all", "bitwise_and", "true", "false"})
 
 
@@ -98,7 +99,7 @@ class Catalogue:
         found: dict[str, tuple[str, str | None, str | None]] = {}
         for expression in expressions:
             for name in _WORD.findall(_QUOTED.sub('""', expression)):
-                if name.lower() in _KEYWORDS or name in found:
+                if name.lower() in FILTER_KEYWORDS or name in found:
                     continue
                 if name in self.protocols:
                     found[name] = (name, "FT_PROTOCOL", name)

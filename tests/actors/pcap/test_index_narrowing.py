@@ -34,7 +34,9 @@ NARROWED = {
     "ip.src == 10.0.0.1 && pfcp": ("pfcp",),
     "ipv6.addr == fe80::1 && diameter": ("diameter",),
     "ip.addr == 10.0.0.0/8": ("ip",),
-    "ngap.procedureCode == 15 || nas_5gs.mm.message_type == 0x41": ("nas-5gs", "ngap"),
+    # Transparent containers: NGAP's fields inside S1AP and GTPv2, 5GS NAS inside NGAP without its layer.
+    "ngap.procedureCode == 15 || nas_5gs.mm.message_type == 0x41": ("gtpv2", "nas-5gs", "ngap", "s1ap"),
+    "udp.length == 13": ("udp", "udplite"),  # the UDP dissector's fields in UDP-Lite frames
     "pfcp && !(pfcp.msg_type == 50)": ("pfcp",),
     "gtpv2.cause in {16 17}": ("gtpv2",),
     'sip.Call-ID[0:3] == "abc"': ("sip",),
@@ -63,6 +65,11 @@ NOT_NARROWED = [
     "http && dns",
     "dns && ${macro}",
     "dns && (sip",  # unbalanced
+    "dns && -udp.stream == -1",  # a name behind a unary minus is a name
+    "dns && -frame.number == -2",
+    "dns && dns.id != '\"' && udp.stream == 1",  # a character constant holding a quote hides nothing
+    "!" * 1200 + "dns",  # deeper than read
+    "(" * 400 + "dns" + ")" * 400,
     "dns &&",
     "",
 ]
@@ -115,6 +122,10 @@ async def test_a_filter_tshark_refuses_and_too_many_matches_are_coded_errors(cat
     with pytest.raises(DiagdError) as many:
         await matching(capture, index, frames, argv, "sip.Method || sip.Status-Code", ("sip",), len(wanted) - 1)
     assert many.value.code == ErrorCode.OUTPUT_TOO_LARGE and many.value.details["limit"] == len(wanted) - 1
+    # No frame carries SCTP, so no tshark reads the filter over a cut: it is still checked, never "no match".
+    with pytest.raises(DiagdError) as wrong:
+        await matching(capture, index, frames, argv, 'sctp.port == "x"', ("sctp",), 1000)
+    assert wrong.value.code == ErrorCode.INVALID_FILTER
     assert not list(index.parent.glob("*.partial-*")), "the cut's folder is removed"
 
 
@@ -133,3 +144,13 @@ async def test_a_file_the_index_cannot_cut_is_left_to_the_loaded_capture(tmp_pat
                        'sip.Method == "INVITE"', ("sip",), 1000)
     assert unanswered.value.code == ErrorCode.NOT_FOUND and unanswered.value.details["index_unanswered"]
     assert "cannot narrow" in unanswered.value.message
+
+
+def test_the_catalogue_sees_names_behind_a_minus_and_after_a_character_constant() -> None:
+    """Catalogue.kinds (what a single pass or a cut may answer is decided on its names) reads a name
+    written after a unary minus, and skips a character constant holding a quote as one constant."""
+    cat = Catalogue({"udp.stream": ("Stream index", "FT_UINT32", "udp"), "dns.id": ("ID", "FT_UINT16", "dns")},
+                    {"dns": "DNS", "udp": "UDP"}, "test")
+    assert [name for name, _, _ in cat.kinds("dns && -udp.stream == -1")] == ["dns", "udp.stream"]
+    assert [name for name, _, _ in cat.kinds("dns.id != '\"' && udp.stream == 1 && dns.id == \"x'y\"")] == [
+        "dns.id", "udp.stream"]
