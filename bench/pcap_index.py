@@ -24,6 +24,7 @@ Rows, per capture, each on a daemon of its own that has never seen it:
     --repeats calls; target <= 0.1 s.
 (T) a timeline of indexed fields (ip.src, udp.srcport, udp.dstport, the Info column; their own filter),
     a page at offsets spread over the capture: median of --repeats calls; target <= 0.1 s.
+(I) I/O intervals of 1 s (pcap_stats kind=io, a page of 500), from the index: median of 5 calls; reported.
 (R) after a restart (a new daemon on the same state directory): the first pcap_index and the first deep
     page together, then the first UDP conversations; target <= 1 s each.
 (S) the index's size on disk against the capture's.
@@ -64,6 +65,7 @@ CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 SOURCE = "magma_gx_gy_combined_04.pcapng"
 PAGE = 500
 TIMELINE_FIELDS = ["ip.src", "udp.srcport", "udp.dstport", "_ws.col.Info"]
+IO_REPEATS = 5
 
 
 def pss_mb(pid: int) -> float:
@@ -152,7 +154,7 @@ async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int
                 build_s = time.perf_counter() - start
                 if built["state"] != "ready":
                     raise RuntimeError(f"the index was not built: {built}")
-                pages, convs, timelines = await answers(client, path, offsets)
+                pages, convs, timelines, intervals = await answers(client, path, offsets)
         log(f"{label}: a new daemon on the same state directory")
     with isolated_daemon("index2", config=config, extra_env={"DIAGD_STATE_DIR": state}) as again:
         async with diagd_client(again.env) as client:
@@ -183,6 +185,9 @@ async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int
         {"row": "T", "capture": label, "what": f"timeline of indexed fields (limit {PAGE}), median of {len(timelines)}",
          "diagd_s": round(statistics.median(timelines), 4), "max_s": round(max(timelines), 4),
          "target": "<= 0.1 s", "met": statistics.median(timelines) <= 0.1},
+        {"row": "I", "capture": label, "what": f"I/O intervals of 1 s (limit {PAGE}), median of {len(intervals)}",
+         "diagd_s": round(statistics.median(intervals), 4), "max_s": round(max(intervals), 4),
+         "target": "reported (a pass over every frame's time and length)"},
         {"row": "R", "capture": label, "what": "after a restart: pcap_index + first deep page",
          "diagd_s": round(restart_s, 3), "target": "<= 1 s", "met": restart_s <= 1.0},
         {"row": "R", "capture": label, "what": "after a restart: first UDP conversations",
@@ -192,8 +197,9 @@ async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int
     ]
 
 
-async def answers(client: Any, path: Path, offsets: list[int]) -> tuple[list[float], list[float], list[float]]:
-    """Seconds of each deep page, UDP conversations and timeline call (rows P, U, T)."""
+async def answers(client: Any, path: Path, offsets: list[int]
+                  ) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Seconds of each deep page, UDP conversations, timeline and I/O intervals call (rows P, U, T, I)."""
     pages = []
     for offset in offsets:
         took, page, _ = await client.call("pcap_frames_by_filter", {
@@ -209,7 +215,14 @@ async def answers(client: Any, path: Path, offsets: list[int]) -> tuple[list[flo
         if page.get("served_by") != "index":
             raise RuntimeError(f"a timeline did not come from the index: {page.get('served_by')}")
         timelines.append(took)
-    return pages, convs, timelines
+    intervals = []
+    for offset in offsets[:IO_REPEATS]:  # one streamed pass over the frames each: seconds at 10 GB
+        took, page, _ = await client.call("pcap_stats", {"pcap_path": str(path), "kind": "io", "interval_ms": 1000,
+                                                         "limit": PAGE, "offset": offset % 1000})
+        if not str(page.get("method", "")).startswith("index:"):
+            raise RuntimeError(f"I/O intervals did not come from the index: {page.get('method')}")
+        intervals.append(took)
+    return pages, convs, timelines, intervals
 
 
 async def conversations(client: Any, path: Path) -> float:

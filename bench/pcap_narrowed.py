@@ -37,8 +37,8 @@ from tests.pcaps import PCAPS
 CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 SOURCE = "magma_gx_gy_combined_04.pcapng"
 PAGE = 500
-FILTERS = {"control": 'diameter.cmd.code == 272 && diameter.flags.request == 0',
-           "user": 'dns.qry.name contains "a"'}
+FILTERS = {"control": "diameter && diameter.cmd.code == 272 && diameter.flags.request == 0",
+           "user": 'dns && dns.qry.name contains "a"'}
 
 
 async def measure(args: argparse.Namespace, plane: str, path: Path) -> list[dict[str, Any]]:

@@ -428,3 +428,24 @@ def write_ns_pcap(out: Path, linktype: int, records: Iterable[tuple[int, bytes |
     tmp.replace(out)
     return out
 
+
+
+def fragment_ipv4(data: bytearray, packet: Packet, first: int) -> list[bytearray]:
+    """The packet as two frames carrying its outer IPv4 packet in two fragments (the first `first` bytes of
+    its payload, a multiple of 8, then the rest), each with the packet's own link header: what a router
+    that fragments a tunnel's outer packet (GTP-U over a small MTU) sends."""
+    ip = ipv4_at(data, packet)
+    if ip is None or first % 8:
+        raise ValueError("an Ethernet or Linux-cooked IPv4 packet and a multiple of 8 are needed")
+    link = bytes(data[packet.offset:ip])
+    header = (data[ip] & 0x0F) * 4
+    total = struct.unpack_from(">H", data, ip + 2)[0]
+    payload = bytes(data[ip + header:ip + total])
+    frames = []
+    for offset, part, more in ((0, payload[:first], True), (first, payload[first:], False)):
+        piece = bytearray(data[ip:ip + header]) + part
+        struct.pack_into(">H", piece, 2, header + len(part))
+        struct.pack_into(">H", piece, 6, (0x2000 if more else 0) | offset // 8)
+        _ipv4_checksum(piece, 0)
+        frames.append(bytearray(link) + piece)
+    return frames

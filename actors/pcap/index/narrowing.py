@@ -1,17 +1,19 @@
 """A display filter the index does not translate (index/filters.py), matched by tshark over only the
 frames it can match: the frames carrying a layer every match must carry, and every frame their
-dissection depends on (query.records_carrying: their TCP streams, their IP ends' frames, frames
-without IP), cut from the file (narrow.py) and read two-pass with the capture's own decoding.
+dissection depends on (query.records_carrying: their TCP streams, their IP ends' frames, fragments,
+frames without IP), cut from the file (narrow.py) and read two-pass with the capture's own decoding.
 
-Which layer every match must carry is read off the filter's structure: a test of a field (`dns.qry.name
-contains "x"`, `sip.Method == "INVITE"`, `ngap`) is false on a frame without that field's protocol, so
-`A && B` needs A's layer (or B's), `A || B` one of both, and `!A` none (then nothing is narrowed).
-Only protocols checked to dissect in a cut as in the whole file (the differential test compares every
-corpus capture's matches with `tshark -Y` over the whole file) narrow, and only filters whose names
-mean the same in a cut: no frame numbers (links to other frames, FT_FRAMENUM), no numbering of
-Wireshark's own (stream and association indexes), no time since the first frame, no columns or expert
-items (their text holds frame numbers). A `!=` test and functions such as count() may hold on a frame
-without the field: an atom with one narrows nothing. What is not narrowed is not answered here.
+Which layer every match carries is read off the filter's structure, from its protocol names alone:
+`dns && dns.qry.name contains "x"` needs `dns`, `A && B` A's layer (or B's), `A || B` one of both, `!A`
+none. A protocol's name is narrowed on only where the index itself translates that name (filters.PROTOCOLS:
+its name alone matches exactly the frames naming it in frame.protocols, checked on every corpus capture).
+A field's protocol is never the ground: Wireshark's dissectors put one protocol's fields in another's
+frames (DNS's under mDNS, NAS's in GTPv2 and Diameter AVPs, containers of NGAP in S1AP...), which no list
+here could follow, so `dns.qry.name contains "x"` alone is not narrowed (sharkd answers it).
+The filter's names must mean the same in a cut: no frame numbers (links to other frames, FT_FRAMENUM),
+no numbering of Wireshark's own (stream, association, session indexes), no time since the first frame,
+no columns or expert items (their text holds frame numbers), and only fields of protocols that dissect
+from their own conversation's frames (the single-pass set). What is not narrowed is not answered here.
 """
 
 from __future__ import annotations
@@ -24,34 +26,28 @@ from typing import Any
 import trio
 
 from diagd.actors._subprocess import head
-from diagd.actors.pcap.index import narrow, query
+from diagd.actors.pcap.index import filters, narrow, query
 from diagd.actors.pcap.shark.tshark import filter_refusal
 from diagd.actors.pcap.shark.wireshark import FILTER_KEYWORDS
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
 
-# Layers whose frames dissect in a cut as in the whole file when the cut holds what records_carrying
-# adds (the single-pass set of warm/first_page.py, less `frame`: each dissects from its own and
-# earlier frames of the same conversation).
-NARROW_PROTOCOLS = frozenset({
+# Protocols whose fields mean in a cut what they mean in the whole file when the cut holds what
+# records_carrying adds (the single-pass set of warm/first_page.py, less `frame`: each dissects from its
+# own and earlier frames of the same conversation).
+FIELD_PROTOCOLS = frozenset({
     "eth", "vlan", "sll", "ip", "ipv6", "arp", "icmp", "icmpv6", "udp", "sctp", "tcp", "gtp", "gtpv2", "pfcp",
     "diameter", "ngap", "s1ap", "nas-5gs", "nas-eps", "sip", "sdp", "dns", "x2ap", "gtpprime",
 })
-# Layers under another name whose frames hold a protocol's fields: the DNS dissector's under mDNS and
-# LLMNR (frame.protocols says `mdns`; `dns.qry.name` matches), GTP's under GTP'. Found by the differential
-# test (a capture's mDNS frames); a frame of these is cut too.
-ALSO_CARRIED = {"dns": ("mdns", "llmnr"), "gtp": ("gtpprime",), "udp": ("udplite",),
-                # Transparent containers dissected in place (asn1/s1ap, asn1/ngap .cnf; packet-gtpv2.c's
-                # F-Container): NGAP's fields inside S1AP and GTPv2, S1AP's inside NGAP and GTPv2, 5GS NAS
-                # inside NGAP without a nas-5gs layer (read from Wireshark's source by a review).
-                "ngap": ("s1ap", "gtpv2"), "s1ap": ("ngap", "gtpv2"), "nas-5gs": ("ngap",)}
+# The protocol names a cut is chosen by: those the index translates (their name alone is their layer).
+LAYERS = filters.PROTOCOLS - {"frame"}
 # Layers under most frames of a capture: a test of one narrows little.
 CARRIERS = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "sctp"})
 # frame.* fields that are the frame's own (not its number, nor times relative to other frames).
 FRAME_OWN = frozenset({"frame.len", "frame.cap_len", "frame.time", "frame.time_epoch", "frame.protocols",
                        "frame.encap_type", "frame.interface_id"})
-_NUMBERING = re.compile(r"\.(stream|assoc_index|index|connection\.number)$|time_relative$|^_ws\.|^frame\.")
+_NUMBERING = re.compile(r"\.(stream|assoc_index|index|session|connection\.number)$|time_relative$|^_ws\.|^frame\.")
 _TOKEN = re.compile(r"""\s*(?:
     (?P<string>r?"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
   | (?P<op>&&|\|\||\^\^|!(?!=)|\(|\)|\{|\}|\[|\])
@@ -70,6 +66,7 @@ _MAY_HOLD_ABSENT = re.compile(r"^(!=|~=|ne|any_ne|all_ne)$", re.IGNORECASE)
 class _Atom:
     names: tuple[str, ...]  # the words of one test, in order
     absent_may_hold: bool
+    alone: bool  # one word and nothing else (a protocol's or field's name: "is it there")
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ def required_layers(display_filter: str, kinds: Kinds) -> tuple[str, ...] | None
         return None  # whether the catalogue lists it or not (`_ws.col.Info` is no field of -G fields)
     known = {name: (kind, protocol) for name, kind, protocol in kinds if kind is not None}
     for name, (kind, protocol) in known.items():
-        if kind == "FT_FRAMENUM" or (protocol not in NARROW_PROTOCOLS and name not in FRAME_OWN):
+        if kind == "FT_FRAMENUM" or (protocol not in FIELD_PROTOCOLS and name not in FRAME_OWN):
             return None
     try:
         tokens = _tokens(display_filter)
@@ -106,18 +103,16 @@ def required_layers(display_filter: str, kinds: Kinds) -> tuple[str, ...] | None
         # them by how it is written, is not vouched for): else nothing is narrowed.
         looked_up = {name for name, _, _ in kinds}
         if any(name not in looked_up and name.lower() not in FILTER_KEYWORDS for kind, value in tokens
-               if kind == "word" for name in _NAME.findall(value.lstrip("-"))):
+               if kind == "word" for part in value.split("..") for name in _NAME.findall(part.lstrip("-"))):
             return None
         parser = _Parser(tokens)
         tree = parser.expression()
         if parser.at != len(tokens):
             return None
+        needed = _needs(tree, known)
     except (_Unreadable, RecursionError):
         return None
-    needed = _needs(tree, known)
-    if not needed:
-        return None
-    return tuple(sorted({*needed, *(also for layer in needed for also in ALSO_CARRIED.get(layer, ()))}))
+    return tuple(sorted(needed)) if needed else None
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
@@ -213,18 +208,17 @@ class _Parser:
             self.at += 1
         if self.at == start or depth != 0:
             raise _Unreadable("an empty or unbalanced test")
-        return _Atom(tuple(words), absent_may_hold)
+        return _Atom(tuple(words), absent_may_hold, alone=self.at - start == 1 and len(words) == 1)
 
 
 def _needs(tree: Expr, known: dict[str, tuple[str, str | None]]) -> frozenset[str] | None:
     """The layers one of which a frame meeting `tree` carries; None: a frame with none may meet it."""
     if isinstance(tree, _Atom):
-        if tree.absent_may_hold:
-            return None
-        for word in tree.names:  # the first name's layer: a test of it is false without it
-            if word in known and word not in FRAME_OWN:
-                protocol = known[word][1]
-                return frozenset({protocol}) if protocol in NARROW_PROTOCOLS else None
+        # Only a protocol's name alone: its layer is in frame.protocols wherever it matches (LAYERS).
+        if len(tree.names) == 1 and not tree.absent_may_hold and tree.alone:
+            name = tree.names[0]
+            if known.get(name, ("", None))[0] == "FT_PROTOCOL" and name in LAYERS:
+                return frozenset({name})
         return None
     if isinstance(tree, _Not):
         return None
@@ -269,11 +263,9 @@ async def matching(capture: Path, index: Path, frames: int, argv: list[str], dis
     (required_layers) and what they depend on. Each match's layers must be the index's: else, as for a
     file that cannot be cut, NOT_FOUND with `index_unanswered` (the tool asks the loaded capture: never a
     silently different answer); more than `kept` matches are refused."""
+    # With no frame to cut, tshark still reads the filter over the empty cut, with the capture's own
+    # decoding (a preference may define a field): a wrong filter never answers "no match".
     records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
-    if not records:  # no tshark reads the filter then: a wrong one must not answer "no match"
-        if (refusal := await filter_refusal(display_filter)) is not None:
-            raise DiagdError(ErrorCode.INVALID_FILTER, refusal, display_filter=display_filter)
-        return Narrowed([], layers, 0)
     try:
         async with narrow.cut_beside(capture, index, [off for _, off in records], frames) as cut:
             numbers, protocols = await _read(_on(argv, cut), display_filter, [n for n, _ in records], kept)

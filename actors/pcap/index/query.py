@@ -402,33 +402,49 @@ def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, in
     on: each frame holding one; each frame of a TCP stream one of those rides (segments reassembled,
     HTTP/2's header compression, from the stream's start); each frame between the IP ends that carry
     one (an IP fragment holds no layer above IP; the frame reassembling it does): the innermost IP
-    layer's, so that a tunnel's other traffic between the same outer ends is left out; and each frame
-    without an IP layer (a lower layer's fragment, such as 802.11's, holds no IP header). The streams
-    and ends are looked up in hash sets (Arrow's is_in), a block of frames at a time: the ends of tens
-    of thousands of DNS clients cost one pass, not a list scan per frame."""
+    layer's (met by any of a frame's), so that a tunnel's other traffic between the same outer ends is
+    left out, and for a frame
+    that ends at its IP layer (a fragment: nothing above IP but data) any of its IP layers' (a tunnel's
+    outer packet fragmented: its first fragment shows the outer ends only); and each frame without an IP
+    layer (a lower layer's fragment, such as 802.11's, holds no IP header). The streams and ends are
+    looked up in hash sets (Arrow's is_in), a block of frames at a time: the ends of tens of thousands of
+    DNS clients cost one pass, not a list scan per frame."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     holding = f"len(list_intersect(string_split(protocols, ':'), {list(layers)!r})) > 0"
     found: list[tuple[int, int]] = []
+
+    def both_ways(pairs: list[str] | None) -> Any:
+        kept = [p for p in pairs or [] if p is not None]
+        return pa.array(sorted({*kept, *(" ".join(reversed(p.split(" "))) for p in kept)}), pa.string())
+
+    def meeting(lists: Any, wanted: Any, rows: int) -> Any:
+        """Which of `rows` rows hold a value of `wanted` in their list."""
+        met = pc.is_in(pc.list_flatten(lists), value_set=wanted)
+        hit = pc.unique(pc.filter(pc.list_parent_indices(lists), met))
+        return pc.is_in(pa.array(range(rows), pa.int64()), value_set=hit)
+
     with _connect() as con:
-        pairs, streams = con.execute(
-            f"SELECT list_distinct(flatten(list({_INNERMOST}))), "
+        inner, outer, streams = con.execute(
+            f"SELECT list_distinct(flatten(list({_INNERMOST}))), list_distinct(flatten(list({_PAIRS}))), "
             f"list_distinct(flatten(list(coalesce(tcp_stream, [])))) FROM {_frames(index)} WHERE {holding}"
         ).fetchall()[0]
-        pairs = [p for p in pairs or [] if p is not None]
-        ends = pa.array(sorted({*pairs, *(" ".join(reversed(p.split(" "))) for p in pairs)}), pa.string())
+        inner_ends, any_ends = both_ways(inner), both_ways(outer)
         rode = pa.array([s for s in streams or [] if s is not None], pa.int64())
         # A single table's scan, projection and WHERE keep the file's row order (DuckDB's order preservation).
-        reader = con.sql(f"SELECT number, file_off, {holding}, coalesce(tcp_stream, []), {_PAIRS} "
+        reader = con.sql(f"SELECT number, file_off, {holding}, coalesce(tcp_stream, []), {_PAIRS}, "
+                         f"coalesce(regexp_matches(protocols, '(^|:)(ip|ipv6)(:ipv6\\.fraghdr)?(:data)?$'), FALSE) "
                          f"FROM {_frames(index)}").to_arrow_reader(BLOCK)
-        for number, file_off, holds, tcp_streams, frame_pairs in (batch.columns for batch in reader):
-            chosen = pc.or_(pc.fill_null(holds, False), pc.equal(pc.list_value_length(frame_pairs), 0))
-            for lists, wanted in ((tcp_streams, rode), (frame_pairs, ends)):
-                if len(wanted):
-                    met = pc.is_in(pc.list_flatten(lists), value_set=wanted)
-                    rows = pc.unique(pc.filter(pc.list_parent_indices(lists), met))
-                    chosen = pc.or_(chosen, pc.is_in(pa.array(range(len(number)), pa.int64()), value_set=rows))
+        for number, file_off, holds, tcp_streams, pairs, at_ip in (batch.columns for batch in reader):
+            rows = len(number)
+            chosen = pc.or_(pc.fill_null(holds, False), pc.equal(pc.list_value_length(pairs), 0))
+            if len(rode):
+                chosen = pc.or_(chosen, meeting(tcp_streams, rode, rows))
+            if len(inner_ends):
+                chosen = pc.or_(chosen, meeting(pairs, inner_ends, rows))
+            if len(any_ends):
+                chosen = pc.or_(chosen, pc.and_(at_ip, meeting(pairs, any_ends, rows)))
             picked = pa.table({"n": number, "o": file_off}).filter(chosen)
             found.extend(zip(picked.column(0).to_pylist(), picked.column(1).to_pylist(), strict=True))
     return found

@@ -98,7 +98,8 @@ class Catalogue:
         field nor a protocol (an unquoted value, a typo). Quoted strings are skipped."""
         found: dict[str, tuple[str, str | None, str | None]] = {}
         for expression in expressions:
-            for name in _WORD.findall(_QUOTED.sub('""', expression)):
+            # A range's bounds may be names (`{0..udp.stream}`): read apart from the `..` between them.
+            for name in _WORD.findall(_QUOTED.sub('""', expression).replace("..", " .. ")):
                 if name.lower() in FILTER_KEYWORDS or name in found:
                     continue
                 if name in self.protocols:
