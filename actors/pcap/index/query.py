@@ -425,13 +425,16 @@ def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, in
         hit = pc.unique(pc.filter(pc.list_parent_indices(lists), met))
         return pc.is_in(pa.array(range(rows), pa.int64()), value_set=hit)
 
+    def distinct(con: Any, values: str) -> list[Any]:
+        """The distinct values of a list column over the frames holding a layer (a hash of them: not one
+        list of every frame's, which a million DNS frames' IP ends would not fit in the query memory)."""
+        return [value for (value,) in con.execute(
+            f"SELECT DISTINCT v FROM (SELECT unnest({values}) AS v FROM {_frames(index)} WHERE {holding}) "
+            "WHERE v IS NOT NULL").fetchall()]
+
     with _connect() as con:
-        inner, outer, streams = con.execute(
-            f"SELECT list_distinct(flatten(list({_INNERMOST}))), list_distinct(flatten(list({_PAIRS}))), "
-            f"list_distinct(flatten(list(coalesce(tcp_stream, [])))) FROM {_frames(index)} WHERE {holding}"
-        ).fetchall()[0]
-        inner_ends, any_ends = both_ways(inner), both_ways(outer)
-        rode = pa.array([s for s in streams or [] if s is not None], pa.int64())
+        inner_ends, any_ends = both_ways(distinct(con, _INNERMOST)), both_ways(distinct(con, _PAIRS))
+        rode = pa.array(distinct(con, "coalesce(tcp_stream, [])"), pa.int64())
         # A single table's scan, projection and WHERE keep the file's row order (DuckDB's order preservation).
         reader = con.sql(f"SELECT number, file_off, {holding}, coalesce(tcp_stream, []), {_PAIRS}, "
                          f"coalesce(regexp_matches(protocols, '(^|:)(ip|ipv6)(:ipv6\\.fraghdr)?(:data)?$'), FALSE) "

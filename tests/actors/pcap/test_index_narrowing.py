@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from diagd.actors.pcap.index import narrowing
 from diagd.actors.pcap.index.narrowing import matching, required_layers
 from diagd.actors.pcap.shark.tshark import base_argv
 from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
@@ -187,3 +188,15 @@ async def test_a_tunnel_fragmented_outside_is_cut_with_its_first_fragment(tmp_pa
     got = await matching(capture, tmp_path / "index", int(meta["frames"]), base_argv(capture, [], []),
                          display_filter, ("dns",), 1000)
     assert got.numbers == wanted
+
+
+async def test_a_cut_tshark_cannot_read_within_its_memory_bound_is_left_to_the_loaded_capture(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel bounds tshark's address space over a cut (prlimit): past it, tshark is stopped and the
+    filter is left to the loaded capture (`index_unanswered`), never an answer from part of the frames."""
+    capture, index, frames = indexed(tmp_path)
+    monkeypatch.setattr(narrowing, "NARROW_MAX_AS", 32 * 2**20)  # less than tshark needs to start
+    with pytest.raises(DiagdError) as unanswered:
+        await matching(capture, index, frames, base_argv(capture, [], []), "sip && sip.Method", ("sip",), 1000)
+    assert unanswered.value.code == ErrorCode.NOT_FOUND and unanswered.value.details["index_unanswered"]
+    assert "as when it needs more than 32 MB" in unanswered.value.message
