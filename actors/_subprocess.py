@@ -48,6 +48,7 @@ TERM_THEN_KILL = (Step("sigterm", signal.SIGTERM, 2.0), Step("sigkill", signal.S
 # is worth a graceful exit, and TERM would have tshark tear its dissectors down (~20 ms measured)
 # before the answer goes.
 HEAD_STOP = (Step("sigkill", signal.SIGKILL, 5.0),)
+STDERR_AFTER_EXIT_S = 1.0  # how long `head` reads a command's stderr after it exited (a child may hold it)
 
 
 def default_signals() -> None:
@@ -380,7 +381,15 @@ async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 <<
     stopped = False
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(drain, proc.stderr, stderr.feed)
+            stderr_read = trio.Event()
+
+            async def drain_stderr() -> None:
+                try:
+                    await drain(proc.stderr, stderr.feed)
+                finally:
+                    stderr_read.set()
+
+            nursery.start_soon(drain_stderr)
             assert proc.stdout is not None
             try:
                 while chunk := await proc.stdout.receive_some(1 << 16):
@@ -421,6 +430,10 @@ async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 <<
                         on_line(line)
                     lines.clear()
             await proc.wait()
+            # What it wrote last to stderr (why it failed) may still be in the pipe when it has exited: read to
+            # its end, unless a child of its own holds the pipe open.
+            with trio.move_on_after(STDERR_AFTER_EXIT_S):
+                await stderr_read.wait()
             nursery.cancel_scope.cancel()
     finally:
         await stop_process(proc, HEAD_STOP)  # cancelled or failed: never leave it running

@@ -14,19 +14,11 @@ Blocking: a worker thread's.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
-import shutil
 import struct
-import tempfile
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-import trio
-
-from diagd.actors.pcap.index.build import LOCK_FILE, PARTIAL
 from diagd.actors.pcap.shark import recordwalk
 
 MAX_RECORD = 1 << 20  # longer than any record the walk follows (recordwalk: 256 KiB of packet)
@@ -136,29 +128,3 @@ def _copy_range(source: int, sink: int, start: int, end: int) -> None:
             raise Uncuttable(f"the file ends before offset {end}: it changed")
         os.write(sink, block)
         at += len(block)
-
-
-@asynccontextmanager
-async def cut_beside(capture: Path, index: Path, offsets: Sequence[int], frames: int) -> AsyncIterator[Path]:
-    """The records at `offsets` cut from `capture` (of `frames` records; its index at `index`) into a folder
-    of this reading's own beside the index, locked while in use and removed at the end, even when cancelled
-    (the cut is as big as the frames chosen), or by IndexStore.sweep after a daemon killed meanwhile (a
-    partial folder nobody holds the lock of). Raises Uncuttable."""
-    work, lock = await trio.to_thread.run_sync(_workspace, index)
-    try:
-        out = work / ("cut" + capture.suffix)
-        await trio.to_thread.run_sync(cut, capture, offsets, frames, out)
-        yield out
-    finally:
-        with trio.CancelScope(shield=True):
-            try:
-                await trio.to_thread.run_sync(lambda: shutil.rmtree(work, ignore_errors=True))
-            finally:
-                lock.close()
-
-
-def _workspace(index: Path) -> tuple[Path, BinaryIO]:
-    work = Path(tempfile.mkdtemp(dir=index.parent, prefix=index.name + PARTIAL))
-    lock = open(work / LOCK_FILE, "wb")  # noqa: SIM115 - held while the folder is in use
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    return work, lock

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from diagd.actors._subprocess import head
-from diagd.actors.pcap.index import filters, narrow, query
+from diagd.actors.pcap.index import filters, narrow, query, workspace
 from diagd.actors.pcap.shark.tshark import filter_refusal
 from diagd.actors.pcap.shark.wireshark import FILTER_KEYWORDS
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -276,7 +276,7 @@ async def matching(capture: Path, index: Path, frames: int, argv: list[str], dis
     # decoding (a preference may define a field): a wrong filter never answers "no match".
     records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
     try:
-        async with narrow.cut_beside(capture, index, [off for _, off in records], frames) as cut:
+        async with workspace.cut_beside(capture, index, [off for _, off in records], frames) as cut:
             numbers, protocols = await _read(_on(argv, cut), display_filter, [n for n, _ in records], kept)
     except narrow.Uncuttable as exc:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot narrow this filter: {exc}",

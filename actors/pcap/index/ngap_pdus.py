@@ -29,7 +29,7 @@ import trio
 
 from diagd.actors._paths import replace_whole
 from diagd.actors.pcap import ngap
-from diagd.actors.pcap.index import filters, narrow, query
+from diagd.actors.pcap.index import filters, narrow, query, workspace
 from diagd.actors.pcap.ngap import NgapPdu
 from diagd.actors.pcap.ngap.pdus import FRAMES_FILTER
 from diagd.actors.pcap.shark.sharkd import Sharkd, SharkdError
@@ -96,7 +96,7 @@ async def _read(capture: Path, index: Path, frames: int, decoding: Decoding, exp
                 ) -> list[NgapPdu]:
     records = await trio.to_thread.run_sync(query.records_carrying, index, ("sctp",))
     try:
-        async with narrow.cut_beside(capture, index, [off for _, off in records], frames) as cut:
+        async with workspace.cut_beside(capture, index, [off for _, off in records], frames) as cut:
             config = cut.parent / "config"
             config.mkdir()
             write_sharkd_config(config, decoding.decode_as_entries)
