@@ -88,6 +88,18 @@ export class View {
   async call(name: string, args: Json): Promise<Json> {
     return structured(await this.app.callServerTool({ name, arguments: args }));
   }
+
+  /** Call a tool through the host, saying `loading` on the status line meanwhile; hand its answer on,
+   *  or say what went wrong there. */
+  async ask(name: string, args: Json, line: HTMLElement, loading: string,
+            onAnswer: (answer: Json) => void): Promise<void> {
+    status(line, loading);
+    try {
+      onAnswer(await this.call(name, args));
+    } catch (err) {
+      status(line, err instanceof Error ? err.message : String(err), true);
+    }
+  }
 }
 
 /** The status line: what the view is doing, or what went wrong. */

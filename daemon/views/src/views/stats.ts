@@ -195,12 +195,7 @@ function show(result: Json, args: Json, append: boolean): void {
 }
 
 async function ask(args: Json, append: boolean): Promise<void> {
-  status(statusLine, "loading…");
-  try {
-    show(await view.call("pcap_stats", args), args, append);
-  } catch (err) {
-    status(statusLine, err instanceof Error ? err.message : String(err), true);
-  }
+  await view.ask("pcap_stats", args, statusLine, "loading…", (r) => show(r, args, append));
 }
 
 /** The arguments of the kind, protocol and interval chosen: the capture's, and its display filter where the

@@ -167,12 +167,7 @@ const view = new View("UE procedures", (result, args) => {
 }, (message) => status(statusLine, message, true));
 
 async function ask(args: Json, append: boolean): Promise<void> {
-  status(statusLine, "loading the procedures…");
-  try {
-    show(await view.call("ngap_ue_sessions", args), args, append);
-  } catch (err) {
-    status(statusLine, err instanceof Error ? err.message : String(err), true);
-  }
+  await view.ask("ngap_ue_sessions", args, statusLine, "loading the procedures…", (r) => show(r, args, append));
 }
 
 byId("more").addEventListener("click", () => void ask({ ...asked, view: "procedures", offset: nextOffset }, true));
