@@ -33,8 +33,10 @@ from diagd.actors.pcap.index_actor import KIND as INDEX_KIND
 from diagd.actors.pcap.index_actor import IndexActor
 from diagd.actors.pcap.messages import (
     Frames,
+    IndexNgapProcedures,
     IndexNgapSessions,
     IndexPduSessions,
+    NgapProcedures,
     NgapSessions,
     PduSessions,
     Stats,
@@ -312,13 +314,15 @@ class PcapBackend:
 
     async def ngap_from_index(self, args: dict[str, Any], spec: CaptureSpec, message: Message[ReplyT],
                               progress: ProgressFn | None) -> tuple[ReplyT, str] | None:
-        """The UE contexts or PDU sessions from the capture's ready index (index/ngap_pdus.py: sharkd reads
-        only the SCTP frames cut from the file, once, kept beside the index), of all frames or of those a
+        """The UE contexts, their procedures or the PDU sessions from the capture's ready index
+        (index/ngap_views.py: sharkd reads only the SCTP frames cut from the file, once, kept beside the
+        index; the procedures' PFCP and SBI rows, tshark those frames cut), of all frames or of those a
         filter the index translates selects (index/filters.py), and the tshark that built the index. None
         when it has none (built by pcap_index, found by the file's decoding without the ngap_* tools'
         preferences, which change no indexed column NGAP's frames are chosen by) or cannot give it: the
         loaded capture answers then."""
-        if not isinstance(message, NgapSessions | PduSessions) or filters.to_sql(message.display_filter) is None:
+        if (not isinstance(message, NgapSessions | PduSessions | NgapProcedures)
+                or filters.to_sql(message.display_filter) is None):
             return None
         ref = await self.ready_index(await self.spec_for(args, force_prefs={}))
         if ref is None or not isinstance(ref.actor, IndexActor):
@@ -327,8 +331,9 @@ class PcapBackend:
         decoding = Decoding(tuple(entries), spec.preferences)
         if ref.actor.ngap_unanswered(decoding) is not None:
             return None
-        asked: Message[Any] = (IndexNgapSessions if isinstance(message, NgapSessions) else IndexPduSessions)(
-            decoding.decode_as_entries, decoding.preferences, message.display_filter)
+        asking = (IndexNgapSessions if isinstance(message, NgapSessions) else
+                  IndexNgapProcedures if isinstance(message, NgapProcedures) else IndexPduSessions)
+        asked: Message[Any] = asking(decoding.decode_as_entries, decoding.preferences, message.display_filter)
         try:
             answer = await self.runtime.ask(ref, asked, progress=progress)
         except DiagdError as exc:
@@ -336,8 +341,10 @@ class PcapBackend:
                 return None
             raise
         built_by = self.index_version(ref) or "unknown"
+        core = ("; tshark the PFCP, HTTP and HTTP/2 frames cut from it" if isinstance(message, NgapProcedures)
+                else "")
         return cast("ReplyT", {**answer, "served_by": f"index (sharkd read the SCTP frames cut from the capture, "
-                                                      f"once; built by {built_by})"}), built_by
+                                                      f"once{core}; built by {built_by})"}), built_by
 
     def headroom(self) -> int:
         """What the memory budget still allows (a busy capture's second worker must fit in it)."""

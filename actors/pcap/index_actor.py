@@ -9,8 +9,7 @@ from a ready index at any offset in milliseconds, whether or not sharkd holds th
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,12 +18,12 @@ import trio
 
 from diagd.actors._subprocess import Tail, head
 from diagd.actors.base import Actor, Request, SupervisionPolicy, unhandled
-from diagd.actors.pcap import ngap
 from diagd.actors.pcap.answer_types import (
     FramesAnswer,
     IndexAnswer,
     IndexSummary,
     PduSessionsAnswer,
+    ProceduresAnswer,
     StatsAnswer,
     TimelineAnswer,
     UeSessionsAnswer,
@@ -32,15 +31,17 @@ from diagd.actors.pcap.answer_types import (
 from diagd.actors.pcap.answers import answers
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
-from diagd.actors.pcap.index import filters, narrowing, ngap_pdus, query, timelines
+from diagd.actors.pcap.index import filters, narrowing, query, timelines
 from diagd.actors.pcap.index import stats as index_stats
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.ngap_pdus import Decoding
+from diagd.actors.pcap.index.ngap_views import NgapViews
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 from diagd.actors.pcap.index.store import IndexStore, Stored
 from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
 from diagd.actors.pcap.messages import (
     Frames,
+    IndexNgapProcedures,
     IndexNgapSessions,
     IndexPduSessions,
     IndexStats,
@@ -60,9 +61,6 @@ RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after 
 # (8 MB), or, when more match, a count per block of frames (bytes); the last few filters asked.
 MATCHES_KEPT = 1_000_000
 MATCH_LISTS_KEPT = 4
-MODELS_KEPT = 2  # NGAP models (one per decoding: with and without NAS after NEA0)
-FILTERED_MODELS_KEPT = 4  # NGAP models of filtered frames
-VIEWS_KEPT = 8  # rendered NGAP views (UE contexts, PDU sessions) of those models
 LOCATE_WAIT_S = 2.0  # a call waits this long (or its wait_s) for the index to be found before saying "locating"
 
 
@@ -95,12 +93,8 @@ class IndexActor(Actor):
         # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
         self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
         self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
-        # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
-        self._models: dict[tuple[Path, str], ngap.Model] = {}
-        self._ngap_why: dict[tuple[Path, str], tuple[str, float]] = {}  # why not, until when (Trio clock)
-        self._ngap_reading: dict[tuple[Path, str], trio.Event] = {}
-        self._filtered: dict[tuple[Path, str, str], ngap.Model] = {}  # (index, decoding, filter): a few
-        self._views: dict[tuple[Path, str, str, str], dict[str, Any]] = {}  # ... and view: their answers
+        # The NGAP views (UE contexts, procedures, PDU sessions) of the index's capture.
+        self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch)
         self._nursery: trio.Nursery | None = None
         self._reset()
 
@@ -113,6 +107,7 @@ class IndexActor(Actor):
 
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+        self.ngap.start(nursery)
         nursery.start_soon(self._find_or_build)
         # What a daemon killed mid-build or mid-reading left (partial folders nobody holds the lock of).
         nursery.start_soon(trio.to_thread.run_sync, self.store.sweep)
@@ -207,104 +202,18 @@ class IndexActor(Actor):
                 return message.reply(await self._timeline(message))
             case IndexNgapSessions(display_filter=flt) as message:
                 decoding = Decoding(message.decode_as_entries, message.preferences)
-                return message.reply(cast("UeSessionsAnswer", await self._ngap_view(
-                    decoding, flt, "ue_sessions", lambda model: ngap.ue_sessions(model, filtered=bool(flt)))))
+                return message.reply(cast("UeSessionsAnswer", await self.ngap.ue_sessions(decoding, flt)))
+            case IndexNgapProcedures(display_filter=flt) as message:
+                decoding = Decoding(message.decode_as_entries, message.preferences)
+                return message.reply(cast("ProceduresAnswer", await self.ngap.procedures(decoding, flt)))
             case IndexPduSessions(display_filter=flt) as message:
                 decoding = Decoding(message.decode_as_entries, message.preferences)
-                return message.reply(cast("PduSessionsAnswer", await self._ngap_view(
-                    decoding, flt, "pdu_sessions", lambda model: ngap.pdu_sessions(model, filtered=bool(flt)))))
+                return message.reply(cast("PduSessionsAnswer", await self.ngap.pdu_sessions(decoding, flt)))
         raise unhandled(KIND, request)
 
     def ngap_unanswered(self, decoding: Decoding) -> str | None:
         """Why this capture's NGAP model does not come from its index (known after a first try), or None."""
-        stored = self.stored
-        if stored is None:
-            return "the index is not ready"
-        why, until = self._ngap_why.get((stored.path, decoding.digest()), (None, 0.0))
-        return why if trio.current_time() < until else None
-
-    async def _ngap_view(self, decoding: Decoding, display_filter: str, view: str,
-                         render: Callable[[ngap.Model], Mapping[str, Any]]) -> dict[str, Any]:
-        """One view of the NGAP model (`render`), kept: the last few in memory, the whole capture's on disk
-        beside the index too (ngap_pdus.store_view), so a restarted daemon's first answer reads a file
-        instead of the PDUs (a second for 25,000 of them) and the model built from them (another)."""
-        try:
-            stored = self._on_disk()
-        except DiagdError as exc:  # gone or not ready since the tool looked: the loaded capture answers
-            raise DiagdError(exc.code, exc.message, **exc.details, index_unanswered=True) from None
-        key = (stored.path, decoding.digest(), display_filter, view)
-        answer = self._views.pop(key, None)
-        if answer is None and not display_filter:
-            answer = await trio.to_thread.run_sync(ngap_pdus.stored_view, stored.path, decoding, view)
-        if answer is None:
-            rendered = dict(render(await self._ngap_model(decoding, display_filter)))
-            answer = rendered
-            if not display_filter:
-                await trio.to_thread.run_sync(ngap_pdus.store_view, stored.path, decoding, view, rendered)
-        self._views[key] = answer
-        while len(self._views) > VIEWS_KEPT:
-            self._views.pop(next(iter(self._views)))
-        self.store.touch(stored.path)
-        return answer
-
-    async def _ngap_model(self, decoding: Decoding, display_filter: str) -> ngap.Model:
-        """The NGAP model of the frames meeting a filter the index translates (filters.py), as the loaded
-        capture builds it (answers.ngap_model): of the whole capture's PDUs, those of the matching frames."""
-        whole = await self._whole_ngap_model(decoding)
-        if not display_filter:
-            return whole
-        where = filters.to_sql(display_filter)
-        if where is None:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index does not answer this filter (sharkd does)")
-        stored = self._on_disk()
-        key = (stored.path, decoding.digest(), display_filter)
-        model = self._filtered.pop(key, None)
-        if model is None:
-            wanted = await trio.to_thread.run_sync(query.meeting, stored.path, where,
-                                                   sorted({p.frame for p in whole.pdus}))
-            model = await trio.to_thread.run_sync(ngap.build_model, [p for p in whole.pdus if p.frame in wanted])
-        self._filtered[key] = model
-        while len(self._filtered) > FILTERED_MODELS_KEPT:
-            self._filtered.pop(next(iter(self._filtered)))
-        return model
-
-    async def _whole_ngap_model(self, decoding: Decoding) -> ngap.Model:
-        """The one NGAP model of the whole capture (index/ngap_pdus.py), read once per decoding in the
-        actor's nursery: a call that times out meanwhile leaves it going for the next. Where the index
-        cannot give it, NOT_FOUND with `index_unanswered` (the tool then asks the loaded capture)."""
-        stored = self._on_disk()
-        key = (stored.path, decoding.digest())
-        while (model := self._models.get(key)) is None:
-            why, until = self._ngap_why.get(key, (None, 0.0))
-            if why is not None and trio.current_time() < until:
-                raise DiagdError(ErrorCode.NOT_FOUND, f"the NGAP model is not read from the index: {why}",
-                                 index_unanswered=True)
-            reading = self._ngap_reading.get(key)
-            if reading is None:
-                assert self._nursery is not None
-                reading = self._ngap_reading[key] = trio.Event()
-                self._nursery.start_soon(self._read_ngap, key, stored, decoding, reading)
-            await reading.wait()
-        self._models[key] = self._models.pop(key)  # most recently used last
-        self.store.touch(stored.path)
-        return model
-
-    async def _read_ngap(self, key: tuple[Path, str], stored: Stored, decoding: Decoding, done: trio.Event) -> None:
-        try:
-            read = await ngap_pdus.pdus(self.capture, stored.path, int(stored.meta.get("frames", 0)), decoding)
-            self._models[key] = await trio.to_thread.run_sync(ngap.build_model, read)
-            while len(self._models) > MODELS_KEPT:
-                self._models.pop(next(iter(self._models)))
-        except ngap_pdus.Unanswered as exc:  # of this index for good: its file is not one a cut serves
-            self._ngap_why[key] = (str(exc), math.inf)
-        except DiagdError as exc:  # sharkd missing or failing, the index gone: tried again later
-            self._ngap_why[key] = (exc.message, trio.current_time() + RETRY_AFTER_S)
-        except Exception as exc:  # a damaged index, a bug: said and tried again later, never the actor's end
-            log.warning("NGAP model from the index failed", capture=str(self.capture), error=repr(exc))
-            self._ngap_why[key] = (f"{type(exc).__name__}: {exc}", trio.current_time() + RETRY_AFTER_S)
-        finally:
-            del self._ngap_reading[key]
-            done.set()
+        return self.ngap.unanswered(self.stored, decoding)
 
     def tables_from_sharkd(self) -> dict[str, str]:
         """The protocols whose conversation and endpoint tables the index does not answer, and why."""
@@ -573,7 +482,7 @@ class IndexActor(Actor):
 
     def working(self) -> bool:
         # A 10 GB capture's build outlasts the idle timeout, as an NGAP reading may: neither is cut short.
-        return not self.done.is_set() or bool(self._ngap_reading)
+        return not self.done.is_set() or self.ngap.reading
 
     def statistics(self) -> dict[str, Any]:
         stored = self.stored

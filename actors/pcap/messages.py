@@ -154,6 +154,16 @@ class IndexNgapSessions(Message[UeSessionsAnswer]):
 
 
 @dataclass(frozen=True)
+class IndexNgapProcedures(Message[ProceduresAnswer]):
+    """NgapProcedures from the capture's index (index/ngap_views.py), decoded and filtered as
+    IndexNgapSessions says; its PFCP and SBI rows read from a cut of the capture (index/core_rows.py)."""
+
+    decode_as_entries: tuple[str, ...]
+    preferences: tuple[tuple[str, str], ...]
+    display_filter: str = ""
+
+
+@dataclass(frozen=True)
 class IndexPduSessions(Message[PduSessionsAnswer]):
     """PduSessions from the capture's index, decoded and filtered as IndexNgapSessions says."""
 

@@ -1,5 +1,6 @@
-"""The NGAP UE contexts and PDU sessions of an indexed capture (index/ngap_pdus.py) against the loaded
-capture's, on every corpus capture that carries NGAP.
+"""The NGAP UE contexts, their procedures and PDU sessions of an indexed capture (index/ngap_views.py)
+against the loaded capture's, on every corpus capture that carries NGAP (the procedures view with the
+PFCP and SBI rows it links, read by tshark from a cut: index/core_rows.py).
 
 Two real daemons: one answers from the capture's index (sharkd reads only the SCTP frames cut from the
 file: `served_by` says so), of all frames and of those a filter it translates selects; the other has
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,12 +35,16 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed"),
 ]
 
-TOOLS = ("ngap_ue_sessions", "ngap_pdu_session_summary")
+# The three views of the one NGAP model (the procedures view with its PFCP and SBI rows, read from a cut too).
+VIEWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "contexts": ("ngap_ue_sessions", {}), "procedures": ("ngap_ue_sessions", {"view": "procedures"}),
+    "pdu_sessions": ("ngap_pdu_session_summary", {})}
 # Filters the index translates (index/filters.py): the model of the frames they select.
 FILTERS = ("frame.number > 20", "sctp.srcport == 38412")
 # ... on these captures (a filter takes the whole capture's PDUs of the frames it selects: the same reading).
 FILTERED = {"oaifed_5gcn-deployment-omec-gnbsim.pcapng", "adrian_sandbox_n2.pcap", "5greplay_oai.pcap",
             "ngtester_chain_free5gc_pathswitch_then_release_amf_ngap_nas_sbi.pcap"}
+SBI_PORT = "tcp.port==7777,http2"  # the adrian_sandbox run's SBI (MANIFEST.md)
 CONFIG = f'[daemon]\nallowed_dirs = ["{PCAPS}", "{PCAPS_EXTRA}"]\ncall_timeout_s = 300\n'
 
 
@@ -53,8 +59,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if not source.exists():
         pytest.skip(f"{source.name} is not in the corpus")
     folder = tmp_path_factory.mktemp("built")
+    merged = folder / "n2_n4_sbi.pcap"  # the N2, N4 and SBI views of one run (SBI on HTTP/2, port 7777)
+    subprocess.run(["mergecap", "-F", "pcap", "-w", str(merged), *(str(PCAPS / f"adrian_sandbox_{view}.pcap")
+                                                                    for view in ("n2", "n4", "sbi"))],
+                   check=True, capture_output=True)
     return {"ip_fragments": without_sctp.ip_fragments(source, folder / "ip_fragments.pcap"),
-            "wlan_fragments": without_sctp.wlan_fragments(source, folder / "wlan_fragments.pcap")}
+            "wlan_fragments": without_sctp.wlan_fragments(source, folder / "wlan_fragments.pcap"),
+            "n2_n4_sbi": merged}
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +92,13 @@ def compared(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 async def answers(daemon: DaemonProcess, path: Path, *, index: bool, **args: Any) -> dict[str, dict[str, Any]]:
+    decoding = decode_args(path) or ({"decode_as": [SBI_PORT]} if path.name == "n2_n4_sbi.pcap" else {})
     async with session(daemon) as call:
         if index:
-            built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decode_args(path))
+            built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decoding)
             assert built["state"] == "ready", built
-        return {tool: await call(tool, pcap_path=str(path), **decode_args(path), **args) for tool in TOOLS}
+        return {view: await call(tool, pcap_path=str(path), **decoding, **args, **extra)
+                for view, (tool, extra) in VIEWS.items()}
 
 
 @pytest.mark.parametrize("path", ngap_captures(), ids=lambda p: p.name)
@@ -96,11 +109,11 @@ async def test_ngap_models_from_the_index_equal_the_loaded_captures(
     for args in ({}, {"null_decipher": False}, *filtered):
         from_index = await answers(indexed, path, index=True, **args)
         from_load = await answers(loaded, path, index=False, **args)
-        for tool in TOOLS:
-            got, want = from_index[tool], from_load[tool]
-            assert not got["_is_error"] and got.get("served_by", "").startswith("index"), (tool, got)
+        for view in VIEWS:
+            got, want = from_index[view], from_load[view]
+            assert not got["_is_error"] and got.get("served_by", "").startswith("index"), (view, got)
             assert "served_by" not in want, want
-            assert compared(got) == compared(want), (tool, args)
+            assert compared(got) == compared(want), (view, args)
 
 
 @pytest.mark.parametrize("name", ["ip_fragments", "wlan_fragments"])
@@ -111,10 +124,10 @@ async def test_frames_without_sctp_that_ngap_depends_on_are_cut_too(
     indexed, loaded = daemons
     from_index = await answers(indexed, built[name], index=True)
     from_load = await answers(loaded, built[name], index=False)
-    for tool in TOOLS:
-        assert from_index[tool].get("served_by", "").startswith("index"), from_index[tool]
-        assert compared(from_index[tool]) == compared(from_load[tool]), tool
-    associations = from_load["ngap_ue_sessions"]["associations"]
+    for view in VIEWS:
+        assert from_index[view].get("served_by", "").startswith("index"), from_index[view]
+        assert compared(from_index[view]) == compared(from_load[view]), view
+    associations = from_load["contexts"]["associations"]
     assert associations and all(a.get("ngap_pdus") for a in associations), associations
 
 
@@ -132,6 +145,21 @@ def late_interface(source: Path, out: Path) -> None:
         at += length
     assert idb and first_packet is not None
     out.write_bytes(data[:first_packet] + idb + data[first_packet:])
+
+
+async def test_procedures_linked_to_n4_and_sbi_from_the_index_equal_the_loaded_captures(
+        daemons: tuple[DaemonProcess, DaemonProcess], built: dict[str, Path]) -> None:
+    """PDU session establishments with their PFCP and SBI (HTTP/2) messages attached: the rows tshark read
+    from the PFCP, HTTP and HTTP/2 frames cut from the file link the same messages as the whole file's."""
+    indexed, loaded = daemons
+    from_index = await answers(indexed, built["n2_n4_sbi"], index=True)
+    from_load = await answers(loaded, built["n2_n4_sbi"], index=False)
+    for view in VIEWS:
+        assert from_index[view]["served_by"].startswith("index"), from_index[view]
+        assert compared(from_index[view]) == compared(from_load[view]), view
+    linked = from_load["procedures"]["n4_sbi"]
+    assert linked["n4_sbi_messages"] > 0 and linked["unattached"] == 0, linked
+    assert "tshark the PFCP, HTTP and HTTP/2 frames" in from_index["procedures"]["served_by"]
 
 
 async def test_restarted_daemon_reads_stored_pdus_and_an_uncuttable_file_is_loaded(tmp_path: Path) -> None:
@@ -153,15 +181,15 @@ async def test_restarted_daemon_reads_stored_pdus_and_an_uncuttable_file_is_load
     stored = list((env.state / "pcap" / "index").glob(f"*/{PDUS_FILE.format('*', '*')}"))
     assert len(stored) == 1, stored  # the odd file's PDUs came from the loaded capture: none stored
     views = sorted(p.name.split("-")[1] for p in stored[0].parent.glob(VIEW_FILE.format("*", "*", "*")))
-    assert views == ["pdu_sessions", "ue_sessions"], views  # what a restarted daemon answers from
-    for tool in TOOLS:
-        assert "served_by" not in late[tool], late[tool]
-        assert compared(late[tool]) == compared(before[tool])
+    assert views == ["pdu_sessions", "procedures", "ue_sessions"], views  # what a restarted daemon answers from
+    for view in VIEWS:
+        assert "served_by" not in late[view], late[view]
+        assert compared(late[view]) == compared(before[view])
     second = start_daemon(env)
     try:
         after = await answers(second, path, index=False)
     finally:
         second.stop()
         shutil.rmtree(env.runtime, ignore_errors=True)
-    for tool in TOOLS:
-        assert after[tool]["served_by"].startswith("index") and compared(after[tool]) == compared(before[tool])
+    for view in VIEWS:
+        assert after[view]["served_by"].startswith("index") and compared(after[view]) == compared(before[view])

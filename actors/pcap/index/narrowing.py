@@ -19,14 +19,12 @@ from their own conversation's frames (the single-pass set). What is not narrowed
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from diagd.actors._subprocess import head
 from diagd.actors.pcap.index import filters, narrow, query, workspace
 from diagd.actors.pcap.shark.tshark import filter_refusal
 from diagd.actors.pcap.shark.wireshark import FILTER_KEYWORDS
@@ -43,14 +41,6 @@ FIELD_PROTOCOLS = frozenset({
 })
 # The protocol names a cut is chosen by: those the index translates (their name alone is their layer).
 LAYERS = filters.PROTOCOLS - {"frame"}
-# The address space tshark may take reading a cut (prlimit: the kernel stops it there): its two-pass
-# memory grows with the frames cut (0.85 to 2.8 bytes a byte of capture), so that a big cut (a million DNS
-# frames of 10 GB: 1.6 GB) fails at the bound and the loaded capture answers, the daemon and its children
-# staying under their 1.5 GB.
-NARROW_MAX_AS = 1280 * 2**20
-# How tshark says it met the bound when no signal stopped it: the loader failing to map a library (a bound
-# below what tshark needs to start at all), or a failed allocation reported before an exit.
-_OUT_OF_MEMORY = re.compile(r"failed to allocate|failed to map segment|Cannot allocate memory")
 # Layers under most frames of a capture: a test of one narrows little.
 CARRIERS = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "sctp"})
 # frame.* fields that are the frame's own (not its number, nor times relative to other frames).
@@ -277,7 +267,8 @@ async def matching(capture: Path, index: Path, frames: int, argv: list[str], dis
     records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
     try:
         async with workspace.cut_beside(capture, index, [off for _, off in records], frames) as cut:
-            numbers, protocols = await _read(_on(argv, cut), display_filter, [n for n, _ in records], kept)
+            numbers, protocols = await _read(workspace.reading(argv, cut), display_filter,
+                                             [n for n, _ in records], kept)
     except narrow.Uncuttable as exc:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot narrow this filter: {exc}",
                          index_unanswered=True) from None
@@ -288,12 +279,6 @@ async def matching(capture: Path, index: Path, frames: int, argv: list[str], dis
                          f"than in the whole file (first: {', '.join(map(str, differing))})", frames=differing,
                          index_unanswered=True)
     return Narrowed(numbers, layers, len(records))
-
-
-def _on(argv: list[str], cut: Path) -> list[str]:
-    """The capture's own tshark command, reading the cut instead."""
-    at = argv.index("-r") + 1
-    return [*argv[:at], str(cut), *argv[at + 1:]]
 
 
 async def _read(argv: list[str], display_filter: str, numbers: list[int], kept: int) -> tuple[list[int], list[str]]:
@@ -308,22 +293,12 @@ async def _read(argv: list[str], display_filter: str, numbers: list[int], kept: 
             found.append(numbers[int(number) - 1])
             layers.append(stack)
 
-    prlimit = shutil.which("prlimit")
-    if prlimit is None:
-        raise DiagdError(ErrorCode.NOT_FOUND, "the index cannot narrow this filter: prlimit (util-linux) is not "
-                                              "installed to bound tshark's memory", index_unanswered=True)
-    bounded = [prlimit, f"--as={NARROW_MAX_AS}", "--", *argv]
-    done = await head([*bounded, "-Y", display_filter, "-T", "fields", "-e", "frame.number", "-e",
-                       "frame.protocols"], kept + 1, max_line=1 << 16, on_line=take)
+    done = await workspace.bounded_head([*argv, "-Y", display_filter, "-T", "fields", "-e", "frame.number", "-e",
+                                         "frame.protocols"], len(numbers), "narrow this filter", kept + 1,
+                                        max_line=1 << 16, on_line=take)
     if done.stopped or len(found) > kept:
         raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"the filter matches more than {kept} frames: narrow it",
                          limit=kept)
-    code = done.returncode or 0
-    if code < 0 or code >= 128 or (code and _OUT_OF_MEMORY.search(done.stderr)):
-        # Stopped by a signal (an abort or a fault when an allocation fails at the bound) or out of memory.
-        raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot narrow this filter: tshark over the {len(numbers)} "
-                         f"frames cut stopped ({code}), as when it needs more than {NARROW_MAX_AS >> 20} MB",
-                         index_unanswered=True)
     if done.returncode != 0:
         if (refusal := await filter_refusal(display_filter)) is not None:
             raise DiagdError(ErrorCode.INVALID_FILTER, refusal, display_filter=display_filter)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from diagd.actors.pcap.index import narrowing
+from diagd.actors.pcap.index import workspace
 from diagd.actors.pcap.index.narrowing import matching, required_layers
 from diagd.actors.pcap.shark.tshark import base_argv
 from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
@@ -195,7 +195,7 @@ async def test_a_cut_tshark_cannot_read_within_its_memory_bound_is_left_to_the_l
     """The kernel bounds tshark's address space over a cut (prlimit): past it, tshark is stopped and the
     filter is left to the loaded capture (`index_unanswered`), never an answer from part of the frames."""
     capture, index, frames = indexed(tmp_path)
-    monkeypatch.setattr(narrowing, "NARROW_MAX_AS", 32 * 2**20)  # less than tshark needs to start
+    monkeypatch.setattr(workspace, "CUT_MAX_AS", 32 * 2**20)  # less than tshark needs to start
     with pytest.raises(DiagdError) as unanswered:
         await matching(capture, index, frames, base_argv(capture, [], []), "sip && sip.Method", ("sip",), 1000)
     assert unanswered.value.code == ErrorCode.NOT_FOUND and unanswered.value.details["index_unanswered"]
