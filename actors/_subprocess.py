@@ -365,6 +365,16 @@ async def head(argv: Sequence[str], limit: int | None, *, max_line: int = 1 << 2
     return await head_of(await open_process(argv), limit, max_line=max_line, on_line=on_line, records=records)
 
 
+def _hand_on(lines: list[str], on_line: Callable[[str], None], room: int | None) -> int:
+    """Hand the lines to `on_line`, at most `room` of them (None: all), and clear them: how many went."""
+    taken = lines if room is None else lines[:room]
+    for line in taken:
+        on_line(line)
+    count = len(taken)
+    lines.clear()
+    return count
+
+
 async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 << 20,
                   on_line: Callable[[str], None] | None = None, records: str | None = None) -> Head:
     """`head` of a child started already (its stdout and stderr piped, neither read yet): it is
@@ -378,6 +388,7 @@ async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 <<
     starts = re.compile(f"\n(?:{records})") if records is not None else None
     assert starts is None or on_line is None, "records are kept, not handed on"
     begun = 0  # records begun so far
+    handed = 0  # lines handed to on_line so far
     stopped = False
     try:
         async with trio.open_nursery() as nursery:
@@ -411,9 +422,10 @@ async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 <<
                         continue
                     lines += splitter.split(chunk)
                     if on_line is not None:
-                        for line in lines:
-                            on_line(line)
-                        lines.clear()
+                        handed += _hand_on(lines, on_line, None if limit is None else limit - handed)
+                        if limit is not None and handed >= limit:  # the first `limit` handed on: no more
+                            stopped = True
+                            break
                     if limit is not None and len(lines) >= limit:
                         stopped = True
                         break
@@ -426,9 +438,9 @@ async def head_of(proc: trio.Process, limit: int | None, *, max_line: int = 1 <<
             else:
                 lines += splitter.rest()
                 if on_line is not None:
-                    for line in lines:
-                        on_line(line)
-                    lines.clear()
+                    room = None if limit is None else max(0, limit - handed)
+                    stopped = room is not None and len(lines) > room  # went on past the limit: said, not handed
+                    _hand_on(lines, on_line, room)
             await proc.wait()
             # What it wrote last to stderr (why it failed) may still be in the pipe when it has exited: read to
             # its end, unless a child of its own holds the pipe open.

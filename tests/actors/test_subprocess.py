@@ -242,6 +242,19 @@ async def test_head_stops_a_long_output_at_its_first_lines_and_reaps_it() -> Non
     assert whole.returncode == 3 and "oops" in whole.stderr
 
 
+async def test_head_hands_on_at_most_its_limit_and_stops_a_long_output_there() -> None:
+    """Lines handed to on_line (none kept) count towards the limit as kept lines do: a caller refusing
+    more than n matches reads n + 1, not the whole output first (the narrowed filter, a cut's columns)."""
+    handed: list[str] = []
+    first = await head(["seq", "1", "10000000"], 3, on_line=handed.append)
+    assert handed == ["1", "2", "3"] and first.stopped and first.lines == []
+    assert first.returncode is not None  # reaped, not left running
+    for limit, stopped in ((2, True), (3, False), (None, False)):  # the last lines, after the output's end
+        handed.clear()
+        done = await head(["printf", "1\\n2\\nlast"], limit, on_line=handed.append)
+        assert handed == ["1", "2", "last"][:limit] and done.stopped == stopped, (limit, done)
+
+
 async def test_head_keeps_what_a_failing_command_wrote_last_to_stderr() -> None:
     """A command that writes why it failed and exits at once: its stdout ends with it, and the stderr still
     in the pipe is read to its end, not cut off with the reading (seen: tshark refused by the loader under a
