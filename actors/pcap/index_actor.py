@@ -28,7 +28,7 @@ from diagd.actors.pcap.answer_types import (
     TimelineAnswer,
     UeSessionsAnswer,
 )
-from diagd.actors.pcap.answers import answers
+from diagd.actors.pcap.answers import answers, index_srt
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
 from diagd.actors.pcap.index import filters, narrowing, query, timelines
@@ -93,6 +93,8 @@ class IndexActor(Actor):
         # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
         self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
         self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
+        # Response times per protocol (index/srt.py), or why the index does not give them: a few.
+        self._srts: dict[tuple[Path, str], StatsAnswer | DiagdError] = {}
         # The NGAP views (UE contexts, procedures, PDU sessions) of the index's capture.
         self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch)
         self._nursery: trio.Nursery | None = None
@@ -229,7 +231,7 @@ class IndexActor(Actor):
         pages; a timeline of fields it holds, with their own filter (frames holding any of them); the
         conversations and endpoints of the layers it holds, unless some frame's fields of that protocol
         could not be aligned with its layers (tables.py: meta.json's `unaligned`); I/O intervals, unfiltered
-        or with a filter it translates."""
+        or with a filter it translates; the whole capture's response times of a protocol answers/index_srt.py reads."""
         stored = self.stored
         if stored is None:
             return False
@@ -239,6 +241,8 @@ class IndexActor(Actor):
             return timelines.where(message) is not None
         if message.kind == "io":
             return filters.to_sql(message.display_filter) is not None
+        if message.kind == "srt":
+            return index_srt.answers(message.protocol, message.display_filter)
         unaligned = stored.meta.get("unaligned") or {}
         return (message.kind in ("conversations", "endpoints") and message.protocol in LAYERED_PROTOCOLS
                 and not message.display_filter and message.protocol not in unaligned
@@ -430,10 +434,38 @@ class IndexActor(Actor):
         if not self.answers(paged.question):
             raise DiagdError(ErrorCode.INVALID_ARGUMENT,
                              f"the index holds no {paged.question.kind} of {paged.question.protocol}")
-        answer = await (index_stats.io(stored, paged) if paged.question.kind == "io"
-                        else index_stats.table(stored, paged, self.summary))
+        if paged.question.kind == "srt":
+            answer = await self._srt(stored, paged)
+        else:
+            answer = await (index_stats.io(stored, paged) if paged.question.kind == "io"
+                            else index_stats.table(stored, paged, self.summary))
         self.store.touch(stored.path)
         return answer
+
+    async def _srt(self, stored: Stored, paged: IndexStats) -> StatsAnswer:
+        """A page of a protocol's response times (answers/index_srt.py: its messages read from a cut, paired), the
+        whole answer kept for the next pages (a few), or why the index does not give it (the tool then asks
+        the loaded capture, not this actor again for a cut)."""
+        protocol = paged.question.protocol or ""
+        key = (stored.path, f"srt {protocol}")
+        kept = self._srts.pop(key, None)
+        if kept is None:
+            try:
+                kept = await index_srt.srt(self.capture, stored.path, int(stored.meta.get("frames") or 0),
+                                     self.tshark_argv, protocol)
+                if not kept["rows"] and "reason" not in kept:
+                    present = protocol in (await self.summary())["protocols"]
+                    kept["reason"] = (f"{protocol} is present but carries no request/response pair" if present
+                                      else f"protocol {protocol} is not in this capture")
+            except DiagdError as exc:
+                kept = exc
+        self._srts[key] = kept
+        while len(self._srts) > MATCH_LISTS_KEPT:
+            self._srts.pop(next(iter(self._srts)))
+        if isinstance(kept, DiagdError):
+            raise DiagdError(kept.code, kept.message, **kept.details)
+        rows = kept["rows"]
+        return {**kept, "rows": rows[paged.offset:paged.offset + paged.limit], "total": len(rows)}
 
     async def _timeline(self, message: Timeline) -> TimelineAnswer:
         """Values of fields the index holds, per frame holding any of them (the timeline's own filter)."""

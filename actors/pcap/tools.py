@@ -17,12 +17,13 @@ from typing_extensions import TypedDict
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.pcap.actor import KIND
-from diagd.actors.pcap.answer_types import FramesAnswer
+from diagd.actors.pcap.answer_types import FramesAnswer, StatsAnswer
 from diagd.actors.pcap.answers import stats as _stats
 from diagd.actors.pcap.answers.answers import info_wait_s, not_read_yet
 from diagd.actors.pcap.answers.field_search import search_fields
 from diagd.actors.pcap.answers.follow import MAX_FOLLOW_TEXT
 from diagd.actors.pcap.backend import PcapBackend, search_deadline
+from diagd.actors.pcap.engine.capture import CaptureSpec
 from diagd.actors.pcap.index.build import fields_args as build_fields_args
 from diagd.actors.pcap.masking.guard import SubscriberMask
 from diagd.actors.pcap.messages import (
@@ -417,15 +418,12 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Extract
 async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> StatsReply:
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
     spec = await backend.spec_for(args)
-    built_by = None
     offset, limit = args["offset"], args["limit"]
-    if (index := await backend.index_for(spec, message)) is not None:
-        # Conversations and endpoints of a capture of any size, from its index (pcap_index), paged there.
-        result = await backend.runtime.ask(index, IndexStats(message, offset, limit), progress=ctx.progress)
+    if (indexed := await _stats_from_index(backend, ctx, spec, IndexStats(message, offset, limit))) is not None:
+        result, built_by = indexed
         page, total = result["rows"], result.get("total", 0)
-        built_by = backend.index_version(index)
     else:
-        result = await backend.ask(ctx, spec, message)
+        result, built_by = await backend.ask(ctx, spec, message), None
         page, total = result["rows"][offset:offset + limit], len(result["rows"])
     flt = message.display_filter
     answer: _StatsShown = {
@@ -436,6 +434,22 @@ async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> Stat
     if total and not page:
         answer["reason"] = f"offset {offset} is past the last of {total} rows"
     return answer
+
+
+async def _stats_from_index(backend: PcapBackend, ctx: CallContext, spec: CaptureSpec, paged: IndexStats
+                            ) -> tuple[StatsAnswer, str | None] | None:
+    """A page of conversations, endpoints, I/O intervals or response times of a capture of any size from its
+    index (pcap_index), paged there, and the tshark that built it; None: the loaded capture answers (no
+    ready index, a question it does not answer, or one it cannot after all, as a file it cannot cut)."""
+    if (index := await backend.index_for(spec, paged.question)) is None:
+        return None
+    try:
+        result = await backend.runtime.ask(index, paged, progress=ctx.progress)
+    except DiagdError as exc:
+        if exc.details.get("index_unanswered"):
+            return None
+        raise
+    return result, backend.index_version(index)
 
 
 class _StatsShown(StatsReply):

@@ -27,7 +27,7 @@ from tests.e2e.test_pcap_differential import session
 from tests.e2e.test_pcap_oracle import row_of
 from tests.pcaps import PCAPS, PCAPS_EXTRA, corpus
 from tests.support import pcap_oracle as oracle
-from tests.support import sharkd_stats, stats_oracle
+from tests.support import sharkd_stats, srt_pairs, stats_oracle
 from tests.support.procs import alive
 
 pytestmark = [
@@ -192,6 +192,37 @@ async def test_io_intervals_from_the_index_are_tsharks(index_daemon: DaemonProce
                 assert page["total"] == len(theirs) and page["has_more"] == (offset + step < len(theirs)), page
                 pages += page["rows"]
             assert pages == answer["rows"], path.name
+
+
+# The protocols whose response times the index gives (answers/index_srt.py), by the layers carrying them.
+SRT_LAYERS = {"gtpv2": {"gtpv2"}, "pfcp": {"pfcp"}, "sip": {"sip"}, "http": {"http", "ssdp"}}
+
+
+@pytest.mark.parametrize("path", [p for p in captures() if set().union(*SRT_LAYERS.values()) & set(oracle.layers(p))],
+                         ids=lambda p: p.name)
+async def test_response_times_from_the_index_are_the_pairing_of_tshark_fields(index_daemon: DaemonProcess,
+                                                                              path: Path) -> None:
+    """GTPv2-C, PFCP, SIP and HTTP/1.1 requests paired with their responses from the messages tshark reads
+    over the frames the index cuts from the file: the pairing made from `tshark -T fields` over the whole
+    file alone (tests/support/srt_pairs.py, never importing diagd), rows and totals, whole and page by
+    page; a protocol the capture lacks says so."""
+    async with session(index_daemon) as call:
+        built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decode_args(path))
+        assert built["state"] == "ready", built
+        for protocol, layers in SRT_LAYERS.items():
+            asked = {"pcap_path": str(path), "kind": "srt", "protocol": protocol, **decode_args(path)}
+            answer = await call("pcap_stats", **asked, limit=500)
+            assert not answer["_is_error"] and "cut from the file by its index" in answer["method"], answer
+            if not layers & set(oracle.layers(path)):
+                assert answer["rows"] == [] and answer["reason"] == f"protocol {protocol} is not in this capture"
+                continue
+            theirs = srt_pairs.pairing(path, protocol).answer
+            assert answer["rows"] == theirs["rows"], (path.name, protocol)
+            for key, value in theirs.items():
+                assert answer[key] == value, (path.name, protocol, key)
+            pages = [row for offset in range(len(theirs["rows"]))
+                     for row in (await call("pcap_stats", **asked, offset=offset, limit=1))["rows"]]
+            assert pages == theirs["rows"], (path.name, protocol)
 
 
 INDEXED_FIELDS = ["_ws.col.No.", "_ws.col.Source", "_ws.col.Destination", "_ws.col.Protocol", "_ws.col.Length",

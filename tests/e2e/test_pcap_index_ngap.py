@@ -176,6 +176,10 @@ async def test_restarted_daemon_reads_stored_pdus_and_an_uncuttable_file_is_load
     try:
         before = await answers(first, path, index=True)
         late = await answers(first, odd, index=True)
+        async with session(first) as call:  # response times too: the index cannot cut it, the loaded capture pairs
+            srt = await call("pcap_stats", pcap_path=str(odd), kind="srt", protocol="sip")
+        assert not srt["_is_error"] and "cut from the file" not in srt["method"], srt
+        assert srt["reason"] == "protocol sip is not in this capture", srt
     finally:
         first.stop()
     stored = list((env.state / "pcap" / "index").glob(f"*/{PDUS_FILE.format('*', '*')}"))

@@ -53,7 +53,7 @@ FRAMES_SHOWN = 5  # request frames listed per row that are not paired
 UNREAD = "unread"  # a frame whose messages cannot be told apart
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     """One message of a frame, as read for pairing."""
 
@@ -91,7 +91,7 @@ class Rules:
     decode: Callable[[int, dict[str, str]], list[Message]] = field(repr=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class Transaction:
     request: Message
     last: Message                # its latest transmission

@@ -299,6 +299,14 @@ def _interval(step_us: int) -> str:
             f"ELSE {us} // {step_us} END")
 
 
+def latest_epoch(index: Path) -> float:
+    """The latest arrival time of any frame (Unix seconds): sharkd's `analyse` says it as `last`, the
+    capture's end a request's response timer is measured to (the last frame's may be earlier)."""
+    with _connect() as con:
+        got = con.execute(f"SELECT max(CAST(time_epoch AS DOUBLE)) FROM {_frames(index)}").fetchall()[0][0]
+    return float(got or 0.0)
+
+
 def every_match(index: Path, where: str) -> list[int]:
     """The numbers of every frame meeting `where`, in frame order (for a caller that needs them all)."""
     with _connect() as con:

@@ -1,0 +1,47 @@
+"""Service response times (pcap_stats kind=srt) of GTPv2-C, PFCP, SIP and HTTP/1.1 from an indexed capture,
+paired by pairing.py exactly as for a loaded capture, without loading it: each message read in the loaded
+capture's own columns by tshark over a cut of the frames carrying the protocol's layer
+(index/cut_columns.py; an ICMP error quoting a request carries the request's layer too). Relative times are
+the cut's, whose differences (the response times) are the whole file's; the capture's end, which a
+request's response timer is measured to, is the latest arrival of any frame, as sharkd's `analyse` says it.
+Diameter (Wireshark's own SRT tap) and HTTP/2 (paired by stream over sharkd's reassembly) are not read here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from diagd.actors.pcap.answer_types import StatsAnswer
+from diagd.actors.pcap.answers import pairing
+from diagd.actors.pcap.index import cut_columns, query
+
+# The layers every frame of a protocol's rules.filter carries one of: HTTP/1.1 is `http`, or `ssdp` over UDP
+# (the HTTP dissector under SSDP's name).
+LAYERS = {"gtpv2": ("gtpv2",), "pfcp": ("pfcp",), "sip": ("sip",), "http": ("http", "ssdp")}
+# The frames whose messages are held for pairing (as the loaded capture's are, ~0.5 KB a message): more are
+# refused, the daemon staying in its memory budget.
+MAX_FRAMES = 1_000_000
+
+
+def answers(protocol: str | None, display_filter: str) -> bool:
+    """Whether the index answers these response times (the whole capture's, of a protocol read here)."""
+    return protocol in LAYERS and not display_filter
+
+
+async def srt(capture: Path, index: Path, frames: int, argv: list[str], protocol: str) -> StatsAnswer:
+    """The response times of `protocol` in `capture` (its index at `index`, `frames` frames; `argv`: its
+    own two-pass tshark command), as pairing.srt gives them from the loaded capture."""
+    rules = pairing.RULES[protocol]
+    messages: list[pairing.Message] = []
+    cut = await cut_columns.read(capture, index, frames, argv, rules.filter,
+                                 cut_columns.Columns(tuple(pairing.columns(rules))), LAYERS[protocol],
+                                 lambda number, row: messages.extend(rules.decode(number, row)),
+                                 purpose=f"pair {protocol} messages", max_frames=MAX_FRAMES)
+    end = await trio.to_thread.run_sync(query.latest_epoch, index)
+    result = await trio.to_thread.run_sync(pairing.pair, rules, messages, end, False)
+    result["method"] += (f"; read by tshark -2 over {cut} of the capture's {frames} frames, cut from the file by "
+                         f"its index (those carrying {' or '.join(LAYERS[protocol])}, with what their dissection "
+                         "depends on)")
+    return result

@@ -1,0 +1,47 @@
+"""Response times from an index (answers/index_srt.py) at its bounds: a cut tshark cannot read within its
+memory bound, and more frames than are held for pairing, each a coded error (the first leaves the answer to
+the loaded capture); never an answer from part of the messages. Their equality with the pairing of
+`tshark -T fields` over the whole file, on every corpus capture, is tests/e2e/test_pcap_index.py's."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from diagd.actors.pcap.answers import index_srt
+from diagd.actors.pcap.index import workspace
+from diagd.actors.pcap.shark.tshark import base_argv
+from diagd.protocol.errors import DiagdError, ErrorCode
+from tests.pcaps import PCAPS
+from tests.support.index_builds import build
+
+pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+
+CAPTURE = PCAPS / "adrian_n4_upf_timeout_n4.pcap"  # 15 PFCP Session Establishment Requests, no response
+
+
+async def answer(tmp_path: Path) -> None:
+    if not CAPTURE.exists():
+        pytest.skip(f"{CAPTURE.name} is not in the corpus")
+    meta = build(CAPTURE, tmp_path / "index", 0)
+    await index_srt.srt(CAPTURE, tmp_path / "index", int(meta["frames"]), base_argv(CAPTURE, [], []), "pfcp")
+
+
+async def test_a_cut_past_the_memory_bound_is_left_to_the_loaded_capture(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace, "CUT_MAX_AS", 32 * 2**20)  # less than tshark needs to start
+    with pytest.raises(DiagdError) as unanswered:
+        await answer(tmp_path)
+    assert unanswered.value.code == ErrorCode.NOT_FOUND and unanswered.value.details["index_unanswered"]
+    assert "cannot pair pfcp messages" in unanswered.value.message
+
+
+async def test_more_frames_than_are_held_for_pairing_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_srt, "MAX_FRAMES", 5)
+    with pytest.raises(DiagdError) as refused:
+        await answer(tmp_path)
+    assert refused.value.code == ErrorCode.OUTPUT_TOO_LARGE and refused.value.details["limit"] == 5
+    assert "index_unanswered" not in refused.value.details
