@@ -36,6 +36,7 @@ from diagd.actors.pcap.index import stats as index_stats
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.ngap_pdus import Decoding
 from diagd.actors.pcap.index.ngap_views import NgapViews
+from diagd.actors.pcap.index.readings import Readings
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 from diagd.actors.pcap.index.store import IndexStore, Stored
 from diagd.actors.pcap.index.tables import PROTOCOLS as LAYERED_PROTOCOLS
@@ -93,8 +94,8 @@ class IndexActor(Actor):
         # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
         self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
         self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
-        # Response times per protocol (index/srt.py), or why the index does not give them: a few.
-        self._srts: dict[tuple[Path, str], StatsAnswer | DiagdError] = {}
+        # Response times per protocol (answers/index_srt.py), read once (readings.py): a few.
+        self._srts: Readings[tuple[Path, str], StatsAnswer] = Readings("the response times", MATCH_LISTS_KEPT)
         # The NGAP views (UE contexts, procedures, PDU sessions) of the index's capture.
         self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch)
         self._nursery: trio.Nursery | None = None
@@ -110,6 +111,7 @@ class IndexActor(Actor):
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         self.ngap.start(nursery)
+        self._srts.start(nursery)
         nursery.start_soon(self._find_or_build)
         # What a daemon killed mid-build or mid-reading left (partial folders nobody holds the lock of).
         nursery.start_soon(trio.to_thread.run_sync, self.store.sweep)
@@ -447,23 +449,16 @@ class IndexActor(Actor):
         whole answer kept for the next pages (a few), or why the index does not give it (the tool then asks
         the loaded capture, not this actor again for a cut)."""
         protocol = paged.question.protocol or ""
-        key = (stored.path, f"srt {protocol}")
-        kept = self._srts.pop(key, None)
-        if kept is None:
-            try:
-                kept = await index_srt.srt(self.capture, stored.path, int(stored.meta.get("frames") or 0),
-                                     self.tshark_argv, protocol)
-                if not kept["rows"] and "reason" not in kept:
-                    present = protocol in (await self.summary())["protocols"]
-                    kept["reason"] = (f"{protocol} is present but carries no request/response pair" if present
-                                      else f"protocol {protocol} is not in this capture")
-            except DiagdError as exc:
-                kept = exc
-        self._srts[key] = kept
-        while len(self._srts) > MATCH_LISTS_KEPT:
-            self._srts.pop(next(iter(self._srts)))
-        if isinstance(kept, DiagdError):
-            raise DiagdError(kept.code, kept.message, **kept.details)
+
+        async def read() -> StatsAnswer:
+            answer = await index_srt.srt(self.capture, stored.path, int(stored.meta.get("frames") or 0),
+                                         self.tshark_argv, protocol)
+            if not answer["rows"] and "reason" not in answer:
+                present = protocol in (await self.summary())["protocols"]
+                answer["reason"] = (f"{protocol} is present but carries no request/response pair" if present
+                                    else f"protocol {protocol} is not in this capture")
+            return answer
+        kept = await self._srts.get((stored.path, protocol), read)
         rows = kept["rows"]
         return {**kept, "rows": rows[paged.offset:paged.offset + paged.limit], "total": len(rows)}
 
@@ -514,7 +509,7 @@ class IndexActor(Actor):
 
     def working(self) -> bool:
         # A 10 GB capture's build outlasts the idle timeout, as an NGAP reading may: neither is cut short.
-        return not self.done.is_set() or self.ngap.reading
+        return not self.done.is_set() or self.ngap.reading or self._srts.busy
 
     def statistics(self) -> dict[str, Any]:
         stored = self.stored

@@ -7,27 +7,23 @@ disk beside the index, so a restarted daemon's first answer reads a file.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
 import trio
 
 from diagd.actors.pcap import ngap
 from diagd.actors.pcap.index import core_rows, filters, ngap_pdus, query
 from diagd.actors.pcap.index.ngap_pdus import Decoding
+from diagd.actors.pcap.index.readings import Readings
 from diagd.actors.pcap.index.store import Stored
 from diagd.protocol.errors import DiagdError, ErrorCode
-
-log = structlog.get_logger("diagd.pcap")
 
 MODELS_KEPT = 2  # NGAP models (one per decoding: with and without NAS after NEA0)
 FILTERED_MODELS_KEPT = 4  # NGAP models of filtered frames
 VIEWS_KEPT = 8  # rendered NGAP views (UE contexts, PDU sessions) of those models
-CORE_ROWS_KEPT = 2  # the PFCP and SBI rows of a few indexes (a capture's, before and after a rebuild)
-RETRY_AFTER_S = 60.0  # a reading that failed for a reason that may pass is tried again this long after
+CORE_ROWS_KEPT = 1  # the PFCP and SBI rows of the capture's index (~1 KB a row)
 
 Render = Callable[[ngap.Model], Awaitable[Mapping[str, Any]]]
 
@@ -43,28 +39,27 @@ class NgapViews:
         self._on_disk = on_disk
         self._touch = touch
         self._nursery: trio.Nursery | None = None
-        # NGAP models per (index, decoding): read once (index/ngap_pdus.py), or why they are not.
-        self._models: dict[tuple[Path, str], ngap.Model] = {}
-        self._why: dict[tuple[Path, str], tuple[str, float]] = {}  # why not, until when (Trio clock)
-        self._reading: dict[tuple[Path, str], trio.Event] = {}
+        # NGAP models per (index, decoding), the PFCP and SBI rows per index: read once (readings.py).
+        self._models: Readings[tuple[Path, str], ngap.Model] = Readings(
+            "the NGAP model", MODELS_KEPT, permanent=(ngap_pdus.Unanswered,))
+        self._core: Readings[Path, list[dict[str, str]]] = Readings("the PFCP and SBI rows", CORE_ROWS_KEPT)
         self._filtered: dict[tuple[Path, str, str], ngap.Model] = {}  # (index, decoding, filter): a few
         self._views: dict[tuple[Path, str, str, str], dict[str, Any]] = {}  # ... and view: their answers
-        self._core: dict[Path, list[dict[str, str]]] = {}  # PFCP and SBI rows per index
-        self._core_why: dict[Path, str] = {}  # ... or why the index does not give them (for good)
 
     def start(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
+        self._models.start(nursery)
+        self._core.start(nursery)
 
     @property
     def reading(self) -> bool:
-        return bool(self._reading)
+        return self._models.busy or self._core.busy
 
     def unanswered(self, stored: Stored | None, decoding: Decoding) -> str | None:
         """Why this capture's NGAP model does not come from its index (known after a first try), or None."""
         if stored is None:
             return "the index is not ready"
-        why, until = self._why.get((stored.path, decoding.digest()), (None, 0.0))
-        return why if trio.current_time() < until else None
+        failed = self._models.failure((stored.path, decoding.digest()))
+        return failed.message if failed is not None else None
 
     async def ue_sessions(self, decoding: Decoding, display_filter: str) -> dict[str, Any]:
         async def render(model: ngap.Model) -> Mapping[str, Any]:
@@ -85,22 +80,19 @@ class NgapViews:
         return await self._view(decoding, display_filter, "procedures", render)
 
     async def _core_rows(self) -> list[dict[str, str]]:
-        stored = self._on_disk()
-        rows = self._core.pop(stored.path, None)
-        if rows is None:
+        try:
+            stored = self._on_disk()
+        except DiagdError as exc:  # gone since the model was read: the loaded capture answers
+            raise DiagdError(exc.code, exc.message, **exc.details, index_unanswered=True) from None
+
+        async def read() -> list[dict[str, str]]:
             try:
-                if (why := self._core_why.get(stored.path)) is not None:  # not cut again each call
-                    raise core_rows.Unanswered(why)
-                rows = await core_rows.core_rows(self.capture, stored.path, int(stored.meta.get("frames", 0)),
+                return await core_rows.core_rows(self.capture, stored.path, int(stored.meta.get("frames", 0)),
                                                  self.tshark_argv)
             except core_rows.Unanswered as exc:
-                self._core_why[stored.path] = str(exc)
                 raise DiagdError(ErrorCode.NOT_FOUND, f"the PFCP and SBI rows are not read from the index: {exc}",
                                  index_unanswered=True) from None
-        self._core[stored.path] = rows
-        while len(self._core) > CORE_ROWS_KEPT:
-            self._core.pop(next(iter(self._core)))
-        return rows
+        return await self._core.get(stored.path, read)
 
     async def _view(self, decoding: Decoding, display_filter: str, view: str, render: Render) -> dict[str, Any]:
         """One view of the NGAP model (`render`), kept: the last few in memory, the whole capture's on disk
@@ -151,35 +143,14 @@ class NgapViews:
         actor's nursery: a call that times out meanwhile leaves it going for the next. Where the index
         cannot give it, NOT_FOUND with `index_unanswered` (the tool then asks the loaded capture)."""
         stored = self._on_disk()
-        key = (stored.path, decoding.digest())
-        while (model := self._models.get(key)) is None:
-            why, until = self._why.get(key, (None, 0.0))
-            if why is not None and trio.current_time() < until:
-                raise DiagdError(ErrorCode.NOT_FOUND, f"the NGAP model is not read from the index: {why}",
-                                 index_unanswered=True)
-            reading = self._reading.get(key)
-            if reading is None:
-                assert self._nursery is not None
-                reading = self._reading[key] = trio.Event()
-                self._nursery.start_soon(self._read, key, stored, decoding, reading)
-            await reading.wait()
-        self._models[key] = self._models.pop(key)  # most recently used last
+
+        async def read() -> ngap.Model:
+            try:
+                found = await ngap_pdus.pdus(self.capture, stored.path, int(stored.meta.get("frames", 0)), decoding)
+            except DiagdError as exc:  # sharkd missing or failing, the index gone: tried again later
+                raise DiagdError(ErrorCode.NOT_FOUND, f"the NGAP model is not read from the index: {exc.message}",
+                                 index_unanswered=True) from None
+            return await trio.to_thread.run_sync(ngap.build_model, found)
+        model = await self._models.get((stored.path, decoding.digest()), read)
         self._touch(stored.path)
         return model
-
-    async def _read(self, key: tuple[Path, str], stored: Stored, decoding: Decoding, done: trio.Event) -> None:
-        try:
-            read = await ngap_pdus.pdus(self.capture, stored.path, int(stored.meta.get("frames", 0)), decoding)
-            self._models[key] = await trio.to_thread.run_sync(ngap.build_model, read)
-            while len(self._models) > MODELS_KEPT:
-                self._models.pop(next(iter(self._models)))
-        except ngap_pdus.Unanswered as exc:  # of this index for good: its file is not one a cut serves
-            self._why[key] = (str(exc), math.inf)
-        except DiagdError as exc:  # sharkd missing or failing, the index gone: tried again later
-            self._why[key] = (exc.message, trio.current_time() + RETRY_AFTER_S)
-        except Exception as exc:  # a damaged index, a bug: said and tried again later, never the actor's end
-            log.warning("NGAP model from the index failed", capture=str(self.capture), error=repr(exc))
-            self._why[key] = (f"{type(exc).__name__}: {exc}", trio.current_time() + RETRY_AFTER_S)
-        finally:
-            del self._reading[key]
-            done.set()
