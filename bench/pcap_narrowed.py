@@ -11,7 +11,10 @@ Rows, per capture and filter (the index built first by pcap_index on a daemon of
 (F) the filter's first page (limit 500) from the index: the cut and tshark's pass over it, against
     `tshark -r F -n -2 -Y FILTER -T fields -e frame.number` over the whole file; target >= 1x (faster).
 (K) its next pages (offsets over its matches): median of --repeats calls; target <= 0.1 s.
-Every answer must be the whole-file tshark's frames, or the run fails.
+(S) user plane: HTTP/1.1 response times (pcap_stats kind=srt) from the index (answers/index_srt.py: tshark
+    over the frames cut carrying HTTP, paired), against the two-pass `tshark -T fields` read of the whole
+    file the same pairing is made from (tests/support/srt_pairs.py); target >= 1x (faster).
+Every answer must be the whole-file tshark's frames (the pairing of its fields), or the run fails.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from _report import finish_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.pcaps import PCAPS
+from tests.support import srt_pairs
 
 CACHE_DIR = Path("/var/tmp/diagd-bench-cache")
 SOURCE = "magma_gx_gy_combined_04.pcapng"
@@ -76,9 +80,11 @@ async def measure(args: argparse.Namespace, plane: str, path: Path) -> list[dict
                         raise RuntimeError(f"page at {offset} is not tshark's")
                 if got != wanted[:PAGE]:
                     raise RuntimeError("the first page is not tshark's")
+                if plane == "user":
+                    srt_row = await response_times(client, path, label)
     finally:
         shutil.rmtree(state, ignore_errors=True)
-    return [
+    return [*([srt_row] if plane == "user" else []),
         {"row": "F", "capture": label, "what": f"first page of {flt!r} ({len(wanted)} matches; "
                                                f"{first['note'].split(',')[0]})",
          "diagd_s": round(first_s, 2), "peer_s": round(ran.wall_s, 2), "ratio": round(ran.wall_s / first_s, 2),
@@ -87,6 +93,30 @@ async def measure(args: argparse.Namespace, plane: str, path: Path) -> list[dict
          "diagd_s": round(statistics.median(pages), 4), "max_s": round(max(pages), 4), "target": "<= 0.1 s",
          "met": statistics.median(pages) <= 0.1},
     ]
+
+
+async def response_times(client: Any, path: Path, label: str) -> dict[str, Any]:
+    """Row S: the HTTP/1.1 response times from the index against the whole file's fields read."""
+    import trio
+
+    base, extra = srt_pairs.PROTOCOLS["http"]
+    argv = ["tshark", "-r", str(path), "-n", "-2", "-Y", base, "-T", "fields", "-E", "occurrence=a", "-E",
+            f"aggregator={srt_pairs.SEP}", *[a for f in srt_pairs.COMMON + extra for a in ("-e", f)]]
+    log(f"{label}: HTTP response times, tshark -T fields over the whole file")
+    peer = await trio.to_thread.run_sync(lambda: run_cold(argv))
+    log(f"{label}: HTTP response times from the index")
+    start = time.perf_counter()
+    _, ours, _ = await client.call("pcap_stats", {"pcap_path": str(path), "kind": "srt", "protocol": "http",
+                                                  "limit": 500}, timeout_s=3600)
+    took = time.perf_counter() - start
+    theirs = await trio.to_thread.run_sync(lambda: srt_pairs.pairing(path, "http").answer)
+    if "cut from the file by its index" not in ours.get("method", "") or ours["rows"] != theirs["rows"] or any(
+            ours[key] != value for key, value in theirs.items()):
+        raise RuntimeError(f"HTTP response times from the index are not the pairing of tshark's fields: {ours}")
+    return {"row": "S", "capture": label, "what": f"HTTP/1.1 response times ({theirs['requests']} requests; "
+                                                  f"{ours['method'].split('; ')[-1].split(',')[0]})",
+            "diagd_s": round(took, 2), "peer_s": round(peer.wall_s, 2), "ratio": round(peer.wall_s / took, 2),
+            "target": ">= 1x", "met": took <= peer.wall_s}
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
