@@ -95,7 +95,7 @@ class IndexActor(Actor):
         self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
         self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
         # Response times per protocol (answers/index_srt.py), read once (readings.py): a few.
-        self._srts: Readings[tuple[Path, str], StatsAnswer] = Readings("the response times", MATCH_LISTS_KEPT)
+        self._srts: Readings[tuple[Path, str, str], StatsAnswer] = Readings("the response times", MATCH_LISTS_KEPT)
         # The NGAP views (UE contexts, procedures, PDU sessions) of the index's capture.
         self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch)
         self._nursery: trio.Nursery | None = None
@@ -244,7 +244,7 @@ class IndexActor(Actor):
         if message.kind == "io":
             return filters.to_sql(message.display_filter) is not None
         if message.kind == "srt":
-            return index_srt.answers(message.protocol, message.display_filter)
+            return index_srt.answers(message)
         unaligned = stored.meta.get("unaligned") or {}
         return (message.kind in ("conversations", "endpoints") and message.protocol in LAYERED_PROTOCOLS
                 and not message.display_filter and message.protocol not in unaligned
@@ -448,17 +448,18 @@ class IndexActor(Actor):
         """A page of a protocol's response times (answers/index_srt.py: its messages read from a cut, paired), the
         whole answer kept for the next pages (a few), or why the index does not give it (the tool then asks
         the loaded capture, not this actor again for a cut)."""
-        protocol = paged.question.protocol or ""
+        protocol, flt = paged.question.protocol or "", paged.question.display_filter
 
         async def read() -> StatsAnswer:
             answer = await index_srt.srt(self.capture, stored.path, int(stored.meta.get("frames") or 0),
-                                         self.tshark_argv, protocol)
-            if not answer["rows"] and "reason" not in answer:
+                                         self.tshark_argv, protocol, flt)
+            if not answer["rows"] and "reason" not in answer:  # as the loaded capture says it (stats.py)
                 present = protocol in (await self.summary())["protocols"]
-                answer["reason"] = (f"{protocol} is present but carries no request/response pair" if present
-                                    else f"protocol {protocol} is not in this capture")
+                answer["reason"] = (f"protocol {protocol} is not in this capture" if not present else
+                                    f"no frame matches display_filter {flt!r}" if flt else
+                                    f"{protocol} is present but carries no request/response pair")
             return answer
-        kept = await self._srts.get((stored.path, protocol), read)
+        kept = await self._srts.get((stored.path, protocol, flt), read)
         rows = kept["rows"]
         return {**kept, "rows": rows[paged.offset:paged.offset + paged.limit], "total": len(rows)}
 

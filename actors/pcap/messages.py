@@ -180,6 +180,7 @@ class Stats(Message[StatsAnswer]):
     protocol: str | None
     display_filter: str
     interval_ms: int | None
+    kinds: tuple[tuple[str, str | None, str | None], ...] | None = None  # of the filter's names (Catalogue.kinds)
 
 
 @dataclass(frozen=True)

@@ -417,6 +417,8 @@ async def extract(backend: PcapBackend, ctx: CallContext, args: Args) -> Extract
             required=("pcap_path", "kind"), ui="ui://diagd/stats")
 async def pcap_stats(backend: PcapBackend, ctx: CallContext, args: Args) -> StatsReply:
     message = _stats.resolve(args["kind"], args.get("protocol"), args["display_filter"], args.get("interval_ms"))
+    if message.display_filter:  # the filter's names: whether the index may apply it to a cut (narrowing.py)
+        message = replace(message, kinds=await backend.kinds(message.display_filter))
     spec = await backend.spec_for(args)
     offset, limit = args["offset"], args["limit"]
     if (indexed := await _stats_from_index(backend, ctx, spec, IndexStats(message, offset, limit))) is not None:

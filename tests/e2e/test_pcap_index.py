@@ -62,7 +62,7 @@ def index_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonPro
 
 
 def epochs(path: Path) -> list[str]:
-    return oracle.tshark(path, "-T", "fields", "-e", "frame.time_epoch").split()
+    return oracle.tshark_kept(path, "-T", "fields", "-e", "frame.time_epoch").split()
 
 
 def decode_args(path: Path) -> dict[str, Any]:
@@ -196,16 +196,19 @@ async def test_io_intervals_from_the_index_are_tsharks(index_daemon: DaemonProce
 
 # The protocols whose response times the index gives (answers/index_srt.py), by the layers carrying them.
 SRT_LAYERS = {"gtpv2": {"gtpv2"}, "pfcp": {"pfcp"}, "sip": {"sip"}, "http": {"http", "ssdp"}}
+SRT_FILTERS = ("frame.len > 200", "udp && ip.ttl < 64")  # filters whose names mean the same in a cut
 
 
-@pytest.mark.parametrize("path", [p for p in captures() if set().union(*SRT_LAYERS.values()) & set(oracle.layers(p))],
-                         ids=lambda p: p.name)
+SRT_CAPTURES = [p for p in captures() if set().union(*SRT_LAYERS.values()) & set(oracle.layers(p))]
+
+
+@pytest.mark.parametrize("path", SRT_CAPTURES, ids=lambda p: p.name)
 async def test_response_times_from_the_index_are_the_pairing_of_tshark_fields(index_daemon: DaemonProcess,
                                                                               path: Path) -> None:
     """GTPv2-C, PFCP, SIP and HTTP/1.1 requests paired with their responses from the messages tshark reads
     over the frames the index cuts from the file: the pairing made from `tshark -T fields` over the whole
     file alone (tests/support/srt_pairs.py, never importing diagd), rows and totals, whole and page by
-    page; a protocol the capture lacks says so."""
+    page, and of the frames filters keep; a protocol the capture lacks says so."""
     async with session(index_daemon) as call:
         built = await call("pcap_index", pcap_path=str(path), wait_s=240, **decode_args(path))
         assert built["state"] == "ready", built
@@ -220,9 +223,21 @@ async def test_response_times_from_the_index_are_the_pairing_of_tshark_fields(in
             assert answer["rows"] == theirs["rows"], (path.name, protocol)
             for key, value in theirs.items():
                 assert answer[key] == value, (path.name, protocol, key)
-            pages = [row for offset in range(len(theirs["rows"]))
-                     for row in (await call("pcap_stats", **asked, offset=offset, limit=1))["rows"]]
+            pages = [row for offset in range(0, len(theirs["rows"]), 2)
+                     for row in (await call("pcap_stats", **asked, offset=offset, limit=2))["rows"]]
             assert pages == theirs["rows"], (path.name, protocol)
+            for flt in SRT_FILTERS:  # applied over the cut: the same pairing of the frames tshark's filter keeps
+                answer = await call("pcap_stats", **asked, display_filter=flt, limit=500)
+                assert not answer["_is_error"] and "cut from the file by its index" in answer["method"], answer
+                theirs = srt_pairs.pairing(path, protocol, flt).answer
+                assert answer["rows"] == theirs["rows"], (path.name, protocol, flt)
+                assert all(answer[key] == value for key, value in theirs.items()), (path.name, protocol, flt)
+                if not theirs["rows"]:
+                    assert answer["reason"] == f"no frame matches display_filter {flt!r}", answer
+            if path == SRT_CAPTURES[0]:  # a filter naming Wireshark's numbering: the loaded capture pairs
+                loaded = await call("pcap_stats", **asked, display_filter="frame.number > 3 || udp.stream >= 0",
+                                    limit=500)
+                assert not loaded["_is_error"] and "cut from the file" not in loaded["method"], loaded
 
 
 INDEXED_FIELDS = ["_ws.col.No.", "_ws.col.Source", "_ws.col.Destination", "_ws.col.Protocol", "_ws.col.Length",
@@ -236,7 +251,7 @@ def tshark_timeline(path: Path, fields: list[str]) -> list[dict[str, Any]]:
     """tshark -T fields itself (two-pass, every occurrence), read as pcap_timeline shows a row: a column's
     text whole, a field's occurrences a list when there are several, an empty cell null."""
     present = " || ".join(f for f in fields if not f.startswith("_ws.col."))
-    text = oracle.tshark(path, *(["-Y", present] if present else []), "-T", "fields", "-E", "occurrence=a",
+    text = oracle.tshark_kept(path, *(["-Y", present] if present else []), "-T", "fields", "-E", "occurrence=a",
                          "-E", "aggregator=\x1f", "-e", "frame.number", *[a for f in fields for a in ("-e", f)])
     rows = []
     for line in text.split("\n"):

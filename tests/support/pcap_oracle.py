@@ -72,6 +72,11 @@ def tshark(path: Path, *args: str) -> str:
                 *args])
 
 
+def tshark_kept(path: Path, *args: str) -> str:
+    """tshark() of this capture, kept on disk (cached_text): the same run is not made again."""
+    return cached_text(path, ["tshark-kept", *args], lambda: tshark(path, *args))
+
+
 @functools.cache
 def tshark_version() -> str:
     return run(["tshark", "-v"]).splitlines()[0]

@@ -21,7 +21,7 @@ from pathlib import Path
 import trio
 
 from diagd.actors.pcap.index import narrow, query, workspace
-from diagd.actors.pcap.shark.tshark import AGGREGATOR, FIELDS_OPTIONS
+from diagd.actors.pcap.shark.tshark import AGGREGATOR, FIELDS_OPTIONS, filter_refusal
 from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -60,12 +60,13 @@ class Fields:
 
 async def read(capture: Path, index: Path, frames: int, argv: list[str], display_filter: str,
                wanted: Columns | Fields, layers: tuple[str, ...], on_row: Callable[[int, dict[str, str]], None], *,
-               purpose: str, max_frames: int) -> int:
+               purpose: str, max_frames: int, too_many: str = "cut the capture with pcap_extract_subcapture") -> int:
     """Hand each frame of `capture` (its index at `index`, `frames` frames; `argv`: its own two-pass tshark
     command) that `display_filter` matches to `on_row`, in frame order: its whole-file number and what is
     `wanted` of it by field name, read from a cut of the frames carrying `layers`; returns how many frames
-    were cut. More than `max_frames` matches: OUTPUT_TOO_LARGE. `purpose` ("pair SIP messages") names what
-    the index could not do when it cannot."""
+    were cut. More than `max_frames` matches: OUTPUT_TOO_LARGE, saying what to do (`too_many`); a filter
+    tshark refuses: INVALID_FILTER. `purpose` ("pair SIP messages") names what the index could not do when
+    it cannot."""
     records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
     numbers = [number for number, _ in records]
     names = wanted.names()
@@ -94,10 +95,11 @@ async def read(capture: Path, index: Path, frames: int, argv: list[str], display
     except narrow.Uncuttable as exc:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot {purpose}: {exc}", index_unanswered=True) from None
     if done.stopped:
-        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"the index cannot {purpose}: more than {max_frames} frames "
-                         "to read (held for the answer): cut the capture with pcap_extract_subcapture",
-                         limit=max_frames)
+        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"more than {max_frames} frames match {display_filter!r} "
+                         f"(each held for the answer): {too_many}", limit=max_frames)
     if done.returncode != 0:
+        if (refusal := await filter_refusal(display_filter)) is not None:
+            raise DiagdError(ErrorCode.INVALID_FILTER, refusal, display_filter=display_filter)
         raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark over the frames cut failed: {done.stderr[-500:]}")
     differing = await trio.to_thread.run_sync(query.differing_layers, index, read_numbers, read_layers)
     if differing:

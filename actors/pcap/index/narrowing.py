@@ -23,12 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import trio
-
-from diagd.actors.pcap.index import filters, narrow, query, workspace
-from diagd.actors.pcap.shark.tshark import filter_refusal
+from diagd.actors.pcap.index import cut_columns, filters, query
 from diagd.actors.pcap.shark.wireshark import FILTER_KEYWORDS
-from diagd.protocol.errors import DiagdError, ErrorCode
 
 Kinds = tuple[tuple[str, str | None, str | None], ...]  # (name, type, protocol): Catalogue.kinds
 
@@ -90,6 +86,24 @@ class _Unreadable(Exception):
 def required_layers(display_filter: str, kinds: Kinds) -> tuple[str, ...] | None:
     """The layers one of which every frame the filter matches carries (sorted), when the filter may be
     matched on a cut of the frames carrying them; None otherwise (its answer comes from elsewhere)."""
+    read = _cut_safe(display_filter, kinds)
+    if read is None:
+        return None
+    try:
+        needed = _needs(*read)
+    except RecursionError:
+        return None
+    return tuple(sorted(needed)) if needed else None
+
+
+def cut_safe(display_filter: str, kinds: Kinds) -> bool:
+    """Whether the filter means in a cut what it means in the whole file, whatever layer the cut is chosen
+    by: its names are no frame numbers, no numbering, only fields of FIELD_PROTOCOLS, all vouched for."""
+    return _cut_safe(display_filter, kinds) is not None
+
+
+def _cut_safe(display_filter: str, kinds: Kinds) -> tuple[Expr, dict[str, tuple[str, str | None]]] | None:
+    """The filter read (its tree, and the kind and protocol of each name it holds) when it is cut-safe."""
     if any(_NUMBERING.search(name) and name not in FRAME_OWN for name, _, _ in kinds):
         return None  # whether the catalogue lists it or not (`_ws.col.Info` is no field of -G fields)
     known = {name: (kind, protocol) for name, kind, protocol in kinds if kind is not None}
@@ -108,10 +122,9 @@ def required_layers(display_filter: str, kinds: Kinds) -> tuple[str, ...] | None
         tree = parser.expression()
         if parser.at != len(tokens):
             return None
-        needed = _needs(tree, known)
     except (_Unreadable, RecursionError):
         return None
-    return tuple(sorted(needed)) if needed else None
+    return tree, known
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
@@ -264,43 +277,8 @@ async def matching(capture: Path, index: Path, frames: int, argv: list[str], dis
     silently different answer); more than `kept` matches are refused."""
     # With no frame to cut, tshark still reads the filter over the empty cut, with the capture's own
     # decoding (a preference may define a field): a wrong filter never answers "no match".
-    records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
-    try:
-        async with workspace.cut_beside(capture, index, [off for _, off in records], frames) as cut:
-            numbers, protocols = await _read(workspace.reading(argv, cut), display_filter,
-                                             [n for n, _ in records], kept)
-    except narrow.Uncuttable as exc:
-        raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot narrow this filter: {exc}",
-                         index_unanswered=True) from None
-    differing = await trio.to_thread.run_sync(query.differing_layers, index, numbers, protocols)
-    if differing:
-        raise DiagdError(ErrorCode.NOT_FOUND,
-                         f"the index cannot narrow this filter: frames cut from the capture dissected otherwise "
-                         f"than in the whole file (first: {', '.join(map(str, differing))})", frames=differing,
-                         index_unanswered=True)
-    return Narrowed(numbers, layers, len(records))
-
-
-async def _read(argv: list[str], display_filter: str, numbers: list[int], kept: int) -> tuple[list[int], list[str]]:
-    """The matches' whole-file numbers and their layers, from tshark over the cut (its frame n is the
-    whole file's numbers[n - 1])."""
-    found: list[int] = []
-    layers: list[str] = []
-
-    def take(line: str) -> None:
-        number, _, stack = line.rstrip("\n").partition("\t")
-        if number.isdigit() and 0 < int(number) <= len(numbers):
-            found.append(numbers[int(number) - 1])
-            layers.append(stack)
-
-    done = await workspace.bounded_head([*argv, "-Y", display_filter, "-T", "fields", "-e", "frame.number", "-e",
-                                         "frame.protocols"], len(numbers), "narrow this filter", kept + 1,
-                                        max_line=1 << 16, on_line=take)
-    if done.stopped or len(found) > kept:
-        raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"the filter matches more than {kept} frames: narrow it",
-                         limit=kept)
-    if done.returncode != 0:
-        if (refusal := await filter_refusal(display_filter)) is not None:
-            raise DiagdError(ErrorCode.INVALID_FILTER, refusal, display_filter=display_filter)
-        raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark over the cut frames failed: {done.stderr[-500:]}")
-    return found, layers
+    numbers: list[int] = []
+    cut = await cut_columns.read(capture, index, frames, argv, display_filter, cut_columns.Fields(()), layers,
+                                 lambda number, _: numbers.append(number), purpose="narrow this filter",
+                                 max_frames=kept, too_many="narrow it")
+    return Narrowed(numbers, layers, cut)

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from diagd.actors.pcap.index import workspace
-from diagd.actors.pcap.index.narrowing import matching, required_layers
+from diagd.actors.pcap.index.narrowing import cut_safe, matching, required_layers
 from diagd.actors.pcap.shark.tshark import base_argv
 from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
 from diagd.protocol.errors import DiagdError, ErrorCode
@@ -94,6 +94,19 @@ def test_the_layer_every_match_carries(catalogue: Catalogue, display_filter: str
 @pytest.mark.parametrize("display_filter", NOT_NARROWED)
 def test_no_layer_when_a_frame_without_it_may_match(catalogue: Catalogue, display_filter: str) -> None:
     assert required_layers(display_filter, catalogue.kinds(display_filter)) is None
+
+
+# Whatever layer a cut is chosen by (response times: the protocol's), a filter applied over it must mean what
+# it means in the whole file: no frame numbers, no numbering, fields of FIELD_PROTOCOLS only.
+CUT_SAFE = {"frame.len > 200": True, "udp && ip.ttl < 64": True, 'sip.Method == "INVITE"': True,
+            "ip.src == 10.0.0.1 || ipv6": True, "udp.stream == 1": False, "frame.number > 3": False,
+            "pfcp.response_in": False, 'http.request.method == "GET"': False, "sip || http2": False,
+            "frame.time_relative > 1": False, "tcp.stream in {1 2}": False}
+
+
+@pytest.mark.parametrize(("display_filter", "safe"), CUT_SAFE.items())
+def test_filters_that_mean_the_same_in_any_cut(catalogue: Catalogue, display_filter: str, safe: bool) -> None:
+    assert cut_safe(display_filter, catalogue.kinds(display_filter)) == safe
 
 
 CAPTURE = "heplify_sip_ipv4_tcp.pcap"  # SIP over TCP: a message's segments are cut with it

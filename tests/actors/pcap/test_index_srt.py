@@ -26,7 +26,7 @@ async def answer(tmp_path: Path) -> None:
     if not CAPTURE.exists():
         pytest.skip(f"{CAPTURE.name} is not in the corpus")
     meta = build(CAPTURE, tmp_path / "index", 0)
-    await index_srt.srt(CAPTURE, tmp_path / "index", int(meta["frames"]), base_argv(CAPTURE, [], []), "pfcp")
+    await index_srt.srt(CAPTURE, tmp_path / "index", int(meta["frames"]), base_argv(CAPTURE, [], []), "pfcp", "")
 
 
 async def test_a_cut_past_the_memory_bound_is_left_to_the_loaded_capture(
