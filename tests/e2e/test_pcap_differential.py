@@ -91,8 +91,9 @@ def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def diff_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     root = tmp_path_factory.mktemp("pcapdiff")
+    # Every test loops over every corpus capture: each stays loaded (one load, not one per test).
     env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}", "/tmp"]\ncall_timeout_s = 120\n'
-                         "[pcap]\nmax_loaded = 2\nmax_exports = 5\n")
+                         "[pcap]\nmax_loaded = 32\nmax_exports = 5\n")
     daemon = start_daemon(env)
     yield daemon
     daemon.stop()

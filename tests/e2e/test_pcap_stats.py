@@ -31,8 +31,9 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def stats_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     root = tmp_path_factory.mktemp("pcapstats")
+    # Every test loops over every corpus capture: each stays loaded (one load, not one per test).
     env = make_env(root, f'[daemon]\nallowed_dirs = ["{PCAPS}"]\ncall_timeout_s = 120\n'
-                         "[pcap]\nmax_loaded = 2\n")
+                         "[pcap]\nmax_loaded = 32\n")
     daemon = start_daemon(env)
     yield daemon
     daemon.stop()
