@@ -4,7 +4,8 @@ capture makes of the whole file (answers.core_rows), made over a cut of the fram
 HTTP/2, HTTP (SSDP) or JSON and what their dissection depends on (cut_columns.py: their TCP streams whole,
 from the start HTTP/2's header compression needs; their IP ends' other frames and fragments).
 
-Frame numbers are the whole capture's: the row's own and the links to a response (pfcp.response_in,
+HTTP inside GTP-U (users' traffic, no SBI) chooses no frame: its rows, which core_links skips, may be missing
+from these. Frame numbers are the whole capture's: the row's own and the links to a response (pfcp.response_in,
 http.response_in). tcp.stream is the cut's own numbering, which core_links uses only to tell connections
 apart (a connection is cut whole). Times are Unix times, the same in the cut. Each row's layers must be
 the index's: a frame the cut dissected otherwise, a cut tshark cannot read within its memory bound, or a
@@ -25,6 +26,10 @@ LAYERS = ("pfcp", "http2", "http", "ssdp", "json")
 # Fields holding frame numbers: the cut's, turned into the whole capture's.
 NUMBERED = ("pfcp.response_in", "http.response_in")
 MAX_ROWS = 1_000_000  # rows held for linking (as the loaded capture's are)
+# A layer inside GTP-U does not choose a frame: the users' own HTTP in an N3 tunnel is no SBI, and
+# core_links.core_messages skips a row of it (gtp.teid) whether it is read or not; on an N2-in-N3 capture
+# its flows were most of the cut.
+TUNNEL = "gtp"
 
 
 class Unanswered(Exception):
@@ -42,7 +47,7 @@ async def core_rows(capture: Path, index: Path, frames: int, argv: list[str]) ->
 
     try:
         await cut_columns.read(capture, index, frames, argv, ngap.CORE_FILTER, wanted, LAYERS, take,
-                               purpose="read the PFCP and SBI frames", max_frames=MAX_ROWS)
+                               purpose="read the PFCP and SBI frames", max_frames=MAX_ROWS, outside=TUNNEL)
     except DiagdError as exc:  # a file not cut, the memory bound, frames read otherwise, too many
         raise Unanswered(exc.message) from None
     return rows

@@ -60,14 +60,16 @@ class Fields:
 
 async def read(capture: Path, index: Path, frames: int, argv: list[str], display_filter: str,
                wanted: Columns | Fields, layers: tuple[str, ...], on_row: Callable[[int, dict[str, str]], None], *,
-               purpose: str, max_frames: int, too_many: str = "cut the capture with pcap_extract_subcapture") -> int:
+               purpose: str, max_frames: int, too_many: str = "cut the capture with pcap_extract_subcapture",
+               outside: str | None = None) -> int:
     """Hand each frame of `capture` (its index at `index`, `frames` frames; `argv`: its own two-pass tshark
     command) that `display_filter` matches to `on_row`, in frame order: its whole-file number and what is
     `wanted` of it by field name, read from a cut of the frames carrying `layers`; returns how many frames
-    were cut. More than `max_frames` matches: OUTPUT_TOO_LARGE, saying what to do (`too_many`); a filter
-    tshark refuses: INVALID_FILTER. `purpose` ("pair SIP messages") names what the index could not do when
-    it cannot."""
-    records = await trio.to_thread.run_sync(query.records_carrying, index, layers)
+    were cut (`outside`: a layer inside that protocol, a tunnel's payload, does not choose a frame; the
+    filter still reads every frame cut). More than `max_frames` matches: OUTPUT_TOO_LARGE, saying what to
+    do (`too_many`); a filter tshark refuses: INVALID_FILTER. `purpose` ("pair SIP messages") names what
+    the index could not do when it cannot."""
+    records = await trio.to_thread.run_sync(query.records_carrying, index, layers, outside)
     numbers = [number for number, _ in records]
     names = wanted.names()
     numbered = wanted.numbered if isinstance(wanted, Fields) else ()

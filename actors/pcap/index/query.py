@@ -405,9 +405,10 @@ _INNERMOST = ("list_concat("
               "CASE WHEN len(coalesce(ipv6_src, [])) > 0 THEN [ipv6_src[-1] || ' ' || ipv6_dst[-1]] ELSE [] END)")
 
 
-def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, int]]:
+def records_carrying(index: Path, layers: tuple[str, ...], outside: str | None = None) -> list[tuple[int, int]]:
     """(number, file offset), in frame order, of every frame the dissection of these layers may depend
-    on: each frame holding one; each frame of a TCP stream one of those rides (segments reassembled,
+    on: each frame holding one (with `outside`, a protocol such as `gtp`: not inside it, a tunnel's
+    payload not counting); each frame of a TCP stream one of those rides (segments reassembled,
     HTTP/2's header compression, from the stream's start); each frame between the IP ends that carry
     one (an IP fragment holds no layer above IP; the frame reassembling it does): the innermost IP
     layer's (met by any of a frame's), so that a tunnel's other traffic between the same outer ends is
@@ -420,7 +421,9 @@ def records_carrying(index: Path, layers: tuple[str, ...]) -> list[tuple[int, in
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    holding = f"len(list_intersect(string_split(protocols, ':'), {list(layers)!r})) > 0"
+    assert outside is None or outside.isidentifier(), outside
+    above = f"split_part(protocols, ':{outside}:', 1)" if outside else "protocols"
+    holding = f"len(list_intersect(string_split({above}, ':'), {list(layers)!r})) > 0"
     found: list[tuple[int, int]] = []
 
     def both_ways(pairs: list[str] | None) -> Any:

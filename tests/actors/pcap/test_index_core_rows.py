@@ -1,7 +1,8 @@
 """The PFCP and SBI rows the NGAP procedures view links (index/core_rows.py), read by tshark from a cut of
 an indexed capture, against the same `tshark -T fields` two-pass read of the whole file, on every corpus
-capture carrying PFCP, HTTP or HTTP/2 (with its decode-as rules): every row and every field equal, frame
-numbers and response links the whole file's, but tcp.stream (the cut's own numbering, only ever a key).
+capture carrying PFCP, HTTP or HTTP/2 (with its decode-as rules): every row (but users' HTTP inside GTP-U,
+which core_links skips) and every field equal, frame numbers and response links the whole file's, but
+tcp.stream (the cut's own numbering, only ever a key).
 Then an index read in chunks, and a cut tshark cannot read within its memory bound."""
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def whole_file(argv: list[str]) -> list[dict[str, str]]:
 
 
 def keys(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    return [{k: v for k, v in row.items() if k != "tcp.stream"} for row in rows]
+    """The rows but users' HTTP inside GTP-U (which core_links skips and the cut need not hold), without
+    tcp.stream (the cut's own numbering)."""
+    return [{k: v for k, v in row.items() if k != "tcp.stream"} for row in rows if not row["gtp.teid"]]
 
 
 async def read(path: Path, tmp_path: Path, chunk_bytes: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -51,7 +54,8 @@ async def test_rows_from_a_cut_are_the_whole_files(path: Path, tmp_path: Path) -
     got, want = await read(path, tmp_path, 0)
     assert keys(got) == keys(want)
     # A connection is told apart by its stream in the cut as in the whole file: the same rows share one.
-    pairs = {(g.get("tcp.stream"), w.get("tcp.stream")) for g, w in zip(got, want, strict=True)}
+    sbi = [[row for row in rows if not row["gtp.teid"]] for rows in (got, want)]
+    pairs = {(g.get("tcp.stream"), w.get("tcp.stream")) for g, w in zip(*sbi, strict=True)}
     assert len({g for g, _ in pairs}) == len({w for _, w in pairs}) == len(pairs)
 
 
