@@ -104,6 +104,9 @@ class PcapBackend:
         # Index builds at once, daemon-wide: each is a tshark whose memory grows with its capture
         # (~0.9-2.8 GB for 1 GB, docs/pcap-index.md); the others wait, said `queued`.
         self.index_builds = trio.CapacityLimiter(1)
+        # Readings of a capture cut beside its index at once, daemon-wide (a narrowed filter, response times, the
+        # NGAP model and rows): each a tshark or sharkd under a 1.28 GB bound (index/workspace.py).
+        self.index_cuts = trio.CapacityLimiter(1)
 
     @property
     def settings(self) -> PcapSettings:
@@ -259,7 +262,7 @@ class PcapBackend:
             INDEX_KIND, spec.key,
             lambda: IndexActor(spec.key, spec.path, argv, store, locate,
                                remember=lambda path: store.remember(spec.identity, decoding, path),
-                               builds=self.index_builds, in_use=self._indexes_in_use,
+                               builds=self.index_builds, cuts=self.index_cuts, in_use=self._indexes_in_use,
                                chunk_bytes=self.settings.index_chunk_mb * 2**20),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)
 

@@ -72,7 +72,8 @@ class IndexActor(Actor):
 
     def __init__(self, resource: str, capture: Path, tshark_argv: list[str], store: IndexStore,
                  locate: Callable[[], Awaitable[Path]], *, remember: Callable[[Path], None] = lambda path: None,
-                 builds: trio.CapacityLimiter | None = None, in_use: Callable[[], frozenset[Path]] = frozenset,
+                 builds: trio.CapacityLimiter | None = None, cuts: trio.CapacityLimiter | None = None,
+                 in_use: Callable[[], frozenset[Path]] = frozenset,
                  chunk_bytes: int = 0) -> None:
         super().__init__(resource)
         self.capture = capture
@@ -83,6 +84,8 @@ class IndexActor(Actor):
         self._remember = remember  # records where this file version's index is (IndexStore.remember)
         # Builds at once, daemon-wide (the back end's): each is a tshark whose memory grows with its capture.
         self._builds = builds or trio.CapacityLimiter(1)
+        # Readings of a cut beside the index at once, daemon-wide (the back end's): each a bounded child.
+        self._cuts = cuts or trio.CapacityLimiter(1)
         self._in_use = in_use  # the indexes running actors answer from: never evicted under them
         self.path: Path | None = None
         self.stored: Stored | None = None
@@ -95,9 +98,10 @@ class IndexActor(Actor):
         self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
         self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
         # Response times per protocol (answers/index_srt.py), read once (readings.py): a few.
-        self._srts: Readings[tuple[Path, str, str], StatsAnswer] = Readings("the response times", MATCH_LISTS_KEPT)
+        self._srts: Readings[tuple[Path, str, str], StatsAnswer] = Readings("the response times", MATCH_LISTS_KEPT,
+                                                                          limiter=self._cuts)
         # The NGAP views (UE contexts, procedures, PDU sessions) of the index's capture.
-        self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch)
+        self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch, self._cuts)
         self._nursery: trio.Nursery | None = None
         self._reset()
 
@@ -403,8 +407,9 @@ class IndexActor(Actor):
         if (kept := self._narrowings.pop(key, None)) is None:
             frames = int(stored.meta.get("frames") or 0)
             try:
-                found = await narrowing.matching(self.capture, stored.path, frames, self.tshark_argv,
-                                                 display_filter, layers, MATCHES_KEPT)
+                async with self._cuts:
+                    found = await narrowing.matching(self.capture, stored.path, frames, self.tshark_argv,
+                                                     display_filter, layers, MATCHES_KEPT)
             except DiagdError as exc:
                 if exc.details.get("index_unanswered"):
                     self._not_narrowed[key] = exc

@@ -88,8 +88,10 @@ def fields(path: Path, protocol: str, display_filter: str = "") -> list[dict[str
 
 
 def ns(text: str) -> int:
-    whole, _, frac = text.partition(".")
-    return int(whole) * 10**9 + int(frac.ljust(9, "0")[:9])
+    """Nanoseconds of tshark's decimal seconds, a frame before the first one negative ("-3.800000000")."""
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text)
+    whole, _, frac = digits.partition(".")
+    return sign * (int(whole) * 10**9 + int(frac.ljust(9, "0")[:9]))
 
 
 def last(values: list[str]) -> str:

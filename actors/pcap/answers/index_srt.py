@@ -23,9 +23,10 @@ from diagd.actors.pcap.messages import Stats
 # The layers every frame of a protocol's rules.filter carries one of: HTTP/1.1 is `http`, or `ssdp` over UDP
 # (the HTTP dissector under SSDP's name).
 LAYERS = {"gtpv2": ("gtpv2",), "pfcp": ("pfcp",), "sip": ("sip",), "http": ("http", "ssdp")}
-# The frames whose messages are held for pairing (as the loaded capture's are, ~0.5 KB a message): more are
-# refused, the daemon staying in its memory budget.
-MAX_FRAMES = 1_000_000
+# The frames whose messages are held for pairing (as the loaded capture's are, ~0.8 KB a message and 0.1 KB a
+# frame read, while tshark reads the cut beside): more are refused, the daemon and its children staying in
+# their 1.5 GB budget.
+MAX_FRAMES = 400_000
 
 
 def answers(message: Stats) -> bool:

@@ -50,6 +50,9 @@ _TOKEN = re.compile(r"""\s*(?:
   | (?P<other>[^\s"'&|()\[\]{}\w]+|[&|])
 )""", re.VERBOSE)
 _BOOLEAN = {"and": "&&", "or": "||", "not": "!", "xor": "^^"}
+# A word that starts with a digit yet is a name (`6lowpan.reassembled.in`), not a number or an address:
+# letters before its first dot.
+_DIGIT_NAME = re.compile(r"^[0-9][\w\-]*[A-Za-z_][\w\-]*\.")
 _NAME = re.compile(r"^[A-Za-z_][\w\-]*(?:\.[\w\-]+)*")  # a word's name part, as Catalogue.kinds reads names
 MAX_DEPTH = 100  # nested negations and parentheses read; deeper: not narrowed
 # Comparisons that may hold on a frame lacking the field ("all not equal"), and functions that may
@@ -110,8 +113,13 @@ def _cut_safe(display_filter: str, kinds: Kinds) -> tuple[Expr, dict[str, tuple[
     for name, (kind, protocol) in known.items():
         if kind == "FT_FRAMENUM" or (protocol not in FIELD_PROTOCOLS and name not in FRAME_OWN):
             return None
+    if any(kind is None and "." in name for name, kind, _ in kinds):
+        return None  # a dotted word the catalogue does not know: an alias (ssl.*) or a typo, not vouched for
     try:
         tokens = _tokens(display_filter)
+        if any(_DIGIT_NAME.match(part.lstrip("-")) for kind, value in tokens if kind == "word"
+               for part in value.split("..")):
+            return None  # a name starting with a digit (6lowpan.*): no lookup above saw it
         # Every name this reading sees must be one the checks above saw (a name they missed, hidden from
         # them by how it is written, is not vouched for): else nothing is narrowed.
         looked_up = {name for name, _, _ in kinds}

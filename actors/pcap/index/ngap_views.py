@@ -30,10 +30,11 @@ Render = Callable[[ngap.Model], Awaitable[Mapping[str, Any]]]
 
 class NgapViews:
     """The NGAP views of one capture's index; `on_disk` gives the ready index or raises a coded error,
-    `touch` marks it used (the store's LRU), readings run in the nursery given to `start`."""
+    `touch` marks it used (the store's LRU), readings run in the nursery given to `start`, one at a time
+    daemon-wide with the other cuts (`cuts`)."""
 
     def __init__(self, capture: Path, tshark_argv: list[str], on_disk: Callable[[], Stored],
-                 touch: Callable[[Path], None]) -> None:
+                 touch: Callable[[Path], None], cuts: trio.CapacityLimiter | None = None) -> None:
         self.capture = capture
         self.tshark_argv = tshark_argv  # the capture's own two-pass tshark command (the PFCP and SBI rows)
         self._on_disk = on_disk
@@ -41,8 +42,9 @@ class NgapViews:
         self._nursery: trio.Nursery | None = None
         # NGAP models per (index, decoding), the PFCP and SBI rows per index: read once (readings.py).
         self._models: Readings[tuple[Path, str], ngap.Model] = Readings(
-            "the NGAP model", MODELS_KEPT, permanent=(ngap_pdus.Unanswered,))
-        self._core: Readings[Path, list[dict[str, str]]] = Readings("the PFCP and SBI rows", CORE_ROWS_KEPT)
+            "the NGAP model", MODELS_KEPT, permanent=(ngap_pdus.Unanswered,), limiter=cuts)
+        self._core: Readings[Path, list[dict[str, str]]] = Readings("the PFCP and SBI rows", CORE_ROWS_KEPT,
+                                                                     limiter=cuts)
         self._filtered: dict[tuple[Path, str, str], ngap.Model] = {}  # (index, decoding, filter): a few
         self._views: dict[tuple[Path, str, str, str], dict[str, Any]] = {}  # ... and view: their answers
 

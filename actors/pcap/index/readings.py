@@ -1,9 +1,10 @@
 """What an index actor reads once per key from a capture (its NGAP model, its PFCP and SBI rows, a
 protocol's response times), whoever asks: the reading runs in the actor's nursery, so concurrent calls
-share one (one cut, one tshark: never a second under the same memory bound at once) and a call that times
-out leaves it going for the next. The last few values are kept; a failure is remembered, for good when
-the capture cannot give the value (`permanent`), else until RETRY_AFTER_S (a tshark killed under memory
-pressure, a full disk, sharkd failing: may pass), and said at once meanwhile.
+share one, and a call that times out leaves it going for the next; with a limiter, readings of different
+keys wait their turn (a cut read by a child bounded to 1.28 GB: never two at once). The last few values
+are kept; a failure is remembered, for good when the capture cannot give the value (`permanent`), else
+until RETRY_AFTER_S (a tshark killed under memory pressure, a full disk, sharkd failing: may pass), and
+said at once meanwhile.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ V = TypeVar("V")
 class Readings(Generic[K, V]):
     """Values by key, read once (`get`); `what` names them in errors ("the NGAP model")."""
 
-    def __init__(self, what: str, kept: int, permanent: tuple[type[Exception], ...] = ()) -> None:
+    def __init__(self, what: str, kept: int, permanent: tuple[type[Exception], ...] = (),
+                 limiter: trio.CapacityLimiter | None = None) -> None:
         self.what = what
         self.kept = kept
         self.permanent = permanent  # failures that say the capture cannot give the value: never tried again
+        self.limiter = limiter  # readings at once (daemon-wide: each cut read by a memory-bounded child)
         self._nursery: trio.Nursery | None = None
         self._values: dict[K, V] = {}  # least recently used first
         self._failed: dict[K, tuple[DiagdError, float]] = {}  # why, until when (Trio clock)
@@ -66,7 +69,11 @@ class Readings(Generic[K, V]):
     async def _read(self, key: K, read: Callable[[], Awaitable[V]], done: trio.Event) -> None:
         self._failed.pop(key, None)
         try:
-            self._values[key] = await read()
+            if self.limiter is None:
+                self._values[key] = await read()
+            else:
+                async with self.limiter:
+                    self._values[key] = await read()
             while len(self._values) > self.kept:
                 self._values.pop(next(iter(self._values)))
         except self.permanent as exc:  # of this capture for good

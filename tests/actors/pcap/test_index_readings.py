@@ -88,3 +88,24 @@ async def test_a_permanent_failure_is_never_read_again_and_few_values_are_kept(
             await readings.get(key, reader(log, key))
         assert await readings.get("a", reader(log, "again")) == "again"  # the least recently used went
         assert await readings.get("c", reader(log, "not read")) == "c"
+
+
+async def test_with_a_limiter_readings_of_different_keys_take_turns(clock: trio.testing.MockClock) -> None:
+    """Each cut is read by a child bounded to 1.28 GB: two at once could pass the daemon's budget."""
+    at_once, most = 0, 0
+
+    async def read() -> str:
+        nonlocal at_once, most
+        at_once += 1
+        most = max(most, at_once)
+        await trio.sleep(10)
+        at_once -= 1
+        return "value"
+
+    async with trio.open_nursery() as actor:
+        readings: Readings[str, str] = Readings("the thing", 4, limiter=trio.CapacityLimiter(1))
+        readings.start(actor)
+        async with trio.open_nursery() as calls:
+            for key in ("a", "b", "c"):
+                calls.start_soon(readings.get, key, read)
+        assert most == 1 and trio.current_time() == 30
