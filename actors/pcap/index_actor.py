@@ -31,7 +31,7 @@ from diagd.actors.pcap.answer_types import (
 from diagd.actors.pcap.answers import answers, index_srt
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
-from diagd.actors.pcap.index import filters, narrowing, query, timelines
+from diagd.actors.pcap.index import cut_columns, filters, narrowing, query, timelines
 from diagd.actors.pcap.index import stats as index_stats
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.ngap_pdus import Decoding
@@ -98,8 +98,8 @@ class IndexActor(Actor):
         self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
         self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
         # Response times per protocol (answers/index_srt.py), read once (readings.py): a few.
-        self._srts: Readings[tuple[Path, str, str], StatsAnswer] = Readings("the response times", MATCH_LISTS_KEPT,
-                                                                          limiter=self._cuts)
+        self._srts: Readings[tuple[Path, str, str], StatsAnswer] = Readings(
+            "the response times", MATCH_LISTS_KEPT, permanent=(cut_columns.Uncut,), limiter=self._cuts)
         # The NGAP views (UE contexts, procedures, PDU sessions) of the index's capture.
         self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch, self._cuts)
         self._nursery: trio.Nursery | None = None

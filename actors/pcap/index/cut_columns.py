@@ -26,6 +26,10 @@ from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
+class Uncut(DiagdError):
+    """The capture's file cannot be cut (narrow.Uncuttable): no reading of it from its index ever will."""
+
+
 @dataclass(frozen=True)
 class Columns:
     """What is read of each frame: sharkd's column specs (`field:occurrence`), shown as sharkd shows them."""
@@ -95,7 +99,7 @@ async def read(capture: Path, index: Path, frames: int, argv: list[str], display
                 [*workspace.reading(argv, cut), "-Y", display_filter, *wanted.printing()], len(records), purpose,
                 max_frames + 1, max_line=1 << 24, on_line=take)
     except narrow.Uncuttable as exc:
-        raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot {purpose}: {exc}", index_unanswered=True) from None
+        raise Uncut(ErrorCode.NOT_FOUND, f"the index cannot {purpose}: {exc}", index_unanswered=True) from None
     if done.stopped:
         raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"more than {max_frames} frames match {display_filter!r} "
                          f"(each held for the answer): {too_many}", limit=max_frames)

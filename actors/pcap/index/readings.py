@@ -77,8 +77,9 @@ class Readings(Generic[K, V]):
             while len(self._values) > self.kept:
                 self._values.pop(next(iter(self._values)))
         except self.permanent as exc:  # of this capture for good
-            self._fail(key, DiagdError(ErrorCode.NOT_FOUND, f"{self.what} is not read from the index: {exc}",
-                                       index_unanswered=True), math.inf)
+            self._fail(key, exc if isinstance(exc, DiagdError) else DiagdError(
+                ErrorCode.NOT_FOUND, f"{self.what} is not read from the index: {exc}", index_unanswered=True),
+                math.inf)
         except DiagdError as exc:  # refused (too big) or not answered here (the memory bound): tried again later
             self._fail(key, exc, trio.current_time() + RETRY_AFTER_S)
         except Exception as exc:  # a full disk, a damaged index, a bug: said and tried again, never the actor's end
