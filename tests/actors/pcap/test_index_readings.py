@@ -84,7 +84,7 @@ async def test_a_permanent_failure_is_never_read_again_and_few_values_are_kept(
         with pytest.raises(DiagdError, match="the thing is not read from the index: cut"):
             await readings.get("k", reader(log, Permanent("cut")))
         uncut = Uncut(ErrorCode.NOT_FOUND, "the index cannot pair: not cut", index_unanswered=True)
-        with pytest.raises(DiagdError, match="^the index cannot pair: not cut$"):  # a coded one as raised
+        with pytest.raises(DiagdError, match=r"^the index cannot pair: not cut$"):  # a coded one as raised
             await readings.get("u", reader(log, uncut))
         clock.jump(RETRY_AFTER_S * 100)
         assert readings.failure("k") is not None and readings.failure("u") is uncut
