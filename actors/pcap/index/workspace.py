@@ -26,6 +26,11 @@ from diagd.protocol.errors import DiagdError, ErrorCode
 # frames of 10 GB: 1.6 GB) fails at the bound and the loaded capture answers, the daemon and its children
 # staying under their 1.5 GB.
 CUT_MAX_AS = 1280 * 2**20
+# How long tshark may read a cut: a minute, and a second per 5,000 frames cut (eight times slower than its
+# two-pass reading here, ~40,000 frames a second). Past it (a dissector looping on a crafted packet), the
+# reading ends and the loaded capture answers: never a daemon-wide cut limiter held for good.
+CUT_BASE_S = 60.0
+CUT_FRAMES_PER_S = 5_000
 # How tshark says it met the bound when no signal stopped it: the loader failing to map a library (a bound
 # below what tshark needs to start at all), or a failed allocation reported before an exit.
 _OUT_OF_MEMORY = re.compile(r"failed to allocate|failed to map segment|Cannot allocate memory")
@@ -66,15 +71,20 @@ def reading(argv: list[str], cut: Path) -> list[str]:
 async def bounded_head(argv: list[str], frames: int, purpose: str, limit: int | None, *, max_line: int,
                        on_line: Callable[[str], None]) -> Head:
     """`head` of a tshark command over a cut of `frames` frames, its address space bounded by the kernel
-    (prlimit, CUT_MAX_AS). A command stopped by the bound (a signal when an allocation fails, or an
-    allocation failure it reports) or no prlimit to bound it: NOT_FOUND with `index_unanswered`, naming
-    the `purpose` ("narrow this filter"): the loaded capture answers instead. Any other failure is the
-    caller's to read (a refused filter)."""
+    (prlimit, CUT_MAX_AS) and its time by CUT_BASE_S and CUT_FRAMES_PER_S. A command stopped by a bound
+    (a signal when an allocation fails, an allocation failure it reports, the time) or no prlimit to bound
+    it: NOT_FOUND with `index_unanswered`, naming the `purpose` ("narrow this filter"): the loaded capture
+    answers instead. Any other failure is the caller's to read (a refused filter)."""
     prlimit = shutil.which("prlimit")
     if prlimit is None:
         raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot {purpose}: prlimit (util-linux) is not installed "
                                               "to bound tshark's memory", index_unanswered=True)
-    done = await head([prlimit, f"--as={CUT_MAX_AS}", "--", *argv], limit, max_line=max_line, on_line=on_line)
+    allowed_s = CUT_BASE_S + frames / CUT_FRAMES_PER_S
+    with trio.move_on_after(allowed_s) as bound:
+        done = await head([prlimit, f"--as={CUT_MAX_AS}", "--", *argv], limit, max_line=max_line, on_line=on_line)
+    if bound.cancelled_caught:
+        raise DiagdError(ErrorCode.NOT_FOUND, f"the index cannot {purpose}: tshark over the {frames} frames cut "
+                         f"took longer than {allowed_s:.0f} s", index_unanswered=True)
     code = done.returncode or 0
     if not done.stopped and (code < 0 or code >= 128 or (code and _OUT_OF_MEMORY.search(done.stderr))):
         # Stopped by a signal (an abort or a fault when an allocation fails at the bound) or out of memory.

@@ -1,7 +1,8 @@
 """Response times from an index (answers/index_srt.py) at its bounds: a cut tshark cannot read within its
-memory bound, and more frames than are held for pairing, each a coded error (the first leaves the answer to
-the loaded capture); never an answer from part of the messages. Their equality with the pairing of
-`tshark -T fields` over the whole file, on every corpus capture, is tests/e2e/test_pcap_index.py's."""
+memory bound or its time bound, and more frames than are held for pairing, each a coded error (the first
+two leave the answer to the loaded capture); never an answer from part of the messages. Their equality
+with the pairing of `tshark -T fields` over the whole file, on every corpus capture, is
+tests/e2e/test_pcap_index.py's."""
 
 from __future__ import annotations
 
@@ -45,3 +46,14 @@ async def test_more_frames_than_are_held_for_pairing_are_refused(
         await answer(tmp_path)
     assert refused.value.code == ErrorCode.OUTPUT_TOO_LARGE and refused.value.details["limit"] == 5
     assert "index_unanswered" not in refused.value.details
+
+
+async def test_a_cut_read_past_its_time_bound_is_left_to_the_loaded_capture(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tshark looping over a crafted packet must not hold the daemon-wide cut limiter for good."""
+    monkeypatch.setattr(workspace, "CUT_BASE_S", 0.0)
+    monkeypatch.setattr(workspace, "CUT_FRAMES_PER_S", 10**9)  # a few nanoseconds: no tshark starts in that
+    with pytest.raises(DiagdError) as unanswered:
+        await answer(tmp_path)
+    assert unanswered.value.code == ErrorCode.NOT_FOUND and unanswered.value.details["index_unanswered"]
+    assert "took longer than" in unanswered.value.message
