@@ -458,11 +458,8 @@ class IndexActor(Actor):
         async def read() -> StatsAnswer:
             answer = await index_srt.srt(self.capture, stored.path, int(stored.meta.get("frames") or 0),
                                          self.tshark_argv, protocol, flt)
-            if not answer["rows"] and "reason" not in answer:  # as the loaded capture says it (stats.py)
-                present = protocol in (await self.summary())["protocols"]
-                answer["reason"] = (f"protocol {protocol} is not in this capture" if not present else
-                                    f"no frame matches display_filter {flt!r}" if flt else
-                                    f"{protocol} is present but carries no request/response pair")
+            if not answer["rows"] and "reason" not in answer:  # as the loaded capture says it
+                answer["reason"] = paged.question.why_empty((await self.summary())["protocols"])
             return answer
         kept = await self._srts.get((stored.path, protocol, flt), read)
         rows = kept["rows"]

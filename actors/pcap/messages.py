@@ -7,6 +7,7 @@ equal questions from any client share one answer.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from diagd.actors.message import Message
@@ -181,6 +182,21 @@ class Stats(Message[StatsAnswer]):
     display_filter: str
     interval_ms: int | None
     kinds: tuple[tuple[str, str | None, str | None], ...] | None = None  # of the filter's names (Catalogue.kinds)
+
+    def why_empty(self, protocols: Collection[str]) -> str:
+        """Why this question has no row, in the words of every path that answers it (the loaded capture's
+        answers/stats.py, the index's): its protocol absent from `protocols` (the capture's), no frame
+        matching its filter, or nothing of its kind in the frames there are."""
+        wanted = self.protocol if self.kind in ("conversations", "endpoints", "srt") else None
+        if wanted is not None and wanted not in protocols:
+            return f"protocol {wanted} is not in this capture"
+        if self.display_filter:
+            return f"no frame matches display_filter {self.display_filter!r}"
+        if self.kind == "expert":
+            return "Wireshark raised no expert information on this capture"
+        if self.kind == "io":
+            return "the capture holds no frames"
+        return f"{self.protocol} is present but carries no request/response pair"
 
 
 @dataclass(frozen=True)

@@ -113,17 +113,11 @@ async def answer(capture: CaptureSession, request: Request, message: Stats) -> S
 
 
 async def _why_empty(capture: CaptureSession, request: Request, message: Stats) -> str:
-    present = set((await capture.analysed(request)).get("protocols", []))
-    wanted = {"conversations": message.protocol, "endpoints": message.protocol, "srt": message.protocol}.get(
-        message.kind)
-    if wanted is not None and wanted not in present:
-        extra = f"; {await capture.sbi_hint()}" if wanted == "http2" else ""
-        return f"protocol {wanted} is not in this capture{extra}"
-    if message.display_filter:
-        return f"no frame matches display_filter {message.display_filter!r}"
-    if message.kind == "expert":
-        return "Wireshark raised no expert information on this capture"
-    return f"{message.protocol} is present but carries no request/response pair"
+    present = (await capture.analysed(request)).get("protocols", [])
+    reason = message.why_empty(present)
+    if message.protocol == "http2" and message.protocol not in present:
+        reason += f"; {await capture.sbi_hint()}"
+    return reason
 
 
 async def _tap(capture: CaptureSession, request: Request, name: str) -> dict[str, Any]:
@@ -218,8 +212,7 @@ async def _io(capture: CaptureSession, request: Request, message: Stats) -> Stat
                            "interval_ms": interval, "rows": rows, "frames": total,
                            "bytes": sum(counts[1] for counts in bins.values())}
     if not total:
-        result["reason"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
-                            else "the capture holds no frames")
+        result["reason"] = message.why_empty(())
     return result
 
 

@@ -52,6 +52,5 @@ async def io(stored: Stored, paged: IndexStats) -> StatsAnswer:
     if message.display_filter and (note := query.filter_note(stored.meta)):
         result["method"] += f"; {note}"
     if not got.frames:
-        result["reason"] = (f"no frame matches display_filter {message.display_filter!r}" if message.display_filter
-                            else "the capture holds no frames")
+        result["reason"] = message.why_empty(())
     return result
