@@ -9,7 +9,7 @@ from these. Frame numbers are the whole capture's: the row's own and the links t
 http.response_in). tcp.stream is the cut's own numbering, which core_links uses only to tell connections
 apart (a connection is cut whole). Times are Unix times, the same in the cut. Each row's layers must be
 the index's: a frame the cut dissected otherwise, a cut tshark cannot read within its memory bound, or a
-file that cannot be cut, and the loaded capture answers instead (Unanswered).
+file that cannot be cut, and the loaded capture answers instead (a coded error saying `index_unanswered`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from diagd.actors.pcap import ngap
 from diagd.actors.pcap.index import cut_columns
-from diagd.protocol.errors import DiagdError
+from diagd.protocol.errors import DiagdError, ErrorCode
 
 # The layers every row of ngap.CORE_FILTER carries one of: HTTP/1.1 is `http`, or `ssdp` over UDP (the HTTP
 # dissector under SSDP's name: http.request with no `http` layer); SBI's JSON rides HTTP/2.
@@ -30,10 +30,6 @@ MAX_ROWS = 1_000_000  # rows held for linking (as the loaded capture's are)
 # core_links.core_messages skips a row of it (gtp.teid) whether it is read or not; on an N2-in-N3 capture
 # its flows were most of the cut.
 TUNNEL = "gtp"
-
-
-class Unanswered(Exception):
-    """Why the rows are not read from the index (the loaded capture's read answers)."""
 
 
 async def core_rows(capture: Path, index: Path, frames: int, argv: list[str]) -> list[dict[str, str]]:
@@ -49,5 +45,6 @@ async def core_rows(capture: Path, index: Path, frames: int, argv: list[str]) ->
         await cut_columns.read(capture, index, frames, argv, ngap.CORE_FILTER, wanted, LAYERS, take,
                                purpose="read the PFCP and SBI frames", max_frames=MAX_ROWS, outside=TUNNEL)
     except DiagdError as exc:  # a file not cut, the memory bound, frames read otherwise, too many
-        raise Unanswered(exc.message) from None
+        raise DiagdError(ErrorCode.NOT_FOUND, f"the PFCP and SBI rows are not read from the index: {exc.message}",
+                         index_unanswered=True) from None
     return rows

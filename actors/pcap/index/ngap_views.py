@@ -88,12 +88,8 @@ class NgapViews:
             raise DiagdError(exc.code, exc.message, **exc.details, index_unanswered=True) from None
 
         async def read() -> list[dict[str, str]]:
-            try:
-                return await core_rows.core_rows(self.capture, stored.path, int(stored.meta.get("frames", 0)),
-                                                 self.tshark_argv)
-            except core_rows.Unanswered as exc:
-                raise DiagdError(ErrorCode.NOT_FOUND, f"the PFCP and SBI rows are not read from the index: {exc}",
-                                 index_unanswered=True) from None
+            return await core_rows.core_rows(self.capture, stored.path, int(stored.meta.get("frames", 0)),
+                                             self.tshark_argv)
         return await self._core.get(stored.path, read)
 
     async def _view(self, decoding: Decoding, display_filter: str, view: str, render: Render) -> dict[str, Any]:

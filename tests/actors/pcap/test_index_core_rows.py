@@ -15,6 +15,7 @@ import pytest
 from diagd.actors.pcap import ngap
 from diagd.actors.pcap.index import core_rows, workspace
 from diagd.actors.pcap.shark.tshark import AGGREGATOR, FIELDS_OPTIONS, base_argv
+from diagd.protocol.errors import DiagdError
 from tests.e2e.test_pcap_index import captures
 from tests.support import pcap_oracle as oracle
 from tests.support.index_builds import build
@@ -69,5 +70,6 @@ async def test_a_cut_past_the_memory_bound_is_left_to_the_loaded_capture(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = max(carrying(), key=lambda p: p.stat().st_size)
     monkeypatch.setattr(workspace, "CUT_MAX_AS", 32 * 2**20)  # less than tshark needs to start
-    with pytest.raises(core_rows.Unanswered, match="as when it needs more than 32 MB"):
+    with pytest.raises(DiagdError, match="as when it needs more than 32 MB") as refused:
         await read(path, tmp_path, 0)
+    assert refused.value.details.get("index_unanswered") is True
