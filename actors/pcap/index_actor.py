@@ -95,11 +95,14 @@ class IndexActor(Actor):
         # Recent answers' material, least recently used first: matching frame numbers, table rows.
         self._matches: dict[tuple[Path, str], query.Matches] = {}
         # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
-        self._narrowings: dict[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = {}
-        self._not_narrowed: dict[tuple[Path, str], DiagdError] = {}  # ... or why not (the loaded capture answers)
-        # Response times per protocol (answers/index_srt.py), read once (readings.py): a few.
+        # Read once (readings.py), a few, or why not (the loaded capture answers): a refusal that holds for good
+        # (cut_columns.Lasting) is never read again, any other failure not for a while.
+        self._narrowings: Readings[tuple[Path, str], tuple[narrowing.Narrowed, query.Matches]] = Readings(
+            "the frames this filter matches", MATCH_LISTS_KEPT, permanent=(cut_columns.Lasting,),
+            limiter=self._cuts)
+        # Response times per protocol (answers/index_srt.py), read once too.
         self._srts: Readings[tuple[Path, str, str], StatsAnswer] = Readings(
-            "the response times", MATCH_LISTS_KEPT, permanent=(cut_columns.Uncut,), limiter=self._cuts)
+            "the response times", MATCH_LISTS_KEPT, permanent=(cut_columns.Lasting,), limiter=self._cuts)
         # The NGAP views (UE contexts, procedures, PDU sessions) of the index's capture.
         self.ngap = NgapViews(capture, tshark_argv, self._on_disk, store.touch, self._cuts)
         self._nursery: trio.Nursery | None = None
@@ -116,6 +119,7 @@ class IndexActor(Actor):
         self._nursery = nursery
         self.ngap.start(nursery)
         self._srts.start(nursery)
+        self._narrowings.start(nursery)
         nursery.start_soon(self._find_or_build)
         # What a daemon killed mid-build or mid-reading left (partial folders nobody holds the lock of).
         nursery.start_soon(trio.to_thread.run_sync, self.store.sweep)
@@ -400,27 +404,13 @@ class IndexActor(Actor):
         translated filters' matches are (at most MATCHES_KEPT: more are refused)."""
         import pyarrow as pa
 
-        key = (stored.path, f"tshark -Y {display_filter}")
-        if (unanswered := self._not_narrowed.get(key)) is not None:
-            # The loaded capture answers it (the tool asks it): not cut again each page.
-            raise DiagdError(unanswered.code, unanswered.message, **unanswered.details)
-        if (kept := self._narrowings.pop(key, None)) is None:
-            frames = int(stored.meta.get("frames") or 0)
-            try:
-                async with self._cuts:
-                    found = await narrowing.matching(self.capture, stored.path, frames, self.tshark_argv,
-                                                     display_filter, layers, MATCHES_KEPT)
-            except DiagdError as exc:
-                if exc.details.get("index_unanswered"):
-                    self._not_narrowed[key] = exc
-                    while len(self._not_narrowed) > MATCH_LISTS_KEPT:
-                        self._not_narrowed.pop(next(iter(self._not_narrowed)))
-                raise
-            kept = (found, query.Matches(len(found.numbers), numbers=pa.array(found.numbers, pa.int64())))
-        self._narrowings[key] = kept
-        while len(self._narrowings) > MATCH_LISTS_KEPT:
-            self._narrowings.pop(next(iter(self._narrowings)))
-        return kept
+        frames = int(stored.meta.get("frames") or 0)
+
+        async def read() -> tuple[narrowing.Narrowed, query.Matches]:
+            found = await narrowing.matching(self.capture, stored.path, frames, self.tshark_argv, display_filter,
+                                             layers, MATCHES_KEPT)
+            return found, query.Matches(len(found.numbers), numbers=pa.array(found.numbers, pa.int64()))
+        return await self._narrowings.get((stored.path, display_filter), read)
 
     async def _matches_of(self, stored: Stored, where: str) -> query.Matches:
         """What is learnt of the frames meeting `where` (query.Matches), kept for the filter's next pages
@@ -512,7 +502,7 @@ class IndexActor(Actor):
 
     def working(self) -> bool:
         # A 10 GB capture's build outlasts the idle timeout, as an NGAP reading may: neither is cut short.
-        return not self.done.is_set() or self.ngap.reading or self._srts.busy
+        return not self.done.is_set() or self.ngap.reading or self._srts.busy or self._narrowings.busy
 
     def statistics(self) -> dict[str, Any]:
         stored = self.stored

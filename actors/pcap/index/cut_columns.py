@@ -8,8 +8,8 @@ its name, a number as Wireshark resolves it); fields as `tshark -T fields` print
 Frame numbers are the whole file's. What depends on the frames before it is the cut's own: relative times
 (their differences are the whole file's), Wireshark's stream and session numbering. Each frame read must
 carry the index's layers (query.differing_layers). A file that cannot be cut, a cut read otherwise, or
-tshark past the cut's memory bound (workspace.bounded_head): NOT_FOUND with `index_unanswered` (the loaded
-capture answers).
+tshark past the cut's memory or time bound (workspace.bounded_head): NOT_FOUND with `index_unanswered` (the
+loaded capture answers); the first two hold for good (Lasting), the bounds may pass on a quieter machine.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from diagd.actors.pcap.shark.wireshark import COLUMN_PREFIX, column_format_pref
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 
-class Uncut(DiagdError):
-    """The capture's file cannot be cut (narrow.Uncuttable): no reading of it from its index ever will."""
+class Lasting(DiagdError):
+    """A refusal that holds for good for this file and question: the file cannot be cut (narrow.Uncuttable),
+    or frames cut from it are dissected otherwise than in the whole file. Never read again (readings.py)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ async def read(capture: Path, index: Path, frames: int, argv: list[str], display
                 [*workspace.reading(argv, cut), "-Y", display_filter, *wanted.printing()], len(records), purpose,
                 max_frames + 1, max_line=1 << 24, on_line=take)
     except narrow.Uncuttable as exc:
-        raise Uncut(ErrorCode.NOT_FOUND, f"the index cannot {purpose}: {exc}", index_unanswered=True) from None
+        raise Lasting(ErrorCode.NOT_FOUND, f"the index cannot {purpose}: {exc}", index_unanswered=True) from None
     if done.stopped:
         raise DiagdError(ErrorCode.OUTPUT_TOO_LARGE, f"more than {max_frames} frames match {display_filter!r} "
                          f"(each held for the answer): {too_many}", limit=max_frames)
@@ -109,8 +110,8 @@ async def read(capture: Path, index: Path, frames: int, argv: list[str], display
         raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"tshark over the frames cut failed: {done.stderr[-500:]}")
     differing = await trio.to_thread.run_sync(query.differing_layers, index, read_numbers, read_layers)
     if differing:
-        raise DiagdError(ErrorCode.NOT_FOUND,
-                         f"the index cannot {purpose}: frames cut from the capture dissected otherwise than in the "
-                         f"whole file (first: {', '.join(map(str, differing))})", frames=differing,
-                         index_unanswered=True)
+        raise Lasting(ErrorCode.NOT_FOUND,
+                      f"the index cannot {purpose}: frames cut from the capture dissected otherwise than in the "
+                      f"whole file (first: {', '.join(map(str, differing))})", frames=differing,
+                      index_unanswered=True)
     return len(records)

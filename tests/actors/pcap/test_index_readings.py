@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from diagd.actors.pcap.index.cut_columns import Uncut
+from diagd.actors.pcap.index.cut_columns import Lasting
 from diagd.actors.pcap.index.readings import RETRY_AFTER_S, Readings
 from diagd.protocol.errors import DiagdError, ErrorCode
 
@@ -79,11 +79,11 @@ async def test_a_permanent_failure_is_never_read_again_and_few_values_are_kept(
         clock: trio.testing.MockClock) -> None:
     log: list[str] = []
     async with trio.open_nursery() as actor:
-        readings: Readings[str, str] = Readings("the thing", 2, permanent=(Permanent, Uncut))
+        readings: Readings[str, str] = Readings("the thing", 2, permanent=(Permanent, Lasting))
         readings.start(actor)
         with pytest.raises(DiagdError, match="the thing is not read from the index: cut"):
             await readings.get("k", reader(log, Permanent("cut")))
-        uncut = Uncut(ErrorCode.NOT_FOUND, "the index cannot pair: not cut", index_unanswered=True)
+        uncut = Lasting(ErrorCode.NOT_FOUND, "the index cannot pair: not cut", index_unanswered=True)
         with pytest.raises(DiagdError, match=r"^the index cannot pair: not cut$"):  # a coded one as raised
             await readings.get("u", reader(log, uncut))
         clock.jump(RETRY_AFTER_S * 100)
