@@ -58,6 +58,11 @@ log = structlog.get_logger("diagd.pcap")
 KIND = "pcap-index"
 PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
 RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after it failed
+# A build says its progress every block of rows (~10-20k frames, a second or two); one silent this long is
+# stopped (its process group) and fails: a dissector looping on a crafted frame would otherwise hold the
+# daemon-wide build slot, and a tshark, for good. Generous: the conversation tables written at the end of a
+# 10 GB build take well under it.
+BUILD_STALL_S = 900.0
 # A filter's matches kept for its next pages (query.Matches): the numbers of up to a million frames
 # (8 MB), or, when more match, a count per block of frames (bytes); the last few filters asked.
 MATCHES_KEPT = 1_000_000
@@ -186,10 +191,16 @@ class IndexActor(Actor):
                 return
             if "frames" in said:
                 self.frames_indexed = int(said["frames"])
+                stall.deadline = trio.current_time() + BUILD_STALL_S
             elif "done" in said:
                 meta.update(said["done"])
 
-        done = await head(argv, None, max_line=1 << 20, on_line=take)
+        with trio.move_on_after(BUILD_STALL_S) as stall:
+            done = await head(argv, None, max_line=1 << 20, on_line=take)
+        if stall.cancelled_caught:
+            raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"the index of {self.capture.name} could not be built: "
+                             f"no progress for {BUILD_STALL_S:g} s after frame {self.frames_indexed} (stopped)",
+                             path=str(self.capture), frames_indexed=self.frames_indexed)
         stored = self.store.ready(path)
         if done.returncode != 0 or stored is None or not meta:
             said = Tail()

@@ -3,19 +3,22 @@
 A tshark killed midway (out of memory, a dissector's crash) is no index, whatever rows it printed; two
 builds of one index at once (two daemons, two versions of one file) leave one whole index and nothing
 half-written; the store sweeps the folders of builds killed with their process group, never one whose
-build still runs (its lock is held).
+build still runs (its lock is held); the daemon stops a build that says no progress for BUILD_STALL_S.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 
+from diagd.actors.pcap import index_actor
 from diagd.actors.pcap.index.build import FRAMES_FILE, LOCK_FILE, META_FILE, PARTIAL, command
 from diagd.actors.pcap.index.schema import COLUMNS
 from diagd.actors.pcap.index.store import IndexStore
@@ -88,3 +91,35 @@ def test_the_sweep_removes_killed_builds_never_a_running_one(tmp_path: Path) -> 
         fcntl.flock(held, fcntl.LOCK_EX)  # as the running builder holds it
         assert store.sweep() == [killed.name]
     assert not killed.exists() and running.exists()
+
+
+async def test_a_build_silent_past_its_stall_bound_is_stopped_with_its_tshark(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dissector looping on one frame prints nothing more: the build is stopped (its whole process group,
+    the tshark under the builder too) and its failure coded, instead of holding the build slot for good."""
+    pid_file = tmp_path / "tshark.pid"
+    tshark = fake_tshark(tmp_path, f"echo $$ > {pid_file}\nprintf '{ROW}\\n'\nexec sleep 600")
+    monkeypatch.setattr(index_actor, "BUILD_STALL_S", 2.0)
+    store = IndexStore(tmp_path / "index", 1 << 30)
+
+    async def locate() -> Path:
+        return store.path_for("a" * 64, "b" * 12)
+
+    actor = index_actor.IndexActor("pcap-index:x", tmp_path / "x.pcap", [str(tshark), "-r", "x"], store, locate)
+    with trio.fail_after(60):
+        await actor._find_or_build()
+    assert actor.error is not None and "no progress for 2 s after frame 0 (stopped)" in actor.error.message, actor.error
+    pid = int(pid_file.read_text())
+    with trio.fail_after(10):
+        while _running(pid):
+            await trio.sleep(0.05)
+    assert not store.ready(store.path_for("a" * 64, "b" * 12))
+
+
+def _running(pid: int) -> bool:
+    """The process is alive (not gone, not a zombie awaiting its reaper)."""
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and os.path.exists(f"/proc/{pid}")
