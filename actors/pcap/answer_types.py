@@ -279,5 +279,7 @@ class IndexAnswer(Answered):
     """a capture bigger than index_chunk_mb, read in chunks: how many, their size, its seam frames"""
     error: NotRequired[str]
     """why the build failed"""
+    pages_from_frames: NotRequired[int]
+    """while building: pages within this many first frames already come from it (pcap_frames_by_filter)"""
     note: NotRequired[str]
     """what to do next"""

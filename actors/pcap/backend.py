@@ -263,7 +263,8 @@ class PcapBackend:
             lambda: IndexActor(spec.key, spec.path, argv, store, locate,
                                remember=lambda path: store.remember(spec.identity, decoding, path),
                                builds=self.index_builds, cuts=self.index_cuts, in_use=self._indexes_in_use,
-                               chunk_bytes=self.settings.index_chunk_mb * 2**20),
+                               chunk_bytes=self.settings.index_chunk_mb * 2**20,
+                               segment_frames=self.settings.index_segment_frames),
             idle_timeout_s=lambda: self.settings.idle_timeout_s)
 
     def status_section(self) -> dict[str, list[dict[str, Any]]]:
@@ -314,6 +315,15 @@ class PcapBackend:
         if ref is not None and isinstance(ref.actor, IndexActor) and ref.actor.answers(message):
             return ref
         return None
+
+    def building_index(self, spec: CaptureSpec) -> ActorRef | None:
+        """The capture's index actor while its build runs and has indexed some frames (index/partial.py:
+        pages within them), unless sharkd holds the capture (its exact pages and totals come first)."""
+        ref = self.runtime.find(INDEX_KIND, spec.key)
+        if ref is None or not ref.accepting or not isinstance(ref.actor, IndexActor) or ref.actor.building is None:
+            return None
+        loaded = self._sessions().get(spec.key)
+        return None if loaded is not None and loaded.session.loaded else ref
 
     async def ngap_from_index(self, args: dict[str, Any], spec: CaptureSpec, message: Message[ReplyT],
                               progress: ProgressFn | None) -> tuple[ReplyT, str] | None:

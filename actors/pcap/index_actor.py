@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import structlog
 import trio
@@ -31,8 +31,9 @@ from diagd.actors.pcap.answer_types import (
 from diagd.actors.pcap.answers import answers, index_srt
 from diagd.actors.pcap.answers.answers import MAX_SORTED_ROWS
 from diagd.actors.pcap.engine.passes import Page
-from diagd.actors.pcap.index import cut_columns, filters, narrowing, query, timelines
+from diagd.actors.pcap.index import cut_columns, filters, narrowing, partial, query, timelines
 from diagd.actors.pcap.index import stats as index_stats
+from diagd.actors.pcap.index.build import SEGMENT_FRAMES
 from diagd.actors.pcap.index.build import command as build_command
 from diagd.actors.pcap.index.ngap_pdus import Decoding
 from diagd.actors.pcap.index.ngap_views import NgapViews
@@ -57,6 +58,8 @@ log = structlog.get_logger("diagd.pcap")
 
 KIND = "pcap-index"
 PROGRESS_S = 1.0  # a call waiting for a build is told how far it is this often (when it moved)
+M = TypeVar("M")  # a question, and its answer, from an index still being built (_building)
+A = TypeVar("A")
 RETRY_AFTER_S = 60.0  # a failed build is tried again by a call this long after it failed
 # A build says its progress every block of rows (~10-20k frames, a second or two); one silent this long is
 # stopped (its process group) and fails: a dissector looping on a crafted frame would otherwise hold the
@@ -79,12 +82,13 @@ class IndexActor(Actor):
                  locate: Callable[[], Awaitable[Path]], *, remember: Callable[[Path], None] = lambda path: None,
                  builds: trio.CapacityLimiter | None = None, cuts: trio.CapacityLimiter | None = None,
                  in_use: Callable[[], frozenset[Path]] = frozenset,
-                 chunk_bytes: int = 0) -> None:
+                 chunk_bytes: int = 0, segment_frames: int = SEGMENT_FRAMES) -> None:
         super().__init__(resource)
         self.capture = capture
         self.tshark_argv = tshark_argv  # the capture's own tshark command (file, decoding), two-pass
         self.store = store
         self.chunk_bytes = chunk_bytes  # a capture bigger than this is read in chunks (index/stitch.py); 0: never
+        self.segment_frames = segment_frames  # frames per file of the frames table (index/build.py)
         self._locate = locate  # where the index of this file version and decoding lives (may hash the file)
         self._remember = remember  # records where this file version's index is (IndexStore.remember)
         # Builds at once, daemon-wide (the back end's): each is a tshark whose memory grows with its capture.
@@ -97,6 +101,7 @@ class IndexActor(Actor):
         self.error: DiagdError | None = None
         self.failed_at = 0.0
         self.built_here = False
+        self.building: partial.Building | None = None  # a running build's files closed so far (index/partial.py)
         # Recent answers' material, least recently used first: matching frame numbers, table rows.
         self._matches: dict[tuple[Path, str], query.Matches] = {}
         # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
@@ -181,7 +186,7 @@ class IndexActor(Actor):
 
     async def _build(self, path: Path) -> Stored:
         path.parent.mkdir(parents=True, exist_ok=True)
-        argv = build_command(path, self.tshark_argv, self.chunk_bytes)
+        argv = build_command(path, self.tshark_argv, self.chunk_bytes, self.segment_frames)
         meta: dict[str, Any] = {}
 
         def take(line: str) -> None:
@@ -192,11 +197,17 @@ class IndexActor(Actor):
             if "frames" in said:
                 self.frames_indexed = int(said["frames"])
                 stall.deadline = trio.current_time() + BUILD_STALL_S
+                if said.get("indexed"):
+                    self.building = partial.Building(Path(said["folder"]), int(said["indexed"]),
+                                                     bool(said.get("chunked")))
             elif "done" in said:
                 meta.update(said["done"])
 
-        with trio.move_on_after(BUILD_STALL_S) as stall:
-            done = await head(argv, None, max_line=1 << 20, on_line=take)
+        try:
+            with trio.move_on_after(BUILD_STALL_S) as stall:
+                done = await head(argv, None, max_line=1 << 20, on_line=take)
+        finally:
+            self.building = None
         if stall.cancelled_caught:
             raise DiagdError(ErrorCode.BACKEND_UNAVAILABLE, f"the index of {self.capture.name} could not be built: "
                              f"no progress for {BUILD_STALL_S:g} s after frame {self.frames_indexed} (stopped)",
@@ -218,11 +229,13 @@ class IndexActor(Actor):
             case IndexStatus() as message:
                 return message.reply(await self._status(request, message.wait_s))
             case Frames() as message:
-                return message.reply(await self._page(message))
+                return message.reply(await (self._page(message) if self.stored is not None
+                                            else self._building(partial.frames, message)))
             case IndexStats() as message:
                 return message.reply(await self._stats(message))
             case Timeline() as message:
-                return message.reply(await self._timeline(message))
+                return message.reply(await (self._timeline(message) if self.stored is not None
+                                            else self._building(partial.timeline, message)))
             case IndexNgapSessions(display_filter=flt) as message:
                 decoding = Decoding(message.decode_as_entries, message.preferences)
                 return message.reply(cast("UeSessionsAnswer", await self.ngap.ue_sessions(decoding, flt)))
@@ -324,6 +337,10 @@ class IndexActor(Actor):
         else:
             answer["note"] = ("one tshark pass over the capture is writing it: frames_indexed says how far; "
                               "the same call again (or wait_s) tells when it is ready")
+            if (building := self.building) is not None:
+                answer["pages_from_frames"] = building.indexed
+                answer["note"] += (f"; pcap_frames_by_filter pages within its first {building.indexed} frames "
+                                   "(unfiltered, or with a filter it translates) come from it already")
             if retried:
                 answer["note"] += "; the last build failed, this is a new one"
         return answer
@@ -396,6 +413,15 @@ class IndexActor(Actor):
         if notes := [n for n in notes if n]:
             result["note"] = "; ".join(notes)
         return result
+
+    async def _building(self, answer: Callable[[partial.Building, M], A], message: M) -> A:
+        """An answer from the frames a running build has indexed so far (index/partial.py), or why not
+        (`index_unanswered`: the loaded capture answers)."""
+        building = self.building
+        if building is None:
+            raise DiagdError(ErrorCode.NOT_FOUND, "the index is not being built, or holds no frame yet",
+                             index_unanswered=True)
+        return await trio.to_thread.run_sync(answer, building, message)
 
     async def _seams(self, stored: Stored, numbers: list[int]) -> dict[int, str]:
         """The seam frames among these (a chunked build's: index/stitch.py), with why."""

@@ -29,6 +29,9 @@ class PcapSettings:
     # A capture bigger than this is indexed by one tshark pass per chunk of about this size, stitched
     # (index/stitch.py): tshark's memory grows with what it reads (~3 MB a MB of dense user plane).
     index_chunk_mb: int = setting(128, positive=True)
+    # Frames per file of an index's frames table (index/build.py): a building index answers from the files
+    # closed so far (one is closed at this many frames, or after 15 s); more files, more for a query to open.
+    index_segment_frames: int = setting(1 << 20, positive=True)
     workers_per_capture: int = setting(2, positive=True)  # at most; also never more than the cores
     idle_timeout_s: float = setting(900.0, positive=True)
     # A tshark started ahead of need answers a fresh capture's first page without tshark's start-up

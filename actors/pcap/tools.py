@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 
 from diagd.actors._user_regex import Matcher, compile_in_thread
 from diagd.actors.pcap.actor import KIND
-from diagd.actors.pcap.answer_types import FramesAnswer, StatsAnswer
+from diagd.actors.pcap.answer_types import FramesAnswer, StatsAnswer, TimelineAnswer
 from diagd.actors.pcap.answers import stats as _stats
 from diagd.actors.pcap.answers.answers import info_wait_s, not_read_yet
 from diagd.actors.pcap.answers.field_search import search_fields
@@ -194,9 +194,11 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     built_by = None
     message = Frames(flt, limit, offset, await backend.kinds(flt))
     indexed: FramesAnswer | None = None
-    if (index := await backend.index_for(spec, message)) is not None:
-        # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size;
-        # a filter it does not translate matched by tshark over the frames it can match, cut from the file.
+    # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size; a
+    # filter it does not translate matched by tshark over the frames it can match, cut from the file. While
+    # it is built, a page within the frames indexed so far (index/partial.py), when sharkd does not hold it.
+    index = await backend.index_for(spec, message) or backend.building_index(spec)
+    if index is not None:
         try:
             indexed = cast("FramesAnswer", await backend.runtime.ask(index, message, progress=ctx.progress))
             built_by = backend.index_version(index)
@@ -269,14 +271,19 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Timeli
     flt = args["display_filter"] or fields_filter(fields)
     limit, offset = args["limit"], args["offset"]
     built_by = None
-    if (index := await backend.index_for(spec, Timeline(flt, tuple(fields), limit, offset, sort_by))) is not None:
-        # Values of the fields the index holds, with their default filter: from it, at any size, in ms.
-        result = await backend.runtime.ask(index, Timeline(flt, tuple(fields), limit, offset, sort_by),
-                                           progress=ctx.progress)
-        built_by = backend.index_version(index)
-    else:
-        result = await backend.ask(ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by,
-                                                       await backend.kinds(flt, *fields)))
+    asked = Timeline(flt, tuple(fields), limit, offset, sort_by)
+    indexed: TimelineAnswer | None = None
+    # Values of the fields the index holds, with their default filter: from it, at any size, in ms; while it
+    # is built, a page within the frames indexed so far (index/partial.py), when sharkd does not hold it.
+    if (index := await backend.index_for(spec, asked) or backend.building_index(spec)) is not None:
+        try:
+            indexed = cast("TimelineAnswer", await backend.runtime.ask(index, asked, progress=ctx.progress))
+            built_by = backend.index_version(index)
+        except DiagdError as exc:
+            if not exc.details.get("index_unanswered"):
+                raise
+    result = indexed if indexed is not None else await backend.ask(
+        ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by, await backend.kinds(flt, *fields)))
     command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
     return {**result, "fields_resolved": resolved, "warnings": warnings, "limit": limit, "offset": offset,
             "sort_by": sort_by,

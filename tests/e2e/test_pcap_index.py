@@ -58,7 +58,8 @@ def corpus_daemon(tmp_path_factory: pytest.TempPathFactory, name: str, config: s
 
 @pytest.fixture(scope="module")
 def index_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    yield from corpus_daemon(tmp_path_factory, "indexd")
+    # Files of 500 frames: every bigger capture's frames table is many files, every answer read across them.
+    yield from corpus_daemon(tmp_path_factory, "indexd", "[pcap]\nindex_segment_frames = 500\n")
 
 
 def epochs(path: Path) -> list[str]:
@@ -403,11 +404,11 @@ async def test_the_index_is_parquet_any_reader_reads_and_survives_a_restart(tmp_
     finally:
         first.stop()
     assert built["state"] == "ready" and "note" not in built, built
-    frames = env.state / "pcap" / "index" / built["index"] / "frames.parquet"
-    assert frames.is_file(), sorted(p.name for p in (env.state / "pcap").rglob("*"))
+    frames = env.state / "pcap" / "index" / built["index"] / "frames"  # a Parquet dataset: a folder of files
+    assert list(frames.glob("*.parquet")), sorted(p.name for p in (env.state / "pcap").rglob("*"))
     table = oracle.columns(path)
     count, last_info = duckdb.connect().execute(
-        f"SELECT count(*), max_by(info, number) FROM read_parquet('{frames}')").fetchone()
+        f"SELECT count(*), max_by(info, number) FROM read_parquet('{frames}/*.parquet')").fetchone()
     assert count == len(table) and last_info == table[len(table)][6]
     second = start_daemon(env)
     try:
@@ -513,8 +514,8 @@ async def test_diagd_index_export_writes_the_index_beside_the_capture_never_over
     said = json.loads(done.stdout)
     target = folder / (capture.name + ".diagd-index")
     assert said["folder"] == str(target) and said["frames"] == len(oracle.columns(source))
-    assert sorted(p.name for p in target.iterdir()) == sorted(said["files"])
-    frames = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{target / 'frames.parquet'}')").fetchone()
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()) == sorted(said["files"])
+    frames = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{target}/frames/*.parquet')").fetchone()
     assert frames == (said["frames"],)
     assert again.returncode == 2 and "exists" in again.stderr, again
     assert elsewhere.returncode == 0 and (tmp_path / "out" / "meta.json").is_file(), elsewhere.stderr

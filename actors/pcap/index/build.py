@@ -1,11 +1,19 @@
 """Building one index: a child process that runs tshark and writes its rows as Parquet.
 
-`python -P build.py OUT_DIR COLUMNS SCHEMA_VERSION -- TSHARK_ARGV...` (`command()`) reads a capture with the given
-tshark command (the capture's own: `-r FILE -n -2` and its decode-as rules and preferences, with
-`fields_args()` after it), parses its tab-separated rows with Arrow's C++ CSV reader in blocks of
-BLOCK_BYTES and writes each as a Parquet row group, so memory stays bounded whatever the capture's
-size. It prints one JSON line per row group (`{"frames": N}`: the progress) and a last one with the
-metadata; the daemon reads them (index_actor.py). Another process than the daemon: a build of a 20 GB
+`python -P build.py OUT_DIR COLUMNS SCHEMA_VERSION CHUNK_BYTES SEGMENT_FRAMES -- TSHARK_ARGV...` (`command()`)
+reads a capture with the given tshark command (the capture's own: `-r FILE -n -2` and its decode-as rules
+and preferences, with `fields_args()` after it), parses its tab-separated rows with Arrow's C++ CSV reader
+in blocks of BLOCK_BYTES and writes each as a Parquet row group, so memory stays bounded whatever the
+capture's size. It prints one JSON line per block (`{"frames": N, "indexed": M, "folder": ..., "chunked":
+...}`: the progress) and a last one with the metadata; the daemon reads them (index_actor.py).
+
+The frames table is a folder of files (tables.FRAMES_DIR: each named by its first frame's number,
+`000000000001.parquet`, ..., in frame order: one Parquet dataset any engine reads as one table), each
+closed once it holds SEGMENT_FRAMES frames or has been open sink.SEGMENT_S: a closed file is renamed to its
+name (`.parquet`), so the daemon answers from the `indexed` frames of a build still running (tshark's
+two-pass rows: each final once printed) while the rest is read.
+
+Another process than the daemon: a build of a 20 GB
 capture takes minutes of parsing and writing that must not share the daemon's event loop. It runs as
 a script, not a module of the package, and imports nothing of diagd: importing the pcap back end
 would cost it ~0.3 s of start (the columns come as an argument, as JSON).
@@ -37,10 +45,7 @@ from types import ModuleType
 from typing import Any
 
 BLOCK_BYTES = 4 << 20  # tshark output parsed per block: ~10-20k rows
-# Rows per Parquet row group: a page reads the groups holding its rows, and every query reads the
-# groups' statistics first (a 10 GB capture's 21M frames in 15k-row groups: 89 ms a deep page; 29 ms).
-ROW_GROUP_ROWS = 1 << 16
-FRAMES_FILE = "frames.parquet"
+SEGMENT_FRAMES = 1 << 20  # frames in a file of the frames table (16 row groups; sink.py)
 META_FILE = "meta.json"
 PARTIAL = ".partial-"  # a build's own folder: <index name>.partial-<random>, renamed to the index at its end
 LOCK_FILE = ".lock"
@@ -70,20 +75,22 @@ def fields_args() -> list[str]:
     return args
 
 
-def command(out: Path, tshark_argv: list[str], chunk_bytes: int = 0) -> list[str]:
+def command(out: Path, tshark_argv: list[str], chunk_bytes: int = 0, segment_frames: int = SEGMENT_FRAMES
+            ) -> list[str]:
     """This builder's command line for the capture's tshark command (its file and decoding); a capture
-    of more than `chunk_bytes` (0: any size) is read in chunks of about that many bytes (stitch.py)."""
+    of more than `chunk_bytes` (0: any size) is read in chunks of about that many bytes (stitch.py); a
+    file of the frames table holds at most `segment_frames` frames."""
     from diagd.actors import interpreter
     from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
 
     columns = json.dumps([[c.name, c.kind, c.many] for c in COLUMNS])
-    return interpreter.script_argv(__file__, str(out), columns, str(SCHEMA_VERSION), str(chunk_bytes), "--",
-                                   *tshark_argv, *fields_args())
+    return interpreter.script_argv(__file__, str(out), columns, str(SCHEMA_VERSION), str(chunk_bytes),
+                                   str(segment_frames), "--", *tshark_argv, *fields_args())
 
 
 def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], schema_version: int,
-          chunk_bytes: int = 0) -> dict[str, Any]:
-    """Run `argv` (tshark with fields_args()), write OUT/frames.parquet and OUT/meta.json."""
+          chunk_bytes: int = 0, segment_frames: int = SEGMENT_FRAMES) -> dict[str, Any]:
+    """Run `argv` (tshark with fields_args()), write OUT/frames/*.parquet, the other tables and OUT/meta.json."""
     started = time.monotonic()
     # A folder of this build's own (two builds of one index, from two daemons or two file versions of
     # the same content, never write into each other's), locked while it runs: IndexStore.sweep removes
@@ -96,13 +103,15 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
     chunked: dict[str, Any] = {}
     try:
         plan = _plan(argv, chunk_bytes, chunked)
-        with _Sink(partial, columns) as sink:
+        with _sink().Sink(partial, columns, _tables(), segment_frames) as sink:
+            sink.chunked = plan is not None
             if plan is None:
                 messages = _pass(argv, sink, unaligned, None)
             else:
                 messages = _chunked(argv, plan, sink, unaligned, partial, chunked)
         _release_memory()  # what the passes held, before DuckDB's share of the budget
-        seams = _stitch().write_seams(partial, chunked) if plan is not None else None
+        seams = (_stitch().write_seams(partial, _tables().frames_table(_tables().frame_files(partial)), chunked)
+                 if plan is not None else None)
     except BaseException:
         # Stopped, the daemon gone, a parse error, a failed pass: nothing half-written stays.
         shutil.rmtree(partial, ignore_errors=True)
@@ -117,7 +126,7 @@ def build(out: Path, argv: list[str], columns: list[tuple[str, str, bool]], sche
             "built_at": time.time(), "tshark_argv": argv, "warnings": messages[-5:],
             # Times and protocols of the whole capture (tables.summary): a daemon starting reads no frame.
             "summary": summary,
-            "bytes": sum(f.stat().st_size for f in partial.iterdir() if f.suffix == ".parquet"),
+            "bytes": sum(f.stat().st_size for f in partial.rglob("*.parquet")),
             # Frames whose layers' fields could not be aligned, per protocol: its tables are not answered.
             "unaligned": {layer: {"frames": found[0], "first": found[1:]} for layer, found in unaligned.items()},
             # Why the conversation and endpoint tables are missing (a DuckDB failure: memory); null: written.
@@ -146,7 +155,7 @@ def _summary(partial: Path, frames: int) -> dict[str, Any] | None:
     try:
         with duckdb.connect(config={"memory_limit": "256MB", "threads": 2, "temp_directory": ""}) as con:
             con.execute("PRAGMA disable_progress_bar")
-            return dict(tables.summary(con, f"read_parquet({tables.quoted(partial / FRAMES_FILE)})", frames))
+            return dict(tables.summary(con, tables.frames_table(tables.frame_files(partial)), frames))
     except duckdb.Error:
         return None
 
@@ -179,68 +188,17 @@ def _beside(name: str, filename: str) -> ModuleType:
     return module
 
 
+def _sink() -> ModuleType:
+    """sink.py beside this script, loaded by path."""
+    return _beside("diagd_index_sink", "sink.py")
+
+
 def _stitch() -> ModuleType:
     """stitch.py beside this script, loaded by path."""
     return _beside("diagd_index_stitch", "stitch.py")
 
 
-class _Sink:
-    """The index's Parquet files being written: the frames (FRAMES_FILE, a field of many occurrences as
-    a list) and their network and transport layers (tables.LAYERS_FILE), one row group per block."""
-
-    def __init__(self, partial: Path, columns: list[tuple[str, str, bool]]) -> None:
-        import pyarrow as pa
-
-        self.pa = pa
-        self.partial = partial
-        self.tables = _tables()
-        kinds = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string()}
-        self.many = {name for name, _, listed in columns if listed}
-        self.types = {name: pa.list_(kinds[kind]) if name in self.many else kinds[kind] for name, kind, _ in columns}
-        self.names = [name for name, _, _ in columns]
-        self.schema = pa.schema([(name, self.types[name]) for name in self.names])
-        self.layer_schema = pa.schema([(name, kinds[kind]) for name, kind, _ in self.tables.LAYER_COLUMNS])
-        self.frames = 0
-        self.stacks: dict[str, Any] = {}  # frame.protocols texts read so far (tables.stack_of)
-        self._batches: list[Any] = []  # frames not written yet (a row group is written whole)
-        self._layer_tables: list[Any] = []
-
-    def __enter__(self) -> _Sink:
-        import pyarrow.parquet as pq
-
-        self.writer = pq.ParquetWriter(self.partial / FRAMES_FILE, self.schema, compression="zstd")
-        self.layered = pq.ParquetWriter(self.partial / self.tables.LAYERS_FILE, self.layer_schema, compression="zstd")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self._flush()
-        self.writer.close()
-        self.layered.close()
-
-    def _flush(self) -> None:
-        pa = self.pa
-        if self._batches:
-            self.writer.write_table(pa.Table.from_batches(self._batches, self.schema), ROW_GROUP_ROWS)
-        if self._layer_tables:
-            self.layered.write_table(pa.concat_tables(self._layer_tables), ROW_GROUP_ROWS)
-        self._batches, self._layer_tables = [], []
-
-    def write(self, batch: Any, layer_rows: list[tuple[Any, ...]]) -> None:
-        pa = self.pa
-        cells = list(zip(*layer_rows, strict=True)) if layer_rows else [()] * len(self.layer_schema)
-        self._batches.append(batch)
-        self._layer_tables.append(pa.table([pa.array(c, type=f.type) for c, f in zip(cells, self.layer_schema,
-                                                                                     strict=True)],
-                                           schema=self.layer_schema))
-        if sum(b.num_rows for b in self._batches) >= ROW_GROUP_ROWS:
-            self._flush()
-        self.frames += batch.num_rows
-        # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
-        print(json.dumps({"frames": self.frames}), flush=True)
-
-
-def _pass(argv: list[str], sink: _Sink, unaligned: dict[str, list[int]], stitching: Any) -> list[str]:
+def _pass(argv: list[str], sink: Any, unaligned: dict[str, list[int]], stitching: Any) -> list[str]:
     """One tshark pass (argv) into `sink` (its rows renumbered by the Stitcher `stitching` when one is
     given); its messages. A failed pass (SystemExit) is no index."""
     folder = sink.partial
@@ -316,7 +274,7 @@ class _ChunkPass:
             raise SystemExit(failure)
         return messages
 
-    def parse(self, sink: _Sink, unaligned: dict[str, list[int]], stitching: Any) -> None:
+    def parse(self, sink: Any, unaligned: dict[str, list[int]], stitching: Any) -> None:
         stitching.begin(self.k, self.run.first, self.offset_shift, [number for number, _ in self.replayed])
         bad_rows: list[str] = []
         with open(self.spool, "rb") as rows:
@@ -335,7 +293,7 @@ class _ChunkPass:
             path.unlink(missing_ok=True)
 
 
-def _chunked(argv: list[str], plan: Any, sink: _Sink, unaligned: dict[str, list[int]], partial: Path,
+def _chunked(argv: list[str], plan: Any, sink: Any, unaligned: dict[str, list[int]], partial: Path,
              chunked: dict[str, Any]) -> list[str]:
     """One pass per run of records, each of a file of its own (header, replayed frames, the run),
     renumbered into one capture's rows (stitch.py). The next chunk's pass starts before this one's rows
@@ -377,7 +335,7 @@ def _chunked(argv: list[str], plan: Any, sink: _Sink, unaligned: dict[str, list[
     return messages
 
 
-def _write_rows(source: Any, sink: _Sink, bad_rows: list[str], unaligned: dict[str, list[int]],
+def _write_rows(source: Any, sink: Any, bad_rows: list[str], unaligned: dict[str, list[int]],
                 stitching: Any) -> int:
     """tshark's rows read from `source` (its output), block by block, into `sink`; how many frames. A
     row with more or fewer cells than columns is noted in `bad_rows` and ends the reading."""
@@ -556,11 +514,12 @@ def _publish(partial: Path, out: Path, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 6 or args[4] != "--":
-        sys.stderr.write("usage: build.py OUT_DIR COLUMNS_JSON SCHEMA_VERSION CHUNK_BYTES -- TSHARK_ARGV...\n")
+    if len(args) < 7 or args[5] != "--":
+        sys.stderr.write("usage: build.py OUT_DIR COLUMNS_JSON SCHEMA_VERSION CHUNK_BYTES SEGMENT_FRAMES -- "
+                         "TSHARK_ARGV...\n")
         return 2
     columns = [(str(name), str(kind), bool(many)) for name, kind, many in json.loads(args[1])]
-    meta = build(Path(args[0]), args[5:], columns, int(args[2]), int(args[3]))
+    meta = build(Path(args[0]), args[6:], columns, int(args[2]), int(args[3]), max(1, int(args[4])))
     print(json.dumps({"done": meta}), flush=True)
     return 0
 

@@ -20,13 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from diagd.actors.pcap.index.tables import FRAMES_DIR, frame_files
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 # (tool, arguments) -> (result, is_error), through the running daemon (cli.py's control client).
 CallTool = Callable[[str, dict[str, Any]], tuple[dict[str, Any], bool]]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # as daemon/exits.py numbers them for every command
 HELP = "a capture's persistent index: export it beside the capture (Parquet)"
-EXPORTED = ("frames.parquet", "layers.parquet", "conversations.parquet", "endpoints.parquet", "meta.json")
+EXPORTED = ("layers.parquet", "conversations.parquet", "endpoints.parquet", "meta.json")  # and the frames table's files
 SUFFIX = ".diagd-index"
 
 
@@ -85,20 +86,25 @@ def index_folder(state_dir: Path, name: str) -> Path:
 
 
 def export(source: Path, target: Path) -> list[str]:
-    """Copy the index's files into `target`, a folder made here (never over one, never through a link)."""
+    """Copy the index's files into `target`, a folder made here (never over one, never through a link): the
+    frames table's files (frames/, in frame order) and the other tables; their names, relative to it."""
     missing = [name for name in EXPORTED if not (source / name).is_file()]
-    if missing:
-        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"{source} lacks {', '.join(missing)} (evicted meanwhile, or "
-                                                   "a daemon of another state directory)", path=str(source))
+    frames = frame_files(source)
+    if missing or not frames:
+        raise DiagdError(ErrorCode.FILE_NOT_FOUND, f"{source} lacks {', '.join(missing or [FRAMES_DIR])} (evicted "
+                                                   "meanwhile, or a daemon of another state directory)",
+                         path=str(source))
     try:
         target.mkdir(mode=0o755)
+        (target / FRAMES_DIR).mkdir(mode=0o755)
     except FileExistsError:
         raise DiagdError(ErrorCode.INVALID_ARGUMENT, f"{target} exists", path=str(target)) from None
     except OSError as exc:
         raise DiagdError(ErrorCode.PERMISSION_DENIED, f"cannot create {target}: {exc.strerror}",
                          path=str(target)) from None
-    for name in EXPORTED:
+    names = [f"{FRAMES_DIR}/{f.name}" for f in frames] + list(EXPORTED)
+    for name in names:
         fd = os.open(target / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         with open(source / name, "rb") as src, os.fdopen(fd, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-    return list(EXPORTED)
+    return names

@@ -1,5 +1,5 @@
 """Display filters the index answers: a Wireshark display filter on indexed fields, as a SQL condition
-over frames.parquet, or None (the filter goes to sharkd or tshark, which read the capture).
+over the frames table, or None (the filter goes to sharkd or tshark, which read the capture).
 
 Only what means the same in both is translated, as Wireshark 4.0 evaluates it:
 - a protocol's name alone, of PROTOCOLS (`udp`, `ngap`, `nas-5gs`): the frame holds that layer
@@ -66,7 +66,7 @@ class Untranslated(Exception):
 
 
 def to_sql(display_filter: str) -> str | None:
-    """The filter as a SQL condition on frames.parquet's columns (None: not one the index answers)."""
+    """The filter as a SQL condition on the frames table's columns (None: not one the index answers)."""
     if not display_filter.strip():
         return "TRUE"
     if len(display_filter) > MAX_LENGTH:

@@ -16,10 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from diagd.actors.pcap.index import tables
-from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import PACKET_LIST, Column
 from diagd.actors.pcap.index.stitch import SEAMS_FILE
-from diagd.actors.pcap.index.tables import CONVERSATIONS_FILE, ENDPOINTS_FILE, quoted, seconds
+from diagd.actors.pcap.index.tables import (
+    CONVERSATIONS_FILE,
+    ENDPOINTS_FILE,
+    files_holding,
+    frame_files,
+    frames_table,
+    quoted,
+    seconds,
+)
 from diagd.protocol.errors import DiagdError, ErrorCode
 
 MEMORY_LIMIT = "256MB"  # DuckDB's limit per query (a page or a summary needs far less): bounded whatever the index
@@ -49,8 +56,17 @@ def _table(index: Path, name: str) -> str:
     return f"read_parquet({quoted(index / name)})"
 
 
-def _frames(index: Path) -> str:
-    return _table(index, FRAMES_FILE)
+def _frames(index: Path, lo: int | None = None, hi: int | None = None) -> str:
+    """The frames table: its files in frame order, each named (never a glob DuckDB would expand in the
+    state directory's own path); of a build still running, the files it has closed. With `lo`..`hi`, only
+    the files holding the frames so numbered (a deep page opens one file, not every file's footer)."""
+    files = frame_files(index)
+    if lo is not None and hi is not None and files:
+        files = files_holding(files, lo, hi)
+    if not files:
+        raise DiagdError(ErrorCode.NOT_FOUND, "the capture's index went away while it was read (evicted or "
+                                              "removed); pcap_index builds it again")
+    return frames_table(files)
 
 
 # An empty text cell is stored as null (as an absent field is); the packet list shows it as "".
@@ -64,7 +80,7 @@ def _rows(got: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
 def page(index: Path, offset: int, limit: int) -> list[dict[str, Any]]:
     """Packet-list rows offset+1 .. offset+limit, as shark/rows.packet_row gives them."""
     with _connect() as con:
-        got = con.execute(f"SELECT {_LISTED} FROM {_frames(index)} "
+        got = con.execute(f"SELECT {_LISTED} FROM {_frames(index, offset + 1, offset + limit)} "
                           "WHERE number > ? AND number <= ? ORDER BY number", [offset, offset + limit]).fetchall()
     return _rows(got)
 
@@ -195,7 +211,7 @@ def sort_order(col: Column) -> str | None:
     return f"{value} NULLS LAST, number"
 
 
-BLOCK = 65_536  # frames per block of a dense match's counts (a row group of frames.parquet)
+BLOCK = 65_536  # frames per block of a dense match's counts (a row group of the frames table)
 
 
 @dataclass(frozen=True)
@@ -326,8 +342,8 @@ def matched_rows(index: Path, where: str, matches: Matches, offset: int, limit: 
             return []
         lo, hi, skip = window
         return list(con.execute(
-            f"SELECT {selected} FROM {_frames(index)} WHERE ({where}) AND number BETWEEN ? AND ? ORDER BY number "
-            f"LIMIT {int(limit)} OFFSET {int(skip)}", [lo, hi]).fetchall())
+            f"SELECT {selected} FROM {_frames(index, lo, hi)} WHERE ({where}) AND number BETWEEN ? AND ? "
+            f"ORDER BY number LIMIT {int(limit)} OFFSET {int(skip)}", [lo, hi]).fetchall())
 
 
 def listed_page(index: Path, where: str, matches: Matches, offset: int, limit: int) -> list[dict[str, Any]]:
@@ -347,7 +363,7 @@ def meeting(index: Path, where: str, numbers: list[int]) -> set[int]:
         return set()
     with _connect() as con:
         return {int(n) for (n,) in con.execute(
-            f"SELECT number FROM {_frames(index)} WHERE number BETWEEN ? AND ? "
+            f"SELECT number FROM {_frames(index, min(numbers), max(numbers))} WHERE number BETWEEN ? AND ? "
             f"AND number IN (SELECT unnest(?::BIGINT[])) AND ({where})",
             [min(numbers), max(numbers), numbers]).fetchall()}
 
@@ -362,7 +378,8 @@ def _of(con: Any, index: Path, selected: str, numbers: list[int]) -> list[tuple[
     if not numbers:
         return []
     found = {row[0]: row for row in con.execute(
-        f"SELECT {selected} FROM {_frames(index)} WHERE number BETWEEN ? AND ? AND list_contains(?, number)",
+        f"SELECT {selected} FROM {_frames(index, min(numbers), max(numbers))} WHERE number BETWEEN ? AND ? "
+        "AND list_contains(?, number)",
         [min(numbers), max(numbers), numbers]).fetchall()}
     return [found[n] for n in numbers]
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 # 2: every occurrence read (layers.parquet, conversations, endpoints); SCTP ports. 3: lists, rel_ns, expert.
-# 4: file_off (a capture of chosen frames is cut from the file: index/narrow.py).
-SCHEMA_VERSION = 4
+# 4: file_off (a capture of chosen frames is cut from the file: index/narrow.py). 5: the frames table a folder of
+# files (frames/*.parquet), closed as the build goes: a building index answers from the frames it has closed.
+SCHEMA_VERSION = 5
 
 Kind = Literal["int64", "float64", "string"]
 

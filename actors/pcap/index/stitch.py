@@ -270,7 +270,7 @@ l AS (SELECT number, depth, layer, stream,
              greatest(hash(src, src_port), hash(dst, dst_port)) AS k2
       FROM read_parquet({layers}) WHERE layer IN ('tcp', 'sctp', 'udp')),
 tunnels AS (SELECT l.number, l.depth FROM read_parquet({layers}) l
-            JOIN read_parquet({frames}) f USING (number)
+            JOIN {frames} f USING (number)
             WHERE l.layer = 'udp' AND string_split(f.protocols, ':')[l.depth + 2] IN ('gtp', 'vxlan', 'geneve')
               AND string_split(f.protocols, ':')[l.depth + 3] IN ('ip', 'ipv6', 'eth')),
 stateful AS (SELECT l.* FROM l WHERE layer IN ('tcp', 'sctp')
@@ -281,7 +281,7 @@ doubted AS (SELECT unnest(?) AS layer, unnest(?) AS stream),
 -- ICMP between the same innermost ends in two chunks (an echo and its reply, an error and what it answers)
 ends AS (SELECT number, CASE WHEN len(ip_src) > 0 THEN ip_src[-1] ELSE ipv6_src[-1] END AS s,
                 CASE WHEN len(ip_src) > 0 THEN ip_dst[-1] ELSE ipv6_dst[-1] END AS d
-         FROM read_parquet({frames}) WHERE regexp_matches(protocols, '(^|:)icmp(v6)?(:|$)')),
+         FROM {frames} WHERE regexp_matches(protocols, '(^|:)icmp(v6)?(:|$)')),
 icmp AS (SELECT number, least(s, d) AS k1, greatest(s, d) AS k2 FROM ends),
 icmp_spans AS (SELECT k1, k2, min(number) AS lo, max(number) AS hi FROM icmp GROUP BY ALL),
 icmp_spanning AS (SELECT DISTINCT k1, k2 FROM icmp_spans s JOIN c ON c.first > s.lo AND c.first <= s.hi),
@@ -290,19 +290,19 @@ seams AS (SELECT number, layer AS why FROM stateful SEMI JOIN spanning USING (la
           UNION ALL SELECT unnest(?) AS number, 'fragment'
           UNION ALL SELECT number, 'numbering' FROM l WHERE layer IN ('tcp', 'udp') AND number >= ?
           -- ARP's duplicate address detection (Info) remembers every earlier chunk's ARP frames
-          UNION ALL SELECT number, 'arp' FROM read_parquet({frames})
+          UNION ALL SELECT number, 'arp' FROM {frames}
                     WHERE number >= (SELECT min(first) FROM c WHERE first > 1)
                       AND regexp_matches(protocols, '(^|:)arp(:|$)')
           UNION ALL SELECT number, 'icmp' FROM icmp SEMI JOIN icmp_spanning USING (k1, k2))
 SELECT number, min(why) AS why FROM seams GROUP BY number ORDER BY number"""
 
 
-def write_seams(folder: Path, chunked: dict[str, Any], memory_limit: str = "384MB") -> int:
-    """seams.parquet (SEAM_COLUMNS) from the build's layers and what its Stitcher noted; how many frames."""
+def write_seams(folder: Path, frames: str, chunked: dict[str, Any], memory_limit: str = "384MB") -> int:
+    """seams.parquet (SEAM_COLUMNS) from the build's layers, its frames table (`frames`, a FROM clause) and
+    what its Stitcher noted; how many frames."""
     import duckdb
 
     layers = "'" + str(folder / "layers.parquet").replace("'", "''") + "'"
-    frames = "'" + str(folder / "frames.parquet").replace("'", "''") + "'"
     doubted = [(layer, stream) for layer, streams in chunked["doubted"].items() for stream in streams]
     spill = folder / ".spill"
     try:

@@ -1,4 +1,4 @@
-"""Where indexes live: `<state>/index/<sha256>-<decoding>/` (frames.parquet, meta.json), a disk budget.
+"""Where indexes live: `<state>/index/<sha256>-<decoding>/` (frames/*.parquet, meta.json), a disk budget.
 
 Keyed by the file's content (sha256) and how it is decoded, not by its path: a capture copied or
 renamed keeps its index, one rewritten in place gets a new one. The least recently used indexes go
@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from diagd.actors._paths import replace_whole
-from diagd.actors.pcap.index.build import FRAMES_FILE, LOCK_FILE, META_FILE, PARTIAL
+from diagd.actors.pcap.index.build import LOCK_FILE, META_FILE, PARTIAL
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
+from diagd.actors.pcap.index.tables import FRAMES_DIR
 
 
 def tshark_identity() -> str:
@@ -66,10 +67,10 @@ class Stored:
     def disk_bytes(self) -> int:
         """What its folder takes now: the build's files and what answers kept beside them (NGAP PDUs)."""
         total = 0
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(self.path):
+        for folder, _, files in os.walk(self.path):  # the frames table's files are in a folder of their own
+            for name in files:
                 with contextlib.suppress(OSError):
-                    total += entry.stat(follow_symlinks=False).st_size
+                    total += os.lstat(os.path.join(folder, name)).st_size
         return total
 
     def describe(self) -> dict[str, Any]:
@@ -97,7 +98,7 @@ class IndexStore:
             meta = json.loads((path / META_FILE).read_text())
         except (OSError, ValueError):
             return None
-        if meta.get("schema_version") != SCHEMA_VERSION or not (path / FRAMES_FILE).is_file():
+        if meta.get("schema_version") != SCHEMA_VERSION or not (path / FRAMES_DIR).is_dir():
             return None
         return Stored(path, meta)
 

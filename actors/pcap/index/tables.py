@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+FRAMES_DIR = "frames"  # the frames table: a folder of Parquet files in frame order (build.py writes them)
+FRAMES_GLOB = "*.parquet"  # its closed files (the one being written ends `.writing`)
 LAYERS_FILE = "layers.parquet"
 CONVERSATIONS_FILE = "conversations.parquet"
 ENDPOINTS_FILE = "endpoints.parquet"
@@ -261,6 +263,26 @@ FROM e GROUP BY layer, addr, port ORDER BY layer, first"""
 
 def quoted(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
+
+
+def frame_files(folder: Path) -> list[Path]:
+    """The closed files of the frames table of the index (or the build) in `folder`, in frame order."""
+    return sorted((folder / FRAMES_DIR).glob(FRAMES_GLOB))
+
+
+def files_holding(files: Sequence[Path], lo: int, hi: int) -> list[Path]:
+    """Which of the frames table's files (frame_files: each named by its first frame's number, in order)
+    hold frames numbered lo..hi; the last when none does (a question past the end reads one file, and
+    finds nothing)."""
+    firsts = [int(f.name.split(".")[0]) for f in files]
+    held = [f for i, f in enumerate(files) if firsts[i] <= hi and (i + 1 == len(files) or firsts[i + 1] > lo)]
+    return held or list(files[-1:])
+
+
+def frames_table(files: Sequence[Path]) -> str:
+    """These files of a frames table as one table (a FROM clause): each named, never a glob DuckDB would
+    expand in the state directory's own path."""
+    return f"read_parquet([{', '.join(quoted(f) for f in files)}])"
 
 
 def summary(con: Any, frames: str, count: int) -> dict[str, Any]:

@@ -19,9 +19,10 @@ import pytest
 import trio
 
 from diagd.actors.pcap import index_actor
-from diagd.actors.pcap.index.build import FRAMES_FILE, LOCK_FILE, META_FILE, PARTIAL, command
+from diagd.actors.pcap.index.build import LOCK_FILE, META_FILE, PARTIAL, command
 from diagd.actors.pcap.index.schema import COLUMNS
 from diagd.actors.pcap.index.store import IndexStore
+from diagd.actors.pcap.index.tables import FRAMES_DIR, frame_files
 from tests.pcaps import PCAPS
 
 GIVEN = {"number": "1", "time_relative": "0.000000", "src": "a", "dst": "b", "protocol": "P", "length": "60",
@@ -54,7 +55,8 @@ def test_a_whole_fake_pass_is_an_index(tmp_path: Path) -> None:
     done = run(out, [str(tshark), "-r", "x"])
     assert done.returncode == 0, done.stderr
     meta = json.loads((out / META_FILE).read_text())
-    assert meta["frames"] == 2 and meta["tshark_version"] == "TShark (fake)" and (out / FRAMES_FILE).is_file()
+    assert meta["frames"] == 2 and meta["tshark_version"] == "TShark (fake)"
+    assert [f.name for f in frame_files(out)] == ["000000000001.parquet"]
     assert not (out / LOCK_FILE).exists()
 
 
@@ -74,7 +76,7 @@ def test_two_builds_of_one_index_at_once_leave_one_whole_index(tmp_path: Path) -
     assert stored is not None and stored.meta["frames"] == 4070
     import duckdb
 
-    count = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{out / FRAMES_FILE}')").fetchone()
+    count = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{out / FRAMES_DIR}/*.parquet')").fetchone()
     assert count == (4070,)
     assert not list(out.parent.glob(f"*{PARTIAL}*")), "a build's own folder was left"
 
@@ -86,7 +88,8 @@ def test_the_sweep_removes_killed_builds_never_a_running_one(tmp_path: Path) -> 
     for folder in (killed, running):
         folder.mkdir()
         (folder / LOCK_FILE).write_bytes(b"")
-        (folder / FRAMES_FILE).write_bytes(b"half")
+        (folder / FRAMES_DIR).mkdir()
+        (folder / FRAMES_DIR / "next.parquet.writing").write_bytes(b"half")
     with open(running / LOCK_FILE, "rb") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # as the running builder holds it
         assert store.sweep() == [killed.name]

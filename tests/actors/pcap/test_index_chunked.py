@@ -16,9 +16,8 @@ import duckdb
 import pytest
 
 from diagd.actors.pcap.index import filters, query, stitch
-from diagd.actors.pcap.index.build import FRAMES_FILE
 from diagd.actors.pcap.index.schema import COLUMNS
-from diagd.actors.pcap.index.tables import LAYERS_FILE
+from diagd.actors.pcap.index.tables import LAYERS_FILE, frame_files, frames_table
 from diagd.actors.pcap.shark import recordwalk
 from tests.pcaps import corpus
 from tests.support.index_builds import build
@@ -56,6 +55,11 @@ def rows(folder: Path, name: str) -> list[dict[str, Any]]:
     return duckdb.sql(f"SELECT * FROM read_parquet('{folder / name}')").to_arrow_table().to_pylist()
 
 
+def frame_rows(folder: Path) -> list[dict[str, Any]]:
+    """The frames table's rows as stored: its files in their order (the order DuckDB reads a list in)."""
+    return duckdb.sql(f"SELECT * FROM {frames_table(frame_files(folder))}").to_arrow_table().to_pylist()
+
+
 @pytest.mark.parametrize("capture", corpus(), ids=lambda p: p.name)
 def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(capture: Path, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,8 +73,8 @@ def test_every_frame_but_the_seams_is_what_one_pass_over_the_whole_file_gives(ca
     assert chunked["seam_frames"] == len(seams)
     assert set(seams.values()) <= {"tcp", "udp", "sctp", "icmp", "fragment", "arp", "doubted", "numbering"}
 
-    one_pass = rows(tmp_path / "whole", FRAMES_FILE)
-    stitched = rows(tmp_path / "chunked", FRAMES_FILE)
+    one_pass = frame_rows(tmp_path / "whole")
+    stitched = frame_rows(tmp_path / "chunked")
     assert [row["number"] for row in stitched] == list(range(1, whole["frames"] + 1))
     said = tshark_text(capture)
     names = [col.name for col in COLUMNS]

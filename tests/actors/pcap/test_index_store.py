@@ -7,9 +7,10 @@ import json
 import os
 from pathlib import Path
 
-from diagd.actors.pcap.index.build import FRAMES_FILE, META_FILE
+from diagd.actors.pcap.index.build import META_FILE
 from diagd.actors.pcap.index.schema import SCHEMA_VERSION
 from diagd.actors.pcap.index.store import IndexStore, decoding_digest
+from diagd.actors.pcap.index.tables import FRAMES_DIR
 
 
 def name(c: str) -> str:
@@ -19,7 +20,8 @@ def name(c: str) -> str:
 
 def index_at(path: Path, size: int, used_at: float, version: int = SCHEMA_VERSION) -> Path:
     path.mkdir(parents=True)
-    (path / FRAMES_FILE).write_bytes(b"x" * size)
+    (path / FRAMES_DIR).mkdir()
+    (path / FRAMES_DIR / "000000000001.parquet").write_bytes(b"x" * size)
     (path / META_FILE).write_text(json.dumps({"schema_version": version, "frames": 1, "bytes": size, "built_at": 0}))
     os.utime(path / META_FILE, (used_at, used_at))
     return path
@@ -51,7 +53,7 @@ def test_the_least_recently_used_go_until_the_rest_fit_never_the_one_kept(tmp_pa
     serving = index_at(tmp_path / name("b"), 100, 1500)  # a running actor answers from it
     newest = index_at(tmp_path / name("c"), 100, 3000)
     kept = index_at(tmp_path / name("d"), 100, 500)  # the oldest use, but the one just built
-    each = sum(f.stat().st_size for f in oldest.iterdir())  # what a folder takes: its files, meta.json too
+    each = sum(f.stat().st_size for f in oldest.rglob("*") if f.is_file())  # its files, meta.json too
     store = IndexStore(tmp_path, 2 * each + each // 2)  # room for two of the four
     assert store.evict(keep=kept, in_use=frozenset({serving})) == [name("a"), name("c")]
     assert not oldest.exists() and serving.exists() and not newest.exists() and kept.exists()

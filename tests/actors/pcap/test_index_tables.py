@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from diagd.actors.pcap.index.schema import COLUMNS, SCHEMA_VERSION
-from diagd.actors.pcap.index.tables import LAYERED, frame_layers, rel_ns, seconds
+from diagd.actors.pcap.index.tables import LAYERED, files_holding, frame_layers, rel_ns, seconds
 
 
 def cells(**given: list[str]) -> dict[str, list[str]]:
@@ -90,3 +90,10 @@ def test_frames_whose_taps_the_fields_do_not_tell_are_left_to_sharkd() -> None:
     assert frame_layers(1, "eth:ethertype:ip:sctp:ngap", sctp, 60, 0, [8388608])[1] == {"sctp"}
     assert frame_layers(1, "eth:ethertype:ip:sctp", {**sctp, "sctp_chunk_types": []}, 60, 0)[1] == {"sctp"}
     assert frame_layers(1, "eth:ethertype:ip:sctp", sctp, 60, 0)[1] == set()
+
+
+def test_a_range_of_frame_numbers_opens_only_the_files_holding_it() -> None:
+    files = [Path(f"{first:012d}.parquet") for first in (1, 501, 1001)]  # frames 1-500, 501-1000, 1001-...
+    assert files_holding(files, 1, 10) == files[:1] and files_holding(files, 500, 501) == files[:2]
+    assert files_holding(files, 600, 700) == files[1:2] and files_holding(files, 1001, 5000) == files[2:]
+    assert files_holding(files, 1, 10**9) == files and files_holding(files[:1], 7, 7) == files[:1]
