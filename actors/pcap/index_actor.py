@@ -102,6 +102,7 @@ class IndexActor(Actor):
         self.failed_at = 0.0
         self.built_here = False
         self.building: partial.Building | None = None  # a running build's files closed so far (index/partial.py)
+        self._partial_reads = trio.CapacityLimiter(1)  # ... read one question at a time, beside the build
         # Recent answers' material, least recently used first: matching frame numbers, table rows.
         self._matches: dict[tuple[Path, str], query.Matches] = {}
         # ... and of filters it does not translate, matched by tshark over a cut (index/narrowing.py).
@@ -230,12 +231,12 @@ class IndexActor(Actor):
                 return message.reply(await self._status(request, message.wait_s))
             case Frames() as message:
                 return message.reply(await (self._page(message) if self.stored is not None
-                                            else self._building(partial.frames, message)))
+                                            else self._building(partial.frames, self._page, message)))
             case IndexStats() as message:
                 return message.reply(await self._stats(message))
             case Timeline() as message:
                 return message.reply(await (self._timeline(message) if self.stored is not None
-                                            else self._building(partial.timeline, message)))
+                                            else self._building(partial.timeline, self._timeline, message)))
             case IndexNgapSessions(display_filter=flt) as message:
                 decoding = Decoding(message.decode_as_entries, message.preferences)
                 return message.reply(cast("UeSessionsAnswer", await self.ngap.ue_sessions(decoding, flt)))
@@ -339,8 +340,9 @@ class IndexActor(Actor):
                               "the same call again (or wait_s) tells when it is ready")
             if (building := self.building) is not None:
                 answer["pages_from_frames"] = building.indexed
-                answer["note"] += (f"; pcap_frames_by_filter pages within its first {building.indexed} frames "
-                                   "(unfiltered, or with a filter it translates) come from it already")
+                answer["note"] += (f"; pcap_frames_by_filter and pcap_timeline pages within its first "
+                                   f"{building.indexed} frames (unfiltered, or with a filter it translates) come "
+                                   "from it already, unless sharkd holds the capture (its exact pages first)")
             if retried:
                 answer["note"] += "; the last build failed, this is a new one"
         return answer
@@ -380,7 +382,9 @@ class IndexActor(Actor):
         where = filters.to_sql(message.display_filter)
         layers = self.narrowed_to(message)
         if where is None and layers is None:
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index does not answer this filter (sharkd does)")
+            # Asked of it while it was built (the tool chose it then): the loaded capture answers.
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index does not answer this filter (sharkd does)",
+                             index_unanswered=True)
         stored = self._on_disk()
         summary = await self.summary()
         narrowed = None
@@ -414,14 +418,21 @@ class IndexActor(Actor):
             result["note"] = "; ".join(notes)
         return result
 
-    async def _building(self, answer: Callable[[partial.Building, M], A], message: M) -> A:
-        """An answer from the frames a running build has indexed so far (index/partial.py), or why not
+    async def _building(self, answer: Callable[[partial.Building, M], A], ready: Callable[[M], Awaitable[A]],
+                        message: M) -> A:
+        """An answer from the frames a running build has indexed so far (index/partial.py; one read at a
+        time beside the build), the ready index's if the build ended meanwhile, or why not
         (`index_unanswered`: the loaded capture answers)."""
-        building = self.building
-        if building is None:
-            raise DiagdError(ErrorCode.NOT_FOUND, "the index is not being built, or holds no frame yet",
-                             index_unanswered=True)
-        return await trio.to_thread.run_sync(answer, building, message)
+        if (building := self.building) is not None:
+            try:
+                return await trio.to_thread.run_sync(answer, building, message, limiter=self._partial_reads)
+            except DiagdError as exc:
+                if self.stored is None or not exc.details.get("index_unanswered"):
+                    raise
+        if self.stored is not None:  # built meanwhile (the folder renamed under the read)
+            return await ready(message)
+        raise DiagdError(ErrorCode.NOT_FOUND, "the index is not being built, or holds no frame yet",
+                         index_unanswered=True)
 
     async def _seams(self, stored: Stored, numbers: list[int]) -> dict[int, str]:
         """The seam frames among these (a chunked build's: index/stitch.py), with why."""
@@ -483,8 +494,7 @@ class IndexActor(Actor):
         protocol, flt = paged.question.protocol or "", paged.question.display_filter
 
         async def read() -> StatsAnswer:
-            answer = await index_srt.srt(self.capture, stored.path, int(stored.meta.get("frames") or 0),
-                                         self.tshark_argv, protocol, flt)
+            answer = await index_srt.srt(self.capture, stored.path, stored.meta, self.tshark_argv, protocol, flt)
             if not answer["rows"] and "reason" not in answer:  # as the loaded capture says it
                 answer["reason"] = paged.question.why_empty((await self.summary())["protocols"])
             return answer
@@ -497,7 +507,8 @@ class IndexActor(Actor):
         stored = self._on_disk()
         fields = timelines.columns(message.fields)
         if fields is None or not self.answers(message):
-            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index holds not every one of these fields")
+            raise DiagdError(ErrorCode.INVALID_ARGUMENT, "the index holds not every one of these fields",
+                             index_unanswered=True)
         asked = [(f, col) for f, col in fields if f != "frame.number"]
         where = timelines.where(message)
         assert where is not None  # self.answers

@@ -283,6 +283,8 @@ class _ChunkPass:
             raise SystemExit(_failure(0, frames, [], bad_rows) or
                              f"tshark read {frames} frames of chunk {self.k}, which holds "
                              f"{self.run.packets + len(self.replayed)}")
+        sink.vouched = sink.frames  # this chunk's rows are numbered right: a reader may read them
+        sink.say_progress()
         self.close()
 
     def close(self) -> None:

@@ -37,7 +37,7 @@ class Building:
 
 def frames(building: Building, message: Frames) -> FramesAnswer:
     """A packet-list page of the frames indexed so far."""
-    where = filters.to_sql(message.display_filter)
+    where = _vouched(building, filters.to_sql(message.display_filter))
     if where is None:
         raise _unanswered("the filter is not one the index translates")
     with _reading():
@@ -58,7 +58,7 @@ def frames(building: Building, message: Frames) -> FramesAnswer:
 def timeline(building: Building, message: Timeline) -> TimelineAnswer:
     """A timeline page (fields the index holds, in frame order) of the frames indexed so far."""
     fields = timelines.columns(message.fields)
-    where = timelines.where(message)
+    where = _vouched(building, timelines.where(message))
     if fields is None or where is None or message.sort_by not in (None, "frame.number"):
         raise _unanswered("not a timeline the index answers in frame order")
     asked = [(f, col) for f, col in fields if f != "frame.number"]
@@ -73,11 +73,19 @@ def timeline(building: Building, message: Timeline) -> TimelineAnswer:
 
 def _matching_page(building: Building, where: str, offset: int, limit: int,
                    page: Any) -> tuple[int, list[dict[str, Any]]]:
+    """The frames meeting `where` (vouched: bounded to the frames indexed so far): how many, and the page
+    `page` reads of them."""
     matches = query.matching(building.folder, where, KEPT)
     if offset + limit > matches.total:
         raise _unanswered(f"{matches.total} of the {building.indexed} frames indexed so far match: fewer than the "
                           "page needs")
     return matches.total, page(matches)
+
+
+def _vouched(building: Building, where: str | None) -> str | None:
+    """`where` held to the frames indexed so far: a chunked build's closed files may hold a chunk whose
+    frame count is not checked yet (its rows not vouched for)."""
+    return None if where is None else f"({where}) AND number <= {int(building.indexed)}"
 
 
 def _mark(building: Building, rows: list[dict[str, Any]], may_differ: list[str]) -> None:
@@ -95,14 +103,20 @@ def _note(building: Building, total: int, counted: str) -> str:
 
 
 class _reading:
-    """The build ended meanwhile (its folder renamed) or failed: the loaded capture answers instead."""
+    """A read the build's own course defeated: its folder renamed as it ended, or removed as it failed,
+    between listing its files and reading them (a coded error, a file gone, DuckDB's own error). The loaded
+    capture answers instead: never a traceback."""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, DiagdError) and not exc.details.get("index_unanswered"):
-            raise _unanswered(exc.message) from None
+        import duckdb
+
+        if isinstance(exc, DiagdError) and exc.details.get("index_unanswered"):
+            return
+        if isinstance(exc, DiagdError | OSError | duckdb.Error):
+            raise _unanswered(str(exc.message if isinstance(exc, DiagdError) else exc)[:300]) from None
 
 
 def _unanswered(why: str) -> DiagdError:

@@ -315,9 +315,13 @@ def _interval(step_us: int) -> str:
             f"ELSE {us} // {step_us} END")
 
 
-def latest_epoch(index: Path) -> float:
+def latest_epoch(index: Path, meta: dict[str, Any]) -> float:
     """The latest arrival time of any frame (Unix seconds): sharkd's `analyse` says it as `last`, the
-    capture's end a request's response timer is measured to (the last frame's may be earlier)."""
+    capture's end a request's response timer is measured to (the last frame's may be earlier). Kept in
+    meta.json by the build (tables.summary); an index built before it reads it from its frames."""
+    kept = meta.get("summary")
+    if isinstance(kept, dict) and kept.get("latest_epoch") is not None:
+        return float(kept["latest_epoch"])
     with _connect() as con:
         got = con.execute(f"SELECT max(CAST(time_epoch AS DOUBLE)) FROM {_frames(index)}").fetchall()[0][0]
     return float(got or 0.0)
@@ -381,6 +385,9 @@ def _of(con: Any, index: Path, selected: str, numbers: list[int]) -> list[tuple[
         f"SELECT {selected} FROM {_frames(index, min(numbers), max(numbers))} WHERE number BETWEEN ? AND ? "
         "AND list_contains(?, number)",
         [min(numbers), max(numbers), numbers]).fetchall()}
+    if len(found) < len(set(numbers)):  # its files changed since the numbers were read (a build's, failing)
+        raise DiagdError(ErrorCode.NOT_FOUND, "the capture's index changed while it was read; pcap_index says "
+                                              "how it stands")
     return [found[n] for n in numbers]
 
 

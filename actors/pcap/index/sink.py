@@ -42,6 +42,9 @@ class Sink:
         self.indexed = 0  # frames in closed files of the frames table: what a reader may read now
         self.segments = 0  # files of it begun
         self.chunked = False  # read in chunks (stitch.py): its seam frames are known at the end only
+        # Frames whose rows are vouched for: all of one pass's as written (each row final once printed); a
+        # chunk's once its frame count is checked (a miscount would have renumbered them wrongly).
+        self.vouched = 0
         self.stacks: dict[str, Any] = {}  # frame.protocols texts read so far (tables.stack_of)
         self._batches: list[Any] = []  # frames not written yet (a row group is written whole)
         self._layer_tables: list[Any] = []
@@ -59,14 +62,18 @@ class Sink:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self._flush()
-        if exc[0] is None and (self._in_segment or self.segments == 1):
-            self._end_segment()  # the last (an empty capture's only file: its table's schema, no row)
-        else:  # failed (the folder goes), or begun after the last frame: never a file
-            self.writer.close()
-            self._writing().unlink()
-        self.layered.close()
+        try:
+            if exc[0] is None:
+                self._flush()
+            if exc[0] is None and (self._in_segment or self.segments == 1):
+                self._end_segment()  # the last (an empty capture's only file: its table's schema, no row)
+                self.vouched = self.frames
+                self.say_progress()
+            else:  # failed (the folder goes), or begun after the last frame: never a file
+                self.writer.close()
+                self._writing().unlink(missing_ok=True)  # never hiding why the build failed
+        finally:
+            self.layered.close()
 
     def _writing(self) -> Path:
         return self.partial / str(self.tables.FRAMES_DIR) / "next.parquet.writing"
@@ -117,9 +124,15 @@ class Sink:
                 if self._in_segment >= self.segment_frames or due:
                     self._end_segment()
                     self._begin_segment()
+        if not self.chunked:
+            self.vouched = self.frames
+        self.say_progress()
+
+    def say_progress(self) -> None:
+        """One progress line: frames read, and those a reader may read now (in closed files, vouched for)."""
         # The daemon reads this; if it died, the write fails (BrokenPipeError) and the build ends.
-        print(json.dumps({"frames": self.frames, "indexed": self.indexed, "folder": str(self.partial),
-                          "chunked": self.chunked}), flush=True)
+        print(json.dumps({"frames": self.frames, "indexed": min(self.indexed, self.vouched),
+                          "folder": str(self.partial), "chunked": self.chunked}), flush=True)
 
     def _pending(self) -> int:
         return sum(b.num_rows for b in self._batches)
