@@ -12,6 +12,7 @@ by stream over sharkd's reassembly) are not read here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -38,18 +39,19 @@ def answers(message: Stats) -> bool:
                                           and narrowing.cut_safe(message.display_filter, message.kinds))
 
 
-async def srt(capture: Path, index: Path, frames: int, argv: list[str], protocol: str, display_filter: str
-              ) -> StatsAnswer:
-    """The response times of `protocol` in `capture` (its index at `index`, `frames` frames; `argv`: its
-    own two-pass tshark command), of the frames `display_filter` keeps, as pairing.srt gives them from the
-    loaded capture."""
+async def srt(capture: Path, index: Path, meta: dict[str, Any], argv: list[str], protocol: str,
+              display_filter: str) -> StatsAnswer:
+    """The response times of `protocol` in `capture` (its index at `index`, `meta` its meta.json; `argv`:
+    its own two-pass tshark command), of the frames `display_filter` keeps, as pairing.srt gives them from
+    the loaded capture."""
+    frames = int(meta.get("frames") or 0)
     rules = pairing.RULES[protocol]
     flt = f"({rules.filter}) && ({display_filter})" if display_filter else rules.filter
     messages: list[pairing.Message] = []
     cut = await cut_columns.read(capture, index, frames, argv, flt, cut_columns.Columns(tuple(pairing.columns(rules))),
                                  LAYERS[protocol], lambda number, row: messages.extend(rules.decode(number, row)),
                                  purpose=f"pair {protocol} messages", max_frames=MAX_FRAMES)
-    end = await trio.to_thread.run_sync(query.latest_epoch, index)
+    end = await trio.to_thread.run_sync(query.latest_epoch, index, meta)
     result = await trio.to_thread.run_sync(pairing.pair, rules, messages, end, bool(display_filter))
     result["method"] += (f"; read by tshark -2 over {cut} of the capture's {frames} frames, cut from the file by "
                          f"its index (those carrying {' or '.join(LAYERS[protocol])}, with what their dissection "

@@ -293,11 +293,15 @@ def summary(con: Any, frames: str, count: int) -> dict[str, Any]:
     GB: the distinct layer stacks (a handful) with their first frame, not every frame's layers."""
     edges = dict(con.execute(f"SELECT number, time_epoch FROM {frames} WHERE number = 1 OR number = ?",
                              [count]).fetchall())
+    # The latest arrival of any frame (frames out of time order: the last frame's may be earlier), where
+    # sharkd's `analyse` ends the capture: a request's response timer runs to it (answers/index_srt.py).
+    (latest,) = con.execute(f"SELECT max(CAST(time_epoch AS DOUBLE)) FROM {frames}").fetchone() or (None,)
     protocols: dict[str, None] = {}
     for (stack,) in con.execute(f"SELECT protocols FROM {frames} WHERE protocols IS NOT NULL "
                                 "GROUP BY protocols ORDER BY min(number)").fetchall():
         protocols.update(dict.fromkeys(stack.split(":")))
-    return {"first_epoch": edges.get(1), "last_epoch": edges.get(count), "protocols": list(protocols)}
+    return {"first_epoch": edges.get(1), "last_epoch": edges.get(count), "latest_epoch": latest,
+            "protocols": list(protocols)}
 
 
 def write_tables(folder: Path, memory_limit: str = "640MB") -> str | None:
