@@ -15,6 +15,8 @@ readdressed); the build reads the same bytes.
 Rows, per capture, each on a daemon of its own that has never seen it:
 (B) the build: pcap_index(wait_s) until ready, against one two-pass tshark read of the same file
     (`tshark -r F -n -2 -T fields -e frame.number`, output read to the end); target <= 1.5x that pass.
+(F) while it builds: the first page within the frames indexed so far (index/partial.py), seconds after
+    pcap_index began, the page's own seconds and the frames indexed then; reported.
 (M) peak memory while it builds and answers rows P, U and T: the daemon and all its children together
     (sum of PSS, each shared page counted once, sampled every 0.1 s; no other capture loaded: the
     warm-up reads the field catalogue only); target <= 1.5 GB.
@@ -150,7 +152,7 @@ async def _measure(args: argparse.Namespace, label: str, path: Path, frames: int
                 while True:
                     _, built, _ = await client.call("pcap_index", {"pcap_path": str(path),
                                                                    "wait_s": 600 if first else 1}, timeout_s=700)
-                    if built["state"] != "building":
+                    if built["state"] not in ("locating", "queued", "building"):
                         break
                     if first is None and (indexed := built.get("pages_from_frames")):
                         took, page, _ = await client.call("pcap_frames_by_filter", {
