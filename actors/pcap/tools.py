@@ -192,12 +192,16 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     spec = await backend.spec_for(args)
     flt, limit, offset = args["display_filter"], args["limit"], args["offset"]
     built_by = None
-    message = Frames(flt, limit, offset, await backend.kinds(flt))
     indexed: FramesAnswer | None = None
-    # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size; a
-    # filter it does not translate matched by tshark over the frames it can match, cut from the file. While
-    # it is built, a page within the frames indexed so far (index/partial.py), when sharkd does not hold it.
-    index = await backend.index_for(spec, message) or backend.building_index(spec)
+    # The whole capture's rows at any offset, from its index (pcap_index): no sharkd load, any size. A filter
+    # it translates (or none) needs no field catalogue: a restarted daemon's first page does not wait the
+    # second tshark takes to list its fields. A filter it does not translate is matched by tshark over the
+    # frames it can match, cut from the file (the names' kinds say which). While it is built, a page within
+    # the frames indexed so far (index/partial.py), when sharkd does not hold the capture.
+    message = Frames(flt, limit, offset, None)
+    if (index := await backend.index_for(spec, message)) is None:
+        message = Frames(flt, limit, offset, await backend.kinds(flt))
+        index = await backend.index_for(spec, message) or backend.building_index(spec)
     if index is not None:
         try:
             indexed = cast("FramesAnswer", await backend.runtime.ask(index, message, progress=ctx.progress))

@@ -58,7 +58,7 @@ def test_times_are_kept_to_the_nanosecond_and_read_back_as_sharkd_prints_them() 
 
 
 def test_the_documented_frames_schema_is_the_one_built() -> None:
-    """docs/pcap-index.md's table of frames.parquet is the interchange users read: it cannot drift."""
+    """docs/pcap-index.md's table of the frames (frames/*.parquet) is what users read: it cannot drift."""
     doc = (Path(__file__).parents[3] / "docs" / "pcap-index.md").read_text()
     assert f"## The Parquet schema (version {SCHEMA_VERSION})" in doc
     rows = re.findall(r"^\| `(\w+)` \| ([\w<>]+) \| `([^`]+)` \| (.+) \|$", doc, re.M)
