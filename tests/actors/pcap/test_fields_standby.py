@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import trio
 
-from diagd.actors._subprocess import Head, head, run
+from diagd.actors._subprocess import Head, head
 from diagd.actors.pcap.shark import tshark as _cold
 from diagd.actors.pcap.shark.wireshark import Catalogue, read_catalogue
 from diagd.actors.pcap.warm import fields_standby, first_page, standby
 from tests.pcaps import PCAPS, corpus
+from tests.support import pcap_oracle as oracle
 
 FRAMES = "frame.number <= 120"  # the first frames of each capture: every field they have
 PER_RUN = 150  # fields per run (one tshark each way)
@@ -44,9 +46,13 @@ async def warm(argv: list[str], limit: int | None = None) -> Head:
 
 async def names_in(path: Path, cat: Catalogue) -> list[str]:
     """The fields the first frames of `path` have that the standby serves."""
-    done = await run(["tshark", "-n", "-r", str(path), "-Y", FRAMES, "-T", "pdml"], timeout_s=60,
-                     max_output_bytes=1 << 28)
-    found = sorted(set(re.findall(r'<field name="([^"]+)"', done.out)))
+    argv = ["tshark", "-n", "-r", str(path), "-Y", FRAMES, "-T", "pdml"]
+
+    def pdml() -> str:  # tshark's own (the reference), kept on disk by capture, argv and environment
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+
+    text = await trio.to_thread.run_sync(oracle.cached_text, path, [*argv, oracle.config_key()], pdml)
+    found = sorted(set(re.findall(r'<field name="([^"]+)"', text)))
     return [name for name in found if fields_standby.servable([name], cat)]
 
 

@@ -20,6 +20,7 @@ from diagd.actors.pcap.index.schema import COLUMNS
 from diagd.actors.pcap.index.tables import LAYERS_FILE, frame_files, frames_table
 from diagd.actors.pcap.shark import recordwalk
 from tests.pcaps import corpus
+from tests.support import pcap_oracle as oracle
 from tests.support.index_builds import build
 
 pytestmark = [
@@ -35,11 +36,13 @@ TEXT = (("number", "frame.number"), ("info", "_ws.col.Info"), ("protocol", "_ws.
 
 
 def tshark_text(capture: Path) -> list[dict[str, str]]:
+    """tshark's own text of these fields, two-pass over the whole file, with this process's environment
+    (as the builds here run it); kept on disk by the capture, argv and that environment (pcap_oracle)."""
     fields = [field for _, field in TEXT]
-    out = subprocess.run(["tshark", "-r", str(capture), "-n", "-2", "-o", "frame.show_file_off:TRUE",
-                          "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
-                          *[arg for field in fields for arg in ("-e", field)]],
-                         capture_output=True, text=True, check=True).stdout
+    argv = ["tshark", "-r", str(capture), "-n", "-2", "-o", "frame.show_file_off:TRUE", "-T", "fields", "-E",
+            "occurrence=a", "-E", "aggregator=,", *[arg for field in fields for arg in ("-e", field)]]
+    out = oracle.cached_text(capture, [*argv, oracle.config_key()],
+                             lambda: subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     return [dict(zip(fields, line.split("\t"), strict=True)) for line in out.splitlines()]
 
 

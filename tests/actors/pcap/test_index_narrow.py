@@ -14,6 +14,7 @@ import pytest
 from diagd.actors.pcap.index import narrow
 from diagd.actors.pcap.shark import recordwalk
 from tests.pcaps import corpus
+from tests.support import pcap_oracle as oracle
 from tests.support.capinfos_captures import built
 
 pytestmark = [
@@ -32,8 +33,11 @@ EDITCAP_SELECTIONS = 500  # editcap keeps at most 512 selections (a range is one
 
 
 def offsets(path: Path) -> list[int]:
-    out = subprocess.run(["tshark", "-n", "-r", str(path), "-o", "frame.show_file_off:TRUE", "-T", "fields",
-                          "-e", "frame.file_off"], capture_output=True, text=True, check=True).stdout
+    """Each frame's offset in the file as tshark reads it (kept on disk by the capture's content, argv and
+    environment: pcap_oracle.cached_text)."""
+    argv = ["tshark", "-n", "-r", str(path), "-o", "frame.show_file_off:TRUE", "-T", "fields", "-e", "frame.file_off"]
+    out = oracle.cached_text(path, [*argv, oracle.config_key()],
+                             lambda: subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     return [int(x) for x in out.split()]
 
 
