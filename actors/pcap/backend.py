@@ -325,6 +325,19 @@ class PcapBackend:
         loaded = self._sessions().get(spec.key)
         return None if loaded is not None and loaded.session.loaded else ref
 
+    async def ask_index(self, ref: ActorRef, message: Message[ReplyT], progress: ProgressFn | None
+                        ) -> tuple[ReplyT, str | None] | None:
+        """`message` answered by a capture's index actor, and the tshark that built the index (None while it
+        is built); None when the actor says the loaded capture answers instead (`index_unanswered`: a file it
+        cannot cut, a page past what a build has indexed so far, a question asked as its build ended...)."""
+        try:
+            answer = await self.runtime.ask(ref, message, progress=progress)
+        except DiagdError as exc:
+            if exc.details.get("index_unanswered"):
+                return None
+            raise
+        return answer, self.index_version(ref)
+
     async def ngap_from_index(self, args: dict[str, Any], spec: CaptureSpec, message: Message[ReplyT],
                               progress: ProgressFn | None) -> tuple[ReplyT, str] | None:
         """The UE contexts, their procedures or the PDU sessions from the capture's ready index
@@ -347,13 +360,9 @@ class PcapBackend:
         asking = (IndexNgapSessions if isinstance(message, NgapSessions) else
                   IndexNgapProcedures if isinstance(message, NgapProcedures) else IndexPduSessions)
         asked: Message[Any] = asking(decoding.decode_as_entries, decoding.preferences, message.display_filter)
-        try:
-            answer = await self.runtime.ask(ref, asked, progress=progress)
-        except DiagdError as exc:
-            if exc.details.get("index_unanswered"):
-                return None
-            raise
-        built_by = self.index_version(ref) or "unknown"
+        if (got := await self.ask_index(ref, asked, progress)) is None:
+            return None
+        answer, built_by = got[0], got[1] or "unknown"
         core = ("; tshark the PFCP, HTTP and HTTP/2 frames cut from it" if isinstance(message, NgapProcedures)
                 else "")
         return cast("ReplyT", {**answer, "served_by": f"index (sharkd read the SCTP frames cut from the capture, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import replace
-from typing import Any, NotRequired, cast
+from typing import Any, NotRequired
 
 import trio
 from typing_extensions import TypedDict
@@ -202,13 +202,8 @@ async def frames_by_filter(backend: PcapBackend, ctx: CallContext, args: Args) -
     if (index := await backend.index_for(spec, message)) is None:
         message = Frames(flt, limit, offset, await backend.kinds(flt))
         index = await backend.index_for(spec, message) or backend.building_index(spec)
-    if index is not None:
-        try:
-            indexed = cast("FramesAnswer", await backend.runtime.ask(index, message, progress=ctx.progress))
-            built_by = backend.index_version(index)
-        except DiagdError as exc:
-            if not exc.details.get("index_unanswered"):  # a file it cannot cut: the loaded capture answers
-                raise
+    if index is not None and (got := await backend.ask_index(index, message, ctx.progress)) is not None:
+        indexed, built_by = got
     result = indexed if indexed is not None else await backend.ask(ctx, spec, message)
     return {**result, "limit": limit, "offset": offset,
             "source": await backend.source(spec, args, display_filter=flt, command=packet_list_command(flt),
@@ -279,13 +274,9 @@ async def timeline(backend: PcapBackend, ctx: CallContext, args: Args) -> Timeli
     indexed: TimelineAnswer | None = None
     # Values of the fields the index holds, with their default filter: from it, at any size, in ms; while it
     # is built, a page within the frames indexed so far (index/partial.py), when sharkd does not hold it.
-    if (index := await backend.index_for(spec, asked) or backend.building_index(spec)) is not None:
-        try:
-            indexed = cast("TimelineAnswer", await backend.runtime.ask(index, asked, progress=ctx.progress))
-            built_by = backend.index_version(index)
-        except DiagdError as exc:
-            if not exc.details.get("index_unanswered"):
-                raise
+    index = await backend.index_for(spec, asked) or backend.building_index(spec)
+    if index is not None and (got := await backend.ask_index(index, asked, ctx.progress)) is not None:
+        indexed, built_by = got
     result = indexed if indexed is not None else await backend.ask(
         ctx, spec, Timeline(flt, tuple(fields), limit, offset, sort_by, await backend.kinds(flt, *fields)))
     command = _cold.fields_argv([], flt, ["frame.number", *[f for f in fields if f != "frame.number"]])
@@ -456,13 +447,7 @@ async def _stats_from_index(backend: PcapBackend, ctx: CallContext, spec: Captur
     ready index, a question it does not answer, or one it cannot after all, as a file it cannot cut)."""
     if (index := await backend.index_for(spec, paged.question)) is None:
         return None
-    try:
-        result = await backend.runtime.ask(index, paged, progress=ctx.progress)
-    except DiagdError as exc:
-        if exc.details.get("index_unanswered"):
-            return None
-        raise
-    return result, backend.index_version(index)
+    return await backend.ask_index(index, paged, ctx.progress)
 
 
 class _StatsShown(StatsReply):
